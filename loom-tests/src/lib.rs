@@ -1,0 +1,1 @@
+//! Loom models of Skein's lock-free protocols live in `tests/`.
