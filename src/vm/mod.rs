@@ -1,1 +1,3 @@
-//! placeholder
+//! One Luau VM and everything around it.
+
+pub(crate) mod budget;
