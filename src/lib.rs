@@ -1,12 +1,38 @@
 //! Skein runs Luau in parallel inside a Rust process.
 //!
-//! A host embeds Skein as its parallel compute backend: a work-stealing [`pool`](Pool) of worker
-//! threads, each owning isolated Luau VMs, runs the work that script domains hand it through
-//! `jobs.dispatch` and friends. Values cross between VMs as [`Message`]s, copied once each way.
+//! A host embeds Skein as its parallel compute backend: a work-stealing [`Pool`] of worker
+//! threads, each owning isolated Luau VMs, runs the work that [`ScriptDomain`]s hand it through
+//! `jobs.dispatch`. Values cross between VMs as [`Message`]s, copied once each way; no VM is ever
+//! shared between threads.
+//!
+//! ```no_run
+//! use skein::{DomainSpec, Pool, ScriptDomain};
+//!
+//! let pool = Pool::new(2);
+//! let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+//! let answer = domain.eval(r#"
+//!     return jobs.dispatch("./double", "run", 21):await()
+//! "#)?;
+//! # Ok::<(), skein::Error>(())
+//! ```
 #![warn(missing_docs)]
 
-
-mod sync;
+mod domain;
+mod error;
+mod jobs;
 mod pool;
+mod sync;
 mod value;
 mod vm;
+
+pub use domain::{DomainSpec, Report, ScriptDomain};
+pub use error::{Error, Result};
+pub use jobs::{
+    DomainId, DomainMailbox, Generation, Pool, Principal, Promise, PromiseStatus, MAX_DEADLINE,
+};
+pub use pool::stats::WorkerStats;
+pub use value::Message;
+pub use vm::{Plan, DEFAULT_MEMORY_LIMIT};
+
+/// Re-exported so hosts use the same mlua as Skein.
+pub use mlua;

@@ -1,1 +1,6 @@
 //! Skein's integration tests: one binary, one module per area, because each test binary relinks Luau.
+
+mod support;
+
+mod dispatch;
+mod tasks;

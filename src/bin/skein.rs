@@ -1,1 +1,118 @@
-fn main() {}
+//! `skein`: run a Luau script with a pool of workers behind `jobs.dispatch`.
+
+use std::process::ExitCode;
+
+use skein::{DomainSpec, Pool, ScriptDomain};
+
+const HELP: &str = "\
+skein: run Luau in parallel
+
+USAGE:
+    skein run FILE [--workers N] [-- ARGS...]
+    skein --help | --version
+
+COMMANDS:
+    run FILE        Run the Luau script FILE on the engine thread, with a pool of worker
+                    threads behind jobs.dispatch. Skein pumps until the script and every job
+                    and task it started have settled, then exits 0. A script error prints the
+                    error and its Luau stack on stderr and exits 1.
+
+OPTIONS:
+    --workers N     Number of worker threads (default: the number of available cores).
+    -h, --help      Print this help.
+    -V, --version   Print the version.
+
+ARGS after `--` reach the script as `...` (strings).
+
+EXAMPLE:
+    skein run examples/primes.luau --workers 2
+";
+
+struct RunArgs {
+    file: String,
+    workers: Option<usize>,
+    script_args: Vec<String>,
+}
+
+fn parse(args: &[String]) -> Result<Option<RunArgs>, String> {
+    let mut it = args.iter();
+    match it.next().map(String::as_str) {
+        None | Some("-h") | Some("--help") | Some("help") => return Ok(None),
+        Some("-V") | Some("--version") => {
+            println!("skein {}", env!("CARGO_PKG_VERSION"));
+            std::process::exit(0);
+        }
+        Some("run") => {}
+        Some(other) => return Err(format!("unknown command '{other}' (try `skein --help`)")),
+    }
+    let mut file = None;
+    let mut workers = None;
+    let mut script_args = Vec::new();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--" => {
+                script_args.extend(it.by_ref().cloned());
+            }
+            "-h" | "--help" => return Ok(None),
+            "--workers" => {
+                let n = it
+                    .next()
+                    .ok_or("--workers needs a number")?
+                    .parse::<usize>()
+                    .map_err(|_| "--workers needs a whole number of at least 1".to_owned())?;
+                if n == 0 {
+                    return Err("--workers needs a whole number of at least 1".to_owned());
+                }
+                workers = Some(n);
+            }
+            flag if flag.starts_with('-') => {
+                return Err(format!("unknown option '{flag}' (try `skein --help`)"))
+            }
+            path if file.is_none() => file = Some(path.to_owned()),
+            extra => return Err(format!("unexpected argument '{extra}': pass script arguments after `--`")),
+        }
+    }
+    let file = file.ok_or("run needs a FILE (try `skein --help`)")?;
+    Ok(Some(RunArgs {
+        file,
+        workers,
+        script_args,
+    }))
+}
+
+fn run(args: RunArgs) -> Result<(), String> {
+    let pool = match args.workers {
+        Some(n) => Pool::new(n),
+        None => Pool::with_available_parallelism(),
+    };
+    let domain = ScriptDomain::new(&pool, DomainSpec::new("main")).map_err(|e| e.to_string())?;
+    domain
+        .run_file(&args.file, &args.script_args)
+        .map_err(|e| e.to_string())?;
+    let result = domain.run_until_idle();
+    for report in domain.take_reports() {
+        eprintln!("skein: {}: {}", report.source, report.message);
+    }
+    result.map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    match parse(&argv) {
+        Ok(None) => {
+            print!("{HELP}");
+            ExitCode::SUCCESS
+        }
+        Ok(Some(args)) => match run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("skein: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(e) => {
+            eprintln!("skein: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,1 +1,401 @@
-//! placeholder
+//! `ScriptDomain`: an isolated Luau authority living on its engine thread.
+//!
+//! A domain owns its engine VM, its principal (id and generation) and the receiving end of its
+//! mailbox. It is `!Send`: it lives on the thread that made it, and other threads reach it only
+//! through its [`DomainMailbox`]. Pumping the domain drains the mailbox (settling promises homed
+//! in the engine VM), then resumes the tasks that became ready.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use mlua::{Lua, MultiValue, Value};
+
+use crate::error::{Error, Result};
+use crate::jobs::{
+    self, DomainEvent, DomainId, DomainMailbox, Generation, HomeKind, HostSlot, Item, JobShared,
+    JobsHome, Pool, Principal, PrincipalCell, Promise, ReplyTo, MAX_DEADLINE,
+};
+use crate::value::Message;
+use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
+
+static NEXT_DOMAIN: AtomicU64 = AtomicU64::new(1);
+
+/// How to make a [`ScriptDomain`].
+///
+/// ```
+/// use skein::{DomainSpec, Plan};
+/// let spec = DomainSpec::new("editor").plan(Plan::new().memory_limit(128 << 20));
+/// assert_eq!(spec.name(), "editor");
+/// ```
+#[derive(Clone, Debug)]
+pub struct DomainSpec {
+    name: String,
+    plan: Plan,
+}
+
+impl DomainSpec {
+    /// A spec with the default [`Plan`].
+    pub fn new(name: impl Into<String>) -> DomainSpec {
+        DomainSpec {
+            name: name.into(),
+            plan: Plan::new(),
+        }
+    }
+
+    /// Sets the plan every VM of the domain is built from.
+    pub fn plan(mut self, plan: Plan) -> DomainSpec {
+        self.plan = plan;
+        self
+    }
+
+    /// The domain's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// A failure that reached no awaiting code: a task that raised, attributed to its job or script.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// What it ran for: `job 'solver'`, `script main.luau`.
+    pub source: String,
+    /// The error, with its Luau stack.
+    pub message: String,
+}
+
+/// An isolated Luau authority: its engine VM, its principal and its mailbox.
+///
+/// A domain is `!Send`; it lives on the thread that made it (its engine thread):
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>() {}
+/// assert_send::<skein::ScriptDomain>();
+/// ```
+///
+/// ```no_run
+/// use skein::{DomainSpec, Pool, ScriptDomain};
+/// let pool = Pool::new(2);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main")).unwrap();
+/// domain.run_file("examples/primes.luau", &[]).unwrap();
+/// domain.run_until_idle().unwrap();
+/// ```
+pub struct ScriptDomain {
+    name: String,
+    principal: Arc<PrincipalCell>,
+    pool: Pool,
+    vm: Vm,
+    rx: Receiver<DomainEvent>,
+    reports: Rc<RefCell<Vec<Report>>>,
+    /// Failures of scripts the host started: `run_until_idle` answers the first.
+    failures: Rc<RefCell<Vec<String>>>,
+    _engine_thread: PhantomData<Rc<()>>,
+}
+
+impl ScriptDomain {
+    /// Makes a domain served by `pool`, building its engine VM on this thread.
+    ///
+    /// # Errors
+    /// [`Error::Vm`] when the plan's VM cannot be built.
+    pub fn new(pool: &Pool, spec: DomainSpec) -> Result<ScriptDomain> {
+        let id = Principal {
+            domain: DomainId(NEXT_DOMAIN.fetch_add(1, Ordering::Relaxed)),
+            generation: Generation(1),
+        };
+        let (mailbox, rx) = DomainMailbox::new();
+        let principal = Arc::new(PrincipalCell::new(
+            id,
+            spec.plan.clone(),
+            mailbox,
+            MAX_DEADLINE,
+        ));
+        let reports = Rc::new(RefCell::new(Vec::new()));
+        let sink = reports.clone();
+        let reporter: vm::Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
+            sink.borrow_mut().push(Report {
+                source: label.to_owned(),
+                message: failure.to_string(),
+            });
+        });
+        let home = JobsHome {
+            principal: principal.clone(),
+            pool: pool.shared().clone(),
+            kind: HomeKind::Engine,
+        };
+        let vm = Vm::build(&spec.plan, reporter, MAX_DEADLINE, |lua| {
+            jobs::install(lua, home)
+        })
+        .map_err(|e| Error::Vm(vm::error_message(&e)))?;
+        Ok(ScriptDomain {
+            name: spec.name,
+            principal,
+            pool: pool.clone(),
+            vm,
+            rx,
+            reports,
+            failures: Rc::new(RefCell::new(Vec::new())),
+            _engine_thread: PhantomData,
+        })
+    }
+
+    /// The domain's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The principal the pool runs this domain's work as.
+    pub fn principal(&self) -> Principal {
+        self.principal.id
+    }
+
+    /// The domain's stable id.
+    pub fn id(&self) -> DomainId {
+        self.principal.id.domain
+    }
+
+    /// The current generation.
+    pub fn generation(&self) -> Generation {
+        self.principal.id.generation
+    }
+
+    /// The `Send` handle other threads reach this domain through.
+    pub fn mailbox(&self) -> DomainMailbox {
+        self.principal.mailbox.clone()
+    }
+
+    /// The pool serving this domain.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The engine VM, for host code that installs its own bindings.
+    pub fn lua(&self) -> &Lua {
+        &self.vm.lua
+    }
+
+    /// Starts the script at `path` as a task of the engine VM, with `args` as its `...`.
+    /// Errors it raises later are answered by [`run_until_idle`](Self::run_until_idle).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file can't be read, [`Error::Script`] when it does not compile.
+    pub fn run_file(&self, path: impl AsRef<Path>, args: &[String]) -> Result<()> {
+        let path = std::fs::canonicalize(path.as_ref()).map_err(|e| {
+            Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("{}: {e}", path.as_ref().display()),
+            ))
+        })?;
+        let source = std::fs::read(&path)?;
+        let name = format!("@{}", path.display());
+        let args: Vec<Value> = args
+            .iter()
+            .map(|a| self.vm.lua.create_string(a).map(Value::String))
+            .collect::<mlua::Result<_>>()?;
+        self.start_chunk(&source, &name, &display_name(&path), MultiValue::from_iter(args))
+            .map(|_| ())
+    }
+
+    /// Starts `source` as a task of the engine VM; `require` and `jobs.dispatch` in it resolve
+    /// from the plan's root directory.
+    ///
+    /// # Errors
+    /// [`Error::Script`] when it does not compile.
+    pub fn exec(&self, source: &str) -> Result<()> {
+        self.start_chunk(source.as_bytes(), "=exec", "exec", MultiValue::new())
+            .map(|_| ())
+    }
+
+    /// Runs `source` as a task of the engine VM, pumping the domain until it returns, and
+    /// answers a copy of what it returned. Meant for tests and tools; frames of other work run
+    /// meanwhile.
+    ///
+    /// # Errors
+    /// [`Error::Script`] with the error and Luau stack when it raises; [`Error::Transfer`] when
+    /// its result can't be copied.
+    pub fn eval(&self, source: &str) -> Result<Message> {
+        let slot = self.start_chunk(source.as_bytes(), "=eval", "eval", MultiValue::new())?;
+        vm::check_sources();
+        loop {
+            if let Some(result) = slot.borrow_mut().take() {
+                return result;
+            }
+            if !self.pump_once(true) {
+                return Err(Error::Script(
+                    "eval: the chunk is waiting on something that will never happen".to_owned(),
+                ));
+            }
+        }
+    }
+
+    fn start_chunk(
+        &self,
+        source: &[u8],
+        chunk_name: &str,
+        label: &str,
+        args: MultiValue,
+    ) -> Result<Rc<RefCell<Option<Result<Message>>>>> {
+        let lua = &self.vm.lua;
+        let function = lua
+            .load(source)
+            .set_name(chunk_name)
+            .into_function()
+            .map_err(|e| Error::Script(vm::error_message(&e)))?;
+        let slot: Rc<RefCell<Option<Result<Message>>>> = Rc::new(RefCell::new(None));
+        let out = slot.clone();
+        let failures = self.failures.clone();
+        let script = format!("script {label}");
+        let completion: vm::Completion = Box::new(move |_lua: &Lua, result| {
+            let answer = match result {
+                Ok(values) => {
+                    let first = values.into_iter().next().unwrap_or(Value::Nil);
+                    Message::from_lua(&first, "result").map_err(Error::from)
+                }
+                Err(failure) => {
+                    let text = format!("{script} failed: {failure}");
+                    failures.borrow_mut().push(text.clone());
+                    Err(Error::Script(text))
+                }
+            };
+            *out.borrow_mut() = Some(answer);
+        });
+        let owner = Rc::new(Owner::new(
+            format!("script {label}"),
+            self.principal.max_deadline,
+            None,
+            Some(completion),
+        ));
+        self.vm.start(function, args, owner)?;
+        Ok(slot)
+    }
+
+    /// Hands `module.entry(args)` to the pool from host code; `module` resolves from the plan's
+    /// root directory.
+    ///
+    /// # Errors
+    /// [`Error::Refused`] when the module can't be resolved.
+    pub fn dispatch(&self, module: &str, entry: &str, args: Message) -> Result<Promise<Message>> {
+        vm::check_sources();
+        let path = self
+            .vm
+            .core
+            .modules
+            .resolve(None, module)
+            .map_err(|e| Error::Refused(format!("dispatch: {e}")))?;
+        let slot = HostSlot::new();
+        let job = JobShared::new(format!("{module}:{entry}"));
+        self.pool.shared().inject(Item {
+            principal: self.principal.clone(),
+            job: job.clone(),
+            module: path,
+            entry: Arc::from(entry),
+            args,
+            deadline: self.principal.max_deadline,
+            reply: ReplyTo::Host(slot.clone()),
+        });
+        Ok(Promise::new(
+            slot,
+            Some((job, self.pool.shared().clone(), self.principal.id)),
+        ))
+    }
+
+    /// Drains the mailbox once. Answers whether it handled anything.
+    fn drain(&self) -> bool {
+        let mut any = false;
+        while let Ok(event) = self.rx.try_recv() {
+            self.handle(event);
+            any = true;
+        }
+        any
+    }
+
+    fn handle(&self, event: DomainEvent) {
+        match event {
+            DomainEvent::Settle { promise, outcome } => self.vm.settle(promise, outcome),
+            DomainEvent::Report { label, failure } => self.reports.borrow_mut().push(Report {
+                source: label,
+                message: failure,
+            }),
+        }
+    }
+
+    /// One round on the engine thread: drain the mailbox, then run the tasks that are ready.
+    /// Never blocks. Answers whether anything happened.
+    pub fn pump(&self) -> bool {
+        vm::check_sources();
+        let drained = self.drain();
+        let ran = self.vm.step();
+        drained || ran
+    }
+
+    /// Pumps once; when `block` and nothing is ready, waits for the mailbox or the next timer.
+    /// Answers false when nothing is outstanding at all (idle).
+    fn pump_once(&self, block: bool) -> bool {
+        if self.drain() | self.vm.step() || self.vm.has_ready() {
+            return true;
+        }
+        let pending = self.vm.core.promises.borrow().pending();
+        let next = self.vm.next_wake();
+        if pending == 0 && next.is_none() {
+            return false;
+        }
+        if !block {
+            return true;
+        }
+        let received = match next {
+            Some(at) => self
+                .rx
+                .recv_timeout(at.saturating_duration_since(Instant::now())),
+            None => self
+                .rx
+                .recv_timeout(Duration::from_secs(3600))
+                .map_err(|_| RecvTimeoutError::Timeout),
+        };
+        if let Ok(event) = received {
+            self.handle(event);
+        }
+        true
+    }
+
+    /// Pumps until every task and every promise the domain's scripts started has settled.
+    ///
+    /// # Errors
+    /// The first failure of a script the host started ([`Error::Script`], with its Luau stack).
+    pub fn run_until_idle(&self) -> Result<()> {
+        vm::check_sources();
+        while self.pump_once(true) {}
+        match self.failures.borrow_mut().drain(..).next() {
+            Some(text) => Err(Error::Script(text)),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes the failures no code awaited (tasks that raised), oldest first.
+    pub fn take_reports(&self) -> Vec<Report> {
+        std::mem::take(&mut *self.reports.borrow_mut())
+    }
+
+    /// Live tasks in the engine VM.
+    pub fn tasks(&self) -> usize {
+        self.vm.tasks()
+    }
+}
+
+impl Drop for ScriptDomain {
+    fn drop(&mut self) {
+        self.principal
+            .end(&format!("domain '{}' stopped", self.name));
+    }
+}
+
+fn display_name(path: &Path) -> String {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    path.strip_prefix(&cwd)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}

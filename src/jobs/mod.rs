@@ -1,1 +1,19 @@
-//! placeholder
+//! The Luau `jobs` API on top of `vm` and `pool`: dispatch, the worker side of a pool thread,
+//! principals and promises for host code.
+
+mod api;
+mod item;
+mod options;
+mod pool;
+mod principal;
+mod promise;
+mod worker;
+
+pub(crate) use api::{install, HomeKind, JobsHome};
+pub(crate) use item::{DomainEvent, Item, JobShared, ReplyTo};
+pub use options::MAX_DEADLINE;
+pub use pool::Pool;
+pub(crate) use principal::PrincipalCell;
+pub use principal::{DomainId, DomainMailbox, Generation, Principal};
+pub(crate) use promise::HostSlot;
+pub use promise::{Promise, PromiseStatus};

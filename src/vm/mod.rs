@@ -1,3 +1,43 @@
-//! One Luau VM and everything around it.
+//! One Luau VM and everything around it: the plan that builds it, the sandbox and prelude, the
+//! module loader, the per-run budget, the task scheduler and promises.
+//!
+//! This layer knows nothing of pools or domains: the `jobs` layer installs its bindings through
+//! [`Vm::build`]'s `install` step and reaches its own state through the VM's app data.
 
 pub(crate) mod budget;
+mod core;
+pub(crate) mod loader;
+mod modules;
+mod owner;
+mod plan;
+mod promise;
+mod scheduler;
+
+pub(crate) use self::core::{Reporter, Vm, VmCore};
+pub(crate) use budget::{current_signal, format_seconds, Signal};
+pub(crate) use modules::{caller_path, check_sources, source_epoch};
+pub(crate) use owner::{panic_message, Completion, Owner, TaskFailure};
+pub use plan::{Plan, DEFAULT_MEMORY_LIMIT};
+pub(crate) use promise::{Outcome, PromiseId};
+
+/// A promise's Luau handle.
+pub(crate) fn promise_handle(
+    lua: &mlua::Lua,
+    cell: std::rc::Rc<promise::PromiseCell>,
+) -> mlua::Result<mlua::AnyUserData> {
+    promise::handle(lua, cell)
+}
+
+/// The message of an mlua error without mlua's wrapping: what a Luau user would read.
+pub(crate) fn error_message(err: &mlua::Error) -> String {
+    match err {
+        mlua::Error::RuntimeError(m) => m.clone(),
+        mlua::Error::MemoryError(_) => {
+            "out of memory: the VM reached its memory limit".to_owned()
+        }
+        mlua::Error::SyntaxError { message, .. } => message.clone(),
+        mlua::Error::CallbackError { cause, .. } => error_message(cause),
+        mlua::Error::WithContext { cause, .. } => error_message(cause),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,72 @@
+//! Skein's error type.
+
+use std::fmt;
+
+/// Everything that can go wrong in Skein, with the wording a user greps for.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A value can't cross a VM boundary; the message names its path.
+    Transfer(crate::value::TransferError),
+    /// A call was refused before anything ran (a bad option, argument or module path).
+    Refused(String),
+    /// Luau code raised an error; the text carries the Luau stack.
+    Script(String),
+    /// A job's promise rejected; the text names the job, its error and its Luau stack.
+    Rejected(String),
+    /// The promise was cancelled before it settled.
+    Cancelled,
+    /// The value of a [`Promise`](crate::Promise) was taken already.
+    PromiseTaken,
+    /// The pool has shut down.
+    PoolShutDown,
+    /// Building a VM failed.
+    Vm(String),
+    /// Reading a file failed.
+    Io(std::io::Error),
+}
+
+/// `Result<T, skein::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Transfer(e) => write!(f, "{e}"),
+            Error::Refused(m) | Error::Script(m) | Error::Rejected(m) => write!(f, "{m}"),
+            Error::Cancelled => write!(f, "cancelled"),
+            Error::PromiseTaken => write!(f, "the promise's value was already taken"),
+            Error::PoolShutDown => write!(f, "the pool has shut down"),
+            Error::Vm(m) => write!(f, "could not build a VM: {m}"),
+            Error::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Transfer(e) => Some(e),
+            Error::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<crate::value::TransferError> for Error {
+    fn from(e: crate::value::TransferError) -> Self {
+        Error::Transfer(e)
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+impl From<mlua::Error> for Error {
+    fn from(e: mlua::Error) -> Self {
+        Error::Script(crate::vm::error_message(&e))
+    }
+}

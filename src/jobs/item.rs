@@ -1,0 +1,96 @@
+//! A pool item: one `jobs.dispatch` on its way to a worker, and the replies that come back.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::principal::{Principal, PrincipalCell};
+use super::promise::HostSlot;
+use crate::pool::handoff::{CancelOutcome, Handoff};
+use crate::value::Message;
+use crate::vm::{Outcome, PromiseId};
+
+/// No worker has started the job yet.
+pub(crate) const NOT_STARTED: usize = usize::MAX;
+
+/// What the item and whoever holds its promise share: the hand-off state and the cancel token.
+pub(crate) struct JobShared {
+    pub(crate) handoff: Handoff,
+    /// Read by the raw interrupt while the job runs.
+    pub(crate) cancel: Arc<AtomicBool>,
+    /// The worker that started the job, or [`NOT_STARTED`].
+    pub(crate) worker: AtomicUsize,
+    /// How rejections name the job: its `opts.name`, or `module:entry`.
+    pub(crate) label: String,
+}
+
+impl JobShared {
+    pub(crate) fn new(label: String) -> Arc<JobShared> {
+        Arc::new(JobShared {
+            handoff: Handoff::new(),
+            cancel: Arc::new(AtomicBool::new(false)),
+            worker: AtomicUsize::new(NOT_STARTED),
+            label,
+        })
+    }
+
+    /// Asks the job to stop. Answers the worker that must be told, when it had started.
+    pub(crate) fn cancel(&self) -> Option<usize> {
+        match self.handoff.cancel() {
+            CancelOutcome::Running => {
+                self.cancel.store(true, Ordering::Release);
+                let worker = self.worker.load(Ordering::Acquire);
+                (worker != NOT_STARTED).then_some(worker)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Where a job's outcome goes.
+pub(crate) enum ReplyTo {
+    /// A promise homed in a domain's engine VM.
+    Engine(PromiseId),
+    /// A promise homed in a worker VM (an item dispatched from another item).
+    Worker { worker: usize, promise: PromiseId },
+    /// A Rust [`Promise`](crate::Promise) held by host code.
+    Host(Arc<HostSlot>),
+}
+
+/// One `jobs.dispatch` on its way to a worker.
+pub(crate) struct Item {
+    pub(crate) principal: Arc<PrincipalCell>,
+    pub(crate) job: Arc<JobShared>,
+    pub(crate) module: Arc<Path>,
+    pub(crate) entry: Arc<str>,
+    pub(crate) args: Message,
+    pub(crate) deadline: Duration,
+    pub(crate) reply: ReplyTo,
+}
+
+/// Messages to a worker thread's inbox.
+pub(crate) enum WorkerMsg {
+    /// Settle a promise homed in the worker's VM for `principal`.
+    Settle {
+        principal: Principal,
+        promise: PromiseId,
+        outcome: Outcome,
+    },
+    /// A job this worker runs was cancelled: end its parked tasks.
+    Cancel {
+        principal: Principal,
+        job: Arc<JobShared>,
+    },
+}
+
+/// Events to a domain's engine thread.
+pub(crate) enum DomainEvent {
+    /// Settle a promise homed in the engine VM.
+    Settle {
+        promise: PromiseId,
+        outcome: Outcome,
+    },
+    /// A task failed with no one awaiting it.
+    Report { label: String, failure: String },
+}

@@ -1,0 +1,103 @@
+//! `opts` of `jobs.dispatch`: read, checked and refused at the call.
+
+use std::time::Duration;
+
+use mlua::{Table, Value};
+
+use crate::vm::format_seconds;
+
+/// The longest one run of an item may take, and the default: 60 seconds.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(60);
+
+/// The checked options of one dispatch.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DispatchOptions {
+    pub(crate) deadline: Duration,
+    pub(crate) name: Option<String>,
+}
+
+/// Reads a deadline in seconds: above 0 and at most `cap`.
+pub(crate) fn read_deadline(value: &Value, what: &str, cap: Duration) -> Result<Duration, String> {
+    let seconds = match value {
+        Value::Integer(i) => *i as f64,
+        Value::Number(n) => *n,
+        other => {
+            return Err(format!(
+                "{what} must be a number of seconds, got {}",
+                other.type_name()
+            ))
+        }
+    };
+    if seconds.is_nan() || seconds <= 0.0 {
+        return Err(format!(
+            "{what} must be a number of seconds above 0, got {}",
+            luau_number(seconds)
+        ));
+    }
+    if seconds > cap.as_secs_f64() {
+        return Err(format!(
+            "{what} of {} s is past the cap of {} s: a deadline may be lowered, never raised",
+            luau_number(seconds),
+            format_seconds(cap)
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// A number as Luau prints it.
+fn luau_number(n: f64) -> String {
+    if n.is_nan() {
+        "nan".to_owned()
+    } else if n.is_infinite() {
+        if n > 0.0 { "inf" } else { "-inf" }.to_owned()
+    } else if n == n.trunc() && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        format!("{n}")
+    }
+}
+
+impl DispatchOptions {
+    /// Reads `opts` (nil or a table) with `cap` as the default and longest deadline.
+    pub(crate) fn read(opts: &Value, cap: Duration) -> Result<DispatchOptions, String> {
+        let mut out = DispatchOptions {
+            deadline: cap,
+            name: None,
+        };
+        let table: &Table = match opts {
+            Value::Nil => return Ok(out),
+            Value::Table(t) => t,
+            other => {
+                return Err(format!(
+                    "jobs.dispatch: opts must be a table, got {}",
+                    other.type_name()
+                ))
+            }
+        };
+        for pair in table.pairs::<Value, Value>() {
+            let (key, value) = pair.map_err(|e| e.to_string())?;
+            let key_text = match &key {
+                Value::String(s) => s.to_string_lossy(),
+                other => format!("{other:?}"),
+            };
+            match key_text.as_str() {
+                "deadline" => out.deadline = read_deadline(&value, "jobs.dispatch: opts.deadline", cap)?,
+                "name" => match value {
+                    Value::String(s) => out.name = Some(s.to_string_lossy()),
+                    other => {
+                        return Err(format!(
+                            "jobs.dispatch: opts.name must be a string, got {}",
+                            other.type_name()
+                        ))
+                    }
+                },
+                _ => {
+                    return Err(format!(
+                        "unknown jobs.dispatch option '{key_text}': expected deadline or name"
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,109 @@
+//! `Pool`: the public handle on the work-stealing executor running Luau workers.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use super::item::{Item, JobShared, WorkerMsg};
+use super::principal::Principal;
+use super::worker::LuauWorker;
+use crate::pool::executor::Executor;
+use crate::pool::stats::WorkerStats;
+use crate::vm::Signal;
+
+/// What the pool's threads and its users share.
+pub(crate) struct PoolShared {
+    pub(crate) exec: Arc<Executor<LuauWorker>>,
+    /// Each worker's interrupt signal, registered by the worker when it starts.
+    pub(crate) signals: Arc<[OnceLock<Arc<Signal>>]>,
+}
+
+impl PoolShared {
+    /// Queues an item for any worker.
+    pub(crate) fn inject(&self, item: Item) {
+        self.exec.inject(item);
+    }
+
+    /// Tells a running job to stop: its current run is interrupted and its parked tasks end.
+    pub(crate) fn cancel_job(&self, job: &Arc<JobShared>, principal: Principal) {
+        if let Some(worker) = job.cancel() {
+            if let Some(signal) = self.signals.get(worker).and_then(OnceLock::get) {
+                signal.request_cancel();
+            }
+            self.exec.post(
+                worker,
+                WorkerMsg::Cancel {
+                    principal,
+                    job: job.clone(),
+                },
+            );
+        }
+    }
+}
+
+/// A work-stealing pool of worker threads, each owning isolated Luau VMs.
+///
+/// One pool serves any number of [`ScriptDomain`](crate::ScriptDomain)s. Each thread builds a VM
+/// for a domain the first time it runs that domain's work. Dropping the last handle stops the
+/// threads after the items they run finish their current run.
+///
+/// ```
+/// let pool = skein::Pool::new(2);
+/// assert_eq!(pool.threads(), 2);
+/// assert_eq!(pool.stats().len(), 2);
+/// ```
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<PoolHandle>,
+}
+
+struct PoolHandle {
+    shared: Arc<PoolShared>,
+}
+
+impl Drop for PoolHandle {
+    fn drop(&mut self) {
+        self.shared.exec.shutdown();
+    }
+}
+
+impl Pool {
+    /// A pool of `threads` workers (at least one).
+    pub fn new(threads: usize) -> Pool {
+        let threads = threads.max(1);
+        let signals: Arc<[OnceLock<Arc<Signal>>]> = (0..threads).map(|_| OnceLock::new()).collect();
+        let for_workers = signals.clone();
+        let exec = Executor::start(threads, move |index| LuauWorker::new(index, &for_workers));
+        Pool {
+            inner: Arc::new(PoolHandle {
+                shared: Arc::new(PoolShared { exec, signals }),
+            }),
+        }
+    }
+
+    /// A pool with one worker per available core.
+    pub fn with_available_parallelism() -> Pool {
+        Pool::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// Number of worker threads.
+    pub fn threads(&self) -> usize {
+        self.inner.shared.exec.threads()
+    }
+
+    /// One row per worker: items run, steals, sleeps, VMs held, busy time.
+    pub fn stats(&self) -> Vec<WorkerStats> {
+        self.inner.shared.exec.stats()
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<PoolShared> {
+        &self.inner.shared
+    }
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("threads", &self.threads())
+            .finish()
+    }
+}

@@ -1,0 +1,133 @@
+//! Principals: who the pool runs work for, and the mailbox that reaches them.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::item::DomainEvent;
+use crate::vm::Plan;
+
+/// A script domain's stable identity within the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DomainId(pub(crate) u64);
+
+impl DomainId {
+    /// The number behind the id.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for DomainId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "domain#{}", self.0)
+    }
+}
+
+/// How many times a domain has restarted. Work of an older generation is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Generation(pub(crate) u64);
+
+impl Generation {
+    /// The number behind the generation.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// What the pool runs work as: one generation of one domain.
+///
+/// Every pool item carries its principal. A worker thread keeps one VM per principal that has used
+/// it; when the principal ends (its domain stops or restarts) those VMs are dropped and its
+/// queued items are refused unrun.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Principal {
+    /// The domain.
+    pub domain: DomainId,
+    /// Its generation.
+    pub generation: Generation,
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (generation {})", self.domain, self.generation.0)
+    }
+}
+
+/// The `Send` handle through which other threads reach a domain's engine thread.
+///
+/// Workers post replies (settled promises, reports) here; the domain drains it when it pumps.
+///
+/// ```
+/// fn assert_send<T: Send + Sync>() {}
+/// assert_send::<skein::DomainMailbox>();
+/// ```
+#[derive(Clone)]
+pub struct DomainMailbox {
+    pub(crate) tx: Sender<DomainEvent>,
+}
+
+impl DomainMailbox {
+    pub(crate) fn new() -> (DomainMailbox, Receiver<DomainEvent>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        (DomainMailbox { tx }, rx)
+    }
+
+    /// Posts an event; answers false when the domain is gone.
+    pub(crate) fn post(&self, event: DomainEvent) -> bool {
+        self.tx.send(event).is_ok()
+    }
+}
+
+impl fmt::Debug for DomainMailbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DomainMailbox").finish_non_exhaustive()
+    }
+}
+
+/// The shared, `Send + Sync` part of a principal that travels with its items.
+pub(crate) struct PrincipalCell {
+    pub(crate) id: Principal,
+    pub(crate) plan: Plan,
+    pub(crate) mailbox: DomainMailbox,
+    /// The default (and longest) deadline of one run of one of its items.
+    pub(crate) max_deadline: Duration,
+    alive: AtomicBool,
+    /// Why the principal ended, once it has.
+    ended: std::sync::Mutex<Option<String>>,
+}
+
+impl PrincipalCell {
+    pub(crate) fn new(id: Principal, plan: Plan, mailbox: DomainMailbox, max_deadline: Duration) -> Self {
+        PrincipalCell {
+            id,
+            plan,
+            mailbox,
+            max_deadline,
+            alive: AtomicBool::new(true),
+            ended: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Whether the principal still runs work.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Ends the principal; its queued items will be refused with `reason`.
+    pub(crate) fn end(&self, reason: &str) {
+        *self.ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
+        self.alive.store(false, Ordering::Release);
+    }
+
+    /// Why the principal ended.
+    pub(crate) fn end_reason(&self) -> String {
+        self.ended
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| format!("{} has ended", self.id))
+    }
+}

@@ -1,0 +1,171 @@
+//! `Promise<T>`: the embedding side's handle on work it handed to the pool.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::item::JobShared;
+use super::pool::PoolShared;
+use super::principal::Principal;
+use crate::error::{Error, Result};
+use crate::value::Message;
+use crate::vm::Outcome;
+
+/// Where a worker delivers the outcome of work that host code awaits.
+pub(crate) struct HostSlot {
+    state: Mutex<SlotState>,
+    ready: Condvar,
+}
+
+enum SlotState {
+    Pending,
+    Settled(Outcome),
+    Taken,
+}
+
+impl HostSlot {
+    pub(crate) fn new() -> Arc<HostSlot> {
+        Arc::new(HostSlot {
+            state: Mutex::new(SlotState::Pending),
+            ready: Condvar::new(),
+        })
+    }
+
+    /// Settles the slot; a second settlement (a late reply after a cancel) is dropped.
+    pub(crate) fn settle(&self, outcome: Outcome) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(*state, SlotState::Pending) {
+            return false;
+        }
+        *state = SlotState::Settled(outcome);
+        self.ready.notify_all();
+        true
+    }
+}
+
+/// A value the pool will produce: the Rust counterpart of Luau's `PromiseHandle`.
+///
+/// Any thread may wait on it. Waiting blocks only the caller; the pool keeps running.
+///
+/// ```no_run
+/// use skein::{Pool, Message, ScriptDomain, DomainSpec};
+///
+/// let pool = Pool::new(2);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("demo")).unwrap();
+/// let promise = domain.dispatch("./math", "double", Message::Integer(21)).unwrap();
+/// assert_eq!(promise.wait().unwrap(), Message::Integer(42));
+/// ```
+#[must_use = "a promise does nothing unless waited on or cancelled"]
+pub struct Promise<T = Message> {
+    slot: Arc<HostSlot>,
+    job: Option<(Arc<JobShared>, Arc<PoolShared>, Principal)>,
+    _value: PhantomData<fn() -> T>,
+}
+
+/// What [`Promise::status`] answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromiseStatus {
+    /// Not settled yet.
+    Pending,
+    /// Settled with a value.
+    Resolved,
+    /// Settled with an error.
+    Rejected,
+    /// Cancelled before it settled.
+    Cancelled,
+    /// Its value was already taken.
+    Taken,
+}
+
+impl Promise<Message> {
+    pub(crate) fn new(
+        slot: Arc<HostSlot>,
+        job: Option<(Arc<JobShared>, Arc<PoolShared>, Principal)>,
+    ) -> Self {
+        Promise {
+            slot,
+            job,
+            _value: PhantomData,
+        }
+    }
+
+    /// Blocks until the promise settles and answers its value.
+    ///
+    /// # Errors
+    /// [`Error::Rejected`] with the job's error and Luau stack, or [`Error::Cancelled`].
+    pub fn wait(mut self) -> Result<Message> {
+        let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        while matches!(*state, SlotState::Pending) {
+            state = self.slot.ready.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(state);
+        self.try_take().expect("settled promise has a value")
+    }
+
+    /// Waits at most `timeout`; answers `None` if the promise is still pending then.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Result<Message>> {
+        let until = Instant::now() + timeout;
+        let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        while matches!(*state, SlotState::Pending) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            state = self
+                .slot
+                .ready
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        drop(state);
+        self.try_take()
+    }
+
+    /// Takes the value if the promise has settled, without waiting.
+    pub fn try_take(&mut self) -> Option<Result<Message>> {
+        let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        match std::mem::replace(&mut *state, SlotState::Taken) {
+            SlotState::Pending => {
+                *state = SlotState::Pending;
+                None
+            }
+            SlotState::Taken => Some(Err(Error::PromiseTaken)),
+            SlotState::Settled(outcome) => Some(match outcome {
+                Outcome::Resolved(message) => Ok(message),
+                Outcome::Rejected(text) => Err(Error::Rejected(text)),
+                Outcome::Cancelled => Err(Error::Cancelled),
+            }),
+        }
+    }
+
+    /// Cancels the work: a queued job never runs, a running one stops at its next interrupt or
+    /// yield. Answers false when the promise had already settled.
+    pub fn cancel(&self) -> bool {
+        if !self.slot.settle(Outcome::Cancelled) {
+            return false;
+        }
+        if let Some((job, pool, principal)) = &self.job {
+            pool.cancel_job(job, *principal);
+        }
+        true
+    }
+
+    /// Where the promise stands.
+    pub fn status(&self) -> PromiseStatus {
+        match &*self.slot.state.lock().unwrap_or_else(|e| e.into_inner()) {
+            SlotState::Pending => PromiseStatus::Pending,
+            SlotState::Taken => PromiseStatus::Taken,
+            SlotState::Settled(Outcome::Resolved(_)) => PromiseStatus::Resolved,
+            SlotState::Settled(Outcome::Rejected(_)) => PromiseStatus::Rejected,
+            SlotState::Settled(Outcome::Cancelled) => PromiseStatus::Cancelled,
+        }
+    }
+}
+
+impl<T> fmt::Debug for Promise<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Promise").finish_non_exhaustive()
+    }
+}

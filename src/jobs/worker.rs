@@ -1,0 +1,356 @@
+//! The Luau side of a pool thread: its VMs (one per principal), and how it runs items.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use mlua::{Function, Lua, MultiValue, Table, Value};
+
+use super::api::{self, HomeKind, JobsHome};
+use super::item::{DomainEvent, Item, JobShared, ReplyTo, WorkerMsg};
+use super::pool::PoolShared;
+use super::principal::{Principal, PrincipalCell};
+use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
+use crate::value::Message;
+use crate::vm::{self, Outcome, Owner, Signal, TaskFailure, Vm};
+
+/// One VM a worker keeps for one principal.
+struct WorkerVm {
+    principal: Arc<PrincipalCell>,
+    vm: Vm,
+    /// The jobs running in this VM, so a cancel can end their parked tasks.
+    running: Rc<RefCell<HashMap<*const JobShared, Rc<Owner>>>>,
+    /// The source epoch this VM's module cache last checked.
+    sources_seen: u64,
+}
+
+/// The per-thread logic of a pool worker.
+pub(crate) struct LuauWorker {
+    index: usize,
+    vms: Vec<WorkerVm>,
+    outbox: Rc<RefCell<Vec<Item>>>,
+    pool: Option<Arc<PoolShared>>,
+    signals: Arc<[OnceLock<Arc<Signal>>]>,
+}
+
+impl LuauWorker {
+    /// Runs on the new worker thread: registers its interrupt signal.
+    pub(crate) fn new(index: usize, signals: &Arc<[OnceLock<Arc<Signal>>]>) -> LuauWorker {
+        let _ = signals[index].set(vm::current_signal());
+        LuauWorker {
+            index,
+            vms: Vec::new(),
+            outbox: Rc::new(RefCell::new(Vec::new())),
+            pool: None,
+            signals: signals.clone(),
+        }
+    }
+
+    fn pool(&mut self, cx: &WorkerContext<'_, Self>) -> Arc<PoolShared> {
+        self.pool
+            .get_or_insert_with(|| {
+                Arc::new(PoolShared {
+                    exec: cx.executor().clone(),
+                    signals: self.signals.clone(),
+                })
+            })
+            .clone()
+    }
+
+    fn vm_index(&self, principal: Principal) -> Option<usize> {
+        self.vms.iter().position(|v| v.principal.id == principal)
+    }
+
+    /// The VM for the item's principal, built on first use through the principal's plan.
+    fn vm_for(
+        &mut self,
+        principal: &Arc<PrincipalCell>,
+        cx: &WorkerContext<'_, Self>,
+    ) -> Result<usize, String> {
+        if let Some(i) = self.vm_index(principal.id) {
+            return Ok(i);
+        }
+        let pool = self.pool(cx);
+        let mailbox = principal.mailbox.clone();
+        let reporter: vm::Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
+            mailbox.post(DomainEvent::Report {
+                label: label.to_owned(),
+                failure: failure.to_string(),
+            });
+        });
+        let home = JobsHome {
+            principal: principal.clone(),
+            pool,
+            kind: HomeKind::Worker {
+                index: self.index,
+                outbox: self.outbox.clone(),
+            },
+        };
+        let vm = Vm::build(&principal.plan, reporter, principal.max_deadline, |lua| {
+            api::install(lua, home)
+        })
+        .map_err(|e| format!("could not build a worker VM: {}", vm::error_message(&e)))?;
+        self.vms.push(WorkerVm {
+            principal: principal.clone(),
+            vm,
+            running: Rc::new(RefCell::new(HashMap::new())),
+            sources_seen: vm::source_epoch(),
+        });
+        cx.set_vms_held(self.vms.len());
+        Ok(self.vms.len() - 1)
+    }
+
+    /// Hands items dispatched by this thread's VMs to its own deque, where idle siblings steal.
+    fn flush_outbox(&self, cx: &WorkerContext<'_, Self>) {
+        let items = std::mem::take(&mut *self.outbox.borrow_mut());
+        for item in items {
+            cx.push_local(item);
+        }
+    }
+
+    /// Drops the VMs of principals that have ended.
+    fn drop_ended(&mut self, cx: &WorkerContext<'_, Self>) {
+        let before = self.vms.len();
+        self.vms.retain(|v| v.principal.is_alive());
+        if self.vms.len() != before {
+            cx.set_vms_held(self.vms.len());
+        }
+    }
+
+    fn start(&mut self, item: Item, cx: &WorkerContext<'_, Self>) {
+        if !item.principal.is_alive() {
+            let reason = item.principal.end_reason();
+            let text = format!("job '{}' was refused unrun: {reason}", item.job.label);
+            reply(&item.principal, item.reply, Outcome::Rejected(text), &self.pool(cx));
+            return;
+        }
+        if !item.job.handoff.try_start() {
+            return; // cancelled while queued: the canceller settled the promise
+        }
+        item.job
+            .worker
+            .store(self.index, std::sync::atomic::Ordering::Release);
+        let pool = self.pool(cx);
+        let slot = match self.vm_for(&item.principal, cx) {
+            Ok(slot) => slot,
+            Err(e) => {
+                let text = format!("job '{}' failed: {e}", item.job.label);
+                item.job.handoff.finish();
+                reply(&item.principal, item.reply, Outcome::Rejected(text), &pool);
+                return;
+            }
+        };
+        let wvm = &mut self.vms[slot];
+        let epoch = vm::source_epoch();
+        if wvm.sources_seen != epoch {
+            wvm.sources_seen = epoch;
+            wvm.vm.core.modules.invalidate_changed();
+        }
+        let lua = &wvm.vm.lua;
+        let Item {
+            principal,
+            job,
+            module,
+            entry,
+            args,
+            deadline,
+            reply: reply_to,
+        } = item;
+        let label = job.label.clone();
+        let function = match entry_function(lua, &wvm.vm, &module, &entry) {
+            Ok(f) => f,
+            Err(e) => {
+                job.handoff.finish();
+                let text = format!("job '{label}' failed: {e}");
+                reply(&principal, reply_to, Outcome::Rejected(text), &pool);
+                return;
+            }
+        };
+        let args = match args.to_lua(lua) {
+            Ok(v) => v,
+            Err(e) => {
+                job.handoff.finish();
+                let text = format!(
+                    "job '{label}' failed: its arguments could not be read: {}",
+                    vm::error_message(&e)
+                );
+                reply(&principal, reply_to, Outcome::Rejected(text), &pool);
+                return;
+            }
+        };
+        let running = wvm.running.clone();
+        let key = Arc::as_ptr(&job);
+        let completion_job = job.clone();
+        let completion_principal = principal.clone();
+        let completion_running = running.clone();
+        let completion: vm::Completion = Box::new(move |lua: &Lua, result| {
+            completion_running.borrow_mut().remove(&key);
+            completion_job.handoff.finish();
+            let outcome = job_outcome(lua, &completion_job.label, result);
+            reply(&completion_principal, reply_to, outcome, &pool);
+        });
+        let owner = Rc::new(Owner::new(
+            format!("job '{label}'"),
+            deadline,
+            Some(job.cancel.clone()),
+            Some(completion),
+        ));
+        running.borrow_mut().insert(key, owner.clone());
+        if let Err(e) = wvm.vm.start(function, MultiValue::from_iter([args]), owner.clone()) {
+            running.borrow_mut().remove(&key);
+            owner.complete(
+                lua,
+                Err(TaskFailure::raised(vm::error_message(&e), String::new())),
+            );
+        }
+    }
+}
+
+/// Requires `module` in the VM and finds its function `entry`.
+fn entry_function(lua: &Lua, vm: &Vm, module: &std::path::Path, entry: &str) -> Result<Function, String> {
+    let exports = vm
+        .core
+        .modules
+        .require_path(lua, module)
+        .map_err(|e| format!("module {} could not be loaded: {}", module.display(), vm::error_message(&e)))?;
+    let table: Table = match exports {
+        Value::Table(t) => t,
+        other => {
+            return Err(format!(
+                "module {} returned a {}, not a table of functions",
+                module.display(),
+                other.type_name()
+            ))
+        }
+    };
+    match table.raw_get::<Value>(entry) {
+        Ok(Value::Function(f)) => Ok(f),
+        Ok(other) => Err(format!(
+            "entry '{entry}' of module {} is not a function (it is {})",
+            module.display(),
+            match other {
+                Value::Nil => "nil".to_owned(),
+                v => format!("a {}", v.type_name()),
+            }
+        )),
+        Err(e) => Err(vm::error_message(&e)),
+    }
+}
+
+/// Turns a finished job's result into the outcome its promise settles with.
+fn job_outcome(lua: &Lua, label: &str, result: Result<MultiValue, TaskFailure>) -> Outcome {
+    let _ = lua;
+    match result {
+        Ok(values) => {
+            let first = values.into_iter().next().unwrap_or(Value::Nil);
+            match Message::from_lua(&first, "result") {
+                Ok(message) => Outcome::Resolved(message),
+                Err(e) => Outcome::Rejected(format!("job '{label}' failed: {e}")),
+            }
+        }
+        Err(TaskFailure::Cancelled) => Outcome::Cancelled,
+        Err(failure) => Outcome::Rejected(format!("job '{label}' failed: {failure}")),
+    }
+}
+
+/// Sends a job's outcome to the promise's home.
+fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, pool: &PoolShared) {
+    match to {
+        ReplyTo::Engine(promise) => {
+            principal
+                .mailbox
+                .post(DomainEvent::Settle { promise, outcome });
+        }
+        ReplyTo::Worker { worker, promise } => pool.exec.post(
+            worker,
+            WorkerMsg::Settle {
+                principal: principal.id,
+                promise,
+                outcome,
+            },
+        ),
+        ReplyTo::Host(slot) => {
+            slot.settle(outcome);
+        }
+    }
+}
+
+impl WorkerLogic for LuauWorker {
+    type Item = Item;
+    type Message = WorkerMsg;
+
+    fn run_item(&mut self, item: Item, cx: &WorkerContext<'_, Self>) {
+        self.start(item, cx);
+        self.flush_outbox(cx);
+    }
+
+    fn on_message(&mut self, msg: WorkerMsg, cx: &WorkerContext<'_, Self>) {
+        match msg {
+            WorkerMsg::Settle {
+                principal,
+                promise,
+                outcome,
+            } => {
+                if let Some(i) = self.vm_index(principal) {
+                    self.vms[i].vm.settle(promise, outcome);
+                }
+            }
+            WorkerMsg::Cancel { principal, job } => {
+                if let Some(i) = self.vm_index(principal) {
+                    let wvm = &self.vms[i];
+                    let owner = wvm.running.borrow_mut().remove(&Arc::as_ptr(&job));
+                    if let Some(owner) = owner {
+                        wvm.vm.drop_owner(&owner);
+                        job.handoff.finish();
+                    }
+                }
+            }
+        }
+        self.flush_outbox(cx);
+    }
+
+    fn poll(&mut self, cx: &WorkerContext<'_, Self>) -> Poll {
+        self.drop_ended(cx);
+        let mut busy = false;
+        let mut wake_at: Option<Instant> = None;
+        for wvm in &self.vms {
+            busy |= wvm.vm.step();
+            if wvm.vm.has_ready() {
+                busy = true;
+            }
+            if let Some(at) = wvm.vm.next_wake() {
+                wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
+            }
+        }
+        self.flush_outbox(cx);
+        if busy {
+            Poll::Busy
+        } else {
+            Poll::Idle { wake_at }
+        }
+    }
+
+    fn on_panic(&mut self, payload: Box<dyn std::any::Any + Send>, cx: &WorkerContext<'_, Self>) {
+        // Scheduler code contains panics from Luau callbacks itself; one reaching here escaped
+        // Skein's own bookkeeping, so the VMs it touched can't be trusted: rebuild them lazily.
+        let message = vm::panic_message(&payload);
+        for wvm in self.vms.drain(..) {
+            let owners: Vec<Rc<Owner>> = wvm.running.borrow_mut().drain().map(|(_, o)| o).collect();
+            for owner in owners {
+                owner.complete(&wvm.vm.lua, Err(TaskFailure::Panicked(message.clone())));
+            }
+            wvm.principal.mailbox.post(DomainEvent::Report {
+                label: format!("worker {}", self.index),
+                failure: format!("host code panicked: {message}; the worker's VM was replaced"),
+            });
+        }
+        cx.set_vms_held(0);
+        self.outbox.borrow_mut().clear();
+    }
+
+    fn on_shutdown(&mut self) {
+        self.vms.clear();
+    }
+}

@@ -1,0 +1,359 @@
+//! One Luau VM with its scheduler, promises and module cache.
+//!
+//! A [`Vm`] is built on the thread that runs it, from a [`Plan`], and dies there: `mlua::Lua`
+//! stays `!Send`. The Rust side of the VM ([`VmCore`]) is reachable from Luau callbacks through
+//! the VM's app data, so the `task` primitives and the `jobs` bindings find their scheduler without
+//! any global.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
+
+use super::budget;
+use super::owner::{Owner, TaskFailure};
+use super::plan::Plan;
+use super::promise::{self, Outcome, PromiseCell, Promises, AWAIT_KEY};
+use super::scheduler::{self, Resume, Scheduler, SchedulerHost, TaskId, MAX_WAIT};
+
+/// Where a VM sends failures of tasks that have no one awaiting them.
+pub(crate) type Reporter = Box<dyn Fn(&str, &TaskFailure)>;
+
+/// The Rust side of one VM.
+pub(crate) struct VmCore {
+    sched: RefCell<Scheduler>,
+    pub(crate) promises: RefCell<Promises>,
+    pub(crate) modules: super::modules::Modules,
+    reporter: Reporter,
+    traceback: Function,
+    /// Owner of tasks started outside any task (by host code).
+    ambient: Rc<Owner>,
+}
+
+/// A Luau VM built from a [`Plan`] with Skein's prelude.
+pub(crate) struct Vm {
+    pub(crate) lua: Lua,
+    pub(crate) core: Rc<VmCore>,
+}
+
+impl Vm {
+    /// Builds a VM on this thread: sandbox, memory limit, prelude (`task`, `require`), the
+    /// plan's host functions, then `install` (the `jobs` bindings of the layer above).
+    pub(crate) fn build(
+        plan: &Plan,
+        reporter: Reporter,
+        ambient_deadline: Duration,
+        install: impl FnOnce(&Lua) -> mlua::Result<()>,
+    ) -> mlua::Result<Vm> {
+        let lua = Lua::new();
+        budget::install(&lua);
+        let globals = lua.globals();
+        // mlua adds these; Skein loads modules only through its own loader and never runs
+        // untrusted bytecode or strings.
+        globals.raw_set("loadstring", Value::Nil)?;
+        globals.raw_set("require", Value::Nil)?;
+        let debug: Table = globals.raw_get("debug")?;
+        let traceback: Function = debug.raw_get("traceback")?;
+        let core = Rc::new(VmCore {
+            sched: RefCell::new(Scheduler::default()),
+            promises: RefCell::new(Promises::default()),
+            modules: super::modules::Modules::new(plan.root()),
+            reporter,
+            traceback,
+            ambient: Rc::new(Owner::new(
+                "host".to_owned(),
+                ambient_deadline,
+                None,
+                None,
+            )),
+        });
+        lua.set_app_data(core.clone());
+        install_task_library(&lua)?;
+        super::modules::install_require(&lua)?;
+        plan.install(&lua)?;
+        install(&lua)?;
+        lua.set_memory_limit(plan.memory_limit_bytes())?;
+        lua.sandbox(true)?;
+        Ok(Vm { lua, core })
+    }
+
+    /// Starts `f(args)` as the root task of `owner` and runs it to its first yield.
+    pub(crate) fn start(&self, f: Function, args: MultiValue, owner: Rc<Owner>) -> mlua::Result<()> {
+        let thread = self.lua.create_thread(f)?;
+        let id = self.core.sched.borrow_mut().add(thread, owner, true);
+        scheduler::resume_task(&*self.core, &self.lua, id, Resume::Args(args));
+        Ok(())
+    }
+
+    /// Runs one scheduler step; answers whether any task ran.
+    pub(crate) fn step(&self) -> bool {
+        scheduler::step(&*self.core, &self.lua)
+    }
+
+    /// Settles a promise homed here and queues its waiters.
+    pub(crate) fn settle(&self, id: promise::PromiseId, outcome: Outcome) {
+        let woken = self.core.promises.borrow_mut().settle(id, outcome);
+        if let Some((waiters, outcome)) = woken {
+            self.core.wake(waiters, outcome);
+        }
+    }
+
+    /// Whether a task can run now.
+    pub(crate) fn has_ready(&self) -> bool {
+        self.core.sched.borrow().has_ready(Instant::now())
+    }
+
+    /// The earliest timer.
+    pub(crate) fn next_wake(&self) -> Option<Instant> {
+        self.core.sched.borrow().next_wake()
+    }
+
+    /// Live tasks.
+    pub(crate) fn tasks(&self) -> usize {
+        self.core.sched.borrow().len()
+    }
+
+    /// Ends every task of `owner` without resuming it again.
+    pub(crate) fn drop_owner(&self, owner: &Rc<Owner>) {
+        let threads = self.core.sched.borrow_mut().remove_owner(owner);
+        drop(threads);
+    }
+}
+
+impl VmCore {
+    /// The core of the VM a callback runs in.
+    pub(crate) fn of(lua: &Lua) -> mlua::Result<Rc<VmCore>> {
+        lua.app_data_ref::<Rc<VmCore>>()
+            .map(|c| c.clone())
+            .ok_or_else(|| mlua::Error::runtime("skein: this VM has no scheduler"))
+    }
+
+    /// Queues the tasks that awaited a promise.
+    pub(crate) fn wake(&self, waiters: Vec<TaskId>, outcome: Rc<Outcome>) {
+        let mut sched = self.sched.borrow_mut();
+        for waiter in waiters {
+            sched.make_ready(waiter, Resume::Settled(outcome.clone()));
+        }
+    }
+
+    /// The owner of the running task, or the ambient owner outside tasks.
+    pub(crate) fn current_owner(&self) -> Rc<Owner> {
+        let sched = self.sched.borrow();
+        sched
+            .running()
+            .and_then(|id| sched.owner(id))
+            .unwrap_or_else(|| self.ambient.clone())
+    }
+
+    /// The task of `thread`, registering a coroutine the scheduler has not seen (one made with
+    /// `coroutine.create` inside a task) under the running task's owner.
+    fn task_for(&self, thread: &Thread) -> TaskId {
+        if let Some(id) = self.sched.borrow().task_of(thread) {
+            return id;
+        }
+        let owner = self.current_owner();
+        self.sched.borrow_mut().add(thread.clone(), owner, false)
+    }
+
+    /// Live tasks.
+    pub(crate) fn task_count(&self) -> usize {
+        self.sched.borrow().len()
+    }
+
+    /// Reports a failure with no one awaiting it.
+    pub(crate) fn report(&self, label: &str, failure: &TaskFailure) {
+        (self.reporter)(label, failure);
+    }
+}
+
+impl SchedulerHost for VmCore {
+    fn scheduler(&self) -> &RefCell<Scheduler> {
+        &self.sched
+    }
+
+    fn resume_values(&self, lua: &Lua, resume: Resume) -> MultiValue {
+        match resume {
+            Resume::Args(args) => args,
+            Resume::Elapsed(start) => {
+                let secs = scheduler::elapsed_secs(start, Instant::now());
+                MultiValue::from_iter([Value::Number(secs)])
+            }
+            Resume::Settled(outcome) => outcome_values(lua, &outcome),
+        }
+    }
+
+    fn complete(&self, lua: &Lua, owner: &Rc<Owner>, result: Result<MultiValue, TaskFailure>) {
+        owner.complete(lua, result);
+    }
+
+    fn report(&self, owner: &Rc<Owner>, failure: TaskFailure) {
+        (self.reporter)(&owner.label, &failure);
+    }
+
+    fn traceback(&self, _lua: &Lua, thread: &Thread, message: &str) -> String {
+        let _ = message;
+        self.traceback
+            .call::<String>((thread.clone(),))
+            .map(|tb| tb.trim_end().to_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// `(status, value)` as `task.await` receives them.
+fn outcome_values(lua: &Lua, outcome: &Outcome) -> MultiValue {
+    let status = Value::String(lua.create_string(outcome.status()).expect("status string"));
+    let value = match outcome {
+        Outcome::Resolved(message) => match message.to_lua(lua) {
+            Ok(v) => v,
+            Err(e) => {
+                let status = Value::String(lua.create_string("rejected").expect("status string"));
+                let text = format!("the result could not be read back: {}", super::error_message(&e));
+                let text = Value::String(lua.create_string(text).expect("message string"));
+                return MultiValue::from_iter([status, text]);
+            }
+        },
+        Outcome::Rejected(text) => Value::String(lua.create_string(text).expect("message string")),
+        Outcome::Cancelled => Value::String(lua.create_string("cancelled").expect("string")),
+    };
+    MultiValue::from_iter([status, value])
+}
+
+/// `PromiseHandle:cancel()`: settles the promise as cancelled and stops its work.
+pub(crate) fn cancel_promise(lua: &Lua, cell: &Rc<PromiseCell>) -> mlua::Result<bool> {
+    let core = VmCore::of(lua)?;
+    let woken = core.promises.borrow_mut().cancel(cell);
+    match woken {
+        Some((waiters, outcome)) => {
+            core.wake(waiters, outcome);
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// Reads a wait time in seconds: nil is 0; negative and NaN are 0; huge values are clamped.
+fn wait_duration(seconds: Option<f64>) -> Duration {
+    match seconds {
+        Some(s) if s > 0.0 => Duration::try_from_secs_f64(s)
+            .unwrap_or(MAX_WAIT)
+            .min(MAX_WAIT),
+        _ => Duration::ZERO,
+    }
+}
+
+/// A function or a thread, as `task.spawn` and friends take them.
+fn as_thread(lua: &Lua, target: Value, what: &str) -> mlua::Result<Thread> {
+    match target {
+        Value::Function(f) => lua.create_thread(f),
+        Value::Thread(t) => Ok(t),
+        other => Err(mlua::Error::runtime(format!(
+            "{what} expects a function or a thread, got {}",
+            other.type_name()
+        ))),
+    }
+}
+
+fn install_task_library(lua: &Lua) -> mlua::Result<()> {
+    let p = lua.create_table()?;
+    p.raw_set(
+        "parkTimer",
+        lua.create_function(|lua, seconds: Option<f64>| {
+            let core = VmCore::of(lua)?;
+            let id = core.task_for(&lua.current_thread());
+            let now = Instant::now();
+            core.sched
+                .borrow_mut()
+                .park_timer(id, now, now + wait_duration(seconds));
+            Ok(())
+        })?,
+    )?;
+    p.raw_set(
+        "pending",
+        lua.create_function(|_, promise: Value| {
+            Ok(promise::promise_of(&promise).is_some_and(|p| p.outcome().is_none()))
+        })?,
+    )?;
+    p.raw_set(
+        "await",
+        lua.create_function(|lua, value: Value| {
+            let Some(cell) = promise::promise_of(&value) else {
+                return Err(mlua::Error::runtime(format!(
+                    "task.await expects a PromiseHandle, got {}",
+                    value.type_name()
+                )));
+            };
+            if let Some(outcome) = cell.outcome() {
+                return Ok(outcome_values(lua, &outcome));
+            }
+            let core = VmCore::of(lua)?;
+            let id = core.task_for(&lua.current_thread());
+            cell.add_waiter(id);
+            core.sched.borrow_mut().park_promise(id);
+            Ok(MultiValue::new())
+        })?,
+    )?;
+    p.raw_set(
+        "spawn",
+        lua.create_function(|lua, (target, args): (Value, Variadic<Value>)| {
+            let core = VmCore::of(lua)?;
+            let thread = as_thread(lua, target, "task.spawn")?;
+            let owner = core.current_owner();
+            let id = core.sched.borrow_mut().add(thread.clone(), owner, false);
+            scheduler::resume_task(
+                &*core,
+                lua,
+                id,
+                Resume::Args(MultiValue::from_iter(args)),
+            );
+            Ok(thread)
+        })?,
+    )?;
+    p.raw_set(
+        "defer",
+        lua.create_function(|lua, (target, args): (Value, Variadic<Value>)| {
+            let core = VmCore::of(lua)?;
+            let thread = as_thread(lua, target, "task.defer")?;
+            let owner = core.current_owner();
+            let mut sched = core.sched.borrow_mut();
+            let id = sched.add(thread.clone(), owner, false);
+            sched.defer_with(id, MultiValue::from_iter(args));
+            Ok(thread)
+        })?,
+    )?;
+    p.raw_set(
+        "delay",
+        lua.create_function(
+            |lua, (seconds, target, args): (Option<f64>, Value, Variadic<Value>)| {
+                let core = VmCore::of(lua)?;
+                let thread = as_thread(lua, target, "task.delay")?;
+                let owner = core.current_owner();
+                let now = Instant::now();
+                let mut sched = core.sched.borrow_mut();
+                let id = sched.add(thread.clone(), owner, false);
+                sched.delay_with(id, now + wait_duration(seconds), MultiValue::from_iter(args));
+                Ok(thread)
+            },
+        )?,
+    )?;
+    p.raw_set(
+        "cancel",
+        lua.create_function(|lua, thread: Thread| {
+            let core = VmCore::of(lua)?;
+            if thread.to_pointer() == lua.current_thread().to_pointer() {
+                return Err(mlua::Error::runtime("task.cancel can't cancel the running task"));
+            }
+            core.sched.borrow_mut().remove_thread(&thread);
+            Ok(())
+        })?,
+    )?;
+    let prelude: Function = lua
+        .load(include_str!("prelude.luau"))
+        .set_name("=skein prelude")
+        .into_function()?;
+    let task: Table = prelude.call(p)?;
+    let await_fn: Function = task.raw_get("await")?;
+    lua.set_named_registry_value(AWAIT_KEY, await_fn)?;
+    lua.globals().raw_set("task", task)?;
+    Ok(())
+}

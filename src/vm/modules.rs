@@ -1,0 +1,140 @@
+//! The VM side of module loading: the `require` global, `jobs.dispatch`'s module lookup, and
+//! the process-wide *source epoch* that carries edits to every VM.
+//!
+//! Resolution and compilation live in [`loader`](super::loader). This file adds what a VM needs
+//! on the dispatch path: each item names its module by absolute path, and a worker answers the
+//! module's export table from a per-VM map without touching the file system. The map is trusted
+//! only while the source epoch is unchanged. The engine thread bumps the epoch when it finds an
+//! edited source (it looks each time the host enters the domain), so an edit reaches the next
+//! dispatch without a `stat` per item.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use mlua::{Lua, Value};
+
+use super::loader::{self, BytecodeCache, ModuleCache};
+
+static SOURCE_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// The current source epoch.
+pub(crate) fn source_epoch() -> u64 {
+    SOURCE_EPOCH.load(Ordering::Acquire)
+}
+
+/// Looks for edited module sources; bumps the epoch when one changed. Answers whether it did.
+pub(crate) fn check_sources() -> bool {
+    if BytecodeCache::global().any_changed() {
+        SOURCE_EPOCH.fetch_add(1, Ordering::AcqRel);
+        true
+    } else {
+        false
+    }
+}
+
+/// The modules of one VM.
+pub(crate) struct Modules {
+    root: PathBuf,
+    cache: RefCell<ModuleCache>,
+    /// Module values by path, valid while `epoch` is the source epoch.
+    exports: RefCell<HashMap<PathBuf, Value>>,
+    /// Resolutions by (caller directory or file, specifier).
+    resolved: RefCell<HashMap<(PathBuf, String), Arc<Path>>>,
+    epoch: Cell<u64>,
+}
+
+impl Modules {
+    pub(crate) fn new(root: PathBuf) -> Modules {
+        Modules {
+            root,
+            cache: RefCell::new(ModuleCache::new(BytecodeCache::global())),
+            exports: RefCell::new(HashMap::new()),
+            resolved: RefCell::new(HashMap::new()),
+            epoch: Cell::new(source_epoch()),
+        }
+    }
+
+    /// Forgets what an edit may have changed, if the source epoch moved.
+    fn sync_epoch(&self) {
+        let now = source_epoch();
+        if self.epoch.get() != now {
+            self.epoch.set(now);
+            self.exports.borrow_mut().clear();
+            self.resolved.borrow_mut().clear();
+            self.cache.borrow_mut().invalidate_changed();
+        }
+    }
+
+    /// Drops modules whose source changed on disk.
+    pub(crate) fn invalidate_changed(&self) {
+        self.exports.borrow_mut().clear();
+        self.resolved.borrow_mut().clear();
+        self.cache.borrow_mut().invalidate_changed();
+    }
+
+    /// Resolves `spec` as `require` would from `caller` (a script path; `None` for host code,
+    /// which resolves from the plan's root directory).
+    pub(crate) fn resolve(&self, caller: Option<&Path>, spec: &str) -> Result<Arc<Path>, String> {
+        self.sync_epoch();
+        let from = match caller {
+            Some(path) => path.to_owned(),
+            None => self.root.clone(),
+        };
+        let key = (from, spec.to_owned());
+        if let Some(path) = self.resolved.borrow().get(&key) {
+            return Ok(path.clone());
+        }
+        let path: Arc<Path> = loader::resolve(&key.0, spec)
+            .map_err(|e| e.to_string())?
+            .into();
+        self.resolved.borrow_mut().insert(key, path.clone());
+        Ok(path)
+    }
+
+    /// The value of the module at `path` (absolute, as `resolve` answers), loading it once.
+    pub(crate) fn require_path(&self, lua: &Lua, path: &Path) -> mlua::Result<Value> {
+        self.sync_epoch();
+        if let Some(value) = self.exports.borrow().get(path) {
+            return Ok(value.clone());
+        }
+        let value = ModuleCache::require(&self.cache, lua, path)
+            .map_err(|e| mlua::Error::runtime(e.to_string()))?;
+        self.exports
+            .borrow_mut()
+            .insert(path.to_owned(), value.clone());
+        Ok(value)
+    }
+}
+
+/// The file of the Luau function that called the running Rust callback, if it has one.
+pub(crate) fn caller_path(lua: &Lua) -> Option<PathBuf> {
+    lua.inspect_stack(1, |debug| {
+        debug
+            .source()
+            .source
+            .and_then(|s| s.strip_prefix('@').map(PathBuf::from))
+    })
+    .flatten()
+}
+
+/// Installs the `require` global: Luau's require-by-string through Skein's loader, plus the
+/// built-in `@skein/jobs`.
+pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
+    let require = lua.create_function(|lua, spec: mlua::String| {
+        let spec = spec.to_str()?.to_owned();
+        if spec == "@skein/jobs" {
+            return lua.globals().raw_get::<Value>("jobs");
+        }
+        let core = super::core::VmCore::of(lua)?;
+        let caller = caller_path(lua);
+        let path = core
+            .modules
+            .resolve(caller.as_deref(), &spec)
+            .map_err(mlua::Error::runtime)?;
+        core.modules.require_path(lua, &path)
+    })?;
+    lua.globals().raw_set("require", require)
+}

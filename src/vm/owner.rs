@@ -1,0 +1,126 @@
+//! Who a task runs for: the job, warm pass or script its failures are attributed to, the
+//! deadline its runs are held to, and what happens when its root task ends.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mlua::{Lua, MultiValue};
+
+use super::budget::DeadlineMessage;
+
+/// Called once when the owner's root task ends.
+pub(crate) type Completion = Box<dyn FnOnce(&Lua, Result<MultiValue, TaskFailure>)>;
+
+/// The principal-side identity of a group of tasks: one job item, or one script.
+pub(crate) struct Owner {
+    /// How reports name it: `job 'solver' (./sim.solve)` or `script main.luau`.
+    pub(crate) label: String,
+    /// The longest one run (resume to next yield) of any of its tasks may take.
+    pub(crate) deadline: Duration,
+    /// Once true, its runs stop at the next interrupt and its tasks are not resumed.
+    pub(crate) cancel: Option<Arc<AtomicBool>>,
+    completion: RefCell<Option<Completion>>,
+}
+
+impl Owner {
+    /// A new owner.
+    pub(crate) fn new(
+        label: String,
+        deadline: Duration,
+        cancel: Option<Arc<AtomicBool>>,
+        completion: Option<Completion>,
+    ) -> Owner {
+        Owner {
+            label,
+            deadline,
+            cancel,
+            completion: RefCell::new(completion),
+        }
+    }
+
+    /// Whether the owner was cancelled.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Acquire))
+    }
+
+    /// Runs the completion, once.
+    pub(crate) fn complete(&self, lua: &Lua, result: Result<MultiValue, TaskFailure>) {
+        let completion = self.completion.borrow_mut().take();
+        if let Some(completion) = completion {
+            completion(lua, result);
+        }
+    }
+}
+
+/// Why a task ended without returning.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum TaskFailure {
+    /// The task raised an error.
+    Raised {
+        /// The error message.
+        message: String,
+        /// The Luau stack where it was raised.
+        traceback: String,
+    },
+    /// One run passed the deadline.
+    Deadline(Duration),
+    /// The task's owner was cancelled.
+    Cancelled,
+    /// Host (Rust) code called from the task panicked.
+    Panicked(String),
+}
+
+impl TaskFailure {
+    pub(crate) fn raised(message: String, traceback: String) -> Self {
+        TaskFailure::Raised { message, traceback }
+    }
+
+    pub(crate) fn deadline(d: Duration) -> Self {
+        TaskFailure::Deadline(d)
+    }
+
+    pub(crate) fn cancelled() -> Self {
+        TaskFailure::Cancelled
+    }
+
+    pub(crate) fn panicked(payload: &Box<dyn std::any::Any + Send>) -> Self {
+        TaskFailure::Panicked(panic_message(payload))
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        matches!(self, TaskFailure::Cancelled)
+    }
+}
+
+impl fmt::Display for TaskFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TaskFailure::Raised { message, traceback } => {
+                write!(f, "{message}")?;
+                if !traceback.is_empty() {
+                    write!(f, "\n{traceback}")?;
+                }
+                Ok(())
+            }
+            TaskFailure::Deadline(d) => write!(f, "{}", DeadlineMessage(*d)),
+            TaskFailure::Cancelled => write!(f, "cancelled"),
+            TaskFailure::Panicked(message) => write!(f, "host code panicked: {message}"),
+        }
+    }
+}
+
+/// The text of a panic payload.
+pub(crate) fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_owned()
+    }
+}

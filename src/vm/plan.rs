@@ -1,0 +1,156 @@
+//! `Plan`: the recipe a thread follows to build a VM for a principal.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mlua::{Lua, MultiValue};
+
+use super::owner::panic_message;
+
+/// The default memory limit of a VM: 512 MiB.
+pub const DEFAULT_MEMORY_LIMIT: usize = 512 * 1024 * 1024;
+
+type HostFn = Arc<dyn Fn(&Lua, MultiValue) -> mlua::Result<MultiValue> + Send + Sync>;
+type Setup = Arc<dyn Fn(&Lua) -> mlua::Result<()> + Send + Sync>;
+
+/// A `Send + Sync` recipe for a sandboxed Luau VM, run on the thread that needs the VM.
+///
+/// Every VM of a domain (its engine VM and one per pool thread) is built from the domain's plan:
+/// the sandbox, the memory limit, the module root and the host functions the embedder added. The
+/// plan itself holds no VM, so one plan serves every thread.
+///
+/// ```
+/// use skein::Plan;
+///
+/// let plan = Plan::new()
+///     .memory_limit(64 * 1024 * 1024)
+///     .function("hostAdd", |lua, args| {
+///         let (a, b): (f64, f64) = lua.unpack_multi(args)?;
+///         lua.pack_multi(a + b)
+///     });
+/// assert_eq!(plan.memory_limit_bytes(), 64 * 1024 * 1024);
+/// ```
+#[derive(Clone)]
+pub struct Plan {
+    inner: Arc<PlanInner>,
+}
+
+#[derive(Clone)]
+struct PlanInner {
+    memory_limit: usize,
+    root: PathBuf,
+    functions: Vec<(String, HostFn)>,
+    setup: Vec<Setup>,
+}
+
+impl Plan {
+    /// A plan with the default memory limit (512 MiB), the current directory as module root and
+    /// no host functions.
+    pub fn new() -> Plan {
+        Plan {
+            inner: Arc::new(PlanInner {
+                memory_limit: DEFAULT_MEMORY_LIMIT,
+                root: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+                functions: Vec::new(),
+                setup: Vec::new(),
+            }),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut PlanInner)) -> Plan {
+        f(Arc::make_mut(&mut self.inner));
+        self
+    }
+
+    /// Sets the memory limit of each VM, in bytes. A job that allocates past it fails with an
+    /// out-of-memory error and the VM serves on.
+    pub fn memory_limit(self, bytes: usize) -> Plan {
+        self.edit(|p| p.memory_limit = bytes)
+    }
+
+    /// Sets the directory that code with no file of its own (host snippets) requires from.
+    pub fn root(self, dir: impl Into<PathBuf>) -> Plan {
+        let dir = dir.into();
+        self.edit(|p| p.root = dir)
+    }
+
+    /// Adds a global function implemented by the host. A panic inside it is contained: the Luau
+    /// caller gets an error naming the function, and the thread serves on.
+    pub fn function<F>(self, name: &str, f: F) -> Plan
+    where
+        F: Fn(&Lua, MultiValue) -> mlua::Result<MultiValue> + Send + Sync + 'static,
+    {
+        let name = name.to_owned();
+        self.edit(|p| p.functions.push((name, Arc::new(f))))
+    }
+
+    /// Adds a step run on each new VM after the prelude, before the sandbox closes the globals.
+    pub fn setup<F>(self, f: F) -> Plan
+    where
+        F: Fn(&Lua) -> mlua::Result<()> + Send + Sync + 'static,
+    {
+        self.edit(|p| p.setup.push(Arc::new(f)))
+    }
+
+    /// The memory limit of each VM, in bytes.
+    pub fn memory_limit_bytes(&self) -> usize {
+        self.inner.memory_limit
+    }
+
+    /// The module root.
+    pub fn root_dir(&self) -> &Path {
+        &self.inner.root
+    }
+
+    pub(crate) fn root(&self) -> PathBuf {
+        self.inner.root.clone()
+    }
+
+    /// Installs the host functions and setup steps into `lua`.
+    pub(crate) fn install(&self, lua: &Lua) -> mlua::Result<()> {
+        let globals = lua.globals();
+        for (name, f) in &self.inner.functions {
+            let f = f.clone();
+            let fname = name.clone();
+            let function = lua.create_function(move |lua, args: MultiValue| {
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(lua, args))) {
+                    Ok(result) => result,
+                    Err(payload) => Err(mlua::Error::runtime(format!(
+                        "host function '{fname}' panicked: {}",
+                        panic_message(&payload)
+                    ))),
+                }
+            })?;
+            globals.raw_set(name.as_str(), function)?;
+        }
+        for setup in &self.inner.setup {
+            setup(lua)?;
+        }
+        Ok(())
+    }
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Plan::new()
+    }
+}
+
+impl fmt::Debug for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plan")
+            .field("memory_limit", &self.inner.memory_limit)
+            .field("root", &self.inner.root)
+            .field(
+                "functions",
+                &self
+                    .inner
+                    .functions
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}

@@ -1,0 +1,344 @@
+//! The task scheduler of one VM: coroutines parked on time, on promises, or deferred.
+//!
+//! Every piece of Luau that Skein runs is a *task*: a coroutine the scheduler resumes. A task
+//! parks by calling one of the primitives below and then yielding (the yield itself happens in
+//! the Luau prelude, because a Rust callback cannot yield). Parked tasks sit in the structure
+//! that matches their reason (a heap keyed by wake time for timers, a waiter list on the promise
+//! for awaits), so nothing is polled. A task that yields without parking is treated as deferred.
+//!
+//! The scheduler never holds a borrow of its own state while Luau runs: a running task may spawn
+//! or cancel tasks, which re-enters it.
+
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::ffi::c_void;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use mlua::{Lua, MultiValue, Thread, ThreadStatus, Value};
+
+use super::budget::{Interruption, RunGuard};
+use super::owner::{Owner, TaskFailure};
+use super::promise::Outcome;
+
+/// Identifies a task within its VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct TaskId(u64);
+
+/// What a task waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Parked {
+    /// Runnable: queued in `ready` or running.
+    No,
+    /// In the timer heap.
+    Timer,
+    /// On a promise's waiter list.
+    Promise,
+}
+
+struct TaskEntry {
+    thread: Thread,
+    owner: Rc<Owner>,
+    parked: Parked,
+    /// Bumped on every park so stale timer-heap entries are skipped.
+    epoch: u64,
+    /// The root task of an owner completes it.
+    root: bool,
+}
+
+/// The value a task is resumed with.
+pub(crate) enum Resume {
+    /// Arguments (a task's first resume, or a plain defer).
+    Args(MultiValue),
+    /// A timer fired: the task receives the seconds elapsed since this instant.
+    Elapsed(Instant),
+    /// A promise the task awaited settled.
+    Settled(Rc<Outcome>),
+}
+
+/// The scheduler state of one VM.
+#[derive(Default)]
+pub(crate) struct Scheduler {
+    next_id: u64,
+    tasks: HashMap<TaskId, TaskEntry>,
+    by_thread: HashMap<*const c_void, TaskId>,
+    ready: VecDeque<(TaskId, Resume)>,
+    timers: BinaryHeap<Reverse<(Instant, u64, TaskId, u64, Instant)>>,
+    timer_seq: u64,
+    deferred: Vec<(TaskId, MultiValue)>,
+    /// Arguments of `task.delay` tasks, given on their first resume instead of the elapsed time.
+    delayed_args: HashMap<TaskId, MultiValue>,
+    /// The task being resumed, innermost last (resumes nest when a task spawns another).
+    running: Vec<TaskId>,
+}
+
+impl Scheduler {
+    /// Registers `thread` as a task owned by `owner`.
+    pub(crate) fn add(&mut self, thread: Thread, owner: Rc<Owner>, root: bool) -> TaskId {
+        self.next_id += 1;
+        let id = TaskId(self.next_id);
+        self.by_thread.insert(thread.to_pointer(), id);
+        self.tasks.insert(
+            id,
+            TaskEntry {
+                thread,
+                owner,
+                parked: Parked::No,
+                epoch: 0,
+                root,
+            },
+        );
+        id
+    }
+
+    /// The task a Luau thread belongs to.
+    pub(crate) fn task_of(&self, thread: &Thread) -> Option<TaskId> {
+        self.by_thread.get(&thread.to_pointer()).copied()
+    }
+
+    /// The task running now (innermost).
+    pub(crate) fn running(&self) -> Option<TaskId> {
+        self.running.last().copied()
+    }
+
+    /// The owner of a task.
+    pub(crate) fn owner(&self, id: TaskId) -> Option<Rc<Owner>> {
+        self.tasks.get(&id).map(|t| t.owner.clone())
+    }
+
+    /// Queues a task to run on the next step.
+    pub(crate) fn make_ready(&mut self, id: TaskId, resume: Resume) {
+        if let Some(task) = self.tasks.get_mut(&id) {
+            task.parked = Parked::No;
+            task.epoch += 1;
+            self.ready.push_back((id, resume));
+        }
+    }
+
+    /// Queues a task for the next deferred batch.
+    pub(crate) fn defer(&mut self, id: TaskId) {
+        self.defer_with(id, MultiValue::new());
+    }
+
+    /// Queues a task for the next deferred batch, resumed with `args`.
+    pub(crate) fn defer_with(&mut self, id: TaskId, args: MultiValue) {
+        if let Some(task) = self.tasks.get_mut(&id) {
+            task.parked = Parked::No;
+            task.epoch += 1;
+            self.deferred.push((id, args));
+        }
+    }
+
+    /// Parks a new task until `wake_at`; its first resume gets `args`.
+    pub(crate) fn delay_with(&mut self, id: TaskId, wake_at: Instant, args: MultiValue) {
+        self.delayed_args.insert(id, args);
+        self.park_timer(id, wake_at, wake_at);
+    }
+
+    /// Parks a task until `wake_at`; it resumes with the seconds elapsed since `start`.
+    pub(crate) fn park_timer(&mut self, id: TaskId, start: Instant, wake_at: Instant) {
+        if let Some(task) = self.tasks.get_mut(&id) {
+            task.parked = Parked::Timer;
+            task.epoch += 1;
+            self.timer_seq += 1;
+            self.timers
+                .push(Reverse((wake_at, self.timer_seq, id, task.epoch, start)));
+        }
+    }
+
+    /// Marks a task as parked on a promise (the promise keeps the waiter list).
+    pub(crate) fn park_promise(&mut self, id: TaskId) {
+        if let Some(task) = self.tasks.get_mut(&id) {
+            task.parked = Parked::Promise;
+            task.epoch += 1;
+        }
+    }
+
+    /// Whether the scheduler holds any task at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// Whether something can run right now.
+    pub(crate) fn has_ready(&self, now: Instant) -> bool {
+        !self.ready.is_empty()
+            || !self.deferred.is_empty()
+            || self.timers.peek().is_some_and(|Reverse(t)| t.0 <= now)
+    }
+
+    /// The earliest timer, if any.
+    pub(crate) fn next_wake(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse(t)| t.0)
+    }
+
+    /// Number of live tasks.
+    pub(crate) fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Takes the batch of work due now: timers due, the deferred batch, then the ready queue.
+    /// Work queued while this batch runs waits for the next step.
+    fn take_batch(&mut self, now: Instant) -> Vec<(TaskId, Resume)> {
+        while let Some(Reverse((at, _, id, epoch, start))) = self.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if let Some(task) = self.tasks.get_mut(&id) {
+                if task.epoch == epoch && task.parked == Parked::Timer {
+                    task.parked = Parked::No;
+                    let resume = match self.delayed_args.remove(&id) {
+                        Some(args) => Resume::Args(args),
+                        None => Resume::Elapsed(start),
+                    };
+                    self.ready.push_back((id, resume));
+                }
+            }
+        }
+        for (id, args) in std::mem::take(&mut self.deferred) {
+            self.ready.push_back((id, Resume::Args(args)));
+        }
+        self.ready.drain(..).collect()
+    }
+
+    /// Removes a task (finished, failed or cancelled).
+    fn remove(&mut self, id: TaskId) -> Option<TaskEntry> {
+        let entry = self.tasks.remove(&id)?;
+        self.by_thread.remove(&entry.thread.to_pointer());
+        self.delayed_args.remove(&id);
+        Some(entry)
+    }
+
+    /// Removes every task of `owner`, answering their threads so the caller can close them.
+    pub(crate) fn remove_owner(&mut self, owner: &Rc<Owner>) -> Vec<Thread> {
+        let ids: Vec<TaskId> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| Rc::ptr_eq(&t.owner, owner))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| self.remove(id).map(|e| e.thread))
+            .collect()
+    }
+
+    /// Removes one task by its thread (task.cancel).
+    pub(crate) fn remove_thread(&mut self, thread: &Thread) -> bool {
+        match self.task_of(thread) {
+            Some(id) => self.remove(id).is_some(),
+            None => false,
+        }
+    }
+}
+
+/// What a VM's scheduler needs from the VM around it.
+pub(crate) trait SchedulerHost {
+    /// The scheduler of this VM.
+    fn scheduler(&self) -> &RefCell<Scheduler>;
+    /// Turns a resume value into Luau values (promise outcomes are converted here).
+    fn resume_values(&self, lua: &Lua, resume: Resume) -> MultiValue;
+    /// A root task finished: its owner completes with the values or the failure.
+    fn complete(&self, lua: &Lua, owner: &Rc<Owner>, result: Result<MultiValue, TaskFailure>);
+    /// A non-root task failed: report it, attributed to its owner.
+    fn report(&self, owner: &Rc<Owner>, failure: TaskFailure);
+    /// `debug.traceback(thread, message)`.
+    fn traceback(&self, lua: &Lua, thread: &Thread, message: &str) -> String;
+}
+
+/// Runs one step: the timers due now, the deferred batch, then the ready queue, each task once.
+/// Answers whether any task ran.
+pub(crate) fn step<H: SchedulerHost>(host: &H, lua: &Lua) -> bool {
+    let now = Instant::now();
+    let batch = host.scheduler().borrow_mut().take_batch(now);
+    let ran = !batch.is_empty();
+    for (id, resume) in batch {
+        resume_task(host, lua, id, resume);
+    }
+    ran
+}
+
+/// Resumes one task under its owner's deadline and files the outcome.
+pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Resume) {
+    let (thread, owner) = {
+        let mut sched = host.scheduler().borrow_mut();
+        let Some(task) = sched.tasks.get_mut(&id) else {
+            return; // cancelled meanwhile
+        };
+        task.parked = Parked::No;
+        let out = (task.thread.clone(), task.owner.clone());
+        sched.running.push(id);
+        out
+    };
+    if owner.is_cancelled() {
+        host.scheduler().borrow_mut().running.pop();
+        finish(host, lua, id, &owner, &thread, Err(TaskFailure::cancelled()));
+        return;
+    }
+    let args = host.resume_values(lua, resume);
+    let guard = RunGuard::start(owner.deadline, owner.cancel.clone());
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        thread.resume::<MultiValue>(args)
+    }));
+    let stopped = guard.stopped();
+    drop(guard);
+    host.scheduler().borrow_mut().running.pop();
+    match result {
+        Err(panic) => {
+            let failure = TaskFailure::panicked(&panic);
+            finish(host, lua, id, &owner, &thread, Err(failure));
+        }
+        Ok(Err(err)) => {
+            let failure = match stopped {
+                Some(Interruption::Deadline(d)) => TaskFailure::deadline(d),
+                Some(Interruption::Cancelled) => TaskFailure::cancelled(),
+                None => {
+                    let message = super::error_message(&err);
+                    let traceback = host.traceback(lua, &thread, &message);
+                    TaskFailure::raised(message, traceback)
+                }
+            };
+            finish(host, lua, id, &owner, &thread, Err(failure));
+        }
+        Ok(Ok(values)) => match thread.status() {
+            ThreadStatus::Resumable => {
+                let mut sched = host.scheduler().borrow_mut();
+                let bare_yield = sched.tasks.get(&id).is_some_and(|t| t.parked == Parked::No)
+                    && !sched.ready.iter().any(|(r, _)| *r == id)
+                    && !sched.deferred.iter().any(|(r, _)| *r == id);
+                if bare_yield {
+                    // A plain coroutine.yield from a task: run it again on the next step.
+                    sched.defer(id);
+                }
+            }
+            _ => finish(host, lua, id, &owner, &thread, Ok(values)),
+        },
+    }
+}
+
+fn finish<H: SchedulerHost>(
+    host: &H,
+    lua: &Lua,
+    id: TaskId,
+    owner: &Rc<Owner>,
+    _thread: &Thread,
+    result: Result<MultiValue, TaskFailure>,
+) {
+    let entry = host.scheduler().borrow_mut().remove(id);
+    let Some(entry) = entry else { return };
+    if entry.root {
+        host.complete(lua, owner, result);
+    } else if let Err(failure) = result {
+        if !failure.is_cancelled() {
+            host.report(owner, failure);
+        }
+    }
+}
+
+/// Seconds between `start` and `now` as Luau receives them.
+pub(crate) fn elapsed_secs(start: Instant, now: Instant) -> f64 {
+    now.saturating_duration_since(start).as_secs_f64()
+}
+
+/// The longest a timed wait may ask for, so `Instant` arithmetic never overflows.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(60 * 60 * 24 * 365);

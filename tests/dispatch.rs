@@ -1,0 +1,390 @@
+//! `jobs.dispatch` end to end: results, refusals at the call, rejections, deadlines, cancel,
+//! memory limits and host panics, each followed by a dispatch that proves the pool still serves.
+
+use std::time::{Duration, Instant};
+
+use skein::mlua;
+use skein::{Message, Plan, Pool, PromiseStatus};
+
+use crate::support::{assert_contains, Tree};
+
+const MATH: &str = r#"
+local M = {}
+function M.double(x) return x * 2 end
+function M.echo(x) return x end
+function M.spin() while true do end end
+function M.slow(s) task.wait(s) return "slept" end
+function M.context() local c = jobs.context() return { worker = c.worker, key = c.key, fresh = c.fresh } end
+function M.fail() error("the entry failed on purpose") end
+function M.giveFunction() return { callback = function() end } end
+function M.hog() local t = {} for i = 1, 1e9 do t[i] = string.rep("x", 1024) .. i end end
+function M.boom() return hostBoom() end
+function M.nested(n) return jobs.dispatch("./math", "double", n):await() + 1 end
+M.notAFunction = 42
+return M
+"#;
+
+fn text(m: &Message) -> String {
+    match m {
+        Message::String(b) => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
+
+fn number(m: &Message) -> f64 {
+    match m {
+        Message::Number(n) => *n,
+        Message::Integer(i) => *i as f64,
+        other => panic!("expected a number, got {other:?}"),
+    }
+}
+
+/// A domain with `math.luau` and the pool that serves it.
+fn setup() -> (Tree, Pool) {
+    (Tree::new(&[("math.luau", MATH)]), Pool::new(2))
+}
+
+/// Evaluates `body` inside `pcall` and answers the error text it raised.
+fn refusal(domain: &skein::ScriptDomain, body: &str) -> String {
+    let source = format!(
+        "local ok, err = pcall(function() {body} end)\n\
+         assert(not ok, 'expected an error')\n\
+         return tostring(err)"
+    );
+    text(&domain.eval(&source).expect("eval"))
+}
+
+fn still_serves(domain: &skein::ScriptDomain) {
+    let v = domain
+        .eval(r#"return jobs.dispatch("./math", "double", 21):await()"#)
+        .expect("the pool still serves");
+    assert_eq!(number(&v), 42.0);
+}
+
+#[test]
+fn dispatch_returns_the_entry_result() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    still_serves(&domain);
+    let v = domain
+        .eval(r#"return jobs.dispatch("./math", "echo", { a = { 1, 2, 3 }, s = "x\0y" }):await().s"#)
+        .unwrap();
+    assert_eq!(text(&v), "x\0y");
+}
+
+#[test]
+fn many_dispatches_in_flight_all_settle() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(
+            r#"
+            local ps = {}
+            for i = 1, 2000 do ps[i] = jobs.dispatch("./math", "double", i) end
+            local sum = 0
+            for _, p in ps do sum += p:await() end
+            return sum
+        "#,
+        )
+        .unwrap();
+    assert_eq!(number(&v), (2000.0 * 2001.0 / 2.0) * 2.0);
+    let stats = pool.stats();
+    let total: u64 = stats.iter().map(|s| s.items_run).sum();
+    assert!(total >= 2000, "items run: {total}");
+}
+
+#[test]
+fn unknown_option_is_refused_naming_it() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let err = refusal(&domain, r#"jobs.dispatch("./math", "double", 1, { dealine = 2 })"#);
+    assert_contains(&err, "unknown jobs.dispatch option 'dealine': expected deadline or name");
+    still_serves(&domain);
+}
+
+#[test]
+fn deadlines_at_and_past_the_bounds() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    for bad in ["0", "-1", "0/0"] {
+        let err = refusal(
+            &domain,
+            &format!(r#"jobs.dispatch("./math", "double", 1, {{ deadline = {bad} }})"#),
+        );
+        assert_contains(&err, "jobs.dispatch: opts.deadline must be a number of seconds above 0");
+    }
+    let err = refusal(&domain, r#"jobs.dispatch("./math", "double", 1, { deadline = 61 })"#);
+    assert_contains(&err, "opts.deadline of 61 s is past the cap of 60 s");
+    let err = refusal(&domain, r#"jobs.dispatch("./math", "double", 1, { deadline = 60.5 })"#);
+    assert_contains(&err, "past the cap of 60 s");
+    // At the cap, and a small one, are accepted.
+    let v = domain
+        .eval(
+            r#"return jobs.dispatch("./math", "double", 1, { deadline = 60 }):await()
+                 + jobs.dispatch("./math", "double", 1, { deadline = 0.001 }):await()"#,
+        )
+        .unwrap();
+    assert_eq!(number(&v), 4.0);
+}
+
+#[test]
+fn a_missing_module_is_refused_at_the_call() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let err = refusal(&domain, r#"jobs.dispatch("./nope", "run")"#);
+    assert_contains(&err, "jobs.dispatch:");
+    assert_contains(&err, "./nope");
+    still_serves(&domain);
+}
+
+#[test]
+fn a_module_that_fails_to_load_rejects_naming_it() {
+    let (tree, pool) = setup();
+    tree.write("broken.luau", "local M = {}\nfunction M.run( return M\n");
+    tree.write("raises.luau", "error('load-time failure')\nreturn {}\n");
+    let domain = tree.domain(&pool);
+    let err = refusal(&domain, r#"jobs.dispatch("./broken", "run"):await()"#);
+    assert_contains(&err, "job './broken:run' failed");
+    assert_contains(&err, "broken.luau");
+    let err = refusal(&domain, r#"jobs.dispatch("./raises", "run"):await()"#);
+    assert_contains(&err, "load-time failure");
+    still_serves(&domain);
+}
+
+#[test]
+fn an_entry_that_is_not_a_function_rejects() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let err = refusal(&domain, r#"jobs.dispatch("./math", "notAFunction"):await()"#);
+    assert_contains(&err, "entry 'notAFunction' of module");
+    assert_contains(&err, "is not a function (it is a number)");
+    let err = refusal(&domain, r#"jobs.dispatch("./math", "missing"):await()"#);
+    assert_contains(&err, "is not a function (it is nil)");
+    still_serves(&domain);
+}
+
+#[test]
+fn non_transferable_args_are_refused_at_the_call_with_their_path() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let err = refusal(
+        &domain,
+        r#"jobs.dispatch("./math", "echo", { items = { 1, 2, { callback = print } } })"#,
+    );
+    assert_contains(
+        &err,
+        "jobs.dispatch: args.items[3].callback: a function can't cross a worker or event boundary",
+    );
+    let err = refusal(
+        &domain,
+        r#"jobs.dispatch("./math", "echo", { co = coroutine.create(print) })"#,
+    );
+    assert_contains(&err, "args.co: a coroutine can't cross");
+    still_serves(&domain);
+}
+
+#[test]
+fn a_non_transferable_result_rejects_with_its_path() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let err = refusal(&domain, r#"jobs.dispatch("./math", "giveFunction"):await()"#);
+    assert_contains(&err, "result.callback: a function can't cross a worker or event boundary");
+    still_serves(&domain);
+}
+
+#[test]
+fn an_entry_error_rejects_with_its_message_and_luau_stack() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let err = refusal(
+        &domain,
+        r#"jobs.dispatch("./math", "fail", nil, { name = "failing job" }):await()"#,
+    );
+    assert_contains(&err, "job 'failing job' failed:");
+    assert_contains(&err, "the entry failed on purpose");
+    assert_contains(&err, "math.luau:7");
+    still_serves(&domain);
+}
+
+#[test]
+fn a_job_that_loops_forever_is_stopped_by_its_deadline() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let started = Instant::now();
+    let err = refusal(
+        &domain,
+        r#"jobs.dispatch("./math", "spin", nil, { deadline = 0.2, name = "spinner" }):await()"#,
+    );
+    assert_contains(
+        &err,
+        "job 'spinner' failed: deadline exceeded: one run took longer than 0.2 s",
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    still_serves(&domain);
+}
+
+#[test]
+fn parked_time_does_not_count_toward_the_deadline() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(r#"return jobs.dispatch("./math", "slow", 0.3, { deadline = 0.1 }):await()"#)
+        .unwrap();
+    assert_eq!(text(&v), "slept");
+}
+
+#[test]
+fn a_job_past_the_memory_limit_fails_and_the_vm_serves_on() {
+    let (tree, pool) = setup();
+    let domain = tree.domain_with(&pool, Plan::new().memory_limit(32 * 1024 * 1024));
+    let err = refusal(&domain, r#"jobs.dispatch("./math", "hog"):await()"#);
+    assert_contains(&err, "out of memory: the VM reached its memory limit");
+    still_serves(&domain);
+}
+
+#[test]
+fn a_panic_in_a_host_function_is_contained() {
+    let (tree, pool) = setup();
+    let plan = Plan::new().function("hostBoom", |_, _| panic!("the host blew up"));
+    let domain = tree.domain_with(&pool, plan);
+    let err = refusal(&domain, r#"jobs.dispatch("./math", "boom"):await()"#);
+    assert_contains(&err, "host function 'hostBoom' panicked: the host blew up");
+    still_serves(&domain);
+    still_serves(&domain);
+}
+
+#[test]
+fn a_script_that_raises_at_top_level_fails_run_until_idle_with_its_stack() {
+    let (tree, pool) = setup();
+    tree.write("main.luau", "local x = 1\nerror('top-level failure')\n");
+    let domain = tree.domain(&pool);
+    domain.run_file(tree.path().join("main.luau"), &[]).unwrap();
+    let err = domain.run_until_idle().unwrap_err().to_string();
+    assert_contains(&err, "failed: ");
+    assert_contains(&err, "top-level failure");
+    assert_contains(&err, "main.luau:2");
+}
+
+#[test]
+fn context_is_nil_on_the_engine_and_names_the_worker_on_a_worker() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let v = domain.eval("return jobs.context() == nil").unwrap();
+    assert_eq!(v, Message::Boolean(true));
+    let v = domain
+        .eval(
+            r#"local c = jobs.dispatch("./math", "context"):await()
+               return c.worker >= 0 and c.worker < 2 and c.key == nil and c.fresh == false"#,
+        )
+        .unwrap();
+    assert_eq!(v, Message::Boolean(true));
+}
+
+#[test]
+fn a_job_may_dispatch_and_await_another_job() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(r#"return jobs.dispatch("./math", "nested", 20):await()"#)
+        .unwrap();
+    assert_eq!(number(&v), 41.0);
+}
+
+#[test]
+fn cancelling_a_running_job_halts_it() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(
+            r#"
+            local p = jobs.dispatch("./math", "spin")
+            task.wait(0.05)
+            local cancelled = p:cancel()
+            local ok, err = pcall(function() return p:await() end)
+            return `{cancelled} {ok} {p:status()} {err}`
+        "#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "true false cancelled cancelled");
+    // The pool is not stuck on the spinning entry.
+    still_serves(&domain);
+    still_serves(&domain);
+}
+
+#[test]
+fn cancelling_a_queued_job_keeps_it_from_running() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let (tree, pool) = setup();
+    tree.write(
+        "mark.luau",
+        "local M = {}\nfunction M.mark() hostMark() return true end\nfunction M.sleep(s) local t = os.clock() while os.clock() - t < s do end return true end\nreturn M\n",
+    );
+    let marks = Arc::new(AtomicUsize::new(0));
+    let counter = marks.clone();
+    let plan = Plan::new().function("hostMark", move |_, _| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok(mlua::MultiValue::new())
+    });
+    let domain = tree.domain_with(&pool, plan);
+    // Both workers busy, then a third item queued and cancelled before it can start.
+    let v = domain
+        .eval(
+            r#"
+            local a = jobs.dispatch("./mark", "sleep", 0.3)
+            local b = jobs.dispatch("./mark", "sleep", 0.3)
+            local c = jobs.dispatch("./mark", "mark")
+            local was = c:cancel()
+            a:await() b:await()
+            task.wait(0.1)
+            return `{was} {c:status()}`
+        "#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "true cancelled");
+    assert_eq!(marks.load(Ordering::SeqCst), 0, "the cancelled item ran");
+    let v = domain.eval(r#"return jobs.dispatch("./mark", "mark"):await()"#).unwrap();
+    assert_eq!(v, Message::Boolean(true));
+    assert_eq!(marks.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn host_promise_wait_try_take_and_cancel() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let p = domain
+        .dispatch("./math", "double", Message::Number(4.0))
+        .unwrap();
+    assert_eq!(number(&p.wait().unwrap()), 8.0);
+
+    let mut p = domain
+        .dispatch("./math", "slow", Message::Number(0.2))
+        .unwrap();
+    assert!(p.try_take().is_none());
+    assert_eq!(p.status(), PromiseStatus::Pending);
+    let v = p.wait_timeout(Duration::from_secs(10)).unwrap().unwrap();
+    assert_eq!(text(&v), "slept");
+
+    let p = domain.dispatch("./math", "spin", Message::Nil).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(p.cancel());
+    assert_eq!(p.status(), PromiseStatus::Cancelled);
+    assert!(!p.cancel());
+    still_serves(&domain);
+}
+
+#[test]
+fn an_edit_of_the_module_reaches_the_next_dispatch() {
+    let (tree, pool) = setup();
+    tree.write("edit.luau", "return { v = function() return 1 end }\n");
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(r#"return jobs.dispatch("./edit", "v"):await() + jobs.dispatch("./edit", "v"):await()"#)
+        .unwrap();
+    assert_eq!(number(&v), 2.0);
+    tree.write("edit.luau", "return { v = function() return 100 end } -- edited\n");
+    let v = domain
+        .eval(r#"return jobs.dispatch("./edit", "v"):await() + jobs.dispatch("./edit", "v"):await()"#)
+        .unwrap();
+    assert_eq!(number(&v), 200.0);
+}

@@ -1,0 +1,163 @@
+//! The task library on the engine VM and on workers: spawn, defer, delay, wait, cancel, await.
+
+use skein::{Message, Pool};
+
+use crate::support::{assert_contains, Tree};
+
+fn text(m: &Message) -> String {
+    match m {
+        Message::String(b) => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
+
+fn eval(source: &str) -> String {
+    let tree = Tree::new(&[]);
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    text(&domain.eval(source).expect("eval"))
+}
+
+#[test]
+fn spawn_runs_at_once_until_the_first_yield() {
+    let out = eval(
+        r#"
+        local log = {}
+        task.spawn(function(a) table.insert(log, "spawned " .. a); task.wait(); table.insert(log, "resumed") end, "x")
+        table.insert(log, "after spawn")
+        task.wait(0.01)
+        return table.concat(log, ",")
+    "#,
+    );
+    assert_eq!(out, "spawned x,after spawn,resumed");
+}
+
+#[test]
+fn defer_runs_in_the_next_batch_and_work_deferred_by_a_batch_waits_for_the_next() {
+    let out = eval(
+        r#"
+        local log = {}
+        task.defer(function(v)
+            table.insert(log, "d1 " .. v)
+            task.defer(function() table.insert(log, "d3") end)
+        end, "a")
+        task.defer(function() table.insert(log, "d2") end)
+        table.insert(log, "main")
+        task.wait(0.02)
+        return table.concat(log, ",")
+    "#,
+    );
+    assert_eq!(out, "main,d1 a,d2,d3");
+}
+
+#[test]
+fn wait_answers_the_elapsed_seconds() {
+    let out = eval(
+        r#"
+        local t = os.clock()
+        local elapsed = task.wait(0.05)
+        local real = os.clock() - t
+        return `{elapsed >= 0.05} {math.abs(elapsed - real) < 0.05}`
+    "#,
+    );
+    assert_eq!(out, "true true");
+}
+
+#[test]
+fn delay_passes_its_arguments_and_timers_fire_in_order() {
+    let out = eval(
+        r#"
+        local log = {}
+        task.delay(0.06, function(v) table.insert(log, v) end, "late")
+        task.delay(0.02, function(v) table.insert(log, v) end, "early")
+        task.wait(0.1)
+        return table.concat(log, ",")
+    "#,
+    );
+    assert_eq!(out, "early,late");
+}
+
+#[test]
+fn cancel_stops_a_parked_task() {
+    let out = eval(
+        r#"
+        local log = {}
+        local t = task.delay(0.02, function() table.insert(log, "ran") end)
+        task.cancel(t)
+        local w = task.spawn(function() task.wait(0.02) table.insert(log, "woke") end)
+        task.cancel(w)
+        task.wait(0.05)
+        return `[{table.concat(log, ",")}]`
+    "#,
+    );
+    assert_eq!(out, "[]");
+}
+
+#[test]
+fn await_outside_a_task_context_is_refused() {
+    let tree = Tree::new(&[("m.luau", "task.wait(1)\nreturn {}\n")]);
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    let err = domain.eval(r#"return require("./m")"#).unwrap_err().to_string();
+    assert_contains(&err, "task.wait can't wait here");
+}
+
+#[test]
+fn a_failing_spawned_task_is_reported_with_its_stack() {
+    let tree = Tree::new(&[]);
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            task.spawn(function()
+                task.wait()
+                error("spawned task failed")
+            end)
+            task.wait(0.02)
+            return nil
+        "#,
+        )
+        .unwrap();
+    let reports = domain.take_reports();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].source, "script eval");
+    assert_contains(&reports[0].message, "spawned task failed");
+    assert_contains(&reports[0].message, "eval");
+}
+
+#[test]
+fn promise_status_and_await_on_a_settled_promise() {
+    let tree = Tree::new(&[("m.luau", "return { id = function(x) return x end }\n")]);
+    let pool = Pool::new(2);
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(
+            r#"
+            local p = jobs.dispatch("./m", "id", "v")
+            local before = p:status()
+            local a = p:await()
+            local b = task.await(p)
+            return `{before} {p:status()} {a} {b}`
+        "#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "pending resolved v v");
+}
+
+#[test]
+fn loadstring_and_filesystem_require_are_gone() {
+    let out = eval(
+        r#"
+        local ok = pcall(require, "/etc/passwd")
+        return `{loadstring == nil} {ok}`
+    "#,
+    );
+    assert_eq!(out, "true false");
+}
+
+#[test]
+fn require_skein_jobs_is_the_jobs_global() {
+    let out = eval(r#"return tostring(require("@skein/jobs") == jobs)"#);
+    assert_eq!(out, "true");
+}
