@@ -15,6 +15,8 @@
 //!   requirer's module path, nearest first, and the first file that defines it wins. A relative
 //!   alias value is relative to the folder holding that `.luaurc`; an absolute one is used as is;
 //!   a value starting with `@` continues from that alias (same file first, then folders above).
+//!   The search starts above the module path, so an `init.luau` does not read the `.luaurc` in
+//!   its own folder (Luau's navigator does the same: that folder *is* the module).
 //! - Each path component is one step: `.` stays, `..` goes up, a name goes down and must exist as
 //!   exactly one of `P.luau`, `P.lua`, `P/init.luau`, `P/init.lua`, or as a plain folder (a folder
 //!   without `init` may only be passed through). A component named `init` never matches a file

@@ -278,6 +278,39 @@ fn bytecode_compiles_once_per_version() {
     assert_eq!(fourth.load(&lua).unwrap().call::<i64>(()).unwrap(), 22);
 }
 
+#[test]
+fn racing_threads_compile_a_new_file_once() {
+    let t = Tree::new(&[("m.luau", "return 1")]);
+    let cache = BytecodeCache::new();
+    let barrier = std::sync::Barrier::new(4);
+    let path = t.p("m.luau");
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                barrier.wait();
+                cache.load(&path).unwrap();
+            });
+        }
+    });
+    assert_eq!(cache.compile_count(), 1);
+}
+
+#[test]
+fn missing_file_is_an_io_error_naming_it() {
+    let t = Tree::new(&[]);
+    let err = BytecodeCache::new()
+        .load(&t.p("gone.luau"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(&format!(
+            "could not read module {}: ",
+            t.p("gone.luau").display()
+        )),
+        "{err}"
+    );
+}
+
 /// Moves the file's mtime forward by a second, so coarse file-system clocks see a change.
 fn bump_mtime(path: &Path) {
     let file = std::fs::File::options().write(true).open(path).unwrap();
