@@ -1,0 +1,148 @@
+//! The one error type of the module loader: every way a `require` can fail, each with the
+//! structured fields a caller needs and a single-line `Display` a user can grep for.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Why a `require` failed.
+///
+/// Resolution errors (`BadSpecifier`, `NotFound`, `Ambiguous`, `UnknownAlias`, `BadConfig`) name
+/// the specifier and the requiring file; loading errors (`Cycle`, `Compile`, `Io`, `BadReturn`,
+/// `Runtime`) name the module file.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub(crate) enum RequireError {
+    /// The specifier is not of a form require-by-string accepts.
+    BadSpecifier { spec: String, reason: &'static str },
+    /// No module (and, for an intermediate component, no folder) exists at `at`.
+    NotFound {
+        spec: String,
+        caller: PathBuf,
+        at: PathBuf,
+        intermediate: bool,
+    },
+    /// Two files could each be the module at one path.
+    Ambiguous {
+        spec: String,
+        caller: PathBuf,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    /// No `.luaurc` above the requiring file defines the alias.
+    UnknownAlias {
+        alias: String,
+        spec: String,
+        caller: PathBuf,
+    },
+    /// A `.luaurc` could not be read as a configuration, or its aliases refer to each other in a
+    /// loop.
+    BadConfig { path: PathBuf, message: String },
+    /// The module is already being loaded further up the stack; `chain` starts and ends with it.
+    Cycle { chain: Vec<PathBuf> },
+    /// The module's source does not compile; `message` starts with the line number.
+    Compile { path: PathBuf, message: String },
+    /// The module's source could not be read.
+    Io { path: PathBuf, message: String },
+    /// The module body returned `count` values instead of exactly one.
+    BadReturn { path: PathBuf, count: usize },
+    /// The module body raised an error while it ran.
+    Runtime { path: PathBuf, error: mlua::Error },
+}
+
+/// The file candidates tried for the abstract module path `at`, in the order they are probed.
+pub(crate) fn candidates(at: &Path) -> [PathBuf; 4] {
+    let mut luau = at.as_os_str().to_owned();
+    luau.push(".luau");
+    let mut lua = at.as_os_str().to_owned();
+    lua.push(".lua");
+    [
+        luau.into(),
+        lua.into(),
+        at.join("init.luau"),
+        at.join("init.lua"),
+    ]
+}
+
+impl fmt::Display for RequireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BadSpecifier { spec, reason } => {
+                write!(f, "invalid require path '{spec}': {reason}")
+            }
+            Self::NotFound { spec, caller, at, intermediate: true } => write!(
+                f,
+                "module '{spec}' not found from {}: no module or folder at {}",
+                caller.display(),
+                at.display()
+            ),
+            Self::NotFound { spec, caller, at, intermediate: false } if at.ends_with("init") => write!(
+                f,
+                "module '{spec}' not found from {}: an init file is its folder's module, so require {} instead",
+                caller.display(),
+                at.parent().unwrap_or(at).display()
+            ),
+            Self::NotFound { spec, caller, at, intermediate: false } => {
+                let tried = candidates(at);
+                write!(
+                    f,
+                    "module '{spec}' not found from {} (tried {}, {}, {}, {})",
+                    caller.display(),
+                    tried[0].display(),
+                    tried[1].display(),
+                    tried[2].display(),
+                    tried[3].display()
+                )
+            }
+            Self::Ambiguous { spec, caller, first, second } => write!(
+                f,
+                "module '{spec}' from {} is ambiguous: both {} and {} exist",
+                caller.display(),
+                first.display(),
+                second.display()
+            ),
+            Self::UnknownAlias { alias, spec, caller } => write!(
+                f,
+                "unknown alias '@{alias}' in require path '{spec}' from {}: no .luaurc above it defines it",
+                caller.display()
+            ),
+            Self::BadConfig { path, message } => {
+                write!(f, "invalid .luaurc at {}: {message}", path.display())
+            }
+            Self::Cycle { chain } => {
+                f.write_str("require cycle: ")?;
+                for (i, path) in chain.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(" -> ")?;
+                    }
+                    write!(f, "{}", path.display())?;
+                }
+                Ok(())
+            }
+            Self::Compile { path, message } => {
+                write!(f, "syntax error in {}:{message}", path.display())
+            }
+            Self::Io { path, message } => write!(f, "could not read module {}: {message}", path.display()),
+            Self::BadReturn { path, count } => write!(
+                f,
+                "module {} must return exactly one value, but returned {count}",
+                path.display()
+            ),
+            Self::Runtime { path, error } => {
+                write!(f, "error while loading module {}: {error}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for RequireError {}
+
+impl RequireError {
+    /// Converts to the error the `require` global raises. A module body's own error is handed back
+    /// unchanged, so its message and traceback reach the caller as the body raised them.
+    pub(crate) fn into_lua_error(self) -> mlua::Error {
+        match self {
+            Self::Runtime { error, .. } => error,
+            other => mlua::Error::runtime(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Skein's module loader: require-by-string resolution, `.luaurc` aliases, the process-wide
+//! bytecode cache and the per-VM module cache.
+//!
+//! This replaces mlua's file-system `require`. It owns how a specifier becomes a file, how a file
+//! becomes bytecode (once per source version, shared by every VM) and how a VM keeps each
+//! module's value; it never installs globals or decides which VM runs what, which the rest of
+//! `vm` does.
+// The VM layer wires these in; until then only the tests use them.
+#![allow(dead_code, unused_imports)]
+
+mod bytecode;
+mod error;
+mod luaurc;
+mod modules;
+mod resolve;
+
+pub(crate) use bytecode::{BytecodeCache, CompiledModule, SourceStamp};
+pub(crate) use error::RequireError;
+pub(crate) use modules::{Begin, ModuleCache};
+pub(crate) use resolve::resolve;
+
+#[cfg(test)]
+mod tests;
