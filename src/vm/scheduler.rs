@@ -16,7 +16,8 @@ use std::ffi::c_void;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use mlua::{Lua, MultiValue, Thread, ThreadStatus, Value};
+use mlua::thread::ThreadStatus;
+use mlua::{Lua, MultiValue, Thread};
 
 use super::budget::{Interruption, RunGuard};
 use super::owner::{Owner, TaskFailure};

@@ -101,6 +101,19 @@ impl BytecodeCache {
         self.compiles.load(Ordering::Relaxed)
     }
 
+    /// Whether the text of any file this cache compiled changed on disk since (or the file went
+    /// away). One `stat` per known file; a file whose length and mtime are unchanged is not read.
+    pub(crate) fn any_changed(&self) -> bool {
+        let slots: Vec<_> = lock(&self.slots).values().cloned().collect();
+        slots.iter().any(|slot| {
+            let cached = lock(slot).clone();
+            match cached {
+                Some(module) => current_hash(&module.path, &module.stamp) != Some(module.stamp.hash),
+                None => false,
+            }
+        })
+    }
+
     /// Returns the bytecode for the file at `path` (canonical), compiling it at most once per
     /// source version.
     ///

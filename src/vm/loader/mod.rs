@@ -5,8 +5,7 @@
 //! becomes bytecode (once per source version, shared by every VM) and how a VM keeps each
 //! module's value; it never installs globals or decides which VM runs what, which the rest of
 //! `vm` does.
-// The VM layer wires these in; until then only the tests use them.
-#![allow(dead_code, unused_imports)]
+
 
 mod bytecode;
 mod error;
