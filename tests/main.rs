@@ -3,4 +3,5 @@
 mod support;
 
 mod dispatch;
+mod docs;
 mod tasks;
