@@ -5,8 +5,12 @@
 //! `jobs.dispatch` and friends. Values cross between VMs as [`Message`]s, copied once each way.
 #![warn(missing_docs)]
 
-
-mod sync;
 mod pool;
+mod sync;
 mod value;
 mod vm;
+
+pub use value::{
+    DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,
+    TransferErrorKind,
+};
