@@ -31,7 +31,10 @@ pub use jobs::{
     DomainId, DomainMailbox, Generation, Pool, Principal, Promise, PromiseStatus, MAX_DEADLINE,
 };
 pub use pool::stats::WorkerStats;
-pub use value::Message;
+pub use value::{
+    DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,
+    TransferErrorKind,
+};
 pub use vm::{Plan, DEFAULT_MEMORY_LIMIT};
 
 /// Re-exported so hosts use the same mlua as Skein.

@@ -5,3 +5,4 @@ mod support;
 mod dispatch;
 mod docs;
 mod tasks;
+mod value;

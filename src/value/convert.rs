@@ -1,0 +1,231 @@
+//! The public conversions between Luau and [`Message`]: the inherent `from_lua`, `read_within`
+//! and `to_lua`, and mlua's `FromLua`/`IntoLua`, which take the exact stack path.
+
+use std::ffi::c_int;
+
+use bytes::Bytes;
+use mlua::state::RawLua;
+use mlua::{ffi, FromLua, IntoLua, Lua, Value};
+
+use super::read::{Reader, Refusal};
+use super::{write, Limits, Message, ResourceHandle, TransferErrorKind};
+use crate::value::TransferError;
+
+/// The root name `FromLua` uses in its paths.
+const DEFAULT_ROOT: &str = "message";
+
+/// The largest magnitude an f64 holds every integer up to.
+const MAX_EXACT_INTEGER: i64 = 1 << 53;
+
+impl Message {
+    /// Copies a Luau value into a `Message`, refusing what can't cross.
+    ///
+    /// `root` names the value in the error path (`message`, `args`, `result`…).
+    ///
+    /// Inside a table, Luau integers and numbers stay apart exactly. A *top-level*
+    /// `Value::Integer` is ambiguous (mlua uses it for whole numbers too) and becomes
+    /// [`Message::Integer`]; use the [`FromLua`] path (function arguments and results) to read a
+    /// top-level value with its exact type.
+    ///
+    /// # Errors
+    /// A [`TransferError`] naming the path and the reason: a function, a coroutine, a userdata
+    /// other than [`ResourceHandle`], a light userdata, a table with a metatable, a key that is
+    /// not an integer, number or string, a NaN key, a table that contains itself, or tables
+    /// nested deeper than [`Limits::MAX_DEPTH`].
+    ///
+    /// ```
+    /// use mlua::Lua;
+    /// use skein::Message;
+    ///
+    /// let lua = Lua::new();
+    /// let value = lua.load("{ co = coroutine.create(print) }").eval().unwrap();
+    /// let err = Message::from_lua(&value, "args").unwrap_err();
+    /// assert_eq!(err.to_string(), "args.co: a coroutine can't cross a worker or event boundary");
+    /// ```
+    pub fn from_lua(value: &Value, root: &str) -> Result<Message, TransferError> {
+        Self::read_within(value, root, usize::MAX)
+    }
+
+    /// Like [`Message::from_lua`], but refuses as soon as the running
+    /// [`queue_weight`](Message::queue_weight) passes `limit_bytes`, before copying the rest: a
+    /// huge table under a small limit costs only the part read before the refusal.
+    ///
+    /// # Errors
+    /// As [`Message::from_lua`], plus [`TransferErrorKind::TooLarge`] naming the path where the
+    /// budget ran out.
+    ///
+    /// ```
+    /// use mlua::Lua;
+    /// use skein::Message;
+    ///
+    /// let lua = Lua::new();
+    /// let value = lua.load("{ 'abc', 'def' }").eval().unwrap();
+    /// assert!(Message::read_within(&value, "message", 16 * 3 + 6).is_ok());
+    /// let err = Message::read_within(&value, "message", 16 * 3 + 5).unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "message[2]: a value weighing more than its limit of 53 bytes can't cross a worker or event boundary"
+    /// );
+    /// ```
+    pub fn read_within(
+        value: &Value,
+        root: &str,
+        limit_bytes: usize,
+    ) -> Result<Message, TransferError> {
+        read_value(value, limit_bytes).map_err(|r| r.into_error(root))
+    }
+
+    /// Builds this message as a value of `lua`.
+    ///
+    /// Tables are built whole inside Luau, with integers as Luau integers and numbers as
+    /// numbers. A *top-level* [`Message::Integer`] can only be returned as `Value::Integer`,
+    /// which mlua passes to Luau as a number; it is refused when that number could not hold it
+    /// exactly (beyond ±2^53). Pass the message through [`IntoLua`] (as a function argument or
+    /// result) to hand Luau a real integer.
+    ///
+    /// # Errors
+    /// A Luau memory error, a map with a NaN key, tables nested deeper than
+    /// [`Limits::MAX_DEPTH`], or a top-level integer past ±2^53.
+    ///
+    /// ```
+    /// use mlua::{Lua, Value};
+    /// use skein::{MapKey, Message};
+    ///
+    /// let lua = Lua::new();
+    /// let m = Message::Map(vec![(MapKey::String("n".into()), Message::Number(0.5))]);
+    /// let Value::Table(t) = m.to_lua(&lua).unwrap() else { panic!() };
+    /// assert_eq!(t.get::<f64>("n").unwrap(), 0.5);
+    /// ```
+    pub fn to_lua(&self, lua: &Lua) -> mlua::Result<Value> {
+        match self {
+            Message::Integer(i) if !(-MAX_EXACT_INTEGER..=MAX_EXACT_INTEGER).contains(i) => {
+                Err(mlua::Error::runtime(format!(
+                    "integer {i} would be rounded as a top-level Value; pass the Message through IntoLua"
+                )))
+            }
+            Message::Integer(i) => Ok(Value::Integer(*i)),
+            other => write::build(lua, other),
+        }
+    }
+}
+
+/// Reads a `Value` the caller already holds, taking the stack path for tables.
+fn read_value(value: &Value, limit: usize) -> Result<Message, Refusal> {
+    let charge = |bytes: usize| {
+        if Limits::NODE_WEIGHT.saturating_add(bytes) > limit {
+            Err(Refusal::new(TransferErrorKind::TooLarge { limit }))
+        } else {
+            Ok(())
+        }
+    };
+    match value {
+        Value::Nil => charge(0).map(|()| Message::Nil),
+        Value::Boolean(b) => charge(0).map(|()| Message::Boolean(*b)),
+        Value::Integer(i) => charge(0).map(|()| Message::Integer(*i)),
+        Value::Number(n) => charge(0).map(|()| Message::Number(*n)),
+        Value::Vector(v) => charge(0).map(|()| Message::Vector([v.x(), v.y(), v.z()])),
+        Value::String(s) => {
+            let bytes = s.as_bytes();
+            charge(bytes.len())?;
+            Ok(Message::String(Bytes::copy_from_slice(&bytes)))
+        }
+        Value::Buffer(b) => {
+            charge(b.len())?;
+            Ok(Message::Buffer(Bytes::from(b.to_vec())))
+        }
+        Value::Table(t) => {
+            let lua = t.weak_lua().upgrade();
+            lua.exec_raw_lua(|raw| {
+                // SAFETY: one checked slot holds the table while the reader walks it; the
+                // reader restores the top, and we pop the table after.
+                unsafe {
+                    let state = raw.state();
+                    if ffi::lua_checkstack(state, 1) == 0 {
+                        return Err(Refusal::new(TransferErrorKind::TooDeep {
+                            max_depth: Limits::MAX_DEPTH,
+                        }));
+                    }
+                    let top = ffi::lua_gettop(state);
+                    let pushed = raw.push_value(value);
+                    let result = match pushed {
+                        Ok(()) => Reader::new(raw, limit).read_at(-1),
+                        Err(_) => Err(Refusal::new(TransferErrorKind::Unsupported {
+                            type_name: "table from a closed VM",
+                        })),
+                    };
+                    ffi::lua_settop(state, top);
+                    result
+                }
+            })
+        }
+        Value::UserData(ud) => {
+            let handle = ud
+                .borrow::<ResourceHandle>()
+                .map(|h| h.clone())
+                .map_err(|_| Refusal::new(TransferErrorKind::UserData))?;
+            charge(handle.kind.len())?;
+            Ok(Message::Resource(handle))
+        }
+        Value::Function(_) => Err(Refusal::new(TransferErrorKind::Function)),
+        Value::Thread(_) => Err(Refusal::new(TransferErrorKind::Coroutine)),
+        Value::LightUserData(_) => Err(Refusal::new(TransferErrorKind::LightUserData)),
+        Value::Error(_) => Err(Refusal::new(TransferErrorKind::Unsupported {
+            type_name: "error object",
+        })),
+        _ => Err(Refusal::new(TransferErrorKind::Unsupported {
+            type_name: "value of an unknown type",
+        })),
+    }
+}
+
+/// Reads with the default root and no budget; refusals become `mlua::Error::external`.
+impl FromLua for Message {
+    fn from_lua(value: Value, _lua: &Lua) -> mlua::Result<Self> {
+        Message::from_lua(&value, DEFAULT_ROOT).map_err(mlua::Error::external)
+    }
+
+    unsafe fn from_stack(idx: c_int, lua: &RawLua) -> mlua::Result<Self> {
+        // SAFETY: mlua hands us a valid index on `lua`'s current stack.
+        unsafe { Reader::new(lua, usize::MAX).read_at(idx) }
+            .map_err(|r| mlua::Error::external(r.into_error(DEFAULT_ROOT)))
+    }
+}
+
+/// Goes through `Message::to_lua` from a `&RawLua`, which only knows how to push `IntoLua`s.
+struct Built<'a>(&'a Message);
+
+impl IntoLua for Built<'_> {
+    fn into_lua(self, lua: &Lua) -> mlua::Result<Value> {
+        write::build(lua, self.0)
+    }
+}
+
+/// Pushing a message keeps a top-level integer a Luau integer, unlike [`Message::to_lua`].
+impl IntoLua for Message {
+    fn into_lua(self, lua: &Lua) -> mlua::Result<Value> {
+        self.to_lua(lua)
+    }
+
+    unsafe fn push_into_stack(self, lua: &RawLua) -> mlua::Result<()> {
+        // SAFETY: forwarded to the by-reference impl under the same contract.
+        unsafe { (&self).push_into_stack(lua) }
+    }
+}
+
+impl IntoLua for &Message {
+    fn into_lua(self, lua: &Lua) -> mlua::Result<Value> {
+        self.to_lua(lua)
+    }
+
+    unsafe fn push_into_stack(self, lua: &RawLua) -> mlua::Result<()> {
+        match self {
+            // SAFETY: mlua's contract for push_into_stack leaves one slot for us.
+            Message::Integer(i) => unsafe {
+                ffi::lua_pushinteger64(lua.state(), *i);
+                Ok(())
+            },
+            // SAFETY: same contract; `push` builds the value under protection and pushes it.
+            other => unsafe { lua.push(Built(other)) },
+        }
+    }
+}

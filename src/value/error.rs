@@ -1,0 +1,190 @@
+//! Why a value could not become a [`Message`](super::Message), or why bytes could not be decoded
+//! into one.
+
+use std::fmt;
+
+/// The shared ending of every refusal, so a user can grep for one phrase.
+const CANT_CROSS: &str = "can't cross a worker or event boundary";
+
+/// A Luau value that cannot become a [`Message`](super::Message), and where it was.
+///
+/// `path` starts with the root name the caller gave (`message`, `args`, …) and names the first
+/// value that was refused, the way Luau code would reach it.
+///
+/// ```
+/// use mlua::Lua;
+/// use skein::Message;
+///
+/// let lua = Lua::new();
+/// let value = lua.load("{ items = { 1, 2, { callback = print } } }").eval().unwrap();
+/// let err = Message::from_lua(&value, "message").unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "message.items[3].callback: a function can't cross a worker or event boundary"
+/// );
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct TransferError {
+    /// Where the refused value sits, starting from the root name.
+    pub path: String,
+    /// What was wrong with it.
+    pub reason: TransferErrorKind,
+}
+
+/// What made a value refuse to cross.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum TransferErrorKind {
+    /// A Luau function.
+    Function,
+    /// A Luau thread (coroutine).
+    Coroutine,
+    /// A full userdata that is not a [`ResourceHandle`](super::ResourceHandle).
+    UserData,
+    /// A light userdata (a bare pointer).
+    LightUserData,
+    /// Any other kind of value, named by its Luau type.
+    Unsupported {
+        /// The Luau type name.
+        type_name: &'static str,
+    },
+    /// A table with a metatable: its behaviour lives in functions, which can't cross.
+    Metatable,
+    /// A table that appears inside itself.
+    Cycle,
+    /// Tables nested deeper than [`Limits::MAX_DEPTH`](super::Limits::MAX_DEPTH).
+    TooDeep {
+        /// The bound that was passed.
+        max_depth: usize,
+    },
+    /// A table key of a type that can't be a map key (only integers, numbers and strings can).
+    KeyType {
+        /// The Luau type name of the key.
+        type_name: &'static str,
+    },
+    /// A NaN number used as a key.
+    NanKey,
+    /// The running weight passed the byte budget the caller gave.
+    TooLarge {
+        /// The budget, in bytes of [`Message::queue_weight`](super::Message::queue_weight).
+        limit: usize,
+    },
+}
+
+impl fmt::Display for TransferErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Function => write!(f, "a function {CANT_CROSS}"),
+            Self::Coroutine => write!(f, "a coroutine {CANT_CROSS}"),
+            Self::UserData => write!(f, "a userdata {CANT_CROSS}"),
+            Self::LightUserData => write!(f, "a light userdata {CANT_CROSS}"),
+            Self::Unsupported { type_name } => write!(f, "a {type_name} {CANT_CROSS}"),
+            Self::Metatable => write!(f, "a table with a metatable {CANT_CROSS}"),
+            Self::Cycle => write!(f, "a table that contains itself {CANT_CROSS}"),
+            Self::TooDeep { max_depth } => {
+                write!(
+                    f,
+                    "a table nested deeper than {max_depth} tables {CANT_CROSS}"
+                )
+            }
+            Self::KeyType { type_name } => write!(f, "a {type_name} key {CANT_CROSS}"),
+            Self::NanKey => write!(f, "a NaN key {CANT_CROSS}"),
+            Self::TooLarge { limit } => {
+                write!(
+                    f,
+                    "a value weighing more than its limit of {limit} bytes {CANT_CROSS}"
+                )
+            }
+        }
+    }
+}
+
+impl fmt::Display for TransferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.reason)
+    }
+}
+
+impl std::error::Error for TransferError {}
+
+/// Bytes that are not a well-formed, canonical encoded [`Message`](super::Message).
+///
+/// ```
+/// use skein::Message;
+///
+/// let err = Message::decode(&[1, 200], 1024).unwrap_err();
+/// assert_eq!(err.offset, 1);
+/// assert_eq!(err.to_string(), "unknown value tag 200 at byte 1");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeError {
+    /// The byte offset where the problem was found.
+    pub offset: usize,
+    /// What was wrong.
+    pub kind: DecodeErrorKind,
+}
+
+/// What was wrong with encoded bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeErrorKind {
+    /// The input ended in the middle of a value, or a length or count claims more than is left.
+    Truncated,
+    /// The first byte is not a codec version this build reads.
+    UnknownVersion(u8),
+    /// A value tag this codec does not know.
+    UnknownTag(u8),
+    /// A map key tag that is not integer, number or string.
+    UnknownKeyTag(u8),
+    /// A varint longer than ten bytes or above `u64::MAX`.
+    VarintOverflow,
+    /// A varint with needless trailing zero groups.
+    NonMinimalVarint,
+    /// Decoding would pass the byte budget.
+    OverLimit {
+        /// The budget, in bytes of [`Message::queue_weight`](super::Message::queue_weight).
+        limit: usize,
+    },
+    /// Tables nested deeper than [`Limits::MAX_DEPTH`](super::Limits::MAX_DEPTH).
+    TooDeep,
+    /// Bytes left over after the value.
+    TrailingBytes,
+    /// A NaN map key.
+    NanKey,
+    /// The same map key twice.
+    DuplicateKey,
+    /// A second encoding of a value that has a canonical one (an empty list, which is written as
+    /// the empty map).
+    NonCanonical(&'static str),
+}
+
+impl fmt::Display for DecodeErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Truncated => write!(f, "input ends in the middle of a value"),
+            Self::UnknownVersion(v) => write!(f, "unknown codec version {v}"),
+            Self::UnknownTag(t) => write!(f, "unknown value tag {t}"),
+            Self::UnknownKeyTag(t) => write!(f, "unknown map key tag {t}"),
+            Self::VarintOverflow => write!(f, "varint overflows 64 bits"),
+            Self::NonMinimalVarint => write!(f, "varint is not minimally encoded"),
+            Self::OverLimit { limit } => write!(f, "message passes its limit of {limit} bytes"),
+            Self::TooDeep => write!(
+                f,
+                "tables nested deeper than {} tables",
+                super::Limits::MAX_DEPTH
+            ),
+            Self::TrailingBytes => write!(f, "trailing bytes after the message"),
+            Self::NanKey => write!(f, "NaN map key"),
+            Self::DuplicateKey => write!(f, "duplicate map key"),
+            Self::NonCanonical(what) => write!(f, "non-canonical form: {what}"),
+        }
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at byte {}", self.kind, self.offset)
+    }
+}
+
+impl std::error::Error for DecodeError {}
