@@ -39,3 +39,13 @@ pub use vm::{Plan, DEFAULT_MEMORY_LIMIT};
 
 /// Re-exported so hosts use the same mlua as Skein.
 pub use mlua;
+
+/// The pool's lock-free protocols, exposed only to the loom models in `loom-tests`.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod __loom {
+    pub use crate::pool::executor::{Executor, Poll, WorkerContext, WorkerLogic};
+    pub use crate::pool::handoff::{CancelOutcome, Handoff, HandoffState};
+    pub use crate::pool::sleep::{Sleep, SleepOutcome, AWAKE, SLEEPING};
+    pub use crate::pool::stats::WorkerStats;
+}

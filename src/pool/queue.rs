@@ -1,0 +1,215 @@
+//! The queues the executor takes items and messages from, behind one small API.
+//!
+//! Normally these are crossbeam-deque's lock-free injector, worker deques and stealers. Under
+//! `cfg(loom)` crossbeam cannot be modelled, so each queue becomes a `Mutex<VecDeque>` with the
+//! same methods: the model then checks *our* sleep/wake and hand-off protocol around the queues,
+//! and trusts crossbeam for the queues themselves.
+//!
+//! Every `is_empty` here is a read of the same memory a `push` writes (crossbeam's head/tail
+//! indices, or the model's mutex), which is what the sleep protocol's fences pair up; see
+//! `sleep.rs`.
+
+#[cfg(not(loom))]
+mod imp {
+    use crossbeam_deque::{Steal, Stealer as CbStealer, Worker};
+
+    /// Runs a crossbeam steal operation until it stops asking to be retried.
+    fn settle<T>(mut attempt: impl FnMut() -> Steal<T>) -> Option<T> {
+        loop {
+            match attempt() {
+                Steal::Success(value) => return Some(value),
+                Steal::Empty => return None,
+                Steal::Retry => {}
+            }
+        }
+    }
+
+    /// The global FIFO every thread may push to and every worker takes from.
+    pub(crate) struct Injector<T>(crossbeam_deque::Injector<T>);
+
+    impl<T> Injector<T> {
+        pub(crate) fn new() -> Self {
+            Self(crossbeam_deque::Injector::new())
+        }
+
+        pub(crate) fn push(&self, value: T) {
+            self.0.push(value);
+        }
+
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+
+        /// Moves a batch into `local` and returns one of its items, so the next few takes are
+        /// local pops instead of contended injector steals.
+        pub(crate) fn steal_batch_and_pop(&self, local: &LocalQueue<T>) -> Option<T> {
+            settle(|| self.0.steal_batch_and_pop(&local.0))
+        }
+    }
+
+    /// A worker's own deque. FIFO: items are independent jobs, and taking the oldest first keeps
+    /// dispatch order and starves nothing.
+    pub(crate) struct LocalQueue<T>(Worker<T>);
+
+    impl<T> LocalQueue<T> {
+        pub(crate) fn new() -> Self {
+            Self(Worker::new_fifo())
+        }
+
+        pub(crate) fn push(&self, value: T) {
+            self.0.push(value);
+        }
+
+        pub(crate) fn pop(&self) -> Option<T> {
+            self.0.pop()
+        }
+
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+
+        pub(crate) fn stealer(&self) -> Stealer<T> {
+            Stealer(self.0.stealer())
+        }
+    }
+
+    /// The handle other workers steal a worker's items through.
+    pub(crate) struct Stealer<T>(CbStealer<T>);
+
+    impl<T> Stealer<T> {
+        pub(crate) fn steal(&self) -> Option<T> {
+            settle(|| self.0.steal())
+        }
+
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+    }
+
+    /// A worker's inbox: many producers, one consumer (its worker), FIFO.
+    pub(crate) struct Inbox<T>(crossbeam_deque::Injector<T>);
+
+    impl<T> Inbox<T> {
+        pub(crate) fn new() -> Self {
+            Self(crossbeam_deque::Injector::new())
+        }
+
+        pub(crate) fn push(&self, value: T) {
+            self.0.push(value);
+        }
+
+        pub(crate) fn pop(&self) -> Option<T> {
+            settle(|| self.0.steal())
+        }
+
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+    }
+}
+
+#[cfg(loom)]
+mod imp {
+    use crate::sync::{Arc, Mutex};
+    use std::collections::VecDeque;
+
+    /// One model queue; every operation is a single critical section.
+    struct Model<T>(Mutex<VecDeque<T>>);
+
+    impl<T> Model<T> {
+        fn new() -> Self {
+            Self(Mutex::new(VecDeque::new()))
+        }
+
+        fn push(&self, value: T) {
+            self.0.lock().unwrap().push_back(value);
+        }
+
+        fn pop(&self) -> Option<T> {
+            self.0.lock().unwrap().pop_front()
+        }
+
+        fn is_empty(&self) -> bool {
+            self.0.lock().unwrap().is_empty()
+        }
+    }
+
+    pub(crate) struct Injector<T>(Model<T>);
+
+    impl<T> Injector<T> {
+        pub(crate) fn new() -> Self {
+            Self(Model::new())
+        }
+
+        pub(crate) fn push(&self, value: T) {
+            self.0.push(value);
+        }
+
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+
+        /// The model takes one item and moves no batch: fewer operations, same protocol.
+        pub(crate) fn steal_batch_and_pop(&self, _local: &LocalQueue<T>) -> Option<T> {
+            self.0.pop()
+        }
+    }
+
+    pub(crate) struct LocalQueue<T>(Arc<Model<T>>);
+
+    impl<T> LocalQueue<T> {
+        pub(crate) fn new() -> Self {
+            Self(Arc::new(Model::new()))
+        }
+
+        pub(crate) fn push(&self, value: T) {
+            self.0.push(value);
+        }
+
+        pub(crate) fn pop(&self) -> Option<T> {
+            self.0.pop()
+        }
+
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+
+        pub(crate) fn stealer(&self) -> Stealer<T> {
+            Stealer(self.0.clone())
+        }
+    }
+
+    pub(crate) struct Stealer<T>(Arc<Model<T>>);
+
+    impl<T> Stealer<T> {
+        pub(crate) fn steal(&self) -> Option<T> {
+            self.0.pop()
+        }
+
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+    }
+
+    pub(crate) struct Inbox<T>(Model<T>);
+
+    impl<T> Inbox<T> {
+        pub(crate) fn new() -> Self {
+            Self(Model::new())
+        }
+
+        pub(crate) fn push(&self, value: T) {
+            self.0.push(value);
+        }
+
+        pub(crate) fn pop(&self) -> Option<T> {
+            self.0.pop()
+        }
+
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+    }
+}
+
+pub(crate) use imp::{Inbox, Injector, LocalQueue, Stealer};

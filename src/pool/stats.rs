@@ -1,0 +1,115 @@
+//! Per-worker counters and the snapshot rows `Executor::stats` returns.
+//!
+//! The counters are plain `std` relaxed atomics even under `cfg(loom)`: they take part in no
+//! protocol (nobody decides anything from them), and keeping them out of the model keeps its state
+//! space small. Each worker's block is cache-padded so that one worker counting never bounces the
+//! cache line another worker is counting on.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// One worker thread's activity since the pool started.
+///
+/// A snapshot: each field is read on its own, so a row taken while the worker runs may mix values
+/// from slightly different moments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerStats {
+    /// The worker's index, `0..threads`.
+    pub worker: usize,
+    /// Items this worker ran, whichever queue they came from.
+    pub items_run: u64,
+    /// Items this worker took from a sibling's deque.
+    pub steals: u64,
+    /// Times this worker parked because it had nothing to do.
+    pub sleeps: u64,
+    /// Panics that escaped the worker's logic and were contained.
+    pub panics: u64,
+    /// Luau VMs this worker's thread holds right now.
+    pub vms_held: usize,
+    /// Time spent inside the worker's logic (items, messages, polls).
+    pub busy: Duration,
+}
+
+/// The live counters behind one [`WorkerStats`] row.
+#[derive(Debug, Default)]
+pub(crate) struct WorkerCounters {
+    items_run: AtomicU64,
+    steals: AtomicU64,
+    sleeps: AtomicU64,
+    panics: AtomicU64,
+    vms_held: AtomicUsize,
+    busy_nanos: AtomicU64,
+}
+
+impl WorkerCounters {
+    pub(crate) fn item_run(&self) {
+        self.items_run.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stole(&self) {
+        self.steals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn slept(&self) {
+        self.sleeps.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn panicked(&self) {
+        self.panics.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_vms_held(&self, n: usize) {
+        self.vms_held.store(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_busy(&self, spent: Duration) {
+        // Saturate rather than wrap: 2^64 ns is 584 years of busy time.
+        let nanos = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
+        self.busy_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self, worker: usize) -> WorkerStats {
+        WorkerStats {
+            worker,
+            items_run: self.items_run.load(Ordering::Relaxed),
+            steals: self.steals.load(Ordering::Relaxed),
+            sleeps: self.sleeps.load(Ordering::Relaxed),
+            panics: self.panics.load(Ordering::Relaxed),
+            vms_held: self.vms_held.load(Ordering::Relaxed),
+            busy: Duration::from_nanos(self.busy_nanos.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_reads_every_counter() {
+        let c = WorkerCounters::default();
+        c.item_run();
+        c.item_run();
+        c.stole();
+        c.slept();
+        c.slept();
+        c.slept();
+        c.panicked();
+        c.set_vms_held(4);
+        c.add_busy(Duration::from_micros(7));
+        let row = c.snapshot(3);
+        assert_eq!(
+            row,
+            WorkerStats {
+                worker: 3,
+                items_run: 2,
+                steals: 1,
+                sleeps: 3,
+                panics: 1,
+                vms_held: 4,
+                busy: Duration::from_micros(7),
+            }
+        );
+    }
+}
