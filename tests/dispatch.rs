@@ -67,7 +67,9 @@ fn dispatch_returns_the_entry_result() {
     let domain = tree.domain(&pool);
     still_serves(&domain);
     let v = domain
-        .eval(r#"return jobs.dispatch("./math", "echo", { a = { 1, 2, 3 }, s = "x\0y" }):await().s"#)
+        .eval(
+            r#"return jobs.dispatch("./math", "echo", { a = { 1, 2, 3 }, s = "x\0y" }):await().s"#,
+        )
         .unwrap();
     assert_eq!(text(&v), "x\0y");
 }
@@ -97,8 +99,14 @@ fn many_dispatches_in_flight_all_settle() {
 fn unknown_option_is_refused_naming_it() {
     let (tree, pool) = setup();
     let domain = tree.domain(&pool);
-    let err = refusal(&domain, r#"jobs.dispatch("./math", "double", 1, { dealine = 2 })"#);
-    assert_contains(&err, "unknown jobs.dispatch option 'dealine': expected deadline or name");
+    let err = refusal(
+        &domain,
+        r#"jobs.dispatch("./math", "double", 1, { dealine = 2 })"#,
+    );
+    assert_contains(
+        &err,
+        "unknown jobs.dispatch option 'dealine': expected deadline or name",
+    );
     still_serves(&domain);
 }
 
@@ -111,11 +119,20 @@ fn deadlines_at_and_past_the_bounds() {
             &domain,
             &format!(r#"jobs.dispatch("./math", "double", 1, {{ deadline = {bad} }})"#),
         );
-        assert_contains(&err, "jobs.dispatch: opts.deadline must be a number of seconds above 0");
+        assert_contains(
+            &err,
+            "jobs.dispatch: opts.deadline must be a number of seconds above 0",
+        );
     }
-    let err = refusal(&domain, r#"jobs.dispatch("./math", "double", 1, { deadline = 61 })"#);
+    let err = refusal(
+        &domain,
+        r#"jobs.dispatch("./math", "double", 1, { deadline = 61 })"#,
+    );
     assert_contains(&err, "opts.deadline of 61 s is past the cap of 60 s");
-    let err = refusal(&domain, r#"jobs.dispatch("./math", "double", 1, { deadline = 60.5 })"#);
+    let err = refusal(
+        &domain,
+        r#"jobs.dispatch("./math", "double", 1, { deadline = 60.5 })"#,
+    );
     assert_contains(&err, "past the cap of 60 s");
     // At the cap, and a small one, are accepted.
     let v = domain
@@ -155,9 +172,12 @@ fn a_module_that_fails_to_load_rejects_naming_it() {
 fn an_entry_that_is_not_a_function_rejects() {
     let (tree, pool) = setup();
     let domain = tree.domain(&pool);
-    let err = refusal(&domain, r#"jobs.dispatch("./math", "notAFunction"):await()"#);
+    let err = refusal(
+        &domain,
+        r#"jobs.dispatch("./math", "notAFunction"):await()"#,
+    );
     assert_contains(&err, "entry 'notAFunction' of module");
-    assert_contains(&err, "is not a function (it is a number)");
+    assert_contains(&err, "is not a function (it is an integer)");
     let err = refusal(&domain, r#"jobs.dispatch("./math", "missing"):await()"#);
     assert_contains(&err, "is not a function (it is nil)");
     still_serves(&domain);
@@ -187,8 +207,14 @@ fn non_transferable_args_are_refused_at_the_call_with_their_path() {
 fn a_non_transferable_result_rejects_with_its_path() {
     let (tree, pool) = setup();
     let domain = tree.domain(&pool);
-    let err = refusal(&domain, r#"jobs.dispatch("./math", "giveFunction"):await()"#);
-    assert_contains(&err, "result.callback: a function can't cross a worker or event boundary");
+    let err = refusal(
+        &domain,
+        r#"jobs.dispatch("./math", "giveFunction"):await()"#,
+    );
+    assert_contains(
+        &err,
+        "result.callback: a function can't cross a worker or event boundary",
+    );
     still_serves(&domain);
 }
 
@@ -202,7 +228,7 @@ fn an_entry_error_rejects_with_its_message_and_luau_stack() {
     );
     assert_contains(&err, "job 'failing job' failed:");
     assert_contains(&err, "the entry failed on purpose");
-    assert_contains(&err, "math.luau:7");
+    assert_contains(&err, "math.luau:8: the entry failed on purpose");
     still_serves(&domain);
 }
 
@@ -343,7 +369,9 @@ fn cancelling_a_queued_job_keeps_it_from_running() {
         .unwrap();
     assert_eq!(text(&v), "true cancelled");
     assert_eq!(marks.load(Ordering::SeqCst), 0, "the cancelled item ran");
-    let v = domain.eval(r#"return jobs.dispatch("./mark", "mark"):await()"#).unwrap();
+    let v = domain
+        .eval(r#"return jobs.dispatch("./mark", "mark"):await()"#)
+        .unwrap();
     assert_eq!(v, Message::Boolean(true));
     assert_eq!(marks.load(Ordering::SeqCst), 1);
 }
@@ -379,12 +407,19 @@ fn an_edit_of_the_module_reaches_the_next_dispatch() {
     tree.write("edit.luau", "return { v = function() return 1 end }\n");
     let domain = tree.domain(&pool);
     let v = domain
-        .eval(r#"return jobs.dispatch("./edit", "v"):await() + jobs.dispatch("./edit", "v"):await()"#)
+        .eval(
+            r#"return jobs.dispatch("./edit", "v"):await() + jobs.dispatch("./edit", "v"):await()"#,
+        )
         .unwrap();
     assert_eq!(number(&v), 2.0);
-    tree.write("edit.luau", "return { v = function() return 100 end } -- edited\n");
+    tree.write(
+        "edit.luau",
+        "return { v = function() return 100 end } -- edited\n",
+    );
     let v = domain
-        .eval(r#"return jobs.dispatch("./edit", "v"):await() + jobs.dispatch("./edit", "v"):await()"#)
+        .eval(
+            r#"return jobs.dispatch("./edit", "v"):await() + jobs.dispatch("./edit", "v"):await()"#,
+        )
         .unwrap();
     assert_eq!(number(&v), 200.0);
 }

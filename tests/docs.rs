@@ -43,7 +43,10 @@ fn every_luau_block_in_the_docs_runs() {
             )
             .unwrap();
             if let Err(e) = domain.eval(&body) {
-                panic!("{}:{line}: the example failed:\n{e}\n---\n{body}", path.display());
+                panic!(
+                    "{}:{line}: the example failed:\n{e}\n---\n{body}",
+                    path.display()
+                );
             }
             ran += 1;
         }

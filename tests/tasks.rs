@@ -98,7 +98,10 @@ fn await_outside_a_task_context_is_refused() {
     let tree = Tree::new(&[("m.luau", "task.wait(1)\nreturn {}\n")]);
     let pool = Pool::new(1);
     let domain = tree.domain(&pool);
-    let err = domain.eval(r#"return require("./m")"#).unwrap_err().to_string();
+    let err = domain
+        .eval(r#"return require("./m")"#)
+        .unwrap_err()
+        .to_string();
     assert_contains(&err, "task.wait can't wait here");
 }
 

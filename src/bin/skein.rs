@@ -69,7 +69,11 @@ fn parse(args: &[String]) -> Result<Option<RunArgs>, String> {
                 return Err(format!("unknown option '{flag}' (try `skein --help`)"))
             }
             path if file.is_none() => file = Some(path.to_owned()),
-            extra => return Err(format!("unexpected argument '{extra}': pass script arguments after `--`")),
+            extra => {
+                return Err(format!(
+                    "unexpected argument '{extra}': pass script arguments after `--`"
+                ))
+            }
         }
     }
     let file = file.ok_or("run needs a FILE (try `skein --help`)")?;

@@ -196,8 +196,13 @@ impl ScriptDomain {
             .iter()
             .map(|a| self.vm.lua.create_string(a).map(Value::String))
             .collect::<mlua::Result<_>>()?;
-        self.start_chunk(&source, &name, &display_name(&path), MultiValue::from_iter(args))
-            .map(|_| ())
+        self.start_chunk(
+            &source,
+            &name,
+            &display_name(&path),
+            MultiValue::from_iter(args),
+        )
+        .map(|_| ())
     }
 
     /// Starts `source` as a task of the engine VM; `require` and `jobs.dispatch` in it resolve

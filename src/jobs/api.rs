@@ -37,9 +37,13 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     let jobs = lua.create_table()?;
     jobs.raw_set("dispatch", lua.create_function(dispatch)?)?;
     jobs.raw_set("context", lua.create_function(context)?)?;
+    lua.set_named_registry_value(JOBS_KEY, jobs.clone())?;
     lua.globals().raw_set("jobs", jobs)?;
     Ok(())
 }
+
+/// Registry key of the `jobs` table, which `require("@skein/jobs")` answers.
+pub(crate) const JOBS_KEY: &str = "skein.jobs";
 
 fn home(lua: &Lua) -> mlua::Result<Rc<JobsHome>> {
     lua.app_data_ref::<Rc<JobsHome>>()
@@ -95,10 +99,13 @@ fn dispatch(
         .modules
         .resolve(caller.as_deref(), &module)
         .map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
-    let args = Message::from_lua(&args, "args")
-        .map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
+    let args =
+        Message::from_lua(&args, "args").map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
 
-    let label = opts.name.clone().unwrap_or_else(|| format!("{module}:{entry}"));
+    let label = opts
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("{module}:{entry}"));
     let job = JobShared::new(label);
     let cell = core.promises.borrow_mut().make("jobs.dispatch");
     {

@@ -81,7 +81,9 @@ impl DispatchOptions {
                 other => format!("{other:?}"),
             };
             match key_text.as_str() {
-                "deadline" => out.deadline = read_deadline(&value, "jobs.dispatch: opts.deadline", cap)?,
+                "deadline" => {
+                    out.deadline = read_deadline(&value, "jobs.dispatch: opts.deadline", cap)?
+                }
                 "name" => match value {
                     Value::String(s) => out.name = Some(s.to_string_lossy()),
                     other => {

@@ -100,7 +100,12 @@ pub(crate) struct PrincipalCell {
 }
 
 impl PrincipalCell {
-    pub(crate) fn new(id: Principal, plan: Plan, mailbox: DomainMailbox, max_deadline: Duration) -> Self {
+    pub(crate) fn new(
+        id: Principal,
+        plan: Plan,
+        mailbox: DomainMailbox,
+        max_deadline: Duration,
+    ) -> Self {
         PrincipalCell {
             id,
             plan,

@@ -97,7 +97,11 @@ impl Promise<Message> {
     pub fn wait(mut self) -> Result<Message> {
         let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
         while matches!(*state, SlotState::Pending) {
-            state = self.slot.ready.wait(state).unwrap_or_else(|e| e.into_inner());
+            state = self
+                .slot
+                .ready
+                .wait(state)
+                .unwrap_or_else(|e| e.into_inner());
         }
         drop(state);
         self.try_take().expect("settled promise has a value")

@@ -123,7 +123,12 @@ impl LuauWorker {
         if !item.principal.is_alive() {
             let reason = item.principal.end_reason();
             let text = format!("job '{}' was refused unrun: {reason}", item.job.label);
-            reply(&item.principal, item.reply, Outcome::Rejected(text), &self.pool(cx));
+            reply(
+                &item.principal,
+                item.reply,
+                Outcome::Rejected(text),
+                &self.pool(cx),
+            );
             return;
         }
         if !item.job.handoff.try_start() {
@@ -198,7 +203,10 @@ impl LuauWorker {
             Some(completion),
         ));
         running.borrow_mut().insert(key, owner.clone());
-        if let Err(e) = wvm.vm.start(function, MultiValue::from_iter([args]), owner.clone()) {
+        if let Err(e) = wvm
+            .vm
+            .start(function, MultiValue::from_iter([args]), owner.clone())
+        {
             running.borrow_mut().remove(&key);
             owner.complete(
                 lua,
@@ -209,12 +217,19 @@ impl LuauWorker {
 }
 
 /// Requires `module` in the VM and finds its function `entry`.
-fn entry_function(lua: &Lua, vm: &Vm, module: &std::path::Path, entry: &str) -> Result<Function, String> {
-    let exports = vm
-        .core
-        .modules
-        .require_path(lua, module)
-        .map_err(|e| format!("module {} could not be loaded: {}", module.display(), vm::error_message(&e)))?;
+fn entry_function(
+    lua: &Lua,
+    vm: &Vm,
+    module: &std::path::Path,
+    entry: &str,
+) -> Result<Function, String> {
+    let exports = vm.core.modules.require_path(lua, module).map_err(|e| {
+        format!(
+            "module {} could not be loaded: {}",
+            module.display(),
+            vm::error_message(&e)
+        )
+    })?;
     let table: Table = match exports {
         Value::Table(t) => t,
         other => {
@@ -230,10 +245,7 @@ fn entry_function(lua: &Lua, vm: &Vm, module: &std::path::Path, entry: &str) -> 
         Ok(other) => Err(format!(
             "entry '{entry}' of module {} is not a function (it is {})",
             module.display(),
-            match other {
-                Value::Nil => "nil".to_owned(),
-                v => format!("a {}", v.type_name()),
-            }
+            crate::vm::a_type(&other)
         )),
         Err(e) => Err(vm::error_message(&e)),
     }

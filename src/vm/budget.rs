@@ -171,7 +171,9 @@ fn stop_reason(signal: &Signal) -> Option<Interruption> {
         }
     }
     // The flag was meant for a run that has ended: forget it.
-    signal.flag.fetch_and(!(flag & (CANCEL | DEADLINE)), Ordering::AcqRel);
+    signal
+        .flag
+        .fetch_and(!(flag & (CANCEL | DEADLINE)), Ordering::AcqRel);
     None
 }
 

@@ -58,15 +58,10 @@ impl Vm {
         let core = Rc::new(VmCore {
             sched: RefCell::new(Scheduler::default()),
             promises: RefCell::new(Promises::default()),
-            modules: super::modules::Modules::new(plan.root()),
+            modules: super::modules::Modules::new(plan.root_dir().to_owned()),
             reporter,
             traceback,
-            ambient: Rc::new(Owner::new(
-                "host".to_owned(),
-                ambient_deadline,
-                None,
-                None,
-            )),
+            ambient: Rc::new(Owner::new("host".to_owned(), ambient_deadline, None, None)),
         });
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
@@ -79,7 +74,12 @@ impl Vm {
     }
 
     /// Starts `f(args)` as the root task of `owner` and runs it to its first yield.
-    pub(crate) fn start(&self, f: Function, args: MultiValue, owner: Rc<Owner>) -> mlua::Result<()> {
+    pub(crate) fn start(
+        &self,
+        f: Function,
+        args: MultiValue,
+        owner: Rc<Owner>,
+    ) -> mlua::Result<()> {
         let thread = self.lua.create_thread(f)?;
         let id = self.core.sched.borrow_mut().add(thread, owner, true);
         scheduler::resume_task(&*self.core, &self.lua, id, Resume::Args(args));
@@ -155,16 +155,6 @@ impl VmCore {
         let owner = self.current_owner();
         self.sched.borrow_mut().add(thread.clone(), owner, false)
     }
-
-    /// Live tasks.
-    pub(crate) fn task_count(&self) -> usize {
-        self.sched.borrow().len()
-    }
-
-    /// Reports a failure with no one awaiting it.
-    pub(crate) fn report(&self, label: &str, failure: &TaskFailure) {
-        (self.reporter)(label, failure);
-    }
 }
 
 impl SchedulerHost for VmCore {
@@ -208,7 +198,10 @@ fn outcome_values(lua: &Lua, outcome: &Outcome) -> MultiValue {
             Ok(v) => v,
             Err(e) => {
                 let status = Value::String(lua.create_string("rejected").expect("status string"));
-                let text = format!("the result could not be read back: {}", super::error_message(&e));
+                let text = format!(
+                    "the result could not be read back: {}",
+                    super::error_message(&e)
+                );
                 let text = Value::String(lua.create_string(text).expect("message string"));
                 return MultiValue::from_iter([status, text]);
             }
@@ -300,12 +293,7 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
             let thread = as_thread(lua, target, "task.spawn")?;
             let owner = core.current_owner();
             let id = core.sched.borrow_mut().add(thread.clone(), owner, false);
-            scheduler::resume_task(
-                &*core,
-                lua,
-                id,
-                Resume::Args(MultiValue::from_iter(args)),
-            );
+            scheduler::resume_task(&*core, lua, id, Resume::Args(MultiValue::from_iter(args)));
             Ok(thread)
         })?,
     )?;
@@ -331,7 +319,11 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
                 let now = Instant::now();
                 let mut sched = core.sched.borrow_mut();
                 let id = sched.add(thread.clone(), owner, false);
-                sched.delay_with(id, now + wait_duration(seconds), MultiValue::from_iter(args));
+                sched.delay_with(
+                    id,
+                    now + wait_duration(seconds),
+                    MultiValue::from_iter(args),
+                );
                 Ok(thread)
             },
         )?,
@@ -341,7 +333,9 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
         lua.create_function(|lua, thread: Thread| {
             let core = VmCore::of(lua)?;
             if thread.to_pointer() == lua.current_thread().to_pointer() {
-                return Err(mlua::Error::runtime("task.cancel can't cancel the running task"));
+                return Err(mlua::Error::runtime(
+                    "task.cancel can't cancel the running task",
+                ));
             }
             core.sched.borrow_mut().remove_thread(&thread);
             Ok(())

@@ -28,13 +28,27 @@ pub(crate) fn promise_handle(
     promise::handle(lua, cell)
 }
 
+/// A value's type with its article, as error messages name it: `nil`, `a number`, `an integer`.
+pub(crate) fn a_type(value: &mlua::Value) -> String {
+    match value {
+        mlua::Value::Nil => "nil".to_owned(),
+        v => {
+            let name = v.type_name();
+            let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                "an"
+            } else {
+                "a"
+            };
+            format!("{article} {name}")
+        }
+    }
+}
+
 /// The message of an mlua error without mlua's wrapping: what a Luau user would read.
 pub(crate) fn error_message(err: &mlua::Error) -> String {
     match err {
         mlua::Error::RuntimeError(m) => m.clone(),
-        mlua::Error::MemoryError(_) => {
-            "out of memory: the VM reached its memory limit".to_owned()
-        }
+        mlua::Error::MemoryError(_) => "out of memory: the VM reached its memory limit".to_owned(),
         mlua::Error::SyntaxError { message, .. } => message.clone(),
         mlua::Error::CallbackError { cause, .. } => error_message(cause),
         mlua::Error::WithContext { cause, .. } => error_message(cause),

@@ -100,8 +100,7 @@ impl Modules {
         if let Some(value) = self.exports.borrow().get(path) {
             return Ok(value.clone());
         }
-        let value = ModuleCache::require(&self.cache, lua, path)
-            .map_err(|e| mlua::Error::runtime(e.to_string()))?;
+        let value = ModuleCache::require(&self.cache, lua, path).map_err(|e| e.into_lua_error())?;
         self.exports
             .borrow_mut()
             .insert(path.to_owned(), value.clone());
@@ -123,10 +122,12 @@ pub(crate) fn caller_path(lua: &Lua) -> Option<PathBuf> {
 /// Installs the `require` global: Luau's require-by-string through Skein's loader, plus the
 /// built-in `@skein/jobs`.
 pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
-    let require = lua.create_function(|lua, spec: mlua::String| {
+    let require = lua.create_function(|lua, spec: mlua::LuaString| {
         let spec = spec.to_str()?.to_owned();
         if spec == "@skein/jobs" {
-            return lua.globals().raw_get::<Value>("jobs");
+            // The sandbox hides the real globals behind a per-thread proxy; the jobs layer keeps
+            // its table in the registry.
+            return lua.named_registry_value::<Value>("skein.jobs");
         }
         let core = super::core::VmCore::of(lua)?;
         let caller = caller_path(lua);

@@ -103,10 +103,6 @@ impl Plan {
         &self.inner.root
     }
 
-    pub(crate) fn root(&self) -> PathBuf {
-        self.inner.root.clone()
-    }
-
     /// Installs the host functions and setup steps into `lua`.
     pub(crate) fn install(&self, lua: &Lua) -> mlua::Result<()> {
         let globals = lua.globals();

@@ -153,14 +153,6 @@ impl Promises {
     pub(crate) fn pending(&self) -> usize {
         self.pending.len()
     }
-
-    /// Settles every pending promise with `outcome` (the home is going away).
-    pub(crate) fn reject_all(&mut self, reason: &str) -> Vec<(Vec<TaskId>, Rc<Outcome>)> {
-        self.pending
-            .drain()
-            .filter_map(|(_, cell)| cell.settle(Outcome::Rejected(reason.to_owned())))
-            .collect()
-    }
 }
 
 /// The Luau `PromiseHandle`: `await`, `cancel`, `status`.
@@ -182,7 +174,11 @@ impl UserData for PromiseHandle {
             }
         });
         methods.add_meta_method(MetaMethod::ToString, |_, this, ()| {
-            Ok(format!("PromiseHandle({}, {})", this.0.what, this.0.status()))
+            Ok(format!(
+                "PromiseHandle({}, {})",
+                this.0.what,
+                this.0.status()
+            ))
         });
     }
 }

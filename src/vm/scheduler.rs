@@ -156,11 +156,6 @@ impl Scheduler {
         }
     }
 
-    /// Whether the scheduler holds any task at all.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.tasks.is_empty()
-    }
-
     /// Whether something can run right now.
     pub(crate) fn has_ready(&self, now: Instant) -> bool {
         !self.ready.is_empty()
@@ -273,7 +268,14 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
     };
     if owner.is_cancelled() {
         host.scheduler().borrow_mut().running.pop();
-        finish(host, lua, id, &owner, &thread, Err(TaskFailure::cancelled()));
+        finish(
+            host,
+            lua,
+            id,
+            &owner,
+            &thread,
+            Err(TaskFailure::cancelled()),
+        );
         return;
     }
     let args = host.resume_values(lua, resume);

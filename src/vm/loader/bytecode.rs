@@ -97,6 +97,7 @@ impl BytecodeCache {
     }
 
     /// How many times this cache has run the compiler.
+    #[cfg(test)]
     pub(crate) fn compile_count(&self) -> u64 {
         self.compiles.load(Ordering::Relaxed)
     }
@@ -108,7 +109,9 @@ impl BytecodeCache {
         slots.iter().any(|slot| {
             let cached = lock(slot).clone();
             match cached {
-                Some(module) => current_hash(&module.path, &module.stamp) != Some(module.stamp.hash),
+                Some(module) => {
+                    current_hash(&module.path, &module.stamp) != Some(module.stamp.hash)
+                }
                 None => false,
             }
         })

@@ -6,16 +6,16 @@
 //! module's value; it never installs globals or decides which VM runs what, which the rest of
 //! `vm` does.
 
-
 mod bytecode;
 mod error;
 mod luaurc;
 mod modules;
 mod resolve;
 
-pub(crate) use bytecode::{BytecodeCache, CompiledModule, SourceStamp};
+pub(crate) use bytecode::BytecodeCache;
+#[cfg(test)]
 pub(crate) use error::RequireError;
-pub(crate) use modules::{Begin, ModuleCache};
+pub(crate) use modules::ModuleCache;
 pub(crate) use resolve::resolve;
 
 #[cfg(test)]

@@ -54,6 +54,7 @@ impl ModuleCache {
     }
 
     /// How many modules hold a value.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.loaded.len()
     }
