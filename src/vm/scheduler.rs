@@ -48,6 +48,10 @@ struct TaskEntry {
     root: bool,
 }
 
+/// A timed wait in the heap: (wake time, insertion order, task, the task's park epoch, start).
+/// The epoch tells a stale entry (the task was cancelled or re-parked) from a live one.
+type TimerEntry = (Instant, u64, TaskId, u64, Instant);
+
 /// The value a task is resumed with.
 pub(crate) enum Resume {
     /// Arguments (a task's first resume, or a plain defer).
@@ -65,7 +69,7 @@ pub(crate) struct Scheduler {
     tasks: HashMap<TaskId, TaskEntry>,
     by_thread: HashMap<*const c_void, TaskId>,
     ready: VecDeque<(TaskId, Resume)>,
-    timers: BinaryHeap<Reverse<(Instant, u64, TaskId, u64, Instant)>>,
+    timers: BinaryHeap<Reverse<TimerEntry>>,
     timer_seq: u64,
     deferred: Vec<(TaskId, MultiValue)>,
     /// Arguments of `task.delay` tasks, given on their first resume instead of the elapsed time.
