@@ -12,8 +12,8 @@ pub enum Error {
     Refused(String),
     /// Luau code raised an error; the text carries the Luau stack.
     Script(String),
-    /// A job's promise rejected; the text names the job, its error and its Luau stack.
-    Rejected(String),
+    /// A job failed: which job, module and entry, what happened and the Luau stack.
+    Job(Box<crate::vm::JobFailure>),
     /// The promise was cancelled before it settled.
     Cancelled,
     /// The value of a [`Promise`](crate::Promise) was taken already.
@@ -33,7 +33,8 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Transfer(e) => write!(f, "{e}"),
-            Error::Refused(m) | Error::Script(m) | Error::Rejected(m) => write!(f, "{m}"),
+            Error::Refused(m) | Error::Script(m) => write!(f, "{m}"),
+            Error::Job(failure) => write!(f, "{failure}"),
             Error::Cancelled => write!(f, "cancelled"),
             Error::PromiseTaken => write!(f, "the promise's value was already taken"),
             Error::PoolShutDown => write!(f, "the pool has shut down"),

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use skein::mlua;
-use skein::{Message, Plan, Pool, PromiseStatus};
+use skein::{FailureKind, Message, Plan, Pool, PromiseStatus};
 
 use crate::support::{assert_contains, Tree};
 
@@ -422,4 +422,75 @@ fn an_edit_of_the_module_reaches_the_next_dispatch() {
         )
         .unwrap();
     assert_eq!(number(&v), 200.0);
+}
+
+#[test]
+fn a_host_promise_rejects_with_a_structured_failure() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let err = domain
+        .dispatch("./math", "fail", Message::Nil)
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    let skein::Error::Job(failure) = err else {
+        panic!("expected a job failure, got {err:?}");
+    };
+    assert_eq!(failure.kind, FailureKind::Raised);
+    assert_eq!(failure.job, "./math:fail");
+    assert_eq!(failure.entry.as_deref(), Some("fail"));
+    assert!(failure.module.as_ref().unwrap().ends_with("math.luau"));
+    assert_contains(&failure.message, "math.luau:8: the entry failed on purpose");
+    assert_contains(
+        failure.traceback.as_deref().unwrap(),
+        "math.luau:8 function fail",
+    );
+
+    let err = domain
+        .dispatch("./math", "notAFunction", Message::Nil)
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    let skein::Error::Job(failure) = err else {
+        panic!("expected a job failure, got {err:?}");
+    };
+    assert_eq!(failure.kind, FailureKind::Load);
+}
+
+#[test]
+fn queued_items_of_a_dropped_domain_are_refused_unrun() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let tree = Tree::new(&[(
+        "mark.luau",
+        "local M = {}\nfunction M.mark() hostMark() return true end\nfunction M.sleep(s) hostMark() local t = os.clock() while os.clock() - t < s do end return true end\nreturn M\n",
+    )]);
+    let pool = Pool::new(1);
+    let marks = Arc::new(AtomicUsize::new(0));
+    let counter = marks.clone();
+    let plan = Plan::new().function("hostMark", move |_, _| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok(mlua::MultiValue::new())
+    });
+    let domain = tree.domain_with(&pool, plan);
+    let busy = domain
+        .dispatch("./mark", "sleep", Message::Number(0.3))
+        .unwrap();
+    let queued = domain.dispatch("./mark", "mark", Message::Nil).unwrap();
+    // Once the only worker is inside `sleep`, the second item is certainly still queued.
+    while marks.load(Ordering::SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(domain);
+    assert_eq!(busy.wait().unwrap(), Message::Boolean(true));
+    let err = queued.wait().unwrap_err();
+    let skein::Error::Job(failure) = err else {
+        panic!("expected a job failure, got {err:?}");
+    };
+    assert_eq!(failure.kind, FailureKind::Refused);
+    assert_eq!(
+        failure.to_string(),
+        "job './mark:mark' was refused unrun: domain 'test' stopped"
+    );
+    assert_eq!(marks.load(Ordering::SeqCst), 1, "only `sleep` ran");
 }

@@ -138,7 +138,7 @@ impl Promise<Message> {
             SlotState::Taken => Some(Err(Error::PromiseTaken)),
             SlotState::Settled(outcome) => Some(match outcome {
                 Outcome::Resolved(message) => Ok(message),
-                Outcome::Rejected(text) => Err(Error::Rejected(text)),
+                Outcome::Rejected(failure) => Err(Error::Job(Box::new((*failure).clone()))),
                 Outcome::Cancelled => Err(Error::Cancelled),
             }),
         }

@@ -2,7 +2,9 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::path::Path;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -14,7 +16,7 @@ use super::pool::PoolShared;
 use super::principal::{Principal, PrincipalCell};
 use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
 use crate::value::Message;
-use crate::vm::{self, Outcome, Owner, Signal, TaskFailure, Vm};
+use crate::vm::{self, FailureKind, JobFailure, Outcome, Owner, Signal, TaskFailure, Vm};
 
 /// One VM a worker keeps for one principal.
 struct WorkerVm {
@@ -88,10 +90,27 @@ impl LuauWorker {
                 outbox: self.outbox.clone(),
             },
         };
-        let vm = Vm::build(&principal.plan, reporter, principal.max_deadline, |lua| {
-            api::install(lua, home)
-        })
-        .map_err(|e| format!("could not build a worker VM: {}", vm::error_message(&e)))?;
+        let plan = &principal.plan;
+        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Vm::build(plan, reporter, principal.max_deadline, |lua| {
+                api::install(lua, home)
+            })
+        }));
+        let vm = match built {
+            Ok(Ok(vm)) => vm,
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "could not build a worker VM: {}",
+                    vm::error_message(&e)
+                ))
+            }
+            Err(panic) => {
+                return Err(format!(
+                    "could not build a worker VM: the plan panicked: {}",
+                    vm::panic_message(&panic)
+                ))
+            }
+        };
         self.vms.push(WorkerVm {
             principal: principal.clone(),
             vm,
@@ -120,32 +139,31 @@ impl LuauWorker {
     }
 
     fn start(&mut self, item: Item, cx: &WorkerContext<'_, Self>) {
-        if !item.principal.is_alive() {
-            let reason = item.principal.end_reason();
-            let text = format!("job '{}' was refused unrun: {reason}", item.job.label);
-            reply(
-                &item.principal,
-                item.reply,
-                Outcome::Rejected(text),
-                &self.pool(cx),
-            );
-            return;
-        }
+        let pool = self.pool(cx);
+        let fail = |item: Item, kind: FailureKind, message: String| {
+            let failure = JobFailure {
+                job: item.job.label.clone(),
+                module: Some(item.module.to_path_buf()),
+                entry: Some(item.entry.to_string()),
+                kind,
+                message,
+                traceback: None,
+            };
+            item.job.handoff.finish();
+            let outcome = Outcome::Rejected(Arc::new(failure));
+            reply(&item.principal, item.reply, outcome, &pool);
+        };
         if !item.job.handoff.try_start() {
             return; // cancelled while queued: the canceller settled the promise
         }
-        item.job
-            .worker
-            .store(self.index, std::sync::atomic::Ordering::Release);
-        let pool = self.pool(cx);
+        if !item.principal.is_alive() {
+            let reason = item.principal.end_reason();
+            return fail(item, FailureKind::Refused, reason);
+        }
+        item.job.worker.store(self.index, Ordering::Release);
         let slot = match self.vm_for(&item.principal, cx) {
             Ok(slot) => slot,
-            Err(e) => {
-                let text = format!("job '{}' failed: {e}", item.job.label);
-                item.job.handoff.finish();
-                reply(&item.principal, item.reply, Outcome::Rejected(text), &pool);
-                return;
-            }
+            Err(e) => return fail(item, FailureKind::Load, e),
         };
         let wvm = &mut self.vms[slot];
         let epoch = vm::source_epoch();
@@ -154,50 +172,38 @@ impl LuauWorker {
             wvm.vm.core.modules.invalidate_changed();
         }
         let lua = &wvm.vm.lua;
+        let function = match entry_function(lua, &wvm.vm, &item.module, &item.entry) {
+            Ok(f) => f,
+            Err(e) => return fail(item, FailureKind::Load, e),
+        };
+        let args = match item.args.to_lua(lua) {
+            Ok(v) => v,
+            Err(e) => {
+                let message = format!("its arguments could not be read: {}", vm::error_message(&e));
+                return fail(item, FailureKind::Transfer, message);
+            }
+        };
         let Item {
             principal,
             job,
             module,
             entry,
-            args,
             deadline,
             reply: reply_to,
+            ..
         } = item;
-        let label = job.label.clone();
-        let function = match entry_function(lua, &wvm.vm, &module, &entry) {
-            Ok(f) => f,
-            Err(e) => {
-                job.handoff.finish();
-                let text = format!("job '{label}' failed: {e}");
-                reply(&principal, reply_to, Outcome::Rejected(text), &pool);
-                return;
-            }
-        };
-        let args = match args.to_lua(lua) {
-            Ok(v) => v,
-            Err(e) => {
-                job.handoff.finish();
-                let text = format!(
-                    "job '{label}' failed: its arguments could not be read: {}",
-                    vm::error_message(&e)
-                );
-                reply(&principal, reply_to, Outcome::Rejected(text), &pool);
-                return;
-            }
-        };
         let running = wvm.running.clone();
         let key = Arc::as_ptr(&job);
-        let completion_job = job.clone();
-        let completion_principal = principal.clone();
-        let completion_running = running.clone();
-        let completion: vm::Completion = Box::new(move |lua: &Lua, result| {
+        let owner_label = format!("job '{}'", job.label);
+        let (completion_job, completion_running) = (job.clone(), running.clone());
+        let completion: vm::Completion = Box::new(move |_lua: &Lua, result| {
             completion_running.borrow_mut().remove(&key);
             completion_job.handoff.finish();
-            let outcome = job_outcome(lua, &completion_job.label, result);
-            reply(&completion_principal, reply_to, outcome, &pool);
+            let outcome = job_outcome(&completion_job.label, &module, &entry, result);
+            reply(&principal, reply_to, outcome, &pool);
         });
         let owner = Rc::new(Owner::new(
-            format!("job '{label}'"),
+            owner_label,
             deadline,
             Some(job.cancel.clone()),
             Some(completion),
@@ -208,10 +214,8 @@ impl LuauWorker {
             .start(function, MultiValue::from_iter([args]), owner.clone())
         {
             running.borrow_mut().remove(&key);
-            owner.complete(
-                lua,
-                Err(TaskFailure::raised(vm::error_message(&e), String::new())),
-            );
+            let failure = TaskFailure::raised(vm::error_message(&e), String::new());
+            owner.complete(lua, Err(failure));
         }
     }
 }
@@ -252,18 +256,36 @@ fn entry_function(
 }
 
 /// Turns a finished job's result into the outcome its promise settles with.
-fn job_outcome(lua: &Lua, label: &str, result: Result<MultiValue, TaskFailure>) -> Outcome {
-    let _ = lua;
+fn job_outcome(
+    label: &str,
+    module: &Path,
+    entry: &str,
+    result: Result<MultiValue, TaskFailure>,
+) -> Outcome {
+    let failure = |kind, message, traceback| {
+        Outcome::Rejected(Arc::new(JobFailure {
+            job: label.to_owned(),
+            module: Some(module.to_path_buf()),
+            entry: Some(entry.to_owned()),
+            kind,
+            message,
+            traceback,
+        }))
+    };
     match result {
         Ok(values) => {
             let first = values.into_iter().next().unwrap_or(Value::Nil);
             match Message::from_lua(&first, "result") {
                 Ok(message) => Outcome::Resolved(message),
-                Err(e) => Outcome::Rejected(format!("job '{label}' failed: {e}")),
+                Err(e) => failure(FailureKind::Transfer, e.to_string(), None),
             }
         }
         Err(TaskFailure::Cancelled) => Outcome::Cancelled,
-        Err(failure) => Outcome::Rejected(format!("job '{label}' failed: {failure}")),
+        Err(TaskFailure::Raised { message, traceback }) => {
+            failure(FailureKind::Raised, message, Some(traceback))
+        }
+        Err(f @ TaskFailure::Deadline(_)) => failure(FailureKind::Deadline, f.to_string(), None),
+        Err(f @ TaskFailure::Panicked(_)) => failure(FailureKind::Panicked, f.to_string(), None),
     }
 }
 

@@ -206,7 +206,10 @@ fn outcome_values(lua: &Lua, outcome: &Outcome) -> MultiValue {
                 return MultiValue::from_iter([status, text]);
             }
         },
-        Outcome::Rejected(text) => Value::String(lua.create_string(text).expect("message string")),
+        Outcome::Rejected(failure) => Value::String(
+            lua.create_string(failure.to_string())
+                .expect("message string"),
+        ),
         Outcome::Cancelled => Value::String(lua.create_string("cancelled").expect("string")),
     };
     MultiValue::from_iter([status, value])

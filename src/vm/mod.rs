@@ -6,6 +6,7 @@
 
 pub(crate) mod budget;
 mod core;
+mod failure;
 pub(crate) mod loader;
 mod modules;
 mod owner;
@@ -15,6 +16,7 @@ mod scheduler;
 
 pub(crate) use self::core::{Reporter, Vm, VmCore};
 pub(crate) use budget::{current_signal, format_seconds, Signal};
+pub use failure::{FailureKind, JobFailure};
 pub(crate) use modules::{caller_path, check_sources, source_epoch};
 pub(crate) use owner::{panic_message, Completion, Owner, TaskFailure};
 pub use plan::{Plan, DEFAULT_MEMORY_LIMIT};

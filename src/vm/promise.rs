@@ -21,8 +21,8 @@ pub(crate) type PromiseId = u64;
 pub(crate) enum Outcome {
     /// The work answered this value.
     Resolved(Message),
-    /// The work failed; the text names it, with the Luau stack where there is one.
-    Rejected(String),
+    /// The work failed.
+    Rejected(std::sync::Arc<super::JobFailure>),
     /// The promise was cancelled.
     Cancelled,
 }

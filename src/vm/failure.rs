@@ -1,0 +1,60 @@
+//! `JobFailure`: why the work behind a promise did not produce a value, as structured data.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// What kind of failure a [`JobFailure`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The entry (or a task it awaited) raised an error.
+    Raised,
+    /// One run of the entry took longer than its deadline.
+    Deadline,
+    /// Host (Rust) code called by the entry panicked.
+    Panicked,
+    /// The module could not be loaded, or has no such entry function.
+    Load,
+    /// The arguments or the result could not cross between VMs.
+    Transfer,
+    /// The item was refused unrun (its domain stopped or restarted).
+    Refused,
+}
+
+/// Why a job failed: which job, which module and entry, what happened, and the Luau stack.
+///
+/// `Display` gives the text Luau code sees when it awaits the job:
+/// `job 'solver' failed: solve.luau:12: no solution` followed by the stack.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct JobFailure {
+    /// How the job is named: its `opts.name`, or `module:entry`.
+    pub job: String,
+    /// The module file the entry lives in.
+    pub module: Option<PathBuf>,
+    /// The entry's name.
+    pub entry: Option<String>,
+    /// What kind of failure.
+    pub kind: FailureKind,
+    /// The error message.
+    pub message: String,
+    /// The Luau stack where the error was raised, when there is one.
+    pub traceback: Option<String>,
+}
+
+impl fmt::Display for JobFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            FailureKind::Refused => {
+                write!(f, "job '{}' was refused unrun: {}", self.job, self.message)?
+            }
+            _ => write!(f, "job '{}' failed: {}", self.job, self.message)?,
+        }
+        if let Some(tb) = self.traceback.as_deref().filter(|t| !t.is_empty()) {
+            write!(f, "\n{tb}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for JobFailure {}
