@@ -44,6 +44,12 @@ fn setup() -> (Tree, Pool) {
     (Tree::new(&[("math.luau", MATH)]), Pool::new(2))
 }
 
+/// As `setup`, with one worker: a test that the pool "still serves" then proves that the same
+/// worker VM that failed serves the next item.
+fn setup_one() -> (Tree, Pool) {
+    (Tree::new(&[("math.luau", MATH)]), Pool::new(1))
+}
+
 /// Evaluates `body` inside `pcall` and answers the error text it raised.
 fn refusal(domain: &skein::ScriptDomain, body: &str) -> String {
     let source = format!(
@@ -156,7 +162,7 @@ fn a_missing_module_is_refused_at_the_call() {
 
 #[test]
 fn a_module_that_fails_to_load_rejects_naming_it() {
-    let (tree, pool) = setup();
+    let (tree, pool) = setup_one();
     tree.write("broken.luau", "local M = {}\nfunction M.run( return M\n");
     tree.write("raises.luau", "error('load-time failure')\nreturn {}\n");
     let domain = tree.domain(&pool);
@@ -220,7 +226,7 @@ fn a_non_transferable_result_rejects_with_its_path() {
 
 #[test]
 fn an_entry_error_rejects_with_its_message_and_luau_stack() {
-    let (tree, pool) = setup();
+    let (tree, pool) = setup_one();
     let domain = tree.domain(&pool);
     let err = refusal(
         &domain,
@@ -234,7 +240,7 @@ fn an_entry_error_rejects_with_its_message_and_luau_stack() {
 
 #[test]
 fn a_job_that_loops_forever_is_stopped_by_its_deadline() {
-    let (tree, pool) = setup();
+    let (tree, pool) = setup_one();
     let domain = tree.domain(&pool);
     let started = Instant::now();
     let err = refusal(
@@ -261,7 +267,7 @@ fn parked_time_does_not_count_toward_the_deadline() {
 
 #[test]
 fn a_job_past_the_memory_limit_fails_and_the_vm_serves_on() {
-    let (tree, pool) = setup();
+    let (tree, pool) = setup_one();
     let domain = tree.domain_with(&pool, Plan::new().memory_limit(32 * 1024 * 1024));
     let err = refusal(&domain, r#"jobs.dispatch("./math", "hog"):await()"#);
     assert_contains(&err, "out of memory: the VM reached its memory limit");
@@ -270,7 +276,7 @@ fn a_job_past_the_memory_limit_fails_and_the_vm_serves_on() {
 
 #[test]
 fn a_panic_in_a_host_function_is_contained() {
-    let (tree, pool) = setup();
+    let (tree, pool) = setup_one();
     let plan = Plan::new().function("hostBoom", |_, _| panic!("the host blew up"));
     let domain = tree.domain_with(&pool, plan);
     let err = refusal(&domain, r#"jobs.dispatch("./math", "boom"):await()"#);
@@ -493,4 +499,38 @@ fn queued_items_of_a_dropped_domain_are_refused_unrun() {
         "job './mark:mark' was refused unrun: domain 'test' stopped"
     );
     assert_eq!(marks.load(Ordering::SeqCst), 1, "only `sleep` ran");
+}
+
+#[test]
+fn cancelling_a_parked_job_ends_its_task() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let tree = Tree::new(&[(
+        "late.luau",
+        "return { run = function(s) task.wait(s) hostMark() return true end }\n",
+    )]);
+    let pool = Pool::new(1);
+    let marks = Arc::new(AtomicUsize::new(0));
+    let counter = marks.clone();
+    let plan = Plan::new().function("hostMark", move |_, _| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok(mlua::MultiValue::new())
+    });
+    let domain = tree.domain_with(&pool, plan);
+    let v = domain
+        .eval(
+            r#"
+            local cancelled = jobs.dispatch("./late", "run", 0.2)
+            local kept = jobs.dispatch("./late", "run", 0.2)
+            task.wait(0.05)
+            cancelled:cancel()
+            kept:await()
+            task.wait(0.2)
+            return `{cancelled:status()} {kept:status()}`
+        "#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "cancelled resolved");
+    // The cancelled job's parked task never woke: only the kept job reached hostMark.
+    assert_eq!(marks.load(Ordering::SeqCst), 1);
 }

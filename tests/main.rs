@@ -4,5 +4,6 @@ mod support;
 
 mod dispatch;
 mod docs;
+mod runner;
 mod tasks;
 mod value;
