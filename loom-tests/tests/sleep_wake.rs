@@ -121,3 +121,16 @@ fn push_local_item_runs_exactly_once_here_or_stolen() {
         assert_eq!(stats[0].items_run + stats[1].items_run, 2);
     });
 }
+
+#[test]
+fn shutdown_wakes_workers_on_their_way_to_sleep() {
+    // No work at all: shutdown races two workers announcing sleep. The join in `shutdown` only
+    // returns if both saw the flag or were unparked.
+    loom::model(|| {
+        let executor = Executor::start(2, |_| Closures);
+        executor.shutdown();
+        assert!(executor.is_shut_down());
+        let stats = executor.stats();
+        assert_eq!(stats[0].items_run + stats[1].items_run, 0);
+    });
+}
