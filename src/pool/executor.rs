@@ -67,16 +67,20 @@ pub enum Poll {
 }
 
 /// Idle rounds a worker spends re-checking before it sleeps: a reply often lands within
-/// microseconds, and a park/unpark round trip costs more than that. Under loom every round is
-/// more states to explore and buys nothing, so the model sleeps at once.
+/// microseconds, and a park/unpark round trip costs more than that. Under loom each round and
+/// each hint is more states to explore, so the model keeps one round of one hint: enough to
+/// check the spin path, small enough to finish.
 #[cfg(not(loom))]
 const SPIN_ROUNDS: u32 = 12;
 #[cfg(loom)]
-const SPIN_ROUNDS: u32 = 0;
+const SPIN_ROUNDS: u32 = 1;
 /// Of the spin rounds, the first ones only pause the core; later ones give the CPU away.
 const PAUSE_ROUNDS: u32 = 6;
 /// `spin_loop` hints per pausing round.
+#[cfg(not(loom))]
 const PAUSES_PER_ROUND: u32 = 32;
+#[cfg(loom)]
+const PAUSES_PER_ROUND: u32 = 1;
 /// Messages handled per round at most, so a flooding producer cannot starve polls and items.
 const INBOX_BATCH: usize = 256;
 
@@ -340,7 +344,7 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
         }
         let n = executor.stealers.len();
         let start = self.steal_from;
-        self.steal_from = self.steal_from.wrapping_add(1);
+        self.steal_from = (start + 1) % n;
         for k in 0..n {
             let victim = (start + k) % n;
             if victim == self.cx.index {

@@ -110,27 +110,45 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    use crate::sync::{Arc, Mutex};
+    use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
     use std::collections::VecDeque;
 
-    /// One model queue; every operation is a single critical section.
-    struct Model<T>(Mutex<VecDeque<T>>);
+    /// One model queue: the items behind a mutex, and their count in an atomic that `is_empty`
+    /// reads without the lock, as crossbeam's `is_empty` reads its indices.
+    ///
+    /// `is_empty` is the sleep protocol's re-check, made after a worker announced sleep and
+    /// before it parks. Loom 0.7 loses a pending unpark token when the thread is (even briefly)
+    /// blocked on a loom mutex, because blocking overwrites the thread's state. A re-check that
+    /// touched the mutex would make the model report lost wake-ups that std (whose park token is
+    /// independent of mutexes) cannot have, so the re-check reads only the atomic.
+    struct Model<T> {
+        items: Mutex<VecDeque<T>>,
+        len: AtomicUsize,
+    }
 
     impl<T> Model<T> {
         fn new() -> Self {
-            Self(Mutex::new(VecDeque::new()))
+            Self {
+                items: Mutex::new(VecDeque::new()),
+                len: AtomicUsize::new(0),
+            }
         }
 
         fn push(&self, value: T) {
-            self.0.lock().unwrap().push_back(value);
+            let mut items = self.items.lock().unwrap();
+            items.push_back(value);
+            self.len.store(items.len(), Ordering::SeqCst);
         }
 
         fn pop(&self) -> Option<T> {
-            self.0.lock().unwrap().pop_front()
+            let mut items = self.items.lock().unwrap();
+            let value = items.pop_front();
+            self.len.store(items.len(), Ordering::SeqCst);
+            value
         }
 
         fn is_empty(&self) -> bool {
-            self.0.lock().unwrap().is_empty()
+            self.len.load(Ordering::SeqCst) == 0
         }
     }
 

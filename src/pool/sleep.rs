@@ -178,3 +178,65 @@ impl Sleep {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn found_work_on_the_recheck_means_no_park_and_a_clean_count() {
+        let sleep = Sleep::new(1);
+        sleep.register(0);
+        let mut parked = false;
+        let outcome = sleep.sleep(0, None, || true, || parked = true);
+        assert_eq!(outcome, SleepOutcome::WorkFound);
+        assert!(!parked);
+        assert_eq!(sleep.state(0), AWAKE);
+        assert_eq!(sleep.sleepers(), 0);
+    }
+
+    #[test]
+    fn a_deadline_ends_the_sleep_and_the_sleeper_takes_itself_out() {
+        let sleep = Sleep::new(1);
+        sleep.register(0);
+        let start = Instant::now();
+        let at = start + Duration::from_millis(30);
+        let outcome = sleep.sleep(0, Some(at), || false, || {});
+        assert_eq!(outcome, SleepOutcome::Parked);
+        assert!(Instant::now() >= at);
+        assert_eq!(sleep.state(0), AWAKE);
+        assert_eq!(sleep.sleepers(), 0);
+    }
+
+    #[test]
+    fn notify_worker_wakes_exactly_that_sleeper() {
+        let sleep = std::sync::Arc::new(Sleep::new(2));
+        let sleepers: Vec<_> = (0..2)
+            .map(|w| {
+                let sleep = sleep.clone();
+                std::thread::spawn(move || {
+                    sleep.register(w);
+                    sleep.sleep(w, None, || false, || {})
+                })
+            })
+            .collect();
+        while sleep.sleepers() < 2 {
+            std::thread::yield_now();
+        }
+        sleep.notify_worker(1);
+        let mut sleepers = sleepers.into_iter();
+        let first = sleepers.next().unwrap();
+        let second = sleepers.next().unwrap();
+        assert_eq!(second.join().unwrap(), SleepOutcome::Parked);
+        assert_eq!(sleep.state(1), AWAKE);
+        assert_eq!(sleep.state(0), SLEEPING, "worker 0 was not addressed");
+        assert_eq!(sleep.sleepers(), 1);
+        sleep.notify_one(0);
+        assert_eq!(first.join().unwrap(), SleepOutcome::Parked);
+        assert_eq!(sleep.sleepers(), 0);
+        // Nobody sleeps: a notify is a no-op and must not disturb the states.
+        sleep.notify_all();
+        assert_eq!((sleep.state(0), sleep.state(1)), (AWAKE, AWAKE));
+    }
+}
