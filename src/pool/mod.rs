@@ -6,9 +6,8 @@
 //!
 //! Types the loom models use are `pub` so `crate::__loom` can re-export them; the module itself
 //! is private, so outside `cfg(loom)` they are crate-internal like everything else here.
-// The Luau worker that drives this core is not written yet; until it is, the crate's only users
-// of most items here are the tests.
-#![allow(dead_code)]
+// A few items (state inspectors, `HandoffState`) exist for the loom models and unit tests only.
+#![cfg_attr(not(any(test, loom)), allow(dead_code))]
 
 pub(crate) mod executor;
 pub(crate) mod handoff;
@@ -16,10 +15,3 @@ mod queue;
 pub(crate) mod sleep;
 pub(crate) mod stats;
 
-// What the Luau worker and `lib.rs` (for `WorkerStats`) import; unused until they exist.
-#[allow(unused_imports)]
-pub(crate) use executor::{Executor, Poll, WorkerContext, WorkerLogic};
-#[allow(unused_imports)]
-pub(crate) use handoff::{CancelOutcome, Handoff, HandoffState};
-#[allow(unused_imports)]
-pub(crate) use stats::WorkerStats;
