@@ -5,15 +5,25 @@
 //! `jobs.dispatch`. Values cross between VMs as [`Message`]s, copied once each way; no VM is ever
 //! shared between threads.
 //!
-//! ```no_run
-//! use skein::{DomainSpec, Pool, ScriptDomain};
+//! ```
+//! use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+//!
+//! // Scripts and the modules they dispatch live in a folder: the plan's root.
+//! let dir = tempfile::tempdir()?;
+//! std::fs::write(
+//!     dir.path().join("squares.luau"),
+//!     "return { sum = function(r) local s = 0 for i = r.first, r.last do s += i * i end return s end }",
+//! )?;
 //!
 //! let pool = Pool::new(2);
-//! let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
-//! let answer = domain.eval(r#"
-//!     return jobs.dispatch("./double", "run", 21):await()
+//! let domain = ScriptDomain::new(&pool, DomainSpec::new("main").plan(Plan::new().root(dir.path())))?;
+//! let total = domain.eval(r#"
+//!     local a = jobs.dispatch("./squares", "sum", { first = 1, last = 500 })
+//!     local b = jobs.dispatch("./squares", "sum", { first = 501, last = 1000 })
+//!     return a:await() + b:await()
 //! "#)?;
-//! # Ok::<(), skein::Error>(())
+//! assert_eq!(total, Message::Integer(333_833_500));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![warn(missing_docs)]
 

@@ -78,12 +78,17 @@ pub struct Report {
 /// assert_send::<skein::ScriptDomain>();
 /// ```
 ///
-/// ```no_run
-/// use skein::{DomainSpec, Pool, ScriptDomain};
+/// ```
+/// use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+///
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("math.luau"), "return { double = function(x) return x * 2 end }")?;
 /// let pool = Pool::new(2);
-/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main")).unwrap();
-/// domain.run_file("examples/primes.luau", &[]).unwrap();
-/// domain.run_until_idle().unwrap();
+/// let spec = DomainSpec::new("main").plan(Plan::new().root(dir.path()));
+/// let domain = ScriptDomain::new(&pool, spec)?;
+/// let answer = domain.eval(r#"return jobs.dispatch("./math", "double", 21):await()"#)?;
+/// assert_eq!(answer, Message::Integer(42));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct ScriptDomain {
     name: String,

@@ -48,13 +48,24 @@ impl HostSlot {
 ///
 /// Any thread may wait on it. Waiting blocks only the caller; the pool keeps running.
 ///
-/// ```no_run
-/// use skein::{Pool, Message, ScriptDomain, DomainSpec};
+/// ```
+/// use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 ///
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("math.luau"), "return { double = function(x) return x * 2 end }")?;
 /// let pool = Pool::new(2);
-/// let domain = ScriptDomain::new(&pool, DomainSpec::new("demo")).unwrap();
-/// let promise = domain.dispatch("./math", "double", Message::Integer(21)).unwrap();
-/// assert_eq!(promise.wait().unwrap(), Message::Integer(42));
+/// let spec = DomainSpec::new("demo").plan(Plan::new().root(dir.path()));
+/// let domain = ScriptDomain::new(&pool, spec)?;
+/// let promise = domain.dispatch("./math", "double", Message::Integer(21))?;
+/// assert_eq!(promise.wait()?, Message::Integer(42));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// A promise may be waited on from any thread:
+///
+/// ```
+/// fn assert_send<T: Send>() {}
+/// assert_send::<skein::Promise>();
 /// ```
 #[must_use = "a promise does nothing unless waited on or cancelled"]
 pub struct Promise<T = Message> {
