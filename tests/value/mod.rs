@@ -491,3 +491,17 @@ fn codec_refuses_depth_65() {
         DecodeErrorKind::TooDeep
     );
 }
+
+/// Fuzz regression (luau_roundtrip, input `[202]`): a top-level whole number came back from
+/// `to_lua` as `Value::Integer` and read back as `Message::Integer`.
+#[test]
+fn a_top_level_whole_number_stays_a_number_through_to_lua() {
+    let lua = Lua::new();
+    for n in [0.0, -0.0, 3.0, 1e300] {
+        let value = Message::Number(n).to_lua(&lua).unwrap();
+        assert!(matches!(value, Value::Number(_)), "{value:?}");
+        assert_eq!(Message::from_lua(&value, "m").unwrap(), Message::Number(n));
+    }
+    let v = Message::Vector([1.0, -0.0, f32::INFINITY]);
+    assert_eq!(Message::from_lua(&v.to_lua(&lua).unwrap(), "m").unwrap(), v);
+}
