@@ -104,6 +104,12 @@ impl Message {
                 )))
             }
             Message::Integer(i) => Ok(Value::Integer(*i)),
+            // Scalars go straight to their Value: read back off the stack, a whole number would
+            // come back as Value::Integer.
+            Message::Nil => Ok(Value::Nil),
+            Message::Boolean(b) => Ok(Value::Boolean(*b)),
+            Message::Number(n) => Ok(Value::Number(*n)),
+            Message::Vector([x, y, z]) => Ok(Value::Vector(mlua::Vector::new(*x, *y, *z))),
             other => write::build(lua, other),
         }
     }

@@ -491,3 +491,47 @@ fn codec_refuses_depth_65() {
         DecodeErrorKind::TooDeep
     );
 }
+
+/// Fuzz regression (luau_roundtrip, input `[202]`): a top-level whole number came back from
+/// `to_lua` as `Value::Integer` and read back as `Message::Integer`.
+#[test]
+fn a_top_level_whole_number_stays_a_number_through_to_lua() {
+    let lua = Lua::new();
+    for n in [0.0, -0.0, 3.0, 1e300] {
+        let value = Message::Number(n).to_lua(&lua).unwrap();
+        assert!(matches!(value, Value::Number(_)), "{value:?}");
+        assert_eq!(Message::from_lua(&value, "m").unwrap(), Message::Number(n));
+    }
+    let v = Message::Vector([1.0, -0.0, f32::INFINITY]);
+    assert_eq!(Message::from_lua(&v.to_lua(&lua).unwrap(), "m").unwrap(), v);
+}
+
+#[test]
+fn a_rust_callback_receives_and_returns_exact_messages() {
+    let lua = Lua::new();
+    let echo = lua.create_function(|_, m: Message| Ok(m)).unwrap();
+    lua.globals().set("echo", echo).unwrap();
+    lua.globals()
+        .set("h", ResourceHandle::new("buffer", 2))
+        .unwrap();
+    let (kind, same, nested): (String, bool, String) = lua
+        .load(
+            "local big = integer.fromstring('9223372036854775807')
+             local t = echo({ big, h, x = 1.0 })
+             return typeof(echo(big)), echo(big) == big, typeof(t[1]) .. ' ' .. typeof(t.x)",
+        )
+        .eval()
+        .unwrap();
+    assert_eq!(kind, "integer");
+    assert!(same);
+    assert_eq!(nested, "integer number");
+    let err = lua
+        .load("echo({ f = print })")
+        .exec()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("message.f: a function {BOUNDARY}")),
+        "{err}"
+    );
+}
