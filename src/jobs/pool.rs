@@ -12,7 +12,8 @@ use crate::vm::Signal;
 
 /// What the pool's threads and its users share.
 pub(crate) struct PoolShared {
-    pub(crate) exec: Arc<Executor<LuauWorker>>,
+    /// `crate::sync::Arc`: the executor is built on the loom-checked primitives.
+    pub(crate) exec: crate::sync::Arc<Executor<LuauWorker>>,
     /// Each worker's interrupt signal, registered by the worker when it starts.
     pub(crate) signals: Arc<[OnceLock<Arc<Signal>>]>,
 }
