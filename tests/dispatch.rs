@@ -183,7 +183,7 @@ fn an_entry_that_is_not_a_function_rejects() {
         r#"jobs.dispatch("./math", "notAFunction"):await()"#,
     );
     assert_contains(&err, "entry 'notAFunction' of module");
-    assert_contains(&err, "is not a function (it is an integer)");
+    assert_contains(&err, "is not a function (it is a number)");
     let err = refusal(&domain, r#"jobs.dispatch("./math", "missing"):await()"#);
     assert_contains(&err, "is not a function (it is nil)");
     still_serves(&domain);

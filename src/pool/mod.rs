@@ -14,4 +14,3 @@ pub(crate) mod handoff;
 mod queue;
 pub(crate) mod sleep;
 pub(crate) mod stats;
-

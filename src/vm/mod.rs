@@ -34,6 +34,8 @@ pub(crate) fn promise_handle(
 pub(crate) fn a_type(value: &mlua::Value) -> String {
     match value {
         mlua::Value::Nil => "nil".to_owned(),
+        // mlua reads every whole Luau number as `Value::Integer`; Luau calls it a number.
+        mlua::Value::Integer(_) => "a number".to_owned(),
         v => {
             let name = v.type_name();
             let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
