@@ -58,4 +58,5 @@ pub mod __loom {
     pub use crate::pool::handoff::{CancelOutcome, Handoff, HandoffState};
     pub use crate::pool::sleep::{Sleep, SleepOutcome, AWAKE, SLEEPING};
     pub use crate::pool::stats::WorkerStats;
+    pub use crate::vm::budget::{CancelToken, Interruption, Signal};
 }

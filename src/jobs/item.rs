@@ -1,7 +1,10 @@
 //! A pool item: one `jobs.dispatch` on its way to a worker, and the replies that come back.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
+
+use crate::sync::Ordering;
+use crate::vm::CancelToken;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +21,7 @@ pub(crate) const NOT_STARTED: usize = usize::MAX;
 pub(crate) struct JobShared {
     pub(crate) handoff: Handoff,
     /// Read by the raw interrupt while the job runs.
-    pub(crate) cancel: Arc<AtomicBool>,
+    pub(crate) cancel: Arc<CancelToken>,
     /// The worker that started the job, or [`NOT_STARTED`].
     pub(crate) worker: AtomicUsize,
     /// How rejections name the job: its `opts.name`, or `module:entry`.
@@ -29,7 +32,7 @@ impl JobShared {
     pub(crate) fn new(label: String) -> Arc<JobShared> {
         Arc::new(JobShared {
             handoff: Handoff::new(),
-            cancel: Arc::new(AtomicBool::new(false)),
+            cancel: Arc::new(CancelToken::new(false)),
             worker: AtomicUsize::new(NOT_STARTED),
             label,
         })

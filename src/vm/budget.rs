@@ -20,9 +20,13 @@
 
 use std::cell::Cell;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
+
+use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+
+/// The flag that, once true, stops the runs of one job. Checked by the interrupt's slow path.
+pub type CancelToken = AtomicBool;
 
 use mlua::ffi;
 
@@ -37,8 +41,11 @@ const CANCEL: u8 = 2;
 const WATCHDOG_TICK: Duration = Duration::from_millis(5);
 
 /// The interrupt state of one thread that runs Luau.
+///
+/// The methods are the whole protocol between the thread's runs, the watchdog and cancellers;
+/// `loom-tests/tests/budget.rs` model-checks them.
 #[derive(Debug)]
-pub(crate) struct Signal {
+pub struct Signal {
     flag: AtomicU8,
     /// Deadline of the current run, in nanoseconds since [`epoch`]; 0 while no run is timed.
     deadline_ns: AtomicU64,
@@ -47,7 +54,8 @@ pub(crate) struct Signal {
 }
 
 impl Signal {
-    fn new() -> Self {
+    /// A signal with no run in progress.
+    pub fn new() -> Self {
         Signal {
             flag: AtomicU8::new(CLEAR),
             deadline_ns: AtomicU64::new(0),
@@ -55,15 +63,102 @@ impl Signal {
         }
     }
 
-    /// Asks the run in progress on this signal's thread to stop at its next interrupt.
-    pub(crate) fn request_cancel(&self) {
+    /// Asks the run in progress on this signal's thread to stop at its next interrupt. The
+    /// caller stores `true` in the run's [`CancelToken`] first.
+    pub fn request_cancel(&self) {
         self.flag.fetch_or(CANCEL, Ordering::Release);
+    }
+
+    /// The interrupt's fast path: whether anything asks it to look closer.
+    #[inline]
+    pub fn raised(&self) -> bool {
+        self.flag.load(Ordering::Relaxed) != CLEAR
+    }
+
+    /// Starts a run that must end by `deadline_ns` (on the signal's clock) and was given
+    /// `budget_ns`, for the job whose cancel token is `token`. A nested run keeps the outer
+    /// deadline when that one is sooner. Answers the outer run's state for
+    /// [`end_run`](Self::end_run).
+    ///
+    /// A job cancelled before its run begins has its bit raised here: a cancel whose bit another
+    /// job's run cleared (its own token was not set) is never lost.
+    pub fn begin_run(
+        &self,
+        deadline_ns: u64,
+        budget_ns: u64,
+        token: Option<&CancelToken>,
+    ) -> (u64, u64) {
+        let outer = (
+            self.deadline_ns.load(Ordering::Relaxed),
+            self.budget_ns.load(Ordering::Relaxed),
+        );
+        if outer.0 == 0 || deadline_ns < outer.0 {
+            self.budget_ns.store(budget_ns, Ordering::Release);
+            self.deadline_ns.store(deadline_ns, Ordering::Release);
+        }
+        if token.is_some_and(|t| t.load(Ordering::Acquire)) {
+            self.request_cancel();
+        }
+        outer
+    }
+
+    /// Ends a run, restoring the outer run's deadline. Ending the outermost run clears the flag,
+    /// so nothing raised for this run reaches the next.
+    pub fn end_run(&self, outer: (u64, u64)) {
+        self.budget_ns.store(outer.1, Ordering::Release);
+        self.deadline_ns.store(outer.0, Ordering::Release);
+        if outer.0 == 0 {
+            // A read-modify-write, not a store: if it erases a cancel raised meanwhile, it
+            // synchronises with that canceller, so the next run's token check sees the token.
+            // (A plain store here loses the cancel; loom found it.)
+            self.flag.swap(CLEAR, Ordering::AcqRel);
+        }
+    }
+
+    /// The watchdog's look at this signal at `now_ns`: raises the flag when the run's deadline
+    /// passed, and answers the deadline still ahead, if any.
+    pub fn tick(&self, now_ns: u64) -> Option<u64> {
+        let deadline = self.deadline_ns.load(Ordering::Acquire);
+        if deadline == 0 {
+            None
+        } else if deadline <= now_ns {
+            self.flag.fetch_or(DEADLINE, Ordering::Release);
+            None
+        } else {
+            Some(deadline)
+        }
+    }
+
+    /// The interrupt's slow path at `now_ns`, for the run whose cancel token is `token`: why
+    /// the run must stop, if it must. A raised bit whose reason does not hold (it was meant for a
+    /// run that has ended) is cleared; the watchdog and cancellers raise theirs again.
+    pub fn check(&self, now_ns: u64, token: Option<&CancelToken>) -> Option<Interruption> {
+        let flag = self.flag.load(Ordering::Acquire);
+        if flag & CANCEL != 0 && token.is_some_and(|t| t.load(Ordering::Acquire)) {
+            return Some(Interruption::Cancelled);
+        }
+        if flag & DEADLINE != 0 {
+            let deadline = self.deadline_ns.load(Ordering::Acquire);
+            if deadline != 0 && now_ns >= deadline {
+                let budget = Duration::from_nanos(self.budget_ns.load(Ordering::Acquire));
+                return Some(Interruption::Deadline(budget));
+            }
+        }
+        self.flag
+            .fetch_and(!(flag & (CANCEL | DEADLINE)), Ordering::AcqRel);
+        None
+    }
+}
+
+impl Default for Signal {
+    fn default() -> Self {
+        Signal::new()
     }
 }
 
 /// Why a run was interrupted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Interruption {
+pub enum Interruption {
     /// The run took longer than its deadline.
     Deadline(Duration),
     /// The item was cancelled.
@@ -79,7 +174,7 @@ thread_local! {
     /// Raw pointer to this thread's signal, for the interrupt callback's fast path.
     static SIGNAL_PTR: Cell<*const Signal> = const { Cell::new(std::ptr::null()) };
     /// Set while a run on this thread may be cancelled: the cancel token of the running item.
-    static CANCEL_TOKEN: Cell<*const AtomicBool> = const { Cell::new(std::ptr::null()) };
+    static CANCEL_TOKEN: Cell<*const CancelToken> = const { Cell::new(std::ptr::null()) };
     /// What the last interrupted run on this thread was stopped for.
     static STOPPED: Cell<Option<Interruption>> = const { Cell::new(None) };
 }
@@ -122,8 +217,7 @@ unsafe extern "C-unwind" fn interrupt(state: *mut ffi::lua_State, gc: c_int) {
     }
     // SAFETY: the pointer comes from this thread's `SIGNAL`, an `Arc` the thread-local keeps alive
     // for the thread's life, and VMs only run on the thread that installed the callback.
-    let flag = unsafe { (*signal).flag.load(Ordering::Relaxed) };
-    if flag == CLEAR {
+    if !unsafe { (*signal).raised() } {
         return;
     }
     // SAFETY: as above; `state` is the running Luau thread handed to us by the VM.
@@ -154,27 +248,11 @@ unsafe fn interrupt_slow(state: *mut ffi::lua_State, signal: &Signal) {
 
 /// Decides whether the run must stop; clears a stale flag otherwise.
 fn stop_reason(signal: &Signal) -> Option<Interruption> {
-    let flag = signal.flag.load(Ordering::Acquire);
-    if flag & CANCEL != 0 {
-        let token = CANCEL_TOKEN.with(Cell::get);
-        // SAFETY: the token pointer is set by a live `RunGuard` that holds an `Arc` to it and is
-        // cleared when the guard drops.
-        if !token.is_null() && unsafe { (*token).load(Ordering::Acquire) } {
-            return Some(Interruption::Cancelled);
-        }
-    }
-    if flag & DEADLINE != 0 {
-        let deadline = signal.deadline_ns.load(Ordering::Acquire);
-        if deadline != 0 && now_ns() >= deadline {
-            let budget = Duration::from_nanos(signal.budget_ns.load(Ordering::Acquire));
-            return Some(Interruption::Deadline(budget));
-        }
-    }
-    // The flag was meant for a run that has ended: forget it.
-    signal
-        .flag
-        .fetch_and(!(flag & (CANCEL | DEADLINE)), Ordering::AcqRel);
-    None
+    let token = CANCEL_TOKEN.with(Cell::get);
+    // SAFETY: the token pointer is set by a live `RunGuard` that holds an `Arc` to it and is
+    // cleared when the guard drops.
+    let token = unsafe { token.as_ref() };
+    signal.check(now_ns(), token)
 }
 
 /// Formats a deadline as the rejection text names it.
@@ -203,43 +281,27 @@ pub(crate) fn format_seconds(d: Duration) -> String {
 /// cleared so it cannot hit the next one.
 pub(crate) struct RunGuard {
     signal: Arc<Signal>,
-    _token: Option<Arc<AtomicBool>>,
-    outer_token: *const AtomicBool,
-    outer_deadline: u64,
-    outer_budget: u64,
+    _token: Option<Arc<CancelToken>>,
+    outer_token: *const CancelToken,
+    outer: (u64, u64),
 }
 
 impl RunGuard {
     /// Starts a run with `deadline`; `cancel` is the token that, once true, stops the run.
-    pub(crate) fn start(deadline: Duration, cancel: Option<Arc<AtomicBool>>) -> RunGuard {
+    pub(crate) fn start(deadline: Duration, cancel: Option<Arc<CancelToken>>) -> RunGuard {
         let signal = current_signal();
-        // Runs nest (a task resuming another task); the inner run keeps the outer deadline
-        // if that one is sooner and restores the outer run's state when it ends.
-        let outer_deadline = signal.deadline_ns.load(Ordering::Relaxed);
-        let outer_budget = signal.budget_ns.load(Ordering::Relaxed);
-        let mine = now_ns().saturating_add(deadline.as_nanos() as u64);
-        if outer_deadline == 0 || mine < outer_deadline {
-            signal
-                .budget_ns
-                .store(deadline.as_nanos() as u64, Ordering::Release);
-            signal.deadline_ns.store(mine, Ordering::Release);
-        }
+        let budget = deadline.as_nanos() as u64;
+        let outer = signal.begin_run(now_ns().saturating_add(budget), budget, cancel.as_deref());
         let token_ptr = cancel.as_ref().map_or(std::ptr::null(), Arc::as_ptr);
         let outer_token = CANCEL_TOKEN.with(|t| t.replace(token_ptr));
-        if outer_deadline == 0 {
+        if outer.0 == 0 {
             STOPPED.with(|s| s.set(None));
-        }
-        if let Some(token) = &cancel {
-            if token.load(Ordering::Acquire) {
-                signal.flag.fetch_or(CANCEL, Ordering::Release);
-            }
         }
         RunGuard {
             signal,
             _token: cancel,
             outer_token,
-            outer_deadline,
-            outer_budget,
+            outer,
         }
     }
 
@@ -252,15 +314,7 @@ impl RunGuard {
 impl Drop for RunGuard {
     fn drop(&mut self) {
         CANCEL_TOKEN.with(|t| t.set(self.outer_token));
-        self.signal
-            .budget_ns
-            .store(self.outer_budget, Ordering::Release);
-        self.signal
-            .deadline_ns
-            .store(self.outer_deadline, Ordering::Release);
-        if self.outer_deadline == 0 {
-            self.signal.flag.store(CLEAR, Ordering::Release);
-        }
+        self.signal.end_run(self.outer);
     }
 }
 
@@ -299,13 +353,7 @@ impl Watchdog {
             let now = now_ns();
             let mut next = now + WATCHDOG_TICK.as_nanos() as u64;
             for signal in signals.iter().filter_map(Weak::upgrade) {
-                let deadline = signal.deadline_ns.load(Ordering::Acquire);
-                if deadline == 0 {
-                    continue;
-                }
-                if deadline <= now {
-                    signal.flag.fetch_or(DEADLINE, Ordering::Release);
-                } else {
+                if let Some(deadline) = signal.tick(now) {
                     next = next.min(deadline);
                 }
             }

@@ -15,7 +15,7 @@ mod promise;
 mod scheduler;
 
 pub(crate) use self::core::{Reporter, Vm, VmCore};
-pub(crate) use budget::{current_signal, format_seconds, Signal};
+pub(crate) use budget::{current_signal, format_seconds, CancelToken, Signal};
 pub use failure::{FailureKind, JobFailure};
 pub(crate) use modules::{caller_path, check_sources, source_epoch};
 pub(crate) use owner::{panic_message, Completion, Owner, TaskFailure};

@@ -3,13 +3,13 @@
 
 use std::cell::RefCell;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use mlua::{Lua, MultiValue};
 
-use super::budget::DeadlineMessage;
+use super::budget::{CancelToken, DeadlineMessage};
+use crate::sync::Ordering;
 
 /// Called once when the owner's root task ends.
 pub(crate) type Completion = Box<dyn FnOnce(&Lua, Result<MultiValue, TaskFailure>)>;
@@ -21,7 +21,7 @@ pub(crate) struct Owner {
     /// The longest one run (resume to next yield) of any of its tasks may take.
     pub(crate) deadline: Duration,
     /// Once true, its runs stop at the next interrupt and its tasks are not resumed.
-    pub(crate) cancel: Option<Arc<AtomicBool>>,
+    pub(crate) cancel: Option<Arc<CancelToken>>,
     completion: RefCell<Option<Completion>>,
 }
 
@@ -30,7 +30,7 @@ impl Owner {
     pub(crate) fn new(
         label: String,
         deadline: Duration,
-        cancel: Option<Arc<AtomicBool>>,
+        cancel: Option<Arc<CancelToken>>,
         completion: Option<Completion>,
     ) -> Owner {
         Owner {
