@@ -274,7 +274,7 @@ impl ScriptDomain {
             *out.borrow_mut() = Some(answer);
         });
         let owner = Rc::new(Owner::new(
-            format!("script {label}"),
+            Arc::new(format!("script {label}")),
             self.principal.max_deadline,
             None,
             Some(completion),
@@ -297,12 +297,13 @@ impl ScriptDomain {
             .resolve(None, module)
             .map_err(|e| Error::Refused(format!("dispatch: {e}")))?;
         let slot = HostSlot::new();
-        let job = JobShared::new(format!("{module}:{entry}"));
+        let entry: Arc<str> = Arc::from(entry);
+        let job = JobShared::new(None, module.to_owned(), entry.clone());
         self.pool.shared().inject(Item {
             principal: self.principal.clone(),
             job: job.clone(),
             module: path,
-            entry: Arc::from(entry),
+            entry,
             args,
             deadline: self.principal.max_deadline,
             reply: ReplyTo::Host(slot.clone()),

@@ -11,7 +11,7 @@ use super::options::DispatchOptions;
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
 use crate::value::Message;
-use crate::vm::{caller_path, promise_handle, VmCore};
+use crate::vm::{promise_handle, with_caller_source, VmCore};
 
 /// Where the VM that calls `jobs.*` lives.
 pub(crate) enum HomeKind {
@@ -94,19 +94,13 @@ fn dispatch(
         }
     };
     let opts = DispatchOptions::read(&opts, home.principal.max_deadline).map_err(refuse)?;
-    let caller = caller_path(lua);
-    let path = core
-        .modules
-        .resolve(caller.as_deref(), &module)
+    let path = with_caller_source(lua, |source| core.modules.resolve(source, &module))
         .map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
     let args =
         Message::from_lua(&args, "args").map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
 
-    let label = opts
-        .name
-        .clone()
-        .unwrap_or_else(|| format!("{module}:{entry}"));
-    let job = JobShared::new(label);
+    let entry: Arc<str> = Arc::from(entry);
+    let job = JobShared::new(opts.name, module, entry.clone());
     let cell = core.promises.borrow_mut().make("jobs.dispatch");
     {
         let pool = home.pool.clone();
@@ -125,7 +119,7 @@ fn dispatch(
         principal: home.principal.clone(),
         job,
         module: path,
-        entry: Arc::from(entry.as_str()),
+        entry,
         args,
         deadline: opts.deadline,
         reply,

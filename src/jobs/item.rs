@@ -24,18 +24,32 @@ pub(crate) struct JobShared {
     pub(crate) cancel: Arc<CancelToken>,
     /// The worker that started the job, or [`NOT_STARTED`].
     pub(crate) worker: AtomicUsize,
-    /// How rejections name the job: its `opts.name`, or `module:entry`.
-    pub(crate) label: String,
+    /// Its `opts.name`, if it has one.
+    name: Option<String>,
+    /// The module as the caller wrote it, and the entry: the name of a job without `opts.name`.
+    module: String,
+    entry: Arc<str>,
 }
 
 impl JobShared {
-    pub(crate) fn new(label: String) -> Arc<JobShared> {
+    pub(crate) fn new(name: Option<String>, module: String, entry: Arc<str>) -> Arc<JobShared> {
         Arc::new(JobShared {
             handoff: Handoff::new(),
             cancel: Arc::new(CancelToken::new(false)),
             worker: AtomicUsize::new(NOT_STARTED),
-            label,
+            name,
+            module,
+            entry,
         })
+    }
+
+    /// How rejections name the job: its `opts.name`, or `module:entry`. Built only when a
+    /// failure needs it, so the dispatch path formats nothing.
+    pub(crate) fn label(&self) -> String {
+        match &self.name {
+            Some(name) => name.clone(),
+            None => format!("{}:{}", self.module, self.entry),
+        }
     }
 
     /// Asks the job to stop. Answers the worker that must be told, when it had started.
@@ -47,6 +61,16 @@ impl JobShared {
                 (worker != NOT_STARTED).then_some(worker)
             }
             _ => None,
+        }
+    }
+}
+
+/// `job 'name'`: how reports attribute a failed task of the job.
+impl std::fmt::Display for JobShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.name {
+            Some(name) => write!(f, "job '{name}'"),
+            None => write!(f, "job '{}:{}'", self.module, self.entry),
         }
     }
 }

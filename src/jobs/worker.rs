@@ -142,7 +142,7 @@ impl LuauWorker {
         let pool = self.pool(cx);
         let fail = |item: Item, kind: FailureKind, message: String| {
             let failure = JobFailure {
-                job: item.job.label.clone(),
+                job: item.job.label(),
                 module: Some(item.module.to_path_buf()),
                 entry: Some(item.entry.to_string()),
                 kind,
@@ -194,12 +194,12 @@ impl LuauWorker {
         } = item;
         let running = wvm.running.clone();
         let key = Arc::as_ptr(&job);
-        let owner_label = format!("job '{}'", job.label);
+        let owner_label: Arc<dyn std::fmt::Display> = job.clone();
         let (completion_job, completion_running) = (job.clone(), running.clone());
         let completion: vm::Completion = Box::new(move |_lua: &Lua, result| {
             completion_running.borrow_mut().remove(&key);
             completion_job.handoff.finish();
-            let outcome = job_outcome(&completion_job.label, &module, &entry, result);
+            let outcome = job_outcome(&completion_job, &module, &entry, result);
             reply(&principal, reply_to, outcome, &pool);
         });
         let owner = Rc::new(Owner::new(
@@ -257,14 +257,14 @@ fn entry_function(
 
 /// Turns a finished job's result into the outcome its promise settles with.
 fn job_outcome(
-    label: &str,
+    job: &JobShared,
     module: &Path,
     entry: &str,
     result: Result<MultiValue, TaskFailure>,
 ) -> Outcome {
     let failure = |kind, message, traceback| {
         Outcome::Rejected(Arc::new(JobFailure {
-            job: label.to_owned(),
+            job: job.label(),
             module: Some(module.to_path_buf()),
             entry: Some(entry.to_owned()),
             kind,

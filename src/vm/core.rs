@@ -61,7 +61,12 @@ impl Vm {
             modules: super::modules::Modules::new(plan.root_dir().to_owned()),
             reporter,
             traceback,
-            ambient: Rc::new(Owner::new("host".to_owned(), ambient_deadline, None, None)),
+            ambient: Rc::new(Owner::new(
+                std::sync::Arc::new("host"),
+                ambient_deadline,
+                None,
+                None,
+            )),
         });
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
@@ -178,7 +183,7 @@ impl SchedulerHost for VmCore {
     }
 
     fn report(&self, owner: &Rc<Owner>, failure: TaskFailure) {
-        (self.reporter)(&owner.label, &failure);
+        (self.reporter)(&owner.label.to_string(), &failure);
     }
 
     fn traceback(&self, _lua: &Lua, thread: &Thread, message: &str) -> String {

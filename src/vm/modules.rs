@@ -41,8 +41,9 @@ pub(crate) struct Modules {
     cache: RefCell<ModuleCache>,
     /// Module values by path, valid while `epoch` is the source epoch.
     exports: RefCell<HashMap<PathBuf, Value>>,
-    /// Resolutions by (caller directory or file, specifier).
-    resolved: RefCell<HashMap<(PathBuf, String), Arc<Path>>>,
+    /// Resolutions by the caller's chunk name (`@/abs/file.luau`, or `""` for host code), then
+    /// by specifier: looked up with borrowed strings, so a hit allocates nothing.
+    resolved: RefCell<HashMap<Box<str>, HashMap<Box<str>, Arc<Path>>>>,
     epoch: Cell<u64>,
 }
 
@@ -75,22 +76,26 @@ impl Modules {
         self.cache.borrow_mut().invalidate_changed();
     }
 
-    /// Resolves `spec` as `require` would from `caller` (a script path; `None` for host code,
-    /// which resolves from the plan's root directory).
-    pub(crate) fn resolve(&self, caller: Option<&Path>, spec: &str) -> Result<Arc<Path>, String> {
+    /// Resolves `spec` as `require` would from the chunk named `source` (`@/abs/file.luau`;
+    /// any other chunk, and host code with `None`, resolves from the plan's root directory).
+    pub(crate) fn resolve(&self, source: Option<&str>, spec: &str) -> Result<Arc<Path>, String> {
         self.sync_epoch();
-        let from = match caller {
-            Some(path) => path.to_owned(),
-            None => self.root.clone(),
-        };
-        let key = (from, spec.to_owned());
-        if let Some(path) = self.resolved.borrow().get(&key) {
+        let source = source.unwrap_or("");
+        if let Some(path) = self.resolved.borrow().get(source).and_then(|m| m.get(spec)) {
             return Ok(path.clone());
         }
-        let path: Arc<Path> = loader::resolve(&key.0, spec)
+        let from = match source.strip_prefix('@') {
+            Some(file) => PathBuf::from(file),
+            None => self.root.clone(),
+        };
+        let path: Arc<Path> = loader::resolve(&from, spec)
             .map_err(|e| e.to_string())?
             .into();
-        self.resolved.borrow_mut().insert(key, path.clone());
+        self.resolved
+            .borrow_mut()
+            .entry(source.into())
+            .or_default()
+            .insert(spec.into(), path.clone());
         Ok(path)
     }
 
@@ -108,15 +113,18 @@ impl Modules {
     }
 }
 
-/// The file of the Luau function that called the running Rust callback, if it has one.
-pub(crate) fn caller_path(lua: &Lua) -> Option<PathBuf> {
-    lua.inspect_stack(1, |debug| {
-        debug
-            .source()
-            .source
-            .and_then(|s| s.strip_prefix('@').map(PathBuf::from))
-    })
-    .flatten()
+/// Calls `f` with the chunk name of the Luau function that called the running Rust callback
+/// (`@/abs/file.luau` for a module), borrowed from the VM's debug info.
+pub(crate) fn with_caller_source<R>(lua: &Lua, f: impl FnOnce(Option<&str>) -> R) -> R {
+    let mut f = Some(f);
+    let answer = lua.inspect_stack(1, |debug| {
+        let source = debug.source().source;
+        (f.take().expect("called once"))(source.as_deref())
+    });
+    match answer {
+        Some(answer) => answer,
+        None => (f.take().expect("called once"))(None),
+    }
 }
 
 /// Installs the `require` global: Luau's require-by-string through Skein's loader, plus the
@@ -130,10 +138,7 @@ pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
             return lua.named_registry_value::<Value>("skein.jobs");
         }
         let core = super::core::VmCore::of(lua)?;
-        let caller = caller_path(lua);
-        let path = core
-            .modules
-            .resolve(caller.as_deref(), &spec)
+        let path = with_caller_source(lua, |source| core.modules.resolve(source, &spec))
             .map_err(mlua::Error::runtime)?;
         core.modules.require_path(lua, &path)
     })?;

@@ -16,8 +16,9 @@ pub(crate) type Completion = Box<dyn FnOnce(&Lua, Result<MultiValue, TaskFailure
 
 /// The principal-side identity of a group of tasks: one job item, or one script.
 pub(crate) struct Owner {
-    /// How reports name it: `job 'solver' (./sim.solve)` or `script main.luau`.
-    pub(crate) label: String,
+    /// How reports name it: `job 'solver'` or `script main.luau`. Shared, not formatted, so
+    /// starting a job costs no string building.
+    pub(crate) label: Arc<dyn fmt::Display>,
     /// The longest one run (resume to next yield) of any of its tasks may take.
     pub(crate) deadline: Duration,
     /// Once true, its runs stop at the next interrupt and its tasks are not resumed.
@@ -28,7 +29,7 @@ pub(crate) struct Owner {
 impl Owner {
     /// A new owner.
     pub(crate) fn new(
-        label: String,
+        label: Arc<dyn fmt::Display>,
         deadline: Duration,
         cancel: Option<Arc<CancelToken>>,
         completion: Option<Completion>,
