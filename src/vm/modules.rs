@@ -35,6 +35,9 @@ pub(crate) fn check_sources() -> bool {
     }
 }
 
+/// The modules one caller resolved, by specifier.
+type Resolutions = HashMap<Box<str>, Arc<Path>>;
+
 /// The modules of one VM.
 pub(crate) struct Modules {
     root: PathBuf,
@@ -43,7 +46,7 @@ pub(crate) struct Modules {
     exports: RefCell<HashMap<PathBuf, Value>>,
     /// Resolutions by the caller's chunk name (`@/abs/file.luau`, or `""` for host code), then
     /// by specifier: looked up with borrowed strings, so a hit allocates nothing.
-    resolved: RefCell<HashMap<Box<str>, HashMap<Box<str>, Arc<Path>>>>,
+    resolved: RefCell<HashMap<Box<str>, Resolutions>>,
     epoch: Cell<u64>,
 }
 
