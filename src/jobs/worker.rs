@@ -18,6 +18,9 @@ use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
 use crate::value::Message;
 use crate::vm::{self, FailureKind, JobFailure, Outcome, Owner, Signal, TaskFailure, Vm};
 
+/// How many entry names a worker VM keeps as Luau strings.
+const ENTRY_KEYS: usize = 256;
+
 /// One VM a worker keeps for one principal.
 struct WorkerVm {
     principal: Arc<PrincipalCell>,
@@ -26,6 +29,9 @@ struct WorkerVm {
     running: Rc<RefCell<HashMap<*const JobShared, Rc<Owner>>>>,
     /// The source epoch this VM's module cache last checked.
     sources_seen: u64,
+    /// Entry names as Luau strings, so looking up an entry does not intern its name each time.
+    /// The lookup itself still reads the module table: a module may replace its functions.
+    entry_keys: HashMap<Arc<str>, mlua::LuaString>,
 }
 
 /// The per-thread logic of a pool worker.
@@ -116,6 +122,7 @@ impl LuauWorker {
             vm,
             running: Rc::new(RefCell::new(HashMap::new())),
             sources_seen: vm::source_epoch(),
+            entry_keys: HashMap::new(),
         });
         cx.set_vms_held(self.vms.len());
         Ok(self.vms.len() - 1)
@@ -172,7 +179,20 @@ impl LuauWorker {
             wvm.vm.core.modules.invalidate_changed();
         }
         let lua = &wvm.vm.lua;
-        let function = match entry_function(lua, &wvm.vm, &item.module, &item.entry) {
+        let key = match wvm.entry_keys.get(&item.entry) {
+            Some(key) => key.clone(),
+            None => match lua.create_string(&*item.entry) {
+                Ok(key) => {
+                    if wvm.entry_keys.len() >= ENTRY_KEYS {
+                        wvm.entry_keys.clear();
+                    }
+                    wvm.entry_keys.insert(item.entry.clone(), key.clone());
+                    key
+                }
+                Err(e) => return fail(item, FailureKind::Load, vm::error_message(&e)),
+            },
+        };
+        let function = match entry_function(lua, &wvm.vm, &item.module, &item.entry, key) {
             Ok(f) => f,
             Err(e) => return fail(item, FailureKind::Load, e),
         };
@@ -226,6 +246,7 @@ fn entry_function(
     vm: &Vm,
     module: &std::path::Path,
     entry: &str,
+    key: mlua::LuaString,
 ) -> Result<Function, String> {
     let exports = vm.core.modules.require_path(lua, module).map_err(|e| {
         format!(
@@ -244,7 +265,7 @@ fn entry_function(
             ))
         }
     };
-    match table.raw_get::<Value>(entry) {
+    match table.raw_get::<Value>(key) {
         Ok(Value::Function(f)) => Ok(f),
         Ok(other) => Err(format!(
             "entry '{entry}' of module {} is not a function (it is {})",
