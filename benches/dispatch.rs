@@ -57,6 +57,47 @@ fn skein_side(c: &mut Criterion) {
         })
     });
     group.finish();
+    phases(&pool, &domain);
+}
+
+/// Diagnostic, outside criterion: where one run of the Skein side spends its time (issuing the
+/// dispatches vs awaiting them), and how the workers behaved meanwhile.
+fn phases(pool: &Pool, domain: &ScriptDomain) {
+    let before = pool.stats();
+    let source = format!(
+        r#"
+        local n = {ITEMS}
+        local ps = table.create(n)
+        local t0 = os.clock()
+        for i = 1, n do ps[i] = jobs.dispatch("./echo", "run", i) end
+        local t1 = os.clock()
+        for i = 1, n do ps[i]:await() end
+        local t2 = os.clock()
+        return {{ t1 - t0, t2 - t1 }}
+        "#
+    );
+    let wall = Instant::now();
+    let m = domain.eval(&source).expect("eval");
+    let wall = wall.elapsed();
+    let after = pool.stats();
+    let Message::List(parts) = m else {
+        panic!("expected a list, got {m:?}")
+    };
+    println!(
+        "dispatch phases (one run, {wall:.1?} wall): issuing {ITEMS} dispatches {:.1} ms, awaiting them {:.1} ms",
+        as_f64(&parts[0]) * 1e3,
+        as_f64(&parts[1]) * 1e3
+    );
+    for (b, a) in before.iter().zip(&after) {
+        println!(
+            "  worker {}: items {}, steals {}, sleeps {}, busy {:.1?}",
+            a.worker,
+            a.items_run - b.items_run,
+            a.steals - b.steals,
+            a.sleeps - b.sleeps,
+            a.busy - b.busy
+        );
+    }
 }
 
 thread_local! {
@@ -121,10 +162,19 @@ fn as_i64(m: &Message) -> i64 {
     }
 }
 
-fn median(samples: &Mutex<Vec<Duration>>) -> Duration {
+fn as_f64(m: &Message) -> f64 {
+    match m {
+        Message::Integer(i) => *i as f64,
+        Message::Number(n) => *n,
+        other => panic!("expected a number, got {other:?}"),
+    }
+}
+
+/// The median per-run time of one side, or `None` when a filter skipped it.
+fn median(samples: &Mutex<Vec<Duration>>) -> Option<Duration> {
     let mut v = samples.lock().unwrap().clone();
     v.sort();
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied()
 }
 
 criterion_group!(benches, skein_side, baseline_side);
@@ -132,8 +182,10 @@ criterion_group!(benches, skein_side, baseline_side);
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
-    let skein = median(&SKEIN);
-    let base = median(&BASELINE);
+    let (Some(skein), Some(base)) = (median(&SKEIN), median(&BASELINE)) else {
+        println!("dispatch: one side was filtered out; no ratio");
+        return;
+    };
     let per_s = |d: Duration| ITEMS as f64 / d.as_secs_f64();
     println!(
         "dispatch: skein {:.0} items/s ({:?} per {ITEMS}), baseline {:.0} items/s ({:?}); \
