@@ -229,7 +229,6 @@ impl ScriptDomain {
     /// its result can't be copied.
     pub fn eval(&self, source: &str) -> Result<Message> {
         let slot = self.start_chunk(source.as_bytes(), "=eval", "eval", MultiValue::new())?;
-        vm::check_sources();
         loop {
             if let Some(result) = slot.borrow_mut().take() {
                 return result;
@@ -249,6 +248,8 @@ impl ScriptDomain {
         label: &str,
         args: MultiValue,
     ) -> Result<Rc<RefCell<Option<Result<Message>>>>> {
+        // The chunk may dispatch before its first yield: edits must be seen before it runs.
+        vm::check_sources();
         let lua = &self.vm.lua;
         let function = lua
             .load(source)

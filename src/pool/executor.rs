@@ -284,6 +284,9 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
     fn serve(&mut self, logic: &mut W) {
         let executor = self.cx.executor;
         while !executor.shutdown.load(Ordering::Acquire) {
+            // Busy time is counted per round that did work: two clock reads a round, not two
+            // per call into the logic.
+            let round = Instant::now();
             let mut progressed = false;
 
             for _ in 0..INBOX_BATCH {
@@ -307,6 +310,7 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
             }
 
             if progressed {
+                self.cx.counters().add_busy(round.elapsed());
                 self.idle_rounds = 0;
             } else if self.idle_rounds < SPIN_ROUNDS {
                 self.idle_rounds += 1;
@@ -358,14 +362,13 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
         None
     }
 
-    /// Calls into the logic with panics contained and the time counted as busy. `None` means the
-    /// call panicked (and `on_panic` has been told).
+    /// Calls into the logic with panics contained. `None` means the call panicked (and
+    /// `on_panic` has been told).
     fn guarded<R>(
         &self,
         logic: &mut W,
         call: impl FnOnce(&mut W, &WorkerContext<'_, W>) -> R,
     ) -> Option<R> {
-        let started = Instant::now();
         let result = catch_unwind(AssertUnwindSafe(|| call(logic, &self.cx)));
         let outcome = match result {
             Ok(value) => Some(value),
@@ -374,7 +377,6 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
                 None
             }
         };
-        self.cx.counters().add_busy(started.elapsed());
         outcome
     }
 

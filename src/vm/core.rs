@@ -14,7 +14,7 @@ use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
 use super::budget;
 use super::owner::{Owner, TaskFailure};
 use super::plan::Plan;
-use super::promise::{self, Outcome, PromiseCell, Promises, AWAIT_KEY};
+use super::promise::{self, Outcome, PromiseCell, Promises};
 use super::scheduler::{self, Resume, Scheduler, SchedulerHost, TaskId, MAX_WAIT};
 
 /// Where a VM sends failures of tasks that have no one awaiting them.
@@ -113,7 +113,7 @@ impl Vm {
 
     /// Whether a task can run now.
     pub(crate) fn has_ready(&self) -> bool {
-        self.core.sched.borrow().has_ready(Instant::now())
+        self.core.sched.borrow().has_ready(Instant::now)
     }
 
     /// The earliest timer.
@@ -375,7 +375,7 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
         .into_function()?;
     let task: Table = prelude.call(p)?;
     let await_fn: Function = task.raw_get("await")?;
-    lua.set_named_registry_value(AWAIT_KEY, await_fn)?;
+    promise::install_methods(lua, await_fn)?;
     lua.globals().raw_set("task", task)?;
     Ok(())
 }

@@ -8,8 +8,8 @@
 //! edited source (it looks each time the host enters the domain), so an edit reaches the next
 //! dispatch without a `stat` per item.
 
+use rustc_hash::FxHashMap as HashMap;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,8 +55,8 @@ impl Modules {
         Modules {
             root,
             cache: RefCell::new(ModuleCache::new(BytecodeCache::global())),
-            exports: RefCell::new(HashMap::new()),
-            resolved: RefCell::new(HashMap::new()),
+            exports: RefCell::new(HashMap::default()),
+            resolved: RefCell::new(HashMap::default()),
             epoch: Cell::new(source_epoch()),
         }
     }

@@ -5,10 +5,11 @@
 //! the tasks that await it. No promise state is ever shared between threads.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
-use mlua::{AnyUserData, Lua, MetaMethod, UserData, UserDataMethods, Value};
+use mlua::{
+    AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataFields, UserDataMethods, Value,
+};
 
 use super::scheduler::TaskId;
 use crate::value::Message;
@@ -104,27 +105,63 @@ impl PromiseCell {
     }
 }
 
+/// One slot of the pending table: the promise in it and the generation that tells a reused slot
+/// from the promise that held it before.
+#[derive(Default)]
+struct Slot {
+    generation: u32,
+    cell: Option<Rc<PromiseCell>>,
+}
+
 /// The promises of one VM that are still pending.
+///
+/// A slab, not a map: an id is a slot index (low 32 bits) and the slot's generation (high 32
+/// bits), so making and settling a promise costs no hashing, and a late reply for a slot that
+/// now holds another promise is told apart by its generation.
 #[derive(Default)]
 pub(crate) struct Promises {
-    next_id: PromiseId,
-    pending: HashMap<PromiseId, Rc<PromiseCell>>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    pending: usize,
 }
 
 impl Promises {
     /// Makes a pending promise homed here.
     pub(crate) fn make(&mut self, what: &'static str) -> Rc<PromiseCell> {
-        self.next_id += 1;
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                self.slots.push(Slot::default());
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.slots[index as usize];
+        slot.generation = slot.generation.wrapping_add(1);
         let cell = Rc::new(PromiseCell {
-            id: self.next_id,
+            id: (u64::from(slot.generation) << 32) | u64::from(index),
             state: RefCell::new(State::Pending {
                 waiters: Vec::new(),
             }),
             canceller: RefCell::new(None),
             what,
         });
-        self.pending.insert(cell.id, cell.clone());
+        slot.cell = Some(cell.clone());
+        self.pending += 1;
         cell
+    }
+
+    /// Takes promise `id` out of the pending table, if it is still there.
+    fn take(&mut self, id: PromiseId) -> Option<Rc<PromiseCell>> {
+        let index = id as u32;
+        let generation = (id >> 32) as u32;
+        let slot = self.slots.get_mut(index as usize)?;
+        if slot.generation != generation {
+            return None;
+        }
+        let cell = slot.cell.take()?;
+        self.free.push(index);
+        self.pending -= 1;
+        Some(cell)
     }
 
     /// Settles promise `id`; answers the tasks to wake and the shared outcome. An unknown or
@@ -134,14 +171,14 @@ impl Promises {
         id: PromiseId,
         outcome: Outcome,
     ) -> Option<(Vec<TaskId>, Rc<Outcome>)> {
-        let cell = self.pending.remove(&id)?;
+        let cell = self.take(id)?;
         cell.settle(outcome)
     }
 
     /// Cancels a pending promise: it settles as cancelled and its work is told to stop.
     /// Answers the tasks to wake, or `None` if it had settled already.
     pub(crate) fn cancel(&mut self, cell: &PromiseCell) -> Option<(Vec<TaskId>, Rc<Outcome>)> {
-        self.pending.remove(&cell.id)?;
+        self.take(cell.id)?;
         let woken = cell.settle(Outcome::Cancelled);
         if let Some(canceller) = cell.canceller.borrow_mut().take() {
             canceller();
@@ -151,28 +188,26 @@ impl Promises {
 
     /// Number of promises still pending.
     pub(crate) fn pending(&self) -> usize {
-        self.pending.len()
+        self.pending
     }
 }
 
 /// The Luau `PromiseHandle`: `await`, `cancel`, `status`.
 ///
-/// `await` is written in Luau (it yields), so `__index` hands out the prelude's function for it.
+/// Its `__index` is a plain Luau table of methods (built once per VM by [`install_methods`]),
+/// so `p:await()` is a native table lookup rather than a call into Rust to find the method.
+/// `await` is written in Luau because it yields.
 #[derive(Clone)]
 pub(crate) struct PromiseHandle(pub(crate) Rc<PromiseCell>);
 
 impl UserData for PromiseHandle {
+    fn add_fields<F: UserDataFields<Self>>(fields: &mut F) {
+        fields.add_meta_field_with(MetaMethod::Index, |lua| {
+            lua.named_registry_value::<Table>(METHODS_KEY)
+        });
+    }
+
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        methods.add_method("status", |_, this, ()| Ok(this.0.status()));
-        methods.add_method("cancel", |lua, this, ()| {
-            super::core::cancel_promise(lua, &this.0)
-        });
-        methods.add_meta_method(MetaMethod::Index, |lua, _, key: Value| {
-            match key.as_string().map(|s| s.as_bytes().to_vec()) {
-                Some(k) if k == b"await" => lua.named_registry_value::<Value>(AWAIT_KEY),
-                _ => Ok(Value::Nil),
-            }
-        });
         methods.add_meta_method(MetaMethod::ToString, |_, this, ()| {
             Ok(format!(
                 "PromiseHandle({}, {})",
@@ -183,8 +218,27 @@ impl UserData for PromiseHandle {
     }
 }
 
-/// Registry key of the prelude's `task.await`, which `PromiseHandle.await` is.
-pub(crate) const AWAIT_KEY: &str = "skein.await";
+/// Registry key of the `PromiseHandle` method table.
+const METHODS_KEY: &str = "skein.promise.methods";
+
+/// Builds the `PromiseHandle` method table; `await` is the prelude's `task.await`.
+pub(crate) fn install_methods(lua: &Lua, await_fn: Function) -> mlua::Result<()> {
+    let methods = lua.create_table()?;
+    methods.raw_set("await", await_fn)?;
+    methods.raw_set(
+        "status",
+        lua.create_function(|_, this: AnyUserData| Ok(this.borrow::<PromiseHandle>()?.0.status()))?,
+    )?;
+    methods.raw_set(
+        "cancel",
+        lua.create_function(|lua, this: AnyUserData| {
+            let cell = this.borrow::<PromiseHandle>()?.0.clone();
+            super::core::cancel_promise(lua, &cell)
+        })?,
+    )?;
+    methods.set_readonly(true);
+    lua.set_named_registry_value(METHODS_KEY, methods)
+}
 
 /// The promise behind a Luau value, if it is a `PromiseHandle`.
 pub(crate) fn promise_of(value: &Value) -> Option<Rc<PromiseCell>> {
@@ -195,4 +249,47 @@ pub(crate) fn promise_of(value: &Value) -> Option<Rc<PromiseCell>> {
 /// Makes the Luau handle of a promise.
 pub(crate) fn handle(lua: &Lua, cell: Rc<PromiseCell>) -> mlua::Result<AnyUserData> {
     lua.create_userdata(PromiseHandle(cell))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolved(n: i64) -> Outcome {
+        Outcome::Resolved(Message::Integer(n))
+    }
+
+    #[test]
+    fn a_settled_slot_is_reused_and_a_late_reply_for_its_old_promise_is_dropped() {
+        let mut promises = Promises::default();
+        let first = promises.make("test");
+        assert_eq!(promises.pending(), 1);
+        assert!(promises.settle(first.id(), resolved(1)).is_some());
+        assert_eq!(first.status(), "resolved");
+        assert_eq!(promises.pending(), 0);
+
+        let second = promises.make("test");
+        assert_eq!(second.id() as u32, first.id() as u32, "the slot is reused");
+        assert_ne!(second.id(), first.id(), "under a new generation");
+        // A second reply for the first promise must not settle the second.
+        assert!(promises.settle(first.id(), resolved(2)).is_none());
+        assert_eq!(second.status(), "pending");
+        assert!(promises.settle(second.id(), resolved(3)).is_some());
+        assert!(promises.settle(u64::MAX, resolved(4)).is_none());
+    }
+
+    #[test]
+    fn cancel_settles_once_and_runs_the_canceller() {
+        use std::cell::Cell;
+        let mut promises = Promises::default();
+        let cell = promises.make("test");
+        let ran = Rc::new(Cell::new(0));
+        let r = ran.clone();
+        cell.set_canceller(Box::new(move || r.set(r.get() + 1)));
+        assert!(promises.cancel(&cell).is_some());
+        assert!(promises.cancel(&cell).is_none());
+        assert!(promises.settle(cell.id(), resolved(1)).is_none());
+        assert_eq!(cell.status(), "cancelled");
+        assert_eq!(ran.get(), 1);
+    }
 }

@@ -11,13 +11,14 @@
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::ffi::c_void;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use mlua::thread::ThreadStatus;
 use mlua::{Lua, MultiValue, Thread};
+use rustc_hash::FxHashMap as HashMap;
 
 use super::budget::{Interruption, RunGuard};
 use super::owner::{Owner, TaskFailure};
@@ -166,11 +167,16 @@ impl Scheduler {
         }
     }
 
+    /// Whether nothing is queued, deferred or timed at all.
+    fn is_idle(&self) -> bool {
+        self.ready.is_empty() && self.deferred.is_empty() && self.timers.is_empty()
+    }
+
     /// Whether something can run right now.
-    pub(crate) fn has_ready(&self, now: Instant) -> bool {
+    pub(crate) fn has_ready(&self, now: impl FnOnce() -> Instant) -> bool {
         !self.ready.is_empty()
             || !self.deferred.is_empty()
-            || self.timers.peek().is_some_and(|Reverse(t)| t.0 <= now)
+            || self.timers.peek().is_some_and(|Reverse(t)| t.0 <= now())
     }
 
     /// The earliest timer, if any.
@@ -260,6 +266,9 @@ pub(crate) trait SchedulerHost {
 /// Runs one step: the timers due now, the deferred batch, then the ready queue, each task once.
 /// Answers whether any task ran.
 pub(crate) fn step<H: SchedulerHost>(host: &H, lua: &Lua) -> bool {
+    if host.scheduler().borrow().is_idle() {
+        return false; // the common case on a busy worker: no clock read
+    }
     let now = Instant::now();
     let batch = host.scheduler().borrow_mut().take_batch(now);
     let ran = !batch.is_empty();
