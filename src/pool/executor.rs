@@ -369,15 +369,13 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
         logic: &mut W,
         call: impl FnOnce(&mut W, &WorkerContext<'_, W>) -> R,
     ) -> Option<R> {
-        let result = catch_unwind(AssertUnwindSafe(|| call(logic, &self.cx)));
-        let outcome = match result {
+        match catch_unwind(AssertUnwindSafe(|| call(logic, &self.cx))) {
             Ok(value) => Some(value),
             Err(payload) => {
                 self.contain_panic(logic, payload);
                 None
             }
-        };
-        outcome
+        }
     }
 
     #[cold]
