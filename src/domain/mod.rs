@@ -127,11 +127,7 @@ impl ScriptDomain {
                 message: failure.to_string(),
             });
         });
-        let home = JobsHome {
-            principal: principal.clone(),
-            pool: pool.shared().clone(),
-            kind: HomeKind::Engine,
-        };
+        let home = JobsHome::new(principal.clone(), pool.shared().clone(), HomeKind::Engine);
         let vm = Vm::build(&spec.plan, reporter, MAX_DEADLINE, |lua| {
             jobs::install(lua, home)
         })
@@ -277,7 +273,6 @@ impl ScriptDomain {
         let owner = Rc::new(Owner::new(
             Arc::new(format!("script {label}")),
             self.principal.max_deadline,
-            None,
             Some(completion),
         ));
         self.vm.start(function, args, owner)?;
@@ -291,7 +286,7 @@ impl ScriptDomain {
     /// [`Error::Refused`] when the module can't be resolved.
     pub fn dispatch(&self, module: &str, entry: &str, args: Message) -> Result<Promise<Message>> {
         vm::check_sources();
-        let path = self
+        let module = self
             .vm
             .core
             .modules
@@ -299,20 +294,23 @@ impl ScriptDomain {
             .map_err(|e| Error::Refused(format!("dispatch: {e}")))?;
         let slot = HostSlot::new();
         let entry: Arc<str> = Arc::from(entry);
-        let job = JobShared::new(None, module.to_owned(), entry.clone());
+        let job = JobShared::new(
+            None,
+            module.spec,
+            entry.clone(),
+            self.pool.shared().clone(),
+            self.principal.id,
+        );
         self.pool.shared().inject(Item {
             principal: self.principal.clone(),
             job: job.clone(),
-            module: path,
+            module: module.path,
             entry,
             args,
             deadline: self.principal.max_deadline,
             reply: ReplyTo::Host(slot.clone()),
         });
-        Ok(Promise::new(
-            slot,
-            Some((job, self.pool.shared().clone(), self.principal.id)),
-        ))
+        Ok(Promise::new(slot, Some(job)))
     }
 
     /// Drains the mailbox once. Answers whether it handled anything.

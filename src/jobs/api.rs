@@ -5,6 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use mlua::{Lua, Table, Value};
+use rustc_hash::FxHashSet;
 
 use super::item::{Item, JobShared, ReplyTo};
 use super::options::DispatchOptions;
@@ -29,6 +30,39 @@ pub(crate) struct JobsHome {
     pub(crate) principal: Arc<PrincipalCell>,
     pub(crate) pool: Arc<PoolShared>,
     pub(crate) kind: HomeKind,
+    /// Entry names this VM dispatched, shared by every item that names them.
+    entries: RefCell<FxHashSet<Arc<str>>>,
+}
+
+/// How many entry names a VM interns before it starts over.
+const INTERNED_ENTRIES: usize = 1024;
+
+impl JobsHome {
+    pub(crate) fn new(
+        principal: Arc<PrincipalCell>,
+        pool: Arc<PoolShared>,
+        kind: HomeKind,
+    ) -> Self {
+        JobsHome {
+            principal,
+            pool,
+            kind,
+            entries: RefCell::new(FxHashSet::default()),
+        }
+    }
+
+    fn intern_entry(&self, name: &str) -> Arc<str> {
+        let mut entries = self.entries.borrow_mut();
+        if let Some(known) = entries.get(name) {
+            return known.clone();
+        }
+        if entries.len() >= INTERNED_ENTRIES {
+            entries.clear();
+        }
+        let name: Arc<str> = name.into();
+        entries.insert(name.clone());
+        name
+    }
 }
 
 /// Installs the `jobs` global (also `require("@skein/jobs")`).
@@ -75,39 +109,42 @@ fn dispatch(
 ) -> mlua::Result<Value> {
     let home = home(lua)?;
     let core = VmCore::of(lua)?;
-    let module = match module {
-        Value::String(s) => s.to_string_lossy(),
-        other => {
-            return Err(refuse(format!(
-                "jobs.dispatch: module must be a require path string, got {}",
-                other.type_name()
-            )))
-        }
+    let Value::String(module) = module else {
+        return Err(refuse(format!(
+            "jobs.dispatch: module must be a require path string, got {}",
+            module.type_name()
+        )));
     };
-    let entry = match entry {
-        Value::String(s) => s.to_string_lossy(),
-        other => {
-            return Err(refuse(format!(
-                "jobs.dispatch: entry must be the name of a function, got {}",
-                other.type_name()
-            )))
-        }
+    let Value::String(entry) = entry else {
+        return Err(refuse(format!(
+            "jobs.dispatch: entry must be the name of a function, got {}",
+            entry.type_name()
+        )));
     };
     let opts = DispatchOptions::read(&opts, home.principal.max_deadline).map_err(refuse)?;
-    let path = with_caller_source(lua, |source| core.modules.resolve(source, &module))
-        .map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
+    // Both names are read in place and interned: a dispatch to a known module and entry
+    // allocates nothing for them.
+    let module = with_caller_source(lua, |source| match module.to_str() {
+        Ok(spec) => core.modules.resolve(source, &spec),
+        Err(_) => core.modules.resolve(source, &module.to_string_lossy()),
+    })
+    .map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
+    let entry = match entry.to_str() {
+        Ok(name) => home.intern_entry(&name),
+        Err(_) => home.intern_entry(&entry.to_string_lossy()),
+    };
     let args =
         Message::from_lua(&args, "args").map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
 
-    let entry: Arc<str> = Arc::from(entry);
-    let job = JobShared::new(opts.name, module, entry.clone());
+    let job = JobShared::new(
+        opts.name,
+        module.spec,
+        entry.clone(),
+        home.pool.clone(),
+        home.principal.id,
+    );
     let cell = core.promises.borrow_mut().make("jobs.dispatch");
-    {
-        let pool = home.pool.clone();
-        let job = job.clone();
-        let principal = home.principal.id;
-        cell.set_canceller(Box::new(move || pool.cancel_job(&job, principal)));
-    }
+    cell.set_canceller(job.clone());
     let reply = match &home.kind {
         HomeKind::Engine => ReplyTo::Engine(cell.id()),
         HomeKind::Worker { index, .. } => ReplyTo::Worker {
@@ -118,7 +155,7 @@ fn dispatch(
     let item = Item {
         principal: home.principal.clone(),
         job,
-        module: path,
+        module: module.path,
         entry,
         args,
         deadline: opts.deadline,

@@ -8,39 +8,70 @@ use crate::vm::CancelToken;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::pool::PoolShared;
 use super::principal::{Principal, PrincipalCell};
 use super::promise::HostSlot;
 use crate::pool::handoff::{CancelOutcome, Handoff};
 use crate::value::Message;
-use crate::vm::{Outcome, PromiseId};
+use crate::vm::{Cancel, Outcome, OwnerIdentity, PromiseId};
 
 /// No worker has started the job yet.
 pub(crate) const NOT_STARTED: usize = usize::MAX;
 
-/// What the item and whoever holds its promise share: the hand-off state and the cancel token.
+/// What the item and whoever holds its promise share: the hand-off state, the cancel token and
+/// the job's name. One allocation per dispatch serves as the item's identity, the worker-side
+/// owner's label and token, and the promise's canceller.
 pub(crate) struct JobShared {
     pub(crate) handoff: Handoff,
     /// Read by the raw interrupt while the job runs.
-    pub(crate) cancel: Arc<CancelToken>,
+    pub(crate) cancel: CancelToken,
     /// The worker that started the job, or [`NOT_STARTED`].
     pub(crate) worker: AtomicUsize,
     /// Its `opts.name`, if it has one.
     name: Option<String>,
     /// The module as the caller wrote it, and the entry: the name of a job without `opts.name`.
-    module: String,
+    module: Arc<str>,
     entry: Arc<str>,
+    /// Who to tell when the job is cancelled while it runs.
+    pool: Arc<PoolShared>,
+    principal: Principal,
 }
 
 impl JobShared {
-    pub(crate) fn new(name: Option<String>, module: String, entry: Arc<str>) -> Arc<JobShared> {
+    pub(crate) fn new(
+        name: Option<String>,
+        module: Arc<str>,
+        entry: Arc<str>,
+        pool: Arc<PoolShared>,
+        principal: Principal,
+    ) -> Arc<JobShared> {
         Arc::new(JobShared {
             handoff: Handoff::new(),
-            cancel: Arc::new(CancelToken::new(false)),
+            cancel: CancelToken::new(false),
             worker: AtomicUsize::new(NOT_STARTED),
             name,
             module,
             entry,
+            pool,
+            principal,
         })
+    }
+
+    /// Stops the job: a queued one never runs (the hand-off refuses it); a running one has its
+    /// token set, its worker's current run interrupted, and its parked tasks ended.
+    pub(crate) fn request_cancel(self: &Arc<Self>) {
+        if let Some(worker) = self.claim_cancel() {
+            if let Some(signal) = self.pool.signals.get(worker).and_then(|s| s.get()) {
+                signal.request_cancel();
+            }
+            self.pool.exec.post(
+                worker,
+                WorkerMsg::Cancel {
+                    principal: self.principal,
+                    job: self.clone(),
+                },
+            );
+        }
     }
 
     /// How rejections name the job: its `opts.name`, or `module:entry`. Built only when a
@@ -52,8 +83,9 @@ impl JobShared {
         }
     }
 
-    /// Asks the job to stop. Answers the worker that must be told, when it had started.
-    pub(crate) fn cancel(&self) -> Option<usize> {
+    /// Moves the hand-off to cancelled. Answers the worker that must be told, when the job had
+    /// started.
+    fn claim_cancel(&self) -> Option<usize> {
         match self.handoff.cancel() {
             CancelOutcome::Running => {
                 self.cancel.store(true, Ordering::Release);
@@ -62,6 +94,18 @@ impl JobShared {
             }
             _ => None,
         }
+    }
+}
+
+impl OwnerIdentity for JobShared {
+    fn cancel_token(&self) -> Option<&CancelToken> {
+        Some(&self.cancel)
+    }
+}
+
+impl Cancel for JobShared {
+    fn cancel(self: Arc<Self>) {
+        self.request_cancel();
     }
 }
 

@@ -3,8 +3,7 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use super::item::{Item, JobShared, WorkerMsg};
-use super::principal::Principal;
+use super::item::Item;
 use super::worker::LuauWorker;
 use crate::pool::executor::Executor;
 use crate::pool::stats::WorkerStats;
@@ -22,22 +21,6 @@ impl PoolShared {
     /// Queues an item for any worker.
     pub(crate) fn inject(&self, item: Item) {
         self.exec.inject(item);
-    }
-
-    /// Tells a running job to stop: its current run is interrupted and its parked tasks end.
-    pub(crate) fn cancel_job(&self, job: &Arc<JobShared>, principal: Principal) {
-        if let Some(worker) = job.cancel() {
-            if let Some(signal) = self.signals.get(worker).and_then(OnceLock::get) {
-                signal.request_cancel();
-            }
-            self.exec.post(
-                worker,
-                WorkerMsg::Cancel {
-                    principal,
-                    job: job.clone(),
-                },
-            );
-        }
     }
 }
 

@@ -6,8 +6,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::item::JobShared;
-use super::pool::PoolShared;
-use super::principal::Principal;
 use crate::error::{Error, Result};
 use crate::value::Message;
 use crate::vm::Outcome;
@@ -70,7 +68,7 @@ impl HostSlot {
 #[must_use = "a promise does nothing unless waited on or cancelled"]
 pub struct Promise<T = Message> {
     slot: Arc<HostSlot>,
-    job: Option<(Arc<JobShared>, Arc<PoolShared>, Principal)>,
+    job: Option<Arc<JobShared>>,
     _value: PhantomData<fn() -> T>,
 }
 
@@ -90,10 +88,7 @@ pub enum PromiseStatus {
 }
 
 impl Promise<Message> {
-    pub(crate) fn new(
-        slot: Arc<HostSlot>,
-        job: Option<(Arc<JobShared>, Arc<PoolShared>, Principal)>,
-    ) -> Self {
+    pub(crate) fn new(slot: Arc<HostSlot>, job: Option<Arc<JobShared>>) -> Self {
         Promise {
             slot,
             job,
@@ -161,8 +156,8 @@ impl Promise<Message> {
         if !self.slot.settle(Outcome::Cancelled) {
             return false;
         }
-        if let Some((job, pool, principal)) = &self.job {
-            pool.cancel_job(job, *principal);
+        if let Some(job) = &self.job {
+            job.request_cancel();
         }
         true
     }

@@ -88,14 +88,14 @@ impl LuauWorker {
                 failure: failure.to_string(),
             });
         });
-        let home = JobsHome {
-            principal: principal.clone(),
+        let home = JobsHome::new(
+            principal.clone(),
             pool,
-            kind: HomeKind::Worker {
+            HomeKind::Worker {
                 index: self.index,
                 outbox: self.outbox.clone(),
             },
-        };
+        );
         let plan = &principal.plan;
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             Vm::build(plan, reporter, principal.max_deadline, |lua| {
@@ -214,7 +214,7 @@ impl LuauWorker {
         } = item;
         let running = wvm.running.clone();
         let key = Arc::as_ptr(&job);
-        let owner_label: Arc<dyn std::fmt::Display> = job.clone();
+        let owner_label: Arc<dyn vm::OwnerIdentity> = job.clone();
         let (completion_job, completion_running) = (job.clone(), running.clone());
         let completion: vm::Completion = Box::new(move |_lua: &Lua, result| {
             completion_running.borrow_mut().remove(&key);
@@ -222,12 +222,7 @@ impl LuauWorker {
             let outcome = job_outcome(&completion_job, &module, &entry, result);
             reply(&principal, reply_to, outcome, &pool);
         });
-        let owner = Rc::new(Owner::new(
-            owner_label,
-            deadline,
-            Some(job.cancel.clone()),
-            Some(completion),
-        ));
+        let owner = Rc::new(Owner::new(owner_label, deadline, Some(completion)));
         running.borrow_mut().insert(key, owner.clone());
         if let Err(e) = wvm
             .vm

@@ -249,8 +249,8 @@ unsafe fn interrupt_slow(state: *mut ffi::lua_State, signal: &Signal) {
 /// Decides whether the run must stop; clears a stale flag otherwise.
 fn stop_reason(signal: &Signal) -> Option<Interruption> {
     let token = CANCEL_TOKEN.with(Cell::get);
-    // SAFETY: the token pointer is set by a live `RunGuard` that holds an `Arc` to it and is
-    // cleared when the guard drops.
+    // SAFETY: the token pointer is set by a live `RunGuard`, which borrows the token for its
+    // whole life, and is restored when the guard drops.
     let token = unsafe { token.as_ref() };
     signal.check(now_ns(), token)
 }
@@ -279,29 +279,30 @@ pub(crate) fn format_seconds(d: Duration) -> String {
 ///
 /// Dropping the guard ends the run: the deadline is withdrawn and a flag raised for this run is
 /// cleared so it cannot hit the next one.
-pub(crate) struct RunGuard {
+pub(crate) struct RunGuard<'a> {
     signal: Arc<Signal>,
-    _token: Option<Arc<CancelToken>>,
     outer_token: *const CancelToken,
     outer: (u64, u64),
+    /// The token is read by the interrupt through a raw pointer while the guard lives.
+    _token: std::marker::PhantomData<&'a CancelToken>,
 }
 
-impl RunGuard {
+impl<'a> RunGuard<'a> {
     /// Starts a run with `deadline`; `cancel` is the token that, once true, stops the run.
-    pub(crate) fn start(deadline: Duration, cancel: Option<Arc<CancelToken>>) -> RunGuard {
+    pub(crate) fn start(deadline: Duration, cancel: Option<&'a CancelToken>) -> RunGuard<'a> {
         let signal = current_signal();
         let budget = deadline.as_nanos() as u64;
-        let outer = signal.begin_run(now_ns().saturating_add(budget), budget, cancel.as_deref());
-        let token_ptr = cancel.as_ref().map_or(std::ptr::null(), Arc::as_ptr);
+        let outer = signal.begin_run(now_ns().saturating_add(budget), budget, cancel);
+        let token_ptr = cancel.map_or(std::ptr::null(), |t| t as *const CancelToken);
         let outer_token = CANCEL_TOKEN.with(|t| t.replace(token_ptr));
         if outer.0 == 0 {
             STOPPED.with(|s| s.set(None));
         }
         RunGuard {
             signal,
-            _token: cancel,
             outer_token,
             outer,
+            _token: std::marker::PhantomData,
         }
     }
 
@@ -311,7 +312,7 @@ impl RunGuard {
     }
 }
 
-impl Drop for RunGuard {
+impl Drop for RunGuard<'_> {
     fn drop(&mut self) {
         CANCEL_TOKEN.with(|t| t.set(self.outer_token));
         self.signal.end_run(self.outer);
@@ -428,7 +429,7 @@ mod tests {
             signal.request_cancel();
         });
         let f: mlua::Function = lua.load("while true do end").into_function().unwrap();
-        let guard = RunGuard::start(Duration::from_secs(10), Some(token));
+        let guard = RunGuard::start(Duration::from_secs(10), Some(&token));
         let err = f.call::<()>(()).unwrap_err().to_string();
         stopper.join().unwrap();
         assert!(err.contains("cancelled"), "{err}");

@@ -65,7 +65,6 @@ impl Vm {
                 std::sync::Arc::new("host"),
                 ambient_deadline,
                 None,
-                None,
             )),
         });
         lua.set_app_data(core.clone());
@@ -190,7 +189,7 @@ impl SchedulerHost for VmCore {
     }
 
     fn report(&self, owner: &Rc<Owner>, failure: TaskFailure) {
-        (self.reporter)(&owner.label.to_string(), &failure);
+        (self.reporter)(&owner.identity.to_string(), &failure);
     }
 
     fn traceback(&self, _lua: &Lua, thread: &Thread, message: &str) -> String {

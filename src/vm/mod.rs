@@ -18,9 +18,9 @@ pub(crate) use self::core::{Reporter, Vm, VmCore};
 pub(crate) use budget::{current_signal, format_seconds, CancelToken, Signal};
 pub use failure::{FailureKind, JobFailure};
 pub(crate) use modules::{check_sources, source_epoch, with_caller_source};
-pub(crate) use owner::{panic_message, Completion, Owner, TaskFailure};
+pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, TaskFailure};
 pub use plan::{Plan, DEFAULT_MEMORY_LIMIT};
-pub(crate) use promise::{Outcome, PromiseId};
+pub(crate) use promise::{Cancel, Outcome, PromiseId};
 
 /// A promise's Luau handle.
 pub(crate) fn promise_handle(

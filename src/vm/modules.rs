@@ -36,7 +36,14 @@ pub(crate) fn check_sources() -> bool {
 }
 
 /// The modules one caller resolved, by specifier.
-type Resolutions = HashMap<Box<str>, Arc<Path>>;
+type Resolutions = HashMap<Arc<str>, Arc<Path>>;
+
+/// A resolved module: its file, and the specifier as the caller wrote it (shared, for names).
+#[derive(Clone)]
+pub(crate) struct Resolved {
+    pub(crate) path: Arc<Path>,
+    pub(crate) spec: Arc<str>,
+}
 
 /// The modules of one VM.
 pub(crate) struct Modules {
@@ -81,11 +88,20 @@ impl Modules {
 
     /// Resolves `spec` as `require` would from the chunk named `source` (`@/abs/file.luau`;
     /// any other chunk, and host code with `None`, resolves from the plan's root directory).
-    pub(crate) fn resolve(&self, source: Option<&str>, spec: &str) -> Result<Arc<Path>, String> {
+    pub(crate) fn resolve(&self, source: Option<&str>, spec: &str) -> Result<Resolved, String> {
         self.sync_epoch();
         let source = source.unwrap_or("");
-        if let Some(path) = self.resolved.borrow().get(source).and_then(|m| m.get(spec)) {
-            return Ok(path.clone());
+        let hit = self
+            .resolved
+            .borrow()
+            .get(source)
+            .and_then(|m| m.get_key_value(spec))
+            .map(|(spec, path)| Resolved {
+                path: path.clone(),
+                spec: spec.clone(),
+            });
+        if let Some(hit) = hit {
+            return Ok(hit);
         }
         let from = match source.strip_prefix('@') {
             Some(file) => PathBuf::from(file),
@@ -94,12 +110,13 @@ impl Modules {
         let path: Arc<Path> = loader::resolve(&from, spec)
             .map_err(|e| e.to_string())?
             .into();
+        let spec: Arc<str> = spec.into();
         self.resolved
             .borrow_mut()
             .entry(source.into())
             .or_default()
-            .insert(spec.into(), path.clone());
-        Ok(path)
+            .insert(spec.clone(), path.clone());
+        Ok(Resolved { path, spec })
     }
 
     /// The value of the module at `path` (absolute, as `resolve` answers), loading it once.
@@ -141,9 +158,9 @@ pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
             return lua.named_registry_value::<Value>("skein.jobs");
         }
         let core = super::core::VmCore::of(lua)?;
-        let path = with_caller_source(lua, |source| core.modules.resolve(source, &spec))
+        let resolved = with_caller_source(lua, |source| core.modules.resolve(source, &spec))
             .map_err(mlua::Error::runtime)?;
-        core.modules.require_path(lua, &path)
+        core.modules.require_path(lua, &resolved.path)
     })?;
     lua.globals().raw_set("require", require)
 }

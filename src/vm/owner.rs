@@ -14,38 +14,51 @@ use crate::sync::Ordering;
 /// Called once when the owner's root task ends.
 pub(crate) type Completion = Box<dyn FnOnce(&Lua, Result<MultiValue, TaskFailure>)>;
 
+/// What an owner is, seen from the scheduler: how reports name it (`job 'solver'`, `script
+/// main.luau`) and the token that cancels it. A job's shared state implements it, so starting a
+/// job allocates nothing for its label or its token.
+pub(crate) trait OwnerIdentity: fmt::Display {
+    /// The token that, once true, stops the owner's runs; `None` for owners that can't be
+    /// cancelled (scripts the host started).
+    fn cancel_token(&self) -> Option<&CancelToken> {
+        None
+    }
+}
+
+impl OwnerIdentity for String {}
+impl OwnerIdentity for &'static str {}
+
 /// The principal-side identity of a group of tasks: one job item, or one script.
 pub(crate) struct Owner {
-    /// How reports name it: `job 'solver'` or `script main.luau`. Shared, not formatted, so
-    /// starting a job costs no string building.
-    pub(crate) label: Arc<dyn fmt::Display>,
+    /// Its name in reports and its cancel token.
+    pub(crate) identity: Arc<dyn OwnerIdentity>,
     /// The longest one run (resume to next yield) of any of its tasks may take.
     pub(crate) deadline: Duration,
-    /// Once true, its runs stop at the next interrupt and its tasks are not resumed.
-    pub(crate) cancel: Option<Arc<CancelToken>>,
     completion: RefCell<Option<Completion>>,
 }
 
 impl Owner {
     /// A new owner.
     pub(crate) fn new(
-        label: Arc<dyn fmt::Display>,
+        identity: Arc<dyn OwnerIdentity>,
         deadline: Duration,
-        cancel: Option<Arc<CancelToken>>,
         completion: Option<Completion>,
     ) -> Owner {
         Owner {
-            label,
+            identity,
             deadline,
-            cancel,
             completion: RefCell::new(completion),
         }
     }
 
+    /// The token that cancels the owner's runs.
+    pub(crate) fn cancel_token(&self) -> Option<&CancelToken> {
+        self.identity.cancel_token()
+    }
+
     /// Whether the owner was cancelled.
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.cancel
-            .as_ref()
+        self.cancel_token()
             .is_some_and(|c| c.load(Ordering::Acquire))
     }
 

@@ -45,7 +45,13 @@ enum State {
 }
 
 /// Stops the work behind a promise when the promise is cancelled.
-pub(crate) type Canceller = Box<dyn FnOnce()>;
+pub(crate) trait Cancel {
+    /// Stop the work. Called at most once.
+    fn cancel(self: std::sync::Arc<Self>);
+}
+
+/// The canceller a promise holds.
+pub(crate) type Canceller = std::sync::Arc<dyn Cancel>;
 
 /// One promise's state, shared by its handle and the home's pending table.
 pub(crate) struct PromiseCell {
@@ -180,8 +186,9 @@ impl Promises {
     pub(crate) fn cancel(&mut self, cell: &PromiseCell) -> Option<(Vec<TaskId>, Rc<Outcome>)> {
         self.take(cell.id)?;
         let woken = cell.settle(Outcome::Cancelled);
-        if let Some(canceller) = cell.canceller.borrow_mut().take() {
-            canceller();
+        let canceller = cell.canceller.borrow_mut().take();
+        if let Some(canceller) = canceller {
+            canceller.cancel();
         }
         woken
     }
@@ -280,16 +287,22 @@ mod tests {
 
     #[test]
     fn cancel_settles_once_and_runs_the_canceller() {
-        use std::cell::Cell;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        struct Count(AtomicUsize);
+        impl Cancel for Count {
+            fn cancel(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         let mut promises = Promises::default();
         let cell = promises.make("test");
-        let ran = Rc::new(Cell::new(0));
-        let r = ran.clone();
-        cell.set_canceller(Box::new(move || r.set(r.get() + 1)));
+        let ran = Arc::new(Count(AtomicUsize::new(0)));
+        cell.set_canceller(ran.clone());
         assert!(promises.cancel(&cell).is_some());
         assert!(promises.cancel(&cell).is_none());
         assert!(promises.settle(cell.id(), resolved(1)).is_none());
         assert_eq!(cell.status(), "cancelled");
-        assert_eq!(ran.get(), 1);
+        assert_eq!(ran.0.load(Ordering::SeqCst), 1);
     }
 }
