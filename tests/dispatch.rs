@@ -534,3 +534,27 @@ fn cancelling_a_parked_job_ends_its_task() {
     // The cancelled job's parked task never woke: only the kept job reached hostMark.
     assert_eq!(marks.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn a_failing_task_a_job_left_behind_is_reported_against_the_job() {
+    let tree = Tree::new(&[(
+        "leaves.luau",
+        "return { run = function()\n  task.delay(0.02, function()\n    error('left behind and failed')\n  end)\n  return 'returned'\nend }\n",
+    )]);
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(
+            r#"local r = jobs.dispatch("./leaves", "run", nil, { name = "leaver" }):await()
+               task.wait(0.2)
+               return r"#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "returned");
+    let reports = domain.take_reports();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].source, "job 'leaver'");
+    // The message, then the Luau stack of the task that raised it.
+    assert_contains(&reports[0].message, "leaves.luau:3: left behind and failed\n");
+    assert_contains(&reports[0].message, "leaves.luau:3 function");
+}
