@@ -447,9 +447,14 @@ fn a_host_promise_rejects_with_a_structured_failure() {
     assert_eq!(failure.entry.as_deref(), Some("fail"));
     assert!(failure.module.as_ref().unwrap().ends_with("math.luau"));
     assert_contains(&failure.message, "math.luau:8: the entry failed on purpose");
+    assert!(
+        !failure.message.contains("stack traceback"),
+        "{}",
+        failure.message
+    );
     assert_contains(
         failure.traceback.as_deref().unwrap(),
-        "math.luau:8 function fail",
+        "math.luau:8: in function 'fail'",
     );
 
     let err = domain
@@ -555,6 +560,9 @@ fn a_failing_task_a_job_left_behind_is_reported_against_the_job() {
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert_eq!(reports[0].source, "job 'leaver'");
     // The message, then the Luau stack of the task that raised it.
-    assert_contains(&reports[0].message, "leaves.luau:3: left behind and failed\n");
-    assert_contains(&reports[0].message, "leaves.luau:3 function");
+    assert_contains(
+        &reports[0].message,
+        "leaves.luau:3: left behind and failed\nstack traceback:\n",
+    );
+    assert_contains(&reports[0].message, "leaves.luau:3: in function");
 }

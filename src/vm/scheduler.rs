@@ -320,9 +320,19 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
                 Some(Interruption::Deadline(d)) => TaskFailure::deadline(d),
                 Some(Interruption::Cancelled) => TaskFailure::cancelled(),
                 None => {
-                    let message = super::error_message(&err);
-                    let traceback = host.traceback(lua, &thread, &message);
-                    TaskFailure::raised(message, traceback)
+                    // mlua appends the stack of the failed coroutine to a runtime error; keep
+                    // the two apart, and ask Luau for the stack when mlua gave none.
+                    let full = super::error_message(&err);
+                    match full.split_once("\nstack traceback:\n") {
+                        Some((message, stack)) => TaskFailure::raised(
+                            message.to_owned(),
+                            format!("stack traceback:\n{}", stack.trim_end()),
+                        ),
+                        None => {
+                            let traceback = host.traceback(lua, &thread, &full);
+                            TaskFailure::raised(full, traceback)
+                        }
+                    }
                 }
             };
             finish(host, lua, id, &owner, &thread, Err(failure));
