@@ -12,8 +12,15 @@ use crate::vm::Outcome;
 
 /// Where a worker delivers the outcome of work that host code awaits.
 pub(crate) struct HostSlot {
-    state: Mutex<SlotState>,
+    state: Mutex<Slot>,
     ready: Condvar,
+}
+
+/// The slot's state and how many threads sleep on it: a settle wakes the condvar (a system
+/// call) only when somebody waits.
+struct Slot {
+    value: SlotState,
+    waiters: u32,
 }
 
 enum SlotState {
@@ -25,7 +32,10 @@ enum SlotState {
 impl HostSlot {
     pub(crate) fn new() -> Arc<HostSlot> {
         Arc::new(HostSlot {
-            state: Mutex::new(SlotState::Pending),
+            state: Mutex::new(Slot {
+                value: SlotState::Pending,
+                waiters: 0,
+            }),
             ready: Condvar::new(),
         })
     }
@@ -33,11 +43,13 @@ impl HostSlot {
     /// Settles the slot; a second settlement (a late reply after a cancel) is dropped.
     pub(crate) fn settle(&self, outcome: Outcome) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if !matches!(*state, SlotState::Pending) {
+        if !matches!(state.value, SlotState::Pending) {
             return false;
         }
-        *state = SlotState::Settled(outcome);
-        self.ready.notify_all();
+        state.value = SlotState::Settled(outcome);
+        if state.waiters > 0 {
+            self.ready.notify_all();
+        }
         true
     }
 }
@@ -99,15 +111,17 @@ impl Promise<Message> {
     /// Blocks until the promise settles and answers its value.
     ///
     /// # Errors
-    /// [`Error::Rejected`] with the job's error and Luau stack, or [`Error::Cancelled`].
+    /// [`Error::Job`] with the job's failure and Luau stack, or [`Error::Cancelled`].
     pub fn wait(mut self) -> Result<Message> {
         let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
-        while matches!(*state, SlotState::Pending) {
+        while matches!(state.value, SlotState::Pending) {
+            state.waiters += 1;
             state = self
                 .slot
                 .ready
                 .wait(state)
                 .unwrap_or_else(|e| e.into_inner());
+            state.waiters -= 1;
         }
         drop(state);
         self.try_take().expect("settled promise has a value")
@@ -117,17 +131,19 @@ impl Promise<Message> {
     pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Result<Message>> {
         let until = Instant::now() + timeout;
         let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
-        while matches!(*state, SlotState::Pending) {
+        while matches!(state.value, SlotState::Pending) {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return None;
             }
+            state.waiters += 1;
             state = self
                 .slot
                 .ready
                 .wait_timeout(state, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            state.waiters -= 1;
         }
         drop(state);
         self.try_take()
@@ -136,9 +152,9 @@ impl Promise<Message> {
     /// Takes the value if the promise has settled, without waiting.
     pub fn try_take(&mut self) -> Option<Result<Message>> {
         let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
-        match std::mem::replace(&mut *state, SlotState::Taken) {
+        match std::mem::replace(&mut state.value, SlotState::Taken) {
             SlotState::Pending => {
-                *state = SlotState::Pending;
+                state.value = SlotState::Pending;
                 None
             }
             SlotState::Taken => Some(Err(Error::PromiseTaken)),
@@ -164,7 +180,13 @@ impl Promise<Message> {
 
     /// Where the promise stands.
     pub fn status(&self) -> PromiseStatus {
-        match &*self.slot.state.lock().unwrap_or_else(|e| e.into_inner()) {
+        match &self
+            .slot
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .value
+        {
             SlotState::Pending => PromiseStatus::Pending,
             SlotState::Taken => PromiseStatus::Taken,
             SlotState::Settled(Outcome::Resolved(_)) => PromiseStatus::Resolved,
