@@ -1,9 +1,9 @@
 //! Luau → `Message`: one walk over the Luau stack that copies, checks and weighs as it goes.
 //!
 //! The walk calls only Luau API functions that neither allocate nor raise (type tests, `to*`
-//! reads, `lua_rawiter`, `lua_getmetatablepointer`), after reserving all the stack it can need
-//! with one `lua_checkstack`. So it may run outside a protected call, and a refusal is an
-//! ordinary Rust `Err` that leaves the VM untouched.
+//! reads, `lua_rawiter`, `lua_rawgeti`, `lua_getmetatablepointer`), after reserving all the
+//! stack it can need with one `lua_checkstack`. So it may run outside a protected call, and a
+//! refusal is an ordinary Rust `Err` that leaves the VM untouched.
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
