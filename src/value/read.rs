@@ -1,9 +1,9 @@
 //! Luau → `Message`: one walk over the Luau stack that copies, checks and weighs as it goes.
 //!
 //! The walk calls only Luau API functions that neither allocate nor raise (type tests, `to*`
-//! reads, `lua_rawiter`, `lua_getmetatablepointer`), after reserving all the stack it can need
-//! with one `lua_checkstack`. So it may run outside a protected call, and a refusal is an
-//! ordinary Rust `Err` that leaves the VM untouched.
+//! reads, `lua_rawiter`, `lua_rawgeti`, `lua_getmetatablepointer`), after reserving all the
+//! stack it can need with one `lua_checkstack`. So it may run outside a protected call, and a
+//! refusal is an ordinary Rust `Err` that leaves the VM untouched.
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
@@ -226,17 +226,119 @@ impl<'a> Reader<'a> {
         result
     }
 
-    /// Reads every entry in Luau's raw iteration order (array part first), staying a list while
-    /// the keys run 1, 2, 3… and turning into a map at the first key that breaks the run.
+    /// Reads a table's entries: through the array fast path when the table can only hold the
+    /// keys `1..len`, and by raw iteration otherwise.
     ///
     /// # Safety
     /// `idx` is an absolute index of a table, with two free stack slots.
     unsafe fn read_entries(&mut self, idx: c_int, len: usize) -> Result<Message, Refusal> {
+        let prefix = if len > 0 {
+            // SAFETY: forwarded contract.
+            match unsafe { self.read_array(idx, len) }? {
+                ArrayRead::List(list) => return Ok(Message::List(list)),
+                ArrayRead::Hole(prefix) => prefix,
+                ArrayRead::NotArray => Vec::new(),
+            }
+        } else {
+            Vec::new()
+        };
+        // SAFETY: forwarded contract.
+        unsafe { self.read_iterated(idx, len, prefix) }
+    }
+
+    /// The fast path for a table whose only keys are `1..len`: one `lua_rawgeti` per element
+    /// and a type switch, instead of a raw iteration that pushes and checks every key.
+    ///
+    /// Whether other keys exist is settled first, by one `lua_rawiter` call that starts at
+    /// position `len`. It visits the array slots past `len` and the hash nodes from
+    /// `len - sizearray` on. When the array part holds all of `1..len` that is every other
+    /// slot. When it holds fewer, the skipped hash nodes number exactly `len - sizearray`, and
+    /// the keys `sizearray + 1..=len` (all present, or the walk stops at a hole) fill them, so
+    /// nothing else can hide there. A table laid out otherwise takes the general path.
+    ///
+    /// Elements are charged and refused in index order, as the raw iteration of an array
+    /// part would meet them.
+    ///
+    /// # Safety
+    /// `idx` is an absolute index of a table, with two free stack slots.
+    unsafe fn read_array(&mut self, idx: c_int, len: usize) -> Result<ArrayRead, Refusal> {
         let state = self.state;
-        // Never reserve more than the budget could fill: a huge table under a tiny limit must
-        // not allocate for all of it.
-        let room = (self.limit.saturating_sub(self.weight) / Limits::NODE_WEIGHT).saturating_add(1);
-        let mut list: Vec<Message> = Vec::with_capacity(len.min(room));
+        // `lua_objlen` answers an int, so the length fits.
+        let Ok(n) = c_int::try_from(len) else {
+            return Ok(ArrayRead::NotArray);
+        };
+        // SAFETY: idx is a table; rawiter pushes a key and a value (two free slots) only when
+        // it finds an entry, and we pop them.
+        unsafe {
+            if ffi::lua_rawiter(state, idx, n) >= 0 {
+                ffi::lua_settop(state, -3);
+                return Ok(ArrayRead::NotArray);
+            }
+        }
+        let mut list: Vec<Message> = Vec::with_capacity(len.min(self.room()));
+        for i in 1..=n {
+            // SAFETY: idx is a table; rawgeti pushes one value into a free slot.
+            let ty = unsafe { ffi::lua_rawgeti_(state, idx, i) };
+            // Numbers and integers, the bulk of large arrays, are pushed straight into the
+            // list; anything else goes through the general read.
+            match ty {
+                ffi::LUA_TNUMBER => {
+                    self.charge(0)
+                        .map_err(|r| r.at(Segment::Index(i64::from(i))))?;
+                    // SAFETY: the number rawgeti pushed is on top.
+                    list.push(Message::Number(unsafe {
+                        ffi::lua_tonumberx(state, -1, ptr::null_mut())
+                    }));
+                }
+                ffi::LUA_TINTEGER => {
+                    self.charge(0)
+                        .map_err(|r| r.at(Segment::Index(i64::from(i))))?;
+                    // SAFETY: the integer rawgeti pushed is on top.
+                    list.push(Message::Integer(unsafe {
+                        ffi::lua_tointeger64(state, -1, ptr::null_mut())
+                    }));
+                }
+                ffi::LUA_TNIL => {
+                    // SAFETY: pops the nil rawgeti pushed.
+                    unsafe { ffi::lua_settop(state, -2) };
+                    return Ok(ArrayRead::Hole(list));
+                }
+                _ => {
+                    // SAFETY: the value is on top, an absolute index; the slot above it is free.
+                    let item = unsafe { self.read(ffi::lua_gettop(state)) }
+                        .map_err(|r| r.at(Segment::Index(i64::from(i))))?;
+                    list.push(item);
+                }
+            }
+            // SAFETY: pops the value rawgeti pushed.
+            unsafe { ffi::lua_settop(state, -2) };
+        }
+        Ok(ArrayRead::List(list))
+    }
+
+    /// How many more nodes the budget allows, plus one: a huge table under a tiny limit must
+    /// not reserve room for all of it.
+    fn room(&self) -> usize {
+        (self.limit.saturating_sub(self.weight) / Limits::NODE_WEIGHT).saturating_add(1)
+    }
+
+    /// Reads every entry in Luau's raw iteration order (array part first), staying a list while
+    /// the keys run 1, 2, 3… and turning into a map at the first key that breaks the run.
+    ///
+    /// `prefix` holds the values of keys `1..=prefix.len()`, already read and charged by the
+    /// fast path before it met a hole; they are taken from it rather than read twice (reading
+    /// twice would double the work at every nested level).
+    ///
+    /// # Safety
+    /// `idx` is an absolute index of a table, with two free stack slots.
+    unsafe fn read_iterated(
+        &mut self,
+        idx: c_int,
+        len: usize,
+        mut prefix: Vec<Message>,
+    ) -> Result<Message, Refusal> {
+        let state = self.state;
+        let mut list: Vec<Message> = Vec::with_capacity(len.min(self.room()));
         let mut map: Vec<(MapKey, Message)> = Vec::new();
         let mut is_list = len > 0;
         let mut iter: c_int = 0;
@@ -256,10 +358,13 @@ impl<'a> Reader<'a> {
                         .then(|| ffi::lua_tonumberx(state, key_idx, ptr::null_mut()))
                 };
                 if next == Some((list.len() + 1) as f64) {
-                    // SAFETY: value_idx is valid.
-                    let value = unsafe { self.read(value_idx) }
-                        .map_err(|r| r.at(Segment::Index(list.len() as i64 + 1)))?;
-                    list.push(value);
+                    let at = list.len();
+                    let value = match prefix.get_mut(at) {
+                        Some(kept) => Ok(std::mem::replace(kept, Message::Nil)),
+                        // SAFETY: value_idx is valid.
+                        None => unsafe { self.read(value_idx) },
+                    };
+                    list.push(value.map_err(|r| r.at(Segment::Index(at as i64 + 1)))?);
                     // SAFETY: pops the key and value rawiter pushed.
                     unsafe { ffi::lua_settop(state, top - 2) };
                     continue;
@@ -269,8 +374,12 @@ impl<'a> Reader<'a> {
             }
             // SAFETY: key_idx is valid.
             let key = unsafe { self.read_key(key_idx) }?;
-            // SAFETY: value_idx is valid; on failure the key is still in place to name it.
-            let value = unsafe { self.read(value_idx) }.map_err(|r| r.at(key_segment(&key)))?;
+            let value = match prefix_slot(&key, prefix.len()) {
+                Some(at) => Ok(std::mem::replace(&mut prefix[at], Message::Nil)),
+                // SAFETY: value_idx is valid; on failure the key is still in place to name it.
+                None => unsafe { self.read(value_idx) },
+            };
+            let value = value.map_err(|r| r.at(key_segment(&key)))?;
             map.push((key, value));
             // SAFETY: pops the key and value rawiter pushed.
             unsafe { ffi::lua_settop(state, top - 2) };
@@ -366,6 +475,26 @@ impl MapKey {
     }
 }
 
+/// What the fast path found in a table.
+enum ArrayRead {
+    /// Keys exactly `1..len`: the whole list.
+    List(Vec<Message>),
+    /// A nil inside `1..len`: the values before it, to be reused by the general path.
+    Hole(Vec<Message>),
+    /// Keys outside `1..len`, or a layout the fast path can't vouch for: nothing read.
+    NotArray,
+}
+
+/// The position in a fast-path prefix of `len` values that `key` names, if it names one.
+fn prefix_slot(key: &MapKey, len: usize) -> Option<usize> {
+    match key {
+        MapKey::Number(n) if n.fract() == 0.0 && *n >= 1.0 && *n <= len as f64 => {
+            Some(*n as usize - 1)
+        }
+        _ => None,
+    }
+}
+
 fn key_segment(key: &MapKey) -> Segment {
     match key {
         MapKey::Integer(i) => Segment::Index(*i),
@@ -407,5 +536,145 @@ fn type_name(ty: c_int) -> &'static str {
         ffi::LUA_TTHREAD => "coroutine",
         ffi::LUA_TBUFFER => "buffer",
         _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mlua::{Lua, Value};
+
+    use crate::value::{MapKey, Message};
+
+    fn read(lua: &Lua, code: &str) -> Message {
+        let value: Value = lua.load(code).eval().expect("eval");
+        Message::from_lua(&value, "m").expect("read")
+    }
+
+    fn numbers(range: std::ops::RangeInclusive<i64>) -> Vec<Message> {
+        range.map(|i| Message::Number(i as f64)).collect()
+    }
+
+    #[test]
+    fn a_pure_array_keeps_order_and_element_types() {
+        let lua = Lua::new();
+        let m = read(&lua, "{ 1.5, 2, integer.create(3), 'x', { 0 } }");
+        let Message::List(items) = m else {
+            panic!("expected a list, got {m:?}")
+        };
+        assert_eq!(items.len(), 5);
+        assert!(matches!(items[0], Message::Number(n) if n == 1.5));
+        assert!(matches!(items[1], Message::Number(n) if n == 2.0));
+        assert!(matches!(items[2], Message::Integer(3)));
+        assert_eq!(items[3], Message::String("x".into()));
+        assert_eq!(items[4], Message::List(vec![Message::Number(0.0)]));
+    }
+
+    #[test]
+    fn an_array_with_extra_keys_becomes_a_map() {
+        let lua = Lua::new();
+        let m = read(
+            &lua,
+            "local t = { 10, 20, 30 } t.x = true t[5] = 50 return t",
+        );
+        let expected = Message::Map(vec![
+            (MapKey::Number(1.0), Message::Number(10.0)),
+            (MapKey::Number(2.0), Message::Number(20.0)),
+            (MapKey::Number(3.0), Message::Number(30.0)),
+            (MapKey::Number(5.0), Message::Number(50.0)),
+            (MapKey::String("x".into()), Message::Boolean(true)),
+        ]);
+        assert_eq!(m, expected);
+    }
+
+    /// Keys 1..n written as a record live in the hash part, where the fast path's one-call
+    /// check must still see any other key.
+    #[test]
+    fn hash_part_arrays_with_and_without_an_extra_key() {
+        let lua = Lua::new();
+        for n in 1..=40i64 {
+            let fields: String = (1..=n).map(|i| format!("[{i}] = {i}, ")).collect();
+            let pure = read(&lua, &format!("{{ {fields} }}"));
+            assert_eq!(pure, Message::List(numbers(1..=n)), "n = {n}");
+            for extra in [
+                "x = 0",
+                "[0] = 0",
+                "[-1] = 0",
+                "[0.5] = 0",
+                "[integer.create(1)] = 0",
+            ] {
+                let mixed = read(&lua, &format!("{{ {fields} {extra} }}"));
+                let Message::Map(entries) = &mixed else {
+                    panic!("n = {n}, {extra}: expected a map, got {mixed:?}")
+                };
+                assert_eq!(entries.len() as i64, n + 1, "n = {n}, {extra}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_hole_makes_a_map_of_the_present_keys() {
+        let lua = Lua::new();
+        let m = read(&lua, "{ 'a', nil, 'c' }");
+        let expected = Message::Map(vec![
+            (MapKey::Number(1.0), Message::String("a".into())),
+            (MapKey::Number(3.0), Message::String("c".into())),
+        ]);
+        assert_eq!(m, expected);
+        let m = read(&lua, "local t = table.create(8, 1) t[4] = nil return t");
+        let Message::Map(entries) = m else {
+            panic!("expected a map")
+        };
+        assert_eq!(entries.len(), 7);
+    }
+
+    /// A hole after a nested table must not read that table twice per level: 60 levels would
+    /// take 2^60 reads.
+    #[test]
+    fn nested_holes_are_read_once() {
+        let lua = Lua::new();
+        let m = read(
+            &lua,
+            "local t = { 1 } for _ = 1, 60 do t = { t, nil, 2 } end return t",
+        );
+        let mut depth = 0;
+        let mut at = &m;
+        while let Message::Map(entries) = at {
+            assert_eq!(entries.len(), 2);
+            let inner = entries
+                .iter()
+                .find(|(k, _)| *k == MapKey::Number(1.0))
+                .expect("key 1");
+            at = &inner.1;
+            depth += 1;
+        }
+        assert_eq!(depth, 60);
+        assert_eq!(at, &Message::List(vec![Message::Number(1.0)]));
+    }
+
+    #[test]
+    fn a_refusal_in_an_array_names_its_index() {
+        let lua = Lua::new();
+        let value: Value = lua
+            .load("local t = table.create(5, 0) t[4] = print return t")
+            .eval()
+            .unwrap();
+        let err = Message::from_lua(&value, "m").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "m[4]: a function can't cross a worker or event boundary"
+        );
+    }
+
+    #[test]
+    fn an_array_is_charged_per_element_and_refused_one_byte_past() {
+        let lua = Lua::new();
+        let value: Value = lua.load("{ 1, 2, 3, 4 }").eval().unwrap();
+        let exact = 5 * crate::Limits::NODE_WEIGHT;
+        assert_eq!(
+            Message::read_within(&value, "m", exact).unwrap(),
+            Message::List(numbers(1..=4))
+        );
+        let err = Message::read_within(&value, "m", exact - 1).unwrap_err();
+        assert!(err.to_string().starts_with("m[4]: "), "{err}");
     }
 }

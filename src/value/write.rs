@@ -107,24 +107,39 @@ impl Builder<'_> {
             return false;
         }
         let state = self.state;
+        // Luau table lengths are ints: a longer list can't be a Luau array anyway, and its
+        // tail goes in with explicit number keys below.
         let narr = c_int::try_from(items.len()).unwrap_or(c_int::MAX);
-        // SAFETY: protected by exec_raw, room checked by enter.
+        // SAFETY: protected by exec_raw, room checked by enter. The array part is sized up
+        // front, so every rawseti below lands in it without a rehash.
         unsafe { ffi::lua_createtable(state, narr, 0) };
-        for (i, item) in items.iter().enumerate() {
+        let (head, tail) = items.split_at(items.len().min(narr as usize));
+        for (index, item) in (1..=narr).zip(head) {
+            // Numbers and integers, the bulk of large lists, skip the general dispatch.
+            match item {
+                // SAFETY: protected by exec_raw; enter left a slot for the value.
+                Message::Number(n) => unsafe { ffi::lua_pushnumber(state, *n) },
+                // SAFETY: as above.
+                Message::Integer(i) => unsafe { ffi::lua_pushinteger64(state, *i) },
+                other => {
+                    if !self.push(other, depth) {
+                        return false;
+                    }
+                }
+            }
+            // SAFETY: the table is at -2 and the value at -1.
+            unsafe { ffi::lua_rawseti_(state, -2, index) };
+        }
+        for (offset, item) in tail.iter().enumerate() {
             if !self.push(item, depth) {
                 return false;
             }
-            let index = i + 1;
-            // SAFETY: the table is at -2 and the value at -1.
+            let index = narr as usize + offset + 1;
+            // SAFETY: the table is at -3 after the key goes under the value at -1.
             unsafe {
-                match c_int::try_from(index) {
-                    Ok(index) => ffi::lua_rawseti_(state, -2, index),
-                    Err(_) => {
-                        ffi::lua_pushnumber(state, index as f64);
-                        ffi::lua_insert(state, -2);
-                        ffi::lua_rawset(state, -3);
-                    }
-                }
+                ffi::lua_pushnumber(state, index as f64);
+                ffi::lua_insert(state, -2);
+                ffi::lua_rawset(state, -3);
             }
         }
         true
