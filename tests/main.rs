@@ -5,5 +5,6 @@ mod support;
 mod dispatch;
 mod docs;
 mod runner;
+mod stress;
 mod tasks;
 mod value;

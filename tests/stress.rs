@@ -1,0 +1,136 @@
+//! Stress: several domains share one pool, jobs dispatch jobs, some are cancelled; every item that
+//! went in is accounted for on the way out. Larger sizes run with `cargo test -- --ignored`.
+
+use std::time::{Duration, Instant};
+
+use skein::{Message, Pool};
+
+use crate::support::Tree;
+
+const FANOUT: &str = r#"
+local M = {}
+function M.leaf(n) return n end
+function M.branch(n)
+    local a = jobs.dispatch("./fanout", "leaf", n)
+    local b = jobs.dispatch("./fanout", "leaf", n + 1)
+    return a:await() + b:await()
+end
+function M.slow(n) task.wait(0.05) return n end
+return M
+"#;
+
+fn number(m: &Message) -> f64 {
+    match m {
+        Message::Number(n) => *n,
+        Message::Integer(i) => *i as f64,
+        other => panic!("expected a number, got {other:?}"),
+    }
+}
+
+/// `items` branch jobs per domain (each dispatching two leaves from its worker), plus `items`
+/// slow jobs of which every third is cancelled. Checks the sums and the cancelled count.
+fn run(domains: usize, items: usize) {
+    let tree = Tree::new(&[("fanout.luau", FANOUT)]);
+    let pool = Pool::new(2);
+    let all: Vec<_> = (0..domains).map(|_| tree.domain(&pool)).collect();
+    let script = format!(
+        r#"
+        local branches, slows = {{}}, {{}}
+        for i = 1, {items} do
+            branches[i] = jobs.dispatch("./fanout", "branch", i)
+            slows[i] = jobs.dispatch("./fanout", "slow", i)
+        end
+        local cancelled = 0
+        for i = 3, {items}, 3 do
+            if slows[i]:cancel() then cancelled += 1 end
+        end
+        local sum, slowRan = 0, 0
+        for i = 1, {items} do
+            sum += branches[i]:await()
+            if pcall(function() return slows[i]:await() end) then slowRan += 1 end
+        end
+        RESULT = {{ sum = sum, slowRan = slowRan, cancelled = cancelled }}
+    "#
+    );
+    // Start every domain's script, then pump each: the pool serves all of them at once.
+    for domain in &all {
+        domain.exec(&script).unwrap();
+    }
+    let started = Instant::now();
+    for domain in &all {
+        domain.run_until_idle().unwrap();
+    }
+    assert!(started.elapsed() < Duration::from_secs(120));
+    let n = items as f64;
+    for domain in &all {
+        let Message::Map(fields) = domain.eval("return RESULT").unwrap() else {
+            panic!("expected a table")
+        };
+        let get = |name: &str| {
+            fields
+                .iter()
+                .find(
+                    |(k, _)| matches!(k, skein::MapKey::String(s) if s.as_ref() == name.as_bytes()),
+                )
+                .map(|(_, v)| number(v))
+                .unwrap()
+        };
+        // branch(i) = i + (i + 1): the sum over 1..n is n(n+1) + n.
+        assert_eq!(get("sum"), n * (n + 1.0) + n);
+        let cancelled = get("cancelled");
+        assert_eq!(
+            cancelled,
+            (items / 3) as f64,
+            "every third slow job was still pending"
+        );
+        assert_eq!(
+            get("slowRan") + cancelled,
+            n,
+            "every slow job either ran or was cancelled"
+        );
+        assert!(domain.take_reports().is_empty());
+    }
+    let stats = pool.stats();
+    let run: u64 = stats.iter().map(|s| s.items_run).sum();
+    // Per domain: n branches, 2n leaves and n slow items are taken (a cancelled one is taken and
+    // skipped unrun).
+    assert_eq!(run, (domains * items * 4) as u64);
+    assert_eq!(stats.iter().map(|s| s.panics).sum::<u64>(), 0);
+}
+
+#[test]
+fn three_domains_share_a_pool_and_account_for_every_item() {
+    run(3, 300);
+}
+
+#[test]
+#[ignore = "large; run with --ignored"]
+fn three_domains_share_a_pool_at_scale() {
+    run(3, 20_000);
+}
+
+#[test]
+fn a_dropped_domain_leaves_no_vm_behind() {
+    let tree = Tree::new(&[("fanout.luau", FANOUT)]);
+    let pool = Pool::new(1);
+    let warm = r#"local ps = {} for i = 1, 50 do ps[i] = jobs.dispatch("./fanout", "leaf", i) end
+                  for _, p in ps do p:await() end return nil"#;
+    let keep = tree.domain(&pool);
+    {
+        let gone = tree.domain(&pool);
+        gone.eval(warm).unwrap();
+        keep.eval(warm).unwrap();
+        assert_eq!(
+            pool.stats()[0].vms_held,
+            2,
+            "one VM per domain on the only worker"
+        );
+    }
+    // The worker drops the ended domain's VM at its next poll; only `keep`'s remains.
+    keep.eval(warm).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pool.stats()[0].vms_held != 1 {
+        assert!(Instant::now() < deadline, "VMs held: {:?}", pool.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
