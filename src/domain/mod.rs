@@ -175,6 +175,14 @@ impl ScriptDomain {
     }
 
     /// The engine VM, for host code that installs its own bindings.
+    ///
+    /// A VM never leaves the thread that built it: `mlua::Lua` is not `Send` (Skein does not use
+    /// mlua's `send` feature), so this does not compile:
+    ///
+    /// ```compile_fail
+    /// fn assert_send<T: Send>() {}
+    /// assert_send::<skein::mlua::Lua>();
+    /// ```
     pub fn lua(&self) -> &Lua {
         &self.vm.lua
     }
