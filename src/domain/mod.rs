@@ -290,10 +290,14 @@ impl ScriptDomain {
     /// Hands `module.entry(args)` to the pool from host code; `module` resolves from the plan's
     /// root directory.
     ///
+    /// Edited module sources are picked up when the host next pumps or runs the domain
+    /// ([`pump`](Self::pump), [`eval`](Self::eval), [`exec`](Self::exec),
+    /// [`run_until_idle`](Self::run_until_idle)); a host dispatch does not look at the file
+    /// system, so issuing many in a row costs no system call each.
+    ///
     /// # Errors
     /// [`Error::Refused`] when the module can't be resolved.
     pub fn dispatch(&self, module: &str, entry: &str, args: Message) -> Result<Promise<Message>> {
-        vm::check_sources();
         let module = self
             .vm
             .core

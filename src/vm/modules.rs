@@ -50,7 +50,9 @@ pub(crate) struct Modules {
     root: PathBuf,
     cache: RefCell<ModuleCache>,
     /// Module values by path, valid while `epoch` is the source epoch.
-    exports: RefCell<HashMap<PathBuf, Value>>,
+    /// Keyed by the path's bytes: hashing a `Path` walks its components, which showed in the
+    /// dispatch profile.
+    exports: RefCell<HashMap<Box<[u8]>, Value>>,
     /// Resolutions by the caller's chunk name (`@/abs/file.luau`, or `""` for host code), then
     /// by specifier: looked up with borrowed strings, so a hit allocates nothing.
     resolved: RefCell<HashMap<Box<str>, Resolutions>>,
@@ -122,13 +124,12 @@ impl Modules {
     /// The value of the module at `path` (absolute, as `resolve` answers), loading it once.
     pub(crate) fn require_path(&self, lua: &Lua, path: &Path) -> mlua::Result<Value> {
         self.sync_epoch();
-        if let Some(value) = self.exports.borrow().get(path) {
+        let key = path.as_os_str().as_encoded_bytes();
+        if let Some(value) = self.exports.borrow().get(key) {
             return Ok(value.clone());
         }
         let value = ModuleCache::require(&self.cache, lua, path).map_err(|e| e.into_lua_error())?;
-        self.exports
-            .borrow_mut()
-            .insert(path.to_owned(), value.clone());
+        self.exports.borrow_mut().insert(key.into(), value.clone());
         Ok(value)
     }
 }
