@@ -3,10 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use skein::mlua;
 use skein::{FailureKind, Message, Plan, Pool, PromiseStatus};
 
-use crate::support::{assert_contains, Tree};
+use crate::support::{assert_contains, number, text, Marks, Tree};
 
 const MATH: &str = r#"
 local M = {}
@@ -23,21 +22,6 @@ function M.nested(n) return jobs.dispatch("./math", "double", n):await() + 1 end
 M.notAFunction = 42
 return M
 "#;
-
-fn text(m: &Message) -> String {
-    match m {
-        Message::String(b) => String::from_utf8_lossy(b).into_owned(),
-        other => panic!("expected a string, got {other:?}"),
-    }
-}
-
-fn number(m: &Message) -> f64 {
-    match m {
-        Message::Number(n) => *n,
-        Message::Integer(i) => *i as f64,
-        other => panic!("expected a number, got {other:?}"),
-    }
-}
 
 /// A domain with `math.luau` and the pool that serves it.
 fn setup() -> (Tree, Pool) {
@@ -345,19 +329,13 @@ fn cancelling_a_running_job_halts_it() {
 
 #[test]
 fn cancelling_a_queued_job_keeps_it_from_running() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
     let (tree, pool) = setup();
     tree.write(
         "mark.luau",
         "local M = {}\nfunction M.mark() hostMark() return true end\nfunction M.sleep(s) local t = os.clock() while os.clock() - t < s do end return true end\nreturn M\n",
     );
-    let marks = Arc::new(AtomicUsize::new(0));
-    let counter = marks.clone();
-    let plan = Plan::new().function("hostMark", move |_, _| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        Ok(mlua::MultiValue::new())
-    });
+    let marks = Marks::default();
+    let plan = marks.plan();
     let domain = tree.domain_with(&pool, plan);
     // Both workers busy, then a third item queued and cancelled before it can start.
     let v = domain
@@ -374,12 +352,12 @@ fn cancelling_a_queued_job_keeps_it_from_running() {
         )
         .unwrap();
     assert_eq!(text(&v), "true cancelled");
-    assert_eq!(marks.load(Ordering::SeqCst), 0, "the cancelled item ran");
+    assert_eq!(marks.count(), 0, "the cancelled item ran");
     let v = domain
         .eval(r#"return jobs.dispatch("./mark", "mark"):await()"#)
         .unwrap();
     assert_eq!(v, Message::Boolean(true));
-    assert_eq!(marks.load(Ordering::SeqCst), 1);
+    assert_eq!(marks.count(), 1);
 }
 
 #[test]
@@ -470,26 +448,20 @@ fn a_host_promise_rejects_with_a_structured_failure() {
 
 #[test]
 fn queued_items_of_a_dropped_domain_are_refused_unrun() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
     let tree = Tree::new(&[(
         "mark.luau",
         "local M = {}\nfunction M.mark() hostMark() return true end\nfunction M.sleep(s) hostMark() local t = os.clock() while os.clock() - t < s do end return true end\nreturn M\n",
     )]);
     let pool = Pool::new(1);
-    let marks = Arc::new(AtomicUsize::new(0));
-    let counter = marks.clone();
-    let plan = Plan::new().function("hostMark", move |_, _| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        Ok(mlua::MultiValue::new())
-    });
+    let marks = Marks::default();
+    let plan = marks.plan();
     let domain = tree.domain_with(&pool, plan);
     let busy = domain
         .dispatch("./mark", "sleep", Message::Number(0.3))
         .unwrap();
     let queued = domain.dispatch("./mark", "mark", Message::Nil).unwrap();
     // Once the only worker is inside `sleep`, the second item is certainly still queued.
-    while marks.load(Ordering::SeqCst) == 0 {
+    while marks.count() == 0 {
         std::thread::sleep(Duration::from_millis(1));
     }
     drop(domain);
@@ -503,24 +475,18 @@ fn queued_items_of_a_dropped_domain_are_refused_unrun() {
         failure.to_string(),
         "job './mark:mark' was refused unrun: domain 'test' stopped"
     );
-    assert_eq!(marks.load(Ordering::SeqCst), 1, "only `sleep` ran");
+    assert_eq!(marks.count(), 1, "only `sleep` ran");
 }
 
 #[test]
 fn cancelling_a_parked_job_ends_its_task() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
     let tree = Tree::new(&[(
         "late.luau",
         "return { run = function(s) task.wait(s) hostMark() return true end }\n",
     )]);
     let pool = Pool::new(1);
-    let marks = Arc::new(AtomicUsize::new(0));
-    let counter = marks.clone();
-    let plan = Plan::new().function("hostMark", move |_, _| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        Ok(mlua::MultiValue::new())
-    });
+    let marks = Marks::default();
+    let plan = marks.plan();
     let domain = tree.domain_with(&pool, plan);
     let v = domain
         .eval(
@@ -537,7 +503,7 @@ fn cancelling_a_parked_job_ends_its_task() {
         .unwrap();
     assert_eq!(text(&v), "cancelled resolved");
     // The cancelled job's parked task never woke: only the kept job reached hostMark.
-    assert_eq!(marks.load(Ordering::SeqCst), 1);
+    assert_eq!(marks.count(), 1);
 }
 
 #[test]

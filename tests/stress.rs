@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use skein::{Message, Pool};
 
-use crate::support::Tree;
+use crate::support::{number, Tree};
 
 const FANOUT: &str = r#"
 local M = {}
@@ -18,14 +18,6 @@ end
 function M.slow(n) task.wait(0.05) return n end
 return M
 "#;
-
-fn number(m: &Message) -> f64 {
-    match m {
-        Message::Number(n) => *n,
-        Message::Integer(i) => *i as f64,
-        other => panic!("expected a number, got {other:?}"),
-    }
-}
 
 /// `items` branch jobs per domain (each dispatching two leaves from its worker), plus `items`
 /// slow jobs of which every third is cancelled. Checks the sums and the cancelled count.

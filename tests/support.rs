@@ -1,8 +1,10 @@
 //! Shared helpers: a module tree on disk and a domain rooted in it.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use skein::{DomainSpec, Plan, Pool, ScriptDomain};
+use skein::{mlua, DomainSpec, Message, Plan, Pool, ScriptDomain};
 
 /// A temporary folder of Luau modules.
 pub struct Tree {
@@ -53,4 +55,42 @@ pub fn assert_contains(haystack: &str, needle: &str) {
 #[allow(dead_code)]
 pub fn exists(p: &Path) -> bool {
     p.exists()
+}
+
+/// The text of a string message.
+#[track_caller]
+pub fn text(m: &Message) -> String {
+    match m {
+        Message::String(b) => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
+
+/// The value of a number or integer message.
+#[track_caller]
+pub fn number(m: &Message) -> f64 {
+    match m {
+        Message::Number(n) => *n,
+        Message::Integer(i) => *i as f64,
+        other => panic!("expected a number, got {other:?}"),
+    }
+}
+
+/// Counts calls of `hostMark()` from any VM of the domain: proof of what ran, across workers.
+#[derive(Clone, Default)]
+pub struct Marks(Arc<AtomicUsize>);
+
+impl Marks {
+    /// A plan whose VMs have `hostMark()`, counting into these marks.
+    pub fn plan(&self) -> Plan {
+        let counter = self.0.clone();
+        Plan::new().function("hostMark", move |_, _| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(mlua::MultiValue::new())
+        })
+    }
+
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
 }

@@ -1,15 +1,8 @@
 //! The task library on the engine VM and on workers: spawn, defer, delay, wait, cancel, await.
 
-use skein::{Message, Pool};
+use skein::Pool;
 
-use crate::support::{assert_contains, Tree};
-
-fn text(m: &Message) -> String {
-    match m {
-        Message::String(b) => String::from_utf8_lossy(b).into_owned(),
-        other => panic!("expected a string, got {other:?}"),
-    }
-}
+use crate::support::{assert_contains, text, Tree};
 
 fn eval(source: &str) -> String {
     let tree = Tree::new(&[]);
