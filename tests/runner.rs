@@ -106,3 +106,32 @@ fn script_arguments_arrive_as_varargs() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout.trim(), "x+y");
 }
+
+#[test]
+fn an_edit_reaches_a_long_running_script_s_next_dispatch() {
+    let tree = Tree::new(&[
+        (
+            "main.luau",
+            "local first = jobs.dispatch('./m', 'v'):await()\n\
+             local t = os.clock()\n\
+             repeat task.wait(0.05) until os.clock() - t > 3\n\
+             print(first, jobs.dispatch('./m', 'v'):await())\n",
+        ),
+        ("m.luau", "return { v = function() return 'old' end }\n"),
+    ]);
+    let main = tree.path().join("main.luau");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_skein"))
+        .args(["run", main.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The script has long dispatched its first item by now, and waits two more seconds.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    tree.write(
+        "m.luau",
+        "return { v = function() return 'new' end } -- edited\n",
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "old\tnew");
+}

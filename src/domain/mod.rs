@@ -26,6 +26,9 @@ use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
 
 static NEXT_DOMAIN: AtomicU64 = AtomicU64::new(1);
 
+/// How often `run_until_idle` looks for edited module sources while a script keeps it busy.
+const SOURCE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+
 /// How to make a [`ScriptDomain`].
 ///
 /// ```
@@ -389,7 +392,15 @@ impl ScriptDomain {
     /// The first failure of a script the host started ([`Error::Script`], with its Luau stack).
     pub fn run_until_idle(&self) -> Result<()> {
         vm::check_sources();
-        while self.pump_once(true) {}
+        let mut checked = Instant::now();
+        while self.pump_once(true) {
+            // A script can run for minutes without returning to the host: look for edited
+            // sources now and then, so an edit still reaches its next dispatch.
+            if checked.elapsed() >= SOURCE_CHECK_INTERVAL {
+                vm::check_sources();
+                checked = Instant::now();
+            }
+        }
         match self.failures.borrow_mut().drain(..).next() {
             Some(text) => Err(Error::Script(text)),
             None => Ok(()),
