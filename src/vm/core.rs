@@ -192,8 +192,7 @@ impl SchedulerHost for VmCore {
         (self.reporter)(&owner.identity.to_string(), &failure);
     }
 
-    fn traceback(&self, _lua: &Lua, thread: &Thread, message: &str) -> String {
-        let _ = message;
+    fn traceback(&self, thread: &Thread) -> String {
         self.traceback
             .call::<String>((thread.clone(),))
             .map(|tb| tb.trim_end().to_owned())

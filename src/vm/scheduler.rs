@@ -259,8 +259,8 @@ pub(crate) trait SchedulerHost {
     fn complete(&self, lua: &Lua, owner: &Rc<Owner>, result: Result<MultiValue, TaskFailure>);
     /// A non-root task failed: report it, attributed to its owner.
     fn report(&self, owner: &Rc<Owner>, failure: TaskFailure);
-    /// `debug.traceback(thread, message)`.
-    fn traceback(&self, lua: &Lua, thread: &Thread, message: &str) -> String;
+    /// The Luau stack of `thread` (a coroutine that just failed), as `debug.traceback` gives it.
+    fn traceback(&self, thread: &Thread) -> String;
 }
 
 /// Runs one step: the timers due now, the deferred batch, then the ready queue, each task once.
@@ -292,14 +292,7 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
     };
     if owner.is_cancelled() {
         host.scheduler().borrow_mut().running.pop();
-        finish(
-            host,
-            lua,
-            id,
-            &owner,
-            &thread,
-            Err(TaskFailure::cancelled()),
-        );
+        finish(host, lua, id, &owner, Err(TaskFailure::cancelled()));
         return;
     }
     let args = host.resume_values(lua, resume);
@@ -313,7 +306,7 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
     match result {
         Err(panic) => {
             let failure = TaskFailure::panicked(&panic);
-            finish(host, lua, id, &owner, &thread, Err(failure));
+            finish(host, lua, id, &owner, Err(failure));
         }
         Ok(Err(err)) => {
             let failure = match stopped {
@@ -329,13 +322,13 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
                             format!("stack traceback:\n{}", stack.trim_end()),
                         ),
                         None => {
-                            let traceback = host.traceback(lua, &thread, &full);
+                            let traceback = host.traceback(&thread);
                             TaskFailure::raised(full, traceback)
                         }
                     }
                 }
             };
-            finish(host, lua, id, &owner, &thread, Err(failure));
+            finish(host, lua, id, &owner, Err(failure));
         }
         Ok(Ok(values)) => match thread.status() {
             ThreadStatus::Resumable => {
@@ -348,7 +341,7 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
                     sched.defer(id);
                 }
             }
-            _ => finish(host, lua, id, &owner, &thread, Ok(values)),
+            _ => finish(host, lua, id, &owner, Ok(values)),
         },
     }
 }
@@ -358,7 +351,6 @@ fn finish<H: SchedulerHost>(
     lua: &Lua,
     id: TaskId,
     owner: &Rc<Owner>,
-    _thread: &Thread,
     result: Result<MultiValue, TaskFailure>,
 ) {
     let entry = host.scheduler().borrow_mut().remove(id);
