@@ -15,9 +15,9 @@
 //! - **running**: one item was handed to the worker and has not settled; later entries wait in
 //!   the FIFO.
 //!
-//! [`enqueue`](KeyLanes::enqueue) on an idle (or new) lane answers the item straight back as the
-//! one to run; on a running lane it queues it. [`settle`](KeyLanes::settle), called exactly once
-//! per item handed out, after the item's outcome was sent, hands over the next entry. A
+//! [`enqueue`](KeyLanes::enqueue) on an idle (or new) lane delivers the item at once; on a
+//! running lane it queues it. [`settle`](KeyLanes::settle), called exactly once per item
+//! delivered, after the item's outcome was sent, delivers the next entry. A
 //! [`release`](KeyLanes::release) is an entry of the FIFO too, so it takes effect only after the
 //! items enqueued before it settled: when it reaches the head the binding ends (the caller tells
 //! the old worker, so its VM runs its release watchers) and whatever was queued behind it binds
@@ -26,11 +26,13 @@
 //!
 //! # Memory ordering
 //!
-//! All state sits behind one `Mutex`; its acquire/release edges order everything. The caller
-//! delivers what a call answers after the lock is dropped. That is safe because an item answered
-//! as "run" cannot settle before it is delivered, and a release answered by `settle` is delivered
-//! before the next item of the same call (both by the same thread, in that order, through the
-//! same FIFO inbox when they go to the same worker).
+//! All state sits behind one `Mutex`; its acquire/release edges order everything. Deliveries
+//! ([`Deliver`]) are made through the caller's callback *while the lock is held*, so every
+//! delivery to a worker is in one total order with the lane transitions. Without that, a release
+//! answered to one thread and a new binding of the same key made by another could reach the worker
+//! as "run the item" before "the key was released", and the item would see the old binding's
+//! state. A delivery is a push onto a worker's FIFO inbox and a wake, never a call back into the
+//! lanes, so holding the lock across it cannot deadlock.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -92,14 +94,21 @@ fn choose_worker(load: &[Load]) -> usize {
 #[derive(Debug)]
 pub struct TooManyKeys<T>(pub T);
 
-/// What [`KeyLanes::enqueue`] answers.
-#[derive(Debug)]
-pub struct Enqueued<T> {
-    /// The item to deliver now, and to which worker: the lane was idle or new.
-    pub run: Option<(usize, T)>,
-    /// Items of the key that had not started and were dropped from the lane by a supersede, in
-    /// the order they were queued. The caller rejects them.
-    pub superseded: Vec<T>,
+/// What a lane hands to one worker. The caller must deliver it to that worker alone.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Deliver<T> {
+    /// Run this item of the key; settle it afterwards.
+    Run {
+        /// The worker the key is bound to.
+        worker: usize,
+        /// The item.
+        item: T,
+    },
+    /// The key's binding to this worker ended: its VM drops what it kept for the key.
+    Released {
+        /// The worker the key was bound to.
+        worker: usize,
+    },
 }
 
 /// What [`KeyLanes::release`] answers.
@@ -107,22 +116,10 @@ pub struct Enqueued<T> {
 pub enum Release {
     /// The pool did not hold the key (or only a release already pending): nothing was done.
     NotHeld,
-    /// The key was bound and idle: the binding ended now; tell this worker.
-    Now {
-        /// The worker the key was bound to.
-        worker: usize,
-    },
-    /// The release waits in the lane for the items before it; [`KeyLanes::settle`] reports it.
+    /// The key was bound and idle: the binding ended now (and was delivered).
+    Now,
+    /// The release waits in the lane for the items before it; a later settle delivers it.
     Queued,
-}
-
-/// What [`KeyLanes::settle`] answers, to be delivered in field order.
-#[derive(Debug)]
-pub struct Handover<T> {
-    /// A release reached the head: the binding to this worker ended.
-    pub released: Option<usize>,
-    /// The next item of the key and the worker to deliver it to.
-    pub run: Option<(usize, T)>,
 }
 
 /// The key lanes of one pool.
@@ -141,8 +138,9 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
         }
     }
 
-    /// Adds `item` to `key`'s lane, binding the key when it is new. With `supersede`, every item
-    /// of the key that has not been handed out is taken out first (the running one is
+    /// Adds `item` to `key`'s lane, binding the key when it is new, and delivers it when the lane
+    /// was idle. With `supersede`, every item of the key that has not been delivered is taken out
+    /// first and answered, in queue order, for the caller to reject (the running one is
     /// untouched).
     ///
     /// # Errors
@@ -153,7 +151,8 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
         key: K,
         item: T,
         supersede: bool,
-    ) -> Result<Enqueued<T>, TooManyKeys<T>> {
+        deliver: impl FnOnce(Deliver<T>),
+    ) -> Result<Vec<T>, TooManyKeys<T>> {
         let mut guard = self.inner.lock().unwrap();
         let lanes = &mut *guard;
         let Some(lane) = lanes.lanes.get_mut(&key) else {
@@ -171,10 +170,8 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
                     queue: VecDeque::new(),
                 },
             );
-            return Ok(Enqueued {
-                run: Some((worker, item)),
-                superseded: Vec::new(),
-            });
+            deliver(Deliver::Run { worker, item });
+            return Ok(Vec::new());
         };
         let mut superseded = Vec::new();
         if supersede && !lane.queue.is_empty() {
@@ -193,51 +190,48 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
         lanes.load[lane.worker].items += 1;
         if lane.running {
             lane.queue.push_back(Entry::Item(item));
-            Ok(Enqueued {
-                run: None,
-                superseded,
-            })
         } else {
             lane.running = true;
-            Ok(Enqueued {
-                run: Some((lane.worker, item)),
-                superseded,
-            })
+            deliver(Deliver::Run {
+                worker: lane.worker,
+                item,
+            });
         }
+        Ok(superseded)
     }
 
-    /// The item of `key` that was handed out has settled: hand over what comes next.
+    /// The item of `key` that was delivered has settled: deliver what comes next (a release
+    /// that reached the head, then the next item).
     ///
-    /// Called exactly once per item [`enqueue`](Self::enqueue) or `settle` answered as `run`.
-    pub fn settle(&self, key: &K) -> Handover<T> {
+    /// Called exactly once per item delivered as [`Deliver::Run`].
+    pub fn settle(&self, key: &K, mut deliver: impl FnMut(Deliver<T>)) {
         let mut guard = self.inner.lock().unwrap();
         let lanes = &mut *guard;
-        let mut out = Handover {
-            released: None,
-            run: None,
-        };
         let Some(lane) = lanes.lanes.get_mut(key) else {
             debug_assert!(false, "settle of a key with no lane");
-            return out;
+            return;
         };
         debug_assert!(lane.running, "settle of a lane with nothing running");
         lane.running = false;
         lanes.load[lane.worker].items -= 1;
         loop {
             match lane.queue.pop_front() {
-                None => return out,
+                None => return,
                 Some(Entry::Item(item)) => {
                     lane.running = true;
-                    out.run = Some((lane.worker, item));
-                    return out;
+                    deliver(Deliver::Run {
+                        worker: lane.worker,
+                        item,
+                    });
+                    return;
                 }
                 Some(Entry::Release) => {
                     let old = lane.worker;
-                    out.released = Some(old);
+                    deliver(Deliver::Released { worker: old });
                     lanes.load[old].keys -= 1;
                     if lane.queue.is_empty() {
                         lanes.lanes.remove(key);
-                        return out;
+                        return;
                     }
                     // What was dispatched after the release binds anew.
                     let waiting = lane.queued_items();
@@ -251,8 +245,9 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
         }
     }
 
-    /// Ends `key`'s binding once the items enqueued before this call have settled.
-    pub fn release(&self, key: &K) -> Release {
+    /// Ends `key`'s binding once the items enqueued before this call have settled; when none is
+    /// queued or running it ends now and [`Deliver::Released`] is delivered before this returns.
+    pub fn release(&self, key: &K, deliver: impl FnOnce(Deliver<T>)) -> Release {
         let mut guard = self.inner.lock().unwrap();
         let lanes = &mut *guard;
         let Some(lane) = lanes.lanes.get_mut(key) else {
@@ -262,7 +257,8 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
             let worker = lane.worker;
             lanes.load[worker].keys -= 1;
             lanes.lanes.remove(key);
-            return Release::Now { worker };
+            deliver(Deliver::Released { worker });
+            return Release::Now;
         }
         if matches!(lane.queue.back(), Some(Entry::Release)) {
             // A release already ends the binding and nothing was dispatched after it.
@@ -289,112 +285,141 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
 mod tests {
     use super::*;
 
-    fn run_of(e: Enqueued<u32>) -> Option<(usize, u32)> {
-        assert!(e.superseded.is_empty());
-        e.run
+    use Deliver::{Released, Run};
+
+    /// Lanes whose deliveries are recorded, for asserting what each call handed over.
+    struct Recorded<K> {
+        lanes: KeyLanes<K, u32>,
+        out: std::cell::RefCell<Vec<Deliver<u32>>>,
+    }
+
+    impl<K: Hash + Eq + Clone> Recorded<K> {
+        fn new(workers: usize) -> Self {
+            Recorded {
+                lanes: KeyLanes::new(workers),
+                out: Default::default(),
+            }
+        }
+        fn take(&self) -> Vec<Deliver<u32>> {
+            std::mem::take(&mut *self.out.borrow_mut())
+        }
+        fn enqueue(&self, key: K, item: u32) -> Vec<Deliver<u32>> {
+            let superseded = self.supersede(key, item, false);
+            assert!(superseded.is_empty());
+            self.take()
+        }
+        fn supersede(&self, key: K, item: u32, supersede: bool) -> Vec<u32> {
+            self.lanes
+                .enqueue(key, item, supersede, |d| self.out.borrow_mut().push(d))
+                .unwrap()
+        }
+        fn settle(&self, key: K) -> Vec<Deliver<u32>> {
+            self.lanes.settle(&key, |d| self.out.borrow_mut().push(d));
+            self.take()
+        }
+        fn release(&self, key: K) -> (Release, Vec<Deliver<u32>>) {
+            let r = self.lanes.release(&key, |d| self.out.borrow_mut().push(d));
+            (r, self.take())
+        }
     }
 
     #[test]
     fn a_new_key_runs_now_and_later_items_wait_in_order() {
-        let lanes: KeyLanes<&str, u32> = KeyLanes::new(2);
-        assert_eq!(run_of(lanes.enqueue("a", 1, false).unwrap()), Some((0, 1)));
-        assert_eq!(run_of(lanes.enqueue("a", 2, false).unwrap()), None);
-        assert_eq!(run_of(lanes.enqueue("a", 3, false).unwrap()), None);
-        let h = lanes.settle(&"a");
-        assert_eq!((h.released, h.run), (None, Some((0, 2))));
-        let h = lanes.settle(&"a");
-        assert_eq!((h.released, h.run), (None, Some((0, 3))));
-        let h = lanes.settle(&"a");
-        assert_eq!((h.released, h.run), (None, None));
+        let l = Recorded::new(2);
+        assert_eq!(l.enqueue("a", 1), [Run { worker: 0, item: 1 }]);
+        assert_eq!(l.enqueue("a", 2), []);
+        assert_eq!(l.enqueue("a", 3), []);
+        assert_eq!(l.settle("a"), [Run { worker: 0, item: 2 }]);
+        assert_eq!(l.settle("a"), [Run { worker: 0, item: 3 }]);
+        assert_eq!(l.settle("a"), []);
         // Still bound while idle; the next item runs at once on the same worker.
-        assert_eq!(lanes.keys_held(), [1, 0]);
-        assert_eq!(run_of(lanes.enqueue("a", 4, false).unwrap()), Some((0, 4)));
+        assert_eq!(l.lanes.keys_held(), [1, 0]);
+        assert_eq!(l.enqueue("a", 4), [Run { worker: 0, item: 4 }]);
     }
 
     #[test]
     fn keys_spread_by_fewest_keys_then_fewest_items() {
-        let lanes: KeyLanes<&str, u32> = KeyLanes::new(3);
-        assert_eq!(lanes.enqueue("a", 1, false).unwrap().run, Some((0, 1)));
-        assert_eq!(lanes.enqueue("b", 2, false).unwrap().run, Some((1, 2)));
-        assert_eq!(lanes.enqueue("c", 3, false).unwrap().run, Some((2, 3)));
-        // Every worker holds one key; worker 1 has the fewest items once "b" settles.
-        assert!(lanes.enqueue("a", 4, false).unwrap().run.is_none());
-        lanes.settle(&"b");
-        lanes.settle(&"c");
-        assert!(lanes.enqueue("c", 5, false).unwrap().run.is_some());
-        assert_eq!(lanes.enqueue("d", 6, false).unwrap().run, Some((1, 6)));
-        assert_eq!(lanes.keys_held(), [1, 2, 1]);
+        let l = Recorded::new(3);
+        assert_eq!(l.enqueue("a", 1), [Run { worker: 0, item: 1 }]);
+        assert_eq!(l.enqueue("b", 2), [Run { worker: 1, item: 2 }]);
+        assert_eq!(l.enqueue("c", 3), [Run { worker: 2, item: 3 }]);
+        assert_eq!(l.enqueue("a", 4), []);
+        l.settle("b");
+        l.settle("c");
+        assert_eq!(l.enqueue("c", 5), [Run { worker: 2, item: 5 }]);
+        // One key each; worker 1 has no item left, 0 has two and 2 has one.
+        assert_eq!(l.enqueue("d", 6), [Run { worker: 1, item: 6 }]);
+        assert_eq!(l.lanes.keys_held(), [1, 2, 1]);
     }
 
     #[test]
     fn release_waits_for_earlier_items_and_the_next_item_binds_anew() {
-        let lanes: KeyLanes<&str, u32> = KeyLanes::new(2);
-        assert_eq!(lanes.release(&"a"), Release::NotHeld);
-        lanes.enqueue("a", 1, false).unwrap();
-        assert_eq!(lanes.release(&"a"), Release::Queued);
+        let l = Recorded::new(2);
+        assert_eq!(l.release("a"), (Release::NotHeld, vec![]));
+        l.enqueue("a", 1);
+        assert_eq!(l.release("a"), (Release::Queued, vec![]));
         // A second release with nothing dispatched between them holds nothing.
-        assert_eq!(lanes.release(&"a"), Release::NotHeld);
-        lanes.enqueue("b", 2, false).unwrap(); // worker 1 now holds a key too
-        assert!(lanes.enqueue("a", 3, false).unwrap().run.is_none());
-        let h = lanes.settle(&"a");
-        assert_eq!(h.released, Some(0));
-        // "a" was released from worker 0, which then held no key: it binds there again.
-        assert_eq!(h.run, Some((0, 3)));
-        assert_eq!(lanes.keys_held(), [1, 1]);
-        let h = lanes.settle(&"a");
-        assert_eq!((h.released, h.run), (None, None));
-        assert_eq!(lanes.release(&"a"), Release::Now { worker: 0 });
-        assert_eq!(lanes.keys_held(), [0, 1]);
-        assert_eq!(lanes.len(), 1);
+        assert_eq!(l.release("a"), (Release::NotHeld, vec![]));
+        l.enqueue("b", 2); // worker 1 now holds a key too
+        assert_eq!(l.enqueue("a", 3), []);
+        // Released first, then the item binds anew: worker 0 held no key any more.
+        assert_eq!(
+            l.settle("a"),
+            [Released { worker: 0 }, Run { worker: 0, item: 3 }]
+        );
+        assert_eq!(l.lanes.keys_held(), [1, 1]);
+        assert_eq!(l.settle("a"), []);
+        assert_eq!(l.release("a"), (Release::Now, vec![Released { worker: 0 }]));
+        assert_eq!(l.lanes.keys_held(), [0, 1]);
+        assert_eq!(l.lanes.len(), 1);
     }
 
     #[test]
     fn supersede_takes_every_queued_item_and_leaves_the_running_one() {
-        let lanes: KeyLanes<&str, u32> = KeyLanes::new(1);
-        lanes.enqueue("a", 1, false).unwrap();
-        lanes.enqueue("a", 2, false).unwrap();
-        lanes.enqueue("a", 3, false).unwrap();
-        let e = lanes.enqueue("a", 4, true).unwrap();
-        assert_eq!(e.superseded, [2, 3]);
-        assert!(e.run.is_none(), "1 still runs");
-        assert_eq!(lanes.settle(&"a").run, Some((0, 4)));
-        assert!(lanes.settle(&"a").run.is_none());
+        let l = Recorded::new(1);
+        l.enqueue("a", 1);
+        l.enqueue("a", 2);
+        l.enqueue("a", 3);
+        assert_eq!(l.supersede("a", 4, true), [2, 3]);
+        assert_eq!(l.take(), [], "1 still runs");
+        assert_eq!(l.settle("a"), [Run { worker: 0, item: 4 }]);
+        assert_eq!(l.settle("a"), []);
         // On an idle lane a supersede has nothing to take and runs at once.
-        let e = lanes.enqueue("a", 5, true).unwrap();
-        assert_eq!((e.run, e.superseded.len()), (Some((0, 5)), 0));
+        assert_eq!(l.supersede("a", 5, true), Vec::<u32>::new());
+        assert_eq!(l.take(), [Run { worker: 0, item: 5 }]);
     }
 
     #[test]
     fn supersede_keeps_releases_and_merges_adjacent_ones() {
-        let lanes: KeyLanes<&str, u32> = KeyLanes::new(1);
-        lanes.enqueue("a", 1, false).unwrap();
-        assert_eq!(lanes.release(&"a"), Release::Queued);
-        lanes.enqueue("a", 2, false).unwrap();
-        assert_eq!(lanes.release(&"a"), Release::Queued);
-        let e = lanes.enqueue("a", 3, true).unwrap();
-        assert_eq!(e.superseded, [2]);
-        let h = lanes.settle(&"a");
-        assert_eq!((h.released, h.run), (Some(0), Some((0, 3))));
-        let h = lanes.settle(&"a");
-        assert_eq!((h.released, h.run), (None, None));
-        assert_eq!(lanes.len(), 1);
+        let l = Recorded::new(1);
+        l.enqueue("a", 1);
+        assert_eq!(l.release("a").0, Release::Queued);
+        l.enqueue("a", 2);
+        assert_eq!(l.release("a").0, Release::Queued);
+        assert_eq!(l.supersede("a", 3, true), [2]);
+        assert_eq!(
+            l.settle("a"),
+            [Released { worker: 0 }, Run { worker: 0, item: 3 }]
+        );
+        assert_eq!(l.settle("a"), []);
+        assert_eq!(l.lanes.len(), 1);
     }
 
     #[test]
     fn the_key_bound_is_exactly_max_keys() {
-        let lanes: KeyLanes<u32, u32> = KeyLanes::new(2);
+        let l: Recorded<u32> = Recorded::new(2);
         for k in 0..MAX_KEYS as u32 {
-            assert!(lanes.enqueue(k, k, false).is_ok(), "key {k}");
+            assert!(l.lanes.enqueue(k, k, false, |_| {}).is_ok(), "key {k}");
         }
-        assert_eq!(lanes.len(), 65_536);
-        let TooManyKeys(back) = lanes.enqueue(u32::MAX, 7, false).unwrap_err();
+        assert_eq!(l.lanes.len(), 65_536);
+        let TooManyKeys(back) = l.lanes.enqueue(u32::MAX, 7, false, |_| {}).unwrap_err();
         assert_eq!(back, 7);
-        assert_eq!(lanes.len(), 65_536);
+        assert_eq!(l.lanes.len(), 65_536);
         // A held key still takes items, and a released one makes room.
-        assert!(lanes.enqueue(5, 8, false).unwrap().run.is_none());
-        assert_eq!(lanes.keys_held(), [32_768, 32_768]);
-        lanes.settle(&0);
-        assert_eq!(lanes.release(&0), Release::Now { worker: 0 });
-        assert!(lanes.enqueue(u32::MAX, 9, false).is_ok());
+        assert_eq!(l.enqueue(5, 8), []);
+        assert_eq!(l.lanes.keys_held(), [32_768, 32_768]);
+        l.settle(0);
+        assert_eq!(l.release(0).0, Release::Now);
+        assert!(l.lanes.enqueue(u32::MAX, 9, false, |_| {}).is_ok());
     }
 }
