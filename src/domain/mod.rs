@@ -312,6 +312,7 @@ impl ScriptDomain {
             entry.clone(),
             self.pool.shared().clone(),
             self.principal.id,
+            None,
         );
         self.pool.shared().inject(Item {
             principal: self.principal.clone(),
@@ -321,6 +322,7 @@ impl ScriptDomain {
             args,
             deadline: self.principal.max_deadline,
             reply: ReplyTo::Host(slot.clone()),
+            queued_at: None,
         });
         Ok(Promise::new(slot, Some(job)))
     }

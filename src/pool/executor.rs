@@ -241,6 +241,11 @@ impl<W: WorkerLogic> WorkerContext<'_, W> {
         self.executor.stats[self.index].set_vms_held(n);
     }
 
+    /// Records that a keyed item waited `waited` for its key's VM before this worker started it.
+    pub fn record_key_wait(&self, waited: std::time::Duration) {
+        self.executor.stats[self.index].key_waited(waited);
+    }
+
     fn counters(&self) -> &WorkerCounters {
         &self.executor.stats[self.index]
     }
