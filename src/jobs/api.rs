@@ -148,12 +148,17 @@ pub(crate) fn run_release_watchers(vm: &Vm, key: &[u8], deadline: Duration) {
         for watcher in list {
             let identity: Arc<dyn crate::vm::OwnerIdentity> = Arc::new(WATCHER_LABEL);
             let owner = Rc::new(Owner::new(identity, deadline, None));
-            vm.start(watcher, MultiValue::from_iter([Value::String(key.clone())]), owner)?;
+            vm.start(
+                watcher,
+                MultiValue::from_iter([Value::String(key.clone())]),
+                owner,
+            )?;
         }
         Ok(())
     };
     if let Err(e) = run() {
-        vm.core.report_failure(WATCHER_LABEL, &crate::vm::error_message(&e));
+        vm.core
+            .report_failure(WATCHER_LABEL, &crate::vm::error_message(&e));
     }
 }
 

@@ -142,7 +142,10 @@ impl VmCore {
 
     /// Reports a failure that no task's owner can carry (a watcher that could not start).
     pub(crate) fn report_failure(&self, label: &str, message: &str) {
-        (self.reporter)(label, &TaskFailure::raised(message.to_owned(), String::new()));
+        (self.reporter)(
+            label,
+            &TaskFailure::raised(message.to_owned(), String::new()),
+        );
     }
 
     /// Queues the tasks that awaited a promise.
