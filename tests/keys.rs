@@ -459,3 +459,21 @@ fn the_pool_holds_at_most_65536_keys() {
         65_536
     );
 }
+
+#[test]
+fn a_stopped_domain_s_keys_are_released_and_another_domain_s_same_key_is_its_own() {
+    let (tree, pool) = setup(2);
+    let first = tree.domain(&pool);
+    let second = tree.domain(&pool);
+    let a = first
+        .eval(r#"return jobs.dispatch("./keyed", "append", "first", { key = "k" }):await().list"#)
+        .unwrap();
+    let b = second
+        .eval(r#"return jobs.dispatch("./keyed", "append", "second", { key = "k" }):await().list"#)
+        .unwrap();
+    // Same key string, two domains: two lanes, two VMs' state.
+    assert_eq!((text(&a), text(&b)), ("first".into(), "second".into()));
+    assert_eq!(pool.stats().iter().map(|s| s.keys_held).sum::<usize>(), 2);
+    drop(first);
+    assert_eq!(pool.stats().iter().map(|s| s.keys_held).sum::<usize>(), 1);
+}

@@ -413,6 +413,15 @@ impl Drop for ScriptDomain {
     fn drop(&mut self) {
         self.principal
             .end(&format!("domain '{}' stopped", self.name));
+        // Its key bindings end with it; its queued keyed items are dropped unrun (their promises
+        // lived in this domain's VMs).
+        let id = self.principal.id;
+        drop(
+            self.pool
+                .shared()
+                .lanes
+                .forget(|(principal, _)| *principal == id),
+        );
     }
 }
 

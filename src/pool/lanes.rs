@@ -208,8 +208,7 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
         let mut guard = self.inner.lock().unwrap();
         let lanes = &mut *guard;
         let Some(lane) = lanes.lanes.get_mut(key) else {
-            debug_assert!(false, "settle of a key with no lane");
-            return;
+            return; // forgotten while its item ran (see `forget`)
         };
         debug_assert!(lane.running, "settle of a lane with nothing running");
         lane.running = false;
@@ -266,6 +265,31 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
         }
         lane.queue.push_back(Entry::Release);
         Release::Queued
+    }
+
+    /// Drops every lane whose key matches `ends` (the keys of a principal that ended), bound or
+    /// not, and answers the items that were queued in them, for the caller to drop outside the
+    /// lock. An item of such a lane that is out settles into nothing.
+    pub fn forget(&self, ends: impl Fn(&K) -> bool) -> Vec<T> {
+        let mut guard = self.inner.lock().unwrap();
+        let lanes = &mut *guard;
+        let mut queued = Vec::new();
+        let load = &mut lanes.load;
+        lanes.lanes.retain(|key, lane| {
+            if !ends(key) {
+                return true;
+            }
+            // A queued release would have ended the binding; count the key once either way.
+            load[lane.worker].keys -= 1;
+            load[lane.worker].items -= lane.queued_items() + usize::from(lane.running);
+            for entry in lane.queue.drain(..) {
+                if let Entry::Item(item) = entry {
+                    queued.push(item);
+                }
+            }
+            false
+        });
+        queued
     }
 
     /// How many keys are bound to each worker, in worker order.
@@ -421,5 +445,22 @@ mod tests {
         l.settle(0);
         assert_eq!(l.release(0).0, Release::Now);
         assert!(l.lanes.enqueue(u32::MAX, 9, false, |_| {}).is_ok());
+    }
+
+    #[test]
+    fn forget_drops_matching_lanes_and_answers_their_queued_items() {
+        let l = Recorded::new(2);
+        l.enqueue(("p1", "a"), 1);
+        l.enqueue(("p1", "a"), 2);
+        l.enqueue(("p2", "a"), 3);
+        assert_eq!(l.lanes.keys_held(), [1, 1]);
+        assert_eq!(l.lanes.forget(|k| k.0 == "p1"), [2]);
+        assert_eq!(l.lanes.keys_held(), [0, 1]);
+        // The item that was out settles into nothing; the other principal's lane is untouched.
+        assert_eq!(l.settle(("p1", "a")), []);
+        assert_eq!(l.enqueue(("p2", "a"), 4), []);
+        assert_eq!(l.settle(("p2", "a")), [Run { worker: 1, item: 4 }]);
+        // The forgotten key binds anew when used again.
+        assert_eq!(l.enqueue(("p1", "a"), 5), [Run { worker: 0, item: 5 }]);
     }
 }
