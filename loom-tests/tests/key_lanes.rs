@@ -14,6 +14,33 @@ use skein::__loom::{Deliver, KeyLanes, Release};
 
 const KEY: u8 = 7;
 
+/// Counts, across every interleaving loom explored, how often each branch of a race was taken:
+/// a model whose race only ever went one way would check nothing. Plain `std` atomics, outside
+/// the model.
+struct Branches([std::sync::atomic::AtomicUsize; 2]);
+
+impl Branches {
+    const fn new() -> Self {
+        Branches([
+            std::sync::atomic::AtomicUsize::new(0),
+            std::sync::atomic::AtomicUsize::new(0),
+        ])
+    }
+    fn hit(&self, i: usize) {
+        self.0[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn assert_both(&self) {
+        let seen = self
+            .0
+            .each_ref()
+            .map(|a| a.load(std::sync::atomic::Ordering::Relaxed));
+        assert!(
+            seen[0] > 0 && seen[1] > 0,
+            "a branch was never explored: {seen:?}"
+        );
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Event {
     Ran(u32),
@@ -117,6 +144,7 @@ fn enqueue_while_running_hands_each_item_over_once_in_order() {
 
 #[test]
 fn release_ends_the_binding_only_after_earlier_items_settle() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let h = Harness::new();
         // Item 1 is handed to a worker thread that runs and settles it concurrently.
@@ -127,6 +155,7 @@ fn release_ends_the_binding_only_after_earlier_items_settle() {
         };
         let answer = h.lanes.release(&KEY, |d| assert!(h.delivered(d).is_none()));
         assert_ne!(answer, Release::NotHeld, "the key was held");
+        BRANCHES.hit(usize::from(answer == Release::Queued));
         worker.join().unwrap();
         // Dispatched after the release: binds anew and runs.
         h.enqueue(2, false);
@@ -136,10 +165,12 @@ fn release_ends_the_binding_only_after_earlier_items_settle() {
         assert_eq!(h.lanes.release(&KEY, |_| {}), Release::Now);
         assert_eq!(h.lanes.release(&KEY, |_| {}), Release::NotHeld);
     });
+    BRANCHES.assert_both();
 }
 
 #[test]
 fn supersede_racing_settle_takes_the_queued_item_or_lets_it_run_never_both() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let h = Harness::new();
         let first = h.enqueue_only(1, false).1;
@@ -156,5 +187,7 @@ fn supersede_racing_settle_takes_the_queued_item_or_lets_it_run_never_both() {
             [] => assert_eq!(ran, [1, 2, 3]),
             other => panic!("superseded {other:?}"),
         }
+        BRANCHES.hit(superseded.len());
     });
+    BRANCHES.assert_both();
 }
