@@ -9,21 +9,24 @@ use crate::support::{assert_contains, number, text, Tree};
 
 const KEYED: &str = r#"
 local M = {}
-local list = {}
-local running = 0
+-- Per key (or "" for items without one): this VM's list and how many of its items run now.
+local lists = {}
+local running = {}
 local released = {}
 jobs.onRelease(function(key) table.insert(released, key) end)
 
--- Appends x to this VM's list, yielding in the middle so two items of a key running at once
--- would show.
+-- Appends x to this VM's list for the item's key, yielding in the middle so two items of a key
+-- running at once would show. Items of other keys bound here may run between its runs.
 function M.append(x)
-    running += 1
-    assert(running == 1, "two items of one key ran at once")
-    task.wait(0.002)
-    table.insert(list, x)
-    running -= 1
     local c = jobs.context()
-    return { list = table.concat(list, ","), worker = c.worker, fresh = c.fresh, key = c.key }
+    local k = c.key or ""
+    lists[k] = lists[k] or {}
+    running[k] = (running[k] or 0) + 1
+    assert(running[k] == 1, "two items of one key ran at once")
+    task.wait(0.002)
+    table.insert(lists[k], x)
+    running[k] -= 1
+    return { list = table.concat(lists[k], ","), worker = c.worker, fresh = c.fresh, key = c.key }
 end
 
 function M.slow(x)
@@ -42,6 +45,26 @@ function M.awaitOwnKey()
 end
 
 function M.release(key) return jobs.release(key) end
+
+function M.fail() error("keyed item failed on purpose") end
+function M.spin() while true do end end
+
+-- Dispatches `n` items to each of `keys` keys from this worker, interleaved, and answers each
+-- key's final list.
+function M.fanOut(spec)
+    local ps = {}
+    for i = 1, spec.n do
+        for k = 1, spec.keys do
+            table.insert(ps, jobs.dispatch("./keyed", "append", i, { key = spec.prefix .. k }))
+        end
+    end
+    local lists = {}
+    for _, p in ps do
+        local r = p:await()
+        lists[r.key] = r.list
+    end
+    return lists
+end
 return M
 "#;
 
@@ -476,4 +499,80 @@ fn a_stopped_domain_s_keys_are_released_and_another_domain_s_same_key_is_its_own
     assert_eq!(pool.stats().iter().map(|s| s.keys_held).sum::<usize>(), 2);
     drop(first);
     assert_eq!(pool.stats().iter().map(|s| s.keys_held).sum::<usize>(), 1);
+}
+
+#[test]
+fn a_cancelled_failed_or_timed_out_item_hands_its_key_on() {
+    let (tree, pool) = setup(2);
+    let domain = tree.domain(&pool);
+    let out = domain
+        .eval(
+            r#"
+            local running = jobs.dispatch("./keyed", "slow", 1, { key = "c" })
+            local queued = jobs.dispatch("./keyed", "append", "cancelled", { key = "c" })
+            queued:cancel()
+            local failed = jobs.dispatch("./keyed", "fail", nil, { key = "c" })
+            local spun = jobs.dispatch("./keyed", "spin", nil, { key = "c", deadline = 0.05 })
+            local last = jobs.dispatch("./keyed", "append", "last", { key = "c" })
+            running:await()
+            local ok1, e1 = pcall(function() return failed:await() end)
+            local ok2, e2 = pcall(function() return spun:await() end)
+            return { queued:status(), tostring(e1), tostring(e2), last:await().list }
+        "#,
+        )
+        .unwrap();
+    let v = list(&out);
+    assert_eq!(text(&v[0]), "cancelled");
+    assert_contains(&text(&v[1]), "keyed item failed on purpose");
+    assert_contains(&text(&v[2]), "deadline");
+    // The cancelled item never ran: the list holds only the last item.
+    assert_eq!(text(&v[3]), "last");
+}
+
+#[test]
+fn stress_many_keys_from_engine_and_workers_keep_order_per_key() {
+    let (tree, pool) = setup(2);
+    let domain = tree.domain(&pool);
+    let out = domain
+        .eval(
+            r#"
+            -- Two workers fan out over their own keys while the engine dispatches to its own.
+            local a = jobs.dispatch("./keyed", "fanOut", { n = 15, keys = 10, prefix = "a" })
+            local b = jobs.dispatch("./keyed", "fanOut", { n = 15, keys = 10, prefix = "b" })
+            local ps = {}
+            for i = 1, 15 do
+                for k = 1, 10 do
+                    table.insert(ps, jobs.dispatch("./keyed", "append", i, { key = "e" .. k }))
+                end
+            end
+            local lists = {}
+            for _, p in ps do
+                local r = p:await()
+                lists[r.key] = r.list
+            end
+            for key, l in a:await() do lists[key] = l end
+            for key, l in b:await() do lists[key] = l end
+            local expected = {}
+            for i = 1, 15 do expected[i] = tostring(i) end
+            expected = table.concat(expected, ",")
+            local bad, count = {}, 0
+            for key, l in lists do
+                count += 1
+                if l ~= expected then table.insert(bad, key .. "=" .. l) end
+            end
+            return { count, table.concat(bad, " ") }
+        "#,
+        )
+        .unwrap();
+    let v = list(&out);
+    assert_eq!(number(&v[0]), 30.0);
+    assert_eq!(
+        text(&v[1]),
+        "",
+        "keys whose items ran out of order or in two VMs"
+    );
+    let stats = pool.stats();
+    assert_eq!(stats.iter().map(|s| s.keys_held).sum::<usize>(), 30);
+    assert_eq!(stats.iter().map(|s| s.keyed_items).sum::<u64>(), 450);
+    assert!(stats.iter().map(|s| s.items_run).sum::<u64>() >= 452);
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mlua::{Function, Lua, MultiValue, Table, Value};
@@ -381,9 +381,7 @@ impl WorkerLogic for LuauWorker {
             WorkerMsg::RunKeyed(item) => {
                 let key = item.job.key.clone().unwrap_or_default();
                 let turn = LaneTurn::new(self.pool(cx), item.principal.id, key);
-                if let Some(at) = item.queued_at {
-                    cx.record_key_wait(at.elapsed());
-                }
+                cx.keyed_item_started(item.queued_at.map_or(Duration::ZERO, |at| at.elapsed()));
                 self.start(item, cx, Some(turn));
             }
             WorkerMsg::Released { principal, key } => {

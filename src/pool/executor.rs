@@ -241,9 +241,12 @@ impl<W: WorkerLogic> WorkerContext<'_, W> {
         self.executor.stats[self.index].set_vms_held(n);
     }
 
-    /// Records that a keyed item waited `waited` for its key's VM before this worker started it.
-    pub fn record_key_wait(&self, waited: std::time::Duration) {
-        self.executor.stats[self.index].key_waited(waited);
+    /// Records that this worker started a keyed item, delivered to it outside the queues, after
+    /// it waited `waited` for its key's VM. It counts in `items_run` like any other item.
+    pub fn keyed_item_started(&self, waited: std::time::Duration) {
+        let counters = &self.executor.stats[self.index];
+        counters.item_run();
+        counters.key_waited(waited);
     }
 
     fn counters(&self) -> &WorkerCounters {

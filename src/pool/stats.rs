@@ -29,7 +29,7 @@ pub struct WorkerStats {
     pub vms_held: usize,
     /// Keys bound to this worker right now (`opts.key`), until each is released.
     pub keys_held: usize,
-    /// Keyed items this worker started.
+    /// Of `items_run`, the keyed items (`opts.key`), which reach their worker outside the queues.
     pub keyed_items: u64,
     /// Time the keyed items this worker started waited, from dispatch to start, for their turn
     /// in their key's VM: in total, and the longest single wait.
