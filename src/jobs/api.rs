@@ -233,10 +233,16 @@ fn dispatch(
         queued_at: opts.key.is_some().then(Instant::now),
     };
     match (opts.key, &home.kind) {
-        (Some(key), _) => home
-            .pool
-            .dispatch_keyed((home.principal.id, key), item, opts.supersede)
-            .map_err(refuse)?,
+        (Some(key), _) => {
+            let lane = (home.principal.id, key);
+            if let Err(refusal) = home.pool.dispatch_keyed(lane, item, opts.supersede) {
+                // Nobody holds the promise yet: take it out of the pending table unsettled.
+                core.promises
+                    .borrow_mut()
+                    .settle(cell.id(), crate::vm::Outcome::Cancelled);
+                return Err(refuse(refusal));
+            }
+        }
         (None, HomeKind::Engine) => home.pool.inject(item),
         (None, HomeKind::Worker { outbox, .. }) => outbox.borrow_mut().push(item),
     }
