@@ -95,7 +95,7 @@ fn unknown_option_is_refused_naming_it() {
     );
     assert_contains(
         &err,
-        "unknown jobs.dispatch option 'dealine': expected deadline or name",
+        "unknown jobs.dispatch option 'dealine': expected deadline, name, key or supersede",
     );
     still_serves(&domain);
 }

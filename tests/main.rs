@@ -4,6 +4,7 @@ mod support;
 
 mod dispatch;
 mod docs;
+mod keys;
 mod runner;
 mod stress;
 mod tasks;

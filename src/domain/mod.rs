@@ -315,6 +315,7 @@ impl ScriptDomain {
             entry.clone(),
             self.pool.shared().clone(),
             self.principal.id,
+            None,
         );
         self.pool.shared().inject(Item {
             principal: self.principal.clone(),
@@ -324,6 +325,7 @@ impl ScriptDomain {
             args,
             deadline: self.principal.max_deadline,
             reply: ReplyTo::Host(slot.clone()),
+            queued_at: None,
         });
         Ok(Promise::new(slot, Some(job)))
     }
@@ -422,6 +424,15 @@ impl Drop for ScriptDomain {
     fn drop(&mut self) {
         self.principal
             .end(&format!("domain '{}' stopped", self.name));
+        // Its key bindings end with it; its queued keyed items are dropped unrun (their promises
+        // lived in this domain's VMs).
+        let id = self.principal.id;
+        drop(
+            self.pool
+                .shared()
+                .lanes
+                .forget(|(principal, _)| *principal == id),
+        );
     }
 }
 

@@ -1,18 +1,21 @@
-//! The Luau `jobs` library: `jobs.dispatch` and `jobs.context`.
+//! The Luau `jobs` library: `jobs.dispatch`, `jobs.context`, `jobs.release` and
+//! `jobs.onRelease`.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use mlua::{Lua, Table, Value};
+use std::time::{Duration, Instant};
+
+use mlua::{Function, Lua, MultiValue, Table, Value};
 use rustc_hash::FxHashSet;
 
 use super::item::{Item, JobShared, ReplyTo};
-use super::options::DispatchOptions;
+use super::options::{read_key, DispatchOptions};
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
 use crate::value::Message;
-use crate::vm::{promise_handle, with_caller_source, VmCore};
+use crate::vm::{promise_handle, with_caller_source, Owner, Vm, VmCore};
 
 /// Where the VM that calls `jobs.*` lives.
 pub(crate) enum HomeKind {
@@ -71,6 +74,9 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     let jobs = lua.create_table()?;
     jobs.raw_set("dispatch", lua.create_function(dispatch)?)?;
     jobs.raw_set("context", lua.create_function(context)?)?;
+    jobs.raw_set("release", lua.create_function(release)?)?;
+    jobs.raw_set("onRelease", lua.create_function(on_release)?)?;
+    lua.set_named_registry_value(RELEASE_WATCHERS_KEY, lua.create_table()?)?;
     lua.set_named_registry_value(JOBS_KEY, jobs.clone())?;
     lua.globals().raw_set("jobs", jobs)?;
     Ok(())
@@ -78,6 +84,9 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
 
 /// Registry key of the `jobs` table, which `require("@skein/jobs")` answers.
 pub(crate) const JOBS_KEY: &str = "skein.jobs";
+
+/// Registry key of this VM's `jobs.onRelease` watchers: a table of watcher -> true.
+const RELEASE_WATCHERS_KEY: &str = "skein.jobs.onRelease";
 
 fn home(lua: &Lua) -> mlua::Result<Rc<JobsHome>> {
     lua.app_data_ref::<Rc<JobsHome>>()
@@ -90,14 +99,71 @@ fn context(lua: &Lua, (): ()) -> mlua::Result<Value> {
     match &home.kind {
         HomeKind::Engine => Ok(Value::Nil),
         HomeKind::Worker { index, .. } => {
+            // The running task's owner is the item (or nothing keyed, in a watcher).
+            let owner = VmCore::of(lua)?.current_owner();
             let t: Table = lua.create_table()?;
             t.raw_set("worker", *index as i64)?;
-            t.raw_set("key", Value::Nil)?;
-            t.raw_set("fresh", false)?;
+            match owner.identity.key() {
+                Some(key) => t.raw_set("key", lua.create_string(key)?)?,
+                None => t.raw_set("key", Value::Nil)?,
+            }
+            t.raw_set("fresh", owner.identity.fresh())?;
             Ok(Value::Table(t))
         }
     }
 }
+
+/// `jobs.release(key) -> boolean`.
+fn release(lua: &Lua, key: Value) -> mlua::Result<bool> {
+    let home = home(lua)?;
+    let key = read_key(&key, "jobs.release: key").map_err(refuse)?;
+    Ok(home.pool.release_key((home.principal.id, key)))
+}
+
+/// `jobs.onRelease(watcher) -> remover`.
+fn on_release(lua: &Lua, watcher: Value) -> mlua::Result<Function> {
+    let Value::Function(watcher) = watcher else {
+        return Err(refuse(format!(
+            "jobs.onRelease: watcher must be a function, got {}",
+            crate::vm::a_type(&watcher)
+        )));
+    };
+    let watchers: Table = lua.named_registry_value(RELEASE_WATCHERS_KEY)?;
+    watchers.raw_set(watcher.clone(), true)?;
+    lua.create_function(move |lua, ()| {
+        let watchers: Table = lua.named_registry_value(RELEASE_WATCHERS_KEY)?;
+        watchers.raw_set(watcher.clone(), Value::Nil)
+    })
+}
+
+/// Runs this VM's `jobs.onRelease` watchers with a released key, each as a task of its own.
+pub(crate) fn run_release_watchers(vm: &Vm, key: &[u8], deadline: Duration) {
+    let run = || -> mlua::Result<()> {
+        let watchers: Table = vm.lua.named_registry_value(RELEASE_WATCHERS_KEY)?;
+        let mut list = Vec::new();
+        for pair in watchers.pairs::<Function, Value>() {
+            list.push(pair?.0);
+        }
+        let key = vm.lua.create_string(key)?;
+        for watcher in list {
+            let identity: Arc<dyn crate::vm::OwnerIdentity> = Arc::new(WATCHER_LABEL);
+            let owner = Rc::new(Owner::new(identity, deadline, None));
+            vm.start(
+                watcher,
+                MultiValue::from_iter([Value::String(key.clone())]),
+                owner,
+            )?;
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        vm.core
+            .report_failure(WATCHER_LABEL, &crate::vm::error_message(&e));
+    }
+}
+
+/// How reports name a release watcher's task.
+const WATCHER_LABEL: &str = "jobs.onRelease watcher";
 
 fn refuse(message: String) -> mlua::Error {
     mlua::Error::runtime(message)
@@ -142,9 +208,13 @@ fn dispatch(
         entry.clone(),
         home.pool.clone(),
         home.principal.id,
+        opts.key.clone(),
     );
     let cell = core.promises.borrow_mut().make("jobs.dispatch");
     cell.set_canceller(job.clone());
+    if let Some(key) = &opts.key {
+        cell.set_key(key.clone());
+    }
     let reply = match &home.kind {
         HomeKind::Engine => ReplyTo::Engine(cell.id()),
         HomeKind::Worker { index, .. } => ReplyTo::Worker {
@@ -160,10 +230,21 @@ fn dispatch(
         args,
         deadline: opts.deadline,
         reply,
+        queued_at: opts.key.is_some().then(Instant::now),
     };
-    match &home.kind {
-        HomeKind::Engine => home.pool.inject(item),
-        HomeKind::Worker { outbox, .. } => outbox.borrow_mut().push(item),
+    match (opts.key, &home.kind) {
+        (Some(key), _) => {
+            let lane = (home.principal.id, key);
+            if let Err(refusal) = home.pool.dispatch_keyed(lane, item, opts.supersede) {
+                // Nobody holds the promise yet: take it out of the pending table unsettled.
+                core.promises
+                    .borrow_mut()
+                    .settle(cell.id(), crate::vm::Outcome::Cancelled);
+                return Err(refuse(refusal));
+            }
+        }
+        (None, HomeKind::Engine) => home.pool.inject(item),
+        (None, HomeKind::Worker { outbox, .. }) => outbox.borrow_mut().push(item),
     }
     Ok(Value::UserData(promise_handle(lua, cell)?))
 }

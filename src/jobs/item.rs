@@ -1,7 +1,10 @@
 //! A pool item: one `jobs.dispatch` on its way to a worker, and the replies that come back.
 
 use std::path::Path;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::time::Instant;
+
+use bytes::Bytes;
 
 use crate::sync::Ordering;
 use crate::vm::CancelToken;
@@ -35,6 +38,11 @@ pub(crate) struct JobShared {
     /// Who to tell when the job is cancelled while it runs.
     pool: Arc<PoolShared>,
     principal: Principal,
+    /// `opts.key`, if the item has one.
+    pub(crate) key: Option<Bytes>,
+    /// Set by the worker that starts a keyed item: the key's first item in that VM since it
+    /// bound. Written and read on that worker's thread only.
+    pub(crate) fresh: AtomicBool,
 }
 
 impl JobShared {
@@ -44,6 +52,7 @@ impl JobShared {
         entry: Arc<str>,
         pool: Arc<PoolShared>,
         principal: Principal,
+        key: Option<Bytes>,
     ) -> Arc<JobShared> {
         Arc::new(JobShared {
             handoff: Handoff::new(),
@@ -54,6 +63,8 @@ impl JobShared {
             entry,
             pool,
             principal,
+            key,
+            fresh: AtomicBool::new(false),
         })
     }
 
@@ -101,6 +112,14 @@ impl OwnerIdentity for JobShared {
     fn cancel_token(&self) -> Option<&CancelToken> {
         Some(&self.cancel)
     }
+
+    fn key(&self) -> Option<&[u8]> {
+        self.key.as_deref()
+    }
+
+    fn fresh(&self) -> bool {
+        self.fresh.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl Cancel for JobShared {
@@ -138,7 +157,13 @@ pub(crate) struct Item {
     pub(crate) args: Message,
     pub(crate) deadline: Duration,
     pub(crate) reply: ReplyTo,
+    /// When a keyed item was dispatched, to measure how long it waited for its key's VM.
+    pub(crate) queued_at: Option<Instant>,
 }
+
+/// A key's lane: the principal's keys are its own, so two domains using the same key string
+/// never share a binding.
+pub(crate) type LaneKey = (Principal, Bytes);
 
 /// Messages to a worker thread's inbox.
 pub(crate) enum WorkerMsg {
@@ -153,6 +178,10 @@ pub(crate) enum WorkerMsg {
         principal: Principal,
         job: Arc<JobShared>,
     },
+    /// Run an item of a key bound to this worker (never stolen: only this worker reads it).
+    RunKeyed(Item),
+    /// A key bound to this worker was released: forget it and run the `jobs.onRelease` watchers.
+    Released { principal: Principal, key: Bytes },
 }
 
 /// Events to a domain's engine thread.

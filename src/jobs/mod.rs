@@ -3,6 +3,7 @@
 
 mod api;
 mod item;
+mod keys;
 mod options;
 mod pool;
 mod principal;

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use mlua::{Table, Value};
 
 use crate::vm::format_seconds;
@@ -14,6 +15,30 @@ pub const MAX_DEADLINE: Duration = Duration::from_secs(60);
 pub(crate) struct DispatchOptions {
     pub(crate) deadline: Duration,
     pub(crate) name: Option<String>,
+    /// `opts.key`: the lane the item runs in.
+    pub(crate) key: Option<Bytes>,
+    /// `opts.supersede`: reject the key's items that have not started.
+    pub(crate) supersede: bool,
+}
+
+/// The longest key, in bytes.
+pub(crate) const MAX_KEY_BYTES: usize = 256;
+
+/// Reads a key: a string of 1 to [`MAX_KEY_BYTES`] bytes. `what` names it in the refusal.
+pub(crate) fn read_key(value: &Value, what: &str) -> Result<Bytes, String> {
+    let rule = format!("{what} must be a string of 1 to {MAX_KEY_BYTES} bytes");
+    match value {
+        Value::String(s) => {
+            let bytes = s.as_bytes();
+            if bytes.is_empty() || bytes.len() > MAX_KEY_BYTES {
+                let n = bytes.len();
+                let unit = if n == 1 { "byte" } else { "bytes" };
+                return Err(format!("{rule}, got a string of {n} {unit}"));
+            }
+            Ok(Bytes::copy_from_slice(&bytes))
+        }
+        other => Err(format!("{rule}, got {}", crate::vm::a_type(other))),
+    }
 }
 
 /// Reads a deadline in seconds: above 0 and at most `cap`.
@@ -63,6 +88,8 @@ impl DispatchOptions {
         let mut out = DispatchOptions {
             deadline: cap,
             name: None,
+            key: None,
+            supersede: false,
         };
         let table: &Table = match opts {
             Value::Nil => return Ok(out),
@@ -74,6 +101,7 @@ impl DispatchOptions {
                 ))
             }
         };
+        let mut supersede_given = false;
         for pair in table.pairs::<Value, Value>() {
             let (key, value) = pair.map_err(|e| e.to_string())?;
             let key_text = match &key {
@@ -93,12 +121,28 @@ impl DispatchOptions {
                         ))
                     }
                 },
+                "key" => out.key = Some(read_key(&value, "jobs.dispatch: opts.key")?),
+                "supersede" => match value {
+                    Value::Boolean(b) => {
+                        out.supersede = b;
+                        supersede_given = true;
+                    }
+                    other => {
+                        return Err(format!(
+                            "jobs.dispatch: opts.supersede must be a boolean, got {}",
+                            other.type_name()
+                        ))
+                    }
+                },
                 _ => {
                     return Err(format!(
-                        "unknown jobs.dispatch option '{key_text}': expected deadline or name"
+                        "unknown jobs.dispatch option '{key_text}': expected deadline, name, key or supersede"
                     ))
                 }
             }
+        }
+        if supersede_given && out.key.is_none() {
+            return Err("jobs.dispatch: opts.supersede needs opts.key: only the items of a key can be superseded".to_owned());
         }
         Ok(out)
     }

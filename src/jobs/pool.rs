@@ -3,9 +3,10 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use super::item::Item;
+use super::item::{Item, LaneKey};
 use super::worker::LuauWorker;
 use crate::pool::executor::Executor;
+use crate::pool::lanes::KeyLanes;
 use crate::pool::stats::WorkerStats;
 use crate::vm::Signal;
 
@@ -15,6 +16,9 @@ pub(crate) struct PoolShared {
     pub(crate) exec: crate::sync::Arc<Executor<LuauWorker>>,
     /// Each worker's interrupt signal, registered by the worker when it starts.
     pub(crate) signals: Arc<[OnceLock<Arc<Signal>>]>,
+    /// The key lanes: which worker each key is bound to, and its items in order. One per pool,
+    /// shared with each worker's copy of this struct.
+    pub(crate) lanes: Arc<KeyLanes<LaneKey, Item>>,
 }
 
 impl PoolShared {
@@ -55,11 +59,18 @@ impl Pool {
     pub fn new(threads: usize) -> Pool {
         let threads = threads.max(1);
         let signals: Arc<[OnceLock<Arc<Signal>>]> = (0..threads).map(|_| OnceLock::new()).collect();
-        let for_workers = signals.clone();
-        let exec = Executor::start(threads, move |index| LuauWorker::new(index, &for_workers));
+        let lanes = Arc::new(KeyLanes::new(threads));
+        let (for_workers, lanes_for_workers) = (signals.clone(), lanes.clone());
+        let exec = Executor::start(threads, move |index| {
+            LuauWorker::new(index, &for_workers, &lanes_for_workers)
+        });
         Pool {
             inner: Arc::new(PoolHandle {
-                shared: Arc::new(PoolShared { exec, signals }),
+                shared: Arc::new(PoolShared {
+                    exec,
+                    signals,
+                    lanes,
+                }),
             }),
         }
     }
@@ -74,9 +85,14 @@ impl Pool {
         self.inner.shared.exec.threads()
     }
 
-    /// One row per worker: items run, steals, sleeps, VMs held, busy time.
+    /// One row per worker: items run, steals, sleeps, VMs held, keys held, time keyed items
+    /// waited for their key's VM, busy time.
     pub fn stats(&self) -> Vec<WorkerStats> {
-        self.inner.shared.exec.stats()
+        let mut rows = self.inner.shared.exec.stats();
+        for (row, keys) in rows.iter_mut().zip(self.inner.shared.lanes.keys_held()) {
+            row.keys_held = keys;
+        }
+        rows
     }
 
     pub(crate) fn shared(&self) -> &Arc<PoolShared> {

@@ -1,20 +1,23 @@
 //! The Luau side of a pool thread: its VMs (one per principal), and how it runs items.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use super::api::{self, HomeKind, JobsHome};
-use super::item::{DomainEvent, Item, JobShared, ReplyTo, WorkerMsg};
+use super::item::{DomainEvent, Item, JobShared, LaneKey, ReplyTo, WorkerMsg};
+use super::keys::LaneTurn;
 use super::pool::PoolShared;
 use super::principal::{Principal, PrincipalCell};
 use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
+use crate::pool::lanes::KeyLanes;
 use crate::value::Message;
 use crate::vm::{self, FailureKind, JobFailure, Outcome, Owner, Signal, TaskFailure, Vm};
 
@@ -32,6 +35,9 @@ struct WorkerVm {
     /// Entry names as Luau strings, so looking up an entry does not intern its name each time.
     /// The lookup itself still reads the module table: a module may replace its functions.
     entry_keys: HashMap<Arc<str>, mlua::LuaString>,
+    /// Keys that ran an item in this VM since they bound here: `jobs.context().fresh` is true
+    /// for a key not in it.
+    keys_seen: HashSet<Bytes>,
 }
 
 /// The per-thread logic of a pool worker.
@@ -41,11 +47,16 @@ pub(crate) struct LuauWorker {
     outbox: Rc<RefCell<Vec<Item>>>,
     pool: Option<Arc<PoolShared>>,
     signals: Arc<[OnceLock<Arc<Signal>>]>,
+    lanes: Arc<KeyLanes<LaneKey, Item>>,
 }
 
 impl LuauWorker {
     /// Runs on the new worker thread: registers its interrupt signal.
-    pub(crate) fn new(index: usize, signals: &Arc<[OnceLock<Arc<Signal>>]>) -> LuauWorker {
+    pub(crate) fn new(
+        index: usize,
+        signals: &Arc<[OnceLock<Arc<Signal>>]>,
+        lanes: &Arc<KeyLanes<LaneKey, Item>>,
+    ) -> LuauWorker {
         let _ = signals[index].set(vm::current_signal());
         LuauWorker {
             index,
@@ -53,6 +64,7 @@ impl LuauWorker {
             outbox: Rc::new(RefCell::new(Vec::new())),
             pool: None,
             signals: signals.clone(),
+            lanes: lanes.clone(),
         }
     }
 
@@ -62,6 +74,7 @@ impl LuauWorker {
                 Arc::new(PoolShared {
                     exec: cx.executor().clone(),
                     signals: self.signals.clone(),
+                    lanes: self.lanes.clone(),
                 })
             })
             .clone()
@@ -123,6 +136,7 @@ impl LuauWorker {
             running: Rc::new(RefCell::new(HashMap::new())),
             sources_seen: vm::source_epoch(),
             entry_keys: HashMap::new(),
+            keys_seen: HashSet::new(),
         });
         cx.set_vms_held(self.vms.len());
         Ok(self.vms.len() - 1)
@@ -145,7 +159,9 @@ impl LuauWorker {
         }
     }
 
-    fn start(&mut self, item: Item, cx: &WorkerContext<'_, Self>) {
+    /// Starts `item` as the root task of a new owner. A keyed item brings its lane `turn`, which
+    /// is dropped (settling the lane) after the item's reply, however the item ends.
+    fn start(&mut self, item: Item, cx: &WorkerContext<'_, Self>, turn: Option<LaneTurn>) {
         let pool = self.pool(cx);
         let fail = |item: Item, kind: FailureKind, message: String| {
             let failure = JobFailure {
@@ -173,6 +189,10 @@ impl LuauWorker {
             Err(e) => return fail(item, FailureKind::Load, e),
         };
         let wvm = &mut self.vms[slot];
+        if let Some(key) = &item.job.key {
+            let fresh = wvm.keys_seen.insert(key.clone());
+            item.job.fresh.store(fresh, Ordering::Relaxed);
+        }
         let epoch = vm::source_epoch();
         if wvm.sources_seen != epoch {
             wvm.sources_seen = epoch;
@@ -221,6 +241,7 @@ impl LuauWorker {
             completion_job.handoff.finish();
             let outcome = job_outcome(&completion_job, &module, &entry, result);
             reply(&principal, reply_to, outcome, &pool);
+            drop(turn);
         });
         let owner = Rc::new(Owner::new(owner_label, deadline, Some(completion)));
         running.borrow_mut().insert(key, owner.clone());
@@ -306,7 +327,7 @@ fn job_outcome(
 }
 
 /// Sends a job's outcome to the promise's home.
-fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, pool: &PoolShared) {
+pub(super) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, pool: &PoolShared) {
     match to {
         ReplyTo::Engine(promise) => {
             principal
@@ -332,7 +353,7 @@ impl WorkerLogic for LuauWorker {
     type Message = WorkerMsg;
 
     fn run_item(&mut self, item: Item, cx: &WorkerContext<'_, Self>) {
-        self.start(item, cx);
+        self.start(item, cx, None);
         self.flush_outbox(cx);
     }
 
@@ -355,6 +376,19 @@ impl WorkerLogic for LuauWorker {
                         wvm.vm.drop_owner(&owner);
                         job.handoff.finish();
                     }
+                }
+            }
+            WorkerMsg::RunKeyed(item) => {
+                let key = item.job.key.clone().unwrap_or_default();
+                let turn = LaneTurn::new(self.pool(cx), item.principal.id, key);
+                cx.keyed_item_started(item.queued_at.map_or(Duration::ZERO, |at| at.elapsed()));
+                self.start(item, cx, Some(turn));
+            }
+            WorkerMsg::Released { principal, key } => {
+                if let Some(i) = self.vm_index(principal) {
+                    let wvm = &mut self.vms[i];
+                    wvm.keys_seen.remove(&key);
+                    api::run_release_watchers(&wvm.vm, &key, wvm.principal.max_deadline);
                 }
             }
         }

@@ -241,6 +241,14 @@ impl<W: WorkerLogic> WorkerContext<'_, W> {
         self.executor.stats[self.index].set_vms_held(n);
     }
 
+    /// Records that this worker started a keyed item, delivered to it outside the queues, after
+    /// it waited `waited` for its key's VM. It counts in `items_run` like any other item.
+    pub fn keyed_item_started(&self, waited: std::time::Duration) {
+        let counters = &self.executor.stats[self.index];
+        counters.item_run();
+        counters.key_waited(waited);
+    }
+
     fn counters(&self) -> &WorkerCounters {
         &self.executor.stats[self.index]
     }

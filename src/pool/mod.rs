@@ -11,6 +11,7 @@
 
 pub(crate) mod executor;
 pub(crate) mod handoff;
+pub(crate) mod lanes;
 mod queue;
 pub(crate) mod sleep;
 pub(crate) mod stats;

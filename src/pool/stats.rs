@@ -27,6 +27,15 @@ pub struct WorkerStats {
     pub panics: u64,
     /// Luau VMs this worker's thread holds right now.
     pub vms_held: usize,
+    /// Keys bound to this worker right now (`opts.key`), until each is released.
+    pub keys_held: usize,
+    /// Of `items_run`, the keyed items (`opts.key`), which reach their worker outside the queues.
+    pub keyed_items: u64,
+    /// Time the keyed items this worker started waited, from dispatch to start, for their turn
+    /// in their key's VM: in total, and the longest single wait.
+    pub key_wait_total: Duration,
+    /// The longest wait of one keyed item for its key's VM.
+    pub key_wait_max: Duration,
     /// Time spent inside the worker's logic (items, messages, polls).
     pub busy: Duration,
 }
@@ -40,6 +49,9 @@ pub(crate) struct WorkerCounters {
     panics: AtomicU64,
     vms_held: AtomicUsize,
     busy_nanos: AtomicU64,
+    keyed_items: AtomicU64,
+    key_wait_nanos: AtomicU64,
+    key_wait_max_nanos: AtomicU64,
 }
 
 impl WorkerCounters {
@@ -69,6 +81,13 @@ impl WorkerCounters {
         self.busy_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
+    pub(crate) fn key_waited(&self, waited: Duration) {
+        let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.keyed_items.fetch_add(1, Ordering::Relaxed);
+        self.key_wait_nanos.fetch_add(nanos, Ordering::Relaxed);
+        self.key_wait_max_nanos.fetch_max(nanos, Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self, worker: usize) -> WorkerStats {
         WorkerStats {
             worker,
@@ -77,6 +96,11 @@ impl WorkerCounters {
             sleeps: self.sleeps.load(Ordering::Relaxed),
             panics: self.panics.load(Ordering::Relaxed),
             vms_held: self.vms_held.load(Ordering::Relaxed),
+            // Keys are bound in the pool's lanes, not by the executor; the pool fills this in.
+            keys_held: 0,
+            keyed_items: self.keyed_items.load(Ordering::Relaxed),
+            key_wait_total: Duration::from_nanos(self.key_wait_nanos.load(Ordering::Relaxed)),
+            key_wait_max: Duration::from_nanos(self.key_wait_max_nanos.load(Ordering::Relaxed)),
             busy: Duration::from_nanos(self.busy_nanos.load(Ordering::Relaxed)),
         }
     }
@@ -98,6 +122,8 @@ mod tests {
         c.panicked();
         c.set_vms_held(4);
         c.add_busy(Duration::from_micros(7));
+        c.key_waited(Duration::from_micros(5));
+        c.key_waited(Duration::from_micros(2));
         let row = c.snapshot(3);
         assert_eq!(
             row,
@@ -108,6 +134,10 @@ mod tests {
                 sleeps: 3,
                 panics: 1,
                 vms_held: 4,
+                keys_held: 0,
+                keyed_items: 2,
+                key_wait_total: Duration::from_micros(7),
+                key_wait_max: Duration::from_micros(5),
                 busy: Duration::from_micros(7),
             }
         );

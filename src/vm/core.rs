@@ -140,6 +140,14 @@ impl VmCore {
             .ok_or_else(|| mlua::Error::runtime("skein: this VM has no scheduler"))
     }
 
+    /// Reports a failure that no task's owner can carry (a watcher that could not start).
+    pub(crate) fn report_failure(&self, label: &str, message: &str) {
+        (self.reporter)(
+            label,
+            &TaskFailure::raised(message.to_owned(), String::new()),
+        );
+    }
+
     /// Queues the tasks that awaited a promise.
     pub(crate) fn wake(&self, waiters: Vec<TaskId>, outcome: Rc<Outcome>) {
         let mut sched = self.sched.borrow_mut();
@@ -305,6 +313,15 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
                 return Ok(outcome_values(lua, &outcome));
             }
             let core = VmCore::of(lua)?;
+            if let Some(key) = cell.key() {
+                if core.current_owner().identity.key() == Some(&key[..]) {
+                    return Err(mlua::Error::runtime(format!(
+                        "task.await: this item runs as key '{}' and awaits an item of the same \
+                         key, which starts only after this one settles: it would wait forever",
+                        String::from_utf8_lossy(&key)
+                    )));
+                }
+            }
             let id = core.task_for(&lua.current_thread());
             cell.add_waiter(id);
             core.sched.borrow_mut().park_promise(id);

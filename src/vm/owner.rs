@@ -23,6 +23,17 @@ pub(crate) trait OwnerIdentity: fmt::Display {
     fn cancel_token(&self) -> Option<&CancelToken> {
         None
     }
+
+    /// The key the owner runs as (`opts.key`), if any: `jobs.context().key`, and what an await
+    /// of a promise of the same key is refused for.
+    fn key(&self) -> Option<&[u8]> {
+        None
+    }
+
+    /// Whether the owner is the first item its key runs in this VM since the key bound.
+    fn fresh(&self) -> bool {
+        false
+    }
 }
 
 impl OwnerIdentity for String {}

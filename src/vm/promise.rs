@@ -58,6 +58,9 @@ pub(crate) struct PromiseCell {
     id: PromiseId,
     state: RefCell<State>,
     canceller: RefCell<Option<Canceller>>,
+    /// The key of the item behind the promise (`opts.key`), so an await from an item of the same
+    /// key is refused instead of waiting forever.
+    key: RefCell<Option<bytes::Bytes>>,
     /// What the promise stands for, for error messages: `jobs.dispatch promise`.
     pub(crate) what: &'static str,
 }
@@ -89,6 +92,16 @@ impl PromiseCell {
         if let State::Pending { waiters } = &mut *self.state.borrow_mut() {
             waiters.push(task);
         }
+    }
+
+    /// Records the key of the item behind the promise.
+    pub(crate) fn set_key(&self, key: bytes::Bytes) {
+        *self.key.borrow_mut() = Some(key);
+    }
+
+    /// The key of the item behind the promise, if it has one.
+    pub(crate) fn key(&self) -> Option<bytes::Bytes> {
+        self.key.borrow().clone()
     }
 
     /// Sets the function that stops the work when the promise is cancelled.
@@ -149,6 +162,7 @@ impl Promises {
                 waiters: Vec::new(),
             }),
             canceller: RefCell::new(None),
+            key: RefCell::new(None),
             what,
         });
         slot.cell = Some(cell.clone());
