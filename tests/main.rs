@@ -5,6 +5,7 @@ mod support;
 mod dispatch;
 mod docs;
 mod keys;
+mod parallel_for;
 mod runner;
 mod stress;
 mod tasks;

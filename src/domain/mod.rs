@@ -18,8 +18,8 @@ use mlua::{Lua, MultiValue, Value};
 
 use crate::error::{Error, Result};
 use crate::jobs::{
-    self, DomainEvent, DomainId, DomainMailbox, Generation, HomeKind, HostSlot, Item, JobShared,
-    JobsHome, Pool, Principal, PrincipalCell, Promise, ReplyTo, MAX_DEADLINE,
+    self, DomainEvent, DomainId, DomainMailbox, Generation, HomeKind, HostSlot, Item, ItemArgs,
+    JobShared, JobsHome, Pool, Principal, PrincipalCell, Promise, ReplyTo, MAX_DEADLINE,
 };
 use crate::value::Message;
 use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
@@ -322,7 +322,7 @@ impl ScriptDomain {
             job: job.clone(),
             module: module.path,
             entry,
-            args,
+            args: ItemArgs::Plain(args),
             deadline: self.principal.max_deadline,
             reply: ReplyTo::Host(slot.clone()),
             queued_at: None,

@@ -1,4 +1,4 @@
-//! The Luau `jobs` library: `jobs.dispatch`, `jobs.context`, `jobs.release` and
+//! The Luau `jobs` library: `jobs.dispatch`, `jobs.parallelFor` (in `parallel_for`), `jobs.context`, `jobs.release` and
 //! `jobs.onRelease`.
 
 use std::cell::RefCell;
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use mlua::{Function, Lua, MultiValue, Table, Value};
 use rustc_hash::FxHashSet;
 
-use super::item::{Item, JobShared, ReplyTo};
+use super::item::{Item, ItemArgs, JobShared, ReplyTo};
 use super::options::{read_key, DispatchOptions};
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
@@ -54,7 +54,7 @@ impl JobsHome {
         }
     }
 
-    fn intern_entry(&self, name: &str) -> Arc<str> {
+    pub(super) fn intern_entry(&self, name: &str) -> Arc<str> {
         let mut entries = self.entries.borrow_mut();
         if let Some(known) = entries.get(name) {
             return known.clone();
@@ -74,6 +74,10 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     let jobs = lua.create_table()?;
     jobs.raw_set("dispatch", lua.create_function(dispatch)?)?;
     jobs.raw_set("context", lua.create_function(context)?)?;
+    jobs.raw_set(
+        "parallelFor",
+        lua.create_function(super::parallel_for::parallel_for)?,
+    )?;
     jobs.raw_set("release", lua.create_function(release)?)?;
     jobs.raw_set("onRelease", lua.create_function(on_release)?)?;
     lua.set_named_registry_value(RELEASE_WATCHERS_KEY, lua.create_table()?)?;
@@ -88,7 +92,7 @@ pub(crate) const JOBS_KEY: &str = "skein.jobs";
 /// Registry key of this VM's `jobs.onRelease` watchers: a table of watcher -> true.
 const RELEASE_WATCHERS_KEY: &str = "skein.jobs.onRelease";
 
-fn home(lua: &Lua) -> mlua::Result<Rc<JobsHome>> {
+pub(super) fn home(lua: &Lua) -> mlua::Result<Rc<JobsHome>> {
     lua.app_data_ref::<Rc<JobsHome>>()
         .map(|h| h.clone())
         .ok_or_else(|| mlua::Error::runtime("jobs: this VM is not attached to a pool"))
@@ -165,7 +169,7 @@ pub(crate) fn run_release_watchers(vm: &Vm, key: &[u8], deadline: Duration) {
 /// How reports name a release watcher's task.
 const WATCHER_LABEL: &str = "jobs.onRelease watcher";
 
-fn refuse(message: String) -> mlua::Error {
+pub(super) fn refuse(message: String) -> mlua::Error {
     mlua::Error::runtime(message)
 }
 
@@ -227,7 +231,7 @@ fn dispatch(
         job,
         module: module.path,
         entry,
-        args,
+        args: ItemArgs::Plain(args),
         deadline: opts.deadline,
         reply,
         queued_at: opts.key.is_some().then(Instant::now),

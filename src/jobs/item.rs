@@ -1,4 +1,4 @@
-//! A pool item: one `jobs.dispatch` on its way to a worker, and the replies that come back.
+//! A pool item: one `jobs.dispatch` (or one `jobs.parallelFor` chunk) on its way to a worker, and the replies that come back.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -11,6 +11,8 @@ use crate::vm::CancelToken;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::chunking::Run;
+use super::gather::Gather;
 use super::pool::PoolShared;
 use super::principal::{Principal, PrincipalCell};
 use super::promise::HostSlot;
@@ -146,6 +148,48 @@ pub(crate) enum ReplyTo {
     Worker { worker: usize, promise: PromiseId },
     /// A Rust [`Promise`](crate::Promise) held by host code.
     Host(Arc<HostSlot>),
+    /// Chunk `index` (from 0) of a `jobs.parallelFor`: its collector settles the promise.
+    Chunk { gather: Arc<Gather>, index: usize },
+}
+
+/// What an item's entry is called with.
+pub(crate) enum ItemArgs {
+    /// A dispatch's `args`, copied once at the call.
+    Plain(Message),
+    /// A `parallelFor` chunk: its table is built in the worker VM, around `args` that every
+    /// chunk of the call shares (one copy at the call) and its own slice of a buffer.
+    Chunk(ChunkArgs),
+}
+
+/// The parts of one chunk's `{ index, count, first, last, args, data }` table.
+pub(crate) struct ChunkArgs {
+    /// From 1.
+    pub(crate) index: usize,
+    pub(crate) run: Run,
+    pub(crate) args: Arc<Message>,
+    pub(crate) data: Option<Bytes>,
+}
+
+impl ItemArgs {
+    /// Builds the entry's argument in the worker VM.
+    pub(crate) fn to_lua(&self, lua: &mlua::Lua) -> mlua::Result<mlua::Value> {
+        match self {
+            ItemArgs::Plain(message) => message.to_lua(lua),
+            ItemArgs::Chunk(chunk) => {
+                let t = lua.create_table_with_capacity(0, 6)?;
+                // Luau numbers, not integers: the bounds are within ±2^53, so exact.
+                t.raw_set("index", chunk.index as f64)?;
+                t.raw_set("count", chunk.run.count() as f64)?;
+                t.raw_set("first", chunk.run.first as f64)?;
+                t.raw_set("last", chunk.run.last as f64)?;
+                t.raw_set("args", chunk.args.to_lua(lua)?)?;
+                if let Some(data) = &chunk.data {
+                    t.raw_set("data", lua.create_buffer(data)?)?;
+                }
+                Ok(mlua::Value::Table(t))
+            }
+        }
+    }
 }
 
 /// One `jobs.dispatch` on its way to a worker.
@@ -154,7 +198,7 @@ pub(crate) struct Item {
     pub(crate) job: Arc<JobShared>,
     pub(crate) module: Arc<Path>,
     pub(crate) entry: Arc<str>,
-    pub(crate) args: Message,
+    pub(crate) args: ItemArgs,
     pub(crate) deadline: Duration,
     pub(crate) reply: ReplyTo,
     /// When a keyed item was dispatched, to measure how long it waited for its key's VM.

@@ -2,16 +2,19 @@
 //! principals and promises for host code.
 
 mod api;
+mod chunking;
+mod gather;
 mod item;
 mod keys;
 mod options;
+mod parallel_for;
 mod pool;
 mod principal;
 mod promise;
 mod worker;
 
 pub(crate) use api::{install, HomeKind, JobsHome};
-pub(crate) use item::{DomainEvent, Item, JobShared, ReplyTo};
+pub(crate) use item::{DomainEvent, Item, ItemArgs, JobShared, ReplyTo};
 pub use options::MAX_DEADLINE;
 pub use pool::Pool;
 pub(crate) use principal::PrincipalCell;

@@ -1,10 +1,11 @@
-//! `opts` of `jobs.dispatch`: read, checked and refused at the call.
+//! `opts` of `jobs.dispatch` and `jobs.parallelFor`: read, checked and refused at the call.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use mlua::{Table, Value};
 
+use super::chunking::whole;
 use crate::vm::format_seconds;
 
 /// The longest one run of an item may take, and the default: 60 seconds.
@@ -143,6 +144,76 @@ impl DispatchOptions {
         }
         if supersede_given && out.key.is_none() {
             return Err("jobs.dispatch: opts.supersede needs opts.key: only the items of a key can be superseded".to_owned());
+        }
+        Ok(out)
+    }
+}
+
+/// The checked options of one `jobs.parallelFor`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ParallelForOptions {
+    pub(crate) deadline: Duration,
+    pub(crate) name: Option<String>,
+    /// `opts.chunks` as given; checked against the element count once `over` is read.
+    pub(crate) chunks: Option<i64>,
+    /// `opts.stride`: bytes in one element of a buffer; `None` when not given.
+    pub(crate) stride: Option<usize>,
+}
+
+impl ParallelForOptions {
+    /// Reads `opts` (nil or a table) with `cap` as the default and longest deadline.
+    pub(crate) fn read(opts: &Value, cap: Duration) -> Result<ParallelForOptions, String> {
+        let mut out = ParallelForOptions {
+            deadline: cap,
+            name: None,
+            chunks: None,
+            stride: None,
+        };
+        let table: &Table = match opts {
+            Value::Nil => return Ok(out),
+            Value::Table(t) => t,
+            other => {
+                return Err(format!(
+                    "jobs.parallelFor: opts must be a table, got {}",
+                    other.type_name()
+                ))
+            }
+        };
+        for pair in table.pairs::<Value, Value>() {
+            let (key, value) = pair.map_err(|e| e.to_string())?;
+            let key_text = match &key {
+                Value::String(s) => s.to_string_lossy(),
+                other => format!("{other:?}"),
+            };
+            match key_text.as_str() {
+                "deadline" => {
+                    out.deadline = read_deadline(&value, "jobs.parallelFor: opts.deadline", cap)?
+                }
+                "name" => match value {
+                    Value::String(s) => out.name = Some(s.to_string_lossy()),
+                    other => {
+                        return Err(format!(
+                            "jobs.parallelFor: opts.name must be a string, got {}",
+                            other.type_name()
+                        ))
+                    }
+                },
+                "chunks" => out.chunks = Some(whole(&value, "jobs.parallelFor: opts.chunks")?),
+                "stride" => {
+                    let stride = whole(&value, "jobs.parallelFor: opts.stride")?;
+                    if stride < 1 {
+                        return Err(format!(
+                            "jobs.parallelFor: opts.stride must be at least 1 byte, got {stride}"
+                        ));
+                    }
+                    out.stride = Some(stride as usize);
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown jobs.parallelFor option '{key_text}': expected deadline, name, chunks or stride"
+                    ))
+                }
+            }
         }
         Ok(out)
     }

@@ -345,6 +345,7 @@ pub(super) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, po
         ReplyTo::Host(slot) => {
             slot.settle(outcome);
         }
+        ReplyTo::Chunk { gather, index } => gather.deposit(index, outcome),
     }
 }
 

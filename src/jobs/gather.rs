@@ -1,0 +1,125 @@
+//! The collector of one `jobs.parallelFor`: chunk outcomes in, one settlement out.
+//!
+//! Each chunk is an ordinary pool item whose reply is `ReplyTo::Chunk`: the worker that ran it
+//! deposits the outcome here, on its own thread, instead of posting it to the promise's home.
+//! The last chunk to resolve (or the first to fail) takes the home's reply out of the collector
+//! and sends one message, so the home sees a `parallelFor` exactly as it sees a dispatch: one
+//! settle, with the results already in chunk order. Whoever takes the reply settles; everyone
+//! after finds it gone and drops their outcome, which is how a failure, a cancel and late
+//! chunk replies stay exactly-once without any state on the home.
+
+use std::sync::{Arc, Mutex};
+
+use super::item::{JobShared, ReplyTo};
+use super::pool::PoolShared;
+use super::principal::PrincipalCell;
+use super::worker::reply;
+use crate::value::Message;
+use crate::vm::{Cancel, JobFailure, Outcome};
+
+/// What the collector guards: the results so far and the reply not yet sent.
+struct Collected {
+    results: Vec<Option<Message>>,
+    remaining: usize,
+    /// The home's reply; `None` once the promise has been settled (or cancelled).
+    reply: Option<ReplyTo>,
+}
+
+/// One `parallelFor`'s chunks and where their gathered outcome goes.
+pub(crate) struct Gather {
+    collected: Mutex<Collected>,
+    /// Every chunk's job, in chunk order, so a failure or a cancel can stop the rest.
+    chunks: Vec<Arc<JobShared>>,
+    principal: Arc<PrincipalCell>,
+    pool: Arc<PoolShared>,
+}
+
+impl Gather {
+    pub(crate) fn new(
+        chunks: Vec<Arc<JobShared>>,
+        reply: ReplyTo,
+        principal: Arc<PrincipalCell>,
+        pool: Arc<PoolShared>,
+    ) -> Arc<Gather> {
+        let n = chunks.len();
+        Arc::new(Gather {
+            collected: Mutex::new(Collected {
+                results: (0..n).map(|_| None).collect(),
+                remaining: n,
+                reply: Some(reply),
+            }),
+            chunks,
+            principal,
+            pool,
+        })
+    }
+
+    /// Takes chunk `index`'s outcome (chunks count from 0 here, from 1 in messages).
+    pub(crate) fn deposit(&self, index: usize, outcome: Outcome) {
+        let n = self.chunks.len();
+        let mut collected = self.collected.lock().unwrap_or_else(|e| e.into_inner());
+        if collected.reply.is_none() {
+            return; // settled already: a failure, a cancel, or this is a late cancelled chunk
+        }
+        let settle = match outcome {
+            Outcome::Resolved(value) => {
+                collected.results[index] = Some(as_awaited(value));
+                collected.remaining -= 1;
+                if collected.remaining > 0 {
+                    return;
+                }
+                let results = std::mem::take(&mut collected.results);
+                let list = results.into_iter().map(|r| r.unwrap_or(Message::Nil));
+                Outcome::Resolved(Message::List(list.collect()))
+            }
+            Outcome::Rejected(failure) => Outcome::Rejected(Arc::new(JobFailure {
+                message: format!("chunk {} of {n}: {}", index + 1, failure.message),
+                ..(*failure).clone()
+            })),
+            Outcome::Cancelled => Outcome::Cancelled,
+        };
+        let to = collected.reply.take();
+        drop(collected);
+        if !matches!(settle, Outcome::Resolved(_)) {
+            self.cancel_chunks();
+        }
+        if let Some(to) = to {
+            reply(&self.principal, to, settle, &self.pool);
+        }
+    }
+
+    /// Stops every chunk: queued ones never run, running ones are interrupted. A chunk that has
+    /// finished is left alone by its own hand-off.
+    fn cancel_chunks(&self) {
+        for job in &self.chunks {
+            job.request_cancel();
+        }
+    }
+}
+
+/// `p:cancel()` on the `parallelFor` promise: the home has settled it as cancelled, so the reply
+/// is dropped unsent and every chunk is stopped.
+impl Cancel for Gather {
+    fn cancel(self: Arc<Self>) {
+        let taken = self
+            .collected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reply
+            .take();
+        if taken.is_some() {
+            self.cancel_chunks();
+        }
+    }
+}
+
+/// A chunk's result as its awaiter would see it alone. A result is read from its chunk's stack as
+/// an `mlua::Value`, which makes a whole Luau number an integer; a dispatch's awaiter gets it back
+/// as a number, and so must a chunk's in the list, where an integer would stay an integer.
+fn as_awaited(value: Message) -> Message {
+    const MAX_EXACT: i64 = 1 << 53;
+    match value {
+        Message::Integer(i) if (-MAX_EXACT..=MAX_EXACT).contains(&i) => Message::Number(i as f64),
+        other => other,
+    }
+}
