@@ -32,10 +32,12 @@ fn read_over(over: &Value, stride: Option<usize>) -> Result<Over, String> {
         Value::Integer(_) | Value::Number(_) => chunking::count(over)?,
         Value::Table(t) => read_range(t)?,
         Value::Buffer(b) => return chunking::buffer(Bytes::from(b.to_vec()), stride.unwrap_or(1)),
-        other => return Err(format!(
+        other => {
+            return Err(format!(
             "jobs.parallelFor: over must be a count, a {{ first, last }} range or a buffer, got {}",
             crate::vm::a_type(other)
-        )),
+        ))
+        }
     };
     if let Some(stride) = stride {
         return Err(format!(
