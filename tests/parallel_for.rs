@@ -27,7 +27,7 @@ function M.hasData(c) return c.data == nil end
 function M.failThird(c)
     if c.index == 3 then error("chunk three fails on purpose") end
     hostMark()
-    task.wait(0.3)
+    task.wait(0.6)
     hostMark()
     return c.index
 end
@@ -41,7 +41,16 @@ function M.spinSecond(c)
     if c.index == 2 then while true do end end
     return c.index
 end
-function M.giveFunction(c) return function() end end
+function M.scribble(c)
+    buffer.fill(c.data, 0, 0)
+    c.args.seen = true
+    return `{buffer.len(c.data)} {c.args.seen}`
+end
+function M.one(c) return c.count end
+function M.giveFunction(c)
+    if c.index == 2 then return function() end end
+    return c.index
+end
 -- A chunk that starts a parallelFor of its own and awaits it.
 function M.outer(c)
     local inner = jobs.parallelFor("./loop", "sum", { first = c.first, last = c.last }, { scale = 1 }, { chunks = 4 }):await()
@@ -183,7 +192,7 @@ fn a_chunk_that_raises_rejects_naming_it_and_stops_the_rest() {
         "false job './loop:failThird' failed: chunk 3 of 8: ",
     );
     assert_contains(&message, "chunk three fails on purpose");
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(800));
     assert_eq!(
         marks.count(),
         2,
@@ -199,7 +208,7 @@ fn a_named_call_is_named_in_its_rejection_and_a_bad_result_names_the_chunk() {
         &domain,
         r#"jobs.parallelFor("./loop", "giveFunction", 2, nil, { name = "tiles" }):await()"#,
     );
-    assert_contains(&message, "job 'tiles' failed: chunk 1 of 2: ");
+    assert_contains(&message, "job 'tiles' failed: chunk 2 of 2: ");
     assert_contains(&message, "a function can't cross");
 }
 
@@ -397,4 +406,66 @@ fn a_huge_count_is_cut_without_walking_it() {
     );
     let message = refusal(&domain, r#"jobs.parallelFor("./loop", "sum", 2^53 + 2)"#);
     assert_contains(&message, "past ±2^53");
+}
+
+#[test]
+fn a_chunk_writes_only_its_own_copies_of_data_and_args() {
+    let (tree, pool) = setup(2);
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(
+            r#"
+            local b = buffer.fromstring("abcdefgh")
+            local args = { seen = false }
+            local r = jobs.parallelFor("./loop", "scribble", b, args, { stride = 4, chunks = 2 }):await()
+            return `{r[1]}|{r[2]}|{buffer.tostring(b)}|{args.seen}`
+            "#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "4 true|4 true|abcdefgh|false");
+}
+
+#[test]
+fn thousands_of_chunks_from_the_engine_and_from_a_worker_all_gather() {
+    let (tree, pool) = setup(2);
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(
+            r#"
+            local r = jobs.parallelFor("./loop", "one", 100000, nil, { chunks = 4096 }):await()
+            local total = 0
+            for _, n in r do total += n end
+            return `{#r} {total}`
+            "#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "4096 100000");
+    // From a worker: each of two outer chunks gathers an inner call of four chunks, 50 times.
+    let v = domain
+        .eval(
+            r#"
+            local total = 0
+            for _ = 1, 50 do
+                for _, s in jobs.parallelFor("./loop", "outer", 8, nil, { chunks = 2 }):await() do
+                    total += s
+                end
+            end
+            return total
+            "#,
+        )
+        .unwrap();
+    assert_eq!(number(&v), 50.0 * 36.0);
+}
+
+#[test]
+fn an_entry_that_is_not_a_function_rejects_naming_a_chunk() {
+    let (tree, pool) = setup(2);
+    let domain = tree.domain(&pool);
+    let message = refusal(
+        &domain,
+        r#"jobs.parallelFor("./loop", "nope", 4, nil, { chunks = 4 }):await()"#,
+    );
+    assert_contains(&message, "job './loop:nope' failed: chunk ");
+    assert_contains(&message, " of 4: entry 'nope' of module ");
+    assert_contains(&message, "is not a function (it is nil)");
 }
