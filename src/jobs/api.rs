@@ -1,5 +1,5 @@
-//! The Luau `jobs` library: `jobs.dispatch`, `jobs.parallelFor` (in `parallel_for`), `jobs.context`, `jobs.release` and
-//! `jobs.onRelease`.
+//! The Luau `jobs` library: `jobs.dispatch`, `jobs.context`, `jobs.release` and
+//! `jobs.onRelease`; `jobs.parallelFor` is installed here and lives in `parallel_for`.
 
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -1,4 +1,5 @@
-//! A pool item: one `jobs.dispatch` (or one `jobs.parallelFor` chunk) on its way to a worker, and the replies that come back.
+//! A pool item: one `jobs.dispatch` (or one `jobs.parallelFor` chunk) on its way to a worker,
+//! and the replies that come back.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -192,7 +193,7 @@ impl ItemArgs {
     }
 }
 
-/// One `jobs.dispatch` on its way to a worker.
+/// One `jobs.dispatch`, or one chunk of a `jobs.parallelFor`, on its way to a worker.
 pub(crate) struct Item {
     pub(crate) principal: Arc<PrincipalCell>,
     pub(crate) job: Arc<JobShared>,
