@@ -532,3 +532,30 @@ fn a_failing_task_a_job_left_behind_is_reported_against_the_job() {
     );
     assert_contains(&reports[0].message, "leaves.luau:3: in function");
 }
+
+#[test]
+fn jobs_stats_answers_the_pool_rows() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(
+            r#"
+            local ps = {}
+            for i = 1, 20 do ps[i] = jobs.dispatch("./math", "double", i) end
+            for _, p in ps do p:await() end
+            local rows = jobs.stats()
+            local items, slots = 0, {}
+            for _, row in rows do
+                items += row.items_run
+                table.insert(slots, row.worker)
+                assert(row.busy_ms >= 0 and row.vms_held >= 0 and row.panics == 0)
+            end
+            return `{#rows} {items >= 20} {table.concat(slots, ",")}`
+        "#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "2 true 0,1");
+    // The same counts the host reads.
+    let host: u64 = pool.stats().iter().map(|s| s.items_run).sum();
+    assert!(host >= 20);
+}

@@ -80,10 +80,36 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     )?;
     jobs.raw_set("release", lua.create_function(release)?)?;
     jobs.raw_set("onRelease", lua.create_function(on_release)?)?;
+    jobs.raw_set("stats", lua.create_function(stats)?)?;
     lua.set_named_registry_value(RELEASE_WATCHERS_KEY, lua.create_table()?)?;
     lua.set_named_registry_value(JOBS_KEY, jobs.clone())?;
     lua.globals().raw_set("jobs", jobs)?;
     Ok(())
+}
+
+/// `jobs.stats()`: the pool's per-worker rows, as `Pool::stats()` gives them to Rust. Times are
+/// in milliseconds.
+fn stats(lua: &Lua, (): ()) -> mlua::Result<Table> {
+    let home = home(lua)?;
+    let rows = home.pool.exec.stats();
+    let out = lua.create_table_with_capacity(rows.len(), 0)?;
+    for row in rows {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+        let t = lua.create_table_with_capacity(0, 11)?;
+        t.raw_set("worker", row.worker as f64)?;
+        t.raw_set("items_run", row.items_run as f64)?;
+        t.raw_set("steals", row.steals as f64)?;
+        t.raw_set("sleeps", row.sleeps as f64)?;
+        t.raw_set("panics", row.panics as f64)?;
+        t.raw_set("vms_held", row.vms_held as f64)?;
+        t.raw_set("busy_ms", ms(row.busy))?;
+        t.raw_set("keys_held", row.keys_held as f64)?;
+        t.raw_set("keyed_items", row.keyed_items as f64)?;
+        t.raw_set("key_wait_total_ms", ms(row.key_wait_total))?;
+        t.raw_set("key_wait_max_ms", ms(row.key_wait_max))?;
+        out.raw_push(t)?;
+    }
+    Ok(out)
 }
 
 /// Registry key of the `jobs` table, which `require("@skein/jobs")` answers.
