@@ -543,18 +543,21 @@ fn jobs_stats_answers_the_pool_rows() {
             local ps = {}
             for i = 1, 20 do ps[i] = jobs.dispatch("./math", "double", i) end
             for _, p in ps do p:await() end
+            jobs.dispatch("./math", "double", 1, { key = "held" }):await()
             local rows = jobs.stats()
-            local items, slots = 0, {}
+            local items, keys, slots = 0, 0, {}
             for _, row in rows do
                 items += row.items_run
+                keys += row.keys_held
                 table.insert(slots, row.worker)
                 assert(row.busy_ms >= 0 and row.vms_held >= 0 and row.panics == 0)
             end
-            return `{#rows} {items >= 20} {table.concat(slots, ",")}`
+            return `{#rows} {items >= 21} {keys} {table.concat(slots, ",")}`
         "#,
         )
         .unwrap();
-    assert_eq!(text(&v), "2 true 0,1");
+    // The key stays bound until released, so one worker holds it.
+    assert_eq!(text(&v), "2 true 1 0,1");
     // The same counts the host reads.
     let host: u64 = pool.stats().iter().map(|s| s.items_run).sum();
     assert!(host >= 20);

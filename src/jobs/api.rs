@@ -91,7 +91,7 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
 /// in milliseconds.
 fn stats(lua: &Lua, (): ()) -> mlua::Result<Table> {
     let home = home(lua)?;
-    let rows = home.pool.exec.stats();
+    let rows = home.pool.stats();
     let out = lua.create_table_with_capacity(rows.len(), 0)?;
     for row in rows {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;

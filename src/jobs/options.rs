@@ -83,6 +83,46 @@ fn luau_number(n: f64) -> String {
     }
 }
 
+/// Calls `read` with each (key, value) of `opts`, which must be nil or a table; `call` names the
+/// function in the refusal. Non-string keys reach `read` as their debug text, so they are refused
+/// as unknown options.
+fn for_each_option(
+    opts: &Value,
+    call: &str,
+    mut read: impl FnMut(&str, Value) -> Result<(), String>,
+) -> Result<(), String> {
+    let table: &Table = match opts {
+        Value::Nil => return Ok(()),
+        Value::Table(t) => t,
+        other => {
+            return Err(format!(
+                "{call}: opts must be a table, got {}",
+                other.type_name()
+            ))
+        }
+    };
+    for pair in table.pairs::<Value, Value>() {
+        let (key, value) = pair.map_err(|e| e.to_string())?;
+        let key_text = match &key {
+            Value::String(s) => s.to_string_lossy(),
+            other => format!("{other:?}"),
+        };
+        read(&key_text, value)?;
+    }
+    Ok(())
+}
+
+/// `opts.name`: a string.
+fn read_name(value: Value, call: &str) -> Result<String, String> {
+    match value {
+        Value::String(s) => Ok(s.to_string_lossy()),
+        other => Err(format!(
+            "{call}: opts.name must be a string, got {}",
+            other.type_name()
+        )),
+    }
+}
+
 impl DispatchOptions {
     /// Reads `opts` (nil or a table) with `cap` as the default and longest deadline.
     pub(crate) fn read(opts: &Value, cap: Duration) -> Result<DispatchOptions, String> {
@@ -92,36 +132,13 @@ impl DispatchOptions {
             key: None,
             supersede: false,
         };
-        let table: &Table = match opts {
-            Value::Nil => return Ok(out),
-            Value::Table(t) => t,
-            other => {
-                return Err(format!(
-                    "jobs.dispatch: opts must be a table, got {}",
-                    other.type_name()
-                ))
-            }
-        };
         let mut supersede_given = false;
-        for pair in table.pairs::<Value, Value>() {
-            let (key, value) = pair.map_err(|e| e.to_string())?;
-            let key_text = match &key {
-                Value::String(s) => s.to_string_lossy(),
-                other => format!("{other:?}"),
-            };
-            match key_text.as_str() {
+        for_each_option(opts, "jobs.dispatch", |key, value| {
+            match key {
                 "deadline" => {
                     out.deadline = read_deadline(&value, "jobs.dispatch: opts.deadline", cap)?
                 }
-                "name" => match value {
-                    Value::String(s) => out.name = Some(s.to_string_lossy()),
-                    other => {
-                        return Err(format!(
-                            "jobs.dispatch: opts.name must be a string, got {}",
-                            other.type_name()
-                        ))
-                    }
-                },
+                "name" => out.name = Some(read_name(value, "jobs.dispatch")?),
                 "key" => out.key = Some(read_key(&value, "jobs.dispatch: opts.key")?),
                 "supersede" => match value {
                     Value::Boolean(b) => {
@@ -137,11 +154,12 @@ impl DispatchOptions {
                 },
                 _ => {
                     return Err(format!(
-                        "unknown jobs.dispatch option '{key_text}': expected deadline, name, key or supersede"
+                        "unknown jobs.dispatch option '{key}': expected deadline, name, key or supersede"
                     ))
                 }
             }
-        }
+            Ok(())
+        })?;
         if supersede_given && out.key.is_none() {
             return Err("jobs.dispatch: opts.supersede needs opts.key: only the items of a key can be superseded".to_owned());
         }
@@ -169,35 +187,12 @@ impl ParallelForOptions {
             chunks: None,
             stride: None,
         };
-        let table: &Table = match opts {
-            Value::Nil => return Ok(out),
-            Value::Table(t) => t,
-            other => {
-                return Err(format!(
-                    "jobs.parallelFor: opts must be a table, got {}",
-                    other.type_name()
-                ))
-            }
-        };
-        for pair in table.pairs::<Value, Value>() {
-            let (key, value) = pair.map_err(|e| e.to_string())?;
-            let key_text = match &key {
-                Value::String(s) => s.to_string_lossy(),
-                other => format!("{other:?}"),
-            };
-            match key_text.as_str() {
+        for_each_option(opts, "jobs.parallelFor", |key, value| {
+            match key {
                 "deadline" => {
                     out.deadline = read_deadline(&value, "jobs.parallelFor: opts.deadline", cap)?
                 }
-                "name" => match value {
-                    Value::String(s) => out.name = Some(s.to_string_lossy()),
-                    other => {
-                        return Err(format!(
-                            "jobs.parallelFor: opts.name must be a string, got {}",
-                            other.type_name()
-                        ))
-                    }
-                },
+                "name" => out.name = Some(read_name(value, "jobs.parallelFor")?),
                 "chunks" => out.chunks = Some(whole(&value, "jobs.parallelFor: opts.chunks")?),
                 "stride" => {
                     let stride = whole(&value, "jobs.parallelFor: opts.stride")?;
@@ -210,11 +205,12 @@ impl ParallelForOptions {
                 }
                 _ => {
                     return Err(format!(
-                        "unknown jobs.parallelFor option '{key_text}': expected deadline, name, chunks or stride"
+                        "unknown jobs.parallelFor option '{key}': expected deadline, name, chunks or stride"
                     ))
                 }
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 }

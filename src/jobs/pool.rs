@@ -22,6 +22,15 @@ pub(crate) struct PoolShared {
 }
 
 impl PoolShared {
+    /// The per-worker rows, with the keys each worker holds from the key lanes.
+    pub(crate) fn stats(&self) -> Vec<WorkerStats> {
+        let mut rows = self.exec.stats();
+        for (row, keys) in rows.iter_mut().zip(self.lanes.keys_held()) {
+            row.keys_held = keys;
+        }
+        rows
+    }
+
     /// Queues an item for any worker.
     pub(crate) fn inject(&self, item: Item) {
         self.exec.inject(item);
@@ -88,11 +97,7 @@ impl Pool {
     /// One row per worker: items run, steals, sleeps, VMs held, keys held, time keyed items
     /// waited for their key's VM, busy time.
     pub fn stats(&self) -> Vec<WorkerStats> {
-        let mut rows = self.inner.shared.exec.stats();
-        for (row, keys) in rows.iter_mut().zip(self.inner.shared.lanes.keys_held()) {
-            row.keys_held = keys;
-        }
-        rows
+        self.inner.shared.stats()
     }
 
     pub(crate) fn shared(&self) -> &Arc<PoolShared> {
