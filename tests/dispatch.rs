@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use skein::{FailureKind, Message, Plan, Pool, PromiseStatus};
 
-use crate::support::{assert_contains, number, text, Marks, Tree};
+use crate::support::{assert_contains, number, refusal, text, Marks, Tree};
 
 const MATH: &str = r#"
 local M = {}
@@ -32,16 +32,6 @@ fn setup() -> (Tree, Pool) {
 /// worker VM that failed serves the next item.
 fn setup_one() -> (Tree, Pool) {
     (Tree::new(&[("math.luau", MATH)]), Pool::new(1))
-}
-
-/// Evaluates `body` inside `pcall` and answers the error text it raised.
-fn refusal(domain: &skein::ScriptDomain, body: &str) -> String {
-    let source = format!(
-        "local ok, err = pcall(function() {body} end)\n\
-         assert(not ok, 'expected an error')\n\
-         return tostring(err)"
-    );
-    text(&domain.eval(&source).expect("eval"))
 }
 
 fn still_serves(domain: &skein::ScriptDomain) {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use skein::{MapKey, Message, Pool};
 
-use crate::support::{assert_contains, number, text, Tree};
+use crate::support::{assert_contains, number, refusal, text, Tree};
 
 const KEYED: &str = r#"
 local M = {}
@@ -70,16 +70,6 @@ return M
 
 fn setup(workers: usize) -> (Tree, Pool) {
     (Tree::new(&[("keyed.luau", KEYED)]), Pool::new(workers))
-}
-
-/// Evaluates `body` inside `pcall` and answers the error text it raised.
-fn refusal(domain: &skein::ScriptDomain, body: &str) -> String {
-    let source = format!(
-        "local ok, err = pcall(function() {body} end)\n\
-         assert(not ok, 'expected an error')\n\
-         return tostring(err)"
-    );
-    text(&domain.eval(&source).expect("eval"))
 }
 
 fn field<'a>(m: &'a Message, name: &str) -> &'a Message {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use skein::{Message, Pool};
 
-use crate::support::{assert_contains, number, text, Marks, Tree};
+use crate::support::{assert_contains, number, refusal, text, Marks, Tree};
 
 const LOOP: &str = r#"
 local M = {}
@@ -81,16 +81,6 @@ fn numbers(m: &Message) -> Vec<f64> {
         Message::List(items) => items.iter().map(number).collect(),
         other => panic!("expected a list, got {other:?}"),
     }
-}
-
-/// Evaluates `body` inside `pcall` and answers the error text it raised.
-fn refusal(domain: &skein::ScriptDomain, body: &str) -> String {
-    let source = format!(
-        "local ok, err = pcall(function() {body} end)\n\
-         assert(not ok, 'expected an error')\n\
-         return tostring(err)"
-    );
-    text(&domain.eval(&source).expect("eval"))
 }
 
 #[test]

@@ -94,3 +94,15 @@ impl Marks {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// Runs `body` inside `pcall` in the domain's engine VM and answers the text of the error it
+/// raised; fails the test if it raised nothing.
+#[track_caller]
+pub fn refusal(domain: &ScriptDomain, body: &str) -> String {
+    let source = format!(
+        "local ok, err = pcall(function() {body} end)\n\
+         assert(not ok, 'expected an error')\n\
+         return tostring(err)"
+    );
+    text(&domain.eval(&source).expect("eval"))
+}
