@@ -38,7 +38,8 @@ mod vm;
 pub use domain::{DomainSpec, Report, ScriptDomain};
 pub use error::{Error, Result};
 pub use jobs::{
-    DomainId, DomainMailbox, Generation, Pool, Principal, Promise, PromiseStatus, MAX_DEADLINE,
+    DomainId, DomainMailbox, Generation, JobOptions, Pool, Principal, Promise, PromiseStatus,
+    MAX_DEADLINE,
 };
 pub use pool::stats::WorkerStats;
 pub use value::{

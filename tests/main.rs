@@ -4,6 +4,7 @@ mod support;
 
 mod dispatch;
 mod docs;
+mod host_keys;
 mod keys;
 mod parallel_for;
 mod runner;

@@ -19,7 +19,8 @@ use mlua::{Lua, MultiValue, Value};
 use crate::error::{Error, Result};
 use crate::jobs::{
     self, DomainEvent, DomainId, DomainMailbox, Generation, HomeKind, HostSlot, Item, ItemArgs,
-    JobShared, JobsHome, Pool, Principal, PrincipalCell, Promise, ReplyTo, MAX_DEADLINE,
+    JobOptions, JobShared, JobsHome, Pool, Principal, PrincipalCell, Promise, ReplyTo,
+    MAX_DEADLINE,
 };
 use crate::value::Message;
 use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
@@ -301,6 +302,50 @@ impl ScriptDomain {
     /// # Errors
     /// [`Error::Refused`] when the module can't be resolved.
     pub fn dispatch(&self, module: &str, entry: &str, args: Message) -> Result<Promise<Message>> {
+        self.dispatch_with(module, entry, args, &JobOptions::new())
+    }
+
+    /// [`dispatch`](Self::dispatch) with options: a name, a key, supersede and a deadline, as
+    /// `jobs.dispatch`'s `opts` gives them to Luau.
+    ///
+    /// With a key the item runs in the worker VM the key is bound to, after every item of the
+    /// key dispatched before it (from Luau or from Rust) has settled, so module state one item
+    /// leaves is there for the next.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, JobOptions, Message, Plan, Pool, ScriptDomain};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(
+    ///     dir.path().join("counter.luau"),
+    ///     "local n = 0 return { bump = function() n += 1 return n end }",
+    /// )?;
+    /// let pool = Pool::new(2);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").plan(Plan::new().root(dir.path())))?;
+    /// let bump = || domain.dispatch_with("./counter", "bump", Message::Nil, &JobOptions::new().key("a"));
+    /// let (first, second) = (bump()?, bump()?);
+    /// // One VM holds the key, so the second item sees the count the first one left.
+    /// assert_eq!(first.wait()?, Message::Integer(1));
+    /// assert_eq!(second.wait()?, Message::Integer(2));
+    /// assert!(domain.release("a")?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Refused`] when the module can't be resolved, when an option breaks its rule
+    /// (a key of 0 or more than 256 bytes, `supersede` without a key, a deadline of zero or past
+    /// the domain's cap), or when the key is new and the pool holds 65,536 keys already. A
+    /// refused dispatch queues nothing.
+    pub fn dispatch_with(
+        &self,
+        module: &str,
+        entry: &str,
+        args: Message,
+        opts: &JobOptions,
+    ) -> Result<Promise<Message>> {
+        let opts = opts
+            .check(self.principal.max_deadline)
+            .map_err(Error::Refused)?;
         let module = self
             .vm
             .core
@@ -310,24 +355,50 @@ impl ScriptDomain {
         let slot = HostSlot::new();
         let entry: Arc<str> = Arc::from(entry);
         let job = JobShared::new(
-            None,
+            opts.name,
             module.spec,
             entry.clone(),
             self.pool.shared().clone(),
             self.principal.id,
-            None,
+            opts.key.clone(),
         );
-        self.pool.shared().inject(Item {
+        let item = Item {
             principal: self.principal.clone(),
             job: job.clone(),
             module: module.path,
             entry,
             args: ItemArgs::Plain(args),
-            deadline: self.principal.max_deadline,
+            deadline: opts.deadline,
             reply: ReplyTo::Host(slot.clone()),
-            queued_at: None,
-        });
+            queued_at: opts.key.is_some().then(Instant::now),
+        };
+        match opts.key {
+            Some(key) => self
+                .pool
+                .shared()
+                .dispatch_keyed(
+                    (self.principal.id, key),
+                    item,
+                    opts.supersede,
+                    "dispatch: key",
+                )
+                .map_err(Error::Refused)?,
+            None => self.pool.shared().inject(item),
+        }
         Ok(Promise::new(slot, Some(job)))
+    }
+
+    /// Ends the binding of `key` after the items of the key dispatched before this call have
+    /// settled, as `jobs.release` does. Answers whether the pool held the key; when it did not,
+    /// nothing is done.
+    ///
+    /// # Errors
+    /// [`Error::Refused`] when the key is not 1 to 256 bytes.
+    pub fn release(&self, key: impl AsRef<[u8]>) -> Result<bool> {
+        let key = key.as_ref();
+        jobs::check_key(key, "release: key").map_err(Error::Refused)?;
+        let key = bytes::Bytes::copy_from_slice(key);
+        Ok(self.pool.shared().release_key((self.principal.id, key)))
     }
 
     /// Drains the mailbox once. Answers whether it handled anything.

@@ -265,7 +265,10 @@ fn dispatch(
     match (opts.key, &home.kind) {
         (Some(key), _) => {
             let lane = (home.principal.id, key);
-            if let Err(refusal) = home.pool.dispatch_keyed(lane, item, opts.supersede) {
+            if let Err(refusal) =
+                home.pool
+                    .dispatch_keyed(lane, item, opts.supersede, "jobs.dispatch: opts.key")
+            {
                 // Nobody holds the promise yet: take it out of the pending table unsettled.
                 core.promises
                     .borrow_mut()

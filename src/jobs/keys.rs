@@ -21,12 +21,14 @@ impl PoolShared {
     ///
     /// # Errors
     ///
-    /// The refusal text when the key is new and the pool holds [`MAX_KEYS`] keys.
+    /// The refusal text, starting with `option` (the call and the option that named the key),
+    /// when the key is new and the pool holds [`MAX_KEYS`] keys.
     pub(crate) fn dispatch_keyed(
         &self,
         key: LaneKey,
         item: Item,
         supersede: bool,
+        option: &str,
     ) -> Result<(), String> {
         let superseding = supersede.then(|| item.job.clone());
         let delivered_key = key.clone();
@@ -35,7 +37,7 @@ impl PoolShared {
             .enqueue(key, item, supersede, |d| self.deliver(d, &delivered_key))
             .map_err(|TooManyKeys(_)| {
                 format!(
-                    "jobs.dispatch: opts.key: the pool holds at most {MAX_KEYS} keys at once; \
+                    "{option}: the pool holds at most {MAX_KEYS} keys at once; \
                      release one (jobs.release) before dispatching with a new key"
                 )
             })?;

@@ -4,6 +4,7 @@
 mod api;
 mod chunking;
 mod gather;
+mod host_options;
 mod item;
 mod keys;
 mod options;
@@ -14,6 +15,8 @@ mod promise;
 mod worker;
 
 pub(crate) use api::{install, HomeKind, JobsHome};
+pub(crate) use host_options::check_key;
+pub use host_options::JobOptions;
 pub(crate) use item::{DomainEvent, Item, ItemArgs, JobShared, ReplyTo};
 pub use options::MAX_DEADLINE;
 pub use pool::Pool;
