@@ -31,6 +31,7 @@ mod domain;
 mod error;
 mod jobs;
 mod pool;
+mod shared;
 mod sync;
 mod value;
 mod vm;
@@ -42,6 +43,7 @@ pub use jobs::{
     MAX_DEADLINE,
 };
 pub use pool::stats::WorkerStats;
+pub use shared::SharedStore;
 pub use value::{
     DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,
     TransferErrorKind,

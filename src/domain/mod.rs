@@ -22,6 +22,7 @@ use crate::jobs::{
     JobOptions, JobShared, JobsHome, Pool, Principal, PrincipalCell, Promise, ReplyTo,
     MAX_DEADLINE,
 };
+use crate::shared::SharedStore;
 use crate::value::Message;
 use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
 
@@ -399,6 +400,12 @@ impl ScriptDomain {
         jobs::check_key(key, "release: key").map_err(Error::Refused)?;
         let key = bytes::Bytes::copy_from_slice(key);
         Ok(self.pool.shared().release_key((self.principal.id, key)))
+    }
+
+    /// The domain's shared store: the tables and queues its scripts reach as `jobs.shared`.
+    /// The store belongs to this generation of the domain and ends with it.
+    pub fn shared(&self) -> SharedStore {
+        SharedStore::new(self.principal.shared.clone())
     }
 
     /// Drains the mailbox once. Answers whether it handled anything.

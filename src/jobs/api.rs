@@ -70,7 +70,8 @@ impl JobsHome {
 
 /// Installs the `jobs` global (also `require("@skein/jobs")`).
 pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
-    lua.set_app_data(Rc::new(home));
+    let home = Rc::new(home);
+    lua.set_app_data(home.clone());
     let jobs = lua.create_table()?;
     jobs.raw_set("dispatch", lua.create_function(dispatch)?)?;
     jobs.raw_set("context", lua.create_function(context)?)?;
@@ -81,6 +82,7 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     jobs.raw_set("release", lua.create_function(release)?)?;
     jobs.raw_set("onRelease", lua.create_function(on_release)?)?;
     jobs.raw_set("stats", lua.create_function(stats)?)?;
+    crate::shared::install(lua, &jobs, home.principal.shared.clone())?;
     lua.set_named_registry_value(RELEASE_WATCHERS_KEY, lua.create_table()?)?;
     lua.set_named_registry_value(JOBS_KEY, jobs.clone())?;
     lua.globals().raw_set("jobs", jobs)?;

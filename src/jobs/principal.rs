@@ -7,6 +7,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::item::DomainEvent;
+use crate::shared::{SharedLimits, StoreCore};
 use crate::vm::Plan;
 
 /// A script domain's stable identity within the process.
@@ -94,6 +95,8 @@ pub(crate) struct PrincipalCell {
     pub(crate) mailbox: DomainMailbox,
     /// The default (and longest) deadline of one run of one of its items.
     pub(crate) max_deadline: Duration,
+    /// The principal's shared tables and queues (`jobs.shared`).
+    pub(crate) shared: crate::sync::Arc<StoreCore>,
     alive: AtomicBool,
     /// Why the principal ended, once it has.
     ended: std::sync::Mutex<Option<String>>,
@@ -111,6 +114,7 @@ impl PrincipalCell {
             plan,
             mailbox,
             max_deadline,
+            shared: crate::sync::Arc::new(StoreCore::new(SharedLimits::DEFAULT)),
             alive: AtomicBool::new(true),
             ended: std::sync::Mutex::new(None),
         }
@@ -125,6 +129,7 @@ impl PrincipalCell {
     pub(crate) fn end(&self, reason: &str) {
         *self.ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
         self.alive.store(false, Ordering::Release);
+        self.shared.end(reason);
     }
 
     /// Why the principal ended.

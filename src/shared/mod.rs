@@ -1,1 +1,169 @@
-//! placeholder
+//! The shared store of one domain generation: named shared tables and bounded shared queues.
+//!
+//! The only state the VMs of a domain share. The core (`table`, `queue`) holds no Luau, so the
+//! loom models in `loom-tests` check the code that ships; the Luau bindings (`table_api`,
+//! `queue_api`) sit beside it and convert at the edge. A store belongs to one principal (one
+//! generation of one domain): two domains never see each other's names, and when the principal
+//! ends the store ends with it, so a handle kept past that raises naming the reason.
+
+#![allow(dead_code)] // The store's budget helpers are used once tables and queues land.
+
+pub(crate) mod queue;
+mod queue_api;
+pub(crate) mod table;
+mod table_api;
+
+use std::fmt;
+
+use mlua::{Lua, Table};
+
+use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
+
+/// The bounds of one shared store. Every write or creation past one raises and changes nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SharedLimits {
+    /// Names (tables and queues together) one store holds.
+    pub(crate) names: usize,
+    /// Bytes one name may have.
+    pub(crate) name_bytes: usize,
+    /// Bytes every table of the store holds together.
+    pub(crate) store_bytes: usize,
+}
+
+impl SharedLimits {
+    pub(crate) const DEFAULT: SharedLimits = SharedLimits {
+        names: 4_096,
+        name_bytes: 256,
+        store_bytes: 256 << 20,
+    };
+}
+
+/// The store's state, shared by the engine VM, every worker VM of the principal and the host.
+pub(crate) struct StoreCore {
+    pub(crate) limits: SharedLimits,
+    /// Names made so far; a name is never given back during the generation.
+    names: AtomicUsize,
+    /// Bytes held by every table of the store.
+    bytes: AtomicUsize,
+    /// Why the store ended, once it has.
+    ended: Mutex<Option<Arc<str>>>,
+    pub(crate) tables: table::Tables,
+    pub(crate) queues: queue::Queues,
+}
+
+impl StoreCore {
+    pub(crate) fn new(limits: SharedLimits) -> StoreCore {
+        StoreCore {
+            limits,
+            names: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
+            ended: Mutex::new(None),
+            tables: table::Tables::new(),
+            queues: queue::Queues::new(),
+        }
+    }
+
+    /// Checks a name's length: 1 to `limits.name_bytes` bytes. `what` names the call.
+    pub(crate) fn check_name(&self, name: &[u8], what: &str) -> Result<(), String> {
+        let max = self.limits.name_bytes;
+        if name.is_empty() || name.len() > max {
+            let n = name.len();
+            let unit = if n == 1 { "byte" } else { "bytes" };
+            return Err(format!(
+                "{what}: a name must be 1 to {max} bytes, got {n} {unit}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Takes one of the store's names for a new table or queue.
+    pub(crate) fn reserve_name(&self, what: &str) -> Result<(), String> {
+        let max = self.limits.names;
+        self.names
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map(|_| ())
+            .map_err(|_| format!("{what}: the domain holds at most {max} shared names"))
+    }
+
+    /// Takes `n` bytes of the store's budget, or refuses and takes nothing.
+    pub(crate) fn reserve_bytes(&self, n: usize, what: &str) -> Result<(), String> {
+        let max = self.limits.store_bytes;
+        self.bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(n).filter(|&total| total <= max)
+            })
+            .map(|_| ())
+            .map_err(|held| {
+                format!(
+                    "{what}: the domain's shared tables would hold {} bytes, past the bound of {max}",
+                    held.saturating_add(n)
+                )
+            })
+    }
+
+    /// Gives `n` bytes back to the store's budget.
+    pub(crate) fn release_bytes(&self, n: usize) {
+        self.bytes.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Bytes every table of the store holds now.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Acquire)
+    }
+
+    /// Why the store ended, if it has.
+    pub(crate) fn ended(&self) -> Option<Arc<str>> {
+        self.ended.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Ends the store: tables refuse every later use and parked pops are rejected, naming
+    /// `reason`. Only the first reason is kept.
+    pub(crate) fn end(&self, reason: &str) {
+        {
+            let mut ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+            if ended.is_some() {
+                return;
+            }
+            *ended = Some(Arc::from(reason));
+        }
+        self.tables.end(reason);
+        self.queues.end(reason);
+    }
+}
+
+/// A domain's shared store, as the host reaches it: `ScriptDomain::shared`. `Send + Sync`, cheap
+/// to clone; every clone is the same store.
+///
+/// ```
+/// fn assert_send<T: Send + Sync>() {}
+/// assert_send::<skein::SharedStore>();
+/// ```
+#[derive(Clone)]
+pub struct SharedStore {
+    pub(crate) core: Arc<StoreCore>,
+}
+
+impl SharedStore {
+    pub(crate) fn new(core: Arc<StoreCore>) -> SharedStore {
+        SharedStore { core }
+    }
+}
+
+impl fmt::Debug for SharedStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedStore")
+            .field("bytes", &self.core.bytes())
+            .field("ended", &self.core.ended())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Installs `jobs.shared` into the `jobs` table of a VM of the store's principal.
+pub(crate) fn install(lua: &Lua, jobs: &Table, store: Arc<StoreCore>) -> mlua::Result<()> {
+    let shared = lua.create_table()?;
+    table_api::install(lua, &shared, &store)?;
+    queue_api::install(lua, &shared, &store)?;
+    jobs.raw_set("shared", shared)
+}
