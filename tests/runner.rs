@@ -1,13 +1,19 @@
 //! The `skein` runner as a user runs it: exit codes, output, and errors with their Luau stack.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::support::{assert_contains, Tree};
 
 fn skein(args: &[&str]) -> (i32, String, String) {
+    skein_in(Path::new(env!("CARGO_MANIFEST_DIR")), args)
+}
+
+/// Runs the runner with `cwd` as its current directory: where `runner.writeFile` writes.
+fn skein_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_skein"))
         .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(cwd)
         .output()
         .expect("run skein");
     (
@@ -134,4 +140,230 @@ fn an_edit_reaches_a_long_running_script_s_next_dispatch() {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "old\tnew");
+}
+
+#[test]
+fn runner_write_file_writes_strings_and_buffers_below_the_current_directory() {
+    let tree = Tree::new(&[
+        (
+            "main.luau",
+            "runner.writeFile('out.txt', 'hello ' .. runner.args[1])\n\
+         runner.writeFile('./sub/raw.bin', buffer.fromstring('\\0\\255'))\n\
+         print(#runner.args, jobs.dispatch('./w', 'seesRunner'):await())\n",
+        ),
+        (
+            "w.luau",
+            "return { seesRunner = function() return runner ~= nil end }\n",
+        ),
+        ("sub/keep", ""),
+    ]);
+    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau", "--", "there", "2"]);
+    assert_eq!(code, 0, "{stderr}");
+    // The script sees its arguments; a job on a worker has no `runner`.
+    assert_eq!(stdout.trim(), "2\tfalse");
+    assert_eq!(
+        std::fs::read(tree.path().join("out.txt")).unwrap(),
+        b"hello there"
+    );
+    assert_eq!(
+        std::fs::read(tree.path().join("sub/raw.bin")).unwrap(),
+        [0u8, 255]
+    );
+}
+
+#[test]
+fn runner_write_file_refuses_escaping_paths_and_names_the_path_in_os_errors() {
+    let tree = Tree::new(&[(
+        "main.luau",
+        "for _, case in { { '/tmp/skein-abs.txt', 'x' }, { 'a/../../up.txt', 'x' }, { 'no/such/dir/f.txt', 'x' }, { 'n.txt', 5 }, { '', 'x' } } do\n\
+           local ok, err = pcall(runner.writeFile, case[1], case[2])\n\
+           assert(not ok)\n\
+           print((string.match(tostring(err), 'runner%.writeFile: [^\\n]*')))\n\
+         end\n",
+    )]);
+    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau"]);
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[..2],
+        [
+            "runner.writeFile: '/tmp/skein-abs.txt' is absolute: a script writes only below the current directory",
+            "runner.writeFile: 'a/../../up.txt' has a '..' component: a script writes only below the current directory",
+        ]
+    );
+    assert_contains(lines[2], "runner.writeFile: 'no/such/dir/f.txt': ");
+    assert_contains(lines[2], "os error");
+    assert_eq!(
+        lines[3],
+        "runner.writeFile: data for 'n.txt' must be a string or a buffer, got integer"
+    );
+    assert_eq!(lines[4], "runner.writeFile: the path is empty");
+    assert_eq!(lines.len(), 5);
+    assert!(!Path::new("/tmp/skein-abs.txt").exists());
+    assert!(!tree.path().parent().unwrap().join("up.txt").exists());
+}
+
+/// CRC-32 (the PNG and zlib polynomial), bit by bit: the test's own, so it checks the script's.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut c = 0xFFFF_FFFFu32;
+    for &b in bytes {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+fn be32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap())
+}
+
+/// The chunks of a PNG file as (type, data), each chunk's CRC checked.
+fn png_chunks(file: &[u8]) -> Vec<([u8; 4], Vec<u8>)> {
+    assert_eq!(file[..8], *b"\x89PNG\r\n\x1a\n", "PNG signature");
+    let mut chunks = Vec::new();
+    let mut at = 8;
+    while at < file.len() {
+        let len = be32(file, at) as usize;
+        let kind: [u8; 4] = file[at + 4..at + 8].try_into().unwrap();
+        let data = &file[at + 8..at + 8 + len];
+        let crc = be32(file, at + 8 + len);
+        assert_eq!(
+            crc,
+            crc32(&file[at + 4..at + 8 + len]),
+            "CRC of {}",
+            String::from_utf8_lossy(&kind)
+        );
+        chunks.push((kind, data.to_vec()));
+        at += 12 + len;
+    }
+    assert_eq!(at, file.len(), "the last chunk ends the file");
+    chunks
+}
+
+/// Undoes zlib with stored deflate blocks only (what the example writes), checking Adler-32.
+fn unstore(zlib: &[u8]) -> Vec<u8> {
+    assert_eq!(zlib[..2], [0x78, 0x01], "zlib header");
+    let mut out = Vec::new();
+    let mut at = 2;
+    loop {
+        let header = zlib[at];
+        assert_eq!(header & 0b110, 0, "a stored block");
+        let len = u16::from_le_bytes([zlib[at + 1], zlib[at + 2]]) as usize;
+        let nlen = u16::from_le_bytes([zlib[at + 3], zlib[at + 4]]);
+        assert_eq!(nlen, !(len as u16));
+        out.extend_from_slice(&zlib[at + 5..at + 5 + len]);
+        at += 5 + len;
+        if header & 1 == 1 {
+            break;
+        }
+    }
+    let (mut a, mut b) = (1u32, 0u32);
+    for &byte in &out {
+        a = (a + u32::from(byte)) % 65521;
+        b = (b + a) % 65521;
+    }
+    assert_eq!(be32(zlib, at), (b << 16) | a, "Adler-32");
+    assert_eq!(at + 4, zlib.len());
+    out
+}
+
+#[test]
+fn the_mandelbrot_example_writes_a_valid_png_and_agrees_with_one_thread() {
+    let cwd = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mandelbrot.luau");
+    let (code, stdout, stderr) = skein_in(
+        cwd.path(),
+        &[
+            "run",
+            script.to_str().unwrap(),
+            "--workers",
+            "2",
+            "--",
+            "160",
+            "100",
+        ],
+    );
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        "mandelbrot 160x100, 256 iterations at most: 64 chunks on 2 workers"
+    );
+    assert!(
+        lines[1].starts_with("one thread: ") && lines[1].contains(" s, speedup "),
+        "{stdout}"
+    );
+    let file = std::fs::read(cwd.path().join("mandelbrot.png")).expect("mandelbrot.png");
+    assert_eq!(
+        lines[2],
+        format!(
+            "images identical; wrote mandelbrot.png ({} bytes)",
+            file.len()
+        )
+    );
+
+    let chunks = png_chunks(&file);
+    let kinds: Vec<&[u8]> = chunks.iter().map(|(k, _)| &k[..]).collect();
+    assert_eq!(kinds, [&b"IHDR"[..], b"PLTE", b"IDAT", b"IEND"]);
+    let ihdr = &chunks[0].1;
+    assert_eq!((be32(ihdr, 0), be32(ihdr, 4)), (160, 100));
+    assert_eq!(ihdr[8..], [8, 3, 0, 0, 0], "8-bit indexed, no interlace");
+    assert_eq!(chunks[1].1.len(), 256 * 3);
+    assert_eq!(chunks[1].1[..3], [0, 0, 0], "the set is black");
+
+    let raw = unstore(&chunks[2].1);
+    assert_eq!(raw.len(), 161 * 100);
+    let rows: Vec<&[u8]> = raw.chunks(161).collect();
+    assert!(rows.iter().all(|r| r[0] == 0), "every scanline unfiltered");
+    let inside = rows
+        .iter()
+        .flat_map(|r| &r[1..])
+        .filter(|&&p| p == 0)
+        .count();
+    // The set covers a fair part of the picture, not none of it and not all of it.
+    assert!((1000..8000).contains(&inside), "{inside} pixels inside");
+    // The picture is symmetric about the real axis: row r mirrors row 99 - r.
+    for r in 0..50 {
+        assert_eq!(rows[r], rows[99 - r], "row {r}");
+    }
+}
+
+#[test]
+fn the_keyed_example_keeps_state_per_key_and_starts_fresh_after_release() {
+    let (code, stdout, stderr) = skein(&["run", "examples/keyed.luau", "--workers", "2"]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    // Worker numbers depend on where keys bind, so compare each line without them.
+    let trace: Vec<String> = stdout
+        .lines()
+        .map(|l| match l.find("(worker ") {
+            Some(at) => {
+                let rest = &l[at..];
+                format!("{}({}", &l[..at], &rest[rest.find(", ").unwrap() + 2..])
+            }
+            None => l.to_owned(),
+        })
+        .collect();
+    assert_eq!(
+        trace,
+        [
+            "round 1",
+            "  ana  hit 1, score  10   (fresh: a new session)",
+            "  bo   hit 1, score   5   (fresh: a new session)",
+            "  ana  hit 2, score  17   (session kept)",
+            "  bo   hit 2, score   6   (session kept)",
+            "  ana  hit 3, score  20   (session kept)",
+            "released ana",
+            "  onRelease: ana's session ended after 3 hits with a score of 20",
+            "round 2",
+            "  ana  hit 1, score   4   (fresh: a new session)",
+            "  bo   hit 3, score   8   (session kept)",
+            "all keys released; every check passed",
+        ]
+    );
 }

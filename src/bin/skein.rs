@@ -4,6 +4,10 @@ use std::process::ExitCode;
 
 use skein::{DomainSpec, Pool, ScriptDomain};
 
+// The runner's own modules sit in `src/bin/skein/`, so Cargo does not take them for binaries.
+#[path = "skein/runner_global.rs"]
+mod runner_global;
+
 const HELP: &str = "\
 skein: run Luau in parallel
 
@@ -22,9 +26,15 @@ OPTIONS:
     -h, --help      Print this help.
     -V, --version   Print the version.
 
-ARGS after `--` reach the script as `...` (strings).
+ARGS after `--` reach the script as `...` (strings), and as the list `runner.args`.
 
-EXAMPLE:
+THE `runner` GLOBAL (the script's own VM only, not jobs):
+    runner.writeFile(path, data)   Write a string or buffer to `path`, relative to the current
+                                   directory; absolute paths and `..` are refused.
+    runner.args                    The script arguments, a list of strings.
+
+EXAMPLES:
+    skein run examples/mandelbrot.luau            writes mandelbrot.png
     skein run examples/primes.luau --workers 2
 ";
 
@@ -90,6 +100,7 @@ fn run(args: RunArgs) -> Result<(), String> {
         None => Pool::with_available_parallelism(),
     };
     let domain = ScriptDomain::new(&pool, DomainSpec::new("main")).map_err(|e| e.to_string())?;
+    runner_global::install(domain.lua(), &args.script_args).map_err(|e| e.to_string())?;
     domain
         .run_file(&args.file, &args.script_args)
         .map_err(|e| e.to_string())?;
