@@ -10,3 +10,4 @@ mod runner;
 mod stress;
 mod tasks;
 mod value;
+mod warm;

@@ -94,6 +94,11 @@ pub(crate) struct PrincipalCell {
     pub(crate) mailbox: DomainMailbox,
     /// The default (and longest) deadline of one run of one of its items.
     pub(crate) max_deadline: Duration,
+    /// How long one warm entry may take, waits included ([`WARM_BOUND`](super::WARM_BOUND)
+    /// unless a test shortened it).
+    pub(crate) warm_bound: Duration,
+    /// The principal's `jobs.warm` entries: they end with it.
+    pub(crate) warms: super::warm::WarmRegistry,
     alive: AtomicBool,
     /// Why the principal ended, once it has.
     ended: std::sync::Mutex<Option<String>>,
@@ -105,12 +110,15 @@ impl PrincipalCell {
         plan: Plan,
         mailbox: DomainMailbox,
         max_deadline: Duration,
+        warm_bound: Duration,
     ) -> Self {
         PrincipalCell {
             id,
             plan,
             mailbox,
             max_deadline,
+            warm_bound,
+            warms: super::warm::WarmRegistry::default(),
             alive: AtomicBool::new(true),
             ended: std::sync::Mutex::new(None),
         }
