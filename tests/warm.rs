@@ -456,3 +456,23 @@ fn bad_arguments_are_refused_at_the_call() {
     assert_contains(&err, "worker 0: entry 'missing' of module");
     assert!(pool.stats()[0].warm_runs.len() == 1);
 }
+
+#[test]
+fn items_held_back_by_a_warm_are_refused_when_the_domain_stops() {
+    let tree = tree();
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, plan(&Marks::default()));
+    domain.exec(r#"jobs.warm("./registry", "slow")"#).unwrap();
+    domain.pump();
+    let mut held = domain.dispatch("./registry", "read", Message::Nil).unwrap();
+    assert!(
+        held.wait_timeout(Duration::from_millis(100)).is_none(),
+        "held back"
+    );
+    drop(domain);
+    let err = held
+        .wait_timeout(Duration::from_secs(5))
+        .expect("settled")
+        .unwrap_err();
+    assert_contains(&err.to_string(), "was refused unrun: domain 'test' stopped");
+}

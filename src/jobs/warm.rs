@@ -30,6 +30,10 @@ use crate::vm::{promise_handle, with_caller_source, FailureKind, JobFailure, Out
 
 /// The longest a warm entry may take, waits included, from its start to its end. Read between
 /// runs: a run in progress when it passes goes on to its next yield (or its own deadline).
+///
+/// ```
+/// assert_eq!(skein::WARM_BOUND, std::time::Duration::from_secs(60));
+/// ```
 pub const WARM_BOUND: Duration = Duration::from_secs(60);
 
 /// How one worker's run of an entry ended, as the aggregation keeps it.

@@ -75,7 +75,9 @@ impl fmt::Display for WarmIdentity {
 
 impl OwnerIdentity for WarmIdentity {
     fn warm(&self) -> Option<&str> {
-        self.running.load(Ordering::Relaxed).then_some(self.quoted.as_str())
+        self.running
+            .load(Ordering::Relaxed)
+            .then_some(self.quoted.as_str())
     }
 }
 

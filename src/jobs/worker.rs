@@ -193,10 +193,18 @@ impl LuauWorker {
         }
     }
 
-    /// Drops the VMs of principals that have ended.
+    /// Drops the VMs of principals that have ended. Items their warm passes held back are
+    /// replayed, to be refused unrun like any other queued item of an ended principal.
     fn drop_ended(&mut self, cx: &WorkerContext<'_, Self>) {
         let before = self.vms.len();
-        self.vms.retain(|v| v.principal.is_alive());
+        let replay = &mut self.replay;
+        self.vms.retain_mut(|v| {
+            let alive = v.principal.is_alive();
+            if !alive {
+                replay.extend(v.warm.take_parked());
+            }
+            alive
+        });
         if self.vms.len() != before {
             cx.set_vms_held(self.vms.len());
         }
