@@ -52,6 +52,20 @@ function M.warmFromItem()
     return M.read()
 end
 
+local log = {}
+function M.ticker()
+    for _ = 1, 10 do
+        table.insert(log, "tick")
+        task.wait(0.01)
+    end
+end
+function M.logWarm()
+    table.insert(log, "warm+")
+    task.wait(0.05)
+    table.insert(log, "warm-")
+end
+function M.log() return table.concat(log, ",") end
+
 function M.slow() task.wait(1.0) end
 function M.quick() task.wait(0.05) task.wait(0.05) end
 function M.busy()
@@ -475,4 +489,30 @@ fn items_held_back_by_a_warm_are_refused_when_the_domain_stops() {
         .expect("settled")
         .unwrap_err();
     assert_contains(&err.to_string(), "was refused unrun: domain 'test' stopped");
+}
+
+#[test]
+fn tasks_already_in_the_vm_run_between_the_warm_waits() {
+    let tree = tree();
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, plan(&Marks::default()));
+    let log = domain
+        .eval(
+            r#"
+            local ticker = jobs.dispatch("./registry", "ticker")
+            task.wait(0.02)
+            jobs.warm("./registry", "logWarm"):await()
+            ticker:await()
+            return jobs.dispatch("./registry", "log"):await()
+            "#,
+        )
+        .unwrap();
+    let log = text(&log);
+    let start = log.find("warm+").expect("the warm ran");
+    let end = log.find("warm-").expect("the warm ended");
+    assert!(
+        log[start..end].contains("tick"),
+        "the ticker ran during the warm's wait: {log}"
+    );
+    assert_eq!(log.matches("tick").count(), 10, "{log}");
 }
