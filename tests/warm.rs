@@ -516,3 +516,57 @@ fn tasks_already_in_the_vm_run_between_the_warm_waits() {
     );
     assert_eq!(log.matches("tick").count(), 10, "{log}");
 }
+
+#[test]
+fn a_panic_that_drops_a_warming_vm_fails_the_running_entry_and_the_next_vm_runs_the_rest() {
+    let tree = tree();
+    let marks = Marks::default();
+    let pool = Pool::new(1);
+    let warming = tree.domain_with(&pool, plan(&marks));
+    let other = tree.domain_with(&pool, plan(&Marks::default()));
+    warming
+        .exec(
+            r#"
+            slow = jobs.warm("./registry", "slow")
+            build = jobs.warm("./registry", "build")
+            held = jobs.dispatch("./registry", "read")
+            "#,
+        )
+        .unwrap();
+    warming.pump();
+    std::thread::sleep(Duration::from_millis(100));
+    // Another domain's item is not held back: its module's top level panics outside any task,
+    // and the worker drops every VM it holds, the warming one included.
+    other.exec(r#"jobs.dispatch("./boom", "x")"#).unwrap();
+    other.pump();
+    let out = warming
+        .eval(
+            r#"
+            local row = held:await()
+            local ok, err = pcall(function() return slow:await() end)
+            build:await()
+            return { row = row, ok = ok, err = tostring(err) }
+            "#,
+        )
+        .unwrap();
+    let row = field(&out, "row");
+    assert_eq!(field(row, "built"), &Message::Boolean(true), "{out:?}");
+    assert_eq!(number(field(row, "runs")), 1.0);
+    assert_eq!(field(&out, "ok"), &Message::Boolean(false));
+    assert_contains(
+        &text(field(&out, "err")),
+        "worker 0: host code panicked: raw host panic",
+    );
+    assert_eq!(
+        marks.count(),
+        1,
+        "build ran once, in the VM built after the panic"
+    );
+    warming.pump();
+    let reports = warming.take_reports();
+    let slow_reports = reports
+        .iter()
+        .filter(|r| r.source == "jobs.warm \"./registry\".slow")
+        .count();
+    assert_eq!(slow_reports, 1, "{reports:?}");
+}
