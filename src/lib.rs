@@ -40,9 +40,9 @@ pub use domain::{DomainSpec, Report, ScriptDomain};
 pub use error::{Error, Result};
 pub use jobs::{
     DomainId, DomainMailbox, Generation, JobOptions, Pool, Principal, Promise, PromiseStatus,
-    MAX_DEADLINE,
+    MAX_DEADLINE, WARM_BOUND,
 };
-pub use pool::stats::WorkerStats;
+pub use pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
 pub use shared::SharedStore;
 pub use value::{
     DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,

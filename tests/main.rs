@@ -11,3 +11,4 @@ mod runner;
 mod stress;
 mod tasks;
 mod value;
+mod warm;

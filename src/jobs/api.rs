@@ -1,5 +1,6 @@
 //! The Luau `jobs` library: `jobs.dispatch`, `jobs.context`, `jobs.release` and
-//! `jobs.onRelease`; `jobs.parallelFor` is installed here and lives in `parallel_for`.
+//! `jobs.onRelease`; `jobs.parallelFor` and `jobs.warm` are installed here and live in
+//! `parallel_for` and `warm`.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -83,6 +84,7 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     jobs.raw_set("onRelease", lua.create_function(on_release)?)?;
     jobs.raw_set("stats", lua.create_function(stats)?)?;
     crate::shared::install(lua, &jobs, home.principal.shared.clone())?;
+    jobs.raw_set("warm", lua.create_function(super::warm::warm)?)?;
     lua.set_named_registry_value(RELEASE_WATCHERS_KEY, lua.create_table()?)?;
     lua.set_named_registry_value(JOBS_KEY, jobs.clone())?;
     lua.globals().raw_set("jobs", jobs)?;
@@ -97,7 +99,7 @@ fn stats(lua: &Lua, (): ()) -> mlua::Result<Table> {
     let out = lua.create_table_with_capacity(rows.len(), 0)?;
     for row in rows {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
-        let t = lua.create_table_with_capacity(0, 11)?;
+        let t = lua.create_table_with_capacity(0, 12)?;
         t.raw_set("worker", row.worker as f64)?;
         t.raw_set("items_run", row.items_run as f64)?;
         t.raw_set("steals", row.steals as f64)?;
@@ -109,6 +111,16 @@ fn stats(lua: &Lua, (): ()) -> mlua::Result<Table> {
         t.raw_set("keyed_items", row.keyed_items as f64)?;
         t.raw_set("key_wait_total_ms", ms(row.key_wait_total))?;
         t.raw_set("key_wait_max_ms", ms(row.key_wait_max))?;
+        let warm = lua.create_table_with_capacity(row.warm_runs.len(), 0)?;
+        for run in &row.warm_runs {
+            let r = lua.create_table_with_capacity(0, 4)?;
+            r.raw_set("name", run.name.as_str())?;
+            r.raw_set("ms", ms(run.elapsed))?;
+            r.raw_set("ok", run.ok())?;
+            r.raw_set("error", run.error.as_deref())?;
+            warm.raw_push(r)?;
+        }
+        t.raw_set("warm", warm)?;
         out.raw_push(t)?;
     }
     Ok(out)

@@ -227,6 +227,12 @@ pub(crate) enum WorkerMsg {
     RunKeyed(Item),
     /// A key bound to this worker was released: forget it and run the `jobs.onRelease` watchers.
     Released { principal: Principal, key: Bytes },
+    /// Run a new `jobs.warm` entry in this worker's VM for `principal`, building the VM if need
+    /// be (never stolen: each worker warms its own VM).
+    Warm {
+        principal: Arc<PrincipalCell>,
+        entry: Arc<super::warm::WarmEntry>,
+    },
 }
 
 /// Events to a domain's engine thread.

@@ -12,6 +12,8 @@ mod parallel_for;
 mod pool;
 mod principal;
 mod promise;
+mod warm;
+mod warm_pass;
 mod worker;
 
 pub(crate) use api::{install, HomeKind, JobsHome};
@@ -24,3 +26,4 @@ pub(crate) use principal::PrincipalCell;
 pub use principal::{DomainId, DomainMailbox, Generation, Principal};
 pub(crate) use promise::HostSlot;
 pub use promise::{Promise, PromiseStatus};
+pub use warm::WARM_BOUND;

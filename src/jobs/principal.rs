@@ -97,6 +97,11 @@ pub(crate) struct PrincipalCell {
     pub(crate) max_deadline: Duration,
     /// The principal's shared tables and queues (`jobs.shared`).
     pub(crate) shared: crate::sync::Arc<StoreCore>,
+    /// How long one warm entry may take, waits included ([`WARM_BOUND`](super::WARM_BOUND)
+    /// unless a test shortened it).
+    pub(crate) warm_bound: Duration,
+    /// The principal's `jobs.warm` entries: they end with it.
+    pub(crate) warms: super::warm::WarmRegistry,
     alive: AtomicBool,
     /// Why the principal ended, once it has.
     ended: std::sync::Mutex<Option<String>>,
@@ -108,6 +113,7 @@ impl PrincipalCell {
         plan: Plan,
         mailbox: DomainMailbox,
         max_deadline: Duration,
+        warm_bound: Duration,
     ) -> Self {
         PrincipalCell {
             id,
@@ -115,6 +121,8 @@ impl PrincipalCell {
             mailbox,
             max_deadline,
             shared: crate::sync::Arc::new(StoreCore::new(SharedLimits::DEFAULT)),
+            warm_bound,
+            warms: super::warm::WarmRegistry::default(),
             alive: AtomicBool::new(true),
             ended: std::sync::Mutex::new(None),
         }

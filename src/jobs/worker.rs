@@ -1,7 +1,7 @@
 //! The Luau side of a pool thread: its VMs (one per principal), and how it runs items.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -14,8 +14,9 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 use super::api::{self, HomeKind, JobsHome};
 use super::item::{DomainEvent, Item, JobShared, LaneKey, ReplyTo, WorkerMsg};
 use super::keys::LaneTurn;
-use super::pool::PoolShared;
+use super::pool::{PoolShared, WarmRuns};
 use super::principal::{Principal, PrincipalCell};
+use super::warm_pass::{ParkedItem, PassContext, WarmPass};
 use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
 use crate::pool::lanes::KeyLanes;
 use crate::value::Message;
@@ -38,6 +39,29 @@ struct WorkerVm {
     /// Keys that ran an item in this VM since they bound here: `jobs.context().fresh` is true
     /// for a key not in it.
     keys_seen: HashSet<Bytes>,
+    /// The `jobs.warm` entries this VM runs before its principal's items, and the items that
+    /// wait for them.
+    warm: WarmPass,
+}
+
+impl WorkerVm {
+    /// Moves the VM's warm pass on; answers the items it held back once the pass is over.
+    fn drive_warm(&mut self, pool: &PoolShared, worker: usize) -> VecDeque<ParkedItem> {
+        if !self.warm.is_warming() {
+            return VecDeque::new();
+        }
+        let cx = PassContext {
+            vm: &self.vm,
+            principal: &self.principal,
+            pool,
+            worker,
+        };
+        if self.warm.advance(&cx) {
+            self.warm.take_parked()
+        } else {
+            VecDeque::new()
+        }
+    }
 }
 
 /// The per-thread logic of a pool worker.
@@ -48,6 +72,10 @@ pub(crate) struct LuauWorker {
     pool: Option<Arc<PoolShared>>,
     signals: Arc<[OnceLock<Arc<Signal>>]>,
     lanes: Arc<KeyLanes<LaneKey, Item>>,
+    warm_runs: WarmRuns,
+    /// Items a VM held back for its warm pass when a panic dropped the VM: started again (in
+    /// the VM built next) on the next poll.
+    replay: VecDeque<ParkedItem>,
 }
 
 impl LuauWorker {
@@ -56,6 +84,7 @@ impl LuauWorker {
         index: usize,
         signals: &Arc<[OnceLock<Arc<Signal>>]>,
         lanes: &Arc<KeyLanes<LaneKey, Item>>,
+        warm_runs: &WarmRuns,
     ) -> LuauWorker {
         let _ = signals[index].set(vm::current_signal());
         LuauWorker {
@@ -65,6 +94,8 @@ impl LuauWorker {
             pool: None,
             signals: signals.clone(),
             lanes: lanes.clone(),
+            warm_runs: warm_runs.clone(),
+            replay: VecDeque::new(),
         }
     }
 
@@ -75,6 +106,7 @@ impl LuauWorker {
                     exec: cx.executor().clone(),
                     signals: self.signals.clone(),
                     lanes: self.lanes.clone(),
+                    warm_runs: self.warm_runs.clone(),
                 })
             })
             .clone()
@@ -84,7 +116,8 @@ impl LuauWorker {
         self.vms.iter().position(|v| v.principal.id == principal)
     }
 
-    /// The VM for the item's principal, built on first use through the principal's plan.
+    /// The VM for the item's principal, built on first use through the principal's plan. A new
+    /// VM starts its warm pass with every active warm entry of the principal.
     fn vm_for(
         &mut self,
         principal: &Arc<PrincipalCell>,
@@ -137,9 +170,19 @@ impl LuauWorker {
             sources_seen: vm::source_epoch(),
             entry_keys: HashMap::new(),
             keys_seen: HashSet::new(),
+            warm: WarmPass::default(),
         });
         cx.set_vms_held(self.vms.len());
-        Ok(self.vms.len() - 1)
+        let slot = self.vms.len() - 1;
+        let wvm = &mut self.vms[slot];
+        for entry in principal.warms.active() {
+            wvm.warm.enqueue(entry);
+        }
+        // Nothing is parked in a VM this new: whatever the pass holds back comes later.
+        let pool = self.pool(cx);
+        let none = self.vms[slot].drive_warm(&pool, self.index);
+        debug_assert!(none.is_empty());
+        Ok(slot)
     }
 
     /// Hands items dispatched by this thread's VMs to its own deque, where idle siblings steal.
@@ -150,10 +193,18 @@ impl LuauWorker {
         }
     }
 
-    /// Drops the VMs of principals that have ended.
+    /// Drops the VMs of principals that have ended. Items their warm passes held back are
+    /// replayed, to be refused unrun like any other queued item of an ended principal.
     fn drop_ended(&mut self, cx: &WorkerContext<'_, Self>) {
         let before = self.vms.len();
-        self.vms.retain(|v| v.principal.is_alive());
+        let replay = &mut self.replay;
+        self.vms.retain_mut(|v| {
+            let alive = v.principal.is_alive();
+            if !alive {
+                replay.extend(v.warm.take_parked());
+            }
+            alive
+        });
         if self.vms.len() != before {
             cx.set_vms_held(self.vms.len());
         }
@@ -162,6 +213,17 @@ impl LuauWorker {
     /// Starts `item` as the root task of a new owner. A keyed item brings its lane `turn`, which
     /// is dropped (settling the lane) after the item's reply, however the item ends.
     fn start(&mut self, item: Item, cx: &WorkerContext<'_, Self>, turn: Option<LaneTurn>) {
+        // A VM in its warm pass starts no item of its principal: hold the item, before it
+        // counts as started, so a cancel meanwhile still refuses it unrun.
+        if item.principal.is_alive() {
+            if let Ok(slot) = self.vm_for(&item.principal, cx) {
+                let warm = &mut self.vms[slot].warm;
+                if warm.is_warming() {
+                    warm.park((item, turn));
+                    return;
+                }
+            }
+        }
         let pool = self.pool(cx);
         let fail = |item: Item, kind: FailureKind, message: String| {
             let failure = JobFailure {
@@ -257,7 +319,7 @@ impl LuauWorker {
 }
 
 /// Requires `module` in the VM and finds its function `entry`.
-fn entry_function(
+pub(super) fn entry_function(
     lua: &Lua,
     vm: &Vm,
     module: &std::path::Path,
@@ -321,7 +383,9 @@ fn job_outcome(
         Err(TaskFailure::Raised { message, traceback }) => {
             failure(FailureKind::Raised, message, Some(traceback))
         }
-        Err(f @ TaskFailure::Deadline(_)) => failure(FailureKind::Deadline, f.to_string(), None),
+        Err(f @ (TaskFailure::Deadline(_) | TaskFailure::Bound(_))) => {
+            failure(FailureKind::Deadline, f.to_string(), None)
+        }
         Err(f @ TaskFailure::Panicked(_)) => failure(FailureKind::Panicked, f.to_string(), None),
     }
 }
@@ -346,6 +410,52 @@ pub(super) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, po
             slot.settle(outcome);
         }
         ReplyTo::Chunk { gather, index } => gather.deposit(index, outcome),
+    }
+}
+
+impl LuauWorker {
+    /// A new warm entry for `principal`: queue it in this worker's VM (built if need be).
+    fn warm(
+        &mut self,
+        principal: &Arc<PrincipalCell>,
+        entry: Arc<super::warm::WarmEntry>,
+        cx: &WorkerContext<'_, Self>,
+    ) {
+        if !principal.is_alive() {
+            return; // its promises lived in the principal's VMs, which are gone
+        }
+        match self.vm_for(principal, cx) {
+            Ok(slot) => {
+                self.vms[slot].warm.enqueue(entry);
+                let pool = self.pool(cx);
+                let released = self.vms[slot].drive_warm(&pool, self.index);
+                for (item, turn) in released {
+                    self.start(item, cx, turn);
+                }
+            }
+            Err(e) => {
+                let pool = self.pool(cx);
+                entry.record(principal, &pool, self.index, Err(e));
+            }
+        }
+    }
+
+    /// Moves every VM's warm pass on; starts the items of passes that ended. Answers whether
+    /// any pass ended.
+    fn drive_warm_passes(&mut self, cx: &WorkerContext<'_, Self>) -> bool {
+        let pool = self.pool(cx);
+        let mut released = VecDeque::new();
+        let mut ended = false;
+        for wvm in &mut self.vms {
+            if wvm.warm.is_warming() {
+                released.extend(wvm.drive_warm(&pool, self.index));
+                ended |= !wvm.warm.is_warming();
+            }
+        }
+        for (item, turn) in released {
+            self.start(item, cx, turn);
+        }
+        ended
     }
 }
 
@@ -385,6 +495,7 @@ impl WorkerLogic for LuauWorker {
                 cx.keyed_item_started(item.queued_at.map_or(Duration::ZERO, |at| at.elapsed()));
                 self.start(item, cx, Some(turn));
             }
+            WorkerMsg::Warm { principal, entry } => self.warm(&principal, entry, cx),
             WorkerMsg::Released { principal, key } => {
                 if let Some(i) = self.vm_index(principal) {
                     let wvm = &mut self.vms[i];
@@ -399,15 +510,27 @@ impl WorkerLogic for LuauWorker {
     fn poll(&mut self, cx: &WorkerContext<'_, Self>) -> Poll {
         self.drop_ended(cx);
         let mut busy = false;
+        if !self.replay.is_empty() {
+            busy = true;
+            for (item, turn) in std::mem::take(&mut self.replay) {
+                self.start(item, cx, turn);
+            }
+        }
         let mut wake_at: Option<Instant> = None;
+        let mut warming = false;
         for wvm in &self.vms {
             busy |= wvm.vm.step();
             if wvm.vm.has_ready() {
                 busy = true;
             }
-            if let Some(at) = wvm.vm.next_wake() {
+            let next = [wvm.vm.next_wake(), wvm.warm.next_wake()];
+            for at in next.into_iter().flatten() {
                 wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
             }
+            warming |= wvm.warm.is_warming();
+        }
+        if warming {
+            busy |= self.drive_warm_passes(cx);
         }
         self.flush_outbox(cx);
         if busy {
@@ -421,7 +544,27 @@ impl WorkerLogic for LuauWorker {
         // Scheduler code contains panics from Luau callbacks itself; one reaching here escaped
         // Skein's own bookkeeping, so the VMs it touched can't be trusted: rebuild them lazily.
         let message = vm::panic_message(&payload);
-        for wvm in self.vms.drain(..) {
+        let pool = self.pool(cx);
+        for mut wvm in self.vms.drain(..) {
+            // A warm entry running in the VM fails with it; the items it held back and the
+            // entries it had yet to run go to the VM built next.
+            let pass = PassContext {
+                vm: &wvm.vm,
+                principal: &wvm.principal,
+                pool: &pool,
+                worker: self.index,
+            };
+            let (parked, unrun) = wvm.warm.abandon(&pass, &message);
+            self.replay.extend(parked);
+            for entry in unrun {
+                pool.exec.post(
+                    self.index,
+                    WorkerMsg::Warm {
+                        principal: wvm.principal.clone(),
+                        entry,
+                    },
+                );
+            }
             let owners: Vec<Rc<Owner>> = wvm.running.borrow_mut().drain().map(|(_, o)| o).collect();
             for owner in owners {
                 owner.complete(&wvm.vm.lua, Err(TaskFailure::Panicked(message.clone())));

@@ -38,6 +38,36 @@ pub struct WorkerStats {
     pub key_wait_max: Duration,
     /// Time spent inside the worker's logic (items, messages, polls).
     pub busy: Duration,
+    /// The `jobs.warm` entries this worker's VMs ran, oldest first: the most recent
+    /// [`WARM_RUNS_KEPT`](crate::WARM_RUNS_KEPT) of them, failed ones with why.
+    pub warm_runs: Vec<WarmRun>,
+}
+
+/// How many warm runs each worker's row keeps; older ones are dropped first.
+pub const WARM_RUNS_KEPT: usize = 64;
+
+/// One run of a `jobs.warm` entry in one worker VM.
+///
+/// ```
+/// let pool = skein::Pool::new(1);
+/// assert!(pool.stats()[0].warm_runs.is_empty(), "nothing warmed yet");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WarmRun {
+    /// `module.entry`, the module as the caller wrote it.
+    pub name: String,
+    /// Wall time from the entry's start to its end, waits included.
+    pub elapsed: Duration,
+    /// Why the run failed (it raised, panicked, or ran past a bound); `None` when it ended well.
+    pub error: Option<String>,
+}
+
+impl WarmRun {
+    /// Whether the run ended well.
+    pub fn ok(&self) -> bool {
+        self.error.is_none()
+    }
 }
 
 /// The live counters behind one [`WorkerStats`] row.
@@ -102,6 +132,8 @@ impl WorkerCounters {
             key_wait_total: Duration::from_nanos(self.key_wait_nanos.load(Ordering::Relaxed)),
             key_wait_max: Duration::from_nanos(self.key_wait_max_nanos.load(Ordering::Relaxed)),
             busy: Duration::from_nanos(self.busy_nanos.load(Ordering::Relaxed)),
+            // Warm runs are recorded by the Luau workers, not the executor; the pool fills this in.
+            warm_runs: Vec::new(),
         }
     }
 }
@@ -139,6 +171,7 @@ mod tests {
                 key_wait_total: Duration::from_micros(7),
                 key_wait_max: Duration::from_micros(5),
                 busy: Duration::from_micros(7),
+                warm_runs: Vec::new(),
             }
         );
     }

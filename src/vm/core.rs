@@ -208,6 +208,9 @@ impl SchedulerHost for VmCore {
     }
 }
 
+/// The kinds of promise the pool settles (their `what`): a warm entry may not await them.
+const POOL_PROMISES: [&str; 3] = ["jobs.dispatch", "jobs.parallelFor", "jobs.warm"];
+
 /// `(status, value)` as `task.await` receives them.
 fn outcome_values(lua: &Lua, outcome: &Outcome) -> MultiValue {
     let status = Value::String(lua.create_string(outcome.status()).expect("status string"));
@@ -309,10 +312,21 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
                     value.type_name()
                 )));
             };
+            let core = VmCore::of(lua)?;
+            if POOL_PROMISES.contains(&cell.what) {
+                // Refused whether or not it has settled: a warm must not depend on the pool's
+                // timing, so the same code fails the same way every time.
+                if let Some(warm) = core.current_owner().identity.warm() {
+                    return Err(mlua::Error::runtime(format!(
+                        "jobs.warm {warm}: awaiting a {} promise inside a warm would wait on \
+                         the pool it is warming",
+                        cell.what
+                    )));
+                }
+            }
             if let Some(outcome) = cell.outcome() {
                 return Ok(outcome_values(lua, &outcome));
             }
-            let core = VmCore::of(lua)?;
             if let Some(key) = cell.key() {
                 if core.current_owner().identity.key() == Some(&key[..]) {
                     return Err(mlua::Error::runtime(format!(

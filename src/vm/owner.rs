@@ -1,10 +1,10 @@
 //! Who a task runs for: the job, warm pass or script its failures are attributed to, the
 //! deadline its runs are held to, and what happens when its root task ends.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mlua::{Lua, MultiValue};
 
@@ -34,6 +34,14 @@ pub(crate) trait OwnerIdentity: fmt::Display {
     fn fresh(&self) -> bool {
         false
     }
+
+    /// How a `jobs.warm` entry that is still running names itself (`"./registry".build`), so an
+    /// await of a pool promise from it (or from a task it started) is refused: the pool it
+    /// would wait on is the one it is warming. `None` for every other owner, and for a warm
+    /// whose entry has ended.
+    fn warm(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl OwnerIdentity for String {}
@@ -45,6 +53,9 @@ pub(crate) struct Owner {
     pub(crate) identity: Arc<dyn OwnerIdentity>,
     /// The longest one run (resume to next yield) of any of its tasks may take.
     pub(crate) deadline: Duration,
+    /// A bound on the owner's whole life in wall time (a warm entry's), read at each resume of
+    /// its tasks: when and how long. `None` for almost every owner.
+    bound: Cell<Option<(Instant, Duration)>>,
     completion: RefCell<Option<Completion>>,
 }
 
@@ -58,6 +69,7 @@ impl Owner {
         Owner {
             identity,
             deadline,
+            bound: Cell::new(None),
             completion: RefCell::new(completion),
         }
     }
@@ -71,6 +83,32 @@ impl Owner {
     pub(crate) fn is_cancelled(&self) -> bool {
         self.cancel_token()
             .is_some_and(|c| c.load(Ordering::Acquire))
+    }
+
+    /// Bounds the owner's tasks: none of them is resumed once `limit` has passed since `start`.
+    pub(crate) fn set_bound(&self, start: Instant, limit: Duration) {
+        self.bound.set(Some((start, limit)));
+    }
+
+    /// Lifts the bound (the warm entry ended; the tasks it left behind serve on unbounded).
+    pub(crate) fn clear_bound(&self) {
+        self.bound.set(None);
+    }
+
+    /// The bound's length when it has passed at `now`.
+    pub(crate) fn bound_passed(&self, now: Instant) -> Option<Duration> {
+        let (start, limit) = self.bound.get()?;
+        (now.saturating_duration_since(start) >= limit).then_some(limit)
+    }
+
+    /// When the bound passes, if the owner has one.
+    pub(crate) fn bound_at(&self) -> Option<Instant> {
+        self.bound.get().map(|(start, limit)| start + limit)
+    }
+
+    /// Whether the owner is bounded at all: a cheap test for the scheduler's hot path.
+    pub(crate) fn is_bounded(&self) -> bool {
+        self.bound.get().is_some()
     }
 
     /// Runs the completion, once.
@@ -98,6 +136,8 @@ pub(crate) enum TaskFailure {
     Cancelled,
     /// Host (Rust) code called from the task panicked.
     Panicked(String),
+    /// The owner's whole life ran past its bound in wall time (a warm entry's bound).
+    Bound(Duration),
 }
 
 impl TaskFailure {
@@ -135,6 +175,11 @@ impl fmt::Display for TaskFailure {
             TaskFailure::Deadline(d) => write!(f, "{}", DeadlineMessage(*d)),
             TaskFailure::Cancelled => write!(f, "cancelled"),
             TaskFailure::Panicked(message) => write!(f, "host code panicked: {message}"),
+            TaskFailure::Bound(d) => write!(
+                f,
+                "warm bound exceeded: the entry ran longer than {} s of wall time, waits included",
+                super::budget::format_seconds(*d)
+            ),
         }
     }
 }

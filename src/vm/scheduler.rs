@@ -295,6 +295,12 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
         finish(host, lua, id, &owner, Err(TaskFailure::cancelled()));
         return;
     }
+    if owner.is_bounded() {
+        if let Some(bound) = owner.bound_passed(Instant::now()) {
+            out_of_bound(host, lua, id, &owner, bound);
+            return;
+        }
+    }
     let args = host.resume_values(lua, resume);
     let guard = RunGuard::start(owner.deadline, owner.cancel_token());
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -344,6 +350,29 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
             _ => finish(host, lua, id, &owner, Ok(values)),
         },
     }
+}
+
+/// A task of a bounded owner (a warm entry) is due after the bound passed: its root ends with
+/// the bound failure; another task ends quietly, as the warm it belongs to is over.
+#[cold]
+fn out_of_bound<H: SchedulerHost>(
+    host: &H,
+    lua: &Lua,
+    id: TaskId,
+    owner: &Rc<Owner>,
+    bound: Duration,
+) {
+    let root = {
+        let mut sched = host.scheduler().borrow_mut();
+        sched.running.pop();
+        sched.tasks.get(&id).is_some_and(|t| t.root)
+    };
+    let failure = if root {
+        TaskFailure::Bound(bound)
+    } else {
+        TaskFailure::cancelled()
+    };
+    finish(host, lua, id, owner, Err(failure));
 }
 
 fn finish<H: SchedulerHost>(

@@ -1,0 +1,305 @@
+//! The worker side of `jobs.warm`: one VM's warm pass, and the items it holds back.
+//!
+//! A worker VM runs its principal's warm entries one after another, each as the root task of
+//! an owner that names it as a warm. While an entry runs (it may wait on time), the VM starts no
+//! item of its principal: the worker parks them here, in arrival order, and starts them when the
+//! pass is over. Tasks the VM already holds go on between the entry's waits, as the scheduler
+//! runs them anyway.
+//!
+//! Two bounds hold an entry: the per-run deadline every owner has (from a resume to the next
+//! yield), and the warm bound on its whole run in wall time, read at each resume of its tasks
+//! (the scheduler's check) and at each worker poll (so an entry parked on a long wait ends on
+//! time). An entry that panics or passes either bound fails for the principal's life: it is
+//! reported once and runs on no later VM. An entry that raises is reported naming its worker,
+//! and the VM serves on.
+//!
+//! This file never decides where an item runs: it only holds items the worker already took.
+
+use std::cell::RefCell;
+use std::collections::{HashSet, VecDeque};
+use std::fmt;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mlua::{MultiValue, Value};
+
+use super::item::{DomainEvent, Item};
+use super::keys::LaneTurn;
+use super::pool::PoolShared;
+use super::principal::PrincipalCell;
+use super::warm::WarmEntry;
+use super::worker::entry_function;
+use crate::pool::stats::WarmRun;
+use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
+
+/// An item the worker took while its VM was warming, with its key's turn if it is keyed.
+pub(crate) type ParkedItem = (Item, Option<LaneTurn>);
+
+/// One worker VM's warm pass: the entries it has yet to run, the one running, and the items
+/// waiting for the pass to end.
+#[derive(Default)]
+pub(crate) struct WarmPass {
+    /// Entries queued or run in this VM: each runs once per VM.
+    seen: HashSet<u64>,
+    queue: VecDeque<Arc<WarmEntry>>,
+    current: Option<WarmRunning>,
+    parked: VecDeque<ParkedItem>,
+}
+
+/// The entry running now.
+struct WarmRunning {
+    entry: Arc<WarmEntry>,
+    owner: Rc<Owner>,
+    identity: Arc<WarmIdentity>,
+    started: Instant,
+    /// Filled by the owner's completion when the entry's root task ends.
+    end: Rc<RefCell<Option<Result<(), TaskFailure>>>>,
+}
+
+/// The owner identity of a warm entry's tasks.
+struct WarmIdentity {
+    /// `"./registry".build`.
+    quoted: String,
+    /// True until the entry ends: the await refusal covers the entry's run only. Atomic only
+    /// because owner identities are shared as `Arc`; it is read and written on one thread.
+    running: AtomicBool,
+}
+
+impl fmt::Display for WarmIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "jobs.warm {}", self.quoted)
+    }
+}
+
+impl OwnerIdentity for WarmIdentity {
+    fn warm(&self) -> Option<&str> {
+        self.running
+            .load(Ordering::Relaxed)
+            .then_some(self.quoted.as_str())
+    }
+}
+
+/// What a pass needs from its worker to report runs.
+pub(crate) struct PassContext<'a> {
+    pub(crate) vm: &'a Vm,
+    pub(crate) principal: &'a Arc<PrincipalCell>,
+    pub(crate) pool: &'a PoolShared,
+    pub(crate) worker: usize,
+}
+
+impl WarmPass {
+    /// Queues `entry` unless this VM has queued or run it already.
+    pub(crate) fn enqueue(&mut self, entry: Arc<WarmEntry>) {
+        if self.seen.insert(entry.id) {
+            self.queue.push_back(entry);
+        }
+    }
+
+    /// Whether the VM is in a warm pass: no item of its principal may start.
+    pub(crate) fn is_warming(&self) -> bool {
+        self.current.is_some() || !self.queue.is_empty()
+    }
+
+    /// Holds an item until the pass ends.
+    pub(crate) fn park(&mut self, item: ParkedItem) {
+        self.parked.push_back(item);
+    }
+
+    /// The items held back, in arrival order, once the pass is over.
+    pub(crate) fn take_parked(&mut self) -> VecDeque<ParkedItem> {
+        std::mem::take(&mut self.parked)
+    }
+
+    /// When the running entry's bound passes, so a sleeping worker wakes to end it.
+    pub(crate) fn next_wake(&self) -> Option<Instant> {
+        self.current.as_ref().and_then(|r| r.owner.bound_at())
+    }
+
+    /// Moves the pass on as far as it goes without waiting: ends an entry that finished (or
+    /// whose bound passed), starts the next. Answers whether the pass is over.
+    pub(crate) fn advance(&mut self, cx: &PassContext<'_>) -> bool {
+        loop {
+            if let Some(running) = &self.current {
+                if running.end.borrow().is_none() {
+                    match running.owner.bound_passed(Instant::now()) {
+                        Some(bound) => {
+                            cx.vm.drop_owner(&running.owner);
+                            running
+                                .owner
+                                .complete(&cx.vm.lua, Err(TaskFailure::Bound(bound)));
+                        }
+                        None => return false,
+                    }
+                }
+                if let Some(running) = self.current.take() {
+                    let result = running.end.borrow_mut().take().unwrap_or(Ok(()));
+                    running.identity.running.store(false, Ordering::Relaxed);
+                    running.owner.clear_bound();
+                    let elapsed = running.started.elapsed();
+                    conclude(cx, &running.entry, elapsed, result, Some(&running.owner));
+                }
+                continue;
+            }
+            let Some(entry) = self.queue.pop_front() else {
+                return true;
+            };
+            if let Some(reason) = entry.failed() {
+                // It failed elsewhere after this VM queued it: nothing runs, and the call hears
+                // why from this worker too.
+                entry.record(
+                    cx.principal,
+                    cx.pool,
+                    cx.worker,
+                    Err(format!("not run: {reason}")),
+                );
+                continue;
+            }
+            let entry_for_panic = entry.clone();
+            let started =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| start_run(cx, entry)));
+            match started {
+                Ok(Ok(running)) => self.current = Some(running),
+                Ok(Err((entry, failure))) => {
+                    conclude(cx, &entry, Duration::ZERO, Err(failure), None)
+                }
+                Err(payload) => {
+                    // Host code panicked outside any task (the module's top level): the entry
+                    // fails, and the worker drops this VM as for any escaped panic.
+                    let failure = TaskFailure::panicked(&payload);
+                    conclude(cx, &entry_for_panic, Duration::ZERO, Err(failure), None);
+                    std::panic::resume_unwind(payload);
+                }
+            }
+        }
+    }
+
+    /// The VM is being dropped after a panic: the running entry fails with it. Answers the
+    /// parked items (to start again in the VM built next) and the entries this VM had yet to
+    /// run (to queue again there).
+    pub(crate) fn abandon(
+        &mut self,
+        cx: &PassContext<'_>,
+        panic: &str,
+    ) -> (VecDeque<ParkedItem>, Vec<Arc<WarmEntry>>) {
+        if let Some(running) = &self.current {
+            if running.end.borrow().is_none() {
+                running
+                    .owner
+                    .complete(&cx.vm.lua, Err(TaskFailure::Panicked(panic.to_owned())));
+            }
+        }
+        // Ends the entry as `advance` does; nothing new starts, the queue is handed back.
+        let queue: Vec<Arc<WarmEntry>> = self.queue.drain(..).collect();
+        self.advance(cx);
+        (self.take_parked(), queue)
+    }
+}
+
+/// Starts `entry` as the root task of a warm owner and runs it to its first yield.
+fn start_run(
+    cx: &PassContext<'_>,
+    entry: Arc<WarmEntry>,
+) -> Result<WarmRunning, (Arc<WarmEntry>, TaskFailure)> {
+    let lua = &cx.vm.lua;
+    let key = match lua.create_string(&*entry.entry) {
+        Ok(key) => key,
+        Err(e) => {
+            let failure = TaskFailure::raised(vm::error_message(&e), String::new());
+            return Err((entry, failure));
+        }
+    };
+    let function = match entry_function(lua, cx.vm, &entry.module, &entry.entry, key) {
+        Ok(f) => f,
+        Err(e) => return Err((entry, TaskFailure::raised(e, String::new()))),
+    };
+    let identity = Arc::new(WarmIdentity {
+        quoted: entry.quoted(),
+        running: AtomicBool::new(true),
+    });
+    let end = Rc::new(RefCell::new(None));
+    let filled = end.clone();
+    let completion: vm::Completion = Box::new(move |_lua, result| {
+        *filled.borrow_mut() = Some(result.map(|_| ()));
+    });
+    let owner_identity: Arc<dyn OwnerIdentity> = identity.clone();
+    let owner = Rc::new(Owner::new(
+        owner_identity,
+        cx.principal.max_deadline,
+        Some(completion),
+    ));
+    let started = Instant::now();
+    owner.set_bound(started, cx.principal.warm_bound);
+    if let Err(e) = cx
+        .vm
+        .start(function, MultiValue::from_iter([Value::Nil]), owner.clone())
+    {
+        let failure = TaskFailure::raised(vm::error_message(&e), String::new());
+        owner.complete(lua, Err(failure));
+    }
+    Ok(WarmRunning {
+        entry,
+        owner,
+        identity,
+        started,
+        end,
+    })
+}
+
+/// Files one run's end: the stats row, the report, the entry's state and the call's promise.
+fn conclude(
+    cx: &PassContext<'_>,
+    entry: &WarmEntry,
+    elapsed: Duration,
+    result: Result<(), TaskFailure>,
+    owner: Option<&Rc<Owner>>,
+) {
+    let error = match result {
+        Ok(()) => None,
+        Err(failure) => {
+            let short = match &failure {
+                TaskFailure::Raised { message, .. } => message.clone(),
+                other => other.to_string(),
+            };
+            let fatal = matches!(
+                failure,
+                TaskFailure::Panicked(_) | TaskFailure::Deadline(_) | TaskFailure::Bound(_)
+            );
+            if fatal {
+                // The tasks it left behind go with it: a warm that failed this way is over.
+                if let Some(owner) = owner {
+                    cx.vm.drop_owner(owner);
+                }
+                if entry.fail(&short) {
+                    cx.principal.mailbox.post(DomainEvent::Report {
+                        label: format!("jobs.warm {}", entry.quoted()),
+                        failure: format!(
+                            "{short} (on worker {}); it runs on no later VM of this domain",
+                            cx.worker
+                        ),
+                    });
+                }
+            } else {
+                cx.principal.mailbox.post(DomainEvent::Report {
+                    label: format!("jobs.warm {} on worker {}", entry.quoted(), cx.worker),
+                    failure: failure.to_string(),
+                });
+            }
+            Some(short)
+        }
+    };
+    cx.pool.record_warm_run(
+        cx.worker,
+        WarmRun {
+            name: entry.name(),
+            elapsed,
+            error: error.clone(),
+        },
+    );
+    let result = match error {
+        None => Ok(()),
+        Some(e) => Err(e),
+    };
+    entry.record(cx.principal, cx.pool, cx.worker, result);
+}

@@ -1,0 +1,572 @@
+//! `jobs.warm(module, entry)`: once per worker VM before any item, again in a VM built later,
+//! the await refusal, the promise's outcome, the warm bound, panics, stats and bad input.
+
+use std::time::{Duration, Instant};
+
+use skein::{mlua, DomainSpec, Message, Plan, Pool, ScriptDomain};
+
+use crate::support::{assert_contains, number, refusal, text, Marks, Tree};
+
+const REGISTRY: &str = r#"
+local M = {}
+local state = { built = false, runs = 0 }
+
+function M.build()
+    state.runs += 1
+    hostMark()
+    task.wait(0.05)
+    state.built = true
+end
+
+function M.read()
+    local c = jobs.context()
+    return { built = state.built, runs = state.runs, worker = c and c.worker or -1 }
+end
+
+function M.chunk(c) return M.read() end
+
+function M.fail() error("the registry could not load", 0) end
+
+function M.awaitDispatch()
+    jobs.dispatch("./registry", "read"):await()
+end
+
+function M.awaitInTask()
+    local err
+    task.spawn(function()
+        local ok, e = pcall(function() return jobs.parallelFor("./registry", "chunk", 2):await() end)
+        err = if ok then "no error" else tostring(e)
+    end)
+    while err == nil do task.wait(0.01) end
+    error(err, 0)
+end
+
+function M.awaitSettledWarm()
+    local p = jobs.warm("./registry", "build")
+    assert(p:status() == "resolved", p:status())
+    p:await()
+end
+
+function M.warmFromItem()
+    jobs.warm("./registry", "build"):await()
+    return M.read()
+end
+
+local log = {}
+function M.ticker()
+    for _ = 1, 10 do
+        table.insert(log, "tick")
+        task.wait(0.01)
+    end
+end
+function M.logWarm()
+    table.insert(log, "warm+")
+    task.wait(0.05)
+    table.insert(log, "warm-")
+end
+function M.log() return table.concat(log, ",") end
+
+function M.slow() task.wait(1.0) end
+function M.quick() task.wait(0.05) task.wait(0.05) end
+function M.busy()
+    local t = os.clock()
+    while os.clock() - t < 0.4 do end
+    task.wait(0)
+    hostMark()
+end
+
+return M
+"#;
+
+const PANICKY: &str = r#"
+return {
+    panicky = function() hostMark() rawPanic() end,
+}
+"#;
+
+/// A module whose top level panics in host code: requiring it drops the worker's VM.
+const BOOM: &str = r#"
+rawPanic()
+return { x = function() end }
+"#;
+
+fn tree() -> Tree {
+    Tree::new(&[
+        ("registry.luau", REGISTRY),
+        ("panicky.luau", PANICKY),
+        ("boom.luau", BOOM),
+    ])
+}
+
+/// A plan with `hostMark()` and `rawPanic()`, a host function whose panic Skein's wrapper does
+/// not catch, so it reaches the scheduler (in a task) or the worker (outside one).
+fn plan(marks: &Marks) -> Plan {
+    marks.plan().setup(|lua| {
+        let f = lua.create_function(|_, ()| -> mlua::Result<()> { panic!("raw host panic") })?;
+        lua.globals().raw_set("rawPanic", f)
+    })
+}
+
+fn field<'a>(m: &'a Message, name: &str) -> &'a Message {
+    match m {
+        Message::Map(map) => map
+            .iter()
+            .find(|(k, _)| matches!(k, skein::MapKey::String(s) if &s[..] == name.as_bytes()))
+            .map(|(_, v)| v)
+            .unwrap_or_else(|| panic!("no field {name} in {m:?}")),
+        other => panic!("expected a table, got {other:?}"),
+    }
+}
+
+fn list(m: &Message) -> &[Message] {
+    match m {
+        Message::List(items) => items,
+        other => panic!("expected a list, got {other:?}"),
+    }
+}
+
+fn wait_until(limit: Duration, done: impl Fn() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    done()
+}
+
+#[test]
+fn warm_runs_once_in_every_worker_vm_and_items_see_its_state() {
+    let tree = tree();
+    let marks = Marks::default();
+    let pool = Pool::new(2);
+    let domain = tree.domain_with(&pool, plan(&marks));
+    let out = domain
+        .eval(
+            r#"
+            local p = jobs.warm("./registry", "build")
+            assert(p:await() == nil)
+            local rows = jobs.parallelFor("./registry", "chunk", 16, nil, { chunks = 16 }):await()
+            return rows
+            "#,
+        )
+        .unwrap();
+    assert_eq!(marks.count(), 2, "one run per worker VM");
+    for row in list(&out) {
+        assert_eq!(field(row, "built"), &Message::Boolean(true));
+        assert_eq!(number(field(row, "runs")), 1.0);
+    }
+    let stats = pool.stats();
+    for row in &stats {
+        assert_eq!(row.warm_runs.len(), 1, "{stats:?}");
+        let run = &row.warm_runs[0];
+        assert_eq!(run.name, "./registry.build");
+        assert!(run.ok() && run.error.is_none());
+        assert!(run.elapsed >= Duration::from_millis(50), "{run:?}");
+    }
+}
+
+#[test]
+fn an_item_dispatched_while_the_warm_waits_starts_after_it() {
+    let tree = tree();
+    let marks = Marks::default();
+    let pool = Pool::new(2);
+    let domain = tree.domain_with(&pool, plan(&marks));
+    let out = domain
+        .eval(
+            r#"
+            local w = jobs.warm("./registry", "build")
+            local plain = jobs.dispatch("./registry", "read")
+            local keyed = jobs.dispatch("./registry", "read", nil, { key = "k" })
+            local chunks = jobs.parallelFor("./registry", "chunk", 4, nil, { chunks = 4 })
+            local out = { plain:await(), keyed:await() }
+            for _, r in chunks:await() do table.insert(out, r) end
+            w:await()
+            return out
+            "#,
+        )
+        .unwrap();
+    assert_eq!(list(&out).len(), 6);
+    for row in list(&out) {
+        assert_eq!(field(row, "built"), &Message::Boolean(true), "{row:?}");
+        assert_eq!(number(field(row, "runs")), 1.0);
+    }
+    assert_eq!(marks.count(), 2);
+}
+
+#[test]
+fn a_second_call_runs_nothing_and_settles_the_same() {
+    let tree = tree();
+    let marks = Marks::default();
+    let pool = Pool::new(2);
+    let domain = tree.domain_with(&pool, plan(&marks));
+    // The same file, spelled otherwise: through the root's parent folder.
+    let root = tree.path();
+    let other = format!(
+        "../{}/registry",
+        root.file_name().unwrap().to_str().unwrap()
+    );
+    let out = domain
+        .eval(&format!(
+            r#"
+            local a = jobs.warm("./registry", "build")
+            local b = jobs.warm("{other}", "build")
+            local first = {{ a:await(), b:await() }}
+            local c = jobs.warm("./registry", "build")
+            local settled = c:status()
+            c:await()
+            local f1 = jobs.warm("./registry", "fail")
+            local ok1, e1 = pcall(function() return f1:await() end)
+            local ok2, e2 = pcall(function() return jobs.warm("./registry", "fail"):await() end)
+            assert(not ok1 and not ok2)
+            return {{ settled = settled, e1 = tostring(e1), e2 = tostring(e2) }}
+            "#
+        ))
+        .unwrap();
+    assert_eq!(marks.count(), 2, "the second and third calls ran nothing");
+    assert_eq!(text(field(&out, "settled")), "resolved");
+    assert_eq!(field(&out, "e1"), field(&out, "e2"));
+    let runs: usize = pool.stats().iter().map(|r| r.warm_runs.len()).sum();
+    assert_eq!(runs, 4, "build and fail, once per worker");
+}
+
+#[test]
+fn a_raising_warm_rejects_naming_each_worker_and_the_vm_serves_on() {
+    let tree = tree();
+    let pool = Pool::new(2);
+    let domain = tree.domain_with(&pool, plan(&Marks::default()));
+    let err = refusal(&domain, r#"jobs.warm("./registry", "fail"):await()"#);
+    assert_contains(
+        &err,
+        "job 'jobs.warm \"./registry\".fail' failed: worker 0: the registry could not load; \
+         worker 1: the registry could not load",
+    );
+    let row = domain
+        .eval(r#"return jobs.dispatch("./registry", "read"):await()"#)
+        .unwrap();
+    assert_eq!(field(&row, "built"), &Message::Boolean(false));
+    domain.pump();
+    let mut reports = domain.take_reports();
+    reports.sort_by(|a, b| a.source.cmp(&b.source));
+    let sources: Vec<&str> = reports.iter().map(|r| r.source.as_str()).collect();
+    assert_eq!(
+        sources,
+        [
+            "jobs.warm \"./registry\".fail on worker 0",
+            "jobs.warm \"./registry\".fail on worker 1"
+        ]
+    );
+    assert_contains(&reports[0].message, "the registry could not load");
+    let stats = pool.stats();
+    for row in &stats {
+        let run = &row.warm_runs[0];
+        assert!(!run.ok());
+        assert_eq!(run.error.as_deref(), Some("the registry could not load"));
+    }
+    // The same rows in Luau.
+    let lua_row = domain
+        .eval("local r = jobs.stats()[1].warm[1] return { r.name, r.ok, r.error, r.ms >= 0 }")
+        .unwrap();
+    let lua_row = list(&lua_row);
+    assert_eq!(text(&lua_row[0]), "./registry.fail");
+    assert_eq!(lua_row[1], Message::Boolean(false));
+    assert_eq!(text(&lua_row[2]), "the registry could not load");
+    assert_eq!(lua_row[3], Message::Boolean(true));
+}
+
+#[test]
+fn awaiting_a_pool_promise_inside_a_warm_raises_naming_it() {
+    let tree = tree();
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, plan(&Marks::default()));
+    let err = refusal(
+        &domain,
+        r#"jobs.warm("./registry", "awaitDispatch"):await()"#,
+    );
+    assert_contains(
+        &err,
+        "worker 0: jobs.warm \"./registry\".awaitDispatch: awaiting a jobs.dispatch promise \
+         inside a warm would wait on the pool it is warming",
+    );
+    let err = refusal(&domain, r#"jobs.warm("./registry", "awaitInTask"):await()"#);
+    assert_contains(
+        &err,
+        "jobs.warm \"./registry\".awaitInTask: awaiting a jobs.parallelFor promise inside a warm",
+    );
+    // Settled already, and still refused.
+    domain
+        .eval(r#"jobs.warm("./registry", "build"):await()"#)
+        .unwrap();
+    let err = refusal(
+        &domain,
+        r#"jobs.warm("./registry", "awaitSettledWarm"):await()"#,
+    );
+    assert_contains(
+        &err,
+        "jobs.warm \"./registry\".awaitSettledWarm: awaiting a jobs.warm promise inside a warm",
+    );
+    // Outside a warm, the same awaits are fine: the items the refused warms dispatched ran.
+    let row = domain
+        .eval(r#"return jobs.dispatch("./registry", "read"):await()"#)
+        .unwrap();
+    assert_eq!(field(&row, "built"), &Message::Boolean(true));
+}
+
+#[test]
+fn an_item_can_warm_and_await_it() {
+    let tree = tree();
+    let marks = Marks::default();
+    let pool = Pool::new(2);
+    let domain = tree.domain_with(&pool, plan(&marks));
+    let row = domain
+        .eval(r#"return jobs.dispatch("./registry", "warmFromItem"):await()"#)
+        .unwrap();
+    assert_eq!(field(&row, "built"), &Message::Boolean(true));
+    assert_eq!(number(field(&row, "runs")), 1.0);
+    assert_eq!(marks.count(), 2);
+}
+
+#[test]
+fn a_panicking_warm_fails_for_the_epoch_and_a_rebuilt_vm_runs_the_others_first() {
+    let tree = tree();
+    let marks = Marks::default();
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, plan(&marks));
+    domain
+        .eval(r#"jobs.warm("./registry", "build"):await()"#)
+        .unwrap();
+    assert_eq!(marks.count(), 1);
+    let err = refusal(&domain, r#"jobs.warm("./panicky", "panicky"):await()"#);
+    assert_contains(&err, "worker 0: host code panicked: raw host panic");
+    assert_eq!(marks.count(), 2);
+
+    // A module whose top level panics outside any task: the worker drops its VM.
+    domain.exec(r#"jobs.dispatch("./boom", "x")"#).unwrap();
+    domain.pump();
+    assert!(wait_until(Duration::from_secs(5), || pool.stats()[0]
+        .panics
+        >= 1));
+    let row = domain
+        .eval(r#"return jobs.dispatch("./registry", "read"):await()"#)
+        .unwrap();
+    assert_eq!(
+        field(&row, "built"),
+        &Message::Boolean(true),
+        "warmed again"
+    );
+    assert_eq!(number(field(&row, "runs")), 1.0, "in a new VM");
+    assert_eq!(
+        marks.count(),
+        3,
+        "build ran again; the panicking warm did not"
+    );
+
+    domain.pump();
+    let reports = domain.take_reports();
+    let warm_reports: Vec<_> = reports
+        .iter()
+        .filter(|r| r.source.contains("panicky"))
+        .collect();
+    assert_eq!(warm_reports.len(), 1, "{reports:?}");
+    assert_eq!(warm_reports[0].source, "jobs.warm \"./panicky\".panicky");
+    assert_contains(
+        &warm_reports[0].message,
+        "host code panicked: raw host panic (on worker 0); it runs on no later VM",
+    );
+    let again = refusal(&domain, r#"jobs.warm("./panicky", "panicky"):await()"#);
+    assert_eq!(again, err, "the same promise outcome; nothing ran");
+    assert_eq!(marks.count(), 3);
+}
+
+fn bounded(tree: &Tree, pool: &Pool, marks: &Marks, bound: Duration) -> ScriptDomain {
+    ScriptDomain::new(
+        pool,
+        DomainSpec::new("bounded")
+            .warm_bound(bound)
+            .plan(plan(marks).root(tree.path())),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_warm_within_its_bound_ends_well_and_one_past_it_fails_on_time() {
+    let tree = tree();
+    let marks = Marks::default();
+    let pool = Pool::new(1);
+    let domain = bounded(&tree, &pool, &marks, Duration::from_millis(300));
+    // Two waits of 50 ms: within 300 ms.
+    domain
+        .eval(r#"jobs.warm("./registry", "quick"):await()"#)
+        .unwrap();
+
+    let started = Instant::now();
+    let err = refusal(&domain, r#"jobs.warm("./registry", "slow"):await()"#);
+    let took = started.elapsed();
+    assert_contains(
+        &err,
+        "worker 0: warm bound exceeded: the entry ran longer than 0.3 s of wall time, waits included",
+    );
+    assert!(
+        took < Duration::from_millis(900),
+        "ended at the bound, not after its 1 s wait: {took:?}"
+    );
+    let run = &pool.stats()[0].warm_runs[1];
+    assert_eq!(run.name, "./registry.slow");
+    assert!(run.elapsed >= Duration::from_millis(300), "{run:?}");
+    domain.pump();
+    let reports = domain.take_reports();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].source, "jobs.warm \"./registry\".slow");
+    // The VM serves on.
+    let row = domain
+        .eval(r#"return jobs.dispatch("./registry", "read"):await()"#)
+        .unwrap();
+    assert_eq!(number(field(&row, "runs")), 0.0);
+}
+
+#[test]
+fn a_run_in_progress_at_the_bound_goes_on_to_its_next_yield() {
+    let tree = tree();
+    let marks = Marks::default();
+    let pool = Pool::new(1);
+    let domain = bounded(&tree, &pool, &marks, Duration::from_millis(150));
+    let err = refusal(&domain, r#"jobs.warm("./registry", "busy"):await()"#);
+    assert_contains(
+        &err,
+        "warm bound exceeded: the entry ran longer than 0.15 s",
+    );
+    assert_eq!(
+        marks.count(),
+        0,
+        "not resumed after the yield past the bound"
+    );
+    let run = &pool.stats()[0].warm_runs[0];
+    assert!(
+        run.elapsed >= Duration::from_millis(400),
+        "the run went on: {run:?}"
+    );
+}
+
+#[test]
+fn bad_arguments_are_refused_at_the_call() {
+    let tree = tree();
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    assert_contains(
+        &refusal(&domain, r#"jobs.warm(1, "build")"#),
+        "jobs.warm: module must be a require path string, got a number",
+    );
+    assert_contains(
+        &refusal(&domain, r#"jobs.warm("./registry")"#),
+        "jobs.warm: entry must be the name of a function, got nil",
+    );
+    assert_contains(
+        &refusal(&domain, r#"jobs.warm("./nowhere", "build")"#),
+        "jobs.warm: ",
+    );
+    // An entry that is not a function comes back as each worker's failure.
+    let err = refusal(&domain, r#"jobs.warm("./registry", "missing"):await()"#);
+    assert_contains(&err, "worker 0: entry 'missing' of module");
+    assert!(pool.stats()[0].warm_runs.len() == 1);
+}
+
+#[test]
+fn items_held_back_by_a_warm_are_refused_when_the_domain_stops() {
+    let tree = tree();
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, plan(&Marks::default()));
+    domain.exec(r#"jobs.warm("./registry", "slow")"#).unwrap();
+    domain.pump();
+    let mut held = domain.dispatch("./registry", "read", Message::Nil).unwrap();
+    assert!(
+        held.wait_timeout(Duration::from_millis(100)).is_none(),
+        "held back"
+    );
+    drop(domain);
+    let err = held
+        .wait_timeout(Duration::from_secs(5))
+        .expect("settled")
+        .unwrap_err();
+    assert_contains(&err.to_string(), "was refused unrun: domain 'test' stopped");
+}
+
+#[test]
+fn tasks_already_in_the_vm_run_between_the_warm_waits() {
+    let tree = tree();
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, plan(&Marks::default()));
+    let log = domain
+        .eval(
+            r#"
+            local ticker = jobs.dispatch("./registry", "ticker")
+            task.wait(0.02)
+            jobs.warm("./registry", "logWarm"):await()
+            ticker:await()
+            return jobs.dispatch("./registry", "log"):await()
+            "#,
+        )
+        .unwrap();
+    let log = text(&log);
+    let start = log.find("warm+").expect("the warm ran");
+    let end = log.find("warm-").expect("the warm ended");
+    assert!(
+        log[start..end].contains("tick"),
+        "the ticker ran during the warm's wait: {log}"
+    );
+    assert_eq!(log.matches("tick").count(), 10, "{log}");
+}
+
+#[test]
+fn a_panic_that_drops_a_warming_vm_fails_the_running_entry_and_the_next_vm_runs_the_rest() {
+    let tree = tree();
+    let marks = Marks::default();
+    let pool = Pool::new(1);
+    let warming = tree.domain_with(&pool, plan(&marks));
+    let other = tree.domain_with(&pool, plan(&Marks::default()));
+    warming
+        .exec(
+            r#"
+            slow = jobs.warm("./registry", "slow")
+            build = jobs.warm("./registry", "build")
+            held = jobs.dispatch("./registry", "read")
+            "#,
+        )
+        .unwrap();
+    warming.pump();
+    std::thread::sleep(Duration::from_millis(100));
+    // Another domain's item is not held back: its module's top level panics outside any task,
+    // and the worker drops every VM it holds, the warming one included.
+    other.exec(r#"jobs.dispatch("./boom", "x")"#).unwrap();
+    other.pump();
+    let out = warming
+        .eval(
+            r#"
+            local row = held:await()
+            local ok, err = pcall(function() return slow:await() end)
+            build:await()
+            return { row = row, ok = ok, err = tostring(err) }
+            "#,
+        )
+        .unwrap();
+    let row = field(&out, "row");
+    assert_eq!(field(row, "built"), &Message::Boolean(true), "{out:?}");
+    assert_eq!(number(field(row, "runs")), 1.0);
+    assert_eq!(field(&out, "ok"), &Message::Boolean(false));
+    assert_contains(
+        &text(field(&out, "err")),
+        "worker 0: host code panicked: raw host panic",
+    );
+    assert_eq!(
+        marks.count(),
+        1,
+        "build ran once, in the VM built after the panic"
+    );
+    warming.pump();
+    let reports = warming.take_reports();
+    let slow_reports = reports
+        .iter()
+        .filter(|r| r.source == "jobs.warm \"./registry\".slow")
+        .count();
+    assert_eq!(slow_reports, 1, "{reports:?}");
+}
