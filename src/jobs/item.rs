@@ -227,6 +227,11 @@ pub(crate) enum WorkerMsg {
     RunKeyed(Item),
     /// A key bound to this worker was released: forget it and run the `jobs.onRelease` watchers.
     Released { principal: Principal, key: Bytes },
+    /// A shared-queue delivery for a pop parked in the worker's VM for `principal`.
+    Parcel {
+        principal: Principal,
+        parcel: crate::shared::Parcel,
+    },
 }
 
 /// Events to a domain's engine thread.
@@ -238,4 +243,6 @@ pub(crate) enum DomainEvent {
     },
     /// A task failed with no one awaiting it.
     Report { label: String, failure: String },
+    /// A shared-queue delivery for a pop parked in the engine VM.
+    Parcel(crate::shared::Parcel),
 }

@@ -376,6 +376,7 @@ impl WorkerLogic for LuauWorker {
                     if let Some(owner) = owner {
                         wvm.vm.drop_owner(&owner);
                         job.handoff.finish();
+                        crate::shared::sweep_parked_pops(&wvm.vm.lua);
                     }
                 }
             }
@@ -384,6 +385,12 @@ impl WorkerLogic for LuauWorker {
                 let turn = LaneTurn::new(self.pool(cx), item.principal.id, key);
                 cx.keyed_item_started(item.queued_at.map_or(Duration::ZERO, |at| at.elapsed()));
                 self.start(item, cx, Some(turn));
+            }
+            WorkerMsg::Parcel { principal, parcel } => {
+                // No VM for the principal (any more): the parcel drops, giving its value back.
+                if let Some(i) = self.vm_index(principal) {
+                    crate::shared::receive_parcel(&self.vms[i].vm.lua, parcel);
+                }
             }
             WorkerMsg::Released { principal, key } => {
                 if let Some(i) = self.vm_index(principal) {

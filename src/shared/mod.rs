@@ -10,12 +10,19 @@
 
 pub(crate) mod queue;
 mod queue_api;
+mod queue_error;
+mod queue_ref;
 pub(crate) mod table;
 mod table_api;
 
 use std::fmt;
 
 use mlua::{Lua, Table};
+
+pub use queue::{DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_CAPACITY};
+pub(crate) use queue_api::{receive_parcel, sweep_parked_pops, Courier, Parcel};
+pub use queue_error::{PopError, PushError, PushErrorKind};
+pub use queue_ref::SharedQueueRef;
 
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
 
@@ -148,6 +155,42 @@ pub struct SharedStore {
 impl SharedStore {
     pub(crate) fn new(core: Arc<StoreCore>) -> SharedStore {
         SharedStore { core }
+    }
+
+    /// The shared queue called `name`, made on first use with `capacity`: the queue Luau code of
+    /// the domain reaches as `jobs.shared.queue(name)`.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// let queue = domain.shared().queue("work", 8)?;
+    /// queue.push(Message::Integer(3))?;
+    /// assert_eq!(domain.eval(r#"return jobs.shared.queue("work"):pop()"#)?, Message::Integer(3));
+    /// let err = domain.shared().queue("work", 9).unwrap_err();
+    /// assert_eq!(err.to_string(), "SharedStore::queue: queue 'work' exists with capacity 8, not 9");
+    /// # Ok::<(), skein::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Refused`](crate::Error::Refused) when the name is not 1 to 256 bytes, the
+    /// capacity is not 1 to [`MAX_QUEUE_CAPACITY`], the queue exists with another capacity, the
+    /// domain's 4,096 names are taken, or the domain has ended.
+    pub fn queue(&self, name: &str, capacity: usize) -> crate::Result<SharedQueueRef> {
+        const WHAT: &str = "SharedStore::queue";
+        let core = &self.core;
+        core.check_name(name.as_bytes(), WHAT)
+            .and_then(|()| {
+                core.queues.get_or_make(
+                    name.as_bytes(),
+                    Some(capacity),
+                    || core.reserve_name(WHAT),
+                    WHAT,
+                )
+            })
+            .map(|queue| SharedQueueRef { queue })
+            .map_err(crate::Error::Refused)
     }
 }
 
