@@ -66,5 +66,6 @@ pub mod __loom {
     pub use crate::pool::sleep::{Sleep, SleepOutcome, AWAKE, SLEEPING};
     pub use crate::pool::stats::WorkerStats;
     pub use crate::shared::queue::{Delivery, PopNow, SharedQueue};
+    pub use crate::shared::queue_ref::pop_blocking;
     pub use crate::vm::budget::{CancelToken, Interruption, Signal};
 }

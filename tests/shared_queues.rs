@@ -72,8 +72,14 @@ function M.double(x) return x * 2 end
 return M
 "#;
 
+/// A module that pops at its top level, where a task can't wait.
+const TOP_LEVEL_POP: &str = r#"return jobs.shared.queue("top"):pop()"#;
+
 fn setup(workers: usize) -> (Tree, Pool) {
-    (Tree::new(&[("queues.luau", QUEUES)]), Pool::new(workers))
+    (
+        Tree::new(&[("queues.luau", QUEUES), ("top.luau", TOP_LEVEL_POP)]),
+        Pool::new(workers),
+    )
 }
 
 /// Pumps `domain` until `done` or a few seconds pass.
@@ -649,5 +655,49 @@ fn stress_producers_and_consumers_on_two_workers_and_the_engine() {
             Message::Number(total as f64),
             Message::Number(0.0)
         ])
+    );
+}
+
+#[test]
+fn queue_names_count_toward_the_domain_s_names() {
+    let (tree, pool) = setup(1);
+    let domain = tree.domain(&pool);
+    domain
+        .eval(r#"for i = 1, 4096 do jobs.shared.queue(`n{i}`, { capacity = 1 }) end"#)
+        .unwrap();
+    assert_eq!(
+        refused(&domain, r#"jobs.shared.queue("one too many")"#),
+        "jobs.shared.queue: the domain holds at most 4096 shared names"
+    );
+    assert_eq!(
+        domain
+            .shared()
+            .queue("from the host", 1)
+            .unwrap_err()
+            .to_string(),
+        "SharedStore::queue: the domain holds at most 4096 shared names"
+    );
+    // The names made still answer.
+    domain
+        .eval(r#"local q = jobs.shared.queue("n4096") q:push(1) assert(q:pop() == 1)"#)
+        .unwrap();
+}
+
+#[test]
+fn a_pop_that_would_wait_where_a_task_cannot_raises() {
+    let (tree, pool) = setup(1);
+    let domain = tree.domain(&pool);
+    assert_eq!(
+        refused(&domain, r#"require("./top")"#),
+        "SharedQueue:pop can't wait here: queue 'top' is empty; call it from a task, not from \
+         a metamethod or a module's top level, or use tryPop"
+    );
+    // Nothing was left waiting: the next push queues, and a pop with a value needs no wait.
+    let v = domain
+        .eval(r#"local q = jobs.shared.queue("top") q:push("v") local n = q:len() return { n, require("./top") }"#)
+        .unwrap();
+    assert_eq!(
+        v,
+        Message::List(vec![Message::Number(1.0), Message::String("v".into())])
     );
 }

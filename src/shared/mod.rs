@@ -11,7 +11,7 @@
 pub(crate) mod queue;
 mod queue_api;
 mod queue_error;
-mod queue_ref;
+pub(crate) mod queue_ref;
 pub(crate) mod table;
 mod table_api;
 

@@ -151,6 +151,12 @@ impl SharedQueue {
         self.len() == 0
     }
 
+    /// Slots taken: values queued plus values in flight to a popper; never above the capacity.
+    pub fn held(&self) -> usize {
+        let state = self.lock();
+        state.items.len() + state.in_flight
+    }
+
     /// Values handed to a popper and not yet answered for.
     pub fn in_flight(&self) -> usize {
         self.lock().in_flight

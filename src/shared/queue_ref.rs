@@ -96,47 +96,7 @@ impl SharedQueueRef {
     /// [`PopError::Closed`] once closed and drained; [`PopError::Ended`] once the domain ended
     /// (also while waiting).
     pub fn pop_blocking(&self, timeout: Duration) -> Result<Option<Message>, PopError> {
-        let deadline = Instant::now().checked_add(timeout);
-        let slot = Arc::new(HostSlot {
-            delivery: Mutex::new(None),
-            thread: thread::current(),
-        });
-        let to = slot.clone();
-        let deliver = Box::new(move |delivery: Delivery| {
-            *to.delivery.lock().unwrap_or_else(|e| e.into_inner()) = Some(delivery);
-            to.thread.unpark();
-        });
-        let id = match self.queue.pop_or_wait(deliver)? {
-            PopNow::Value(value) => return Ok(Some(value)),
-            PopNow::Closed => return Err(PopError::Closed),
-            PopNow::Waiting(id) => id,
-        };
-        let mut timed_out = false;
-        loop {
-            let taken = slot
-                .delivery
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            if let Some(delivery) = taken {
-                return match delivery {
-                    Delivery::Value(value) => {
-                        self.queue.delivered();
-                        Ok(Some(value))
-                    }
-                    Delivery::Closed => Err(PopError::Closed),
-                    Delivery::Ended(reason) => Err(PopError::Ended(reason)),
-                };
-            }
-            if !timed_out && deadline.is_some_and(|at| Instant::now() >= at) {
-                if self.queue.cancel_wait(id) {
-                    return Ok(None);
-                }
-                // A push took the waiter already: its value is on its way here, moments away.
-                timed_out = true;
-            }
-            park_until(if timed_out { None } else { deadline });
-        }
+        pop_blocking(&self.queue, timeout)
     }
 
     /// Closes the queue: later pushes are refused, pops drain what is left and then answer
@@ -146,5 +106,54 @@ impl SharedQueueRef {
     /// [`PopError::Ended`] once the domain ended.
     pub fn close(&self) -> Result<bool, PopError> {
         self.queue.close()
+    }
+}
+
+/// Blocks the calling thread up to `timeout` for the front value of `queue`.
+///
+/// The waiter's callback fills a slot and unparks this thread. When the time is up, the waiter
+/// is withdrawn; if a push took it first, its value is moments away (the pusher calls the
+/// callback right after releasing the queue's lock), so the pop waits for it and keeps it
+/// rather than leave it in flight.
+pub fn pop_blocking(queue: &SharedQueue, timeout: Duration) -> Result<Option<Message>, PopError> {
+    let deadline = Instant::now().checked_add(timeout);
+    let slot = Arc::new(HostSlot {
+        delivery: Mutex::new(None),
+        thread: thread::current(),
+    });
+    let to = slot.clone();
+    let deliver = Box::new(move |delivery: Delivery| {
+        *to.delivery.lock().unwrap_or_else(|e| e.into_inner()) = Some(delivery);
+        to.thread.unpark();
+    });
+    let id = match queue.pop_or_wait(deliver)? {
+        PopNow::Value(value) => return Ok(Some(value)),
+        PopNow::Closed => return Err(PopError::Closed),
+        PopNow::Waiting(id) => id,
+    };
+    let mut timed_out = false;
+    loop {
+        let taken = slot
+            .delivery
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(delivery) = taken {
+            return match delivery {
+                Delivery::Value(value) => {
+                    queue.delivered();
+                    Ok(Some(value))
+                }
+                Delivery::Closed => Err(PopError::Closed),
+                Delivery::Ended(reason) => Err(PopError::Ended(reason)),
+            };
+        }
+        if !timed_out && deadline.is_some_and(|at| Instant::now() >= at) {
+            if queue.cancel_wait(id) {
+                return Ok(None);
+            }
+            timed_out = true;
+        }
+        park_until(if timed_out { None } else { deadline });
     }
 }
