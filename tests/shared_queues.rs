@@ -140,6 +140,17 @@ fn capacities_at_and_past_the_bounds() {
         "jobs.shared.queue: capacity must be 1 to 65536, got 65537"
     );
     assert_eq!(
+        refused(
+            &domain,
+            r#"jobs.shared.queue("negative", { capacity = -5 })"#
+        ),
+        "jobs.shared.queue: capacity must be 1 to 65536, got -5"
+    );
+    assert_eq!(
+        refused(&domain, r#"jobs.shared.queue("text", { capacity = "8" })"#),
+        "jobs.shared.queue: opts.capacity must be a number, got a string"
+    );
+    assert_eq!(
         refused(&domain, r#"jobs.shared.queue("half", { capacity = 1.5 })"#),
         "jobs.shared.queue: opts.capacity must be a whole number, got 1.5"
     );

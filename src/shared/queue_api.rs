@@ -24,7 +24,7 @@ use mlua::{
     AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataFields, UserDataMethods, Value,
 };
 
-use super::queue::{Delivery, PopNow, SharedQueue, WaiterId};
+use super::queue::{Delivery, PopNow, SharedQueue, WaiterId, MAX_QUEUE_CAPACITY};
 use super::queue_error::PopError;
 use super::StoreCore;
 use crate::sync::Arc;
@@ -535,12 +535,13 @@ fn read_capacity(opts: &Value) -> mlua::Result<Option<usize>> {
             crate::value::path::number_text(n)
         )));
     }
-    // Past the bound (or negative) is refused by the core with the bound in the message.
-    Ok(Some(if n < 0.0 {
-        0
-    } else {
-        n.min(usize::MAX as f64) as usize
-    }))
+    if !(1.0..=MAX_QUEUE_CAPACITY as f64).contains(&n) {
+        return Err(mlua::Error::runtime(format!(
+            "{WHAT}: capacity must be 1 to {MAX_QUEUE_CAPACITY}, got {}",
+            crate::value::path::number_text(n)
+        )));
+    }
+    Ok(Some(n as usize))
 }
 
 /// Adds the queue functions to `jobs.shared`.
