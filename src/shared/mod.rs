@@ -53,7 +53,8 @@ pub(crate) struct StoreCore {
     /// Bytes held by every table of the store.
     bytes: AtomicUsize,
     /// Why the store ended, once it has.
-    ended: Mutex<Option<Arc<str>>>,
+    /// Plain text, so a `std` `Arc` (loom's cannot hold a `str`).
+    ended: Mutex<Option<std::sync::Arc<str>>>,
     pub(crate) tables: table::Tables,
     pub(crate) queues: queue::Queues,
 }
@@ -121,7 +122,7 @@ impl StoreCore {
     }
 
     /// Why the store ended, if it has.
-    pub(crate) fn ended(&self) -> Option<Arc<str>> {
+    pub(crate) fn ended(&self) -> Option<std::sync::Arc<str>> {
         self.ended.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -133,7 +134,7 @@ impl StoreCore {
             if ended.is_some() {
                 return;
             }
-            *ended = Some(Arc::from(reason));
+            *ended = Some(std::sync::Arc::from(reason));
         }
         self.tables.end(reason);
         self.queues.end(reason);
