@@ -514,7 +514,9 @@ fn the_rust_handle_pushes_pops_and_times_out() {
         Some(Message::Boolean(true))
     );
     pusher.join().unwrap();
+    assert!(!q.is_closed());
     assert!(q.close().unwrap());
+    assert!(q.is_closed());
     assert_eq!(q.try_pop(), Err(PopError::Closed));
     assert_eq!(
         q.pop_blocking(Duration::from_secs(1)),

@@ -152,17 +152,20 @@ impl SharedQueue {
     }
 
     /// Slots taken: values queued plus values in flight to a popper; never above the capacity.
+    #[cfg(any(test, loom))]
     pub fn held(&self) -> usize {
         let state = self.lock();
         state.items.len() + state.in_flight
     }
 
     /// Values handed to a popper and not yet answered for.
+    #[cfg(any(test, loom))]
     pub fn in_flight(&self) -> usize {
         self.lock().in_flight
     }
 
     /// Poppers waiting.
+    #[cfg(any(test, loom))]
     pub fn waiters(&self) -> usize {
         self.lock().waiters.len()
     }
@@ -399,6 +402,7 @@ impl Queues {
     }
 
     /// Number of queues made.
+    #[cfg(test)]
     pub(crate) fn count(&self) -> usize {
         self.by_name
             .lock()

@@ -71,6 +71,11 @@ impl SharedQueueRef {
         self.queue.is_empty()
     }
 
+    /// Whether the queue was closed (it may still hold values to drain).
+    pub fn is_closed(&self) -> bool {
+        self.queue.is_closed()
+    }
+
     /// Puts a copy of `value` at the back, or hands it to a waiting pop.
     ///
     /// # Errors
