@@ -43,7 +43,10 @@ pub use jobs::{
     MAX_DEADLINE, WARM_BOUND,
 };
 pub use pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
-pub use shared::SharedStore;
+pub use shared::{
+    PopError, PushError, PushErrorKind, SharedQueueRef, SharedStore, DEFAULT_QUEUE_CAPACITY,
+    MAX_QUEUE_CAPACITY,
+};
 pub use value::{
     DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,
     TransferErrorKind,
@@ -62,5 +65,7 @@ pub mod __loom {
     pub use crate::pool::lanes::{Deliver, KeyLanes, Release, TooManyKeys, MAX_KEYS};
     pub use crate::pool::sleep::{Sleep, SleepOutcome, AWAKE, SLEEPING};
     pub use crate::pool::stats::WorkerStats;
+    pub use crate::shared::queue::{Delivery, PopNow, SharedQueue};
+    pub use crate::shared::queue_ref::pop_blocking;
     pub use crate::vm::budget::{CancelToken, Interruption, Signal};
 }

@@ -436,6 +436,7 @@ impl ScriptDomain {
                 source: label,
                 message: failure,
             }),
+            DomainEvent::Parcel(parcel) => crate::shared::receive_parcel(&self.vm.lua, parcel),
         }
     }
 
@@ -454,6 +455,8 @@ impl ScriptDomain {
         if self.drain() | self.vm.step() || self.vm.has_ready() {
             return true;
         }
+        // A pop parked by a task that has since ended would otherwise count as pending forever.
+        crate::shared::sweep_parked_pops(&self.vm.lua);
         let pending = self.vm.core.promises.borrow().pending();
         let next = self.vm.next_wake();
         if pending == 0 && next.is_none() {

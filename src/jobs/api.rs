@@ -85,10 +85,32 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     jobs.raw_set("stats", lua.create_function(stats)?)?;
     crate::shared::install(lua, &jobs, home.principal.shared.clone())?;
     jobs.raw_set("warm", lua.create_function(super::warm::warm)?)?;
+    lua.set_app_data(queue_courier(&home));
     lua.set_named_registry_value(RELEASE_WATCHERS_KEY, lua.create_table()?)?;
     lua.set_named_registry_value(JOBS_KEY, jobs.clone())?;
     lua.globals().raw_set("jobs", jobs)?;
     Ok(())
+}
+
+/// How this VM's parked shared-queue pops receive their deliveries: through the home's inbox,
+/// as replies do (`reply()`), so a delivery is handled on the VM's own thread.
+fn queue_courier(home: &JobsHome) -> crate::shared::Courier {
+    match &home.kind {
+        HomeKind::Engine => {
+            let mailbox = home.principal.mailbox.clone();
+            Arc::new(move |parcel| {
+                // A domain that is gone drops the parcel, which gives its value back.
+                let _ = mailbox.post(super::item::DomainEvent::Parcel(parcel));
+            })
+        }
+        HomeKind::Worker { index, .. } => {
+            let (pool, worker, principal) = (home.pool.clone(), *index, home.principal.id);
+            Arc::new(move |parcel| {
+                pool.exec
+                    .post(worker, super::item::WorkerMsg::Parcel { principal, parcel });
+            })
+        }
+    }
 }
 
 /// `jobs.stats()`: the pool's per-worker rows, as `Pool::stats()` gives them to Rust. Times are

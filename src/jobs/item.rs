@@ -233,6 +233,11 @@ pub(crate) enum WorkerMsg {
         principal: Arc<PrincipalCell>,
         entry: Arc<super::warm::WarmEntry>,
     },
+    /// A shared-queue delivery for a pop parked in the worker's VM for `principal`.
+    Parcel {
+        principal: Principal,
+        parcel: crate::shared::Parcel,
+    },
 }
 
 /// Events to a domain's engine thread.
@@ -244,4 +249,6 @@ pub(crate) enum DomainEvent {
     },
     /// A task failed with no one awaiting it.
     Report { label: String, failure: String },
+    /// A shared-queue delivery for a pop parked in the engine VM.
+    Parcel(crate::shared::Parcel),
 }

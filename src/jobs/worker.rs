@@ -486,6 +486,7 @@ impl WorkerLogic for LuauWorker {
                     if let Some(owner) = owner {
                         wvm.vm.drop_owner(&owner);
                         job.handoff.finish();
+                        crate::shared::sweep_parked_pops(&wvm.vm.lua);
                     }
                 }
             }
@@ -496,6 +497,12 @@ impl WorkerLogic for LuauWorker {
                 self.start(item, cx, Some(turn));
             }
             WorkerMsg::Warm { principal, entry } => self.warm(&principal, entry, cx),
+            WorkerMsg::Parcel { principal, parcel } => {
+                // No VM for the principal (any more): the parcel drops, giving its value back.
+                if let Some(i) = self.vm_index(principal) {
+                    crate::shared::receive_parcel(&self.vms[i].vm.lua, parcel);
+                }
+            }
             WorkerMsg::Released { principal, key } => {
                 if let Some(i) = self.vm_index(principal) {
                     let wvm = &mut self.vms[i];

@@ -10,12 +10,19 @@
 
 pub(crate) mod queue;
 mod queue_api;
+mod queue_error;
+pub(crate) mod queue_ref;
 pub(crate) mod table;
 mod table_api;
 
 use std::fmt;
 
 use mlua::{Lua, Table};
+
+pub use queue::{DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_CAPACITY};
+pub(crate) use queue_api::{receive_parcel, sweep_parked_pops, Courier, Parcel};
+pub use queue_error::{PopError, PushError, PushErrorKind};
+pub use queue_ref::SharedQueueRef;
 
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
 
@@ -46,7 +53,8 @@ pub(crate) struct StoreCore {
     /// Bytes held by every table of the store.
     bytes: AtomicUsize,
     /// Why the store ended, once it has.
-    ended: Mutex<Option<Arc<str>>>,
+    /// Plain text, so a `std` `Arc` (loom's cannot hold a `str`).
+    ended: Mutex<Option<std::sync::Arc<str>>>,
     pub(crate) tables: table::Tables,
     pub(crate) queues: queue::Queues,
 }
@@ -114,7 +122,7 @@ impl StoreCore {
     }
 
     /// Why the store ended, if it has.
-    pub(crate) fn ended(&self) -> Option<Arc<str>> {
+    pub(crate) fn ended(&self) -> Option<std::sync::Arc<str>> {
         self.ended.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -126,7 +134,7 @@ impl StoreCore {
             if ended.is_some() {
                 return;
             }
-            *ended = Some(Arc::from(reason));
+            *ended = Some(std::sync::Arc::from(reason));
         }
         self.tables.end(reason);
         self.queues.end(reason);
@@ -148,6 +156,42 @@ pub struct SharedStore {
 impl SharedStore {
     pub(crate) fn new(core: Arc<StoreCore>) -> SharedStore {
         SharedStore { core }
+    }
+
+    /// The shared queue called `name`, made on first use with `capacity`: the queue Luau code of
+    /// the domain reaches as `jobs.shared.queue(name)`.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// let queue = domain.shared().queue("work", 8)?;
+    /// queue.push(Message::Integer(3))?;
+    /// assert_eq!(domain.eval(r#"return jobs.shared.queue("work"):pop()"#)?, Message::Integer(3));
+    /// let err = domain.shared().queue("work", 9).unwrap_err();
+    /// assert_eq!(err.to_string(), "SharedStore::queue: queue 'work' exists with capacity 8, not 9");
+    /// # Ok::<(), skein::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Refused`](crate::Error::Refused) when the name is not 1 to 256 bytes, the
+    /// capacity is not 1 to [`MAX_QUEUE_CAPACITY`], the queue exists with another capacity, the
+    /// domain's 4,096 names are taken, or the domain has ended.
+    pub fn queue(&self, name: &str, capacity: usize) -> crate::Result<SharedQueueRef> {
+        const WHAT: &str = "SharedStore::queue";
+        let core = &self.core;
+        core.check_name(name.as_bytes(), WHAT)
+            .and_then(|()| {
+                core.queues.get_or_make(
+                    name.as_bytes(),
+                    Some(capacity),
+                    || core.reserve_name(WHAT),
+                    WHAT,
+                )
+            })
+            .map(|queue| SharedQueueRef { queue })
+            .map_err(crate::Error::Refused)
     }
 }
 

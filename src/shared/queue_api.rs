@@ -1,11 +1,670 @@
 //! `jobs.shared.queue` and the queue handle's methods: the Luau side of shared queues.
+//!
+//! # Parking a pop
+//!
+//! A pop that finds its queue empty must suspend its *task*, never its thread. It makes a promise
+//! homed in the calling VM, registers a waiter on the queue, and awaits the promise with the
+//! prelude's `task.await` (the yield happens in Luau: see `POP_SOURCE`). The waiter's callback
+//! runs on whichever thread pushes: it wraps the delivery in a [`Parcel`] and hands it to the
+//! VM's [`Courier`], which posts it to the home's inbox (the domain mailbox for the engine VM, the
+//! worker's inbox for a worker VM). There, [`receive_parcel`] keeps the delivery beside the
+//! parked pop and settles the promise, which wakes the task; the task then takes the delivery.
+//!
+//! A value in a parcel belongs to nobody until someone answers for it, so every path that cannot
+//! hand it to its popper gives it back to the queue (`SharedQueue::give_back`): a parcel dropped
+//! unopened (its home is gone or is another VM now), a popper whose task died before the value
+//! arrived, or one that died after it arrived but before it resumed ([`sweep_parked_pops`]).
 
-use mlua::{Lua, Table};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use mlua::{
+    AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataFields, UserDataMethods, Value,
+};
+
+use super::queue::{Delivery, PopNow, SharedQueue, WaiterId, MAX_QUEUE_CAPACITY};
+use super::queue_error::PopError;
 use super::StoreCore;
 use crate::sync::Arc;
+use crate::value::{Message, MessageArg};
+use crate::vm::{await_function, Outcome, PromiseCell, PromiseId, TaskId, VmCore};
+
+/// How the parked pops of one VM reach it: posts a parcel to the VM's home inbox. A parcel it
+/// cannot post is simply dropped, which gives its value back. Set by the `jobs` layer as app data.
+pub(crate) type Courier = std::sync::Arc<dyn Fn(Parcel) + Send + Sync>;
+
+/// A delivery on its way to the VM where its pop is parked.
+pub(crate) struct Parcel {
+    /// The [`Poppers`] the pop is parked in: a VM built later in the same place (after a
+    /// worker replaced a VM) has another token and refuses the parcel.
+    vm: u64,
+    promise: PromiseId,
+    queue: Arc<SharedQueue>,
+    delivery: Option<Delivery>,
+}
+
+impl Drop for Parcel {
+    fn drop(&mut self) {
+        if let Some(Delivery::Value(value)) = self.delivery.take() {
+            self.queue.give_back(value);
+        }
+    }
+}
+
+/// One pop parked in this VM.
+struct ParkedPop {
+    queue: Arc<SharedQueue>,
+    waiter: WaiterId,
+    task: TaskId,
+    /// The delivery, once its parcel arrived; the task takes it when it resumes.
+    arrived: Option<Delivery>,
+}
+
+/// The parked pops of one VM, kept in its app data.
+struct Poppers {
+    token: u64,
+    parked: RefCell<HashMap<PromiseId, ParkedPop>>,
+}
+
+/// Tells the [`Poppers`] of one VM from those of every other.
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+impl Drop for Poppers {
+    /// The VM is going away: its waiters leave their queues, and values that reached it unread
+    /// go back.
+    fn drop(&mut self) {
+        for (_, pop) in self.parked.get_mut().drain() {
+            give_up(pop);
+        }
+    }
+}
+
+/// A parked pop whose popper is gone: withdraw its waiter, or give its value back. A waiter that
+/// could not be withdrawn has a parcel on its way, which gives the value back when it is refused.
+fn give_up(pop: ParkedPop) {
+    match pop.arrived {
+        Some(Delivery::Value(value)) => pop.queue.give_back(value),
+        Some(_) => {}
+        None => {
+            pop.queue.cancel_wait(pop.waiter);
+        }
+    }
+}
+
+fn poppers(lua: &Lua) -> mlua::Result<Rc<Poppers>> {
+    lua.app_data_ref::<Rc<Poppers>>()
+        .map(|p| p.clone())
+        .ok_or_else(|| mlua::Error::runtime("jobs.shared.queue: this VM has no queue state"))
+}
+
+/// Takes a parcel into the VM it was sent to (on that VM's thread): the pop it belongs to gets
+/// the delivery and its task is woken. A parcel for a pop that is gone gives its value back.
+pub(crate) fn receive_parcel(lua: &Lua, mut parcel: Parcel) {
+    let (Ok(poppers), Ok(core)) = (poppers(lua), VmCore::of(lua)) else {
+        return; // dropped: gives back
+    };
+    if poppers.token != parcel.vm {
+        return;
+    }
+    let mut parked = poppers.parked.borrow_mut();
+    let Some(pop) = parked.get_mut(&parcel.promise) else {
+        return;
+    };
+    if !core.task_alive(pop.task) {
+        let pop = parked.remove(&parcel.promise);
+        drop(parked);
+        drop(pop);
+        core.settle(parcel.promise, Outcome::Cancelled);
+        return; // dropped: gives back
+    }
+    pop.arrived = parcel.delivery.take();
+    drop(parked);
+    core.settle(parcel.promise, Outcome::Resolved(Message::Nil));
+}
+
+/// Gives up the parked pops of this VM whose tasks have ended (cancelled, timed out, their job
+/// cancelled) so their waiters leave the queues and their promises stop counting as pending.
+/// Cheap when nothing is parked.
+pub(crate) fn sweep_parked_pops(lua: &Lua) {
+    let (Ok(poppers), Ok(core)) = (poppers(lua), VmCore::of(lua)) else {
+        return;
+    };
+    let dead: Vec<(PromiseId, ParkedPop)> = {
+        let mut parked = poppers.parked.borrow_mut();
+        if parked.is_empty() {
+            return;
+        }
+        let ids: Vec<PromiseId> = parked
+            .iter()
+            .filter(|(_, pop)| !core.task_alive(pop.task))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut dead = Vec::with_capacity(ids.len());
+        for id in ids {
+            let pop = &parked[&id];
+            // A waiter already taken by a push has its parcel on the way: leave the pop for
+            // `receive_parcel`, which gives the value back when it finds the task gone.
+            if pop.arrived.is_some() || pop.queue.cancel_wait(pop.waiter) {
+                if let Some(pop) = parked.remove(&id) {
+                    dead.push((id, pop));
+                }
+            }
+        }
+        dead
+    };
+    for (id, mut pop) in dead {
+        if let Some(Delivery::Value(value)) = pop.arrived.take() {
+            pop.queue.give_back(value);
+        }
+        core.settle(id, Outcome::Cancelled);
+    }
+}
+
+/// The Luau handle of one queue.
+struct QueueHandle(Arc<SharedQueue>);
+
+impl QueueHandle {
+    fn refuse(&self, method: &str, e: PopError) -> mlua::Error {
+        match e {
+            PopError::Ended(reason) => mlua::Error::runtime(format!(
+                "SharedQueue:{method}: queue '{}' has ended: {reason}",
+                self.0.display_name()
+            )),
+            PopError::Closed => mlua::Error::runtime(format!(
+                "SharedQueue:{method}: queue '{}' is closed",
+                self.0.display_name()
+            )),
+        }
+    }
+
+    /// Refuses every use once the store ended.
+    fn check_open(&self, method: &str) -> mlua::Result<()> {
+        match self.0.ended() {
+            Some(reason) => Err(self.refuse(method, PopError::Ended(reason))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl UserData for QueueHandle {
+    fn add_fields<F: UserDataFields<Self>>(fields: &mut F) {
+        fields.add_field_method_get("name", |lua, this| lua.create_string(this.0.name()));
+        fields.add_field_method_get("capacity", |_, this| Ok(this.0.capacity() as f64));
+        // The methods that may wait are Luau (a Rust callback cannot yield).
+        fields.add_field_function_get("pop", |lua, _| {
+            lua.named_registry_value::<Function>(POP_KEY)
+        });
+        fields.add_field_function_get("popMany", |lua, _| {
+            lua.named_registry_value::<Function>(POP_MANY_KEY)
+        });
+    }
+
+    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
+        methods.add_meta_method(MetaMethod::ToString, |_, this, ()| {
+            Ok(format!(
+                "SharedQueue('{}', capacity {})",
+                this.0.display_name(),
+                this.0.capacity()
+            ))
+        });
+        methods.add_method("push", |_, this, value: MessageArg| {
+            let message = value
+                .0
+                .map_err(|e| mlua::Error::runtime(format!("SharedQueue:push: {e}")))?;
+            this.0
+                .push(message)
+                .map_err(|e| mlua::Error::runtime(e.to_string()))
+        });
+        methods.add_method("tryPop", |_, this, ()| match this.0.try_pop() {
+            Ok(value) => Ok(value.unwrap_or(Message::Nil)),
+            Err(PopError::Closed) => Ok(Message::Nil),
+            Err(e) => Err(this.refuse("tryPop", e)),
+        });
+        methods.add_method("len", |_, this, ()| {
+            this.check_open("len")?;
+            Ok(this.0.len() as f64)
+        });
+        methods.add_method("close", |_, this, ()| {
+            this.0.close().map_err(|e| this.refuse("close", e))
+        });
+    }
+}
+
+fn handle(value: &AnyUserData, method: &str) -> mlua::Result<Arc<SharedQueue>> {
+    value
+        .borrow::<QueueHandle>()
+        .map(|h| h.0.clone())
+        .map_err(|_| {
+            mlua::Error::runtime(format!(
+                "SharedQueue:{method}: call it on a queue, as queue:{method}(...)"
+            ))
+        })
+}
+
+/// Registry keys of the Luau `pop`, `popMany`, and the per-VM handle cache.
+const POP_KEY: &str = "skein.queue.pop";
+const POP_MANY_KEY: &str = "skein.queue.popMany";
+const HANDLES_KEY: &str = "skein.queue.handles";
+
+/// The waiting half of `pop` and `popMany`, in Luau because it yields. `P.pop` answers a value
+/// at once, or a promise to await; `P.finish` then takes what arrived.
+const POP_SOURCE: &str = r#"
+local P, await = ...
+local isyieldable = coroutine.isyieldable
+
+local function pop(self)
+	local value, promise = P.pop(self, isyieldable())
+	if promise == nil then
+		return value
+	end
+	await(promise)
+	return P.finish(self, promise)
+end
+
+local function popMany(self, n)
+	local values, promise = P.popMany(self, n, isyieldable())
+	if promise == nil then
+		return values
+	end
+	await(promise)
+	return P.finishMany(self, promise, n)
+end
+
+return pop, popMany
+"#;
+
+/// `POP_SOURCE` compiled once per process.
+fn pop_bytecode() -> &'static [u8] {
+    static BYTECODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BYTECODE.get_or_init(|| {
+        mlua::chunk::Compiler::new()
+            .set_debug_level(1)
+            .compile(POP_SOURCE)
+            .expect("the queue's pop compiles")
+    })
+}
+
+/// What `P.pop` answers: a value now, or a promise to await.
+enum Popped {
+    Now(Message),
+    Parked(AnyUserData),
+}
+
+impl Popped {
+    /// `(value, promise)` as `POP_SOURCE` receives them. The value stays a `Message` until
+    /// mlua pushes it, so a top-level 64-bit integer arrives exact.
+    fn into_lua(self) -> (Message, Value) {
+        match self {
+            Popped::Now(value) => (value, Value::Nil),
+            Popped::Parked(promise) => (Message::Nil, Value::UserData(promise)),
+        }
+    }
+}
+
+/// Takes from the queue now, or parks the calling task's pop. `take` reads the queue without
+/// waiting and answers `None` when it would have to wait.
+fn pop_or_park(
+    lua: &Lua,
+    this: &AnyUserData,
+    yieldable: bool,
+    method: &str,
+    take: impl FnOnce(&SharedQueue) -> Result<Option<Message>, PopError>,
+    on_closed: Message,
+    wrap: impl FnOnce(Message) -> Message,
+) -> mlua::Result<Popped> {
+    let queue = handle(this, method)?;
+    let refuse = |e| QueueHandle(queue.clone()).refuse(method, e);
+    sweep_parked_pops(lua);
+    match take(&queue) {
+        Ok(Some(value)) => return Ok(Popped::Now(value)),
+        Ok(None) => {}
+        Err(PopError::Closed) => return Ok(Popped::Now(on_closed)),
+        Err(e) => return Err(refuse(e)),
+    }
+    if !yieldable {
+        return Err(mlua::Error::runtime(format!(
+            "SharedQueue:{method} can't wait here: queue '{}' is empty; call it from a task, \
+             not from a metamethod or a module's top level, or use tryPop",
+            queue.display_name()
+        )));
+    }
+    let core = VmCore::of(lua)?;
+    let poppers = poppers(lua)?;
+    let courier = lua
+        .app_data_ref::<Courier>()
+        .map(|c| c.clone())
+        .ok_or_else(|| mlua::Error::runtime("jobs.shared.queue: this VM has no inbox"))?;
+    let cell: Rc<PromiseCell> = core.promises.borrow_mut().make("SharedQueue:pop");
+    let (token, promise) = (poppers.token, cell.id());
+    let to = queue.clone();
+    let deliver = Box::new(move |delivery: Delivery| {
+        courier(Parcel {
+            vm: token,
+            promise,
+            queue: to,
+            delivery: Some(delivery),
+        });
+    });
+    let waiting = queue.pop_or_wait(deliver);
+    let popped = match waiting {
+        Ok(PopNow::Waiting(waiter)) => {
+            let task = core.current_task(lua);
+            poppers.parked.borrow_mut().insert(
+                promise,
+                ParkedPop {
+                    queue,
+                    waiter,
+                    task,
+                    arrived: None,
+                },
+            );
+            return Ok(Popped::Parked(crate::vm::promise_handle(lua, cell)?));
+        }
+        // A push came between the look and the wait: no need to park after all.
+        Ok(PopNow::Value(value)) => Ok(Popped::Now(wrap(value))),
+        Ok(PopNow::Closed) => Ok(Popped::Now(on_closed)),
+        Err(e) => Err(refuse(e)),
+    };
+    core.settle(promise, Outcome::Cancelled); // out of the pending table, never awaited
+    popped
+}
+
+/// Takes the delivery that woke a parked pop.
+fn take_arrival(
+    lua: &Lua,
+    promise: &Value,
+    method: &str,
+) -> mlua::Result<(Arc<SharedQueue>, Delivery)> {
+    let id = crate::vm::promise_of(promise)
+        .map(|cell| cell.id())
+        .ok_or_else(|| mlua::Error::runtime(format!("SharedQueue:{method}: no parked pop")))?;
+    let pop = poppers(lua)?.parked.borrow_mut().remove(&id);
+    match pop {
+        Some(ParkedPop {
+            queue,
+            arrived: Some(delivery),
+            ..
+        }) => Ok((queue, delivery)),
+        Some(pop) => {
+            give_up(pop);
+            Err(mlua::Error::runtime(format!(
+                "SharedQueue:{method}: woken with nothing delivered"
+            )))
+        }
+        None => Err(mlua::Error::runtime(format!(
+            "SharedQueue:{method}: no parked pop"
+        ))),
+    }
+}
+
+fn ended(queue: &SharedQueue, method: &str, reason: &str) -> mlua::Error {
+    mlua::Error::runtime(format!(
+        "SharedQueue:{method}: queue '{}' has ended: {reason}",
+        queue.display_name()
+    ))
+}
+
+/// Reads `n` of `popMany(n)`: a whole number from 1 to the capacity.
+fn read_count(queue: &SharedQueue, n: &Value) -> mlua::Result<usize> {
+    let max = queue.capacity();
+    let n = match n {
+        Value::Integer(i) => *i as f64,
+        Value::Number(x) => *x,
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "SharedQueue:popMany: n must be a number from 1 to {max}, got {}",
+                crate::vm::a_type(other)
+            )))
+        }
+    };
+    if n.fract() != 0.0 || n < 1.0 || n > max as f64 {
+        return Err(mlua::Error::runtime(format!(
+            "SharedQueue:popMany: n must be a whole number from 1 to {max}, got {}",
+            crate::value::path::number_text(n)
+        )));
+    }
+    Ok(n as usize)
+}
+
+/// The primitives `POP_SOURCE` is built on.
+fn primitives(lua: &Lua) -> mlua::Result<Table> {
+    let p = lua.create_table()?;
+    p.raw_set(
+        "pop",
+        lua.create_function(|lua, (this, yieldable): (AnyUserData, bool)| {
+            pop_or_park(
+                lua,
+                &this,
+                yieldable,
+                "pop",
+                SharedQueue::try_pop,
+                Message::Nil,
+                |value| value,
+            )
+            .map(Popped::into_lua)
+        })?,
+    )?;
+    p.raw_set(
+        "finish",
+        lua.create_function(|lua, (_this, promise): (AnyUserData, Value)| {
+            let (queue, delivery) = take_arrival(lua, &promise, "pop")?;
+            match delivery {
+                Delivery::Value(value) => {
+                    queue.delivered();
+                    Ok(value)
+                }
+                Delivery::Closed => Ok(Message::Nil),
+                Delivery::Ended(reason) => Err(ended(&queue, "pop", &reason)),
+            }
+        })?,
+    )?;
+    p.raw_set(
+        "popMany",
+        lua.create_function(|lua, (this, n, yieldable): (AnyUserData, Value, bool)| {
+            let queue = handle(&this, "popMany")?;
+            let n = read_count(&queue, &n)?;
+            pop_or_park(
+                lua,
+                &this,
+                yieldable,
+                "popMany",
+                |queue| {
+                    let values = queue.try_pop_many(n)?;
+                    Ok((!values.is_empty()).then(|| Message::List(values)))
+                },
+                Message::List(Vec::new()),
+                |value| Message::List(vec![value]),
+            )
+            .map(Popped::into_lua)
+        })?,
+    )?;
+    p.raw_set(
+        "finishMany",
+        lua.create_function(|lua, (_this, promise, n): (AnyUserData, Value, Value)| {
+            let (queue, delivery) = take_arrival(lua, &promise, "popMany")?;
+            let n = read_count(&queue, &n)?;
+            match delivery {
+                Delivery::Value(first) => {
+                    queue.delivered();
+                    let mut values = vec![first];
+                    // The rest, if more came meanwhile: it never waits for them.
+                    if n > 1 {
+                        if let Ok(more) = queue.try_pop_many(n - 1) {
+                            values.extend(more);
+                        }
+                    }
+                    Ok(Message::List(values))
+                }
+                Delivery::Closed => Ok(Message::List(Vec::new())),
+                Delivery::Ended(reason) => Err(ended(&queue, "popMany", &reason)),
+            }
+        })?,
+    )?;
+    Ok(p)
+}
+
+/// Reads `opts.capacity`: nil, or a whole number.
+fn read_capacity(opts: &Value) -> mlua::Result<Option<usize>> {
+    const WHAT: &str = "jobs.shared.queue";
+    let capacity = match opts {
+        Value::Nil => return Ok(None),
+        Value::Table(t) => t.raw_get::<Value>("capacity")?,
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "{WHAT}: opts must be a table, got {}",
+                crate::vm::a_type(other)
+            )))
+        }
+    };
+    let n = match capacity {
+        Value::Nil => return Ok(None),
+        Value::Integer(i) => i as f64,
+        Value::Number(x) => x,
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "{WHAT}: opts.capacity must be a number, got {}",
+                crate::vm::a_type(&other)
+            )))
+        }
+    };
+    if n.fract() != 0.0 || !n.is_finite() {
+        return Err(mlua::Error::runtime(format!(
+            "{WHAT}: opts.capacity must be a whole number, got {}",
+            crate::value::path::number_text(n)
+        )));
+    }
+    if !(1.0..=MAX_QUEUE_CAPACITY as f64).contains(&n) {
+        return Err(mlua::Error::runtime(format!(
+            "{WHAT}: capacity must be 1 to {MAX_QUEUE_CAPACITY}, got {}",
+            crate::value::path::number_text(n)
+        )));
+    }
+    Ok(Some(n as usize))
+}
 
 /// Adds the queue functions to `jobs.shared`.
-pub(crate) fn install(_lua: &Lua, _shared: &Table, _store: &Arc<StoreCore>) -> mlua::Result<()> {
+pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua::Result<()> {
+    lua.set_app_data(Rc::new(Poppers {
+        token: NEXT_TOKEN.fetch_add(1, Ordering::Relaxed),
+        parked: RefCell::new(HashMap::new()),
+    }));
+    let chunk: Function = lua
+        .load(pop_bytecode())
+        .set_name("=skein queue")
+        .set_mode(mlua::chunk::ChunkMode::Binary)
+        .into_function()?;
+    let (pop, pop_many): (Function, Function) =
+        chunk.call((primitives(lua)?, await_function(lua)?))?;
+    lua.set_named_registry_value(POP_KEY, pop)?;
+    lua.set_named_registry_value(POP_MANY_KEY, pop_many)?;
+    lua.set_named_registry_value(HANDLES_KEY, lua.create_table()?)?;
+
+    let store = store.clone();
+    shared.raw_set(
+        "queue",
+        lua.create_function(move |lua, (name, opts): (Value, Value)| {
+            const WHAT: &str = "jobs.shared.queue";
+            let Value::String(name) = name else {
+                return Err(mlua::Error::runtime(format!(
+                    "{WHAT}: name must be a string, got {}",
+                    crate::vm::a_type(&name)
+                )));
+            };
+            let capacity = read_capacity(&opts)?;
+            let bytes = name.as_bytes();
+            store
+                .check_name(&bytes, WHAT)
+                .map_err(mlua::Error::runtime)?;
+            let queue = store
+                .queues
+                .get_or_make(&bytes, capacity, || store.reserve_name(WHAT), WHAT)
+                .map_err(mlua::Error::runtime)?;
+            let handles: Table = lua.named_registry_value(HANDLES_KEY)?;
+            if let Value::UserData(known) = handles.raw_get::<Value>(&name)? {
+                if known
+                    .borrow::<QueueHandle>()
+                    .is_ok_and(|h| Arc::ptr_eq(&h.0, &queue))
+                {
+                    return Ok(known);
+                }
+            }
+            let made = lua.create_userdata(QueueHandle(queue))?;
+            handles.raw_set(name, &made)?;
+            Ok(made)
+        })?,
+    )?;
     Ok(())
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::{DomainSpec, Message, Pool, ScriptDomain};
+
+    fn text(domain: &ScriptDomain, source: &str) -> String {
+        match domain.eval(source) {
+            Ok(Message::String(s)) => String::from_utf8_lossy(&s).into_owned(),
+            other => panic!("expected a string, got {other:?}"),
+        }
+    }
+
+    /// The first line of the error `body` raises, without mlua's prefix.
+    fn raised(domain: &ScriptDomain, body: &str) -> String {
+        let full = text(
+            domain,
+            &format!(
+                "local ok, err = pcall(function() {body} end) \
+                 assert(not ok, 'expected an error') return tostring(err)"
+            ),
+        );
+        let line = full.lines().next().unwrap_or_default();
+        line.strip_prefix("runtime error: ")
+            .unwrap_or(line)
+            .to_owned()
+    }
+
+    #[test]
+    fn ending_the_store_rejects_a_parked_pop_and_every_later_use_naming_the_reason() {
+        let pool = Pool::new(1);
+        let domain = ScriptDomain::new(&pool, DomainSpec::new("main")).unwrap();
+        domain
+            .exec(
+                r#"
+                kept = jobs.shared.queue("kept")
+                kept:push(1)
+                parked = nil
+                task.spawn(function()
+                    local ok, err = pcall(function() return jobs.shared.queue("w"):pop() end)
+                    parked = tostring(err)
+                end)
+                "#,
+            )
+            .unwrap();
+        domain.shared().core.end("domain 'main' restarted");
+        let start = std::time::Instant::now();
+        while domain.eval("return parked").unwrap() == Message::Nil {
+            assert!(start.elapsed() < std::time::Duration::from_secs(5));
+            domain.pump();
+        }
+        let parked = text(&domain, "return parked");
+        assert!(
+            parked.contains("SharedQueue:pop: queue 'w' has ended: domain 'main' restarted"),
+            "{parked}"
+        );
+        let ended = |method: &str| {
+            format!("SharedQueue:{method}: queue 'kept' has ended: domain 'main' restarted")
+        };
+        assert_eq!(raised(&domain, "kept:push(2)"), ended("push"));
+        assert_eq!(raised(&domain, "kept:pop()"), ended("pop"));
+        assert_eq!(raised(&domain, "kept:tryPop()"), ended("tryPop"));
+        assert_eq!(raised(&domain, "kept:popMany(1)"), ended("popMany"));
+        assert_eq!(raised(&domain, "kept:len()"), ended("len"));
+        assert_eq!(raised(&domain, "kept:close()"), ended("close"));
+        assert_eq!(
+            raised(&domain, r#"jobs.shared.queue("new")"#),
+            "jobs.shared.queue: the shared store has ended: domain 'main' restarted"
+        );
+        assert_eq!(domain.tasks(), 0, "the parked task finished");
+    }
 }

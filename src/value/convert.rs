@@ -197,6 +197,27 @@ impl FromLua for Message {
     }
 }
 
+/// A call argument read as a [`Message`] off the stack (so a whole number stays a number and an
+/// integer an integer), keeping a refusal, named from `root`, for the callee to word.
+pub(crate) struct MessageArg(pub(crate) Result<Message, TransferError>);
+
+impl MessageArg {
+    /// The root name refusals start from.
+    pub(crate) const ROOT: &'static str = "value";
+}
+
+impl FromLua for MessageArg {
+    fn from_lua(value: Value, _lua: &Lua) -> mlua::Result<Self> {
+        Ok(MessageArg(Message::from_lua(&value, Self::ROOT)))
+    }
+
+    unsafe fn from_stack(idx: c_int, lua: &RawLua) -> mlua::Result<Self> {
+        // SAFETY: mlua hands us a valid index on `lua`'s current stack.
+        let read = unsafe { Reader::new(lua, usize::MAX).read_at(idx) };
+        Ok(MessageArg(read.map_err(|r| r.into_error(Self::ROOT))))
+    }
+}
+
 /// Goes through `Message::to_lua` from a `&RawLua`, which only knows how to push `IntoLua`s.
 struct Built<'a>(&'a Message);
 

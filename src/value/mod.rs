@@ -13,13 +13,14 @@ mod codec;
 mod convert;
 mod error;
 mod limits;
-mod path;
+pub(crate) mod path;
 mod read;
 mod resource_handle;
 mod write;
 
 use bytes::Bytes;
 
+pub(crate) use convert::MessageArg;
 pub use error::{DecodeError, DecodeErrorKind, TransferError, TransferErrorKind};
 pub use limits::Limits;
 pub use resource_handle::ResourceHandle;

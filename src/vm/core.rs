@@ -165,6 +165,28 @@ impl VmCore {
             .unwrap_or_else(|| self.ambient.clone())
     }
 
+    /// The task the calling Luau code runs in, registered if the scheduler has not seen it.
+    pub(crate) fn current_task(&self, lua: &Lua) -> TaskId {
+        self.task_for(&lua.current_thread())
+    }
+
+    /// Whether a task is still live: a parked task that was cancelled or ended is not.
+    pub(crate) fn task_alive(&self, id: TaskId) -> bool {
+        self.sched.borrow().is_live(id)
+    }
+
+    /// Settles a promise homed here and queues its waiters; false when it was not pending.
+    pub(crate) fn settle(&self, id: promise::PromiseId, outcome: Outcome) -> bool {
+        let woken = self.promises.borrow_mut().settle(id, outcome);
+        match woken {
+            Some((waiters, outcome)) => {
+                self.wake(waiters, outcome);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The task of `thread`, registering a coroutine the scheduler has not seen (one made with
     /// `coroutine.create` inside a task) under the running task's owner.
     fn task_for(&self, thread: &Thread) -> TaskId {

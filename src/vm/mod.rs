@@ -20,7 +20,8 @@ pub use failure::{FailureKind, JobFailure};
 pub(crate) use modules::{check_sources, source_epoch, with_caller_source};
 pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, TaskFailure};
 pub use plan::{Plan, DEFAULT_MEMORY_LIMIT};
-pub(crate) use promise::{Cancel, Outcome, PromiseId};
+pub(crate) use promise::{await_function, promise_of, Cancel, Outcome, PromiseCell, PromiseId};
+pub(crate) use scheduler::TaskId;
 
 /// A promise's Luau handle.
 pub(crate) fn promise_handle(

@@ -261,6 +261,13 @@ pub(crate) fn install_methods(lua: &Lua, await_fn: Function) -> mlua::Result<()>
     lua.set_named_registry_value(METHODS_KEY, methods)
 }
 
+/// The `await` the prelude defines (`task.await`), for bindings that park a task on a promise
+/// from Luau code of their own.
+pub(crate) fn await_function(lua: &Lua) -> mlua::Result<Function> {
+    lua.named_registry_value::<Table>(METHODS_KEY)?
+        .raw_get("await")
+}
+
 /// The promise behind a Luau value, if it is a `PromiseHandle`.
 pub(crate) fn promise_of(value: &Value) -> Option<Rc<PromiseCell>> {
     let ud: &AnyUserData = value.as_userdata()?;

@@ -109,6 +109,11 @@ impl Scheduler {
         self.by_thread.get(&thread.to_pointer()).copied()
     }
 
+    /// Whether a task is still live (not finished, failed or cancelled). Ids are never reused.
+    pub(crate) fn is_live(&self, id: TaskId) -> bool {
+        self.tasks.contains_key(&id)
+    }
+
     /// The task running now (innermost).
     pub(crate) fn running(&self) -> Option<TaskId> {
         self.running.last().copied()
