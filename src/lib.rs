@@ -43,7 +43,9 @@ pub use jobs::{
     MAX_DEADLINE,
 };
 pub use pool::stats::WorkerStats;
-pub use shared::SharedStore;
+pub use shared::{
+    FrozenTable, SharedStore, SharedTableError, SharedTableErrorKind, SharedTableRef,
+};
 pub use value::{
     DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,
     TransferErrorKind,
@@ -62,5 +64,6 @@ pub mod __loom {
     pub use crate::pool::lanes::{Deliver, KeyLanes, Release, TooManyKeys, MAX_KEYS};
     pub use crate::pool::sleep::{Sleep, SleepOutcome, AWAKE, SLEEPING};
     pub use crate::pool::stats::WorkerStats;
+    pub use crate::shared::table::loom_support::{new_store, turn_taken};
     pub use crate::vm::budget::{CancelToken, Interruption, Signal};
 }

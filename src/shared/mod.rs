@@ -15,6 +15,9 @@ mod table_api;
 
 use std::fmt;
 
+pub use table::error::{SharedTableError, SharedTableErrorKind};
+pub use table::handle::{FrozenTable, SharedTableRef};
+
 use mlua::{Lua, Table};
 
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
@@ -45,8 +48,8 @@ pub(crate) struct StoreCore {
     names: AtomicUsize,
     /// Bytes held by every table of the store.
     bytes: AtomicUsize,
-    /// Why the store ended, once it has.
-    ended: Mutex<Option<Arc<str>>>,
+    /// Why the store ended, once it has (a std `Arc`: loom's has no `Arc<str>`).
+    ended: Mutex<Option<std::sync::Arc<str>>>,
     pub(crate) tables: table::Tables,
     pub(crate) queues: queue::Queues,
 }
@@ -114,7 +117,7 @@ impl StoreCore {
     }
 
     /// Why the store ended, if it has.
-    pub(crate) fn ended(&self) -> Option<Arc<str>> {
+    pub(crate) fn ended(&self) -> Option<std::sync::Arc<str>> {
         self.ended.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -126,7 +129,7 @@ impl StoreCore {
             if ended.is_some() {
                 return;
             }
-            *ended = Some(Arc::from(reason));
+            *ended = Some(std::sync::Arc::from(reason));
         }
         self.tables.end(reason);
         self.queues.end(reason);

@@ -13,7 +13,7 @@ mod codec;
 mod convert;
 mod error;
 mod limits;
-mod path;
+pub(crate) mod path;
 mod read;
 mod resource_handle;
 mod write;
