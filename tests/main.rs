@@ -8,6 +8,7 @@ mod host_keys;
 mod keys;
 mod parallel_for;
 mod runner;
+mod shared_tables;
 mod stress;
 mod tasks;
 mod value;

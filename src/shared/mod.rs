@@ -6,8 +6,6 @@
 //! generation of one domain): two domains never see each other's names, and when the principal
 //! ends the store ends with it, so a handle kept past that raises naming the reason.
 
-#![allow(dead_code)] // The store's budget helpers are used once tables and queues land.
-
 pub(crate) mod queue;
 mod queue_api;
 pub(crate) mod table;

@@ -385,8 +385,3 @@ impl From<i64> for MapKey {
         MapKey::Integer(i)
     }
 }
-
-/// The named table's location, for a caller that has only the name.
-pub(crate) fn root_location(name: &str) -> String {
-    location(name, &[])
-}

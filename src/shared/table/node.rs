@@ -13,7 +13,9 @@ use imbl::OrdMap;
 
 use super::key::{Entry, Key};
 use crate::value::path::Segment;
-use crate::value::{Limits, MapKey, Message};
+#[cfg(test)]
+use crate::value::MapKey;
+use crate::value::{Limits, Message};
 
 /// Node ids come from one process-wide counter, so an id is never reused: a table that was
 /// replaced by another is told apart from it even when both sit under the same key. (Plain std
@@ -237,11 +239,6 @@ pub(crate) fn entry_message(entry: &Entry) -> Message {
         Entry::Buffer(b) => Message::Buffer(b.clone()),
         Entry::Table(node) => node.to_message(),
     }
-}
-
-/// A map key of a message as a key, for the Rust API.
-pub(crate) fn key_of(key: &MapKey) -> Option<Key> {
-    Key::from_map_key(key)
 }
 
 #[cfg(test)]

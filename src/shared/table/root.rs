@@ -85,6 +85,13 @@ pub(crate) struct Stamp {
     pub(crate) depth: usize,
 }
 
+/// What an edit decided: a new version of the table with an answer, or only an answer (the
+/// table stays as it is and nothing is published).
+pub(crate) enum Edit<R> {
+    Write(Node, R),
+    Keep(R),
+}
+
 pub(crate) struct TableRoot {
     pub(crate) name: Arc<str>,
     pub(crate) limits: TableLimits,
@@ -229,7 +236,7 @@ impl TableRoot {
         &self,
         store: &StoreCore,
         path: &TablePath,
-        mut edit: impl FnMut(&Node, Stamp) -> Result<(Node, R), SharedTableError>,
+        mut edit: impl FnMut(&Node, Stamp) -> Result<Edit<R>, SharedTableError>,
     ) -> Result<R, SharedTableError> {
         loop {
             store.tables.check_ended(|| self.location(&path.keys))?;
@@ -243,7 +250,10 @@ impl TableRoot {
                 unreachable_chain();
                 continue;
             };
-            let (leaf, out) = edit(target, stamp)?;
+            let (leaf, out) = match edit(target, stamp)? {
+                Edit::Write(leaf, out) => (leaf, out),
+                Edit::Keep(out) => return Ok(out),
+            };
             let next = Self::rebuild(&chain[..chain.len() - 1], &path.keys, leaf, stamp.rev);
             self.check_bounds(&next, path)?;
             if self.publish(store, &seen, next, path)? {
@@ -294,7 +304,10 @@ impl TableRoot {
         value: Option<&Entry>,
     ) -> Result<(), SharedTableError> {
         self.commit(store, path, |target, stamp| {
-            Ok((self.set_in(target, key, value, stamp, path)?, ()))
+            Ok(Edit::Write(
+                self.set_in(target, key, value, stamp, path)?,
+                (),
+            ))
         })
     }
 
@@ -335,10 +348,12 @@ impl TableRoot {
                     depth: path.depth(),
                 };
                 let leaf = self.set_in(target, key, value.as_ref(), stamp, path)?;
+                // What is stored, as stored: a table written in has its new identity.
+                let stored = leaf.get(key).cloned();
                 let next = Self::rebuild(&chain[..chain.len() - 1], &path.keys, leaf, stamp.rev);
                 self.check_bounds(&next, path)?;
                 if self.publish(store, &version, next, path)? {
-                    return Ok(value);
+                    return Ok(stored);
                 }
                 // Another write won the swap; if it was elsewhere in the named table, our
                 // table is unchanged and the same value commits on the newer version.
@@ -363,6 +378,7 @@ impl TableRoot {
     }
 
     /// Whether an `atomic` call holds the table's turn now (for tests and models).
+    #[cfg(any(test, loom))]
     pub(crate) fn turn_taken(&self) -> bool {
         self.turn.taken.load(Ordering::Acquire)
     }
