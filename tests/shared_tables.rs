@@ -578,3 +578,50 @@ fn stress_two_workers_and_the_engine_on_one_table() {
     // total + last + 5 writers x 200 keys.
     assert_eq!(text(&out), "1000 1002");
 }
+
+#[test]
+fn nesting_from_luau_at_64_and_past() {
+    let (_tree, _pool, domain) = setup();
+    let err = refusal(
+        &domain,
+        r#"
+        local function nest(levels)
+            local t = {}
+            for _ = 2, levels do t = { n = t } end
+            return t
+        end
+        local t = jobs.shared.table("deep")
+        t.ok = nest(63)          -- the named table is the 64th level
+        assert(t.ok.n.n ~= nil)
+        t.past = nest(64)
+        "#,
+    );
+    assert_contains(
+        &err,
+        "shared table 'deep'.past: tables would nest 65 deep, past the bound of 64",
+    );
+    let t = domain.shared().table("deep").unwrap();
+    assert_eq!(t.get("past").unwrap(), None);
+    assert!(t.get("ok").unwrap().is_some());
+}
+
+#[test]
+fn the_name_bound_from_luau() {
+    let (_tree, _pool, domain) = setup();
+    let err = refusal(
+        &domain,
+        r#"
+        for i = 1, 4096 do jobs.shared.table("t" .. i) end
+        jobs.shared.table("t1").x = 1       -- names already made are still there
+        jobs.shared.table("one more")
+        "#,
+    );
+    assert_contains(
+        &err,
+        "jobs.shared.table: the domain holds at most 4096 shared names",
+    );
+    assert_eq!(
+        domain.shared().table("t1").unwrap().get("x").unwrap(),
+        Some(Message::Number(1.0))
+    );
+}
