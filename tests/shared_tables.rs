@@ -625,3 +625,40 @@ fn the_name_bound_from_luau() {
         Some(Message::Number(1.0))
     );
 }
+
+#[test]
+fn insert_and_remove_keep_integers_and_sort_keeps_numbers() {
+    let (_tree, _pool, domain) = setup();
+    let t = domain.shared().table("ints").unwrap();
+    for (i, v) in [3i64, 1, 2].iter().enumerate() {
+        t.set((i + 1) as f64, Message::Integer(*v)).unwrap();
+    }
+    eval(
+        &domain,
+        r#"
+        local t = jobs.shared.table("ints")
+        table.insert(t, 1, { tag = "first" })
+        assert(t[1].tag == "first")
+        table.remove(t, 1)
+        local s = jobs.shared.table("floats")
+        for i, v in { 2.5, 0.5, 1.5 } do s[i] = v end
+        table.sort(s)
+        "#,
+    );
+    assert_eq!(
+        t.snapshot().unwrap(),
+        Message::List(vec![
+            Message::Integer(3),
+            Message::Integer(1),
+            Message::Integer(2)
+        ])
+    );
+    assert_eq!(
+        domain.shared().table("floats").unwrap().snapshot().unwrap(),
+        Message::List(vec![
+            Message::Number(0.5),
+            Message::Number(1.5),
+            Message::Number(2.5)
+        ])
+    );
+}

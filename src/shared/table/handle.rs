@@ -116,7 +116,7 @@ impl SharedTableRef {
     /// Runs `f` on this table in the current version.
     pub(crate) fn with_target<R>(&self, f: impl FnOnce(&Node) -> R) -> Result<R, SharedTableError> {
         self.store.tables.check_ended(|| self.location())?;
-        let version = self.root.load();
+        let version = self.root.peek();
         let target = self.root.target(&version, &self.path)?;
         Ok(f(target))
     }

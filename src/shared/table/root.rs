@@ -117,6 +117,11 @@ impl TableRoot {
         return self.cell.load();
     }
 
+    /// The current version for one short read: no reference count is taken in normal builds.
+    pub(crate) fn peek(&self) -> super::cell::Loaded {
+        self.cell.load()
+    }
+
     /// Drops the table's contents (the store ended): handles refuse before they look.
     pub(crate) fn forget(&self) {
         self.cell.store(Arc::new(Node::empty(0)));
