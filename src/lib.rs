@@ -44,8 +44,8 @@ pub use jobs::{
 };
 pub use pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
 pub use shared::{
-    PopError, PushError, PushErrorKind, SharedQueueRef, SharedStore, DEFAULT_QUEUE_CAPACITY,
-    MAX_QUEUE_CAPACITY,
+    FrozenTable, PopError, PushError, PushErrorKind, SharedQueueRef, SharedStore, SharedTableError,
+    SharedTableErrorKind, SharedTableRef, DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_CAPACITY,
 };
 pub use value::{
     DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,
@@ -67,5 +67,6 @@ pub mod __loom {
     pub use crate::pool::stats::WorkerStats;
     pub use crate::shared::queue::{Delivery, PopNow, SharedQueue};
     pub use crate::shared::queue_ref::pop_blocking;
+    pub use crate::shared::table::loom_support::{new_store, turn_taken};
     pub use crate::vm::budget::{CancelToken, Interruption, Signal};
 }

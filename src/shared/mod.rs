@@ -6,8 +6,6 @@
 //! generation of one domain): two domains never see each other's names, and when the principal
 //! ends the store ends with it, so a handle kept past that raises naming the reason.
 
-#![allow(dead_code)] // The store's budget helpers are used once tables and queues land.
-
 pub(crate) mod queue;
 mod queue_api;
 mod queue_error;
@@ -16,6 +14,9 @@ pub(crate) mod table;
 mod table_api;
 
 use std::fmt;
+
+pub use table::error::{SharedTableError, SharedTableErrorKind};
+pub use table::handle::{FrozenTable, SharedTableRef};
 
 use mlua::{Lua, Table};
 
@@ -52,8 +53,7 @@ pub(crate) struct StoreCore {
     names: AtomicUsize,
     /// Bytes held by every table of the store.
     bytes: AtomicUsize,
-    /// Why the store ended, once it has.
-    /// Plain text, so a `std` `Arc` (loom's cannot hold a `str`).
+    /// Why the store ended, once it has (a std `Arc`: loom's has no `Arc<str>`).
     ended: Mutex<Option<std::sync::Arc<str>>>,
     pub(crate) tables: table::Tables,
     pub(crate) queues: queue::Queues,

@@ -14,7 +14,7 @@ mod convert;
 mod error;
 mod limits;
 pub(crate) mod path;
-mod read;
+pub(crate) mod read;
 mod resource_handle;
 mod write;
 

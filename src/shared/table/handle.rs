@@ -1,0 +1,387 @@
+//! Handles on shared tables as the host holds them: [`SharedTableRef`] (live) and
+//! [`FrozenTable`] (one version, kept).
+
+use std::fmt;
+
+use bytes::Bytes;
+
+use super::error::{SharedTableError, SharedTableErrorKind};
+use super::key::{location, Entry, Key};
+use super::node::{entry_message, entry_of, Node};
+use super::root::{TablePath, TableRoot};
+use crate::shared::{SharedStore, StoreCore};
+use crate::sync::Arc;
+use crate::value::path;
+use crate::value::{MapKey, Message};
+
+impl SharedStore {
+    /// The shared table named `name`, made on first use: the same table scripts reach as
+    /// `jobs.shared.table(name)`.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// let progress = domain.shared().table("progress")?;
+    /// progress.set("done", Message::Integer(3))?;
+    /// let again = domain.shared().table("progress")?;
+    /// assert_eq!(again.get("done")?, Some(Message::Integer(3)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// A name of 0 or more than 256 bytes; a 4,097th name in the domain; a store that ended.
+    pub fn table(&self, name: impl AsRef<[u8]>) -> Result<SharedTableRef, SharedTableError> {
+        let root = self.core.tables.open(&self.core, name.as_ref())?;
+        Ok(SharedTableRef {
+            store: self.core.clone(),
+            root,
+            path: std::sync::Arc::new(TablePath::default()),
+        })
+    }
+}
+
+/// A live handle on a shared table, or on a table nested in one. `Send + Sync`, cheap to
+/// clone. Every read sees the latest version; every write is atomic on its table.
+///
+/// A nested handle ([`table_at`](SharedTableRef::table_at)) names the table where it sat: if
+/// that table is later replaced or removed, every use of the handle is refused.
+///
+/// ```
+/// use skein::{DomainSpec, MapKey, Message, Pool, ScriptDomain};
+///
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+/// let players = domain.shared().table("players")?;
+/// players.set("alice", Message::Map(vec![(MapKey::from("hp"), Message::Integer(10))]))?;
+/// let alice = players.table_at("alice")?;
+/// alice.atomic("hp", |hp| match hp {
+///     Some(Message::Integer(n)) => Some(Message::Integer(n - 3)),
+///     other => other,
+/// })?;
+/// assert_eq!(alice.get("hp")?, Some(Message::Integer(7)));
+/// players.set("alice", Message::Nil)?;
+/// assert_eq!(alice.get("hp").unwrap_err().to_string(), "shared table 'players'.alice was removed");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct SharedTableRef {
+    pub(crate) store: Arc<StoreCore>,
+    pub(crate) root: Arc<TableRoot>,
+    pub(crate) path: std::sync::Arc<TablePath>,
+}
+
+pub(crate) fn bad_key(at: &str, what: &str) -> SharedTableError {
+    SharedTableError::new(
+        SharedTableErrorKind::BadKey,
+        format!("shared table {at}: {what} can't be a key of a shared table"),
+    )
+}
+
+fn key_of(at: impl FnOnce() -> String, key: &MapKey) -> Result<Key, SharedTableError> {
+    Key::from_map_key(key).ok_or_else(|| bad_key(&at(), "a NaN"))
+}
+
+/// `value` as a stored value, refusing what is not data and naming its path under `at`.
+pub(crate) fn value_of(
+    at: impl FnOnce() -> String,
+    value: &Message,
+) -> Result<Option<Entry>, SharedTableError> {
+    entry_of(value, 0).map_err(|e| {
+        SharedTableError::new(
+            SharedTableErrorKind::NotData,
+            format!(
+                "{}: {} can't be stored in a shared table",
+                path::render(&at(), &e.segments),
+                e.what
+            ),
+        )
+    })
+}
+
+impl SharedTableRef {
+    /// Where this table is: `'players'.alice.inventory`.
+    pub fn location(&self) -> String {
+        self.root.location(&self.path.keys)
+    }
+
+    fn key_location(&self, key: &Key) -> String {
+        let mut keys = self.path.keys.clone();
+        keys.push(key.clone());
+        self.root.location(&keys)
+    }
+
+    /// Runs `f` on this table in the current version.
+    pub(crate) fn with_target<R>(&self, f: impl FnOnce(&Node) -> R) -> Result<R, SharedTableError> {
+        self.store.tables.check_ended(|| self.location())?;
+        let version = self.root.peek();
+        let target = self.root.target(&version, &self.path)?;
+        Ok(f(target))
+    }
+
+    /// The current version of this table itself, for a loop to walk.
+    pub(crate) fn current(&self) -> Result<std::sync::Arc<Node>, SharedTableError> {
+        self.store.tables.check_ended(|| self.location())?;
+        let version = self.root.load();
+        if self.path.keys.is_empty() {
+            return Ok(version);
+        }
+        let target = self.root.target(&version, &self.path)?;
+        // The handle's table is an entry of its parent: find the Arc that holds it.
+        let parent_path = TablePath {
+            keys: self.path.keys[..self.path.keys.len() - 1].to_vec(),
+            ids: self.path.ids[..self.path.ids.len() - 1].to_vec(),
+        };
+        let parent = self.root.target(&version, &parent_path)?;
+        let last = &self.path.keys[self.path.keys.len() - 1];
+        match parent.get(last) {
+            Some(Entry::Table(node)) if node.id == target.id => Ok(node.clone()),
+            _ => Err(SharedTableError::new(
+                SharedTableErrorKind::Detached,
+                format!("shared table {} was replaced", self.location()),
+            )),
+        }
+    }
+
+    /// A handle on the table at `key` of this one, as it is in `node` (this table's version).
+    pub(crate) fn child(&self, key: Key, id: u64) -> SharedTableRef {
+        SharedTableRef {
+            store: self.store.clone(),
+            root: self.root.clone(),
+            path: std::sync::Arc::new(self.path.child(key, id)),
+        }
+    }
+
+    pub(crate) fn set_entry(
+        &self,
+        key: &Key,
+        value: Option<&Entry>,
+    ) -> Result<(), SharedTableError> {
+        self.root.set(&self.store, &self.path, key, value)
+    }
+
+    pub(crate) fn atomic_entry(
+        &self,
+        key: &Key,
+        f: &mut dyn FnMut(Option<Entry>) -> Result<Option<Entry>, SharedTableError>,
+    ) -> Result<Option<Entry>, SharedTableError> {
+        self.root.atomic(&self.store, &self.path, key, f)
+    }
+
+    /// The value at `key`: `None` when absent; a nested table as a plain deep copy (use
+    /// [`table_at`](SharedTableRef::table_at) for a live handle on it).
+    ///
+    /// # Errors
+    /// The table was replaced or removed, or the store ended; a NaN key.
+    pub fn get(&self, key: impl Into<MapKey>) -> Result<Option<Message>, SharedTableError> {
+        let key = key_of(|| self.location(), &key.into())?;
+        self.with_target(|node| node.get(&key).map(entry_message))
+    }
+
+    /// Sets `key` to a copy of `value`; [`Message::Nil`] removes the key. The write is atomic on
+    /// this table, and a refused write changes nothing.
+    ///
+    /// # Errors
+    /// A value that is not data (a [`Message::Resource`]); a bound passed (entries, bytes,
+    /// nesting, the domain's bytes); the table was replaced or removed; the store ended.
+    pub fn set(&self, key: impl Into<MapKey>, value: Message) -> Result<(), SharedTableError> {
+        let key = key_of(|| self.location(), &key.into())?;
+        let value = value_of(|| self.key_location(&key), &value)?;
+        self.set_entry(&key, value.as_ref())
+    }
+
+    /// Read-modify-write of one key: `f` gets the current value (a table as a plain copy) and
+    /// answers the new one (`None` removes the key). The answer is stored only if no other write
+    /// reached this table meanwhile; otherwise `f` runs again on the newer value, so `f` may run
+    /// more than once. Answers the value now stored.
+    ///
+    /// A call that lost four times in a row takes its turn at the table: other `atomic` calls
+    /// on it wait until it commits.
+    ///
+    /// # Errors
+    /// As [`set`](SharedTableRef::set), and [`SharedTableErrorKind::GaveUp`] after 256 attempts
+    /// lost to plain writes.
+    pub fn atomic<F>(
+        &self,
+        key: impl Into<MapKey>,
+        mut f: F,
+    ) -> Result<Option<Message>, SharedTableError>
+    where
+        F: FnMut(Option<Message>) -> Option<Message>,
+    {
+        let key = key_of(|| self.location(), &key.into())?;
+        let stored = self.atomic_entry(&key, &mut |current| {
+            let next = f(current.as_ref().map(entry_message)).unwrap_or(Message::Nil);
+            value_of(|| self.key_location(&key), &next)
+        })?;
+        Ok(stored.as_ref().map(entry_message))
+    }
+
+    /// A plain deep copy of this table, read at one version.
+    pub fn snapshot(&self) -> Result<Message, SharedTableError> {
+        self.with_target(Node::to_message)
+    }
+
+    /// A number that every write to this table, or to a table inside it, advances. One read.
+    pub fn revision(&self) -> Result<u64, SharedTableError> {
+        self.with_target(|node| node.rev)
+    }
+
+    /// `#t`: the length of the list part (`1..n` all present).
+    pub fn len(&self) -> Result<usize, SharedTableError> {
+        self.with_target(|node| node.border)
+    }
+
+    /// Whether the table has no entries.
+    pub fn is_empty(&self) -> Result<bool, SharedTableError> {
+        self.with_target(|node| node.map.is_empty())
+    }
+
+    /// A live handle on the table at `key`.
+    ///
+    /// # Errors
+    /// [`SharedTableErrorKind::NotATable`] when `key` holds no table; as [`get`](Self::get).
+    pub fn table_at(&self, key: impl Into<MapKey>) -> Result<SharedTableRef, SharedTableError> {
+        let key = key_of(|| self.location(), &key.into())?;
+        let id = self.with_target(|node| node.get(&key).and_then(Entry::as_table).map(|t| t.id))?;
+        match id {
+            Some(id) => Ok(self.child(key, id)),
+            None => Err(SharedTableError::new(
+                SharedTableErrorKind::NotATable,
+                format!("shared table {}: no table there", self.key_location(&key)),
+            )),
+        }
+    }
+
+    /// An immutable snapshot of this table that reads with no synchronisation at all.
+    pub fn freeze(&self) -> Result<FrozenTable, SharedTableError> {
+        Ok(FrozenTable {
+            location: self.location().into(),
+            node: self.current()?,
+        })
+    }
+
+    /// Whether two handles are on the same table at the same place.
+    pub fn same_table(&self, other: &SharedTableRef) -> bool {
+        Arc::ptr_eq(&self.root, &other.root) && self.path.ids == other.path.ids
+    }
+}
+
+impl fmt::Debug for SharedTableRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("SharedTableRef")
+            .field(&self.location())
+            .finish()
+    }
+}
+
+/// One version of a shared table, kept: reads need no synchronisation, and every write is
+/// refused naming it frozen. `Send + Sync`, cheap to clone.
+///
+/// ```
+/// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+///
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+/// let config = domain.shared().table("config")?;
+/// config.set("speed", Message::Number(1.5))?;
+/// let frozen = config.freeze()?;
+/// config.set("speed", Message::Number(3.0))?;
+/// assert_eq!(frozen.get("speed"), Some(Message::Number(1.5)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct FrozenTable {
+    pub(crate) location: std::sync::Arc<str>,
+    pub(crate) node: std::sync::Arc<Node>,
+}
+
+impl FrozenTable {
+    /// Where the table was when it was frozen.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The value at `key`, a nested table as a plain copy. A NaN key finds nothing.
+    pub fn get(&self, key: impl Into<MapKey>) -> Option<Message> {
+        let key = Key::from_map_key(&key.into())?;
+        self.node.get(&key).map(entry_message)
+    }
+
+    /// A plain deep copy.
+    pub fn snapshot(&self) -> Message {
+        self.node.to_message()
+    }
+
+    /// The revision the table had when it was frozen.
+    pub fn revision(&self) -> u64 {
+        self.node.rev
+    }
+
+    /// `#t`.
+    pub fn len(&self) -> usize {
+        self.node.border
+    }
+
+    /// Whether the table has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.node.map.is_empty()
+    }
+
+    /// The frozen table at `key`, if `key` holds a table.
+    pub fn table_at(&self, key: impl Into<MapKey>) -> Option<FrozenTable> {
+        let key = Key::from_map_key(&key.into())?;
+        let node = self.node.get(&key)?.as_table()?.clone();
+        let mut at = String::from(&*self.location);
+        at.push_str(&location("", std::slice::from_ref(&key))[2..]);
+        Some(FrozenTable {
+            location: at.into(),
+            node,
+        })
+    }
+
+    /// The refusal every write to a frozen table gets.
+    pub(crate) fn refuse_write(&self) -> SharedTableError {
+        SharedTableError::new(
+            SharedTableErrorKind::Frozen,
+            format!(
+                "shared table {} is frozen: it can't be written",
+                self.location
+            ),
+        )
+    }
+}
+
+impl fmt::Debug for FrozenTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("FrozenTable").field(&self.location).finish()
+    }
+}
+
+impl From<&str> for MapKey {
+    fn from(s: &str) -> MapKey {
+        MapKey::String(Bytes::copy_from_slice(s.as_bytes()))
+    }
+}
+
+impl From<String> for MapKey {
+    fn from(s: String) -> MapKey {
+        MapKey::String(Bytes::from(s))
+    }
+}
+
+/// A number key: `t[1]` in ordinary Luau code is the *number* 1, so list positions are these.
+impl From<f64> for MapKey {
+    fn from(n: f64) -> MapKey {
+        MapKey::Number(n)
+    }
+}
+
+/// A Luau integer key (kept apart from the number key of the same value, as Luau does).
+impl From<i64> for MapKey {
+    fn from(i: i64) -> MapKey {
+        MapKey::Integer(i)
+    }
+}

@@ -1,0 +1,222 @@
+//! What a shared table holds: its keys (`Key`) and its values (`Entry`), and what each weighs.
+//!
+//! Keys are kept in one total order (numbers by value, then integers, then strings by bytes) so
+//! that a table's entries form a sorted persistent map: `next(t, k)` is a range lookup in any
+//! version, and the list part `1..n` of a table comes first, in order.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::node::Node;
+use crate::value::path::{self, Segment};
+use crate::value::{Limits, MapKey};
+
+/// A key of a shared table. Luau keeps integer keys apart from number keys, and so does this;
+/// `t[1]` in ordinary Luau code is the number key 1.
+#[derive(Clone, Debug)]
+pub(crate) enum Key {
+    /// A number key: never NaN, and `-0` is stored as `0` (Luau treats them as one key).
+    Number(f64),
+    /// A Luau integer key.
+    Integer(i64),
+    /// A string key: any bytes.
+    String(Bytes),
+}
+
+impl Key {
+    /// A number key, or `None` for NaN (which can't be a key).
+    pub(crate) fn number(n: f64) -> Option<Key> {
+        if n.is_nan() {
+            None
+        } else if n == 0.0 {
+            Some(Key::Number(0.0))
+        } else {
+            Some(Key::Number(n))
+        }
+    }
+
+    /// The list position `i` (a number key, as Luau's array part uses).
+    pub(crate) fn position(i: usize) -> Key {
+        Key::Number(i as f64)
+    }
+
+    /// This key as a list position `1..=2^53`, if it is one.
+    pub(crate) fn as_position(&self) -> Option<usize> {
+        match self {
+            Key::Number(n) if *n >= 1.0 && n.fract() == 0.0 && *n <= (1u64 << 53) as f64 => {
+                Some(*n as usize)
+            }
+            _ => None,
+        }
+    }
+
+    /// The bytes this key costs in a table.
+    pub(crate) fn weight(&self) -> usize {
+        match self {
+            Key::String(s) => Limits::NODE_WEIGHT.saturating_add(s.len()),
+            Key::Number(_) | Key::Integer(_) => Limits::NODE_WEIGHT,
+        }
+    }
+
+    pub(crate) fn from_map_key(key: &MapKey) -> Option<Key> {
+        match key {
+            MapKey::Integer(i) => Some(Key::Integer(*i)),
+            MapKey::Number(n) => Key::number(*n),
+            MapKey::String(s) => Some(Key::String(s.clone())),
+        }
+    }
+
+    pub(crate) fn to_map_key(&self) -> MapKey {
+        match self {
+            Key::Number(n) => MapKey::Number(*n),
+            Key::Integer(i) => MapKey::Integer(*i),
+            Key::String(s) => MapKey::String(s.clone()),
+        }
+    }
+
+    /// The path segment Luau code would write to reach this key.
+    pub(crate) fn segment(&self) -> Segment {
+        match self {
+            Key::Number(n) => Segment::Number(*n),
+            Key::Integer(i) => Segment::Index(*i),
+            Key::String(s) => Segment::Name(s.to_vec()),
+        }
+    }
+
+    fn rank(&self) -> u8 {
+        match self {
+            Key::Number(_) => 0,
+            Key::Integer(_) => 1,
+            Key::String(_) => 2,
+        }
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> Ordering {
+        match (self, other) {
+            // No NaN and no -0 reach a Key, so total_cmp is the numeric order.
+            (Key::Number(a), Key::Number(b)) => a.total_cmp(b),
+            (Key::Integer(a), Key::Integer(b)) => a.cmp(b),
+            (Key::String(a), Key::String(b)) => a.cmp(b),
+            _ => self.rank().cmp(&other.rank()),
+        }
+    }
+}
+
+/// Renders where a table sits: `'players'.alice[3]`, from the table's name and its keys from
+/// the root down.
+pub(crate) fn location(name: &str, keys: &[Key]) -> String {
+    let segments: Vec<Segment> = keys.iter().rev().map(Key::segment).collect();
+    path::render(&format!("'{name}'"), &segments)
+}
+
+/// A value a shared table holds: data only, each read back as the type it was written with.
+#[derive(Clone, Debug)]
+pub(crate) enum Entry {
+    Boolean(bool),
+    Integer(i64),
+    Number(f64),
+    String(Bytes),
+    Vector([f32; 3]),
+    Buffer(Bytes),
+    /// A nested table: itself versioned with the table it sits in.
+    Table(Arc<Node>),
+}
+
+impl Entry {
+    /// The bytes this value costs: a node, its string or buffer bytes, or a nested table's whole
+    /// weight.
+    pub(crate) fn weight(&self) -> usize {
+        match self {
+            Entry::String(b) | Entry::Buffer(b) => Limits::NODE_WEIGHT.saturating_add(b.len()),
+            Entry::Table(node) => node.bytes,
+            Entry::Boolean(_) | Entry::Integer(_) | Entry::Number(_) | Entry::Vector(_) => {
+                Limits::NODE_WEIGHT
+            }
+        }
+    }
+
+    /// Entries this value adds to a table's count: itself, plus a nested table's own.
+    pub(crate) fn entries(&self) -> usize {
+        match self {
+            Entry::Table(node) => 1 + node.entries,
+            _ => 1,
+        }
+    }
+
+    pub(crate) fn as_table(&self) -> Option<&Arc<Node>> {
+        match self {
+            Entry::Table(node) => Some(node),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_order_numbers_then_integers_then_strings() {
+        let mut keys = vec![
+            Key::String("b".into()),
+            Key::Integer(-5),
+            Key::number(2.0).unwrap(),
+            Key::String("a".into()),
+            Key::number(-1.5).unwrap(),
+            Key::Integer(3),
+        ];
+        keys.sort();
+        assert_eq!(
+            keys,
+            vec![
+                Key::Number(-1.5),
+                Key::Number(2.0),
+                Key::Integer(-5),
+                Key::Integer(3),
+                Key::String("a".into()),
+                Key::String("b".into()),
+            ]
+        );
+        assert_eq!(Key::number(-0.0), Some(Key::Number(0.0)));
+        assert_eq!(Key::number(f64::NAN), None);
+        assert_ne!(Key::Integer(1), Key::Number(1.0));
+    }
+
+    #[test]
+    fn positions_are_whole_positive_numbers() {
+        assert_eq!(Key::Number(3.0).as_position(), Some(3));
+        assert_eq!(Key::Number(0.0).as_position(), None);
+        assert_eq!(Key::Number(1.5).as_position(), None);
+        assert_eq!(Key::Integer(1).as_position(), None);
+        assert_eq!(Key::position(7), Key::Number(7.0));
+    }
+
+    #[test]
+    fn locations_read_like_luau() {
+        let keys = [
+            Key::String("alice".into()),
+            Key::Number(3.0),
+            Key::String("end".into()),
+        ];
+        assert_eq!(location("players", &keys), "'players'.alice[3][\"end\"]");
+        assert_eq!(location("p", &[]), "'p'");
+    }
+}

@@ -1,0 +1,337 @@
+//! One version of one table: an immutable `Node` over a persistent sorted map.
+//!
+//! A node is never changed once it is published. A write makes a new node for the table it
+//! changes and for each table above it (path copying); every other table of the new version is
+//! shared with the old one, and inside each copied node the persistent map copies only the path
+//! to the changed key. So a reader holding an old version keeps a whole, consistent picture for
+//! as long as it likes, and pays nothing to keep it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use imbl::OrdMap;
+
+use super::key::{Entry, Key};
+use crate::value::path::Segment;
+#[cfg(test)]
+use crate::value::MapKey;
+use crate::value::{Limits, Message};
+
+/// Node ids come from one process-wide counter, so an id is never reused: a table that was
+/// replaced by another is told apart from it even when both sit under the same key. (Plain std
+/// atomics: the counter only hands out unique numbers and takes no part in publication.)
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn fresh_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// One table at one version.
+#[derive(Clone, Debug)]
+pub(crate) struct Node {
+    /// Which table this is: kept across versions, new for every table written in.
+    pub(crate) id: u64,
+    /// The version of the named table at which this table (or a table inside it) last changed.
+    pub(crate) rev: u64,
+    pub(crate) map: OrdMap<Key, Entry>,
+    /// `#t`: the list positions `1..=border` are all present and `border + 1` is not.
+    pub(crate) border: usize,
+    /// Entries held here and in every table inside.
+    pub(crate) entries: usize,
+    /// Weight of this table and every table inside: one node, plus each key and value.
+    pub(crate) bytes: usize,
+    /// Tables on the longest chain from here down, this one included. Exact when the table is
+    /// built; afterwards an upper bound (a removal does not lower it), which only makes the
+    /// nesting check strict.
+    pub(crate) height: usize,
+}
+
+/// A value of a table being copied in that can't be stored, and where (innermost first).
+#[derive(Debug)]
+pub(crate) struct NotData {
+    pub(crate) what: &'static str,
+    pub(crate) segments: Vec<Segment>,
+}
+
+impl Node {
+    pub(crate) fn empty(rev: u64) -> Node {
+        Node {
+            id: fresh_id(),
+            rev,
+            map: OrdMap::new(),
+            border: 0,
+            entries: 0,
+            bytes: Limits::NODE_WEIGHT,
+            height: 1,
+        }
+    }
+
+    pub(crate) fn get(&self, key: &Key) -> Option<&Entry> {
+        self.map.get(key)
+    }
+
+    /// The first entry after `key` in key order (the first entry when `key` is `None`).
+    pub(crate) fn next_after(&self, key: Option<&Key>) -> Option<(&Key, &Entry)> {
+        match key {
+            None => self.map.get_min().map(|(k, v)| (k, v)),
+            Some(key) => {
+                use std::ops::Bound::{Excluded, Unbounded};
+                self.map
+                    .range::<_, Key>((Excluded(key), Unbounded::<&Key>))
+                    .next()
+            }
+        }
+    }
+
+    /// This table with `key` set to `value` (removed when `None`), at version `rev`.
+    pub(crate) fn with(&self, key: Key, value: Option<Entry>, rev: u64) -> Node {
+        let mut next = self.clone();
+        next.rev = rev;
+        let old = match value {
+            Some(value) => {
+                next.entries += value.entries();
+                next.bytes = next.bytes.saturating_add(key.weight() + value.weight());
+                if let Entry::Table(child) = &value {
+                    next.height = next.height.max(child.height + 1);
+                }
+                next.map.insert(key.clone(), value)
+            }
+            None => next.map.remove(&key),
+        };
+        if let Some(old) = &old {
+            next.entries -= old.entries();
+            next.bytes -= key.weight() + old.weight();
+        }
+        if let Some(position) = key.as_position() {
+            if next.map.contains_key(&key) {
+                if position == next.border + 1 {
+                    next.border = position;
+                    while next.map.contains_key(&Key::position(next.border + 1)) {
+                        next.border += 1;
+                    }
+                }
+            } else if position <= next.border {
+                next.border = position - 1;
+            }
+        }
+        next
+    }
+
+    /// This table with every entry removed, at version `rev`.
+    pub(crate) fn cleared(&self, rev: u64) -> Node {
+        Node {
+            id: self.id,
+            rev,
+            ..Node::empty(rev)
+        }
+    }
+
+    /// A copy of this table to be written in somewhere: same contents, a new identity.
+    pub(crate) fn copied(&self, rev: u64) -> Node {
+        Node {
+            id: fresh_id(),
+            rev,
+            ..self.clone()
+        }
+    }
+
+    /// The list part `1..=border` in order.
+    pub(crate) fn list(&self) -> impl Iterator<Item = &Entry> {
+        (1..=self.border).filter_map(|i| self.map.get(&Key::position(i)))
+    }
+
+    /// A plain deep copy. A table whose keys are exactly `1..n` becomes a list, as a Luau table
+    /// does when it crosses a boundary.
+    pub(crate) fn to_message(&self) -> Message {
+        if self.border > 0 && self.border == self.map.len() {
+            return Message::List(self.list().map(entry_message).collect());
+        }
+        Message::Map(
+            self.map
+                .iter()
+                .map(|(k, v)| (k.to_map_key(), entry_message(v)))
+                .collect(),
+        )
+    }
+
+    /// Builds a new table from a list or map message. `Nil` values are absent entries.
+    pub(crate) fn from_message(message: &Message, rev: u64) -> Result<Node, NotData> {
+        let mut node = Node::empty(rev);
+        let mut height = 1;
+        let mut put = |node: &mut Node, key: Key, value: &Message| -> Result<(), NotData> {
+            let Some(entry) = entry_of(value, rev).map_err(|mut e| {
+                e.segments.push(key.segment());
+                e
+            })?
+            else {
+                return Ok(());
+            };
+            if let Entry::Table(child) = &entry {
+                height = height.max(child.height + 1);
+            }
+            node.entries += entry.entries();
+            node.bytes = node.bytes.saturating_add(key.weight() + entry.weight());
+            node.map.insert(key, entry);
+            Ok(())
+        };
+        match message {
+            Message::List(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    put(&mut node, Key::position(i + 1), item)?;
+                }
+            }
+            Message::Map(entries) => {
+                for (key, value) in entries {
+                    let Some(key) = Key::from_map_key(key) else {
+                        return Err(NotData {
+                            what: "a NaN key",
+                            segments: Vec::new(),
+                        });
+                    };
+                    put(&mut node, key, value)?;
+                }
+            }
+            _ => unreachable_table(),
+        }
+        while node.map.contains_key(&Key::position(node.border + 1)) {
+            node.border += 1;
+        }
+        node.height = height;
+        Ok(node)
+    }
+}
+
+#[cold]
+fn unreachable_table() {
+    debug_assert!(false, "Node::from_message takes a list or a map");
+}
+
+/// A message as a value to store: `None` for nil (no entry), a refusal for what is not data.
+pub(crate) fn entry_of(message: &Message, rev: u64) -> Result<Option<Entry>, NotData> {
+    Ok(Some(match message {
+        Message::Nil => return Ok(None),
+        Message::Boolean(b) => Entry::Boolean(*b),
+        Message::Integer(i) => Entry::Integer(*i),
+        Message::Number(n) => Entry::Number(*n),
+        Message::String(s) => Entry::String(s.clone()),
+        Message::Vector(v) => Entry::Vector(*v),
+        Message::Buffer(b) => Entry::Buffer(b.clone()),
+        Message::List(_) | Message::Map(_) => {
+            Entry::Table(Arc::new(Node::from_message(message, rev)?))
+        }
+        Message::Resource(_) => {
+            return Err(NotData {
+                what: "a resource handle",
+                segments: Vec::new(),
+            })
+        }
+    }))
+}
+
+/// A stored value as a plain message; a nested table becomes a deep copy.
+pub(crate) fn entry_message(entry: &Entry) -> Message {
+    match entry {
+        Entry::Boolean(b) => Message::Boolean(*b),
+        Entry::Integer(i) => Message::Integer(*i),
+        Entry::Number(n) => Message::Number(*n),
+        Entry::String(s) => Message::String(s.clone()),
+        Entry::Vector(v) => Message::Vector(*v),
+        Entry::Buffer(b) => Message::Buffer(b.clone()),
+        Entry::Table(node) => node.to_message(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(text: &str) -> Key {
+        Key::String(bytes::Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    #[test]
+    fn the_border_follows_the_list_part() {
+        let mut node = Node::empty(0);
+        for i in [1, 2, 4] {
+            node = node.with(Key::position(i), Some(Entry::Integer(i as i64)), 1);
+        }
+        assert_eq!(node.border, 2);
+        node = node.with(Key::position(3), Some(Entry::Boolean(true)), 2);
+        assert_eq!(node.border, 4, "filling the hole joins the rest");
+        node = node.with(Key::position(2), None, 3);
+        assert_eq!(node.border, 1);
+        node = node.with(s("x"), Some(Entry::Boolean(true)), 4);
+        assert_eq!(node.border, 1);
+        assert_eq!(node.map.len(), 4);
+    }
+
+    #[test]
+    fn counts_and_weights_follow_every_write() {
+        let inner = Node::from_message(
+            &Message::List(vec![Message::Integer(1), Message::String("abc".into())]),
+            0,
+        )
+        .unwrap();
+        assert_eq!(inner.entries, 2);
+        assert_eq!(inner.bytes, 16 + (16 + 16) + (16 + 16 + 3));
+        let node = Node::empty(0).with(s("k"), Some(Entry::Table(Arc::new(inner.clone()))), 1);
+        assert_eq!(node.entries, 3);
+        assert_eq!(node.bytes, 16 + (16 + 1) + inner.bytes);
+        assert_eq!(node.height, 2);
+        let node = node.with(s("k"), Some(Entry::Boolean(false)), 2);
+        assert_eq!((node.entries, node.bytes), (1, 16 + 17 + 16));
+        let node = node.with(s("k"), None, 3);
+        assert_eq!((node.entries, node.bytes), (0, 16));
+    }
+
+    #[test]
+    fn a_message_round_trips_and_resources_are_refused() {
+        let message = Message::Map(vec![
+            (MapKey::String("a".into()), Message::Vector([1.0, 2.0, 3.0])),
+            (
+                MapKey::String("b".into()),
+                Message::List(vec![Message::Number(0.5), Message::Buffer("xy".into())]),
+            ),
+            (MapKey::Integer(7), Message::Boolean(true)),
+        ]);
+        let node = Node::from_message(&message, 0).unwrap();
+        assert_eq!(node.to_message(), message);
+        assert_eq!(node.height, 2);
+        let bad = Message::Map(vec![(
+            MapKey::String("r".into()),
+            Message::List(vec![Message::Resource(crate::value::ResourceHandle::new(
+                "q", 1,
+            ))]),
+        )]);
+        let err = Node::from_message(&bad, 0).unwrap_err();
+        assert_eq!(err.what, "a resource handle");
+        assert_eq!(
+            crate::value::path::render("t", &err.segments),
+            "t.r[1]",
+            "the path names the value"
+        );
+    }
+
+    #[test]
+    fn next_walks_in_key_order_from_any_key() {
+        let mut node = Node::empty(0);
+        for k in [s("b"), Key::position(2), s("a"), Key::position(1)] {
+            node = node.with(k, Some(Entry::Boolean(true)), 1);
+        }
+        let mut seen = Vec::new();
+        let mut at = None;
+        while let Some((k, _)) = node.next_after(at.as_ref()) {
+            seen.push(k.clone());
+            at = Some(k.clone());
+        }
+        assert_eq!(
+            seen,
+            vec![Key::position(1), Key::position(2), s("a"), s("b")]
+        );
+        assert_eq!(
+            node.next_after(Some(&s("aa"))).map(|(k, _)| k.clone()),
+            Some(s("b")),
+            "a key no longer present still finds its successor"
+        );
+    }
+}

@@ -1,0 +1,451 @@
+//! A named table: its root cell, and the commit and `atomic` protocols that publish versions.
+//!
+//! # Protocol
+//! A write loads the current version, finds its table by the handle's path (checking the id of
+//! every table on the way, so a write can't land in a table that was replaced or removed),
+//! builds the new version by path copying, and publishes it with one compare-and-swap on the
+//! root cell. A lost race redoes the work on the newer version. The new root's `rev` is the old
+//! one plus one, and every table on the copied path takes that `rev`: so a table's `rev` moves
+//! whenever it, or a table inside it, is written, and never moves back.
+//!
+//! `atomic` reads the key and its table's `rev`, runs the caller's function with nothing held,
+//! and commits only while that table's `rev` is unchanged (a race lost to a write elsewhere in
+//! the named table is retried without running the function again). After `TURN_AFTER` losses in
+//! a row the call takes the table's *turn*: other `atomic` calls on the table wait before each
+//! attempt until it commits, so only plain writes can still beat it. After `GIVE_UP` losses it
+//! raises.
+//!
+//! # Memory ordering
+//! Publication is the cell's compare-and-swap (arc-swap's, or a loom mutex in the models): a
+//! reader that loads a version sees every node of it fully built, because nodes are built
+//! before the swap and never changed after. The turn's flag is a hint read with `Acquire`; the
+//! waiting itself is on a mutex.
+
+use std::sync::Arc;
+
+use super::cell::VersionCell;
+use super::error::{SharedTableError, SharedTableErrorKind};
+use super::key::{location, Entry, Key};
+use super::node::Node;
+use crate::shared::StoreCore;
+use crate::sync::{thread, AtomicBool, Mutex, MutexGuard, Ordering};
+
+/// Losses in a row after which an `atomic` call takes the table's turn.
+pub(crate) const TURN_AFTER: u32 = 4;
+/// Losses after which an `atomic` call gives up.
+pub(crate) const GIVE_UP: u32 = 256;
+
+/// The bounds of one named table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TableLimits {
+    /// Entries the named table holds, counting every table inside it.
+    pub(crate) entries: usize,
+    /// Bytes the named table weighs, counting every table inside it.
+    pub(crate) bytes: usize,
+    /// Tables nested in one another, the named table included.
+    pub(crate) depth: usize,
+}
+
+impl TableLimits {
+    pub(crate) const DEFAULT: TableLimits = TableLimits {
+        entries: 1 << 20,
+        bytes: 64 << 20,
+        depth: 64,
+    };
+}
+
+/// Where a handle's table sits: the keys from the named table down, and the id each table on
+/// the way had when the handle was made.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TablePath {
+    pub(crate) keys: Vec<Key>,
+    pub(crate) ids: Vec<u64>,
+}
+
+impl TablePath {
+    pub(crate) fn child(&self, key: Key, id: u64) -> TablePath {
+        let mut path = self.clone();
+        path.keys.push(key);
+        path.ids.push(id);
+        path
+    }
+
+    /// Tables from the named table down to this one, both included.
+    pub(crate) fn depth(&self) -> usize {
+        self.keys.len() + 1
+    }
+}
+
+/// What a commit stamps on the nodes it builds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stamp {
+    /// The version being built.
+    pub(crate) rev: u64,
+    /// Depth of the table being edited (the named table is 1).
+    pub(crate) depth: usize,
+}
+
+/// What an edit decided: a new version of the table with an answer, or only an answer (the
+/// table stays as it is and nothing is published).
+pub(crate) enum Edit<R> {
+    Write(Node, R),
+    Keep(R),
+}
+
+pub(crate) struct TableRoot {
+    pub(crate) name: Arc<str>,
+    pub(crate) limits: TableLimits,
+    cell: VersionCell,
+    turn: Turn,
+}
+
+impl TableRoot {
+    pub(crate) fn new(name: Arc<str>, limits: TableLimits) -> TableRoot {
+        TableRoot {
+            name,
+            limits,
+            cell: VersionCell::new(Arc::new(Node::empty(0))),
+            turn: Turn::new(),
+        }
+    }
+
+    /// The current version of the whole named table. Never blocks.
+    pub(crate) fn load(&self) -> Arc<Node> {
+        #[cfg(not(loom))]
+        return arc_swap::Guard::into_inner(self.cell.load());
+        #[cfg(loom)]
+        return self.cell.load();
+    }
+
+    /// The current version for one short read: no reference count is taken in normal builds.
+    pub(crate) fn peek(&self) -> super::cell::Loaded {
+        self.cell.load()
+    }
+
+    /// Drops the table's contents (the store ended): handles refuse before they look.
+    pub(crate) fn forget(&self) {
+        self.cell.store(Arc::new(Node::empty(0)));
+    }
+
+    pub(crate) fn location(&self, keys: &[Key]) -> String {
+        location(&self.name, keys)
+    }
+
+    /// The handle's table in `version`, or why it is gone.
+    pub(crate) fn target<'a>(
+        &self,
+        version: &'a Node,
+        path: &TablePath,
+    ) -> Result<&'a Node, SharedTableError> {
+        let mut node = version;
+        for (i, (key, id)) in path.keys.iter().zip(&path.ids).enumerate() {
+            node = match node.get(key) {
+                Some(Entry::Table(child)) if child.id == *id => child,
+                found => return Err(self.detached(path, i, found.is_some())),
+            };
+        }
+        Ok(node)
+    }
+
+    /// Every table from the named one down to the handle's, in `version`.
+    fn chain<'a>(
+        &self,
+        version: &'a Node,
+        path: &TablePath,
+    ) -> Result<Vec<&'a Node>, SharedTableError> {
+        let mut chain = Vec::with_capacity(path.depth());
+        chain.push(version);
+        let mut node = version;
+        for (i, (key, id)) in path.keys.iter().zip(&path.ids).enumerate() {
+            node = match node.get(key) {
+                Some(Entry::Table(child)) if child.id == *id => child,
+                found => return Err(self.detached(path, i, found.is_some())),
+            };
+            chain.push(node);
+        }
+        Ok(chain)
+    }
+
+    #[cold]
+    fn detached(&self, path: &TablePath, at: usize, replaced: bool) -> SharedTableError {
+        let what = if replaced { "replaced" } else { "removed" };
+        let whole = self.location(&path.keys);
+        let message = if at + 1 == path.keys.len() {
+            format!("shared table {whole} was {what}")
+        } else {
+            let gone = self.location(&path.keys[..=at]);
+            format!("shared table {whole} is detached: {gone} was {what}")
+        };
+        SharedTableError::new(SharedTableErrorKind::Detached, message)
+    }
+
+    /// Builds the new version of the named table around `leaf`, the new handle's table.
+    fn rebuild(chain: &[&Node], keys: &[Key], leaf: Node, rev: u64) -> Node {
+        let mut node = leaf;
+        for (parent, key) in chain.iter().zip(keys).rev() {
+            node = parent.with(key.clone(), Some(Entry::Table(Arc::new(node))), rev);
+        }
+        node
+    }
+
+    fn check_bounds(&self, next: &Node, path: &TablePath) -> Result<(), SharedTableError> {
+        let limits = self.limits;
+        let refuse = |count: usize, unit: &str, max: usize| {
+            SharedTableError::new(
+                SharedTableErrorKind::Limit,
+                format!(
+                    "shared table {}: the write would make '{}' hold {count} {unit}, past the bound of {max}",
+                    self.location(&path.keys),
+                    self.name
+                ),
+            )
+        };
+        if next.entries > limits.entries {
+            return Err(refuse(next.entries, "entries", limits.entries));
+        }
+        if next.bytes > limits.bytes {
+            return Err(refuse(next.bytes, "bytes", limits.bytes));
+        }
+        Ok(())
+    }
+
+    /// Publishes `next` over `seen`, taking or giving back the store's bytes by the difference.
+    fn publish(
+        &self,
+        store: &StoreCore,
+        seen: &Arc<Node>,
+        next: Node,
+        path: &TablePath,
+    ) -> Result<bool, SharedTableError> {
+        let grow = next.bytes.saturating_sub(seen.bytes);
+        let shrink = seen.bytes.saturating_sub(next.bytes);
+        if grow > 0 {
+            let what = format!("shared table {}", self.location(&path.keys));
+            store
+                .reserve_bytes(grow, &what)
+                .map_err(|m| SharedTableError::new(SharedTableErrorKind::Limit, m))?;
+        }
+        if self.cell.publish(seen, Arc::new(next)) {
+            store.release_bytes(shrink);
+            Ok(true)
+        } else {
+            store.release_bytes(grow);
+            Ok(false)
+        }
+    }
+
+    /// Runs `edit` on the handle's table in the current version and publishes the result,
+    /// redoing it on a newer version when another write won the race. `edit` may run more than
+    /// once; what it returns from the run that was published is the answer.
+    pub(crate) fn commit<R>(
+        &self,
+        store: &StoreCore,
+        path: &TablePath,
+        mut edit: impl FnMut(&Node, Stamp) -> Result<Edit<R>, SharedTableError>,
+    ) -> Result<R, SharedTableError> {
+        loop {
+            store.tables.check_ended(|| self.location(&path.keys))?;
+            let seen = self.load();
+            let chain = self.chain(&seen, path)?;
+            let stamp = Stamp {
+                rev: seen.rev + 1,
+                depth: path.depth(),
+            };
+            let Some(&target) = chain.last() else {
+                unreachable_chain();
+                continue;
+            };
+            let (leaf, out) = match edit(target, stamp)? {
+                Edit::Write(leaf, out) => (leaf, out),
+                Edit::Keep(out) => return Ok(out),
+            };
+            let next = Self::rebuild(&chain[..chain.len() - 1], &path.keys, leaf, stamp.rev);
+            self.check_bounds(&next, path)?;
+            if self.publish(store, &seen, next, path)? {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// `target` with `key` set to `value` (removed when `None`), refusing to nest too deep.
+    pub(crate) fn set_in(
+        &self,
+        target: &Node,
+        key: &Key,
+        value: Option<&Entry>,
+        stamp: Stamp,
+        path: &TablePath,
+    ) -> Result<Node, SharedTableError> {
+        let value = match value {
+            Some(Entry::Table(child)) => {
+                let deepest = stamp.depth + child.height;
+                if deepest > self.limits.depth {
+                    let mut keys = path.keys.clone();
+                    keys.push(key.clone());
+                    return Err(SharedTableError::new(
+                        SharedTableErrorKind::Limit,
+                        format!(
+                            "shared table {}: tables would nest {deepest} deep, past the bound of {}",
+                            self.location(&keys),
+                            self.limits.depth
+                        ),
+                    ));
+                }
+                // Written in here, the table is a table of its own: a new identity, this
+                // version's rev.
+                Some(Entry::Table(Arc::new(child.copied(stamp.rev))))
+            }
+            other => other.cloned(),
+        };
+        Ok(target.with(key.clone(), value, stamp.rev))
+    }
+
+    /// Sets one key: the plain write.
+    pub(crate) fn set(
+        &self,
+        store: &StoreCore,
+        path: &TablePath,
+        key: &Key,
+        value: Option<&Entry>,
+    ) -> Result<(), SharedTableError> {
+        self.commit(store, path, |target, stamp| {
+            Ok(Edit::Write(
+                self.set_in(target, key, value, stamp, path)?,
+                (),
+            ))
+        })
+    }
+
+    /// Read-modify-write of one key; see the module docs. `f` gets the current value and
+    /// answers the new one. Answers the value now stored.
+    pub(crate) fn atomic(
+        &self,
+        store: &StoreCore,
+        path: &TablePath,
+        key: &Key,
+        f: &mut dyn FnMut(Option<Entry>) -> Result<Option<Entry>, SharedTableError>,
+    ) -> Result<Option<Entry>, SharedTableError> {
+        let me = thread::current().id();
+        let mut losses = 0u32;
+        let mut turn: Option<TurnGuard<'_>> = None;
+        loop {
+            if turn.is_none() {
+                self.turn.wait_unless_mine(me);
+            }
+            store.tables.check_ended(|| self.location(&path.keys))?;
+            let seen = self.load();
+            let target = self.target(&seen, path)?;
+            let (seen_id, seen_rev) = (target.id, target.rev);
+            let current = target.get(key).cloned();
+            let value = f(current)?;
+            let mut version = seen;
+            loop {
+                let chain = self.chain(&version, path)?;
+                let Some(&target) = chain.last() else {
+                    unreachable_chain();
+                    break;
+                };
+                if (target.id, target.rev) != (seen_id, seen_rev) {
+                    break;
+                }
+                let stamp = Stamp {
+                    rev: version.rev + 1,
+                    depth: path.depth(),
+                };
+                let leaf = self.set_in(target, key, value.as_ref(), stamp, path)?;
+                // What is stored, as stored: a table written in has its new identity.
+                let stored = leaf.get(key).cloned();
+                let next = Self::rebuild(&chain[..chain.len() - 1], &path.keys, leaf, stamp.rev);
+                self.check_bounds(&next, path)?;
+                if self.publish(store, &version, next, path)? {
+                    return Ok(stored);
+                }
+                // Another write won the swap; if it was elsewhere in the named table, our
+                // table is unchanged and the same value commits on the newer version.
+                version = self.load();
+            }
+            losses += 1;
+            if losses >= GIVE_UP {
+                let mut keys = path.keys.clone();
+                keys.push(key.clone());
+                return Err(SharedTableError::new(
+                    SharedTableErrorKind::GaveUp,
+                    format!(
+                        "jobs.shared.atomic: gave up on {} after {GIVE_UP} attempts: plain writes kept changing the table",
+                        self.location(&keys)
+                    ),
+                ));
+            }
+            if losses >= TURN_AFTER && turn.is_none() && !self.turn.is_mine(me) {
+                turn = Some(self.turn.take(me));
+            }
+        }
+    }
+
+    /// Whether an `atomic` call holds the table's turn now (for tests and models).
+    #[cfg(any(test, loom))]
+    pub(crate) fn turn_taken(&self) -> bool {
+        self.turn.taken.load(Ordering::Acquire)
+    }
+}
+
+#[cold]
+fn unreachable_chain() {
+    debug_assert!(false, "a chain always holds the named table");
+}
+
+/// The table's turn: held by an `atomic` call that lost `TURN_AFTER` times in a row.
+struct Turn {
+    /// Set while a call holds the turn: a hint that lets calls skip the mutexes when free.
+    taken: AtomicBool,
+    /// The thread holding the turn, so an `atomic` inside the holder's function goes ahead
+    /// instead of waiting on itself.
+    holder: Mutex<Option<thread::ThreadId>>,
+    /// Held by the holder for its whole turn; a waiting call locks it and lets it go.
+    gate: Mutex<()>,
+}
+
+struct TurnGuard<'a> {
+    turn: &'a Turn,
+    _gate: MutexGuard<'a, ()>,
+}
+
+impl Turn {
+    fn new() -> Turn {
+        Turn {
+            taken: AtomicBool::new(false),
+            holder: Mutex::new(None),
+            gate: Mutex::new(()),
+        }
+    }
+
+    fn is_mine(&self, me: thread::ThreadId) -> bool {
+        *self.holder.lock().unwrap_or_else(|e| e.into_inner()) == Some(me)
+    }
+
+    /// Waits while another thread holds the turn.
+    fn wait_unless_mine(&self, me: thread::ThreadId) {
+        if !self.taken.load(Ordering::Acquire) || self.is_mine(me) {
+            return;
+        }
+        drop(self.gate.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    fn take(&self, me: thread::ThreadId) -> TurnGuard<'_> {
+        let gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        *self.holder.lock().unwrap_or_else(|e| e.into_inner()) = Some(me);
+        self.taken.store(true, Ordering::Release);
+        TurnGuard {
+            turn: self,
+            _gate: gate,
+        }
+    }
+}
+
+impl Drop for TurnGuard<'_> {
+    fn drop(&mut self) {
+        // Cleared before the gate opens (the gate field drops after this body).
+        self.turn.taken.store(false, Ordering::Release);
+        *self.turn.holder.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
