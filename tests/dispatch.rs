@@ -552,3 +552,53 @@ fn jobs_stats_answers_the_pool_rows() {
     let host: u64 = pool.stats().iter().map(|s| s.items_run).sum();
     assert!(host >= 20);
 }
+
+/// A reply meant for a promise of a worker VM that was replaced (after a panic) must not settle
+/// the promise of the new VM that happens to reuse its id.
+#[test]
+fn a_late_reply_to_a_replaced_vm_never_settles_a_promise_of_the_new_one() {
+    const REPLY: &str = r#"
+local M = {}
+function M.where() return jobs.context().worker end
+-- Dispatches a slow item on another key and returns at once: its promise stays pending in
+-- this VM, which is about to be replaced.
+function M.leave() jobs.dispatch("./reply", "slow", "stale", { key = "b" }) return jobs.context().worker end
+function M.slow(x) task.wait(0.5) return x end
+function M.fast(x) return x end
+-- The new VM's first promise: the same slab slot and generation as the one left behind.
+function M.ask() return jobs.dispatch("./reply", "fast", "fresh", { key = "b" }):await() end
+return M
+"#;
+    let tree = Tree::new(&[("reply.luau", REPLY), ("boom.luau", "rawPanic() return {}")]);
+    let pool = Pool::new(2);
+    let plan = Plan::new().setup(|lua| {
+        let f =
+            lua.create_function(|_, ()| -> skein::mlua::Result<()> { panic!("raw host panic") })?;
+        lua.globals().raw_set("rawPanic", f)
+    });
+    let domain = tree.domain_with(&pool, plan);
+    let out = domain
+        .eval(
+            r#"
+            local x = jobs.dispatch("./reply", "leave", nil, { key = "a" }):await()
+            -- Requiring a module whose top level panics outside any task drops the VM of key a.
+            -- The item whose require panicked is answered, not lost with the VM.
+            local ok, err = pcall(function() jobs.dispatch("./boom", "x", nil, { key = "a" }):await() end)
+            assert(not ok)
+            local answer = jobs.dispatch("./reply", "ask", nil, { key = "a" }):await()
+            local y = jobs.dispatch("./reply", "where", nil, { key = "a" }):await()
+            return { x, y, answer, tostring(err) }
+        "#,
+        )
+        .unwrap();
+    let Message::List(v) = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(v[0], v[1], "key a stayed on its worker");
+    assert!(
+        pool.stats().iter().map(|s| s.panics).sum::<u64>() >= 1,
+        "the VM was replaced"
+    );
+    assert_eq!(text(&v[2]), "fresh");
+    assert_contains(&text(&v[3]), "host code panicked: raw host panic");
+}

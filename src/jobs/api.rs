@@ -16,7 +16,7 @@ use super::options::{read_key, DispatchOptions};
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
 use crate::value::Message;
-use crate::vm::{promise_handle, with_caller_source, Owner, Vm, VmCore};
+use crate::vm::{promise_handle, with_caller_source, Owner, PromiseId, Vm, VmCore};
 
 /// Where the VM that calls `jobs.*` lives.
 pub(crate) enum HomeKind {
@@ -25,6 +25,9 @@ pub(crate) enum HomeKind {
     /// A pool worker; items it dispatches go to its own deque through `outbox`.
     Worker {
         index: usize,
+        /// This VM's serial: replies carry it, so a reply meant for a VM the worker has since
+        /// replaced (after a panic) can't settle a promise of the new one that reuses its id.
+        vm: u64,
         outbox: Rc<RefCell<Vec<Item>>>,
     },
 }
@@ -52,6 +55,18 @@ impl JobsHome {
             pool,
             kind,
             entries: RefCell::new(FxHashSet::default()),
+        }
+    }
+
+    /// Where a reply settling promise `promise` of this VM goes.
+    pub(crate) fn reply_to(&self, promise: PromiseId) -> ReplyTo {
+        match &self.kind {
+            HomeKind::Engine => ReplyTo::Engine(promise),
+            HomeKind::Worker { index, vm, .. } => ReplyTo::Worker {
+                worker: *index,
+                vm: *vm,
+                promise,
+            },
         }
     }
 
@@ -281,13 +296,7 @@ fn dispatch(
     if let Some(key) = &opts.key {
         cell.set_key(key.clone());
     }
-    let reply = match &home.kind {
-        HomeKind::Engine => ReplyTo::Engine(cell.id()),
-        HomeKind::Worker { index, .. } => ReplyTo::Worker {
-            worker: *index,
-            promise: cell.id(),
-        },
-    };
+    let reply = home.reply_to(cell.id());
     let item = Item {
         principal: home.principal.clone(),
         job,

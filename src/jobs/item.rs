@@ -146,7 +146,12 @@ pub(crate) enum ReplyTo {
     /// A promise homed in a domain's engine VM.
     Engine(PromiseId),
     /// A promise homed in a worker VM (an item dispatched from another item).
-    Worker { worker: usize, promise: PromiseId },
+    Worker {
+        worker: usize,
+        /// The serial of the VM the promise lives in.
+        vm: u64,
+        promise: PromiseId,
+    },
     /// A Rust [`Promise`](crate::Promise) held by host code.
     Host(Arc<HostSlot>),
     /// Chunk `index` (from 0) of a `jobs.parallelFor`: its collector settles the promise.
@@ -215,6 +220,8 @@ pub(crate) enum WorkerMsg {
     /// Settle a promise homed in the worker's VM for `principal`.
     Settle {
         principal: Principal,
+        /// The serial of the VM the promise lives in: a replaced VM's replies are dropped.
+        vm: u64,
         promise: PromiseId,
         outcome: Outcome,
     },

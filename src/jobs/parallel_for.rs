@@ -101,13 +101,7 @@ pub(super) fn parallel_for(
         })
         .collect();
     let cell = core.promises.borrow_mut().make("jobs.parallelFor");
-    let reply = match &home.kind {
-        HomeKind::Engine => ReplyTo::Engine(cell.id()),
-        HomeKind::Worker { index, .. } => ReplyTo::Worker {
-            worker: *index,
-            promise: cell.id(),
-        },
-    };
+    let reply = home.reply_to(cell.id());
     let gather = Gather::new(
         jobs.clone(),
         reply,

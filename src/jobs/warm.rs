@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use mlua::{Lua, Value};
 
-use super::api::{home, refuse, HomeKind};
+use super::api::{home, refuse};
 use super::item::{ReplyTo, WorkerMsg};
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
@@ -236,13 +236,7 @@ pub(super) fn warm(lua: &Lua, (module, entry): (Value, Value)) -> mlua::Result<V
     );
 
     let cell = core.promises.borrow_mut().make("jobs.warm");
-    let to = match &home.kind {
-        HomeKind::Engine => ReplyTo::Engine(cell.id()),
-        HomeKind::Worker { index, .. } => ReplyTo::Worker {
-            worker: *index,
-            promise: cell.id(),
-        },
-    };
+    let to = home.reply_to(cell.id());
     if let Err((outcome, _)) = entry.wait(to) {
         // Settled by an earlier call: this handle answers the same, now. Nobody waits on the
         // new promise yet, so there is no task to wake.

@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -25,9 +25,14 @@ use crate::vm::{self, FailureKind, JobFailure, Outcome, Owner, Signal, TaskFailu
 /// How many entry names a worker VM keeps as Luau strings.
 const ENTRY_KEYS: usize = 256;
 
+/// Serials of worker VMs, process-wide.
+static NEXT_VM_SERIAL: AtomicU64 = AtomicU64::new(1);
+
 /// One VM a worker keeps for one principal.
 struct WorkerVm {
     principal: Arc<PrincipalCell>,
+    /// Unique in the process: replies to this VM's promises carry it.
+    serial: u64,
     vm: Vm,
     /// The jobs running in this VM, so a cancel can end their parked tasks.
     running: Rc<RefCell<HashMap<*const JobShared, Rc<Owner>>>>,
@@ -134,11 +139,13 @@ impl LuauWorker {
                 failure: failure.to_string(),
             });
         });
+        let serial = NEXT_VM_SERIAL.fetch_add(1, Ordering::Relaxed);
         let home = JobsHome::new(
             principal.clone(),
             pool,
             HomeKind::Worker {
                 index: self.index,
+                vm: serial,
                 outbox: self.outbox.clone(),
             },
         );
@@ -165,6 +172,7 @@ impl LuauWorker {
         };
         self.vms.push(WorkerVm {
             principal: principal.clone(),
+            serial,
             vm,
             running: Rc::new(RefCell::new(HashMap::new())),
             sources_seen: vm::source_epoch(),
@@ -274,9 +282,19 @@ impl LuauWorker {
                 Err(e) => return fail(item, FailureKind::Load, vm::error_message(&e)),
             },
         };
-        let function = match entry_function(lua, &wvm.vm, &item.module, &item.entry, key) {
-            Ok(f) => f,
-            Err(e) => return fail(item, FailureKind::Load, e),
+        // Requiring the module runs its top level outside any task, where the scheduler can't
+        // contain a panic: answer the item first, then let the panic end the VM (`on_panic`).
+        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            entry_function(lua, &wvm.vm, &item.module, &item.entry, key)
+        }));
+        let function = match found {
+            Ok(Ok(f)) => f,
+            Ok(Err(e)) => return fail(item, FailureKind::Load, e),
+            Err(payload) => {
+                let message = TaskFailure::Panicked(vm::panic_message(&payload)).to_string();
+                fail(item, FailureKind::Panicked, message);
+                std::panic::resume_unwind(payload);
+            }
         };
         let args = match item.args.to_lua(lua) {
             Ok(v) => v,
@@ -398,10 +416,15 @@ pub(super) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, po
                 .mailbox
                 .post(DomainEvent::Settle { promise, outcome });
         }
-        ReplyTo::Worker { worker, promise } => pool.exec.post(
+        ReplyTo::Worker {
+            worker,
+            vm,
+            promise,
+        } => pool.exec.post(
             worker,
             WorkerMsg::Settle {
                 principal: principal.id,
+                vm,
                 promise,
                 outcome,
             },
@@ -472,11 +495,14 @@ impl WorkerLogic for LuauWorker {
         match msg {
             WorkerMsg::Settle {
                 principal,
+                vm,
                 promise,
                 outcome,
             } => {
                 if let Some(i) = self.vm_index(principal) {
-                    self.vms[i].vm.settle(promise, outcome);
+                    if self.vms[i].serial == vm {
+                        self.vms[i].vm.settle(promise, outcome);
+                    }
                 }
             }
             WorkerMsg::Cancel { principal, job } => {
