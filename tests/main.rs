@@ -9,6 +9,7 @@ mod keys;
 mod parallel_for;
 mod runner;
 mod shared_queues;
+mod shared_stress;
 mod shared_tables;
 mod stress;
 mod tasks;

@@ -367,3 +367,109 @@ fn the_keyed_example_keeps_state_per_key_and_starts_fresh_after_release() {
         ]
     );
 }
+
+/// Prime factors of `n` by trial division, smallest first: the test's own, to check the script's.
+fn prime_factors(mut n: u64) -> Vec<u64> {
+    let mut factors = Vec::new();
+    let mut d = 2;
+    while d * d <= n {
+        while n.is_multiple_of(d) {
+            factors.push(d);
+            n /= d;
+        }
+        d += 1;
+    }
+    if n > 1 {
+        factors.push(n);
+    }
+    factors
+}
+
+#[test]
+fn the_pipeline_example_factors_every_number_exactly_once() {
+    const COUNT: u64 = 300;
+    const FIRST: u64 = 999_999_900;
+    let (code, stdout, stderr) = skein(&[
+        "run",
+        "examples/pipeline.luau",
+        "--workers",
+        "2",
+        "--",
+        &COUNT.to_string(),
+        &FIRST.to_string(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+
+    // What the script must find, worked out here: the primes, and the number with the most
+    // prime factors (the smallest of them on a tie), written as the script writes it.
+    let numbers = FIRST..FIRST + COUNT;
+    let primes = numbers
+        .clone()
+        .filter(|&n| prime_factors(n).len() == 1)
+        .count();
+    let (most, factors) =
+        numbers
+            .map(|n| (n, prime_factors(n)))
+            .fold((0, Vec::new()), |best, (n, f)| {
+                if f.len() > best.1.len() {
+                    (n, f)
+                } else {
+                    best
+                }
+            });
+    let mut powers: Vec<(u64, u32)> = Vec::new();
+    for p in &factors {
+        match powers.last_mut() {
+            Some((q, k)) if q == p => *k += 1,
+            _ => powers.push((*p, 1)),
+        }
+    }
+    let written: Vec<String> = powers
+        .iter()
+        .map(|&(p, k)| {
+            if k == 1 {
+                p.to_string()
+            } else {
+                format!("{p}^{k}")
+            }
+        })
+        .collect();
+
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[..5],
+        [
+            "pipeline: 300 numbers from 999999900, 2 consumers, queues of 64",
+            "  25% factored",
+            "  50% factored",
+            "  75% factored",
+            "  100% factored",
+        ],
+        "{stdout}"
+    );
+    // How the items split between the consumers depends on timing; their sum does not.
+    let split = lines[5]
+        .strip_prefix("consumers took ")
+        .and_then(|rest| rest.strip_suffix(" = 300 items"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let parts: Vec<u64> = split.split(" + ").map(|n| n.parse().unwrap()).collect();
+    assert_eq!(parts.len(), 2, "{stdout}");
+    assert_eq!(parts.iter().sum::<u64>(), COUNT);
+    assert_eq!(
+        lines[6],
+        format!(
+            "primes: {primes}; most prime factors: {most} = {} ({} factors)",
+            written.join(" * "),
+            factors.len()
+        )
+    );
+    assert_eq!(
+        lines[7],
+        "every number factored exactly once: 300 in, 300 out, sums agree"
+    );
+    assert!(
+        lines[8].starts_with("time: ") && lines[8].ends_with(" s"),
+        "{stdout}"
+    );
+    assert_eq!(lines.len(), 9, "{stdout}");
+}
