@@ -11,7 +11,7 @@ pub(crate) use loom::{
     hint,
     sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering},
     sync::{Arc, Mutex, MutexGuard},
-    thread,
+    thread, thread_local,
 };
 
 #[cfg(not(loom))]
@@ -19,7 +19,7 @@ pub(crate) use std::{
     hint,
     sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering},
     sync::{Arc, Mutex, MutexGuard},
-    thread,
+    thread, thread_local,
 };
 
 /// Parks the current thread until it is unparked or, when given, until `deadline` passes.

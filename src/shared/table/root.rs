@@ -28,7 +28,7 @@ use super::error::{SharedTableError, SharedTableErrorKind};
 use super::key::{location, Entry, Key};
 use super::node::Node;
 use crate::shared::StoreCore;
-use crate::sync::{thread, AtomicBool, Mutex, MutexGuard, Ordering};
+use crate::sync::{thread, thread_local, AtomicBool, Mutex, MutexGuard, Ordering};
 
 /// Losses in a row after which an `atomic` call takes the table's turn.
 pub(crate) const TURN_AFTER: u32 = 4;
@@ -376,7 +376,7 @@ impl TableRoot {
                     ),
                 ));
             }
-            if losses >= TURN_AFTER && turn.is_none() && !self.turn.is_mine(me) {
+            if losses >= TURN_AFTER && turn.is_none() && !holds_a_turn() {
                 turn = Some(self.turn.take(me));
             }
         }
@@ -392,6 +392,19 @@ impl TableRoot {
 #[cold]
 fn unreachable_chain() {
     debug_assert!(false, "a chain always holds the named table");
+}
+
+thread_local! {
+    /// How many tables' turns this thread holds. A thread that holds one never waits for
+    /// another's nor takes a second: waiting is then only ever done by threads that hold
+    /// nothing, so two `atomic` calls nested across two tables in opposite orders can't wait
+    /// on each other forever. Such a nested call goes on optimistically (and may give up).
+    #[allow(clippy::missing_const_for_thread_local)] // loom's thread_local! takes no const block
+    static TURNS_HELD: std::cell::Cell<u32> = std::cell::Cell::new(0);
+}
+
+fn holds_a_turn() -> bool {
+    TURNS_HELD.with(|n| n.get() > 0)
 }
 
 /// The table's turn: held by an `atomic` call that lost `TURN_AFTER` times in a row.
@@ -423,9 +436,9 @@ impl Turn {
         *self.holder.lock().unwrap_or_else(|e| e.into_inner()) == Some(me)
     }
 
-    /// Waits while another thread holds the turn.
+    /// Waits while another thread holds the turn, unless this thread holds a turn itself.
     fn wait_unless_mine(&self, me: thread::ThreadId) {
-        if !self.taken.load(Ordering::Acquire) || self.is_mine(me) {
+        if !self.taken.load(Ordering::Acquire) || holds_a_turn() || self.is_mine(me) {
             return;
         }
         drop(self.gate.lock().unwrap_or_else(|e| e.into_inner()));
@@ -435,6 +448,7 @@ impl Turn {
         let gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
         *self.holder.lock().unwrap_or_else(|e| e.into_inner()) = Some(me);
         self.taken.store(true, Ordering::Release);
+        TURNS_HELD.with(|n| n.set(n.get() + 1));
         TurnGuard {
             turn: self,
             _gate: gate,
@@ -447,5 +461,6 @@ impl Drop for TurnGuard<'_> {
         // Cleared before the gate opens (the gate field drops after this body).
         self.turn.taken.store(false, Ordering::Release);
         *self.turn.holder.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        TURNS_HELD.with(|n| n.set(n.get() - 1));
     }
 }

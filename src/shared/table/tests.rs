@@ -484,3 +484,46 @@ fn handles_are_send_and_sync() {
     assert_send_sync::<SharedTableRef>();
     assert_send_sync::<crate::shared::FrozenTable>();
 }
+
+#[test]
+fn turn_holders_nesting_atomics_across_two_tables_in_opposite_orders_both_finish() {
+    let s = store();
+    let (a, b) = (s.table("a").unwrap(), s.table("b").unwrap());
+    let both_hold = Arc::new(std::sync::Barrier::new(2));
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    for (mine, other) in [(a.clone(), b.clone()), (b, a)] {
+        let (both_hold, done_tx) = (both_hold.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            let writer = mine.clone();
+            let mut runs = 0;
+            let stored = mine.atomic("n", |_| {
+                runs += 1;
+                if runs <= 4 {
+                    // Lose four times: the fifth run holds this table's turn.
+                    writer.set("noise", int(runs)).unwrap();
+                } else if runs == 5 {
+                    assert!(writer.root.turn_taken());
+                    // Both threads hold their own table's turn now; each reaches into the other's.
+                    both_hold.wait();
+                    other.atomic("from_other", |_| Some(int(1))).unwrap();
+                }
+                Some(int(runs))
+            });
+            done_tx.send(stored.is_ok()).unwrap();
+        });
+    }
+    for _ in 0..2 {
+        let ok = done_rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("two turn holders waited on each other");
+        assert!(ok);
+    }
+    assert_eq!(
+        s.table("a").unwrap().get("from_other").unwrap(),
+        Some(int(1))
+    );
+    assert_eq!(
+        s.table("b").unwrap().get("from_other").unwrap(),
+        Some(int(1))
+    );
+}
