@@ -1,0 +1,260 @@
+//! Data-parallel scaling: a CPU-bound Luau kernel (Mandelbrot, 800x600, at most 200 iterations a
+//! pixel, each chunk answering the iterations it counted over its rows) cut into the same chunks
+//! and run four ways in one process:
+//!
+//! - `plain_mlua`: serially in one plain `mlua::Lua` on this thread, one call per chunk, no Skein;
+//! - `skein_1`: `jobs.parallelFor` on `Pool::new(1)`;
+//! - `skein_2`: `jobs.parallelFor` on `Pool::new(2)`;
+//! - `rayon_mlua`: what a user would hand-roll, a 2-thread rayon pool with `par_iter` over the
+//!   chunks and a thread-local `mlua::Lua` per thread holding the kernel, loaded once.
+//!
+//! Each side is timed with criterion's `iter_custom`; the medians give three ratios, printed at
+//! the end: 2 workers over 1 worker (goal >= 1.9x throughput), 1 worker over plain mlua (goal
+//! <= 1.03x in time) and 2 workers over rayon (goal >= 1.0x throughput).
+
+use std::cell::RefCell;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode, Throughput};
+use rayon::prelude::*;
+use skein::mlua::{self, Lua};
+use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+
+const WIDTH: usize = 800;
+const HEIGHT: usize = 600;
+/// Chunks of rows on every side; 24 divides the 600 rows evenly, and a dozen chunks per worker
+/// lets the uneven rows (the set's middle costs the most) balance between two workers.
+const CHUNKS: usize = 24;
+const KERNEL: &str = r#"
+local M = {}
+local WIDTH, HEIGHT, MAX_ITER = 800, 600, 200
+
+-- Counts the escape iterations of every pixel in rows c.first..c.last (1-based).
+function M.rows(c)
+    local total = 0
+    for y = c.first, c.last do
+        local ci = (y - 1) / HEIGHT * 2.4 - 1.2
+        for x = 0, WIDTH - 1 do
+            local cr = x / WIDTH * 3.5 - 2.5
+            local zr, zi, n = 0, 0, 0
+            while n < MAX_ITER and zr * zr + zi * zi <= 4 do
+                zr, zi = zr * zr - zi * zi + cr, 2 * zr * zi + ci
+                n += 1
+            end
+            total += n
+        end
+    end
+    return total
+end
+
+return M
+"#;
+
+static PLAIN: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+static SKEIN_1: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+static SKEIN_2: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+static RAYON: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+
+/// The chunks as `parallelFor` cuts them: `(index, first, last)`, the first `n % chunks` runs one
+/// longer than the rest.
+fn split(n: usize, chunks: usize) -> Vec<(usize, usize, usize)> {
+    let (base, extra) = (n / chunks, n % chunks);
+    let mut first = 1;
+    (1..=chunks)
+        .map(|index| {
+            let len = base + usize::from(index <= extra);
+            let run = (index, first, first + len - 1);
+            first += len;
+            run
+        })
+        .collect()
+}
+
+/// A plain VM with the kernel loaded, answering its `rows` entry.
+fn plain_kernel() -> (Lua, mlua::Function) {
+    let lua = Lua::new();
+    let module: mlua::Table = lua.load(KERNEL).eval().expect("load kernel");
+    let rows: mlua::Function = module.get("rows").expect("rows");
+    (lua, rows)
+}
+
+/// Calls the kernel on one chunk with the table `parallelFor` would pass it.
+fn call_chunk(
+    lua: &Lua,
+    rows: &mlua::Function,
+    (index, first, last): (usize, usize, usize),
+) -> f64 {
+    let c = lua.create_table().expect("table");
+    c.set("index", index).expect("set");
+    c.set("count", last - first + 1).expect("set");
+    c.set("first", first).expect("set");
+    c.set("last", last).expect("set");
+    rows.call::<f64>(c).expect("kernel")
+}
+
+thread_local! {
+    /// The hand-rolled worker VM: built once per rayon thread, with the kernel loaded once.
+    static VM: RefCell<Option<(Lua, mlua::Function)>> = const { RefCell::new(None) };
+}
+
+fn rayon_chunk(chunk: (usize, usize, usize)) -> f64 {
+    VM.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        let (lua, rows) = slot.get_or_insert_with(plain_kernel);
+        call_chunk(lua, rows, chunk)
+    })
+}
+
+/// One pool, a domain over a folder holding the kernel, and the Luau that runs it.
+struct SkeinSide {
+    _dir: tempfile::TempDir,
+    _pool: Pool,
+    domain: ScriptDomain,
+}
+
+impl SkeinSide {
+    fn new(workers: usize) -> SkeinSide {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("kernel.luau"), KERNEL).expect("write module");
+        let pool = Pool::new(workers);
+        let plan = Plan::new().root(dir.path().canonicalize().expect("canonical tempdir"));
+        let name = format!("scaling{workers}");
+        let domain = ScriptDomain::new(&pool, DomainSpec::new(name).plan(plan)).expect("domain");
+        SkeinSide {
+            _dir: dir,
+            _pool: pool,
+            domain,
+        }
+    }
+
+    fn run(&self) -> f64 {
+        let source = format!(
+            r#"
+            local parts = jobs.parallelFor("./kernel", "rows", {HEIGHT}, nil, {{ chunks = {CHUNKS} }}):await()
+            assert(#parts == {CHUNKS})
+            local total = 0
+            for _, p in parts do total += p end
+            return total
+            "#
+        );
+        number(&self.domain.eval(&source).expect("eval"))
+    }
+}
+
+fn number(m: &Message) -> f64 {
+    match m {
+        Message::Number(n) => *n,
+        Message::Integer(i) => *i as f64,
+        other => panic!("expected a number, got {other:?}"),
+    }
+}
+
+/// Times `iters` runs of `run`, checks each answer, and keeps the per-run time in `into`.
+fn timed(
+    iters: u64,
+    into: &Mutex<Vec<Duration>>,
+    expected: f64,
+    mut run: impl FnMut() -> f64,
+) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        assert_eq!(run(), expected);
+    }
+    let took = start.elapsed();
+    into.lock().unwrap().push(took / iters as u32);
+    took
+}
+
+fn scaling(c: &mut Criterion) {
+    let chunks = split(HEIGHT, CHUNKS);
+    let (lua, rows) = plain_kernel();
+    let expected: f64 = chunks.iter().map(|&ch| call_chunk(&lua, &rows, ch)).sum();
+    let one = SkeinSide::new(1);
+    let two = SkeinSide::new(2);
+    let rayon_pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("rayon pool");
+
+    let mut group = c.benchmark_group("scaling");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4))
+        .throughput(Throughput::Elements((WIDTH * HEIGHT) as u64));
+    let id = |name: &str| BenchmarkId::new(name, format!("{WIDTH}x{HEIGHT}/{CHUNKS}chunks"));
+    group.bench_function(id("plain_mlua"), |b| {
+        b.iter_custom(|iters| {
+            timed(iters, &PLAIN, expected, || {
+                chunks.iter().map(|&ch| call_chunk(&lua, &rows, ch)).sum()
+            })
+        })
+    });
+    group.bench_function(id("skein_1"), |b| {
+        b.iter_custom(|iters| timed(iters, &SKEIN_1, expected, || one.run()))
+    });
+    group.bench_function(id("skein_2"), |b| {
+        b.iter_custom(|iters| timed(iters, &SKEIN_2, expected, || two.run()))
+    });
+    group.bench_function(id("rayon_mlua"), |b| {
+        b.iter_custom(|iters| {
+            timed(iters, &RAYON, expected, || {
+                rayon_pool.install(|| {
+                    let parts: Vec<f64> = chunks.par_iter().map(|&ch| rayon_chunk(ch)).collect();
+                    parts.iter().sum()
+                })
+            })
+        })
+    });
+    group.finish();
+}
+
+/// The median per-run time of one side, or `None` when a filter skipped it.
+fn median(samples: &Mutex<Vec<Duration>>) -> Option<Duration> {
+    let mut v = samples.lock().unwrap().clone();
+    v.sort();
+    v.get(v.len() / 2).copied()
+}
+
+criterion_group!(benches, scaling);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    let sides = [
+        ("plain mlua, serial", median(&PLAIN)),
+        ("skein, 1 worker", median(&SKEIN_1)),
+        ("skein, 2 workers", median(&SKEIN_2)),
+        ("rayon + mlua, 2 threads", median(&RAYON)),
+    ];
+    for (name, m) in sides {
+        if let Some(d) = m {
+            println!(
+                "scaling: {name}: {:.1} ms per frame ({:.2} Mpixel/s)",
+                d.as_secs_f64() * 1e3,
+                (WIDTH * HEIGHT) as f64 / d.as_secs_f64() / 1e6
+            );
+        }
+    }
+    let [(_, plain), (_, one), (_, two), (_, rayon)] = sides;
+    if let (Some(one), Some(two)) = (one, two) {
+        println!(
+            "scaling: 2 workers / 1 worker throughput = {:.2}x (goal >= 1.90x)",
+            one.as_secs_f64() / two.as_secs_f64()
+        );
+    }
+    if let (Some(plain), Some(one)) = (plain, one) {
+        println!(
+            "scaling: 1 worker / plain mlua time = {:.3}x (goal <= 1.03x)",
+            one.as_secs_f64() / plain.as_secs_f64()
+        );
+    }
+    if let (Some(two), Some(rayon)) = (two, rayon) {
+        println!(
+            "versus rayon: skein 2 workers / rayon 2 threads throughput = {:.2}x (goal >= 1.00x)",
+            rayon.as_secs_f64() / two.as_secs_f64()
+        );
+    }
+}
