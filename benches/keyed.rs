@@ -20,6 +20,8 @@ use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 const ITEMS: usize = 100_000;
 const KEYS: usize = 1_000;
 const WORKERS: usize = 2;
+/// Keyed and unkeyed runs timed back to back after the criterion groups.
+const PAIRS: usize = 4;
 const ECHO: &str = "local M = {}\nfunction M.run(x) return x end\nreturn M\n";
 
 static KEYED: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
@@ -79,6 +81,7 @@ fn keyed(c: &mut Criterion) {
         });
     }
     group.finish();
+    alternating(&domain, &keyed_source, &unkeyed_source, expected);
     println!("keyed: worker stats after both sides:");
     for w in pool.stats() {
         println!(
@@ -86,6 +89,29 @@ fn keyed(c: &mut Criterion) {
             w.worker, w.items_run, w.steals, w.sleeps, w.busy
         );
     }
+}
+
+/// Diagnostic, outside criterion: a few runs of each side back to back, so that a change of load
+/// on a shared machine hits both sides of a pair alike; prints each pair's ratio.
+fn alternating(domain: &ScriptDomain, keyed: &str, unkeyed: &str, expected: f64) {
+    let run = |source: &str| {
+        let start = Instant::now();
+        let sum = domain.eval(source).expect("eval");
+        let took = start.elapsed();
+        assert_eq!(number(&sum), expected);
+        took
+    };
+    let ratios: Vec<String> = (0..PAIRS)
+        .map(|_| {
+            let k = run(keyed);
+            let u = run(unkeyed);
+            format!("{:.2}x", u.as_secs_f64() / k.as_secs_f64())
+        })
+        .collect();
+    println!(
+        "keyed: {PAIRS} alternating pairs, keyed/unkeyed throughput of each: {}",
+        ratios.join(", ")
+    );
 }
 
 fn number(m: &Message) -> f64 {
