@@ -3,6 +3,8 @@
 //! and run four ways in one process:
 //!
 //! - `plain_mlua`: serially in one plain `mlua::Lua` on this thread, one call per chunk, no Skein;
+//! - `plain_mlua_noop_interrupt` (diagnostic): the same with a raw Luau interrupt that does
+//!   nothing, which prices the hook every Skein VM carries for its deadlines;
 //! - `skein_1`: `jobs.parallelFor` on `Pool::new(1)`;
 //! - `skein_2`: `jobs.parallelFor` on `Pool::new(2)`;
 //! - `rayon_mlua`: what a user would hand-roll, a 2-thread rayon pool with `par_iter` over the
@@ -14,12 +16,13 @@
 //! each side's fastest run follow, as a check on a machine other work is disturbing.
 
 use std::cell::RefCell;
+use std::ffi::c_int;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode, Throughput};
 use rayon::prelude::*;
-use skein::mlua::{self, Lua};
+use skein::mlua::{self, ffi, Lua};
 use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 
 const WIDTH: usize = 800;
@@ -53,6 +56,7 @@ return M
 "#;
 
 static PLAIN: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+static PLAIN_HOOKED: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
 static SKEIN_1: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
 static SKEIN_2: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
 static RAYON: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
@@ -74,7 +78,24 @@ fn split(n: usize, chunks: usize) -> Vec<(usize, usize, usize)> {
 
 /// A plain VM with the kernel loaded, answering its `rows` entry.
 fn plain_kernel() -> (Lua, mlua::Function) {
+    kernel_vm(false)
+}
+
+/// An interrupt that does nothing: what Luau's interrupt hook costs, apart from Skein's callback.
+unsafe extern "C-unwind" fn noop_interrupt(_state: *mut ffi::lua_State, _gc: c_int) {}
+
+/// A plain VM with the kernel loaded; with `hook`, a no-op raw interrupt is installed, as a
+/// Skein worker VM always has one for its deadlines.
+fn kernel_vm(hook: bool) -> (Lua, mlua::Function) {
     let lua = Lua::new();
+    if hook {
+        // SAFETY: `lua_callbacks` answers the callbacks of this VM's global state, valid while
+        // `lua` lives; only the `interrupt` slot is replaced, mlua's own interrupt is never set
+        // on this VM, and the VM stays on this thread.
+        unsafe {
+            (*ffi::lua_callbacks(lua.state())).interrupt = Some(noop_interrupt);
+        }
+    }
     let module: mlua::Table = lua.load(KERNEL).eval().expect("load kernel");
     let rows: mlua::Function = module.get("rows").expect("rows");
     (lua, rows)
@@ -170,6 +191,7 @@ fn timed(
 fn scaling(c: &mut Criterion) {
     let chunks = split(HEIGHT, CHUNKS);
     let (lua, rows) = plain_kernel();
+    let (hooked_lua, hooked_rows) = kernel_vm(true);
     let expected: f64 = chunks.iter().map(|&ch| call_chunk(&lua, &rows, ch)).sum();
     let one = SkeinSide::new(1);
     let two = SkeinSide::new(2);
@@ -190,6 +212,16 @@ fn scaling(c: &mut Criterion) {
         b.iter_custom(|iters| {
             timed(iters, &PLAIN, expected, || {
                 chunks.iter().map(|&ch| call_chunk(&lua, &rows, ch)).sum()
+            })
+        })
+    });
+    group.bench_function(id("plain_mlua_noop_interrupt"), |b| {
+        b.iter_custom(|iters| {
+            timed(iters, &PLAIN_HOOKED, expected, || {
+                chunks
+                    .iter()
+                    .map(|&ch| call_chunk(&hooked_lua, &hooked_rows, ch))
+                    .sum()
             })
         })
     });
@@ -263,6 +295,13 @@ fn report(label: &str, pick: fn(&Mutex<Vec<Duration>>) -> Option<Duration>) {
         println!(
             "  1 worker / plain mlua time = {:.3}x (goal <= 1.03x)",
             one.as_secs_f64() / plain.as_secs_f64()
+        );
+    }
+    if let (Some(plain), Some(hooked)) = (plain, pick(&PLAIN_HOOKED)) {
+        println!(
+            "  (diagnostic) plain mlua with a no-op interrupt: {:.1} ms, {:.3}x plain's time",
+            hooked.as_secs_f64() * 1e3,
+            hooked.as_secs_f64() / plain.as_secs_f64()
         );
     }
     if let (Some(two), Some(rayon)) = (two, rayon) {
