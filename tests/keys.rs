@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use skein::{MapKey, Message, Pool};
+use skein::{Message, Pool};
 
-use crate::support::{assert_contains, number, refusal, text, Tree};
+use crate::support::{assert_contains, field, list, number, refusal, text, Tree};
 
 const KEYED: &str = r#"
 local M = {}
@@ -70,24 +70,6 @@ return M
 
 fn setup(workers: usize) -> (Tree, Pool) {
     (Tree::new(&[("keyed.luau", KEYED)]), Pool::new(workers))
-}
-
-fn field<'a>(m: &'a Message, name: &str) -> &'a Message {
-    match m {
-        Message::Map(entries) => entries
-            .iter()
-            .find(|(k, _)| matches!(k, MapKey::String(s) if &s[..] == name.as_bytes()))
-            .map(|(_, v)| v)
-            .unwrap_or_else(|| panic!("no field {name} in {m:?}")),
-        other => panic!("expected a table, got {other:?}"),
-    }
-}
-
-fn list(m: &Message) -> Vec<Message> {
-    match m {
-        Message::List(items) => items.to_vec(),
-        other => panic!("expected a list, got {other:?}"),
-    }
 }
 
 #[test]

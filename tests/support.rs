@@ -57,6 +57,40 @@ pub fn exists(p: &Path) -> bool {
     p.exists()
 }
 
+/// The field `name` of a table message.
+#[track_caller]
+pub fn field<'a>(m: &'a Message, name: &str) -> &'a Message {
+    match m {
+        Message::Map(map) => map
+            .iter()
+            .find(|(k, _)| matches!(k, skein::MapKey::String(s) if &s[..] == name.as_bytes()))
+            .map(|(_, v)| v)
+            .unwrap_or_else(|| panic!("no field {name} in {m:?}")),
+        other => panic!("expected a table, got {other:?}"),
+    }
+}
+
+/// The items of a list message.
+#[track_caller]
+pub fn list(m: &Message) -> &[Message] {
+    match m {
+        Message::List(items) => items,
+        other => panic!("expected a list, got {other:?}"),
+    }
+}
+
+/// Polls `done` every 2 ms until it holds or `limit` passes; answers its last answer.
+pub fn wait_until(limit: std::time::Duration, done: impl Fn() -> bool) -> bool {
+    let end = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < end {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    done()
+}
+
 /// The text of a string message.
 #[track_caller]
 pub fn text(m: &Message) -> String {

@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use skein::{mlua, DomainSpec, Message, Plan, Pool, ScriptDomain};
 
-use crate::support::{assert_contains, number, refusal, text, Marks, Tree};
+use crate::support::{
+    assert_contains, field, list, number, refusal, text, wait_until, Marks, Tree,
+};
 
 const REGISTRY: &str = r#"
 local M = {}
@@ -105,35 +107,6 @@ fn plan(marks: &Marks) -> Plan {
         let f = lua.create_function(|_, ()| -> mlua::Result<()> { panic!("raw host panic") })?;
         lua.globals().raw_set("rawPanic", f)
     })
-}
-
-fn field<'a>(m: &'a Message, name: &str) -> &'a Message {
-    match m {
-        Message::Map(map) => map
-            .iter()
-            .find(|(k, _)| matches!(k, skein::MapKey::String(s) if &s[..] == name.as_bytes()))
-            .map(|(_, v)| v)
-            .unwrap_or_else(|| panic!("no field {name} in {m:?}")),
-        other => panic!("expected a table, got {other:?}"),
-    }
-}
-
-fn list(m: &Message) -> &[Message] {
-    match m {
-        Message::List(items) => items,
-        other => panic!("expected a list, got {other:?}"),
-    }
-}
-
-fn wait_until(limit: Duration, done: impl Fn() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    done()
 }
 
 #[test]
