@@ -129,7 +129,11 @@ fn a_value_in_flight_counts_against_the_capacity() {
     let (a, _rx) = inbox();
     q.pop_or_wait(a).unwrap();
     q.push(int(1)).unwrap();
-    assert_eq!((q.len(), q.held()), (0, 1), "the value in flight holds the slot");
+    assert_eq!(
+        (q.len(), q.held()),
+        (0, 1),
+        "the value in flight holds the slot"
+    );
     assert_eq!(q.push(int(2)).unwrap_err().kind, PushErrorKind::Full);
     q.delivered();
     assert_eq!(q.held(), 0);
