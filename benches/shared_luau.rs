@@ -84,9 +84,14 @@ fn luau(c: &mut Criterion) {
     domain.eval(&run("plain", 2, 2)).expect("warm");
 
     let mut g = util::group(c, "shared_luau", Throughput::Elements(total as u64));
+    // The 1-chunk shared sides run the same updates in one worker VM with nobody contending:
+    // beside the 2-worker figures they split the cost of sharing into the per-update price and
+    // what contention adds.
     let sides = [
         ("shared_plus_2w", "plus", WORKERS),
         ("shared_atomic_2w", "atomic", WORKERS),
+        ("shared_plus_1vm", "plus", 1),
+        ("shared_atomic_1vm", "atomic", 1),
         ("local_plain_1vm", "plain", 1),
     ];
     for (name, entry, chunks) in sides {
@@ -98,6 +103,7 @@ fn luau(c: &mut Criterion) {
                     let x = as_int(&domain.eval(&source).expect("eval"));
                     match entry {
                         "atomic" => assert_eq!(x, total as i64, "an atomic update was lost"),
+                        "plus" if chunks == 1 => assert_eq!(x, total as i64),
                         "plus" => assert!(x > 0 && x <= total as i64, "x = {x}"),
                         _ => assert_eq!(x, 0, "the plain side must not touch the shared table"),
                     }
@@ -144,6 +150,38 @@ fn main() {
         "local_plain_1vm",
         total,
         "shared on 2 workers over local in 1 VM",
+    );
+    util::ratio(
+        "t.x += 1, uncontended",
+        "shared_plus_1vm",
+        total,
+        "local_plain_1vm",
+        total,
+        "shared in 1 VM over local in 1 VM",
+    );
+    util::ratio(
+        "atomic, uncontended",
+        "shared_atomic_1vm",
+        total,
+        "local_plain_1vm",
+        total,
+        "shared in 1 VM over local in 1 VM",
+    );
+    util::ratio(
+        "t.x += 1 scaling",
+        "shared_plus_2w",
+        total,
+        "shared_plus_1vm",
+        total,
+        "2 workers over 1",
+    );
+    util::ratio(
+        "atomic scaling",
+        "shared_atomic_2w",
+        total,
+        "shared_atomic_1vm",
+        total,
+        "2 workers over 1",
     );
     util::ratio(
         "atomic vs +=",

@@ -66,23 +66,26 @@ fn fixture(domain: &ScriptDomain) -> Fixture {
 }
 
 /// Runs `work(thread index)` on `threads` scoped threads released together; answers the wall
-/// time from the release to the last one's end.
-fn on_threads(threads: usize, work: impl Fn(usize) + Sync) -> Duration {
+/// time from the release to the last one's end, and the CPU time the threads spent in `work`.
+fn on_threads(threads: usize, work: impl Fn(usize) + Sync) -> (Duration, Duration) {
     let start = Barrier::new(threads + 1);
     thread::scope(|s| {
-        for t in 0..threads {
-            let (start, work) = (&start, &work);
-            s.spawn(move || {
-                start.wait();
-                work(t);
-            });
-        }
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (start, work) = (&start, &work);
+                s.spawn(move || {
+                    start.wait();
+                    let cpu = util::thread_cpu();
+                    work(t);
+                    util::thread_cpu() - cpu
+                })
+            })
+            .collect();
         start.wait();
         let t0 = Instant::now();
-        // The scope joins every thread before it returns; time up to there.
-        t0
+        let cpu = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        (t0.elapsed(), cpu)
     })
-    .elapsed()
 }
 
 fn as_int(m: &Message) -> i64 {
@@ -113,18 +116,20 @@ fn native(c: &mut Criterion) {
     let f = fixture(&domain);
 
     let mut g = util::group(c, "shared_native_get", Throughput::Elements(OPS as u64));
-    for (side, name) in [
-        ("skein", "get/skein"),
-        ("mutex", "get/mutex"),
-        ("rwlock", "get/rwlock"),
+    for (side, name, cpu_name) in [
+        ("skein", "get/skein", "cpu:get/skein"),
+        ("mutex", "get/mutex", "cpu:get/mutex"),
+        ("rwlock", "get/rwlock", "cpu:get/rwlock"),
     ] {
         g.bench_function(BenchmarkId::new(side, "1 thread"), |b| {
             b.iter_custom(|iters| {
-                let t0 = Instant::now();
+                let (cpu, t0) = (util::thread_cpu(), Instant::now());
                 for _ in 0..iters {
                     reads(&f, side, 0);
                 }
-                util::keep(name, t0.elapsed(), iters)
+                let took = t0.elapsed();
+                util::keep(cpu_name, util::thread_cpu() - cpu, iters);
+                util::keep(name, took, iters)
             })
         });
     }
@@ -135,17 +140,20 @@ fn native(c: &mut Criterion) {
         "shared_native_get_2",
         Throughput::Elements(2 * OPS as u64),
     );
-    for (side, name) in [
-        ("skein", "get2/skein"),
-        ("mutex", "get2/mutex"),
-        ("rwlock", "get2/rwlock"),
+    for (side, name, cpu_name) in [
+        ("skein", "get2/skein", "cpu:get2/skein"),
+        ("mutex", "get2/mutex", "cpu:get2/mutex"),
+        ("rwlock", "get2/rwlock", "cpu:get2/rwlock"),
     ] {
         g.bench_function(BenchmarkId::new(side, "2 threads"), |b| {
             b.iter_custom(|iters| {
-                let mut took = Duration::ZERO;
+                let (mut took, mut cpu) = (Duration::ZERO, Duration::ZERO);
                 for _ in 0..iters {
-                    took += on_threads(2, |t| reads(&f, side, t));
+                    let (wall, spent) = on_threads(2, |t| reads(&f, side, t));
+                    took += wall;
+                    cpu += spent;
                 }
+                util::keep(cpu_name, cpu, iters);
                 util::keep(name, took, iters)
             })
         });
@@ -183,11 +191,17 @@ fn native(c: &mut Criterion) {
     let counter = MapKey::String(Bytes::from_static(COUNTER.as_bytes()));
     let mut g = util::group(
         c,
-        "shared_native_atomic_2",
+        "shared_native_atomic",
         Throughput::Elements(2 * ATOMICS as u64),
     );
-    for (side, name) in [("skein", "atomic2/skein"), ("mutex", "atomic2/mutex")] {
-        g.bench_function(BenchmarkId::new(side, "2 threads"), |b| {
+    for (side, name, threads) in [
+        ("skein", "atomic2/skein", 2),
+        ("mutex", "atomic2/mutex", 2),
+        ("skein", "atomic1/skein", 1),
+        ("mutex", "atomic1/mutex", 1),
+    ] {
+        g.throughput(Throughput::Elements((threads * ATOMICS) as u64));
+        g.bench_function(BenchmarkId::new(side, format!("{threads} threads")), |b| {
             b.iter_custom(|iters| {
                 let mut took = Duration::ZERO;
                 for _ in 0..iters {
@@ -195,7 +209,7 @@ fn native(c: &mut Criterion) {
                         "skein" => as_int(&f.table.get(counter.clone()).unwrap().unwrap()),
                         _ => as_int(&f.mutex.lock().unwrap()[COUNTER]),
                     };
-                    took += on_threads(2, |_| {
+                    took += on_threads(threads, |_| {
                         for _ in 0..ATOMICS {
                             if side == "skein" {
                                 f.table
@@ -209,12 +223,17 @@ fn native(c: &mut Criterion) {
                                 *v = Message::Integer(as_int(v) + 1);
                             }
                         }
-                    });
+                    })
+                    .0;
                     let after = match side {
                         "skein" => as_int(&f.table.get(counter.clone()).unwrap().unwrap()),
                         _ => as_int(&f.mutex.lock().unwrap()[COUNTER]),
                     };
-                    assert_eq!(after - before, 2 * ATOMICS as i64, "{side}: lost an update");
+                    assert_eq!(
+                        after - before,
+                        (threads * ATOMICS) as i64,
+                        "{side}: lost an update"
+                    );
                 }
                 util::keep(name, took, iters)
             })
