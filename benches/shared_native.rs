@@ -7,6 +7,9 @@
 //! criterion's `iter_custom` and the ratios of the medians are printed at the end. Goals: reads
 //! on 2 threads >= 2x `RwLock<HashMap>`; the contended `atomic` >= 1.0x the mutex.
 //!
+//! A fourth read side, `private`, gives each thread its own unshared `HashMap`: it is the
+//! control for what running a second thread costs on this machine when nothing is shared.
+//!
 //! Keys are built once as `MapKey`s over static bytes, so a get copies no key and bumps no
 //! shared reference count: what is timed is the table, not the key's allocation.
 
@@ -36,6 +39,9 @@ struct Fixture {
     table: SharedTableRef,
     mutex: Mutex<HashMap<String, Message>>,
     rwlock: RwLock<HashMap<String, Message>>,
+    /// One unshared map per thread: the control for what a second thread costs on this machine
+    /// when nothing at all is shared.
+    private: Vec<HashMap<String, Message>>,
 }
 
 fn fixture(domain: &ScriptDomain) -> Fixture {
@@ -61,6 +67,7 @@ fn fixture(domain: &ScriptDomain) -> Fixture {
         names,
         table,
         mutex: Mutex::new(map.clone()),
+        private: vec![map.clone(), map.clone()],
         rwlock: RwLock::new(map),
     }
 }
@@ -103,6 +110,7 @@ fn reads(f: &Fixture, side: &str, t: usize) {
         let v = match side {
             "skein" => f.table.get(f.keys[k].clone()).expect("get"),
             "mutex" => f.mutex.lock().unwrap().get(f.names[k]).cloned(),
+            "private" => f.private[t].get(f.names[k]).cloned(),
             _ => f.rwlock.read().unwrap().get(f.names[k]).cloned(),
         };
         sum += as_int(v.as_ref().expect("present"));
@@ -120,6 +128,7 @@ fn native(c: &mut Criterion) {
         ("skein", "get/skein", "cpu:get/skein"),
         ("mutex", "get/mutex", "cpu:get/mutex"),
         ("rwlock", "get/rwlock", "cpu:get/rwlock"),
+        ("private", "get/private", "cpu:get/private"),
     ] {
         g.bench_function(BenchmarkId::new(side, "1 thread"), |b| {
             b.iter_custom(|iters| {
@@ -144,6 +153,7 @@ fn native(c: &mut Criterion) {
         ("skein", "get2/skein", "cpu:get2/skein"),
         ("mutex", "get2/mutex", "cpu:get2/mutex"),
         ("rwlock", "get2/rwlock", "cpu:get2/rwlock"),
+        ("private", "get2/private", "cpu:get2/private"),
     ] {
         g.bench_function(BenchmarkId::new(side, "2 threads"), |b| {
             b.iter_custom(|iters| {
@@ -298,6 +308,14 @@ fn main() {
         "2 threads over 1",
     );
     ratio(
+        "get scaling",
+        "get2/private",
+        2 * OPS,
+        "get/private",
+        OPS,
+        "2 threads over 1, nothing shared: what this machine allows now",
+    );
+    ratio(
         "set, 1 thread",
         "set/skein",
         OPS,
@@ -321,4 +339,24 @@ fn main() {
         2 * ATOMICS,
         "goal >= 1.00x",
     );
+    ratio(
+        "atomic, 1 thread",
+        "atomic1/skein",
+        ATOMICS,
+        "atomic1/mutex",
+        ATOMICS,
+        "uncontended; informative",
+    );
+    println!("CPU time per get (all threads' CPU over all gets; the same on 1 and 2 threads = no contention):");
+    for side in ["skein", "rwlock", "mutex", "private"] {
+        let per = |name: String, ops: usize| {
+            util::median(&name).map_or(f64::NAN, |d| d.as_secs_f64() * 1e9 / ops as f64)
+        };
+        let one = per(format!("cpu:get/{side}"), OPS);
+        let two = per(format!("cpu:get2/{side}"), 2 * OPS);
+        println!(
+            "  {side}: 1 thread {one:.1} ns, 2 threads {two:.1} ns ({:.2}x)",
+            two / one
+        );
+    }
 }
