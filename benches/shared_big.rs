@@ -50,6 +50,9 @@ fn big(c: &mut Criterion) {
         t0.elapsed()
     );
     let small = table_of(&domain, "small", SMALL);
+    // Two sizes between, to show how the write's cost grows with the size (the B-tree's depth).
+    let thousand = table_of(&domain, "thousand", 1_000);
+    let hundred_k = table_of(&domain, "hundred_k", 100_000);
 
     let mut g = util::group(c, "shared_big_snapshot", Throughput::Elements(BIG as u64));
     g.bench_function(BenchmarkId::new("skein_snapshot", BIG), |b| {
@@ -91,7 +94,12 @@ fn big(c: &mut Criterion) {
     drop(map);
 
     let mut g = util::group(c, "shared_big_write", Throughput::Elements(WRITES as u64));
-    for (side, table, n) in [("write/big", &big, BIG), ("write/small", &small, SMALL)] {
+    for (side, table, n) in [
+        ("write/big", &big, BIG),
+        ("write/100k", &hundred_k, 100_000),
+        ("write/1k", &thousand, 1_000),
+        ("write/small", &small, SMALL),
+    ] {
         g.bench_function(BenchmarkId::new(side, n), |b| {
             b.iter_custom(|iters| {
                 let key = MapKey::Integer(n as i64 / 2);
@@ -151,4 +159,14 @@ fn main() {
         WRITES,
         "small over big = how much the 1M write costs more; goal <= 2.00x",
     );
+    for mid in ["write/1k", "write/100k"] {
+        ratio(
+            "one-key write",
+            "write/small",
+            WRITES,
+            mid,
+            WRITES,
+            "small over a mid size; informative",
+        );
+    }
 }

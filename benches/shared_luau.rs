@@ -114,8 +114,11 @@ fn luau(c: &mut Criterion) {
     }
     g.finish();
 
-    // How the plain increments of the last run went: how many updates two VMs lost.
+    // How one more run of the plain increments went: how many updates two VMs lost, and
+    // whether both workers took a chunk.
+    let before = pool.stats();
     let x = as_int(&domain.eval(&run("plus", total, WORKERS)).expect("eval"));
+    let after = pool.stats();
     println!(
         "t.x += 1 from 2 workers: {x} of {total} updates kept ({} lost to the read-then-write race)",
         total as i64 - x
