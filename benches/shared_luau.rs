@@ -123,10 +123,12 @@ fn luau(c: &mut Criterion) {
         "t.x += 1 from 2 workers: {x} of {total} updates kept ({} lost to the read-then-write race)",
         total as i64 - x
     );
-    for s in pool.stats() {
+    for (b, a) in before.iter().zip(&after) {
         println!(
-            "  worker {}: items {}, busy {:.1?}",
-            s.worker, s.items_run, s.busy
+            "  worker {}: items {}, busy {:.1?} in that run",
+            a.worker,
+            a.items_run - b.items_run,
+            a.busy - b.busy
         );
     }
 }
