@@ -2,8 +2,9 @@
 //! 1 producer / 1 consumer and 2 producers / 2 consumers on native threads, through
 //! `SharedQueueRef` (consumers in `pop_blocking`, or spinning on `try_pop`) and through
 //! crossbeam's `ArrayQueue<Message>` of the same capacity, spinning, as the baseline. Then from
-//! Luau: the engine script pushes, one worker job pops with `q:pop()` (or `q:popMany`), against
-//! the same traffic through `ArrayQueue` natively.
+//! Luau: the engine script pushes, one worker job pops with `q:pop()` (or `q:popMany`); and
+//! worker to worker, one job pushing and another popping. Both are set against the same
+//! traffic through `ArrayQueue` natively.
 //!
 //! A producer that finds the queue full yields and retries (the refused value comes back). Each
 //! producer ends with one stop marker and each consumer stops at the first it pops, so every
@@ -160,6 +161,24 @@ function M.popMany(a)
     return sum
 end
 
+-- The producer of the worker-to-worker sides: on a full queue it yields its task
+-- (`task.wait()`, the next step) so a consumer on the same worker can run.
+function M.produce(a)
+    local q, n = jobs.shared.queue(a.name), a.n
+    local push = q.push
+    local full = 0
+    local t0 = os.clock()
+    for i = 0, n - 1 do
+        if not pcall(push, q, i) then
+            repeat
+                full += 1
+                task.wait()
+            until pcall(push, q, i)
+        end
+    end
+    return { os.clock() - t0, full }
+end
+
 return M
 "#;
 
@@ -182,6 +201,22 @@ fn engine_pushes(entry: &str, n: usize) -> String {
         local sum = total:await()
         local all = os.clock() - t0
         return {{ sum, pushing, all, full }}
+        "#
+    )
+}
+
+/// The engine script of the worker-to-worker sides: one job drains `n` items with `entry`,
+/// another pushes them (yielding while the queue is full); answers as `engine_pushes` does,
+/// with the producer's own pushing time.
+fn worker_pushes(entry: &str, n: usize) -> String {
+    format!(
+        r#"
+        local q = jobs.shared.queue("wq", {{ capacity = {CAPACITY} }})
+        local t0 = os.clock()
+        local total = jobs.dispatch("./drain", "{entry}", {{ name = "wq", n = {n} }})
+        local made = jobs.dispatch("./drain", "produce", {{ name = "wq", n = {n} }}):await()
+        local sum = total:await()
+        return {{ sum, made[1], os.clock() - t0, made[2] }}
         "#
     )
 }
@@ -233,14 +268,20 @@ fn queues(c: &mut Criterion) {
 
     let expected = (ITEMS as i64) * (ITEMS as i64 - 1) / 2;
     domain.eval(&engine_pushes("pop", 10)).expect("warm");
+    let sides = [
+        ("luau/pop", engine_pushes("pop", ITEMS)),
+        ("luau/popMany", engine_pushes("popMany", ITEMS)),
+        ("luau/w2w_pop", worker_pushes("pop", ITEMS)),
+        ("luau/w2w_popMany", worker_pushes("popMany", ITEMS)),
+    ];
     let mut g = util::group(c, "shared_queue_luau", Throughput::Elements(ITEMS as u64));
-    for (name, entry) in [("luau/pop", "pop"), ("luau/popMany", "popMany")] {
-        let source = engine_pushes(entry, ITEMS);
+    for (name, source) in &sides {
+        let name: &'static str = name;
         g.bench_function(BenchmarkId::new(name, ITEMS), |b| {
             b.iter_custom(|iters| {
                 let t0 = Instant::now();
                 for _ in 0..iters {
-                    let out = domain.eval(&source).expect("eval");
+                    let out = domain.eval(source).expect("eval");
                     let Message::List(parts) = black_box(out) else {
                         panic!("expected a list")
                     };
@@ -253,13 +294,13 @@ fn queues(c: &mut Criterion) {
     g.finish();
 
     // Diagnostic, outside criterion: where one run of each Luau side spends its time.
-    for entry in ["pop", "popMany"] {
-        let out = domain.eval(&engine_pushes(entry, ITEMS)).expect("eval");
+    for (name, source) in &sides {
+        let out = domain.eval(source).expect("eval");
         let Message::List(parts) = out else {
             panic!("expected a list")
         };
         println!(
-            "luau/{entry} one run: engine pushing {:.1} ms, whole run {:.1} ms, {} pushes refused as full and retried",
+            "{name} one run: pushing {:.1} ms, whole run {:.1} ms, {} pushes refused as full and retried",
             number(&parts[1]) * 1e3,
             number(&parts[2]) * 1e3,
             number(&parts[3])
@@ -318,4 +359,14 @@ fn main() {
         ITEMS,
         "vs native SharedQueueRef 1x1",
     );
+    for side in ["luau/w2w_pop", "luau/w2w_popMany"] {
+        ratio(
+            "luau worker->worker",
+            side,
+            ITEMS,
+            "1x1/crossbeam_array_queue",
+            ITEMS,
+            "vs native ArrayQueue 1x1",
+        );
+    }
 }
