@@ -102,20 +102,39 @@ fn as_int(m: &Message) -> i64 {
     }
 }
 
-/// A read loop of `OPS` gets starting at key `t * 7` so the threads don't walk in step.
-fn reads(f: &Fixture, side: &str, t: usize) {
+/// `OPS` calls of `get(key index)`, starting at key `t * 7` so the threads don't walk in step.
+/// Generic, so each side's loop is compiled on its own with no choice of side inside it.
+fn read_loop(t: usize, get: impl Fn(usize) -> Option<Message>) {
     let mut sum = 0i64;
     for i in 0..OPS {
         let k = (i + t * 7) % KEYS;
-        let v = match side {
-            "skein" => f.table.get(f.keys[k].clone()).expect("get"),
-            "mutex" => f.mutex.lock().unwrap().get(f.names[k]).cloned(),
-            "private" => f.private[t].get(f.names[k]).cloned(),
-            _ => f.rwlock.read().unwrap().get(f.names[k]).cloned(),
-        };
-        sum += as_int(v.as_ref().expect("present"));
+        sum += as_int(get(k).as_ref().expect("present"));
     }
     black_box(sum);
+}
+
+/// The read loop of one side, from thread `t`.
+fn reads(f: &Fixture, side: &str, t: usize) {
+    match side {
+        "skein" => read_loop(t, |k| f.table.get(f.keys[k].clone()).expect("get")),
+        "mutex" => read_loop(t, |k| f.mutex.lock().unwrap().get(f.names[k]).cloned()),
+        "private" => read_loop(t, |k| f.private[t].get(f.names[k]).cloned()),
+        _ => read_loop(t, |k| f.rwlock.read().unwrap().get(f.names[k]).cloned()),
+    }
+}
+
+/// `OPS` calls of `set(key index, value)`, cycling through the keys.
+fn write_loop(set: impl Fn(usize, Message)) {
+    for i in 0..OPS {
+        set(i % KEYS, Message::Integer(i as i64));
+    }
+}
+
+/// `ATOMICS` calls of `inc()`.
+fn atomic_loop(inc: impl Fn()) {
+    for _ in 0..ATOMICS {
+        inc();
+    }
 }
 
 fn native(c: &mut Criterion) {
@@ -180,16 +199,16 @@ fn native(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let t0 = Instant::now();
                 for _ in 0..iters {
-                    for i in 0..OPS {
-                        let k = i % KEYS;
-                        let v = Message::Integer(i as i64);
-                        match side {
-                            "skein" => f.table.set(f.keys[k].clone(), v).expect("set"),
-                            "mutex" => {
-                                *f.mutex.lock().unwrap().get_mut(f.names[k]).expect("key") = v
-                            }
-                            _ => *f.rwlock.write().unwrap().get_mut(f.names[k]).expect("key") = v,
+                    match side {
+                        "skein" => {
+                            write_loop(|k, v| f.table.set(f.keys[k].clone(), v).expect("set"))
                         }
+                        "mutex" => write_loop(|k, v| {
+                            *f.mutex.lock().unwrap().get_mut(f.names[k]).expect("key") = v
+                        }),
+                        _ => write_loop(|k, v| {
+                            *f.rwlock.write().unwrap().get_mut(f.names[k]).expect("key") = v
+                        }),
                     }
                 }
                 util::keep(name, t0.elapsed(), iters)
@@ -220,18 +239,20 @@ fn native(c: &mut Criterion) {
                         _ => as_int(&f.mutex.lock().unwrap()[COUNTER]),
                     };
                     took += on_threads(threads, |_| {
-                        for _ in 0..ATOMICS {
-                            if side == "skein" {
+                        if side == "skein" {
+                            atomic_loop(|| {
                                 f.table
                                     .atomic(counter.clone(), |v| {
                                         Some(Message::Integer(as_int(&v.expect("counter")) + 1))
                                     })
                                     .expect("atomic");
-                            } else {
+                            })
+                        } else {
+                            atomic_loop(|| {
                                 let mut map = f.mutex.lock().unwrap();
                                 let v = map.get_mut(COUNTER).expect("counter");
                                 *v = Message::Integer(as_int(v) + 1);
-                            }
+                            })
                         }
                     })
                     .0;
