@@ -19,7 +19,7 @@ use super::principal::{Principal, PrincipalCell};
 use super::promise::HostSlot;
 use crate::pool::handoff::{CancelOutcome, Handoff};
 use crate::value::Message;
-use crate::vm::{Cancel, Outcome, OwnerIdentity, PromiseId};
+use crate::vm::{Cancel, Outcome, OwnerIdentity, PromiseId, ServiceCall};
 
 /// No worker has started the job yet.
 pub(crate) const NOT_STARTED: usize = usize::MAX;
@@ -258,4 +258,29 @@ pub(crate) enum DomainEvent {
     Report { label: String, failure: String },
     /// A shared-queue delivery for a pop parked in the engine VM.
     Parcel(crate::shared::Parcel),
+    /// A query a worker forwarded: apply `commands` (its job's, recorded before it, in order),
+    /// run the query, and settle the promise at `reply` with `{ true, answer }` or
+    /// `{ false, error }`.
+    Query {
+        service: Arc<str>,
+        args: Message,
+        commands: Vec<ServiceCall>,
+        reply: ReplyTo,
+    },
+    /// Commands to apply in order, then (for a job that recorded them before its entry
+    /// returned) the job's settlement to deliver.
+    Apply {
+        commands: Vec<ServiceCall>,
+        /// The job that recorded them, named in reports of a command that fails.
+        job: Option<Arc<JobShared>>,
+        then: Option<Settlement>,
+    },
+}
+
+/// A job's outcome held back until the engine thread has applied its commands.
+pub(crate) struct Settlement {
+    pub(crate) reply: ReplyTo,
+    pub(crate) outcome: Outcome,
+    /// A keyed item's lane turn: the key's next item starts only after the commands applied.
+    pub(crate) turn: Option<super::keys::LaneTurn>,
 }
