@@ -435,3 +435,118 @@ fn wait_frames_counts_frames_on_the_engine_and_on_workers() {
         );
     }
 }
+
+const LATE: &str = r#"
+local M = {}
+-- A task started before the entry returns records into the job's log too.
+function M.spawned(a)
+    task.spawn(function() world.set(a.id, "from a spawned task") end)
+    return "ok"
+end
+-- A task the entry leaves running records after it returned: sent on its own, later.
+function M.lingering(a)
+    task.spawn(function()
+        task.wait(0.05)
+        world.set(a.id, "late")
+    end)
+    return "ok"
+end
+function M.extra() return extra.answer() end
+-- Waits on a query longer than its deadline: parked time does not count.
+function M.parkedPastDeadline() return world.get(1) end
+return M
+"#;
+
+#[test]
+fn commands_of_tasks_the_entry_started_count_and_later_ones_still_apply() {
+    let tree = Tree::new(&[("m.luau", MODULE), ("top.luau", TOP), ("late.luau", LATE)]);
+    let pool = Pool::new(2);
+    let (domain, world) = setup(&tree, &pool);
+    let read = domain
+        .eval(
+            r#"
+            jobs.dispatch("./late", "spawned", { id = 1 }):await()
+            return world.get(1)
+            "#,
+        )
+        .unwrap();
+    assert_eq!(text(&read), "from a spawned task");
+    let read = domain
+        .eval(
+            r#"
+            jobs.dispatch("./late", "lingering", { id = 2 }):await()
+            return world.get(2)
+            "#,
+        )
+        .unwrap();
+    assert_eq!(read, Message::Nil, "not part of what the promise waits for");
+    let start = Instant::now();
+    while world.borrow().get(&2).is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the late command never applied"
+        );
+        domain.frame(Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(text(&world.borrow()[&2]), "late");
+}
+
+#[test]
+fn a_worker_vm_built_before_a_registration_gets_its_stub_at_the_next_item() {
+    let tree = Tree::new(&[("m.luau", MODULE), ("top.luau", TOP), ("late.luau", LATE)]);
+    let pool = Pool::new(1);
+    let (domain, _world) = setup(&tree, &pool);
+    let e = refusal(&domain, r#"jobs.dispatch("./late", "extra"):await()"#);
+    assert_contains(&e, "attempt to index nil");
+    domain
+        .register_query("extra.answer", |_| Ok(Message::Integer(42)))
+        .unwrap();
+    let answer = domain
+        .eval(r#"return jobs.dispatch("./late", "extra"):await()"#)
+        .unwrap();
+    assert_eq!(
+        answer,
+        Message::Integer(42),
+        "a 64-bit integer answer stays an integer"
+    );
+}
+
+#[test]
+fn time_parked_on_a_query_never_counts_toward_the_deadline() {
+    let tree = Tree::new(&[("m.luau", MODULE), ("top.luau", TOP), ("late.luau", LATE)]);
+    let pool = Pool::new(1);
+    let (domain, world) = setup(&tree, &pool);
+    world.borrow_mut().insert(1, Message::Integer(5));
+    let opts = skein::JobOptions::new().deadline(Duration::from_millis(50));
+    let promise = domain
+        .dispatch_with("./late", "parkedPastDeadline", Message::Nil, &opts)
+        .unwrap();
+    // The engine thread answers only after four deadlines have passed.
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    while promise.status() == PromiseStatus::Pending {
+        assert!(start.elapsed() < Duration::from_secs(10));
+        domain.frame(Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(promise.wait().unwrap(), Message::Integer(5));
+}
+
+#[test]
+fn a_keyed_items_query_sees_the_commands_of_the_keys_item_before_it() {
+    let (tree, pool) = (tree(), Pool::new(2));
+    let (domain, _world) = setup(&tree, &pool);
+    let read = domain
+        .eval(
+            r#"
+            local opts = { key = "k" }
+            local a = jobs.dispatch("./m", "set", { id = 4, v = 40 }, opts)
+            local b = jobs.dispatch("./m", "get", { id = 4 }, opts)
+            a:await()
+            return b:await()
+            "#,
+        )
+        .unwrap();
+    assert_eq!(number(&read), 40.0);
+}

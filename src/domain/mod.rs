@@ -631,25 +631,24 @@ impl ScriptDomain {
         if drained | woke | self.vm.step() || self.vm.has_ready() {
             return true;
         }
-        if self.vm.has_frame_waits() {
-            return true; // the next round is the next frame
-        }
         // A pop parked by a task that has since ended would otherwise count as pending forever.
         crate::shared::sweep_parked_pops(&self.vm.lua);
         let pending = self.vm.core.promises.borrow().pending();
         let next = self.vm.next_wake();
-        if pending == 0 && next.is_none() {
+        let frame_waits = self.vm.has_frame_waits();
+        if pending == 0 && next.is_none() && !frame_waits {
             return false;
         }
         if !block {
             return true;
         }
-        // Work in flight may wait on frames: no wait is longer than one frame interval.
+        // Tasks here or work in flight may wait on frames: the next round (the next frame)
+        // comes within one frame interval.
         let wait = match next {
             Some(at) => at.saturating_duration_since(Instant::now()),
             None => Duration::from_secs(3600),
         };
-        let wait = if pending > 0 {
+        let wait = if pending > 0 || frame_waits {
             wait.min(FRAME_INTERVAL)
         } else {
             wait
