@@ -550,3 +550,22 @@ fn a_keyed_items_query_sees_the_commands_of_the_keys_item_before_it() {
         .unwrap();
     assert_eq!(number(&read), 40.0);
 }
+
+#[test]
+fn a_dropped_domain_applies_nothing_and_rejects_the_held_promise() {
+    let (tree, pool) = (tree(), Pool::new(1));
+    let (domain, world) = setup(&tree, &pool);
+    let args = map(&[("id", Message::Integer(8)), ("v", string("never"))]);
+    let mut promise = domain.dispatch("./m", "set", args).unwrap();
+    // The job has returned and its commands wait in the mailbox: no frame applies them.
+    assert!(promise.wait_timeout(Duration::from_millis(200)).is_none());
+    drop(domain);
+    match promise.wait() {
+        Err(Error::Job(failure)) => assert_contains(
+            &failure.to_string(),
+            "its engine-service commands were not applied: domain 'test' stopped",
+        ),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert!(world.borrow().get(&8).is_none());
+}

@@ -462,15 +462,14 @@ impl ScriptDomain {
                 let answer = self.services.answer(&service, args);
                 self.deliver(reply, vm::Outcome::Resolved(answer));
             }
-            DomainEvent::Apply {
-                commands,
-                job,
-                then,
-            } => {
-                self.apply(commands, job.as_deref());
-                if let Some(settlement) = then {
-                    self.deliver(settlement.reply, settlement.outcome);
-                    drop(settlement.turn);
+            DomainEvent::Apply { commands, then } => {
+                self.apply(commands, then.as_ref().map(|s| s.job()));
+                if let Some(mut settlement) = then {
+                    if let Some((to, outcome)) = settlement.take() {
+                        self.deliver(to, outcome);
+                    }
+                    // Dropping it now releases a keyed item's turn, after the reply.
+                    drop(settlement);
                 }
             }
         }

@@ -271,16 +271,72 @@ pub(crate) enum DomainEvent {
     /// returned) the job's settlement to deliver.
     Apply {
         commands: Vec<ServiceCall>,
-        /// The job that recorded them, named in reports of a command that fails.
-        job: Option<Arc<JobShared>>,
+        /// The job's settlement, for a job whose entry recorded them before returning; `None`
+        /// for commands recorded after (or outside any job), which are applied alone.
         then: Option<Settlement>,
     },
 }
 
 /// A job's outcome held back until the engine thread has applied its commands.
+///
+/// Nothing is lost to a domain that is gone: a settlement dropped undelivered (its post failed,
+/// or the mailbox was dropped with it inside) rejects the promise, naming why, so a host
+/// `Promise` or a worker's awaiting task never waits forever.
 pub(crate) struct Settlement {
-    pub(crate) reply: ReplyTo,
-    pub(crate) outcome: Outcome,
+    pending: Option<(ReplyTo, Outcome)>,
+    job: Arc<JobShared>,
+    principal: Arc<PrincipalCell>,
+    pool: Arc<PoolShared>,
     /// A keyed item's lane turn: the key's next item starts only after the commands applied.
-    pub(crate) turn: Option<super::keys::LaneTurn>,
+    /// Dropped after the reply (fields drop after `Drop::drop`).
+    _turn: Option<super::keys::LaneTurn>,
+}
+
+impl Settlement {
+    pub(crate) fn new(
+        reply: ReplyTo,
+        outcome: Outcome,
+        job: Arc<JobShared>,
+        principal: Arc<PrincipalCell>,
+        pool: Arc<PoolShared>,
+        turn: Option<super::keys::LaneTurn>,
+    ) -> Settlement {
+        Settlement {
+            pending: Some((reply, outcome)),
+            job,
+            principal,
+            pool,
+            _turn: turn,
+        }
+    }
+
+    /// The job that recorded the commands, named in reports.
+    pub(crate) fn job(&self) -> &JobShared {
+        &self.job
+    }
+
+    /// Takes the reply and outcome to deliver (the engine applied the commands).
+    pub(crate) fn take(&mut self) -> Option<(ReplyTo, Outcome)> {
+        self.pending.take()
+    }
+}
+
+impl Drop for Settlement {
+    fn drop(&mut self) {
+        if let Some((to, _)) = self.pending.take() {
+            let failure = crate::vm::JobFailure {
+                job: self.job.label(),
+                module: None,
+                entry: None,
+                kind: crate::vm::FailureKind::Refused,
+                message: format!(
+                    "its engine-service commands were not applied: {}",
+                    self.principal.end_reason()
+                ),
+                traceback: None,
+            };
+            let outcome = Outcome::Rejected(Arc::new(failure));
+            super::worker::reply(&self.principal, to, outcome, &self.pool);
+        }
+    }
 }

@@ -288,7 +288,6 @@ fn command_stub(lua: &Lua, name: Arc<str>) -> mlua::Result<Function> {
             let home = home(lua)?;
             home.principal.mailbox.post(DomainEvent::Apply {
                 commands: vec![call],
-                job: None,
                 then: None,
             });
         }

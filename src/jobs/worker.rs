@@ -350,15 +350,8 @@ impl LuauWorker {
                 reply(&principal, reply_to, outcome, &pool);
                 drop(turn);
             } else {
-                settle_after_commands(
-                    &principal,
-                    completion_job,
-                    commands,
-                    reply_to,
-                    outcome,
-                    turn,
-                    &pool,
-                );
+                let settlement = (reply_to, outcome, turn);
+                settle_after_commands(&principal, completion_job, commands, settlement, &pool);
             }
         });
         let owner = Rc::new(Owner::new(owner_label, deadline, Some(completion)).with_commands(log));
@@ -447,53 +440,29 @@ fn job_outcome(
 }
 
 /// Sends a job that recorded commands to its engine thread, which applies them and only then
-/// delivers the outcome. When the domain is gone nothing is applied and the promise is rejected.
+/// delivers the outcome. When the domain is gone nothing is applied, and the settlement, dropped
+/// undelivered, rejects the promise.
 fn settle_after_commands(
-    principal: &PrincipalCell,
+    principal: &Arc<PrincipalCell>,
     job: Arc<JobShared>,
     commands: Vec<vm::ServiceCall>,
-    reply_to: ReplyTo,
-    outcome: Outcome,
-    turn: Option<LaneTurn>,
-    pool: &PoolShared,
+    settlement: (ReplyTo, Outcome, Option<LaneTurn>),
+    pool: &Arc<PoolShared>,
 ) {
-    let event = DomainEvent::Apply {
+    let (reply_to, outcome, turn) = settlement;
+    let then = Settlement::new(
+        reply_to,
+        outcome,
+        job,
+        principal.clone(),
+        pool.clone(),
+        turn,
+    );
+    // A refused post hands the event back; dropping it rejects the promise.
+    drop(principal.mailbox.post_or_return(DomainEvent::Apply {
         commands,
-        job: Some(job),
-        then: Some(Settlement {
-            reply: reply_to,
-            outcome,
-            turn,
-        }),
-    };
-    let Err(returned) = principal.mailbox.post_or_return(event) else {
-        return;
-    };
-    if let DomainEvent::Apply {
-        job: Some(job),
-        then: Some(settlement),
-        ..
-    } = *returned
-    {
-        let failure = JobFailure {
-            job: job.label(),
-            module: None,
-            entry: None,
-            kind: FailureKind::Refused,
-            message: format!(
-                "its engine-service commands were not applied: {}",
-                principal.end_reason()
-            ),
-            traceback: None,
-        };
-        reply(
-            principal,
-            settlement.reply,
-            Outcome::Rejected(Arc::new(failure)),
-            pool,
-        );
-        drop(settlement.turn);
-    }
+        then: Some(then),
+    }));
 }
 
 /// Sends a job's outcome to the promise's home.
