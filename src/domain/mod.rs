@@ -546,6 +546,24 @@ impl ScriptDomain {
     /// and this thread applies the job's commands in the order it recorded them, before the
     /// job's promise settles.
     ///
+    /// ```
+    /// use std::{cell::RefCell, rc::Rc};
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// let log = Rc::new(RefCell::new(Vec::new()));
+    /// let sink = log.clone();
+    /// domain.register_command("log.write", move |args| {
+    ///     sink.borrow_mut().push(args);
+    ///     Ok(())
+    /// })?;
+    /// domain.eval("log.write('a', 1.5)")?;
+    /// let text = Message::String("a".into());
+    /// assert_eq!(*log.borrow(), vec![Message::List(vec![text, Message::Number(1.5)])]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`register_query`](Self::register_query).
     pub fn register_command<F>(&self, name: &str, f: F) -> Result<()>
@@ -580,6 +598,21 @@ impl ScriptDomain {
     /// `task.waitFrames` it reached, here and on workers), then resumes the tasks that are
     /// ready. Never blocks. `dt` is what the host says the frame covers; task timers follow
     /// the wall clock, and `dt` only adds up in [`FrameReport::time`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// domain.exec("task.waitFrames(2) done = true")?;
+    /// let first = domain.frame(Duration::from_millis(16));
+    /// assert_eq!(domain.eval("return done")?, Message::Nil);
+    /// let later = domain.frame(Duration::from_millis(16));
+    /// assert!(later.frame > first.frame);
+    /// assert_eq!(later.time, Duration::from_millis(32));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn frame(&self, dt: Duration) -> FrameReport {
         vm::check_sources();
         self.services.forwarded.set(0);
