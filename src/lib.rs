@@ -36,7 +36,7 @@ mod sync;
 mod value;
 mod vm;
 
-pub use domain::{DomainSpec, Report, ScriptDomain};
+pub use domain::{DomainSpec, FrameReport, Report, ScriptDomain};
 pub use error::{Error, Result};
 pub use jobs::{
     DomainId, DomainMailbox, Generation, JobOptions, Pool, Principal, Promise, PromiseStatus,

@@ -8,6 +8,7 @@ mod host_keys;
 mod keys;
 mod parallel_for;
 mod runner;
+mod services;
 mod shared_queues;
 mod shared_stress;
 mod shared_tables;

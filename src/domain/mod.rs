@@ -26,7 +26,16 @@ use crate::shared::SharedStore;
 use crate::value::Message;
 use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
 
+mod services;
+
+pub use services::FrameReport;
+use services::{EngineServices, Service};
+
 static NEXT_DOMAIN: AtomicU64 = AtomicU64::new(1);
+
+/// The longest `run_until_idle` waits between two frames while work is in flight, so tasks
+/// waiting on frames (in the engine VM or on workers) see frames pass.
+const FRAME_INTERVAL: Duration = Duration::from_millis(16);
 
 /// How often `run_until_idle` looks for edited module sources while a script keeps it busy.
 const SOURCE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
@@ -114,6 +123,10 @@ pub struct ScriptDomain {
     reports: Rc<RefCell<Vec<Report>>>,
     /// Failures of scripts the host started: `run_until_idle` answers the first.
     failures: Rc<RefCell<Vec<String>>>,
+    /// The host's engine services and this frame's counts.
+    services: Rc<EngineServices>,
+    /// The sum of the `dt` given to [`frame`](Self::frame).
+    frame_time: std::cell::Cell<Duration>,
     _engine_thread: PhantomData<Rc<()>>,
 }
 
@@ -156,6 +169,8 @@ impl ScriptDomain {
             rx,
             reports,
             failures: Rc::new(RefCell::new(Vec::new())),
+            services: Rc::new(EngineServices::default()),
+            frame_time: std::cell::Cell::new(Duration::ZERO),
             _engine_thread: PhantomData,
         })
     }
@@ -437,7 +452,195 @@ impl ScriptDomain {
                 message: failure,
             }),
             DomainEvent::Parcel(parcel) => crate::shared::receive_parcel(&self.vm.lua, parcel),
+            DomainEvent::Query {
+                service,
+                args,
+                commands,
+                reply,
+            } => {
+                self.apply(commands, None);
+                let answer = self.services.answer(&service, args);
+                self.deliver(reply, vm::Outcome::Resolved(answer));
+            }
+            DomainEvent::Apply { commands, then } => {
+                self.apply(commands, then.as_ref().map(|s| s.job()));
+                if let Some(mut settlement) = then {
+                    if let Some((to, outcome)) = settlement.take() {
+                        self.deliver(to, outcome);
+                    }
+                    // Dropping it now releases a keyed item's turn, after the reply.
+                    drop(settlement);
+                }
+            }
         }
+    }
+
+    /// Applies recorded commands in order; a failure is reported, naming the job, and the rest
+    /// still apply.
+    fn apply(&self, commands: Vec<vm::ServiceCall>, job: Option<&JobShared>) {
+        if commands.is_empty() {
+            return;
+        }
+        for failure in self.services.apply(commands) {
+            let source = match job {
+                Some(job) => job.to_string(),
+                None => "engine services".to_owned(),
+            };
+            self.reports.borrow_mut().push(Report {
+                source,
+                message: failure,
+            });
+        }
+    }
+
+    /// Delivers an outcome on the engine thread: a promise of this VM directly, anything else
+    /// the way a worker replies.
+    fn deliver(&self, to: ReplyTo, outcome: vm::Outcome) {
+        match to {
+            ReplyTo::Engine(promise) => self.vm.settle(promise, outcome),
+            other => jobs::reply(&self.principal, other, outcome, self.pool.shared()),
+        }
+    }
+
+    /// Registers a query: a function of the host that answers a value, reached from Luau at
+    /// the dotted global path `name` (`world.get`). In the engine VM the path calls `f`
+    /// directly; in a worker VM it forwards the call to this thread and the calling task waits
+    /// for the answer, after every command its job recorded before it has applied.
+    ///
+    /// `f` receives the call's arguments as one `Message::List`; an `Err` is raised to the
+    /// caller naming the service, and so is a panic, which is contained.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// // Arguments arrive as one list; a Luau number is a `Message::Number`.
+    /// domain.register_query("world.double", |args| match args {
+    ///     Message::List(a) => match a.first() {
+    ///         Some(Message::Number(n)) => Ok(Message::Number(n * 2.0)),
+    ///         other => Err(format!("expected a number, got {other:?}")),
+    ///     },
+    ///     _ => unreachable!("arguments arrive as a list"),
+    /// })?;
+    /// assert_eq!(domain.eval("return world.double(21)")?, Message::Integer(42));
+    /// let err = domain.eval("return world.double('x')").unwrap_err().to_string();
+    /// assert!(err.contains("engine service 'world.double' failed: expected a number"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Refused`] when the name is not 1 to 256 bytes of dotted Luau identifiers, is
+    /// registered already, or its path is taken in the engine VM (a global that is not a
+    /// table, a read-only built-in table, or a value at the path itself).
+    pub fn register_query<F>(&self, name: &str, f: F) -> Result<()>
+    where
+        F: Fn(Message) -> std::result::Result<Message, String> + 'static,
+    {
+        self.register(name, jobs::ServiceKind::Query, Service::Query(Box::new(f)))
+    }
+
+    /// Registers a command: a function of the host that changes host state and answers
+    /// nothing, reached from Luau at the dotted global path `name` (`world.set`). In the engine
+    /// VM the path calls `f` directly; in a worker VM the call is recorded and returns at once,
+    /// and this thread applies the job's commands in the order it recorded them, before the
+    /// job's promise settles.
+    ///
+    /// ```
+    /// use std::{cell::RefCell, rc::Rc};
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// let log = Rc::new(RefCell::new(Vec::new()));
+    /// let sink = log.clone();
+    /// domain.register_command("log.write", move |args| {
+    ///     sink.borrow_mut().push(args);
+    ///     Ok(())
+    /// })?;
+    /// domain.eval("log.write('a', 1.5)")?;
+    /// let text = Message::String("a".into());
+    /// assert_eq!(*log.borrow(), vec![Message::List(vec![text, Message::Number(1.5)])]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`register_query`](Self::register_query).
+    pub fn register_command<F>(&self, name: &str, f: F) -> Result<()>
+    where
+        F: FnMut(Message) -> std::result::Result<(), String> + 'static,
+    {
+        let service = Service::Command(RefCell::new(Box::new(f)));
+        self.register(name, jobs::ServiceKind::Command, service)
+    }
+
+    fn register(&self, name: &str, kind: jobs::ServiceKind, service: Service) -> Result<()> {
+        jobs::check_service_name(name).map_err(Error::Refused)?;
+        if self.services.contains(name) {
+            return Err(Error::Refused(format!(
+                "register: engine service '{name}' is registered already"
+            )));
+        }
+        let name: Arc<str> = Arc::from(name);
+        let f = services::engine_function(&self.vm.lua, self.services.clone(), name.clone())?;
+        jobs::install_at(&self.vm.lua, &name, f)
+            .map_err(|e| Error::Refused(format!("register: {e}")))?;
+        self.principal
+            .services
+            .add(&name, kind)
+            .map_err(Error::Refused)?;
+        self.services.insert(name, service);
+        Ok(())
+    }
+
+    /// One engine frame: drains the mailbox (applying recorded commands, answering forwarded
+    /// queries, settling promises), moves the frame counter on (waking the tasks whose
+    /// `task.waitFrames` it reached, here and on workers), then resumes the tasks that are
+    /// ready. Never blocks. `dt` is what the host says the frame covers; task timers follow
+    /// the wall clock, and `dt` only adds up in [`FrameReport::time`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// domain.exec("task.waitFrames(2) done = true")?;
+    /// let first = domain.frame(Duration::from_millis(16));
+    /// assert_eq!(domain.eval("return done")?, Message::Nil);
+    /// let later = domain.frame(Duration::from_millis(16));
+    /// assert!(later.frame > first.frame);
+    /// assert_eq!(later.time, Duration::from_millis(32));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn frame(&self, dt: Duration) -> FrameReport {
+        vm::check_sources();
+        self.services.forwarded.set(0);
+        self.services.applied.set(0);
+        self.frame_time.set(self.frame_time.get() + dt);
+        let frame = self.round();
+        FrameReport {
+            frame,
+            forwarded_calls: self.services.forwarded.get(),
+            commands_applied: self.services.applied.get(),
+            time: self.frame_time.get(),
+        }
+    }
+
+    /// The frame counter: how many frames the domain has run ([`frame`](Self::frame), and each
+    /// round of [`pump`](Self::pump), [`eval`](Self::eval) and
+    /// [`run_until_idle`](Self::run_until_idle)).
+    pub fn frames(&self) -> u64 {
+        self.principal.frames.load(Ordering::Acquire)
+    }
+
+    /// One frame's work: drain, count the frame, wake frame waits, step. Answers the frame.
+    fn round(&self) -> u64 {
+        self.drain();
+        let frame = self.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
+        self.vm.wake_frames(frame);
+        self.vm.step();
+        frame
     }
 
     /// One round on the engine thread: drain the mailbox, then run the tasks that are ready.
@@ -445,35 +648,47 @@ impl ScriptDomain {
     pub fn pump(&self) -> bool {
         vm::check_sources();
         let drained = self.drain();
+        let frame = self.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
+        let woke = self.vm.wake_frames(frame);
         let ran = self.vm.step();
-        drained || ran
+        drained || woke || ran
     }
 
     /// Pumps once; when `block` and nothing is ready, waits for the mailbox or the next timer.
     /// Answers false when nothing is outstanding at all (idle).
     fn pump_once(&self, block: bool) -> bool {
-        if self.drain() | self.vm.step() || self.vm.has_ready() {
+        let drained = self.drain();
+        let frame = self.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
+        let woke = self.vm.wake_frames(frame);
+        if drained | woke | self.vm.step() || self.vm.has_ready() {
             return true;
         }
         // A pop parked by a task that has since ended would otherwise count as pending forever.
         crate::shared::sweep_parked_pops(&self.vm.lua);
         let pending = self.vm.core.promises.borrow().pending();
         let next = self.vm.next_wake();
-        if pending == 0 && next.is_none() {
+        let frame_waits = self.vm.has_frame_waits();
+        if pending == 0 && next.is_none() && !frame_waits {
             return false;
         }
         if !block {
             return true;
         }
-        let received = match next {
-            Some(at) => self
-                .rx
-                .recv_timeout(at.saturating_duration_since(Instant::now())),
-            None => self
-                .rx
-                .recv_timeout(Duration::from_secs(3600))
-                .map_err(|_| RecvTimeoutError::Timeout),
+        // Tasks here or work in flight may wait on frames: the next round (the next frame)
+        // comes within one frame interval.
+        let wait = match next {
+            Some(at) => at.saturating_duration_since(Instant::now()),
+            None => Duration::from_secs(3600),
         };
+        let wait = if pending > 0 || frame_waits {
+            wait.min(FRAME_INTERVAL)
+        } else {
+            wait
+        };
+        let received = self
+            .rx
+            .recv_timeout(wait)
+            .map_err(|_| RecvTimeoutError::Timeout);
         if let Ok(event) = received {
             self.handle(event);
         }

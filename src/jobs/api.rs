@@ -101,6 +101,7 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     crate::shared::install(lua, &jobs, home.principal.shared.clone())?;
     jobs.raw_set("warm", lua.create_function(super::warm::warm)?)?;
     lua.set_app_data(queue_courier(&home));
+    lua.set_app_data(crate::vm::FrameClock(home.principal.frames.clone()));
     lua.set_named_registry_value(RELEASE_WATCHERS_KEY, lua.create_table()?)?;
     lua.set_named_registry_value(JOBS_KEY, jobs.clone())?;
     lua.globals().raw_set("jobs", jobs)?;

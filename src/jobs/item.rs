@@ -19,7 +19,7 @@ use super::principal::{Principal, PrincipalCell};
 use super::promise::HostSlot;
 use crate::pool::handoff::{CancelOutcome, Handoff};
 use crate::value::Message;
-use crate::vm::{Cancel, Outcome, OwnerIdentity, PromiseId};
+use crate::vm::{Cancel, Outcome, OwnerIdentity, PromiseId, ServiceCall};
 
 /// No worker has started the job yet.
 pub(crate) const NOT_STARTED: usize = usize::MAX;
@@ -258,4 +258,85 @@ pub(crate) enum DomainEvent {
     Report { label: String, failure: String },
     /// A shared-queue delivery for a pop parked in the engine VM.
     Parcel(crate::shared::Parcel),
+    /// A query a worker forwarded: apply `commands` (its job's, recorded before it, in order),
+    /// run the query, and settle the promise at `reply` with `{ true, answer }` or
+    /// `{ false, error }`.
+    Query {
+        service: Arc<str>,
+        args: Message,
+        commands: Vec<ServiceCall>,
+        reply: ReplyTo,
+    },
+    /// Commands to apply in order, then (for a job that recorded them before its entry
+    /// returned) the job's settlement to deliver.
+    Apply {
+        commands: Vec<ServiceCall>,
+        /// The job's settlement, for a job whose entry recorded them before returning; `None`
+        /// for commands recorded after (or outside any job), which are applied alone.
+        then: Option<Settlement>,
+    },
+}
+
+/// A job's outcome held back until the engine thread has applied its commands.
+///
+/// Nothing is lost to a domain that is gone: a settlement dropped undelivered (its post failed,
+/// or the mailbox was dropped with it inside) rejects the promise, naming why, so a host
+/// `Promise` or a worker's awaiting task never waits forever.
+pub(crate) struct Settlement {
+    pending: Option<(ReplyTo, Outcome)>,
+    job: Arc<JobShared>,
+    principal: Arc<PrincipalCell>,
+    pool: Arc<PoolShared>,
+    /// A keyed item's lane turn: the key's next item starts only after the commands applied.
+    /// Dropped after the reply (fields drop after `Drop::drop`).
+    _turn: Option<super::keys::LaneTurn>,
+}
+
+impl Settlement {
+    pub(crate) fn new(
+        reply: ReplyTo,
+        outcome: Outcome,
+        job: Arc<JobShared>,
+        principal: Arc<PrincipalCell>,
+        pool: Arc<PoolShared>,
+        turn: Option<super::keys::LaneTurn>,
+    ) -> Settlement {
+        Settlement {
+            pending: Some((reply, outcome)),
+            job,
+            principal,
+            pool,
+            _turn: turn,
+        }
+    }
+
+    /// The job that recorded the commands, named in reports.
+    pub(crate) fn job(&self) -> &JobShared {
+        &self.job
+    }
+
+    /// Takes the reply and outcome to deliver (the engine applied the commands).
+    pub(crate) fn take(&mut self) -> Option<(ReplyTo, Outcome)> {
+        self.pending.take()
+    }
+}
+
+impl Drop for Settlement {
+    fn drop(&mut self) {
+        if let Some((to, _)) = self.pending.take() {
+            let failure = crate::vm::JobFailure {
+                job: self.job.label(),
+                module: None,
+                entry: None,
+                kind: crate::vm::FailureKind::Refused,
+                message: format!(
+                    "its engine-service commands were not applied: {}",
+                    self.principal.end_reason()
+                ),
+                traceback: None,
+            };
+            let outcome = Outcome::Rejected(Arc::new(failure));
+            super::worker::reply(&self.principal, to, outcome, &self.pool);
+        }
+    }
 }

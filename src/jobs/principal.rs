@@ -80,6 +80,11 @@ impl DomainMailbox {
     pub(crate) fn post(&self, event: DomainEvent) -> bool {
         self.tx.send(event).is_ok()
     }
+
+    /// Posts an event; hands it back when the domain is gone.
+    pub(crate) fn post_or_return(&self, event: DomainEvent) -> Result<(), Box<DomainEvent>> {
+        self.tx.send(event).map_err(|e| Box::new(e.into_inner()))
+    }
 }
 
 impl fmt::Debug for DomainMailbox {
@@ -102,6 +107,11 @@ pub(crate) struct PrincipalCell {
     pub(crate) warm_bound: Duration,
     /// The principal's `jobs.warm` entries: they end with it.
     pub(crate) warms: super::warm::WarmRegistry,
+    /// The names and kinds of the domain's engine services, for the stubs of worker VMs.
+    pub(crate) services: super::services::ServiceNames,
+    /// The domain's frame counter, bumped by its engine thread once per frame; what
+    /// `task.waitFrames` counts in every VM of the principal.
+    pub(crate) frames: std::sync::Arc<std::sync::atomic::AtomicU64>,
     alive: AtomicBool,
     /// Why the principal ended, once it has.
     ended: std::sync::Mutex<Option<String>>,
@@ -123,6 +133,8 @@ impl PrincipalCell {
             shared: crate::sync::Arc::new(StoreCore::new(SharedLimits::DEFAULT)),
             warm_bound,
             warms: super::warm::WarmRegistry::default(),
+            services: super::services::ServiceNames::default(),
+            frames: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
             alive: AtomicBool::new(true),
             ended: std::sync::Mutex::new(None),
         }

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use super::api::{self, HomeKind, JobsHome};
-use super::item::{DomainEvent, Item, JobShared, LaneKey, ReplyTo, WorkerMsg};
+use super::item::{DomainEvent, Item, JobShared, LaneKey, ReplyTo, Settlement, WorkerMsg};
 use super::keys::LaneTurn;
 use super::pool::{PoolShared, WarmRuns};
 use super::principal::{Principal, PrincipalCell};
@@ -20,10 +20,15 @@ use super::warm_pass::{ParkedItem, PassContext, WarmPass};
 use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
 use crate::pool::lanes::KeyLanes;
 use crate::value::Message;
-use crate::vm::{self, FailureKind, JobFailure, Outcome, Owner, Signal, TaskFailure, Vm};
+use crate::vm::{
+    self, CommandLog, FailureKind, JobFailure, Outcome, Owner, Signal, TaskFailure, Vm,
+};
 
 /// How many entry names a worker VM keeps as Luau strings.
 const ENTRY_KEYS: usize = 256;
+
+/// How often a worker whose VMs have tasks waiting on frames looks at the domain's frame counter.
+const FRAME_POLL: Duration = Duration::from_millis(2);
 
 /// Serials of worker VMs, process-wide.
 static NEXT_VM_SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -47,6 +52,21 @@ struct WorkerVm {
     /// The `jobs.warm` entries this VM runs before its principal's items, and the items that
     /// wait for them.
     warm: WarmPass,
+    /// How many of the principal's engine-service names have their stubs in this VM.
+    services_installed: usize,
+}
+
+impl WorkerVm {
+    /// Installs the stubs of engine services registered since this VM last looked.
+    fn sync_services(&mut self) {
+        if self.principal.services.len() != self.services_installed {
+            self.services_installed = super::services::install_stubs(
+                &self.vm.lua,
+                &self.principal.services,
+                self.services_installed,
+            );
+        }
+    }
 }
 
 impl WorkerVm {
@@ -179,7 +199,9 @@ impl LuauWorker {
             entry_keys: HashMap::new(),
             keys_seen: HashSet::new(),
             warm: WarmPass::default(),
+            services_installed: 0,
         });
+        self.vms.last_mut().expect("just pushed").sync_services();
         cx.set_vms_held(self.vms.len());
         let slot = self.vms.len() - 1;
         let wvm = &mut self.vms[slot];
@@ -259,6 +281,7 @@ impl LuauWorker {
             Err(e) => return fail(item, FailureKind::Load, e),
         };
         let wvm = &mut self.vms[slot];
+        wvm.sync_services();
         if let Some(key) = &item.job.key {
             let fresh = wvm.keys_seen.insert(key.clone());
             item.job.fresh.store(fresh, Ordering::Relaxed);
@@ -316,14 +339,22 @@ impl LuauWorker {
         let key = Arc::as_ptr(&job);
         let owner_label: Arc<dyn vm::OwnerIdentity> = job.clone();
         let (completion_job, completion_running) = (job.clone(), running.clone());
+        let log = Rc::new(CommandLog::default());
+        let completion_log = log.clone();
         let completion: vm::Completion = Box::new(move |_lua: &Lua, result| {
             completion_running.borrow_mut().remove(&key);
             completion_job.handoff.finish();
             let outcome = job_outcome(&completion_job, &module, &entry, result);
-            reply(&principal, reply_to, outcome, &pool);
-            drop(turn);
+            let commands = completion_log.close();
+            if commands.is_empty() {
+                reply(&principal, reply_to, outcome, &pool);
+                drop(turn);
+            } else {
+                let settlement = (reply_to, outcome, turn);
+                settle_after_commands(&principal, completion_job, commands, settlement, &pool);
+            }
         });
-        let owner = Rc::new(Owner::new(owner_label, deadline, Some(completion)));
+        let owner = Rc::new(Owner::new(owner_label, deadline, Some(completion)).with_commands(log));
         running.borrow_mut().insert(key, owner.clone());
         if let Err(e) = wvm
             .vm
@@ -408,8 +439,34 @@ fn job_outcome(
     }
 }
 
+/// Sends a job that recorded commands to its engine thread, which applies them and only then
+/// delivers the outcome. When the domain is gone nothing is applied, and the settlement, dropped
+/// undelivered, rejects the promise.
+fn settle_after_commands(
+    principal: &Arc<PrincipalCell>,
+    job: Arc<JobShared>,
+    commands: Vec<vm::ServiceCall>,
+    settlement: (ReplyTo, Outcome, Option<LaneTurn>),
+    pool: &Arc<PoolShared>,
+) {
+    let (reply_to, outcome, turn) = settlement;
+    let then = Settlement::new(
+        reply_to,
+        outcome,
+        job,
+        principal.clone(),
+        pool.clone(),
+        turn,
+    );
+    // A refused post hands the event back; dropping it rejects the promise.
+    drop(principal.mailbox.post_or_return(DomainEvent::Apply {
+        commands,
+        then: Some(then),
+    }));
+}
+
 /// Sends a job's outcome to the promise's home.
-pub(super) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, pool: &PoolShared) {
+pub(crate) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, pool: &PoolShared) {
     match to {
         ReplyTo::Engine(promise) => {
             principal
@@ -552,6 +609,14 @@ impl WorkerLogic for LuauWorker {
         let mut wake_at: Option<Instant> = None;
         let mut warming = false;
         for wvm in &self.vms {
+            if wvm.vm.has_frame_waits() {
+                // Frames are the domain's: nothing tells this thread one passed, so a VM with
+                // tasks waiting on frames looks again after FRAME_POLL.
+                let frame = wvm.principal.frames.load(Ordering::Acquire);
+                busy |= wvm.vm.wake_frames(frame);
+                let at = Instant::now() + FRAME_POLL;
+                wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
+            }
             busy |= wvm.vm.step();
             if wvm.vm.has_ready() {
                 busy = true;

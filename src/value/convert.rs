@@ -218,6 +218,30 @@ impl FromLua for MessageArg {
     }
 }
 
+/// A call's trailing arguments read as [`MessageArg`]s off the stack, so each whole number stays
+/// a number and each integer an integer (`Variadic<MessageArg>` would read them through
+/// `mlua::Value`, which makes every whole number an integer).
+pub(crate) struct MessageArgs(pub(crate) Vec<MessageArg>);
+
+impl mlua::FromLuaMulti for MessageArgs {
+    fn from_lua_multi(values: mlua::MultiValue, lua: &Lua) -> mlua::Result<Self> {
+        values
+            .into_iter()
+            .map(|v| MessageArg::from_lua(v, lua))
+            .collect::<mlua::Result<_>>()
+            .map(MessageArgs)
+    }
+
+    unsafe fn from_stack_multi(nvals: c_int, lua: &RawLua) -> mlua::Result<Self> {
+        let mut args = Vec::with_capacity(nvals.max(0) as usize);
+        for i in 0..nvals {
+            // SAFETY: mlua hands us `nvals` values on top of `lua`'s current stack.
+            args.push(unsafe { MessageArg::from_stack(-nvals + i, lua) }?);
+        }
+        Ok(MessageArgs(args))
+    }
+}
+
 /// Goes through `Message::to_lua` from a `&RawLua`, which only knows how to push `IntoLua`s.
 struct Built<'a>(&'a Message);
 

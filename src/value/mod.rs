@@ -20,7 +20,7 @@ mod write;
 
 use bytes::Bytes;
 
-pub(crate) use convert::MessageArg;
+pub(crate) use convert::{MessageArg, MessageArgs};
 pub use error::{DecodeError, DecodeErrorKind, TransferError, TransferErrorKind};
 pub use limits::Limits;
 pub use resource_handle::ResourceHandle;

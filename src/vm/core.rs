@@ -125,6 +125,17 @@ impl Vm {
         self.core.sched.borrow().len()
     }
 
+    /// Queues the tasks waiting on frames that `frame` has reached. Answers whether any woke.
+    pub(crate) fn wake_frames(&self, frame: u64) -> bool {
+        let mut sched = self.core.sched.borrow_mut();
+        sched.has_frame_waits() && sched.wake_frames(frame)
+    }
+
+    /// Whether a task of this VM waits on frames.
+    pub(crate) fn has_frame_waits(&self) -> bool {
+        self.core.sched.borrow().has_frame_waits()
+    }
+
     /// Ends every task of `owner` without resuming it again.
     pub(crate) fn drop_owner(&self, owner: &Rc<Owner>) {
         let threads = self.core.sched.borrow_mut().remove_owner(owner);
@@ -211,6 +222,7 @@ impl SchedulerHost for VmCore {
                 MultiValue::from_iter([Value::Number(secs)])
             }
             Resume::Settled(outcome) => outcome_values(lua, &outcome),
+            Resume::Frames(n) => MultiValue::from_iter([Value::Number(n as f64)]),
         }
     }
 
@@ -281,6 +293,28 @@ fn wait_duration(seconds: Option<f64>) -> Duration {
     }
 }
 
+/// The frame counter `task.waitFrames` counts: the domain's, bumped by its engine thread once per
+/// frame. The `jobs` layer sets it as app data of every VM of a domain; a VM without it refuses
+/// `task.waitFrames`.
+#[derive(Clone)]
+pub(crate) struct FrameClock(pub(crate) std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+/// Reads `task.waitFrames`'s count: a whole number of at least 1.
+fn read_frame_count(n: &Value) -> mlua::Result<u64> {
+    let refuse = |what: String| {
+        mlua::Error::runtime(format!(
+            "task.waitFrames: n must be a whole number of frames, 1 or more, got {what}"
+        ))
+    };
+    match n {
+        Value::Integer(i) if *i >= 1 => Ok(*i as u64),
+        Value::Number(x) if x.fract() == 0.0 && *x >= 1.0 && *x < 9.0e15 => Ok(*x as u64),
+        Value::Integer(i) => Err(refuse(i.to_string())),
+        Value::Number(x) => Err(refuse(x.to_string())),
+        other => Err(refuse(super::a_type(other))),
+    }
+}
+
 /// A function or a thread, as `task.spawn` and friends take them.
 fn as_thread(lua: &Lua, target: Value, what: &str) -> mlua::Result<Thread> {
     match target {
@@ -316,6 +350,25 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
             core.sched
                 .borrow_mut()
                 .park_timer(id, now, now + wait_duration(seconds));
+            Ok(())
+        })?,
+    )?;
+    p.raw_set(
+        "parkFrames",
+        lua.create_function(|lua, n: Value| {
+            let frames = read_frame_count(&n)?;
+            let clock = lua
+                .app_data_ref::<FrameClock>()
+                .map(|c| c.0.clone())
+                .ok_or_else(|| {
+                    mlua::Error::runtime("task.waitFrames: this VM has no frame clock")
+                })?;
+            let core = VmCore::of(lua)?;
+            let id = core.task_for(&lua.current_thread());
+            let now = clock.load(std::sync::atomic::Ordering::Acquire);
+            core.sched
+                .borrow_mut()
+                .park_frames(id, now, now.saturating_add(frames));
             Ok(())
         })?,
     )?;

@@ -3,6 +3,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,6 +58,44 @@ pub(crate) struct Owner {
     /// its tasks: when and how long. `None` for almost every owner.
     bound: Cell<Option<(Instant, Duration)>>,
     completion: RefCell<Option<Completion>>,
+    /// The engine-service commands a job's tasks record, when the owner is a job.
+    pub(crate) commands: Option<Rc<CommandLog>>,
+}
+
+/// One engine-service call on its way to the engine thread: the service's name and its
+/// arguments.
+pub(crate) type ServiceCall = (Arc<str>, crate::value::Message);
+
+/// The engine-service commands one job recorded and has not yet sent to its engine thread, in
+/// the order its tasks recorded them. Lives on the worker thread that runs the job.
+#[derive(Default)]
+pub(crate) struct CommandLog {
+    entries: RefCell<Vec<ServiceCall>>,
+    /// Set once the job's entry has returned: later commands are no longer held for its
+    /// settlement and leave one at a time.
+    closed: Cell<bool>,
+}
+
+impl CommandLog {
+    /// Records a command; answers it back when the log is closed (the caller sends it alone).
+    pub(crate) fn record(&self, call: ServiceCall) -> Option<ServiceCall> {
+        if self.closed.get() {
+            return Some(call);
+        }
+        self.entries.borrow_mut().push(call);
+        None
+    }
+
+    /// Takes what was recorded so far (a forwarded query carries it ahead of itself).
+    pub(crate) fn take(&self) -> Vec<ServiceCall> {
+        std::mem::take(&mut *self.entries.borrow_mut())
+    }
+
+    /// Closes the log (the entry returned) and takes what it held.
+    pub(crate) fn close(&self) -> Vec<ServiceCall> {
+        self.closed.set(true);
+        self.take()
+    }
 }
 
 impl Owner {
@@ -71,7 +110,14 @@ impl Owner {
             deadline,
             bound: Cell::new(None),
             completion: RefCell::new(completion),
+            commands: None,
         }
+    }
+
+    /// Gives the owner a command log: its tasks' engine-service commands are recorded there.
+    pub(crate) fn with_commands(mut self, log: Rc<CommandLog>) -> Owner {
+        self.commands = Some(log);
+        self
     }
 
     /// The token that cancels the owner's runs.

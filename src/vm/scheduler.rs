@@ -37,6 +37,8 @@ enum Parked {
     Timer,
     /// On a promise's waiter list.
     Promise,
+    /// In the frame-wait heap (`task.waitFrames`).
+    Frame,
 }
 
 struct TaskEntry {
@@ -53,6 +55,10 @@ struct TaskEntry {
 /// The epoch tells a stale entry (the task was cancelled or re-parked) from a live one.
 type TimerEntry = (Instant, u64, TaskId, u64, Instant);
 
+/// A frame wait in its heap: (target frame, insertion order, task, the task's park epoch, the
+/// frame it parked on).
+type FrameEntry = (u64, u64, TaskId, u64, u64);
+
 /// The value a task is resumed with.
 pub(crate) enum Resume {
     /// Arguments (a task's first resume, or a plain defer).
@@ -61,6 +67,8 @@ pub(crate) enum Resume {
     Elapsed(Instant),
     /// A promise the task awaited settled.
     Settled(Rc<Outcome>),
+    /// The frame a `task.waitFrames` waited for came: the task receives the frames that passed.
+    Frames(u64),
 }
 
 /// The scheduler state of one VM.
@@ -72,6 +80,7 @@ pub(crate) struct Scheduler {
     ready: VecDeque<(TaskId, Resume)>,
     timers: BinaryHeap<Reverse<TimerEntry>>,
     timer_seq: u64,
+    frame_waits: BinaryHeap<Reverse<FrameEntry>>,
     deferred: Vec<(TaskId, MultiValue)>,
     /// Arguments of `task.delay` tasks, given on their first resume instead of the elapsed time.
     delayed_args: HashMap<TaskId, MultiValue>,
@@ -162,6 +171,44 @@ impl Scheduler {
             self.timers
                 .push(Reverse((wake_at, self.timer_seq, id, task.epoch, start)));
         }
+    }
+
+    /// Parks a task until the frame counter reaches `target`; `now` is the frame it parks on.
+    pub(crate) fn park_frames(&mut self, id: TaskId, now: u64, target: u64) {
+        if let Some(task) = self.tasks.get_mut(&id) {
+            task.parked = Parked::Frame;
+            task.epoch += 1;
+            self.timer_seq += 1;
+            self.frame_waits
+                .push(Reverse((target, self.timer_seq, id, task.epoch, now)));
+        }
+    }
+
+    /// Queues the tasks whose target frame `frame` has reached. Answers whether any woke.
+    pub(crate) fn wake_frames(&mut self, frame: u64) -> bool {
+        let mut woke = false;
+        while let Some(Reverse((target, _, id, epoch, parked_on))) =
+            self.frame_waits.peek().copied()
+        {
+            if target > frame {
+                break;
+            }
+            self.frame_waits.pop();
+            if let Some(task) = self.tasks.get_mut(&id) {
+                if task.epoch == epoch && task.parked == Parked::Frame {
+                    task.parked = Parked::No;
+                    self.ready
+                        .push_back((id, Resume::Frames(frame.saturating_sub(parked_on))));
+                    woke = true;
+                }
+            }
+        }
+        woke
+    }
+
+    /// Whether a task waits on frames (stale entries of ended tasks count until their frame).
+    pub(crate) fn has_frame_waits(&self) -> bool {
+        !self.frame_waits.is_empty()
     }
 
     /// Marks a task as parked on a promise (the promise keeps the waiter list).

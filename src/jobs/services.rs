@@ -1,0 +1,342 @@
+//! Engine services seen from Luau: their names, how a name becomes a global path, and the stubs
+//! a worker VM calls in place of the host's functions.
+//!
+//! The host registers services on its engine thread (`ScriptDomain::register_query` and
+//! `register_command`); the functions themselves never leave that thread. What every other
+//! thread needs is only the list of names and kinds, kept here in the principal's
+//! [`ServiceNames`]. A worker VM installs a stub for each name it has not installed yet when it
+//! starts an item (the list only grows, so its length is its version):
+//!
+//! - a **query** stub copies its arguments, parks the calling task on a promise homed in its VM
+//!   and posts a [`DomainEvent::Query`] carrying the commands the job recorded before it, so the
+//!   engine thread applies them first; the answer settles the promise;
+//! - a **command** stub copies its arguments into the running job's [`CommandLog`] and returns.
+//!
+//! Arguments cross as one list: the service receives `Message::List` of the call's arguments.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+use mlua::{AnyUserData, Function, Lua, Table, Value};
+
+use super::api::home;
+use super::item::DomainEvent;
+use crate::value::{Message, MessageArg, MessageArgs};
+use crate::vm::{await_function, promise_handle, ServiceCall, VmCore};
+
+/// The longest service name, in bytes.
+pub(crate) const MAX_SERVICE_NAME: usize = 256;
+
+/// What a service does, as the worker side needs to know it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ServiceKind {
+    /// Answers a value; forwarded from a worker.
+    Query,
+    /// Changes host state and answers nothing; recorded on a worker and applied later.
+    Command,
+}
+
+/// The names and kinds of a principal's engine services: `Send + Sync`, append-only.
+#[derive(Default)]
+pub(crate) struct ServiceNames {
+    names: RwLock<Vec<(Arc<str>, ServiceKind)>>,
+    /// The list's length, read without the lock on every item start.
+    len: AtomicUsize,
+}
+
+impl ServiceNames {
+    /// Adds a name; refused when it is taken.
+    pub(crate) fn add(&self, name: &str, kind: ServiceKind) -> Result<(), String> {
+        let mut names = self.names.write().unwrap_or_else(|e| e.into_inner());
+        if names.iter().any(|(n, _)| &**n == name) {
+            return Err(format!(
+                "register: engine service '{name}' is registered already"
+            ));
+        }
+        names.push((Arc::from(name), kind));
+        self.len.store(names.len(), Ordering::Release);
+        Ok(())
+    }
+
+    /// How many names there are: a VM that installed this many has every stub.
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// The names from position `from` on.
+    pub(crate) fn since(&self, from: usize) -> Vec<(Arc<str>, ServiceKind)> {
+        let names = self.names.read().unwrap_or_else(|e| e.into_inner());
+        names.get(from..).map(<[_]>::to_vec).unwrap_or_default()
+    }
+}
+
+/// Luau's reserved words: a path segment that is one can't be written `a.end`.
+const RESERVED: &[&str] = &[
+    "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if", "in", "local",
+    "nil", "not", "or", "repeat", "return", "then", "true", "until", "while",
+];
+
+/// Checks a service name: 1 to 256 bytes of dotted Luau identifiers (`world.get`).
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("register: engine service name '{name}' {why}"));
+    if name.is_empty() || name.len() > MAX_SERVICE_NAME {
+        return bad(&format!(
+            "must be 1 to {MAX_SERVICE_NAME} bytes, got {}",
+            name.len()
+        ));
+    }
+    for segment in name.split('.') {
+        let mut bytes = segment.bytes();
+        let identifier = bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !identifier || RESERVED.contains(&segment) {
+            return bad(&format!(
+                "is not a dotted Luau path: '{segment}' is not an identifier"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Sets `f` at the dotted global path `name` of `lua`, making the tables on the way. Refused when
+/// a segment on the way is not a table (or is a read-only built-in one) or the last is taken.
+pub(crate) fn install_at(lua: &Lua, name: &str, f: Function) -> Result<(), String> {
+    let taken = |what: &str| format!("engine service '{name}' can't be installed: {what}");
+    let mut table: Table = lua.globals();
+    let mut segments = name.split('.').peekable();
+    while let Some(segment) = segments.next() {
+        let value: Value = table.get(segment).map_err(|e| taken(&e.to_string()))?;
+        if segments.peek().is_none() {
+            if !value.is_nil() {
+                return Err(taken(&format!(
+                    "'{name}' is {} already",
+                    crate::vm::a_type(&value)
+                )));
+            }
+            return table.raw_set(segment, f).map_err(|e| taken(&e.to_string()));
+        }
+        table = match value {
+            Value::Nil => {
+                let t = lua.create_table().map_err(|e| taken(&e.to_string()))?;
+                table
+                    .raw_set(segment, t.clone())
+                    .map_err(|e| taken(&e.to_string()))?;
+                t
+            }
+            Value::Table(t) if !t.is_readonly() => t,
+            Value::Table(_) => return Err(taken(&format!("'{segment}' is a read-only table"))),
+            other => {
+                return Err(taken(&format!(
+                    "'{segment}' is {}, not a table",
+                    crate::vm::a_type(&other)
+                )))
+            }
+        };
+    }
+    Ok(())
+}
+
+/// Copies a service call's arguments (read off the stack, so a whole number stays a number and
+/// an integer an integer): one list of them, each named `args[i]` in a refusal.
+pub(crate) fn read_args(service: &str, args: MessageArgs) -> mlua::Result<Message> {
+    let mut list = Vec::with_capacity(args.0.len());
+    for (i, arg) in args.0.into_iter().enumerate() {
+        let message = arg.0.map_err(|mut e| {
+            let rest = e.path.strip_prefix(MessageArg::ROOT).unwrap_or(&e.path);
+            e.path = format!("args[{}]{rest}", i + 1);
+            mlua::Error::runtime(format!("{service}: {e}"))
+        })?;
+        list.push(message);
+    }
+    Ok(Message::List(list))
+}
+
+/// The Luau half of a query stub (it yields): `P.query` answers a promise, awaited here; the
+/// promise resolves with `{ true, answer }` or `{ false, error }`.
+const STUB_SOURCE: &str = r#"
+local P, await, isyieldable = ...
+local query = P.query
+return function(name)
+	return function(...)
+		local r = await(query(name, isyieldable(), ...))
+		if r[1] then
+			return r[2]
+		end
+		error(r[2], 2)
+	end
+end
+"#;
+
+/// `STUB_SOURCE` compiled once per process.
+fn stub_bytecode() -> &'static [u8] {
+    static BYTECODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BYTECODE.get_or_init(|| {
+        mlua::chunk::Compiler::new()
+            .set_debug_level(1)
+            .compile(STUB_SOURCE)
+            .expect("the query stub compiles")
+    })
+}
+
+/// Registry key of this VM's query-stub maker.
+const STUB_MAKER_KEY: &str = "skein.services.queryStub";
+
+/// Installs, in a worker VM, the stubs of the names from position `from` on. Answers how many
+/// names the VM has now. A name that can't be installed (a global of the same name is in the
+/// way) is reported and skipped.
+pub(crate) fn install_stubs(lua: &Lua, names: &ServiceNames, from: usize) -> usize {
+    let new = names.since(from);
+    if new.is_empty() {
+        return from;
+    }
+    let core = VmCore::of(lua).ok();
+    for (name, kind) in &new {
+        let made = match kind {
+            ServiceKind::Query => query_stub(lua, name),
+            ServiceKind::Command => command_stub(lua, name.clone()),
+        };
+        let installed = made
+            .map_err(|e| crate::vm::error_message(&e))
+            .and_then(|f| install_at(lua, name, f));
+        if let (Err(e), Some(core)) = (installed, &core) {
+            core.report_failure("engine services", &e);
+        }
+    }
+    from + new.len()
+}
+
+fn query_stub(lua: &Lua, name: &str) -> mlua::Result<Function> {
+    let maker: Function = match lua.named_registry_value::<Value>(STUB_MAKER_KEY)? {
+        Value::Function(f) => f,
+        _ => {
+            let p = lua.create_table()?;
+            p.raw_set("query", lua.create_function(forward_query)?)?;
+            let chunk = lua
+                .load(stub_bytecode())
+                .set_name("=skein services")
+                .set_mode(mlua::chunk::ChunkMode::Binary)
+                .into_function()?;
+            let isyieldable: Function = lua
+                .globals()
+                .get::<Table>("coroutine")?
+                .get("isyieldable")?;
+            let maker: Function = chunk.call((p, await_function(lua)?, isyieldable))?;
+            lua.set_named_registry_value(STUB_MAKER_KEY, maker.clone())?;
+            maker
+        }
+    };
+    maker.call(name)
+}
+
+/// `P.query(name, yieldable, ...)`: posts the query with the job's commands so far and answers
+/// the promise its task awaits.
+fn forward_query(
+    lua: &Lua,
+    (name, yieldable, args): (mlua::LuaString, bool, MessageArgs),
+) -> mlua::Result<AnyUserData> {
+    let name = name.to_str()?.to_owned();
+    if !yieldable {
+        return Err(mlua::Error::runtime(format!(
+            "{name} can't wait here: a query from a worker waits for the engine thread; call it \
+             from a task, not from a metamethod or a module's top level"
+        )));
+    }
+    let args = read_args(&name, args)?;
+    let home = home(lua)?;
+    let core = VmCore::of(lua)?;
+    let owner = core.current_owner();
+    let commands = owner
+        .commands
+        .as_ref()
+        .map(|log| log.take())
+        .unwrap_or_default();
+    let cell = core.promises.borrow_mut().make("engine query");
+    let reply = home.reply_to(cell.id());
+    let posted = home.principal.mailbox.post(DomainEvent::Query {
+        service: Arc::from(name.as_str()),
+        args,
+        commands,
+        reply,
+    });
+    if !posted {
+        core.promises
+            .borrow_mut()
+            .settle(cell.id(), crate::vm::Outcome::Cancelled);
+        return Err(mlua::Error::runtime(format!(
+            "{name}: the domain has stopped: {}",
+            home.principal.end_reason()
+        )));
+    }
+    promise_handle(lua, cell)
+}
+
+fn command_stub(lua: &Lua, name: Arc<str>) -> mlua::Result<Function> {
+    lua.create_function(move |lua, args: MessageArgs| {
+        let args = read_args(&name, args)?;
+        let core = VmCore::of(lua)?;
+        let owner = core.current_owner();
+        let call: ServiceCall = (name.clone(), args);
+        let unheld = match &owner.commands {
+            Some(log) => log.record(call),
+            None => Some(call),
+        };
+        if let Some(call) = unheld {
+            // Not held for a settlement (the entry returned, or the task is no job's): it
+            // leaves now, after everything its job sent before.
+            let home = home(lua)?;
+            home.principal.mailbox.post(DomainEvent::Apply {
+                commands: vec![call],
+                then: None,
+            });
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_dotted_identifiers_of_1_to_256_bytes() {
+        assert!(check_name("world.get").is_ok());
+        assert!(check_name("log").is_ok());
+        assert!(check_name(&"a".repeat(256)).is_ok());
+        let e = check_name(&"a".repeat(257)).unwrap_err();
+        assert!(e.contains("must be 1 to 256 bytes, got 257"), "{e}");
+        assert!(check_name("").unwrap_err().contains("got 0"));
+        for bad in [
+            "world.",
+            ".get",
+            "world..get",
+            "1world",
+            "world.end",
+            "wo-rld",
+        ] {
+            let e = check_name(bad).unwrap_err();
+            assert!(e.contains("is not a dotted Luau path"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_name_is_registered_once_and_the_list_only_grows() {
+        let names = ServiceNames::default();
+        names.add("world.get", ServiceKind::Query).unwrap();
+        names.add("world.set", ServiceKind::Command).unwrap();
+        let e = names.add("world.get", ServiceKind::Command).unwrap_err();
+        assert_eq!(
+            e,
+            "register: engine service 'world.get' is registered already"
+        );
+        assert_eq!(names.len(), 2);
+        let since: Vec<_> = names
+            .since(1)
+            .into_iter()
+            .map(|(n, k)| (n.to_string(), k))
+            .collect();
+        assert_eq!(since, vec![("world.set".to_owned(), ServiceKind::Command)]);
+        assert!(names.since(5).is_empty());
+    }
+}
