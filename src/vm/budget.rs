@@ -515,6 +515,12 @@ impl Watchdog {
 mod tests {
     use super::*;
 
+    /// Whether Skein's callback sits in the VM's interrupt slot.
+    fn installed(lua: &mlua::Lua) -> bool {
+        // SAFETY: the callbacks of a live VM on this thread; a plain read of one field.
+        unsafe { (*ffi::lua_callbacks(lua.state())).interrupt.is_some() }
+    }
+
     fn vm() -> mlua::Lua {
         let lua = mlua::Lua::new();
         prepare();
@@ -584,11 +590,65 @@ mod tests {
         let lua = vm();
         current_signal().request_cancel();
         let _guard = RunGuard::start(&lua, Duration::from_secs(10), None);
+        // The run began with the flag up, so the interrupt went in at once ...
+        assert!(installed(&lua));
         let n: i64 = lua
             .load("local n = 0 for i = 1, 1000 do n += 1 end return n")
             .eval()
             .unwrap();
         assert_eq!(n, 1000);
+        // ... and the stale raise took it out again at the first interrupt.
+        assert!(!installed(&lua));
+    }
+
+    #[test]
+    fn the_interrupt_is_installed_only_from_a_raise_to_the_end_of_the_run() {
+        let lua = vm();
+        assert!(!installed(&lua), "a new VM has no interrupt");
+        let guard = RunGuard::start(&lua, Duration::from_millis(20), None);
+        assert!(
+            !installed(&lua),
+            "a run that nothing asked to stop has no interrupt"
+        );
+        let err = lua
+            .load("while true do end")
+            .exec()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("deadline exceeded"), "{err}");
+        assert!(
+            installed(&lua),
+            "a raising interrupt stays for the rest of the run"
+        );
+        drop(guard);
+        assert!(!installed(&lua), "the ended run's VM kept the interrupt");
+    }
+
+    #[test]
+    fn a_nested_run_on_another_vm_is_stopped_and_the_outer_run_goes_on() {
+        let outer_vm = vm();
+        let inner_vm = vm();
+        let outer = RunGuard::start(&outer_vm, Duration::from_secs(10), None);
+        let inner = RunGuard::start(&inner_vm, Duration::from_millis(20), None);
+        let err = inner_vm
+            .load("while true do end")
+            .exec()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("0.02 s"), "{err}");
+        drop(inner);
+        assert!(!installed(&inner_vm), "the nested VM kept the interrupt");
+        // The inner deadline's raise may be handed to the outer VM; there it is stale.
+        let n: i64 = outer_vm
+            .load("local n = 0 for i = 1, 100000 do n += 1 end return n")
+            .eval()
+            .unwrap();
+        assert_eq!(n, 100000);
+        assert!(
+            !installed(&outer_vm),
+            "a stale raise left the interrupt on the outer VM"
+        );
+        drop(outer);
     }
 
     #[test]
