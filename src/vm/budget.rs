@@ -29,9 +29,11 @@
 //! and Luau reads that slot with a plain load at every safepoint. In C++ terms this is a data race;
 //! it is the same one Luau's own command-line REPL relies on when its SIGINT handler sets the slot.
 //! Skein makes the store with `write_volatile` of an aligned function pointer, which x86-64 and
-//! aarch64 perform as one single-copy-atomic store, and Luau re-reads the slot at every safepoint
-//! (it is a field of the global state, reached through `L->global`, never cached across
-//! instructions), so the running loop sees the pointer within a few instructions.
+//! aarch64 perform as one single-copy-atomic store (Luau sees the old or the new pointer, never a
+//! mix). Luau's interpreter loads the slot afresh through `L->global` at every safepoint; its read
+//! is a plain one, so like the REPL we rely on the compiled dispatch loop not keeping the pointer
+//! in a register across instructions, which it does not do today. The running loop then sees the
+//! store within a few instructions.
 //!
 //! # Memory ordering
 //! The flag is read with `Relaxed` on the fast path: it carries no data, only "look at the slow
