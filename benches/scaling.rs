@@ -4,7 +4,7 @@
 //!
 //! - `plain_mlua`: serially in one plain `mlua::Lua` on this thread, one call per chunk, no Skein;
 //! - `plain_mlua_noop_interrupt` (diagnostic): the same with a raw Luau interrupt that does
-//!   nothing, which prices the hook every Skein VM carries for its deadlines;
+//!   nothing, which prices the hook a Skein VM carries only once a run must stop;
 //! - `skein_1`: `jobs.parallelFor` on `Pool::new(1)`;
 //! - `skein_2`: `jobs.parallelFor` on `Pool::new(2)`;
 //! - `rayon_mlua`: what a user would hand-roll, a 2-thread rayon pool with `par_iter` over the

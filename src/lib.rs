@@ -68,5 +68,5 @@ pub mod __loom {
     pub use crate::shared::queue::{Delivery, PopNow, SharedQueue};
     pub use crate::shared::queue_ref::pop_blocking;
     pub use crate::shared::table::loom_support::{new_store, turn_taken};
-    pub use crate::vm::budget::{CancelToken, Interruption, Signal};
+    pub use crate::vm::budget::{CancelToken, InterruptHook, Interruption, OuterRun, Signal};
 }

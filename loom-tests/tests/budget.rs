@@ -1,22 +1,75 @@
 //! Loom models of the per-run budget: a thread's runs, the watchdog and cancellers share one
 //! `Signal`. Time is a parameter here (loom has no clock): the tests pick `now` for each party.
+//!
+//! A VM is modelled by [`ModelVm`]: its interrupt slot is a loom atomic (the real store is a
+//! single-copy-atomic pointer write, with no ordering of its own, so the model uses `Relaxed`),
+//! and its memory is a loom cell that the VM's thread overwrites when it drops the VM after the
+//! run ended. Every store into the slot first reads that cell, so loom reports any store not
+//! ordered before the drop: a write into a VM whose run has ended.
 #![cfg(loom)]
 
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::AtomicBool;
 use loom::sync::Arc;
 use loom::thread;
-use skein::__loom::{CancelToken, Interruption, Signal};
+use skein::__loom::{CancelToken, InterruptHook, Interruption, Signal};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 const BUDGET: u64 = 100;
 
+/// One VM as the budget protocol sees it.
+struct ModelVm {
+    /// The callbacks' `interrupt` slot: whether Skein's callback is installed.
+    installed: AtomicBool,
+    /// The VM's memory: `true` until its thread drops it.
+    alive: UnsafeCell<bool>,
+}
+
+impl ModelVm {
+    fn new() -> Arc<ModelVm> {
+        Arc::new(ModelVm {
+            installed: AtomicBool::new(false),
+            alive: UnsafeCell::new(true),
+        })
+    }
+
+    /// What the VM's next safepoint reads.
+    fn installed(&self) -> bool {
+        self.installed.load(Ordering::Relaxed)
+    }
+
+    /// The VM's thread drops the VM (its run has ended).
+    fn drop_vm(&self) {
+        // SAFETY: only this model's VM thread writes the cell; loom checks the readers.
+        self.alive.with_mut(|alive| unsafe { *alive = false });
+    }
+}
+
+/// The hook a run registers: the model VM's slot.
+struct Hook(Arc<ModelVm>);
+
+impl InterruptHook for Hook {
+    fn set(&self, installed: bool) {
+        // SAFETY: a read of the VM's memory; loom reports it if it races the drop.
+        let alive = self.0.alive.with(|alive| unsafe { *alive });
+        assert!(alive, "a store into a VM that was dropped");
+        self.0.installed.store(installed, Ordering::Relaxed);
+    }
+}
+
+fn signal() -> Arc<Signal<Hook>> {
+    Arc::new(Signal::new())
+}
+
 /// A watchdog tick for an ended run must not stop the next run, whose deadline is ahead.
 #[test]
 fn a_stale_deadline_never_stops_the_next_run() {
     loom::model(|| {
-        let signal = Arc::new(Signal::new());
+        let signal = signal();
+        let vm = ModelVm::new();
         // Run 1: deadline 100, passed at now = 150 from the watchdog's point of view.
-        let outer = signal.begin_run(100, BUDGET, None);
+        let outer = signal.begin_run(Hook(vm.clone()), 100, BUDGET, None);
         let dog = {
             let signal = signal.clone();
             thread::spawn(move || {
@@ -25,7 +78,7 @@ fn a_stale_deadline_never_stops_the_next_run() {
         };
         signal.end_run(outer);
         // Run 2 starts at 150 with deadline 250: checked at 160 it must go on.
-        let outer = signal.begin_run(250, BUDGET, None);
+        let outer = signal.begin_run(Hook(vm.clone()), 250, BUDGET, None);
         let stopped = signal.check(160, None);
         dog.join().unwrap();
         assert_eq!(stopped, None, "run 2 was stopped by run 1's deadline");
@@ -39,8 +92,9 @@ fn a_stale_deadline_never_stops_the_next_run() {
 #[test]
 fn a_passed_deadline_stops_the_run() {
     loom::model(|| {
-        let signal = Arc::new(Signal::new());
-        let outer = signal.begin_run(100, BUDGET, None);
+        let signal = signal();
+        let vm = ModelVm::new();
+        let outer = signal.begin_run(Hook(vm.clone()), 100, BUDGET, None);
         let dog = {
             let signal = signal.clone();
             thread::spawn(move || {
@@ -71,7 +125,8 @@ fn a_passed_deadline_stops_the_run() {
 #[test]
 fn a_cancel_reaches_its_run_and_only_its_run() {
     loom::model(|| {
-        let signal = Arc::new(Signal::new());
+        let signal = signal();
+        let vm = ModelVm::new();
         let token = Arc::new(CancelToken::new(false));
         let other = CancelToken::new(false);
         let canceller = {
@@ -82,15 +137,123 @@ fn a_cancel_reaches_its_run_and_only_its_run() {
             })
         };
         // Another job's run on the thread: its interrupt must not stop it.
-        let outer = signal.begin_run(1_000, BUDGET, Some(&other));
+        let outer = signal.begin_run(Hook(vm.clone()), 1_000, BUDGET, Some(&other));
         assert_eq!(signal.check(10, Some(&other)), None);
         signal.end_run(outer);
         // The cancelled job's run: stopped by a check once the canceller is done.
-        let outer = signal.begin_run(1_000, BUDGET, Some(&token));
+        let outer = signal.begin_run(Hook(vm.clone()), 1_000, BUDGET, Some(&token));
         let during = signal.check(20, Some(&token));
         canceller.join().unwrap();
         let after = during.or_else(|| signal.check(20, Some(&token)));
         assert_eq!(after, Some(Interruption::Cancelled), "the cancel was lost");
         signal.end_run(outer);
+    });
+}
+
+/// A raise while a run is registered always installs the interrupt on that run's VM, whether it
+/// lands before, during or after `begin_run`; and ending the run removes it.
+#[test]
+fn a_raise_during_a_run_installs_on_its_vm() {
+    loom::model(|| {
+        let signal = signal();
+        let vm = ModelVm::new();
+        let token = Arc::new(CancelToken::new(false));
+        let canceller = {
+            let (signal, token) = (signal.clone(), token.clone());
+            thread::spawn(move || {
+                token.store(true, Ordering::Release);
+                signal.request_cancel();
+            })
+        };
+        let outer = signal.begin_run(Hook(vm.clone()), 1_000, BUDGET, Some(&token));
+        canceller.join().unwrap();
+        assert!(vm.installed(), "a cancel during the run was not installed");
+        assert_eq!(
+            signal.check(20, Some(&token)),
+            Some(Interruption::Cancelled)
+        );
+        assert!(vm.installed(), "a raising interrupt must stay installed");
+        signal.end_run(outer);
+        assert!(!vm.installed(), "the ended run's VM kept the interrupt");
+        vm.drop_vm();
+    });
+}
+
+/// A watchdog tick racing the end of a run and the drop of its VM never stores into the dropped
+/// VM; if it lands on the next run's VM, that run's interrupt finds the raise stale, goes on, and
+/// removes the interrupt again.
+#[test]
+fn a_raise_racing_the_end_of_a_run_never_writes_into_its_vm() {
+    loom::model(|| {
+        let signal = signal();
+        let first = ModelVm::new();
+        let outer = signal.begin_run(Hook(first.clone()), 100, BUDGET, None);
+        let dog = {
+            let signal = signal.clone();
+            thread::spawn(move || {
+                signal.tick(150);
+            })
+        };
+        signal.end_run(outer);
+        first.drop_vm();
+        let second = ModelVm::new();
+        let outer = signal.begin_run(Hook(second.clone()), 250, BUDGET, None);
+        dog.join().unwrap();
+        if second.installed() {
+            assert_eq!(
+                signal.check(160, None),
+                None,
+                "a stale raise stopped the run"
+            );
+            assert!(
+                !second.installed(),
+                "a stale raise left the interrupt installed"
+            );
+        }
+        assert!(
+            !signal.raised() || second.installed(),
+            "a raised flag with no interrupt"
+        );
+        signal.end_run(outer);
+        assert!(!second.installed());
+        second.drop_vm();
+    });
+}
+
+/// A nested run on another VM (a worker running a chunk while its run waits): a cancel of the
+/// outer job raised at any point reaches the outer VM once the nested run ends, and the nested
+/// VM, dropped after its run, is never written afterwards.
+#[test]
+fn a_nested_run_hands_a_raise_back_to_the_outer_vm() {
+    loom::model(|| {
+        let signal = signal();
+        let outer_vm = ModelVm::new();
+        let token = Arc::new(CancelToken::new(false));
+        let outer = signal.begin_run(Hook(outer_vm.clone()), 1_000, BUDGET, Some(&token));
+        let canceller = {
+            let (signal, token) = (signal.clone(), token.clone());
+            thread::spawn(move || {
+                token.store(true, Ordering::Release);
+                signal.request_cancel();
+            })
+        };
+        let inner_vm = ModelVm::new();
+        let other = CancelToken::new(false);
+        let inner = signal.begin_run(Hook(inner_vm.clone()), 2_000, BUDGET, Some(&other));
+        signal.end_run(inner);
+        assert!(!inner_vm.installed(), "the nested VM kept the interrupt");
+        inner_vm.drop_vm();
+        canceller.join().unwrap();
+        assert!(
+            outer_vm.installed(),
+            "the cancel did not reach the outer VM"
+        );
+        assert_eq!(
+            signal.check(20, Some(&token)),
+            Some(Interruption::Cancelled)
+        );
+        signal.end_run(outer);
+        assert!(!outer_vm.installed());
+        outer_vm.drop_vm();
     });
 }

@@ -1,29 +1,54 @@
-//! The per-run budget: deadlines and cancellation enforced by a raw Luau interrupt.
+//! The per-run budget: deadlines and cancellation enforced by a raw Luau interrupt that is
+//! installed only when a run must stop.
 //!
-//! Luau calls its `interrupt` callback at every loop back-edge, call and return. mlua's closure
-//! interrupt costs about 7 ns per back-edge (2.5x slower loops), so Skein installs a raw C callback
-//! instead. It reads one atomic byte that belongs to the current thread's [`Signal`]; while the
-//! byte is zero (the overwhelmingly common case) that load is the whole cost.
+//! Luau calls its `interrupt` callback at every loop back-edge, call and return whenever
+//! `lua_callbacks(L)->interrupt` is non-null. Even a callback that returns at once costs CPU-bound
+//! loops close to 20%; with the slot null, Luau pays one load and a branch. So the slot stays null
+//! while nothing asks a run to stop, and is filled only by a *raise*: the watchdog seeing a run
+//! pass its deadline ([`Signal::tick`]), a canceller ([`Signal::request_cancel`]), or a run that
+//! begins with the flag already raised ([`Signal::begin_run`]).
 //!
-//! One process-wide watchdog thread sets the byte when a run passes its deadline. Cancelling a
-//! running item sets it too. The callback then takes the slow path: it asks the thread's current
-//! [`RunGuard`] why, and raises a Luau error naming the reason. It keeps raising at every later
+//! Each thread that runs Luau has one [`Signal`]: an atomic flag byte and the *hook* of the run in
+//! progress (the callbacks slot of its VM, one per global state), kept under a small mutex. A
+//! raiser sets the flag bit, then locks the hook and installs the callback on the registered VM.
+//! `begin_run` registers its VM (and installs at once if the flag is already up); `end_run` removes
+//! the callback from the VM whose run ends and restores the outer run's VM, installing on it when
+//! the flag is still raised. Every store into a VM's slot is made under that mutex, so a raiser
+//! never writes into a VM whose run has ended (it may be dropped right after).
+//!
+//! The callback then takes the slow path: it asks the thread's current [`RunGuard`] why, and
+//! raises a Luau error naming the reason. It stays installed, and keeps raising at every later
 //! interrupt of the same run, so a script that `pcall`s the error cannot keep running: the next
-//! back-edge outside the `pcall` raises again.
+//! back-edge outside the `pcall` raises again. A raise whose reason does not hold (it was meant for
+//! a run that has ended) clears itself and removes the callback again.
 //!
 //! This module owns the signal of each thread and the watchdog; it never touches a VM's tasks.
 //!
+//! # The cross-thread store
+//! The watchdog and cancellers write the `interrupt` slot of a VM that another thread is running,
+//! and Luau reads that slot with a plain load at every safepoint. In C++ terms this is a data race;
+//! it is the same one Luau's own command-line REPL relies on when its SIGINT handler sets the slot.
+//! Skein makes the store with `write_volatile` of an aligned function pointer, which x86-64 and
+//! aarch64 perform as one single-copy-atomic store (Luau sees the old or the new pointer, never a
+//! mix). Luau's interpreter loads the slot afresh through `L->global` at every safepoint; its read
+//! is a plain one, so like the REPL we rely on the compiled dispatch loop not keeping the pointer
+//! in a register across instructions, which it does not do today. The running loop then sees the
+//! store within a few instructions.
+//!
 //! # Memory ordering
-//! The flag is read with `Relaxed`: it carries no data, only "look at the slow path". The slow
-//! path reads the deadline and the cancel state with `Acquire`, paired with the `Release` stores
-//! that set them, so a raised reason is always one that really holds.
+//! The flag is read with `Relaxed` on the fast path: it carries no data, only "look at the slow
+//! path". The slow path reads the deadline and the cancel state with `Acquire`, paired with the
+//! `Release` stores that set them, so a raised reason is always one that really holds. A raiser's
+//! flag update comes before its lock of the hook, and `begin_run` reads the flag after
+//! registering its VM under the same lock: whichever takes the lock second sees the other's
+//! write, so a raise while a run is registered always reaches that run's VM.
 
 use std::cell::Cell;
 use std::ffi::c_int;
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex as StdMutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
 
 /// The flag that, once true, stops the runs of one job. Checked by the interrupt's slow path.
 pub type CancelToken = AtomicBool;
@@ -40,33 +65,109 @@ const CANCEL: u8 = 2;
 /// How often the watchdog looks when no deadline is nearer.
 const WATCHDOG_TICK: Duration = Duration::from_millis(5);
 
+/// Where a raise installs the interrupt: the callbacks slot of the VM a run executes on.
+///
+/// [`Signal`] calls [`set`](Self::set) only while it holds its hook lock and only for a VM whose
+/// run is registered, so the VM outlives every call. The shipped hook is [`VmHook`]; the loom
+/// models supply their own, which records the stores.
+pub trait InterruptHook {
+    /// Installs (`true`) or removes (`false`) Skein's interrupt callback on the VM. May be called
+    /// from any thread.
+    fn set(&self, installed: bool);
+}
+
+/// The type of Luau's `interrupt` slot.
+type InterruptFn = unsafe extern "C-unwind" fn(*mut ffi::lua_State, c_int);
+
+/// The interrupt slot of one Luau VM (its global state's `lua_Callbacks`).
+#[derive(Debug)]
+pub struct VmHook(*mut ffi::lua_Callbacks);
+
+// SAFETY: a `VmHook` is only a place to store a function pointer; `Signal` dereferences it only
+// under its hook lock while the VM's run is registered, which `RunGuard` keeps alive (it borrows
+// the `Lua`), so sending the address to the watchdog or a canceller thread is sound.
+unsafe impl Send for VmHook {}
+
+impl VmHook {
+    /// The hook of `lua`'s global state.
+    fn of(lua: &mlua::Lua) -> VmHook {
+        // SAFETY: `lua_callbacks` answers a field of the VM's global state, valid (and at a fixed
+        // address) for as long as the VM lives; we only take its address here.
+        VmHook(unsafe { ffi::lua_callbacks(lua.state()) })
+    }
+}
+
+impl InterruptHook for VmHook {
+    fn set(&self, installed: bool) {
+        let callback: Option<InterruptFn> = if installed { Some(interrupt) } else { None };
+        // SAFETY: the pointer is the callbacks struct of a live VM (see `InterruptHook`: called
+        // only while the VM's run is registered, under the signal's lock, so no other writer
+        // races this store and the VM cannot be dropped meanwhile). The VM's own thread may be
+        // reading the slot at a safepoint right now: the store is a volatile write of an aligned
+        // function pointer, a single-copy-atomic store on x86-64 and aarch64, so Luau sees either
+        // the old or the new pointer, never a torn one. In C++ terms this is a data race; Luau's
+        // own REPL makes the same store from a signal handler, and Luau re-reads the slot through
+        // `L->global` at every safepoint, so the store is seen within a few instructions. mlua
+        // leaves the slot alone unless its `set_interrupt` is used, which Skein never calls.
+        unsafe {
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.0).interrupt), callback);
+        }
+    }
+}
+
+/// What [`Signal::begin_run`] answers and [`Signal::end_run`] restores: the outer run's deadline,
+/// budget and VM, if a run was in progress.
+#[derive(Debug)]
+pub struct OuterRun<H> {
+    deadline_ns: u64,
+    budget_ns: u64,
+    hook: Option<H>,
+}
+
 /// The interrupt state of one thread that runs Luau.
 ///
 /// The methods are the whole protocol between the thread's runs, the watchdog and cancellers;
 /// `loom-tests/tests/budget.rs` model-checks them.
 #[derive(Debug)]
-pub struct Signal {
+pub struct Signal<H: InterruptHook = VmHook> {
     flag: AtomicU8,
     /// Deadline of the current run, in nanoseconds since [`epoch`]; 0 while no run is timed.
     deadline_ns: AtomicU64,
     /// The deadline the current run was given, for the error message (nanoseconds).
     budget_ns: AtomicU64,
+    /// The VM of the run in progress on this signal's thread; `None` between runs. Every store
+    /// into a VM's interrupt slot happens while this lock is held.
+    running: Mutex<Option<H>>,
 }
 
-impl Signal {
+impl<H: InterruptHook> Signal<H> {
     /// A signal with no run in progress.
     pub fn new() -> Self {
         Signal {
             flag: AtomicU8::new(CLEAR),
             deadline_ns: AtomicU64::new(0),
             budget_ns: AtomicU64::new(0),
+            running: Mutex::new(None),
+        }
+    }
+
+    fn running(&self) -> MutexGuard<'_, Option<H>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Raises `bit`, then installs the interrupt on the registered run's VM. The flag update
+    /// comes first: a `begin_run` that registers after our look reads the flag after us.
+    fn raise(&self, bit: u8) {
+        self.flag.fetch_or(bit, Ordering::Release);
+        if let Some(hook) = self.running().as_ref() {
+            hook.set(true);
         }
     }
 
     /// Asks the run in progress on this signal's thread to stop at its next interrupt. The
     /// caller stores `true` in the run's [`CancelToken`] first.
     pub fn request_cancel(&self) {
-        self.flag.fetch_or(CANCEL, Ordering::Release);
+        self.raise(CANCEL);
     }
 
     /// The interrupt's fast path: whether anything asks it to look closer.
@@ -75,43 +176,69 @@ impl Signal {
         self.flag.load(Ordering::Relaxed) != CLEAR
     }
 
-    /// Starts a run that must end by `deadline_ns` (on the signal's clock) and was given
-    /// `budget_ns`, for the job whose cancel token is `token`. A nested run keeps the outer
-    /// deadline when that one is sooner. Answers the outer run's state for
+    /// Starts a run on the VM behind `hook` that must end by `deadline_ns` (on the signal's
+    /// clock) and was given `budget_ns`, for the job whose cancel token is `token`. A nested run
+    /// keeps the outer deadline when that one is sooner. Answers the outer run's state for
     /// [`end_run`](Self::end_run).
     ///
     /// A job cancelled before its run begins has its bit raised here: a cancel whose bit another
-    /// job's run cleared (its own token was not set) is never lost.
+    /// job's run cleared (its own token was not set) is never lost. When the flag is up, the
+    /// interrupt is installed on the new run's VM.
     pub fn begin_run(
         &self,
+        hook: H,
         deadline_ns: u64,
         budget_ns: u64,
         token: Option<&CancelToken>,
-    ) -> (u64, u64) {
-        let outer = (
+    ) -> OuterRun<H> {
+        let (outer_deadline, outer_budget) = (
             self.deadline_ns.load(Ordering::Relaxed),
             self.budget_ns.load(Ordering::Relaxed),
         );
-        if outer.0 == 0 || deadline_ns < outer.0 {
+        if outer_deadline == 0 || deadline_ns < outer_deadline {
             self.budget_ns.store(budget_ns, Ordering::Release);
             self.deadline_ns.store(deadline_ns, Ordering::Release);
         }
         if token.is_some_and(|t| t.load(Ordering::Acquire)) {
-            self.request_cancel();
+            self.flag.fetch_or(CANCEL, Ordering::Release);
         }
-        outer
+        let mut running = self.running();
+        // Read under the lock, after registering: a raiser that looked before we registered
+        // raised its bit before its look, so we see it here.
+        let outer_hook = running.replace(hook);
+        if self.flag.load(Ordering::Acquire) != CLEAR {
+            if let Some(hook) = running.as_ref() {
+                hook.set(true);
+            }
+        }
+        OuterRun {
+            deadline_ns: outer_deadline,
+            budget_ns: outer_budget,
+            hook: outer_hook,
+        }
     }
 
-    /// Ends a run, restoring the outer run's deadline. Ending the outermost run clears the flag,
-    /// so nothing raised for this run reaches the next.
-    pub fn end_run(&self, outer: (u64, u64)) {
-        self.budget_ns.store(outer.1, Ordering::Release);
-        self.deadline_ns.store(outer.0, Ordering::Release);
-        if outer.0 == 0 {
+    /// Ends a run, restoring the outer run's deadline and VM. The interrupt is removed from the
+    /// VM whose run ends, and installed on the outer run's VM if the flag is still up. Ending
+    /// the outermost run clears the flag, so nothing raised for this run reaches the next.
+    pub fn end_run(&self, outer: OuterRun<H>) {
+        self.budget_ns.store(outer.budget_ns, Ordering::Release);
+        self.deadline_ns.store(outer.deadline_ns, Ordering::Release);
+        if outer.deadline_ns == 0 {
             // A read-modify-write, not a store: if it erases a cancel raised meanwhile, it
             // synchronises with that canceller, so the next run's token check sees the token.
             // (A plain store here loses the cancel; loom found it.)
             self.flag.swap(CLEAR, Ordering::AcqRel);
+        }
+        let mut running = self.running();
+        let ended = std::mem::replace(&mut *running, outer.hook);
+        if let Some(hook) = ended {
+            hook.set(false);
+        }
+        if self.flag.load(Ordering::Acquire) != CLEAR {
+            if let Some(hook) = running.as_ref() {
+                hook.set(true);
+            }
         }
     }
 
@@ -122,7 +249,7 @@ impl Signal {
         if deadline == 0 {
             None
         } else if deadline <= now_ns {
-            self.flag.fetch_or(DEADLINE, Ordering::Release);
+            self.raise(DEADLINE);
             None
         } else {
             Some(deadline)
@@ -131,7 +258,8 @@ impl Signal {
 
     /// The interrupt's slow path at `now_ns`, for the run whose cancel token is `token`: why
     /// the run must stop, if it must. A raised bit whose reason does not hold (it was meant for a
-    /// run that has ended) is cleared; the watchdog and cancellers raise theirs again.
+    /// run that has ended) is cleared; the watchdog and cancellers raise theirs again. When that
+    /// leaves the flag clear, the interrupt is removed from the running VM again.
     pub fn check(&self, now_ns: u64, token: Option<&CancelToken>) -> Option<Interruption> {
         let flag = self.flag.load(Ordering::Acquire);
         if flag & CANCEL != 0 && token.is_some_and(|t| t.load(Ordering::Acquire)) {
@@ -146,11 +274,18 @@ impl Signal {
         }
         self.flag
             .fetch_and(!(flag & (CANCEL | DEADLINE)), Ordering::AcqRel);
+        // Under the lock, so a raiser whose bit lands after this read installs after us.
+        let running = self.running();
+        if self.flag.load(Ordering::Acquire) == CLEAR {
+            if let Some(hook) = running.as_ref() {
+                hook.set(false);
+            }
+        }
         None
     }
 }
 
-impl Default for Signal {
+impl<H: InterruptHook> Default for Signal<H> {
     fn default() -> Self {
         Signal::new()
     }
@@ -193,16 +328,10 @@ fn now_ns() -> u64 {
     epoch().elapsed().as_nanos() as u64
 }
 
-/// Installs Skein's interrupt callback on a VM. Call once, on the VM's own thread, at build time.
-pub(crate) fn install(lua: &mlua::Lua) {
+/// Readies this thread for the interrupt of a VM built on it. Call once, on the VM's own thread,
+/// at build time. The callback itself is not installed: a raise installs it on the running VM.
+pub(crate) fn prepare() {
     SIGNAL.with(|signal| SIGNAL_PTR.with(|ptr| ptr.set(Arc::as_ptr(signal))));
-    // SAFETY: `lua_callbacks` returns the callbacks of the VM's global state, valid for the VM's
-    // life; we only replace the `interrupt` slot, which mlua leaves alone unless its own
-    // `set_interrupt` is used (Skein never uses it). The VM lives on this thread.
-    unsafe {
-        let state = lua.state();
-        (*ffi::lua_callbacks(state)).interrupt = Some(interrupt);
-    }
 }
 
 /// The raw interrupt. The fast path is one thread-local load and one relaxed atomic load.
@@ -282,27 +411,41 @@ pub(crate) fn format_seconds(d: Duration) -> String {
 pub(crate) struct RunGuard<'a> {
     signal: Arc<Signal>,
     outer_token: *const CancelToken,
-    outer: (u64, u64),
-    /// The token is read by the interrupt through a raw pointer while the guard lives.
-    _token: std::marker::PhantomData<&'a CancelToken>,
+    /// Taken by `drop`; `Some` for the guard's whole life.
+    outer: Option<OuterRun<VmHook>>,
+    /// The token is read by the interrupt through a raw pointer while the guard lives, and the
+    /// signal may store into the VM's interrupt slot until the guard drops.
+    _borrows: std::marker::PhantomData<(&'a CancelToken, &'a mlua::Lua)>,
 }
 
 impl<'a> RunGuard<'a> {
-    /// Starts a run with `deadline`; `cancel` is the token that, once true, stops the run.
-    pub(crate) fn start(deadline: Duration, cancel: Option<&'a CancelToken>) -> RunGuard<'a> {
+    /// Starts a run on `lua` with `deadline`; `cancel` is the token that, once true, stops the
+    /// run. The VM must have been built on this thread (see [`prepare`]).
+    pub(crate) fn start(
+        lua: &'a mlua::Lua,
+        deadline: Duration,
+        cancel: Option<&'a CancelToken>,
+    ) -> RunGuard<'a> {
         let signal = current_signal();
         let budget = deadline.as_nanos() as u64;
-        let outer = signal.begin_run(now_ns().saturating_add(budget), budget, cancel);
+        // The token goes in first: once `begin_run` registers the VM, a raise may install the
+        // interrupt, whose slow path reads the token.
         let token_ptr = cancel.map_or(std::ptr::null(), |t| t as *const CancelToken);
         let outer_token = CANCEL_TOKEN.with(|t| t.replace(token_ptr));
-        if outer.0 == 0 {
+        let outer = signal.begin_run(
+            VmHook::of(lua),
+            now_ns().saturating_add(budget),
+            budget,
+            cancel,
+        );
+        if outer.deadline_ns == 0 {
             STOPPED.with(|s| s.set(None));
         }
         RunGuard {
             signal,
             outer_token,
-            outer,
-            _token: std::marker::PhantomData,
+            outer: Some(outer),
+            _borrows: std::marker::PhantomData,
         }
     }
 
@@ -314,14 +457,16 @@ impl<'a> RunGuard<'a> {
 
 impl Drop for RunGuard<'_> {
     fn drop(&mut self) {
+        if let Some(outer) = self.outer.take() {
+            self.signal.end_run(outer);
+        }
         CANCEL_TOKEN.with(|t| t.set(self.outer_token));
-        self.signal.end_run(self.outer);
     }
 }
 
 /// The one thread that turns passed deadlines into interrupt flags.
 struct Watchdog {
-    signals: Mutex<Vec<Weak<Signal>>>,
+    signals: StdMutex<Vec<Weak<Signal>>>,
     started: Condvar,
 }
 
@@ -329,7 +474,7 @@ fn watchdog() -> &'static Watchdog {
     static WATCHDOG: OnceLock<&'static Watchdog> = OnceLock::new();
     WATCHDOG.get_or_init(|| {
         let dog: &'static Watchdog = Box::leak(Box::new(Watchdog {
-            signals: Mutex::new(Vec::new()),
+            signals: StdMutex::new(Vec::new()),
             started: Condvar::new(),
         }));
         std::thread::Builder::new()
@@ -372,9 +517,15 @@ impl Watchdog {
 mod tests {
     use super::*;
 
+    /// Whether Skein's callback sits in the VM's interrupt slot.
+    fn installed(lua: &mlua::Lua) -> bool {
+        // SAFETY: the callbacks of a live VM on this thread; a plain read of one field.
+        unsafe { (*ffi::lua_callbacks(lua.state())).interrupt.is_some() }
+    }
+
     fn vm() -> mlua::Lua {
         let lua = mlua::Lua::new();
-        install(&lua);
+        prepare();
         lua
     }
 
@@ -382,7 +533,7 @@ mod tests {
     fn a_loop_past_its_deadline_is_stopped_with_the_deadline_named() {
         let lua = vm();
         let f: mlua::Function = lua.load("while true do end").into_function().unwrap();
-        let guard = RunGuard::start(Duration::from_millis(30), None);
+        let guard = RunGuard::start(&lua, Duration::from_millis(30), None);
         let started = Instant::now();
         let err = f.call::<()>(()).unwrap_err().to_string();
         assert!(
@@ -396,7 +547,7 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_millis(30));
         drop(guard);
         // The next run on the thread is not hit by the old flag.
-        let g2 = RunGuard::start(Duration::from_secs(5), None);
+        let g2 = RunGuard::start(&lua, Duration::from_secs(5), None);
         let n: i64 = lua
             .load("local n = 0 for i = 1, 100000 do n += 1 end return n")
             .eval()
@@ -412,7 +563,7 @@ mod tests {
             .load("while true do pcall(function() while true do end end) end")
             .into_function()
             .unwrap();
-        let _guard = RunGuard::start(Duration::from_millis(20), None);
+        let _guard = RunGuard::start(&lua, Duration::from_millis(20), None);
         let err = f.call::<()>(()).unwrap_err().to_string();
         assert!(err.contains("deadline exceeded"), "{err}");
     }
@@ -429,7 +580,7 @@ mod tests {
             signal.request_cancel();
         });
         let f: mlua::Function = lua.load("while true do end").into_function().unwrap();
-        let guard = RunGuard::start(Duration::from_secs(10), Some(&token));
+        let guard = RunGuard::start(&lua, Duration::from_secs(10), Some(&token));
         let err = f.call::<()>(()).unwrap_err().to_string();
         stopper.join().unwrap();
         assert!(err.contains("cancelled"), "{err}");
@@ -440,12 +591,66 @@ mod tests {
     fn a_stale_cancel_flag_without_a_token_is_ignored() {
         let lua = vm();
         current_signal().request_cancel();
-        let _guard = RunGuard::start(Duration::from_secs(10), None);
+        let _guard = RunGuard::start(&lua, Duration::from_secs(10), None);
+        // The run began with the flag up, so the interrupt went in at once ...
+        assert!(installed(&lua));
         let n: i64 = lua
             .load("local n = 0 for i = 1, 1000 do n += 1 end return n")
             .eval()
             .unwrap();
         assert_eq!(n, 1000);
+        // ... and the stale raise took it out again at the first interrupt.
+        assert!(!installed(&lua));
+    }
+
+    #[test]
+    fn the_interrupt_is_installed_only_from_a_raise_to_the_end_of_the_run() {
+        let lua = vm();
+        assert!(!installed(&lua), "a new VM has no interrupt");
+        let guard = RunGuard::start(&lua, Duration::from_millis(20), None);
+        assert!(
+            !installed(&lua),
+            "a run that nothing asked to stop has no interrupt"
+        );
+        let err = lua
+            .load("while true do end")
+            .exec()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("deadline exceeded"), "{err}");
+        assert!(
+            installed(&lua),
+            "a raising interrupt stays for the rest of the run"
+        );
+        drop(guard);
+        assert!(!installed(&lua), "the ended run's VM kept the interrupt");
+    }
+
+    #[test]
+    fn a_nested_run_on_another_vm_is_stopped_and_the_outer_run_goes_on() {
+        let outer_vm = vm();
+        let inner_vm = vm();
+        let outer = RunGuard::start(&outer_vm, Duration::from_secs(10), None);
+        let inner = RunGuard::start(&inner_vm, Duration::from_millis(20), None);
+        let err = inner_vm
+            .load("while true do end")
+            .exec()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("0.02 s"), "{err}");
+        drop(inner);
+        assert!(!installed(&inner_vm), "the nested VM kept the interrupt");
+        // The inner deadline's raise may be handed to the outer VM; there it is stale.
+        let n: i64 = outer_vm
+            .load("local n = 0 for i = 1, 100000 do n += 1 end return n")
+            .eval()
+            .unwrap();
+        assert_eq!(n, 100000);
+        assert!(
+            !installed(&outer_vm),
+            "a stale raise left the interrupt on the outer VM"
+        );
+        drop(outer);
     }
 
     #[test]

@@ -47,7 +47,7 @@ impl Vm {
         install: impl FnOnce(&Lua) -> mlua::Result<()>,
     ) -> mlua::Result<Vm> {
         let lua = Lua::new();
-        budget::install(&lua);
+        budget::prepare();
         let globals = lua.globals();
         // mlua adds these; Skein loads modules only through its own loader and never runs
         // untrusted bytecode or strings.

@@ -354,7 +354,7 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
         }
     }
     let args = host.resume_values(lua, resume);
-    let guard = RunGuard::start(owner.deadline, owner.cancel_token());
+    let guard = RunGuard::start(lua, owner.deadline, owner.cancel_token());
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         thread.resume::<MultiValue>(args)
     }));
