@@ -97,6 +97,16 @@ impl StoreCore {
 
     /// Takes `n` bytes of the store's budget, or refuses and takes nothing.
     pub(crate) fn reserve_bytes(&self, n: usize, what: &str) -> Result<(), String> {
+        self.reserve_bytes_for(n, || what.to_owned())
+    }
+
+    /// [`reserve_bytes`](Self::reserve_bytes) naming `what` only when it refuses, so a write
+    /// that fits builds no text.
+    pub(crate) fn reserve_bytes_for(
+        &self,
+        n: usize,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), String> {
         let max = self.limits.store_bytes;
         self.bytes
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
@@ -105,7 +115,8 @@ impl StoreCore {
             .map(|_| ())
             .map_err(|held| {
                 format!(
-                    "{what}: the domain's shared tables would hold {} bytes, past the bound of {max}",
+                    "{}: the domain's shared tables would hold {} bytes, past the bound of {max}",
+                    what(),
                     held.saturating_add(n)
                 )
             })

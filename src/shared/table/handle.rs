@@ -80,8 +80,8 @@ pub(crate) fn bad_key(at: &str, what: &str) -> SharedTableError {
     )
 }
 
-fn key_of(at: impl FnOnce() -> String, key: &MapKey) -> Result<Key, SharedTableError> {
-    Key::from_map_key(key).ok_or_else(|| bad_key(&at(), "a NaN"))
+fn key_of(at: impl FnOnce() -> String, key: MapKey) -> Result<Key, SharedTableError> {
+    Key::from_owned_map_key(key).ok_or_else(|| bad_key(&at(), "a NaN"))
 }
 
 /// `value` as a stored value, refusing what is not data and naming its path under `at`.
@@ -176,7 +176,7 @@ impl SharedTableRef {
     /// # Errors
     /// The table was replaced or removed, or the store ended; a NaN key.
     pub fn get(&self, key: impl Into<MapKey>) -> Result<Option<Message>, SharedTableError> {
-        let key = key_of(|| self.location(), &key.into())?;
+        let key = key_of(|| self.location(), key.into())?;
         self.with_target(|node| node.get(&key).map(entry_message))
     }
 
@@ -187,7 +187,7 @@ impl SharedTableRef {
     /// A value that is not data (a [`Message::Resource`]); a bound passed (entries, bytes,
     /// nesting, the domain's bytes); the table was replaced or removed; the store ended.
     pub fn set(&self, key: impl Into<MapKey>, value: Message) -> Result<(), SharedTableError> {
-        let key = key_of(|| self.location(), &key.into())?;
+        let key = key_of(|| self.location(), key.into())?;
         let value = value_of(|| self.key_location(&key), &value)?;
         self.set_entry(&key, value.as_ref())
     }
@@ -211,7 +211,7 @@ impl SharedTableRef {
     where
         F: FnMut(Option<Message>) -> Option<Message>,
     {
-        let key = key_of(|| self.location(), &key.into())?;
+        let key = key_of(|| self.location(), key.into())?;
         let stored = self.atomic_entry(&key, &mut |current| {
             let next = f(current.as_ref().map(entry_message)).unwrap_or(Message::Nil);
             value_of(|| self.key_location(&key), &next)
@@ -244,7 +244,7 @@ impl SharedTableRef {
     /// # Errors
     /// [`SharedTableErrorKind::NotATable`] when `key` holds no table; as [`get`](Self::get).
     pub fn table_at(&self, key: impl Into<MapKey>) -> Result<SharedTableRef, SharedTableError> {
-        let key = key_of(|| self.location(), &key.into())?;
+        let key = key_of(|| self.location(), key.into())?;
         let id = self.with_target(|node| node.get(&key).and_then(Entry::as_table).map(|t| t.id))?;
         match id {
             Some(id) => Ok(self.child(key, id)),
@@ -306,7 +306,7 @@ impl FrozenTable {
 
     /// The value at `key`, a nested table as a plain copy. A NaN key finds nothing.
     pub fn get(&self, key: impl Into<MapKey>) -> Option<Message> {
-        let key = Key::from_map_key(&key.into())?;
+        let key = Key::from_owned_map_key(key.into())?;
         self.node.get(&key).map(entry_message)
     }
 
@@ -332,7 +332,7 @@ impl FrozenTable {
 
     /// The frozen table at `key`, if `key` holds a table.
     pub fn table_at(&self, key: impl Into<MapKey>) -> Option<FrozenTable> {
-        let key = Key::from_map_key(&key.into())?;
+        let key = Key::from_owned_map_key(key.into())?;
         let node = self.node.get(&key)?.as_table()?.clone();
         let mut at = String::from(&*self.location);
         at.push_str(&location("", std::slice::from_ref(&key))[2..]);

@@ -68,6 +68,16 @@ impl Key {
         }
     }
 
+    /// As [`from_map_key`](Key::from_map_key), taking the key's bytes instead of sharing them:
+    /// a lookup by a key the caller gives away costs no reference count.
+    pub(crate) fn from_owned_map_key(key: MapKey) -> Option<Key> {
+        match key {
+            MapKey::Integer(i) => Some(Key::Integer(i)),
+            MapKey::Number(n) => Key::number(n),
+            MapKey::String(s) => Some(Key::String(s)),
+        }
+    }
+
     pub(crate) fn to_map_key(&self) -> MapKey {
         match self {
             Key::Number(n) => MapKey::Number(*n),

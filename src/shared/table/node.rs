@@ -87,23 +87,26 @@ impl Node {
     pub(crate) fn with(&self, key: Key, value: Option<Entry>, rev: u64) -> Node {
         let mut next = self.clone();
         next.rev = rev;
-        let old = match value {
+        let key_weight = key.weight();
+        let position = key.as_position();
+        let (old, present) = match value {
             Some(value) => {
                 next.entries += value.entries();
-                next.bytes = next.bytes.saturating_add(key.weight() + value.weight());
+                next.bytes = next.bytes.saturating_add(key_weight + value.weight());
                 if let Entry::Table(child) = &value {
                     next.height = next.height.max(child.height + 1);
                 }
-                next.map.insert(key.clone(), value)
+                // The key is moved in: a write clones it once (the caller's), not twice.
+                (next.map.insert(key, value), true)
             }
-            None => next.map.remove(&key),
+            None => (next.map.remove(&key), false),
         };
         if let Some(old) = &old {
             next.entries -= old.entries();
-            next.bytes -= key.weight() + old.weight();
+            next.bytes -= key_weight + old.weight();
         }
-        if let Some(position) = key.as_position() {
-            if next.map.contains_key(&key) {
+        if let Some(position) = position {
+            if present {
                 if position == next.border + 1 {
                     next.border = position;
                     while next.map.contains_key(&Key::position(next.border + 1)) {

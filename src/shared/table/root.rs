@@ -147,23 +147,26 @@ impl TableRoot {
         Ok(node)
     }
 
-    /// Every table from the named one down to the handle's, in `version`.
+    /// The tables above the handle's in `version` (the named one first; none for the named
+    /// table itself, which costs no allocation) and the handle's table.
     fn chain<'a>(
         &self,
         version: &'a Node,
         path: &TablePath,
-    ) -> Result<Vec<&'a Node>, SharedTableError> {
-        let mut chain = Vec::with_capacity(path.depth());
-        chain.push(version);
+    ) -> Result<(Vec<&'a Node>, &'a Node), SharedTableError> {
+        if path.keys.is_empty() {
+            return Ok((Vec::new(), version));
+        }
+        let mut above = Vec::with_capacity(path.keys.len());
         let mut node = version;
         for (i, (key, id)) in path.keys.iter().zip(&path.ids).enumerate() {
+            above.push(node);
             node = match node.get(key) {
                 Some(Entry::Table(child)) if child.id == *id => child,
                 found => return Err(self.detached(path, i, found.is_some())),
             };
-            chain.push(node);
         }
-        Ok(chain)
+        Ok((above, node))
     }
 
     #[cold]
@@ -210,6 +213,7 @@ impl TableRoot {
     }
 
     /// Publishes `next` over `seen`, taking or giving back the store's bytes by the difference.
+    /// A write that leaves the weight as it was touches the store's budget not at all.
     fn publish(
         &self,
         store: &StoreCore,
@@ -220,18 +224,18 @@ impl TableRoot {
         let grow = next.bytes.saturating_sub(seen.bytes);
         let shrink = seen.bytes.saturating_sub(next.bytes);
         if grow > 0 {
-            let what = format!("shared table {}", self.location(&path.keys));
             store
-                .reserve_bytes(grow, &what)
+                .reserve_bytes_for(grow, || {
+                    format!("shared table {}", self.location(&path.keys))
+                })
                 .map_err(|m| SharedTableError::new(SharedTableErrorKind::Limit, m))?;
         }
-        if self.cell.publish(seen, Arc::new(next)) {
-            store.release_bytes(shrink);
-            Ok(true)
-        } else {
-            store.release_bytes(grow);
-            Ok(false)
+        let published = self.cell.publish(seen, Arc::new(next));
+        let give_back = if published { shrink } else { grow };
+        if give_back > 0 {
+            store.release_bytes(give_back);
         }
+        Ok(published)
     }
 
     /// Runs `edit` on the handle's table in the current version and publishes the result,
@@ -245,23 +249,21 @@ impl TableRoot {
     ) -> Result<R, SharedTableError> {
         loop {
             store.tables.check_ended(|| self.location(&path.keys))?;
-            let seen = self.load();
-            let chain = self.chain(&seen, path)?;
+            // A guard, not a counted reference: no shared count is touched to look.
+            let seen = self.peek();
+            let seen = loaded_arc(&seen);
+            let (above, target) = self.chain(seen, path)?;
             let stamp = Stamp {
                 rev: seen.rev + 1,
                 depth: path.depth(),
-            };
-            let Some(&target) = chain.last() else {
-                unreachable_chain();
-                continue;
             };
             let (leaf, out) = match edit(target, stamp)? {
                 Edit::Write(leaf, out) => (leaf, out),
                 Edit::Keep(out) => return Ok(out),
             };
-            let next = Self::rebuild(&chain[..chain.len() - 1], &path.keys, leaf, stamp.rev);
+            let next = Self::rebuild(&above, &path.keys, leaf, stamp.rev);
             self.check_bounds(&next, path)?;
-            if self.publish(store, &seen, next, path)? {
+            if self.publish(store, seen, next, path)? {
                 return Ok(out);
             }
         }
@@ -325,26 +327,26 @@ impl TableRoot {
         key: &Key,
         f: &mut dyn FnMut(Option<Entry>) -> Result<Option<Entry>, SharedTableError>,
     ) -> Result<Option<Entry>, SharedTableError> {
-        let me = thread::current().id();
         let mut losses = 0u32;
         let mut turn: Option<TurnGuard<'_>> = None;
         loop {
             if turn.is_none() {
-                self.turn.wait_unless_mine(me);
+                self.turn.wait_unless_mine();
             }
             store.tables.check_ended(|| self.location(&path.keys))?;
-            let seen = self.load();
-            let target = self.target(&seen, path)?;
-            let (seen_id, seen_rev) = (target.id, target.rev);
-            let current = target.get(key).cloned();
+            let (seen_id, seen_rev, current) = {
+                // Only looked at: the guard is let go before `f` runs.
+                let seen = self.peek();
+                let target = self.target(&seen, path)?;
+                (target.id, target.rev, target.get(key).cloned())
+            };
             let value = f(current)?;
-            let mut version = seen;
             loop {
-                let chain = self.chain(&version, path)?;
-                let Some(&target) = chain.last() else {
-                    unreachable_chain();
-                    break;
-                };
+                // The version the value commits on: any whose table still has the `(id, rev)`
+                // that `f` saw.
+                let version = self.peek();
+                let version = loaded_arc(&version);
+                let (above, target) = self.chain(version, path)?;
                 if (target.id, target.rev) != (seen_id, seen_rev) {
                     break;
                 }
@@ -354,15 +356,17 @@ impl TableRoot {
                 };
                 let leaf = self.set_in(target, key, value.as_ref(), stamp, path)?;
                 // What is stored, as stored: a table written in has its new identity.
-                let stored = leaf.get(key).cloned();
-                let next = Self::rebuild(&chain[..chain.len() - 1], &path.keys, leaf, stamp.rev);
+                let stored = match &value {
+                    Some(Entry::Table(_)) => leaf.get(key).cloned(),
+                    other => other.clone(),
+                };
+                let next = Self::rebuild(&above, &path.keys, leaf, stamp.rev);
                 self.check_bounds(&next, path)?;
-                if self.publish(store, &version, next, path)? {
+                if self.publish(store, version, next, path)? {
                     return Ok(stored);
                 }
                 // Another write won the swap; if it was elsewhere in the named table, our
                 // table is unchanged and the same value commits on the newer version.
-                version = self.load();
             }
             losses += 1;
             if losses >= GIVE_UP {
@@ -377,7 +381,7 @@ impl TableRoot {
                 ));
             }
             if losses >= TURN_AFTER && turn.is_none() && !holds_a_turn() {
-                turn = Some(self.turn.take(me));
+                turn = Some(self.turn.take());
             }
         }
     }
@@ -389,9 +393,10 @@ impl TableRoot {
     }
 }
 
-#[cold]
-fn unreachable_chain() {
-    debug_assert!(false, "a chain always holds the named table");
+/// The loaded version as the counted reference the cell compares against (a guard derefs to
+/// it; under loom the loaded version is one).
+fn loaded_arc(loaded: &super::cell::Loaded) -> &Arc<Node> {
+    loaded
 }
 
 thread_local! {
@@ -437,16 +442,20 @@ impl Turn {
     }
 
     /// Waits while another thread holds the turn, unless this thread holds a turn itself.
-    fn wait_unless_mine(&self, me: thread::ThreadId) {
-        if !self.taken.load(Ordering::Acquire) || holds_a_turn() || self.is_mine(me) {
+    /// While the turn is free this is one load: no mutex, no thread id.
+    fn wait_unless_mine(&self) {
+        if !self.taken.load(Ordering::Acquire)
+            || holds_a_turn()
+            || self.is_mine(thread::current().id())
+        {
             return;
         }
         drop(self.gate.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    fn take(&self, me: thread::ThreadId) -> TurnGuard<'_> {
+    fn take(&self) -> TurnGuard<'_> {
         let gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
-        *self.holder.lock().unwrap_or_else(|e| e.into_inner()) = Some(me);
+        *self.holder.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread::current().id());
         self.taken.store(true, Ordering::Release);
         TURNS_HELD.with(|n| n.set(n.get() + 1));
         TurnGuard {
