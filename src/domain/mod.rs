@@ -295,7 +295,7 @@ impl ScriptDomain {
         let out = slot.clone();
         let failures = self.failures.clone();
         let script = format!("script {label}");
-        let completion: vm::Completion = Box::new(move |_lua: &Lua, result| {
+        let completion: vm::Completion = Box::new(move |_lua: &Lua, result, _commands| {
             let answer = match result {
                 Ok(values) => {
                     let first = values.into_iter().next().unwrap_or(Value::Nil);

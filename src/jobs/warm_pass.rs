@@ -220,7 +220,7 @@ fn start_run(
     });
     let end = Rc::new(RefCell::new(None));
     let filled = end.clone();
-    let completion: vm::Completion = Box::new(move |_lua, result| {
+    let completion: vm::Completion = Box::new(move |_lua, result, _commands| {
         *filled.borrow_mut() = Some(result.map(|_| ()));
     });
     let owner_identity: Arc<dyn OwnerIdentity> = identity.clone();

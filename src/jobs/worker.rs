@@ -20,9 +20,7 @@ use super::warm_pass::{ParkedItem, PassContext, WarmPass};
 use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
 use crate::pool::lanes::KeyLanes;
 use crate::value::Message;
-use crate::vm::{
-    self, CommandLog, FailureKind, JobFailure, Outcome, Owner, Signal, TaskFailure, Vm,
-};
+use crate::vm::{self, FailureKind, JobFailure, Outcome, Owner, Signal, TaskFailure, Vm};
 
 /// How many entry names a worker VM keeps as Luau strings.
 const ENTRY_KEYS: usize = 256;
@@ -339,13 +337,10 @@ impl LuauWorker {
         let key = Arc::as_ptr(&job);
         let owner_label: Arc<dyn vm::OwnerIdentity> = job.clone();
         let (completion_job, completion_running) = (job.clone(), running.clone());
-        let log = Rc::new(CommandLog::default());
-        let completion_log = log.clone();
-        let completion: vm::Completion = Box::new(move |_lua: &Lua, result| {
+        let completion: vm::Completion = Box::new(move |_lua: &Lua, result, commands| {
             completion_running.borrow_mut().remove(&key);
             completion_job.handoff.finish();
             let outcome = job_outcome(&completion_job, &module, &entry, result);
-            let commands = completion_log.close();
             if commands.is_empty() {
                 reply(&principal, reply_to, outcome, &pool);
                 drop(turn);
@@ -354,7 +349,7 @@ impl LuauWorker {
                 settle_after_commands(&principal, completion_job, commands, settlement, &pool);
             }
         });
-        let owner = Rc::new(Owner::new(owner_label, deadline, Some(completion)).with_commands(log));
+        let owner = Rc::new(Owner::new(owner_label, deadline, Some(completion)).with_commands());
         running.borrow_mut().insert(key, owner.clone());
         if let Err(e) = wvm
             .vm

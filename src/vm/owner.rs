@@ -3,7 +3,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +12,10 @@ use super::budget::{CancelToken, DeadlineMessage};
 use crate::sync::Ordering;
 
 /// Called once when the owner's root task ends.
-pub(crate) type Completion = Box<dyn FnOnce(&Lua, Result<MultiValue, TaskFailure>)>;
+/// Runs when an owner's root task ends, with its result and the engine-service commands the
+/// owner's log still held (empty for an owner without a log).
+pub(crate) type Completion =
+    Box<dyn FnOnce(&Lua, Result<MultiValue, TaskFailure>, Vec<ServiceCall>)>;
 
 /// What an owner is, seen from the scheduler: how reports name it (`job 'solver'`, `script
 /// main.luau`) and the token that cancels it. A job's shared state implements it, so starting a
@@ -59,7 +61,7 @@ pub(crate) struct Owner {
     bound: Cell<Option<(Instant, Duration)>>,
     completion: RefCell<Option<Completion>>,
     /// The engine-service commands a job's tasks record, when the owner is a job.
-    pub(crate) commands: Option<Rc<CommandLog>>,
+    pub(crate) commands: Option<CommandLog>,
 }
 
 /// One engine-service call on its way to the engine thread: the service's name and its
@@ -114,9 +116,10 @@ impl Owner {
         }
     }
 
-    /// Gives the owner a command log: its tasks' engine-service commands are recorded there.
-    pub(crate) fn with_commands(mut self, log: Rc<CommandLog>) -> Owner {
-        self.commands = Some(log);
+    /// Gives the owner a command log: its tasks' engine-service commands are recorded there,
+    /// and what it holds when the root task ends goes to the completion.
+    pub(crate) fn with_commands(mut self) -> Owner {
+        self.commands = Some(CommandLog::default());
         self
     }
 
@@ -161,7 +164,8 @@ impl Owner {
     pub(crate) fn complete(&self, lua: &Lua, result: Result<MultiValue, TaskFailure>) {
         let completion = self.completion.borrow_mut().take();
         if let Some(completion) = completion {
-            completion(lua, result);
+            let commands = self.commands.as_ref().map(CommandLog::close);
+            completion(lua, result, commands.unwrap_or_default());
         }
     }
 }
