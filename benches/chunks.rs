@@ -9,8 +9,11 @@
 //! cost per extra chunk over the 8-chunk run, plus the least-squares slope over the four points.
 //! Goal: at most 5 us per chunk.
 
+mod util;
+
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use util::split;
 
 use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode};
 use skein::mlua::{self, Lua};
@@ -24,20 +27,6 @@ const EMPTY: &str = "local M = {}\nfunction M.run(c) return c.index end\nreturn 
 /// `(chunks, per-run time)` of every `iter_custom` call of each side.
 static SKEIN: Mutex<Vec<(usize, Duration)>> = Mutex::new(Vec::new());
 static PLAIN: Mutex<Vec<(usize, Duration)>> = Mutex::new(Vec::new());
-
-/// The chunks as `parallelFor` cuts them: `(index, first, last)`.
-fn split(n: usize, chunks: usize) -> Vec<(usize, usize, usize)> {
-    let (base, extra) = (n / chunks, n % chunks);
-    let mut first = 1;
-    (1..=chunks)
-        .map(|index| {
-            let len = base + usize::from(index <= extra);
-            let run = (index, first, first + len - 1);
-            first += len;
-            run
-        })
-        .collect()
-}
 
 fn timed(
     iters: u64,

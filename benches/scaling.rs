@@ -15,10 +15,13 @@
 //! <= 1.03x in time) and 2 workers over rayon (goal >= 1.0x throughput). The same ratios from
 //! each side's fastest run follow, as a check on a machine other work is disturbing.
 
+mod util;
+
 use std::cell::RefCell;
 use std::ffi::c_int;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use util::split;
 
 use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode, Throughput};
 use rayon::prelude::*;
@@ -60,21 +63,6 @@ static PLAIN_HOOKED: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
 static SKEIN_1: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
 static SKEIN_2: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
 static RAYON: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
-
-/// The chunks as `parallelFor` cuts them: `(index, first, last)`, the first `n % chunks` runs one
-/// longer than the rest.
-fn split(n: usize, chunks: usize) -> Vec<(usize, usize, usize)> {
-    let (base, extra) = (n / chunks, n % chunks);
-    let mut first = 1;
-    (1..=chunks)
-        .map(|index| {
-            let len = base + usize::from(index <= extra);
-            let run = (index, first, first + len - 1);
-            first += len;
-            run
-        })
-        .collect()
-}
 
 /// A plain VM with the kernel loaded, answering its `rows` entry.
 fn plain_kernel() -> (Lua, mlua::Function) {

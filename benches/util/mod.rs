@@ -1,5 +1,6 @@
-//! What the shared-state benches have in common: every measure keeps its per-iteration times
-//! (warm-up included) under a name, so `main` can print ratios of medians taken in the same run.
+//! What the benches have in common: every measure keeps its per-iteration times (warm-up
+//! included) under a name, so `main` can print ratios of medians taken in the same run; and the
+//! chunks `parallelFor` cuts, for the baselines that cut the same way.
 
 #![allow(dead_code)]
 
@@ -100,4 +101,19 @@ pub fn thread_cpu() -> Duration {
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The chunks as `parallelFor` cuts them: `(index, first, last)`, the first `n % chunks` runs one
+/// longer than the rest.
+pub fn split(n: usize, chunks: usize) -> Vec<(usize, usize, usize)> {
+    let (base, extra) = (n / chunks, n % chunks);
+    let mut first = 1;
+    (1..=chunks)
+        .map(|index| {
+            let len = base + usize::from(index <= extra);
+            let run = (index, first, first + len - 1);
+            first += len;
+            run
+        })
+        .collect()
 }
