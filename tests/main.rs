@@ -7,6 +7,7 @@ mod docs;
 mod host_keys;
 mod keys;
 mod parallel_for;
+mod registered;
 mod runner;
 mod services;
 mod shared_queues;

@@ -19,8 +19,8 @@ use mlua::{Lua, MultiValue, Value};
 use crate::error::{Error, Result};
 use crate::jobs::{
     self, DomainEvent, DomainId, DomainMailbox, Generation, HomeKind, HostSlot, Item, ItemArgs,
-    JobOptions, JobShared, JobsHome, Pool, Principal, PrincipalCell, Promise, ReplyTo,
-    MAX_DEADLINE,
+    JobInfo, JobOptions, JobShared, JobsHome, Pool, Principal, PrincipalCell, Promise, Registry,
+    ReplyTo, MAX_DEADLINE,
 };
 use crate::shared::SharedStore;
 use crate::value::Message;
@@ -127,6 +127,8 @@ pub struct ScriptDomain {
     services: Rc<EngineServices>,
     /// The sum of the `dt` given to [`frame`](Self::frame).
     frame_time: std::cell::Cell<Duration>,
+    /// The jobs its scripts registered (`jobs.register`) and the host's kernels.
+    registry: Rc<Registry>,
     _engine_thread: PhantomData<Rc<()>>,
 }
 
@@ -161,6 +163,13 @@ impl ScriptDomain {
             jobs::install(lua, home)
         })
         .map_err(|e| Error::Vm(vm::error_message(&e)))?;
+        let sink = reports.clone();
+        let registry = Registry::new(
+            principal.clone(),
+            pool.shared().clone(),
+            Rc::new(move |source, message| sink.borrow_mut().push(Report { source, message })),
+        );
+        vm.lua.set_app_data(registry.clone());
         Ok(ScriptDomain {
             name: spec.name,
             principal,
@@ -171,6 +180,7 @@ impl ScriptDomain {
             failures: Rc::new(RefCell::new(Vec::new())),
             services: Rc::new(EngineServices::default()),
             frame_time: std::cell::Cell::new(Duration::ZERO),
+            registry,
             _engine_thread: PhantomData,
         })
     }
@@ -457,9 +467,13 @@ impl ScriptDomain {
                 args,
                 commands,
                 reply,
+                job,
             } => {
                 self.apply(commands, None);
                 let answer = self.services.answer(&service, args);
+                if let Some(job) = job {
+                    self.registry.count_forwarded(job);
+                }
                 self.deliver(reply, vm::Outcome::Resolved(answer));
             }
             DomainEvent::Apply { commands, then } => {
@@ -634,13 +648,86 @@ impl ScriptDomain {
         self.principal.frames.load(Ordering::Acquire)
     }
 
-    /// One frame's work: drain, count the frame, wake frame waits, step. Answers the frame.
+    /// One frame's work: drain, count the frame, wake frame waits, run the registered jobs
+    /// phase by phase, step. Answers the frame.
     fn round(&self) -> u64 {
         self.drain();
         let frame = self.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
         self.vm.wake_frames(frame);
+        self.registry.run(&self.vm, None);
         self.vm.step();
         frame
+    }
+
+    /// Runs the jobs of one phase now, and only them: each applies a result that landed, then
+    /// starts its next run or item, as in [`frame`](Self::frame). The mailbox is drained first
+    /// (so results and their commands are in) and ready tasks run after; the frame counter does
+    /// not move. Answers false, doing nothing else, for a phase no job has registered in.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// domain.eval(r#"
+    ///     n = 0
+    ///     jobs.register({ phase = "physics", executor = { kind = "luau", run = function() n += 1 end } })
+    /// "#)?;
+    /// assert!(domain.run_phase("physics"));
+    /// assert!(domain.run_phase("physics"));
+    /// assert!(!domain.run_phase("render"));
+    /// assert_eq!(domain.eval("return n")?, Message::Integer(2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn run_phase(&self, name: &str) -> bool {
+        vm::check_sources();
+        self.drain();
+        let known = self.registry.run(&self.vm, Some(name));
+        self.vm.step();
+        known
+    }
+
+    /// Registers a kernel: a native function that `kernel` jobs name (`executor = { kind =
+    /// "kernel", kernel = name }`). Each frame such a job runs `f` on a pool worker, over a
+    /// copy of its `input()` (or nil), with no Luau VM involved; the result goes to the job's
+    /// `apply` on the engine thread. An `Err` or a panic errors the job (the panic is contained
+    /// and the worker goes on serving).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// domain.register_kernel("double", |m| match m {
+    ///     Message::Integer(i) => Ok(Message::Integer(i * 2)),
+    ///     other => Err(format!("expected an integer, got {other:?}")),
+    /// })?;
+    /// domain.eval(r#"
+    ///     jobs.register({ phase = "main", executor = { kind = "kernel", kernel = "double",
+    ///         input = function() return 21 end, apply = function(r) answer = r end } })
+    /// "#)?;
+    /// while domain.eval("return answer")? == Message::Nil {
+    ///     domain.frame(Duration::from_millis(1));
+    /// }
+    /// assert_eq!(domain.eval("return answer")?, Message::Integer(42));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Refused`] when the name is not 1 to 256 bytes or is registered already.
+    pub fn register_kernel<F>(&self, name: &str, f: F) -> Result<()>
+    where
+        F: Fn(Message) -> std::result::Result<Message, String> + Send + Sync + 'static,
+    {
+        self.registry
+            .register_kernel(name, Arc::new(f))
+            .map_err(Error::Refused)
+    }
+
+    /// Snapshots of the jobs registered on this domain, in registration order.
+    pub fn jobs(&self) -> Vec<JobInfo> {
+        self.registry.list(None)
     }
 
     /// One round on the engine thread: drain the mailbox, then run the tasks that are ready.

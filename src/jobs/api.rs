@@ -100,6 +100,7 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     jobs.raw_set("stats", lua.create_function(stats)?)?;
     crate::shared::install(lua, &jobs, home.principal.shared.clone())?;
     jobs.raw_set("warm", lua.create_function(super::warm::warm)?)?;
+    super::registered::install(lua, &jobs)?;
     lua.set_app_data(queue_courier(&home));
     lua.set_app_data(crate::vm::FrameClock(home.principal.frames.clone()));
     lua.set_named_registry_value(RELEASE_WATCHERS_KEY, lua.create_table()?)?;

@@ -46,6 +46,17 @@ pub(crate) struct JobShared {
     /// Set by the worker that starts a keyed item: the key's first item in that VM since it
     /// bound. Written and read on that worker's thread only.
     pub(crate) fresh: AtomicBool,
+    /// For an item of a registered job (`jobs.register`): the job's tally, so its forwarded
+    /// queries and its items' waits are counted for it.
+    pub(crate) tally: Option<Arc<JobTally>>,
+}
+
+/// What a registered job's items count on worker threads: its id, which forwarded queries carry
+/// back to the engine thread, and the time its items waited from queueing to start.
+#[derive(Debug, Default)]
+pub(crate) struct JobTally {
+    pub(crate) id: u64,
+    pub(crate) waited_ns: std::sync::atomic::AtomicU64,
 }
 
 impl JobShared {
@@ -68,6 +79,32 @@ impl JobShared {
             principal,
             key,
             fresh: AtomicBool::new(false),
+            tally: None,
+        })
+    }
+
+    /// As [`new`](Self::new), for an item of a registered job: it carries the job's tally.
+    pub(crate) fn registered(
+        name: String,
+        module: Arc<str>,
+        entry: Arc<str>,
+        pool: Arc<PoolShared>,
+        principal: Principal,
+        key: Option<Bytes>,
+        tally: Arc<JobTally>,
+    ) -> Arc<JobShared> {
+        Arc::new(JobShared {
+            handoff: Handoff::new(),
+            cancel: CancelToken::new(false),
+            worker: AtomicUsize::new(NOT_STARTED),
+            name: Some(name),
+            module,
+            entry,
+            pool,
+            principal,
+            key,
+            fresh: AtomicBool::new(false),
+            tally: Some(tally),
         })
     }
 
@@ -123,6 +160,10 @@ impl OwnerIdentity for JobShared {
     fn fresh(&self) -> bool {
         self.fresh.load(std::sync::atomic::Ordering::Relaxed)
     }
+
+    fn registered_job(&self) -> Option<u64> {
+        self.tally.as_ref().map(|t| t.id)
+    }
 }
 
 impl Cancel for JobShared {
@@ -165,6 +206,18 @@ pub(crate) enum ItemArgs {
     /// A `parallelFor` chunk: its table is built in the worker VM, around `args` that every
     /// chunk of the call shares (one copy at the call) and its own slice of a buffer.
     Chunk(ChunkArgs),
+    /// A kernel job's call: a native function of the host over its copied input. The worker
+    /// runs it without touching any VM.
+    Kernel(KernelCall),
+}
+
+/// A native function the host registered by name (`ScriptDomain::register_kernel`).
+pub(crate) type Kernel = Arc<dyn Fn(Message) -> Result<Message, String> + Send + Sync>;
+
+/// One run of a kernel: the function and the input it runs over.
+pub(crate) struct KernelCall {
+    pub(crate) kernel: Kernel,
+    pub(crate) input: Message,
 }
 
 /// The parts of one chunk's `{ index, count, first, last, args, data }` table.
@@ -194,6 +247,7 @@ impl ItemArgs {
                 }
                 Ok(mlua::Value::Table(t))
             }
+            ItemArgs::Kernel(call) => call.input.to_lua(lua),
         }
     }
 }
@@ -266,6 +320,8 @@ pub(crate) enum DomainEvent {
         args: Message,
         commands: Vec<ServiceCall>,
         reply: ReplyTo,
+        /// The registered job whose item made the query, whose `forwarded_calls` it counts.
+        job: Option<u64>,
     },
     /// Commands to apply in order, then (for a job that recorded them before its entry
     /// returned) the job's settlement to deliver.

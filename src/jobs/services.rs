@@ -259,6 +259,7 @@ fn forward_query(
         args,
         commands,
         reply,
+        job: owner.identity.registered_job(),
     });
     if !posted {
         core.promises

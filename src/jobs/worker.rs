@@ -12,7 +12,9 @@ use bytes::Bytes;
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use super::api::{self, HomeKind, JobsHome};
-use super::item::{DomainEvent, Item, JobShared, LaneKey, ReplyTo, Settlement, WorkerMsg};
+use super::item::{
+    DomainEvent, Item, ItemArgs, JobShared, LaneKey, ReplyTo, Settlement, WorkerMsg,
+};
 use super::keys::LaneTurn;
 use super::pool::{PoolShared, WarmRuns};
 use super::principal::{Principal, PrincipalCell};
@@ -241,6 +243,13 @@ impl LuauWorker {
     /// Starts `item` as the root task of a new owner. A keyed item brings its lane `turn`, which
     /// is dropped (settling the lane) after the item's reply, however the item ends.
     fn start(&mut self, item: Item, cx: &WorkerContext<'_, Self>, turn: Option<LaneTurn>) {
+        if matches!(item.args, ItemArgs::Kernel(_)) {
+            let pool = self.pool(cx);
+            item.job.worker.store(self.index, Ordering::Release);
+            super::kernel::run(item, &pool);
+            drop(turn);
+            return;
+        }
         // A VM in its warm pass starts no item of its principal: hold the item, before it
         // counts as started, so a cancel meanwhile still refuses it unrun.
         if item.principal.is_alive() {
@@ -273,6 +282,7 @@ impl LuauWorker {
             let reason = item.principal.end_reason();
             return fail(item, FailureKind::Refused, reason);
         }
+        super::kernel::count_wait(&item);
         item.job.worker.store(self.index, Ordering::Release);
         let slot = match self.vm_for(&item.principal, cx) {
             Ok(slot) => slot,

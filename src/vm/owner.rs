@@ -45,6 +45,12 @@ pub(crate) trait OwnerIdentity: fmt::Display {
     fn warm(&self) -> Option<&str> {
         None
     }
+
+    /// The id of the registered job (`jobs.register`) the owner is an item of, so the engine
+    /// thread counts the owner's forwarded queries for that job.
+    fn registered_job(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl OwnerIdentity for String {}

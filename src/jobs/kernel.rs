@@ -1,0 +1,64 @@
+//! The worker side of a kernel job: a native function of the host run over copied data, with
+//! no VM involved. A kernel is an item like any other (stolen, counted, refused once its
+//! principal ended); only its body is Rust.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::item::{Item, ItemArgs};
+use super::pool::PoolShared;
+use crate::vm::{panic_message, FailureKind, JobFailure, Outcome};
+
+/// Runs a kernel item on this thread and replies with its result. A panic in the kernel is
+/// contained: the item is rejected naming it, and the worker thread goes on serving.
+pub(super) fn run(item: Item, pool: &Arc<PoolShared>) {
+    if !item.job.handoff.try_start() {
+        return; // cancelled while queued: the canceller settled the promise
+    }
+    count_wait(&item);
+    let Item {
+        principal,
+        job,
+        entry,
+        args,
+        reply,
+        ..
+    } = item;
+    let ItemArgs::Kernel(call) = args else {
+        unreachable!("kernel::run is given kernel items only");
+    };
+    let failure = |kind, message| {
+        Outcome::Rejected(Arc::new(JobFailure {
+            job: job.label(),
+            module: None,
+            entry: Some(entry.to_string()),
+            kind,
+            message,
+            traceback: None,
+        }))
+    };
+    let outcome = if !principal.is_alive() {
+        failure(FailureKind::Refused, principal.end_reason())
+    } else {
+        let kernel = call.kernel;
+        let input = call.input;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || kernel(input))) {
+            Ok(Ok(message)) => Outcome::Resolved(message),
+            Ok(Err(e)) => failure(FailureKind::Raised, format!("kernel '{entry}' failed: {e}")),
+            Err(payload) => failure(
+                FailureKind::Panicked,
+                format!("kernel '{entry}' panicked: {}", panic_message(&payload)),
+            ),
+        }
+    };
+    job.handoff.finish();
+    super::worker::reply(&principal, reply, outcome, pool);
+}
+
+/// Adds the time a registered job's item waited, from queueing to its start, to the job's tally.
+pub(super) fn count_wait(item: &Item) {
+    if let (Some(tally), Some(at)) = (&item.job.tally, item.queued_at) {
+        let waited = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        tally.waited_ns.fetch_add(waited, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,300 @@
+//! Reading `jobs.register`'s descriptor: every field checked at the call, and a bad one raised
+//! naming it, so nothing half-valid is ever registered.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use mlua::{Function, Lua, Table, Value};
+
+use super::super::item::Kernel;
+use super::super::options::{read_deadline, read_key};
+use crate::value::Message;
+use crate::vm::{a_type, with_caller_source, VmCore};
+
+/// The longest phase name, in bytes.
+pub(crate) const MAX_PHASE_BYTES: usize = 64;
+
+/// What runs each frame for a registered job.
+pub(crate) enum Executor {
+    /// `run()` on the engine thread, as a task.
+    Luau { run: Function },
+    /// `input()` on the engine thread, `module.entry(input)` on a worker, `apply(result)` back
+    /// on the engine thread.
+    Worker {
+        path: Arc<Path>,
+        spec: Arc<str>,
+        entry: Arc<str>,
+        input: Function,
+        apply: Function,
+        key: Option<Bytes>,
+        deadline: Duration,
+    },
+    /// A native function of the host, run on a worker over the copied input.
+    Kernel {
+        name: Arc<str>,
+        kernel: Kernel,
+        input: Option<Function>,
+        apply: Option<Function>,
+    },
+}
+
+impl Executor {
+    /// The kind as the descriptor names it.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Executor::Luau { .. } => "luau",
+            Executor::Worker { .. } => "worker",
+            Executor::Kernel { .. } => "kernel",
+        }
+    }
+}
+
+/// A checked descriptor.
+pub(crate) struct Descriptor {
+    pub(crate) name: Option<String>,
+    pub(crate) phase: Arc<str>,
+    pub(crate) executor: Executor,
+    pub(crate) origin: String,
+    pub(crate) metadata: Option<Message>,
+}
+
+const WHAT: &str = "jobs.register";
+
+/// Reads the descriptor. `kernel` finds a kernel the host registered; `cap` is the longest
+/// deadline a worker job may ask for.
+pub(crate) fn read(
+    lua: &Lua,
+    descriptor: &Value,
+    kernel: impl Fn(&str) -> Option<Kernel>,
+    cap: Duration,
+) -> Result<Descriptor, String> {
+    let Value::Table(t) = descriptor else {
+        return Err(format!(
+            "{WHAT}: descriptor must be a table, got {}",
+            a_type(descriptor)
+        ));
+    };
+    only_fields(
+        t,
+        &["name", "phase", "executor", "origin", "metadata"],
+        "descriptor field",
+    )?;
+    let name = match field(t, "name")? {
+        Value::Nil => None,
+        v => {
+            let bytes = read_key(&v, &format!("{WHAT}: name"))?;
+            Some(String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    let phase = match field(t, "phase")? {
+        Value::String(s) if (1..=MAX_PHASE_BYTES).contains(&s.as_bytes().len()) => {
+            Arc::from(s.to_string_lossy().as_str())
+        }
+        Value::String(s) => {
+            return Err(format!(
+                "{WHAT}: phase must be a string of 1 to {MAX_PHASE_BYTES} bytes, got a string of {} bytes",
+                s.as_bytes().len()
+            ))
+        }
+        other => {
+            return Err(format!(
+                "{WHAT}: phase must be a string of 1 to {MAX_PHASE_BYTES} bytes, got {}",
+                a_type(&other)
+            ))
+        }
+    };
+    let executor = read_executor(lua, &field(t, "executor")?, kernel, cap)?;
+    let origin = match field(t, "origin")? {
+        Value::Nil => caller_origin(lua),
+        Value::String(s) => s.to_string_lossy().to_string(),
+        other => {
+            return Err(format!(
+                "{WHAT}: origin must be a string, got {}",
+                a_type(&other)
+            ))
+        }
+    };
+    let metadata = match field(t, "metadata")? {
+        Value::Nil => None,
+        v @ Value::Table(_) => {
+            Some(Message::from_lua(&v, "metadata").map_err(|e| format!("{WHAT}: {e}"))?)
+        }
+        other => {
+            return Err(format!(
+                "{WHAT}: metadata must be a table of data, got {}",
+                a_type(&other)
+            ))
+        }
+    };
+    Ok(Descriptor {
+        name,
+        phase,
+        executor,
+        origin,
+        metadata,
+    })
+}
+
+fn read_executor(
+    lua: &Lua,
+    value: &Value,
+    kernel: impl Fn(&str) -> Option<Kernel>,
+    cap: Duration,
+) -> Result<Executor, String> {
+    let Value::Table(t) = value else {
+        return Err(format!(
+            "{WHAT}: executor must be a table with a kind, got {}",
+            a_type(value)
+        ));
+    };
+    let kind = field(t, "kind")?;
+    let kind = match &kind {
+        Value::String(s) => s.to_string_lossy().to_string(),
+        _ => String::new(),
+    };
+    match kind.as_str() {
+        "luau" => {
+            only_fields(t, &["kind", "run"], "executor field for kind 'luau'")?;
+            Ok(Executor::Luau {
+                run: function(t, "run")?,
+            })
+        }
+        "worker" => {
+            let allowed = [
+                "kind", "module", "entry", "input", "apply", "key", "deadline",
+            ];
+            only_fields(t, &allowed, "executor field for kind 'worker'")?;
+            let Value::String(module) = field(t, "module")? else {
+                return Err(format!(
+                    "{WHAT}: executor.module must be a require path string, got {}",
+                    a_type(&field(t, "module")?)
+                ));
+            };
+            let Value::String(entry) = field(t, "entry")? else {
+                return Err(format!(
+                    "{WHAT}: executor.entry must be the name of a function, got {}",
+                    a_type(&field(t, "entry")?)
+                ));
+            };
+            let input = function(t, "input")?;
+            let apply = function(t, "apply")?;
+            let key = match field(t, "key")? {
+                Value::Nil => None,
+                v => Some(read_key(&v, &format!("{WHAT}: executor.key"))?),
+            };
+            let deadline = match field(t, "deadline")? {
+                Value::Nil => cap,
+                v => read_deadline(&v, &format!("{WHAT}: executor.deadline"), cap)?,
+            };
+            let core = VmCore::of(lua).map_err(|e| crate::vm::error_message(&e))?;
+            let spec = module.to_string_lossy().to_string();
+            let resolved = with_caller_source(lua, |source| core.modules.resolve(source, &spec))
+                .map_err(|e| format!("{WHAT}: executor.module: {e}"))?;
+            Ok(Executor::Worker {
+                path: resolved.path,
+                spec: resolved.spec,
+                entry: Arc::from(entry.to_string_lossy().as_str()),
+                input,
+                apply,
+                key,
+                deadline,
+            })
+        }
+        "kernel" => {
+            only_fields(
+                t,
+                &["kind", "kernel", "input", "apply"],
+                "executor field for kind 'kernel'",
+            )?;
+            let name = match field(t, "kernel")? {
+                Value::String(s) => s.to_string_lossy().to_string(),
+                other => {
+                    return Err(format!(
+                        "{WHAT}: executor.kernel must be the name of a registered kernel, got {}",
+                        a_type(&other)
+                    ))
+                }
+            };
+            let Some(found) = kernel(&name) else {
+                return Err(format!(
+                    "{WHAT}: executor.kernel '{name}' is not a registered kernel"
+                ));
+            };
+            Ok(Executor::Kernel {
+                name: Arc::from(name.as_str()),
+                kernel: found,
+                input: optional_function(t, "input")?,
+                apply: optional_function(t, "apply")?,
+            })
+        }
+        _ => {
+            let got = match field(t, "kind")? {
+                Value::String(s) => format!("'{}'", s.to_string_lossy()),
+                other => a_type(&other),
+            };
+            Err(format!(
+                "{WHAT}: executor.kind must be one of 'luau', 'worker', 'kernel', got {got}"
+            ))
+        }
+    }
+}
+
+/// The chunk that called `jobs.register`, as its debug info names it: a file path, or the name
+/// host code gave the chunk.
+fn caller_origin(lua: &Lua) -> String {
+    with_caller_source(lua, |source| match source {
+        Some(s) => s
+            .strip_prefix('@')
+            .or_else(|| s.strip_prefix('='))
+            .unwrap_or(s)
+            .to_owned(),
+        None => "host".to_owned(),
+    })
+}
+
+fn field(t: &Table, name: &str) -> Result<Value, String> {
+    t.raw_get(name).map_err(|e| crate::vm::error_message(&e))
+}
+
+/// Refuses any key of `t` not in `allowed`, naming it: a misspelt field is never ignored.
+fn only_fields(t: &Table, allowed: &[&str], what: &str) -> Result<(), String> {
+    for pair in t.clone().pairs::<Value, Value>() {
+        let (key, _) = pair.map_err(|e| crate::vm::error_message(&e))?;
+        let known = match &key {
+            Value::String(s) => allowed
+                .iter()
+                .any(|a| s.as_bytes().as_ref() == a.as_bytes()),
+            _ => false,
+        };
+        if !known {
+            let shown = match &key {
+                Value::String(s) => s.to_string_lossy().to_string(),
+                other => format!("{other:?}"),
+            };
+            return Err(format!(
+                "{WHAT}: unknown {what} '{shown}': expected {}",
+                allowed.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn function(t: &Table, name: &str) -> Result<Function, String> {
+    match field(t, name)? {
+        Value::Function(f) => Ok(f),
+        other => Err(format!(
+            "{WHAT}: executor.{name} must be a function, got {}",
+            a_type(&other)
+        )),
+    }
+}
+
+fn optional_function(t: &Table, name: &str) -> Result<Option<Function>, String> {
+    match field(t, name)? {
+        Value::Nil => Ok(None),
+        _ => function(t, name).map(Some),
+    }
+}

@@ -1,0 +1,130 @@
+//! `JobInfo`: a snapshot of one registered job, as `job:info()`, `jobs.inspect` and
+//! `jobs.list` answer it in Luau and `ScriptDomain::jobs` in Rust.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use mlua::{Lua, Table};
+
+use super::RegisteredJob;
+use crate::value::Message;
+
+/// Where a registered job stands.
+///
+/// A paused job reads as [`Pending`](JobStatus::Pending) (it is registered and waits), with
+/// [`JobInfo::paused`] set; an item of it already in flight reads as
+/// [`Running`](JobStatus::Running) until it lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobStatus {
+    /// Registered and waiting for its next frame (or paused).
+    Pending,
+    /// Its luau run (or an `apply`) is executing, or an item of it is on a worker.
+    Running,
+    /// It failed and is skipped until resumed.
+    Errored,
+}
+
+impl JobStatus {
+    /// The status as Luau reads it: `"pending"`, `"running"` or `"errored"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Pending => "pending",
+            JobStatus::Running => "running",
+            JobStatus::Errored => "errored",
+        }
+    }
+}
+
+/// A snapshot of one registered job.
+///
+/// ```
+/// use skein::{DomainSpec, JobStatus, Pool, ScriptDomain};
+///
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+/// domain.eval(r#"jobs.register({ name = "tick", phase = "main", executor = { kind = "luau", run = function() end } })"#)?;
+/// let jobs = domain.jobs();
+/// assert_eq!(jobs[0].name.as_deref(), Some("tick"));
+/// assert_eq!(jobs[0].status, JobStatus::Pending);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct JobInfo {
+    /// Unique among the domain's jobs, from 1.
+    pub id: u64,
+    /// Its `name`, when it has one.
+    pub name: Option<String>,
+    /// The phase it runs in.
+    pub phase: String,
+    /// `"luau"`, `"worker"` or `"kernel"`.
+    pub kind: &'static str,
+    /// Where it stands.
+    pub status: JobStatus,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// The chunk that registered it, or the descriptor's `origin`.
+    pub origin: String,
+    /// A copy of the descriptor's `metadata`.
+    pub metadata: Option<Message>,
+    /// The last failure, kept until the next one (resuming does not clear it).
+    pub last_error: Option<String>,
+    /// Engine-service queries its items forwarded to the engine thread.
+    pub forwarded_calls: u64,
+    /// The total time its items waited from queueing to their start on a worker.
+    pub waited_for_vm: Duration,
+    /// Runs (luau) or items (worker, kernel) it started.
+    pub calls: u64,
+    /// Those of them that failed (their `apply` included).
+    pub failed_calls: u64,
+}
+
+pub(super) fn of(job: &RegisteredJob) -> JobInfo {
+    let state = job.state.borrow();
+    let status = if state.errored {
+        JobStatus::Errored
+    } else if state.task_running || state.in_flight.is_some() {
+        JobStatus::Running
+    } else {
+        JobStatus::Pending
+    };
+    JobInfo {
+        id: job.id,
+        name: job.name.clone(),
+        phase: job.phase.to_string(),
+        kind: job.executor.kind(),
+        status,
+        paused: state.paused,
+        origin: job.origin.clone(),
+        metadata: job.metadata.clone(),
+        last_error: state.last_error.clone(),
+        forwarded_calls: state.forwarded,
+        waited_for_vm: Duration::from_nanos(job.tally.waited_ns.load(Ordering::Relaxed)),
+        calls: state.calls,
+        failed_calls: state.failed,
+    }
+}
+
+/// The Luau table of a snapshot; times in milliseconds.
+pub(super) fn to_lua(lua: &Lua, info: &JobInfo) -> mlua::Result<Table> {
+    let t = lua.create_table_with_capacity(0, 13)?;
+    t.raw_set("id", info.id as f64)?;
+    t.raw_set("name", info.name.as_deref())?;
+    t.raw_set("phase", info.phase.as_str())?;
+    t.raw_set("kind", info.kind)?;
+    t.raw_set("status", info.status.as_str())?;
+    t.raw_set("paused", info.paused)?;
+    t.raw_set("origin", info.origin.as_str())?;
+    if let Some(metadata) = &info.metadata {
+        t.raw_set("metadata", metadata.to_lua(lua)?)?;
+    }
+    t.raw_set("last_error", info.last_error.as_deref())?;
+    t.raw_set("forwarded_calls", info.forwarded_calls as f64)?;
+    t.raw_set(
+        "waited_for_vm_ms",
+        info.waited_for_vm.as_secs_f64() * 1000.0,
+    )?;
+    t.raw_set("calls", info.calls as f64)?;
+    t.raw_set("failed_calls", info.failed_calls as f64)?;
+    Ok(t)
+}

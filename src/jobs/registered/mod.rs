@@ -1,0 +1,497 @@
+//! Registered jobs (`jobs.register`): work a script declares once and the engine runs every
+//! frame, phase by phase, until it is cancelled.
+//!
+//! The registry lives on a domain's engine thread (it holds engine-VM functions) and is reached
+//! from Luau through the VM's app data, from the domain directly. Worker and kernel jobs go to
+//! the pool as ordinary items whose outcome lands in a host slot; the registry looks at the slot
+//! each frame, so a result is applied in the first frame after it lands and the engine thread
+//! never waits for a worker.
+
+mod descriptor;
+mod info;
+mod lua;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mlua::{Function, Lua, MultiValue, Value};
+
+use super::item::{Item, ItemArgs, JobShared, JobTally, Kernel, KernelCall, ReplyTo};
+use super::pool::PoolShared;
+use super::principal::PrincipalCell;
+use super::promise::{HostSlot, Promise};
+use crate::error::Error;
+use crate::value::Message;
+use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
+
+pub(crate) use descriptor::Executor;
+pub use info::{JobInfo, JobStatus};
+pub(crate) use lua::install;
+
+/// Where a registered job's failures go: the domain's reports, as (source, message).
+pub(crate) type FailureSink = Rc<dyn Fn(String, String)>;
+
+/// A domain's registered jobs and the kernels its host registered.
+pub(crate) struct Registry {
+    /// Live jobs, in registration order.
+    jobs: RefCell<Vec<Rc<RegisteredJob>>>,
+    /// Phases in the order their first job registered. A phase keeps its place once seen.
+    phases: RefCell<Vec<Arc<str>>>,
+    kernels: RefCell<HashMap<Arc<str>, Kernel>>,
+    next_id: Cell<u64>,
+    principal: Arc<PrincipalCell>,
+    pool: Arc<PoolShared>,
+    sink: FailureSink,
+}
+
+/// One registered job.
+pub(crate) struct RegisteredJob {
+    id: u64,
+    name: Option<String>,
+    phase: Arc<str>,
+    origin: String,
+    metadata: Option<Message>,
+    executor: Executor,
+    tally: Arc<JobTally>,
+    state: RefCell<JobState>,
+}
+
+/// What changes as a job runs.
+#[derive(Default)]
+struct JobState {
+    paused: bool,
+    errored: bool,
+    last_error: Option<String>,
+    forwarded: u64,
+    calls: u64,
+    failed: u64,
+    /// A task of the job (a luau `run`, or an `apply`) has started and not ended.
+    task_running: bool,
+    /// The item on a worker whose result `apply` waits for.
+    in_flight: Option<Promise>,
+}
+
+impl RegisteredJob {
+    /// How reports and rejections name the job.
+    fn label(&self) -> String {
+        match &self.name {
+            Some(name) => name.clone(),
+            None => format!("#{}", self.id),
+        }
+    }
+}
+
+impl Registry {
+    pub(crate) fn new(
+        principal: Arc<PrincipalCell>,
+        pool: Arc<PoolShared>,
+        sink: FailureSink,
+    ) -> Rc<Registry> {
+        Rc::new(Registry {
+            jobs: RefCell::new(Vec::new()),
+            phases: RefCell::new(Vec::new()),
+            kernels: RefCell::new(HashMap::new()),
+            next_id: Cell::new(1),
+            principal,
+            pool,
+            sink,
+        })
+    }
+
+    /// Registers a kernel under `name`; refused when the name is empty, too long or taken.
+    pub(crate) fn register_kernel(&self, name: &str, kernel: Kernel) -> Result<(), String> {
+        if name.is_empty() || name.len() > super::options::MAX_KEY_BYTES {
+            return Err(format!(
+                "register_kernel: a kernel name must be 1 to {} bytes, got {}",
+                super::options::MAX_KEY_BYTES,
+                name.len()
+            ));
+        }
+        let mut kernels = self.kernels.borrow_mut();
+        if kernels.contains_key(name) {
+            return Err(format!(
+                "register_kernel: kernel '{name}' is registered already"
+            ));
+        }
+        kernels.insert(Arc::from(name), kernel);
+        Ok(())
+    }
+
+    fn kernel(&self, name: &str) -> Option<Kernel> {
+        self.kernels.borrow().get(name).cloned()
+    }
+
+    /// Checks a descriptor and registers its job. Nothing is registered when it is refused.
+    fn register(&self, lua: &Lua, descriptor: &Value) -> Result<u64, String> {
+        let d = descriptor::read(
+            lua,
+            descriptor,
+            |n| self.kernel(n),
+            self.principal.max_deadline,
+        )?;
+        if let Some(name) = &d.name {
+            if self.find(name).is_some() {
+                return Err(format!(
+                    "jobs.register: a job named '{name}' is registered already"
+                ));
+            }
+        }
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let mut phases = self.phases.borrow_mut();
+        if !phases.contains(&d.phase) {
+            phases.push(d.phase.clone());
+        }
+        self.jobs.borrow_mut().push(Rc::new(RegisteredJob {
+            id,
+            name: d.name,
+            phase: d.phase,
+            origin: d.origin,
+            metadata: d.metadata,
+            executor: d.executor,
+            tally: Arc::new(JobTally {
+                id,
+                ..JobTally::default()
+            }),
+            state: RefCell::new(JobState::default()),
+        }));
+        Ok(id)
+    }
+
+    fn get(&self, id: u64) -> Option<Rc<RegisteredJob>> {
+        self.jobs.borrow().iter().find(|j| j.id == id).cloned()
+    }
+
+    /// The live job named `name`.
+    fn find(&self, name: &str) -> Option<u64> {
+        let jobs = self.jobs.borrow();
+        jobs.iter()
+            .find(|j| j.name.as_deref() == Some(name))
+            .map(|j| j.id)
+    }
+
+    /// Unregisters a job: later frames never run it, and the result of an item in flight is
+    /// never applied. Answers whether the job was registered.
+    fn cancel(&self, id: u64) -> bool {
+        let mut jobs = self.jobs.borrow_mut();
+        let before = jobs.len();
+        jobs.retain(|j| j.id != id);
+        jobs.len() != before
+    }
+
+    /// Pauses or resumes a job (resuming also clears its error). Answers whether it is
+    /// registered.
+    fn set_paused(&self, id: u64, paused: bool) -> bool {
+        let Some(job) = self.get(id) else {
+            return false;
+        };
+        let mut state = job.state.borrow_mut();
+        state.paused = paused;
+        if !paused {
+            state.errored = false;
+        }
+        true
+    }
+
+    /// Counts a query that an item of job `id` forwarded and the engine thread answered.
+    pub(crate) fn count_forwarded(&self, id: u64) {
+        if let Some(job) = self.get(id) {
+            job.state.borrow_mut().forwarded += 1;
+        }
+    }
+
+    /// A snapshot of job `id`.
+    fn info(&self, id: u64) -> Option<JobInfo> {
+        self.get(id).map(|j| info::of(&j))
+    }
+
+    /// Snapshots of the live jobs, in registration order, of one phase or of all.
+    pub(crate) fn list(&self, phase: Option<&str>) -> Vec<JobInfo> {
+        self.jobs
+            .borrow()
+            .iter()
+            .filter(|j| phase.is_none_or(|p| &*j.phase == p))
+            .map(|j| info::of(j))
+            .collect()
+    }
+
+    /// Runs every phase (in the order their first job registered), or only `phase`: each job of
+    /// it in registration order applies a result that landed, then starts its next run or item.
+    /// Answers whether the phase is known.
+    pub(crate) fn run(self: &Rc<Self>, vm: &Vm, phase: Option<&str>) -> bool {
+        let phases: Vec<Arc<str>> = match phase {
+            Some(p) => match self.phases.borrow().iter().find(|q| &***q == p) {
+                Some(known) => vec![known.clone()],
+                None => return false,
+            },
+            None => self.phases.borrow().clone(),
+        };
+        for phase in phases {
+            let jobs: Vec<Rc<RegisteredJob>> = self
+                .jobs
+                .borrow()
+                .iter()
+                .filter(|j| j.phase == phase)
+                .cloned()
+                .collect();
+            for job in jobs {
+                // A job an earlier job of this frame cancelled does not run.
+                if self.get(job.id).is_some() {
+                    self.tick(vm, &job);
+                }
+            }
+        }
+        true
+    }
+
+    /// One frame of one job.
+    fn tick(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>) {
+        let landed = {
+            let mut state = job.state.borrow_mut();
+            match state.in_flight.as_mut().map(Promise::try_take) {
+                Some(Some(result)) => {
+                    state.in_flight = None;
+                    Some(result)
+                }
+                _ => None,
+            }
+        };
+        match landed {
+            Some(Ok(result)) => {
+                let apply = match &job.executor {
+                    Executor::Worker { apply, .. } => Some(apply.clone()),
+                    Executor::Kernel { apply, .. } => apply.clone(),
+                    Executor::Luau { .. } => None,
+                };
+                if let Some(apply) = apply {
+                    match result.to_lua(&vm.lua) {
+                        Ok(value) => self.start_task(vm, job, apply, value),
+                        Err(e) => self.fail(job, &vm::error_message(&e), true),
+                    }
+                }
+            }
+            Some(Err(Error::Job(failure))) => {
+                let mut message = failure.message.clone();
+                if let Some(tb) = failure.traceback.as_deref().filter(|t| !t.is_empty()) {
+                    message = format!("{message}\n{tb}");
+                }
+                self.fail(job, &message, true);
+            }
+            // Cancelled: the domain is ending; nothing to apply or report.
+            Some(Err(_)) | None => {}
+        }
+        {
+            let state = job.state.borrow();
+            if state.paused || state.errored || state.task_running || state.in_flight.is_some() {
+                return;
+            }
+        }
+        match &job.executor {
+            Executor::Luau { run } => {
+                job.state.borrow_mut().calls += 1;
+                self.start_task(vm, job, run.clone(), Value::Nil);
+            }
+            Executor::Worker {
+                path,
+                spec,
+                entry,
+                input,
+                key,
+                deadline,
+                ..
+            } => {
+                let Some(input) = self.input(job, Some(input)) else {
+                    return;
+                };
+                let shared = JobShared::registered(
+                    job.label(),
+                    spec.clone(),
+                    entry.clone(),
+                    self.pool.clone(),
+                    self.principal.id,
+                    key.clone(),
+                    job.tally.clone(),
+                );
+                let item = self.item(shared.clone(), path.clone(), entry.clone(), *deadline);
+                let (item, slot) = item(ItemArgs::Plain(input));
+                let queued = match key {
+                    Some(key) => self.pool.dispatch_keyed(
+                        (self.principal.id, key.clone()),
+                        item,
+                        false,
+                        "jobs.register: executor.key",
+                    ),
+                    None => {
+                        self.pool.inject(item);
+                        Ok(())
+                    }
+                };
+                self.queued(job, queued, slot, shared);
+            }
+            Executor::Kernel {
+                name,
+                kernel,
+                input,
+                ..
+            } => {
+                let Some(input) = self.input(job, input.as_ref()) else {
+                    return;
+                };
+                let shared = JobShared::registered(
+                    job.label(),
+                    name.clone(),
+                    name.clone(),
+                    self.pool.clone(),
+                    self.principal.id,
+                    None,
+                    job.tally.clone(),
+                );
+                let path: Arc<Path> = Arc::from(Path::new(&format!("kernel:{name}")));
+                let item = self.item(
+                    shared.clone(),
+                    path,
+                    name.clone(),
+                    self.principal.max_deadline,
+                );
+                let (item, slot) = item(ItemArgs::Kernel(KernelCall {
+                    kernel: kernel.clone(),
+                    input,
+                }));
+                self.pool.inject(item);
+                self.queued(job, Ok(()), slot, shared);
+            }
+        }
+    }
+
+    /// Makes an item of `job` around its arguments, replying to a fresh host slot.
+    fn item(
+        &self,
+        job: Arc<JobShared>,
+        module: Arc<Path>,
+        entry: Arc<str>,
+        deadline: std::time::Duration,
+    ) -> impl FnOnce(ItemArgs) -> (Item, Arc<HostSlot>) + '_ {
+        move |args| {
+            let slot = HostSlot::new();
+            let item = Item {
+                principal: self.principal.clone(),
+                job,
+                module,
+                entry,
+                args,
+                deadline,
+                reply: ReplyTo::Host(slot.clone()),
+                queued_at: Some(Instant::now()),
+            };
+            (item, slot)
+        }
+    }
+
+    /// Records an item handed to the pool (or its refusal, which errors the job).
+    fn queued(
+        &self,
+        job: &RegisteredJob,
+        queued: Result<(), String>,
+        slot: Arc<HostSlot>,
+        shared: Arc<JobShared>,
+    ) {
+        match queued {
+            Ok(()) => {
+                let mut state = job.state.borrow_mut();
+                state.calls += 1;
+                state.in_flight = Some(Promise::new(slot, Some(shared)));
+            }
+            Err(refusal) => self.fail(job, &refusal, false),
+        }
+    }
+
+    /// Runs `input()` on this thread and copies its value. `None` when there is nothing to queue:
+    /// it answered nil, or it failed (which errors the job). Without an `input`, the item runs
+    /// over nil.
+    fn input(&self, job: &RegisteredJob, input: Option<&Function>) -> Option<Message> {
+        let Some(input) = input else {
+            return Some(Message::Nil);
+        };
+        let value = match input.call::<Value>(()) {
+            Ok(value) => value,
+            Err(e) => {
+                let message = format!("input: {}", vm::error_message(&e));
+                self.fail(job, &message, false);
+                return None;
+            }
+        };
+        if value.is_nil() {
+            return None;
+        }
+        match Message::from_lua(&value, "input") {
+            Ok(message) => Some(message),
+            Err(e) => {
+                self.fail(job, &e.to_string(), false);
+                None
+            }
+        }
+    }
+
+    /// Starts `f(arg)` as a task of the engine VM for `job`; a failure errors the job.
+    fn start_task(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>, f: Function, arg: Value) {
+        job.state.borrow_mut().task_running = true;
+        let weak = Rc::downgrade(job);
+        let registry = Rc::downgrade(self);
+        let completion: vm::Completion = Box::new(move |_lua: &Lua, result, _commands| {
+            let (Some(job), Some(registry)) = (weak.upgrade(), registry.upgrade()) else {
+                return;
+            };
+            job.state.borrow_mut().task_running = false;
+            let message = match result {
+                Ok(_) | Err(TaskFailure::Cancelled) => return,
+                Err(TaskFailure::Raised { message, traceback }) if !traceback.is_empty() => {
+                    format!("{message}\n{traceback}")
+                }
+                Err(TaskFailure::Raised { message, .. }) => message,
+                Err(other) => other.to_string(),
+            };
+            // A job cancelled while its task ran is gone: nothing to mark or report.
+            if registry.get(job.id).is_some() {
+                registry.fail(&job, &message, true);
+            }
+        });
+        let identity: Arc<dyn OwnerIdentity> = Arc::new(format!("job '{}'", job.label()));
+        let owner = Rc::new(Owner::new(
+            identity,
+            self.principal.max_deadline,
+            Some(completion),
+        ));
+        if let Err(e) = vm.start(f, MultiValue::from_iter([arg]), owner.clone()) {
+            let failure = TaskFailure::raised(vm::error_message(&e), String::new());
+            owner.complete(&vm.lua, Err(failure));
+        }
+    }
+
+    /// Marks `job` errored, keeps the error and reports it once. `counted`: the failure ended a
+    /// started run or item, which `failed_calls` counts.
+    fn fail(&self, job: &RegisteredJob, message: &str, counted: bool) {
+        {
+            let mut state = job.state.borrow_mut();
+            state.errored = true;
+            state.last_error = Some(message.to_owned());
+            if counted {
+                state.failed += 1;
+            }
+        }
+        let source = format!("job '{}'", job.label());
+        let text = format!("{source} failed: {message}");
+        (self.sink)(source, text);
+    }
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("jobs", &self.jobs.borrow().len())
+            .finish_non_exhaustive()
+    }
+}

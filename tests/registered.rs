@@ -1,0 +1,674 @@
+//! Registered jobs (`jobs.register`) end to end through Luau: luau, worker and kernel executors
+//! driven by `ScriptDomain::frame`, `JobHandle` transitions, failures reported once, the
+//! forwarded-call count, `jobs.find` / `inspect` / `list`, phases, and every refusal.
+
+use std::time::{Duration, Instant};
+
+use skein::{JobStatus, Message, Pool, ScriptDomain};
+
+use crate::support::{assert_contains, field, list, number, text, Tree};
+
+/// The first line of the error `body` raises, without mlua's `runtime error: ` prefix.
+#[track_caller]
+fn refusal(domain: &ScriptDomain, body: &str) -> String {
+    let raised = crate::support::refusal(domain, body);
+    let line = raised.lines().next().unwrap_or("");
+    line.strip_prefix("runtime error: ")
+        .unwrap_or(line)
+        .to_owned()
+}
+
+/// The numbers of a list message.
+#[track_caller]
+fn numbers(m: &Message) -> Vec<f64> {
+    list(m).iter().map(number).collect()
+}
+
+const MODULE: &str = r#"
+local M = {}
+local count = 0
+function M.double(x) return x * 2 end
+-- Busy for `ms` milliseconds, then answers its input: an item that stays in flight a while.
+function M.slow(a)
+    local until_ = os.clock() + a.ms / 1000
+    while os.clock() < until_ do end
+    return a.n
+end
+-- Module state a keyed job keeps between its items.
+function M.counter() count += 1 return count end
+function M.fail() error("the entry failed") end
+function M.query(id) return world.get(id) + world.get(id) end
+function M.register()
+    return jobs.register({ phase = "main", executor = { kind = "luau", run = function() end } })
+end
+return M
+"#;
+
+const FRAME: Duration = Duration::from_millis(1);
+
+fn setup() -> (Tree, Pool) {
+    (Tree::new(&[("m.luau", MODULE)]), Pool::new(2))
+}
+
+/// Runs frames until `check` (a Luau expression) is true, failing after 10 s.
+#[track_caller]
+fn frames_until(domain: &ScriptDomain, check: &str) {
+    let end = Instant::now() + Duration::from_secs(10);
+    let source = format!("return {check}");
+    while domain.eval(&source).unwrap() != Message::Boolean(true) {
+        assert!(
+            Instant::now() < end,
+            "`{check}` never held: {:?} {:?}",
+            domain.jobs(),
+            domain.take_reports()
+        );
+        domain.frame(FRAME);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn int(domain: &ScriptDomain, expr: &str) -> f64 {
+    number(&domain.eval(&format!("return {expr}")).unwrap())
+}
+
+fn string(domain: &ScriptDomain, expr: &str) -> String {
+    text(&domain.eval(&format!("return {expr}")).unwrap())
+}
+
+#[test]
+fn a_luau_job_runs_once_per_frame_and_only_in_frames() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            n = 0
+            job = jobs.register({ name = "tick", phase = "main",
+                executor = { kind = "luau", run = function() n += 1 end },
+                metadata = { tag = "t", list = { 1, 2 } } })
+            "#,
+        )
+        .unwrap();
+    // eval pumps rounds, not frames: nothing ran.
+    assert_eq!(int(&domain, "n"), 0.0);
+    for _ in 0..3 {
+        domain.frame(FRAME);
+    }
+    assert_eq!(int(&domain, "n"), 3.0);
+    let info = domain.eval("return job:info()").unwrap();
+    assert_eq!(number(field(&info, "calls")), 3.0);
+    assert_eq!(number(field(&info, "failed_calls")), 0.0);
+    assert_eq!(text(field(&info, "status")), "pending");
+    assert_eq!(text(field(&info, "name")), "tick");
+    assert_eq!(text(field(&info, "phase")), "main");
+    assert_eq!(text(field(&info, "kind")), "luau");
+    // The origin is the chunk that registered it.
+    assert_eq!(text(field(&info, "origin")), "eval");
+    assert_eq!(text(field(field(&info, "metadata"), "tag")), "t");
+    assert_eq!(number(field(&info, "id")), 1.0);
+    let rust = domain.jobs();
+    assert_eq!(rust.len(), 1);
+    assert_eq!(rust[0].calls, 3);
+    assert_eq!(rust[0].status, JobStatus::Pending);
+    assert_eq!(rust[0].origin, "eval");
+}
+
+#[test]
+fn pause_resume_cancel_valid_and_status() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            n = 0
+            job = jobs.register({ phase = "main",
+                executor = { kind = "luau", run = function() n += 1 end }, origin = "here" })
+            "#,
+        )
+        .unwrap();
+    domain.frame(FRAME);
+    assert_eq!(
+        domain.eval("return job:pause()").unwrap(),
+        Message::Boolean(true)
+    );
+    domain.frame(FRAME);
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 1.0);
+    // A paused job reads as pending, with paused set.
+    assert_eq!(string(&domain, "job:status()"), "pending");
+    assert_eq!(
+        domain.eval("return job:info().paused").unwrap(),
+        Message::Boolean(true)
+    );
+    assert_eq!(string(&domain, "job:info().origin"), "here");
+    assert_eq!(
+        domain.eval("return job:resume()").unwrap(),
+        Message::Boolean(true)
+    );
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 2.0);
+    assert_eq!(
+        domain.eval("return job:valid()").unwrap(),
+        Message::Boolean(true)
+    );
+    assert_eq!(
+        domain.eval("return job:cancel()").unwrap(),
+        Message::Boolean(true)
+    );
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 2.0);
+    // A cancelled job's handle answers false / nil and never raises.
+    let after = domain
+        .eval("return { job:valid(), job:cancel(), job:pause(), job:resume(), job:info() == nil, job:status() == nil, #jobs.list() == 0 }")
+        .unwrap();
+    let (f, t) = (Message::Boolean(false), Message::Boolean(true));
+    assert_eq!(
+        after,
+        Message::List(vec![
+            f.clone(),
+            f.clone(),
+            f.clone(),
+            f,
+            t.clone(),
+            t.clone(),
+            t
+        ])
+    );
+    assert!(domain.jobs().is_empty());
+}
+
+#[test]
+fn a_luau_run_that_yields_is_running_and_is_not_started_again() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            n = 0
+            job = jobs.register({ phase = "main", executor = { kind = "luau",
+                run = function() n += 1 task.waitFrames(3) end } })
+            "#,
+        )
+        .unwrap();
+    domain.frame(FRAME);
+    assert_eq!(string(&domain, "job:status()"), "running");
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 1.0);
+    frames_until(&domain, "job:status() == 'pending'");
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 2.0);
+}
+
+#[test]
+fn a_failing_job_is_reported_once_keeps_its_error_and_resume_clears_it() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            n = 0
+            job = jobs.register({ name = "flaky", phase = "main", executor = { kind = "luau",
+                run = function() n += 1 if n == 2 then error("second run broke") end end } })
+            "#,
+        )
+        .unwrap();
+    for _ in 0..4 {
+        domain.frame(FRAME);
+    }
+    assert_eq!(int(&domain, "n"), 2.0);
+    assert_eq!(string(&domain, "job:status()"), "errored");
+    let reports = domain.take_reports();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].source, "job 'flaky'");
+    assert_contains(&reports[0].message, "job 'flaky' failed: ");
+    assert_contains(&reports[0].message, "second run broke");
+    assert_contains(
+        &string(&domain, "job:info().last_error"),
+        "second run broke",
+    );
+    assert_eq!(int(&domain, "job:info().failed_calls"), 1.0);
+    assert_eq!(int(&domain, "job:info().calls"), 2.0);
+    domain.eval("job:resume()").unwrap();
+    assert_eq!(string(&domain, "job:status()"), "pending");
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 3.0);
+    assert!(domain.take_reports().is_empty());
+}
+
+#[test]
+fn a_worker_job_queues_nothing_for_nil_keeps_one_item_in_flight_and_applies_on_the_engine() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            want, inputs, applied = false, 0, {}
+            job = jobs.register({ name = "slow", phase = "main", executor = { kind = "worker",
+                module = "./m", entry = "slow",
+                input = function()
+                    if not want then return nil end
+                    inputs += 1
+                    return { ms = 150, n = inputs }
+                end,
+                apply = function(result)
+                    table.insert(applied, { result = result, engine = jobs.context() == nil })
+                end } })
+            "#,
+        )
+        .unwrap();
+    for _ in 0..3 {
+        domain.frame(FRAME);
+    }
+    assert_eq!(int(&domain, "job:info().calls"), 0.0);
+    assert_eq!(string(&domain, "job:status()"), "pending");
+    domain.eval("want = true").unwrap();
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "inputs"), 1.0);
+    assert_eq!(string(&domain, "job:status()"), "running");
+    // While the slow item runs, frames start no second item.
+    frames_until(&domain, "#applied == 1");
+    let first = domain.eval("return applied[1]").unwrap();
+    assert_eq!(number(field(&first, "result")), 1.0);
+    assert_eq!(field(&first, "engine"), &Message::Boolean(true));
+    // The frame that applied the first started the second: never more than one in flight.
+    assert!(int(&domain, "inputs") <= 2.0);
+    frames_until(&domain, "#applied == 2");
+    assert_eq!(
+        number(field(&domain.eval("return applied[2]").unwrap(), "result")),
+        2.0
+    );
+    assert!(int(&domain, "inputs") <= 3.0);
+    assert_eq!(int(&domain, "job:info().failed_calls"), 0.0);
+}
+
+#[test]
+fn a_keyed_worker_job_keeps_module_state_between_items() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            seen = {}
+            job = jobs.register({ phase = "main", executor = { kind = "worker",
+                module = "./m", entry = "counter", key = "counter", deadline = 60,
+                input = function() return true end,
+                apply = function(n) table.insert(seen, n) end } })
+            "#,
+        )
+        .unwrap();
+    frames_until(&domain, "#seen >= 3");
+    let seen = domain.eval("return { seen[1], seen[2], seen[3] }").unwrap();
+    assert_eq!(numbers(&seen), vec![1.0, 2.0, 3.0]);
+    let waited = int(&domain, "job:info().waited_for_vm_ms");
+    assert!(waited >= 0.0, "{waited}");
+    assert_eq!(domain.jobs()[0].kind, "worker");
+}
+
+#[test]
+fn worker_job_deadline_and_key_are_refused_with_the_dispatch_texts() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let job = |extra: &str| {
+        format!(
+            r#"jobs.register({{ phase = "main", executor = {{ kind = "worker", module = "./m",
+                entry = "double", input = function() end, apply = function() end, {extra} }} }})"#
+        )
+    };
+    domain.eval(&job("deadline = 60")).unwrap();
+    domain
+        .eval(&job(&format!("key = '{}'", "k".repeat(256))))
+        .unwrap();
+    assert_eq!(
+        refusal(&domain, &job("deadline = 61")),
+        "jobs.register: executor.deadline of 61 s is past the cap of 60 s: a deadline may be lowered, never raised"
+    );
+    assert_eq!(
+        refusal(&domain, &job("deadline = 0")),
+        "jobs.register: executor.deadline must be a number of seconds above 0, got 0"
+    );
+    assert_eq!(
+        refusal(&domain, &job("key = ''")),
+        "jobs.register: executor.key must be a string of 1 to 256 bytes, got a string of 0 bytes"
+    );
+    assert_eq!(
+        refusal(&domain, &job(&format!("key = '{}'", "k".repeat(257)))),
+        "jobs.register: executor.key must be a string of 1 to 256 bytes, got a string of 257 bytes"
+    );
+    assert_eq!(domain.jobs().len(), 2);
+}
+
+#[test]
+fn a_failing_item_or_apply_errors_the_worker_job_once() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            a = jobs.register({ name = "entry", phase = "main", executor = { kind = "worker",
+                module = "./m", entry = "fail", input = function() return 1 end,
+                apply = function() end } })
+            b = jobs.register({ name = "apply", phase = "main", executor = { kind = "worker",
+                module = "./m", entry = "double", input = function() return 4 end,
+                apply = function(r) error("apply got " .. r) end } })
+            "#,
+        )
+        .unwrap();
+    frames_until(
+        &domain,
+        "a:status() == 'errored' and b:status() == 'errored'",
+    );
+    for _ in 0..5 {
+        domain.frame(FRAME);
+    }
+    assert_contains(&string(&domain, "a:info().last_error"), "the entry failed");
+    assert_contains(&string(&domain, "b:info().last_error"), "apply got 8");
+    assert_eq!(int(&domain, "a:info().calls"), 1.0);
+    assert_eq!(int(&domain, "b:info().failed_calls"), 1.0);
+    let mut sources: Vec<String> = domain
+        .take_reports()
+        .into_iter()
+        .map(|r| r.source)
+        .collect();
+    sources.sort();
+    assert_eq!(sources, vec!["job 'apply'", "job 'entry'"]);
+}
+
+#[test]
+fn a_cancelled_worker_job_never_applies_its_item_in_flight() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            applied = 0
+            job = jobs.register({ phase = "main", executor = { kind = "worker",
+                module = "./m", entry = "slow", input = function() return { ms = 100, n = 1 } end,
+                apply = function() applied += 1 end } })
+            "#,
+        )
+        .unwrap();
+    domain.frame(FRAME);
+    assert_eq!(string(&domain, "job:status()"), "running");
+    domain.eval("assert(job:cancel())").unwrap();
+    std::thread::sleep(Duration::from_millis(250));
+    for _ in 0..5 {
+        domain.frame(FRAME);
+    }
+    assert_eq!(int(&domain, "applied"), 0.0);
+    // The pool finished the item: it still serves.
+    let answer = domain
+        .eval(r#"return jobs.dispatch("./m", "double", 4):await()"#)
+        .unwrap();
+    assert_eq!(answer, Message::Integer(8));
+}
+
+#[test]
+fn a_kernel_job_runs_natively_and_a_panicking_one_is_contained() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain
+        .register_kernel("sum", |m| match m {
+            Message::List(items) => Ok(Message::Number(
+                items
+                    .iter()
+                    .map(|i| match i {
+                        Message::Integer(i) => *i as f64,
+                        Message::Number(n) => *n,
+                        _ => 0.0,
+                    })
+                    .sum(),
+            )),
+            other => Err(format!("expected a list, got {other:?}")),
+        })
+        .unwrap();
+    domain
+        .register_kernel("thread", |_| {
+            Ok(Message::String(
+                std::thread::current()
+                    .name()
+                    .unwrap_or("")
+                    .as_bytes()
+                    .to_vec()
+                    .into(),
+            ))
+        })
+        .unwrap();
+    domain
+        .register_kernel("bad", |_| panic!("kernel blew up"))
+        .unwrap();
+    assert_eq!(
+        domain.register_kernel("sum", Ok).unwrap_err().to_string(),
+        "register_kernel: kernel 'sum' is registered already"
+    );
+    domain
+        .eval(
+            r#"
+            sums, names = {}, {}
+            s = jobs.register({ phase = "main", executor = { kind = "kernel", kernel = "sum",
+                input = function() return { 1, 2, 3.5 } end,
+                apply = function(r) table.insert(sums, r) end } })
+            t = jobs.register({ phase = "main", executor = { kind = "kernel", kernel = "thread",
+                apply = function(r) table.insert(names, r) end } })
+            b = jobs.register({ name = "bad", phase = "main",
+                executor = { kind = "kernel", kernel = "bad" } })
+            "#,
+        )
+        .unwrap();
+    frames_until(
+        &domain,
+        "#sums >= 2 and #names >= 1 and b:status() == 'errored'",
+    );
+    assert_eq!(int(&domain, "sums[1]"), 6.5);
+    // It ran on a pool thread, not the engine thread.
+    assert_ne!(
+        string(&domain, "names[1]"),
+        std::thread::current().name().unwrap_or("").to_owned()
+    );
+    assert_contains(
+        &string(&domain, "b:info().last_error"),
+        "kernel 'bad' panicked: kernel blew up",
+    );
+    let reports = domain.take_reports();
+    let bad: Vec<_> = reports.iter().filter(|r| r.source == "job 'bad'").collect();
+    assert_eq!(bad.len(), 1, "{reports:?}");
+    // The pool still serves, kernels and Luau alike.
+    let before = int(&domain, "#sums");
+    frames_until(&domain, &format!("#sums > {before}"));
+    let answer = domain
+        .eval(r#"return jobs.dispatch("./m", "double", 21):await()"#)
+        .unwrap();
+    assert_eq!(answer, Message::Integer(42));
+}
+
+#[test]
+fn forwarded_calls_count_a_worker_jobs_queries() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain
+        .register_query("world.get", |_| Ok(Message::Number(5.0)))
+        .unwrap();
+    domain
+        .eval(
+            r#"
+            results = {}
+            job = jobs.register({ phase = "main", executor = { kind = "worker",
+                module = "./m", entry = "query",
+                input = function() if #results < 2 then return 1 end return nil end,
+                apply = function(r) table.insert(results, r) end } })
+            "#,
+        )
+        .unwrap();
+    frames_until(&domain, "#results == 2");
+    assert_eq!(int(&domain, "results[1]"), 10.0);
+    assert_eq!(int(&domain, "job:info().forwarded_calls"), 4.0);
+    // A plain dispatch's queries count for no registered job.
+    domain
+        .eval(r#"jobs.dispatch("./m", "query", 1):await()"#)
+        .unwrap();
+    assert_eq!(int(&domain, "job:info().forwarded_calls"), 4.0);
+    assert_eq!(domain.jobs()[0].forwarded_calls, 4);
+}
+
+#[test]
+fn find_inspect_and_list() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            local run = function() end
+            a = jobs.register({ name = "a", phase = "physics", executor = { kind = "luau", run = run } })
+            jobs.register({ name = "b", phase = "render", executor = { kind = "luau", run = run } })
+            jobs.register({ phase = "physics", executor = { kind = "luau", run = run } })
+            "#,
+        )
+        .unwrap();
+    let names = domain
+        .eval("local out = {} for _, i in jobs.list() do table.insert(out, i.name or '-') end return table.concat(out, ',')")
+        .unwrap();
+    assert_eq!(text(&names), "a,b,-");
+    let physics = domain
+        .eval("local out = {} for _, i in jobs.list('physics') do table.insert(out, i.id) end return out")
+        .unwrap();
+    assert_eq!(numbers(&physics), vec![1.0, 3.0]);
+    assert_eq!(int(&domain, "#jobs.list('nothing')"), 0.0);
+    assert_eq!(string(&domain, "jobs.inspect('b').phase"), "render");
+    assert_eq!(string(&domain, "jobs.inspect(a).name"), "a");
+    assert_eq!(
+        domain.eval("return jobs.inspect('zz')").unwrap(),
+        Message::Nil
+    );
+    assert_eq!(domain.eval("return jobs.find('zz')").unwrap(), Message::Nil);
+    assert_eq!(string(&domain, "jobs.find('b'):info().name"), "b");
+    // A found handle is the same job: cancelling it frees the name.
+    domain.eval("assert(jobs.find('a'):cancel())").unwrap();
+    assert_eq!(
+        domain.eval("return a:valid()").unwrap(),
+        Message::Boolean(false)
+    );
+    domain
+        .eval(r#"jobs.register({ name = "a", phase = "x", executor = { kind = "luau", run = function() end } })"#)
+        .unwrap();
+    assert_eq!(int(&domain, "jobs.inspect('a').id"), 4.0);
+    assert_eq!(
+        refusal(&domain, "jobs.inspect(5)"),
+        "jobs.inspect: target must be a JobHandle or a job name, got a number"
+    );
+    assert_eq!(
+        refusal(&domain, "jobs.find(nil)"),
+        "jobs.find: name must be a string, got nil"
+    );
+    assert_eq!(
+        refusal(&domain, "jobs.list(1)"),
+        "jobs.list: phase must be a string or nil, got a number"
+    );
+}
+
+#[test]
+fn phases_run_in_first_registration_order_and_run_phase_runs_one() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            log = {}
+            local function job(phase, name)
+                jobs.register({ phase = phase, executor = { kind = "luau",
+                    run = function() table.insert(log, name) end } })
+            end
+            job("late", "late1")
+            job("early", "early1")
+            job("late", "late2")
+            "#,
+        )
+        .unwrap();
+    domain.frame(FRAME);
+    assert_eq!(
+        string(&domain, "table.concat(log, ',')"),
+        "late1,late2,early1"
+    );
+    domain.eval("log = {}").unwrap();
+    assert!(domain.run_phase("early"));
+    assert!(!domain.run_phase("missing"));
+    assert_eq!(string(&domain, "table.concat(log, ',')"), "early1");
+}
+
+#[test]
+fn every_refusal_names_its_field_and_registers_nothing() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain.register_kernel("k", Ok).unwrap();
+    domain
+        .eval(r#"jobs.register({ name = "dup", phase = "main", executor = { kind = "luau", run = function() end } })"#)
+        .unwrap();
+    let long = "p".repeat(65);
+    let name257 = "n".repeat(257);
+    let cases: Vec<(String, String)> = vec![
+        ("nil".into(), "jobs.register: descriptor must be a table, got nil".into()),
+        (r#"{ name = "dup", phase = "main", executor = { kind = "luau", run = print } }"#.into(),
+         "jobs.register: a job named 'dup' is registered already".into()),
+        (r#"{ name = "", phase = "main", executor = { kind = "luau", run = print } }"#.into(),
+         "jobs.register: name must be a string of 1 to 256 bytes, got a string of 0 bytes".into()),
+        (format!(r#"{{ name = "{name257}", phase = "main", executor = {{ kind = "luau", run = print }} }}"#),
+         "jobs.register: name must be a string of 1 to 256 bytes, got a string of 257 bytes".into()),
+        (r#"{ executor = { kind = "luau", run = print } }"#.into(),
+         "jobs.register: phase must be a string of 1 to 64 bytes, got nil".into()),
+        (format!(r#"{{ phase = "{long}", executor = {{ kind = "luau", run = print }} }}"#),
+         "jobs.register: phase must be a string of 1 to 64 bytes, got a string of 65 bytes".into()),
+        (r#"{ phase = "main" }"#.into(),
+         "jobs.register: executor must be a table with a kind, got nil".into()),
+        (r#"{ phase = "main", executor = { kind = "compute" } }"#.into(),
+         "jobs.register: executor.kind must be one of 'luau', 'worker', 'kernel', got 'compute'".into()),
+        (r#"{ phase = "main", executor = {} }"#.into(),
+         "jobs.register: executor.kind must be one of 'luau', 'worker', 'kernel', got nil".into()),
+        (r#"{ phase = "main", executor = { kind = "luau" } }"#.into(),
+         "jobs.register: executor.run must be a function, got nil".into()),
+        (r#"{ phase = "main", executor = { kind = "luau", run = print, extra = 1 } }"#.into(),
+         "jobs.register: unknown executor field for kind 'luau' 'extra': expected kind, run".into()),
+        (r#"{ phase = "main", reads = {}, executor = { kind = "luau", run = print } }"#.into(),
+         "jobs.register: unknown descriptor field 'reads': expected name, phase, executor, origin, metadata".into()),
+        (r#"{ phase = "main", executor = { kind = "worker", entry = "double", input = print, apply = print } }"#.into(),
+         "jobs.register: executor.module must be a require path string, got nil".into()),
+        (r#"{ phase = "main", executor = { kind = "worker", module = "./m", input = print, apply = print } }"#.into(),
+         "jobs.register: executor.entry must be the name of a function, got nil".into()),
+        (r#"{ phase = "main", executor = { kind = "worker", module = "./m", entry = "double", input = 5, apply = print } }"#.into(),
+         "jobs.register: executor.input must be a function, got a number".into()),
+        (r#"{ phase = "main", executor = { kind = "worker", module = "./m", entry = "double", input = print } }"#.into(),
+         "jobs.register: executor.apply must be a function, got nil".into()),
+        (r#"{ phase = "main", executor = { kind = "kernel", kernel = "nope" } }"#.into(),
+         "jobs.register: executor.kernel 'nope' is not a registered kernel".into()),
+        (r#"{ phase = "main", executor = { kind = "kernel" } }"#.into(),
+         "jobs.register: executor.kernel must be the name of a registered kernel, got nil".into()),
+        (r#"{ phase = "main", executor = { kind = "kernel", kernel = "k", apply = true } }"#.into(),
+         "jobs.register: executor.apply must be a function, got a boolean".into()),
+        (r#"{ phase = "main", origin = 5, executor = { kind = "luau", run = print } }"#.into(),
+         "jobs.register: origin must be a string, got a number".into()),
+        (r#"{ phase = "main", metadata = "x", executor = { kind = "luau", run = print } }"#.into(),
+         "jobs.register: metadata must be a table of data, got a string".into()),
+        (r#"{ phase = "main", metadata = { f = print }, executor = { kind = "luau", run = print } }"#.into(),
+         "jobs.register: metadata.f: a function can't cross a worker or event boundary".into()),
+    ];
+    for (descriptor, expected) in cases {
+        let got = refusal(&domain, &format!("jobs.register({descriptor})"));
+        assert_eq!(got, expected, "for {descriptor}");
+        assert_eq!(domain.jobs().len(), 1, "after {descriptor}");
+    }
+    let bad_module = refusal(
+        &domain,
+        r#"jobs.register({ phase = "main", executor = { kind = "worker", module = "./missing",
+            entry = "x", input = print, apply = print } })"#,
+    );
+    assert_contains(&bad_module, "jobs.register: executor.module: ");
+    assert_eq!(int(&domain, "#jobs.list()"), 1.0);
+}
+
+#[test]
+fn register_in_a_worker_vm_is_refused_naming_the_function() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    let err = domain
+        .eval(r#"return jobs.dispatch("./m", "register"):await()"#)
+        .unwrap_err()
+        .to_string();
+    assert_contains(&err, "jobs.register is not yet supported in a worker VM");
+}
