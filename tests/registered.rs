@@ -247,6 +247,8 @@ fn a_worker_job_queues_nothing_for_nil_keeps_one_item_in_flight_and_applies_on_t
                 module = "./m", entry = "slow",
                 input = function()
                     if not want then return nil end
+                    -- Every earlier item was applied before this input runs: one in flight.
+                    if inputs ~= #applied then error("a second item while one was in flight") end
                     inputs += 1
                     return { ms = 150, n = inputs }
                 end,
@@ -265,6 +267,9 @@ fn a_worker_job_queues_nothing_for_nil_keeps_one_item_in_flight_and_applies_on_t
     domain.frame(FRAME);
     assert_eq!(int(&domain, "inputs"), 1.0);
     assert_eq!(string(&domain, "job:status()"), "running");
+    for _ in 0..5 {
+        domain.frame(FRAME);
+    }
     // While the slow item runs, frames start no second item.
     frames_until(&domain, "#applied == 1");
     let first = domain.eval("return applied[1]").unwrap();
@@ -279,6 +284,7 @@ fn a_worker_job_queues_nothing_for_nil_keeps_one_item_in_flight_and_applies_on_t
     );
     assert!(int(&domain, "inputs") <= 3.0);
     assert_eq!(int(&domain, "job:info().failed_calls"), 0.0);
+    assert!(domain.take_reports().is_empty());
 }
 
 #[test]
@@ -289,6 +295,8 @@ fn a_keyed_worker_job_keeps_module_state_between_items() {
         .eval(
             r#"
             seen = {}
+            -- An item of the same key holds the key's VM for 200 ms: the job's first item waits.
+            jobs.dispatch("./m", "slow", { ms = 200, n = 0 }, { key = "counter" })
             job = jobs.register({ phase = "main", executor = { kind = "worker",
                 module = "./m", entry = "counter", key = "counter", deadline = 60,
                 input = function() return true end,
@@ -300,7 +308,8 @@ fn a_keyed_worker_job_keeps_module_state_between_items() {
     let seen = domain.eval("return { seen[1], seen[2], seen[3] }").unwrap();
     assert_eq!(numbers(&seen), vec![1.0, 2.0, 3.0]);
     let waited = int(&domain, "job:info().waited_for_vm_ms");
-    assert!(waited >= 0.0, "{waited}");
+    assert!(waited >= 100.0, "{waited}");
+    assert!(domain.jobs()[0].waited_for_vm >= Duration::from_millis(100));
     assert_eq!(domain.jobs()[0].kind, "worker");
 }
 
