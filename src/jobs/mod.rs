@@ -3,6 +3,7 @@
 
 mod api;
 mod chunking;
+mod events;
 mod gather;
 mod host_options;
 mod item;
@@ -18,9 +19,11 @@ mod warm_pass;
 mod worker;
 
 pub(crate) use api::{install, HomeKind, JobsHome};
+pub use events::EVENT_LOG_BOUND;
+pub(crate) use events::{check_event_name, deliver as deliver_events};
 pub(crate) use host_options::check_key;
 pub use host_options::JobOptions;
-pub(crate) use item::{DomainEvent, Item, ItemArgs, JobShared, ReplyTo};
+pub(crate) use item::{DomainEvent, Item, ItemArgs, JobShared, ReplyTo, NOT_STARTED};
 pub use options::MAX_DEADLINE;
 pub use pool::Pool;
 pub(crate) use principal::PrincipalCell;

@@ -1,0 +1,68 @@
+//! The host promises of one domain generation that may still be pending, so a restart or a stop
+//! rejects every one of them.
+//!
+//! A host [`Promise`](crate::Promise) settles through its item's reply. When the generation ends
+//! that reply may never come: a keyed item forgotten with its lane is dropped, and a job running
+//! in a worker VM that is dropped never completes. The domain therefore keeps a weak list of
+//! the slots it handed out and, when the generation ends, settles each pending one with the
+//! reason; a reply that still arrives later is ignored (a slot settles once).
+
+use std::sync::{Arc, Weak};
+
+use crate::jobs::{HostSlot, JobShared, NOT_STARTED};
+use crate::vm::{FailureKind, JobFailure, Outcome};
+
+/// The fewest entries the list holds before it prunes settled slots.
+const PRUNE_FLOOR: usize = 64;
+
+/// Weak handles on the host slots of one generation.
+pub(crate) struct HostPromises {
+    slots: Vec<(Weak<HostSlot>, Arc<JobShared>)>,
+    /// Prune when the list reaches this length: twice what survived the last prune, so the
+    /// cost per dispatch stays constant.
+    prune_at: usize,
+}
+
+impl Default for HostPromises {
+    fn default() -> Self {
+        HostPromises {
+            slots: Vec::new(),
+            prune_at: PRUNE_FLOOR,
+        }
+    }
+}
+
+impl HostPromises {
+    /// Remembers a slot handed to the host.
+    pub(crate) fn track(&mut self, slot: &Arc<HostSlot>, job: Arc<JobShared>) {
+        if self.slots.len() >= self.prune_at {
+            self.slots
+                .retain(|(slot, _)| slot.upgrade().is_some_and(|s| s.is_pending()));
+            self.prune_at = (self.slots.len() * 2).max(PRUNE_FLOOR);
+        }
+        self.slots.push((Arc::downgrade(slot), job));
+    }
+
+    /// Rejects every slot still pending with `reason`: a job that had not started was refused
+    /// unrun, one that had started ended with its generation. Empties the list.
+    pub(crate) fn reject_all(&mut self, reason: &str) {
+        for (slot, job) in self.slots.drain(..) {
+            let Some(slot) = slot.upgrade() else { continue };
+            let started = job.worker.load(std::sync::atomic::Ordering::Acquire) != NOT_STARTED;
+            let failure = JobFailure {
+                job: job.label(),
+                module: None,
+                entry: None,
+                kind: if started {
+                    FailureKind::Ended
+                } else {
+                    FailureKind::Refused
+                },
+                message: reason.to_owned(),
+                traceback: None,
+            };
+            slot.settle(Outcome::Rejected(Arc::new(failure)));
+        }
+        self.prune_at = PRUNE_FLOOR;
+    }
+}
