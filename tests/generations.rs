@@ -34,6 +34,10 @@ function M.setThenGet(a)
     world.set(a.id, a.v)
     return world.get(a.id)
 end
+function M.nap(s)
+    task.wait(s)
+    return "awake"
+end
 function M.bump()
     count += 1
     return count
@@ -432,4 +436,40 @@ fn a_worker_gone_mid_forward_leaves_the_engine_answering_into_nothing() {
     let next = domain.dispatch("./m", "get", args).unwrap();
     assert_eq!(text(&next.unwrap_wait(&domain)), "one");
     assert!(domain.take_reports().is_empty());
+}
+
+#[test]
+fn a_stop_answers_host_promises_whose_work_it_drops() {
+    let (tree, pool) = (tree(), Pool::new(1));
+    let (domain, world, _) = setup(&tree, &pool);
+    let opts = JobOptions::new().key("k");
+    let slow = map(&[
+        ("id", Message::Integer(1)),
+        ("v", string("old")),
+        ("wait", Message::Number(0.2)),
+    ]);
+    let keyed = domain.dispatch_with("./m", "slowSet", slow, &opts).unwrap();
+    // Queued behind it in the key's lane, which the stop forgets.
+    let behind = domain
+        .dispatch_with("./m", "bump", Message::Nil, &opts)
+        .unwrap();
+    let napping = domain.dispatch("./m", "nap", Message::Number(0.2)).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    drop(domain);
+    assert_eq!(
+        rejection(behind.wait()).to_string(),
+        "job './m:bump' was refused unrun: domain 'test' stopped"
+    );
+    // Jobs parked in the dropped worker VM fail when the worker drops it, instead of hanging.
+    let failure = rejection(keyed.wait());
+    assert_eq!(
+        failure.to_string(),
+        "job './m:slowSet' was refused unrun: its engine-service commands were not applied: \
+         domain 'test' stopped"
+    );
+    assert_eq!(
+        rejection(napping.wait()).to_string(),
+        "job './m:nap' failed: domain 'test' stopped"
+    );
+    assert!(world.borrow().is_empty());
 }
