@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use skein::{Error, FailureKind, JobOptions, MapKey, Message, Pool, PromiseStatus, ScriptDomain};
 
-use crate::support::{assert_contains, number, text, wait_until, Tree};
+use crate::support::{assert_contains, number, text, wait_until, Marks, Tree};
 
 const MODULE: &str = r#"
 local M = {}
@@ -25,16 +25,27 @@ function M.slowSet(a)
     world.set(a.id + 1, a.v)
     return "done"
 end
+-- Each calls hostMark() just before its job sends something to the engine thread.
 function M.set(a)
     world.set(a.id, a.v)
+    hostMark()
     return "set"
 end
-function M.get(a) return world.get(a.id) end
-function M.setThenGet(a)
-    world.set(a.id, a.v)
+function M.get(a)
+    hostMark()
     return world.get(a.id)
 end
+function M.setThenGet(a)
+    world.set(a.id, a.v)
+    hostMark()
+    return world.get(a.id)
+end
+function M.markedSlowSet(a)
+    hostMark()
+    return M.slowSet(a)
+end
 function M.nap(s)
+    hostMark()
     task.wait(s)
     return "awake"
 end
@@ -73,7 +84,16 @@ type World = Rc<RefCell<HashMap<i64, Message>>>;
 
 /// A domain with `world.get` (counting its calls) and `world.set` over host state.
 fn setup(tree: &Tree, pool: &Pool) -> (ScriptDomain, World, Arc<AtomicUsize>) {
-    let domain = tree.domain(pool);
+    setup_marked(tree, pool, &Marks::default())
+}
+
+/// [`setup`], with the VMs' `hostMark()` calls counted into `marks`.
+fn setup_marked(
+    tree: &Tree,
+    pool: &Pool,
+    marks: &Marks,
+) -> (ScriptDomain, World, Arc<AtomicUsize>) {
+    let domain = tree.domain_with(pool, marks.plan());
     let world: World = Rc::default();
     let queries = Arc::new(AtomicUsize::new(0));
     let (w, q) = (world.clone(), queries.clone());
@@ -125,7 +145,8 @@ fn frames_for(domain: &ScriptDomain, span: Duration) {
 #[test]
 fn a_restart_applies_none_of_the_old_generations_commands_and_rejects_its_promises() {
     let (tree, pool) = (tree(), Pool::new(2));
-    let (mut domain, world, _) = setup(&tree, &pool);
+    let marks = Marks::default();
+    let (mut domain, world, _) = setup_marked(&tree, &pool, &marks);
     let slow = map(&[
         ("id", Message::Integer(1)),
         ("v", string("old")),
@@ -134,8 +155,10 @@ fn a_restart_applies_none_of_the_old_generations_commands_and_rejects_its_promis
     let slow = domain.dispatch("./m", "slowSet", slow).unwrap();
     let quick = map(&[("id", Message::Integer(5)), ("v", string("old"))]);
     let mut quick = domain.dispatch("./m", "set", quick).unwrap();
-    // The quick job has returned; its commands wait in the mailbox for a frame that never comes.
-    assert!(quick.wait_timeout(Duration::from_millis(150)).is_none());
+    // The quick job returns right after its mark; its commands then wait in the mailbox for a
+    // frame that never comes.
+    assert!(wait_until(Duration::from_secs(5), || marks.count() == 1));
+    assert!(quick.wait_timeout(Duration::from_millis(50)).is_none());
     assert_eq!(domain.generation().get(), 1);
     assert_eq!(domain.restart().unwrap().get(), 2);
     assert_eq!(domain.generation().get(), 2);
@@ -186,7 +209,8 @@ fn a_queued_item_of_the_old_generation_is_refused_unrun() {
 #[test]
 fn a_restart_with_forwarded_calls_in_flight_drops_and_counts_their_answers() {
     let (tree, pool) = (tree(), Pool::new(2));
-    let (mut domain, world, queries) = setup(&tree, &pool);
+    let marks = Marks::default();
+    let (mut domain, world, queries) = setup_marked(&tree, &pool, &marks);
     world.borrow_mut().insert(1, string("one"));
     // Four workers' queries from the engine VM, each carrying a command, and one from the host.
     domain
@@ -200,8 +224,10 @@ fn a_restart_with_forwarded_calls_in_flight_drops_and_counts_their_answers() {
         .unwrap();
     let args = map(&[("id", Message::Integer(1))]);
     let host = domain.dispatch("./m", "get", args).unwrap();
-    // No frame runs: the queries park their tasks and wait in the old mailbox.
-    std::thread::sleep(Duration::from_millis(150));
+    // No frame runs: the queries park their tasks and wait in the mailbox. Each is posted
+    // right after its job's mark.
+    assert!(wait_until(Duration::from_secs(5), || marks.count() == 5));
+    std::thread::sleep(Duration::from_millis(50));
     domain.restart().unwrap();
     assert!(
         wait_until(Duration::from_secs(2), || {
@@ -226,11 +252,13 @@ fn a_restart_with_forwarded_calls_in_flight_drops_and_counts_their_answers() {
 #[test]
 fn a_worker_parked_on_a_query_while_the_engine_restarts_is_never_answered() {
     let (tree, pool) = (tree(), Pool::new(1));
-    let (mut domain, world, queries) = setup(&tree, &pool);
+    let marks = Marks::default();
+    let (mut domain, world, queries) = setup_marked(&tree, &pool, &marks);
     world.borrow_mut().insert(1, string("one"));
     let args = map(&[("id", Message::Integer(1))]);
     let mut parked = domain.dispatch("./m", "get", args).unwrap();
-    assert!(parked.wait_timeout(Duration::from_millis(100)).is_none());
+    assert!(wait_until(Duration::from_secs(5), || marks.count() == 1));
+    assert!(parked.wait_timeout(Duration::from_millis(50)).is_none());
     domain.restart().unwrap();
     // The query may reach the old mailbox before or after the restart: either way it is stale.
     assert!(wait_until(Duration::from_secs(2), || {
@@ -417,11 +445,13 @@ fn the_old_engine_vm_is_dropped_with_the_tasks_that_awaited_its_promises() {
 #[test]
 fn a_worker_gone_mid_forward_leaves_the_engine_answering_into_nothing() {
     let (tree, pool) = (tree(), Pool::new(1));
-    let (domain, world, queries) = setup(&tree, &pool);
+    let marks = Marks::default();
+    let (domain, world, queries) = setup_marked(&tree, &pool, &marks);
     world.borrow_mut().insert(1, string("one"));
     let args = map(&[("id", Message::Integer(1))]);
     let mut parked = domain.dispatch("./m", "get", args.clone()).unwrap();
-    assert!(parked.wait_timeout(Duration::from_millis(100)).is_none());
+    assert!(wait_until(Duration::from_secs(5), || marks.count() == 1));
+    assert!(parked.wait_timeout(Duration::from_millis(50)).is_none());
     // The asking task is cancelled while its query waits on the engine thread.
     assert!(parked.cancel());
     assert_eq!(parked.status(), PromiseStatus::Cancelled);
@@ -441,20 +471,24 @@ fn a_worker_gone_mid_forward_leaves_the_engine_answering_into_nothing() {
 #[test]
 fn a_stop_answers_host_promises_whose_work_it_drops() {
     let (tree, pool) = (tree(), Pool::new(1));
-    let (domain, world, _) = setup(&tree, &pool);
+    let marks = Marks::default();
+    let (domain, world, _) = setup_marked(&tree, &pool, &marks);
     let opts = JobOptions::new().key("k");
     let slow = map(&[
         ("id", Message::Integer(1)),
         ("v", string("old")),
         ("wait", Message::Number(0.2)),
     ]);
-    let keyed = domain.dispatch_with("./m", "slowSet", slow, &opts).unwrap();
+    let keyed = domain
+        .dispatch_with("./m", "markedSlowSet", slow, &opts)
+        .unwrap();
     // Queued behind it in the key's lane, which the stop forgets.
     let behind = domain
         .dispatch_with("./m", "bump", Message::Nil, &opts)
         .unwrap();
     let napping = domain.dispatch("./m", "nap", Message::Number(0.2)).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    // Both are parked in the worker's VM.
+    assert!(wait_until(Duration::from_secs(5), || marks.count() == 2));
     drop(domain);
     assert_eq!(
         rejection(behind.wait()).to_string(),
@@ -464,8 +498,8 @@ fn a_stop_answers_host_promises_whose_work_it_drops() {
     let failure = rejection(keyed.wait());
     assert_eq!(
         failure.to_string(),
-        "job './m:slowSet' was refused unrun: its engine-service commands were not applied: \
-         domain 'test' stopped"
+        "job './m:markedSlowSet' was refused unrun: its engine-service commands were not \
+         applied: domain 'test' stopped"
     );
     assert_eq!(
         rejection(napping.wait()).to_string(),
