@@ -1,11 +1,12 @@
-//! The host promises of one domain generation that may still be pending, so a restart or a stop
-//! rejects every one of them.
+//! The host promises of one domain generation that may still be pending, so a restart rejects
+//! every one of them with its reason.
 //!
-//! A host [`Promise`](crate::Promise) settles through its item's reply. When the generation ends
-//! that reply may never come: a keyed item forgotten with its lane is dropped, and a job running
-//! in a worker VM that is dropped never completes. The domain therefore keeps a weak list of
-//! the slots it handed out and, when the generation ends, settles each pending one with the
-//! reason; a reply that still arrives later is ignored (a slot settles once).
+//! A host [`Promise`](crate::Promise) settles through its item's reply, and a job that is still
+//! running when its generation ends may yet reply with a value. A restart promises more: every
+//! pending promise of the old generation rejects, naming the restart. The domain therefore
+//! keeps a weak list of the slots it handed out and, on restart, settles each pending one; a
+//! reply that still arrives later is ignored (a slot settles once). A stop does not use the
+//! list: it lets running jobs settle as they end.
 
 use std::sync::{Arc, Weak};
 
