@@ -67,3 +67,58 @@ impl HostPromises {
         self.prune_at = PRUNE_FLOOR;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::{DomainId, Generation, Pool, Principal, Promise};
+    use crate::Error;
+
+    fn job(pool: &Pool) -> Arc<JobShared> {
+        let principal = Principal {
+            domain: DomainId(1),
+            generation: Generation(1),
+        };
+        JobShared::new(
+            None,
+            Arc::from("./m"),
+            Arc::from("run"),
+            pool.shared().clone(),
+            principal,
+            None,
+        )
+    }
+
+    #[test]
+    fn settled_slots_are_pruned_and_pending_ones_rejected_with_the_reason() {
+        let pool = Pool::new(1);
+        let mut list = HostPromises::default();
+        let mut pending = Vec::new();
+        for i in 0..1_000 {
+            let slot = HostSlot::new();
+            list.track(&slot, job(&pool));
+            if i % 100 == 0 {
+                pending.push(slot);
+            } else {
+                slot.settle(Outcome::Cancelled);
+            }
+        }
+        // Pruning keeps the list near what is still pending, not near what was ever handed out.
+        assert!(list.slots.len() <= 2 * PRUNE_FLOOR, "{}", list.slots.len());
+        list.reject_all("domain 'd' restarted");
+        assert!(list.slots.is_empty());
+        for slot in pending {
+            let mut promise = Promise::new(slot, None);
+            match promise.try_take() {
+                Some(Err(Error::Job(failure))) => {
+                    assert_eq!(failure.kind, FailureKind::Refused);
+                    assert_eq!(
+                        failure.to_string(),
+                        "job './m:run' was refused unrun: domain 'd' restarted"
+                    );
+                }
+                other => panic!("expected a rejection, got {other:?}"),
+            }
+        }
+    }
+}
