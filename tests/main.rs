@@ -4,6 +4,8 @@ mod support;
 
 mod dispatch;
 mod docs;
+mod engine_events;
+mod generations;
 mod host_keys;
 mod keys;
 mod parallel_for;

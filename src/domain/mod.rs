@@ -26,6 +26,8 @@ use crate::shared::SharedStore;
 use crate::value::Message;
 use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
 
+mod generation;
+mod host_promises;
 mod services;
 
 pub use services::FrameReport;
@@ -120,6 +122,12 @@ pub struct ScriptDomain {
     pool: Pool,
     vm: Vm,
     rx: Receiver<DomainEvent>,
+    /// The mailboxes of ended generations, drained into `stale` until their last sender goes.
+    stale_rx: RefCell<Vec<Receiver<DomainEvent>>>,
+    /// Events of ended generations that arrived and were discarded unapplied.
+    stale: std::cell::Cell<u64>,
+    /// Host promises of this generation that may be pending: rejected when it ends.
+    host_promises: RefCell<host_promises::HostPromises>,
     reports: Rc<RefCell<Vec<Report>>>,
     /// Failures of scripts the host started: `run_until_idle` answers the first.
     failures: Rc<RefCell<Vec<String>>>,
@@ -151,23 +159,11 @@ impl ScriptDomain {
             spec.warm_bound,
         ));
         let reports = Rc::new(RefCell::new(Vec::new()));
-        let sink = reports.clone();
-        let reporter: vm::Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
-            sink.borrow_mut().push(Report {
-                source: label.to_owned(),
-                message: failure.to_string(),
-            });
-        });
-        let home = JobsHome::new(principal.clone(), pool.shared().clone(), HomeKind::Engine);
-        let vm = Vm::build(&spec.plan, reporter, MAX_DEADLINE, |lua| {
-            jobs::install(lua, home)
-        })
-        .map_err(|e| Error::Vm(vm::error_message(&e)))?;
-        let sink = reports.clone();
+        let vm = engine_vm(&principal, pool, &reports)?;
         let registry = Registry::new(
             principal.clone(),
             pool.shared().clone(),
-            Rc::new(move |source, message| sink.borrow_mut().push(Report { source, message })),
+            report_sink(&reports),
         );
         vm.lua.set_app_data(registry.clone());
         Ok(ScriptDomain {
@@ -176,6 +172,9 @@ impl ScriptDomain {
             pool: pool.clone(),
             vm,
             rx,
+            stale_rx: RefCell::new(Vec::new()),
+            stale: std::cell::Cell::new(0),
+            host_promises: RefCell::default(),
             reports,
             failures: Rc::new(RefCell::new(Vec::new())),
             services: Rc::new(EngineServices::default()),
@@ -422,6 +421,7 @@ impl ScriptDomain {
                 .map_err(Error::Refused)?,
             None => self.pool.shared().inject(item),
         }
+        self.host_promises.borrow_mut().track(&slot, job.clone());
         Ok(Promise::new(slot, Some(job)))
     }
 
@@ -444,14 +444,18 @@ impl ScriptDomain {
         SharedStore::new(self.principal.shared.clone())
     }
 
-    /// Drains the mailbox once. Answers whether it handled anything.
+    /// Drains the mailbox once, after discarding what reached the mailboxes of ended
+    /// generations. Answers whether it handled anything.
     fn drain(&self) -> bool {
+        self.drain_stale();
         let mut any = false;
         while let Ok(event) = self.rx.try_recv() {
             self.handle(event);
             any = true;
         }
-        any
+        // The drain is the engine VM's start point for engine events.
+        let events = &self.principal.events;
+        any | jobs::deliver_events(&self.vm, events, self.principal.max_deadline)
     }
 
     fn handle(&self, event: DomainEvent) {
@@ -816,18 +820,35 @@ impl ScriptDomain {
 
 impl Drop for ScriptDomain {
     fn drop(&mut self) {
-        self.principal
-            .end(&format!("domain '{}' stopped", self.name));
-        // Its key bindings end with it; its queued keyed items are dropped unrun (their promises
-        // lived in this domain's VMs).
-        let id = self.principal.id;
-        drop(
-            self.pool
-                .shared()
-                .lanes
-                .forget(|(principal, _)| *principal == id),
-        );
+        self.end_generation(&format!("domain '{}' stopped", self.name), false);
     }
+}
+
+/// Builds the engine VM of `principal` on this thread, with the `jobs` API installed and the
+/// failures of its unawaited tasks going to `reports`.
+fn engine_vm(
+    principal: &Arc<PrincipalCell>,
+    pool: &Pool,
+    reports: &Rc<RefCell<Vec<Report>>>,
+) -> Result<Vm> {
+    let sink = reports.clone();
+    let reporter: vm::Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
+        sink.borrow_mut().push(Report {
+            source: label.to_owned(),
+            message: failure.to_string(),
+        });
+    });
+    let home = JobsHome::new(principal.clone(), pool.shared().clone(), HomeKind::Engine);
+    Vm::build(&principal.plan, reporter, MAX_DEADLINE, |lua| {
+        jobs::install(lua, home)
+    })
+    .map_err(|e| Error::Vm(vm::error_message(&e)))
+}
+
+/// Where a registered job's failures go: the domain's reports.
+fn report_sink(reports: &Rc<RefCell<Vec<Report>>>) -> jobs::FailureSink {
+    let sink = reports.clone();
+    Rc::new(move |source, message| sink.borrow_mut().push(Report { source, message }))
 }
 
 fn display_name(path: &Path) -> String {

@@ -106,6 +106,9 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     lua.set_named_registry_value(RELEASE_WATCHERS_KEY, lua.create_table()?)?;
     lua.set_named_registry_value(JOBS_KEY, jobs.clone())?;
     lua.globals().raw_set("jobs", jobs)?;
+    let engine = lua.create_table()?;
+    super::events::install(lua, &engine, &home.principal.events)?;
+    lua.globals().raw_set("engine", engine)?;
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 
 mod api;
 mod chunking;
+mod events;
 mod gather;
 mod host_options;
 mod item;
@@ -20,16 +21,18 @@ mod warm_pass;
 mod worker;
 
 pub(crate) use api::{install, HomeKind, JobsHome};
+pub use events::EVENT_LOG_BOUND;
+pub(crate) use events::{check_event_name, deliver as deliver_events};
 pub(crate) use host_options::check_key;
 pub use host_options::JobOptions;
-pub(crate) use item::{DomainEvent, Item, ItemArgs, JobShared, ReplyTo};
+pub(crate) use item::{DomainEvent, Item, ItemArgs, JobShared, ReplyTo, NOT_STARTED};
 pub use options::MAX_DEADLINE;
 pub use pool::Pool;
 pub(crate) use principal::PrincipalCell;
 pub use principal::{DomainId, DomainMailbox, Generation, Principal};
 pub(crate) use promise::HostSlot;
 pub use promise::{Promise, PromiseStatus};
-pub(crate) use registered::Registry;
+pub(crate) use registered::{FailureSink, Registry};
 pub use registered::{JobInfo, JobStatus};
 pub(crate) use services::{check_name as check_service_name, install_at, read_args, ServiceKind};
 pub use warm::WARM_BOUND;

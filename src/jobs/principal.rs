@@ -112,6 +112,8 @@ pub(crate) struct PrincipalCell {
     /// The domain's frame counter, bumped by its engine thread once per frame; what
     /// `task.waitFrames` counts in every VM of the principal.
     pub(crate) frames: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The engine events the host raised on this generation, for `engine.on` watchers.
+    pub(crate) events: super::events::EventLog,
     alive: AtomicBool,
     /// Why the principal ended, once it has.
     ended: std::sync::Mutex<Option<String>>,
@@ -135,9 +137,34 @@ impl PrincipalCell {
             warms: super::warm::WarmRegistry::default(),
             services: super::services::ServiceNames::default(),
             frames: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            events: super::events::EventLog::default(),
             alive: AtomicBool::new(true),
             ended: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The principal of the domain's next generation, reached through `mailbox`: the same
+    /// domain, plan, bounds and frame counter, the same engine-service names (services belong to
+    /// the host, not to a generation), and everything else fresh: an empty shared store, no warm
+    /// entries, an empty event log.
+    pub(crate) fn next_generation(&self, mailbox: DomainMailbox) -> PrincipalCell {
+        let id = Principal {
+            domain: self.id.domain,
+            generation: Generation(self.id.generation.0 + 1),
+        };
+        let mut next = PrincipalCell::new(
+            id,
+            self.plan.clone(),
+            mailbox,
+            self.max_deadline,
+            self.warm_bound,
+        );
+        next.frames = self.frames.clone();
+        for (name, kind) in self.services.since(0) {
+            // The names were unique in the old list, so none is refused here.
+            let _ = next.services.add(&name, kind);
+        }
+        next
     }
 
     /// Whether the principal still runs work.

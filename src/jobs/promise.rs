@@ -40,6 +40,12 @@ impl HostSlot {
         })
     }
 
+    /// Whether the slot still waits for its outcome.
+    pub(crate) fn is_pending(&self) -> bool {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        matches!(state.value, SlotState::Pending)
+    }
+
     /// Settles the slot; a second settlement (a late reply after a cancel) is dropped.
     pub(crate) fn settle(&self, outcome: Outcome) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -224,7 +224,8 @@ impl LuauWorker {
     }
 
     /// Drops the VMs of principals that have ended. Items their warm passes held back are
-    /// replayed, to be refused unrun like any other queued item of an ended principal.
+    /// replayed, to be refused unrun like any other queued item of an ended principal. A job
+    /// still running in such a VM fails now, naming why, so whoever awaits it is answered.
     fn drop_ended(&mut self, cx: &WorkerContext<'_, Self>) {
         let before = self.vms.len();
         let replay = &mut self.replay;
@@ -232,6 +233,14 @@ impl LuauWorker {
             let alive = v.principal.is_alive();
             if !alive {
                 replay.extend(v.warm.take_parked());
+                let owners: Vec<Rc<Owner>> =
+                    v.running.borrow_mut().drain().map(|(_, o)| o).collect();
+                let reason = v.principal.end_reason();
+                for owner in owners {
+                    v.vm.drop_owner(&owner);
+                    let failure = TaskFailure::raised(reason.clone(), String::new());
+                    owner.complete(&v.vm.lua, Err(failure));
+                }
             }
             alive
         });
@@ -290,6 +299,8 @@ impl LuauWorker {
         };
         let wvm = &mut self.vms[slot];
         wvm.sync_services();
+        // The item is this VM's start point for engine events: watchers run before its entry.
+        super::events::deliver(&wvm.vm, &wvm.principal.events, wvm.principal.max_deadline);
         if let Some(key) = &item.job.key {
             let fresh = wvm.keys_seen.insert(key.clone());
             item.job.fresh.store(fresh, Ordering::Relaxed);
@@ -463,6 +474,11 @@ fn settle_after_commands(
         pool.clone(),
         turn,
     );
+    if !principal.is_alive() {
+        // The generation has ended: its commands are never applied, and the settlement,
+        // dropped here, rejects the promise saying so.
+        return drop(then);
+    }
     // A refused post hands the event back; dropping it rejects the promise.
     drop(principal.mailbox.post_or_return(DomainEvent::Apply {
         commands,
@@ -474,9 +490,12 @@ fn settle_after_commands(
 pub(crate) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, pool: &PoolShared) {
     match to {
         ReplyTo::Engine(promise) => {
-            principal
-                .mailbox
-                .post(DomainEvent::Settle { promise, outcome });
+            // An ended generation's engine VM is gone, and its promises with it.
+            if principal.is_alive() {
+                principal
+                    .mailbox
+                    .post(DomainEvent::Settle { promise, outcome });
+            }
         }
         ReplyTo::Worker {
             worker,

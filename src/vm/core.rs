@@ -159,6 +159,11 @@ impl VmCore {
         );
     }
 
+    /// Reports a task's failure under `label`, as a task no one awaits is reported.
+    pub(crate) fn report(&self, label: &str, failure: &TaskFailure) {
+        (self.reporter)(label, failure);
+    }
+
     /// Queues the tasks that awaited a promise.
     pub(crate) fn wake(&self, waiters: Vec<TaskId>, outcome: Rc<Outcome>) {
         let mut sched = self.sched.borrow_mut();

@@ -19,6 +19,9 @@ pub enum FailureKind {
     Transfer,
     /// The item was refused unrun (its domain stopped or restarted).
     Refused,
+    /// The job had started when its domain stopped or restarted: its work was dropped with
+    /// the generation it ran for.
+    Ended,
 }
 
 /// Why a job failed: which job, which module and entry, what happened, and the Luau stack.
@@ -48,6 +51,11 @@ impl fmt::Display for JobFailure {
             FailureKind::Refused => {
                 write!(f, "job '{}' was refused unrun: {}", self.job, self.message)?
             }
+            FailureKind::Ended => write!(
+                f,
+                "job '{}' ended with its domain's generation: {}",
+                self.job, self.message
+            )?,
             _ => write!(f, "job '{}' failed: {}", self.job, self.message)?,
         }
         if let Some(tb) = self.traceback.as_deref().filter(|t| !t.is_empty()) {

@@ -102,6 +102,14 @@ impl Registry {
         })
     }
 
+    /// The registry of the next generation: no jobs (their functions lived in the old engine
+    /// VM), the same host kernels.
+    pub(crate) fn next_generation(&self, principal: Arc<PrincipalCell>) -> Rc<Registry> {
+        let next = Registry::new(principal, self.pool.clone(), self.sink.clone());
+        *next.kernels.borrow_mut() = self.kernels.borrow().clone();
+        next
+    }
+
     /// Registers a kernel under `name`; refused when the name is empty, too long or taken.
     pub(crate) fn register_kernel(&self, name: &str, kernel: Kernel) -> Result<(), String> {
         if name.is_empty() || name.len() > super::options::MAX_KEY_BYTES {

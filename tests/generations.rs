@@ -1,0 +1,549 @@
+//! Generations: `ScriptDomain::restart` ends the old generation (its commands never apply, its
+//! forwarded queries are never answered and are counted stale, its host promises reject naming
+//! the restart, its shared store and key bindings end, its engine VM is dropped) and the new
+//! one runs dispatch and engine services as before. Also the forwarding fault where the asking
+//! task is gone before its answer comes.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use skein::{Error, FailureKind, JobOptions, MapKey, Message, Pool, PromiseStatus, ScriptDomain};
+
+use crate::support::{assert_contains, number, text, wait_until, Marks, Tree};
+
+const MODULE: &str = r#"
+local M = {}
+local count = 0
+-- Records a command, waits, records another: the entry returns only after the wait.
+function M.slowSet(a)
+    world.set(a.id, a.v)
+    task.wait(a.wait)
+    world.set(a.id + 1, a.v)
+    return "done"
+end
+-- Each calls hostMark() just before its job sends something to the engine thread.
+function M.set(a)
+    world.set(a.id, a.v)
+    hostMark()
+    return "set"
+end
+function M.get(a)
+    hostMark()
+    return world.get(a.id)
+end
+function M.setThenGet(a)
+    world.set(a.id, a.v)
+    hostMark()
+    return world.get(a.id)
+end
+function M.markedSlowSet(a)
+    hostMark()
+    return M.slowSet(a)
+end
+function M.nap(s)
+    hostMark()
+    task.wait(s)
+    return "awake"
+end
+function M.bump()
+    count += 1
+    return count
+end
+return M
+"#;
+
+const FRAME: Duration = Duration::from_millis(16);
+
+fn string(s: &str) -> Message {
+    Message::String(s.as_bytes().to_vec().into())
+}
+
+fn map(pairs: &[(&str, Message)]) -> Message {
+    let entries = pairs
+        .iter()
+        .map(|(k, v)| (MapKey::String(k.as_bytes().to_vec().into()), v.clone()));
+    Message::Map(entries.collect())
+}
+
+fn first_int(args: &Message) -> i64 {
+    match args {
+        Message::List(a) => match a.first() {
+            Some(Message::Integer(i)) => *i,
+            Some(Message::Number(n)) => *n as i64,
+            other => panic!("expected a number first, got {other:?}"),
+        },
+        other => panic!("arguments arrive as a list, got {other:?}"),
+    }
+}
+
+type World = Rc<RefCell<HashMap<i64, Message>>>;
+
+/// A domain with `world.get` (counting its calls) and `world.set` over host state.
+fn setup(tree: &Tree, pool: &Pool) -> (ScriptDomain, World, Arc<AtomicUsize>) {
+    setup_marked(tree, pool, &Marks::default())
+}
+
+/// [`setup`], with the VMs' `hostMark()` calls counted into `marks`.
+fn setup_marked(
+    tree: &Tree,
+    pool: &Pool,
+    marks: &Marks,
+) -> (ScriptDomain, World, Arc<AtomicUsize>) {
+    let domain = tree.domain_with(pool, marks.plan());
+    let world: World = Rc::default();
+    let queries = Arc::new(AtomicUsize::new(0));
+    let (w, q) = (world.clone(), queries.clone());
+    domain
+        .register_query("world.get", move |args| {
+            q.fetch_add(1, Ordering::SeqCst);
+            Ok(w.borrow()
+                .get(&first_int(&args))
+                .cloned()
+                .unwrap_or(Message::Nil))
+        })
+        .unwrap();
+    let w = world.clone();
+    domain
+        .register_command("world.set", move |args| {
+            let Message::List(mut a) = args else {
+                unreachable!()
+            };
+            let v = a.pop().unwrap_or(Message::Nil);
+            w.borrow_mut().insert(first_int(&Message::List(a)), v);
+            Ok(())
+        })
+        .unwrap();
+    (domain, world, queries)
+}
+
+fn tree() -> Tree {
+    Tree::new(&[("m.luau", MODULE)])
+}
+
+/// The failure a host promise rejected with.
+#[track_caller]
+fn rejection(result: skein::Result<Message>) -> skein::JobFailure {
+    match result {
+        Err(Error::Job(failure)) => *failure,
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+/// Runs frames for `span`, a frame every 20 ms.
+fn frames_for(domain: &ScriptDomain, span: Duration) {
+    let end = std::time::Instant::now() + span;
+    while std::time::Instant::now() < end {
+        domain.frame(FRAME);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_restart_applies_none_of_the_old_generations_commands_and_rejects_its_promises() {
+    let (tree, pool) = (tree(), Pool::new(2));
+    let marks = Marks::default();
+    let (mut domain, world, _) = setup_marked(&tree, &pool, &marks);
+    let slow = map(&[
+        ("id", Message::Integer(1)),
+        ("v", string("old")),
+        ("wait", Message::Number(0.2)),
+    ]);
+    let slow = domain.dispatch("./m", "slowSet", slow).unwrap();
+    let quick = map(&[("id", Message::Integer(5)), ("v", string("old"))]);
+    let mut quick = domain.dispatch("./m", "set", quick).unwrap();
+    // The quick job returns right after its mark; its commands then wait in the mailbox for a
+    // frame that never comes.
+    assert!(wait_until(Duration::from_secs(5), || marks.count() == 1));
+    assert!(quick.wait_timeout(Duration::from_millis(50)).is_none());
+    assert_eq!(domain.generation().get(), 1);
+    assert_eq!(domain.restart().unwrap().get(), 2);
+    assert_eq!(domain.generation().get(), 2);
+    // Its Apply event was already queued: discarded, counted, never applied.
+    assert_eq!(domain.stale_events(), 1);
+    frames_for(&domain, Duration::from_millis(400));
+    assert!(world.borrow().is_empty(), "{:?}", world.borrow());
+    for (promise, job) in [(slow, "./m:slowSet"), (quick, "./m:set")] {
+        let failure = rejection(promise.wait());
+        assert_eq!(failure.kind, FailureKind::Ended);
+        assert_eq!(
+            failure.to_string(),
+            format!("job '{job}' ended with its domain's generation: domain 'test' restarted")
+        );
+    }
+}
+
+#[test]
+fn a_queued_item_of_the_old_generation_is_refused_unrun() {
+    let (tree, pool) = (tree(), Pool::new(1));
+    let (mut domain, world, _) = setup(&tree, &pool);
+    let busy = map(&[
+        ("id", Message::Integer(1)),
+        ("v", string("old")),
+        ("wait", Message::Number(0.0)),
+    ]);
+    // A keyed item behind a key whose first item is still waiting on its engine frame.
+    let opts = JobOptions::new().key("k");
+    let first = domain.dispatch_with("./m", "slowSet", busy, &opts).unwrap();
+    let second = domain
+        .dispatch_with("./m", "bump", Message::Nil, &opts)
+        .unwrap();
+    domain.restart().unwrap();
+    frames_for(&domain, Duration::from_millis(100));
+    let failure = rejection(second.wait());
+    assert_eq!(failure.kind, FailureKind::Refused);
+    assert_eq!(
+        failure.to_string(),
+        "job './m:bump' was refused unrun: domain 'test' restarted"
+    );
+    assert_contains(
+        &rejection(first.wait()).to_string(),
+        "domain 'test' restarted",
+    );
+    assert!(world.borrow().is_empty());
+}
+
+#[test]
+fn a_restart_with_forwarded_calls_in_flight_drops_and_counts_their_answers() {
+    let (tree, pool) = (tree(), Pool::new(2));
+    let marks = Marks::default();
+    let (mut domain, world, queries) = setup_marked(&tree, &pool, &marks);
+    world.borrow_mut().insert(1, string("one"));
+    // Four workers' queries from the engine VM, each carrying a command, and one from the host.
+    domain
+        .exec(
+            r#"
+            for i = 1, 4 do
+                jobs.dispatch("./m", "setThenGet", { id = 10 + i, v = i })
+            end
+            "#,
+        )
+        .unwrap();
+    let args = map(&[("id", Message::Integer(1))]);
+    let host = domain.dispatch("./m", "get", args).unwrap();
+    // No frame runs: the queries park their tasks and wait in the mailbox. Each is posted
+    // right after its job's mark.
+    assert!(wait_until(Duration::from_secs(5), || marks.count() == 5));
+    std::thread::sleep(Duration::from_millis(50));
+    domain.restart().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(2), || {
+            domain.frame(FRAME);
+            domain.stale_events() == 5
+        }),
+        "stale events: {}",
+        domain.stale_events()
+    );
+    frames_for(&domain, Duration::from_millis(100));
+    assert_eq!(domain.stale_events(), 5);
+    assert_eq!(queries.load(Ordering::SeqCst), 0, "no query was answered");
+    assert_eq!(world.borrow().len(), 1, "no command was applied");
+    assert_contains(
+        &rejection(host.wait()).to_string(),
+        "domain 'test' restarted",
+    );
+    // The engine VM that awaited them is gone, and with it its tasks.
+    assert_eq!(domain.tasks(), 0);
+}
+
+#[test]
+fn a_worker_parked_on_a_query_while_the_engine_restarts_is_never_answered() {
+    let (tree, pool) = (tree(), Pool::new(1));
+    let marks = Marks::default();
+    let (mut domain, world, queries) = setup_marked(&tree, &pool, &marks);
+    world.borrow_mut().insert(1, string("one"));
+    let args = map(&[("id", Message::Integer(1))]);
+    let mut parked = domain.dispatch("./m", "get", args).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || marks.count() == 1));
+    assert!(parked.wait_timeout(Duration::from_millis(50)).is_none());
+    domain.restart().unwrap();
+    // The query may reach the old mailbox before or after the restart: either way it is stale.
+    assert!(wait_until(Duration::from_secs(2), || {
+        domain.frame(FRAME);
+        domain.stale_events() == 1
+    }));
+    assert_eq!(queries.load(Ordering::SeqCst), 0);
+    assert_contains(
+        &rejection(parked.wait()).to_string(),
+        "ended with its domain's generation: domain 'test' restarted",
+    );
+}
+
+#[test]
+fn a_shared_table_handle_of_the_old_generation_raises_naming_the_restart() {
+    let (tree, pool) = (tree(), Pool::new(1));
+    let (mut domain, _, _) = setup(&tree, &pool);
+    let old = domain.shared().table("scores").unwrap();
+    old.set("a", Message::Integer(1)).unwrap();
+    let queue = domain.shared().queue("work", 4).unwrap();
+    domain.restart().unwrap();
+    assert_contains(
+        &old.get("a").unwrap_err().to_string(),
+        "domain 'test' restarted",
+    );
+    assert_contains(
+        &old.set("a", Message::Integer(2)).unwrap_err().to_string(),
+        "domain 'test' restarted",
+    );
+    assert_contains(
+        &queue.push(Message::Integer(1)).unwrap_err().to_string(),
+        "domain 'test' restarted",
+    );
+    // The new generation's store is fresh, from Rust and from Luau.
+    let fresh = domain.shared().table("scores").unwrap();
+    assert_eq!(fresh.get("a").unwrap(), None);
+    let read = domain
+        .eval(r#"return jobs.shared.table("scores").a"#)
+        .unwrap();
+    assert_eq!(read, Message::Nil);
+}
+
+#[test]
+fn a_key_binding_ends_with_its_generation_and_the_new_one_starts_fresh() {
+    let (tree, pool) = (tree(), Pool::new(2));
+    let (mut domain, _, _) = setup(&tree, &pool);
+    let opts = JobOptions::new().key("k");
+    let bump = |d: &ScriptDomain| {
+        d.dispatch_with("./m", "bump", Message::Nil, &opts)
+            .unwrap()
+            .wait()
+            .unwrap()
+    };
+    assert_eq!(bump(&domain), Message::Integer(1));
+    assert_eq!(bump(&domain), Message::Integer(2));
+    domain.restart().unwrap();
+    // The key's VM was the old generation's: its module state is gone.
+    assert_eq!(bump(&domain), Message::Integer(1));
+    let from_luau = domain
+        .eval(r#"return jobs.dispatch("./m", "bump", nil, { key = "k" }):await()"#)
+        .unwrap();
+    assert_eq!(from_luau, Message::Integer(2));
+    // The old generation's binding no longer exists to release.
+    assert!(domain.release("k").unwrap());
+    assert!(!domain.release("k").unwrap());
+}
+
+#[test]
+fn the_new_generation_runs_dispatch_and_engine_services() {
+    let (tree, pool) = (tree(), Pool::new(2));
+    let (mut domain, world, queries) = setup(&tree, &pool);
+    domain.exec("old = true").unwrap();
+    domain.restart().unwrap();
+    assert_eq!(domain.eval("return old").unwrap(), Message::Nil);
+    world.borrow_mut().insert(1, string("one"));
+    // The services are the host's: the engine VM calls them directly, workers forward.
+    assert_eq!(text(&domain.eval("return world.get(1)").unwrap()), "one");
+    let answer = domain
+        .eval(r#"return jobs.dispatch("./m", "setThenGet", { id = 2, v = 20 }):await()"#)
+        .unwrap();
+    assert_eq!(number(&answer), 20.0);
+    assert_eq!(number(&world.borrow()[&2]), 20.0);
+    let args = map(&[("id", Message::Integer(3)), ("v", string("three"))]);
+    assert_eq!(
+        text(
+            &domain
+                .dispatch("./m", "set", args)
+                .unwrap()
+                .unwrap_wait(&domain)
+        ),
+        "set"
+    );
+    assert_eq!(text(&world.borrow()[&3]), "three");
+    assert_eq!(queries.load(Ordering::SeqCst), 2);
+    assert_eq!(domain.stale_events(), 0);
+    // The names carried over: registering one again is refused, a new one is installed.
+    let again = domain.register_query("world.get", |_| Ok(Message::Nil));
+    assert_contains(&again.unwrap_err().to_string(), "registered already");
+    domain
+        .register_query("world.size", |_| Ok(Message::Integer(7)))
+        .unwrap();
+    let size = domain.eval("return world.size()").unwrap();
+    assert_eq!(size, Message::Integer(7));
+}
+
+/// Waits for a host promise while running frames, so its commands apply.
+trait WaitWithFrames {
+    fn unwrap_wait(self, domain: &ScriptDomain) -> Message;
+}
+
+impl WaitWithFrames for skein::Promise {
+    fn unwrap_wait(mut self, domain: &ScriptDomain) -> Message {
+        for _ in 0..500 {
+            domain.frame(FRAME);
+            if let Some(result) = self.wait_timeout(Duration::from_millis(5)) {
+                return result.unwrap();
+            }
+        }
+        panic!("the promise did not settle");
+    }
+}
+
+#[test]
+fn a_domain_restarts_twice_and_its_frame_counter_carries_on() {
+    let (tree, pool) = (tree(), Pool::new(2));
+    let (mut domain, world, _) = setup(&tree, &pool);
+    let id = domain.id();
+    for generation in 2..=3 {
+        domain.frame(FRAME);
+        let frames = domain.frames();
+        assert_eq!(domain.restart().unwrap().get(), generation);
+        assert_eq!(domain.principal().generation.get(), generation);
+        assert_eq!(domain.id(), id);
+        assert!(domain.frames() >= frames);
+        let report = domain.frame(FRAME);
+        assert_eq!(report.frame, frames + 1);
+        let src = format!(
+            r#"return jobs.dispatch("./m", "setThenGet", {{ id = {generation}, v = "g" }}):await()"#
+        );
+        assert_eq!(text(&domain.eval(&src).unwrap()), "g");
+    }
+    assert_eq!(world.borrow().len(), 2);
+    assert_eq!(domain.stale_events(), 0);
+}
+
+/// Counts its drops, so a test can see the engine VM that held it close.
+struct DropCount(Arc<AtomicUsize>);
+
+impl Drop for DropCount {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn the_old_engine_vm_is_dropped_with_the_tasks_that_awaited_its_promises() {
+    let (tree, pool) = (tree(), Pool::new(1));
+    let (mut domain, world, _) = setup(&tree, &pool);
+    let drops = Arc::new(AtomicUsize::new(0));
+    let held = domain
+        .lua()
+        .create_any_userdata(DropCount(drops.clone()))
+        .unwrap();
+    domain.lua().globals().set("held", held).unwrap();
+    domain
+        .exec(
+            r#"
+            local keep = held
+            held = nil
+            jobs.dispatch("./m", "slowSet", { id = 1, v = "x", wait = 0.05 }):await()
+            assert(keep)
+            world.set(100, "resumed")
+            "#,
+        )
+        .unwrap();
+    assert_eq!(domain.tasks(), 1);
+    domain.restart().unwrap();
+    assert_eq!(domain.tasks(), 0);
+    assert_eq!(drops.load(Ordering::SeqCst), 1, "the old engine VM closed");
+    frames_for(&domain, Duration::from_millis(200));
+    assert!(world.borrow().is_empty(), "the awaiting task never resumed");
+}
+
+#[test]
+fn a_worker_gone_mid_forward_leaves_the_engine_answering_into_nothing() {
+    let (tree, pool) = (tree(), Pool::new(1));
+    let marks = Marks::default();
+    let (domain, world, queries) = setup_marked(&tree, &pool, &marks);
+    world.borrow_mut().insert(1, string("one"));
+    let args = map(&[("id", Message::Integer(1))]);
+    let mut parked = domain.dispatch("./m", "get", args.clone()).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || marks.count() == 1));
+    assert!(parked.wait_timeout(Duration::from_millis(50)).is_none());
+    // The asking task is cancelled while its query waits on the engine thread.
+    assert!(parked.cancel());
+    assert_eq!(parked.status(), PromiseStatus::Cancelled);
+    std::thread::sleep(Duration::from_millis(50));
+    // The engine answers it: the reply finds no task, and nothing waits for it.
+    let started = std::time::Instant::now();
+    let report = domain.frame(FRAME);
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(report.forwarded_calls, 1);
+    assert_eq!(queries.load(Ordering::SeqCst), 1);
+    // The domain and the worker go on.
+    let next = domain.dispatch("./m", "get", args).unwrap();
+    assert_eq!(text(&next.unwrap_wait(&domain)), "one");
+    assert!(domain.take_reports().is_empty());
+}
+
+#[test]
+fn a_stop_answers_host_promises_whose_work_it_drops() {
+    let (tree, pool) = (tree(), Pool::new(1));
+    let marks = Marks::default();
+    let (domain, world, _) = setup_marked(&tree, &pool, &marks);
+    let opts = JobOptions::new().key("k");
+    let slow = map(&[
+        ("id", Message::Integer(1)),
+        ("v", string("old")),
+        ("wait", Message::Number(0.2)),
+    ]);
+    let keyed = domain
+        .dispatch_with("./m", "markedSlowSet", slow, &opts)
+        .unwrap();
+    // Queued behind it in the key's lane, which the stop forgets.
+    let behind = domain
+        .dispatch_with("./m", "bump", Message::Nil, &opts)
+        .unwrap();
+    let napping = domain.dispatch("./m", "nap", Message::Number(0.2)).unwrap();
+    // Both are parked in the worker's VM.
+    assert!(wait_until(Duration::from_secs(5), || marks.count() == 2));
+    drop(domain);
+    assert_eq!(
+        rejection(behind.wait()).to_string(),
+        "job './m:bump' was refused unrun: domain 'test' stopped"
+    );
+    // Jobs parked in the dropped worker VM fail when the worker drops it, instead of hanging.
+    let failure = rejection(keyed.wait());
+    assert_eq!(
+        failure.to_string(),
+        "job './m:markedSlowSet' was refused unrun: its engine-service commands were not \
+         applied: domain 'test' stopped"
+    );
+    assert_eq!(
+        rejection(napping.wait()).to_string(),
+        "job './m:nap' failed: domain 'test' stopped"
+    );
+    assert!(world.borrow().is_empty());
+}
+
+#[test]
+fn a_restart_ends_registered_jobs_and_keeps_the_hosts_kernels() {
+    let tree = Tree::new(&[("m.luau", MODULE)]);
+    let pool = Pool::new(1);
+    let (mut domain, _world, _queries) = setup(&tree, &pool);
+    domain
+        .register_kernel("twice", |m| match m {
+            Message::Integer(i) => Ok(Message::Integer(i * 2)),
+            other => Err(format!("expected an integer, got {other:?}")),
+        })
+        .unwrap();
+    domain
+        .exec(r#"ticks = 0 jobs.register({ name = "tick", phase = "main", executor = { kind = "luau", run = function() ticks += 1 end } })"#)
+        .unwrap();
+    domain.frame(FRAME);
+    assert_eq!(domain.eval("return ticks").unwrap(), Message::Integer(1));
+    assert_eq!(domain.jobs().len(), 1);
+
+    domain.restart().unwrap();
+    assert!(
+        domain.jobs().is_empty(),
+        "the old generation's jobs are gone"
+    );
+    domain.frame(FRAME);
+    assert_eq!(
+        domain.eval("return jobs.find('tick')").unwrap(),
+        Message::Nil
+    );
+    // The name is free again, and the host's kernel is still there for the new generation.
+    domain
+        .exec(r#"got = nil jobs.register({ name = "tick", phase = "main", executor = { kind = "kernel", kernel = "twice", input = function() return 21 end, apply = function(r) got = r end } })"#)
+        .unwrap();
+    let landed = wait_until(Duration::from_secs(10), || {
+        domain.frame(FRAME);
+        domain.eval("return got").unwrap() != Message::Nil
+    });
+    assert!(landed, "the kernel's result never reached apply");
+    assert_eq!(number(&domain.eval("return got").unwrap()), 42.0);
+}
