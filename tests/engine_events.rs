@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use skein::{Error, JobOptions, MapKey, Message, Pool, ScriptDomain, EVENT_LOG_BOUND};
+use skein::{Error, JobOptions, Message, Pool, ScriptDomain, EVENT_LOG_BOUND};
 
-use crate::support::{assert_contains, field, list, number, refusal, text, Tree};
+use crate::support::{assert_contains, field, list, map, number, refusal, string, text, Tree};
 
 const WATCHER: &str = r#"
 local seen = {}
@@ -49,17 +49,6 @@ return M
 
 fn tree() -> Tree {
     Tree::new(&[("w.luau", WATCHER)])
-}
-
-fn string(s: &str) -> Message {
-    Message::String(s.as_bytes().to_vec().into())
-}
-
-fn map(pairs: &[(&str, Message)]) -> Message {
-    let entries = pairs
-        .iter()
-        .map(|(k, v)| (MapKey::String(k.as_bytes().to_vec().into()), v.clone()));
-    Message::Map(entries.collect())
 }
 
 /// Runs `entry(args)` in the VM of key "k" and answers its result.

@@ -4,16 +4,17 @@
 //! one runs dispatch and engine services as before. Also the forwarding fault where the asking
 //! task is gone before its answer comes.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use skein::{Error, FailureKind, JobOptions, MapKey, Message, Pool, PromiseStatus, ScriptDomain};
+use skein::{Error, FailureKind, JobOptions, Message, Pool, PromiseStatus, ScriptDomain};
 
-use crate::support::{assert_contains, number, text, wait_until, Marks, Tree};
+use crate::support::{
+    assert_contains, first_int, map, number, string, text, wait_until, world_set, Marks, Tree,
+    World,
+};
 
 const MODULE: &str = r#"
 local M = {}
@@ -58,30 +59,6 @@ return M
 
 const FRAME: Duration = Duration::from_millis(16);
 
-fn string(s: &str) -> Message {
-    Message::String(s.as_bytes().to_vec().into())
-}
-
-fn map(pairs: &[(&str, Message)]) -> Message {
-    let entries = pairs
-        .iter()
-        .map(|(k, v)| (MapKey::String(k.as_bytes().to_vec().into()), v.clone()));
-    Message::Map(entries.collect())
-}
-
-fn first_int(args: &Message) -> i64 {
-    match args {
-        Message::List(a) => match a.first() {
-            Some(Message::Integer(i)) => *i,
-            Some(Message::Number(n)) => *n as i64,
-            other => panic!("expected a number first, got {other:?}"),
-        },
-        other => panic!("arguments arrive as a list, got {other:?}"),
-    }
-}
-
-type World = Rc<RefCell<HashMap<i64, Message>>>;
-
 /// A domain with `world.get` (counting its calls) and `world.set` over host state.
 fn setup(tree: &Tree, pool: &Pool) -> (ScriptDomain, World, Arc<AtomicUsize>) {
     setup_marked(tree, pool, &Marks::default())
@@ -106,16 +83,8 @@ fn setup_marked(
                 .unwrap_or(Message::Nil))
         })
         .unwrap();
-    let w = world.clone();
     domain
-        .register_command("world.set", move |args| {
-            let Message::List(mut a) = args else {
-                unreachable!()
-            };
-            let v = a.pop().unwrap_or(Message::Nil);
-            w.borrow_mut().insert(first_int(&Message::List(a)), v);
-            Ok(())
-        })
+        .register_command("world.set", world_set(&world))
         .unwrap();
     (domain, world, queries)
 }

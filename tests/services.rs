@@ -8,9 +8,12 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use skein::{Error, MapKey, Message, Pool, PromiseStatus, ScriptDomain};
+use skein::{Error, Message, Pool, PromiseStatus, ScriptDomain};
 
-use crate::support::{assert_contains, number, refusal, text, Tree};
+use crate::support::{
+    assert_contains, first_int, map, number, refusal, string, text, world_get, world_set, Tree,
+    World,
+};
 
 const MODULE: &str = r#"
 local M = {}
@@ -61,55 +64,16 @@ return M
 
 const TOP: &str = "local v = world.get(1) return { v = v }";
 
-fn string(s: &str) -> Message {
-    Message::String(s.as_bytes().to_vec().into())
-}
-
-fn map(pairs: &[(&str, Message)]) -> Message {
-    let entries = pairs
-        .iter()
-        .map(|(k, v)| (MapKey::String(k.as_bytes().to_vec().into()), v.clone()));
-    Message::Map(entries.collect())
-}
-
-type World = Rc<RefCell<HashMap<i64, Message>>>;
-
-fn first_int(args: &Message) -> i64 {
-    match args {
-        Message::List(a) => match a.first() {
-            Some(Message::Integer(i)) => *i,
-            Some(Message::Number(n)) => *n as i64,
-            other => panic!("expected a number first, got {other:?}"),
-        },
-        other => panic!("arguments arrive as a list, got {other:?}"),
-    }
-}
-
 /// A domain with `world.get`, `world.set`, `log.append`, `log.count`, `boom.query` and
 /// `boom.command` over host state the test reads back.
 fn setup(tree: &Tree, pool: &Pool) -> (ScriptDomain, World) {
     let domain = tree.domain(pool);
     let world: World = Rc::default();
-    let w = world.clone();
     domain
-        .register_query("world.get", move |args| {
-            Ok(w.borrow()
-                .get(&first_int(&args))
-                .cloned()
-                .unwrap_or(Message::Nil))
-        })
+        .register_query("world.get", world_get(&world))
         .unwrap();
-    let w = world.clone();
     domain
-        .register_command("world.set", move |args| {
-            let Message::List(mut a) = args else {
-                unreachable!()
-            };
-            let v = a.pop().unwrap_or(Message::Nil);
-            let id = first_int(&Message::List(a));
-            w.borrow_mut().insert(id, v);
-            Ok(())
-        })
+        .register_command("world.set", world_set(&world))
         .unwrap();
     let logs: Rc<RefCell<HashMap<i64, i64>>> = Rc::default();
     let l = logs.clone();

@@ -140,3 +140,60 @@ pub fn refusal(domain: &ScriptDomain, body: &str) -> String {
     );
     text(&domain.eval(&source).expect("eval"))
 }
+
+/// A string message.
+pub fn string(s: &str) -> Message {
+    Message::String(s.as_bytes().to_vec().into())
+}
+
+/// A map message with string keys.
+pub fn map(pairs: &[(&str, Message)]) -> Message {
+    let entries = pairs.iter().map(|(k, v)| {
+        (
+            skein::MapKey::String(k.as_bytes().to_vec().into()),
+            v.clone(),
+        )
+    });
+    Message::Map(entries.collect())
+}
+
+/// The first argument of an engine-service call (they arrive as a list), as an integer.
+pub fn first_int(args: &Message) -> i64 {
+    match args {
+        Message::List(a) => match a.first() {
+            Some(Message::Integer(i)) => *i,
+            Some(Message::Number(n)) => *n as i64,
+            other => panic!("expected a number first, got {other:?}"),
+        },
+        other => panic!("arguments arrive as a list, got {other:?}"),
+    }
+}
+
+/// Host state behind the `world.*` test services: id to value.
+pub type World = std::rc::Rc<std::cell::RefCell<std::collections::HashMap<i64, Message>>>;
+
+/// The `world.get(id)` query over `world`.
+pub fn world_get(world: &World) -> impl Fn(Message) -> Result<Message, String> {
+    let world = world.clone();
+    move |args| {
+        Ok(world
+            .borrow()
+            .get(&first_int(&args))
+            .cloned()
+            .unwrap_or(Message::Nil))
+    }
+}
+
+/// The `world.set(id, value)` command over `world`.
+pub fn world_set(world: &World) -> impl FnMut(Message) -> Result<(), String> {
+    let world = world.clone();
+    move |args| {
+        let Message::List(mut a) = args else {
+            return Err(format!("arguments arrive as a list, got {args:?}"));
+        };
+        let v = a.pop().unwrap_or(Message::Nil);
+        let id = first_int(&Message::List(a));
+        world.borrow_mut().insert(id, v);
+        Ok(())
+    }
+}
