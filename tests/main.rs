@@ -16,3 +16,4 @@ mod stress;
 mod tasks;
 mod value;
 mod warm;
+mod world_example;
