@@ -50,3 +50,10 @@ fn a_job_slice_of_one_entity_and_a_single_step_still_add_up() {
     assert_eq!(summary.commands_applied, 3);
     assert_eq!(summary.positions, expected_positions(3, 1));
 }
+
+#[test]
+fn an_empty_world_fails_the_script_and_run_says_why() {
+    let e = run(0, 4, 1).expect_err("nothing to move").to_string();
+    assert!(e.contains("sim.luau"), "{e}");
+    assert!(e.contains("the world has no entities"), "{e}");
+}
