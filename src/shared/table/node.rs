@@ -125,6 +125,7 @@ impl Node {
             None => (next.map.remove(&key), false),
         };
         if let Some(old) = &old {
+            let old = old.entry();
             next.entries -= old.entries();
             next.bytes -= key_weight + old.weight();
         }

@@ -34,8 +34,9 @@ fn index(hash: u64, level: u32) -> u32 {
     }
 }
 
-/// One key and its value, with the key's hash.
-#[derive(Clone, Debug)]
+/// One key and its value, with the key's hash. Shared between versions by `Arc`, so copying a
+/// branch costs one reference count per slot whatever the key and value hold.
+#[derive(Debug)]
 struct Leaf {
     hash: u64,
     key: Key,
@@ -46,12 +47,12 @@ struct Leaf {
 #[derive(Clone, Debug)]
 struct Collision {
     hash: u64,
-    leaves: Vec<(Key, Entry)>,
+    leaves: Vec<Arc<Leaf>>,
 }
 
 #[derive(Clone, Debug)]
 enum Slot {
-    Leaf(Leaf),
+    Leaf(Arc<Leaf>),
     Branch(Arc<Branch>),
     Collision(Arc<Collision>),
 }
@@ -64,24 +65,31 @@ struct Branch {
     slots: Vec<Slot>,
 }
 
-impl Slot {
-    /// The hash every entry under this slot shares in its top bits (a leaf's or collision's own).
-    fn hash_of_single(&self) -> Option<u64> {
-        match self {
-            Slot::Leaf(l) => Some(l.hash),
-            Slot::Collision(c) => Some(c.hash),
-            Slot::Branch(_) => None,
-        }
-    }
+/// A value a write displaced or removed, as it was stored.
+pub(crate) struct Old(Arc<Leaf>);
 
+impl Old {
+    pub(crate) fn entry(&self) -> &Entry {
+        &self.0.entry
+    }
+}
+
+fn leaf(hash: u64, key: Key, entry: Entry) -> Arc<Leaf> {
+    Arc::new(Leaf { hash, key, entry })
+}
+
+impl Leaf {
+    fn pair(&self) -> (&Key, &Entry) {
+        (&self.key, &self.entry)
+    }
+}
+
+impl Slot {
     /// The first entry under this slot in trie order.
     fn first(&self) -> (&Key, &Entry) {
         match self {
-            Slot::Leaf(l) => (&l.key, &l.entry),
-            Slot::Collision(c) => {
-                let (k, e) = &c.leaves[0];
-                (k, e)
-            }
+            Slot::Leaf(l) => l.pair(),
+            Slot::Collision(c) => c.leaves[0].pair(),
             Slot::Branch(b) => b.slots[0].first(),
         }
     }
@@ -110,6 +118,7 @@ impl Branch {
         (self.bitmap & (bit - 1)).count_ones() as usize
     }
 
+    #[inline]
     fn get(&self, hash: u64, key: &Key) -> Option<(&Key, &Entry)> {
         let mut branch = self;
         let mut level = 0;
@@ -120,7 +129,7 @@ impl Branch {
             }
             match &branch.slots[branch.position(bit)] {
                 Slot::Leaf(l) => {
-                    return (l.hash == hash && l.key == *key).then_some((&l.key, &l.entry));
+                    return (l.hash == hash && l.key == *key).then_some(l.pair());
                 }
                 Slot::Branch(child) => {
                     branch = child;
@@ -130,34 +139,36 @@ impl Branch {
                     if c.hash != hash {
                         return None;
                     }
-                    return c
-                        .leaves
-                        .binary_search_by(|(k, _)| k.cmp(key))
-                        .ok()
-                        .map(|i| (&c.leaves[i].0, &c.leaves[i].1));
+                    let i = c.leaves.binary_search_by(|l| l.key.cmp(key)).ok()?;
+                    return Some(c.leaves[i].pair());
                 }
             }
         }
     }
 
-    /// Sets `key` (whose hash is `hash`) in this branch at `level`; answers the value it had.
-    fn insert(&mut self, level: u32, hash: u64, key: Key, entry: Entry) -> Option<Entry> {
+    /// Sets `key` (whose hash is `hash`) in this branch at `level`; answers what it held.
+    fn insert(&mut self, level: u32, hash: u64, key: Key, entry: Entry) -> Option<Old> {
         let bit = 1u32 << index(hash, level);
         let position = self.position(bit);
         if self.bitmap & bit == 0 {
             self.bitmap |= bit;
             self.slots
-                .insert(position, Slot::Leaf(Leaf { hash, key, entry }));
+                .insert(position, Slot::Leaf(leaf(hash, key, entry)));
             return None;
         }
         let slot = &mut self.slots[position];
         match slot {
             Slot::Leaf(l) if l.hash == hash && l.key == key => {
-                return Some(std::mem::replace(&mut l.entry, entry));
+                let old = std::mem::replace(l, leaf(hash, key, entry));
+                return Some(Old(old));
             }
             Slot::Leaf(l) if l.hash == hash => {
-                let mut leaves = vec![(l.key.clone(), l.entry.clone()), (key, entry)];
-                leaves.sort_by(|a, b| a.0.cmp(&b.0));
+                let new = leaf(hash, key, entry);
+                let leaves = if l.key < new.key {
+                    vec![l.clone(), new]
+                } else {
+                    vec![new, l.clone()]
+                };
                 *slot = Slot::Collision(Arc::new(Collision { hash, leaves }));
             }
             Slot::Branch(child) => {
@@ -165,19 +176,26 @@ impl Branch {
             }
             Slot::Collision(c) if c.hash == hash => {
                 let c = Arc::make_mut(c);
-                return match c.leaves.binary_search_by(|(k, _)| k.cmp(&key)) {
-                    Ok(i) => Some(std::mem::replace(&mut c.leaves[i].1, entry)),
+                return match c.leaves.binary_search_by(|l| l.key.cmp(&key)) {
+                    Ok(i) => Some(Old(std::mem::replace(
+                        &mut c.leaves[i],
+                        leaf(hash, key, entry),
+                    ))),
                     Err(i) => {
-                        c.leaves.insert(i, (key, entry));
+                        c.leaves.insert(i, leaf(hash, key, entry));
                         None
                     }
                 };
             }
             Slot::Leaf(_) | Slot::Collision(_) => {
                 // A different hash under the same index: both go one level down.
-                let old_hash = slot.hash_of_single().unwrap_or(hash);
+                let old_hash = match slot {
+                    Slot::Leaf(l) => l.hash,
+                    Slot::Collision(c) => c.hash,
+                    Slot::Branch(_) => hash,
+                };
                 let old = slot.clone();
-                let new = Slot::Leaf(Leaf { hash, key, entry });
+                let new = Slot::Leaf(leaf(hash, key, entry));
                 *slot = Slot::Branch(Arc::new(Branch::pair(
                     level + 1,
                     (old_hash, old),
@@ -188,8 +206,8 @@ impl Branch {
         None
     }
 
-    /// Removes `key`, known to be present, from this branch at `level`; answers its value.
-    fn remove(&mut self, level: u32, hash: u64, key: &Key) -> Option<Entry> {
+    /// Removes `key` from this branch at `level`; answers what it held.
+    fn remove(&mut self, level: u32, hash: u64, key: &Key) -> Option<Old> {
         let bit = 1u32 << index(hash, level);
         if self.bitmap & bit == 0 {
             return None;
@@ -202,7 +220,7 @@ impl Branch {
                 }
                 self.bitmap &= !bit;
                 match self.slots.remove(position) {
-                    Slot::Leaf(l) => Some(l.entry),
+                    Slot::Leaf(l) => Some(Old(l)),
                     _ => None,
                 }
             }
@@ -212,8 +230,7 @@ impl Branch {
                 // A branch left with one entry (or one collision list) folds into its parent,
                 // so the trie stays as shallow as its hashes allow.
                 if child.slots.len() == 1 && !matches!(child.slots[0], Slot::Branch(_)) {
-                    let only = child.slots.pop();
-                    if let Some(only) = only {
+                    if let Some(only) = child.slots.pop() {
                         self.slots[position] = only;
                     }
                 }
@@ -223,14 +240,14 @@ impl Branch {
                 if c.hash != hash {
                     return None;
                 }
-                let i = c.leaves.binary_search_by(|(k, _)| k.cmp(key)).ok()?;
+                let i = c.leaves.binary_search_by(|l| l.key.cmp(key)).ok()?;
                 let c = Arc::make_mut(c);
-                let (_, old) = c.leaves.remove(i);
+                let old = c.leaves.remove(i);
                 if c.leaves.len() == 1 {
-                    let (key, entry) = c.leaves.pop()?;
-                    self.slots[position] = Slot::Leaf(Leaf { hash, key, entry });
+                    let only = c.leaves.pop()?;
+                    self.slots[position] = Slot::Leaf(only);
                 }
-                Some(old)
+                Some(Old(old))
             }
         }
     }
@@ -241,15 +258,14 @@ impl Branch {
         let bit = 1u32 << i;
         if self.bitmap & bit != 0 {
             let found = match &self.slots[self.position(bit)] {
-                Slot::Leaf(l) => ((l.hash, &l.key) > (hash, key)).then_some((&l.key, &l.entry)),
+                Slot::Leaf(l) => ((l.hash, &l.key) > (hash, key)).then_some(l.pair()),
                 Slot::Branch(child) => child.after(level + 1, hash, key),
                 Slot::Collision(c) => {
                     if c.hash > hash {
-                        let (k, e) = &c.leaves[0];
-                        Some((k, e))
+                        Some(c.leaves[0].pair())
                     } else if c.hash == hash {
-                        let from = c.leaves.partition_point(|(k, _)| k <= key);
-                        c.leaves.get(from).map(|(k, e)| (k, e))
+                        let from = c.leaves.partition_point(|l| l.key <= *key);
+                        c.leaves.get(from).map(|l| l.pair())
                     } else {
                         None
                     }
@@ -300,6 +316,7 @@ impl Trie {
     }
 
     /// The stored key and its value.
+    #[inline]
     pub(crate) fn get_key_value(&self, key: &Key) -> Option<(&Key, &Entry)> {
         self.root.as_ref()?.get(key.hash64(), key)
     }
@@ -308,9 +325,9 @@ impl Trie {
         self.get(key).is_some()
     }
 
-    /// Sets `key` to `entry`; answers the value it had. Branches another version shares are
+    /// Sets `key` to `entry`; answers what it held. Branches another version shares are
     /// copied, the rest edited in place.
-    pub(crate) fn insert(&mut self, key: Key, entry: Entry) -> Option<Entry> {
+    pub(crate) fn insert(&mut self, key: Key, entry: Entry) -> Option<Old> {
         let hash = key.hash64();
         let root = self.root.get_or_insert_with(|| {
             Arc::new(Branch {
@@ -325,8 +342,8 @@ impl Trie {
         old
     }
 
-    /// Removes `key`; answers the value it had. Removing an absent key copies nothing.
-    pub(crate) fn remove(&mut self, key: &Key) -> Option<Entry> {
+    /// Removes `key`; answers what it held. Removing an absent key copies nothing.
+    pub(crate) fn remove(&mut self, key: &Key) -> Option<Old> {
         let hash = key.hash64();
         let root = self.root.as_mut()?;
         root.get(hash, key)?;
@@ -364,7 +381,7 @@ impl Trie {
 /// The entries of a [`Trie`] in trie order.
 pub(crate) struct Iter<'a> {
     stack: Vec<std::slice::Iter<'a, Slot>>,
-    collision: std::slice::Iter<'a, (Key, Entry)>,
+    collision: std::slice::Iter<'a, Arc<Leaf>>,
 }
 
 impl<'a> Iterator for Iter<'a> {
@@ -372,15 +389,15 @@ impl<'a> Iterator for Iter<'a> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some((k, e)) = self.collision.next() {
-                return Some((k, e));
+            if let Some(l) = self.collision.next() {
+                return Some(l.pair());
             }
             let top = self.stack.last_mut()?;
             match top.next() {
                 None => {
                     self.stack.pop();
                 }
-                Some(Slot::Leaf(l)) => return Some((&l.key, &l.entry)),
+                Some(Slot::Leaf(l)) => return Some(l.pair()),
                 Some(Slot::Branch(b)) => self.stack.push(b.slots.iter()),
                 Some(Slot::Collision(c)) => self.collision = c.leaves.iter(),
             }
@@ -399,6 +416,13 @@ mod tests {
 
     fn int(entry: Option<&Entry>) -> Option<i64> {
         match entry {
+            Some(Entry::Integer(i)) => Some(*i),
+            _ => None,
+        }
+    }
+
+    fn old(old: Option<Old>) -> Option<i64> {
+        match old.as_ref().map(Old::entry) {
             Some(Entry::Integer(i)) => Some(*i),
             _ => None,
         }
@@ -426,7 +450,7 @@ mod tests {
                 Key::Integer(i * 7919 % 4_001)
             };
             assert_eq!(
-                int(trie.insert(key.clone(), Entry::Integer(i)).as_ref()),
+                old(trie.insert(key.clone(), Entry::Integer(i))),
                 model.insert(key, i)
             );
         }
@@ -437,7 +461,7 @@ mod tests {
         assert_eq!(trie.get(&s("absent")).map(|_| ()), None);
         let keys: Vec<Key> = model.keys().cloned().collect();
         for k in keys.iter().step_by(2) {
-            assert_eq!(int(trie.remove(k).as_ref()), model.remove(k));
+            assert_eq!(old(trie.remove(k)), model.remove(k));
             assert!(trie.remove(k).is_none(), "a second removal finds nothing");
         }
         assert_eq!(trie.len(), model.len());
@@ -508,10 +532,7 @@ mod tests {
         assert_eq!(int(branch.get(h, &s("a")).map(|e| e.1)), Some(1));
         assert_eq!(int(branch.get(h, &s("c")).map(|e| e.1)), Some(2));
         assert!(branch.get(h, &s("d")).is_none());
-        assert_eq!(
-            int(branch.insert(0, h, s("a"), Entry::Integer(7)).as_ref()),
-            Some(1)
-        );
+        assert_eq!(old(branch.insert(0, h, s("a"), Entry::Integer(7))), Some(1));
         let order: Vec<Key> = {
             let mut out = vec![branch.slots[0].first().0.clone()];
             while let Some((k, _)) = {
@@ -527,8 +548,8 @@ mod tests {
             vec![s("a"), s("b"), s("c"), s("z")],
             "one hash's keys in key order, then the greater hash h ^ 1"
         );
-        assert_eq!(int(branch.remove(0, h, &s("b")).as_ref()), Some(0));
-        assert_eq!(int(branch.remove(0, h, &s("c")).as_ref()), Some(2));
+        assert_eq!(old(branch.remove(0, h, &s("b"))), Some(0));
+        assert_eq!(old(branch.remove(0, h, &s("c"))), Some(2));
         assert!(branch.remove(0, h, &s("c")).is_none());
         assert!(
             branch
