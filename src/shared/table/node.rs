@@ -6,6 +6,7 @@
 //! to the changed key. So a reader holding an old version keeps a whole, consistent picture for
 //! as long as it likes, and pays nothing to keep it.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -108,6 +109,16 @@ impl Node {
 
     /// This table with `key` set to `value` (removed when `None`), at version `rev`.
     pub(crate) fn with(&self, key: Key, value: Option<Entry>, rev: u64) -> Node {
+        self.with_key(Cow::Owned(key), value, rev)
+    }
+
+    /// As [`with`](Node::with) for a borrowed key: it is cloned only if the table does not
+    /// hold it yet (a write over a present key keeps the stored key, costing no copy).
+    pub(crate) fn with_ref(&self, key: &Key, value: Option<Entry>, rev: u64) -> Node {
+        self.with_key(Cow::Borrowed(key), value, rev)
+    }
+
+    fn with_key(&self, key: Cow<'_, Key>, value: Option<Entry>, rev: u64) -> Node {
         let mut next = self.clone();
         next.rev = rev;
         let key_weight = key.weight();
@@ -119,7 +130,6 @@ impl Node {
                 if let Entry::Table(child) = &value {
                     next.height = next.height.max(child.height + 1);
                 }
-                // The key is moved in: a write clones it once (the caller's), not twice.
                 (next.map.insert(key, value), true)
             }
             None => (next.map.remove(&key), false),
@@ -202,7 +212,7 @@ impl Node {
             }
             node.entries += entry.entries();
             node.bytes = node.bytes.saturating_add(key.weight() + entry.weight());
-            node.map.insert(key, entry);
+            node.map.insert(Cow::Owned(key), entry);
             Ok(())
         };
         match message {

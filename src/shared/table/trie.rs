@@ -15,22 +15,25 @@
 //!
 //! See `README.md` beside this file for why a hash trie and how it keeps the list part first.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::key::{Entry, Key};
 
-/// Bits of hash each level consumes.
+/// Bits of hash each level consumes: a branch has `1 << BITS` slots (32; the bitmap is a
+/// `u32`). Measured with callgrind, 4 (16 slots) made a write about 4% cheaper on a 1,000-key
+/// table and 8% on a 1,000,000-key one, and a get 4% dearer.
 const BITS: u32 = 5;
-/// The deepest level: it takes the 4 bits the levels above left (12 * 5 = 60).
-const LAST_LEVEL: u32 = 12;
+/// Levels that take a whole `BITS` of the hash; a level below them takes what is left.
+const FULL_LEVELS: u32 = 64 / BITS;
 
 /// The slot index of `hash` at `level`: the hash read from its top bits down.
 #[inline]
 fn index(hash: u64, level: u32) -> u32 {
-    if level < LAST_LEVEL {
-        ((hash >> (64 - BITS * (level + 1))) & 31) as u32
+    if level < FULL_LEVELS {
+        ((hash >> (64 - BITS * (level + 1))) & ((1 << BITS) - 1)) as u32
     } else {
-        (hash & 15) as u32
+        (hash & ((1 << (64 - BITS * FULL_LEVELS)) - 1)) as u32
     }
 }
 
@@ -146,24 +149,26 @@ impl Branch {
         }
     }
 
-    /// Sets `key` (whose hash is `hash`) in this branch at `level`; answers what it held.
-    fn insert(&mut self, level: u32, hash: u64, key: Key, entry: Entry) -> Option<Old> {
+    /// Sets `key` (whose hash is `hash`) in this branch at `level`; answers what it held. A
+    /// borrowed key is cloned only when it is new: over a present key the stored one is kept.
+    fn insert(&mut self, level: u32, hash: u64, key: Cow<'_, Key>, entry: Entry) -> Option<Old> {
         let bit = 1u32 << index(hash, level);
         let position = self.position(bit);
         if self.bitmap & bit == 0 {
             self.bitmap |= bit;
             self.slots
-                .insert(position, Slot::Leaf(leaf(hash, key, entry)));
+                .insert(position, Slot::Leaf(leaf(hash, key.into_owned(), entry)));
             return None;
         }
         let slot = &mut self.slots[position];
         match slot {
-            Slot::Leaf(l) if l.hash == hash && l.key == key => {
-                let old = std::mem::replace(l, leaf(hash, key, entry));
+            Slot::Leaf(l) if l.hash == hash && l.key == *key => {
+                let kept = l.key.clone();
+                let old = std::mem::replace(l, leaf(hash, kept, entry));
                 return Some(Old(old));
             }
             Slot::Leaf(l) if l.hash == hash => {
-                let new = leaf(hash, key, entry);
+                let new = leaf(hash, key.into_owned(), entry);
                 let leaves = if l.key < new.key {
                     vec![l.clone(), new]
                 } else {
@@ -177,12 +182,15 @@ impl Branch {
             Slot::Collision(c) if c.hash == hash => {
                 let c = Arc::make_mut(c);
                 return match c.leaves.binary_search_by(|l| l.key.cmp(&key)) {
-                    Ok(i) => Some(Old(std::mem::replace(
-                        &mut c.leaves[i],
-                        leaf(hash, key, entry),
-                    ))),
+                    Ok(i) => {
+                        let kept = c.leaves[i].key.clone();
+                        Some(Old(std::mem::replace(
+                            &mut c.leaves[i],
+                            leaf(hash, kept, entry),
+                        )))
+                    }
                     Err(i) => {
-                        c.leaves.insert(i, leaf(hash, key, entry));
+                        c.leaves.insert(i, leaf(hash, key.into_owned(), entry));
                         None
                     }
                 };
@@ -195,7 +203,7 @@ impl Branch {
                     Slot::Branch(_) => hash,
                 };
                 let old = slot.clone();
-                let new = Slot::Leaf(leaf(hash, key, entry));
+                let new = Slot::Leaf(leaf(hash, key.into_owned(), entry));
                 *slot = Slot::Branch(Arc::new(Branch::pair(
                     level + 1,
                     (old_hash, old),
@@ -327,7 +335,7 @@ impl Trie {
 
     /// Sets `key` to `entry`; answers what it held. Branches another version shares are
     /// copied, the rest edited in place.
-    pub(crate) fn insert(&mut self, key: Key, entry: Entry) -> Option<Old> {
+    pub(crate) fn insert(&mut self, key: Cow<'_, Key>, entry: Entry) -> Option<Old> {
         let hash = key.hash64();
         let root = self.root.get_or_insert_with(|| {
             Arc::new(Branch {
@@ -450,7 +458,7 @@ mod tests {
                 Key::Integer(i * 7919 % 4_001)
             };
             assert_eq!(
-                old(trie.insert(key.clone(), Entry::Integer(i))),
+                old(trie.insert(Cow::Owned(key.clone()), Entry::Integer(i))),
                 model.insert(key, i)
             );
         }
@@ -486,12 +494,12 @@ mod tests {
     fn an_old_version_is_untouched_by_writes_to_a_copy() {
         let mut old = Trie::new();
         for i in 0..200 {
-            old.insert(Key::Integer(i), Entry::Integer(i));
+            old.insert(Cow::Owned(Key::Integer(i)), Entry::Integer(i));
         }
         let mut new = old.clone();
-        new.insert(Key::Integer(5), Entry::Integer(-5));
+        new.insert(Cow::Owned(Key::Integer(5)), Entry::Integer(-5));
         new.remove(&Key::Integer(6));
-        new.insert(s("x"), Entry::Boolean(true));
+        new.insert(Cow::Owned(s("x")), Entry::Boolean(true));
         assert_eq!(int(old.get(&Key::Integer(5))), Some(5));
         assert_eq!(int(old.get(&Key::Integer(6))), Some(6));
         assert!(old.get(&s("x")).is_none());
@@ -504,7 +512,7 @@ mod tests {
     fn the_order_is_by_hash_and_absent_keys_find_their_successor() {
         let mut trie = Trie::new();
         for i in 0..300 {
-            trie.insert(Key::Integer(i), Entry::Integer(i));
+            trie.insert(Cow::Owned(Key::Integer(i)), Entry::Integer(i));
         }
         let order = walk(&trie);
         assert_eq!(order.len(), 300, "every entry once");
@@ -526,13 +534,20 @@ mod tests {
         };
         let h = 0xABCD_0000_0000_1234;
         for (i, k) in [s("b"), s("a"), s("c")].into_iter().enumerate() {
-            assert!(branch.insert(0, h, k, Entry::Integer(i as i64)).is_none());
+            assert!(branch
+                .insert(0, h, Cow::Owned(k), Entry::Integer(i as i64))
+                .is_none());
         }
-        assert!(branch.insert(0, h ^ 1, s("z"), Entry::Integer(9)).is_none());
+        assert!(branch
+            .insert(0, h ^ 1, Cow::Owned(s("z")), Entry::Integer(9))
+            .is_none());
         assert_eq!(int(branch.get(h, &s("a")).map(|e| e.1)), Some(1));
         assert_eq!(int(branch.get(h, &s("c")).map(|e| e.1)), Some(2));
         assert!(branch.get(h, &s("d")).is_none());
-        assert_eq!(old(branch.insert(0, h, s("a"), Entry::Integer(7))), Some(1));
+        assert_eq!(
+            old(branch.insert(0, h, Cow::Owned(s("a")), Entry::Integer(7))),
+            Some(1)
+        );
         let order: Vec<Key> = {
             let mut out = vec![branch.slots[0].first().0.clone()];
             while let Some((k, _)) = {
