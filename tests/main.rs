@@ -15,6 +15,7 @@ mod services;
 mod shared_queues;
 mod shared_stress;
 mod shared_tables;
+mod shared_trie;
 mod stress;
 mod tasks;
 mod value;

@@ -507,7 +507,7 @@ fn primitives(lua: &Lua) -> mlua::Result<Table> {
     Ok(p)
 }
 
-/// `P.list(t, i, j)`: a plain table holding the number keys `i..=j` of one version (default
+/// `P.list(t, i, j)`: a plain table holding the whole-number keys `i..=j` of one version (default
 /// `1..=#t`), nested tables as handles; and `#t` and the table's revision at that version.
 fn list(
     lua: &Lua,
@@ -519,12 +519,25 @@ fn list(
     let last = j.unwrap_or(node.border as f64);
     let out = lua.create_table_with_capacity(node.border, 0)?;
     if first <= last {
-        use std::ops::Bound::Included;
-        let (Some(lo), Some(hi)) = (Key::number(first), Key::number(last)) else {
-            return Ok((out, node.border as f64, node.rev as f64));
-        };
-        for (k, v) in node.map.range::<_, Key>((Included(&lo), Included(&hi))) {
-            out.raw_set(Out::Data(k.to_message()), h.out(k, Some(v)))?;
+        // The whole-number keys in `first..=last`: looked up one by one when there are no more
+        // of them than entries, else found by one pass over the table.
+        let (lo, hi) = (first.ceil(), last.floor());
+        if lo <= hi && hi - lo < node.map.len() as f64 {
+            let mut n = lo;
+            while n <= hi {
+                if let Some(key) = Key::number(n) {
+                    if let Some(v) = node.map.get(&key) {
+                        out.raw_set(Out::Data(key.to_message()), h.out(&key, Some(v)))?;
+                    }
+                }
+                n += 1.0;
+            }
+        } else {
+            for (k, v) in node.map.iter() {
+                if matches!(k, Key::Number(n) if *n >= lo && *n <= hi && n.fract() == 0.0) {
+                    out.raw_set(Out::Data(k.to_message()), h.out(k, Some(v)))?;
+                }
+            }
         }
     }
     Ok((out, node.border as f64, node.rev as f64))

@@ -1,8 +1,8 @@
 //! What a shared table holds: its keys (`Key`) and its values (`Entry`), and what each weighs.
 //!
-//! Keys are kept in one total order (numbers by value, then integers, then strings by bytes) so
-//! that a table's entries form a sorted persistent map: `next(t, k)` is a range lookup in any
-//! version, and the list part `1..n` of a table comes first, in order.
+//! Keys have one total order (numbers by value, then integers, then strings by bytes), used
+//! where a table must come out the same in every process (a snapshot, keys sharing one hash in
+//! the trie); the trie itself finds keys by their seeded hash (`Key::hash64`).
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -95,6 +95,30 @@ impl Key {
         }
     }
 
+    /// The key's 64-bit hash: foldhash with a seed chosen once per process, so a script that
+    /// chooses its keys can't aim them at one slot of the trie. Integers and numbers cost one
+    /// folded multiply, short strings a couple.
+    #[inline]
+    pub(crate) fn hash64(&self) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = hash_state().build_hasher();
+        match self {
+            Key::Number(n) => {
+                h.write_u64(n.to_bits());
+                h.write_u8(0);
+            }
+            Key::Integer(i) => {
+                h.write_u64(*i as u64);
+                h.write_u8(1);
+            }
+            Key::String(s) => {
+                h.write(s);
+                h.write_u8(2);
+            }
+        }
+        h.finish()
+    }
+
     fn rank(&self) -> u8 {
         match self {
             Key::Number(_) => 0,
@@ -128,6 +152,14 @@ impl Ord for Key {
             _ => self.rank().cmp(&other.rank()),
         }
     }
+}
+
+/// The process's hash seed: drawn on first use, then fixed for the process's life.
+#[inline]
+fn hash_state() -> &'static foldhash::fast::SeedableRandomState {
+    static STATE: std::sync::OnceLock<foldhash::fast::SeedableRandomState> =
+        std::sync::OnceLock::new();
+    STATE.get_or_init(foldhash::fast::SeedableRandomState::random)
 }
 
 /// Renders where a table sits: `'players'.alice[3]`, from the table's name and its keys from

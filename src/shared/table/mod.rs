@@ -12,6 +12,7 @@ pub(crate) mod handle;
 pub(crate) mod key;
 pub(crate) mod node;
 pub(crate) mod root;
+pub(crate) mod trie;
 
 use std::collections::HashMap;
 

@@ -1,4 +1,4 @@
-//! One version of one table: an immutable `Node` over a persistent sorted map.
+//! One version of one table: an immutable `Node` over a persistent hash trie (`trie.rs`).
 //!
 //! A node is never changed once it is published. A write makes a new node for the table it
 //! changes and for each table above it (path copying); every other table of the new version is
@@ -6,12 +6,12 @@
 //! to the changed key. So a reader holding an old version keeps a whole, consistent picture for
 //! as long as it likes, and pays nothing to keep it.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use imbl::OrdMap;
-
 use super::key::{Entry, Key};
+use super::trie::Trie;
 use crate::value::path::Segment;
 #[cfg(test)]
 use crate::value::MapKey;
@@ -33,7 +33,7 @@ pub(crate) struct Node {
     pub(crate) id: u64,
     /// The version of the named table at which this table (or a table inside it) last changed.
     pub(crate) rev: u64,
-    pub(crate) map: OrdMap<Key, Entry>,
+    pub(crate) map: Trie,
     /// `#t`: the list positions `1..=border` are all present and `border + 1` is not.
     pub(crate) border: usize,
     /// Entries held here and in every table inside.
@@ -58,7 +58,7 @@ impl Node {
         Node {
             id: fresh_id(),
             rev,
-            map: OrdMap::new(),
+            map: Trie::new(),
             border: 0,
             entries: 0,
             bytes: Limits::NODE_WEIGHT,
@@ -70,21 +70,55 @@ impl Node {
         self.map.get(key)
     }
 
-    /// The first entry after `key` in key order (the first entry when `key` is `None`).
+    /// The entry after `key` in this version's walk order (the first entry when `key` is
+    /// `None`): the list part `1..=border` first and in order, then every other key in trie
+    /// order. A key that is not present still finds a successor: the next list position when it
+    /// is one inside the list part, else the next key in trie order.
     pub(crate) fn next_after(&self, key: Option<&Key>) -> Option<(&Key, &Entry)> {
-        match key {
-            None => self.map.get_min().map(|(k, v)| (k, v)),
-            Some(key) => {
-                use std::ops::Bound::{Excluded, Unbounded};
-                self.map
-                    .range::<_, Key>((Excluded(key), Unbounded::<&Key>))
-                    .next()
+        let from = match key {
+            None if self.border > 0 => return self.list_entry(1),
+            None => self.map.first(),
+            Some(key) => match key.as_position() {
+                Some(p) if p < self.border => return self.list_entry(p + 1),
+                Some(p) if p == self.border => self.map.first(),
+                _ => self.map.after(key),
+            },
+        };
+        self.skip_list_part(from)
+    }
+
+    /// The entry at list position `p` (present: `p` is inside the list part).
+    fn list_entry(&self, p: usize) -> Option<(&Key, &Entry)> {
+        self.map.get_key_value(&Key::position(p))
+    }
+
+    /// `from` or the first entry after it in trie order that is not in the list part (which
+    /// the walk has already given).
+    fn skip_list_part<'a>(
+        &'a self,
+        mut from: Option<(&'a Key, &'a Entry)>,
+    ) -> Option<(&'a Key, &'a Entry)> {
+        while let Some((k, _)) = from {
+            match k.as_position() {
+                Some(p) if p <= self.border => from = self.map.after(k),
+                _ => return from,
             }
         }
+        None
     }
 
     /// This table with `key` set to `value` (removed when `None`), at version `rev`.
     pub(crate) fn with(&self, key: Key, value: Option<Entry>, rev: u64) -> Node {
+        self.with_key(Cow::Owned(key), value, rev)
+    }
+
+    /// As [`with`](Node::with) for a borrowed key: it is cloned only if the table does not
+    /// hold it yet (a write over a present key keeps the stored key, costing no copy).
+    pub(crate) fn with_ref(&self, key: &Key, value: Option<Entry>, rev: u64) -> Node {
+        self.with_key(Cow::Borrowed(key), value, rev)
+    }
+
+    fn with_key(&self, key: Cow<'_, Key>, value: Option<Entry>, rev: u64) -> Node {
         let mut next = self.clone();
         next.rev = rev;
         let key_weight = key.weight();
@@ -96,12 +130,12 @@ impl Node {
                 if let Entry::Table(child) = &value {
                     next.height = next.height.max(child.height + 1);
                 }
-                // The key is moved in: a write clones it once (the caller's), not twice.
                 (next.map.insert(key, value), true)
             }
             None => (next.map.remove(&key), false),
         };
         if let Some(old) = &old {
+            let old = old.entry();
             next.entries -= old.entries();
             next.bytes -= key_weight + old.weight();
         }
@@ -149,9 +183,13 @@ impl Node {
         if self.border > 0 && self.border == self.map.len() {
             return Message::List(self.list().map(entry_message).collect());
         }
+        // In key order, as the copy always was: a snapshot's order does not depend on the
+        // process's hash seed.
+        let mut entries: Vec<(&Key, &Entry)> = self.map.iter().collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
         Message::Map(
-            self.map
-                .iter()
+            entries
+                .into_iter()
                 .map(|(k, v)| (k.to_map_key(), entry_message(v)))
                 .collect(),
         )
@@ -174,7 +212,7 @@ impl Node {
             }
             node.entries += entry.entries();
             node.bytes = node.bytes.saturating_add(key.weight() + entry.weight());
-            node.map.insert(key, entry);
+            node.map.insert(Cow::Owned(key), entry);
             Ok(())
         };
         match message {
@@ -315,10 +353,18 @@ mod tests {
         );
     }
 
+    /// (Adjusted for the trie: keys outside the list part come in the trie's hash order, which
+    /// depends on the process's seed, not in `Key` order.)
     #[test]
-    fn next_walks_in_key_order_from_any_key() {
+    fn next_walks_the_list_part_then_trie_order_from_any_key() {
         let mut node = Node::empty(0);
-        for k in [s("b"), Key::position(2), s("a"), Key::position(1)] {
+        for k in [
+            s("b"),
+            Key::position(2),
+            s("a"),
+            Key::position(1),
+            Key::position(4),
+        ] {
             node = node.with(k, Some(Entry::Boolean(true)), 1);
         }
         let mut seen = Vec::new();
@@ -328,13 +374,58 @@ mod tests {
             at = Some(k.clone());
         }
         assert_eq!(
-            seen,
-            vec![Key::position(1), Key::position(2), s("a"), s("b")]
+            seen[..2],
+            [Key::position(1), Key::position(2)],
+            "the list part first"
         );
+        let mut rest = seen[2..].to_vec();
+        let hashes: Vec<u64> = rest.iter().map(Key::hash64).collect();
+        assert!(hashes.windows(2).all(|w| w[0] < w[1]), "then by hash");
+        rest.sort();
+        assert_eq!(rest, vec![Key::position(4), s("a"), s("b")], "each once");
+        let gone = s("aa");
+        let expected = seen[2..].iter().find(|k| k.hash64() > gone.hash64());
         assert_eq!(
-            node.next_after(Some(&s("aa"))).map(|(k, _)| k.clone()),
-            Some(s("b")),
+            node.next_after(Some(&gone)).map(|(k, _)| k),
+            expected,
             "a key no longer present still finds its successor"
         );
+        assert_eq!(
+            node.next_after(Some(&Key::position(1)))
+                .map(|(k, _)| k.clone()),
+            Some(Key::position(2))
+        );
+    }
+
+    /// A table mostly list with a few other keys: the walk skips the list part in trie order
+    /// and still sees each entry once, at any border.
+    #[test]
+    fn a_walk_sees_every_entry_once_around_the_list_part() {
+        let mut node = Node::empty(0);
+        for i in 1..=200 {
+            node = node.with(Key::position(i), Some(Entry::Integer(i as i64)), 1);
+        }
+        for k in [
+            s("x"),
+            Key::Integer(3),
+            Key::position(250),
+            Key::Number(0.5),
+        ] {
+            node = node.with(k, Some(Entry::Boolean(true)), 2);
+        }
+        node = node.with(Key::position(100), None, 3);
+        assert_eq!(node.border, 99);
+        let mut seen = Vec::new();
+        let mut at = None;
+        while let Some((k, _)) = node.next_after(at.as_ref()) {
+            seen.push(k.clone());
+            at = Some(k.clone());
+        }
+        let list: Vec<Key> = (1..=99).map(Key::position).collect();
+        assert_eq!(seen[..99], list[..]);
+        assert_eq!(seen.len(), node.map.len());
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), node.map.len(), "no entry twice");
     }
 }

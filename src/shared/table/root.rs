@@ -186,7 +186,7 @@ impl TableRoot {
     fn rebuild(chain: &[&Node], keys: &[Key], leaf: Node, rev: u64) -> Node {
         let mut node = leaf;
         for (parent, key) in chain.iter().zip(keys).rev() {
-            node = parent.with(key.clone(), Some(Entry::Table(Arc::new(node))), rev);
+            node = parent.with_ref(key, Some(Entry::Table(Arc::new(node))), rev);
         }
         node
     }
@@ -299,7 +299,7 @@ impl TableRoot {
             }
             other => other.cloned(),
         };
-        Ok(target.with(key.clone(), value, stamp.rev))
+        Ok(target.with_ref(key, value, stamp.rev))
     }
 
     /// Sets one key: the plain write.
