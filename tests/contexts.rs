@@ -489,3 +489,32 @@ fn a_handler_re_entering_the_scheduler_gets_reentrant() {
     // Once the phase is over the scheduler is free again.
     assert!(domain.run_phase(Phase::Input, &[]).is_ok());
 }
+
+/// The `@skein/context` example of docs/luau-api.md, run with the context it needs.
+#[test]
+fn the_luau_api_context_example_runs() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/luau-api.md"),
+    )
+    .unwrap();
+    let start = text
+        .find("```luau no-run\nlocal context = require(\"@skein/context\")")
+        .expect("the example is in docs/luau-api.md");
+    let body = &text[start + "```luau no-run\n".len()..];
+    let body = &body[..body.find("\n```").unwrap()];
+    let pool = Pool::new(1);
+    let spec = DomainSpec::new("docs")
+        .context(ContextSpec::new("game").phases([
+            Phase::Startup,
+            Phase::FixedUpdate,
+            Phase::Update,
+        ]))
+        .unwrap();
+    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    domain.eval(body).unwrap();
+    let startup = domain.run_phase(Phase::Startup, &[]).unwrap();
+    assert_eq!((startup.calls, startup.errors.len()), (1, 0));
+    let advance = domain.advance(Duration::from_millis(40)).unwrap();
+    assert_eq!(advance.fixed_steps, 2);
+    assert_eq!(advance.errors().count(), 0);
+}
