@@ -38,7 +38,7 @@ mod vm;
 
 pub use domain::{
     AdvanceReport, Attribution, ContextSpec, Diagnostic, DomainSpec, DomainState, FixedStep,
-    FrameReport, Phase, PhaseReport, Report, ScriptDomain, MAX_CONTEXT_NAME,
+    FrameReport, HandlerTiming, Phase, PhaseReport, Report, ScriptDomain, MAX_CONTEXT_NAME,
 };
 pub use error::{Error, Result};
 pub use jobs::{

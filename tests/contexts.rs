@@ -328,6 +328,10 @@ fn a_handler_past_its_context_budget_is_stopped_and_reported() {
     );
     assert_contains(&report.errors[0].message, "deadline");
     assert!(report.elapsed >= Duration::from_millis(50));
+    let timed: Vec<&str> = report.timings.iter().map(|t| &*t.context).collect();
+    assert_eq!(timed, ["spin", "after"]);
+    assert!(report.timings[0].elapsed >= Duration::from_millis(50));
+    assert!(report.timings[1].elapsed < Duration::from_millis(50));
     assert!(
         report.elapsed < Duration::from_secs(5),
         "{:?}",

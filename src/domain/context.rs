@@ -258,3 +258,39 @@ impl FixedStep {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_phase_name_reads_back_as_its_phase_and_names_are_unique() {
+        for phase in Phase::ALL {
+            assert_eq!(Phase::from_name(phase.name()), Some(phase));
+        }
+        let mut names: Vec<&str> = Phase::ALL.iter().map(|p| p.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Phase::ALL.len());
+        // Luau names are case-sensitive.
+        assert_eq!(Phase::from_name("FixedUpdate"), None);
+    }
+
+    #[test]
+    fn a_phase_given_twice_is_scheduled_once() {
+        let spec = ContextSpec::new("a").phases([Phase::Update, Phase::Input, Phase::Update]);
+        assert_eq!(spec.scheduled(), [Phase::Update, Phase::Input]);
+    }
+
+    #[test]
+    fn a_budget_is_checked_at_both_ends() {
+        let at_cap = ContextSpec::new("a").budget(MAX_DEADLINE);
+        assert!(at_cap.check(&[]).is_ok());
+        let past = ContextSpec::new("a").budget(MAX_DEADLINE + Duration::from_nanos(1));
+        let text = past.check(&[]).unwrap_err().to_string();
+        assert!(
+            text.starts_with("context 'a': a budget is more than 0 and at most 60 s"),
+            "{text}"
+        );
+    }
+}

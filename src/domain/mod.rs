@@ -37,7 +37,7 @@ mod services;
 pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};
 pub use diagnostic::{Attribution, Diagnostic};
 pub use lifecycle::DomainState;
-pub use scheduler::{AdvanceReport, PhaseReport};
+pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
 pub use services::FrameReport;
 use services::{EngineServices, Service};
 

@@ -40,9 +40,20 @@ pub struct PhaseReport {
     pub phase: Phase,
     /// How many handlers it called.
     pub calls: usize,
+    /// Each call's context and wall time (to its return or first yield), in call order.
+    pub timings: Vec<HandlerTiming>,
     /// The handlers that failed (raised, or ran past their context's budget), in call order.
     pub errors: Vec<Diagnostic>,
     /// How long the whole phase took, wall time.
+    pub elapsed: Duration,
+}
+
+/// How long one handler call took.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandlerTiming {
+    /// The handler's context.
+    pub context: Arc<str>,
+    /// From the call to its return, failure or first yield.
     pub elapsed: Duration,
 }
 
@@ -82,6 +93,8 @@ struct Binding {
 /// one engine VM and are dropped with it ([`clear`](Self::clear)).
 pub(crate) struct Bindings {
     contexts: Rc<[ContextSpec]>,
+    /// The contexts' names, shared by every timing that names them.
+    names: Box<[Arc<str>]>,
     /// Context indices in run order: priority (higher first), then declaration order.
     order: Box<[usize]>,
     handlers: RefCell<Vec<Binding>>,
@@ -92,7 +105,9 @@ impl Bindings {
         let mut order: Vec<usize> = (0..contexts.len()).collect();
         // A stable sort keeps declaration order among equal priorities.
         order.sort_by_key(|&i| std::cmp::Reverse(contexts[i].get_priority()));
+        let names = contexts.iter().map(|c| Arc::from(c.name())).collect();
         Rc::new(Bindings {
+            names,
             contexts: contexts.into(),
             order: order.into(),
             handlers: RefCell::new(Vec::new()),
@@ -432,9 +447,16 @@ impl ScriptDomain {
         let started = Instant::now();
         let due = self.bindings.due(phase);
         let mut errors = Vec::new();
+        let mut timings = Vec::with_capacity(due.len());
         for (context, handler) in &due {
             let spec = &self.bindings.contexts()[*context];
-            if let Some(message) = self.call_handler(spec, phase, handler, args) {
+            let call = Instant::now();
+            let failed = self.call_handler(spec, phase, handler, args);
+            timings.push(HandlerTiming {
+                context: self.bindings.names[*context].clone(),
+                elapsed: call.elapsed(),
+            });
+            if let Some(message) = failed {
                 errors.push(Diagnostic {
                     attribution: Attribution {
                         domain: self.id(),
@@ -449,6 +471,7 @@ impl ScriptDomain {
         PhaseReport {
             phase,
             calls: due.len(),
+            timings,
             errors,
             elapsed: started.elapsed(),
         }
@@ -515,4 +538,55 @@ impl ScriptDomain {
 /// How reports name a handler: `context 'game' update handler`.
 fn handler_label(context: &str, phase: Phase) -> String {
     format!("context '{context}' {phase} handler")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tagged(lua: &Lua, tag: &str) -> Value {
+        let tag = tag.to_owned();
+        Value::Function(lua.create_function(move |_, ()| Ok(tag.clone())).unwrap())
+    }
+
+    fn handlers(lua: &Lua, phase: &str, tag: &str) -> Value {
+        let t = lua.create_table().unwrap();
+        t.raw_set(phase, tagged(lua, tag)).unwrap();
+        Value::Table(t)
+    }
+
+    fn name(lua: &Lua, s: &str) -> Value {
+        Value::String(lua.create_string(s).unwrap())
+    }
+
+    #[test]
+    fn due_orders_by_priority_then_declaration_then_bind_order() {
+        let lua = Lua::new();
+        let bindings = Bindings::new(vec![
+            ContextSpec::new("low").phases([Phase::Update]).priority(-1),
+            ContextSpec::new("a").phases([Phase::Update]),
+            ContextSpec::new("high").phases([Phase::Update]).priority(3),
+            ContextSpec::new("b").phases([Phase::Update]),
+        ]);
+        for (context, tag) in [
+            ("b", "b1"),
+            ("low", "low"),
+            ("a", "a"),
+            ("high", "high"),
+            ("b", "b2"),
+        ] {
+            bindings
+                .bind(name(&lua, context), handlers(&lua, "update", tag))
+                .unwrap();
+        }
+        let order: Vec<String> = bindings
+            .due(Phase::Update)
+            .into_iter()
+            .map(|(_, f)| f.call::<String>(()).unwrap())
+            .collect();
+        assert_eq!(order, ["high", "a", "b1", "b2", "low"]);
+        assert!(bindings.due(Phase::Input).is_empty());
+        bindings.clear();
+        assert!(bindings.due(Phase::Update).is_empty());
+    }
 }
