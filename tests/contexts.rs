@@ -160,6 +160,33 @@ fn handlers_run_by_priority_then_declaration_then_bind_order() {
 }
 
 #[test]
+fn a_handler_bound_during_a_phase_runs_from_its_next_run() {
+    let pool = Pool::new(1);
+    let domain = ScriptDomain::new(&pool, game_spec()).unwrap();
+    domain
+        .exec(
+            r#"
+            local context = require("@skein/context")
+            seen = {}
+            context.bind("audio", { update = function()
+                table.insert(seen, "audio")
+                if #seen == 1 then
+                    -- world runs before audio; bound now, it waits for the next update.
+                    context.bind("world", { update = function() table.insert(seen, "world") end })
+                end
+            end })
+            "#,
+        )
+        .unwrap();
+    assert_eq!(domain.run_phase(Phase::Update, &[]).unwrap().calls, 1);
+    assert_eq!(domain.run_phase(Phase::Update, &[]).unwrap().calls, 2);
+    assert_eq!(
+        domain.eval("return table.concat(seen, ',')").unwrap(),
+        string("audio,world,audio")
+    );
+}
+
+#[test]
 fn handlers_receive_copies_of_the_arguments() {
     let pool = Pool::new(1);
     let domain = ScriptDomain::new(&pool, game_spec()).unwrap();

@@ -272,6 +272,10 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Phase::ALL.len());
+        // The scheduler indexes its handler lists by discriminant.
+        for (i, phase) in Phase::ALL.into_iter().enumerate() {
+            assert_eq!(phase as usize, i);
+        }
         // Luau names are case-sensitive.
         assert_eq!(Phase::from_name("FixedUpdate"), None);
     }

@@ -87,6 +87,9 @@ struct Binding {
     handler: Function,
 }
 
+/// How many phases there are: one handler list each.
+const PHASES: usize = Phase::ALL.len();
+
 /// The host's context declarations and the handlers scripts bound to them, in bind order.
 ///
 /// The declarations belong to the host and outlive generations; the handlers are functions of
@@ -95,9 +98,11 @@ pub(crate) struct Bindings {
     contexts: Rc<[ContextSpec]>,
     /// The contexts' names, shared by every timing that names them.
     names: Box<[Arc<str>]>,
-    /// Context indices in run order: priority (higher first), then declaration order.
-    order: Box<[usize]>,
-    handlers: RefCell<Vec<Binding>>,
+    /// Each context's place in run order: priority (higher first), then declaration order.
+    rank: Box<[usize]>,
+    /// Each phase's handlers, kept in run order as they are bound (a bind is rare, a phase
+    /// runs every frame): by their context's rank, then bind order.
+    handlers: RefCell<[Vec<Binding>; PHASES]>,
 }
 
 impl Bindings {
@@ -105,12 +110,16 @@ impl Bindings {
         let mut order: Vec<usize> = (0..contexts.len()).collect();
         // A stable sort keeps declaration order among equal priorities.
         order.sort_by_key(|&i| std::cmp::Reverse(contexts[i].get_priority()));
+        let mut rank = vec![0; contexts.len()];
+        for (place, &context) in order.iter().enumerate() {
+            rank[context] = place;
+        }
         let names = contexts.iter().map(|c| Arc::from(c.name())).collect();
         Rc::new(Bindings {
             names,
             contexts: contexts.into(),
-            order: order.into(),
-            handlers: RefCell::new(Vec::new()),
+            rank: rank.into(),
+            handlers: RefCell::new(Default::default()),
         })
     }
 
@@ -120,23 +129,27 @@ impl Bindings {
 
     /// Drops every handler (the generation that bound them has ended).
     pub(crate) fn clear(&self) {
-        let handlers = std::mem::take(&mut *self.handlers.borrow_mut());
+        let handlers: [Vec<Binding>; PHASES] = std::mem::take(&mut *self.handlers.borrow_mut());
         drop(handlers);
     }
 
-    /// The handlers of `phase` in run order, with their context's index.
+    /// The handlers of `phase` in run order, with their context's index: a snapshot, so a
+    /// handler bound while the phase runs is called from the phase's next run on.
     fn due(&self, phase: Phase) -> Vec<(usize, Function)> {
-        let handlers = self.handlers.borrow();
-        let mut out = Vec::new();
-        for &context in self.order.iter() {
-            out.extend(
-                handlers
-                    .iter()
-                    .filter(|b| b.context == context && b.phase == phase)
-                    .map(|b| (context, b.handler.clone())),
-            );
-        }
-        out
+        self.handlers.borrow()[phase as usize]
+            .iter()
+            .map(|b| (b.context, b.handler.clone()))
+            .collect()
+    }
+
+    /// Adds a handler after every handler of its phase whose context runs before or with its
+    /// context.
+    fn insert(&self, binding: Binding) {
+        let mut handlers = self.handlers.borrow_mut();
+        let list = &mut handlers[binding.phase as usize];
+        let rank = self.rank[binding.context];
+        let at = list.partition_point(|b| self.rank[b.context] <= rank);
+        list.insert(at, binding);
     }
 
     /// `context.bind(name, handlers)`: checks every entry, then binds them all (or none).
@@ -216,7 +229,9 @@ impl Bindings {
                 handler,
             });
         }
-        self.handlers.borrow_mut().extend(bound);
+        for binding in bound {
+            self.insert(binding);
+        }
         Ok(())
     }
 }
