@@ -24,6 +24,10 @@ pub enum Error {
     Vm(String),
     /// Reading a file failed.
     Io(std::io::Error),
+    /// A scheduler entry (`run_phase`, `advance`) was called while one of the same domain was
+    /// running: a handler reached back into its own domain through host code. The field names
+    /// the entry that was refused.
+    Reentrant(&'static str),
 }
 
 /// `Result<T, skein::Error>`.
@@ -40,6 +44,11 @@ impl fmt::Display for Error {
             Error::PoolShutDown => write!(f, "the pool has shut down"),
             Error::Vm(m) => write!(f, "could not build a VM: {m}"),
             Error::Io(e) => write!(f, "{e}"),
+            Error::Reentrant(entry) => write!(
+                f,
+                "{entry}: re-entered the scheduler of a domain from one of its own handlers; \
+                 queue an event or a task for the next frame instead"
+            ),
         }
     }
 }

@@ -36,7 +36,10 @@ mod sync;
 mod value;
 mod vm;
 
-pub use domain::{DomainSpec, FrameReport, Report, ScriptDomain};
+pub use domain::{
+    AdvanceReport, Attribution, ContextSpec, Diagnostic, DomainSpec, DomainState, FixedStep,
+    FrameReport, HandlerTiming, Phase, PhaseReport, Report, ScriptDomain, MAX_CONTEXT_NAME,
+};
 pub use error::{Error, Result};
 pub use jobs::{
     DomainId, DomainMailbox, Generation, JobInfo, JobOptions, JobStatus, Pool, Principal, Promise,

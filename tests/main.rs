@@ -2,6 +2,7 @@
 
 mod support;
 
+mod contexts;
 mod dispatch;
 mod docs;
 mod engine_events;

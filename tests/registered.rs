@@ -597,8 +597,8 @@ fn phases_run_in_first_registration_order_and_run_phase_runs_one() {
         "late1,late2,early1"
     );
     domain.eval("log = {}").unwrap();
-    assert!(domain.run_phase("early"));
-    assert!(!domain.run_phase("missing"));
+    assert!(domain.run_job_phase("early"));
+    assert!(!domain.run_job_phase("missing"));
     assert_eq!(string(&domain, "table.concat(log, ',')"), "early1");
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::TryRecvError;
 
-use super::{engine_vm, services, ScriptDomain};
+use super::{engine_vm, scheduler, services, DomainState, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::jobs::{self, DomainMailbox, Generation};
 use crate::value::Message;
@@ -32,8 +32,11 @@ impl ScriptDomain {
     ///
     /// Its registered jobs end with it: their functions lived in the old engine VM.
     ///
+    /// The handlers scripts bound to contexts end with it too; the context declarations carry
+    /// over, and the domain is [`Ready`](crate::DomainState::Ready) again.
+    ///
     /// What carries over: the domain's id, name and plan, its engine services and kernels (they
-    /// belong to the host), its frame counter and frame time, and the reports not taken yet. The new
+    /// belong to the host), its contexts, its frame counter and frame time, and the reports not taken yet. The new
     /// generation has a fresh engine VM, shared store and engine-event log.
     ///
     /// ```
@@ -60,6 +63,7 @@ impl ScriptDomain {
         let vm = engine_vm(&next, &self.pool, &self.reports)?;
         let registry = self.registry.next_generation(next.clone());
         vm.lua.set_app_data(registry.clone());
+        scheduler::install_context_module(&vm.lua, &self.bindings)?;
         for (name, _) in next.services.since(0) {
             let f = services::engine_function(&vm.lua, self.services.clone(), name.clone())?;
             jobs::install_at(&vm.lua, &name, f)
@@ -72,6 +76,9 @@ impl ScriptDomain {
         // Dropping the old engine VM ends its tasks and the promises they awaited.
         self.vm = vm;
         self.registry = registry;
+        // The handlers were functions of the old engine VM; the contexts are the host's and stay.
+        self.bindings.clear();
+        self.state.set(DomainState::Ready);
         self.drain_stale();
         Ok(self.generation())
     }

@@ -26,10 +26,18 @@ use crate::shared::SharedStore;
 use crate::value::Message;
 use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
 
+mod context;
+mod diagnostic;
 mod generation;
 mod host_promises;
+mod lifecycle;
+mod scheduler;
 mod services;
 
+pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};
+pub use diagnostic::{Attribution, Diagnostic};
+pub use lifecycle::DomainState;
+pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
 pub use services::FrameReport;
 use services::{EngineServices, Service};
 
@@ -54,6 +62,8 @@ pub struct DomainSpec {
     name: String,
     plan: Plan,
     warm_bound: Duration,
+    contexts: Vec<ContextSpec>,
+    fixed_step: FixedStep,
 }
 
 impl DomainSpec {
@@ -63,7 +73,37 @@ impl DomainSpec {
             name: name.into(),
             plan: Plan::new(),
             warm_bound: jobs::WARM_BOUND,
+            contexts: Vec::new(),
+            fixed_step: FixedStep::default(),
         }
+    }
+
+    /// Declares a context: when scripts' handlers may run (see [`ContextSpec`]). Contexts of
+    /// equal priority run in the order they are declared here. Declarations belong to the
+    /// host: a restart keeps them.
+    ///
+    /// ```
+    /// use skein::{ContextSpec, DomainSpec, Phase};
+    /// let spec = DomainSpec::new("game").context(ContextSpec::new("ui").phases([Phase::Input]))?;
+    /// let again = spec.context(ContextSpec::new("ui")).unwrap_err();
+    /// assert_eq!(again.to_string(), "context: a context named 'ui' is declared already");
+    /// # Ok::<(), skein::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Refused`] when the name is not 1 to 64 bytes or is declared already, or the
+    /// budget is zero or longer than [`MAX_DEADLINE`].
+    pub fn context(mut self, context: ContextSpec) -> Result<DomainSpec> {
+        context.check(&self.contexts)?;
+        self.contexts.push(context);
+        Ok(self)
+    }
+
+    /// Sets how [`ScriptDomain::advance`] turns time into `fixedUpdate` steps (default: 1/60 s,
+    /// at most 5 per advance). A zero step is refused by [`ScriptDomain::new`].
+    pub fn fixed_step(mut self, fixed: FixedStep) -> DomainSpec {
+        self.fixed_step = fixed;
+        self
     }
 
     /// Shortens the bound on one `jobs.warm` entry's run ([`WARM_BOUND`](crate::WARM_BOUND)),
@@ -137,15 +177,28 @@ pub struct ScriptDomain {
     frame_time: std::cell::Cell<Duration>,
     /// The jobs its scripts registered (`jobs.register`) and the host's kernels.
     registry: Rc<Registry>,
+    /// Where the domain is in its life; shared with the completion of a loading script.
+    state: Rc<std::cell::Cell<DomainState>>,
+    /// The host's contexts and the handlers scripts bound to them.
+    bindings: Rc<scheduler::Bindings>,
+    /// The scheduler entry running now, if any: a second one is `Reentrant`.
+    busy: std::cell::Cell<Option<&'static str>>,
+    fixed_step: FixedStep,
+    /// Time `advance` was given that has not made a whole fixed step yet.
+    accumulator: std::cell::Cell<Duration>,
     _engine_thread: PhantomData<Rc<()>>,
 }
 
 impl ScriptDomain {
     /// Makes a domain served by `pool`, building its engine VM on this thread.
     ///
+    /// The domain is [`Ready`](DomainState::Ready) when this returns.
+    ///
     /// # Errors
-    /// [`Error::Vm`] when the plan's VM cannot be built.
+    /// [`Error::Vm`] when the plan's VM cannot be built; [`Error::Refused`] when the spec's
+    /// fixed step is zero.
     pub fn new(pool: &Pool, spec: DomainSpec) -> Result<ScriptDomain> {
+        spec.fixed_step.check()?;
         let id = Principal {
             domain: DomainId(NEXT_DOMAIN.fetch_add(1, Ordering::Relaxed)),
             generation: Generation(1),
@@ -166,6 +219,8 @@ impl ScriptDomain {
             report_sink(&reports),
         );
         vm.lua.set_app_data(registry.clone());
+        let bindings = scheduler::Bindings::new(spec.contexts);
+        scheduler::install_context_module(&vm.lua, &bindings)?;
         Ok(ScriptDomain {
             name: spec.name,
             principal,
@@ -180,6 +235,11 @@ impl ScriptDomain {
             services: Rc::new(EngineServices::default()),
             frame_time: std::cell::Cell::new(Duration::ZERO),
             registry,
+            state: Rc::new(std::cell::Cell::new(DomainState::Ready)),
+            bindings,
+            busy: std::cell::Cell::new(None),
+            fixed_step: spec.fixed_step,
+            accumulator: std::cell::Cell::new(Duration::ZERO),
             _engine_thread: PhantomData,
         })
     }
@@ -250,8 +310,22 @@ impl ScriptDomain {
             &name,
             &display_name(&path),
             MultiValue::from_iter(args),
+            self.begin_load(),
         )
         .map(|_| ())
+    }
+
+    /// A main script starts: a domain that is not running yet is `Loading` until it ends.
+    /// Answers whether this script decides the state.
+    fn begin_load(&self) -> bool {
+        let loads = matches!(
+            self.state.get(),
+            DomainState::Ready | DomainState::Failed | DomainState::Created
+        );
+        if loads {
+            self.state.set(DomainState::Loading);
+        }
+        loads
     }
 
     /// Starts `source` as a task of the engine VM; `require` and `jobs.dispatch` in it resolve
@@ -260,8 +334,14 @@ impl ScriptDomain {
     /// # Errors
     /// [`Error::Script`] when it does not compile.
     pub fn exec(&self, source: &str) -> Result<()> {
-        self.start_chunk(source.as_bytes(), "=exec", "exec", MultiValue::new())
-            .map(|_| ())
+        self.start_chunk(
+            source.as_bytes(),
+            "=exec",
+            "exec",
+            MultiValue::new(),
+            self.begin_load(),
+        )
+        .map(|_| ())
     }
 
     /// Runs `source` as a task of the engine VM, pumping the domain until it returns, and
@@ -272,7 +352,8 @@ impl ScriptDomain {
     /// [`Error::Script`] with the error and Luau stack when it raises; [`Error::Transfer`] when
     /// its result can't be copied.
     pub fn eval(&self, source: &str) -> Result<Message> {
-        let slot = self.start_chunk(source.as_bytes(), "=eval", "eval", MultiValue::new())?;
+        let slot =
+            self.start_chunk(source.as_bytes(), "=eval", "eval", MultiValue::new(), false)?;
         loop {
             if let Some(result) = slot.borrow_mut().take() {
                 return result;
@@ -291,6 +372,7 @@ impl ScriptDomain {
         chunk_name: &str,
         label: &str,
         args: MultiValue,
+        loads: bool,
     ) -> Result<Rc<RefCell<Option<Result<Message>>>>> {
         // The chunk may dispatch before its first yield: edits must be seen before it runs.
         vm::check_sources();
@@ -299,12 +381,25 @@ impl ScriptDomain {
             .load(source)
             .set_name(chunk_name)
             .into_function()
-            .map_err(|e| Error::Script(vm::error_message(&e)))?;
+            .map_err(|e| {
+                if loads {
+                    self.state.set(DomainState::Failed);
+                }
+                Error::Script(vm::error_message(&e))
+            })?;
         let slot: Rc<RefCell<Option<Result<Message>>>> = Rc::new(RefCell::new(None));
         let out = slot.clone();
         let failures = self.failures.clone();
         let script = format!("script {label}");
+        let state = loads.then(|| self.state.clone());
         let completion: vm::Completion = Box::new(move |_lua: &Lua, result, _commands| {
+            if let Some(state) = state.filter(|s| s.get() == DomainState::Loading) {
+                state.set(if result.is_ok() {
+                    DomainState::Ready
+                } else {
+                    DomainState::Failed
+                });
+            }
             let answer = match result {
                 Ok(values) => {
                     let first = values.into_iter().next().unwrap_or(Value::Nil);
@@ -631,7 +726,33 @@ impl ScriptDomain {
     /// assert_eq!(later.time, Duration::from_millis(32));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// A frame moves a ready domain to [`Running`](DomainState::Running). A stopped domain's
+    /// frame does nothing; so does a frame asked for while a phase, advance or frame of the
+    /// same domain runs (a handler reaching back through a host service): that is recorded as
+    /// a [`Report`] naming [`Error::Reentrant`], and the report answered counts nothing.
     pub fn frame(&self, dt: Duration) -> FrameReport {
+        match self.enter("frame") {
+            Ok(_entered) => self.run_frame(dt),
+            Err(e) => {
+                if matches!(e, Error::Reentrant(_)) {
+                    self.reports.borrow_mut().push(Report {
+                        source: "frame".to_owned(),
+                        message: e.to_string(),
+                    });
+                }
+                FrameReport {
+                    frame: self.frames(),
+                    forwarded_calls: 0,
+                    commands_applied: 0,
+                    time: self.frame_time.get(),
+                }
+            }
+        }
+    }
+
+    /// One frame, inside a scheduler entry.
+    fn run_frame(&self, dt: Duration) -> FrameReport {
         vm::check_sources();
         self.services.forwarded.set(0);
         self.services.applied.set(0);
@@ -677,13 +798,16 @@ impl ScriptDomain {
     ///     n = 0
     ///     jobs.register({ phase = "physics", executor = { kind = "luau", run = function() n += 1 end } })
     /// "#)?;
-    /// assert!(domain.run_phase("physics"));
-    /// assert!(domain.run_phase("physics"));
-    /// assert!(!domain.run_phase("render"));
+    /// assert!(domain.run_job_phase("physics"));
+    /// assert!(domain.run_job_phase("physics"));
+    /// assert!(!domain.run_job_phase("render"));
     /// assert_eq!(domain.eval("return n")?, Message::Integer(2));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn run_phase(&self, name: &str) -> bool {
+    ///
+    /// Registered jobs' phases are their own names, apart from the scheduler's [`Phase`]s:
+    /// [`run_phase`](Self::run_phase) runs context handlers, this runs jobs.
+    pub fn run_job_phase(&self, name: &str) -> bool {
         vm::check_sources();
         self.drain();
         let known = self.registry.run(&self.vm, Some(name));
@@ -820,7 +944,7 @@ impl ScriptDomain {
 
 impl Drop for ScriptDomain {
     fn drop(&mut self) {
-        self.end_generation(&format!("domain '{}' stopped", self.name), false);
+        self.stop();
     }
 }
 

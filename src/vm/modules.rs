@@ -148,8 +148,31 @@ pub(crate) fn with_caller_source<R>(lua: &Lua, f: impl FnOnce(Option<&str>) -> R
     }
 }
 
+/// `@skein/context`: the engine VM's module, which its domain keeps in the registry; a VM
+/// without one (a worker VM) answers a module whose `bind` raises, since phases run only on
+/// the engine thread.
+fn context_module(lua: &Lua) -> mlua::Result<Value> {
+    let module = lua.named_registry_value::<Value>("skein.context")?;
+    if !module.is_nil() {
+        return Ok(module);
+    }
+    let module = lua.create_table()?;
+    module.raw_set(
+        "bind",
+        lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
+            Err(mlua::Error::runtime(WORKER_BIND))
+        })?,
+    )?;
+    module.set_readonly(true);
+    Ok(Value::Table(module))
+}
+
+/// What `context.bind` raises outside the engine VM.
+pub(crate) const WORKER_BIND: &str =
+    "context.bind: handlers bind only in the engine VM; a worker VM runs jobs, not phases";
+
 /// Installs the `require` global: Luau's require-by-string through Skein's loader, plus the
-/// built-in `@skein/jobs`.
+/// built-ins `@skein/jobs` and `@skein/context`.
 pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
     let require = lua.create_function(|lua, spec: mlua::LuaString| {
         let spec = spec.to_str()?.to_owned();
@@ -157,6 +180,9 @@ pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
             // The sandbox hides the real globals behind a per-thread proxy; the jobs layer keeps
             // its table in the registry.
             return lua.named_registry_value::<Value>("skein.jobs");
+        }
+        if spec == "@skein/context" {
+            return context_module(lua);
         }
         let core = super::core::VmCore::of(lua)?;
         let resolved = with_caller_source(lua, |source| core.modules.resolve(source, &spec))

@@ -1,0 +1,300 @@
+//! What the host declares about when code may run: [`Phase`], [`ContextSpec`] and
+//! [`FixedStep`].
+//!
+//! These are plain declarations: the bindings scripts make and the scheduler that runs them
+//! live in `scheduler.rs`. A context is *when*; what its code may do is a separate grant.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::jobs::MAX_DEADLINE;
+
+/// The longest context name, in bytes.
+pub const MAX_CONTEXT_NAME: usize = 64;
+
+/// A scheduler entry: when a context's handlers may run.
+///
+/// The phases are generic on purpose: a host that wants a lifecycle of its own builds it on
+/// [`OnDemand`](Phase::OnDemand) or on events. In Luau each phase is named in camelCase
+/// (`fixedUpdate`), which [`name`](Phase::name) and [`from_name`](Phase::from_name) give.
+///
+/// ```
+/// use skein::Phase;
+/// assert_eq!(Phase::FixedUpdate.name(), "fixedUpdate");
+/// assert_eq!(Phase::from_name("renderPrepare"), Some(Phase::RenderPrepare));
+/// assert_eq!(Phase::from_name("render"), None);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Phase {
+    /// The domain's code is being loaded.
+    Load,
+    /// The domain starts.
+    Startup,
+    /// One fixed step of [`advance`](crate::ScriptDomain::advance).
+    FixedUpdate,
+    /// Once per [`advance`](crate::ScriptDomain::advance), after the fixed steps.
+    Update,
+    /// Once per [`advance`](crate::ScriptDomain::advance), after `update`.
+    LateUpdate,
+    /// The host has input for the domain.
+    Input,
+    /// The host is about to render.
+    RenderPrepare,
+    /// The host has a message for the domain.
+    Message,
+    /// A host timer fired.
+    Timer,
+    /// The host runs event handling.
+    Event,
+    /// Whenever the host says.
+    OnDemand,
+    /// The domain is stopping: run by [`stop`](crate::ScriptDomain::stop) and `Drop`.
+    Shutdown,
+}
+
+impl Phase {
+    /// Every phase, in declaration order.
+    pub const ALL: [Phase; 12] = [
+        Phase::Load,
+        Phase::Startup,
+        Phase::FixedUpdate,
+        Phase::Update,
+        Phase::LateUpdate,
+        Phase::Input,
+        Phase::RenderPrepare,
+        Phase::Message,
+        Phase::Timer,
+        Phase::Event,
+        Phase::OnDemand,
+        Phase::Shutdown,
+    ];
+
+    /// The phase's Luau name: `load`, `fixedUpdate`, `onDemand` ….
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Load => "load",
+            Phase::Startup => "startup",
+            Phase::FixedUpdate => "fixedUpdate",
+            Phase::Update => "update",
+            Phase::LateUpdate => "lateUpdate",
+            Phase::Input => "input",
+            Phase::RenderPrepare => "renderPrepare",
+            Phase::Message => "message",
+            Phase::Timer => "timer",
+            Phase::Event => "event",
+            Phase::OnDemand => "onDemand",
+            Phase::Shutdown => "shutdown",
+        }
+    }
+
+    /// The phase named `name` in Luau, if there is one (names are case-sensitive).
+    pub fn from_name(name: &str) -> Option<Phase> {
+        Phase::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A context the host declares: a name scripts bind to, the phases it schedules, its priority
+/// and its budget.
+///
+/// Within a phase, contexts run by priority, higher first; contexts of equal priority run in
+/// the order the host declared them ([`DomainSpec::context`](crate::DomainSpec::context)).
+///
+/// ```
+/// use std::time::Duration;
+/// use skein::{ContextSpec, Phase};
+///
+/// let game = ContextSpec::new("game")
+///     .phases([Phase::FixedUpdate, Phase::Update])
+///     .priority(10)
+///     .budget(Duration::from_millis(4));
+/// assert_eq!(game.name(), "game");
+/// assert!(game.schedules(Phase::Update));
+/// assert!(!game.schedules(Phase::Input));
+/// ```
+///
+/// # Capabilities
+/// A context's capability subset (what its handlers may do, never more than the domain's
+/// grant) is declared here too; it belongs to Skein's capability layer, and until that is in
+/// a context's handlers run with the domain's authority.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContextSpec {
+    name: String,
+    phases: Vec<Phase>,
+    priority: i32,
+    budget: Option<Duration>,
+}
+
+impl ContextSpec {
+    /// A context named `name` that schedules no phase yet, at priority 0, with no budget of
+    /// its own (each handler run is held to the domain's deadline cap,
+    /// [`MAX_DEADLINE`](crate::MAX_DEADLINE)).
+    pub fn new(name: impl Into<String>) -> ContextSpec {
+        ContextSpec {
+            name: name.into(),
+            phases: Vec::new(),
+            priority: 0,
+            budget: None,
+        }
+    }
+
+    /// Adds the phases the context schedules (a phase given twice counts once).
+    pub fn phases(mut self, phases: impl IntoIterator<Item = Phase>) -> ContextSpec {
+        for phase in phases {
+            if !self.phases.contains(&phase) {
+                self.phases.push(phase);
+            }
+        }
+        self
+    }
+
+    /// Sets the priority: within a phase, higher runs first.
+    pub fn priority(mut self, priority: i32) -> ContextSpec {
+        self.priority = priority;
+        self
+    }
+
+    /// Sets the budget: the longest one run of a handler (from its call, or a resume, to its
+    /// next yield or return) may take before it is stopped and reported.
+    pub fn budget(mut self, budget: Duration) -> ContextSpec {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// The context's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The phases it schedules, in the order they were given.
+    pub fn scheduled(&self) -> &[Phase] {
+        &self.phases
+    }
+
+    /// Whether it schedules `phase`.
+    pub fn schedules(&self, phase: Phase) -> bool {
+        self.phases.contains(&phase)
+    }
+
+    /// Its priority.
+    pub fn get_priority(&self) -> i32 {
+        self.priority
+    }
+
+    /// Its budget, if it has its own.
+    pub fn get_budget(&self) -> Option<Duration> {
+        self.budget
+    }
+
+    /// Checks the declaration against the ones made before it.
+    pub(crate) fn check(&self, declared: &[ContextSpec]) -> Result<()> {
+        let len = self.name.len();
+        if len == 0 || len > MAX_CONTEXT_NAME {
+            return Err(Error::Refused(format!(
+                "context: a context name is 1 to {MAX_CONTEXT_NAME} bytes, got {len} bytes"
+            )));
+        }
+        if declared.iter().any(|c| c.name == self.name) {
+            return Err(Error::Refused(format!(
+                "context: a context named '{}' is declared already",
+                self.name
+            )));
+        }
+        if let Some(budget) = self.budget {
+            if budget.is_zero() || budget > MAX_DEADLINE {
+                return Err(Error::Refused(format!(
+                    "context '{}': a budget is more than 0 and at most {} s, got {budget:?}",
+                    self.name,
+                    MAX_DEADLINE.as_secs()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How [`advance`](crate::ScriptDomain::advance) turns wall time into fixed steps: the step's
+/// length, and how many owed steps one advance may run before it drops the rest.
+///
+/// ```
+/// use std::time::Duration;
+/// use skein::FixedStep;
+///
+/// let fixed = FixedStep::default();
+/// assert_eq!(fixed.step, Duration::from_nanos(16_666_667));
+/// assert_eq!(fixed.max_catch_up, 5);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedStep {
+    /// The length of one `fixedUpdate` step.
+    pub step: Duration,
+    /// The most steps one advance runs; the accumulator drops what it owes beyond that.
+    pub max_catch_up: u32,
+}
+
+impl Default for FixedStep {
+    /// 1/60 s (rounded to the nanosecond), at most 5 steps per advance.
+    fn default() -> FixedStep {
+        FixedStep {
+            step: Duration::from_nanos(16_666_667),
+            max_catch_up: 5,
+        }
+    }
+}
+
+impl FixedStep {
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.step.is_zero() {
+            return Err(Error::Refused(
+                "fixed_step: the step must be longer than 0".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_phase_name_reads_back_as_its_phase_and_names_are_unique() {
+        for phase in Phase::ALL {
+            assert_eq!(Phase::from_name(phase.name()), Some(phase));
+        }
+        let mut names: Vec<&str> = Phase::ALL.iter().map(|p| p.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Phase::ALL.len());
+        // The scheduler indexes its handler lists by discriminant.
+        for (i, phase) in Phase::ALL.into_iter().enumerate() {
+            assert_eq!(phase as usize, i);
+        }
+        // Luau names are case-sensitive.
+        assert_eq!(Phase::from_name("FixedUpdate"), None);
+    }
+
+    #[test]
+    fn a_phase_given_twice_is_scheduled_once() {
+        let spec = ContextSpec::new("a").phases([Phase::Update, Phase::Input, Phase::Update]);
+        assert_eq!(spec.scheduled(), [Phase::Update, Phase::Input]);
+    }
+
+    #[test]
+    fn a_budget_is_checked_at_both_ends() {
+        let at_cap = ContextSpec::new("a").budget(MAX_DEADLINE);
+        assert!(at_cap.check(&[]).is_ok());
+        let past = ContextSpec::new("a").budget(MAX_DEADLINE + Duration::from_nanos(1));
+        let text = past.check(&[]).unwrap_err().to_string();
+        assert!(
+            text.starts_with("context 'a': a budget is more than 0 and at most 60 s"),
+            "{text}"
+        );
+    }
+}

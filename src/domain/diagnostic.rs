@@ -1,0 +1,54 @@
+//! Who a failure belongs to ([`Attribution`]) and the structured record of a failure the
+//! scheduler kept going past ([`Diagnostic`]).
+
+use std::fmt;
+
+use super::context::Phase;
+use crate::jobs::{DomainId, Generation};
+
+/// Who was running: the domain, its generation and the context, if there was one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attribution {
+    /// The domain.
+    pub domain: DomainId,
+    /// Its generation.
+    pub generation: Generation,
+    /// The context whose handler was running, if any.
+    pub context: Option<String>,
+}
+
+impl fmt::Display for Attribution {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (generation {}", self.domain, self.generation.get())?;
+        if let Some(context) = &self.context {
+            write!(f, ", context '{context}'")?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// A failure the domain went on past: a handler that raised or ran out of budget.
+///
+/// `Display` gives `<attribution> <phase> handler failed: <message>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Who was running.
+    pub attribution: Attribution,
+    /// The phase it ran in, when the failure came from a phase handler.
+    pub phase: Option<Phase>,
+    /// What happened, with the Luau stack when there is one.
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.phase {
+            Some(phase) => write!(
+                f,
+                "{}: {phase} handler failed: {}",
+                self.attribution, self.message
+            ),
+            None => write!(f, "{}: {}", self.attribution, self.message),
+        }
+    }
+}

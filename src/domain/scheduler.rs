@@ -1,0 +1,607 @@
+//! The scheduler of one domain: the handlers scripts bind to contexts (`@skein/context`),
+//! [`ScriptDomain::run_phase`], [`ScriptDomain::advance`] and [`ScriptDomain::stop`].
+//!
+//! Every entry into a domain's phase handlers goes through here. Handlers run on the engine
+//! thread, one after another, in a fixed order: contexts by priority (higher first), contexts of
+//! equal priority in the order the host declared them, and a context's handlers for one phase in
+//! the order scripts bound them. No hash map decides anything.
+//!
+//! Each handler call is a task of the engine VM whose runs are held to its context's budget
+//! (the per-run deadline of `vm::budget`). A failure is recorded as a [`Diagnostic`] in the
+//! phase's report and the next handler runs: one broken handler never stops the phase or the
+//! domain.
+//!
+//! The scheduler does not nest: while a phase runs, a handler that reaches back into its own
+//! domain's `run_phase` or `advance` (through a host service) is refused with
+//! [`Error::Reentrant`]; its work belongs in an event or a task for the next frame.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mlua::{Function, Lua, MultiValue, Table, Value};
+
+use super::context::{ContextSpec, Phase};
+use super::diagnostic::{Attribution, Diagnostic};
+use super::lifecycle::DomainState;
+use super::{FrameReport, Report, ScriptDomain};
+use crate::error::{Error, Result};
+use crate::value::Message;
+use crate::vm::{self, Owner, TaskFailure};
+
+/// Registry key of the engine VM's `@skein/context` table.
+pub(crate) const CONTEXT_KEY: &str = "skein.context";
+
+/// What one [`run_phase`](ScriptDomain::run_phase) did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PhaseReport {
+    /// The phase that ran.
+    pub phase: Phase,
+    /// How many handlers it called.
+    pub calls: usize,
+    /// Each call's context and wall time (to its return or first yield), in call order.
+    pub timings: Vec<HandlerTiming>,
+    /// The handlers that failed (raised, or ran past their context's budget), in call order.
+    pub errors: Vec<Diagnostic>,
+    /// How long the whole phase took, wall time.
+    pub elapsed: Duration,
+}
+
+/// How long one handler call took.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandlerTiming {
+    /// The handler's context.
+    pub context: Arc<str>,
+    /// From the call to its return, failure or first yield.
+    pub elapsed: Duration,
+}
+
+/// What one [`advance`](ScriptDomain::advance) did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdvanceReport {
+    /// How many `fixedUpdate` steps ran.
+    pub fixed_steps: u32,
+    /// How many owed steps were dropped because they passed the catch-up limit.
+    pub dropped_steps: u64,
+    /// Every phase run, in order: the fixed steps, then `update`, then `lateUpdate`.
+    pub phases: Vec<PhaseReport>,
+    /// The engine frame that ended the advance.
+    pub frame: FrameReport,
+    /// How long the advance took, wall time.
+    pub elapsed: Duration,
+}
+
+impl AdvanceReport {
+    /// Every handler failure of the advance, in the order they happened.
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.phases.iter().flat_map(|p| p.errors.iter())
+    }
+}
+
+/// One handler a script bound.
+struct Binding {
+    /// Index of its context in the declared list.
+    context: usize,
+    phase: Phase,
+    handler: Function,
+}
+
+/// How many phases there are: one handler list each.
+const PHASES: usize = Phase::ALL.len();
+
+/// The host's context declarations and the handlers scripts bound to them, in bind order.
+///
+/// The declarations belong to the host and outlive generations; the handlers are functions of
+/// one engine VM and are dropped with it ([`clear`](Self::clear)).
+pub(crate) struct Bindings {
+    contexts: Rc<[ContextSpec]>,
+    /// The contexts' names, shared by every timing that names them.
+    names: Box<[Arc<str>]>,
+    /// Each context's place in run order: priority (higher first), then declaration order.
+    rank: Box<[usize]>,
+    /// Each phase's handlers, kept in run order as they are bound (a bind is rare, a phase
+    /// runs every frame): by their context's rank, then bind order.
+    handlers: RefCell<[Vec<Binding>; PHASES]>,
+}
+
+impl Bindings {
+    pub(crate) fn new(contexts: Vec<ContextSpec>) -> Rc<Bindings> {
+        let mut order: Vec<usize> = (0..contexts.len()).collect();
+        // A stable sort keeps declaration order among equal priorities.
+        order.sort_by_key(|&i| std::cmp::Reverse(contexts[i].get_priority()));
+        let mut rank = vec![0; contexts.len()];
+        for (place, &context) in order.iter().enumerate() {
+            rank[context] = place;
+        }
+        let names = contexts.iter().map(|c| Arc::from(c.name())).collect();
+        Rc::new(Bindings {
+            names,
+            contexts: contexts.into(),
+            rank: rank.into(),
+            handlers: RefCell::new(Default::default()),
+        })
+    }
+
+    pub(crate) fn contexts(&self) -> &[ContextSpec] {
+        &self.contexts
+    }
+
+    /// Drops every handler (the generation that bound them has ended).
+    pub(crate) fn clear(&self) {
+        let handlers: [Vec<Binding>; PHASES] = std::mem::take(&mut *self.handlers.borrow_mut());
+        drop(handlers);
+    }
+
+    /// The handlers of `phase` in run order, with their context's index: a snapshot, so a
+    /// handler bound while the phase runs is called from the phase's next run on.
+    fn due(&self, phase: Phase) -> Vec<(usize, Function)> {
+        self.handlers.borrow()[phase as usize]
+            .iter()
+            .map(|b| (b.context, b.handler.clone()))
+            .collect()
+    }
+
+    /// Adds a handler after every handler of its phase whose context runs before or with its
+    /// context.
+    fn insert(&self, binding: Binding) {
+        let mut handlers = self.handlers.borrow_mut();
+        let list = &mut handlers[binding.phase as usize];
+        let rank = self.rank[binding.context];
+        let at = list.partition_point(|b| self.rank[b.context] <= rank);
+        list.insert(at, binding);
+    }
+
+    /// `context.bind(name, handlers)`: checks every entry, then binds them all (or none).
+    fn bind(&self, name: Value, handlers: Value) -> mlua::Result<()> {
+        let name = match name {
+            Value::String(s) => s.to_str()?.to_owned(),
+            other => {
+                return Err(refuse(format!(
+                    "name must be a string, got {}",
+                    vm::a_type(&other)
+                )))
+            }
+        };
+        let Some(index) = self.contexts.iter().position(|c| c.name() == name) else {
+            let declared: Vec<&str> = self.contexts.iter().map(ContextSpec::name).collect();
+            let declared = if declared.is_empty() {
+                "none".to_owned()
+            } else {
+                declared.join(", ")
+            };
+            return Err(refuse(format!(
+                "no context named '{name}' is declared (declared: {declared})"
+            )));
+        };
+        let context = &self.contexts[index];
+        let Value::Table(table) = handlers else {
+            return Err(refuse(format!(
+                "handlers must be a table of phase = function, got {}",
+                vm::a_type(&handlers)
+            )));
+        };
+        // Checked in key order, so a table with several faults always names the same one.
+        let mut entries = Vec::new();
+        for pair in table.pairs::<Value, Value>() {
+            let (key, value) = pair?;
+            let key = match key {
+                Value::String(s) => s.to_str()?.to_owned(),
+                other => {
+                    return Err(refuse(format!(
+                        "handler keys are phase names, got {}",
+                        vm::a_type(&other)
+                    )))
+                }
+            };
+            entries.push((key, value));
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut bound = Vec::with_capacity(entries.len());
+        for (key, value) in entries {
+            let Some(phase) = Phase::from_name(&key) else {
+                let phases: Vec<&str> = Phase::ALL.iter().map(|p| p.name()).collect();
+                return Err(refuse(format!(
+                    "'{key}' is not a phase (phases: {})",
+                    phases.join(", ")
+                )));
+            };
+            if !context.schedules(phase) {
+                let scheduled: Vec<&str> = context.scheduled().iter().map(|p| p.name()).collect();
+                let scheduled = if scheduled.is_empty() {
+                    "none".to_owned()
+                } else {
+                    scheduled.join(", ")
+                };
+                return Err(refuse(format!(
+                    "context '{name}' does not schedule the '{phase}' phase (it schedules: {scheduled})"
+                )));
+            }
+            let Value::Function(handler) = value else {
+                return Err(refuse(format!(
+                    "the '{phase}' handler for context '{name}' must be a function, got {}",
+                    vm::a_type(&value)
+                )));
+            };
+            bound.push(Binding {
+                context: index,
+                phase,
+                handler,
+            });
+        }
+        for binding in bound {
+            self.insert(binding);
+        }
+        Ok(())
+    }
+}
+
+fn refuse(text: String) -> mlua::Error {
+    mlua::Error::runtime(format!("context.bind: {text}"))
+}
+
+/// Installs `@skein/context` in the engine VM: `require("@skein/context")` answers it.
+pub(crate) fn install_context_module(lua: &Lua, bindings: &Rc<Bindings>) -> mlua::Result<()> {
+    let module: Table = lua.create_table()?;
+    let store = bindings.clone();
+    module.raw_set(
+        "bind",
+        lua.create_function(move |_, (name, handlers): (Value, Value)| store.bind(name, handlers))?,
+    )?;
+    module.set_readonly(true);
+    lua.set_named_registry_value(CONTEXT_KEY, module)
+}
+
+/// How a handler call ended, seen from the phase that made it.
+enum CallState {
+    /// Still running (it yielded): its end is reported to the domain when it comes.
+    Running,
+    Returned,
+    Failed(TaskFailure),
+    /// The phase moved on while it was suspended.
+    Detached,
+}
+
+/// Clears the scheduler's busy flag when an entry ends, however it ends.
+pub(super) struct Entered<'a>(&'a Cell<Option<&'static str>>);
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.0.set(None);
+    }
+}
+
+impl ScriptDomain {
+    /// Where the domain is in its life (see [`DomainState`] for the transitions).
+    pub fn state(&self) -> DomainState {
+        self.state.get()
+    }
+
+    /// The contexts the host declared, in declaration order.
+    pub fn contexts(&self) -> &[ContextSpec] {
+        self.bindings.contexts()
+    }
+
+    /// Runs every handler bound to `phase` now, each called with a copy of `args`, and answers
+    /// what happened.
+    ///
+    /// Handlers run by their context's priority (higher first), contexts of equal priority in
+    /// declaration order, and one context's handlers in the order they were bound. Each call
+    /// is a task of the engine VM held to its context's budget per run, and timed. A handler
+    /// that raises, or runs past its budget, becomes a [`Diagnostic`] in the report and the
+    /// next handler runs. A handler that yields (`task.wait`, an `await`) goes on as a task;
+    /// a failure after that is a [`Report`](crate::Report) of the domain.
+    ///
+    /// ```
+    /// use skein::{ContextSpec, DomainSpec, Message, Phase, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let spec = DomainSpec::new("game")
+    ///     .context(ContextSpec::new("ui").phases([Phase::Input]))?
+    ///     .context(ContextSpec::new("world").phases([Phase::Input]).priority(5))?;
+    /// let domain = ScriptDomain::new(&pool, spec)?;
+    /// domain.exec(r#"
+    ///     local context = require("@skein/context")
+    ///     seen = {}
+    ///     context.bind("ui", { input = function(key) table.insert(seen, "ui " .. key) end })
+    ///     context.bind("world", { input = function(key) table.insert(seen, "world " .. key) end })
+    /// "#)?;
+    /// let report = domain.run_phase(Phase::Input, &[Message::String("w".into())])?;
+    /// assert_eq!(report.calls, 2);
+    /// assert!(report.errors.is_empty());
+    /// // The higher priority ran first.
+    /// assert_eq!(domain.eval("return table.concat(seen, ', ')")?, Message::String("world w, ui w".into()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Reentrant`] when called while a phase, advance or frame of this domain runs
+    /// (from a handler, through a host service); [`Error::Refused`] once the domain is stopped.
+    pub fn run_phase(&self, phase: Phase, args: &[Message]) -> Result<PhaseReport> {
+        let _entered = self.enter("run_phase")?;
+        Ok(self.broadcast(phase, args))
+    }
+
+    /// Moves the domain's time on by `delta`: runs the `fixedUpdate` steps the accumulator
+    /// owes (each handler receives the step in seconds), at most the catch-up limit of the
+    /// domain's [`FixedStep`](crate::FixedStep), dropping and counting the rest; then `update`
+    /// and `lateUpdate` (handlers receive `delta` in seconds); then one engine
+    /// [`frame`](Self::frame) (the mailbox drain, frame waits, registered jobs, ready tasks).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{ContextSpec, DomainSpec, FixedStep, Message, Phase, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let spec = DomainSpec::new("game")
+    ///     .fixed_step(FixedStep { step: Duration::from_millis(10), max_catch_up: 4 })
+    ///     .context(ContextSpec::new("sim").phases([Phase::FixedUpdate, Phase::Update]))?;
+    /// let domain = ScriptDomain::new(&pool, spec)?;
+    /// domain.exec(r#"
+    ///     steps, updates = 0, 0
+    ///     require("@skein/context").bind("sim", {
+    ///         fixedUpdate = function(dt) steps += 1 end,
+    ///         update = function(dt) updates += 1 end,
+    ///     })
+    /// "#)?;
+    /// let report = domain.advance(Duration::from_millis(25))?;
+    /// assert_eq!((report.fixed_steps, report.dropped_steps), (2, 0));
+    /// // 5 ms were left over: 65 more make 7 steps owed, 4 run and 3 are dropped.
+    /// let report = domain.advance(Duration::from_millis(65))?;
+    /// assert_eq!((report.fixed_steps, report.dropped_steps), (4, 3));
+    /// assert_eq!(domain.eval("return steps")?, Message::Integer(6));
+    /// assert_eq!(domain.eval("return updates")?, Message::Integer(2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`run_phase`](Self::run_phase).
+    pub fn advance(&self, delta: Duration) -> Result<AdvanceReport> {
+        let _entered = self.enter("advance")?;
+        let started = Instant::now();
+        let step = self.fixed_step.step;
+        let owed_time = self.accumulator.get() + delta;
+        let owed = owed_time.as_nanos() / step.as_nanos();
+        let remainder = owed_time.as_nanos() % step.as_nanos();
+        // The remainder is below one step, which is a `Duration`: it fits in u64 nanoseconds
+        // for any step shorter than 584 years.
+        self.accumulator.set(Duration::from_nanos(
+            u64::try_from(remainder).unwrap_or(u64::MAX),
+        ));
+        let run = owed.min(u128::from(self.fixed_step.max_catch_up)) as u32;
+        let dropped = u64::try_from(owed - u128::from(run)).unwrap_or(u64::MAX);
+        let mut phases = Vec::with_capacity(run as usize + 2);
+        let step_secs = [Message::Number(step.as_secs_f64())];
+        for _ in 0..run {
+            phases.push(self.broadcast(Phase::FixedUpdate, &step_secs));
+        }
+        let delta_secs = [Message::Number(delta.as_secs_f64())];
+        phases.push(self.broadcast(Phase::Update, &delta_secs));
+        phases.push(self.broadcast(Phase::LateUpdate, &delta_secs));
+        let frame = self.run_frame(delta);
+        Ok(AdvanceReport {
+            fixed_steps: run,
+            dropped_steps: dropped,
+            phases,
+            frame,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Ends the domain: runs the `shutdown` phase (its failures become
+    /// [`Report`](crate::Report)s), drops every bound handler, then ends the generation as a
+    /// restart does (queued pool items are refused unrun naming `domain '<name>' stopped`, the
+    /// shared store and key bindings end). The domain is then [`Stopped`](DomainState::Stopped):
+    /// `run_phase`, `advance` and `frame` do nothing more. Stopping twice does nothing;
+    /// dropping a domain stops it.
+    ///
+    /// ```
+    /// use skein::{ContextSpec, DomainSpec, DomainState, Phase, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let spec = DomainSpec::new("game").context(ContextSpec::new("main").phases([Phase::Shutdown]))?;
+    /// let mut domain = ScriptDomain::new(&pool, spec)?;
+    /// domain.exec(r#"require("@skein/context").bind("main", { shutdown = function() error("bye") end })"#)?;
+    /// domain.stop();
+    /// assert_eq!(domain.state(), DomainState::Stopped);
+    /// let reports = domain.take_reports();
+    /// assert!(reports[0].message.contains("bye"), "{reports:?}");
+    /// assert!(domain.run_phase(Phase::Shutdown, &[]).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stop(&mut self) {
+        if matches!(self.state.get(), DomainState::Stopped) {
+            return;
+        }
+        self.state.set(DomainState::Stopping);
+        let report = self.broadcast(Phase::Shutdown, &[]);
+        for error in report.errors {
+            self.reports.borrow_mut().push(Report {
+                source: handler_label(
+                    error.attribution.context.as_deref().unwrap_or(""),
+                    Phase::Shutdown,
+                ),
+                message: error.message,
+            });
+        }
+        self.bindings.clear();
+        self.end_generation(&format!("domain '{}' stopped", self.name), false);
+        self.state.set(DomainState::Stopped);
+    }
+
+    /// Marks the start of a scheduler entry: refuses a stopped domain and a nested entry, and
+    /// moves a loaded domain to `Running`.
+    pub(super) fn enter(&self, entry: &'static str) -> Result<Entered<'_>> {
+        if matches!(
+            self.state.get(),
+            DomainState::Stopped | DomainState::Stopping
+        ) {
+            return Err(Error::Refused(format!(
+                "{entry}: domain '{}' is {}",
+                self.name,
+                self.state.get()
+            )));
+        }
+        if self.busy.get().is_some() {
+            return Err(Error::Reentrant(entry));
+        }
+        self.busy.set(Some(entry));
+        self.mark_running();
+        Ok(Entered(&self.busy))
+    }
+
+    /// The first phase or frame moves a ready (or still loading) domain to `Running`.
+    pub(super) fn mark_running(&self) {
+        if matches!(self.state.get(), DomainState::Ready | DomainState::Loading) {
+            self.state.set(DomainState::Running);
+        }
+    }
+
+    /// Calls every handler of `phase` in run order.
+    fn broadcast(&self, phase: Phase, args: &[Message]) -> PhaseReport {
+        let started = Instant::now();
+        let due = self.bindings.due(phase);
+        let mut errors = Vec::new();
+        let mut timings = Vec::with_capacity(due.len());
+        for (context, handler) in &due {
+            let spec = &self.bindings.contexts()[*context];
+            let call = Instant::now();
+            let failed = self.call_handler(spec, phase, handler, args);
+            timings.push(HandlerTiming {
+                context: self.bindings.names[*context].clone(),
+                elapsed: call.elapsed(),
+            });
+            if let Some(message) = failed {
+                errors.push(Diagnostic {
+                    attribution: Attribution {
+                        domain: self.id(),
+                        generation: self.generation(),
+                        context: Some(spec.name().to_owned()),
+                    },
+                    phase: Some(phase),
+                    message,
+                });
+            }
+        }
+        PhaseReport {
+            phase,
+            calls: due.len(),
+            timings,
+            errors,
+            elapsed: started.elapsed(),
+        }
+    }
+
+    /// Calls one handler as a task of the engine VM under its context's budget; answers the
+    /// failure's text when it failed before its first yield.
+    fn call_handler(
+        &self,
+        spec: &ContextSpec,
+        phase: Phase,
+        handler: &Function,
+        args: &[Message],
+    ) -> Option<String> {
+        let lua = &self.vm.lua;
+        let mut values = Vec::with_capacity(args.len());
+        for arg in args {
+            match arg.to_lua(lua) {
+                Ok(v) => values.push(v),
+                Err(e) => {
+                    return Some(format!(
+                        "its arguments could not be read: {}",
+                        vm::error_message(&e)
+                    ))
+                }
+            }
+        }
+        let label = handler_label(spec.name(), phase);
+        let state = Rc::new(RefCell::new(CallState::Running));
+        let seen = state.clone();
+        let reports = self.reports.clone();
+        let source = label.clone();
+        let completion: vm::Completion = Box::new(move |_lua: &Lua, result, _commands| {
+            let mut state = seen.borrow_mut();
+            match (&*state, result) {
+                (CallState::Detached, Err(failure)) if !failure.is_cancelled() => {
+                    reports.borrow_mut().push(Report {
+                        source,
+                        message: failure.to_string(),
+                    });
+                }
+                (CallState::Detached, _) => {}
+                (_, Ok(_)) => *state = CallState::Returned,
+                (_, Err(failure)) => *state = CallState::Failed(failure),
+            }
+        });
+        let deadline = spec.get_budget().unwrap_or(self.principal.max_deadline);
+        let owner = Rc::new(Owner::new(Arc::new(label), deadline, Some(completion)));
+        if let Err(e) = self
+            .vm
+            .start(handler.clone(), MultiValue::from_iter(values), owner)
+        {
+            return Some(vm::error_message(&e));
+        }
+        let mut state = state.borrow_mut();
+        match std::mem::replace(&mut *state, CallState::Detached) {
+            CallState::Failed(failure) => Some(failure.to_string()),
+            CallState::Running => None,
+            CallState::Returned | CallState::Detached => None,
+        }
+    }
+}
+
+/// How reports name a handler: `context 'game' update handler`.
+fn handler_label(context: &str, phase: Phase) -> String {
+    format!("context '{context}' {phase} handler")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tagged(lua: &Lua, tag: &str) -> Value {
+        let tag = tag.to_owned();
+        Value::Function(lua.create_function(move |_, ()| Ok(tag.clone())).unwrap())
+    }
+
+    fn handlers(lua: &Lua, phase: &str, tag: &str) -> Value {
+        let t = lua.create_table().unwrap();
+        t.raw_set(phase, tagged(lua, tag)).unwrap();
+        Value::Table(t)
+    }
+
+    fn name(lua: &Lua, s: &str) -> Value {
+        Value::String(lua.create_string(s).unwrap())
+    }
+
+    #[test]
+    fn due_orders_by_priority_then_declaration_then_bind_order() {
+        let lua = Lua::new();
+        let bindings = Bindings::new(vec![
+            ContextSpec::new("low").phases([Phase::Update]).priority(-1),
+            ContextSpec::new("a").phases([Phase::Update]),
+            ContextSpec::new("high").phases([Phase::Update]).priority(3),
+            ContextSpec::new("b").phases([Phase::Update]),
+        ]);
+        for (context, tag) in [
+            ("b", "b1"),
+            ("low", "low"),
+            ("a", "a"),
+            ("high", "high"),
+            ("b", "b2"),
+        ] {
+            bindings
+                .bind(name(&lua, context), handlers(&lua, "update", tag))
+                .unwrap();
+        }
+        let order: Vec<String> = bindings
+            .due(Phase::Update)
+            .into_iter()
+            .map(|(_, f)| f.call::<String>(()).unwrap())
+            .collect();
+        assert_eq!(order, ["high", "a", "b1", "b2", "low"]);
+        assert!(bindings.due(Phase::Input).is_empty());
+        bindings.clear();
+        assert!(bindings.due(Phase::Update).is_empty());
+    }
+}
