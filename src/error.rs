@@ -24,6 +24,10 @@ pub enum Error {
     Vm(String),
     /// Reading a file failed.
     Io(std::io::Error),
+    /// A capability check failed ([`require_capability`](crate::require_capability)).
+    Capability(crate::CapabilityError),
+    /// A delegation asked for capabilities the delegator does not hold.
+    OverDelegation(crate::OverDelegation),
 }
 
 /// `Result<T, skein::Error>`.
@@ -40,6 +44,8 @@ impl fmt::Display for Error {
             Error::PoolShutDown => write!(f, "the pool has shut down"),
             Error::Vm(m) => write!(f, "could not build a VM: {m}"),
             Error::Io(e) => write!(f, "{e}"),
+            Error::Capability(e) => write!(f, "{e}"),
+            Error::OverDelegation(e) => write!(f, "{e}"),
         }
     }
 }
@@ -49,6 +55,8 @@ impl std::error::Error for Error {
         match self {
             Error::Transfer(e) => Some(e),
             Error::Io(e) => Some(e),
+            Error::Capability(e) => Some(e),
+            Error::OverDelegation(e) => Some(e),
             _ => None,
         }
     }
@@ -63,6 +71,18 @@ impl From<crate::value::TransferError> for Error {
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Error::Io(e)
+    }
+}
+
+impl From<crate::CapabilityError> for Error {
+    fn from(e: crate::CapabilityError) -> Self {
+        Error::Capability(e)
+    }
+}
+
+impl From<crate::OverDelegation> for Error {
+    fn from(e: crate::OverDelegation) -> Self {
+        Error::OverDelegation(e)
     }
 }
 

@@ -36,6 +36,11 @@ mod sync;
 mod value;
 mod vm;
 
+pub use domain::capability::{
+    require_capability, Attribution, CapabilityDenied, CapabilityError, CapabilityId,
+    CapabilitySet, Grant, InvalidCapability, OverDelegation, RootAuthority, FILESYSTEM_READ,
+    FILESYSTEM_WRITE, MAX_CAPABILITY_LEN,
+};
 pub use domain::{DomainSpec, FrameReport, Report, ScriptDomain};
 pub use error::{Error, Result};
 pub use jobs::{

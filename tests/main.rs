@@ -2,6 +2,7 @@
 
 mod support;
 
+mod capabilities;
 mod dispatch;
 mod docs;
 mod engine_events;

@@ -29,6 +29,9 @@ pub(crate) struct VmCore {
     traceback: Function,
     /// Owner of tasks started outside any task (by host code).
     ambient: Rc<Owner>,
+    /// The authority of tasks whose owner carries none: the grant of the principal the VM
+    /// serves. Set once, after the VM is built.
+    authority: RefCell<Option<std::sync::Arc<crate::domain::capability::Authority>>>,
 }
 
 /// A Luau VM built from a [`Plan`] with Skein's prelude.
@@ -66,10 +69,12 @@ impl Vm {
                 ambient_deadline,
                 None,
             )),
+            authority: RefCell::new(None),
         });
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
         super::modules::install_require(&lua)?;
+        crate::domain::capability::fs::install(&lua)?;
         plan.install(&lua)?;
         install(&lua)?;
         lua.set_memory_limit(plan.memory_limit_bytes())?;
@@ -95,6 +100,14 @@ impl Vm {
         let id = self.core.sched.borrow_mut().add(thread, owner, true);
         scheduler::resume_task(&*self.core, &self.lua, id, Resume::Args(args));
         Ok(())
+    }
+
+    /// Sets the authority the VM's tasks run under when their owner carries none.
+    pub(crate) fn set_authority(
+        &self,
+        authority: std::sync::Arc<crate::domain::capability::Authority>,
+    ) {
+        *self.core.authority.borrow_mut() = Some(authority);
     }
 
     /// Runs one scheduler step; answers whether any task ran.
@@ -237,6 +250,10 @@ impl SchedulerHost for VmCore {
 
     fn report(&self, owner: &Rc<Owner>, failure: TaskFailure) {
         (self.reporter)(&owner.identity.to_string(), &failure);
+    }
+
+    fn authority(&self) -> Option<std::sync::Arc<crate::domain::capability::Authority>> {
+        self.authority.borrow().clone()
     }
 
     fn traceback(&self, thread: &Thread) -> String {

@@ -149,7 +149,7 @@ pub(crate) fn with_caller_source<R>(lua: &Lua, f: impl FnOnce(Option<&str>) -> R
 }
 
 /// Installs the `require` global: Luau's require-by-string through Skein's loader, plus the
-/// built-in `@skein/jobs`.
+/// built-ins `@skein/jobs` and `@skein/fs`.
 pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
     let require = lua.create_function(|lua, spec: mlua::LuaString| {
         let spec = spec.to_str()?.to_owned();
@@ -157,6 +157,9 @@ pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
             // The sandbox hides the real globals behind a per-thread proxy; the jobs layer keeps
             // its table in the registry.
             return lua.named_registry_value::<Value>("skein.jobs");
+        }
+        if spec == "@skein/fs" {
+            return crate::domain::capability::fs::module(lua).map(Value::Table);
         }
         let core = super::core::VmCore::of(lua)?;
         let resolved = with_caller_source(lua, |source| core.modules.resolve(source, &spec))
