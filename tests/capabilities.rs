@@ -131,6 +131,31 @@ fn a_domain_holds_nothing_by_default_and_denials_are_counted_and_reported() {
 }
 
 #[test]
+fn a_restart_keeps_the_grant_and_attributes_denials_to_the_new_generation() {
+    let tree = Tree::new(&[("probe.luau", PROBE)]);
+    let pool = Pool::new(1);
+    let mut d = domain(&pool, &tree, "a", &["x.a"]);
+    assert!(d.eval("return need('x.b')").is_err());
+    d.restart().unwrap();
+    assert_eq!(
+        d.eval("return need('x.a')").unwrap(),
+        Message::Boolean(true)
+    );
+    let err = d
+        .dispatch("./probe", "check", Message::String("x.b".into()))
+        .unwrap()
+        .wait()
+        .unwrap_err()
+        .to_string();
+    let text = format!(
+        "permission denied: capability 'x.b' is not granted to domain#{} (generation 2)",
+        d.id().get()
+    );
+    assert_contains(&err, &text);
+    assert_eq!(d.denials(), 2);
+}
+
+#[test]
 fn a_grant_holds_in_the_engine_vm_and_in_dispatched_items() {
     let tree = Tree::new(&[("probe.luau", PROBE)]);
     let pool = Pool::new(1);
@@ -334,6 +359,24 @@ fn skein_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+#[test]
+fn the_mandelbrot_example_writes_its_image_only_when_allowed() {
+    let cwd = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mandelbrot.luau");
+    let script = script.to_str().unwrap();
+    let (code, _, stderr) = skein_in(cwd.path(), &["run", script, "--", "16", "10"]);
+    assert_eq!(code, 1, "stderr: {stderr}");
+    assert_contains(
+        &stderr,
+        "permission denied: capability 'filesystem.write' is not granted to domain#1 (generation 1)",
+    );
+    assert!(!cwd.path().join("mandelbrot.png").exists());
+    let args = ["run", "--allow-write", ".", script, "--", "16", "10"];
+    let (code, _, stderr) = skein_in(cwd.path(), &args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(cwd.path().join("mandelbrot.png").exists());
 }
 
 #[test]

@@ -41,7 +41,7 @@ THE `runner` GLOBAL (the script's own VM only, not jobs):
     runner.args                    The script arguments, a list of strings.
 
 EXAMPLES:
-    skein run examples/mandelbrot.luau            writes mandelbrot.png
+    skein run --allow-write . examples/mandelbrot.luau   writes mandelbrot.png
     skein run examples/primes.luau --workers 2
 ";
 

@@ -31,7 +31,7 @@ pub(crate) struct VmCore {
     ambient: Rc<Owner>,
     /// The authority of tasks whose owner carries none: the grant of the principal the VM
     /// serves. Set once, after the VM is built.
-    authority: RefCell<Option<std::sync::Arc<crate::domain::capability::Authority>>>,
+    authority: std::cell::OnceCell<std::sync::Arc<crate::domain::capability::Authority>>,
 }
 
 /// A Luau VM built from a [`Plan`] with Skein's prelude.
@@ -69,7 +69,7 @@ impl Vm {
                 ambient_deadline,
                 None,
             )),
-            authority: RefCell::new(None),
+            authority: std::cell::OnceCell::new(),
         });
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
@@ -102,12 +102,13 @@ impl Vm {
         Ok(())
     }
 
-    /// Sets the authority the VM's tasks run under when their owner carries none.
+    /// Sets the authority the VM's tasks run under when their owner carries none. A VM serves
+    /// one principal for its whole life, so it is set once; a second call changes nothing.
     pub(crate) fn set_authority(
         &self,
         authority: std::sync::Arc<crate::domain::capability::Authority>,
     ) {
-        *self.core.authority.borrow_mut() = Some(authority);
+        let _ = self.core.authority.set(authority);
     }
 
     /// Runs one scheduler step; answers whether any task ran.
@@ -252,8 +253,8 @@ impl SchedulerHost for VmCore {
         (self.reporter)(&owner.identity.to_string(), &failure);
     }
 
-    fn authority(&self) -> Option<std::sync::Arc<crate::domain::capability::Authority>> {
-        self.authority.borrow().clone()
+    fn authority(&self) -> Option<&std::sync::Arc<crate::domain::capability::Authority>> {
+        self.authority.get()
     }
 
     fn traceback(&self, thread: &Thread) -> String {
