@@ -40,6 +40,9 @@ THE `runner` GLOBAL (the script's own VM only, not jobs):
                                    directory; absolute paths and `..` are refused.
     runner.args                    The script arguments, a list of strings.
 
+`require(\"@skein/fs\")` (readFile, writeFile, list) works in every VM, within what the
+--allow-read / --allow-write flags grant; without them each call is denied.
+
 EXAMPLES:
     skein run --allow-write . examples/mandelbrot.luau   writes mandelbrot.png
     skein run examples/primes.luau --workers 2
