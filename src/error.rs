@@ -28,6 +28,10 @@ pub enum Error {
     /// running: a handler reached back into its own domain through host code. The field names
     /// the entry that was refused.
     Reentrant(&'static str),
+    /// A capability check failed ([`require_capability`](crate::require_capability)).
+    Capability(crate::CapabilityError),
+    /// A delegation asked for capabilities the delegator does not hold.
+    OverDelegation(crate::OverDelegation),
 }
 
 /// `Result<T, skein::Error>`.
@@ -49,6 +53,8 @@ impl fmt::Display for Error {
                 "{entry}: re-entered the scheduler of a domain from one of its own handlers; \
                  queue an event or a task for the next frame instead"
             ),
+            Error::Capability(e) => write!(f, "{e}"),
+            Error::OverDelegation(e) => write!(f, "{e}"),
         }
     }
 }
@@ -58,6 +64,8 @@ impl std::error::Error for Error {
         match self {
             Error::Transfer(e) => Some(e),
             Error::Io(e) => Some(e),
+            Error::Capability(e) => Some(e),
+            Error::OverDelegation(e) => Some(e),
             _ => None,
         }
     }
@@ -72,6 +80,18 @@ impl From<crate::value::TransferError> for Error {
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Error::Io(e)
+    }
+}
+
+impl From<crate::CapabilityError> for Error {
+    fn from(e: crate::CapabilityError) -> Self {
+        Error::Capability(e)
+    }
+}
+
+impl From<crate::OverDelegation> for Error {
+    fn from(e: crate::OverDelegation) -> Self {
+        Error::OverDelegation(e)
     }
 }
 

@@ -36,6 +36,11 @@ mod sync;
 mod value;
 mod vm;
 
+pub use domain::capability::{
+    require_capability, CapabilityDenied, CapabilityError, CapabilityId, CapabilitySet, Grant,
+    InvalidCapability, OverDelegation, RootAuthority, FILESYSTEM_READ, FILESYSTEM_WRITE,
+    MAX_CAPABILITY_LEN,
+};
 pub use domain::{
     AdvanceReport, Attribution, ContextSpec, Diagnostic, DomainSpec, DomainState, FixedStep,
     FrameReport, HandlerTiming, Phase, PhaseReport, Report, ScriptDomain, MAX_CONTEXT_NAME,

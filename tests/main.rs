@@ -2,6 +2,7 @@
 
 mod support;
 
+mod capabilities;
 mod contexts;
 mod dispatch;
 mod docs;

@@ -281,6 +281,8 @@ fn the_mandelbrot_example_writes_a_valid_png_and_agrees_with_one_thread() {
         cwd.path(),
         &[
             "run",
+            "--allow-write",
+            ".",
             script.to_str().unwrap(),
             "--workers",
             "2",

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use skein::{DomainSpec, Pool, ScriptDomain};
+use skein::{CapabilityId, CapabilitySet, DomainSpec, Grant, Pool, RootAuthority, ScriptDomain};
 
 // The runner's own modules sit in `src/bin/skein/`, so Cargo does not take them for binaries.
 #[path = "skein/runner_global.rs"]
@@ -13,6 +13,7 @@ skein: run Luau in parallel
 
 USAGE:
     skein run FILE [--workers N] [-- ARGS...]
+    skein run [--allow-read PATH]... [--allow-write PATH]... [--allow NAME]... FILE ...
     skein --help | --version
 
 COMMANDS:
@@ -23,6 +24,12 @@ COMMANDS:
 
 OPTIONS:
     --workers N     Number of worker threads (default: the number of available cores).
+    --allow-read PATH
+                    Grant filesystem.read below the directory PATH (`@skein/fs` readFile, list).
+    --allow-write PATH
+                    Grant filesystem.write below the directory PATH (`@skein/fs` writeFile).
+    --allow NAME    Grant the capability NAME (dotted lowercase, e.g. worker.spawn).
+                    Without these flags the script holds no capability: deny by default.
     -h, --help      Print this help.
     -V, --version   Print the version.
 
@@ -33,14 +40,20 @@ THE `runner` GLOBAL (the script's own VM only, not jobs):
                                    directory; absolute paths and `..` are refused.
     runner.args                    The script arguments, a list of strings.
 
+`require(\"@skein/fs\")` (readFile, writeFile, list) works in every VM, within what the
+--allow-read / --allow-write flags grant; without them each call is denied.
+
 EXAMPLES:
-    skein run examples/mandelbrot.luau            writes mandelbrot.png
+    skein run --allow-write . examples/mandelbrot.luau   writes mandelbrot.png
     skein run examples/primes.luau --workers 2
 ";
 
 struct RunArgs {
     file: String,
     workers: Option<usize>,
+    read: Vec<String>,
+    write: Vec<String>,
+    allow: Vec<CapabilityId>,
     script_args: Vec<String>,
 }
 
@@ -57,6 +70,7 @@ fn parse(args: &[String]) -> Result<Option<RunArgs>, String> {
     }
     let mut file = None;
     let mut workers = None;
+    let (mut read, mut write, mut allow) = (Vec::new(), Vec::new(), Vec::new());
     let mut script_args = Vec::new();
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -75,6 +89,12 @@ fn parse(args: &[String]) -> Result<Option<RunArgs>, String> {
                 }
                 workers = Some(n);
             }
+            "--allow-read" => read.push(it.next().ok_or("--allow-read needs a PATH")?.clone()),
+            "--allow-write" => write.push(it.next().ok_or("--allow-write needs a PATH")?.clone()),
+            "--allow" => {
+                let name = it.next().ok_or("--allow needs a capability NAME")?;
+                allow.push(CapabilityId::new(name).map_err(|e| format!("--allow: {e}"))?);
+            }
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option '{flag}' (try `skein --help`)"))
             }
@@ -90,6 +110,9 @@ fn parse(args: &[String]) -> Result<Option<RunArgs>, String> {
     Ok(Some(RunArgs {
         file,
         workers,
+        read,
+        write,
+        allow,
         script_args,
     }))
 }
@@ -99,7 +122,9 @@ fn run(args: RunArgs) -> Result<(), String> {
         Some(n) => Pool::new(n),
         None => Pool::with_available_parallelism(),
     };
-    let domain = ScriptDomain::new(&pool, DomainSpec::new("main")).map_err(|e| e.to_string())?;
+    let grant = grant(&args).map_err(|e| e.to_string())?;
+    let spec = DomainSpec::new("main").grant(grant);
+    let domain = ScriptDomain::new(&pool, spec).map_err(|e| e.to_string())?;
     runner_global::install(domain.lua(), &args.script_args).map_err(|e| e.to_string())?;
     domain
         .run_file(&args.file, &args.script_args)
@@ -109,6 +134,19 @@ fn run(args: RunArgs) -> Result<(), String> {
         eprintln!("skein: {}: {}", report.source, report.message);
     }
     result.map_err(|e| e.to_string())
+}
+
+/// The grant the flags ask for: named capabilities, and file access below the given roots.
+fn grant(args: &RunArgs) -> std::io::Result<Grant> {
+    let mut grant =
+        RootAuthority::new().grant(CapabilitySet::from_iter(args.allow.iter().cloned()));
+    for dir in &args.read {
+        grant = grant.read_root(dir)?;
+    }
+    for dir in &args.write {
+        grant = grant.write_root(dir)?;
+    }
+    Ok(grant)
 }
 
 fn main() -> ExitCode {

@@ -26,6 +26,7 @@ use crate::shared::SharedStore;
 use crate::value::Message;
 use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
 
+pub(crate) mod capability;
 mod context;
 mod diagnostic;
 mod generation;
@@ -64,6 +65,7 @@ pub struct DomainSpec {
     warm_bound: Duration,
     contexts: Vec<ContextSpec>,
     fixed_step: FixedStep,
+    grant: capability::Grant,
 }
 
 impl DomainSpec {
@@ -75,6 +77,7 @@ impl DomainSpec {
             warm_bound: jobs::WARM_BOUND,
             contexts: Vec::new(),
             fixed_step: FixedStep::default(),
+            grant: capability::Grant::default(),
         }
     }
 
@@ -104,6 +107,18 @@ impl DomainSpec {
     pub fn fixed_step(mut self, fixed: FixedStep) -> DomainSpec {
         self.fixed_step = fixed;
         self
+    }
+
+    /// Sets what the domain's code may do. Without it the grant is empty: every
+    /// [`require_capability`](crate::require_capability) is denied.
+    pub fn grant(mut self, grant: capability::Grant) -> DomainSpec {
+        self.grant = grant;
+        self
+    }
+
+    /// The grant the domain will hold.
+    pub fn granted(&self) -> &capability::Grant {
+        &self.grant
     }
 
     /// Shortens the bound on one `jobs.warm` entry's run ([`WARM_BOUND`](crate::WARM_BOUND)),
@@ -204,13 +219,23 @@ impl ScriptDomain {
             generation: Generation(1),
         };
         let (mailbox, rx) = DomainMailbox::new();
-        let principal = Arc::new(PrincipalCell::new(
+        let mut cell = PrincipalCell::new(
             id,
             spec.plan.clone(),
             mailbox,
             MAX_DEADLINE,
             spec.warm_bound,
+        );
+        cell.authority = Arc::new(capability::Authority::new(
+            spec.grant,
+            capability::Attribution {
+                domain: id.domain,
+                generation: id.generation,
+                context: None,
+            },
+            Arc::default(),
         ));
+        let principal = Arc::new(cell);
         let reports = Rc::new(RefCell::new(Vec::new()));
         let vm = engine_vm(&principal, pool, &reports)?;
         let registry = Registry::new(
@@ -495,6 +520,7 @@ impl ScriptDomain {
         );
         let item = Item {
             principal: self.principal.clone(),
+            authority: self.principal.authority.clone(),
             job: job.clone(),
             module: module.path,
             entry,
@@ -568,6 +594,9 @@ impl ScriptDomain {
                 reply,
                 job,
             } => {
+                // A forwarded call runs as the work that made it: today every item of the
+                // domain carries the domain's grant.
+                let _authority = capability::install(Some(&self.principal.authority));
                 self.apply(commands, None);
                 let answer = self.services.answer(&service, args);
                 if let Some(job) = job {
@@ -576,6 +605,7 @@ impl ScriptDomain {
                 self.deliver(reply, vm::Outcome::Resolved(answer));
             }
             DomainEvent::Apply { commands, then } => {
+                let _authority = capability::install(Some(&self.principal.authority));
                 self.apply(commands, then.as_ref().map(|s| s.job()));
                 if let Some(mut settlement) = then {
                     if let Some((to, outcome)) = settlement.take() {
@@ -931,9 +961,26 @@ impl ScriptDomain {
         }
     }
 
-    /// Takes the failures no code awaited (tasks that raised), oldest first.
+    /// Takes the failures no code awaited (tasks that raised) and the capability denials
+    /// (source `capability`), oldest first within each.
     pub fn take_reports(&self) -> Vec<Report> {
-        std::mem::take(&mut *self.reports.borrow_mut())
+        let mut reports = std::mem::take(&mut *self.reports.borrow_mut());
+        let denials = self.principal.authority.denials().take();
+        reports.extend(denials.into_iter().map(|message| Report {
+            source: "capability".to_owned(),
+            message,
+        }));
+        reports
+    }
+
+    /// How many capability checks the domain's code failed, in every VM and generation.
+    pub fn denials(&self) -> u64 {
+        self.principal.authority.denials().count()
+    }
+
+    /// What the domain's code may do.
+    pub fn grant(&self) -> &capability::Grant {
+        self.principal.authority.grant()
     }
 
     /// Live tasks in the engine VM.
@@ -963,10 +1010,12 @@ fn engine_vm(
         });
     });
     let home = JobsHome::new(principal.clone(), pool.shared().clone(), HomeKind::Engine);
-    Vm::build(&principal.plan, reporter, MAX_DEADLINE, |lua| {
+    let vm = Vm::build(&principal.plan, reporter, MAX_DEADLINE, |lua| {
         jobs::install(lua, home)
     })
-    .map_err(|e| Error::Vm(vm::error_message(&e)))
+    .map_err(|e| Error::Vm(vm::error_message(&e)))?;
+    vm.set_authority(principal.authority.clone());
+    Ok(vm)
 }
 
 /// Where a registered job's failures go: the domain's reports.

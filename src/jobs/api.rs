@@ -304,6 +304,7 @@ fn dispatch(
     let reply = home.reply_to(cell.id());
     let item = Item {
         principal: home.principal.clone(),
+        authority: crate::domain::capability::current_or(&home.principal.authority),
         job,
         module: module.path,
         entry,

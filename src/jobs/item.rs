@@ -261,6 +261,8 @@ pub(crate) struct Item {
     pub(crate) args: ItemArgs,
     pub(crate) deadline: Duration,
     pub(crate) reply: ReplyTo,
+    /// The authority of the code that dispatched it; its task on the worker runs under it.
+    pub(crate) authority: Arc<crate::domain::capability::Authority>,
     /// When a keyed item was dispatched, to measure how long it waited for its key's VM.
     pub(crate) queued_at: Option<Instant>,
 }

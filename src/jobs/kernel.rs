@@ -22,6 +22,7 @@ pub(super) fn run(item: Item, pool: &Arc<PoolShared>) {
         entry,
         args,
         reply,
+        authority,
         ..
     } = item;
     let ItemArgs::Kernel(call) = args else {
@@ -42,7 +43,11 @@ pub(super) fn run(item: Item, pool: &Arc<PoolShared>) {
     } else {
         let kernel = call.kernel;
         let input = call.input;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || kernel(input))) {
+        // A kernel is native work of its dispatcher: it runs under the item's authority.
+        let installed = crate::domain::capability::install(Some(&authority));
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || kernel(input)));
+        drop(installed);
+        match ran {
             Ok(Ok(message)) => Outcome::Resolved(message),
             Ok(Err(e)) => failure(FailureKind::Raised, format!("kernel '{entry}' failed: {e}")),
             Err(payload) => failure(

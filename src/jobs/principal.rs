@@ -112,6 +112,9 @@ pub(crate) struct PrincipalCell {
     /// The domain's frame counter, bumped by its engine thread once per frame; what
     /// `task.waitFrames` counts in every VM of the principal.
     pub(crate) frames: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The generation's authority: the domain's grant. Worker VMs of the principal run their
+    /// tasks under it, and items dispatched by host code carry it.
+    pub(crate) authority: std::sync::Arc<crate::domain::capability::Authority>,
     /// The engine events the host raised on this generation, for `engine.on` watchers.
     pub(crate) events: super::events::EventLog,
     alive: AtomicBool,
@@ -138,6 +141,15 @@ impl PrincipalCell {
             services: super::services::ServiceNames::default(),
             frames: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
             events: super::events::EventLog::default(),
+            authority: std::sync::Arc::new(crate::domain::capability::Authority::new(
+                crate::domain::capability::Grant::default(),
+                crate::domain::capability::Attribution {
+                    domain: id.domain,
+                    generation: id.generation,
+                    context: None,
+                },
+                std::sync::Arc::default(),
+            )),
             alive: AtomicBool::new(true),
             ended: std::sync::Mutex::new(None),
         }
@@ -160,6 +172,7 @@ impl PrincipalCell {
             self.warm_bound,
         );
         next.frames = self.frames.clone();
+        next.authority = std::sync::Arc::new(self.authority.for_generation(id.generation));
         for (name, kind) in self.services.since(0) {
             // The names were unique in the old list, so none is refused here.
             let _ = next.services.add(&name, kind);

@@ -176,7 +176,10 @@ impl LuauWorker {
             })
         }));
         let vm = match built {
-            Ok(Ok(vm)) => vm,
+            Ok(Ok(vm)) => {
+                vm.set_authority(principal.authority.clone());
+                vm
+            }
             Ok(Err(e)) => {
                 return Err(format!(
                     "could not build a worker VM: {}",
@@ -352,6 +355,7 @@ impl LuauWorker {
             entry,
             deadline,
             reply: reply_to,
+            authority,
             ..
         } = item;
         let running = wvm.running.clone();
@@ -370,7 +374,11 @@ impl LuauWorker {
                 settle_after_commands(&principal, completion_job, commands, settlement, &pool);
             }
         });
-        let owner = Rc::new(Owner::new(owner_label, deadline, Some(completion)).with_commands());
+        let owner = Rc::new(
+            Owner::new(owner_label, deadline, Some(completion))
+                .with_commands()
+                .with_authority(authority),
+        );
         running.borrow_mut().insert(key, owner.clone());
         if let Err(e) = wvm
             .vm

@@ -29,6 +29,9 @@ pub(crate) struct VmCore {
     traceback: Function,
     /// Owner of tasks started outside any task (by host code).
     ambient: Rc<Owner>,
+    /// The authority of tasks whose owner carries none: the grant of the principal the VM
+    /// serves. Set once, after the VM is built.
+    authority: std::cell::OnceCell<std::sync::Arc<crate::domain::capability::Authority>>,
 }
 
 /// A Luau VM built from a [`Plan`] with Skein's prelude.
@@ -66,10 +69,12 @@ impl Vm {
                 ambient_deadline,
                 None,
             )),
+            authority: std::cell::OnceCell::new(),
         });
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
         super::modules::install_require(&lua)?;
+        crate::domain::capability::fs::install(&lua)?;
         plan.install(&lua)?;
         install(&lua)?;
         lua.set_memory_limit(plan.memory_limit_bytes())?;
@@ -95,6 +100,15 @@ impl Vm {
         let id = self.core.sched.borrow_mut().add(thread, owner, true);
         scheduler::resume_task(&*self.core, &self.lua, id, Resume::Args(args));
         Ok(())
+    }
+
+    /// Sets the authority the VM's tasks run under when their owner carries none. A VM serves
+    /// one principal for its whole life, so it is set once; a second call changes nothing.
+    pub(crate) fn set_authority(
+        &self,
+        authority: std::sync::Arc<crate::domain::capability::Authority>,
+    ) {
+        let _ = self.core.authority.set(authority);
     }
 
     /// Runs one scheduler step; answers whether any task ran.
@@ -237,6 +251,10 @@ impl SchedulerHost for VmCore {
 
     fn report(&self, owner: &Rc<Owner>, failure: TaskFailure) {
         (self.reporter)(&owner.identity.to_string(), &failure);
+    }
+
+    fn authority(&self) -> Option<&std::sync::Arc<crate::domain::capability::Authority>> {
+        self.authority.get()
     }
 
     fn traceback(&self, thread: &Thread) -> String {

@@ -68,6 +68,9 @@ pub(crate) struct Owner {
     completion: RefCell<Option<Completion>>,
     /// The engine-service commands a job's tasks record, when the owner is a job.
     pub(crate) commands: Option<CommandLog>,
+    /// The authority its tasks run under (a pool item's, carried from its dispatcher); `None`
+    /// runs them under the VM's own (its principal's grant).
+    pub(crate) authority: Option<Arc<crate::domain::capability::Authority>>,
 }
 
 /// One engine-service call on its way to the engine thread: the service's name and its
@@ -119,7 +122,17 @@ impl Owner {
             bound: Cell::new(None),
             completion: RefCell::new(completion),
             commands: None,
+            authority: None,
         }
+    }
+
+    /// Runs the owner's tasks under `authority` instead of the VM's own.
+    pub(crate) fn with_authority(
+        mut self,
+        authority: Arc<crate::domain::capability::Authority>,
+    ) -> Owner {
+        self.authority = Some(authority);
+        self
     }
 
     /// Gives the owner a command log: its tasks' engine-service commands are recorded there,

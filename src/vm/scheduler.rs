@@ -313,6 +313,8 @@ pub(crate) trait SchedulerHost {
     fn report(&self, owner: &Rc<Owner>, failure: TaskFailure);
     /// The Luau stack of `thread` (a coroutine that just failed), as `debug.traceback` gives it.
     fn traceback(&self, thread: &Thread) -> String;
+    /// The authority of tasks whose owner carries none (the VM's principal's grant).
+    fn authority(&self) -> Option<&std::sync::Arc<crate::domain::capability::Authority>>;
 }
 
 /// Runs one step: the timers due now, the deferred batch, then the ready queue, each task once.
@@ -354,12 +356,17 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
         }
     }
     let args = host.resume_values(lua, resume);
+    // Authority follows the task: its owner's (a pool item's, from its dispatcher), or the
+    // VM's own. Installed for this resume only, and removed when it yields or returns.
+    let authority = owner.authority.as_ref().or_else(|| host.authority());
+    let installed = crate::domain::capability::install(authority);
     let guard = RunGuard::start(lua, owner.deadline, owner.cancel_token());
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         thread.resume::<MultiValue>(args)
     }));
     let stopped = guard.stopped();
     drop(guard);
+    drop(installed);
     host.scheduler().borrow_mut().running.pop();
     match result {
         Err(panic) => {

@@ -387,6 +387,7 @@ impl Registry {
             let slot = HostSlot::new();
             let item = Item {
                 principal: self.principal.clone(),
+                authority: self.principal.authority.clone(),
                 job,
                 module,
                 entry,

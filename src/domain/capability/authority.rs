@@ -1,0 +1,364 @@
+//! The authority a running task holds, installed on its thread for the length of one resume.
+//!
+//! # The thread-local swap
+//!
+//! Each thread has one slot holding a pointer to the [`Authority`] of the task it is running,
+//! or null. The scheduler fills it at every resume of a task ([`install`]) and the guard puts
+//! the previous pointer back when the resume ends (a yield, a return or an error), so resumes
+//! that nest (a task resuming another) restore in order. No reference count moves: the slot
+//! borrows the authority from the task's owner, which the scheduler keeps alive across the
+//! resume. [`require_capability`] reads the slot, so a check costs one thread-local load and a
+//! set lookup, and two domains' tasks interleaved on one thread each see only their own grant.
+
+use std::cell::Cell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::grant::{Grant, FILESYSTEM_READ, FILESYSTEM_WRITE};
+use super::id::{validate, CapabilityId, InvalidCapability};
+pub use crate::domain::diagnostic::Attribution;
+use crate::jobs::Generation;
+
+/// How many denial texts a domain keeps for its reports; more are counted, not kept.
+const DENIALS_KEPT: usize = 256;
+
+/// A capability check failed: the capability and who asked for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapabilityDenied {
+    /// The capability that was not granted.
+    pub capability: CapabilityId,
+    /// Who asked.
+    pub attribution: Attribution,
+    /// For a file-system check that failed on its scope: the path outside every granted root.
+    pub path: Option<PathBuf>,
+}
+
+impl fmt::Display for CapabilityDenied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.path {
+            None => write!(
+                f,
+                "permission denied: capability '{}' is not granted to {}",
+                self.capability, self.attribution
+            ),
+            Some(path) => write!(
+                f,
+                "permission denied: '{}' is outside every root granted for '{}' to {}",
+                path.display(),
+                self.capability,
+                self.attribution
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CapabilityDenied {}
+
+/// Why [`require_capability`] refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CapabilityError {
+    /// The running task's authority does not hold the capability (or the path is out of scope).
+    Denied(CapabilityDenied),
+    /// The check ran outside any task: host code called it directly, so no authority is
+    /// installed on the thread. Nothing is counted.
+    NoAuthority(CapabilityId),
+    /// The name is not a capability name.
+    Invalid(InvalidCapability),
+}
+
+impl fmt::Display for CapabilityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CapabilityError::Denied(d) => write!(f, "{d}"),
+            CapabilityError::NoAuthority(id) => write!(
+                f,
+                "capability '{id}' was checked outside any task: no authority is installed on this thread"
+            ),
+            CapabilityError::Invalid(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for CapabilityError {}
+
+impl From<CapabilityError> for mlua::Error {
+    fn from(e: CapabilityError) -> Self {
+        mlua::Error::runtime(e.to_string())
+    }
+}
+
+/// The denials of one domain, across its generations: counted, and the latest texts kept.
+#[derive(Default)]
+pub(crate) struct DenialLog {
+    count: AtomicU64,
+    recent: Mutex<Vec<String>>,
+}
+
+impl DenialLog {
+    fn record(&self, denied: &CapabilityDenied) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() < DENIALS_KEPT {
+            recent.push(denied.to_string());
+        }
+    }
+
+    /// How many checks were denied.
+    pub(crate) fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Takes the kept denial texts, oldest first.
+    pub(crate) fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.recent.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// What a piece of work may do, and who it is: a grant with its attribution. Pool items carry
+/// one to the worker; tasks run under their owner's.
+pub(crate) struct Authority {
+    grant: Grant,
+    attribution: Attribution,
+    denials: Arc<DenialLog>,
+}
+
+impl Authority {
+    pub(crate) fn new(grant: Grant, attribution: Attribution, denials: Arc<DenialLog>) -> Self {
+        Authority {
+            grant,
+            attribution,
+            denials,
+        }
+    }
+
+    /// The same grant for the domain's next generation, counting into the same log.
+    pub(crate) fn for_generation(&self, generation: Generation) -> Authority {
+        Authority {
+            grant: self.grant.clone(),
+            attribution: Attribution {
+                generation,
+                ..self.attribution.clone()
+            },
+            denials: self.denials.clone(),
+        }
+    }
+
+    pub(crate) fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    pub(crate) fn denials(&self) -> &Arc<DenialLog> {
+        &self.denials
+    }
+
+    fn deny(&self, capability: CapabilityId, path: Option<PathBuf>) -> CapabilityError {
+        let denied = CapabilityDenied {
+            capability,
+            attribution: self.attribution.clone(),
+            path,
+        };
+        self.denials.record(&denied);
+        CapabilityError::Denied(denied)
+    }
+
+    fn check(&self, name: &str) -> Result<(), CapabilityError> {
+        if self.grant.capabilities().contains_name(name) {
+            Ok(())
+        } else {
+            Err(self.deny(known(name), None))
+        }
+    }
+}
+
+thread_local! {
+    /// The authority of the task this thread is running, or null outside any task.
+    static CURRENT: Cell<*const Authority> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Puts the previous authority back when a resume ends.
+pub(crate) struct Installed<'a> {
+    previous: *const Authority,
+    _borrow: PhantomData<&'a Authority>,
+}
+
+/// Installs `authority` on this thread until the guard drops. `None` leaves the slot empty
+/// (work with no authority: checks answer [`CapabilityError::NoAuthority`]). The slot holds
+/// `Arc::as_ptr`, so [`current_arc`] can hand out a counted handle.
+#[inline]
+pub(crate) fn install(authority: Option<&Arc<Authority>>) -> Installed<'_> {
+    let ptr = authority.map_or(std::ptr::null(), Arc::as_ptr);
+    let previous = CURRENT.with(|c| c.replace(ptr));
+    Installed {
+        previous,
+        _borrow: PhantomData,
+    }
+}
+
+impl Drop for Installed<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let previous = self.previous;
+        CURRENT.with(|c| c.set(previous));
+    }
+}
+
+/// Calls `f` with the authority installed on this thread.
+fn with_current<R>(f: impl FnOnce(Option<&Authority>) -> R) -> R {
+    let ptr = CURRENT.with(Cell::get);
+    // SAFETY: the slot is either null or was set by `install` from a `&'a Authority` whose
+    // guard (`Installed<'a>`) is still alive: guards are stack values dropped in reverse order,
+    // each restoring the pointer it replaced, and none is leaked (the type is crate-private and
+    // every use binds it to a local for the length of one resume). So a non-null pointer here
+    // points to an `Authority` borrowed for at least as long as this call.
+    let authority = unsafe { ptr.as_ref() };
+    f(authority)
+}
+
+/// The authority installed on this thread, as an owned handle for work that leaves it (a pool
+/// item dispatched by the running task).
+pub(crate) fn current_arc() -> Option<Arc<Authority>> {
+    let ptr = CURRENT.with(Cell::get);
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null slot holds `Arc::as_ptr` of an `Arc<Authority>` that `install`
+    // borrowed and that outlives its guard (see `with_current`), so the allocation is live and
+    // its strong count is at least one; adding one and taking ownership of that one is sound.
+    unsafe {
+        Arc::increment_strong_count(ptr);
+        Some(Arc::from_raw(ptr))
+    }
+}
+
+/// The authority installed on this thread, or `fallback` when none is (host code).
+pub(crate) fn current_or(fallback: &Arc<Authority>) -> Arc<Authority> {
+    current_arc().unwrap_or_else(|| fallback.clone())
+}
+
+/// Checks that the task running on this thread holds the capability `name`. A native service
+/// calls it at its entry; a [`Plan::function`](crate::Plan::function) can too, and `?` turns the
+/// refusal into the Luau error the script sees.
+///
+/// ```
+/// use skein::{CapabilityId, CapabilitySet, DomainSpec, Message, Plan, Pool, RootAuthority, ScriptDomain};
+///
+/// let plan = Plan::new().function("observe", |lua, _| {
+///     skein::require_capability("input.observe")?;
+///     lua.pack_multi("observed")
+/// });
+/// let pool = Pool::new(1);
+/// let open = RootAuthority::new().grant(CapabilitySet::from_iter([CapabilityId::new("input.observe")?]));
+/// let allowed = ScriptDomain::new(&pool, DomainSpec::new("allowed").plan(plan.clone()).grant(open))?;
+/// assert_eq!(allowed.eval("return observe()")?, Message::String("observed".into()));
+///
+/// let denied = ScriptDomain::new(&pool, DomainSpec::new("denied").plan(plan))?;
+/// let err = denied.eval("return observe()").unwrap_err().to_string();
+/// assert!(err.contains("permission denied: capability 'input.observe' is not granted to domain#"));
+/// assert_eq!(denied.denials(), 1);
+///
+/// // Host code outside any task has no authority installed.
+/// let outside = skein::require_capability("input.observe").unwrap_err();
+/// assert!(matches!(outside, skein::CapabilityError::NoAuthority(_)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// [`CapabilityError::Denied`] (counted in the domain's [`denials`](crate::ScriptDomain::denials)
+/// and reported) when the running task's authority does not hold it;
+/// [`CapabilityError::NoAuthority`] outside any task; [`CapabilityError::Invalid`] for a name
+/// that is not a capability name.
+pub fn require_capability(name: &str) -> Result<(), CapabilityError> {
+    validate(name).map_err(CapabilityError::Invalid)?;
+    with_current(|authority| match authority {
+        Some(a) => a.check(name),
+        None => Err(CapabilityError::NoAuthority(known(name))),
+    })
+}
+
+/// Checks `filesystem.read` or `filesystem.write` and that `path` (canonical) lies below one
+/// of the roots granted for it.
+pub(crate) fn require_path(write: bool, path: &Path) -> Result<(), CapabilityError> {
+    let name = if write {
+        FILESYSTEM_WRITE
+    } else {
+        FILESYSTEM_READ
+    };
+    require_capability(name)?;
+    with_current(|authority| {
+        let a = authority.expect("require_capability answered an installed authority");
+        let roots = if write {
+            a.grant.write_roots()
+        } else {
+            a.grant.read_roots()
+        };
+        if roots.iter().any(|root| path.starts_with(root)) {
+            Ok(())
+        } else {
+            Err(a.deny(known(name), Some(path.to_owned())))
+        }
+    })
+}
+
+fn known(name: &str) -> CapabilityId {
+    CapabilityId::new(name).expect("validated before")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::capability::{CapabilitySet, RootAuthority};
+    use crate::jobs::DomainId;
+
+    fn authority(names: &[&str]) -> Arc<Authority> {
+        let set = names
+            .iter()
+            .map(|n| CapabilityId::new(n).unwrap())
+            .collect();
+        let grant = RootAuthority::new().grant(CapabilitySet::from_iter::<Vec<_>>(set));
+        let attribution = Attribution {
+            domain: DomainId(7),
+            generation: Generation(2),
+            context: None,
+        };
+        Arc::new(Authority::new(grant, attribution, Arc::default()))
+    }
+
+    #[test]
+    fn install_nests_and_restores() {
+        let outer = authority(&["a.b"]);
+        let inner = authority(&[]);
+        assert!(matches!(
+            require_capability("a.b"),
+            Err(CapabilityError::NoAuthority(_))
+        ));
+        {
+            let _o = install(Some(&outer));
+            assert_eq!(require_capability("a.b"), Ok(()));
+            let handle = current_arc().expect("installed");
+            assert!(Arc::ptr_eq(&handle, &outer));
+            {
+                let _i = install(Some(&inner));
+                let err = require_capability("a.b").unwrap_err();
+                assert_eq!(
+                    err.to_string(),
+                    "permission denied: capability 'a.b' is not granted to domain#7 (generation 2)"
+                );
+                assert_eq!(inner.denials.count(), 1);
+            }
+            assert_eq!(require_capability("a.b"), Ok(()));
+        }
+        assert!(matches!(
+            require_capability("a.b"),
+            Err(CapabilityError::NoAuthority(_))
+        ));
+        assert_eq!(
+            require_capability("A").unwrap_err().to_string(),
+            "invalid capability name 'A': each dotted segment must be a lowercase letter \
+             followed by lowercase letters, digits or '_'"
+        );
+    }
+}

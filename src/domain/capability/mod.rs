@@ -1,0 +1,20 @@
+//! Capabilities: what code may do, granted by the host and checked where a native service
+//! starts.
+//!
+//! The host holds the [`RootAuthority`], the only source of a first [`Grant`]. A grant goes
+//! with a domain ([`DomainSpec::grant`](crate::DomainSpec::grant)); from there authority only
+//! shrinks ([`CapabilitySet::delegate`]). While a task runs, the scheduler installs its
+//! authority on the thread ([`authority`]), and [`require_capability`] reads it: there is no
+//! process-global, so many domains and workers can check at once and each sees its own.
+
+mod authority;
+pub(crate) mod fs;
+mod grant;
+mod id;
+mod set;
+
+pub(crate) use authority::{current_or, install, Authority};
+pub use authority::{require_capability, Attribution, CapabilityDenied, CapabilityError};
+pub use grant::{Grant, RootAuthority, FILESYSTEM_READ, FILESYSTEM_WRITE};
+pub use id::{CapabilityId, InvalidCapability, MAX_CAPABILITY_LEN};
+pub use set::{CapabilitySet, OverDelegation};
