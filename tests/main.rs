@@ -19,3 +19,4 @@ mod stress;
 mod tasks;
 mod value;
 mod warm;
+mod worker_registered;

@@ -114,6 +114,9 @@ pub(crate) struct PrincipalCell {
     pub(crate) frames: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The engine events the host raised on this generation, for `engine.on` watchers.
     pub(crate) events: super::events::EventLog,
+    /// The ids and names of the generation's registered jobs, reserved at `jobs.register` in
+    /// whichever VM (engine or worker) calls it.
+    pub(crate) jobs: super::registered::JobDirectory,
     alive: AtomicBool,
     /// Why the principal ended, once it has.
     ended: std::sync::Mutex<Option<String>>,
@@ -138,6 +141,7 @@ impl PrincipalCell {
             services: super::services::ServiceNames::default(),
             frames: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
             events: super::events::EventLog::default(),
+            jobs: super::registered::JobDirectory::default(),
             alive: AtomicBool::new(true),
             ended: std::sync::Mutex::new(None),
         }
