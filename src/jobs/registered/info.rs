@@ -83,6 +83,25 @@ pub struct JobInfo {
 }
 
 /// The calls of a job registered from a worker VM, as `job:info().worker` reports them.
+///
+/// ```
+/// use skein::{DomainSpec, Plan, Pool, ScriptDomain};
+///
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("m.luau"), r#"
+///     return { start = function()
+///         jobs.register({ name = "tick", phase = "main", executor = { kind = "luau", run = function() end } })
+///         return true
+///     end }
+/// "#)?;
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").plan(Plan::new().root(dir.path())))?;
+/// domain.eval(r#"return jobs.dispatch("./m", "start"):await()"#)?;
+/// // The job reached the engine with the item's reply; no frame has posted a call yet.
+/// let calls = domain.jobs()[0].worker.expect("registered from a worker VM");
+/// assert_eq!((calls.calls, calls.late_calls, calls.failed_calls), (0, 0, 0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WorkerCalls {
