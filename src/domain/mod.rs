@@ -777,7 +777,7 @@ impl ScriptDomain {
         let drained = self.drain();
         let frame = self.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
         let woke = self.vm.wake_frames(frame);
-        let live_jobs = jobs && self.registry.has_runnable();
+        let live_jobs = jobs && self.registry.has_work();
         let jobs_due = live_jobs.then(|| match self.jobs_ran.get() {
             Some(at) => at + FRAME_INTERVAL,
             None => Instant::now(),

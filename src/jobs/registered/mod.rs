@@ -46,6 +46,9 @@ pub(crate) struct Registry {
     /// Phases in the order their first job registered. A phase keeps its place once seen.
     phases: RefCell<Vec<Arc<str>>>,
     kernels: RefCell<HashMap<Arc<str>, Kernel>>,
+    /// Worker-registered jobs their own VM cancelled while a call ran: that call's end (and
+    /// its writes) is still to come, which `run_until_idle` waits for.
+    draining: RefCell<std::collections::HashSet<u64>>,
     principal: Arc<PrincipalCell>,
     pool: Arc<PoolShared>,
     sink: FailureSink,
@@ -102,6 +105,7 @@ impl Registry {
             jobs: RefCell::new(Vec::new()),
             phases: RefCell::new(Vec::new()),
             kernels: RefCell::new(HashMap::new()),
+            draining: RefCell::default(),
             principal,
             pool,
             sink,
@@ -209,6 +213,7 @@ impl Registry {
     /// A call of worker-registered job `id` ended (its commands are applied already): the job
     /// may be called again, or is errored with `failure`.
     pub(crate) fn remote_done(&self, id: u64, failure: Option<String>) {
+        self.draining.borrow_mut().remove(&id);
         let Some(job) = self.get(id) else { return };
         job.state.borrow_mut().remote_in_flight = false;
         match failure {
@@ -222,16 +227,26 @@ impl Registry {
         match control {
             Control::Pause => drop(self.set_paused(id, true)),
             Control::Resume => drop(self.set_paused(id, false)),
-            Control::Cancel => drop(self.cancel(id)),
+            Control::Cancel => {
+                if self
+                    .get(id)
+                    .is_some_and(|j| j.state.borrow().remote_in_flight)
+                {
+                    self.draining.borrow_mut().insert(id);
+                }
+                self.cancel(id);
+            }
         }
     }
 
-    /// Whether a job would run in the next frame: one live and neither paused nor errored.
-    pub(crate) fn has_runnable(&self) -> bool {
-        self.jobs.borrow().iter().any(|j| {
-            let state = j.state.borrow();
-            !state.paused && !state.errored
-        })
+    /// Whether registered jobs keep the domain busy: a job live and neither paused nor
+    /// errored, or the last call of a job its VM cancelled still to end.
+    pub(crate) fn has_work(&self) -> bool {
+        !self.draining.borrow().is_empty()
+            || self.jobs.borrow().iter().any(|j| {
+                let state = j.state.borrow();
+                !state.paused && !state.errored
+            })
     }
 
     fn get(&self, id: u64) -> Option<Rc<RegisteredJob>> {

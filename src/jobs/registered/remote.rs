@@ -5,7 +5,7 @@
 //!
 //! - [`RemoteJob`] (`Send + Sync`): the job's id, its cancelled flag and a snapshot of its
 //!   [`JobInfo`] the engine publishes after each change. A handle in the worker VM reads these,
-//!   so `info()` and `status()` there answer as of the engine's last frame.
+//!   so `info()` and `status()` there answer as the engine last saw the job (at its last frame or drain).
 //! - [`LocalJobs`] (app data of the worker VM): the job's functions (`run`, or `input` and
 //!   `apply` with the module's entry) and the call running now, if any.
 //! - The engine registry's entry ([`Executor::Remote`](super::Executor::Remote)): the worker
@@ -285,10 +285,15 @@ pub(crate) fn control(lua: &Lua, home: &JobsHome, id: u64, control: Control) -> 
     };
     if control == Control::Cancel {
         shared.cancelled.store(true, Ordering::Release);
-        // A call running now (perhaps the one cancelling) ends on its own; its entry goes.
-        let removed = local_jobs(lua).jobs.borrow_mut().remove(&id);
-        if let Some(job) = removed {
+        // A call running now (perhaps the one cancelling) ends on its own and its end still
+        // reaches the engine, so its writes apply; the entry goes when it ends.
+        let jobs = local_jobs(lua);
+        let mut held = jobs.jobs.borrow_mut();
+        if let Some(job) = held.get(&id) {
             home.principal.jobs.release(id, job.name.as_deref());
+            if job.running.is_none() {
+                held.remove(&id);
+            }
         }
     }
     home.principal
@@ -361,6 +366,7 @@ fn run(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64) {
         let held = jobs.jobs.borrow();
         match held.get(&id) {
             None => None,
+            Some(job) if job.shared.is_cancelled() => None,
             Some(job) if job.running.is_some() => return,
             Some(job) => Some((
                 job.label.clone(),
@@ -388,8 +394,11 @@ fn run(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64) {
     let held = Rc::downgrade(&jobs);
     let completion: vm::Completion = Box::new(move |_lua: &Lua, result, commands| {
         if let Some(jobs) = held.upgrade() {
-            if let Some(job) = jobs.jobs.borrow_mut().get_mut(&id) {
-                job.running = None;
+            let mut held = jobs.jobs.borrow_mut();
+            match held.get_mut(&id) {
+                Some(job) if job.shared.is_cancelled() => drop(held.remove(&id)),
+                Some(job) => job.running = None,
+                None => {}
             }
         }
         let failure = match result {
