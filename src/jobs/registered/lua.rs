@@ -6,7 +6,8 @@
 //!
 //! In a worker VM, `jobs.register` keeps the job's functions in that VM (see `remote`) and its
 //! handle answers from the VM's own record of its jobs: `valid` and `cancel` at once, `info` and
-//! `status` as the engine last saw the job (its last frame or drain), `pause` and `resume` from the engine's next drain.
+//! `status` as the engine last saw the job (its last frame or drain), `pause` and `resume` from
+//! the engine's next drain.
 
 use std::rc::Rc;
 

@@ -5,7 +5,8 @@
 //!
 //! - [`RemoteJob`] (`Send + Sync`): the job's id, its cancelled flag and a snapshot of its
 //!   [`JobInfo`] the engine publishes after each change. A handle in the worker VM reads these,
-//!   so `info()` and `status()` there answer as the engine last saw the job (at its last frame or drain).
+//!   so `info()` and `status()` there answer as the engine last saw the job (at its last frame
+//!   or drain).
 //! - [`LocalJobs`] (app data of the worker VM): the job's functions (`run`, or `input` and
 //!   `apply` with the module's entry) and the call running now, if any.
 //! - The engine registry's entry ([`Executor::Remote`](super::Executor::Remote)): the worker
