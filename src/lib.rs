@@ -48,7 +48,7 @@ pub use domain::{
 pub use error::{Error, Result};
 pub use jobs::{
     DomainId, DomainMailbox, Generation, JobInfo, JobOptions, JobStatus, Pool, Principal, Promise,
-    PromiseStatus, EVENT_LOG_BOUND, MAX_DEADLINE, WARM_BOUND,
+    PromiseStatus, WorkerCalls, EVENT_LOG_BOUND, MAX_DEADLINE, WARM_BOUND,
 };
 pub use pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
 pub use shared::{

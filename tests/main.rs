@@ -22,4 +22,5 @@ mod stress;
 mod tasks;
 mod value;
 mod warm;
+mod worker_registered;
 mod world_example;

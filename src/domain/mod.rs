@@ -201,6 +201,9 @@ pub struct ScriptDomain {
     fixed_step: FixedStep,
     /// Time `advance` was given that has not made a whole fixed step yet.
     accumulator: std::cell::Cell<Duration>,
+    /// When `run_until_idle` last ran the registered jobs: they run at most once per
+    /// [`FRAME_INTERVAL`] there.
+    jobs_ran: std::cell::Cell<Option<Instant>>,
     _engine_thread: PhantomData<Rc<()>>,
 }
 
@@ -265,6 +268,7 @@ impl ScriptDomain {
             busy: std::cell::Cell::new(None),
             fixed_step: spec.fixed_step,
             accumulator: std::cell::Cell::new(Duration::ZERO),
+            jobs_ran: std::cell::Cell::new(None),
             _engine_thread: PhantomData,
         })
     }
@@ -383,7 +387,7 @@ impl ScriptDomain {
             if let Some(result) = slot.borrow_mut().take() {
                 return result;
             }
-            if !self.pump_once(true) {
+            if !self.pump_once(true, false) {
                 return Err(Error::Script(
                     "eval: the chunk is waiting on something that will never happen".to_owned(),
                 ));
@@ -604,6 +608,19 @@ impl ScriptDomain {
                 }
                 self.deliver(reply, vm::Outcome::Resolved(answer));
             }
+            DomainEvent::Registered(registration) => self.registry.add_remote(*registration),
+            DomainEvent::RegisteredDone {
+                job,
+                commands,
+                failure,
+            } => {
+                if !commands.is_empty() {
+                    let source = self.registry.source(job);
+                    self.apply_as(commands, &source);
+                }
+                self.registry.remote_done(job, failure);
+            }
+            DomainEvent::RegisteredControl { job, control } => self.registry.control(job, control),
             DomainEvent::Apply { commands, then } => {
                 let _authority = capability::install(Some(&self.principal.authority));
                 self.apply(commands, then.as_ref().map(|s| s.job()));
@@ -624,13 +641,18 @@ impl ScriptDomain {
         if commands.is_empty() {
             return;
         }
+        let source = match job {
+            Some(job) => job.to_string(),
+            None => "engine services".to_owned(),
+        };
+        self.apply_as(commands, &source);
+    }
+
+    /// Applies commands in order, reporting each failure as `source`'s.
+    fn apply_as(&self, commands: Vec<vm::ServiceCall>, source: &str) {
         for failure in self.services.apply(commands) {
-            let source = match job {
-                Some(job) => job.to_string(),
-                None => "engine services".to_owned(),
-            };
             self.reports.borrow_mut().push(Report {
-                source,
+                source: source.to_owned(),
                 message: failure,
             });
         }
@@ -899,19 +921,36 @@ impl ScriptDomain {
         drained || woke || ran
     }
 
-    /// Pumps once; when `block` and nothing is ready, waits for the mailbox or the next timer.
-    /// Answers false when nothing is outstanding at all (idle).
-    fn pump_once(&self, block: bool) -> bool {
+    /// Pumps once; when `block` and nothing is ready, waits for the mailbox, the next timer or
+    /// (with `jobs`) the next time registered jobs are due. With `jobs` the round runs the
+    /// registered jobs as a frame does, when [`FRAME_INTERVAL`] has passed since they last
+    /// ran. Answers false when nothing is outstanding at all (idle): no task, no pending
+    /// promise, no timer, and (with `jobs`) no registered job that is neither paused nor
+    /// errored.
+    fn pump_once(&self, block: bool, jobs: bool) -> bool {
         let drained = self.drain();
         let frame = self.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
         let woke = self.vm.wake_frames(frame);
-        if drained | woke | self.vm.step() || self.vm.has_ready() {
+        let live_jobs = jobs && self.registry.has_work();
+        let jobs_due = live_jobs.then(|| match self.jobs_ran.get() {
+            Some(at) => at + FRAME_INTERVAL,
+            None => Instant::now(),
+        });
+        let ran_jobs = match jobs_due {
+            Some(due) if due <= Instant::now() => {
+                self.jobs_ran.set(Some(Instant::now()));
+                self.registry.run(&self.vm, None);
+                true
+            }
+            _ => false,
+        };
+        if drained | woke | ran_jobs | self.vm.step() || self.vm.has_ready() {
             return true;
         }
         // A pop parked by a task that has since ended would otherwise count as pending forever.
         crate::shared::sweep_parked_pops(&self.vm.lua);
         let pending = self.vm.core.promises.borrow().pending();
-        let next = self.vm.next_wake();
+        let next = [self.vm.next_wake(), jobs_due].into_iter().flatten().min();
         let frame_waits = self.vm.has_frame_waits();
         if pending == 0 && next.is_none() && !frame_waits {
             return false;
@@ -940,14 +979,40 @@ impl ScriptDomain {
         true
     }
 
-    /// Pumps until every task and every promise the domain's scripts started has settled.
+    /// Pumps until every task and every promise the domain's scripts started has settled, and no
+    /// registered job is left to run.
+    ///
+    /// Each round is a frame, and the registered jobs run in it too, at most once per frame
+    /// interval (16 ms): so a job that runs every frame runs about 60 times a second here, and
+    /// while only such jobs keep the domain busy it sleeps between their frames (handling the
+    /// mailbox meanwhile) rather than spinning. A live registered job that is neither paused
+    /// nor errored keeps the run going; cancelling the last one (say, from its own `run`) ends
+    /// it.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// domain.exec(r#"
+    ///     runs = 0
+    ///     local job
+    ///     job = jobs.register({ phase = "main", executor = { kind = "luau", run = function()
+    ///         runs += 1
+    ///         if runs == 3 then job:cancel() end
+    ///     end } })
+    /// "#)?;
+    /// domain.run_until_idle()?;
+    /// assert_eq!(domain.eval("return runs")?, Message::Integer(3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// The first failure of a script the host started ([`Error::Script`], with its Luau stack).
     pub fn run_until_idle(&self) -> Result<()> {
         vm::check_sources();
         let mut checked = Instant::now();
-        while self.pump_once(true) {
+        while self.pump_once(true, true) {
             // A script can run for minutes without returning to the host: look for edited
             // sources now and then, so an edit still reaches its next dispatch.
             if checked.elapsed() >= SOURCE_CHECK_INTERVAL {

@@ -301,6 +301,13 @@ pub(crate) enum WorkerMsg {
         principal: Principal,
         parcel: crate::shared::Parcel,
     },
+    /// Run (or forget) registered job `job`, which lives in the worker's VM of serial `vm`.
+    Registered {
+        principal: Arc<PrincipalCell>,
+        vm: u64,
+        job: u64,
+        op: super::registered::RemoteOp,
+    },
 }
 
 /// Events to a domain's engine thread.
@@ -324,6 +331,20 @@ pub(crate) enum DomainEvent {
         reply: ReplyTo,
         /// The registered job whose item made the query, whose `forwarded_calls` it counts.
         job: Option<u64>,
+    },
+    /// A worker VM registered a job: add it to the registry.
+    Registered(Box<super::registered::RemoteRegistration>),
+    /// A call of a job registered from a worker VM ended: apply the commands it recorded, then
+    /// mark the call done (errored with `failure` when it did not return).
+    RegisteredDone {
+        job: u64,
+        commands: Vec<ServiceCall>,
+        failure: Option<String>,
+    },
+    /// A handle in a worker VM paused, resumed or cancelled a job.
+    RegisteredControl {
+        job: u64,
+        control: super::registered::Control,
     },
     /// Commands to apply in order, then (for a job that recorded them before its entry
     /// returned) the job's settlement to deliver.

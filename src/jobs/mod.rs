@@ -33,7 +33,7 @@ pub use principal::{DomainId, DomainMailbox, Generation, Principal};
 pub(crate) use promise::HostSlot;
 pub use promise::{Promise, PromiseStatus};
 pub(crate) use registered::{FailureSink, Registry};
-pub use registered::{JobInfo, JobStatus};
+pub use registered::{JobInfo, JobStatus, WorkerCalls};
 pub(crate) use services::{check_name as check_service_name, install_at, read_args, ServiceKind};
 pub use warm::WARM_BOUND;
 pub(crate) use worker::reply;

@@ -117,6 +117,9 @@ pub(crate) struct PrincipalCell {
     pub(crate) authority: std::sync::Arc<crate::domain::capability::Authority>,
     /// The engine events the host raised on this generation, for `engine.on` watchers.
     pub(crate) events: super::events::EventLog,
+    /// The ids and names of the generation's registered jobs, reserved at `jobs.register` in
+    /// whichever VM (engine or worker) calls it.
+    pub(crate) jobs: super::registered::JobDirectory,
     alive: AtomicBool,
     /// Why the principal ended, once it has.
     ended: std::sync::Mutex<Option<String>>,
@@ -150,6 +153,7 @@ impl PrincipalCell {
                 },
                 std::sync::Arc::default(),
             )),
+            jobs: super::registered::JobDirectory::default(),
             alive: AtomicBool::new(true),
             ended: std::sync::Mutex::new(None),
         }

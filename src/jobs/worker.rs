@@ -618,6 +618,36 @@ impl WorkerLogic for LuauWorker {
                     crate::shared::receive_parcel(&self.vms[i].vm.lua, parcel);
                 }
             }
+            WorkerMsg::Registered {
+                principal,
+                vm,
+                job,
+                op,
+            } => {
+                if !principal.is_alive() {
+                    return; // the job ended with its generation
+                }
+                match self.vm_index(principal.id) {
+                    Some(i) if self.vms[i].serial == vm => {
+                        let wvm = &mut self.vms[i];
+                        wvm.sync_services();
+                        super::registered::run_remote_op(&wvm.vm, &principal, job, op);
+                    }
+                    // The VM that held the job was dropped (after a panic): the job can't run.
+                    _ if op == super::registered::RemoteOp::Run => {
+                        principal.mailbox.post(DomainEvent::RegisteredDone {
+                            job,
+                            commands: Vec::new(),
+                            failure: Some(format!(
+                                "the worker VM that registered it is gone (worker {} replaced \
+                                 it after host code panicked)",
+                                self.index
+                            )),
+                        });
+                    }
+                    _ => {}
+                }
+            }
             WorkerMsg::Released { principal, key } => {
                 if let Some(i) = self.vm_index(principal) {
                     let wvm = &mut self.vms[i];
@@ -699,6 +729,11 @@ impl WorkerLogic for LuauWorker {
             for owner in owners {
                 owner.complete(&wvm.vm.lua, Err(TaskFailure::Panicked(message.clone())));
             }
+            // Jobs registered from this VM lived in it: each is errored, naming why.
+            let why = format!(
+                "the worker VM that registered it was replaced after host code panicked: {message}"
+            );
+            super::registered::vm_lost(&wvm.vm.lua, &wvm.principal, &why);
             wvm.principal.mailbox.post(DomainEvent::Report {
                 label: format!("worker {}", self.index),
                 failure: format!("host code panicked: {message}; the worker's VM was replaced"),

@@ -38,6 +38,16 @@ pub(crate) enum Executor {
         input: Option<Function>,
         apply: Option<Function>,
     },
+    /// A `luau` or `worker` job registered from a worker VM: its functions stay in that VM, and
+    /// the engine only posts each frame's call there (see `remote`).
+    Remote {
+        /// `"luau"` or `"worker"`.
+        kind: &'static str,
+        /// The pool worker that holds the VM, and the VM's serial.
+        worker: usize,
+        vm: u64,
+        shared: Arc<super::remote::RemoteJob>,
+    },
 }
 
 impl Executor {
@@ -47,6 +57,7 @@ impl Executor {
             Executor::Luau { .. } => "luau",
             Executor::Worker { .. } => "worker",
             Executor::Kernel { .. } => "kernel",
+            Executor::Remote { kind, .. } => kind,
         }
     }
 }
@@ -62,12 +73,12 @@ pub(crate) struct Descriptor {
 
 const WHAT: &str = "jobs.register";
 
-/// Reads the descriptor. `kernel` finds a kernel the host registered; `cap` is the longest
-/// deadline a worker job may ask for.
+/// Reads the descriptor. `kernel` finds a kernel the host registered, or answers why it can't
+/// (the text raised at the call); `cap` is the longest deadline a worker job may ask for.
 pub(crate) fn read(
     lua: &Lua,
     descriptor: &Value,
-    kernel: impl Fn(&str) -> Option<Kernel>,
+    kernel: impl Fn(&str) -> Result<Kernel, String>,
     cap: Duration,
 ) -> Result<Descriptor, String> {
     let Value::Table(t) = descriptor else {
@@ -140,7 +151,7 @@ pub(crate) fn read(
 fn read_executor(
     lua: &Lua,
     value: &Value,
-    kernel: impl Fn(&str) -> Option<Kernel>,
+    kernel: impl Fn(&str) -> Result<Kernel, String>,
     cap: Duration,
 ) -> Result<Executor, String> {
     let Value::Table(t) = value else {
@@ -217,11 +228,7 @@ fn read_executor(
                     ))
                 }
             };
-            let Some(found) = kernel(&name) else {
-                return Err(format!(
-                    "{WHAT}: executor.kernel '{name}' is not a registered kernel"
-                ));
-            };
+            let found = kernel(&name)?;
             Ok(Executor::Kernel {
                 name: Arc::from(name.as_str()),
                 kernel: found,

@@ -77,13 +77,47 @@ pub struct JobInfo {
     pub calls: u64,
     /// Those of them that failed (their `apply` included).
     pub failed_calls: u64,
+    /// For a job registered from a worker VM, the calls the engine posted to that VM; `None`
+    /// for a job registered on the engine VM.
+    pub worker: Option<WorkerCalls>,
+}
+
+/// The calls of a job registered from a worker VM, as `job:info().worker` reports them.
+///
+/// ```
+/// use skein::{DomainSpec, Plan, Pool, ScriptDomain};
+///
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("m.luau"), r#"
+///     return { start = function()
+///         jobs.register({ name = "tick", phase = "main", executor = { kind = "luau", run = function() end } })
+///         return true
+///     end }
+/// "#)?;
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").plan(Plan::new().root(dir.path())))?;
+/// domain.eval(r#"return jobs.dispatch("./m", "start"):await()"#)?;
+/// // The job reached the engine with the item's reply; no frame has posted a call yet.
+/// let calls = domain.jobs()[0].worker.expect("registered from a worker VM");
+/// assert_eq!((calls.calls, calls.late_calls, calls.failed_calls), (0, 0, 0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerCalls {
+    /// Calls the engine posted to the worker VM.
+    pub calls: u64,
+    /// Frames that found the previous call still running, and so posted none.
+    pub late_calls: u64,
+    /// Calls that raised (or ended any other way than returning).
+    pub failed_calls: u64,
 }
 
 pub(super) fn of(job: &RegisteredJob) -> JobInfo {
     let state = job.state.borrow();
     let status = if state.errored {
         JobStatus::Errored
-    } else if state.task_running || state.in_flight.is_some() {
+    } else if state.task_running || state.in_flight.is_some() || state.remote_in_flight {
         JobStatus::Running
     } else {
         JobStatus::Pending
@@ -102,12 +136,17 @@ pub(super) fn of(job: &RegisteredJob) -> JobInfo {
         waited_for_vm: Duration::from_nanos(job.tally.waited_ns.load(Ordering::Relaxed)),
         calls: state.calls,
         failed_calls: state.failed,
+        worker: matches!(job.executor, super::Executor::Remote { .. }).then_some(WorkerCalls {
+            calls: state.calls,
+            late_calls: state.late,
+            failed_calls: state.failed,
+        }),
     }
 }
 
 /// The Luau table of a snapshot; times in milliseconds.
 pub(super) fn to_lua(lua: &Lua, info: &JobInfo) -> mlua::Result<Table> {
-    let t = lua.create_table_with_capacity(0, 13)?;
+    let t = lua.create_table_with_capacity(0, 14)?;
     t.raw_set("id", info.id as f64)?;
     t.raw_set("name", info.name.as_deref())?;
     t.raw_set("phase", info.phase.as_str())?;
@@ -126,5 +165,12 @@ pub(super) fn to_lua(lua: &Lua, info: &JobInfo) -> mlua::Result<Table> {
     )?;
     t.raw_set("calls", info.calls as f64)?;
     t.raw_set("failed_calls", info.failed_calls as f64)?;
+    if let Some(worker) = &info.worker {
+        let w = lua.create_table_with_capacity(0, 3)?;
+        w.raw_set("calls", worker.calls as f64)?;
+        w.raw_set("late_calls", worker.late_calls as f64)?;
+        w.raw_set("failed_calls", worker.failed_calls as f64)?;
+        t.raw_set("worker", w)?;
+    }
     Ok(t)
 }

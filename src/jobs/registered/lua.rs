@@ -3,12 +3,19 @@
 //!
 //! A handle holds only the job's id: once the job is cancelled every method answers false or
 //! nil rather than raising, so code holding a stale handle never breaks.
+//!
+//! In a worker VM, `jobs.register` keeps the job's functions in that VM (see `remote`) and its
+//! handle answers from the VM's own record of its jobs: `valid` and `cancel` at once, `info` and
+//! `status` as the engine last saw the job (its last frame or drain), `pause` and `resume` from
+//! the engine's next drain.
 
 use std::rc::Rc;
 
 use mlua::{AnyUserData, Lua, Table, UserData, UserDataMethods, Value};
 
+use super::remote::{self, Control};
 use super::{info, Registry};
+use crate::jobs::api::home;
 use crate::vm::a_type;
 
 /// A registered job, as Luau holds it.
@@ -18,33 +25,54 @@ pub(crate) struct JobHandle {
 
 impl UserData for JobHandle {
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        methods.add_method("cancel", |lua, this, ()| {
-            Ok(registry(lua, "JobHandle:cancel")?.cancel(this.id))
+        methods.add_method("cancel", |lua, this, ()| match engine(lua) {
+            Some(registry) => Ok(registry.cancel(this.id)),
+            None => worker_control(lua, this.id, Control::Cancel),
         });
         methods.add_method("info", |lua, this, ()| {
-            match registry(lua, "JobHandle:info")?.info(this.id) {
+            let info = match engine(lua) {
+                Some(registry) => registry.info(this.id),
+                None => remote::info(lua, this.id),
+            };
+            match info {
                 Some(info) => info::to_lua(lua, &info).map(Value::Table),
                 None => Ok(Value::Nil),
             }
         });
-        methods.add_method("pause", |lua, this, ()| {
-            Ok(registry(lua, "JobHandle:pause")?.set_paused(this.id, true))
+        methods.add_method("pause", |lua, this, ()| match engine(lua) {
+            Some(registry) => Ok(registry.set_paused(this.id, true)),
+            None => worker_control(lua, this.id, Control::Pause),
         });
-        methods.add_method("resume", |lua, this, ()| {
-            Ok(registry(lua, "JobHandle:resume")?.set_paused(this.id, false))
+        methods.add_method("resume", |lua, this, ()| match engine(lua) {
+            Some(registry) => Ok(registry.set_paused(this.id, false)),
+            None => worker_control(lua, this.id, Control::Resume),
         });
         methods.add_method("status", |lua, this, ()| {
-            Ok(registry(lua, "JobHandle:status")?
-                .info(this.id)
-                .map(|i| i.status.as_str()))
+            let info = match engine(lua) {
+                Some(registry) => registry.info(this.id),
+                None => remote::info(lua, this.id),
+            };
+            Ok(info.map(|i| i.status.as_str()))
         });
-        methods.add_method("valid", |lua, this, ()| {
-            Ok(registry(lua, "JobHandle:valid")?.get(this.id).is_some())
+        methods.add_method("valid", |lua, this, ()| match engine(lua) {
+            Some(registry) => Ok(registry.get(this.id).is_some()),
+            None => Ok(remote::valid(lua, this.id)),
         });
         methods.add_meta_method("__tostring", |_, this, ()| {
             Ok(format!("JobHandle({})", this.id))
         });
     }
+}
+
+/// The engine VM's registry; `None` in a worker VM, where a handle answers for the jobs that VM
+/// registered.
+fn engine(lua: &Lua) -> Option<Rc<Registry>> {
+    lua.app_data_ref::<Rc<Registry>>().map(|r| r.clone())
+}
+
+fn worker_control(lua: &Lua, id: u64, control: Control) -> mlua::Result<bool> {
+    let home = home(lua)?;
+    Ok(remote::control(lua, &home, id, control))
 }
 
 /// Adds `register`, `find`, `inspect` and `list` to the `jobs` table of any VM. They work on an
@@ -58,21 +86,21 @@ pub(crate) fn install(lua: &Lua, jobs: &Table) -> mlua::Result<()> {
 }
 
 fn registry(lua: &Lua, function: &str) -> mlua::Result<Rc<Registry>> {
-    lua.app_data_ref::<Rc<Registry>>()
-        .map(|r| r.clone())
-        .ok_or_else(|| {
-            mlua::Error::runtime(format!(
-                "{function} is not yet supported in a worker VM: registered jobs live on the \
-                 engine thread, so call it there"
-            ))
-        })
+    engine(lua).ok_or_else(|| {
+        mlua::Error::runtime(format!(
+            "{function} is not yet supported in a worker VM: the domain's job list lives on the \
+             engine thread, so call it there (a worker VM reaches the jobs it registered through \
+             their handles)"
+        ))
+    })
 }
 
 fn register(lua: &Lua, descriptor: Value) -> mlua::Result<AnyUserData> {
-    let registry = registry(lua, "jobs.register")?;
-    let id = registry
-        .register(lua, &descriptor)
-        .map_err(mlua::Error::runtime)?;
+    let id = match engine(lua) {
+        Some(registry) => registry.register(lua, &descriptor),
+        None => remote::register(lua, &*home(lua)?, &descriptor),
+    }
+    .map_err(mlua::Error::runtime)?;
     lua.create_userdata(JobHandle { id })
 }
 

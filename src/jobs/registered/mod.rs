@@ -8,10 +8,12 @@
 //! never waits for a worker.
 
 mod descriptor;
+mod directory;
 mod info;
 mod lua;
+mod remote;
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
@@ -20,7 +22,7 @@ use std::time::Instant;
 
 use mlua::{Function, Lua, MultiValue, Value};
 
-use super::item::{Item, ItemArgs, JobShared, JobTally, Kernel, KernelCall, ReplyTo};
+use super::item::{Item, ItemArgs, JobShared, JobTally, Kernel, KernelCall, ReplyTo, WorkerMsg};
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
 use super::promise::{HostSlot, Promise};
@@ -29,8 +31,10 @@ use crate::value::Message;
 use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
 
 pub(crate) use descriptor::Executor;
-pub use info::{JobInfo, JobStatus};
+pub(crate) use directory::JobDirectory;
+pub use info::{JobInfo, JobStatus, WorkerCalls};
 pub(crate) use lua::install;
+pub(crate) use remote::{on_op as run_remote_op, vm_lost, Control, RemoteOp, RemoteRegistration};
 
 /// Where a registered job's failures go: the domain's reports, as (source, message).
 pub(crate) type FailureSink = Rc<dyn Fn(String, String)>;
@@ -42,7 +46,9 @@ pub(crate) struct Registry {
     /// Phases in the order their first job registered. A phase keeps its place once seen.
     phases: RefCell<Vec<Arc<str>>>,
     kernels: RefCell<HashMap<Arc<str>, Kernel>>,
-    next_id: Cell<u64>,
+    /// Worker-registered jobs their own VM cancelled while a call ran: that call's end (and
+    /// its writes) is still to come, which `run_until_idle` waits for.
+    draining: RefCell<std::collections::HashSet<u64>>,
     principal: Arc<PrincipalCell>,
     pool: Arc<PoolShared>,
     sink: FailureSink,
@@ -69,6 +75,10 @@ struct JobState {
     forwarded: u64,
     calls: u64,
     failed: u64,
+    /// Frames that found a worker-registered job's call still running.
+    late: u64,
+    /// A call of a worker-registered job was posted and its end has not arrived.
+    remote_in_flight: bool,
     /// A task of the job (a luau `run`, or an `apply`) has started and not ended.
     task_running: bool,
     /// The item on a worker whose result `apply` waits for.
@@ -95,7 +105,7 @@ impl Registry {
             jobs: RefCell::new(Vec::new()),
             phases: RefCell::new(Vec::new()),
             kernels: RefCell::new(HashMap::new()),
-            next_id: Cell::new(1),
+            draining: RefCell::default(),
             principal,
             pool,
             sink,
@@ -138,23 +148,15 @@ impl Registry {
         let d = descriptor::read(
             lua,
             descriptor,
-            |n| self.kernel(n),
+            |n| {
+                self.kernel(n).ok_or_else(|| {
+                    format!("jobs.register: executor.kernel '{n}' is not a registered kernel")
+                })
+            },
             self.principal.max_deadline,
         )?;
-        if let Some(name) = &d.name {
-            if self.find(name).is_some() {
-                return Err(format!(
-                    "jobs.register: a job named '{name}' is registered already"
-                ));
-            }
-        }
-        let id = self.next_id.get();
-        self.next_id.set(id + 1);
-        let mut phases = self.phases.borrow_mut();
-        if !phases.contains(&d.phase) {
-            phases.push(d.phase.clone());
-        }
-        self.jobs.borrow_mut().push(Rc::new(RegisteredJob {
+        let id = self.principal.jobs.reserve(d.name.as_deref())?;
+        self.add(RegisteredJob {
             id,
             name: d.name,
             phase: d.phase,
@@ -166,12 +168,97 @@ impl Registry {
                 ..JobTally::default()
             }),
             state: RefCell::new(JobState::default()),
-        }));
+        });
         Ok(id)
+    }
+
+    fn add(&self, job: RegisteredJob) {
+        let mut phases = self.phases.borrow_mut();
+        if !phases.contains(&job.phase) {
+            phases.push(job.phase.clone());
+        }
+        self.jobs.borrow_mut().push(Rc::new(job));
+    }
+
+    /// Adds a job a worker VM registered (its id and name were reserved at the call). One that
+    /// VM cancelled before it got here is dropped.
+    pub(crate) fn add_remote(&self, r: RemoteRegistration) {
+        if r.shared
+            .cancelled
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return;
+        }
+        let id = r.shared.id;
+        self.add(RegisteredJob {
+            id,
+            name: r.name,
+            phase: r.phase,
+            origin: r.origin,
+            metadata: r.metadata,
+            executor: Executor::Remote {
+                kind: r.kind,
+                worker: r.worker,
+                vm: r.vm,
+                shared: r.shared,
+            },
+            tally: Arc::new(JobTally {
+                id,
+                ..JobTally::default()
+            }),
+            state: RefCell::new(JobState::default()),
+        });
+    }
+
+    /// A call of worker-registered job `id` ended (its commands are applied already): the job
+    /// may be called again, or is errored with `failure`.
+    pub(crate) fn remote_done(&self, id: u64, failure: Option<String>) {
+        self.draining.borrow_mut().remove(&id);
+        let Some(job) = self.get(id) else { return };
+        job.state.borrow_mut().remote_in_flight = false;
+        match failure {
+            Some(message) => self.fail(&job, &message, true),
+            None => mirror(&job),
+        }
+    }
+
+    /// What a handle in a worker VM asked for job `id`.
+    pub(crate) fn control(&self, id: u64, control: Control) {
+        match control {
+            Control::Pause => drop(self.set_paused(id, true)),
+            Control::Resume => drop(self.set_paused(id, false)),
+            Control::Cancel => {
+                if self
+                    .get(id)
+                    .is_some_and(|j| j.state.borrow().remote_in_flight)
+                {
+                    self.draining.borrow_mut().insert(id);
+                }
+                self.cancel(id);
+            }
+        }
+    }
+
+    /// Whether registered jobs keep the domain busy: a job live and neither paused nor
+    /// errored, or the last call of a job its VM cancelled still to end.
+    pub(crate) fn has_work(&self) -> bool {
+        !self.draining.borrow().is_empty()
+            || self.jobs.borrow().iter().any(|j| {
+                let state = j.state.borrow();
+                !state.paused && !state.errored
+            })
     }
 
     fn get(&self, id: u64) -> Option<Rc<RegisteredJob>> {
         self.jobs.borrow().iter().find(|j| j.id == id).cloned()
+    }
+
+    /// How reports name job `id`: `job '<name>'`, or `job '#<id>'` for an anonymous one.
+    pub(crate) fn source(&self, id: u64) -> String {
+        match self.get(id) {
+            Some(job) => format!("job '{}'", job.label()),
+            None => format!("job '#{id}'"),
+        }
     }
 
     /// The live job named `name`.
@@ -185,10 +272,33 @@ impl Registry {
     /// Unregisters a job: later frames never run it, and the result of an item in flight is
     /// never applied. Answers whether the job was registered.
     fn cancel(&self, id: u64) -> bool {
-        let mut jobs = self.jobs.borrow_mut();
-        let before = jobs.len();
-        jobs.retain(|j| j.id != id);
-        jobs.len() != before
+        let removed = {
+            let mut jobs = self.jobs.borrow_mut();
+            let at = jobs.iter().position(|j| j.id == id);
+            at.map(|at| jobs.remove(at))
+        };
+        let Some(job) = removed else {
+            return false;
+        };
+        self.principal.jobs.release(id, job.name.as_deref());
+        if let Executor::Remote {
+            worker, vm, shared, ..
+        } = &job.executor
+        {
+            shared
+                .cancelled
+                .store(true, std::sync::atomic::Ordering::Release);
+            self.pool.exec.post(
+                *worker,
+                WorkerMsg::Registered {
+                    principal: self.principal.clone(),
+                    vm: *vm,
+                    job: id,
+                    op: RemoteOp::Forget,
+                },
+            );
+        }
+        true
     }
 
     /// Pauses or resumes a job (resuming also clears its error). Answers whether it is
@@ -197,11 +307,14 @@ impl Registry {
         let Some(job) = self.get(id) else {
             return false;
         };
-        let mut state = job.state.borrow_mut();
-        state.paused = paused;
-        if !paused {
-            state.errored = false;
+        {
+            let mut state = job.state.borrow_mut();
+            state.paused = paused;
+            if !paused {
+                state.errored = false;
+            }
         }
+        mirror(&job);
         true
     }
 
@@ -273,7 +386,7 @@ impl Registry {
                 let apply = match &job.executor {
                     Executor::Worker { apply, .. } => Some(apply.clone()),
                     Executor::Kernel { apply, .. } => apply.clone(),
-                    Executor::Luau { .. } => None,
+                    Executor::Luau { .. } | Executor::Remote { .. } => None,
                 };
                 if let Some(apply) = apply {
                     match result.to_lua(&vm.lua) {
@@ -292,6 +405,9 @@ impl Registry {
             // Cancelled: the domain is ending; nothing to apply or report.
             Some(Err(_)) | None => {}
         }
+        if let Executor::Remote { worker, vm, .. } = &job.executor {
+            return self.tick_remote(job, *worker, *vm);
+        }
         {
             let state = job.state.borrow();
             if state.paused || state.errored || state.task_running || state.in_flight.is_some() {
@@ -299,6 +415,7 @@ impl Registry {
             }
         }
         match &job.executor {
+            Executor::Remote { .. } => {}
             Executor::Luau { run } => {
                 job.state.borrow_mut().calls += 1;
                 self.start_task(vm, job, run.clone(), Value::Nil);
@@ -373,6 +490,33 @@ impl Registry {
                 self.queued(job, Ok(()), slot, shared);
             }
         }
+    }
+
+    /// One frame of a job registered from a worker VM: post its call to that VM and go on, or
+    /// count a late call when the last one has not ended.
+    fn tick_remote(&self, job: &Rc<RegisteredJob>, worker: usize, vm: u64) {
+        {
+            let mut state = job.state.borrow_mut();
+            if state.paused || state.errored {
+                return;
+            }
+            if state.remote_in_flight {
+                state.late += 1;
+            } else {
+                state.remote_in_flight = true;
+                state.calls += 1;
+                self.pool.exec.post(
+                    worker,
+                    WorkerMsg::Registered {
+                        principal: self.principal.clone(),
+                        vm,
+                        job: job.id,
+                        op: RemoteOp::Run,
+                    },
+                );
+            }
+        }
+        mirror(job);
     }
 
     /// Makes an item of `job` around its arguments, replying to a fresh host slot.
@@ -491,9 +635,17 @@ impl Registry {
                 state.failed += 1;
             }
         }
+        mirror(job);
         let source = format!("job '{}'", job.label());
         let text = format!("{source} failed: {message}");
         (self.sink)(source, text);
+    }
+}
+
+/// Publishes a worker-registered job's info for the handles in its VM.
+fn mirror(job: &RegisteredJob) {
+    if let Executor::Remote { shared, .. } = &job.executor {
+        shared.publish(info::of(job));
     }
 }
 

@@ -1,0 +1,486 @@
+//! Jobs registered from a worker VM: their functions stay in that VM, and the engine only posts
+//! each frame's call there.
+//!
+//! The parts, and which thread holds each:
+//!
+//! - [`RemoteJob`] (`Send + Sync`): the job's id, its cancelled flag and a snapshot of its
+//!   [`JobInfo`] the engine publishes after each change. A handle in the worker VM reads these,
+//!   so `info()` and `status()` there answer as the engine last saw the job (at its last frame
+//!   or drain).
+//! - [`LocalJobs`] (app data of the worker VM): the job's functions (`run`, or `input` and
+//!   `apply` with the module's entry) and the call running now, if any.
+//! - The engine registry's entry ([`Executor::Remote`](super::Executor::Remote)): the worker
+//!   and VM serial to post to, the counts, and whether a call is in flight.
+//!
+//! A frame posts [`WorkerMsg::Registered`] with [`RemoteOp::Run`] to the worker's inbox and goes
+//! on. The worker starts the call as a task of the job's VM with a command log; when the task
+//! ends it posts [`DomainEvent::RegisteredDone`] with the commands it recorded and its failure,
+//! if any. The engine handles that at its next drain (so one frame later): it applies the
+//! commands, then marks the call done or the job errored. A frame that finds the call still in
+//! flight posts nothing and counts a late call.
+//!
+//! The VM stays: workers drop a principal's VMs only when it ends (a restart or a stop, which
+//! ends its jobs too) or after a panic, when every job the VM held is errored with the reason.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mlua::{Function, Lua, MultiValue, Value};
+
+use super::descriptor::{self, Executor};
+use super::info::{JobInfo, JobStatus, WorkerCalls};
+use crate::jobs::api::{HomeKind, JobsHome};
+use crate::jobs::item::DomainEvent;
+use crate::jobs::principal::PrincipalCell;
+use crate::value::Message;
+use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
+
+/// What the engine asks of a job's worker VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RemoteOp {
+    /// Start this frame's call.
+    Run,
+    /// The job was cancelled on the engine: forget its functions and end a call still running.
+    Forget,
+}
+
+/// What a handle in a worker VM asks of the engine's registry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Control {
+    Pause,
+    Resume,
+    Cancel,
+}
+
+/// The `Send + Sync` part of a job registered from a worker VM.
+pub(crate) struct RemoteJob {
+    pub(crate) id: u64,
+    /// Set once the job is cancelled, from either side.
+    pub(crate) cancelled: AtomicBool,
+    /// The job's info as the engine last published it.
+    snapshot: Mutex<JobInfo>,
+}
+
+impl RemoteJob {
+    /// The engine's view changed: publish it for handles in the worker VM.
+    pub(crate) fn publish(&self, info: JobInfo) {
+        *self.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = info;
+    }
+
+    fn snapshot(&self) -> JobInfo {
+        self.snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+}
+
+/// A job a worker VM registered, on its way to the engine's registry.
+pub(crate) struct RemoteRegistration {
+    pub(crate) shared: Arc<RemoteJob>,
+    pub(crate) name: Option<String>,
+    pub(crate) phase: Arc<str>,
+    pub(crate) origin: String,
+    pub(crate) metadata: Option<Message>,
+    pub(crate) kind: &'static str,
+    pub(crate) worker: usize,
+    pub(crate) vm: u64,
+}
+
+/// What a worker VM runs for one of its jobs.
+enum LocalCall {
+    Luau {
+        run: Function,
+    },
+    Worker {
+        path: Arc<Path>,
+        entry: Arc<str>,
+        input: Function,
+        apply: Function,
+    },
+}
+
+struct LocalJob {
+    shared: Arc<RemoteJob>,
+    name: Option<String>,
+    label: String,
+    call: LocalCall,
+    deadline: Duration,
+    /// The owner of the call running now.
+    running: Option<Rc<Owner>>,
+}
+
+/// The jobs a worker VM registered and still holds: app data of that VM.
+#[derive(Default)]
+pub(crate) struct LocalJobs {
+    jobs: RefCell<HashMap<u64, LocalJob>>,
+}
+
+/// How a call's tasks name themselves in reports, and which job their forwarded queries count
+/// for.
+struct CallIdentity {
+    label: String,
+    id: u64,
+}
+
+impl std::fmt::Display for CallIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "job '{}'", self.label)
+    }
+}
+
+impl OwnerIdentity for CallIdentity {
+    fn registered_job(&self) -> Option<u64> {
+        Some(self.id)
+    }
+}
+
+fn local_jobs(lua: &Lua) -> Rc<LocalJobs> {
+    if let Some(jobs) = lua.app_data_ref::<Rc<LocalJobs>>() {
+        return jobs.clone();
+    }
+    let jobs = Rc::new(LocalJobs::default());
+    lua.set_app_data(jobs.clone());
+    jobs
+}
+
+const KERNEL_REFUSED: &str = "jobs.register: executor.kind 'kernel' can't be registered from a \
+     worker VM: a kernel job runs a host function and has no VM to stay in; register it from \
+     the engine VM";
+
+/// `jobs.register` in a worker VM: checks the descriptor here (with the engine's texts), keeps
+/// the functions in this VM, reserves the id and name, and posts the job to the engine.
+pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result<u64, String> {
+    let HomeKind::Worker { index, vm, .. } = &home.kind else {
+        return Err("jobs.register: not a worker VM".to_owned());
+    };
+    let principal = &home.principal;
+    let d = descriptor::read(
+        lua,
+        descriptor,
+        |_| Err(KERNEL_REFUSED.to_owned()),
+        principal.max_deadline,
+    )?;
+    let (call, deadline) = match d.executor {
+        Executor::Luau { run } => (LocalCall::Luau { run }, principal.max_deadline),
+        Executor::Worker {
+            path,
+            entry,
+            input,
+            apply,
+            key,
+            deadline,
+            ..
+        } => {
+            if key.is_some() {
+                return Err(
+                    "jobs.register: executor.key can't be used from a worker VM: the \
+                     job's calls all run in the VM that registers it"
+                        .to_owned(),
+                );
+            }
+            let call = LocalCall::Worker {
+                path,
+                entry,
+                input,
+                apply,
+            };
+            (call, deadline)
+        }
+        Executor::Kernel { .. } | Executor::Remote { .. } => return Err(KERNEL_REFUSED.to_owned()),
+    };
+    let kind = match call {
+        LocalCall::Luau { .. } => "luau",
+        LocalCall::Worker { .. } => "worker",
+    };
+    let id = principal.jobs.reserve(d.name.as_deref())?;
+    let label = d.name.clone().unwrap_or_else(|| format!("#{id}"));
+    let shared = Arc::new(RemoteJob {
+        id,
+        cancelled: AtomicBool::new(false),
+        snapshot: Mutex::new(JobInfo {
+            id,
+            name: d.name.clone(),
+            phase: d.phase.to_string(),
+            kind,
+            status: JobStatus::Pending,
+            paused: false,
+            origin: d.origin.clone(),
+            metadata: d.metadata.clone(),
+            last_error: None,
+            forwarded_calls: 0,
+            waited_for_vm: Duration::ZERO,
+            calls: 0,
+            failed_calls: 0,
+            worker: Some(WorkerCalls::default()),
+        }),
+    });
+    let registration = RemoteRegistration {
+        shared: shared.clone(),
+        name: d.name.clone(),
+        phase: d.phase,
+        origin: d.origin,
+        metadata: d.metadata,
+        kind,
+        worker: *index,
+        vm: *vm,
+    };
+    let posted = principal
+        .mailbox
+        .post(DomainEvent::Registered(Box::new(registration)));
+    if !posted {
+        principal.jobs.release(id, d.name.as_deref());
+        return Err(format!(
+            "jobs.register: the domain has stopped: {}",
+            principal.end_reason()
+        ));
+    }
+    local_jobs(lua).jobs.borrow_mut().insert(
+        id,
+        LocalJob {
+            shared,
+            name: d.name,
+            label,
+            call,
+            deadline,
+            running: None,
+        },
+    );
+    Ok(id)
+}
+
+/// The job `id` as a handle in this worker VM sees it: held here and not cancelled.
+fn live(lua: &Lua, id: u64) -> Option<Arc<RemoteJob>> {
+    let jobs = local_jobs(lua);
+    let jobs = jobs.jobs.borrow();
+    jobs.get(&id)
+        .map(|j| j.shared.clone())
+        .filter(|s| !s.is_cancelled())
+}
+
+/// `JobHandle:valid()` in a worker VM.
+pub(crate) fn valid(lua: &Lua, id: u64) -> bool {
+    live(lua, id).is_some()
+}
+
+/// `JobHandle:info()` in a worker VM: the snapshot of the engine's last frame.
+pub(crate) fn info(lua: &Lua, id: u64) -> Option<JobInfo> {
+    live(lua, id).map(|s| s.snapshot())
+}
+
+/// `JobHandle:pause()`, `resume()` and `cancel()` in a worker VM. A cancel takes effect here at
+/// once (no further call starts, the name is free again); the engine drops the job at its next
+/// drain. Pause and resume take effect at that drain. Answers whether the job was live.
+pub(crate) fn control(lua: &Lua, home: &JobsHome, id: u64, control: Control) -> bool {
+    let Some(shared) = live(lua, id) else {
+        return false;
+    };
+    if control == Control::Cancel {
+        shared.cancelled.store(true, Ordering::Release);
+        // A call running now (perhaps the one cancelling) ends on its own and its end still
+        // reaches the engine, so its writes apply; the entry goes when it ends.
+        let jobs = local_jobs(lua);
+        let mut held = jobs.jobs.borrow_mut();
+        if let Some(job) = held.get(&id) {
+            home.principal.jobs.release(id, job.name.as_deref());
+            if job.running.is_none() {
+                held.remove(&id);
+            }
+        }
+    }
+    home.principal
+        .mailbox
+        .post(DomainEvent::RegisteredControl { job: id, control });
+    true
+}
+
+/// Handles the engine's [`RemoteOp`] for job `id` of this VM.
+pub(crate) fn on_op(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64, op: RemoteOp) {
+    match op {
+        RemoteOp::Run => run(vm, principal, id),
+        RemoteOp::Forget => {
+            let removed = local_jobs(&vm.lua).jobs.borrow_mut().remove(&id);
+            if let Some(job) = removed {
+                job.shared.cancelled.store(true, Ordering::Release);
+                if let Some(owner) = job.running {
+                    vm.drop_owner(&owner);
+                }
+            }
+        }
+    }
+}
+
+/// Tells the engine a call of job `id` ended.
+fn done(
+    principal: &PrincipalCell,
+    id: u64,
+    commands: Vec<vm::ServiceCall>,
+    failure: Option<String>,
+) {
+    principal.mailbox.post(DomainEvent::RegisteredDone {
+        job: id,
+        commands,
+        failure,
+    });
+}
+
+/// The Luau half of a `worker` job's call: `input()`, then `entry(value)` unless it is nil,
+/// then `apply(result)`, all in one task so any of them may yield.
+const WORKER_CALL: &str = r#"
+local input, entry, apply = ...
+local value = input()
+if value == nil then
+	return
+end
+apply((entry(value)))
+"#;
+
+const WORKER_CALL_KEY: &str = "skein.registered.workerCall";
+
+fn worker_call(lua: &Lua) -> mlua::Result<Function> {
+    if let Value::Function(f) = lua.named_registry_value::<Value>(WORKER_CALL_KEY)? {
+        return Ok(f);
+    }
+    let f = lua
+        .load(WORKER_CALL)
+        .set_name("=skein registered job")
+        .into_function()?;
+    lua.set_named_registry_value(WORKER_CALL_KEY, f.clone())?;
+    Ok(f)
+}
+
+/// Starts this frame's call of job `id` as a task of the VM. A job this VM no longer holds (it
+/// cancelled it) answers at once, so the engine never keeps a call in flight for it.
+fn run(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64) {
+    let lua = &vm.lua;
+    let jobs = local_jobs(lua);
+    let prepared = {
+        let held = jobs.jobs.borrow();
+        match held.get(&id) {
+            None => None,
+            Some(job) if job.shared.is_cancelled() => None,
+            Some(job) if job.running.is_some() => return,
+            Some(job) => Some((
+                job.label.clone(),
+                job.deadline,
+                match &job.call {
+                    LocalCall::Luau { run } => Ok((run.clone(), MultiValue::new())),
+                    LocalCall::Worker {
+                        path,
+                        entry,
+                        input,
+                        apply,
+                    } => worker_args(lua, vm, path, entry, input, apply),
+                },
+            )),
+        }
+    };
+    let Some((label, deadline, call)) = prepared else {
+        return done(principal, id, Vec::new(), None);
+    };
+    let (f, args) = match call {
+        Ok(call) => call,
+        Err(message) => return done(principal, id, Vec::new(), Some(message)),
+    };
+    let post_to = principal.clone();
+    let held = Rc::downgrade(&jobs);
+    let completion: vm::Completion = Box::new(move |_lua: &Lua, result, commands| {
+        if let Some(jobs) = held.upgrade() {
+            let mut held = jobs.jobs.borrow_mut();
+            match held.get_mut(&id) {
+                Some(job) if job.shared.is_cancelled() => drop(held.remove(&id)),
+                Some(job) => job.running = None,
+                None => {}
+            }
+        }
+        let failure = match result {
+            Ok(_) | Err(TaskFailure::Cancelled) => None,
+            Err(TaskFailure::Raised { message, traceback }) if !traceback.is_empty() => {
+                Some(format!("{message}\n{traceback}"))
+            }
+            Err(TaskFailure::Raised { message, .. }) => Some(message),
+            Err(other) => Some(other.to_string()),
+        };
+        done(&post_to, id, commands, failure);
+    });
+    let identity: Arc<dyn OwnerIdentity> = Arc::new(CallIdentity { label, id });
+    let owner = Rc::new(Owner::new(identity, deadline, Some(completion)).with_commands());
+    if let Some(job) = jobs.jobs.borrow_mut().get_mut(&id) {
+        job.running = Some(owner.clone());
+    }
+    if let Err(e) = vm.start(f, args, owner.clone()) {
+        let failure = TaskFailure::raised(vm::error_message(&e), String::new());
+        owner.complete(lua, Err(failure));
+    }
+}
+
+/// A `worker` job's call: the combining function and its arguments, the module's entry found
+/// (and the module required) first.
+fn worker_args(
+    lua: &Lua,
+    vm: &Vm,
+    path: &Path,
+    entry: &str,
+    input: &Function,
+    apply: &Function,
+) -> Result<(Function, MultiValue), String> {
+    let key = lua
+        .create_string(entry)
+        .map_err(|e| vm::error_message(&e))?;
+    let entry = crate::jobs::worker::entry_function(lua, vm, path, entry, key)?;
+    let f = worker_call(lua).map_err(|e| vm::error_message(&e))?;
+    let args = MultiValue::from_iter([
+        Value::Function(input.clone()),
+        Value::Function(entry),
+        Value::Function(apply.clone()),
+    ]);
+    Ok((f, args))
+}
+
+/// The VM was dropped after a panic: every job it held is errored, naming why.
+pub(crate) fn vm_lost(lua: &Lua, principal: &PrincipalCell, why: &str) {
+    let Some(jobs) = lua.app_data_ref::<Rc<LocalJobs>>().map(|j| j.clone()) else {
+        return;
+    };
+    let ids: Vec<u64> = jobs.jobs.borrow_mut().drain().map(|(id, _)| id).collect();
+    for id in ids {
+        done(principal, id, Vec::new(), Some(why.to_owned()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_worker_call_runs_input_entry_and_apply_in_order() {
+        let lua = Lua::new();
+        let f = worker_call(&lua).unwrap();
+        let log: mlua::Table = lua
+            .load(
+                r#"
+                local log = {}
+                return log, function() table.insert(log, "input") return 2 end,
+                    function(v) table.insert(log, "entry " .. v) return v * 10 end,
+                    function(r) table.insert(log, "apply " .. r) end
+                "#,
+            )
+            .call::<(mlua::Table, Function, Function, Function)>(())
+            .map(|(log, input, entry, apply)| {
+                f.call::<()>((input, entry, apply)).unwrap();
+                log
+            })
+            .unwrap();
+        let seen: Vec<String> = log.sequence_values().map(Result::unwrap).collect();
+        assert_eq!(seen, ["input", "entry 2", "apply 20"]);
+    }
+}
