@@ -9,7 +9,7 @@ fn skein(args: &[&str]) -> (i32, String, String) {
     skein_in(Path::new(env!("CARGO_MANIFEST_DIR")), args)
 }
 
-/// Runs the runner with `cwd` as its current directory: where `runner.writeFile` writes.
+/// Runs the runner with `cwd` as its current directory.
 fn skein_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_skein"))
         .args(args)
@@ -143,64 +143,32 @@ fn an_edit_reaches_a_long_running_script_s_next_dispatch() {
 }
 
 #[test]
-fn runner_write_file_writes_strings_and_buffers_below_the_current_directory() {
+fn the_runner_global_holds_the_arguments_and_no_way_around_capabilities() {
     let tree = Tree::new(&[
         (
             "main.luau",
-            "runner.writeFile('out.txt', 'hello ' .. runner.args[1])\n\
-         runner.writeFile('./sub/raw.bin', buffer.fromstring('\\0\\255'))\n\
-         print(#runner.args, jobs.dispatch('./w', 'seesRunner'):await())\n",
+            "print(#runner.args, runner.args[1], runner.writeFile == nil)\n\
+         print(jobs.dispatch('./w', 'seesRunner'):await())\n\
+         print(pcall(require('@skein/fs').writeFile, 'out.txt', 'x'))\n",
         ),
         (
             "w.luau",
             "return { seesRunner = function() return runner ~= nil end }\n",
         ),
-        ("sub/keep", ""),
     ]);
     let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau", "--", "there", "2"]);
     assert_eq!(code, 0, "{stderr}");
-    // The script sees its arguments; a job on a worker has no `runner`.
-    assert_eq!(stdout.trim(), "2\tfalse");
-    assert_eq!(
-        std::fs::read(tree.path().join("out.txt")).unwrap(),
-        b"hello there"
-    );
-    assert_eq!(
-        std::fs::read(tree.path().join("sub/raw.bin")).unwrap(),
-        [0u8, 255]
-    );
-}
-
-#[test]
-fn runner_write_file_refuses_escaping_paths_and_names_the_path_in_os_errors() {
-    let tree = Tree::new(&[(
-        "main.luau",
-        "for _, case in { { '/tmp/skein-abs.txt', 'x' }, { 'a/../../up.txt', 'x' }, { 'no/such/dir/f.txt', 'x' }, { 'n.txt', 5 }, { '', 'x' } } do\n\
-           local ok, err = pcall(runner.writeFile, case[1], case[2])\n\
-           assert(not ok)\n\
-           print((string.match(tostring(err), 'runner%.writeFile: [^\\n]*')))\n\
-         end\n",
-    )]);
-    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau"]);
-    assert_eq!(code, 0, "{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(
-        lines[..2],
-        [
-            "runner.writeFile: '/tmp/skein-abs.txt' is absolute: a script writes only below the current directory",
-            "runner.writeFile: 'a/../../up.txt' has a '..' component: a script writes only below the current directory",
-        ]
+    // The script sees its arguments, and writing a file takes the capability like anywhere else.
+    assert_eq!(lines[0], "2\tthere\ttrue");
+    // A job on a worker has no `runner`.
+    assert_eq!(lines[1], "false");
+    assert!(lines[2].starts_with("false\t"), "{}", lines[2]);
+    assert_contains(
+        lines[2],
+        "permission denied: capability 'filesystem.write' is not granted",
     );
-    assert_contains(lines[2], "runner.writeFile: 'no/such/dir/f.txt': ");
-    assert_contains(lines[2], "os error");
-    assert_eq!(
-        lines[3],
-        "runner.writeFile: data for 'n.txt' must be a string or a buffer, got integer"
-    );
-    assert_eq!(lines[4], "runner.writeFile: the path is empty");
-    assert_eq!(lines.len(), 5);
-    assert!(!Path::new("/tmp/skein-abs.txt").exists());
-    assert!(!tree.path().parent().unwrap().join("up.txt").exists());
+    assert!(!tree.path().join("out.txt").exists());
 }
 
 /// CRC-32 (the PNG and zlib polynomial), bit by bit: the test's own, so it checks the script's.

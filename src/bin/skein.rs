@@ -36,8 +36,6 @@ OPTIONS:
 ARGS after `--` reach the script as `...` (strings), and as the list `runner.args`.
 
 THE `runner` GLOBAL (the script's own VM only, not jobs):
-    runner.writeFile(path, data)   Write a string or buffer to `path`, relative to the current
-                                   directory; absolute paths and `..` are refused.
     runner.args                    The script arguments, a list of strings.
 
 `require(\"@skein/fs\")` (readFile, writeFile, list) works in every VM, within what the
