@@ -410,7 +410,10 @@ mod tests {
         assert!(matches!(borrowed, KeyRef::String(b) if b == b"ab"));
         assert!(KeyRef::from_map_key(&MapKey::Number(f64::NAN)).is_none());
         assert!(matches!(KeyRef::number(-0.0), Some(KeyRef::Number(n)) if n.to_bits() == 0));
-        assert_eq!(KeyIn::Bytes(KeyRef::String(b"x")).into_owned(), Key::String("x".into()));
+        assert_eq!(
+            KeyIn::Bytes(KeyRef::String(b"x")).into_owned(),
+            Key::String("x".into())
+        );
     }
 
     #[test]
