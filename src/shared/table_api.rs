@@ -20,7 +20,7 @@ use mlua::{
 
 use super::table::error::{SharedTableError, SharedTableErrorKind};
 use super::table::handle::{bad_key, value_of};
-use super::table::key::{Entry, Key};
+use super::table::key::{Entry, Key, KeyIn, KeyRef};
 use super::table::node::{entry_message, Node};
 use super::table::root::Edit;
 use super::{FrozenTable, SharedStore, SharedTableRef, StoreCore};
@@ -73,14 +73,14 @@ impl Handle {
     }
 
     /// What Luau gets for `entry`, found at `key` of this table.
-    fn out(&self, key: &Key, entry: Option<&Entry>) -> Out {
+    fn out(&self, key: KeyRef<'_>, entry: Option<&Entry>) -> Out {
         match entry {
             None => Out::Data(Message::Nil),
             Some(Entry::Table(node)) => Out::Handle(match self {
-                Handle::Live(t) => Handle::Live(t.child(key.clone(), node.id)),
+                Handle::Live(t) => Handle::Live(t.child(key.to_key(), node.id)),
                 Handle::Frozen(t) => {
                     let mut location = t.location().to_owned();
-                    let segment = [key.segment()];
+                    let segment = [key.to_key().segment()];
                     location.push_str(&path::render("", &segment));
                     Handle::Frozen(FrozenTable {
                         location: location.into(),
@@ -99,18 +99,21 @@ impl Handle {
 
     /// Reads `key`: nil for a key that can't be one, as a plain table reads.
     fn get(&self, key: &KeyArg) -> mlua::Result<Out> {
-        let KeyArg::Key(key) = key else {
+        let Some(key) = key.key_ref() else {
             return Ok(Out::Data(Message::Nil));
         };
-        Ok(self.with_node(|node| self.out(key, node.get(key)))?)
+        Ok(self.with_node(|node| self.out(key, node.get_ref(key)))?)
     }
 
     /// Writes `key`; `value` nil removes it.
     fn set(&self, key: &KeyArg, value: &ValueArg) -> mlua::Result<()> {
         let table = self.live()?;
-        let key = key.key(|| self.location())?;
-        let entry = value.entry(|| self.key_location(&key))?;
-        Ok(table.set_entry(&key, entry.as_ref())?)
+        // The key as Luau holds it: copied only if the table does not hold it yet.
+        let key = key.key_in(|| self.location())?;
+        let entry = value.entry(|| self.key_location(&key.as_ref().to_key()))?;
+        Ok(table
+            .root
+            .set(&table.store, &table.path, &key, entry.as_ref())?)
     }
 }
 
@@ -174,15 +177,50 @@ impl IntoLua for Out {
 
 /// A key as Luau gave it, read off the stack with its exact type; a key that can't be one is
 /// kept as its description, so a read answers nil and a write raises naming the table.
+///
+/// A string key read off the stack is not copied: a read looks it up by the bytes Luau holds,
+/// and only a write (or a nested table's handle) makes a key of its own.
 enum KeyArg {
     Key(Key),
+    /// A string's bytes as Luau holds them. Only ever made by `from_stack` for a callback's
+    /// argument, which stays on the stack (and so alive and unmoved: Luau's collector does not
+    /// move strings) until the callback returns; a `KeyArg` is dropped before that.
+    Str(*const u8, usize),
     Bad(&'static str),
 }
 
 impl KeyArg {
+    /// The key borrowed for a lookup; `None` for a value that can't be a key.
+    fn key_ref(&self) -> Option<KeyRef<'_>> {
+        match self {
+            KeyArg::Key(key) => Some(key.as_ref()),
+            // SAFETY: see `KeyArg::Str`: the bytes live on the stack for as long as `self`.
+            KeyArg::Str(ptr, len) => Some(KeyRef::String(unsafe {
+                std::slice::from_raw_parts(*ptr, *len)
+            })),
+            KeyArg::Bad(_) => None,
+        }
+    }
+
+    /// The key for a write, borrowed as it is.
+    fn key_in(&self, at: impl FnOnce() -> String) -> Result<KeyIn<'_>, SharedTableError> {
+        match self {
+            KeyArg::Key(key) => Ok(KeyIn::Shared(key)),
+            KeyArg::Str(..) => match self.key_ref() {
+                Some(key) => Ok(KeyIn::Bytes(key)),
+                None => Err(bad_key(&at(), "a value of this type")),
+            },
+            KeyArg::Bad(what) => Err(bad_key(&at(), what)),
+        }
+    }
+
     fn key(&self, at: impl FnOnce() -> String) -> Result<Key, SharedTableError> {
         match self {
             KeyArg::Key(key) => Ok(key.clone()),
+            KeyArg::Str(..) => match self.key_ref() {
+                Some(key) => Ok(key.to_key()),
+                None => Err(bad_key(&at(), "a value of this type")),
+            },
             KeyArg::Bad(what) => Err(bad_key(&at(), what)),
         }
     }
@@ -231,8 +269,7 @@ impl FromLua for KeyArg {
                 ffi::LUA_TSTRING => {
                     let mut len = 0usize;
                     let ptr = ffi::lua_tolstring(state, idx, &mut len);
-                    let bytes = std::slice::from_raw_parts(ptr as *const u8, len);
-                    KeyArg::Key(Key::String(Bytes::copy_from_slice(bytes)))
+                    KeyArg::Str(ptr as *const u8, len)
                 }
                 ty => KeyArg::Bad(article_type(ty)),
             })
@@ -300,8 +337,28 @@ impl FromLua for ValueArg {
     }
 
     unsafe fn from_stack(idx: c_int, lua: &RawLua) -> mlua::Result<Self> {
+        let state = lua.state();
+        // Scalars are read straight off the slot: the reader's setup is most of a write's
+        // reading cost for `t.x = 1`.
+        // SAFETY: mlua hands a valid index; these calls only read the slot.
+        let scalar = unsafe {
+            match ffi::lua_type(state, idx) {
+                ffi::LUA_TNIL => Some(Message::Nil),
+                ffi::LUA_TBOOLEAN => Some(Message::Boolean(ffi::lua_toboolean(state, idx) != 0)),
+                ffi::LUA_TNUMBER => Some(Message::Number(ffi::lua_tonumber(state, idx))),
+                ffi::LUA_TINTEGER => Some(Message::Integer(ffi::lua_tointeger64(
+                    state,
+                    idx,
+                    std::ptr::null_mut(),
+                ))),
+                _ => None,
+            }
+        };
+        if let Some(m) = scalar {
+            return Ok(ValueArg::Data(m));
+        }
         // SAFETY: mlua hands a valid index; the type test only reads the slot.
-        if unsafe { ffi::lua_type(lua.state(), idx) } == ffi::LUA_TUSERDATA {
+        if unsafe { ffi::lua_type(state, idx) } == ffi::LUA_TUSERDATA {
             // SAFETY: as above.
             if let Value::UserData(ud) = unsafe { Value::from_stack(idx, lua)? } {
                 if let Ok(h) = ud.borrow::<Handle>() {
@@ -338,12 +395,17 @@ fn walk(lua: &Lua, handle: &Handle) -> mlua::Result<(Function, AnyUserData, Valu
 
 /// The entry after `key` (the first for nil) in `node`, as the pair Luau's `next` answers.
 fn step_after(handle: &Handle, node: &Node, key: &KeyArg) -> Answer {
-    let after = match key {
-        KeyArg::Key(k) => node.next_after(Some(k)),
-        KeyArg::Bad(_) => node.next_after(None),
+    let owned;
+    let from = match key {
+        KeyArg::Key(k) => Some(k),
+        KeyArg::Str(..) => {
+            owned = key.key_ref().map(KeyRef::to_key);
+            owned.as_ref()
+        }
+        KeyArg::Bad(_) => None,
     };
-    match after {
-        Some((k, v)) => Answer::Pair(Out::Data(k.to_message()), handle.out(k, Some(v))),
+    match node.next_after(from) {
+        Some((k, v)) => Answer::Pair(Out::Data(k.to_message()), handle.out(k.as_ref(), Some(v))),
         None => Answer::One(Out::Data(Message::Nil)),
     }
 }
@@ -423,7 +485,7 @@ fn atomic(lua: &Lua, (t, key, f): (Value, KeyArg, Function)) -> mlua::Result<Out
         }
     });
     match result {
-        Ok(stored) => Ok(handle.out(&key, stored.as_ref())),
+        Ok(stored) => Ok(handle.out(key.as_ref(), stored.as_ref())),
         Err(e) if e.kind() == SharedTableErrorKind::Function => {
             let e = failure.unwrap_or_else(|| e.into());
             let text = e.to_string();
@@ -499,7 +561,7 @@ fn primitives(lua: &Lua) -> mlua::Result<Table> {
             let node = h.node()?;
             let out = lua.create_table_with_capacity(node.border, node.map.len() - node.border)?;
             for (k, v) in node.map.iter() {
-                out.raw_set(Out::Data(k.to_message()), h.out(k, Some(v)))?;
+                out.raw_set(Out::Data(k.to_message()), h.out(k.as_ref(), Some(v)))?;
             }
             Ok(out)
         })?,
@@ -527,7 +589,7 @@ fn list(
             while n <= hi {
                 if let Some(key) = Key::number(n) {
                     if let Some(v) = node.map.get(&key) {
-                        out.raw_set(Out::Data(key.to_message()), h.out(&key, Some(v)))?;
+                        out.raw_set(Out::Data(key.to_message()), h.out(key.as_ref(), Some(v)))?;
                     }
                 }
                 n += 1.0;
@@ -535,7 +597,7 @@ fn list(
         } else {
             for (k, v) in node.map.iter() {
                 if matches!(k, Key::Number(n) if *n >= lo && *n <= hi && n.fract() == 0.0) {
-                    out.raw_set(Out::Data(k.to_message()), h.out(k, Some(v)))?;
+                    out.raw_set(Out::Data(k.to_message()), h.out(k.as_ref(), Some(v)))?;
                 }
             }
         }
@@ -564,9 +626,13 @@ fn put_list(_: &Lua, (t, items, rev): (AnyUserData, Table, f64)) -> mlua::Result
             }
             let mut next = node.clone();
             for (entry, key) in &entries {
-                next = table
-                    .root
-                    .set_in(&next, key, entry.as_ref(), stamp, &table.path)?;
+                next = table.root.set_in(
+                    &next,
+                    &KeyIn::Shared(key),
+                    entry.as_ref(),
+                    stamp,
+                    &table.path,
+                )?;
             }
             Ok(Edit::Write(next, true))
         })?)
@@ -627,9 +693,13 @@ fn insert(_: &Lua, (t, n, a, b): (AnyUserData, u32, ValueArg, ValueArg)) -> mlua
                     next = next.with(Key::position(i as usize + 1), moved, stamp.rev);
                 }
             }
-            next = table
-                .root
-                .set_in(&next, &at_key(at), entry.as_ref(), stamp, &table.path)?;
+            next = table.root.set_in(
+                &next,
+                &KeyIn::Owned(at_key(at)),
+                entry.as_ref(),
+                stamp,
+                &table.path,
+            )?;
             Ok(Edit::Write(next, ()))
         })?)
 }
@@ -663,7 +733,7 @@ fn remove(_: &Lua, (t, n, pos): (AnyUserData, u32, ValueArg)) -> mlua::Result<An
             Ok(Edit::Write(next, taken.map(|e| (key, e))))
         })?;
     Ok(match removed {
-        Some((key, entry)) => Answer::One(h.out(&key, Some(&entry))),
+        Some((key, entry)) => Answer::One(h.out(key.as_ref(), Some(&entry))),
         None => Answer::Nothing,
     })
 }

@@ -6,7 +6,7 @@ use std::fmt;
 use bytes::Bytes;
 
 use super::error::{SharedTableError, SharedTableErrorKind};
-use super::key::{location, Entry, Key};
+use super::key::{location, Entry, Key, KeyIn, KeyRef};
 use super::node::{entry_message, entry_of, Node};
 use super::root::{TablePath, TableRoot};
 use crate::shared::{SharedStore, StoreCore};
@@ -159,7 +159,8 @@ impl SharedTableRef {
         key: &Key,
         value: Option<&Entry>,
     ) -> Result<(), SharedTableError> {
-        self.root.set(&self.store, &self.path, key, value)
+        self.root
+            .set(&self.store, &self.path, &KeyIn::Shared(key), value)
     }
 
     pub(crate) fn atomic_entry(
@@ -176,8 +177,12 @@ impl SharedTableRef {
     /// # Errors
     /// The table was replaced or removed, or the store ended; a NaN key.
     pub fn get(&self, key: impl Into<MapKey>) -> Result<Option<Message>, SharedTableError> {
-        let key = key_of(|| self.location(), key.into())?;
-        self.with_target(|node| node.get(&key).map(entry_message))
+        // Looked up by the borrowed key: no key is built, copied or counted.
+        let key = key.into();
+        let Some(key) = KeyRef::from_map_key(&key) else {
+            return Err(bad_key(&self.location(), "a NaN"));
+        };
+        self.with_target(|node| node.get_ref(key).map(entry_message))
     }
 
     /// Sets `key` to a copy of `value`; [`Message::Nil`] removes the key. The write is atomic on
@@ -306,8 +311,10 @@ impl FrozenTable {
 
     /// The value at `key`, a nested table as a plain copy. A NaN key finds nothing.
     pub fn get(&self, key: impl Into<MapKey>) -> Option<Message> {
-        let key = Key::from_owned_map_key(key.into())?;
-        self.node.get(&key).map(entry_message)
+        let key = key.into();
+        self.node
+            .get_ref(KeyRef::from_map_key(&key)?)
+            .map(entry_message)
     }
 
     /// A plain deep copy.

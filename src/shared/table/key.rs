@@ -95,28 +95,20 @@ impl Key {
         }
     }
 
-    /// The key's 64-bit hash: foldhash with a seed chosen once per process, so a script that
-    /// chooses its keys can't aim them at one slot of the trie. Integers and numbers cost one
-    /// folded multiply, short strings a couple.
+    /// The key's 64-bit hash; see [`KeyRef::hash64`].
     #[inline]
     pub(crate) fn hash64(&self) -> u64 {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = hash_state().build_hasher();
+        self.as_ref().hash64()
+    }
+
+    /// This key borrowed: what a lookup takes.
+    #[inline]
+    pub(crate) fn as_ref(&self) -> KeyRef<'_> {
         match self {
-            Key::Number(n) => {
-                h.write_u64(n.to_bits());
-                h.write_u8(0);
-            }
-            Key::Integer(i) => {
-                h.write_u64(*i as u64);
-                h.write_u8(1);
-            }
-            Key::String(s) => {
-                h.write(s);
-                h.write_u8(2);
-            }
+            Key::Number(n) => KeyRef::Number(*n),
+            Key::Integer(i) => KeyRef::Integer(*i),
+            Key::String(s) => KeyRef::String(s),
         }
-        h.finish()
     }
 
     fn rank(&self) -> u8 {
@@ -124,6 +116,155 @@ impl Key {
             Key::Number(_) => 0,
             Key::Integer(_) => 1,
             Key::String(_) => 2,
+        }
+    }
+}
+
+/// A key as a lookup takes it: a string key borrows its bytes (from a caller's `Bytes`, or
+/// straight from the Luau stack), so finding a key copies and allocates nothing. Hashes and
+/// compares exactly as the [`Key`] it stands for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum KeyRef<'a> {
+    /// As [`Key::Number`]: never NaN, never `-0`.
+    Number(f64),
+    Integer(i64),
+    String(&'a [u8]),
+}
+
+impl<'a> KeyRef<'a> {
+    /// `key` borrowed, or `None` for a NaN (which can't be a key).
+    #[inline]
+    pub(crate) fn from_map_key(key: &'a MapKey) -> Option<KeyRef<'a>> {
+        match key {
+            MapKey::Integer(i) => Some(KeyRef::Integer(*i)),
+            MapKey::Number(n) => KeyRef::number(*n),
+            MapKey::String(s) => Some(KeyRef::String(s)),
+        }
+    }
+
+    /// As [`Key::number`].
+    #[inline]
+    pub(crate) fn number(n: f64) -> Option<KeyRef<'a>> {
+        if n.is_nan() {
+            None
+        } else if n == 0.0 {
+            Some(KeyRef::Number(0.0))
+        } else {
+            Some(KeyRef::Number(n))
+        }
+    }
+
+    /// The key's 64-bit hash: foldhash with a seed chosen once per process, so a script that
+    /// chooses its keys can't aim them at one slot of the trie. Integers and numbers cost one
+    /// folded multiply, short strings a couple.
+    #[inline]
+    pub(crate) fn hash64(self) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = hash_state().build_hasher();
+        match self {
+            KeyRef::Number(n) => {
+                h.write_u64(n.to_bits());
+                h.write_u8(0);
+            }
+            KeyRef::Integer(i) => {
+                h.write_u64(i as u64);
+                h.write_u8(1);
+            }
+            KeyRef::String(s) => {
+                h.write(s);
+                h.write_u8(2);
+            }
+        }
+        h.finish()
+    }
+
+    /// As [`Key::as_position`].
+    #[inline]
+    pub(crate) fn as_position(self) -> Option<usize> {
+        match self {
+            KeyRef::Number(n) if n >= 1.0 && n.fract() == 0.0 && n <= (1u64 << 53) as f64 => {
+                Some(n as usize)
+            }
+            _ => None,
+        }
+    }
+
+    /// As [`Key::weight`].
+    #[inline]
+    pub(crate) fn weight(self) -> usize {
+        match self {
+            KeyRef::String(s) => Limits::NODE_WEIGHT.saturating_add(s.len()),
+            KeyRef::Number(_) | KeyRef::Integer(_) => Limits::NODE_WEIGHT,
+        }
+    }
+
+    /// Whether `key` is this key.
+    #[inline]
+    pub(crate) fn is(self, key: &Key) -> bool {
+        match (self, key) {
+            // No NaN and no -0 reach a key, so `==` is `total_cmp`'s equality.
+            (KeyRef::Number(a), Key::Number(b)) => a == *b,
+            (KeyRef::Integer(a), Key::Integer(b)) => a == *b,
+            (KeyRef::String(a), Key::String(b)) => a == &b[..],
+            _ => false,
+        }
+    }
+
+    /// `key` compared with this key, in [`Key`]'s order.
+    #[inline]
+    pub(crate) fn cmp_key(self, key: &Key) -> Ordering {
+        match (key, self) {
+            (Key::Number(a), KeyRef::Number(b)) => a.total_cmp(&b),
+            (Key::Integer(a), KeyRef::Integer(b)) => a.cmp(&b),
+            (Key::String(a), KeyRef::String(b)) => a[..].cmp(b),
+            _ => key.rank().cmp(&self.rank()),
+        }
+    }
+
+    fn rank(self) -> u8 {
+        match self {
+            KeyRef::Number(_) => 0,
+            KeyRef::Integer(_) => 1,
+            KeyRef::String(_) => 2,
+        }
+    }
+
+    /// The owned key (a string key's bytes copied).
+    pub(crate) fn to_key(self) -> Key {
+        match self {
+            KeyRef::Number(n) => Key::Number(n),
+            KeyRef::Integer(i) => Key::Integer(i),
+            KeyRef::String(s) => Key::String(Bytes::copy_from_slice(s)),
+        }
+    }
+}
+
+/// A key a write takes: given away, shared (a reference count if the table lacks it), or
+/// borrowed bytes (copied if the table lacks it). A write over a present key keeps the key the
+/// table holds, so a borrowed one then costs nothing.
+#[derive(Clone, Debug)]
+pub(crate) enum KeyIn<'a> {
+    Owned(Key),
+    Shared(&'a Key),
+    Bytes(KeyRef<'a>),
+}
+
+impl KeyIn<'_> {
+    #[inline]
+    pub(crate) fn as_ref(&self) -> KeyRef<'_> {
+        match self {
+            KeyIn::Owned(k) => k.as_ref(),
+            KeyIn::Shared(k) => k.as_ref(),
+            KeyIn::Bytes(k) => *k,
+        }
+    }
+
+    /// The key to store, when the table does not hold it yet.
+    pub(crate) fn into_owned(self) -> Key {
+        match self {
+            KeyIn::Owned(k) => k,
+            KeyIn::Shared(k) => k.clone(),
+            KeyIn::Bytes(k) => k.to_key(),
         }
     }
 }
@@ -240,6 +381,39 @@ mod tests {
         assert_eq!(Key::number(-0.0), Some(Key::Number(0.0)));
         assert_eq!(Key::number(f64::NAN), None);
         assert_ne!(Key::Integer(1), Key::Number(1.0));
+    }
+
+    #[test]
+    fn a_borrowed_key_hashes_and_compares_as_its_key() {
+        let keys = [
+            Key::Number(-1.5),
+            Key::Number(2.0),
+            Key::Integer(2),
+            Key::Integer(-7),
+            Key::String("".into()),
+            Key::String("a".into()),
+            Key::String("ab".into()),
+        ];
+        for a in &keys {
+            let r = a.as_ref();
+            assert_eq!(r.hash64(), a.hash64());
+            assert_eq!(r.weight(), a.weight());
+            assert_eq!(r.as_position(), a.as_position());
+            assert_eq!(r.to_key(), *a);
+            for b in &keys {
+                assert_eq!(r.is(b), a == b, "{a:?} is {b:?}");
+                assert_eq!(r.cmp_key(b), b.cmp(a), "{b:?} against {a:?}");
+            }
+        }
+        let held = MapKey::String("ab".into());
+        let borrowed = KeyRef::from_map_key(&held).unwrap();
+        assert!(matches!(borrowed, KeyRef::String(b) if b == b"ab"));
+        assert!(KeyRef::from_map_key(&MapKey::Number(f64::NAN)).is_none());
+        assert!(matches!(KeyRef::number(-0.0), Some(KeyRef::Number(n)) if n.to_bits() == 0));
+        assert_eq!(
+            KeyIn::Bytes(KeyRef::String(b"x")).into_owned(),
+            Key::String("x".into())
+        );
     }
 
     #[test]

@@ -6,11 +6,10 @@
 //! to the changed key. So a reader holding an old version keeps a whole, consistent picture for
 //! as long as it likes, and pays nothing to keep it.
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::key::{Entry, Key};
+use super::key::{Entry, Key, KeyIn, KeyRef};
 use super::trie::Trie;
 use crate::value::path::Segment;
 #[cfg(test)]
@@ -70,6 +69,12 @@ impl Node {
         self.map.get(key)
     }
 
+    /// As [`get`](Node::get) by a borrowed key.
+    #[inline]
+    pub(crate) fn get_ref(&self, key: KeyRef<'_>) -> Option<&Entry> {
+        Some(self.map.get_ref(key)?.1)
+    }
+
     /// The entry after `key` in this version's walk order (the first entry when `key` is
     /// `None`): the list part `1..=border` first and in order, then every other key in trie
     /// order. A key that is not present still finds a successor: the next list position when it
@@ -109,20 +114,21 @@ impl Node {
 
     /// This table with `key` set to `value` (removed when `None`), at version `rev`.
     pub(crate) fn with(&self, key: Key, value: Option<Entry>, rev: u64) -> Node {
-        self.with_key(Cow::Owned(key), value, rev)
+        self.with_key(KeyIn::Owned(key), value, rev)
     }
 
     /// As [`with`](Node::with) for a borrowed key: it is cloned only if the table does not
     /// hold it yet (a write over a present key keeps the stored key, costing no copy).
     pub(crate) fn with_ref(&self, key: &Key, value: Option<Entry>, rev: u64) -> Node {
-        self.with_key(Cow::Borrowed(key), value, rev)
+        self.with_key(KeyIn::Shared(key), value, rev)
     }
 
-    fn with_key(&self, key: Cow<'_, Key>, value: Option<Entry>, rev: u64) -> Node {
+    /// As [`with`](Node::with) for a key in any form (see [`KeyIn`]).
+    pub(crate) fn with_key(&self, key: KeyIn<'_>, value: Option<Entry>, rev: u64) -> Node {
         let mut next = self.clone();
         next.rev = rev;
-        let key_weight = key.weight();
-        let position = key.as_position();
+        let key_weight = key.as_ref().weight();
+        let position = key.as_ref().as_position();
         let (old, present) = match value {
             Some(value) => {
                 next.entries += value.entries();
@@ -132,7 +138,7 @@ impl Node {
                 }
                 (next.map.insert(key, value), true)
             }
-            None => (next.map.remove(&key), false),
+            None => (next.map.remove(key.as_ref()), false),
         };
         if let Some(old) = &old {
             let old = old.entry();
@@ -212,7 +218,7 @@ impl Node {
             }
             node.entries += entry.entries();
             node.bytes = node.bytes.saturating_add(key.weight() + entry.weight());
-            node.map.insert(Cow::Owned(key), entry);
+            node.map.insert(KeyIn::Owned(key), entry);
             Ok(())
         };
         match message {

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use super::cell::VersionCell;
 use super::error::{SharedTableError, SharedTableErrorKind};
-use super::key::{location, Entry, Key};
+use super::key::{location, Entry, Key, KeyIn};
 use super::node::Node;
 use crate::shared::StoreCore;
 use crate::sync::{thread, thread_local, AtomicBool, Mutex, MutexGuard, Ordering};
@@ -273,7 +273,7 @@ impl TableRoot {
     pub(crate) fn set_in(
         &self,
         target: &Node,
-        key: &Key,
+        key: &KeyIn<'_>,
         value: Option<&Entry>,
         stamp: Stamp,
         path: &TablePath,
@@ -283,7 +283,7 @@ impl TableRoot {
                 let deepest = stamp.depth + child.height;
                 if deepest > self.limits.depth {
                     let mut keys = path.keys.clone();
-                    keys.push(key.clone());
+                    keys.push(key.as_ref().to_key());
                     return Err(SharedTableError::new(
                         SharedTableErrorKind::Limit,
                         format!(
@@ -299,7 +299,7 @@ impl TableRoot {
             }
             other => other.cloned(),
         };
-        Ok(target.with_ref(key, value, stamp.rev))
+        Ok(target.with_key(key.clone(), value, stamp.rev))
     }
 
     /// Sets one key: the plain write.
@@ -307,7 +307,7 @@ impl TableRoot {
         &self,
         store: &StoreCore,
         path: &TablePath,
-        key: &Key,
+        key: &KeyIn<'_>,
         value: Option<&Entry>,
     ) -> Result<(), SharedTableError> {
         self.commit(store, path, |target, stamp| {
@@ -354,7 +354,7 @@ impl TableRoot {
                     rev: version.rev + 1,
                     depth: path.depth(),
                 };
-                let leaf = self.set_in(target, key, value.as_ref(), stamp, path)?;
+                let leaf = self.set_in(target, &KeyIn::Shared(key), value.as_ref(), stamp, path)?;
                 // What is stored, as stored: a table written in has its new identity.
                 let stored = match &value {
                     Some(Entry::Table(_)) => leaf.get(key).cloned(),

@@ -15,10 +15,9 @@
 //!
 //! See `README.md` beside this file for why a hash trie and how it keeps the list part first.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::key::{Entry, Key};
+use super::key::{Entry, Key, KeyIn, KeyRef};
 
 /// Bits of hash each level consumes: a branch has `1 << BITS` slots (32; the bitmap is a
 /// `u32`). Measured with callgrind, 4 (16 slots) made a write about 4% cheaper on a 1,000-key
@@ -122,7 +121,7 @@ impl Branch {
     }
 
     #[inline]
-    fn get(&self, hash: u64, key: &Key) -> Option<(&Key, &Entry)> {
+    fn get(&self, hash: u64, key: KeyRef<'_>) -> Option<(&Key, &Entry)> {
         let mut branch = self;
         let mut level = 0;
         loop {
@@ -132,7 +131,7 @@ impl Branch {
             }
             match &branch.slots[branch.position(bit)] {
                 Slot::Leaf(l) => {
-                    return (l.hash == hash && l.key == *key).then_some(l.pair());
+                    return (l.hash == hash && key.is(&l.key)).then_some(l.pair());
                 }
                 Slot::Branch(child) => {
                     branch = child;
@@ -142,7 +141,7 @@ impl Branch {
                     if c.hash != hash {
                         return None;
                     }
-                    let i = c.leaves.binary_search_by(|l| l.key.cmp(key)).ok()?;
+                    let i = c.leaves.binary_search_by(|l| key.cmp_key(&l.key)).ok()?;
                     return Some(c.leaves[i].pair());
                 }
             }
@@ -151,7 +150,7 @@ impl Branch {
 
     /// Sets `key` (whose hash is `hash`) in this branch at `level`; answers what it held. A
     /// borrowed key is cloned only when it is new: over a present key the stored one is kept.
-    fn insert(&mut self, level: u32, hash: u64, key: Cow<'_, Key>, entry: Entry) -> Option<Old> {
+    fn insert(&mut self, level: u32, hash: u64, key: KeyIn<'_>, entry: Entry) -> Option<Old> {
         let bit = 1u32 << index(hash, level);
         let position = self.position(bit);
         if self.bitmap & bit == 0 {
@@ -162,7 +161,7 @@ impl Branch {
         }
         let slot = &mut self.slots[position];
         match slot {
-            Slot::Leaf(l) if l.hash == hash && l.key == *key => {
+            Slot::Leaf(l) if l.hash == hash && key.as_ref().is(&l.key) => {
                 let kept = l.key.clone();
                 let old = std::mem::replace(l, leaf(hash, kept, entry));
                 return Some(Old(old));
@@ -181,7 +180,7 @@ impl Branch {
             }
             Slot::Collision(c) if c.hash == hash => {
                 let c = Arc::make_mut(c);
-                return match c.leaves.binary_search_by(|l| l.key.cmp(&key)) {
+                return match c.leaves.binary_search_by(|l| key.as_ref().cmp_key(&l.key)) {
                     Ok(i) => {
                         let kept = c.leaves[i].key.clone();
                         Some(Old(std::mem::replace(
@@ -215,7 +214,7 @@ impl Branch {
     }
 
     /// Removes `key` from this branch at `level`; answers what it held.
-    fn remove(&mut self, level: u32, hash: u64, key: &Key) -> Option<Old> {
+    fn remove(&mut self, level: u32, hash: u64, key: KeyRef<'_>) -> Option<Old> {
         let bit = 1u32 << index(hash, level);
         if self.bitmap & bit == 0 {
             return None;
@@ -223,7 +222,7 @@ impl Branch {
         let position = self.position(bit);
         match &mut self.slots[position] {
             Slot::Leaf(l) => {
-                if l.hash != hash || l.key != *key {
+                if l.hash != hash || !key.is(&l.key) {
                     return None;
                 }
                 self.bitmap &= !bit;
@@ -248,7 +247,7 @@ impl Branch {
                 if c.hash != hash {
                     return None;
                 }
-                let i = c.leaves.binary_search_by(|l| l.key.cmp(key)).ok()?;
+                let i = c.leaves.binary_search_by(|l| key.cmp_key(&l.key)).ok()?;
                 let c = Arc::make_mut(c);
                 let old = c.leaves.remove(i);
                 if c.leaves.len() == 1 {
@@ -326,6 +325,12 @@ impl Trie {
     /// The stored key and its value.
     #[inline]
     pub(crate) fn get_key_value(&self, key: &Key) -> Option<(&Key, &Entry)> {
+        self.get_ref(key.as_ref())
+    }
+
+    /// The stored key and its value, found by a borrowed key: no copy, no allocation.
+    #[inline]
+    pub(crate) fn get_ref(&self, key: KeyRef<'_>) -> Option<(&Key, &Entry)> {
         self.root.as_ref()?.get(key.hash64(), key)
     }
 
@@ -335,8 +340,8 @@ impl Trie {
 
     /// Sets `key` to `entry`; answers what it held. Branches another version shares are
     /// copied, the rest edited in place.
-    pub(crate) fn insert(&mut self, key: Cow<'_, Key>, entry: Entry) -> Option<Old> {
-        let hash = key.hash64();
+    pub(crate) fn insert(&mut self, key: KeyIn<'_>, entry: Entry) -> Option<Old> {
+        let hash = key.as_ref().hash64();
         let root = self.root.get_or_insert_with(|| {
             Arc::new(Branch {
                 bitmap: 0,
@@ -351,7 +356,7 @@ impl Trie {
     }
 
     /// Removes `key`; answers what it held. Removing an absent key copies nothing.
-    pub(crate) fn remove(&mut self, key: &Key) -> Option<Old> {
+    pub(crate) fn remove(&mut self, key: KeyRef<'_>) -> Option<Old> {
         let hash = key.hash64();
         let root = self.root.as_mut()?;
         root.get(hash, key)?;
@@ -458,7 +463,7 @@ mod tests {
                 Key::Integer(i * 7919 % 4_001)
             };
             assert_eq!(
-                old(trie.insert(Cow::Owned(key.clone()), Entry::Integer(i))),
+                old(trie.insert(KeyIn::Owned(key.clone()), Entry::Integer(i))),
                 model.insert(key, i)
             );
         }
@@ -469,8 +474,11 @@ mod tests {
         assert_eq!(trie.get(&s("absent")).map(|_| ()), None);
         let keys: Vec<Key> = model.keys().cloned().collect();
         for k in keys.iter().step_by(2) {
-            assert_eq!(old(trie.remove(k)), model.remove(k));
-            assert!(trie.remove(k).is_none(), "a second removal finds nothing");
+            assert_eq!(old(trie.remove(k.as_ref())), model.remove(k));
+            assert!(
+                trie.remove(k.as_ref()).is_none(),
+                "a second removal finds nothing"
+            );
         }
         assert_eq!(trie.len(), model.len());
         for k in &keys {
@@ -485,7 +493,7 @@ mod tests {
         seen.sort();
         assert_eq!(seen, model.keys().cloned().collect::<Vec<_>>());
         for k in &keys {
-            trie.remove(k);
+            trie.remove(k.as_ref());
         }
         assert!(trie.is_empty() && trie.root.is_none() && trie.first().is_none());
     }
@@ -494,12 +502,12 @@ mod tests {
     fn an_old_version_is_untouched_by_writes_to_a_copy() {
         let mut old = Trie::new();
         for i in 0..200 {
-            old.insert(Cow::Owned(Key::Integer(i)), Entry::Integer(i));
+            old.insert(KeyIn::Owned(Key::Integer(i)), Entry::Integer(i));
         }
         let mut new = old.clone();
-        new.insert(Cow::Owned(Key::Integer(5)), Entry::Integer(-5));
-        new.remove(&Key::Integer(6));
-        new.insert(Cow::Owned(s("x")), Entry::Boolean(true));
+        new.insert(KeyIn::Owned(Key::Integer(5)), Entry::Integer(-5));
+        new.remove(KeyRef::Integer(6));
+        new.insert(KeyIn::Owned(s("x")), Entry::Boolean(true));
         assert_eq!(int(old.get(&Key::Integer(5))), Some(5));
         assert_eq!(int(old.get(&Key::Integer(6))), Some(6));
         assert!(old.get(&s("x")).is_none());
@@ -512,7 +520,7 @@ mod tests {
     fn the_order_is_by_hash_and_absent_keys_find_their_successor() {
         let mut trie = Trie::new();
         for i in 0..300 {
-            trie.insert(Cow::Owned(Key::Integer(i)), Entry::Integer(i));
+            trie.insert(KeyIn::Owned(Key::Integer(i)), Entry::Integer(i));
         }
         let order = walk(&trie);
         assert_eq!(order.len(), 300, "every entry once");
@@ -535,17 +543,23 @@ mod tests {
         let h = 0xABCD_0000_0000_1234;
         for (i, k) in [s("b"), s("a"), s("c")].into_iter().enumerate() {
             assert!(branch
-                .insert(0, h, Cow::Owned(k), Entry::Integer(i as i64))
+                .insert(0, h, KeyIn::Owned(k), Entry::Integer(i as i64))
                 .is_none());
         }
         assert!(branch
-            .insert(0, h ^ 1, Cow::Owned(s("z")), Entry::Integer(9))
+            .insert(0, h ^ 1, KeyIn::Owned(s("z")), Entry::Integer(9))
             .is_none());
-        assert_eq!(int(branch.get(h, &s("a")).map(|e| e.1)), Some(1));
-        assert_eq!(int(branch.get(h, &s("c")).map(|e| e.1)), Some(2));
-        assert!(branch.get(h, &s("d")).is_none());
         assert_eq!(
-            old(branch.insert(0, h, Cow::Owned(s("a")), Entry::Integer(7))),
+            int(branch.get(h, KeyRef::String(b"a")).map(|e| e.1)),
+            Some(1)
+        );
+        assert_eq!(
+            int(branch.get(h, KeyRef::String(b"c")).map(|e| e.1)),
+            Some(2)
+        );
+        assert!(branch.get(h, KeyRef::String(b"d")).is_none());
+        assert_eq!(
+            old(branch.insert(0, h, KeyIn::Owned(s("a")), Entry::Integer(7))),
             Some(1)
         );
         let order: Vec<Key> = {
@@ -563,9 +577,9 @@ mod tests {
             vec![s("a"), s("b"), s("c"), s("z")],
             "one hash's keys in key order, then the greater hash h ^ 1"
         );
-        assert_eq!(old(branch.remove(0, h, &s("b"))), Some(0));
-        assert_eq!(old(branch.remove(0, h, &s("c"))), Some(2));
-        assert!(branch.remove(0, h, &s("c")).is_none());
+        assert_eq!(old(branch.remove(0, h, KeyRef::String(b"b"))), Some(0));
+        assert_eq!(old(branch.remove(0, h, KeyRef::String(b"c"))), Some(2));
+        assert!(branch.remove(0, h, KeyRef::String(b"c")).is_none());
         assert!(
             branch
                 .slots
@@ -573,8 +587,14 @@ mod tests {
                 .all(|s| !matches!(s, Slot::Collision(_))),
             "one key left is a plain leaf again"
         );
-        assert_eq!(int(branch.get(h, &s("a")).map(|e| e.1)), Some(7));
-        assert_eq!(int(branch.get(h ^ 1, &s("z")).map(|e| e.1)), Some(9));
+        assert_eq!(
+            int(branch.get(h, KeyRef::String(b"a")).map(|e| e.1)),
+            Some(7)
+        );
+        assert_eq!(
+            int(branch.get(h ^ 1, KeyRef::String(b"z")).map(|e| e.1)),
+            Some(9)
+        );
     }
 
     impl Key {
