@@ -318,13 +318,13 @@ fn the_pending_limit_at_the_bound_and_one_past() {
     ));
     assert_eq!(
         refused.to_string(),
-        "queue full: 3 events are pending, the limit (EventLimits::pending)"
+        "queue full: the queue holds its limit of 3 pending events (EventLimits::pending)"
     );
     assert_eq!(refused.into_payload(), Message::Integer(4));
     let err = refusal(&domain, r#"events.emit("a", 5)"#);
     assert_contains(
         &err,
-        "events.emit: queue full: 3 events are pending, the limit (EventLimits::pending)",
+        "events.emit: queue full: the queue holds its limit of 3 pending events (EventLimits::pending)",
     );
     assert_eq!(domain.pending_events(), 3);
     assert_eq!(domain.pending_event_bytes(), bytes);
@@ -340,7 +340,7 @@ fn the_pending_limit_at_the_bound_and_one_past() {
     assert_eq!(report.errors[0].attribution.domain, domain.id());
     assert_eq!(
         report.errors[0].message,
-        "events.emit: queue full: 3 events are pending, the limit (EventLimits::pending)"
+        "events.emit: queue full: the queue holds its limit of 3 pending events (EventLimits::pending)"
     );
 }
 
@@ -522,7 +522,7 @@ fn a_stopped_or_full_recipient_is_a_warning_for_the_emitter() {
     assert_contains(&warnings[1], "the domain is stopped");
     assert_contains(
         &warnings[2],
-        "queue full: 1 events are pending, the limit (EventLimits::pending)",
+        "queue full: the queue holds its limit of 1 pending events (EventLimits::pending)",
     );
     assert!(report
         .warnings
@@ -615,4 +615,46 @@ fn a_worker_vm_can_neither_bind_nor_emit() {
         &text(&emit),
         "events.emit: events are emitted from the engine VM",
     );
+}
+
+#[test]
+fn a_payload_that_cannot_cross_is_refused_naming_its_path() {
+    let pool = Pool::new(1);
+    let domain = game(&pool, limits());
+    let err = refusal(&domain, r#"events.emit("n", { f = print })"#);
+    assert_contains(
+        &err,
+        "events.emit: payload.f: a function can't cross a worker or event boundary",
+    );
+    let err = refusal(&domain, r#"events.emit(42)"#);
+    assert_contains(&err, "events.emit: name must be a string, got a number");
+    assert_eq!(domain.pending_events(), 0);
+    // A refusal that is not about room records no queue-full diagnostic.
+    assert!(domain.drain_events().errors.is_empty());
+}
+
+/// The example of docs/embedding.md's "Domain events" section, as it is written there.
+#[test]
+fn the_embedding_example_runs() -> Result<(), Box<dyn std::error::Error>> {
+    let pool = Pool::new(1);
+    let spec = DomainSpec::new("game").context(ContextSpec::new("ui").phases([Phase::Event]))?;
+    let domain = ScriptDomain::new(&pool, spec)?;
+    let hud = ScriptDomain::new(&pool, DomainSpec::new("hud"))?;
+    domain.route("scored", hud.mailbox())?;
+    domain.exec(
+        r#"
+        local events = require("@skein/events")
+        require("@skein/context").bind("ui", { event = function(key) events.emit("scored", 10) end })
+    "#,
+    )?;
+    domain.mailbox().post(
+        EventTarget::Context("ui".into()),
+        Message::String("space".into()),
+    )?;
+    let first = domain.drain_events();
+    assert_eq!((first.delivered, first.pending), (1, 1));
+    let second = domain.drain_events();
+    assert_eq!(second.unhandled, 1);
+    assert_eq!(hud.pending_events(), 1);
+    Ok(())
 }

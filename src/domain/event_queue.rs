@@ -86,7 +86,7 @@ pub enum QueueBound {
 /// assert!(matches!(refused, PostRefused::Full { .. }));
 /// assert_eq!(
 ///     refused.to_string(),
-///     "queue full: 1 events are pending, the limit (EventLimits::pending)"
+///     "queue full: the queue holds its limit of 1 pending events (EventLimits::pending)"
 /// );
 /// assert_eq!(refused.into_payload(), Message::Integer(2));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -139,7 +139,7 @@ impl fmt::Display for PostRefused {
                 ..
             } => write!(
                 f,
-                "queue full: {limit} events are pending, the limit (EventLimits::pending)"
+                "queue full: the queue holds its limit of {limit} pending events (EventLimits::pending)"
             ),
             PostRefused::Full {
                 bound: QueueBound::Bytes,
