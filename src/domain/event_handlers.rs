@@ -553,13 +553,12 @@ impl ScriptDomain {
         for handler in &due {
             let (context, failed) = match handler {
                 NamedHandler::Luau { function, context } => {
-                    let context = context.map(|i| self.contexts()[i].clone());
-                    let label = match &context {
+                    let context = context.map(|i| &self.contexts()[i]);
+                    let label = match context {
                         Some(spec) => format!("context '{}' event '{name}' handler", spec.name()),
                         None => format!("event '{name}' handler"),
                     };
                     let deadline = context
-                        .as_ref()
                         .and_then(ContextSpec::get_budget)
                         .unwrap_or(self.principal.max_deadline);
                     let args = [
