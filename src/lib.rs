@@ -42,8 +42,9 @@ pub use domain::capability::{
     MAX_CAPABILITY_LEN,
 };
 pub use domain::{
-    AdvanceReport, Attribution, ContextSpec, Diagnostic, DomainSpec, DomainState, FixedStep,
-    FrameReport, HandlerTiming, Phase, PhaseReport, Report, ScriptDomain, MAX_CONTEXT_NAME,
+    AdvanceReport, Attribution, ContextSpec, Diagnostic, DomainSpec, DomainState, EventLimits,
+    EventReport, EventTarget, FixedStep, FrameReport, HandlerTiming, Phase, PhaseReport,
+    PostRefused, QueueBound, Report, ScriptDomain, MAX_CONTEXT_NAME,
 };
 pub use error::{Error, Result};
 pub use jobs::{

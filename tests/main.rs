@@ -6,6 +6,7 @@ mod capabilities;
 mod contexts;
 mod dispatch;
 mod docs;
+mod domain_events;
 mod engine_events;
 mod generations;
 mod host_keys;

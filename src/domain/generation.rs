@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::TryRecvError;
 
-use super::{engine_vm, scheduler, services, DomainState, ScriptDomain};
+use super::{engine_vm, event_handlers, scheduler, services, DomainState, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::jobs::{self, DomainMailbox, Generation};
 use crate::value::Message;
@@ -58,12 +58,16 @@ impl ScriptDomain {
     /// engine service can't be installed in it; either way nothing has changed and the old
     /// generation runs on.
     pub fn restart(&mut self) -> Result<Generation> {
-        let (mailbox, rx) = DomainMailbox::new();
+        let queue = self.event_handlers.queue().clone();
+        let generation = Generation(self.generation().get() + 1);
+        let (mailbox, rx) = DomainMailbox::new(queue.clone(), generation);
         let next = Arc::new(self.principal.next_generation(mailbox));
+        debug_assert_eq!(next.id.generation, generation);
         let vm = engine_vm(&next, &self.pool, &self.reports)?;
         let registry = self.registry.next_generation(next.clone());
         vm.lua.set_app_data(registry.clone());
         scheduler::install_context_module(&vm.lua, &self.bindings)?;
+        event_handlers::install_events_module(&vm.lua, &self.event_handlers)?;
         for (name, _) in next.services.since(0) {
             let f = services::engine_function(&vm.lua, self.services.clone(), name.clone())?;
             jobs::install_at(&vm.lua, &name, f)
@@ -78,13 +82,19 @@ impl ScriptDomain {
         self.registry = registry;
         // The handlers were functions of the old engine VM; the contexts are the host's and stay.
         self.bindings.clear();
+        // Events queued for the old generation are discarded and counted as stale; Luau
+        // handlers of names went with the old VM.
+        queue.advance(generation);
+        self.event_handlers.next_generation(generation);
         self.state.set(DomainState::Ready);
         self.drain_stale();
         Ok(self.generation())
     }
 
     /// How many events of ended generations reached the domain and were discarded: replies,
-    /// forwarded queries (never answered), recorded commands (never applied), reports.
+    /// forwarded queries (never answered), recorded commands (never applied), reports, and
+    /// raw and named events queued for an ended generation (a restart discards what waits in
+    /// the event queue; a post through an old generation's mailbox is discarded too).
     pub fn stale_events(&self) -> u64 {
         self.stale.get()
     }
@@ -147,6 +157,8 @@ impl ScriptDomain {
     /// Discards what reached the mailboxes of ended generations, counting it. Dropping a held
     /// settlement rejects its promise, which is how a job's host promise learns why.
     pub(super) fn drain_stale(&self) {
+        let discarded = self.event_handlers.queue().take_discarded();
+        self.stale.set(self.stale.get() + discarded);
         let mut receivers = self.stale_rx.borrow_mut();
         receivers.retain(|rx| loop {
             match rx.try_recv() {

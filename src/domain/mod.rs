@@ -29,6 +29,8 @@ use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
 pub(crate) mod capability;
 mod context;
 mod diagnostic;
+mod event_handlers;
+pub(crate) mod event_queue;
 mod generation;
 mod host_promises;
 mod lifecycle;
@@ -37,6 +39,9 @@ mod services;
 
 pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};
 pub use diagnostic::{Attribution, Diagnostic};
+pub(crate) use event_handlers::events_module;
+pub use event_handlers::EventReport;
+pub use event_queue::{EventLimits, EventTarget, PostRefused, QueueBound};
 pub use lifecycle::DomainState;
 pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
 pub use services::FrameReport;
@@ -66,6 +71,7 @@ pub struct DomainSpec {
     contexts: Vec<ContextSpec>,
     fixed_step: FixedStep,
     grant: capability::Grant,
+    event_limits: EventLimits,
 }
 
 impl DomainSpec {
@@ -78,7 +84,27 @@ impl DomainSpec {
             contexts: Vec::new(),
             fixed_step: FixedStep::default(),
             grant: capability::Grant::default(),
+            event_limits: EventLimits::default(),
         }
+    }
+
+    /// Sets the bounds of the domain's event queue (see [`EventLimits`] for the defaults).
+    /// A `per_drain` or `name` of zero is refused by [`ScriptDomain::new`].
+    ///
+    /// ```
+    /// use skein::{DomainSpec, EventLimits};
+    /// let limits = EventLimits { per_drain: 64, ..EventLimits::default() };
+    /// let spec = DomainSpec::new("game").event_limits(limits);
+    /// assert_eq!(spec.get_event_limits().per_drain, 64);
+    /// ```
+    pub fn event_limits(mut self, limits: EventLimits) -> DomainSpec {
+        self.event_limits = limits;
+        self
+    }
+
+    /// The bounds the domain's event queue will have.
+    pub fn get_event_limits(&self) -> EventLimits {
+        self.event_limits
     }
 
     /// Declares a context: when scripts' handlers may run (see [`ContextSpec`]). Contexts of
@@ -201,6 +227,8 @@ pub struct ScriptDomain {
     fixed_step: FixedStep,
     /// Time `advance` was given that has not made a whole fixed step yet.
     accumulator: std::cell::Cell<Duration>,
+    /// Handlers bound to event names, routes, and the event queue's engine-side state.
+    event_handlers: Rc<event_handlers::EventHandlers>,
     /// When `run_until_idle` last ran the registered jobs: they run at most once per
     /// [`FRAME_INTERVAL`] there.
     jobs_ran: std::cell::Cell<Option<Instant>>,
@@ -214,14 +242,20 @@ impl ScriptDomain {
     ///
     /// # Errors
     /// [`Error::Vm`] when the plan's VM cannot be built; [`Error::Refused`] when the spec's
-    /// fixed step is zero.
+    /// fixed step is zero, or its event limits' `per_drain` or `name` is.
     pub fn new(pool: &Pool, spec: DomainSpec) -> Result<ScriptDomain> {
         spec.fixed_step.check()?;
+        if spec.event_limits.per_drain == 0 || spec.event_limits.name == 0 {
+            return Err(Error::Refused(
+                "event_limits: per_drain and name must be at least 1".to_owned(),
+            ));
+        }
         let id = Principal {
             domain: DomainId(NEXT_DOMAIN.fetch_add(1, Ordering::Relaxed)),
             generation: Generation(1),
         };
-        let (mailbox, rx) = DomainMailbox::new();
+        let queue = event_queue::EventQueue::new(spec.event_limits, id.generation);
+        let (mailbox, rx) = DomainMailbox::new(queue.clone(), id.generation);
         let mut cell = PrincipalCell::new(
             id,
             spec.plan.clone(),
@@ -247,6 +281,9 @@ impl ScriptDomain {
             report_sink(&reports),
         );
         vm.lua.set_app_data(registry.clone());
+        let event_handlers =
+            event_handlers::EventHandlers::new(queue, id.domain, id.generation, &spec.contexts);
+        event_handlers::install_events_module(&vm.lua, &event_handlers)?;
         let bindings = scheduler::Bindings::new(spec.contexts);
         scheduler::install_context_module(&vm.lua, &bindings)?;
         Ok(ScriptDomain {
@@ -269,6 +306,7 @@ impl ScriptDomain {
             fixed_step: spec.fixed_step,
             accumulator: std::cell::Cell::new(Duration::ZERO),
             jobs_ran: std::cell::Cell::new(None),
+            event_handlers,
             _engine_thread: PhantomData,
         })
     }

@@ -66,6 +66,9 @@ pub struct AdvanceReport {
     pub dropped_steps: u64,
     /// Every phase run, in order: the fixed steps, then `update`, then `lateUpdate`.
     pub phases: Vec<PhaseReport>,
+    /// The event drain that opened the advance (see
+    /// [`drain_events`](ScriptDomain::drain_events)).
+    pub events: super::EventReport,
     /// The engine frame that ended the advance.
     pub frame: FrameReport,
     /// How long the advance took, wall time.
@@ -322,7 +325,9 @@ impl ScriptDomain {
         Ok(self.broadcast(phase, args))
     }
 
-    /// Moves the domain's time on by `delta`: runs the `fixedUpdate` steps the accumulator
+    /// Moves the domain's time on by `delta`: drains the event queue once
+    /// ([`drain_events`](Self::drain_events), answered in [`AdvanceReport::events`]), runs the
+    /// `fixedUpdate` steps the accumulator
     /// owes (each handler receives the step in seconds), at most the catch-up limit of the
     /// domain's [`FixedStep`](crate::FixedStep), dropping and counting the rest; then `update`
     /// and `lateUpdate` (handlers receive `delta` in seconds); then one engine
@@ -370,6 +375,7 @@ impl ScriptDomain {
         ));
         let run = owed.min(u128::from(self.fixed_step.max_catch_up)) as u32;
         let dropped = u64::try_from(owed - u128::from(run)).unwrap_or(u64::MAX);
+        let events = self.run_event_drain();
         let mut phases = Vec::with_capacity(run as usize + 2);
         let step_secs = [Message::Number(step.as_secs_f64())];
         for _ in 0..run {
@@ -383,6 +389,7 @@ impl ScriptDomain {
             fixed_steps: run,
             dropped_steps: dropped,
             phases,
+            events,
             frame,
             elapsed: started.elapsed(),
         })
@@ -425,6 +432,8 @@ impl ScriptDomain {
             });
         }
         self.bindings.clear();
+        // Nothing drains a stopped domain: posts to it are refused from here on.
+        self.event_handlers.queue().stop();
         self.end_generation(&format!("domain '{}' stopped", self.name), false);
         self.state.set(DomainState::Stopped);
     }
@@ -459,8 +468,22 @@ impl ScriptDomain {
 
     /// Calls every handler of `phase` in run order.
     fn broadcast(&self, phase: Phase, args: &[Message]) -> PhaseReport {
+        self.broadcast_in(phase, None, args)
+    }
+
+    /// Calls the handlers of `phase` in run order: every context's, or only those of the
+    /// context at index `only` (a raw event's target).
+    pub(super) fn broadcast_in(
+        &self,
+        phase: Phase,
+        only: Option<usize>,
+        args: &[Message],
+    ) -> PhaseReport {
         let started = Instant::now();
-        let due = self.bindings.due(phase);
+        let mut due = self.bindings.due(phase);
+        if let Some(only) = only {
+            due.retain(|(context, _)| *context == only);
+        }
         let mut errors = Vec::new();
         let mut timings = Vec::with_capacity(due.len());
         for (context, handler) in &due {
@@ -501,6 +524,21 @@ impl ScriptDomain {
         handler: &Function,
         args: &[Message],
     ) -> Option<String> {
+        let label = handler_label(spec.name(), phase);
+        let deadline = spec.get_budget().unwrap_or(self.principal.max_deadline);
+        self.call_task(label, deadline, handler, args)
+    }
+
+    /// Calls `handler` with `args` as a task of the engine VM held to `deadline` per run;
+    /// answers the failure's text when it failed before its first yield. A failure after a
+    /// yield becomes a [`Report`] labelled `label`.
+    pub(super) fn call_task(
+        &self,
+        label: String,
+        deadline: Duration,
+        handler: &Function,
+        args: &[Message],
+    ) -> Option<String> {
         let lua = &self.vm.lua;
         let mut values = Vec::with_capacity(args.len());
         for arg in args {
@@ -514,7 +552,16 @@ impl ScriptDomain {
                 }
             }
         }
-        let label = handler_label(spec.name(), phase);
+        self.start_handler(label, deadline, handler, values)
+    }
+
+    fn start_handler(
+        &self,
+        label: String,
+        deadline: Duration,
+        handler: &Function,
+        values: Vec<Value>,
+    ) -> Option<String> {
         let state = Rc::new(RefCell::new(CallState::Running));
         let seen = state.clone();
         let reports = self.reports.clone();
@@ -533,7 +580,6 @@ impl ScriptDomain {
                 (_, Err(failure)) => *state = CallState::Failed(failure),
             }
         });
-        let deadline = spec.get_budget().unwrap_or(self.principal.max_deadline);
         let owner = Rc::new(Owner::new(Arc::new(label), deadline, Some(completion)));
         if let Err(e) = self
             .vm

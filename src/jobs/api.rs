@@ -120,7 +120,7 @@ fn queue_courier(home: &JobsHome) -> crate::shared::Courier {
             let mailbox = home.principal.mailbox.clone();
             Arc::new(move |parcel| {
                 // A domain that is gone drops the parcel, which gives its value back.
-                let _ = mailbox.post(super::item::DomainEvent::Parcel(parcel));
+                let _ = mailbox.send(super::item::DomainEvent::Parcel(parcel));
             })
         }
         HomeKind::Worker { index, .. } => {

@@ -2,12 +2,15 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
 use super::item::DomainEvent;
+use crate::domain::event_queue::{EventQueue, EventTarget, PostRefused};
 use crate::shared::{SharedLimits, StoreCore};
+use crate::value::Message;
 use crate::vm::Plan;
 
 /// A script domain's stable identity within the process.
@@ -60,6 +63,13 @@ impl fmt::Display for Principal {
 /// The `Send` handle through which other threads reach a domain's engine thread.
 ///
 /// Workers post replies (settled promises, reports) here; the domain drains it when it pumps.
+/// A host posts domain events here too: raw ones ([`post`](Self::post)) for a context's
+/// `event` phase handlers, named ones ([`post_named`](Self::post_named)) for the handlers bound
+/// to a name. Both wait in the domain's one event queue until its next
+/// [`drain_events`](crate::ScriptDomain::drain_events) or [`advance`](crate::ScriptDomain::advance).
+///
+/// A mailbox belongs to one generation of its domain: what it posts after a restart is
+/// discarded and counted in [`stale_events`](crate::ScriptDomain::stale_events).
 ///
 /// ```
 /// fn assert_send<T: Send + Sync>() {}
@@ -68,22 +78,77 @@ impl fmt::Display for Principal {
 #[derive(Clone)]
 pub struct DomainMailbox {
     pub(crate) tx: Sender<DomainEvent>,
+    /// The domain's event queue, shared by the mailboxes of all its generations.
+    events: Arc<EventQueue>,
+    /// The generation this mailbox posts for: the stamp on its envelopes.
+    generation: Generation,
 }
 
 impl DomainMailbox {
-    pub(crate) fn new() -> (DomainMailbox, Receiver<DomainEvent>) {
+    pub(crate) fn new(
+        events: Arc<EventQueue>,
+        generation: Generation,
+    ) -> (DomainMailbox, Receiver<DomainEvent>) {
         let (tx, rx) = crossbeam_channel::unbounded();
-        (DomainMailbox { tx }, rx)
+        (
+            DomainMailbox {
+                tx,
+                events,
+                generation,
+            },
+            rx,
+        )
     }
 
-    /// Posts an event; answers false when the domain is gone.
-    pub(crate) fn post(&self, event: DomainEvent) -> bool {
+    /// Sends an engine-thread event; answers false when the domain is gone.
+    pub(crate) fn send(&self, event: DomainEvent) -> bool {
         self.tx.send(event).is_ok()
     }
 
-    /// Posts an event; hands it back when the domain is gone.
+    /// Sends an engine-thread event; hands it back when the domain is gone.
     pub(crate) fn post_or_return(&self, event: DomainEvent) -> Result<(), Box<DomainEvent>> {
         self.tx.send(event).map_err(|e| Box::new(e.into_inner()))
+    }
+
+    /// Queues a raw event for the `event` phase handlers of `target`.
+    ///
+    /// A raw post is the host's own: it always queues, and counts toward the queue's
+    /// [`EventLimits`](crate::EventLimits) (so named events may be refused after it) without
+    /// being held to them.
+    ///
+    /// ```
+    /// use skein::{ContextSpec, DomainSpec, EventTarget, Message, Phase, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let spec = DomainSpec::new("game").context(ContextSpec::new("ui").phases([Phase::Event]))?;
+    /// let domain = ScriptDomain::new(&pool, spec)?;
+    /// domain.exec(r#"require("@skein/context").bind("ui", { event = function(e) got = e end })"#)?;
+    /// domain.mailbox().post(EventTarget::Context("ui".into()), Message::Integer(7))?;
+    /// assert_eq!(domain.drain_events().delivered, 1);
+    /// assert_eq!(domain.eval("return got")?, Message::Integer(7));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`PostRefused::Stopped`] once the domain is stopped.
+    pub fn post(&self, target: EventTarget, payload: Message) -> Result<(), PostRefused> {
+        self.events.push_raw(self.generation, target, payload)
+    }
+
+    /// Queues the named event `name` for every handler bound to it, if it fits.
+    ///
+    /// # Errors
+    /// [`PostRefused::Name`] when the name is empty or longer than
+    /// [`EventLimits::name`](crate::EventLimits::name); [`PostRefused::Full`] when one more event
+    /// or its bytes would pass the queue's limits; [`PostRefused::Stopped`] once the domain is
+    /// stopped. A refused event is not queued, and comes back in the error.
+    pub fn post_named(&self, name: &str, payload: Message) -> Result<(), PostRefused> {
+        self.events.push_named(self.generation, name, payload)
+    }
+
+    /// The generation this mailbox posts for.
+    pub fn generation(&self) -> Generation {
+        self.generation
     }
 }
 

@@ -254,7 +254,7 @@ fn forward_query(
         .unwrap_or_default();
     let cell = core.promises.borrow_mut().make("engine query");
     let reply = home.reply_to(cell.id());
-    let posted = home.principal.mailbox.post(DomainEvent::Query {
+    let posted = home.principal.mailbox.send(DomainEvent::Query {
         service: Arc::from(name.as_str()),
         args,
         commands,
@@ -287,7 +287,7 @@ fn command_stub(lua: &Lua, name: Arc<str>) -> mlua::Result<Function> {
             // Not held for a settlement (the entry returned, or the task is no job's): it
             // leaves now, after everything its job sent before.
             let home = home(lua)?;
-            home.principal.mailbox.post(DomainEvent::Apply {
+            home.principal.mailbox.send(DomainEvent::Apply {
                 commands: vec![call],
                 then: None,
             });

@@ -272,7 +272,7 @@ fn conclude(
                     cx.vm.drop_owner(owner);
                 }
                 if entry.fail(&short) {
-                    cx.principal.mailbox.post(DomainEvent::Report {
+                    cx.principal.mailbox.send(DomainEvent::Report {
                         label: format!("jobs.warm {}", entry.quoted()),
                         failure: format!(
                             "{short} (on worker {}); it runs on no later VM of this domain",
@@ -281,7 +281,7 @@ fn conclude(
                     });
                 }
             } else {
-                cx.principal.mailbox.post(DomainEvent::Report {
+                cx.principal.mailbox.send(DomainEvent::Report {
                     label: format!("jobs.warm {} on worker {}", entry.quoted(), cx.worker),
                     failure: failure.to_string(),
                 });

@@ -154,7 +154,7 @@ impl LuauWorker {
         let pool = self.pool(cx);
         let mailbox = principal.mailbox.clone();
         let reporter: vm::Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
-            mailbox.post(DomainEvent::Report {
+            mailbox.send(DomainEvent::Report {
                 label: label.to_owned(),
                 failure: failure.to_string(),
             });
@@ -502,7 +502,7 @@ pub(crate) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, po
             if principal.is_alive() {
                 principal
                     .mailbox
-                    .post(DomainEvent::Settle { promise, outcome });
+                    .send(DomainEvent::Settle { promise, outcome });
             }
         }
         ReplyTo::Worker {
@@ -635,7 +635,7 @@ impl WorkerLogic for LuauWorker {
                     }
                     // The VM that held the job was dropped (after a panic): the job can't run.
                     _ if op == super::registered::RemoteOp::Run => {
-                        principal.mailbox.post(DomainEvent::RegisteredDone {
+                        principal.mailbox.send(DomainEvent::RegisteredDone {
                             job,
                             commands: Vec::new(),
                             failure: Some(format!(
@@ -734,7 +734,7 @@ impl WorkerLogic for LuauWorker {
                 "the worker VM that registered it was replaced after host code panicked: {message}"
             );
             super::registered::vm_lost(&wvm.vm.lua, &wvm.principal, &why);
-            wvm.principal.mailbox.post(DomainEvent::Report {
+            wvm.principal.mailbox.send(DomainEvent::Report {
                 label: format!("worker {}", self.index),
                 failure: format!("host code panicked: {message}; the worker's VM was replaced"),
             });

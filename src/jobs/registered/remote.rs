@@ -236,7 +236,7 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
     };
     let posted = principal
         .mailbox
-        .post(DomainEvent::Registered(Box::new(registration)));
+        .send(DomainEvent::Registered(Box::new(registration)));
     if !posted {
         principal.jobs.release(id, d.name.as_deref());
         return Err(format!(
@@ -299,7 +299,7 @@ pub(crate) fn control(lua: &Lua, home: &JobsHome, id: u64, control: Control) -> 
     }
     home.principal
         .mailbox
-        .post(DomainEvent::RegisteredControl { job: id, control });
+        .send(DomainEvent::RegisteredControl { job: id, control });
     true
 }
 
@@ -326,7 +326,7 @@ fn done(
     commands: Vec<vm::ServiceCall>,
     failure: Option<String>,
 ) {
-    principal.mailbox.post(DomainEvent::RegisteredDone {
+    principal.mailbox.send(DomainEvent::RegisteredDone {
         job: id,
         commands,
         failure,

@@ -1,0 +1,417 @@
+//! The domain event queue: one FIFO of raw and named events, its [`EventLimits`], and the
+//! refusals a post can meet ([`PostRefused`]).
+//!
+//! This is the `Send` half of domain events: any thread posts through a
+//! [`DomainMailbox`](crate::DomainMailbox), which holds the queue; the engine thread takes a
+//! drain's worth at a time (`event_handlers.rs` delivers them). It never touches a Luau value
+//! and never runs a handler.
+//!
+//! The queue outlives generations, but it only ever holds envelopes of the current one: each
+//! envelope carries the generation of the mailbox that posted it, a restart discards (and
+//! counts) what is queued, and a post through an ended generation's mailbox is discarded and
+//! counted the same way. These are domain events, apart from the engine events a host raises
+//! for `engine.on` watchers (`jobs/events.rs`).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::jobs::Generation;
+use crate::value::Message;
+
+/// Bounds on a domain's event queue, set with
+/// [`DomainSpec::event_limits`](crate::DomainSpec::event_limits).
+///
+/// Bytes are counted as [`Message::queue_weight`] of the payload plus the bytes of a named
+/// event's name (its envelope holds a copy).
+///
+/// ```
+/// use skein::EventLimits;
+/// let limits = EventLimits::default();
+/// assert_eq!((limits.pending, limits.bytes), (65_536, 64 << 20));
+/// assert_eq!((limits.per_drain, limits.name), (4_096, 256));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventLimits {
+    /// The most events that may wait; a named event past it is refused.
+    pub pending: usize,
+    /// The most payload bytes that may wait; a named event past it is refused.
+    pub bytes: usize,
+    /// The most events one drain delivers; the rest wait, in order, for the next.
+    pub per_drain: usize,
+    /// The longest event name, in bytes.
+    pub name: usize,
+}
+
+impl Default for EventLimits {
+    fn default() -> Self {
+        EventLimits {
+            pending: 65_536,
+            bytes: 64 << 20,
+            per_drain: 4_096,
+            name: 256,
+        }
+    }
+}
+
+/// Where a raw event goes: the `event` phase handlers of one context, or of every context.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventTarget {
+    /// The context of this name (a context nobody declared handles nothing).
+    Context(String),
+    /// Every context, in scheduler order.
+    All,
+}
+
+/// Which bound of [`EventLimits`] refused an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueBound {
+    /// [`EventLimits::pending`].
+    Pending,
+    /// [`EventLimits::bytes`].
+    Bytes,
+}
+
+/// Why a post did not queue its event; the payload comes back, so nothing is lost.
+///
+/// ```
+/// use skein::{DomainSpec, EventLimits, Message, Pool, PostRefused, ScriptDomain};
+///
+/// let pool = Pool::new(1);
+/// let limits = EventLimits { pending: 1, ..EventLimits::default() };
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("game").event_limits(limits))?;
+/// let mailbox = domain.mailbox();
+/// mailbox.post_named("hit", Message::Integer(1)).unwrap();
+/// let refused = mailbox.post_named("hit", Message::Integer(2)).unwrap_err();
+/// assert!(matches!(refused, PostRefused::Full { .. }));
+/// assert_eq!(
+///     refused.to_string(),
+///     "queue full: the queue holds its limit of 1 pending events (EventLimits::pending)"
+/// );
+/// assert_eq!(refused.into_payload(), Message::Integer(2));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum PostRefused {
+    /// The event does not fit under the queue's limits.
+    Full {
+        /// The bound it would pass.
+        bound: QueueBound,
+        /// That bound's value.
+        limit: usize,
+        /// What was posted.
+        payload: Message,
+    },
+    /// The domain is stopped: nothing will ever drain its queue.
+    Stopped {
+        /// What was posted.
+        payload: Message,
+    },
+    /// The name is empty or longer than [`EventLimits::name`].
+    Name {
+        /// The name's length in bytes.
+        len: usize,
+        /// The longest name allowed.
+        max: usize,
+        /// What was posted.
+        payload: Message,
+    },
+}
+
+impl PostRefused {
+    /// The payload that was not queued.
+    pub fn into_payload(self) -> Message {
+        match self {
+            PostRefused::Full { payload, .. }
+            | PostRefused::Stopped { payload }
+            | PostRefused::Name { payload, .. } => payload,
+        }
+    }
+}
+
+impl fmt::Display for PostRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PostRefused::Full {
+                bound: QueueBound::Pending,
+                limit,
+                ..
+            } => write!(
+                f,
+                "queue full: the queue holds its limit of {limit} pending events (EventLimits::pending)"
+            ),
+            PostRefused::Full {
+                bound: QueueBound::Bytes,
+                limit,
+                ..
+            } => write!(
+                f,
+                "queue full: the event does not fit in the {limit} bytes the queue may hold (EventLimits::bytes)"
+            ),
+            PostRefused::Stopped { .. } => f.write_str("the domain is stopped"),
+            PostRefused::Name { len, max, .. } => {
+                write!(f, "an event name must be 1 to {max} bytes, got {len}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PostRefused {}
+
+/// What an envelope carries: the two kinds never pass for each other.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum QueuedEvent {
+    /// For the `event` phase handlers of `target`.
+    Raw {
+        target: EventTarget,
+        payload: Message,
+    },
+    /// For every handler bound to `name`.
+    Named { name: Arc<str>, payload: Message },
+}
+
+/// One queued event, stamped with the generation whose mailbox posted it.
+pub(crate) struct Envelope {
+    pub(crate) generation: Generation,
+    pub(crate) event: QueuedEvent,
+    /// Its share of the byte count, given back when it leaves the queue.
+    weight: usize,
+}
+
+/// Whether the queue still takes events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum QueueState {
+    Open,
+    /// The domain stopped.
+    Stopped,
+}
+
+struct Inner {
+    envelopes: VecDeque<Envelope>,
+    bytes: usize,
+    /// The generation whose envelopes are live.
+    generation: Generation,
+    state: QueueState,
+    /// Envelopes of ended generations thrown away since the domain last asked.
+    discarded: u64,
+}
+
+/// The FIFO every mailbox of a domain posts its events to.
+pub(crate) struct EventQueue {
+    limits: EventLimits,
+    inner: Mutex<Inner>,
+}
+
+impl EventQueue {
+    pub(crate) fn new(limits: EventLimits, generation: Generation) -> Arc<EventQueue> {
+        Arc::new(EventQueue {
+            limits,
+            inner: Mutex::new(Inner {
+                envelopes: VecDeque::new(),
+                bytes: 0,
+                generation,
+                state: QueueState::Open,
+                discarded: 0,
+            }),
+        })
+    }
+
+    pub(crate) fn limits(&self) -> EventLimits {
+        self.limits
+    }
+
+    /// The lock; a panic while it was held left the queue consistent (every change is one
+    /// push or pop), so a poisoned lock is taken as it is.
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Refuses a name outside `1..=limits.name`.
+    pub(crate) fn check_name(&self, name: &str, payload: Message) -> Result<Message, PostRefused> {
+        if name.is_empty() || name.len() > self.limits.name {
+            return Err(PostRefused::Name {
+                len: name.len(),
+                max: self.limits.name,
+                payload,
+            });
+        }
+        Ok(payload)
+    }
+
+    /// Queues a raw event: past the limits too, since the host chose to send it.
+    pub(crate) fn push_raw(
+        &self,
+        generation: Generation,
+        target: EventTarget,
+        payload: Message,
+    ) -> Result<(), PostRefused> {
+        let weight = payload.queue_weight();
+        let mut inner = self.lock();
+        if inner.state == QueueState::Stopped {
+            return Err(PostRefused::Stopped { payload });
+        }
+        if generation != inner.generation {
+            inner.discarded += 1;
+            return Ok(());
+        }
+        inner.bytes = inner.bytes.saturating_add(weight);
+        inner.envelopes.push_back(Envelope {
+            generation,
+            event: QueuedEvent::Raw { target, payload },
+            weight,
+        });
+        Ok(())
+    }
+
+    /// Queues a named event if it fits under the limits; refuses it whole otherwise.
+    pub(crate) fn push_named(
+        &self,
+        generation: Generation,
+        name: &str,
+        payload: Message,
+    ) -> Result<(), PostRefused> {
+        let payload = self.check_name(name, payload)?;
+        let weight = payload.queue_weight().saturating_add(name.len());
+        let mut inner = self.lock();
+        if inner.state == QueueState::Stopped {
+            return Err(PostRefused::Stopped { payload });
+        }
+        if generation != inner.generation {
+            inner.discarded += 1;
+            return Ok(());
+        }
+        if inner.envelopes.len() >= self.limits.pending {
+            return Err(PostRefused::Full {
+                bound: QueueBound::Pending,
+                limit: self.limits.pending,
+                payload,
+            });
+        }
+        if inner.bytes.saturating_add(weight) > self.limits.bytes {
+            return Err(PostRefused::Full {
+                bound: QueueBound::Bytes,
+                limit: self.limits.bytes,
+                payload,
+            });
+        }
+        inner.bytes += weight;
+        inner.envelopes.push_back(Envelope {
+            generation,
+            event: QueuedEvent::Named {
+                name: Arc::from(name),
+                payload,
+            },
+            weight,
+        });
+        Ok(())
+    }
+
+    /// How many more events, and how many more bytes, fit now.
+    pub(crate) fn room(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (
+            self.limits.pending.saturating_sub(inner.envelopes.len()),
+            self.limits.bytes.saturating_sub(inner.bytes),
+        )
+    }
+
+    /// Takes up to `max` envelopes from the front, in order.
+    pub(crate) fn take(&self, max: usize) -> Vec<Envelope> {
+        let mut inner = self.lock();
+        let n = max.min(inner.envelopes.len());
+        let batch: Vec<Envelope> = inner.envelopes.drain(..n).collect();
+        let freed = batch.iter().map(|e| e.weight).sum::<usize>();
+        inner.bytes = inner.bytes.saturating_sub(freed);
+        batch
+    }
+
+    /// How many events wait, and their bytes.
+    pub(crate) fn pending(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (inner.envelopes.len(), inner.bytes)
+    }
+
+    /// Makes `generation` the live one, discarding (and counting) every queued envelope.
+    pub(crate) fn advance(&self, generation: Generation) {
+        let mut inner = self.lock();
+        let dropped = inner.envelopes.len() as u64;
+        inner.envelopes.clear();
+        inner.bytes = 0;
+        inner.discarded += dropped;
+        inner.generation = generation;
+    }
+
+    /// Stops taking events and drops what waits: nothing will drain it again.
+    pub(crate) fn stop(&self) {
+        let mut inner = self.lock();
+        inner.state = QueueState::Stopped;
+        inner.envelopes.clear();
+        inner.bytes = 0;
+    }
+
+    /// The envelopes of ended generations discarded since the last call.
+    pub(crate) fn take_discarded(&self) -> u64 {
+        std::mem::take(&mut self.lock().discarded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_refusals_change_nothing_and_raw_posts_pass_the_limits() {
+        let limits = EventLimits {
+            pending: 2,
+            bytes: 1_000,
+            per_drain: 10,
+            name: 4,
+        };
+        let queue = EventQueue::new(limits, Generation(1));
+        queue.push_named(Generation(1), "a", Message::Nil).unwrap();
+        queue.push_named(Generation(1), "bb", Message::Nil).unwrap();
+        let before = queue.pending();
+        assert_eq!(before, (2, 16 + 1 + 16 + 2));
+        let err = queue
+            .push_named(Generation(1), "c", Message::Integer(3))
+            .unwrap_err();
+        assert_eq!(err.clone().into_payload(), Message::Integer(3));
+        assert!(matches!(
+            err,
+            PostRefused::Full {
+                bound: QueueBound::Pending,
+                limit: 2,
+                ..
+            }
+        ));
+        assert_eq!(queue.pending(), before);
+        queue
+            .push_raw(Generation(1), EventTarget::All, Message::Nil)
+            .unwrap();
+        assert_eq!(queue.pending().0, 3);
+        let err = queue
+            .push_named(Generation(1), "toolong", Message::Nil)
+            .unwrap_err();
+        assert_eq!(err.to_string(), "an event name must be 1 to 4 bytes, got 7");
+        let batch = queue.take(2);
+        assert_eq!(batch.len(), 2);
+        assert_eq!(queue.pending(), (1, 16));
+    }
+
+    #[test]
+    fn an_ended_generation_is_discarded_and_counted() {
+        let queue = EventQueue::new(EventLimits::default(), Generation(1));
+        queue.push_named(Generation(1), "a", Message::Nil).unwrap();
+        queue.advance(Generation(2));
+        queue.push_named(Generation(1), "b", Message::Nil).unwrap();
+        assert_eq!(queue.pending(), (0, 0));
+        assert_eq!(queue.take_discarded(), 2);
+        assert_eq!(queue.take_discarded(), 0);
+        queue.stop();
+        let err = queue
+            .push_raw(Generation(2), EventTarget::All, Message::Nil)
+            .unwrap_err();
+        assert_eq!(err.to_string(), "the domain is stopped");
+    }
+}
