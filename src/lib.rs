@@ -42,8 +42,9 @@ pub use domain::capability::{
     MAX_CAPABILITY_LEN,
 };
 pub use domain::{
-    AdvanceReport, Attribution, ContextSpec, Diagnostic, DomainSpec, DomainState, FixedStep,
-    FrameReport, HandlerTiming, Phase, PhaseReport, Report, ScriptDomain, MAX_CONTEXT_NAME,
+    AdvanceReport, Attribution, ContextSpec, Diagnostic, DomainSpec, DomainState, FailurePolicy,
+    FixedStep, FrameReport, HandlerTiming, LiveWorkers, Phase, PhaseReport, Report, ScriptDomain,
+    WorkerError, WorkerStage, MAX_CONTEXT_NAME, WORKER_SPAWN,
 };
 pub use error::{Error, Result};
 pub use jobs::{

@@ -26,6 +26,7 @@ use crate::shared::SharedStore;
 use crate::value::Message;
 use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
 
+pub(crate) mod actor;
 pub(crate) mod capability;
 mod context;
 mod diagnostic;
@@ -35,6 +36,7 @@ mod lifecycle;
 mod scheduler;
 mod services;
 
+pub use actor::{FailurePolicy, LiveWorkers, WorkerError, WorkerStage, WORKER_SPAWN};
 pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};
 pub use diagnostic::{Attribution, Diagnostic};
 pub use lifecycle::DomainState;
@@ -66,6 +68,7 @@ pub struct DomainSpec {
     contexts: Vec<ContextSpec>,
     fixed_step: FixedStep,
     grant: capability::Grant,
+    worker_failures: FailurePolicy,
 }
 
 impl DomainSpec {
@@ -78,6 +81,7 @@ impl DomainSpec {
             contexts: Vec::new(),
             fixed_step: FixedStep::default(),
             grant: capability::Grant::default(),
+            worker_failures: FailurePolicy::Stop,
         }
     }
 
@@ -114,6 +118,25 @@ impl DomainSpec {
     pub fn grant(mut self, grant: capability::Grant) -> DomainSpec {
         self.grant = grant;
         self
+    }
+
+    /// Sets what the domain's workers (`@skein/worker`) do after their handler fails on a
+    /// message: [`FailurePolicy::Stop`] (the default) or [`FailurePolicy::Continue`]. Every
+    /// failure is reported either way, and none fails the domain. Scripts can't choose it.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, FailurePolicy};
+    /// let spec = DomainSpec::new("tools").worker_failures(FailurePolicy::Continue);
+    /// assert_eq!(spec.worker_failure_policy(), FailurePolicy::Continue);
+    /// ```
+    pub fn worker_failures(mut self, policy: FailurePolicy) -> DomainSpec {
+        self.worker_failures = policy;
+        self
+    }
+
+    /// What the domain's workers do after a handler failure.
+    pub fn worker_failure_policy(&self) -> FailurePolicy {
+        self.worker_failures
     }
 
     /// The grant the domain will hold.
@@ -204,6 +227,8 @@ pub struct ScriptDomain {
     /// When `run_until_idle` last ran the registered jobs: they run at most once per
     /// [`FRAME_INTERVAL`] there.
     jobs_ran: std::cell::Cell<Option<Instant>>,
+    /// The workers (`@skein/worker`) its code spawned; torn down with each generation.
+    actors: Rc<actor::Actors>,
     _engine_thread: PhantomData<Rc<()>>,
 }
 
@@ -235,6 +260,7 @@ impl ScriptDomain {
                 domain: id.domain,
                 generation: id.generation,
                 context: None,
+                worker: None,
             },
             Arc::default(),
         ));
@@ -249,6 +275,8 @@ impl ScriptDomain {
         vm.lua.set_app_data(registry.clone());
         let bindings = scheduler::Bindings::new(spec.contexts);
         scheduler::install_context_module(&vm.lua, &bindings)?;
+        let actors = actor::Actors::new(principal.clone(), spec.worker_failures);
+        actor::install_engine(&vm.lua, &actors)?;
         Ok(ScriptDomain {
             name: spec.name,
             principal,
@@ -269,6 +297,7 @@ impl ScriptDomain {
             fixed_step: spec.fixed_step,
             accumulator: std::cell::Cell::new(Duration::ZERO),
             jobs_ran: std::cell::Cell::new(None),
+            actors,
             _engine_thread: PhantomData,
         })
     }
@@ -1046,6 +1075,20 @@ impl ScriptDomain {
     /// What the domain's code may do.
     pub fn grant(&self) -> &capability::Grant {
         self.principal.authority.grant()
+    }
+
+    /// Takes the failures the domain's workers reported, oldest first. Each is also in
+    /// [`take_reports`](Self::take_reports) as text, and reaches the domain's code once
+    /// through `Worker:receive`.
+    pub fn take_worker_failures(&self) -> Vec<WorkerError> {
+        self.actors.take_failures()
+    }
+
+    /// A count of the domain's worker threads still alive, which outlives the domain: after
+    /// a stop or a drop it reads 0. Not part of the stable surface.
+    #[doc(hidden)]
+    pub fn live_workers(&self) -> LiveWorkers {
+        self.actors.live()
     }
 
     /// Live tasks in the engine VM.

@@ -150,6 +150,7 @@ impl PrincipalCell {
                     domain: id.domain,
                     generation: id.generation,
                     context: None,
+                    worker: None,
                 },
                 std::sync::Arc::default(),
             )),
