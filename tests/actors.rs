@@ -693,3 +693,24 @@ fn body_of_example(doc: &str) -> String {
     let body = &doc[start + "```luau no-run\n".len()..];
     body[..body.find("```").unwrap()].to_owned()
 }
+
+#[test]
+fn a_handler_past_the_host_budget_fails_and_the_domain_goes_on() {
+    let pool = Pool::new(1);
+    let d = ScriptDomain::new(
+        &pool,
+        spec(Plan::new()).worker_budget(Duration::from_millis(100)),
+    )
+    .unwrap();
+    let err = raised(
+        &d,
+        "local w = require('@skein/worker').spawn { name = 'spin', source = 'return function() while true do end end' } \
+         w:send(1) w:receive(20)",
+    );
+    assert_contains(&err, "worker 'spin' (worker:spin) failed at handler: ");
+    assert_contains(&err, "0.1");
+    assert_eq!(
+        d.eval("return 'alive'").unwrap(),
+        Message::String("alive".into())
+    );
+}

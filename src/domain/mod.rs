@@ -69,6 +69,7 @@ pub struct DomainSpec {
     fixed_step: FixedStep,
     grant: capability::Grant,
     worker_failures: FailurePolicy,
+    worker_budget: Duration,
 }
 
 impl DomainSpec {
@@ -82,6 +83,7 @@ impl DomainSpec {
             fixed_step: FixedStep::default(),
             grant: capability::Grant::default(),
             worker_failures: FailurePolicy::Stop,
+            worker_budget: MAX_DEADLINE,
         }
     }
 
@@ -132,6 +134,28 @@ impl DomainSpec {
     pub fn worker_failures(mut self, policy: FailurePolicy) -> DomainSpec {
         self.worker_failures = policy;
         self
+    }
+
+    /// Sets the budget of one run of a worker's handler (from a resume to its next yield or
+    /// return): by default, and at most, [`MAX_DEADLINE`] (60 s). A handler that runs past it
+    /// fails at the `handler` stage, as a failure of its own code would.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
+    /// let spec = DomainSpec::new("tools").worker_budget(Duration::from_millis(250));
+    /// assert_eq!(spec.worker_run_budget(), Duration::from_millis(250));
+    /// let zero = ScriptDomain::new(&Pool::new(1), DomainSpec::new("z").worker_budget(Duration::ZERO));
+    /// assert_eq!(zero.err().unwrap().to_string(), "worker budget: must be more than zero and at most 60 s");
+    /// ```
+    pub fn worker_budget(mut self, budget: Duration) -> DomainSpec {
+        self.worker_budget = budget;
+        self
+    }
+
+    /// The budget of one run of a worker's handler.
+    pub fn worker_run_budget(&self) -> Duration {
+        self.worker_budget
     }
 
     /// What the domain's workers do after a handler failure.
@@ -242,6 +266,12 @@ impl ScriptDomain {
     /// fixed step is zero.
     pub fn new(pool: &Pool, spec: DomainSpec) -> Result<ScriptDomain> {
         spec.fixed_step.check()?;
+        if spec.worker_budget.is_zero() || spec.worker_budget > MAX_DEADLINE {
+            return Err(Error::Refused(format!(
+                "worker budget: must be more than zero and at most {} s",
+                vm::format_seconds(MAX_DEADLINE)
+            )));
+        }
         let id = Principal {
             domain: DomainId(NEXT_DOMAIN.fetch_add(1, Ordering::Relaxed)),
             generation: Generation(1),
@@ -275,7 +305,8 @@ impl ScriptDomain {
         vm.lua.set_app_data(registry.clone());
         let bindings = scheduler::Bindings::new(spec.contexts);
         scheduler::install_context_module(&vm.lua, &bindings)?;
-        let actors = actor::Actors::new(principal.clone(), spec.worker_failures);
+        let actors =
+            actor::Actors::new(principal.clone(), spec.worker_failures, spec.worker_budget);
         actor::install_engine(&vm.lua, &actors)?;
         Ok(ScriptDomain {
             name: spec.name,

@@ -89,6 +89,8 @@ impl ActorEntry {
 pub(crate) struct Actors {
     principal: RefCell<Arc<PrincipalCell>>,
     policy: FailurePolicy,
+    /// The per-run budget of a handler; never more than the principal's deadline cap.
+    budget: std::time::Duration,
     live: LiveWorkers,
     failures: Arc<Mutex<Vec<WorkerError>>>,
     entries: RefCell<Vec<Rc<ActorEntry>>>,
@@ -97,10 +99,15 @@ pub(crate) struct Actors {
 }
 
 impl Actors {
-    pub(crate) fn new(principal: Arc<PrincipalCell>, policy: FailurePolicy) -> Rc<Actors> {
+    pub(crate) fn new(
+        principal: Arc<PrincipalCell>,
+        policy: FailurePolicy,
+        budget: std::time::Duration,
+    ) -> Rc<Actors> {
         Rc::new(Actors {
             principal: RefCell::new(principal),
             policy,
+            budget,
             live: LiveWorkers::default(),
             failures: Arc::default(),
             entries: RefCell::default(),
@@ -191,7 +198,7 @@ impl Actors {
             plan: principal.plan.clone(),
             source: options.source,
             authority,
-            deadline: principal.max_deadline,
+            deadline: self.budget.min(principal.max_deadline),
             policy: self.policy,
             cancel: cancel.clone(),
             live: self.live.0.clone(),

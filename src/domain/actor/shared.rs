@@ -162,3 +162,66 @@ impl ActorShared {
         self.mailbox.post(DomainEvent::Report { label, failure });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settled(rx: &crossbeam_channel::Receiver<DomainEvent>) -> Vec<PromiseId> {
+        rx.try_iter()
+            .filter_map(|event| match event {
+                DomainEvent::Settle { promise, .. } => Some(promise),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_parked_receive_is_woken_by_the_next_reply_and_not_parked_while_one_waits() {
+        let (mailbox, rx) = DomainMailbox::new();
+        let shared = ActorShared::new("w".to_owned(), mailbox);
+        assert!(shared.park(7, false));
+        assert!(settled(&rx).is_empty());
+        shared.reply(Reply::Value {
+            message: Message::Integer(1),
+            progress: false,
+        });
+        assert_eq!(settled(&rx), vec![7]);
+        // A reply waits: a receive looks again instead of parking; a join still parks.
+        assert!(!shared.park(8, false));
+        assert!(shared.park(9, true));
+        assert!(matches!(
+            shared.take(),
+            Some(Reply::Value {
+                message: Message::Integer(1),
+                ..
+            })
+        ));
+        assert!(shared.take().is_none());
+        shared.finish(STOPPED);
+        assert_eq!(settled(&rx), vec![9]);
+        assert_eq!(shared.state(), STOPPED);
+        assert!(!shared.park(10, true));
+    }
+
+    #[test]
+    fn progress_is_bounded_and_replies_are_not() {
+        let (mailbox, _rx) = DomainMailbox::new();
+        let shared = ActorShared::new("w".to_owned(), mailbox);
+        for i in 0..MAX_WAITING {
+            assert!(shared.progress(Message::Integer(i as i64)).is_ok());
+        }
+        assert_eq!(
+            shared.progress(Message::Integer(-1)).unwrap_err(),
+            Message::Integer(-1)
+        );
+        shared.reply(Reply::Value {
+            message: Message::Nil,
+            progress: false,
+        });
+        // Taking one progress message makes room for exactly one more.
+        assert!(shared.take().is_some());
+        assert!(shared.progress(Message::Integer(0)).is_ok());
+        assert!(shared.progress(Message::Integer(0)).is_err());
+    }
+}
