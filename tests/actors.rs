@@ -714,3 +714,59 @@ fn a_handler_past_the_host_budget_fails_and_the_domain_goes_on() {
         Message::String("alive".into())
     );
 }
+
+#[test]
+fn a_pool_worker_vm_says_where_worker_functions_belong() {
+    let tree = crate::support::Tree::new(&[(
+        "probe.luau",
+        "local worker = require('@skein/worker') return { \
+           spawn = function() local ok, e = pcall(worker.spawn, { source = '' }) return tostring(e) end, \
+           send = function() local ok, e = pcall(worker.send, 1) return tostring(e) end }",
+    )]);
+    let pool = Pool::new(1);
+    let d = ScriptDomain::new(&pool, spec(Plan::new().root(tree.path()))).unwrap();
+    let spawn = d
+        .eval("return jobs.dispatch('./probe', 'spawn'):await()")
+        .unwrap();
+    assert_eq!(
+        clean(&text(&spawn)),
+        "worker.spawn: this VM is no domain's engine VM; only a domain's own code spawns workers"
+    );
+    let send = d
+        .eval("return jobs.dispatch('./probe', 'send'):await()")
+        .unwrap();
+    assert_eq!(
+        clean(&text(&send)),
+        "worker.send is for a worker's own code; a domain sends through the handle worker.spawn returned"
+    );
+}
+
+#[test]
+fn a_handler_may_yield_and_its_worker_keeps_its_own_state() {
+    let pool = Pool::new(1);
+    let d = domain(&pool);
+    let out = d
+        .eval(
+            r#"
+        counter = 100
+        local w = require('@skein/worker').spawn { source = [[
+            local count = 0
+            return function(m)
+                task.wait(0.01)
+                count += m
+                return { count = count, seen = counter }
+            end
+        ]] }
+        w:send(1) w:send(2)
+        local a, b = w:receive(20), w:receive(20)
+        w:join(20)
+        return { a.count, b.count, tostring(b.seen) }
+        "#,
+        )
+        .unwrap();
+    let items = crate::support::list(&out);
+    assert_eq!(number(&items[0]), 1.0);
+    assert_eq!(number(&items[1]), 3.0);
+    // The domain's globals are not the worker's.
+    assert_eq!(text(&items[2]), "nil");
+}

@@ -22,8 +22,8 @@ use crate::domain::diagnostic::Attribution;
 use crate::value::Message;
 use crate::vm::{self, CancelToken, Owner, OwnerIdentity, Plan, TaskFailure, Vm};
 
-/// The longest the lane sleeps between looks at its teardown flag while a handler waits on
-/// something (a timer, a promise).
+/// The longest the lane sleeps between looks at its teardown flag while a handler, or a task
+/// it left behind, waits on something (a timer, a promise).
 const IDLE_LOOK: Duration = Duration::from_millis(20);
 
 /// Calls the handler on a message and keeps its first result as the reply.
@@ -250,10 +250,12 @@ fn next_message(setup: &LaneSetup, vm: &Vm) -> Option<Message> {
             return None;
         }
         while vm.step() {}
-        let wait = match vm.next_wake() {
-            Some(at) => at.saturating_duration_since(Instant::now()).min(IDLE_LOOK),
-            None => IDLE_LOOK,
+        // With no timer pending the lane sleeps until a message comes or the queue closes (a
+        // close, or the teardown, which closes before it cancels).
+        let Some(at) = vm.next_wake() else {
+            return setup.inbox.recv().ok();
         };
+        let wait = at.saturating_duration_since(Instant::now()).min(IDLE_LOOK);
         match setup.inbox.recv_timeout(wait) {
             Ok(message) => return Some(message),
             Err(RecvTimeoutError::Timeout) => {}
