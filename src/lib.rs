@@ -43,8 +43,9 @@ pub use domain::capability::{
 };
 pub use domain::{
     AdvanceReport, Attribution, ContextSpec, Diagnostic, DomainSpec, DomainState, EventLimits,
-    EventReport, EventTarget, FixedStep, FrameReport, HandlerTiming, Phase, PhaseReport,
-    PostRefused, QueueBound, Report, ScriptDomain, MAX_CONTEXT_NAME,
+    EventReport, EventTarget, FailurePolicy, FixedStep, FrameReport, HandlerTiming, LiveWorkers,
+    Phase, PhaseReport, PostRefused, QueueBound, Report, ScriptDomain, WorkerError, WorkerStage,
+    MAX_CONTEXT_NAME, WORKER_SPAWN,
 };
 pub use error::{Error, Result};
 pub use jobs::{

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod actors;
 mod capabilities;
 mod contexts;
 mod dispatch;

@@ -15,6 +15,8 @@ pub struct Attribution {
     pub generation: Generation,
     /// The context whose handler was running, if any.
     pub context: Option<String>,
+    /// The `@skein/worker` worker whose code was running, if any.
+    pub worker: Option<String>,
 }
 
 impl fmt::Display for Attribution {
@@ -22,6 +24,9 @@ impl fmt::Display for Attribution {
         write!(f, "{} (generation {}", self.domain, self.generation.get())?;
         if let Some(context) = &self.context {
             write!(f, ", context '{context}'")?;
+        }
+        if let Some(worker) = &self.worker {
+            write!(f, ", worker '{worker}'")?;
         }
         f.write_str(")")
     }

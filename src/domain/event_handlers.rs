@@ -129,6 +129,7 @@ impl EventHandlers {
             domain: self.domain,
             generation: self.generation.get(),
             context: context.map(str::to_owned),
+            worker: None,
         }
     }
 
@@ -587,6 +588,7 @@ impl ScriptDomain {
                         domain: self.id(),
                         generation: self.generation(),
                         context,
+                        worker: None,
                     },
                     phase: None,
                     message: format!("event '{name}' handler failed: {text}"),

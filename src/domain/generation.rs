@@ -68,6 +68,7 @@ impl ScriptDomain {
         vm.lua.set_app_data(registry.clone());
         scheduler::install_context_module(&vm.lua, &self.bindings)?;
         event_handlers::install_events_module(&vm.lua, &self.event_handlers)?;
+        super::actor::install_engine(&vm.lua, &self.actors)?;
         for (name, _) in next.services.since(0) {
             let f = services::engine_function(&vm.lua, self.services.clone(), name.clone())?;
             jobs::install_at(&vm.lua, &name, f)
@@ -76,6 +77,7 @@ impl ScriptDomain {
         self.end_generation(&format!("domain '{}' restarted", self.name), true);
         let old_rx = std::mem::replace(&mut self.rx, rx);
         self.stale_rx.get_mut().push(old_rx);
+        self.actors.set_principal(next.clone());
         self.principal = next;
         // Dropping the old engine VM ends its tasks and the promises they awaited.
         self.vm = vm;
@@ -135,6 +137,8 @@ impl ScriptDomain {
     /// worker that drops the job's VM fails it, naming the reason); a restart rejects it now.
     pub(super) fn end_generation(&self, reason: &str, reject_pending: bool) {
         self.principal.end(reason);
+        // No worker outlives its generation: each is closed, interrupted and joined.
+        self.actors.teardown();
         let id = self.principal.id;
         let pool = self.pool.shared();
         for item in pool.lanes.forget(|(principal, _)| *principal == id) {

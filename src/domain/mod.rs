@@ -26,6 +26,7 @@ use crate::shared::SharedStore;
 use crate::value::Message;
 use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
 
+pub(crate) mod actor;
 pub(crate) mod capability;
 mod context;
 mod diagnostic;
@@ -37,6 +38,7 @@ mod lifecycle;
 mod scheduler;
 mod services;
 
+pub use actor::{FailurePolicy, LiveWorkers, WorkerError, WorkerStage, WORKER_SPAWN};
 pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};
 pub use diagnostic::{Attribution, Diagnostic};
 pub(crate) use event_handlers::events_module;
@@ -72,6 +74,8 @@ pub struct DomainSpec {
     fixed_step: FixedStep,
     grant: capability::Grant,
     event_limits: EventLimits,
+    worker_failures: FailurePolicy,
+    worker_budget: Duration,
 }
 
 impl DomainSpec {
@@ -85,6 +89,8 @@ impl DomainSpec {
             fixed_step: FixedStep::default(),
             grant: capability::Grant::default(),
             event_limits: EventLimits::default(),
+            worker_failures: FailurePolicy::Stop,
+            worker_budget: MAX_DEADLINE,
         }
     }
 
@@ -140,6 +146,47 @@ impl DomainSpec {
     pub fn grant(mut self, grant: capability::Grant) -> DomainSpec {
         self.grant = grant;
         self
+    }
+
+    /// Sets what the domain's workers (`@skein/worker`) do after their handler fails on a
+    /// message: [`FailurePolicy::Stop`] (the default) or [`FailurePolicy::Continue`]. Every
+    /// failure is reported either way, and none fails the domain. Scripts can't choose it.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, FailurePolicy};
+    /// let spec = DomainSpec::new("tools").worker_failures(FailurePolicy::Continue);
+    /// assert_eq!(spec.worker_failure_policy(), FailurePolicy::Continue);
+    /// ```
+    pub fn worker_failures(mut self, policy: FailurePolicy) -> DomainSpec {
+        self.worker_failures = policy;
+        self
+    }
+
+    /// Sets the budget of one run of a worker's handler (from a resume to its next yield or
+    /// return): by default, and at most, [`MAX_DEADLINE`] (60 s). A handler that runs past it
+    /// fails at the `handler` stage, as a failure of its own code would.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
+    /// let spec = DomainSpec::new("tools").worker_budget(Duration::from_millis(250));
+    /// assert_eq!(spec.worker_run_budget(), Duration::from_millis(250));
+    /// let zero = ScriptDomain::new(&Pool::new(1), DomainSpec::new("z").worker_budget(Duration::ZERO));
+    /// assert_eq!(zero.err().unwrap().to_string(), "worker budget: must be more than zero and at most 60 s");
+    /// ```
+    pub fn worker_budget(mut self, budget: Duration) -> DomainSpec {
+        self.worker_budget = budget;
+        self
+    }
+
+    /// The budget of one run of a worker's handler.
+    pub fn worker_run_budget(&self) -> Duration {
+        self.worker_budget
+    }
+
+    /// What the domain's workers do after a handler failure.
+    pub fn worker_failure_policy(&self) -> FailurePolicy {
+        self.worker_failures
     }
 
     /// The grant the domain will hold.
@@ -232,6 +279,8 @@ pub struct ScriptDomain {
     /// When `run_until_idle` last ran the registered jobs: they run at most once per
     /// [`FRAME_INTERVAL`] there.
     jobs_ran: std::cell::Cell<Option<Instant>>,
+    /// The workers (`@skein/worker`) its code spawned; torn down with each generation.
+    actors: Rc<actor::Actors>,
     _engine_thread: PhantomData<Rc<()>>,
 }
 
@@ -249,6 +298,12 @@ impl ScriptDomain {
             return Err(Error::Refused(
                 "event_limits: per_drain and name must be at least 1".to_owned(),
             ));
+        }
+        if spec.worker_budget.is_zero() || spec.worker_budget > MAX_DEADLINE {
+            return Err(Error::Refused(format!(
+                "worker budget: must be more than zero and at most {} s",
+                vm::format_seconds(MAX_DEADLINE)
+            )));
         }
         let id = Principal {
             domain: DomainId(NEXT_DOMAIN.fetch_add(1, Ordering::Relaxed)),
@@ -269,6 +324,7 @@ impl ScriptDomain {
                 domain: id.domain,
                 generation: id.generation,
                 context: None,
+                worker: None,
             },
             Arc::default(),
         ));
@@ -286,6 +342,9 @@ impl ScriptDomain {
         event_handlers::install_events_module(&vm.lua, &event_handlers)?;
         let bindings = scheduler::Bindings::new(spec.contexts);
         scheduler::install_context_module(&vm.lua, &bindings)?;
+        let actors =
+            actor::Actors::new(principal.clone(), spec.worker_failures, spec.worker_budget);
+        actor::install_engine(&vm.lua, &actors)?;
         Ok(ScriptDomain {
             name: spec.name,
             principal,
@@ -307,6 +366,7 @@ impl ScriptDomain {
             accumulator: std::cell::Cell::new(Duration::ZERO),
             jobs_ran: std::cell::Cell::new(None),
             event_handlers,
+            actors,
             _engine_thread: PhantomData,
         })
     }
@@ -1084,6 +1144,20 @@ impl ScriptDomain {
     /// What the domain's code may do.
     pub fn grant(&self) -> &capability::Grant {
         self.principal.authority.grant()
+    }
+
+    /// Takes the failures the domain's workers reported, oldest first. Each is also in
+    /// [`take_reports`](Self::take_reports) as text, and reaches the domain's code once
+    /// through `Worker:receive`.
+    pub fn take_worker_failures(&self) -> Vec<WorkerError> {
+        self.actors.take_failures()
+    }
+
+    /// A count of the domain's worker threads still alive, which outlives the domain: after
+    /// a stop or a drop it reads 0. Not part of the stable surface.
+    #[doc(hidden)]
+    pub fn live_workers(&self) -> LiveWorkers {
+        self.actors.live()
     }
 
     /// Live tasks in the engine VM.

@@ -500,6 +500,7 @@ impl ScriptDomain {
                         domain: self.id(),
                         generation: self.generation(),
                         context: Some(spec.name().to_owned()),
+                        worker: None,
                     },
                     phase: Some(phase),
                     message,

@@ -215,6 +215,7 @@ impl PrincipalCell {
                     domain: id.domain,
                     generation: id.generation,
                     context: None,
+                    worker: None,
                 },
                 std::sync::Arc::default(),
             )),

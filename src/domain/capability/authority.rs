@@ -151,6 +151,11 @@ impl Authority {
         &self.grant
     }
 
+    /// Who the authority answers for.
+    pub(crate) fn attribution(&self) -> &Attribution {
+        &self.attribution
+    }
+
     pub(crate) fn denials(&self) -> &Arc<DenialLog> {
         &self.denials
     }
@@ -323,6 +328,7 @@ mod tests {
             domain: DomainId(7),
             generation: Generation(2),
             context: None,
+            worker: None,
         };
         Arc::new(Authority::new(grant, attribution, Arc::default()))
     }

@@ -81,6 +81,23 @@ impl Grant {
         &self.write_roots
     }
 
+    /// The grant narrowed to `capabilities` (a subset the caller checked): file-system roots
+    /// stay only with the capability they serve.
+    pub(crate) fn narrowed(&self, capabilities: CapabilitySet) -> Grant {
+        let keep = |name: &str, roots: &[PathBuf]| {
+            if capabilities.contains_name(name) {
+                roots.to_vec()
+            } else {
+                Vec::new()
+            }
+        };
+        Grant {
+            read_roots: keep(FILESYSTEM_READ, &self.read_roots),
+            write_roots: keep(FILESYSTEM_WRITE, &self.write_roots),
+            capabilities,
+        }
+    }
+
     /// Adds `filesystem.read`, reaching below `dir` (canonicalised now, so a later symlink swap
     /// does not move the root).
     ///

@@ -1,0 +1,101 @@
+//! What a worker (`@skein/worker`) reports when it fails, and what it does next.
+
+use std::fmt;
+
+use crate::domain::diagnostic::Attribution;
+
+/// Where in its life a worker failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WorkerStage {
+    /// Building its VM from the domain's plan.
+    Start,
+    /// Loading its module: the source did not compile, raised, or returned no function.
+    Load,
+    /// Running its handler on a message.
+    Handler,
+    /// Copying the handler's reply out: it held a value that can't cross.
+    Reply,
+}
+
+impl WorkerStage {
+    /// The stage's name, as failure texts give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkerStage::Start => "start",
+            WorkerStage::Load => "load",
+            WorkerStage::Handler => "handler",
+            WorkerStage::Reply => "reply",
+        }
+    }
+}
+
+impl fmt::Display for WorkerStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A worker's failure, attributed to its domain, generation and worker. It never fails the
+/// domain: the domain's code reads it once from `Worker:receive`, and the host from
+/// [`ScriptDomain::take_worker_failures`](crate::ScriptDomain::take_worker_failures).
+///
+/// `Display` gives `<domain> generation <n> worker '<name>' (<module>) failed at <stage>:
+/// <message>`.
+///
+/// ```
+/// use skein::{DomainSpec, Pool, ScriptDomain, WorkerStage};
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").grant(skein::RootAuthority::new()
+///     .grant(skein::CapabilitySet::from_iter([skein::CapabilityId::new("worker.spawn")?]))))?;
+/// let state = domain.eval(r#"
+///     local w = require("@skein/worker").spawn { name = "broken", source = "return 42" }
+///     return w:join(20)
+/// "#)?;
+/// assert_eq!(state, skein::Message::String("failed".into()));
+/// let failure = &domain.take_worker_failures()[0];
+/// assert_eq!(failure.stage, WorkerStage::Load);
+/// assert_eq!(failure.attribution.worker.as_deref(), Some("broken"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerError {
+    /// The domain, generation and worker.
+    pub attribution: Attribution,
+    /// The worker's module: the chunk name its source was loaded under.
+    pub module: String,
+    /// Where it failed.
+    pub stage: WorkerStage,
+    /// What happened, as the Luau error said it.
+    pub message: String,
+}
+
+impl fmt::Display for WorkerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} generation {} worker '{}' ({}) failed at {}: {}",
+            self.attribution.domain,
+            self.attribution.generation.get(),
+            self.attribution.worker.as_deref().unwrap_or("?"),
+            self.module,
+            self.stage,
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for WorkerError {}
+
+/// What a worker does after its handler fails on a message. The host chooses it for all of a
+/// domain's workers ([`DomainSpec::worker_failures`](crate::DomainSpec::worker_failures)); a
+/// script can't.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Report the failure and stop: the worker takes no more messages (the default).
+    #[default]
+    Stop,
+    /// Report the failure and handle the next message.
+    Continue,
+}

@@ -1,0 +1,315 @@
+//! The thread of one worker: it builds the worker's VM from the domain's plan, loads the
+//! worker's module, then calls its handler once per message until the queue closes, the
+//! handler fails (under [`FailurePolicy::Stop`]), or the domain tears it down.
+//!
+//! The VM is built here and dropped here: `mlua::Lua` never leaves this thread. Only
+//! `Message`s cross, through the inbox channel and the [`ActorShared`] outbox.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use mlua::{Function, Lua, MultiValue, Value};
+
+use super::error::{FailurePolicy, WorkerError, WorkerStage};
+use super::shared::{ActorShared, Reply, FAILED, STOPPED};
+use crate::domain::capability::Authority;
+use crate::domain::diagnostic::Attribution;
+use crate::value::Message;
+use crate::vm::{self, CancelToken, Owner, OwnerIdentity, Plan, TaskFailure, Vm};
+
+/// The longest the lane sleeps between looks at its teardown flag while a handler, or a task
+/// it left behind, waits on something (a timer, a promise).
+const IDLE_LOOK: Duration = Duration::from_millis(20);
+
+/// Calls the handler on a message and keeps its first result as the reply.
+const CALL_SOURCE: &str =
+    "local keep = ... return function(handler, message) keep((handler(message))) end";
+
+/// Everything a lane needs, all `Send`: it is moved onto the new thread.
+pub(crate) struct LaneSetup {
+    pub(crate) shared: Arc<ActorShared>,
+    pub(crate) inbox: Receiver<Message>,
+    pub(crate) plan: Plan,
+    pub(crate) source: String,
+    pub(crate) authority: Arc<Authority>,
+    pub(crate) deadline: Duration,
+    pub(crate) policy: FailurePolicy,
+    /// Set by the domain's teardown: stop now, dropping what is queued.
+    pub(crate) cancel: Arc<CancelToken>,
+    /// The domain's count of live worker threads; this lane holds one until it returns.
+    pub(crate) live: Arc<AtomicUsize>,
+    /// Where the host reads structured failures.
+    pub(crate) failures: Arc<Mutex<Vec<WorkerError>>>,
+}
+
+/// Counts the thread out however it ends, panics included.
+struct LiveGuard(Arc<AtomicUsize>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How the worker's tasks are named and cancelled.
+struct ActorIdentity {
+    name: String,
+    cancel: Arc<CancelToken>,
+}
+
+impl fmt::Display for ActorIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "worker '{}'", self.name)
+    }
+}
+
+impl OwnerIdentity for ActorIdentity {
+    fn cancel_token(&self) -> Option<&CancelToken> {
+        Some(&self.cancel)
+    }
+}
+
+/// The lane's body. The live count was taken by the spawner; it is given back on return.
+pub(crate) fn run(setup: LaneSetup) {
+    let _live = LiveGuard(setup.live.clone());
+    let shared = setup.shared.clone();
+    let state = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(&setup))) {
+        Ok(state) => state,
+        Err(payload) => {
+            fail(
+                &setup,
+                WorkerStage::Handler,
+                format!("host code panicked: {}", vm::panic_message(&payload)),
+            );
+            FAILED
+        }
+    };
+    shared.finish(state);
+}
+
+/// The module name failures give: the chunk the worker's source loads as.
+fn module_name(name: &str) -> String {
+    format!("worker:{name}")
+}
+
+/// Records and reports a failure, and hands it to the domain's next `receive`.
+fn fail(setup: &LaneSetup, stage: WorkerStage, message: String) {
+    let attribution: Attribution = setup.authority.attribution().clone();
+    let error = WorkerError {
+        attribution,
+        module: module_name(&setup.shared.name),
+        stage,
+        message,
+    };
+    setup
+        .failures
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(error.clone());
+    setup
+        .shared
+        .report(format!("worker '{}'", setup.shared.name), error.to_string());
+    setup.shared.reply(Reply::Failed(error));
+}
+
+/// Builds the VM, loads the module and serves messages; answers the final state.
+fn serve(setup: &LaneSetup) -> u8 {
+    let shared = setup.shared.clone();
+    shared.set_signal(vm::current_signal());
+    let reporter_shared = shared.clone();
+    let reporter: vm::Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
+        reporter_shared.report(
+            format!("worker '{}' {label}", reporter_shared.name),
+            failure.to_string(),
+        );
+    });
+    let install_shared = shared.clone();
+    let built = Vm::build(&setup.plan, reporter, setup.deadline, move |lua| {
+        super::install_lane_module(lua, install_shared)
+    });
+    let vm = match built {
+        Ok(vm) => vm,
+        Err(e) => {
+            fail(setup, WorkerStage::Start, vm::error_message(&e));
+            return FAILED;
+        }
+    };
+    vm.set_authority(setup.authority.clone());
+    let owner = || {
+        Rc::new(Owner::new(
+            Arc::new(ActorIdentity {
+                name: shared.name.clone(),
+                cancel: setup.cancel.clone(),
+            }),
+            setup.deadline,
+            None,
+        ))
+    };
+    let chunk = vm
+        .lua
+        .load(setup.source.as_bytes())
+        .set_name(format!("={}", module_name(&shared.name)))
+        .into_function();
+    let chunk = match chunk {
+        Ok(f) => f,
+        Err(e) => {
+            fail(setup, WorkerStage::Load, vm::error_message(&e));
+            return FAILED;
+        }
+    };
+    let handler = match run_task(setup, &vm, chunk, MultiValue::new(), owner) {
+        None => return STOPPED,
+        Some(Err(failure)) => {
+            fail(setup, WorkerStage::Load, failure);
+            return FAILED;
+        }
+        Some(Ok(values)) => match values.into_iter().next() {
+            Some(Value::Function(f)) => f,
+            other => {
+                let got = vm::a_type(&other.unwrap_or(Value::Nil));
+                fail(
+                    setup,
+                    WorkerStage::Load,
+                    format!("the module returned {got}, not a handler function(message)"),
+                );
+                return FAILED;
+            }
+        },
+    };
+    // The reply is read off the Luau stack (as `worker.send` reads its message), so a whole
+    // number stays a number and an integer an integer.
+    type Kept = Rc<RefCell<Option<Result<Message, crate::value::TransferError>>>>;
+    let kept: Kept = Rc::default();
+    let keeper = kept.clone();
+    let call = vm
+        .lua
+        .create_function(move |_, reply: super::SendArg| {
+            *keeper.borrow_mut() = Some(reply.read("reply"));
+            Ok(())
+        })
+        .and_then(|keep| {
+            vm.lua
+                .load(CALL_SOURCE)
+                .set_name("=skein worker call")
+                .call::<Function>(keep)
+        });
+    let call = match call {
+        Ok(call) => call,
+        Err(e) => {
+            fail(setup, WorkerStage::Start, vm::error_message(&e));
+            return FAILED;
+        }
+    };
+    loop {
+        let message = match next_message(setup, &vm) {
+            Some(message) => message,
+            None => return STOPPED,
+        };
+        let arg = match message.to_lua(&vm.lua) {
+            Ok(v) => v,
+            Err(e) => {
+                fail(setup, WorkerStage::Handler, vm::error_message(&e));
+                return FAILED;
+            }
+        };
+        let args = MultiValue::from_iter([Value::Function(handler.clone()), arg]);
+        let failed = match run_task(setup, &vm, call.clone(), args, owner) {
+            None => return STOPPED,
+            Some(Ok(_)) => match kept.borrow_mut().take() {
+                Some(Ok(Message::Nil)) | None => None,
+                Some(Ok(message)) => {
+                    shared.reply(Reply::Value {
+                        message,
+                        progress: false,
+                    });
+                    None
+                }
+                Some(Err(e)) => Some((WorkerStage::Reply, e.to_string())),
+            },
+            Some(Err(failure)) => Some((WorkerStage::Handler, failure)),
+        };
+        if let Some((stage, message)) = failed {
+            fail(setup, stage, message);
+            if setup.policy == FailurePolicy::Stop {
+                return FAILED;
+            }
+        }
+    }
+}
+
+/// The next message, running the VM's background tasks (timers a handler left) while it waits.
+/// `None` once the queue is closed and empty, or the domain tears the worker down.
+fn next_message(setup: &LaneSetup, vm: &Vm) -> Option<Message> {
+    loop {
+        if setup.cancel.load(Ordering::Acquire) {
+            return None;
+        }
+        while vm.step() {}
+        // With no timer pending the lane sleeps until a message comes or the queue closes (a
+        // close, or the teardown, which closes before it cancels).
+        let Some(at) = vm.next_wake() else {
+            return setup.inbox.recv().ok();
+        };
+        let wait = at.saturating_duration_since(Instant::now()).min(IDLE_LOOK);
+        match setup.inbox.recv_timeout(wait) {
+            Ok(message) => return Some(message),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+}
+
+/// Runs `f(args)` as a task until it ends; `None` when the domain tore the worker down first.
+fn run_task(
+    setup: &LaneSetup,
+    vm: &Vm,
+    f: Function,
+    args: MultiValue,
+    owner: impl Fn() -> Rc<Owner>,
+) -> Option<Result<MultiValue, String>> {
+    type Slot = Rc<RefCell<Option<Result<MultiValue, String>>>>;
+    let slot: Slot = Rc::new(RefCell::new(None));
+    let out = slot.clone();
+    let base = owner();
+    let completion: vm::Completion = Box::new(move |_lua: &Lua, result, _commands| {
+        *out.borrow_mut() = Some(result.map_err(|failure| failure_text(&failure)));
+    });
+    let task_owner = Rc::new(
+        Owner::new(base.identity.clone(), base.deadline, Some(completion))
+            .with_authority(setup.authority.clone()),
+    );
+    if let Err(e) = vm.start(f, args, task_owner.clone()) {
+        return Some(Err(vm::error_message(&e)));
+    }
+    loop {
+        // A teardown interrupts the handler (its owner's cancel token): that is no failure.
+        if setup.cancel.load(Ordering::Acquire) {
+            vm.drop_owner(&task_owner);
+            return None;
+        }
+        if let Some(result) = slot.borrow_mut().take() {
+            return Some(result);
+        }
+        if vm.step() || vm.has_ready() {
+            continue;
+        }
+        let wait = match vm.next_wake() {
+            Some(at) => at.saturating_duration_since(Instant::now()).min(IDLE_LOOK),
+            None => IDLE_LOOK,
+        };
+        std::thread::sleep(wait);
+    }
+}
+
+/// A task failure as the worker reports it: the message, with the Luau stack when there is one.
+fn failure_text(failure: &TaskFailure) -> String {
+    match failure {
+        TaskFailure::Raised { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}

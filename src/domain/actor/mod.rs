@@ -1,0 +1,656 @@
+//! Workers (`@skein/worker`): actors a domain spawns, each with its own VM built from the
+//! domain's plan on a thread of its own, reached only through bounded message queues.
+//!
+//! The pool's threads are "workers" in the rest of the code; these are called actors inside
+//! Skein, while scripts know them as workers. This module owns the domain side: the set of
+//! a domain's actors ([`Actors`]), the `@skein/worker` module of the engine VM, and the
+//! `Worker` handle. The thread side is in `lane`; what both see is in `shared`.
+//!
+//! The engine thread never blocks on an actor: `Worker:receive(timeout)` and `Worker:join`
+//! park the calling task on a promise that the actor settles (through the domain mailbox)
+//! when it replies or ends, or that a timer settles when the time is up. An actor never blocks
+//! on the domain: its replies go to an outbox the domain reads when it likes.
+//!
+//! Teardown (the domain's stop, restart or drop) closes every actor, interrupts a running
+//! handler through its cancel token, and joins the thread: no actor outlives its generation.
+
+mod error;
+mod lane;
+mod shared;
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{Sender, TrySendError};
+use mlua::{AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataMethods, Value};
+
+pub use error::{FailurePolicy, WorkerError, WorkerStage};
+use shared::{ActorShared, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
+
+use super::capability::{self, Authority, CapabilityId, CapabilitySet};
+use super::diagnostic::Attribution;
+use crate::jobs::PrincipalCell;
+use crate::value::Message;
+use crate::vm::{self, await_function, promise_of, CancelToken, Outcome, VmCore};
+
+/// The capability `worker.spawn` needs.
+pub const WORKER_SPAWN: &str = "worker.spawn";
+
+/// Registry key of the `@skein/worker` table of a VM that has one (the engine VM, an actor).
+const MODULE_KEY: &str = "skein.worker";
+/// Registry keys of the Luau halves of `receive` and `join`.
+const RECEIVE_KEY: &str = "skein.worker.receive";
+const JOIN_KEY: &str = "skein.worker.join";
+
+const UNKNOWN_OPTION: &str = "expected capabilities, name, shareServices, or source";
+const NEEDS_SOURCE: &str = "worker.spawn needs source: the worker module's Luau source";
+const SPAWN_IN_WORKER: &str =
+    "worker.spawn: this is a worker's code; only a domain's own code spawns workers";
+const SPAWN_OUTSIDE: &str =
+    "worker.spawn: this VM is no domain's engine VM; only a domain's own code spawns workers";
+const SEND_OUTSIDE: &str = "worker.send is for a worker's own code; a domain sends through \
+                            the handle worker.spawn returned";
+const SEND_FULL: &str = "worker.send: the domain's queue is full: 1024 messages wait for it to \
+                         receive them; send fewer, or reply less often";
+
+/// A count of a domain's live worker threads, for hosts and tests that check none outlives
+/// its domain. Not part of the stable surface.
+#[doc(hidden)]
+#[derive(Clone, Debug, Default)]
+pub struct LiveWorkers(Arc<AtomicUsize>);
+
+impl LiveWorkers {
+    /// How many worker threads of the domain have not returned yet.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// One actor, seen from the engine thread.
+struct ActorEntry {
+    shared: Arc<ActorShared>,
+    /// The sending end of its queue; `None` once closed.
+    inbox: RefCell<Option<Sender<Message>>>,
+    cancel: Arc<CancelToken>,
+    thread: RefCell<Option<JoinHandle<()>>>,
+}
+
+impl ActorEntry {
+    fn close(&self) {
+        self.inbox.borrow_mut().take();
+    }
+}
+
+/// The actors of one domain, across its generations; the generation running now spawns them.
+pub(crate) struct Actors {
+    principal: RefCell<Arc<PrincipalCell>>,
+    policy: FailurePolicy,
+    /// The per-run budget of a handler; never more than the principal's deadline cap.
+    budget: std::time::Duration,
+    live: LiveWorkers,
+    failures: Arc<Mutex<Vec<WorkerError>>>,
+    entries: RefCell<Vec<Rc<ActorEntry>>>,
+    /// Numbers the workers spawned without a name.
+    spawned: Cell<u64>,
+}
+
+impl Actors {
+    pub(crate) fn new(
+        principal: Arc<PrincipalCell>,
+        policy: FailurePolicy,
+        budget: std::time::Duration,
+    ) -> Rc<Actors> {
+        Rc::new(Actors {
+            principal: RefCell::new(principal),
+            policy,
+            budget,
+            live: LiveWorkers::default(),
+            failures: Arc::default(),
+            entries: RefCell::default(),
+            spawned: Cell::new(0),
+        })
+    }
+
+    /// The next generation spawns from now on.
+    pub(crate) fn set_principal(&self, principal: Arc<PrincipalCell>) {
+        *self.principal.borrow_mut() = principal;
+    }
+
+    pub(crate) fn live(&self) -> LiveWorkers {
+        self.live.clone()
+    }
+
+    pub(crate) fn take_failures(&self) -> Vec<WorkerError> {
+        std::mem::take(&mut *self.failures.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Closes every actor, interrupts what each is running, and joins its thread.
+    pub(crate) fn teardown(&self) {
+        let entries = std::mem::take(&mut *self.entries.borrow_mut());
+        for entry in &entries {
+            entry.close();
+            entry.cancel.store(true, Ordering::Release);
+            entry.shared.interrupt();
+        }
+        for entry in &entries {
+            if let Some(thread) = entry.thread.borrow_mut().take() {
+                // A lane contains its own panics; a join error has nothing left to report.
+                let _ = thread.join();
+            }
+            if entry.shared.state() == RUNNING {
+                entry.shared.finish(STOPPED);
+            }
+        }
+    }
+
+    /// `worker.spawn(options)`.
+    fn spawn(self: &Rc<Self>, lua: &Lua, options: Value) -> mlua::Result<WorkerHandle> {
+        let principal = self.principal.borrow().clone();
+        if !principal.is_alive() {
+            return Err(mlua::Error::runtime(format!(
+                "worker.spawn: {}",
+                principal.end_reason()
+            )));
+        }
+        capability::require_capability(WORKER_SPAWN)?;
+        let options = SpawnOptions::read(options)?;
+        let current = capability::current_or(&principal.authority);
+        let wanted = match options.capabilities {
+            Some(wanted) => wanted,
+            None => current.grant().capabilities().clone(),
+        };
+        let held = current.grant().capabilities();
+        let who = current.attribution().to_string();
+        let delegated = held
+            .delegate_as(&who, &wanted)
+            .map_err(|e| mlua::Error::runtime(format!("worker.spawn: {e}")))?;
+        let name = match options.name {
+            Some(name) => name,
+            None => {
+                let n = self.spawned.get() + 1;
+                self.spawned.set(n);
+                vm::with_caller_source(lua, |source| match source {
+                    Some(source) => format!("{source} #{n}"),
+                    None => format!("worker #{n}"),
+                })
+            }
+        };
+        let authority = Arc::new(Authority::new(
+            current.grant().narrowed(delegated),
+            Attribution {
+                domain: principal.id.domain,
+                generation: principal.id.generation,
+                context: None,
+                worker: Some(name.clone()),
+            },
+            current.denials().clone(),
+        ));
+        let shared = Arc::new(ActorShared::new(name.clone(), principal.mailbox.clone()));
+        let (tx, rx) = crossbeam_channel::bounded(MAX_WAITING);
+        let cancel = Arc::new(CancelToken::new(false));
+        let setup = lane::LaneSetup {
+            shared: shared.clone(),
+            inbox: rx,
+            plan: principal.plan.clone(),
+            source: options.source,
+            authority,
+            deadline: self.budget.min(principal.max_deadline),
+            policy: self.policy,
+            cancel: cancel.clone(),
+            live: self.live.0.clone(),
+            failures: self.failures.clone(),
+        };
+        self.live.0.fetch_add(1, Ordering::AcqRel);
+        let thread = std::thread::Builder::new()
+            .name(format!("skein-actor {name}"))
+            .spawn(move || lane::run(setup));
+        let thread = match thread {
+            Ok(thread) => thread,
+            Err(e) => {
+                self.live.0.fetch_sub(1, Ordering::AcqRel);
+                return Err(mlua::Error::runtime(format!(
+                    "worker.spawn: could not start worker '{name}': {e}"
+                )));
+            }
+        };
+        let entry = Rc::new(ActorEntry {
+            shared,
+            inbox: RefCell::new(Some(tx)),
+            cancel,
+            thread: RefCell::new(Some(thread)),
+        });
+        self.entries.borrow_mut().push(entry.clone());
+        Ok(WorkerHandle(entry))
+    }
+}
+
+/// `worker.spawn`'s options, checked.
+struct SpawnOptions {
+    source: String,
+    name: Option<String>,
+    capabilities: Option<CapabilitySet>,
+}
+
+impl SpawnOptions {
+    fn read(options: Value) -> mlua::Result<SpawnOptions> {
+        let refuse = |text: String| mlua::Error::runtime(format!("worker.spawn: {text}"));
+        let Value::Table(table) = options else {
+            return Err(refuse(format!(
+                "options must be a table {{ source, name?, capabilities?, shareServices? }}, got {}",
+                vm::a_type(&options)
+            )));
+        };
+        let mut keys = Vec::new();
+        for pair in table.pairs::<Value, Value>() {
+            let (key, _) = pair?;
+            let key = match key {
+                Value::String(s) => s.to_string_lossy(),
+                other => format!("{other:?}"),
+            };
+            keys.push(key);
+        }
+        // Sorted, so a table with several unknown keys always names the same one.
+        keys.sort();
+        if let Some(key) = keys.iter().find(|k| {
+            !matches!(
+                k.as_str(),
+                "source" | "name" | "capabilities" | "shareServices"
+            )
+        }) {
+            return Err(refuse(format!("unknown option '{key}': {UNKNOWN_OPTION}")));
+        }
+        let source = match table.raw_get::<Value>("source")? {
+            Value::String(s) => s.to_str()?.to_owned(),
+            Value::Nil => return Err(mlua::Error::runtime(NEEDS_SOURCE)),
+            other => {
+                return Err(refuse(format!(
+                    "source must be a string of Luau source, got {}",
+                    vm::a_type(&other)
+                )))
+            }
+        };
+        let name = match table.raw_get::<Value>("name")? {
+            Value::Nil => None,
+            Value::String(s) if !s.as_bytes().is_empty() => Some(s.to_str()?.to_owned()),
+            other => {
+                return Err(refuse(format!(
+                    "name must be a non-empty string, got {}",
+                    vm::a_type(&other)
+                )))
+            }
+        };
+        let capabilities = match table.raw_get::<Value>("capabilities")? {
+            Value::Nil => None,
+            Value::Table(list) => {
+                let mut set = Vec::new();
+                for item in list.sequence_values::<Value>() {
+                    match item? {
+                        Value::String(s) => set.push(
+                            CapabilityId::new(&s.to_str()?).map_err(|e| refuse(e.to_string()))?,
+                        ),
+                        other => {
+                            return Err(refuse(format!(
+                                "capabilities must be a list of capability names, got {} in it",
+                                vm::a_type(&other)
+                            )))
+                        }
+                    }
+                }
+                Some(CapabilitySet::from_iter(set))
+            }
+            other => {
+                return Err(refuse(format!(
+                    "capabilities must be a list of capability names, got {}",
+                    vm::a_type(&other)
+                )))
+            }
+        };
+        match table.raw_get::<Value>("shareServices")? {
+            Value::Nil | Value::Boolean(false) => {}
+            Value::Boolean(true) => {
+                return Err(refuse(
+                    "shareServices = true is not available: the domain's engine services \
+                     answer only on its engine thread, and a worker has none"
+                        .to_owned(),
+                ))
+            }
+            other => {
+                return Err(refuse(format!(
+                    "shareServices must be a boolean, got {}",
+                    vm::a_type(&other)
+                )))
+            }
+        }
+        Ok(SpawnOptions {
+            source,
+            name,
+            capabilities,
+        })
+    }
+}
+
+/// A message argument read off the stack (so a whole number stays a number and an integer an
+/// integer), its refusal kept for [`read`](Self::read) to name.
+struct SendArg(Result<Message, crate::value::read::Refusal>);
+
+impl SendArg {
+    /// The message, or the refusal with its path starting at `root`.
+    fn read(self, root: &str) -> Result<Message, crate::value::TransferError> {
+        self.0.map_err(|r| r.into_error(root))
+    }
+}
+
+impl mlua::FromLua for SendArg {
+    fn from_lua(value: Value, _lua: &Lua) -> mlua::Result<Self> {
+        // Only reached for values mlua already popped; the stack path below is the usual one.
+        Message::from_lua(&value, "message")
+            .map(|m| SendArg(Ok(m)))
+            .map_err(|e| mlua::Error::runtime(e.to_string()))
+    }
+
+    unsafe fn from_stack(idx: std::ffi::c_int, lua: &mlua::state::RawLua) -> mlua::Result<Self> {
+        // SAFETY: mlua hands us a valid index on `lua`'s current stack.
+        let read = unsafe { crate::value::read::Reader::new(lua, usize::MAX).read_at(idx) };
+        Ok(SendArg(read))
+    }
+}
+
+/// The Luau handle of one worker: `Worker:send`, `receive`, `close`, `join`.
+struct WorkerHandle(Rc<ActorEntry>);
+
+impl WorkerHandle {
+    fn send(&self, message: SendArg) -> mlua::Result<()> {
+        let message = message
+            .read("message")
+            .map_err(|e| mlua::Error::runtime(format!("Worker:send: {e}")))?;
+        let name = &self.0.shared.name;
+        let stopped = || {
+            mlua::Error::runtime(format!(
+                "Worker:send: worker '{name}' is stopped; it takes no more messages"
+            ))
+        };
+        if self.0.shared.state() != RUNNING {
+            return Err(stopped());
+        }
+        let inbox = self.0.inbox.borrow();
+        let Some(tx) = inbox.as_ref() else {
+            return Err(stopped());
+        };
+        match tx.try_send(message) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(mlua::Error::runtime(format!(
+                "Worker:send: the queue of worker '{name}' is full: {MAX_WAITING} messages wait \
+                 for its handler; receive its replies, or send fewer"
+            ))),
+            Err(TrySendError::Disconnected(_)) => Err(stopped()),
+        }
+    }
+}
+
+impl UserData for WorkerHandle {
+    fn add_fields<F: mlua::UserDataFields<Self>>(fields: &mut F) {
+        fields.add_field_method_get("name", |lua, this| lua.create_string(&this.0.shared.name));
+        // The methods that may wait are Luau (a Rust callback cannot yield).
+        fields.add_field_function_get("receive", |lua, _| {
+            lua.named_registry_value::<Function>(RECEIVE_KEY)
+        });
+        fields.add_field_function_get("join", |lua, _| {
+            lua.named_registry_value::<Function>(JOIN_KEY)
+        });
+    }
+
+    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
+        methods.add_meta_method(MetaMethod::ToString, |_, this, ()| {
+            Ok(format!("Worker('{}')", this.0.shared.name))
+        });
+        methods.add_method("send", |_, this, message: SendArg| this.send(message));
+        methods.add_method("close", |_, this, ()| {
+            this.0.close();
+            Ok(())
+        });
+    }
+}
+
+fn entry_of(value: &AnyUserData, method: &str) -> mlua::Result<Rc<ActorEntry>> {
+    value
+        .borrow::<WorkerHandle>()
+        .map(|h| h.0.clone())
+        .map_err(|_| {
+            mlua::Error::runtime(format!(
+                "Worker:{method}: call it on a worker, as worker:{method}(...)"
+            ))
+        })
+}
+
+/// The waiting halves of `receive` and `join`, in Luau because they yield.
+const WAIT_SOURCE: &str = r#"
+local P, await = ...
+
+local function sleep(self, left, endOnly)
+	local promise = P.park(self, endOnly)
+	if promise == nil then
+		return
+	end
+	local timer = if left == nil then nil else task.delay(left, P.expire, promise)
+	await(promise)
+	if timer ~= nil then
+		task.cancel(timer)
+	end
+end
+
+local function receive(self, timeout)
+	local got, value = P.take(self)
+	if got or timeout == nil then
+		return value
+	end
+	local deadline = P.now() + P.seconds("Worker:receive", timeout)
+	while true do
+		if P.state(self) ~= "running" then
+			return nil
+		end
+		local left = deadline - P.now()
+		if left <= 0 then
+			return nil
+		end
+		sleep(self, left, false)
+		got, value = P.take(self)
+		if got then
+			return value
+		end
+	end
+end
+
+local function join(self, timeout)
+	self:close()
+	local deadline = if timeout == nil then nil else P.now() + P.seconds("Worker:join", timeout)
+	while true do
+		local state = P.state(self)
+		if state ~= "running" then
+			return state
+		end
+		local left = if deadline == nil then nil else deadline - P.now()
+		if left ~= nil and left <= 0 then
+			error(P.late(self), 0)
+		end
+		sleep(self, left, true)
+	end
+end
+
+return receive, join
+"#;
+
+/// `WAIT_SOURCE` compiled once per process.
+fn wait_bytecode() -> &'static [u8] {
+    static BYTECODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BYTECODE.get_or_init(|| {
+        mlua::chunk::Compiler::new()
+            .set_debug_level(1)
+            .compile(WAIT_SOURCE)
+            .expect("the worker's waits compile")
+    })
+}
+
+/// The time origin `P.now` counts from: any fixed instant will do.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn state_name(state: u8) -> &'static str {
+    match state {
+        STOPPED => "stopped",
+        FAILED => "failed",
+        _ => "running",
+    }
+}
+
+/// The primitives `WAIT_SOURCE` is built on.
+fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
+    let p = lua.create_table()?;
+    p.raw_set(
+        "take",
+        lua.create_function(|_, this: AnyUserData| {
+            let entry = entry_of(&this, "receive")?;
+            match entry.shared.take() {
+                Some(Reply::Value { message, .. }) => Ok((true, message)),
+                Some(Reply::Failed(error)) => Err(mlua::Error::runtime(error.to_string())),
+                None => Ok((false, Message::Nil)),
+            }
+        })?,
+    )?;
+    p.raw_set(
+        "park",
+        lua.create_function(|lua, (this, end_only): (AnyUserData, bool)| {
+            let entry = entry_of(&this, "receive")?;
+            let core = VmCore::of(lua)?;
+            let cell = core.promises.borrow_mut().make("Worker:receive");
+            if entry.shared.park(cell.id(), end_only) {
+                return Ok(Value::UserData(vm::promise_handle(lua, cell)?));
+            }
+            core.settle(cell.id(), Outcome::Cancelled); // never awaited: out of the pending table
+            Ok(Value::Nil)
+        })?,
+    )?;
+    p.raw_set(
+        "expire",
+        lua.create_function(|lua, promise: Value| {
+            if let Some(cell) = promise_of(&promise) {
+                VmCore::of(lua)?.settle(cell.id(), Outcome::Resolved(Message::Nil));
+            }
+            Ok(())
+        })?,
+    )?;
+    p.raw_set(
+        "state",
+        lua.create_function(|_, this: AnyUserData| {
+            Ok(state_name(entry_of(&this, "join")?.shared.state()))
+        })?,
+    )?;
+    p.raw_set(
+        "late",
+        lua.create_function(|_, this: AnyUserData| {
+            let entry = entry_of(&this, "join")?;
+            Ok(format!(
+                "Worker:join: worker '{}' did not answer in time",
+                entry.shared.name
+            ))
+        })?,
+    )?;
+    p.raw_set(
+        "now",
+        lua.create_function(|_, ()| Ok(epoch().elapsed().as_secs_f64()))?,
+    )?;
+    p.raw_set(
+        "seconds",
+        lua.create_function(|_, (method, timeout): (String, Value)| match timeout {
+            Value::Integer(i) if i >= 0 => Ok(i as f64),
+            Value::Number(x) if x >= 0.0 => Ok(x),
+            other => Err(mlua::Error::runtime(format!(
+                "{method}: timeout must be a number of seconds, 0 or more, got {}",
+                match other {
+                    Value::Integer(i) => i.to_string(),
+                    Value::Number(x) => x.to_string(),
+                    other => vm::a_type(&other),
+                }
+            ))),
+        })?,
+    )?;
+    Ok(p)
+}
+
+/// Installs `@skein/worker` in a domain's engine VM.
+pub(crate) fn install_engine(lua: &Lua, actors: &Rc<Actors>) -> mlua::Result<()> {
+    let (receive, join): (Function, Function) = lua
+        .load(wait_bytecode())
+        .set_name("=skein worker")
+        .set_mode(mlua::chunk::ChunkMode::Binary)
+        .call((wait_primitives(lua)?, await_function(lua)?))?;
+    lua.set_named_registry_value(RECEIVE_KEY, receive)?;
+    lua.set_named_registry_value(JOIN_KEY, join)?;
+    let module = lua.create_table()?;
+    let spawner = actors.clone();
+    module.raw_set(
+        "spawn",
+        lua.create_function(move |lua, options: Value| spawner.spawn(lua, options))?,
+    )?;
+    module.raw_set(
+        "send",
+        lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
+            Err(mlua::Error::runtime(SEND_OUTSIDE))
+        })?,
+    )?;
+    module.set_readonly(true);
+    lua.set_named_registry_value(MODULE_KEY, module)
+}
+
+/// Installs `@skein/worker` in an actor's own VM: `send` reaches the domain, `spawn` refuses.
+fn install_lane_module(lua: &Lua, shared: Arc<ActorShared>) -> mlua::Result<()> {
+    let module = lua.create_table()?;
+    module.raw_set(
+        "spawn",
+        lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
+            Err(mlua::Error::runtime(SPAWN_IN_WORKER))
+        })?,
+    )?;
+    module.raw_set(
+        "send",
+        lua.create_function(move |_, message: SendArg| {
+            let message = message
+                .read("message")
+                .map_err(|e| mlua::Error::runtime(format!("worker.send: {e}")))?;
+            shared
+                .progress(message)
+                .map_err(|_| mlua::Error::runtime(SEND_FULL))
+        })?,
+    )?;
+    module.set_readonly(true);
+    lua.set_named_registry_value(MODULE_KEY, module)
+}
+
+/// What `require("@skein/worker")` answers: the VM's own module, or (in a pool worker's VM)
+/// one whose functions say where they belong.
+pub(crate) fn module(lua: &Lua) -> mlua::Result<Value> {
+    let module = lua.named_registry_value::<Value>(MODULE_KEY)?;
+    if !module.is_nil() {
+        return Ok(module);
+    }
+    let module = lua.create_table()?;
+    module.raw_set(
+        "spawn",
+        lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
+            Err(mlua::Error::runtime(SPAWN_OUTSIDE))
+        })?,
+    )?;
+    module.raw_set(
+        "send",
+        lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
+            Err(mlua::Error::runtime(SEND_OUTSIDE))
+        })?,
+    )?;
+    module.set_readonly(true);
+    Ok(Value::Table(module))
+}
