@@ -3,6 +3,7 @@
 mod support;
 
 mod capabilities;
+mod context_caps;
 mod contexts;
 mod dispatch;
 mod docs;

@@ -147,6 +147,24 @@ impl Authority {
         }
     }
 
+    /// An authority over `grant` (a part of this one's), counting into the same log, named
+    /// for `context` when it is a context's.
+    pub(crate) fn narrowed(&self, grant: Grant, context: Option<&str>) -> Authority {
+        Authority {
+            grant,
+            attribution: Attribution {
+                context: context.map(str::to_owned),
+                ..self.attribution.clone()
+            },
+            denials: self.denials.clone(),
+        }
+    }
+
+    /// Who holds it.
+    pub(crate) fn attribution(&self) -> &Attribution {
+        &self.attribution
+    }
+
     pub(crate) fn grant(&self) -> &Grant {
         &self.grant
     }
@@ -257,7 +275,7 @@ pub(crate) fn current_or(fallback: &Arc<Authority>) -> Arc<Authority> {
 ///
 /// let denied = ScriptDomain::new(&pool, DomainSpec::new("denied").plan(plan))?;
 /// let err = denied.eval("return observe()").unwrap_err().to_string();
-/// assert!(err.contains("permission denied: capability 'input.observe' is not granted to domain#"));
+/// assert!(err.contains("permission denied: capability 'input.observe' is not granted to domain 'denied' (domain#"));
 /// assert_eq!(denied.denials(), 1);
 ///
 /// // Host code outside any task has no authority installed.
@@ -320,6 +338,7 @@ mod tests {
             .collect();
         let grant = RootAuthority::new().grant(CapabilitySet::from_iter::<Vec<_>>(set));
         let attribution = Attribution {
+            domain_name: String::new(),
             domain: DomainId(7),
             generation: Generation(2),
             context: None,
