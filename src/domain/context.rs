@@ -2,7 +2,8 @@
 //! [`FixedStep`].
 //!
 //! These are plain declarations: the bindings scripts make and the scheduler that runs them
-//! live in `scheduler.rs`. A context is *when*; what its code may do is a separate grant.
+//! live in `scheduler.rs`. A context is *when*; what its code may do is its part of the
+//! domain's grant ([`ContextSpec::capabilities`]), checked and installed by the scheduler.
 
 use std::fmt;
 use std::time::Duration;
