@@ -93,7 +93,7 @@ fn spawn_errors_carry_their_texts() {
     let id = d.id();
     assert_eq!(
         over,
-        format!("worker.spawn: {id} (generation 1) cannot delegate capabilities it does not hold: audio.play, net.connect")
+        format!("worker.spawn: domain 'actors' ({id}, generation 1) cannot delegate capabilities it does not hold: audio.play, net.connect")
     );
     assert_eq!(
         raised(&d, &format!("{worker}.send {{ progress = 1 }}")),
@@ -117,7 +117,7 @@ fn spawn_errors_carry_their_texts() {
     assert_eq!(
         err,
         format!(
-            "permission denied: capability 'worker.spawn' is not granted to {} (generation 1)",
+            "permission denied: capability 'worker.spawn' is not granted to domain 'plain' ({}, generation 1)",
             denied.id()
         )
     );
@@ -491,7 +491,7 @@ fn a_worker_runs_under_its_own_narrower_authority() {
     assert_eq!(
         clean(&text(&items[1])),
         format!(
-            "permission denied: capability 'input.observe' is not granted to {} (generation 1, worker 'bare')",
+            "permission denied: capability 'input.observe' is not granted to domain 'actors' ({}, generation 1, worker 'bare')",
             d.id()
         )
     );

@@ -54,7 +54,8 @@ return {
 
 fn denial_text(domain: &ScriptDomain, capability: &str) -> String {
     format!(
-        "permission denied: capability '{capability}' is not granted to domain#{} (generation 1)",
+        "permission denied: capability '{capability}' is not granted to domain '{}' (domain#{}, generation 1)",
+        domain.name(),
         domain.id().get()
     )
 }
@@ -148,7 +149,7 @@ fn a_restart_keeps_the_grant_and_attributes_denials_to_the_new_generation() {
         .unwrap_err()
         .to_string();
     let text = format!(
-        "permission denied: capability 'x.b' is not granted to domain#{} (generation 2)",
+        "permission denied: capability 'x.b' is not granted to domain 'a' (domain#{}, generation 2)",
         d.id().get()
     );
     assert_contains(&err, &text);
@@ -321,7 +322,7 @@ fn skein_fs_reads_writes_and_lists_only_below_granted_roots() {
     assert_contains(
         &err,
         &format!(
-            "permission denied: '{}' is outside every root granted for 'filesystem.read' to domain#{} (generation 1)",
+            "permission denied: '{}' is outside every root granted for 'filesystem.read' to domain 'fs' (domain#{}, generation 1)",
             secret.display(),
             d.id().get()
         ),
@@ -370,7 +371,7 @@ fn the_mandelbrot_example_writes_its_image_only_when_allowed() {
     assert_eq!(code, 1, "stderr: {stderr}");
     assert_contains(
         &stderr,
-        "permission denied: capability 'filesystem.write' is not granted to domain#1 (generation 1)",
+        "permission denied: capability 'filesystem.write' is not granted to domain 'main' (domain#1, generation 1)",
     );
     assert!(!cwd.path().join("mandelbrot.png").exists());
     let args = ["run", "--allow-write", ".", script, "--", "16", "10"];

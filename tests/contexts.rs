@@ -310,7 +310,8 @@ fn a_failing_handler_is_a_diagnostic_and_the_next_handler_runs() {
         assert_contains(
             &d.to_string(),
             &format!(
-                "{} (generation 1, context 'world'): update handler failed: ",
+                "domain '{}' ({}, generation 1, context 'world'): update handler failed: ",
+                domain.name(),
                 domain.id()
             ),
         );

@@ -4,6 +4,7 @@ mod support;
 
 mod actors;
 mod capabilities;
+mod context_caps;
 mod contexts;
 mod dispatch;
 mod docs;

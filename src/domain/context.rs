@@ -2,11 +2,13 @@
 //! [`FixedStep`].
 //!
 //! These are plain declarations: the bindings scripts make and the scheduler that runs them
-//! live in `scheduler.rs`. A context is *when*; what its code may do is a separate grant.
+//! live in `scheduler.rs`. A context is *when*; what its code may do is its part of the
+//! domain's grant ([`ContextSpec::capabilities`]), checked and installed by the scheduler.
 
 use std::fmt;
 use std::time::Duration;
 
+use super::capability::CapabilitySet;
 use crate::error::{Error, Result};
 use crate::jobs::MAX_DEADLINE;
 
@@ -120,15 +122,17 @@ impl fmt::Display for Phase {
 /// ```
 ///
 /// # Capabilities
-/// A context's capability subset (what its handlers may do, never more than the domain's
-/// grant) is declared here too; it belongs to Skein's capability layer, and until that is in
-/// a context's handlers run with the domain's authority.
+/// A context may hold a part of the domain's grant ([`capabilities`](Self::capabilities)):
+/// its handlers, the tasks they start, the pool items they dispatch and those items' forwarded
+/// calls all run under that part, and a denial names the context. A context that sets none
+/// holds the domain's whole grant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContextSpec {
     name: String,
     phases: Vec<Phase>,
     priority: i32,
     budget: Option<Duration>,
+    capabilities: Option<CapabilitySet>,
 }
 
 impl ContextSpec {
@@ -141,6 +145,7 @@ impl ContextSpec {
             phases: Vec::new(),
             priority: 0,
             budget: None,
+            capabilities: None,
         }
     }
 
@@ -165,6 +170,41 @@ impl ContextSpec {
     pub fn budget(mut self, budget: Duration) -> ContextSpec {
         self.budget = Some(budget);
         self
+    }
+
+    /// Limits the context's handlers to `capabilities`, a subset of the domain's grant (the
+    /// file-system roots of a kept `filesystem.read` / `filesystem.write` are the domain's).
+    /// Without this call the context holds the domain's whole grant.
+    ///
+    /// ```
+    /// use skein::{CapabilityId, CapabilitySet, ContextSpec, DomainSpec, Phase, Pool, RootAuthority, ScriptDomain};
+    ///
+    /// let id = |s| CapabilityId::new(s).unwrap();
+    /// let grant = RootAuthority::new().grant(CapabilitySet::from_iter([id("input.observe")]));
+    /// let ui = ContextSpec::new("ui")
+    ///     .phases([Phase::Input])
+    ///     .capabilities(CapabilitySet::from_iter([id("input.observe"), id("net.connect")]));
+    /// let spec = DomainSpec::new("game").grant(grant).context(ui)?;
+    /// let pool = Pool::new(1);
+    /// let err = ScriptDomain::new(&pool, spec).err().expect("over-delegation is refused");
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "context 'ui' cannot delegate capabilities it does not hold: net.connect"
+    /// );
+    /// # Ok::<(), skein::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ScriptDomain::new`](crate::ScriptDomain::new) refuses a context that asks for more
+    /// than the domain's grant with [`Error::OverDelegation`].
+    pub fn capabilities(mut self, capabilities: CapabilitySet) -> ContextSpec {
+        self.capabilities = Some(capabilities);
+        self
+    }
+
+    /// The capabilities it asked for, if it limits itself.
+    pub fn get_capabilities(&self) -> Option<&CapabilitySet> {
+        self.capabilities.as_ref()
     }
 
     /// The context's name.

@@ -75,6 +75,8 @@ struct NamedBinding {
 /// The named-event handlers of a domain, its routes and the diagnostics `emit` recorded.
 pub(crate) struct EventHandlers {
     queue: Arc<EventQueue>,
+    /// The domain's name, for attributions.
+    domain_name: String,
     domain: DomainId,
     generation: Cell<Generation>,
     /// The host's contexts' names and priorities, for `events.on(name, fn, context)`.
@@ -90,12 +92,14 @@ pub(crate) struct EventHandlers {
 impl EventHandlers {
     pub(crate) fn new(
         queue: Arc<EventQueue>,
+        domain_name: &str,
         domain: DomainId,
         generation: Generation,
         contexts: &[ContextSpec],
     ) -> Rc<EventHandlers> {
         Rc::new(EventHandlers {
             queue,
+            domain_name: domain_name.to_owned(),
             domain,
             generation: Cell::new(generation),
             contexts: contexts
@@ -126,6 +130,7 @@ impl EventHandlers {
 
     fn attribution(&self, context: Option<&str>) -> Attribution {
         Attribution {
+            domain_name: self.domain_name.clone(),
             domain: self.domain,
             generation: self.generation.get(),
             context: context.map(str::to_owned),
@@ -554,6 +559,7 @@ impl ScriptDomain {
         for handler in &due {
             let (context, failed) = match handler {
                 NamedHandler::Luau { function, context } => {
+                    let context_index = *context;
                     let context = context.map(|i| &self.contexts()[i]);
                     let label = match context {
                         Some(spec) => format!("context '{}' event '{name}' handler", spec.name()),
@@ -566,7 +572,9 @@ impl ScriptDomain {
                         payload.clone(),
                         Message::String(bytes::Bytes::copy_from_slice(name.as_bytes())),
                     ];
-                    let failed = self.call_task(label, deadline, function, &args);
+                    let authority = context_index
+                        .map(|i| self.bindings.authority(i, &self.principal.authority));
+                    let failed = self.call_task(label, deadline, authority, function, &args);
                     (context.map(|c| c.name().to_owned()), failed)
                 }
                 NamedHandler::Host(f) => {
@@ -585,6 +593,7 @@ impl ScriptDomain {
             if let Some(text) = failed {
                 errors.push(Diagnostic {
                     attribution: Attribution {
+                        domain_name: self.name.clone(),
                         domain: self.id(),
                         generation: self.generation(),
                         context,

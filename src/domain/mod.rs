@@ -189,6 +189,43 @@ impl DomainSpec {
         self.worker_failures
     }
 
+    /// Grants the domain a part of `parent`'s grant: `wanted`, which must be a subset of what
+    /// `parent` holds (the file-system roots of a kept `filesystem.read` / `filesystem.write`
+    /// are the parent's). Authority only shrinks on the way to a child domain; a later
+    /// [`grant`](Self::grant) replaces this one, as the host's [`RootAuthority`] can always do.
+    ///
+    /// ```
+    /// use skein::{CapabilityId, CapabilitySet, DomainSpec, Pool, RootAuthority, ScriptDomain};
+    ///
+    /// let id = |s| CapabilityId::new(s).unwrap();
+    /// let pool = Pool::new(1);
+    /// let grant = RootAuthority::new().grant(CapabilitySet::from_iter([id("input.observe"), id("audio.play")]));
+    /// let game = ScriptDomain::new(&pool, DomainSpec::new("game").grant(grant))?;
+    /// let hud = DomainSpec::new("hud").delegate_from(&game, CapabilitySet::from_iter([id("audio.play")]))?;
+    /// assert_eq!(hud.granted().capabilities(), &CapabilitySet::from_iter([id("audio.play")]));
+    ///
+    /// let err = DomainSpec::new("net")
+    ///     .delegate_from(&game, CapabilitySet::from_iter([id("net.connect")]))
+    ///     .unwrap_err();
+    /// assert_eq!(err.to_string(), "domain 'game' cannot delegate capabilities it does not hold: net.connect");
+    /// # Ok::<(), skein::Error>(())
+    /// ```
+    ///
+    /// [`RootAuthority`]: crate::RootAuthority
+    ///
+    /// # Errors
+    /// [`Error::OverDelegation`] naming `domain '<parent name>'` and every wanted capability
+    /// the parent does not hold.
+    pub fn delegate_from(
+        mut self,
+        parent: &ScriptDomain,
+        wanted: capability::CapabilitySet,
+    ) -> Result<DomainSpec> {
+        let who = format!("domain '{}'", parent.name());
+        self.grant = parent.grant().narrowed(&who, &wanted)?;
+        Ok(self)
+    }
+
     /// The grant the domain will hold.
     pub fn granted(&self) -> &capability::Grant {
         &self.grant
@@ -291,7 +328,9 @@ impl ScriptDomain {
     ///
     /// # Errors
     /// [`Error::Vm`] when the plan's VM cannot be built; [`Error::Refused`] when the spec's
-    /// fixed step is zero, or its event limits' `per_drain` or `name` is.
+    /// fixed step is zero, or its event limits' `per_drain` or `name` is; [`Error::OverDelegation`]
+    /// when a context asks for capabilities the spec's grant does not hold (naming
+    /// `context '<name>'` and what it lacks).
     pub fn new(pool: &Pool, spec: DomainSpec) -> Result<ScriptDomain> {
         spec.fixed_step.check()?;
         if spec.event_limits.per_drain == 0 || spec.event_limits.name == 0 {
@@ -305,6 +344,7 @@ impl ScriptDomain {
                 vm::format_seconds(MAX_DEADLINE)
             )));
         }
+        let bindings = scheduler::Bindings::new(spec.contexts.clone(), &spec.grant)?;
         let id = Principal {
             domain: DomainId(NEXT_DOMAIN.fetch_add(1, Ordering::Relaxed)),
             generation: Generation(1),
@@ -321,6 +361,7 @@ impl ScriptDomain {
         cell.authority = Arc::new(capability::Authority::new(
             spec.grant,
             capability::Attribution {
+                domain_name: spec.name.clone(),
                 domain: id.domain,
                 generation: id.generation,
                 context: None,
@@ -337,10 +378,14 @@ impl ScriptDomain {
             report_sink(&reports),
         );
         vm.lua.set_app_data(registry.clone());
-        let event_handlers =
-            event_handlers::EventHandlers::new(queue, id.domain, id.generation, &spec.contexts);
+        let event_handlers = event_handlers::EventHandlers::new(
+            queue,
+            &spec.name,
+            id.domain,
+            id.generation,
+            &spec.contexts,
+        );
         event_handlers::install_events_module(&vm.lua, &event_handlers)?;
-        let bindings = scheduler::Bindings::new(spec.contexts);
         scheduler::install_context_module(&vm.lua, &bindings)?;
         let actors =
             actor::Actors::new(principal.clone(), spec.worker_failures, spec.worker_budget);
@@ -695,10 +740,14 @@ impl ScriptDomain {
                 commands,
                 reply,
                 job,
+                authority,
             } => {
-                // A forwarded call runs as the work that made it: today every item of the
-                // domain carries the domain's grant.
-                let _authority = capability::install(Some(&self.principal.authority));
+                // A forwarded call runs as the work that made it: a service's
+                // `require_capability` sees the item's authority (a context's part, when a
+                // handler dispatched it), not the domain's whole grant.
+                let _authority = capability::install(Some(
+                    authority.as_ref().unwrap_or(&self.principal.authority),
+                ));
                 self.apply(commands, None);
                 let answer = self.services.answer(&service, args);
                 if let Some(job) = job {
@@ -719,8 +768,14 @@ impl ScriptDomain {
                 self.registry.remote_done(job, failure);
             }
             DomainEvent::RegisteredControl { job, control } => self.registry.control(job, control),
-            DomainEvent::Apply { commands, then } => {
-                let _authority = capability::install(Some(&self.principal.authority));
+            DomainEvent::Apply {
+                commands,
+                then,
+                authority,
+            } => {
+                let _authority = capability::install(Some(
+                    authority.as_ref().unwrap_or(&self.principal.authority),
+                ));
                 self.apply(commands, then.as_ref().map(|s| s.job()));
                 if let Some(mut settlement) = then {
                     if let Some((to, outcome)) = settlement.take() {
@@ -1158,6 +1213,19 @@ impl ScriptDomain {
     #[doc(hidden)]
     pub fn live_workers(&self) -> LiveWorkers {
         self.actors.live()
+    }
+
+    /// A spec for a child domain named `name` holding `wanted`, a part of this domain's grant:
+    /// [`DomainSpec::new(name).delegate_from(self, wanted)`](DomainSpec::delegate_from).
+    ///
+    /// # Errors
+    /// As [`DomainSpec::delegate_from`].
+    pub fn child_spec(
+        &self,
+        name: impl Into<String>,
+        wanted: capability::CapabilitySet,
+    ) -> Result<DomainSpec> {
+        DomainSpec::new(name).delegate_from(self, wanted)
     }
 
     /// Live tasks in the engine VM.

@@ -22,11 +22,13 @@ use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
+use super::capability::{Authority, Grant};
 use super::context::{ContextSpec, Phase};
 use super::diagnostic::{Attribution, Diagnostic};
 use super::lifecycle::DomainState;
 use super::{FrameReport, Report, ScriptDomain};
 use crate::error::{Error, Result};
+use crate::jobs::Generation;
 use crate::value::Message;
 use crate::vm::{self, Owner, TaskFailure};
 
@@ -106,10 +108,35 @@ pub(crate) struct Bindings {
     /// Each phase's handlers, kept in run order as they are bound (a bind is rare, a phase
     /// runs every frame): by their context's rank, then bind order.
     handlers: RefCell<[Vec<Binding>; PHASES]>,
+    /// Each context's part of the domain's grant, checked when the domain was made; `None`
+    /// for a context that holds the whole grant.
+    grants: Box<[Option<Grant>]>,
+    /// The contexts' authorities for one generation (made on first use, again after a restart):
+    /// every call of a context's handlers shares one, so a call costs no allocation for it.
+    authorities: RefCell<Option<(Generation, Vec<Arc<Authority>>)>>,
 }
 
 impl Bindings {
-    pub(crate) fn new(contexts: Vec<ContextSpec>) -> Rc<Bindings> {
+    /// Checks each context's capabilities against the domain's `grant` and keeps their parts.
+    ///
+    /// # Errors
+    /// [`Error::OverDelegation`] for the first context (in declaration order) that asks for
+    /// more than `grant`, naming it and what it lacks.
+    pub(crate) fn new(contexts: Vec<ContextSpec>, grant: &Grant) -> Result<Rc<Bindings>> {
+        let grants = contexts
+            .iter()
+            .map(|c| {
+                c.get_capabilities()
+                    .map(|wanted| grant.narrowed(&format!("context '{}'", c.name()), wanted))
+                    .transpose()
+            })
+            .collect::<std::result::Result<Box<[_]>, _>>()?;
+        let bindings = Bindings::unchecked(contexts);
+        Ok(Rc::new(Bindings { grants, ..bindings }))
+    }
+
+    fn unchecked(contexts: Vec<ContextSpec>) -> Bindings {
+        let n = contexts.len();
         let mut order: Vec<usize> = (0..contexts.len()).collect();
         // A stable sort keeps declaration order among equal priorities.
         order.sort_by_key(|&i| std::cmp::Reverse(contexts[i].get_priority()));
@@ -118,12 +145,35 @@ impl Bindings {
             rank[context] = place;
         }
         let names = contexts.iter().map(|c| Arc::from(c.name())).collect();
-        Rc::new(Bindings {
+        Bindings {
             names,
             contexts: contexts.into(),
             rank: rank.into(),
             handlers: RefCell::new(Default::default()),
-        })
+            grants: vec![None; n].into(),
+            authorities: RefCell::new(None),
+        }
+    }
+
+    /// The authority context `context`'s handlers run under in the generation `domain` belongs
+    /// to: a part of the domain's, attributed to the context.
+    pub(crate) fn authority(&self, context: usize, domain: &Authority) -> Arc<Authority> {
+        let generation = domain.attribution().generation;
+        let mut cache = self.authorities.borrow_mut();
+        if cache.as_ref().map(|(g, _)| *g) != Some(generation) {
+            let made = self
+                .contexts
+                .iter()
+                .zip(self.grants.iter())
+                .map(|(spec, grant)| {
+                    let grant = grant.clone().unwrap_or_else(|| domain.grant().clone());
+                    Arc::new(domain.narrowed(grant, Some(spec.name())))
+                })
+                .collect();
+            *cache = Some((generation, made));
+        }
+        let (_, made) = cache.as_ref().expect("filled above");
+        made[context].clone()
     }
 
     pub(crate) fn contexts(&self) -> &[ContextSpec] {
@@ -489,7 +539,8 @@ impl ScriptDomain {
         for (context, handler) in &due {
             let spec = &self.bindings.contexts()[*context];
             let call = Instant::now();
-            let failed = self.call_handler(spec, phase, handler, args);
+            let authority = self.bindings.authority(*context, &self.principal.authority);
+            let failed = self.call_handler(spec, authority, phase, handler, args);
             timings.push(HandlerTiming {
                 context: self.bindings.names[*context].clone(),
                 elapsed: call.elapsed(),
@@ -497,6 +548,7 @@ impl ScriptDomain {
             if let Some(message) = failed {
                 errors.push(Diagnostic {
                     attribution: Attribution {
+                        domain_name: self.name.clone(),
                         domain: self.id(),
                         generation: self.generation(),
                         context: Some(spec.name().to_owned()),
@@ -521,22 +573,25 @@ impl ScriptDomain {
     fn call_handler(
         &self,
         spec: &ContextSpec,
+        authority: Arc<Authority>,
         phase: Phase,
         handler: &Function,
         args: &[Message],
     ) -> Option<String> {
         let label = handler_label(spec.name(), phase);
         let deadline = spec.get_budget().unwrap_or(self.principal.max_deadline);
-        self.call_task(label, deadline, handler, args)
+        self.call_task(label, deadline, Some(authority), handler, args)
     }
 
-    /// Calls `handler` with `args` as a task of the engine VM held to `deadline` per run;
+    /// Calls `handler` with `args` as a task of the engine VM held to `deadline` per run, under
+    /// `authority` (the domain's when `None`);
     /// answers the failure's text when it failed before its first yield. A failure after a
     /// yield becomes a [`Report`] labelled `label`.
     pub(super) fn call_task(
         &self,
         label: String,
         deadline: Duration,
+        authority: Option<Arc<Authority>>,
         handler: &Function,
         args: &[Message],
     ) -> Option<String> {
@@ -553,13 +608,14 @@ impl ScriptDomain {
                 }
             }
         }
-        self.start_handler(label, deadline, handler, values)
+        self.start_handler(label, deadline, authority, handler, values)
     }
 
     fn start_handler(
         &self,
         label: String,
         deadline: Duration,
+        authority: Option<Arc<Authority>>,
         handler: &Function,
         values: Vec<Value>,
     ) -> Option<String> {
@@ -581,7 +637,13 @@ impl ScriptDomain {
                 (_, Err(failure)) => *state = CallState::Failed(failure),
             }
         });
-        let owner = Rc::new(Owner::new(Arc::new(label), deadline, Some(completion)));
+        // The handler's task, the tasks it starts (they share its owner) and what it dispatches
+        // (items carry the authority installed when they are made) run as its context.
+        let mut owner = Owner::new(Arc::new(label), deadline, Some(completion));
+        if let Some(authority) = authority {
+            owner = owner.with_authority(authority);
+        }
+        let owner = Rc::new(owner);
         if let Err(e) = self
             .vm
             .start(handler.clone(), MultiValue::from_iter(values), owner)
@@ -624,7 +686,7 @@ mod tests {
     #[test]
     fn due_orders_by_priority_then_declaration_then_bind_order() {
         let lua = Lua::new();
-        let bindings = Bindings::new(vec![
+        let bindings = Bindings::unchecked(vec![
             ContextSpec::new("low").phases([Phase::Update]).priority(-1),
             ContextSpec::new("a").phases([Phase::Update]),
             ContextSpec::new("high").phases([Phase::Update]).priority(3),

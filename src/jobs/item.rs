@@ -331,6 +331,9 @@ pub(crate) enum DomainEvent {
         reply: ReplyTo,
         /// The registered job whose item made the query, whose `forwarded_calls` it counts.
         job: Option<u64>,
+        /// The authority of the task that made it (its item's): the engine thread installs it
+        /// while it applies the commands and runs the service. `None`: the domain's.
+        authority: Option<Arc<crate::domain::capability::Authority>>,
     },
     /// A worker VM registered a job: add it to the registry.
     Registered(Box<super::registered::RemoteRegistration>),
@@ -353,6 +356,9 @@ pub(crate) enum DomainEvent {
         /// The job's settlement, for a job whose entry recorded them before returning; `None`
         /// for commands recorded after (or outside any job), which are applied alone.
         then: Option<Settlement>,
+        /// The authority of the work that recorded them, installed while they apply. `None`:
+        /// the domain's.
+        authority: Option<Arc<crate::domain::capability::Authority>>,
     },
 }
 

@@ -212,6 +212,7 @@ impl PrincipalCell {
             authority: std::sync::Arc::new(crate::domain::capability::Authority::new(
                 crate::domain::capability::Grant::default(),
                 crate::domain::capability::Attribution {
+                    domain_name: String::new(),
                     domain: id.domain,
                     generation: id.generation,
                     context: None,

@@ -362,6 +362,8 @@ impl LuauWorker {
         let key = Arc::as_ptr(&job);
         let owner_label: Arc<dyn vm::OwnerIdentity> = job.clone();
         let (completion_job, completion_running) = (job.clone(), running.clone());
+        // The commands the job recorded apply as the job: under the authority it ran with.
+        let command_authority = authority.clone();
         let completion: vm::Completion = Box::new(move |_lua: &Lua, result, commands| {
             completion_running.borrow_mut().remove(&key);
             completion_job.handoff.finish();
@@ -371,7 +373,13 @@ impl LuauWorker {
                 drop(turn);
             } else {
                 let settlement = (reply_to, outcome, turn);
-                settle_after_commands(&principal, completion_job, commands, settlement, &pool);
+                settle_after_commands(
+                    &principal,
+                    completion_job,
+                    (commands, command_authority),
+                    settlement,
+                    &pool,
+                );
             }
         });
         let owner = Rc::new(
@@ -469,7 +477,10 @@ fn job_outcome(
 fn settle_after_commands(
     principal: &Arc<PrincipalCell>,
     job: Arc<JobShared>,
-    commands: Vec<vm::ServiceCall>,
+    (commands, authority): (
+        Vec<vm::ServiceCall>,
+        Arc<crate::domain::capability::Authority>,
+    ),
     settlement: (ReplyTo, Outcome, Option<LaneTurn>),
     pool: &Arc<PoolShared>,
 ) {
@@ -491,6 +502,7 @@ fn settle_after_commands(
     drop(principal.mailbox.post_or_return(DomainEvent::Apply {
         commands,
         then: Some(then),
+        authority: Some(authority),
     }));
 }
 

@@ -163,10 +163,10 @@ impl Actors {
             Some(wanted) => wanted,
             None => current.grant().capabilities().clone(),
         };
-        let held = current.grant().capabilities();
         let who = current.attribution().to_string();
-        let delegated = held
-            .delegate_as(&who, &wanted)
+        let delegated = current
+            .grant()
+            .narrowed(&who, &wanted)
             .map_err(|e| mlua::Error::runtime(format!("worker.spawn: {e}")))?;
         let name = match options.name {
             Some(name) => name,
@@ -180,8 +180,9 @@ impl Actors {
             }
         };
         let authority = Arc::new(Authority::new(
-            current.grant().narrowed(delegated),
+            delegated,
             Attribution {
+                domain_name: current.attribution().domain_name.clone(),
                 domain: principal.id.domain,
                 generation: principal.id.generation,
                 context: None,

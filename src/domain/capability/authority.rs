@@ -62,7 +62,7 @@ impl std::error::Error for CapabilityDenied {}
 #[non_exhaustive]
 pub enum CapabilityError {
     /// The running task's authority does not hold the capability (or the path is out of scope).
-    Denied(CapabilityDenied),
+    Denied(Box<CapabilityDenied>),
     /// The check ran outside any task: host code called it directly, so no authority is
     /// installed on the thread. Nothing is counted.
     NoAuthority(CapabilityId),
@@ -147,13 +147,26 @@ impl Authority {
         }
     }
 
-    pub(crate) fn grant(&self) -> &Grant {
-        &self.grant
+    /// An authority over `grant` (a part of this one's), counting into the same log, named
+    /// for `context` when it is a context's.
+    pub(crate) fn narrowed(&self, grant: Grant, context: Option<&str>) -> Authority {
+        Authority {
+            grant,
+            attribution: Attribution {
+                context: context.map(str::to_owned),
+                ..self.attribution.clone()
+            },
+            denials: self.denials.clone(),
+        }
     }
 
-    /// Who the authority answers for.
+    /// Who holds it.
     pub(crate) fn attribution(&self) -> &Attribution {
         &self.attribution
+    }
+
+    pub(crate) fn grant(&self) -> &Grant {
+        &self.grant
     }
 
     pub(crate) fn denials(&self) -> &Arc<DenialLog> {
@@ -167,7 +180,7 @@ impl Authority {
             path,
         };
         self.denials.record(&denied);
-        CapabilityError::Denied(denied)
+        CapabilityError::Denied(Box::new(denied))
     }
 
     fn check(&self, name: &str) -> Result<(), CapabilityError> {
@@ -262,7 +275,7 @@ pub(crate) fn current_or(fallback: &Arc<Authority>) -> Arc<Authority> {
 ///
 /// let denied = ScriptDomain::new(&pool, DomainSpec::new("denied").plan(plan))?;
 /// let err = denied.eval("return observe()").unwrap_err().to_string();
-/// assert!(err.contains("permission denied: capability 'input.observe' is not granted to domain#"));
+/// assert!(err.contains("permission denied: capability 'input.observe' is not granted to domain 'denied' (domain#"));
 /// assert_eq!(denied.denials(), 1);
 ///
 /// // Host code outside any task has no authority installed.
@@ -325,6 +338,7 @@ mod tests {
             .collect();
         let grant = RootAuthority::new().grant(CapabilitySet::from_iter::<Vec<_>>(set));
         let attribution = Attribution {
+            domain_name: String::new(),
             domain: DomainId(7),
             generation: Generation(2),
             context: None,

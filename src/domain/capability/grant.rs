@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::id::CapabilityId;
-use super::set::CapabilitySet;
+use super::set::{CapabilitySet, OverDelegation};
 
 /// Reading files through `@skein/fs` (`readFile`, `list`), below the grant's read roots.
 pub const FILESYSTEM_READ: &str = "filesystem.read";
@@ -81,9 +81,18 @@ impl Grant {
         &self.write_roots
     }
 
-    /// The grant narrowed to `capabilities` (a subset the caller checked): file-system roots
-    /// stay only with the capability they serve.
-    pub(crate) fn narrowed(&self, capabilities: CapabilitySet) -> Grant {
+    /// The part of this grant that `wanted` names, for a context or a child domain: only
+    /// shrinking. The file-system roots go along with the file-system capabilities kept, so a
+    /// holder of `filesystem.read` reads below the same roots as the grant it came from.
+    ///
+    /// # Errors
+    /// [`OverDelegation`] naming `who` and every wanted capability this grant lacks.
+    pub(crate) fn narrowed(
+        &self,
+        who: &str,
+        wanted: &CapabilitySet,
+    ) -> Result<Grant, OverDelegation> {
+        let capabilities = self.capabilities.delegate_as(who, wanted)?;
         let keep = |name: &str, roots: &[PathBuf]| {
             if capabilities.contains_name(name) {
                 roots.to_vec()
@@ -91,11 +100,11 @@ impl Grant {
                 Vec::new()
             }
         };
-        Grant {
+        Ok(Grant {
             read_roots: keep(FILESYSTEM_READ, &self.read_roots),
             write_roots: keep(FILESYSTEM_WRITE, &self.write_roots),
             capabilities,
-        }
+        })
     }
 
     /// Adds `filesystem.read`, reaching below `dir` (canonicalised now, so a later symlink swap
@@ -127,4 +136,36 @@ fn canonical(dir: &Path) -> std::io::Result<PathBuf> {
 
 fn known(name: &str) -> CapabilityId {
     CapabilityId::new(name).expect("built-in capability names are valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn narrowing_keeps_roots_only_for_the_kept_fs_capabilities() {
+        let dir = std::env::temp_dir();
+        let full = RootAuthority::new()
+            .grant(CapabilitySet::from_iter([known("input.observe")]))
+            .read_root(&dir)
+            .unwrap()
+            .write_root(&dir)
+            .unwrap();
+        let read_only = full
+            .narrowed("x", &CapabilitySet::from_iter([known(FILESYSTEM_READ)]))
+            .unwrap();
+        assert_eq!(read_only.read_roots(), full.read_roots());
+        assert!(read_only.write_roots().is_empty());
+        assert_eq!(read_only.capabilities().len(), 1);
+        let err = read_only
+            .narrowed(
+                "context 'ui'",
+                &CapabilitySet::from_iter([known("input.observe")]),
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "context 'ui' cannot delegate capabilities it does not hold: input.observe"
+        );
+    }
 }
