@@ -61,6 +61,14 @@ enum Slot {
 
 /// 32 slots compressed by `bitmap`: slot `i` is present when bit `i` is set, and sits at the
 /// position of the set bits below it.
+///
+/// Two allocations per branch (this struct, then the `Vec`'s buffer) measured no worse than
+/// one: with the slots as an `Arc<[Slot]>` sized to the bitmap and the bitmap beside the
+/// pointer in the parent's slot, callgrind put a write in a 1,000,000-entry table at ~9,150-9,300
+/// instructions (against ~9,000-9,100 as here) and an `atomic` on 1,000 keys 6% dearer; only a
+/// write in a 10-entry table got cheaper (~3,560 against ~3,860-4,270). Much of a path copy is
+/// the reference count taken on every slot of every copied branch and given back when the old
+/// path is freed, which that layout keeps, and it grows a slot from 16 bytes to 24.
 #[derive(Clone, Debug)]
 struct Branch {
     bitmap: u32,
