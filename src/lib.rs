@@ -42,9 +42,10 @@ pub use domain::capability::{
     MAX_CAPABILITY_LEN,
 };
 pub use domain::{
-    AdvanceReport, Attribution, ContextSpec, Diagnostic, DomainSpec, DomainState, EventLimits,
-    EventReport, EventTarget, FixedStep, FrameReport, HandlerTiming, Phase, PhaseReport,
-    PostRefused, QueueBound, Report, ScriptDomain, MAX_CONTEXT_NAME,
+    AdvanceReport, Attribution, ChromeTrace, ContextSpec, Diagnostic, DomainSpec, DomainState,
+    EventLimits, EventReport, EventTarget, FixedStep, FrameReport, HandlerTiming, Phase,
+    PhaseReport, PostRefused, ProfileEvent, ProfileKind, ProfileSink, ProfileThread, QueueBound,
+    Report, ScriptDomain, MAX_CONTEXT_NAME,
 };
 pub use error::{Error, Result};
 pub use jobs::{

@@ -12,6 +12,7 @@ mod generations;
 mod host_keys;
 mod keys;
 mod parallel_for;
+mod profile;
 mod registered;
 mod runner;
 mod services;

@@ -504,7 +504,7 @@ impl ScriptDomain {
         for envelope in batch {
             if envelope.generation != self.generation() {
                 // A restart clears the queue, so this is only a post that raced it.
-                self.stale.set(self.stale.get() + 1);
+                self.count_stale(1);
                 continue;
             }
             let handled = match envelope.event {
@@ -565,7 +565,14 @@ impl ScriptDomain {
                         payload.clone(),
                         Message::String(bytes::Bytes::copy_from_slice(name.as_bytes())),
                     ];
+                    let call = std::time::Instant::now();
                     let failed = self.call_task(label, deadline, function, &args);
+                    if self.principal.profile.is_some() {
+                        let context = context.map(ContextSpec::name);
+                        let kind = super::profile::ProfileKind::ContextCall;
+                        let event = Some(format!("{}.event '{name}'", context.unwrap_or("")));
+                        self.profiled(kind, context, event, call);
+                    }
                     (context.map(|c| c.name().to_owned()), failed)
                 }
                 NamedHandler::Host(f) => {

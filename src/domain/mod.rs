@@ -27,6 +27,7 @@ use crate::value::Message;
 use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
 
 pub(crate) mod capability;
+mod chrome_trace;
 mod context;
 mod diagnostic;
 mod event_handlers;
@@ -34,15 +35,19 @@ pub(crate) mod event_queue;
 mod generation;
 mod host_promises;
 mod lifecycle;
+pub(crate) mod profile;
 mod scheduler;
 mod services;
 
+pub use chrome_trace::ChromeTrace;
 pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};
 pub use diagnostic::{Attribution, Diagnostic};
 pub(crate) use event_handlers::events_module;
 pub use event_handlers::EventReport;
 pub use event_queue::{EventLimits, EventTarget, PostRefused, QueueBound};
 pub use lifecycle::DomainState;
+pub(crate) use profile::Profile;
+pub use profile::{ProfileEvent, ProfileKind, ProfileSink, ProfileThread};
 pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
 pub use services::FrameReport;
 use services::{EngineServices, Service};
@@ -72,6 +77,7 @@ pub struct DomainSpec {
     fixed_step: FixedStep,
     grant: capability::Grant,
     event_limits: EventLimits,
+    profile: profile::ProfileSlot,
 }
 
 impl DomainSpec {
@@ -85,7 +91,28 @@ impl DomainSpec {
             fixed_step: FixedStep::default(),
             grant: capability::Grant::default(),
             event_limits: EventLimits::default(),
+            profile: profile::ProfileSlot::default(),
         }
+    }
+
+    /// Sends the domain's costs to `sink`: its creation, start and stop, every context handler
+    /// call, every pool item its code dispatched (on the worker that ran it), and every stale
+    /// event (see [`ProfileKind`]). A restart keeps the sink. Without one nothing is measured.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use skein::{ChromeTrace, DomainSpec};
+    /// let spec = DomainSpec::new("game").profile(Arc::new(ChromeTrace::new()));
+    /// assert!(spec.has_profile());
+    /// ```
+    pub fn profile(mut self, sink: Arc<dyn ProfileSink>) -> DomainSpec {
+        self.profile = profile::ProfileSlot(Some(sink));
+        self
+    }
+
+    /// Whether a profile sink is set.
+    pub fn has_profile(&self) -> bool {
+        self.profile.0.is_some()
     }
 
     /// Sets the bounds of the domain's event queue (see [`EventLimits`] for the defaults).
@@ -244,6 +271,7 @@ impl ScriptDomain {
     /// [`Error::Vm`] when the plan's VM cannot be built; [`Error::Refused`] when the spec's
     /// fixed step is zero, or its event limits' `per_drain` or `name` is.
     pub fn new(pool: &Pool, spec: DomainSpec) -> Result<ScriptDomain> {
+        let started = Instant::now();
         spec.fixed_step.check()?;
         if spec.event_limits.per_drain == 0 || spec.event_limits.name == 0 {
             return Err(Error::Refused(
@@ -263,6 +291,7 @@ impl ScriptDomain {
             MAX_DEADLINE,
             spec.warm_bound,
         );
+        cell.profile = spec.profile.0;
         cell.authority = Arc::new(capability::Authority::new(
             spec.grant,
             capability::Attribution {
@@ -286,7 +315,7 @@ impl ScriptDomain {
         event_handlers::install_events_module(&vm.lua, &event_handlers)?;
         let bindings = scheduler::Bindings::new(spec.contexts);
         scheduler::install_context_module(&vm.lua, &bindings)?;
-        Ok(ScriptDomain {
+        let domain = ScriptDomain {
             name: spec.name,
             principal,
             pool: pool.clone(),
@@ -308,7 +337,29 @@ impl ScriptDomain {
             jobs_ran: std::cell::Cell::new(None),
             event_handlers,
             _engine_thread: PhantomData,
-        })
+        };
+        domain.profiled(profile::ProfileKind::DomainCreated, None, None, started);
+        Ok(domain)
+    }
+
+    /// Sends an engine-thread event to the domain's profile sink, if it has one: measured from
+    /// `started` to now, named `name` or else the domain's name.
+    pub(crate) fn profiled(
+        &self,
+        kind: profile::ProfileKind,
+        context: Option<&str>,
+        name: Option<String>,
+        started: Instant,
+    ) {
+        if let Some(sink) = &self.principal.profile {
+            let attribution = Attribution {
+                domain: self.id(),
+                generation: self.generation(),
+                context: context.map(str::to_owned),
+            };
+            let name = name.unwrap_or_else(|| self.name.clone());
+            profile::emit(&**sink, kind, attribution, name, started, None);
+        }
     }
 
     /// The domain's name.
@@ -569,7 +620,7 @@ impl ScriptDomain {
             args: ItemArgs::Plain(args),
             deadline: opts.deadline,
             reply: ReplyTo::Host(slot.clone()),
-            queued_at: opts.key.is_some().then(Instant::now),
+            queued_at: (opts.key.is_some() || self.principal.profile.is_some()).then(Instant::now),
         };
         match opts.key {
             Some(key) => self

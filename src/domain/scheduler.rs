@@ -25,6 +25,7 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 use super::context::{ContextSpec, Phase};
 use super::diagnostic::{Attribution, Diagnostic};
 use super::lifecycle::DomainState;
+use super::profile::ProfileKind;
 use super::{FrameReport, Report, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::value::Message;
@@ -420,6 +421,7 @@ impl ScriptDomain {
         if matches!(self.state.get(), DomainState::Stopped) {
             return;
         }
+        let started = Instant::now();
         self.state.set(DomainState::Stopping);
         let report = self.broadcast(Phase::Shutdown, &[]);
         for error in report.errors {
@@ -436,6 +438,7 @@ impl ScriptDomain {
         self.event_handlers.queue().stop();
         self.end_generation(&format!("domain '{}' stopped", self.name), false);
         self.state.set(DomainState::Stopped);
+        self.profiled(ProfileKind::DomainStopped, None, None, started);
     }
 
     /// Marks the start of a scheduler entry: refuses a stopped domain and a nested entry, and
@@ -463,6 +466,7 @@ impl ScriptDomain {
     pub(super) fn mark_running(&self) {
         if matches!(self.state.get(), DomainState::Ready | DomainState::Loading) {
             self.state.set(DomainState::Running);
+            self.profiled(ProfileKind::DomainStarted, None, None, Instant::now());
         }
     }
 
@@ -494,6 +498,15 @@ impl ScriptDomain {
                 context: self.bindings.names[*context].clone(),
                 elapsed: call.elapsed(),
             });
+            if self.principal.profile.is_some() {
+                let name = format!("{}.{phase}", spec.name());
+                self.profiled(
+                    ProfileKind::ContextCall,
+                    Some(spec.name()),
+                    Some(name),
+                    call,
+                );
+            }
             if let Some(message) = failed {
                 errors.push(Diagnostic {
                     attribution: Attribution {

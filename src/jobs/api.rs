@@ -311,7 +311,7 @@ fn dispatch(
         args: ItemArgs::Plain(args),
         deadline: opts.deadline,
         reply,
-        queued_at: opts.key.is_some().then(Instant::now),
+        queued_at: (opts.key.is_some() || home.principal.profile.is_some()).then(Instant::now),
     };
     match (opts.key, &home.kind) {
         (Some(key), _) => {

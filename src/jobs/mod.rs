@@ -7,6 +7,7 @@ mod events;
 mod gather;
 mod host_options;
 mod item;
+mod item_clock;
 mod kernel;
 mod keys;
 mod options;
