@@ -43,9 +43,9 @@ pub use domain::capability::{
 };
 pub use domain::{
     AdvanceReport, Attribution, ChromeTrace, ContextSpec, Diagnostic, DomainSpec, DomainState,
-    EventLimits, EventReport, EventTarget, FixedStep, FrameReport, HandlerTiming, Phase,
-    PhaseReport, PostRefused, ProfileEvent, ProfileKind, ProfileSink, ProfileThread, QueueBound,
-    Report, ScriptDomain, MAX_CONTEXT_NAME,
+    EventLimits, EventReport, EventTarget, FixedStep, FrameReport, HandlerTiming, LogLevel,
+    LogRecord, LogSink, Phase, PhaseReport, PostRefused, ProfileEvent, ProfileKind, ProfileSink,
+    ProfileThread, QueueBound, Report, ScriptDomain, MAX_CONTEXT_NAME,
 };
 pub use error::{Error, Result};
 pub use jobs::{

@@ -11,6 +11,7 @@ mod engine_events;
 mod generations;
 mod host_keys;
 mod keys;
+mod logs;
 mod parallel_for;
 mod profile;
 mod registered;

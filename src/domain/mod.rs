@@ -35,6 +35,7 @@ pub(crate) mod event_queue;
 mod generation;
 mod host_promises;
 mod lifecycle;
+pub(crate) mod log;
 pub(crate) mod profile;
 mod scheduler;
 mod services;
@@ -46,6 +47,8 @@ pub(crate) use event_handlers::events_module;
 pub use event_handlers::EventReport;
 pub use event_queue::{EventLimits, EventTarget, PostRefused, QueueBound};
 pub use lifecycle::DomainState;
+pub(crate) use log::Logs;
+pub use log::{LogLevel, LogRecord, LogSink};
 pub(crate) use profile::Profile;
 pub use profile::{ProfileEvent, ProfileKind, ProfileSink, ProfileThread};
 pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
@@ -78,6 +81,7 @@ pub struct DomainSpec {
     grant: capability::Grant,
     event_limits: EventLimits,
     profile: profile::ProfileSlot,
+    logs: log::LogSlot,
 }
 
 impl DomainSpec {
@@ -92,6 +96,7 @@ impl DomainSpec {
             grant: capability::Grant::default(),
             event_limits: EventLimits::default(),
             profile: profile::ProfileSlot::default(),
+            logs: log::LogSlot::default(),
         }
     }
 
@@ -107,6 +112,13 @@ impl DomainSpec {
     /// ```
     pub fn profile(mut self, sink: Arc<dyn ProfileSink>) -> DomainSpec {
         self.profile = profile::ProfileSlot(Some(sink));
+        self
+    }
+
+    /// Sends the `@skein/log` records of the domain's engine and worker VMs to `sink` (see
+    /// [`LogSink`]). A restart keeps the sink. Without one each record is a line on stderr.
+    pub fn logs(mut self, sink: Arc<dyn LogSink>) -> DomainSpec {
+        self.logs = log::LogSlot(Some(sink));
         self
     }
 
@@ -292,6 +304,7 @@ impl ScriptDomain {
             spec.warm_bound,
         );
         cell.profile = spec.profile.0;
+        cell.logs = spec.logs.0;
         cell.authority = Arc::new(capability::Authority::new(
             spec.grant,
             capability::Attribution {

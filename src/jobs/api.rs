@@ -174,6 +174,12 @@ pub(crate) const JOBS_KEY: &str = "skein.jobs";
 /// Registry key of this VM's `jobs.onRelease` watchers: a table of watcher -> true.
 const RELEASE_WATCHERS_KEY: &str = "skein.jobs.onRelease";
 
+/// The principal of the VM's home, when the VM belongs to a domain.
+pub(crate) fn home_principal(lua: &Lua) -> Option<Arc<PrincipalCell>> {
+    lua.app_data_ref::<Rc<JobsHome>>()
+        .map(|h| h.principal.clone())
+}
+
 pub(super) fn home(lua: &Lua) -> mlua::Result<Rc<JobsHome>> {
     lua.app_data_ref::<Rc<JobsHome>>()
         .map(|h| h.clone())

@@ -187,6 +187,8 @@ pub(crate) struct PrincipalCell {
     pub(crate) jobs: super::registered::JobDirectory,
     /// The domain's profile sink: worker threads send their pool-item events to it.
     pub(crate) profile: crate::domain::Profile,
+    /// The domain's log sink: `@skein/log` in its engine and worker VMs writes to it.
+    pub(crate) logs: crate::domain::Logs,
     alive: AtomicBool,
     /// Why the principal ended, once it has.
     ended: std::sync::Mutex<Option<String>>,
@@ -222,6 +224,7 @@ impl PrincipalCell {
             )),
             jobs: super::registered::JobDirectory::default(),
             profile: None,
+            logs: None,
             alive: AtomicBool::new(true),
             ended: std::sync::Mutex::new(None),
         }
@@ -245,6 +248,7 @@ impl PrincipalCell {
         );
         next.frames = self.frames.clone();
         next.profile = self.profile.clone();
+        next.logs = self.logs.clone();
         next.authority = std::sync::Arc::new(self.authority.for_generation(id.generation));
         for (name, kind) in self.services.since(0) {
             // The names were unique in the old list, so none is refused here.
