@@ -131,3 +131,33 @@ fn without_a_sink_records_are_lines_on_stderr() {
     assert!(stderr.starts_with("warn "), "{stderr}");
     assert!(stderr.contains("left"), "{stderr}");
 }
+
+/// The `@skein/log` example of docs/luau-api.md, run with a sink.
+#[test]
+fn the_luau_api_log_example_runs() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/luau-api.md"),
+    )
+    .unwrap();
+    let start = text
+        .find("```luau\nlocal log = require(\"@skein/log\")")
+        .expect("the example is in docs/luau-api.md");
+    let body = &text[start + "```luau\n".len()..];
+    let body = &body[..body.find("\n```").unwrap()];
+    let sink = Arc::new(Collected::default());
+    let pool = Pool::new(1);
+    let domain = ScriptDomain::new(&pool, DomainSpec::new("docs").logs(sink.clone())).unwrap();
+    domain.exec(body).unwrap();
+    let records = sink.0.lock().unwrap();
+    let seen: Vec<(LogLevel, &str)> = records
+        .iter()
+        .map(|(r, _)| (r.level, r.message.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (LogLevel::Info, "loaded level"),
+            (LogLevel::Warn, "low on fuel")
+        ]
+    );
+}
