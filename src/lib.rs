@@ -42,10 +42,10 @@ pub use domain::capability::{
     MAX_CAPABILITY_LEN,
 };
 pub use domain::{
-    AdvanceReport, Attribution, ChromeTrace, ContextSpec, Diagnostic, DomainSpec, DomainState,
-    EventLimits, EventReport, EventTarget, FixedStep, FrameReport, HandlerTiming, LogLevel,
-    LogRecord, LogSink, Phase, PhaseReport, PostRefused, ProfileEvent, ProfileKind, ProfileSink,
-    ProfileThread, QueueBound, Report, ScriptDomain, MAX_CONTEXT_NAME,
+    AdvanceReport, Attribution, ChromeTrace, ContextSpec, Diagnostic, DiagnosticSink, DomainSpec,
+    DomainState, EventLimits, EventReport, EventTarget, FixedStep, FrameReport, HandlerTiming,
+    LogLevel, LogRecord, LogSink, Phase, PhaseReport, PostRefused, ProfileEvent, ProfileKind,
+    ProfileSink, ProfileThread, QueueBound, Report, ScriptDomain, Severity, MAX_CONTEXT_NAME,
 };
 pub use error::{Error, Result};
 pub use jobs::{

@@ -4,6 +4,7 @@ mod support;
 
 mod capabilities;
 mod contexts;
+mod diagnostic_sink;
 mod dispatch;
 mod docs;
 mod domain_events;

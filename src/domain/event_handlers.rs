@@ -535,8 +535,16 @@ impl ScriptDomain {
                 report.unhandled += 1;
             }
         }
-        report.errors.append(&mut handlers.errors.borrow_mut());
-        report.warnings = std::mem::take(&mut *handlers.warnings.borrow_mut());
+        let refused = std::mem::take(&mut *handlers.errors.borrow_mut());
+        let warnings = std::mem::take(&mut *handlers.warnings.borrow_mut());
+        for d in &refused {
+            self.diagnose(super::Severity::Error, d);
+        }
+        for d in &warnings {
+            self.diagnose(super::Severity::Warning, d);
+        }
+        report.errors.extend(refused);
+        report.warnings = warnings;
         report.pending = self.pending_events();
         report
     }
@@ -589,7 +597,7 @@ impl ScriptDomain {
                 }
             };
             if let Some(text) = failed {
-                errors.push(Diagnostic {
+                let diagnostic = Diagnostic {
                     attribution: Attribution {
                         domain: self.id(),
                         generation: self.generation(),
@@ -597,7 +605,9 @@ impl ScriptDomain {
                     },
                     phase: None,
                     message: format!("event '{name}' handler failed: {text}"),
-                });
+                };
+                self.diagnose(super::Severity::Error, &diagnostic);
+                errors.push(diagnostic);
             }
         }
         !due.is_empty()

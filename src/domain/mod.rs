@@ -42,7 +42,7 @@ mod services;
 
 pub use chrome_trace::ChromeTrace;
 pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};
-pub use diagnostic::{Attribution, Diagnostic};
+pub use diagnostic::{Attribution, Diagnostic, DiagnosticSink, Severity};
 pub(crate) use event_handlers::events_module;
 pub use event_handlers::EventReport;
 pub use event_queue::{EventLimits, EventTarget, PostRefused, QueueBound};
@@ -82,6 +82,7 @@ pub struct DomainSpec {
     event_limits: EventLimits,
     profile: profile::ProfileSlot,
     logs: log::LogSlot,
+    diagnostics: diagnostic::DiagnosticSlot,
 }
 
 impl DomainSpec {
@@ -97,6 +98,7 @@ impl DomainSpec {
             event_limits: EventLimits::default(),
             profile: profile::ProfileSlot::default(),
             logs: log::LogSlot::default(),
+            diagnostics: diagnostic::DiagnosticSlot::default(),
         }
     }
 
@@ -119,6 +121,13 @@ impl DomainSpec {
     /// [`LogSink`]). A restart keeps the sink. Without one each record is a line on stderr.
     pub fn logs(mut self, sink: Arc<dyn LogSink>) -> DomainSpec {
         self.logs = log::LogSlot(Some(sink));
+        self
+    }
+
+    /// Sends every [`Diagnostic`] the domain makes to `sink` as it is made (see
+    /// [`DiagnosticSink`]), besides the reports that carry them. A restart keeps the sink.
+    pub fn diagnostics(mut self, sink: Arc<dyn DiagnosticSink>) -> DomainSpec {
+        self.diagnostics = diagnostic::DiagnosticSlot(Some(sink));
         self
     }
 
@@ -271,6 +280,8 @@ pub struct ScriptDomain {
     /// When `run_until_idle` last ran the registered jobs: they run at most once per
     /// [`FRAME_INTERVAL`] there.
     jobs_ran: std::cell::Cell<Option<Instant>>,
+    /// Where every diagnostic goes as it is made, if anywhere.
+    diagnostics: diagnostic::Diagnostics,
     _engine_thread: PhantomData<Rc<()>>,
 }
 
@@ -349,10 +360,18 @@ impl ScriptDomain {
             accumulator: std::cell::Cell::new(Duration::ZERO),
             jobs_ran: std::cell::Cell::new(None),
             event_handlers,
+            diagnostics: spec.diagnostics.0,
             _engine_thread: PhantomData,
         };
         domain.profiled(profile::ProfileKind::DomainCreated, None, None, started);
         Ok(domain)
+    }
+
+    /// Sends `d` to the domain's diagnostic sink, if it has one.
+    pub(crate) fn diagnose(&self, severity: Severity, d: &Diagnostic) {
+        if let Some(sink) = &self.diagnostics {
+            sink.diagnostic(severity, d);
+        }
     }
 
     /// Sends an engine-thread event to the domain's profile sink, if it has one: measured from

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use super::context::{ContextSpec, Phase};
-use super::diagnostic::{Attribution, Diagnostic};
+use super::diagnostic::{Attribution, Diagnostic, Severity};
 use super::lifecycle::DomainState;
 use super::profile::ProfileKind;
 use super::{FrameReport, Report, ScriptDomain};
@@ -508,7 +508,7 @@ impl ScriptDomain {
                 );
             }
             if let Some(message) = failed {
-                errors.push(Diagnostic {
+                let diagnostic = Diagnostic {
                     attribution: Attribution {
                         domain: self.id(),
                         generation: self.generation(),
@@ -516,7 +516,9 @@ impl ScriptDomain {
                     },
                     phase: Some(phase),
                     message,
-                });
+                };
+                self.diagnose(Severity::Error, &diagnostic);
+                errors.push(diagnostic);
             }
         }
         PhaseReport {
