@@ -41,6 +41,8 @@ pub use domain::capability::{
     InvalidCapability, OverDelegation, RootAuthority, FILESYSTEM_READ, FILESYSTEM_WRITE,
     MAX_CAPABILITY_LEN,
 };
+#[cfg(feature = "tracing")]
+pub use domain::TracingSink;
 pub use domain::{
     AdvanceReport, Attribution, ChromeTrace, ContextSpec, Diagnostic, DiagnosticSink, DomainSpec,
     DomainState, EventLimits, EventReport, EventTarget, FixedStep, FrameReport, HandlerTiming,

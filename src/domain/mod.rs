@@ -39,6 +39,8 @@ pub(crate) mod log;
 pub(crate) mod profile;
 mod scheduler;
 mod services;
+#[cfg(feature = "tracing")]
+mod tracing_sink;
 
 pub use chrome_trace::ChromeTrace;
 pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};
@@ -54,6 +56,8 @@ pub use profile::{ProfileEvent, ProfileKind, ProfileSink, ProfileThread};
 pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
 pub use services::FrameReport;
 use services::{EngineServices, Service};
+#[cfg(feature = "tracing")]
+pub use tracing_sink::TracingSink;
 
 static NEXT_DOMAIN: AtomicU64 = AtomicU64::new(1);
 
