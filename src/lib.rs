@@ -41,11 +41,14 @@ pub use domain::capability::{
     InvalidCapability, OverDelegation, RootAuthority, FILESYSTEM_READ, FILESYSTEM_WRITE,
     MAX_CAPABILITY_LEN,
 };
+#[cfg(feature = "tracing")]
+pub use domain::TracingSink;
 pub use domain::{
-    AdvanceReport, Attribution, ContextSpec, Diagnostic, DomainSpec, DomainState, EventLimits,
-    EventReport, EventTarget, FailurePolicy, FixedStep, FrameReport, HandlerTiming, LiveWorkers,
-    Phase, PhaseReport, PostRefused, QueueBound, Report, ScriptDomain, WorkerError, WorkerStage,
-    MAX_CONTEXT_NAME, WORKER_SPAWN,
+    AdvanceReport, Attribution, ChromeTrace, ContextSpec, Diagnostic, DiagnosticSink, DomainSpec,
+    DomainState, EventLimits, EventReport, EventTarget, FailurePolicy, FixedStep, FrameReport,
+    HandlerTiming, LiveWorkers, LogLevel, LogRecord, LogSink, Phase, PhaseReport, PostRefused,
+    ProfileEvent, ProfileKind, ProfileSink, ProfileThread, QueueBound, Report, ScriptDomain,
+    Severity, WorkerError, WorkerStage, MAX_CONTEXT_NAME, WORKER_SPAWN,
 };
 pub use error::{Error, Result};
 pub use jobs::{

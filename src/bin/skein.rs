@@ -1,8 +1,11 @@
 //! `skein`: run a Luau script with a pool of workers behind `jobs.dispatch`.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use skein::{CapabilityId, CapabilitySet, DomainSpec, Grant, Pool, RootAuthority, ScriptDomain};
+use skein::{
+    CapabilityId, CapabilitySet, ChromeTrace, DomainSpec, Grant, Pool, RootAuthority, ScriptDomain,
+};
 
 // The runner's own modules sit in `src/bin/skein/`, so Cargo does not take them for binaries.
 #[path = "skein/runner_global.rs"]
@@ -13,6 +16,7 @@ skein: run Luau in parallel
 
 USAGE:
     skein run FILE [--workers N] [-- ARGS...]
+    skein run --trace OUT.json FILE ...
     skein run [--allow-read PATH]... [--allow-write PATH]... [--allow NAME]... FILE ...
     skein --help | --version
 
@@ -24,6 +28,10 @@ COMMANDS:
 
 OPTIONS:
     --workers N     Number of worker threads (default: the number of available cores).
+    --trace OUT.json
+                    Write a Chrome trace-event timeline of the run to OUT.json when it ends
+                    (also when the script fails): every job on the worker thread that ran
+                    it, and the engine thread's work. Open it in ui.perfetto.dev.
     --allow-read PATH
                     Grant filesystem.read below the directory PATH (`@skein/fs` readFile, list).
     --allow-write PATH
@@ -49,6 +57,7 @@ EXAMPLES:
 struct RunArgs {
     file: String,
     workers: Option<usize>,
+    trace: Option<String>,
     read: Vec<String>,
     write: Vec<String>,
     allow: Vec<CapabilityId>,
@@ -68,6 +77,7 @@ fn parse(args: &[String]) -> Result<Option<RunArgs>, String> {
     }
     let mut file = None;
     let mut workers = None;
+    let mut trace = None;
     let (mut read, mut write, mut allow) = (Vec::new(), Vec::new(), Vec::new());
     let mut script_args = Vec::new();
     while let Some(arg) = it.next() {
@@ -87,6 +97,7 @@ fn parse(args: &[String]) -> Result<Option<RunArgs>, String> {
                 }
                 workers = Some(n);
             }
+            "--trace" => trace = Some(it.next().ok_or("--trace needs a file PATH")?.clone()),
             "--allow-read" => read.push(it.next().ok_or("--allow-read needs a PATH")?.clone()),
             "--allow-write" => write.push(it.next().ok_or("--allow-write needs a PATH")?.clone()),
             "--allow" => {
@@ -108,6 +119,7 @@ fn parse(args: &[String]) -> Result<Option<RunArgs>, String> {
     Ok(Some(RunArgs {
         file,
         workers,
+        trace,
         read,
         write,
         allow,
@@ -121,8 +133,30 @@ fn run(args: RunArgs) -> Result<(), String> {
         None => Pool::with_available_parallelism(),
     };
     let grant = grant(&args).map_err(|e| e.to_string())?;
-    let spec = DomainSpec::new("main").grant(grant);
-    let domain = ScriptDomain::new(&pool, spec).map_err(|e| e.to_string())?;
+    let mut spec = DomainSpec::new("main").grant(grant);
+    let trace = args.trace.as_ref().map(|_| Arc::new(ChromeTrace::new()));
+    if let Some(trace) = &trace {
+        spec = spec.profile(trace.clone());
+    }
+    let result = run_script(&pool, spec, &args);
+    // Written after the domain has stopped (its stop is on the timeline), and whether or not
+    // the script failed: a failing run is the one a timeline helps most with.
+    if let (Some(trace), Some(path)) = (trace, &args.trace) {
+        if let Err(e) = trace.write_to(path) {
+            let written = format!("could not write the trace {path}: {e}");
+            return Err(match result {
+                Ok(()) => written,
+                Err(run) => format!("{run}\nskein: {written}"),
+            });
+        }
+    }
+    result
+}
+
+/// Runs the script in a domain made from `spec` until it and its work are done; the domain
+/// stops when this returns.
+fn run_script(pool: &Pool, spec: DomainSpec, args: &RunArgs) -> Result<(), String> {
+    let domain = ScriptDomain::new(pool, spec).map_err(|e| e.to_string())?;
     runner_global::install(domain.lua(), &args.script_args).map_err(|e| e.to_string())?;
     domain
         .run_file(&args.file, &args.script_args)

@@ -1,7 +1,9 @@
-//! Who a failure belongs to ([`Attribution`]) and the structured record of a failure the
-//! scheduler kept going past ([`Diagnostic`]).
+//! Who a failure belongs to ([`Attribution`]), the structured record of a failure the
+//! scheduler kept going past ([`Diagnostic`]), and the [`DiagnosticSink`] a host may have every
+//! one of them sent to as it happens.
 
 use std::fmt;
+use std::sync::Arc;
 
 use super::context::Phase;
 use crate::jobs::{DomainId, Generation};
@@ -85,5 +87,69 @@ impl fmt::Display for Diagnostic {
             ),
             None => write!(f, "{}: {}", self.attribution, self.message),
         }
+    }
+}
+
+/// How much a [`Diagnostic`] sent to a [`DiagnosticSink`] matters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    /// The domain did what was asked, but not all of it: a route's copy that was not delivered.
+    Warning,
+    /// Something failed: a handler raised or ran past its budget, an `events.emit` was refused.
+    Error,
+}
+
+/// Receives every [`Diagnostic`] a domain makes, on its engine thread: each failed handler
+/// (phases, raw and named events, the `shutdown` phase of a stop) as it fails; each refused
+/// `events.emit` and each undelivered route copy at the next event drain, with the report that
+/// carries it. Denials of capabilities are not sent here (they happen on any thread; the
+/// domain's denial log keeps them). The same diagnostics still reach the reports
+/// ([`PhaseReport::errors`](crate::PhaseReport::errors),
+/// [`EventReport`](crate::EventReport)); a sink sees them all in one place, in order.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use skein::{ContextSpec, Diagnostic, DiagnosticSink, DomainSpec, Phase, Pool, ScriptDomain, Severity};
+///
+/// #[derive(Default)]
+/// struct Seen(Mutex<Vec<String>>);
+/// impl DiagnosticSink for Seen {
+///     fn diagnostic(&self, severity: Severity, d: &Diagnostic) {
+///         self.0.lock().unwrap().push(format!("{severity:?} {}", d.message));
+///     }
+/// }
+///
+/// let seen = Arc::new(Seen::default());
+/// let pool = Pool::new(1);
+/// let spec = DomainSpec::new("game")
+///     .context(ContextSpec::new("ui").phases([Phase::Update]))?
+///     .diagnostics(seen.clone());
+/// let domain = ScriptDomain::new(&pool, spec)?;
+/// domain.exec(r#"require("@skein/context").bind("ui", { update = function() error("oops", 0) end })"#)?;
+/// domain.run_phase(Phase::Update, &[])?;
+/// let seen = seen.0.lock().unwrap();
+/// assert_eq!(seen.len(), 1);
+/// assert!(seen[0].starts_with("Error ") && seen[0].contains("oops"), "{seen:?}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait DiagnosticSink: Send + Sync {
+    /// Takes one diagnostic; must not call back into the domain.
+    fn diagnostic(&self, severity: Severity, d: &Diagnostic);
+}
+
+/// A domain's sink, if it has one.
+pub(crate) type Diagnostics = Option<Arc<dyn DiagnosticSink>>;
+
+/// A [`Diagnostics`] that a `#[derive(Debug, Clone)]` spec can hold.
+#[derive(Clone, Default)]
+pub(crate) struct DiagnosticSlot(pub(crate) Diagnostics);
+
+impl fmt::Debug for DiagnosticSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Some(<DiagnosticSink>)"
+        } else {
+            "None"
+        })
     }
 }

@@ -510,7 +510,7 @@ impl ScriptDomain {
         for envelope in batch {
             if envelope.generation != self.generation() {
                 // A restart clears the queue, so this is only a post that raced it.
-                self.stale.set(self.stale.get() + 1);
+                self.count_stale(1);
                 continue;
             }
             let handled = match envelope.event {
@@ -541,8 +541,16 @@ impl ScriptDomain {
                 report.unhandled += 1;
             }
         }
-        report.errors.append(&mut handlers.errors.borrow_mut());
-        report.warnings = std::mem::take(&mut *handlers.warnings.borrow_mut());
+        let refused = std::mem::take(&mut *handlers.errors.borrow_mut());
+        let warnings = std::mem::take(&mut *handlers.warnings.borrow_mut());
+        for d in &refused {
+            self.diagnose(super::Severity::Error, d);
+        }
+        for d in &warnings {
+            self.diagnose(super::Severity::Warning, d);
+        }
+        report.errors.extend(refused);
+        report.warnings = warnings;
         report.pending = self.pending_events();
         report
     }
@@ -572,9 +580,16 @@ impl ScriptDomain {
                         payload.clone(),
                         Message::String(bytes::Bytes::copy_from_slice(name.as_bytes())),
                     ];
+                    let call = std::time::Instant::now();
                     let authority = context_index
                         .map(|i| self.bindings.authority(i, &self.principal.authority));
                     let failed = self.call_task(label, deadline, authority, function, &args);
+                    if self.principal.profile.is_some() {
+                        let context = context.map(ContextSpec::name);
+                        let kind = super::profile::ProfileKind::ContextCall;
+                        let event = Some(format!("{}.event '{name}'", context.unwrap_or("")));
+                        self.profiled(kind, context, event, call);
+                    }
                     (context.map(|c| c.name().to_owned()), failed)
                 }
                 NamedHandler::Host(f) => {
@@ -591,7 +606,7 @@ impl ScriptDomain {
                 }
             };
             if let Some(text) = failed {
-                errors.push(Diagnostic {
+                let diagnostic = Diagnostic {
                     attribution: Attribution {
                         domain_name: self.name.clone(),
                         domain: self.id(),
@@ -601,7 +616,9 @@ impl ScriptDomain {
                     },
                     phase: None,
                     message: format!("event '{name}' handler failed: {text}"),
-                });
+                };
+                self.diagnose(super::Severity::Error, &diagnostic);
+                errors.push(diagnostic);
             }
         }
         !due.is_empty()

@@ -158,16 +158,27 @@ impl ScriptDomain {
         }
     }
 
+    /// Counts `n` stale events, and profiles each as an instant.
+    pub(super) fn count_stale(&self, n: u64) {
+        self.stale.set(self.stale.get() + n);
+        if self.principal.profile.is_some() {
+            let now = std::time::Instant::now();
+            for _ in 0..n {
+                self.profiled(super::profile::ProfileKind::StaleEvent, None, None, now);
+            }
+        }
+    }
+
     /// Discards what reached the mailboxes of ended generations, counting it. Dropping a held
     /// settlement rejects its promise, which is how a job's host promise learns why.
     pub(super) fn drain_stale(&self) {
         let discarded = self.event_handlers.queue().take_discarded();
-        self.stale.set(self.stale.get() + discarded);
+        self.count_stale(discarded);
         let mut receivers = self.stale_rx.borrow_mut();
         receivers.retain(|rx| loop {
             match rx.try_recv() {
                 Ok(event) => {
-                    self.stale.set(self.stale.get() + 1);
+                    self.count_stale(1);
                     drop(event);
                 }
                 Err(TryRecvError::Empty) => break true,

@@ -28,6 +28,7 @@ use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
 
 pub(crate) mod actor;
 pub(crate) mod capability;
+mod chrome_trace;
 mod context;
 mod diagnostic;
 mod event_handlers;
@@ -35,19 +36,30 @@ pub(crate) mod event_queue;
 mod generation;
 mod host_promises;
 mod lifecycle;
+pub(crate) mod log;
+pub(crate) mod profile;
 mod scheduler;
 mod services;
+#[cfg(feature = "tracing")]
+mod tracing_sink;
 
 pub use actor::{FailurePolicy, LiveWorkers, WorkerError, WorkerStage, WORKER_SPAWN};
+pub use chrome_trace::ChromeTrace;
 pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};
-pub use diagnostic::{Attribution, Diagnostic};
+pub use diagnostic::{Attribution, Diagnostic, DiagnosticSink, Severity};
 pub(crate) use event_handlers::events_module;
 pub use event_handlers::EventReport;
 pub use event_queue::{EventLimits, EventTarget, PostRefused, QueueBound};
 pub use lifecycle::DomainState;
+pub(crate) use log::Logs;
+pub use log::{LogLevel, LogRecord, LogSink};
+pub(crate) use profile::Profile;
+pub use profile::{ProfileEvent, ProfileKind, ProfileSink, ProfileThread};
 pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
 pub use services::FrameReport;
 use services::{EngineServices, Service};
+#[cfg(feature = "tracing")]
+pub use tracing_sink::TracingSink;
 
 static NEXT_DOMAIN: AtomicU64 = AtomicU64::new(1);
 
@@ -76,6 +88,9 @@ pub struct DomainSpec {
     event_limits: EventLimits,
     worker_failures: FailurePolicy,
     worker_budget: Duration,
+    profile: profile::ProfileSlot,
+    logs: log::LogSlot,
+    diagnostics: diagnostic::DiagnosticSlot,
 }
 
 impl DomainSpec {
@@ -91,7 +106,44 @@ impl DomainSpec {
             event_limits: EventLimits::default(),
             worker_failures: FailurePolicy::Stop,
             worker_budget: MAX_DEADLINE,
+            profile: profile::ProfileSlot::default(),
+            logs: log::LogSlot::default(),
+            diagnostics: diagnostic::DiagnosticSlot::default(),
         }
+    }
+
+    /// Sends the domain's costs to `sink`: its creation, start and stop, every context handler
+    /// call, every pool item its code dispatched (on the worker that ran it), and every stale
+    /// event (see [`ProfileKind`]). A restart keeps the sink. Without one nothing is measured.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use skein::{ChromeTrace, DomainSpec};
+    /// let spec = DomainSpec::new("game").profile(Arc::new(ChromeTrace::new()));
+    /// assert!(spec.has_profile());
+    /// ```
+    pub fn profile(mut self, sink: Arc<dyn ProfileSink>) -> DomainSpec {
+        self.profile = profile::ProfileSlot(Some(sink));
+        self
+    }
+
+    /// Sends the `@skein/log` records of the domain's engine and worker VMs to `sink` (see
+    /// [`LogSink`]). A restart keeps the sink. Without one each record is a line on stderr.
+    pub fn logs(mut self, sink: Arc<dyn LogSink>) -> DomainSpec {
+        self.logs = log::LogSlot(Some(sink));
+        self
+    }
+
+    /// Sends every [`Diagnostic`] the domain makes to `sink` as it is made (see
+    /// [`DiagnosticSink`]), besides the reports that carry them. A restart keeps the sink.
+    pub fn diagnostics(mut self, sink: Arc<dyn DiagnosticSink>) -> DomainSpec {
+        self.diagnostics = diagnostic::DiagnosticSlot(Some(sink));
+        self
+    }
+
+    /// Whether a profile sink is set.
+    pub fn has_profile(&self) -> bool {
+        self.profile.0.is_some()
     }
 
     /// Sets the bounds of the domain's event queue (see [`EventLimits`] for the defaults).
@@ -318,6 +370,8 @@ pub struct ScriptDomain {
     jobs_ran: std::cell::Cell<Option<Instant>>,
     /// The workers (`@skein/worker`) its code spawned; torn down with each generation.
     actors: Rc<actor::Actors>,
+    /// Where every diagnostic goes as it is made, if anywhere.
+    diagnostics: diagnostic::Diagnostics,
     _engine_thread: PhantomData<Rc<()>>,
 }
 
@@ -332,6 +386,7 @@ impl ScriptDomain {
     /// when a context asks for capabilities the spec's grant does not hold (naming
     /// `context '<name>'` and what it lacks).
     pub fn new(pool: &Pool, spec: DomainSpec) -> Result<ScriptDomain> {
+        let started = Instant::now();
         spec.fixed_step.check()?;
         if spec.event_limits.per_drain == 0 || spec.event_limits.name == 0 {
             return Err(Error::Refused(
@@ -358,6 +413,8 @@ impl ScriptDomain {
             MAX_DEADLINE,
             spec.warm_bound,
         );
+        cell.profile = spec.profile.0;
+        cell.logs = spec.logs.0;
         cell.authority = Arc::new(capability::Authority::new(
             spec.grant,
             capability::Attribution {
@@ -390,7 +447,7 @@ impl ScriptDomain {
         let actors =
             actor::Actors::new(principal.clone(), spec.worker_failures, spec.worker_budget);
         actor::install_engine(&vm.lua, &actors)?;
-        Ok(ScriptDomain {
+        let domain = ScriptDomain {
             name: spec.name,
             principal,
             pool: pool.clone(),
@@ -412,8 +469,37 @@ impl ScriptDomain {
             jobs_ran: std::cell::Cell::new(None),
             event_handlers,
             actors,
+            diagnostics: spec.diagnostics.0,
             _engine_thread: PhantomData,
-        })
+        };
+        domain.profiled(profile::ProfileKind::DomainCreated, None, None, started);
+        Ok(domain)
+    }
+
+    /// Sends `d` to the domain's diagnostic sink, if it has one.
+    pub(crate) fn diagnose(&self, severity: Severity, d: &Diagnostic) {
+        if let Some(sink) = &self.diagnostics {
+            sink.diagnostic(severity, d);
+        }
+    }
+
+    /// Sends an engine-thread event to the domain's profile sink, if it has one: measured from
+    /// `started` to now, named `name` or else the domain's name.
+    pub(crate) fn profiled(
+        &self,
+        kind: profile::ProfileKind,
+        context: Option<&str>,
+        name: Option<String>,
+        started: Instant,
+    ) {
+        if let Some(sink) = &self.principal.profile {
+            let attribution = Attribution {
+                context: context.map(str::to_owned),
+                ..self.principal.authority.attribution().clone()
+            };
+            let name = name.unwrap_or_else(|| self.name.clone());
+            profile::emit(&**sink, kind, attribution, name, started, None);
+        }
     }
 
     /// The domain's name.
@@ -674,7 +760,7 @@ impl ScriptDomain {
             args: ItemArgs::Plain(args),
             deadline: opts.deadline,
             reply: ReplyTo::Host(slot.clone()),
-            queued_at: opts.key.is_some().then(Instant::now),
+            queued_at: (opts.key.is_some() || self.principal.profile.is_some()).then(Instant::now),
         };
         match opts.key {
             Some(key) => self

@@ -24,8 +24,9 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use super::capability::{Authority, Grant};
 use super::context::{ContextSpec, Phase};
-use super::diagnostic::{Attribution, Diagnostic};
+use super::diagnostic::{Attribution, Diagnostic, Severity};
 use super::lifecycle::DomainState;
+use super::profile::ProfileKind;
 use super::{FrameReport, Report, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::jobs::Generation;
@@ -470,6 +471,7 @@ impl ScriptDomain {
         if matches!(self.state.get(), DomainState::Stopped) {
             return;
         }
+        let started = Instant::now();
         self.state.set(DomainState::Stopping);
         let report = self.broadcast(Phase::Shutdown, &[]);
         for error in report.errors {
@@ -486,6 +488,7 @@ impl ScriptDomain {
         self.event_handlers.queue().stop();
         self.end_generation(&format!("domain '{}' stopped", self.name), false);
         self.state.set(DomainState::Stopped);
+        self.profiled(ProfileKind::DomainStopped, None, None, started);
     }
 
     /// Marks the start of a scheduler entry: refuses a stopped domain and a nested entry, and
@@ -513,6 +516,7 @@ impl ScriptDomain {
     pub(super) fn mark_running(&self) {
         if matches!(self.state.get(), DomainState::Ready | DomainState::Loading) {
             self.state.set(DomainState::Running);
+            self.profiled(ProfileKind::DomainStarted, None, None, Instant::now());
         }
     }
 
@@ -545,8 +549,17 @@ impl ScriptDomain {
                 context: self.bindings.names[*context].clone(),
                 elapsed: call.elapsed(),
             });
+            if self.principal.profile.is_some() {
+                let name = format!("{}.{phase}", spec.name());
+                self.profiled(
+                    ProfileKind::ContextCall,
+                    Some(spec.name()),
+                    Some(name),
+                    call,
+                );
+            }
             if let Some(message) = failed {
-                errors.push(Diagnostic {
+                let diagnostic = Diagnostic {
                     attribution: Attribution {
                         domain_name: self.name.clone(),
                         domain: self.id(),
@@ -556,7 +569,9 @@ impl ScriptDomain {
                     },
                     phase: Some(phase),
                     message,
-                });
+                };
+                self.diagnose(Severity::Error, &diagnostic);
+                errors.push(diagnostic);
             }
         }
         PhaseReport {

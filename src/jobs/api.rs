@@ -174,6 +174,12 @@ pub(crate) const JOBS_KEY: &str = "skein.jobs";
 /// Registry key of this VM's `jobs.onRelease` watchers: a table of watcher -> true.
 const RELEASE_WATCHERS_KEY: &str = "skein.jobs.onRelease";
 
+/// The principal of the VM's home, when the VM belongs to a domain.
+pub(crate) fn home_principal(lua: &Lua) -> Option<Arc<PrincipalCell>> {
+    lua.app_data_ref::<Rc<JobsHome>>()
+        .map(|h| h.principal.clone())
+}
+
 pub(super) fn home(lua: &Lua) -> mlua::Result<Rc<JobsHome>> {
     lua.app_data_ref::<Rc<JobsHome>>()
         .map(|h| h.clone())
@@ -311,7 +317,7 @@ fn dispatch(
         args: ItemArgs::Plain(args),
         deadline: opts.deadline,
         reply,
-        queued_at: opts.key.is_some().then(Instant::now),
+        queued_at: (opts.key.is_some() || home.principal.profile.is_some()).then(Instant::now),
     };
     match (opts.key, &home.kind) {
         (Some(key), _) => {

@@ -16,6 +16,7 @@ pub(super) fn run(item: Item, pool: &Arc<PoolShared>) {
         return; // cancelled while queued: the canceller settled the promise
     }
     count_wait(&item);
+    let clock = super::item_clock::ItemClock::start(&item);
     let Item {
         principal,
         job,
@@ -57,6 +58,9 @@ pub(super) fn run(item: Item, pool: &Arc<PoolShared>) {
         }
     };
     job.handoff.finish();
+    if let Some(clock) = clock {
+        clock.finish(&principal, &job);
+    }
     super::worker::reply(&principal, reply, outcome, pool);
 }
 

@@ -7,6 +7,7 @@ mod events;
 mod gather;
 mod host_options;
 mod item;
+mod item_clock;
 mod kernel;
 mod keys;
 mod options;
@@ -20,7 +21,7 @@ mod warm;
 mod warm_pass;
 mod worker;
 
-pub(crate) use api::{install, HomeKind, JobsHome};
+pub(crate) use api::{home_principal, install, HomeKind, JobsHome};
 pub use events::EVENT_LOG_BOUND;
 pub(crate) use events::{check_event_name, deliver as deliver_events};
 pub(crate) use host_options::check_key;

@@ -127,7 +127,11 @@ pub(super) fn parallel_for(
                 gather: gather.clone(),
                 index: i,
             },
-            queued_at: None,
+            queued_at: home
+                .principal
+                .profile
+                .is_some()
+                .then(std::time::Instant::now),
         };
         match &home.kind {
             HomeKind::Engine => home.pool.inject(item),

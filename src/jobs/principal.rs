@@ -185,6 +185,10 @@ pub(crate) struct PrincipalCell {
     /// The ids and names of the generation's registered jobs, reserved at `jobs.register` in
     /// whichever VM (engine or worker) calls it.
     pub(crate) jobs: super::registered::JobDirectory,
+    /// The domain's profile sink: worker threads send their pool-item events to it.
+    pub(crate) profile: crate::domain::Profile,
+    /// The domain's log sink: `@skein/log` in its engine and worker VMs writes to it.
+    pub(crate) logs: crate::domain::Logs,
     alive: AtomicBool,
     /// Why the principal ended, once it has.
     ended: std::sync::Mutex<Option<String>>,
@@ -221,6 +225,8 @@ impl PrincipalCell {
                 std::sync::Arc::default(),
             )),
             jobs: super::registered::JobDirectory::default(),
+            profile: None,
+            logs: None,
             alive: AtomicBool::new(true),
             ended: std::sync::Mutex::new(None),
         }
@@ -243,6 +249,8 @@ impl PrincipalCell {
             self.warm_bound,
         );
         next.frames = self.frames.clone();
+        next.profile = self.profile.clone();
+        next.logs = self.logs.clone();
         next.authority = std::sync::Arc::new(self.authority.for_generation(id.generation));
         for (name, kind) in self.services.since(0) {
             // The names were unique in the old list, so none is refused here.

@@ -295,6 +295,7 @@ impl LuauWorker {
             return fail(item, FailureKind::Refused, reason);
         }
         super::kernel::count_wait(&item);
+        let clock = super::item_clock::ItemClock::start(&item);
         item.job.worker.store(self.index, Ordering::Release);
         let slot = match self.vm_for(&item.principal, cx) {
             Ok(slot) => slot,
@@ -368,6 +369,9 @@ impl LuauWorker {
             completion_running.borrow_mut().remove(&key);
             completion_job.handoff.finish();
             let outcome = job_outcome(&completion_job, &module, &entry, result);
+            if let Some(clock) = clock {
+                clock.finish(&principal, &completion_job);
+            }
             if commands.is_empty() {
                 reply(&principal, reply_to, outcome, &pool);
                 drop(turn);

@@ -11,6 +11,7 @@
 
 mod codec;
 mod convert;
+mod display;
 mod error;
 mod limits;
 pub(crate) mod path;

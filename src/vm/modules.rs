@@ -172,7 +172,8 @@ pub(crate) const WORKER_BIND: &str =
     "context.bind: handlers bind only in the engine VM; a worker VM runs jobs, not phases";
 
 /// Installs the `require` global: Luau's require-by-string through Skein's loader, plus the
-/// built-ins `@skein/jobs`, `@skein/context`, `@skein/events`, `@skein/worker` and `@skein/fs`.
+/// built-ins `@skein/jobs`, `@skein/context`, `@skein/events`, `@skein/worker`, `@skein/log`
+/// and `@skein/fs`.
 pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
     let require = lua.create_function(|lua, spec: mlua::LuaString| {
         let spec = spec.to_str()?.to_owned();
@@ -189,6 +190,9 @@ pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
         }
         if spec == "@skein/worker" {
             return crate::domain::actor::module(lua);
+        }
+        if spec == "@skein/log" {
+            return crate::domain::log::module(lua);
         }
         if spec == "@skein/fs" {
             return crate::domain::capability::fs::module(lua).map(Value::Table);

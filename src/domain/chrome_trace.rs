@@ -1,0 +1,216 @@
+//! [`ChromeTrace`]: a [`ProfileSink`] that keeps every event and writes them as a Chrome
+//! trace-event JSON file, the format Perfetto (ui.perfetto.dev) and `chrome://tracing` open.
+//!
+//! Each event becomes one complete (`"ph":"X"`) slice on the track of the thread that ran it,
+//! and each thread gets a `thread_name` metadata record, so the timeline shows every pool item
+//! on the worker that ran it beside the engine thread's context calls. This module owns the
+//! buffer and the file format; it measures nothing itself.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde_json::{json, Value};
+
+use super::profile::{ProfileEvent, ProfileKind, ProfileSink};
+
+/// A profile sink that buffers events and writes them as Chrome trace-event JSON.
+///
+/// ```
+/// use std::sync::Arc;
+/// use skein::{ChromeTrace, DomainSpec, Pool, ScriptDomain};
+///
+/// let trace = Arc::new(ChromeTrace::new());
+/// let pool = Pool::new(2);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").profile(trace.clone()))?;
+/// drop(domain);
+/// let json: serde_json::Value = serde_json::from_str(&trace.to_json())?;
+/// let names: Vec<&str> = json["traceEvents"].as_array().unwrap().iter()
+///     .filter(|e| e["ph"] == "X")
+///     .map(|e| e["cat"].as_str().unwrap())
+///     .collect();
+/// assert_eq!(names, ["domain.created", "domain.stopped"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// A trace made with [`to_file`](Self::to_file) writes itself when it is dropped, so a host
+/// that ends early (a script error, a panic that unwinds) still leaves its timeline behind.
+#[derive(Debug, Default)]
+pub struct ChromeTrace {
+    events: Mutex<Vec<ProfileEvent>>,
+    /// Where the trace writes itself on drop, if anywhere.
+    on_drop: Option<PathBuf>,
+}
+
+impl ChromeTrace {
+    /// An empty trace that writes only when asked ([`write_to`](Self::write_to)).
+    pub fn new() -> ChromeTrace {
+        ChromeTrace::default()
+    }
+
+    /// An empty trace that writes itself to `path` when dropped (a failure to write is printed
+    /// on stderr then, as a drop has no one to answer).
+    pub fn to_file(path: impl Into<PathBuf>) -> ChromeTrace {
+        ChromeTrace {
+            events: Mutex::default(),
+            on_drop: Some(path.into()),
+        }
+    }
+
+    /// How many events the trace holds.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether the trace holds no event.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The trace as Chrome trace-event JSON: `{"traceEvents":[...]}`, times in microseconds.
+    pub fn to_json(&self) -> String {
+        let events = self.lock();
+        let mut out = Vec::with_capacity(events.len() + 8);
+        let mut named = std::collections::BTreeMap::new();
+        for e in events.iter() {
+            named
+                .entry(e.thread.id)
+                .or_insert_with(|| e.thread.name.clone());
+            out.push(slice(e));
+        }
+        for (tid, name) in named {
+            let name = name.map_or_else(|| format!("thread {tid}"), |n| n.to_string());
+            out.push(json!({
+                "name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
+                "args": { "name": name },
+            }));
+        }
+        json!({ "traceEvents": out, "displayTimeUnit": "ms" }).to_string()
+    }
+
+    /// Writes the trace to `path` now (it keeps its events).
+    ///
+    /// # Errors
+    /// The I/O error when the file can't be written.
+    pub fn write_to(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
+        std::fs::write(path, self.to_json())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<ProfileEvent>> {
+        // A sink that panicked mid-push left a whole Vec behind: keep using it.
+        self.events.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl ProfileSink for ChromeTrace {
+    fn event(&self, e: &ProfileEvent) {
+        self.lock().push(e.clone());
+    }
+}
+
+impl Drop for ChromeTrace {
+    fn drop(&mut self) {
+        if let Some(path) = &self.on_drop {
+            if let Err(e) = self.write_to(path) {
+                eprintln!("skein: could not write the trace {}: {e}", path.display());
+            }
+        }
+    }
+}
+
+/// The category a trace viewer can filter on.
+fn category(kind: ProfileKind) -> &'static str {
+    match kind {
+        ProfileKind::DomainCreated => "domain.created",
+        ProfileKind::DomainStarted => "domain.started",
+        ProfileKind::DomainStopped => "domain.stopped",
+        ProfileKind::ContextCall => "context.call",
+        ProfileKind::PoolItem => "pool.item",
+        ProfileKind::StaleEvent => "stale.event",
+    }
+}
+
+fn slice(e: &ProfileEvent) -> Value {
+    let mut args = json!({
+        "domain": e.attribution.domain.get(),
+        "generation": e.attribution.generation.get(),
+    });
+    if let Some(context) = &e.attribution.context {
+        args["context"] = json!(context);
+    }
+    if let Some(delay) = e.queue_delay {
+        args["queue_delay_us"] = json!(delay.as_secs_f64() * 1e6);
+    }
+    json!({
+        "name": e.name,
+        "cat": category(e.kind),
+        "ph": "X",
+        "ts": e.start,
+        // Fractional microseconds, so a short item is not shown as taking no time at all.
+        "dur": e.duration.as_secs_f64() * 1e6,
+        "pid": 1,
+        "tid": e.thread.id,
+        "args": args,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::profile::this_thread;
+    use crate::domain::Attribution;
+    use crate::jobs::{DomainId, Generation};
+    use std::time::Duration;
+
+    fn event(kind: ProfileKind, name: &str) -> ProfileEvent {
+        ProfileEvent {
+            kind,
+            attribution: Attribution {
+                domain_name: "game".into(),
+                domain: DomainId(3),
+                generation: Generation(2),
+                context: Some("ui \"main\"".into()),
+                worker: None,
+            },
+            name: name.into(),
+            start: 1500,
+            duration: Duration::from_micros(250),
+            thread: this_thread(),
+            queue_delay: Some(Duration::from_micros(40)),
+        }
+    }
+
+    #[test]
+    fn writes_one_slice_per_event_and_names_each_thread_once() {
+        let trace = ChromeTrace::new();
+        trace.event(&event(ProfileKind::PoolItem, "./a:run"));
+        trace.event(&event(ProfileKind::ContextCall, "ui.update"));
+        let json: Value = serde_json::from_str(&trace.to_json()).unwrap();
+        let events = json["traceEvents"].as_array().unwrap();
+        assert_eq!(events.len(), 3);
+        let first = &events[0];
+        assert_eq!(first["name"], "./a:run");
+        assert_eq!(first["cat"], "pool.item");
+        assert_eq!(first["ph"], "X");
+        assert_eq!(first["ts"], 1500);
+        assert_eq!(first["dur"], 250.0);
+        assert_eq!(first["tid"], this_thread().id);
+        assert_eq!(first["args"]["context"], "ui \"main\"");
+        assert_eq!(first["args"]["domain"], 3);
+        assert_eq!(first["args"]["generation"], 2);
+        assert_eq!(first["args"]["queue_delay_us"], 40.0);
+        assert_eq!(events[2]["ph"], "M");
+        assert_eq!(events[2]["name"], "thread_name");
+        assert_eq!(events[2]["tid"], this_thread().id);
+    }
+
+    #[test]
+    fn writes_itself_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        let trace = ChromeTrace::to_file(&path);
+        trace.event(&event(ProfileKind::StaleEvent, "main"));
+        drop(trace);
+        let json: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(json["traceEvents"][0]["cat"], "stale.event");
+    }
+}

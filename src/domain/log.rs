@@ -1,0 +1,214 @@
+//! What scripts log: `@skein/log` in every VM of a domain (engine and workers), the
+//! [`LogRecord`]s it makes, and the [`LogSink`] a host sets with
+//! [`DomainSpec::logs`](crate::DomainSpec::logs).
+//!
+//! The runtime attributes a record (domain and generation, from the VM's principal), never the
+//! script: a script chooses only the level, the message and the fields. A worker's record goes
+//! to the sink from the worker thread, so a sink is `Send + Sync`. A domain without a sink
+//! writes each record as one line on stderr. This module owns the record and the Luau module;
+//! it never buffers records.
+
+use std::fmt;
+use std::sync::Arc;
+
+use mlua::{Lua, Value};
+
+use super::diagnostic::Attribution;
+use crate::value::Message;
+
+/// Receives the `@skein/log` records of a domain, on the thread whose VM wrote each one.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use skein::{DomainSpec, LogLevel, LogRecord, LogSink, Message, Pool, ScriptDomain};
+///
+/// #[derive(Default)]
+/// struct Lines(Mutex<Vec<String>>);
+/// impl LogSink for Lines {
+///     fn record(&self, r: &LogRecord) {
+///         self.0.lock().unwrap().push(format!("{} {}", r.level, r.message));
+///     }
+/// }
+///
+/// let lines = Arc::new(Lines::default());
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").logs(lines.clone()))?;
+/// domain.exec(r#"require("@skein/log").warn("low on fuel", { left = 3 })"#)?;
+/// assert_eq!(*lines.0.lock().unwrap(), ["warn low on fuel"]);
+/// # Ok::<(), skein::Error>(())
+/// ```
+pub trait LogSink: Send + Sync {
+    /// Takes one record. Called on engine and worker threads alike, so it should be quick and
+    /// must not call back into the domain.
+    fn record(&self, r: &LogRecord);
+}
+
+/// How much a record matters, lowest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LogLevel {
+    /// `log.debug`.
+    Debug,
+    /// `log.info`.
+    Info,
+    /// `log.warn`.
+    Warn,
+    /// `log.error`.
+    Error,
+}
+
+impl LogLevel {
+    const ALL: [LogLevel; 4] = [
+        LogLevel::Debug,
+        LogLevel::Info,
+        LogLevel::Warn,
+        LogLevel::Error,
+    ];
+
+    /// The name scripts call it by: `debug`, `info`, `warn`, `error`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One `@skein/log` call.
+///
+/// `Display` gives the stderr line of a domain without a sink:
+/// `<level> <target> <attribution>: <message> <fields>` (fields only when given).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogRecord {
+    /// Who wrote it, as the runtime knows it.
+    pub attribution: Attribution,
+    /// Its level.
+    pub level: LogLevel,
+    /// Where it came from: the chunk (script or module) that called `log`, as Luau names it.
+    pub target: String,
+    /// The message.
+    pub message: String,
+    /// The fields table, copied ([`Message::Nil`] when none was given).
+    pub fields: Message,
+    /// `chunk:line` of the call, when Luau knows it.
+    pub source: Option<String>,
+}
+
+impl fmt::Display for LogRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} {}: {}",
+            self.level, self.target, self.attribution, self.message
+        )?;
+        if self.fields != Message::Nil {
+            write!(f, " {}", self.fields)?;
+        }
+        Ok(())
+    }
+}
+
+/// A domain's sink, if it has one.
+pub(crate) type Logs = Option<Arc<dyn LogSink>>;
+
+/// A [`Logs`] that a `#[derive(Debug, Clone)]` spec can hold.
+#[derive(Clone, Default)]
+pub(crate) struct LogSlot(pub(crate) Logs);
+
+impl fmt::Debug for LogSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Some(<LogSink>)"
+        } else {
+            "None"
+        })
+    }
+}
+
+/// Registry key of the module table `require("@skein/log")` answers.
+const LOG_KEY: &str = "skein.log";
+
+/// The module table, built on first use in each VM.
+pub(crate) fn module(lua: &Lua) -> mlua::Result<Value> {
+    let cached: Value = lua.named_registry_value(LOG_KEY)?;
+    if !cached.is_nil() {
+        return Ok(cached);
+    }
+    let log = lua.create_table()?;
+    for level in LogLevel::ALL {
+        let f = lua.create_function(move |lua, (message, fields): (Value, Value)| {
+            write(lua, level, message, fields)
+        })?;
+        log.raw_set(level.name(), f)?;
+    }
+    log.set_readonly(true);
+    lua.set_named_registry_value(LOG_KEY, &log)?;
+    Ok(Value::Table(log))
+}
+
+fn write(lua: &Lua, level: LogLevel, message: Value, fields: Value) -> mlua::Result<()> {
+    let message = match message {
+        Value::String(s) => s.to_str()?.to_owned(),
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "log.{level}: message must be a string, got {}",
+                crate::vm::a_type(&other)
+            )))
+        }
+    };
+    let fields = match &fields {
+        Value::Nil | Value::Table(_) => Message::from_lua(&fields, "fields")
+            .map_err(|e| mlua::Error::runtime(format!("log.{level}: {e}")))?,
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "log.{level}: fields must be a table or nil, got {}",
+                crate::vm::a_type(other)
+            )))
+        }
+    };
+    let (target, source) = caller(lua);
+    let Some(principal) = crate::jobs::home_principal(lua) else {
+        // A VM outside any domain has no one to attribute the record to.
+        eprintln!("{level} {target}: {message}");
+        return Ok(());
+    };
+    let record = LogRecord {
+        // The running task's authority names the context or worker that wrote the record.
+        attribution: crate::domain::capability::current_or(&principal.authority)
+            .attribution()
+            .clone(),
+        level,
+        target,
+        message,
+        fields,
+        source,
+    };
+    match &principal.logs {
+        Some(sink) => sink.record(&record),
+        None => eprintln!("{record}"),
+    }
+    Ok(())
+}
+
+/// The calling chunk's name and `chunk:line` of the call.
+fn caller(lua: &Lua) -> (String, Option<String>) {
+    lua.inspect_stack(1, |debug| {
+        let source = debug.source();
+        let chunk = source
+            .short_src
+            .as_deref()
+            .unwrap_or("?")
+            .trim_start_matches('@')
+            .to_owned();
+        let at = debug.current_line().map(|line| format!("{chunk}:{line}"));
+        (chunk, at)
+    })
+    .unwrap_or_else(|| ("?".to_owned(), None))
+}

@@ -1,0 +1,182 @@
+//! Where a domain's costs go: the [`ProfileSink`] a host sets with
+//! [`DomainSpec::profile`](crate::DomainSpec::profile), and the [`ProfileEvent`]s it receives.
+//!
+//! Events come from the engine thread (domain lifecycle, context calls, stale events) and from
+//! worker threads (pool items), so a sink is `Send + Sync` and is called on whichever thread the
+//! cost was paid. Without a sink nothing is measured: the worker's only cost is one branch on an
+//! `Option` per item. This module owns the event shape, the process epoch its times count from,
+//! and the thread labels; it never buffers or writes anything (that is a sink's business, such
+//! as [`ChromeTrace`](crate::ChromeTrace)).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::diagnostic::Attribution;
+
+/// Receives a domain's [`ProfileEvent`]s, on the thread that paid each cost.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use skein::{DomainSpec, Pool, ProfileEvent, ProfileKind, ProfileSink, ScriptDomain};
+///
+/// #[derive(Default)]
+/// struct Kinds(Mutex<Vec<ProfileKind>>);
+/// impl ProfileSink for Kinds {
+///     fn event(&self, e: &ProfileEvent) {
+///         self.0.lock().unwrap().push(e.kind);
+///     }
+/// }
+///
+/// let kinds = Arc::new(Kinds::default());
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").profile(kinds.clone()))?;
+/// drop(domain);
+/// assert_eq!(*kinds.0.lock().unwrap(), [ProfileKind::DomainCreated, ProfileKind::DomainStopped]);
+/// # Ok::<(), skein::Error>(())
+/// ```
+pub trait ProfileSink: Send + Sync {
+    /// Takes one event. Called on engine and worker threads alike, so it should be quick and
+    /// must not call back into the domain.
+    fn event(&self, e: &ProfileEvent);
+}
+
+/// What a [`ProfileEvent`] measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ProfileKind {
+    /// [`ScriptDomain::new`](crate::ScriptDomain::new) built the domain (its engine VM and
+    /// modules): the duration is the construction.
+    DomainCreated,
+    /// The domain's first phase, advance or frame moved it to running (an instant).
+    DomainStarted,
+    /// The domain stopped: the duration is its `shutdown` phase and teardown.
+    DomainStopped,
+    /// One handler call of a context (a phase of `run_phase`/`advance`, a raw event, or a
+    /// named event): the duration is the call up to its return or first yield.
+    ContextCall,
+    /// One pool item (a dispatch, a `parallelFor` chunk, a kernel or registered job's call) on
+    /// a worker thread: from its start there to its end, waits inside it included. The queue
+    /// delay is the time from its dispatch to that start.
+    PoolItem,
+    /// An event of an ended generation reached the domain and was discarded (an instant).
+    StaleEvent,
+}
+
+/// One measured cost of a domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProfileEvent {
+    /// What was measured.
+    pub kind: ProfileKind,
+    /// Who paid for it.
+    pub attribution: Attribution,
+    /// What ran: `ui.update`, `./noise:fill` (a job's `module:entry`, or its `opts.name`),
+    /// the domain's name for lifecycle events.
+    pub name: String,
+    /// When it began, in microseconds since the process epoch (the first time Skein read the
+    /// clock for profiling): comparable across threads and domains.
+    pub start: u64,
+    /// How long it took; zero for instants.
+    pub duration: Duration,
+    /// The thread it ran on.
+    pub thread: ProfileThread,
+    /// For a pool item: how long it waited from its dispatch to its start.
+    pub queue_delay: Option<Duration>,
+}
+
+/// The OS thread an event ran on: a small process-unique number and the thread's name
+/// (`skein-worker-0` for pool threads).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ProfileThread {
+    /// Unique within the process, given to threads in the order they first profile, from 1.
+    pub id: u64,
+    /// The thread's name, if it has one.
+    pub name: Option<Arc<str>>,
+}
+
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static THREAD: ProfileThread = ProfileThread {
+        id: NEXT_THREAD.fetch_add(1, Ordering::Relaxed),
+        name: std::thread::current().name().map(Arc::from),
+    };
+}
+
+/// Microseconds from the process epoch to `at` (zero for instants before it).
+pub(crate) fn micros(at: Instant) -> u64 {
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    u64::try_from(at.saturating_duration_since(epoch).as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The calling thread's label.
+pub(crate) fn this_thread() -> ProfileThread {
+    THREAD.with(ProfileThread::clone)
+}
+
+/// A domain's sink, if it has one: what engine and worker code hold and test.
+pub(crate) type Profile = Option<Arc<dyn ProfileSink>>;
+
+/// A [`Profile`] that a `#[derive(Debug, Clone)]` spec can hold.
+#[derive(Clone, Default)]
+pub(crate) struct ProfileSlot(pub(crate) Profile);
+
+impl std::fmt::Debug for ProfileSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Some(<ProfileSink>)"
+        } else {
+            "None"
+        })
+    }
+}
+
+/// Sends one event to `sink`, measured on this thread from `started` to now.
+pub(crate) fn emit(
+    sink: &dyn ProfileSink,
+    kind: ProfileKind,
+    attribution: Attribution,
+    name: String,
+    started: Instant,
+    queue_delay: Option<Duration>,
+) {
+    let duration = started.elapsed();
+    sink.event(&ProfileEvent {
+        kind,
+        attribution,
+        name,
+        start: micros(started),
+        duration,
+        thread: this_thread(),
+        queue_delay,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_get_distinct_ids_and_keep_their_names() {
+        let here = this_thread();
+        assert_eq!(here, this_thread());
+        let there = std::thread::Builder::new()
+            .name("probe".into())
+            .spawn(this_thread)
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_ne!(here.id, there.id);
+        assert_eq!(there.name.as_deref(), Some("probe"));
+    }
+
+    #[test]
+    fn micros_grow_with_the_clock() {
+        micros(Instant::now()); // the epoch is set before `a`
+        let a = Instant::now();
+        let first = micros(a);
+        let second = micros(a + Duration::from_millis(3));
+        assert_eq!(second - first, 3000);
+    }
+}

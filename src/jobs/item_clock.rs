@@ -1,0 +1,45 @@
+//! The profile of one pool item on its worker thread: when it started there, and how long it
+//! had waited since its dispatch. Kept only when the item's domain has a profile sink, so a
+//! domain without one pays one branch on an `Option` per item and reads no clock.
+
+use std::time::{Duration, Instant};
+
+use super::item::{Item, JobShared};
+use super::principal::PrincipalCell;
+use crate::domain::profile::{self, ProfileKind};
+
+/// A started item's clock, finished (and sent to the sink) when the item ends.
+pub(crate) struct ItemClock {
+    started: Instant,
+    queue_delay: Option<Duration>,
+}
+
+impl ItemClock {
+    /// Starts the clock of `item` on this thread, if its domain profiles.
+    pub(crate) fn start(item: &Item) -> Option<ItemClock> {
+        item.principal.profile.as_ref()?;
+        let started = Instant::now();
+        Some(ItemClock {
+            started,
+            queue_delay: item
+                .queued_at
+                .map(|at| started.saturating_duration_since(at)),
+        })
+    }
+
+    /// Sends the item's [`ProfileKind::PoolItem`] event, measured up to now, on this thread.
+    pub(crate) fn finish(self, principal: &PrincipalCell, job: &JobShared) {
+        if let Some(sink) = &principal.profile {
+            let attribution = principal.authority.attribution().clone();
+            let (kind, name) = (ProfileKind::PoolItem, job.label());
+            profile::emit(
+                &**sink,
+                kind,
+                attribution,
+                name,
+                self.started,
+                self.queue_delay,
+            );
+        }
+    }
+}

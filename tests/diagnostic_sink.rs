@@ -1,0 +1,96 @@
+//! The diagnostic sink: every diagnostic a domain makes, with its severity, besides the reports.
+
+use std::sync::{Arc, Mutex};
+
+use skein::{
+    ContextSpec, Diagnostic, DiagnosticSink, DomainSpec, EventLimits, Phase, Pool, ScriptDomain,
+    Severity,
+};
+
+#[derive(Default)]
+struct Seen(Mutex<Vec<(Severity, Diagnostic)>>);
+
+impl DiagnosticSink for Seen {
+    fn diagnostic(&self, severity: Severity, d: &Diagnostic) {
+        self.0.lock().unwrap().push((severity, d.clone()));
+    }
+}
+
+impl Seen {
+    fn take(&self) -> Vec<(Severity, Diagnostic)> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+#[test]
+fn phase_and_event_handler_failures_reach_the_sink_as_errors() {
+    let seen = Arc::new(Seen::default());
+    let pool = Pool::new(1);
+    let spec = DomainSpec::new("game")
+        .context(ContextSpec::new("ui").phases([Phase::Update, Phase::Event]))
+        .unwrap()
+        .diagnostics(seen.clone());
+    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    domain
+        .exec(
+            r#"require("@skein/context").bind("ui", { update = function() error("bad update", 0) end })
+            require("@skein/events").on("hit", function() error("bad hit", 0) end, "ui")
+            require("@skein/events").emit("hit", 1)"#,
+        )
+        .unwrap();
+    let report = domain.run_phase(Phase::Update, &[]).unwrap();
+    let events = domain.drain_events();
+    let got = seen.take();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].0, Severity::Error);
+    assert_eq!(got[0].1, report.errors[0], "the sink and the report agree");
+    assert_eq!(got[0].1.phase, Some(Phase::Update));
+    assert_eq!(got[0].1.attribution.context.as_deref(), Some("ui"));
+    assert_eq!(got[1].0, Severity::Error);
+    assert_eq!(got[1].1, events.errors[0]);
+    let message = &got[1].1.message;
+    assert!(
+        message.starts_with("event 'hit' handler failed: bad hit\n"),
+        "{message}"
+    );
+}
+
+#[test]
+fn refused_emits_are_errors_and_undelivered_route_copies_are_warnings() {
+    let seen = Arc::new(Seen::default());
+    let pool = Pool::new(1);
+    let limits = EventLimits {
+        pending: 1,
+        ..EventLimits::default()
+    };
+    let game = ScriptDomain::new(
+        &pool,
+        DomainSpec::new("game")
+            .event_limits(limits)
+            .diagnostics(seen.clone()),
+    )
+    .unwrap();
+    let mut gone = ScriptDomain::new(&pool, DomainSpec::new("gone")).unwrap();
+    game.route("boom", gone.mailbox()).unwrap();
+    gone.stop();
+    game.exec(r#"require("@skein/events").emit("boom", 1)"#)
+        .unwrap();
+    game.exec(r#"pcall(require("@skein/events").emit, "boom", 2)"#)
+        .unwrap();
+    // Both wait in the domain until its next drain, which reports them and sends them on.
+    assert!(seen.take().is_empty());
+    let report = game.drain_events();
+    let got = seen.take();
+    let kinds: Vec<Severity> = got.iter().map(|(s, _)| *s).collect();
+    assert_eq!(kinds, [Severity::Error, Severity::Warning], "{got:?}");
+    assert_eq!(got[0].1, report.errors[0]);
+    assert!(
+        got[0].1.message.starts_with("events.emit: queue full"),
+        "{got:?}"
+    );
+    assert_eq!(got[1].1, report.warnings[0]);
+    assert!(
+        got[1].1.message.starts_with("warning: route 'boom'"),
+        "{got:?}"
+    );
+}

@@ -1,0 +1,163 @@
+//! `@skein/log`: records from the engine VM and worker VMs reach the domain's log sink, attributed
+//! by the runtime; without a sink they are lines on stderr.
+
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use skein::{DomainSpec, LogLevel, LogRecord, LogSink, Message, Plan, Pool, ScriptDomain};
+
+use crate::support::{map, refusal, string, Tree};
+
+#[derive(Default)]
+struct Collected(Mutex<Vec<(LogRecord, Option<String>)>>);
+
+impl LogSink for Collected {
+    fn record(&self, r: &LogRecord) {
+        let thread = std::thread::current().name().map(str::to_owned);
+        self.0.lock().unwrap().push((r.clone(), thread));
+    }
+}
+
+const WORK: &str = r#"local log = require("@skein/log")
+return {
+    run = function(n)
+        log.debug("working", { n = n })
+        return n
+    end,
+}
+"#;
+
+#[test]
+fn engine_and_worker_records_reach_the_sink_attributed() {
+    let sink = Arc::new(Collected::default());
+    let tree = Tree::new(&[("work.luau", WORK)]);
+    let pool = Pool::new(2);
+    let spec = DomainSpec::new("main")
+        .plan(Plan::new().root(tree.path()))
+        .logs(sink.clone());
+    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    let ran = domain
+        .eval(
+            r#"local log = require("@skein/log")
+log.info("started", { level = 3, name = "intro" })
+log.error("no fields")
+return jobs.dispatch("./work", "run", 7):await()"#,
+        )
+        .unwrap();
+    assert_eq!(ran, Message::Integer(7));
+    let records = sink.0.lock().unwrap();
+    assert_eq!(records.len(), 3, "{records:?}");
+    let (info, engine_thread) = &records[0];
+    assert_eq!(info.level, LogLevel::Info);
+    assert_eq!(info.message, "started");
+    assert_eq!(
+        info.fields,
+        map(&[("level", Message::Number(3.0)), ("name", string("intro"))])
+    );
+    assert_eq!(info.attribution.domain, domain.id());
+    assert_eq!(info.attribution.generation.get(), 1);
+    assert_eq!(
+        engine_thread.as_deref(),
+        std::thread::current().name(),
+        "the engine VM logs on the engine thread"
+    );
+    assert!(info.source.as_deref().unwrap().ends_with(":2"), "{info:?}");
+    let (error, _) = &records[1];
+    assert_eq!(
+        (error.level, error.fields.clone()),
+        (LogLevel::Error, Message::Nil)
+    );
+    let (worker, worker_thread) = &records[2];
+    assert_eq!(worker.level, LogLevel::Debug);
+    assert_eq!(worker.message, "working");
+    assert_eq!(worker.fields, map(&[("n", Message::Number(7.0))]));
+    assert_eq!(worker.attribution.domain, domain.id());
+    assert!(worker.target.ends_with("work.luau"), "{worker:?}");
+    assert!(
+        worker.source.as_deref().unwrap().ends_with("work.luau:4"),
+        "{worker:?}"
+    );
+    let worker_thread = worker_thread.as_deref().unwrap();
+    assert!(
+        worker_thread.starts_with("skein-worker-"),
+        "{worker_thread}"
+    );
+}
+
+#[test]
+fn bad_messages_and_fields_are_refused_naming_the_call() {
+    let sink = Arc::new(Collected::default());
+    let pool = Pool::new(1);
+    let domain = ScriptDomain::new(&pool, DomainSpec::new("main").logs(sink.clone())).unwrap();
+    let text = refusal(&domain, r#"require("@skein/log").info(42)"#);
+    assert!(
+        text.contains("log.info: message must be a string, got a number"),
+        "{text}"
+    );
+    assert!(refusal(&domain, r#"require("@skein/log").warn("x", "y")"#)
+        .contains("log.warn: fields must be a table or nil, got a string"));
+    assert!(
+        refusal(
+            &domain,
+            r#"require("@skein/log").debug("x", { f = print })"#
+        )
+        .contains("log.debug: fields.f: a function can't cross"),
+        "{}",
+        refusal(
+            &domain,
+            r#"require("@skein/log").debug("x", { f = print })"#
+        )
+    );
+    assert!(sink.0.lock().unwrap().is_empty());
+}
+
+#[test]
+fn without_a_sink_records_are_lines_on_stderr() {
+    let tree = Tree::new(&[(
+        "main.luau",
+        r#"require("@skein/log").warn("low on fuel", { left = 3 })"#,
+    )]);
+    let out = Command::new(env!("CARGO_BIN_EXE_skein"))
+        .arg("run")
+        .arg(tree.path().join("main.luau"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("main.luau domain 'main' (domain#1, generation 1): low on fuel {left = 3}"),
+        "{stderr}"
+    );
+    assert!(stderr.starts_with("warn "), "{stderr}");
+    assert!(stderr.contains("left"), "{stderr}");
+}
+
+/// The `@skein/log` example of docs/luau-api.md, run with a sink.
+#[test]
+fn the_luau_api_log_example_runs() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/luau-api.md"),
+    )
+    .unwrap();
+    let start = text
+        .find("```luau\nlocal log = require(\"@skein/log\")")
+        .expect("the example is in docs/luau-api.md");
+    let body = &text[start + "```luau\n".len()..];
+    let body = &body[..body.find("\n```").unwrap()];
+    let sink = Arc::new(Collected::default());
+    let pool = Pool::new(1);
+    let domain = ScriptDomain::new(&pool, DomainSpec::new("docs").logs(sink.clone())).unwrap();
+    domain.exec(body).unwrap();
+    let records = sink.0.lock().unwrap();
+    let seen: Vec<(LogLevel, &str)> = records
+        .iter()
+        .map(|(r, _)| (r.level, r.message.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (LogLevel::Info, "loaded level"),
+            (LogLevel::Warn, "low on fuel")
+        ]
+    );
+}

@@ -1,0 +1,292 @@
+//! The profile sink and the Chrome trace: what a host's sink receives from the engine thread and
+//! the workers, and the timeline `skein run --trace` writes.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use skein::{
+    ContextSpec, DomainSpec, EventTarget, Message, Phase, Pool, ProfileEvent, ProfileKind,
+    ProfileSink, ScriptDomain,
+};
+
+use crate::support::Tree;
+
+#[derive(Default)]
+struct Recorder(Mutex<Vec<ProfileEvent>>);
+
+impl ProfileSink for Recorder {
+    fn event(&self, e: &ProfileEvent) {
+        self.0.lock().unwrap().push(e.clone());
+    }
+}
+
+impl Recorder {
+    fn of(&self, kind: ProfileKind) -> Vec<ProfileEvent> {
+        let events = self.0.lock().unwrap();
+        events.iter().filter(|e| e.kind == kind).cloned().collect()
+    }
+}
+
+const WORK: &str = r#"
+return {
+    run = function(n)
+        local s = 0
+        for i = 1, n do s += i end
+        return s
+    end,
+    chunk = function(c) return c.last - c.first end,
+    nap = function(ms) task.wait(ms / 1000) return ms end,
+}
+"#;
+
+#[test]
+fn context_calls_are_attributed_named_and_timed_on_the_engine_thread() {
+    let recorder = Arc::new(Recorder::default());
+    let pool = Pool::new(1);
+    let spec = DomainSpec::new("game")
+        .context(ContextSpec::new("ui").phases([Phase::Update, Phase::Event]))
+        .unwrap()
+        .profile(recorder.clone());
+    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    domain
+        .exec(
+            r#"require("@skein/context").bind("ui", {
+                update = function() local s = 0 for i = 1, 1e5 do s += i end end,
+                event = function() end,
+            })"#,
+        )
+        .unwrap();
+    domain.run_phase(Phase::Update, &[]).unwrap();
+    domain.advance(Duration::from_millis(16)).unwrap();
+    domain
+        .mailbox()
+        .post(EventTarget::All, Message::Integer(1))
+        .unwrap();
+    domain.drain_events();
+    let calls = recorder.of(ProfileKind::ContextCall);
+    let names: Vec<&str> = calls.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["ui.update", "ui.update", "ui.event"]);
+    let engine = std::thread::current().name().map(str::to_owned);
+    for call in &calls {
+        assert_eq!(call.attribution.context.as_deref(), Some("ui"));
+        assert_eq!(call.attribution.domain, domain.id());
+        assert_eq!(call.thread.name.as_deref(), engine.as_deref());
+        assert_eq!(call.queue_delay, None);
+    }
+    // The update handler counted to 100,000: it took some time, and it was measured.
+    assert!(calls[0].duration > Duration::ZERO, "{calls:?}");
+    assert_eq!(recorder.of(ProfileKind::DomainStarted).len(), 1);
+    assert_eq!(recorder.of(ProfileKind::DomainCreated).len(), 1);
+}
+
+#[test]
+fn every_pool_item_is_an_event_on_the_worker_that_ran_it() {
+    let recorder = Arc::new(Recorder::default());
+    let tree = Tree::new(&[("work.luau", WORK)]);
+    let pool = Pool::new(2);
+    let spec = DomainSpec::new("main")
+        .plan(skein::Plan::new().root(tree.path()))
+        .profile(recorder.clone());
+    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    let sum = domain
+        .eval(
+            r#"
+            local ps = {}
+            for i = 1, 5 do ps[i] = jobs.dispatch("./work", "run", 1000) end
+            local napped = jobs.dispatch("./work", "nap", 20, { name = "napper" })
+            local s = 0
+            for _, p in ps do s += p:await() end
+            napped:await()
+            jobs.parallelFor("./work", "chunk", 100, nil, { chunks = 4 }):await()
+            return s
+            "#,
+        )
+        .unwrap();
+    assert_eq!(sum, Message::Integer(5 * 500_500));
+    let host = domain
+        .dispatch("./work", "run", Message::Integer(3))
+        .unwrap();
+    assert_eq!(host.wait().unwrap(), Message::Integer(6));
+    let items = recorder.of(ProfileKind::PoolItem);
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for item in &items {
+        *by_name.entry(item.name.as_str()).or_default() += 1;
+        let thread = item.thread.name.as_deref().unwrap_or("");
+        assert!(thread.starts_with("skein-worker-"), "{item:?}");
+        assert!(item.queue_delay.is_some(), "{item:?}");
+        assert_eq!(item.attribution.domain, domain.id());
+        assert_eq!(item.attribution.context, None);
+    }
+    // 5 dispatches and the host's one, 4 chunks, and the named job.
+    assert_eq!(by_name.get("./work:run"), Some(&6), "{by_name:?}");
+    assert_eq!(by_name.get("./work:chunk"), Some(&4), "{by_name:?}");
+    assert_eq!(by_name.get("napper"), Some(&1), "{by_name:?}");
+    assert_eq!(items.len(), 11);
+    // The napper's event spans its wait: it ended at least 20 ms after it started.
+    let napper = items.iter().find(|e| e.name == "napper").unwrap();
+    assert!(napper.duration >= Duration::from_millis(20), "{napper:?}");
+}
+
+#[test]
+fn stale_events_and_the_stop_reach_the_sink_and_a_restart_keeps_it() {
+    let recorder = Arc::new(Recorder::default());
+    let pool = Pool::new(1);
+    let spec = DomainSpec::new("game").profile(recorder.clone());
+    let mut domain = ScriptDomain::new(&pool, spec).unwrap();
+    let old = domain.mailbox();
+    domain.restart().unwrap();
+    old.post_named("n", Message::Integer(4)).unwrap();
+    old.post_named("n", Message::Integer(5)).unwrap();
+    domain.drain_events();
+    assert_eq!(domain.stale_events(), 2);
+    let stale = recorder.of(ProfileKind::StaleEvent);
+    assert_eq!(stale.len(), 2);
+    assert_eq!(stale[0].attribution.generation.get(), 2);
+    domain.stop();
+    let stopped = recorder.of(ProfileKind::DomainStopped);
+    assert_eq!(stopped.len(), 1);
+    assert_eq!(stopped[0].name, "game");
+}
+
+/// Runs the runner with `--trace` in `tree`, answering its exit code and the parsed trace.
+fn traced_run(tree: &Tree, script: &str) -> (i32, String, Value) {
+    let out_path = tree.path().join("out.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_skein"))
+        .args(["run", "--workers", "2", "--trace"])
+        .arg(&out_path)
+        .arg(tree.path().join(script))
+        .output()
+        .expect("run skein");
+    let text = std::fs::read_to_string(&out_path).expect("the trace was written");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let code = out.status.code().unwrap_or(-1);
+    (
+        code,
+        stderr,
+        serde_json::from_str(&text).expect("the trace is JSON"),
+    )
+}
+
+fn slices<'a>(trace: &'a Value, cat: &str) -> Vec<&'a Value> {
+    let events = trace["traceEvents"].as_array().unwrap();
+    events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == cat)
+        .collect()
+}
+
+fn thread_names(trace: &Value) -> HashMap<u64, String> {
+    let events = trace["traceEvents"].as_array().unwrap();
+    events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| {
+            let name = e["args"]["name"].as_str().unwrap().to_owned();
+            (e["tid"].as_u64().unwrap(), name)
+        })
+        .collect()
+}
+
+#[test]
+fn skein_run_trace_writes_one_slice_per_job_on_a_worker_thread() {
+    let tree = Tree::new(&[
+        ("work.luau", WORK),
+        (
+            "main.luau",
+            r#"
+            local ps = {}
+            for i = 1, 8 do ps[i] = jobs.dispatch("./work", "run", 20000) end
+            local s = 0
+            for _, p in ps do s += p:await() end
+            print(s)
+            "#,
+        ),
+    ]);
+    let (code, stderr, trace) = traced_run(&tree, "main.luau");
+    assert_eq!(code, 0, "{stderr}");
+    let names = thread_names(&trace);
+    let jobs = slices(&trace, "pool.item");
+    assert_eq!(jobs.len(), 8, "{trace}");
+    for job in &jobs {
+        assert_eq!(job["name"], "./work:run");
+        assert_eq!(job["pid"], 1);
+        let tid = job["tid"].as_u64().unwrap();
+        assert!(names[&tid].starts_with("skein-worker-"), "{names:?}");
+        assert!(job["dur"].as_f64().unwrap() > 0.0, "{job}");
+        assert!(job["ts"].as_u64().is_some(), "{job}");
+        assert!(job["args"]["queue_delay_us"].as_f64().is_some(), "{job}");
+    }
+    // The engine thread's side: the domain was made and stopped there.
+    for cat in ["domain.created", "domain.stopped"] {
+        let events = slices(&trace, cat);
+        assert_eq!(events.len(), 1, "{cat}: {trace}");
+        let tid = events[0]["tid"].as_u64().unwrap();
+        assert_eq!(names[&tid], "main");
+        assert_eq!(events[0]["name"], "main");
+    }
+}
+
+#[test]
+fn skein_run_trace_is_written_when_the_script_fails() {
+    let tree = Tree::new(&[
+        ("work.luau", WORK),
+        (
+            "bad.luau",
+            r#"
+            jobs.dispatch("./work", "run", 10):await()
+            error("boom")
+            "#,
+        ),
+    ]);
+    let (code, stderr, trace) = traced_run(&tree, "bad.luau");
+    assert_eq!(code, 1);
+    assert!(stderr.contains("boom"), "{stderr}");
+    assert_eq!(slices(&trace, "pool.item").len(), 1, "{trace}");
+    assert_eq!(slices(&trace, "domain.stopped").len(), 1, "{trace}");
+}
+
+#[test]
+fn skein_run_trace_is_in_the_help_and_needs_a_path() {
+    let out = Command::new(env!("CARGO_BIN_EXE_skein"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("skein run --trace OUT.json FILE ..."),
+        "{help}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_skein"))
+        .args(["run", "x.luau", "--trace"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim(), "skein: --trace needs a file PATH");
+}
+
+/// The example of docs/embedding.md's "Profiles, traces and logs" section, as written there.
+#[test]
+fn the_embedding_guide_trace_example_runs() -> Result<(), Box<dyn std::error::Error>> {
+    use skein::{ChromeTrace, Plan};
+    let dir = tempfile::tempdir()?;
+    std::fs::write(
+        dir.path().join("sq.luau"),
+        "return { sq = function(x) return x * x end }",
+    )?;
+    let trace = Arc::new(ChromeTrace::new());
+    let pool = Pool::new(2);
+    let spec = DomainSpec::new("main")
+        .plan(Plan::new().root(dir.path()))
+        .profile(trace.clone());
+    let domain = ScriptDomain::new(&pool, spec)?;
+    domain.eval(r#"return jobs.dispatch("./sq", "sq", 4):await()"#)?;
+    drop(domain);
+    let out = dir.path().join("trace.json");
+    trace.write_to(&out)?;
+    assert!(std::fs::read_to_string(&out)?.contains(r#""cat":"pool.item""#));
+    Ok(())
+}
