@@ -11,6 +11,7 @@ mod dispatch;
 mod docs;
 mod domain_events;
 mod engine_events;
+mod fixture;
 mod generations;
 mod host_keys;
 mod keys;
