@@ -443,3 +443,19 @@ fn the_pipeline_example_factors_every_number_exactly_once() {
     );
     assert_eq!(lines.len(), 9, "{stdout}");
 }
+
+#[test]
+fn the_registered_example_runs_its_job_for_the_frames_asked_then_ends() {
+    let (code, stdout, stderr) = skein(&["run", "examples/registered.luau", "--", "3"]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "registered a job that runs for 3 frames",
+            "counter: frame 1 of 3",
+            "counter: frame 2 of 3",
+            "counter: frame 3 of 3",
+        ]
+    );
+}
