@@ -116,6 +116,11 @@ impl Promise<Message> {
 
     /// Blocks until the promise settles and answers its value.
     ///
+    /// Blocking stops the calling thread's domain too: called on a domain's engine thread, it
+    /// waits forever for a job that forwards an engine-service query or whose commands the
+    /// engine thread must apply first, because that thread is the one waiting. There, pump
+    /// frames until [`try_take`](Self::try_take) answers, or await the work from Luau.
+    ///
     /// # Errors
     /// [`Error::Job`] with the job's failure and Luau stack, or [`Error::Cancelled`].
     pub fn wait(mut self) -> Result<Message> {
