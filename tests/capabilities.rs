@@ -2,7 +2,6 @@
 //! a task across yields and onto workers, and the runner's grant flags with `@skein/fs`.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use skein::{
@@ -10,7 +9,7 @@ use skein::{
     ScriptDomain, MAX_CAPABILITY_LEN,
 };
 
-use crate::support::{assert_contains, Tree};
+use crate::support::{assert_contains, skein_in, Tree};
 
 fn id(name: &str) -> CapabilityId {
     CapabilityId::new(name).expect("valid name")
@@ -347,19 +346,6 @@ fn skein_fs_reads_writes_and_lists_only_below_granted_roots() {
         .unwrap_err()
         .to_string();
     assert_contains(&err, &denial_text(&plain, "filesystem.read"));
-}
-
-fn skein_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_skein"))
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("run skein");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

@@ -1,7 +1,6 @@
 //! `@skein/log`: records from the engine VM and worker VMs reach the domain's log sink, attributed
 //! by the runtime; without a sink they are lines on stderr.
 
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use skein::{DomainSpec, LogLevel, LogRecord, LogSink, Message, Plan, Pool, ScriptDomain};
@@ -117,13 +116,8 @@ fn without_a_sink_records_are_lines_on_stderr() {
         "main.luau",
         r#"require("@skein/log").warn("low on fuel", { left = 3 })"#,
     )]);
-    let out = Command::new(env!("CARGO_BIN_EXE_skein"))
-        .arg("run")
-        .arg(tree.path().join("main.luau"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (code, _, stderr) = crate::support::skein_in(&tree.path(), &["run", "main.luau"]);
+    assert_eq!(code, 0, "{stderr}");
     assert!(
         stderr.contains("main.luau domain 'main' (domain#1, generation 1): low on fuel {left = 3}"),
         "{stderr}"

@@ -250,21 +250,13 @@ fn skein_run_trace_is_written_when_the_script_fails() {
 
 #[test]
 fn skein_run_trace_is_in_the_help_and_needs_a_path() {
-    let out = Command::new(env!("CARGO_BIN_EXE_skein"))
-        .arg("--help")
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&out.stdout);
+    let (_, help, _) = crate::support::skein(&["--help"]);
     assert!(
         help.contains("skein run --trace OUT.json FILE ..."),
         "{help}"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_skein"))
-        .args(["run", "x.luau", "--trace"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (code, _, stderr) = crate::support::skein(&["run", "x.luau", "--trace"]);
+    assert_eq!(code, 2);
     assert_eq!(stderr.trim(), "skein: --trace needs a file PATH");
 }
 

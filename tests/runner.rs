@@ -1,27 +1,8 @@
 //! The `skein` runner as a user runs it: exit codes, output, and errors with their Luau stack.
 
 use std::path::Path;
-use std::process::Command;
 
-use crate::support::{assert_contains, Tree};
-
-fn skein(args: &[&str]) -> (i32, String, String) {
-    skein_in(Path::new(env!("CARGO_MANIFEST_DIR")), args)
-}
-
-/// Runs the runner with `cwd` as its current directory.
-fn skein_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_skein"))
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("run skein");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use crate::support::{assert_contains, skein, skein_in, Tree};
 
 #[test]
 fn the_primes_example_runs_and_agrees_with_one_thread() {

@@ -197,3 +197,22 @@ pub fn world_set(world: &World) -> impl FnMut(Message) -> Result<(), String> {
         Ok(())
     }
 }
+
+/// Runs the `skein` runner in the crate's folder; answers its exit code, stdout and stderr.
+pub fn skein(args: &[&str]) -> (i32, String, String) {
+    skein_in(Path::new(env!("CARGO_MANIFEST_DIR")), args)
+}
+
+/// Runs the `skein` runner with `cwd` as its current directory.
+pub fn skein_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_skein"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("run skein");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

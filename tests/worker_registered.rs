@@ -4,7 +4,6 @@
 //! `run_until_idle` rule for registered jobs, through the domain and through the runner.
 
 use std::cell::RefCell;
-use std::process::Command;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -619,14 +618,9 @@ return M
             "jobs.dispatch('./ticker', 'start', 4):await()\nprint('registered')\n",
         ),
     ]);
-    let out = Command::new(env!("CARGO_BIN_EXE_skein"))
-        .args(["run", "main.luau", "--workers", "1"])
-        .current_dir(tree.path())
-        .output()
-        .expect("run skein");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let (code, stdout, stderr) =
+        crate::support::skein_in(&tree.path(), &["run", "main.luau", "--workers", "1"]);
+    assert_eq!(code, 0, "stderr: {stderr}");
     // The script's line and the first tick may print in either order: they run on two
     // threads at once.
     let ticks: Vec<&str> = stdout.lines().filter(|l| l.starts_with("tick")).collect();
