@@ -434,7 +434,7 @@ fn lifecycle_states_through_a_scripts_life() {
 }
 
 #[test]
-fn stop_runs_shutdown_handlers_and_restart_drops_bindings() {
+fn stop_and_restart_run_shutdown_handlers_and_drop_bindings() {
     let pool = Pool::new(1);
     let spec = game_spec()
         .context(ContextSpec::new("end").phases([Phase::Shutdown]))
@@ -451,8 +451,19 @@ fn stop_runs_shutdown_handlers_and_restart_drops_bindings() {
     domain
         .exec("require('@skein/context').bind('ui', { update = function() end })")
         .unwrap();
+    domain
+        .exec(
+            "require('@skein/context').bind('end', { shutdown = function() host.note('restarting') end })",
+        )
+        .unwrap();
     domain.run_phase(Phase::Update, &[]).unwrap();
     domain.restart().unwrap();
+    // The old generation's shutdown handler ran, once, before it ended.
+    assert_eq!(
+        *log.borrow(),
+        vec![Message::List(vec![string("restarting")])]
+    );
+    log.borrow_mut().clear();
     assert_eq!(domain.state(), DomainState::Ready);
     assert_eq!(domain.run_phase(Phase::Update, &[]).unwrap().calls, 0);
     assert_eq!(domain.contexts().len(), 4);

@@ -21,7 +21,8 @@ use crate::vm::{FailureKind, JobFailure, Outcome};
 impl ScriptDomain {
     /// Moves the domain to its next generation and answers it.
     ///
-    /// The old generation ends with the reason `domain '<name>' restarted`: its queued pool
+    /// First the old generation's `shutdown` handlers run (in its engine VM; a failure becomes a
+    /// report), and every handler bound with `@skein/context` is dropped. Then the old generation ends with the reason `domain '<name>' restarted`: its queued pool
     /// items are refused unrun, its worker VMs are dropped, its shared store ends (a handle kept
     /// past this raises naming the reason), its key bindings and warm entries are forgotten,
     /// and its engine VM is dropped with its tasks and their promises. Every host
@@ -74,6 +75,8 @@ impl ScriptDomain {
             jobs::install_at(&vm.lua, &name, f)
                 .map_err(|e| Error::Refused(format!("restart: {e}")))?;
         }
+        // The old generation's shutdown handlers run in its own engine VM, before it ends.
+        self.shut_down();
         self.end_generation(&format!("domain '{}' restarted", self.name), true);
         let old_rx = std::mem::replace(&mut self.rx, rx);
         self.stale_rx.get_mut().push(old_rx);
@@ -82,8 +85,8 @@ impl ScriptDomain {
         // Dropping the old engine VM ends its tasks and the promises they awaited.
         self.vm = vm;
         self.registry = registry;
-        // The handlers were functions of the old engine VM; the contexts are the host's and stay.
-        self.bindings.clear();
+        // `shut_down` dropped the handlers (functions of the old engine VM); the contexts are the
+        // host's and stay.
         // Events queued for the old generation are discarded and counted as stale; Luau
         // handlers of names went with the old VM.
         queue.advance(generation);

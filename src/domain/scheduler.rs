@@ -473,6 +473,17 @@ impl ScriptDomain {
         }
         let started = Instant::now();
         self.state.set(DomainState::Stopping);
+        self.shut_down();
+        // Nothing drains a stopped domain: posts to it are refused from here on.
+        self.event_handlers.queue().stop();
+        self.end_generation(&format!("domain '{}' stopped", self.name), false);
+        self.state.set(DomainState::Stopped);
+        self.profiled(ProfileKind::DomainStopped, None, None, started);
+    }
+
+    /// Runs the generation's `shutdown` handlers (their failures become reports, labelled by
+    /// context) and drops every bound handler: what a stop and a restart both do first.
+    pub(super) fn shut_down(&self) {
         let report = self.broadcast(Phase::Shutdown, &[]);
         for error in report.errors {
             self.reports.borrow_mut().push(Report {
@@ -484,11 +495,6 @@ impl ScriptDomain {
             });
         }
         self.bindings.clear();
-        // Nothing drains a stopped domain: posts to it are refused from here on.
-        self.event_handlers.queue().stop();
-        self.end_generation(&format!("domain '{}' stopped", self.name), false);
-        self.state.set(DomainState::Stopped);
-        self.profiled(ProfileKind::DomainStopped, None, None, started);
     }
 
     /// Marks the start of a scheduler entry: refuses a stopped domain and a nested entry, and
