@@ -516,3 +516,69 @@ fn a_restart_ends_registered_jobs_and_keeps_the_hosts_kernels() {
     assert!(landed, "the kernel's result never reached apply");
     assert_eq!(number(&domain.eval("return got").unwrap()), 42.0);
 }
+
+#[test]
+fn owned_resources_end_with_the_generation_that_took_them_newest_first() {
+    let pool = Pool::new(1);
+    let mut domain = ScriptDomain::new(&pool, skein::DomainSpec::new("own")).unwrap();
+    let log = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let take = |d: &ScriptDomain, name: &'static str| {
+        let log = log.clone();
+        d.own(name, move || log.borrow_mut().push(name))
+    };
+    let socket = take(&domain, "socket");
+    let texture = take(&domain, "texture");
+    let sound = take(&domain, "sound");
+    // Released by id, once.
+    assert!(domain.release_resource(texture));
+    assert!(!domain.release_resource(texture));
+    assert_eq!(*log.borrow(), ["texture"]);
+    let kinds: Vec<String> = domain
+        .owned_resources()
+        .into_iter()
+        .map(|(_, k)| k)
+        .collect();
+    assert_eq!(kinds, ["socket", "sound"]);
+
+    // A restart releases what the old generation owns, newest first; a panicking release is
+    // reported and the others still run.
+    domain.own("broken", || panic!("driver gone"));
+    domain.restart().unwrap();
+    assert_eq!(*log.borrow(), ["texture", "sound", "socket"]);
+    let reports = domain.take_reports();
+    assert!(
+        reports
+            .iter()
+            .any(|r| r.message.contains("(broken) panicked: driver gone")),
+        "{reports:?}"
+    );
+    assert!(domain.owned_resources().is_empty());
+    assert!(!domain.release_resource(socket) && !domain.release_resource(sound));
+
+    // What the new generation takes lasts until the stop.
+    take(&domain, "level");
+    assert_eq!(domain.owned_resources().len(), 1);
+    domain.stop();
+    assert_eq!(log.borrow().last(), Some(&"level"));
+    assert!(domain.owned_resources().is_empty());
+}
+
+#[test]
+fn a_completion_posted_for_an_older_generation_is_discarded_and_counted() {
+    let pool = Pool::new(1);
+    let mut domain = ScriptDomain::new(&pool, skein::DomainSpec::new("late")).unwrap();
+    let asked = domain.generation();
+    let mailbox = domain.mailbox();
+    domain.restart().unwrap();
+    let before = domain.stale_events();
+    mailbox
+        .post_for(asked, skein::EventTarget::All, Message::Integer(1))
+        .unwrap();
+    domain
+        .mailbox()
+        .post_for(asked, skein::EventTarget::All, Message::Integer(2))
+        .unwrap();
+    assert_eq!(domain.pending_events(), 0);
+    domain.drain_events();
+    assert_eq!(domain.stale_events(), before + 2);
+}

@@ -135,8 +135,8 @@ impl ScriptDomain {
     }
 
     /// Ends the current generation: its principal, its key bindings (their queued items are
-    /// refused unrun, naming `reason`) and, when `reject_pending`, every host promise of the
-    /// generation still pending. A stop leaves a job that is running to settle as it ends (a
+    /// refused unrun, naming `reason`), when `reject_pending` every host promise of the
+    /// generation still pending, and then the resources it owns ([`ScriptDomain::own`]). A stop leaves a job that is running to settle as it ends (a
     /// worker that drops the job's VM fails it, naming the reason); a restart rejects it now.
     pub(super) fn end_generation(&self, reason: &str, reject_pending: bool) {
         self.principal.end(reason);
@@ -158,6 +158,11 @@ impl ScriptDomain {
         }
         if reject_pending {
             self.host_promises.borrow_mut().reject_all(reason);
+        }
+        // What the generation owns is released last, newest first, after everything that might
+        // still have used it has stopped.
+        for failure in self.owned.end_generation(id.generation) {
+            self.report_release_failure(failure);
         }
     }
 

@@ -37,6 +37,7 @@ mod generation;
 mod host_promises;
 mod lifecycle;
 pub(crate) mod log;
+mod owned;
 pub(crate) mod profile;
 mod scheduler;
 mod services;
@@ -53,6 +54,7 @@ pub use event_queue::{EventLimits, EventTarget, PostRefused, QueueBound};
 pub use lifecycle::DomainState;
 pub(crate) use log::Logs;
 pub use log::{LogLevel, LogRecord, LogSink};
+pub use owned::ResourceId;
 pub(crate) use profile::Profile;
 pub use profile::{ProfileEvent, ProfileKind, ProfileSink, ProfileThread};
 pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
@@ -335,6 +337,8 @@ pub struct Report {
 /// ```
 pub struct ScriptDomain {
     name: String,
+    /// Native resources host services made for the domain's code ([`ScriptDomain::own`]).
+    owned: owned::OwnedResources,
     principal: Arc<PrincipalCell>,
     pool: Pool,
     vm: Vm,
@@ -448,6 +452,7 @@ impl ScriptDomain {
             actor::Actors::new(principal.clone(), spec.worker_failures, spec.worker_budget);
         actor::install_engine(&vm.lua, &actors)?;
         let domain = ScriptDomain {
+            owned: owned::OwnedResources::default(),
             name: spec.name,
             principal,
             pool: pool.clone(),

@@ -146,6 +146,38 @@ impl DomainMailbox {
         self.events.push_named(self.generation, name, payload)
     }
 
+    /// Queues a raw event on behalf of work that `generation` asked for: a host service that
+    /// captured the generation when the work was requested posts its late completion here, and
+    /// if the domain has restarted since, the event is discarded and counted as stale instead of
+    /// reaching code that never asked for it.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, EventTarget, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
+    /// let asked = domain.generation();
+    /// let mailbox = domain.mailbox();
+    /// domain.restart()?;
+    /// // The work finishes after the restart: its completion goes nowhere.
+    /// mailbox.post_for(asked, EventTarget::All, Message::Nil)?;
+    /// assert_eq!(domain.pending_events(), 0);
+    /// domain.mailbox().post_for(domain.generation(), EventTarget::All, Message::Nil)?;
+    /// assert_eq!(domain.pending_events(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`PostRefused::Stopped`] once the domain is stopped.
+    pub fn post_for(
+        &self,
+        generation: Generation,
+        target: EventTarget,
+        payload: Message,
+    ) -> Result<(), PostRefused> {
+        self.events.push_raw(generation, target, payload)
+    }
+
     /// The generation this mailbox posts for.
     pub fn generation(&self) -> Generation {
         self.generation
