@@ -343,25 +343,7 @@ pub(crate) fn install_events_module(lua: &Lua, handlers: &Rc<EventHandlers>) -> 
 
 /// `@skein/events` as a VM without one (a worker VM) sees it: both functions raise.
 pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
-    let module = lua.named_registry_value::<Value>(EVENTS_KEY)?;
-    if !module.is_nil() {
-        return Ok(module);
-    }
-    let module = lua.create_table()?;
-    module.raw_set(
-        "on",
-        lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
-            Err(mlua::Error::runtime(WORKER_ON))
-        })?,
-    )?;
-    module.raw_set(
-        "emit",
-        lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
-            Err(mlua::Error::runtime(WORKER_EMIT))
-        })?,
-    )?;
-    module.set_readonly(true);
-    Ok(Value::Table(module))
+    crate::vm::registered_or_refusing(lua, EVENTS_KEY, &[("on", WORKER_ON), ("emit", WORKER_EMIT)])
 }
 
 impl ScriptDomain {

@@ -17,7 +17,7 @@ mod scheduler;
 pub(crate) use self::core::{FrameClock, Reporter, Vm, VmCore};
 pub(crate) use budget::{current_signal, format_seconds, CancelToken, Signal};
 pub use failure::{FailureKind, JobFailure};
-pub(crate) use modules::{check_sources, source_epoch, with_caller_source};
+pub(crate) use modules::{check_sources, registered_or_refusing, source_epoch, with_caller_source};
 pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure};
 pub use plan::{Plan, DEFAULT_MEMORY_LIMIT};
 pub(crate) use promise::{await_function, promise_of, Cancel, Outcome, PromiseCell, PromiseId};

@@ -152,17 +152,30 @@ pub(crate) fn with_caller_source<R>(lua: &Lua, f: impl FnOnce(Option<&str>) -> R
 /// without one (a worker VM) answers a module whose `bind` raises, since phases run only on
 /// the engine thread.
 fn context_module(lua: &Lua) -> mlua::Result<Value> {
-    let module = lua.named_registry_value::<Value>("skein.context")?;
+    registered_or_refusing(lua, "skein.context", &[("bind", WORKER_BIND)])
+}
+
+/// A built-in module that only some VMs serve: the one registered under `key` in this VM, or
+/// else a read-only table whose functions each raise their fixed text (`refusals`), so a VM
+/// without the module learns where it belongs instead of indexing nil.
+pub(crate) fn registered_or_refusing(
+    lua: &Lua,
+    key: &str,
+    refusals: &[(&str, &'static str)],
+) -> mlua::Result<Value> {
+    let module = lua.named_registry_value::<Value>(key)?;
     if !module.is_nil() {
         return Ok(module);
     }
     let module = lua.create_table()?;
-    module.raw_set(
-        "bind",
-        lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
-            Err(mlua::Error::runtime(WORKER_BIND))
-        })?,
-    )?;
+    for &(name, text) in refusals {
+        module.raw_set(
+            name,
+            lua.create_function(move |_, _: mlua::MultiValue| -> mlua::Result<()> {
+                Err(mlua::Error::runtime(text))
+            })?,
+        )?;
+    }
     module.set_readonly(true);
     Ok(Value::Table(module))
 }

@@ -635,23 +635,9 @@ fn install_lane_module(lua: &Lua, shared: Arc<ActorShared>) -> mlua::Result<()> 
 /// What `require("@skein/worker")` answers: the VM's own module, or (in a pool worker's VM)
 /// one whose functions say where they belong.
 pub(crate) fn module(lua: &Lua) -> mlua::Result<Value> {
-    let module = lua.named_registry_value::<Value>(MODULE_KEY)?;
-    if !module.is_nil() {
-        return Ok(module);
-    }
-    let module = lua.create_table()?;
-    module.raw_set(
-        "spawn",
-        lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
-            Err(mlua::Error::runtime(SPAWN_OUTSIDE))
-        })?,
-    )?;
-    module.raw_set(
-        "send",
-        lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
-            Err(mlua::Error::runtime(SEND_OUTSIDE))
-        })?,
-    )?;
-    module.set_readonly(true);
-    Ok(Value::Table(module))
+    crate::vm::registered_or_refusing(
+        lua,
+        MODULE_KEY,
+        &[("spawn", SPAWN_OUTSIDE), ("send", SEND_OUTSIDE)],
+    )
 }
