@@ -8,6 +8,12 @@
 //!    Rust through mlua.
 //! 3. **Worker message round trip vs dispatch round trip**: `Worker:send` + `Worker:receive` to an
 //!    echo worker, against `jobs.dispatch(...):await()` of an echo entry, both timed in Luau.
+//! 4. **Named-event throughput**: a script emits 4,096 named events with `events.emit` and the
+//!    host drains them into one `events.on` handler, and the host posts 4,096 with
+//!    `DomainMailbox::post_named` and drains them. Baselines: the same handler called 4,096
+//!    times from a Luau loop (what the queue adds to a direct call), and a
+//!    `crossbeam_channel` of `Message`s whose receiver calls the handler through mlua (a
+//!    hand-rolled host queue).
 //!
 //! Hand-timed rounds after one warm-up round each; medians printed.
 
@@ -23,6 +29,9 @@ const CREATES: usize = 200;
 const CONTEXTS: usize = 100;
 const FRAMES: usize = 2_000;
 const TRIPS: usize = 5_000;
+/// One drain's worth: the default `EventLimits::per_drain`.
+const EVENTS: usize = 4_096;
+const BATCHES: usize = 20;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -132,6 +141,79 @@ fn round_trips(pool: &Pool) -> (Duration, Duration) {
     (worker, dispatch)
 }
 
+/// Per-event costs: (Luau emit + drain, Luau direct call, host post_named + drain, channel +
+/// mlua call).
+fn named_events(pool: &Pool) -> [Duration; 4] {
+    let domain = ScriptDomain::new(pool, DomainSpec::new("events")).expect("domain");
+    domain
+        .exec(
+            "events = require('@skein/events') total = 0 \
+             function onTick(x) total += x end events.on('tick', onTick)",
+        )
+        .expect("bind");
+    let drain_all = || {
+        let report = domain.drain_events();
+        assert_eq!(report.delivered, EVENTS, "{report:?}");
+        assert_eq!(report.pending, 0);
+    };
+    let emitted = rounds(EVENTS * BATCHES, || {
+        let t = Instant::now();
+        for _ in 0..BATCHES {
+            domain
+                .exec(&format!(
+                    "for i = 1, {EVENTS} do events.emit('tick', i) end"
+                ))
+                .expect("emit");
+            drain_all();
+        }
+        t.elapsed()
+    });
+    let direct = rounds(EVENTS * BATCHES, || {
+        let t = Instant::now();
+        for _ in 0..BATCHES {
+            domain
+                .exec(&format!("for i = 1, {EVENTS} do onTick(i) end"))
+                .expect("direct");
+        }
+        t.elapsed()
+    });
+    let mailbox = domain.mailbox();
+    let posted = rounds(EVENTS * BATCHES, || {
+        let t = Instant::now();
+        for _ in 0..BATCHES {
+            for i in 0..EVENTS {
+                mailbox
+                    .post_named("tick", Message::Integer(i as i64))
+                    .expect("post");
+            }
+            drain_all();
+        }
+        t.elapsed()
+    });
+    let lua = mlua::Lua::new();
+    let handler: mlua::Function = lua
+        .load("local total = 0 return function(x) total += x end")
+        .eval()
+        .expect("handler");
+    let (tx, rx) = crossbeam_channel::unbounded::<(String, Message)>();
+    let channel = rounds(EVENTS * BATCHES, || {
+        let t = Instant::now();
+        for _ in 0..BATCHES {
+            for i in 0..EVENTS {
+                tx.send(("tick".to_owned(), Message::Integer(i as i64)))
+                    .expect("send");
+            }
+            for (name, message) in rx.try_iter() {
+                debug_assert_eq!(name, "tick");
+                let value = message.to_lua(&lua).expect("value");
+                handler.call::<()>(value).expect("call");
+            }
+        }
+        t.elapsed()
+    });
+    [emitted, direct, posted, channel]
+}
+
 fn main() {
     let pool = Pool::new(2);
     let (create, lua) = create_start_stop(&pool);
@@ -155,5 +237,20 @@ fn main() {
         ns(worker) / 1e3,
         ns(dispatch) / 1e3,
         ns(worker) / ns(dispatch)
+    );
+    let [emitted, direct, posted, channel] = named_events(&pool);
+    println!(
+        "named events: events.emit + drain {:.0} ns per event ({:.2} M/s); the handler called from a Luau loop {:.0} ns; ratio {:.1}x",
+        ns(emitted),
+        1e3 / ns(emitted),
+        ns(direct),
+        ns(emitted) / ns(direct)
+    );
+    println!(
+        "named events: host post_named + drain {:.0} ns per event ({:.2} M/s); crossbeam channel + mlua call {:.0} ns; ratio {:.1}x",
+        ns(posted),
+        1e3 / ns(posted),
+        ns(channel),
+        ns(posted) / ns(channel)
     );
 }

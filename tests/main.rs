@@ -10,6 +10,7 @@ mod diagnostic_sink;
 mod dispatch;
 mod docs;
 mod domain_events;
+mod domain_stats;
 mod engine_events;
 mod fixture;
 mod generations;

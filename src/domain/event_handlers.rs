@@ -533,6 +533,7 @@ impl ScriptDomain {
         }
         report.errors.extend(refused);
         report.warnings = warnings;
+        self.counters.drained(report.delivered, report.unhandled);
         report.pending = self.pending_events();
         report
     }
@@ -546,6 +547,7 @@ impl ScriptDomain {
         errors: &mut Vec<Diagnostic>,
     ) -> bool {
         let due = handlers.due(name);
+        self.counters.handler_calls(due.len());
         for handler in &due {
             let (context, failed) = match handler {
                 NamedHandler::Luau { function, context } => {

@@ -41,6 +41,7 @@ mod owned;
 pub(crate) mod profile;
 mod scheduler;
 mod services;
+mod stats;
 #[cfg(feature = "tracing")]
 mod tracing_sink;
 
@@ -60,6 +61,7 @@ pub use profile::{ProfileEvent, ProfileKind, ProfileSink, ProfileThread};
 pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
 pub use services::FrameReport;
 use services::{EngineServices, Service};
+pub use stats::DomainStats;
 #[cfg(feature = "tracing")]
 pub use tracing_sink::TracingSink;
 
@@ -376,6 +378,8 @@ pub struct ScriptDomain {
     actors: Rc<actor::Actors>,
     /// Where every diagnostic goes as it is made, if anywhere.
     diagnostics: diagnostic::Diagnostics,
+    /// Running totals for [`stats`](Self::stats).
+    counters: stats::Counters,
     _engine_thread: PhantomData<Rc<()>>,
 }
 
@@ -475,6 +479,7 @@ impl ScriptDomain {
             event_handlers,
             actors,
             diagnostics: spec.diagnostics.0,
+            counters: stats::Counters::default(),
             _engine_thread: PhantomData,
         };
         domain.profiled(profile::ProfileKind::DomainCreated, None, None, started);
@@ -483,6 +488,7 @@ impl ScriptDomain {
 
     /// Sends `d` to the domain's diagnostic sink, if it has one.
     pub(crate) fn diagnose(&self, severity: Severity, d: &Diagnostic) {
+        self.counters.diagnosed(severity);
         if let Some(sink) = &self.diagnostics {
             sink.diagnostic(severity, d);
         }

@@ -544,6 +544,7 @@ impl ScriptDomain {
         if let Some(only) = only {
             due.retain(|(context, _)| *context == only);
         }
+        self.counters.handler_calls(due.len());
         let mut errors = Vec::new();
         let mut timings = Vec::with_capacity(due.len());
         for (context, handler) in &due {

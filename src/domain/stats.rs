@@ -1,0 +1,137 @@
+//! A domain's counters at one moment: [`ScriptDomain::stats`].
+//!
+//! Most of what it answers is read from where the work is kept (the queue, the VM, the
+//! workers); the running totals that nothing else keeps live in [`Counters`], bumped on the
+//! engine thread where the work happens.
+
+use std::cell::Cell;
+
+use super::{DomainState, ScriptDomain};
+use crate::jobs::Generation;
+
+/// The running totals of a domain, over its whole life (every generation).
+#[derive(Default)]
+pub(crate) struct Counters {
+    handler_calls: Cell<u64>,
+    events_delivered: Cell<u64>,
+    events_unhandled: Cell<u64>,
+    errors: Cell<u64>,
+    warnings: Cell<u64>,
+}
+
+fn bump(cell: &Cell<u64>, by: u64) {
+    cell.set(cell.get().saturating_add(by));
+}
+
+impl Counters {
+    pub(crate) fn handler_calls(&self, calls: usize) {
+        bump(&self.handler_calls, calls as u64);
+    }
+
+    pub(crate) fn drained(&self, delivered: usize, unhandled: usize) {
+        bump(&self.events_delivered, delivered as u64);
+        bump(&self.events_unhandled, unhandled as u64);
+    }
+
+    pub(crate) fn diagnosed(&self, severity: super::Severity) {
+        match severity {
+            super::Severity::Error => bump(&self.errors, 1),
+            super::Severity::Warning => bump(&self.warnings, 1),
+        }
+    }
+}
+
+/// What a domain has done and holds, at the moment [`ScriptDomain::stats`] was called.
+///
+/// Totals (`handler_calls`, `events_*`, `errors`, `warnings`, `stale_events`, `denials`) count
+/// over the domain's whole life, across restarts; the rest describe the current generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DomainStats {
+    /// The current generation.
+    pub generation: Generation,
+    /// Where the domain is in its life.
+    pub state: DomainState,
+    /// Engine frames run.
+    pub frames: u64,
+    /// Tasks alive in the engine VM (waiting or ready).
+    pub tasks: usize,
+    /// Contexts the host declared.
+    pub contexts: usize,
+    /// Handler calls made by phases and event drains (context handlers and named-event
+    /// handlers), a call that failed included.
+    pub handler_calls: u64,
+    /// Events a drain handed to at least one handler.
+    pub events_delivered: u64,
+    /// Events a drain found no handler for: counted and dropped.
+    pub events_unhandled: u64,
+    /// Events waiting in the queue now.
+    pub events_pending: usize,
+    /// Bytes of payload (`Message::queue_weight`) waiting in the queue now.
+    pub events_pending_bytes: usize,
+    /// Events of ended generations that reached the domain and were discarded.
+    pub stale_events: u64,
+    /// Capability checks that failed.
+    pub denials: u64,
+    /// Diagnostics of severity `Error`: handlers that raised or overran, refused emits.
+    pub errors: u64,
+    /// Diagnostics of severity `Warning`: route copies not delivered.
+    pub warnings: u64,
+    /// Reports waiting for [`ScriptDomain::take_reports`].
+    pub reports_waiting: usize,
+    /// `@skein/worker` threads that have not ended.
+    pub live_workers: usize,
+    /// Native resources the current generation owns ([`ScriptDomain::own`]).
+    pub owned_resources: usize,
+    /// Jobs registered with `jobs.register` or as kernels, live now.
+    pub registered_jobs: usize,
+}
+
+impl ScriptDomain {
+    /// The domain's counters now: cheap enough to call every frame (nothing is copied but the
+    /// numbers), for an editor panel or a server's metrics.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, DomainState, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
+    /// domain.exec(r#"
+    ///     local events = require("@skein/events")
+    ///     events.on("hit", function() end)
+    ///     events.emit("hit", 1)
+    ///     events.emit("miss", 2)
+    /// "#)?;
+    /// assert_eq!(domain.stats().events_pending, 2);
+    /// domain.drain_events();
+    /// let stats = domain.stats();
+    /// assert_eq!((stats.events_delivered, stats.events_unhandled), (1, 1));
+    /// assert_eq!(stats.handler_calls, 1);
+    /// assert_eq!(stats.state, DomainState::Running);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stats(&self) -> DomainStats {
+        let counters = &self.counters;
+        let (events_pending, events_pending_bytes) = self.event_handlers.queue().pending();
+        DomainStats {
+            generation: self.generation(),
+            state: self.state(),
+            frames: self.frames(),
+            tasks: self.tasks(),
+            contexts: self.contexts().len(),
+            handler_calls: counters.handler_calls.get(),
+            events_delivered: counters.events_delivered.get(),
+            events_unhandled: counters.events_unhandled.get(),
+            events_pending,
+            events_pending_bytes,
+            stale_events: self.stale_events(),
+            denials: self.denials(),
+            errors: counters.errors.get(),
+            warnings: counters.warnings.get(),
+            reports_waiting: self.reports.borrow().len(),
+            live_workers: self.live_workers().get(),
+            owned_resources: self.owned_resources().len(),
+            registered_jobs: self.jobs().len(),
+        }
+    }
+}
