@@ -3,8 +3,8 @@
 use std::sync::{Arc, Mutex};
 
 use skein::{
-    ContextSpec, Diagnostic, DiagnosticSink, DomainSpec, EventLimits, Phase, Pool, ScriptDomain,
-    Severity,
+    ContextSpec, Diagnostic, DiagnosticKind, DiagnosticSink, DomainSpec, EventLimits, Phase, Pool,
+    ScriptDomain, Severity,
 };
 
 #[derive(Default)]
@@ -46,8 +46,16 @@ fn phase_and_event_handler_failures_reach_the_sink_as_errors() {
     assert_eq!(got[0].1, report.errors[0], "the sink and the report agree");
     assert_eq!(got[0].1.phase, Some(Phase::Update));
     assert_eq!(got[0].1.attribution.context.as_deref(), Some("ui"));
+    assert_eq!(got[0].1.kind, DiagnosticKind::HandlerFailed);
+    // Where the failed handler was defined: the exec chunk's first line.
+    assert_eq!(got[0].1.source.as_deref(), Some("exec:1"));
+    assert_eq!(got[0].1.event, None);
     assert_eq!(got[1].0, Severity::Error);
     assert_eq!(got[1].1, events.errors[0]);
+    assert_eq!(got[1].1.kind, DiagnosticKind::HandlerFailed);
+    assert_eq!(got[1].1.event.as_deref(), Some("hit"));
+    assert_eq!(got[1].1.source.as_deref(), Some("exec:2"));
+    assert_eq!(got[1].1.phase, None);
     let message = &got[1].1.message;
     assert!(
         message.starts_with("event 'hit' handler failed: bad hit\n"),
@@ -88,7 +96,11 @@ fn refused_emits_are_errors_and_undelivered_route_copies_are_warnings() {
         got[0].1.message.starts_with("events.emit: queue full"),
         "{got:?}"
     );
+    assert_eq!(got[0].1.kind, DiagnosticKind::QueueFull);
+    assert_eq!(got[0].1.event.as_deref(), Some("boom"));
     assert_eq!(got[1].1, report.warnings[0]);
+    assert_eq!(got[1].1.kind, DiagnosticKind::RouteUndelivered);
+    assert_eq!(got[1].1.event.as_deref(), Some("boom"));
     assert!(
         got[1].1.message.starts_with("warning: route 'boom'"),
         "{got:?}"

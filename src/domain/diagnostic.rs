@@ -64,17 +64,70 @@ impl fmt::Display for Attribution {
     }
 }
 
-/// A failure the domain went on past: a handler that raised or ran out of budget.
+/// What a [`Diagnostic`] is about, so a sink can sort them without reading messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DiagnosticKind {
+    /// A handler (of a phase, a raw event or a named event) raised or ran past its budget.
+    HandlerFailed,
+    /// `events.emit` was refused: the event queue was full.
+    QueueFull,
+    /// A route's copy of a named event did not reach the other domain (it was stopped or full).
+    RouteUndelivered,
+    /// Code asked for a capability its authority does not hold.
+    CapabilityDenied,
+}
+
+impl DiagnosticKind {
+    /// A short lowercase name: `handler failed`, `queue full`, `route undelivered`,
+    /// `capability denied`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DiagnosticKind::HandlerFailed => "handler failed",
+            DiagnosticKind::QueueFull => "queue full",
+            DiagnosticKind::RouteUndelivered => "route undelivered",
+            DiagnosticKind::CapabilityDenied => "capability denied",
+        }
+    }
+}
+
+/// A failure the domain went on past: a handler that raised or ran out of budget, a refused
+/// emit, an undelivered route copy.
 ///
 /// `Display` gives `<attribution> <phase> handler failed: <message>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Diagnostic {
+    /// What it is about.
+    pub kind: DiagnosticKind,
     /// Who was running.
     pub attribution: Attribution,
     /// The phase it ran in, when the failure came from a phase handler.
     pub phase: Option<Phase>,
+    /// The named event being delivered or emitted, when there was one.
+    pub event: Option<String>,
+    /// The capability that was denied, for a denial.
+    pub capability: Option<String>,
+    /// Where in the scripts it comes from, `chunk:line`, when the runtime knows: where a failed
+    /// handler was defined, where a refused `emit` was called.
+    pub source: Option<String>,
     /// What happened, with the Luau stack when there is one.
     pub message: String,
+}
+
+impl Diagnostic {
+    /// A diagnostic of `kind` with no phase, event, capability or source (set them after).
+    pub fn new(kind: DiagnosticKind, attribution: Attribution, message: String) -> Diagnostic {
+        Diagnostic {
+            kind,
+            attribution,
+            phase: None,
+            event: None,
+            capability: None,
+            source: None,
+            message,
+        }
+    }
 }
 
 impl fmt::Display for Diagnostic {
@@ -97,6 +150,15 @@ pub enum Severity {
     Warning,
     /// Something failed: a handler raised or ran past its budget, an `events.emit` was refused.
     Error,
+}
+
+/// Where `function` was defined, `chunk:line`, for a diagnostic's `source` (a Rust function has
+/// none).
+pub(crate) fn defined_at(function: &mlua::Function) -> Option<String> {
+    let info = function.info();
+    let chunk = info.short_src?;
+    let line = info.line_defined?;
+    Some(format!("{}:{line}", chunk.trim_start_matches('@')))
 }
 
 /// Receives every [`Diagnostic`] a domain makes, on its engine thread: each failed handler

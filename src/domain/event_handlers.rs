@@ -16,7 +16,7 @@ use std::sync::Arc;
 use mlua::{Function, Lua, Table, Value};
 
 use super::context::{ContextSpec, Phase};
-use super::diagnostic::{Attribution, Diagnostic};
+use super::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
 use super::event_queue::{EventQueue, PostRefused, QueuedEvent};
 use super::{Report, ScriptDomain};
 use crate::error::{Error, Result};
@@ -180,13 +180,15 @@ impl EventHandlers {
     }
 
     /// Records a `queue full` refusal of `emit` and answers the error it raises.
-    fn refuse(&self, refused: &str) -> mlua::Error {
+    fn refuse(&self, name: &str, refused: &str) -> mlua::Error {
         let message = format!("events.emit: {refused}");
-        self.errors.borrow_mut().push(Diagnostic {
-            attribution: self.attribution(None),
-            phase: None,
-            message: message.clone(),
-        });
+        let mut diagnostic = Diagnostic::new(
+            DiagnosticKind::QueueFull,
+            self.attribution(None),
+            message.clone(),
+        );
+        diagnostic.event = Some(name.to_owned());
+        self.errors.borrow_mut().push(diagnostic);
         mlua::Error::runtime(message)
     }
 
@@ -208,14 +210,14 @@ impl EventHandlers {
         }
         let (events_free, bytes_free) = self.queue.room();
         if events_free == 0 {
-            return Err(self.refuse(&full(super::QueueBound::Pending, limits.pending)));
+            return Err(self.refuse(&name, &full(super::QueueBound::Pending, limits.pending)));
         }
         // The payload is read only as far as the room left: a vast table is refused part way.
         let room = bytes_free.saturating_sub(name.len());
         let payload = match Message::read_within(&payload, "payload", room) {
             Ok(m) => m,
             Err(e) if matches!(e.reason, TransferErrorKind::TooLarge { .. }) => {
-                return Err(self.refuse(&full(super::QueueBound::Bytes, limits.bytes)));
+                return Err(self.refuse(&name, &full(super::QueueBound::Bytes, limits.bytes)));
             }
             Err(e) => return Err(mlua::Error::runtime(format!("events.emit: {e}"))),
         };
@@ -230,21 +232,24 @@ impl EventHandlers {
         match self.queue.push_named(self.generation.get(), &name, payload) {
             Ok(()) => {}
             Err(refused @ PostRefused::Full { .. }) => {
-                return Err(self.refuse(&refused.to_string()))
+                return Err(self.refuse(&name, &refused.to_string()))
             }
             Err(refused) => return Err(mlua::Error::runtime(format!("events.emit: {refused}"))),
         }
         if let Some(copy) = copy {
             for mailbox in routes {
                 if let Err(refused) = mailbox.post_named(&name, copy.clone()) {
-                    self.warnings.borrow_mut().push(Diagnostic {
-                        attribution: self.attribution(None),
-                        phase: None,
-                        message: format!(
-                            "warning: route '{name}' to {}: the copy was not delivered: {refused}",
-                            mailbox_label(&mailbox)
-                        ),
-                    });
+                    let message = format!(
+                        "warning: route '{name}' to {}: the copy was not delivered: {refused}",
+                        mailbox_label(&mailbox)
+                    );
+                    let mut diagnostic = Diagnostic::new(
+                        DiagnosticKind::RouteUndelivered,
+                        self.attribution(None),
+                        message,
+                    );
+                    diagnostic.event = Some(name.clone());
+                    self.warnings.borrow_mut().push(diagnostic);
                 }
             }
         }
@@ -549,7 +554,7 @@ impl ScriptDomain {
         let due = handlers.due(name);
         self.counters.handler_calls(due.len());
         for handler in &due {
-            let (context, failed) = match handler {
+            let (context, failed, source) = match handler {
                 NamedHandler::Luau { function, context } => {
                     let context_index = *context;
                     let context = context.map(|i| &self.contexts()[i]);
@@ -574,7 +579,8 @@ impl ScriptDomain {
                         let event = Some(format!("{}.event '{name}'", context.unwrap_or("")));
                         self.profiled(kind, context, event, call);
                     }
-                    (context.map(|c| c.name().to_owned()), failed)
+                    let source = failed.as_ref().and_then(|_| defined_at(function));
+                    (context.map(|c| c.name().to_owned()), failed, source)
                 }
                 NamedHandler::Host(f) => {
                     let message = payload.clone();
@@ -586,21 +592,22 @@ impl ScriptDomain {
                         Ok(Err(text)) => Some(text),
                         Err(panic) => Some(format!("panicked: {}", panic_message(&panic))),
                     };
-                    (None, failed)
+                    (None, failed, None)
                 }
             };
             if let Some(text) = failed {
-                let diagnostic = Diagnostic {
-                    attribution: Attribution {
-                        domain_name: self.name.clone(),
-                        domain: self.id(),
-                        generation: self.generation(),
-                        context,
-                        worker: None,
-                    },
-                    phase: None,
-                    message: format!("event '{name}' handler failed: {text}"),
+                let attribution = Attribution {
+                    domain_name: self.name.clone(),
+                    domain: self.id(),
+                    generation: self.generation(),
+                    context,
+                    worker: None,
                 };
+                let message = format!("event '{name}' handler failed: {text}");
+                let mut diagnostic =
+                    Diagnostic::new(DiagnosticKind::HandlerFailed, attribution, message);
+                diagnostic.event = Some(name.to_owned());
+                diagnostic.source = source;
                 self.diagnose(super::Severity::Error, &diagnostic);
                 errors.push(diagnostic);
             }

@@ -24,7 +24,7 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use super::capability::{Authority, Grant};
 use super::context::{ContextSpec, Phase};
-use super::diagnostic::{Attribution, Diagnostic, Severity};
+use super::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind, Severity};
 use super::lifecycle::DomainState;
 use super::profile::ProfileKind;
 use super::{FrameReport, Report, ScriptDomain};
@@ -566,17 +566,17 @@ impl ScriptDomain {
                 );
             }
             if let Some(message) = failed {
-                let diagnostic = Diagnostic {
-                    attribution: Attribution {
-                        domain_name: self.name.clone(),
-                        domain: self.id(),
-                        generation: self.generation(),
-                        context: Some(spec.name().to_owned()),
-                        worker: None,
-                    },
-                    phase: Some(phase),
-                    message,
+                let attribution = Attribution {
+                    domain_name: self.name.clone(),
+                    domain: self.id(),
+                    generation: self.generation(),
+                    context: Some(spec.name().to_owned()),
+                    worker: None,
                 };
+                let mut diagnostic =
+                    Diagnostic::new(DiagnosticKind::HandlerFailed, attribution, message);
+                diagnostic.phase = Some(phase);
+                diagnostic.source = defined_at(handler);
                 self.diagnose(Severity::Error, &diagnostic);
                 errors.push(diagnostic);
             }

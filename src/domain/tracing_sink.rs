@@ -50,14 +50,20 @@ impl DiagnosticSink for TracingSink {
         let (domain, generation) = (d.attribution.domain.get(), d.attribution.generation.get());
         let context = d.attribution.context.as_deref().unwrap_or("");
         let phase = d.phase.map_or("", |p| p.name());
+        let kind = d.kind.name();
+        let event = d.event.as_deref().unwrap_or("");
+        let capability = d.capability.as_deref().unwrap_or("");
+        let source = d.source.as_deref().unwrap_or("");
         let message = d.message.as_str();
         match severity {
-            Severity::Warning => {
-                tracing::warn!(target: "skein", domain, generation, context, phase, "{message}")
-            }
-            Severity::Error => {
-                tracing::error!(target: "skein", domain, generation, context, phase, "{message}")
-            }
+            Severity::Warning => tracing::warn!(
+                target: "skein", domain, generation, context, phase, kind, event, capability,
+                source, "{message}"
+            ),
+            Severity::Error => tracing::error!(
+                target: "skein", domain, generation, context, phase, kind, event, capability,
+                source, "{message}"
+            ),
         }
     }
 }
@@ -88,7 +94,7 @@ mod tests {
     use tracing::{Event, Level, Metadata, Subscriber};
 
     use super::*;
-    use crate::domain::Attribution;
+    use crate::domain::{Attribution, DiagnosticKind};
     use crate::jobs::{DomainId, Generation};
     use crate::value::Message;
 
@@ -128,9 +134,11 @@ mod tests {
     fn records_and_diagnostics_become_events_at_their_level() {
         let capture = Capture::default();
         let attribution = Attribution {
+            domain_name: "game".into(),
             domain: DomainId(4),
             generation: Generation(1),
             context: Some("ui".into()),
+            worker: None,
         };
         tracing::subscriber::with_default(capture.clone(), || {
             TracingSink.record(&LogRecord {
@@ -143,11 +151,7 @@ mod tests {
             });
             TracingSink.diagnostic(
                 Severity::Error,
-                &Diagnostic {
-                    attribution,
-                    phase: None,
-                    message: "boom".into(),
-                },
+                &Diagnostic::new(DiagnosticKind::HandlerFailed, attribution, "boom".into()),
             );
         });
         let got = capture.0.lock().unwrap();
