@@ -1,6 +1,7 @@
 //! The fixture that defines a domain: two domains made from the same plan, in one process and
 //! on one pool, share nothing. Not globals, not module tables (in the engine VM or in worker
-//! VMs), not key bindings, not shared tables or queues, not engine events, not grants.
+//! VMs), not userdata or the metatables of its types, not key bindings, not shared tables or
+//! queues, not engine events, not grants.
 
 use std::time::Duration;
 
@@ -100,4 +101,27 @@ fn two_domains_from_one_plan_share_nothing() {
     );
     assert_eq!(text(&a.eval(ask).unwrap()), "true");
     assert_eq!(text(&b.eval(ask).unwrap()), "false");
+}
+
+#[test]
+fn no_userdata_and_no_userdata_type_is_shared() {
+    let tree = Tree::new(&[("state.luau", STATE)]);
+    let pool = Pool::new(1);
+    let (a, b) = twins(&pool, &tree);
+    // A userdata of one domain's VM never leaves it: only copies (messages) do.
+    let err = a
+        .eval(r#"return jobs.shared.table("t")"#)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("userdata"), "{err}");
+    // A userdata type's metatable is protected in every VM: no domain's code can reach it to
+    // change how another domain's handles behave.
+    let probe = r#"
+        local mt = getmetatable(jobs.shared.table("t"))
+        if type(mt) ~= "table" then return "locked" end
+        local ok = pcall(function() mt.extra = "a" end)
+        return if ok then "written" else "readonly"
+    "#;
+    assert_eq!(text(&a.eval(probe).unwrap()), "locked");
+    assert_eq!(text(&b.eval(probe).unwrap()), "locked");
 }
