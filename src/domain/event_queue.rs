@@ -159,6 +159,21 @@ impl fmt::Display for PostRefused {
 
 impl std::error::Error for PostRefused {}
 
+/// Whether the drain still owes a named event's copies to the domain's routes.
+///
+/// The engine VM's `emit` posts the route copies itself, at emit time, since it holds the
+/// routes; a host's `post_named` is not an emit, so it has none. A worker VM or actor can't
+/// see the routes (they are the engine thread's), so what it emits is routed by the drain that
+/// takes it: copies leave when the event is delivered, and an event of an ended generation,
+/// never delivered, is never routed either.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Routing {
+    /// Nothing left to route.
+    Settled,
+    /// The drain posts a copy to every route of the name.
+    AtDrain,
+}
+
 /// What an envelope carries: the two kinds never pass for each other.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum QueuedEvent {
@@ -168,7 +183,11 @@ pub(crate) enum QueuedEvent {
         payload: Message,
     },
     /// For every handler bound to `name`.
-    Named { name: Arc<str>, payload: Message },
+    Named {
+        name: Arc<str>,
+        payload: Message,
+        routing: Routing,
+    },
 }
 
 /// One queued event, stamped with the generation whose mailbox posted it.
@@ -271,6 +290,17 @@ impl EventQueue {
         name: &str,
         payload: Message,
     ) -> Result<(), PostRefused> {
+        self.push_routed(generation, name, payload, Routing::Settled)
+    }
+
+    /// As [`push_named`](Self::push_named), marking whether the drain routes the event.
+    pub(crate) fn push_routed(
+        &self,
+        generation: Generation,
+        name: &str,
+        payload: Message,
+        routing: Routing,
+    ) -> Result<(), PostRefused> {
         let payload = self.check_name(name, payload)?;
         let weight = payload.queue_weight().saturating_add(name.len());
         let mut inner = self.lock();
@@ -301,6 +331,7 @@ impl EventQueue {
             event: QueuedEvent::Named {
                 name: Arc::from(name),
                 payload,
+                routing,
             },
             weight,
         });
