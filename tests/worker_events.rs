@@ -175,8 +175,19 @@ fn a_full_queue_refuses_a_workers_emit_and_queues_nothing() {
     assert_eq!(d.pending_events(), 2);
     let bytes = d.pending_event_bytes();
 
+    // The refusal is in the next drain's report, attributed to the domain, as an engine
+    // emit's would be.
+    let report = d.drain_events();
+    assert_eq!(report.unhandled, 2);
+    assert_eq!(report.errors.len(), 1);
+    assert_eq!(
+        report.errors[0].message,
+        "events.emit: queue full: the queue holds its limit of 2 pending events (EventLimits::pending)"
+    );
+    assert_eq!(report.errors[0].attribution.domain_name, "game");
+    assert_eq!(report.errors[0].attribution.generation, d.generation());
+
     // Past the byte bound: the string is refused while it is read, and nothing is queued.
-    assert_eq!(d.drain_events().unhandled, 2);
     let big = d
         .dispatch("./jobs", "big", Message::Integer(8192))
         .unwrap()
@@ -268,6 +279,8 @@ fn an_emit_of_an_ended_generation_is_stale_and_never_delivered() {
     let pool = Pool::new(1);
     let mut d = ScriptDomain::new(&pool, DomainSpec::new("game").plan(plan)).unwrap();
     let seen = collect(&d, "late");
+    let other = ScriptDomain::new(&pool, DomainSpec::new("other")).unwrap();
+    d.route("late", other.mailbox()).unwrap();
     let promise = d.dispatch("./late", "run", Message::Nil).unwrap();
     assert!(wait_until(Duration::from_secs(10), || gate
         .arrived
@@ -289,6 +302,8 @@ fn an_emit_of_an_ended_generation_is_stale_and_never_delivered() {
         (0, 0, 0)
     );
     assert_eq!(d.stale_events(), stale_before + 3);
+    // Never delivered, so never routed either.
+    assert_eq!(other.pending_events(), 0);
     assert_eq!(d.pending_events(), 0);
     assert!(seen.borrow().is_empty());
 }
@@ -300,7 +315,12 @@ fn an_actor_emits() {
         "worker.spawn",
     )
     .unwrap()]));
-    let d = ScriptDomain::new(&pool, DomainSpec::new("game").grant(grant)).unwrap();
+    let limits = EventLimits {
+        pending: 2,
+        ..EventLimits::default()
+    };
+    let spec = DomainSpec::new("game").grant(grant).event_limits(limits);
+    let d = ScriptDomain::new(&pool, spec).unwrap();
     let seen = collect(&d, "from.actor");
     let out = d
         .eval(
@@ -310,21 +330,31 @@ fn an_actor_emits() {
                 return function(m)
                     events.emit("from.actor", { n = m, who = "emitter" })
                     events.emit("from.actor", { n = m + 1, who = "emitter" })
-                    local ok, err = pcall(events.on, "x", print)
-                    return tostring(err)
+                    local _, full = pcall(events.emit, "from.actor", { n = m + 2 })
+                    local _, on = pcall(events.on, "x", print)
+                    return { tostring(full), tostring(on) }
                 end
             ]] }
             w:send(10)
-            local refused = w:receive(20)
-            return refused
+            return w:receive(20)
             "#,
         )
         .unwrap();
+    let Message::List(texts) = out else {
+        panic!("expected a list, got {out:?}")
+    };
     assert!(
-        text(&out).contains("events.on: handlers bind only in the engine VM"),
-        "{out:?}"
+        text(&texts[0]).contains(
+            "events.emit: queue full: the queue holds its limit of 2 pending events (EventLimits::pending)"
+        ),
+        "{texts:?}"
     );
-    assert_eq!(d.drain_events().delivered, 2);
+    assert!(
+        text(&texts[1]).contains("events.on: handlers bind only in the engine VM"),
+        "{texts:?}"
+    );
+    let report = d.drain_events();
+    assert_eq!(report.delivered, 2);
     let who = |n: i64| {
         Message::Map(
             [
@@ -336,6 +366,12 @@ fn an_actor_emits() {
         )
     };
     assert_eq!(*seen.borrow(), [who(10), who(11)]);
+    // The refusal is reported, attributed to the worker that emitted.
+    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+    assert_eq!(
+        report.errors[0].attribution.worker.as_deref(),
+        Some("emitter")
+    );
 }
 
 #[test]

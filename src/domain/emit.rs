@@ -12,8 +12,12 @@
 //! Routes are the engine thread's: a worker's event is routed by the drain that delivers it
 //! ([`Routing::AtDrain`]). Binding handlers (`events.on`) stays the engine VM's alone.
 
+use std::sync::Arc;
+
 use mlua::{Lua, Value};
 
+use super::capability::{self, Authority};
+use super::diagnostic::Diagnostic;
 use super::event_handlers::{EVENTS_KEY, WORKER_ON};
 use super::event_queue::{EventQueue, PostRefused, QueueBound};
 use crate::jobs::DomainMailbox;
@@ -95,24 +99,49 @@ pub(crate) fn read_emit(
 }
 
 /// `emit` in a worker VM or actor: read as the engine reads it, then queued through the
-/// mailbox of the emitter's generation, to be routed at the drain.
-fn emit_from_worker(mailbox: &DomainMailbox, name: Value, payload: Value) -> mlua::Result<()> {
-    let (name, payload) =
-        read_emit(mailbox.event_queue(), &name, &payload).map_err(EmitRefused::into_lua)?;
-    mailbox
-        .emit_named(&name, payload)
-        .map_err(|refused| EmitRefused::from(refused).into_lua())
+/// mailbox of the emitter's generation, to be routed at the drain. A `queue full` refusal is
+/// also kept for the next drain's report, as the engine VM's are; it is attributed to the
+/// authority of the running task (its context or worker), else to `fallback`'s.
+fn emit_from_worker(
+    mailbox: &DomainMailbox,
+    fallback: Option<&Arc<Authority>>,
+    name: Value,
+    payload: Value,
+) -> mlua::Result<()> {
+    let queue = mailbox.event_queue();
+    let emitted = read_emit(queue, &name, &payload)
+        .and_then(|(name, payload)| Ok(mailbox.emit_named(&name, payload)?));
+    match emitted {
+        Ok(()) => Ok(()),
+        Err(EmitRefused::Full(text)) => {
+            let text = format!("events.emit: {text}");
+            if let Some(authority) = capability::current_arc().or_else(|| fallback.cloned()) {
+                queue.note_refusal(Diagnostic {
+                    attribution: authority.attribution().clone(),
+                    phase: None,
+                    message: text.clone(),
+                });
+            }
+            Err(mlua::Error::runtime(text))
+        }
+        Err(other) => Err(other.into_lua()),
+    }
 }
 
 /// Installs `@skein/events` in a VM that is not the engine VM (a pool worker's VM of the
 /// domain, or an actor's): `emit` posts to the domain's queue through `mailbox`, `on` raises.
+/// `authority` names who refusals are attributed to when no task's authority is installed.
 /// Answers the module.
-pub(crate) fn install_worker_events(lua: &Lua, mailbox: DomainMailbox) -> mlua::Result<Value> {
+pub(crate) fn install_worker_events(
+    lua: &Lua,
+    mailbox: DomainMailbox,
+    authority: Option<Arc<Authority>>,
+) -> mlua::Result<Value> {
     let module = lua.create_table()?;
     module.raw_set(
         "emit",
         lua.create_function(move |_, (name, payload): (Value, Value)| {
-            emit_from_worker(&mailbox, name, payload)
+            emit_from_worker(&mailbox, authority.as_ref(), name, payload)
         })?,
     )?;
     module.raw_set(

@@ -327,7 +327,8 @@ pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
         return Ok(module);
     }
     if let Some(principal) = crate::jobs::home_principal(lua) {
-        return super::emit::install_worker_events(lua, principal.mailbox.clone());
+        let authority = Some(principal.authority.clone());
+        return super::emit::install_worker_events(lua, principal.mailbox.clone(), authority);
     }
     crate::vm::registered_or_refusing(
         lua,
@@ -523,7 +524,8 @@ impl ScriptDomain {
                 report.unhandled += 1;
             }
         }
-        let refused = std::mem::take(&mut *handlers.errors.borrow_mut());
+        let mut refused = std::mem::take(&mut *handlers.errors.borrow_mut());
+        refused.extend(handlers.queue().take_refusals());
         let warnings = std::mem::take(&mut *handlers.warnings.borrow_mut());
         for d in &refused {
             self.diagnose(super::Severity::Error, d);

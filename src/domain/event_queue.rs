@@ -16,8 +16,13 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::diagnostic::Diagnostic;
 use crate::jobs::Generation;
 use crate::value::Message;
+
+/// The most `queue full` refusals of workers' emits kept for the next drain's report; past it
+/// they are only counted, so a worker spinning on a full queue can't grow memory without bound.
+pub(crate) const REFUSALS_KEPT: usize = 256;
 
 /// Bounds on a domain's event queue, set with
 /// [`DomainSpec::event_limits`](crate::DomainSpec::event_limits).
@@ -214,6 +219,10 @@ struct Inner {
     state: QueueState,
     /// Envelopes of ended generations thrown away since the domain last asked.
     discarded: u64,
+    /// `queue full` refusals of emits made off the engine thread, for the next drain's report.
+    refusals: Vec<Diagnostic>,
+    /// Refusals past [`REFUSALS_KEPT`] since the last drain.
+    refusals_dropped: usize,
 }
 
 /// The FIFO every mailbox of a domain posts its events to.
@@ -232,6 +241,8 @@ impl EventQueue {
                 generation,
                 state: QueueState::Open,
                 discarded: 0,
+                refusals: Vec::new(),
+                refusals_dropped: 0,
             }),
         })
     }
@@ -381,6 +392,36 @@ impl EventQueue {
         inner.bytes = 0;
     }
 
+    /// Keeps a `queue full` refusal of a worker's or actor's emit for the engine thread's next
+    /// drain, which reports it as it reports the engine VM's own.
+    pub(crate) fn note_refusal(&self, refusal: Diagnostic) {
+        let mut inner = self.lock();
+        if inner.refusals.len() < REFUSALS_KEPT {
+            inner.refusals.push(refusal);
+        } else {
+            inner.refusals_dropped += 1;
+        }
+    }
+
+    /// The refusals kept since the last call, the last one saying how many more there were.
+    pub(crate) fn take_refusals(&self) -> Vec<Diagnostic> {
+        let mut inner = self.lock();
+        let mut refusals = std::mem::take(&mut inner.refusals);
+        let dropped = std::mem::take(&mut inner.refusals_dropped);
+        if dropped > 0 {
+            if let Some(last) = refusals.last() {
+                let summary = Diagnostic {
+                    message: format!(
+                        "events.emit: {dropped} more emits were refused (queue full) and not kept"
+                    ),
+                    ..last.clone()
+                };
+                refusals.push(summary);
+            }
+        }
+        refusals
+    }
+
     /// The envelopes of ended generations discarded since the last call.
     pub(crate) fn take_discarded(&self) -> u64 {
         std::mem::take(&mut self.lock().discarded)
@@ -428,6 +469,37 @@ mod tests {
         let batch = queue.take(2);
         assert_eq!(batch.len(), 2);
         assert_eq!(queue.pending(), (1, 16));
+    }
+
+    #[test]
+    fn refusals_are_kept_up_to_their_bound_then_counted() {
+        let queue = EventQueue::new(EventLimits::default(), Generation(1));
+        let refusal = |n: usize| Diagnostic {
+            attribution: crate::domain::Attribution {
+                domain_name: "game".to_owned(),
+                domain: crate::jobs::DomainId(1),
+                generation: Generation(1),
+                context: None,
+                worker: None,
+            },
+            phase: None,
+            message: format!("refused {n}"),
+        };
+        for n in 0..REFUSALS_KEPT + 3 {
+            queue.note_refusal(refusal(n));
+        }
+        let kept = queue.take_refusals();
+        assert_eq!(kept.len(), REFUSALS_KEPT + 1);
+        assert_eq!(kept[0].message, "refused 0");
+        assert_eq!(
+            kept[REFUSALS_KEPT - 1].message,
+            format!("refused {}", REFUSALS_KEPT - 1)
+        );
+        assert_eq!(
+            kept[REFUSALS_KEPT].message,
+            "events.emit: 3 more emits were refused (queue full) and not kept"
+        );
+        assert!(queue.take_refusals().is_empty());
     }
 
     #[test]
