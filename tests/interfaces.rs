@@ -348,6 +348,7 @@ fn the_host_sees_who_provided_each_field() {
     let d = ScriptDomain::new(&pool, spec).unwrap();
     d.eval(
         r#"
+        assert(pcall(require("@skein/interfaces").provide, "audio", { play = true }))
         require("./hud")
         require("@skein/context").bind("ui", { startup = function()
             require("@skein/interfaces").provide("ui.hud", { layer = 2 })
@@ -360,14 +361,21 @@ fn the_host_sees_who_provided_each_field() {
     let module = format!("chunk '{}'", tree.path().join("hud.luau").display());
     assert_eq!(
         d.interfaces(),
-        [InterfaceInfo {
-            name: "ui.hud".to_owned(),
-            fields: vec![
-                field("hide", &module),
-                field("layer", "chunk 'eval' in context 'ui'"),
-                field("show", &module),
-            ],
-        }]
+        [
+            // Through pcall: the chunk that called pcall provided it.
+            InterfaceInfo {
+                name: "audio".to_owned(),
+                fields: vec![field("play", "chunk 'eval'")],
+            },
+            InterfaceInfo {
+                name: "ui.hud".to_owned(),
+                fields: vec![
+                    field("hide", &module),
+                    field("layer", "chunk 'eval' in context 'ui'"),
+                    field("show", &module),
+                ],
+            }
+        ]
     );
     // A clash names the first provider, context and all.
     assert_eq!(

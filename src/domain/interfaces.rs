@@ -112,13 +112,37 @@ fn name_arg(function: &str, name: &Value) -> mlua::Result<String> {
     Ok(name)
 }
 
+/// How far up the stack `provider` looks past native frames (`pcall`, a host function) for
+/// the Luau chunk that called.
+const PROVIDER_DEPTH: usize = 16;
+
+/// The chunk of the nearest Luau function on the stack above the running callback: a `provide`
+/// made through `pcall` belongs to the chunk that called `pcall`, not to `[C]`.
+fn calling_chunk(lua: &Lua) -> String {
+    for level in 1..=PROVIDER_DEPTH {
+        let found = lua.inspect_stack(level, |debug| {
+            let source = debug.source();
+            (source.what != "C").then(|| {
+                source
+                    .source
+                    .as_deref()
+                    .unwrap_or("?")
+                    .trim_start_matches(['@', '='])
+                    .to_owned()
+            })
+        });
+        match found {
+            Some(Some(chunk)) => return chunk,
+            Some(None) => continue,
+            None => break,
+        }
+    }
+    "?".to_owned()
+}
+
 /// Who is calling `provide`: the calling chunk, and the context whose handler runs, if any.
 fn provider(lua: &Lua) -> String {
-    let chunk = vm::with_caller_source(lua, |source| {
-        source
-            .map(|s| s.trim_start_matches(['@', '=']).to_owned())
-            .unwrap_or_else(|| "?".to_owned())
-    });
+    let chunk = calling_chunk(lua);
     let context = crate::domain::capability::current_arc()
         .and_then(|authority| authority.attribution().context.clone());
     match context {
