@@ -439,7 +439,10 @@ impl ScriptDomain {
 
     /// Routes the named event `name`: every time this domain's scripts emit it, a copy is also
     /// posted to `mailbox` (another domain's), as
-    /// [`post_named`](crate::DomainMailbox::post_named) would. Nothing crosses unless the host
+    /// [`post_named`](crate::DomainMailbox::post_named) would: at once for an emit of the engine
+    /// VM, and for an emit of a job on a pool worker or of a `@skein/worker` worker when this
+    /// domain's drain takes the event (the routes live on the engine thread; an event of an
+    /// ended generation is never delivered, so never routed). Nothing crosses unless the host
     /// routes it. A recipient that is stopped or full is not the emitter's error: it becomes a
     /// warning in this domain's next [`EventReport`]. Routes are the host's and stay across
     /// restarts.
