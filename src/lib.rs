@@ -46,10 +46,10 @@ pub use domain::TracingSink;
 pub use domain::{
     AdvanceReport, Attribution, ChromeTrace, ContextSpec, Diagnostic, DiagnosticKind,
     DiagnosticSink, DomainSpec, DomainState, DomainStats, EventLimits, EventReport, EventTarget,
-    FailurePolicy, FixedStep, FrameReport, HandlerTiming, LiveWorkers, LogLevel, LogRecord,
-    LogSink, Phase, PhaseReport, PostRefused, ProfileEvent, ProfileKind, ProfileSink,
-    ProfileThread, QueueBound, Report, ResourceId, ScriptDomain, Severity, WorkerError,
-    WorkerStage, MAX_CONTEXT_NAME, WORKER_SPAWN,
+    FailurePolicy, FixedStep, FrameReport, HandlerTiming, InterfaceField, InterfaceInfo,
+    LiveWorkers, LogLevel, LogRecord, LogSink, Phase, PhaseReport, PostRefused, ProfileEvent,
+    ProfileKind, ProfileSink, ProfileThread, QueueBound, Report, ResourceId, ScriptDomain,
+    Severity, WorkerError, WorkerStage, MAX_CONTEXT_NAME, MAX_INTERFACE_NAME, WORKER_SPAWN,
 };
 pub use error::{Error, Result};
 pub use jobs::{

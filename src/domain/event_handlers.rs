@@ -17,11 +17,12 @@ use mlua::{Function, Lua, Table, Value};
 
 use super::context::{ContextSpec, Phase};
 use super::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
-use super::event_queue::{EventQueue, PostRefused, QueuedEvent};
+use super::emit::{read_emit, EmitRefused};
+use super::event_queue::{EventQueue, QueuedEvent, Routing};
 use super::{Report, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::jobs::{DomainId, DomainMailbox, Generation};
-use crate::value::{Message, TransferErrorKind};
+use crate::value::Message;
 use crate::vm::{self, panic_message};
 
 /// Registry key of the engine VM's `@skein/events` table.
@@ -31,9 +32,9 @@ pub(crate) const EVENTS_KEY: &str = "skein.events";
 pub(crate) const WORKER_ON: &str =
     "events.on: handlers bind only in the engine VM; a worker VM runs jobs, not event handlers";
 
-/// What `events.emit` raises outside the engine VM.
-pub(crate) const WORKER_EMIT: &str =
-    "events.emit: events are emitted from the engine VM; a worker VM hands its results back instead";
+/// What `events.emit` raises in a VM that belongs to no domain: there is no queue to post to.
+pub(crate) const NO_DOMAIN_EMIT: &str =
+    "events.emit: this VM belongs to no domain, so there is no event queue to emit to";
 
 /// What one drain of the event queue did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -195,65 +196,54 @@ impl EventHandlers {
     /// `events.emit(name, payload)`: queues the event here, then a copy on every route of the
     /// name.
     fn emit(&self, name: Value, payload: Value) -> mlua::Result<()> {
-        let name = match name {
-            Value::String(s) => s.to_str()?.to_owned(),
-            other => {
-                return Err(mlua::Error::runtime(format!(
-                    "events.emit: name must be a string, got {}",
-                    vm::a_type(&other)
-                )))
-            }
+        let event = match &name {
+            Value::String(s) => s.to_string_lossy(),
+            _ => String::new(),
         };
-        let limits = self.queue.limits();
-        if let Err(refused) = self.queue.check_name(&name, Message::Nil) {
-            return Err(mlua::Error::runtime(format!("events.emit: {refused}")));
-        }
-        let (events_free, bytes_free) = self.queue.room();
-        if events_free == 0 {
-            return Err(self.refuse(&name, &full(super::QueueBound::Pending, limits.pending)));
-        }
-        // The payload is read only as far as the room left: a vast table is refused part way.
-        let room = bytes_free.saturating_sub(name.len());
-        let payload = match Message::read_within(&payload, "payload", room) {
-            Ok(m) => m,
-            Err(e) if matches!(e.reason, TransferErrorKind::TooLarge { .. }) => {
-                return Err(self.refuse(&name, &full(super::QueueBound::Bytes, limits.bytes)));
-            }
-            Err(e) => return Err(mlua::Error::runtime(format!("events.emit: {e}"))),
+        let refused = |refused: EmitRefused| match refused {
+            EmitRefused::Full(text) => self.refuse(&event, &text),
+            other => other.into_lua(),
         };
-        let routes: Vec<DomainMailbox> = self
-            .routes
+        let (name, payload) = read_emit(&self.queue, &name, &payload).map_err(refused)?;
+        let routes = self.routes_of(&name);
+        let copy = (!routes.is_empty()).then(|| payload.clone());
+        self.queue
+            .push_named(self.generation.get(), &name, payload)
+            .map_err(|e| refused(e.into()))?;
+        if let Some(copy) = copy {
+            self.post_copies(&name, routes, &copy);
+        }
+        Ok(())
+    }
+
+    /// The mailboxes `name` is routed to.
+    fn routes_of(&self, name: &str) -> Vec<DomainMailbox> {
+        self.routes
             .borrow()
             .iter()
             .filter(|(n, _)| **n == *name)
             .map(|(_, m)| m.clone())
-            .collect();
-        let copy = (!routes.is_empty()).then(|| payload.clone());
-        match self.queue.push_named(self.generation.get(), &name, payload) {
-            Ok(()) => {}
-            Err(refused @ PostRefused::Full { .. }) => {
-                return Err(self.refuse(&name, &refused.to_string()))
-            }
-            Err(refused) => return Err(mlua::Error::runtime(format!("events.emit: {refused}"))),
-        }
-        if let Some(copy) = copy {
-            for mailbox in routes {
-                if let Err(refused) = mailbox.post_named(&name, copy.clone()) {
-                    let message = format!(
-                        "warning: route '{name}' to {}: the copy was not delivered: {refused}",
-                        mailbox_label(&mailbox)
-                    );
-                    let mut diagnostic = Diagnostic::new(
-                        DiagnosticKind::RouteUndelivered,
-                        self.attribution(None),
-                        message,
-                    );
-                    diagnostic.event = Some(name.clone());
-                    self.warnings.borrow_mut().push(diagnostic);
-                }
+            .collect()
+    }
+
+    /// Posts a copy of `payload` to each of `routes`; a recipient that is stopped or full is a
+    /// warning for the next report, never the emitter's error.
+    fn post_copies(&self, name: &str, routes: Vec<DomainMailbox>, payload: &Message) {
+        for mailbox in routes {
+            if let Err(refused) = mailbox.post_named(name, payload.clone()) {
+                let message = format!(
+                    "warning: route '{name}' to {}: the copy was not delivered: {refused}",
+                    mailbox_label(&mailbox)
+                );
+                let mut diagnostic = Diagnostic::new(
+                    DiagnosticKind::RouteUndelivered,
+                    self.attribution(None),
+                    message,
+                );
+                diagnostic.event = Some(name.to_owned());
+                self.warnings.borrow_mut().push(diagnostic);
             }
         }
-        Ok(())
     }
 
     /// `events.on(name, fn, context?)`: binds `fn` and answers its remover.
@@ -312,15 +302,6 @@ impl EventHandlers {
     }
 }
 
-fn full(bound: super::QueueBound, limit: usize) -> String {
-    PostRefused::Full {
-        bound,
-        limit,
-        payload: Message::Nil,
-    }
-    .to_string()
-}
-
 fn mailbox_label(mailbox: &DomainMailbox) -> String {
     format!("a domain (generation {})", mailbox.generation().get())
 }
@@ -346,9 +327,23 @@ pub(crate) fn install_events_module(lua: &Lua, handlers: &Rc<EventHandlers>) -> 
     lua.set_named_registry_value(EVENTS_KEY, module)
 }
 
-/// `@skein/events` as a VM without one (a worker VM) sees it: both functions raise.
+/// `@skein/events` as `require` answers it: the VM's own (the engine VM's, or an actor's),
+/// else, in a pool worker VM of a domain, one made now whose `emit` posts to that domain's
+/// queue (see `emit.rs`); a VM of no domain gets functions that raise.
 pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
-    crate::vm::registered_or_refusing(lua, EVENTS_KEY, &[("on", WORKER_ON), ("emit", WORKER_EMIT)])
+    let module = lua.named_registry_value::<Value>(EVENTS_KEY)?;
+    if !module.is_nil() {
+        return Ok(module);
+    }
+    if let Some(principal) = crate::jobs::home_principal(lua) {
+        let authority = Some(principal.authority.clone());
+        return super::emit::install_worker_events(lua, principal.mailbox.clone(), authority);
+    }
+    crate::vm::registered_or_refusing(
+        lua,
+        EVENTS_KEY,
+        &[("on", WORKER_ON), ("emit", NO_DOMAIN_EMIT)],
+    )
 }
 
 impl ScriptDomain {
@@ -453,7 +448,10 @@ impl ScriptDomain {
 
     /// Routes the named event `name`: every time this domain's scripts emit it, a copy is also
     /// posted to `mailbox` (another domain's), as
-    /// [`post_named`](crate::DomainMailbox::post_named) would. Nothing crosses unless the host
+    /// [`post_named`](crate::DomainMailbox::post_named) would: at once for an emit of the engine
+    /// VM, and for an emit of a job on a pool worker or of a `@skein/worker` worker when this
+    /// domain's drain takes the event (the routes live on the engine thread; an event of an
+    /// ended generation is never delivered, so never routed). Nothing crosses unless the host
     /// routes it. A recipient that is stopped or full is not the emitter's error: it becomes a
     /// warning in this domain's next [`EventReport`]. Routes are the host's and stay across
     /// restarts.
@@ -518,7 +516,17 @@ impl ScriptDomain {
                     report.errors.extend(phase.errors);
                     phase.calls > 0
                 }
-                QueuedEvent::Named { name, payload } => {
+                QueuedEvent::Named {
+                    name,
+                    payload,
+                    routing,
+                } => {
+                    if routing == Routing::AtDrain {
+                        let routes = handlers.routes_of(&name);
+                        if !routes.is_empty() {
+                            handlers.post_copies(&name, routes, &payload);
+                        }
+                    }
                     self.deliver_named(&handlers, &name, payload, &mut report.errors)
                 }
             };
@@ -528,7 +536,8 @@ impl ScriptDomain {
                 report.unhandled += 1;
             }
         }
-        let refused = std::mem::take(&mut *handlers.errors.borrow_mut());
+        let mut refused = std::mem::take(&mut *handlers.errors.borrow_mut());
+        refused.extend(handlers.queue().take_refusals());
         let warnings = std::mem::take(&mut *handlers.warnings.borrow_mut());
         for d in &refused {
             self.diagnose(super::Severity::Error, d);

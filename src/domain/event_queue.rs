@@ -16,8 +16,13 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::diagnostic::Diagnostic;
 use crate::jobs::Generation;
 use crate::value::Message;
+
+/// The most `queue full` refusals of workers' emits kept for the next drain's report; past it
+/// they are only counted, so a worker spinning on a full queue can't grow memory without bound.
+pub(crate) const REFUSALS_KEPT: usize = 256;
 
 /// Bounds on a domain's event queue, set with
 /// [`DomainSpec::event_limits`](crate::DomainSpec::event_limits).
@@ -159,6 +164,21 @@ impl fmt::Display for PostRefused {
 
 impl std::error::Error for PostRefused {}
 
+/// Whether the drain still owes a named event's copies to the domain's routes.
+///
+/// The engine VM's `emit` posts the route copies itself, at emit time, since it holds the
+/// routes; a host's `post_named` is not an emit, so it has none. A worker VM or actor can't
+/// see the routes (they are the engine thread's), so what it emits is routed by the drain that
+/// takes it: copies leave when the event is delivered, and an event of an ended generation,
+/// never delivered, is never routed either.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Routing {
+    /// Nothing left to route.
+    Settled,
+    /// The drain posts a copy to every route of the name.
+    AtDrain,
+}
+
 /// What an envelope carries: the two kinds never pass for each other.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum QueuedEvent {
@@ -168,7 +188,11 @@ pub(crate) enum QueuedEvent {
         payload: Message,
     },
     /// For every handler bound to `name`.
-    Named { name: Arc<str>, payload: Message },
+    Named {
+        name: Arc<str>,
+        payload: Message,
+        routing: Routing,
+    },
 }
 
 /// One queued event, stamped with the generation whose mailbox posted it.
@@ -195,6 +219,10 @@ struct Inner {
     state: QueueState,
     /// Envelopes of ended generations thrown away since the domain last asked.
     discarded: u64,
+    /// `queue full` refusals of emits made off the engine thread, for the next drain's report.
+    refusals: Vec<Diagnostic>,
+    /// Refusals past [`REFUSALS_KEPT`] since the last drain.
+    refusals_dropped: usize,
 }
 
 /// The FIFO every mailbox of a domain posts its events to.
@@ -213,6 +241,8 @@ impl EventQueue {
                 generation,
                 state: QueueState::Open,
                 discarded: 0,
+                refusals: Vec::new(),
+                refusals_dropped: 0,
             }),
         })
     }
@@ -271,6 +301,17 @@ impl EventQueue {
         name: &str,
         payload: Message,
     ) -> Result<(), PostRefused> {
+        self.push_routed(generation, name, payload, Routing::Settled)
+    }
+
+    /// As [`push_named`](Self::push_named), marking whether the drain routes the event.
+    pub(crate) fn push_routed(
+        &self,
+        generation: Generation,
+        name: &str,
+        payload: Message,
+        routing: Routing,
+    ) -> Result<(), PostRefused> {
         let payload = self.check_name(name, payload)?;
         let weight = payload.queue_weight().saturating_add(name.len());
         let mut inner = self.lock();
@@ -301,6 +342,7 @@ impl EventQueue {
             event: QueuedEvent::Named {
                 name: Arc::from(name),
                 payload,
+                routing,
             },
             weight,
         });
@@ -350,6 +392,36 @@ impl EventQueue {
         inner.bytes = 0;
     }
 
+    /// Keeps a `queue full` refusal of a worker's or actor's emit for the engine thread's next
+    /// drain, which reports it as it reports the engine VM's own.
+    pub(crate) fn note_refusal(&self, refusal: Diagnostic) {
+        let mut inner = self.lock();
+        if inner.refusals.len() < REFUSALS_KEPT {
+            inner.refusals.push(refusal);
+        } else {
+            inner.refusals_dropped += 1;
+        }
+    }
+
+    /// The refusals kept since the last call, the last one saying how many more there were.
+    pub(crate) fn take_refusals(&self) -> Vec<Diagnostic> {
+        let mut inner = self.lock();
+        let mut refusals = std::mem::take(&mut inner.refusals);
+        let dropped = std::mem::take(&mut inner.refusals_dropped);
+        if dropped > 0 {
+            if let Some(last) = refusals.last() {
+                let summary = Diagnostic {
+                    message: format!(
+                        "events.emit: {dropped} more emits were refused (queue full) and not kept"
+                    ),
+                    ..last.clone()
+                };
+                refusals.push(summary);
+            }
+        }
+        refusals
+    }
+
     /// The envelopes of ended generations discarded since the last call.
     pub(crate) fn take_discarded(&self) -> u64 {
         std::mem::take(&mut self.lock().discarded)
@@ -397,6 +469,40 @@ mod tests {
         let batch = queue.take(2);
         assert_eq!(batch.len(), 2);
         assert_eq!(queue.pending(), (1, 16));
+    }
+
+    #[test]
+    fn refusals_are_kept_up_to_their_bound_then_counted() {
+        let queue = EventQueue::new(EventLimits::default(), Generation(1));
+        let refusal = |n: usize| {
+            let attribution = crate::domain::Attribution {
+                domain_name: "game".to_owned(),
+                domain: crate::jobs::DomainId(1),
+                generation: Generation(1),
+                context: None,
+                worker: None,
+            };
+            Diagnostic::new(
+                crate::domain::DiagnosticKind::QueueFull,
+                attribution,
+                format!("refused {n}"),
+            )
+        };
+        for n in 0..REFUSALS_KEPT + 3 {
+            queue.note_refusal(refusal(n));
+        }
+        let kept = queue.take_refusals();
+        assert_eq!(kept.len(), REFUSALS_KEPT + 1);
+        assert_eq!(kept[0].message, "refused 0");
+        assert_eq!(
+            kept[REFUSALS_KEPT - 1].message,
+            format!("refused {}", REFUSALS_KEPT - 1)
+        );
+        assert_eq!(
+            kept[REFUSALS_KEPT].message,
+            "events.emit: 3 more emits were refused (queue full) and not kept"
+        );
+        assert!(queue.take_refusals().is_empty());
     }
 
     #[test]

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use crossbeam_channel::TryRecvError;
 
-use super::{engine_vm, event_handlers, scheduler, services, DomainState, ScriptDomain};
+use super::{
+    engine_vm, event_handlers, interfaces, scheduler, services, DomainState, ScriptDomain,
+};
 use crate::error::{Error, Result};
 use crate::jobs::{self, DomainMailbox, Generation};
 use crate::value::Message;
@@ -69,6 +71,7 @@ impl ScriptDomain {
         vm.lua.set_app_data(registry.clone());
         scheduler::install_context_module(&vm.lua, &self.bindings)?;
         event_handlers::install_events_module(&vm.lua, &self.event_handlers)?;
+        interfaces::install_interfaces_module(&vm.lua, &self.name, generation)?;
         super::actor::install_engine(&vm.lua, &self.actors)?;
         for (name, _) in next.services.since(0) {
             let f = services::engine_function(&vm.lua, self.services.clone(), name.clone())?;

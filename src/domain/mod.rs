@@ -31,10 +31,12 @@ pub(crate) mod capability;
 mod chrome_trace;
 mod context;
 mod diagnostic;
+mod emit;
 mod event_handlers;
 pub(crate) mod event_queue;
 mod generation;
 mod host_promises;
+mod interfaces;
 mod lifecycle;
 pub(crate) mod log;
 mod owned;
@@ -52,6 +54,8 @@ pub use diagnostic::{Attribution, Diagnostic, DiagnosticKind, DiagnosticSink, Se
 pub(crate) use event_handlers::events_module;
 pub use event_handlers::EventReport;
 pub use event_queue::{EventLimits, EventTarget, PostRefused, QueueBound};
+pub(crate) use interfaces::interfaces_module;
+pub use interfaces::{InterfaceField, InterfaceInfo, MAX_INTERFACE_NAME};
 pub use lifecycle::DomainState;
 pub(crate) use log::Logs;
 pub use log::{LogLevel, LogRecord, LogSink};
@@ -451,6 +455,7 @@ impl ScriptDomain {
             &spec.contexts,
         );
         event_handlers::install_events_module(&vm.lua, &event_handlers)?;
+        interfaces::install_interfaces_module(&vm.lua, &spec.name, id.generation)?;
         scheduler::install_context_module(&vm.lua, &bindings)?;
         let actors =
             actor::Actors::new(principal.clone(), spec.worker_failures, spec.worker_budget);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::item::DomainEvent;
-use crate::domain::event_queue::{EventQueue, EventTarget, PostRefused};
+use crate::domain::event_queue::{EventQueue, EventTarget, PostRefused, Routing};
 use crate::shared::{SharedLimits, StoreCore};
 use crate::value::Message;
 use crate::vm::Plan;
@@ -144,6 +144,19 @@ impl DomainMailbox {
     /// stopped. A refused event is not queued, and comes back in the error.
     pub fn post_named(&self, name: &str, payload: Message) -> Result<(), PostRefused> {
         self.events.push_named(self.generation, name, payload)
+    }
+
+    /// Queues the named event `name` as emitted by a worker VM or actor of this mailbox's
+    /// generation: as [`post_named`](Self::post_named), and the drain that delivers it also
+    /// posts its copies to the domain's routes (the engine VM's `emit` does that itself).
+    pub(crate) fn emit_named(&self, name: &str, payload: Message) -> Result<(), PostRefused> {
+        self.events
+            .push_routed(self.generation, name, payload, Routing::AtDrain)
+    }
+
+    /// The domain's event queue, for the limits and room an emit reads its payload within.
+    pub(crate) fn event_queue(&self) -> &Arc<EventQueue> {
+        &self.events
     }
 
     /// Queues a raw event on behalf of work that `generation` asked for: a host service that

@@ -185,8 +185,8 @@ pub(crate) const WORKER_BIND: &str =
     "context.bind: handlers bind only in the engine VM; a worker VM runs jobs, not phases";
 
 /// Installs the `require` global: Luau's require-by-string through Skein's loader, plus the
-/// built-ins `@skein/jobs`, `@skein/context`, `@skein/events`, `@skein/worker`, `@skein/log`
-/// and `@skein/fs`.
+/// built-ins `@skein/jobs`, `@skein/context`, `@skein/events`, `@skein/interfaces`,
+/// `@skein/worker`, `@skein/log` and `@skein/fs`.
 pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
     let require = lua.create_function(|lua, spec: mlua::LuaString| {
         let spec = spec.to_str()?.to_owned();
@@ -200,6 +200,9 @@ pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
         }
         if spec == "@skein/events" {
             return crate::domain::events_module(lua);
+        }
+        if spec == "@skein/interfaces" {
+            return crate::domain::interfaces_module(lua);
         }
         if spec == "@skein/worker" {
             return crate::domain::actor::module(lua);

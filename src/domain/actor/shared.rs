@@ -67,6 +67,11 @@ impl ActorShared {
         }
     }
 
+    /// The mailbox of the generation that spawned the worker.
+    pub(crate) fn mailbox(&self) -> &DomainMailbox {
+        &self.mailbox
+    }
+
     fn outbox(&self) -> std::sync::MutexGuard<'_, Outbox> {
         self.outbox.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -1,0 +1,162 @@
+//! `events.emit` as every VM of a domain reads it, and the `@skein/events` of the VMs that are
+//! not the engine VM: pool worker VMs (jobs running for the domain) and actors
+//! (`@skein/worker`).
+//!
+//! All of them post to the one event queue of the domain, under the same limits and with the
+//! same refusals. A worker VM or actor posts through the mailbox of its own generation (its
+//! principal's), so what it emits after a restart is stamped with the old generation,
+//! discarded and counted as stale, and never delivered. Events one job emits are queued in the
+//! order it emits them: each post is one push under the queue's lock, made on the job's thread
+//! before `emit` returns.
+//!
+//! Routes are the engine thread's: a worker's event is routed by the drain that delivers it
+//! ([`Routing::AtDrain`]). Binding handlers (`events.on`) stays the engine VM's alone.
+
+use std::sync::Arc;
+
+use mlua::{Lua, Value};
+
+use super::capability::{self, Authority};
+use super::diagnostic::{Diagnostic, DiagnosticKind};
+use super::event_handlers::{EVENTS_KEY, WORKER_ON};
+use super::event_queue::{EventQueue, PostRefused, QueueBound};
+use crate::jobs::DomainMailbox;
+use crate::value::{Message, TransferErrorKind};
+use crate::vm;
+
+/// Why an emit was refused: the text after `events.emit: `.
+pub(crate) enum EmitRefused {
+    /// The event does not fit under the queue's limits (`queue full: ...`).
+    Full(String),
+    /// Anything else: a bad name, a payload that can't cross, a stopped domain.
+    Other(String),
+}
+
+impl EmitRefused {
+    /// The Luau error `emit` raises.
+    pub(crate) fn into_lua(self) -> mlua::Error {
+        match self {
+            EmitRefused::Full(text) | EmitRefused::Other(text) => {
+                mlua::Error::runtime(format!("events.emit: {text}"))
+            }
+        }
+    }
+}
+
+impl From<PostRefused> for EmitRefused {
+    fn from(refused: PostRefused) -> Self {
+        match refused {
+            PostRefused::Full { .. } => EmitRefused::Full(refused.to_string()),
+            other => EmitRefused::Other(other.to_string()),
+        }
+    }
+}
+
+/// The text of a `queue full` refusal at `bound`.
+fn full(bound: QueueBound, limit: usize) -> String {
+    PostRefused::Full {
+        bound,
+        limit,
+        payload: Message::Nil,
+    }
+    .to_string()
+}
+
+/// Reads `emit(name, payload)` against the room `queue` has now: the name checked, the
+/// payload copied only as far as the bytes left, so a vast table is refused part way through.
+/// Nothing is queued here; the Luau payload is only read.
+pub(crate) fn read_emit(
+    queue: &EventQueue,
+    name: &Value,
+    payload: &Value,
+) -> Result<(String, Message), EmitRefused> {
+    let name = match name {
+        Value::String(s) => s
+            .to_str()
+            .map_err(|e| EmitRefused::Other(format!("name: {}", vm::error_message(&e))))?
+            .to_owned(),
+        other => {
+            return Err(EmitRefused::Other(format!(
+                "name must be a string, got {}",
+                vm::a_type(other)
+            )))
+        }
+    };
+    queue.check_name(&name, Message::Nil)?;
+    let limits = queue.limits();
+    let (events_free, bytes_free) = queue.room();
+    if events_free == 0 {
+        return Err(EmitRefused::Full(full(QueueBound::Pending, limits.pending)));
+    }
+    let room = bytes_free.saturating_sub(name.len());
+    match Message::read_within(payload, "payload", room) {
+        Ok(payload) => Ok((name, payload)),
+        Err(e) if matches!(e.reason, TransferErrorKind::TooLarge { .. }) => {
+            Err(EmitRefused::Full(full(QueueBound::Bytes, limits.bytes)))
+        }
+        Err(e) => Err(EmitRefused::Other(e.to_string())),
+    }
+}
+
+/// `emit` in a worker VM or actor: read as the engine reads it, then queued through the
+/// mailbox of the emitter's generation, to be routed at the drain. A `queue full` refusal is
+/// also kept for the next drain's report, as the engine VM's are; it is attributed to the
+/// authority of the running task (its context or worker), else to `fallback`'s.
+fn emit_from_worker(
+    mailbox: &DomainMailbox,
+    fallback: Option<&Arc<Authority>>,
+    name: Value,
+    payload: Value,
+) -> mlua::Result<()> {
+    let queue = mailbox.event_queue();
+    let event = match &name {
+        Value::String(s) => Some(s.to_string_lossy()),
+        _ => None,
+    };
+    let emitted = read_emit(queue, &name, &payload)
+        .and_then(|(name, payload)| Ok(mailbox.emit_named(&name, payload)?));
+    match emitted {
+        Ok(()) => Ok(()),
+        Err(EmitRefused::Full(text)) => {
+            let text = format!("events.emit: {text}");
+            if let Some(authority) = capability::current_arc().or_else(|| fallback.cloned()) {
+                let mut diagnostic = Diagnostic::new(
+                    DiagnosticKind::QueueFull,
+                    authority.attribution().clone(),
+                    text.clone(),
+                );
+                diagnostic.event = event;
+                queue.note_refusal(diagnostic);
+            }
+            Err(mlua::Error::runtime(text))
+        }
+        Err(other) => Err(other.into_lua()),
+    }
+}
+
+/// Installs `@skein/events` in a VM that is not the engine VM (a pool worker's VM of the
+/// domain, or an actor's): `emit` posts to the domain's queue through `mailbox`, `on` raises.
+/// `authority` names who refusals are attributed to when no task's authority is installed.
+/// Answers the module.
+pub(crate) fn install_worker_events(
+    lua: &Lua,
+    mailbox: DomainMailbox,
+    authority: Option<Arc<Authority>>,
+) -> mlua::Result<Value> {
+    let module = lua.create_table()?;
+    module.raw_set(
+        "emit",
+        lua.create_function(move |_, (name, payload): (Value, Value)| {
+            emit_from_worker(&mailbox, authority.as_ref(), name, payload)
+        })?,
+    )?;
+    module.raw_set(
+        "on",
+        lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
+            Err(mlua::Error::runtime(WORKER_ON))
+        })?,
+    )?;
+    module.set_readonly(true);
+    lua.set_named_registry_value(EVENTS_KEY, &module)?;
+    Ok(Value::Table(module))
+}
