@@ -46,9 +46,10 @@ pub use domain::TracingSink;
 pub use domain::{
     AdvanceReport, Attribution, ChromeTrace, ContextSpec, Diagnostic, DiagnosticSink, DomainSpec,
     DomainState, EventLimits, EventReport, EventTarget, FailurePolicy, FixedStep, FrameReport,
-    HandlerTiming, LiveWorkers, LogLevel, LogRecord, LogSink, Phase, PhaseReport, PostRefused,
-    ProfileEvent, ProfileKind, ProfileSink, ProfileThread, QueueBound, Report, ResourceId,
-    ScriptDomain, Severity, WorkerError, WorkerStage, MAX_CONTEXT_NAME, WORKER_SPAWN,
+    HandlerTiming, LiveWorkers, Load, LoadStage, LogLevel, LogRecord, LogSink, Phase, PhaseReport,
+    PostRefused, ProfileEvent, ProfileKind, ProfileSink, ProfileThread, QueueBound, Report,
+    ResourceId, ResourceOwner, ScriptDomain, Severity, WorkerError, WorkerStage, LOAD_BOUND,
+    MAX_CONTEXT_NAME, WORKER_SPAWN,
 };
 pub use error::{Error, Result};
 pub use jobs::{

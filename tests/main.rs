@@ -19,6 +19,7 @@ mod logs;
 mod parallel_for;
 mod profile;
 mod registered;
+mod reload;
 mod runner;
 mod services;
 mod shared_queues;

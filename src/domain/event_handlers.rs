@@ -69,6 +69,9 @@ enum NamedHandler {
 struct NamedBinding {
     id: u64,
     priority: i32,
+    /// The generation whose engine VM bound it; `None` for the host's, which outlive
+    /// generations.
+    generation: Option<Generation>,
     handler: NamedHandler,
 }
 
@@ -118,14 +121,25 @@ impl EventHandlers {
         &self.queue
     }
 
-    /// A new generation: the Luau handlers were functions of the old engine VM and go; the
-    /// host's handlers and routes stay.
+    /// A new generation: the Luau handlers of other generations were functions of engine VMs
+    /// that are gone and go too; the host's handlers and routes stay, and so do the ones the
+    /// new generation bound while a reload built it.
     pub(crate) fn next_generation(&self, generation: Generation) {
         self.generation.set(generation);
-        for list in self.named.borrow_mut().values_mut() {
-            list.retain(|b| matches!(b.handler, NamedHandler::Host(_)));
+        self.unbind_where(|g| g.is_some_and(|g| g != generation));
+    }
+
+    /// A reload's candidate was discarded: the handlers its engine VM bound go with it.
+    pub(crate) fn discard_generation(&self, generation: Generation) {
+        self.unbind_where(|g| g == Some(generation));
+    }
+
+    fn unbind_where(&self, which: impl Fn(Option<Generation>) -> bool) {
+        let mut named = self.named.borrow_mut();
+        for list in named.values_mut() {
+            list.retain(|b| !which(b.generation));
         }
-        self.named.borrow_mut().retain(|_, list| !list.is_empty());
+        named.retain(|_, list| !list.is_empty());
     }
 
     fn attribution(&self, context: Option<&str>) -> Attribution {
@@ -138,7 +152,13 @@ impl EventHandlers {
         }
     }
 
-    fn bind(&self, name: &str, priority: i32, handler: NamedHandler) -> u64 {
+    fn bind(
+        &self,
+        name: &str,
+        priority: i32,
+        generation: Option<Generation>,
+        handler: NamedHandler,
+    ) -> u64 {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         let mut named = self.named.borrow_mut();
@@ -149,6 +169,7 @@ impl EventHandlers {
             NamedBinding {
                 id,
                 priority,
+                generation,
                 handler,
             },
         );
@@ -190,9 +211,9 @@ impl EventHandlers {
         mlua::Error::runtime(message)
     }
 
-    /// `events.emit(name, payload)`: queues the event here, then a copy on every route of the
-    /// name.
-    fn emit(&self, name: Value, payload: Value) -> mlua::Result<()> {
+    /// `events.emit(name, payload)` from the engine VM of `generation`: queues the event here,
+    /// then a copy on every route of the name.
+    fn emit(&self, generation: Generation, name: Value, payload: Value) -> mlua::Result<()> {
         let name = match name {
             Value::String(s) => s.to_str()?.to_owned(),
             other => {
@@ -227,7 +248,7 @@ impl EventHandlers {
             .map(|(_, m)| m.clone())
             .collect();
         let copy = (!routes.is_empty()).then(|| payload.clone());
-        match self.queue.push_named(self.generation.get(), &name, payload) {
+        match self.queue.push_named(generation, &name, payload) {
             Ok(()) => {}
             Err(refused @ PostRefused::Full { .. }) => {
                 return Err(self.refuse(&refused.to_string()))
@@ -251,10 +272,12 @@ impl EventHandlers {
         Ok(())
     }
 
-    /// `events.on(name, fn, context?)`: binds `fn` and answers its remover.
+    /// `events.on(name, fn, context?)` in the engine VM of `generation`: binds `fn` and
+    /// answers its remover.
     fn on(
         self: &Rc<Self>,
         lua: &Lua,
+        generation: Generation,
         name: Value,
         handler: Value,
         context: Value,
@@ -296,7 +319,8 @@ impl EventHandlers {
                 )))
             }
         };
-        let id = self.bind(&name, priority, NamedHandler::Luau { function, context });
+        let handler = NamedHandler::Luau { function, context };
+        let id = self.bind(&name, priority, Some(generation), handler);
         let weak = Rc::downgrade(self);
         lua.create_function(move |_, ()| {
             Ok(weak
@@ -320,20 +344,28 @@ fn mailbox_label(mailbox: &DomainMailbox) -> String {
     format!("a domain (generation {})", mailbox.generation().get())
 }
 
-/// Installs `@skein/events` in the engine VM: `require("@skein/events")` answers it.
-pub(crate) fn install_events_module(lua: &Lua, handlers: &Rc<EventHandlers>) -> mlua::Result<()> {
+/// Installs `@skein/events` in the engine VM of `generation`: `require("@skein/events")`
+/// answers it. What the VM emits is stamped with `generation` and what it binds is tagged with
+/// it, so a reload's candidate never mixes with the generation it may replace.
+pub(crate) fn install_events_module(
+    lua: &Lua,
+    handlers: &Rc<EventHandlers>,
+    generation: Generation,
+) -> mlua::Result<()> {
     let module: Table = lua.create_table()?;
     let store = handlers.clone();
     module.raw_set(
         "emit",
-        lua.create_function(move |_, (name, payload): (Value, Value)| store.emit(name, payload))?,
+        lua.create_function(move |_, (name, payload): (Value, Value)| {
+            store.emit(generation, name, payload)
+        })?,
     )?;
     let store = handlers.clone();
     module.raw_set(
         "on",
         lua.create_function(
             move |lua, (name, handler, context): (Value, Value, Value)| {
-                store.on(lua, name, handler, context)
+                store.on(lua, generation, name, handler, context)
             },
         )?,
     )?;
@@ -441,6 +473,7 @@ impl ScriptDomain {
         handlers.bind(
             name,
             0,
+            None,
             NamedHandler::Host(Rc::new(RefCell::new(Box::new(f)))),
         );
         Ok(())
