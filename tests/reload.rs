@@ -230,6 +230,7 @@ fn a_reload_swaps_runs_the_old_shutdown_once_then_the_new_startup() {
             r#"
             theme = "dark"
             require("@skein/context").bind("main", { shutdown = function() log.write("old shutdown") end })
+            require("@skein/events").on("ping", function() log.write("old ping") end)
             "#,
         )
         .unwrap();
@@ -263,6 +264,11 @@ fn a_reload_swaps_runs_the_old_shutdown_once_then_the_new_startup() {
     let report = domain.drain_events();
     assert_eq!((report.delivered, report.unhandled), (1, 0));
     assert_eq!(eval(&domain, "return hello"), Message::Integer(7));
+    // The old generation's named handlers went with it.
+    domain.mailbox().post_named("ping", Message::Nil).unwrap();
+    let report = domain.drain_events();
+    assert_eq!((report.delivered, report.unhandled), (0, 1));
+    assert_eq!(host.lines(), ["old shutdown", "new startup"]);
 
     // A ready domain reloads to ready and runs no startup.
     let mut ready = self::domain(&pool, &tree).0;

@@ -81,7 +81,6 @@ pub(crate) struct EventHandlers {
     /// The domain's name, for attributions.
     domain_name: String,
     domain: DomainId,
-    generation: Cell<Generation>,
     /// The host's contexts' names and priorities, for `events.on(name, fn, context)`.
     contexts: Box<[(String, i32)]>,
     next_id: Cell<u64>,
@@ -97,14 +96,12 @@ impl EventHandlers {
         queue: Arc<EventQueue>,
         domain_name: &str,
         domain: DomainId,
-        generation: Generation,
         contexts: &[ContextSpec],
     ) -> Rc<EventHandlers> {
         Rc::new(EventHandlers {
             queue,
             domain_name: domain_name.to_owned(),
             domain,
-            generation: Cell::new(generation),
             contexts: contexts
                 .iter()
                 .map(|c| (c.name().to_owned(), c.get_priority()))
@@ -125,13 +122,17 @@ impl EventHandlers {
     /// that are gone and go too; the host's handlers and routes stay, and so do the ones the
     /// new generation bound while a reload built it.
     pub(crate) fn next_generation(&self, generation: Generation) {
-        self.generation.set(generation);
         self.unbind_where(|g| g.is_some_and(|g| g != generation));
     }
 
-    /// A reload's candidate was discarded: the handlers its engine VM bound go with it.
+    /// A reload's candidate was discarded: the handlers its engine VM bound go with it, and so
+    /// do the diagnostics its `emit` recorded (nothing of it reaches the running generation's
+    /// reports).
     pub(crate) fn discard_generation(&self, generation: Generation) {
         self.unbind_where(|g| g == Some(generation));
+        let theirs = |d: &Diagnostic| d.attribution.generation == generation;
+        self.errors.borrow_mut().retain(|d| !theirs(d));
+        self.warnings.borrow_mut().retain(|d| !theirs(d));
     }
 
     fn unbind_where(&self, which: impl Fn(Option<Generation>) -> bool) {
@@ -142,12 +143,13 @@ impl EventHandlers {
         named.retain(|_, list| !list.is_empty());
     }
 
-    fn attribution(&self, context: Option<&str>) -> Attribution {
+    /// Attributes a diagnostic of `emit` to the generation whose VM emitted.
+    fn attribution(&self, generation: Generation) -> Attribution {
         Attribution {
             domain_name: self.domain_name.clone(),
             domain: self.domain,
-            generation: self.generation.get(),
-            context: context.map(str::to_owned),
+            generation,
+            context: None,
             worker: None,
         }
     }
@@ -201,10 +203,10 @@ impl EventHandlers {
     }
 
     /// Records a `queue full` refusal of `emit` and answers the error it raises.
-    fn refuse(&self, refused: &str) -> mlua::Error {
+    fn refuse(&self, generation: Generation, refused: &str) -> mlua::Error {
         let message = format!("events.emit: {refused}");
         self.errors.borrow_mut().push(Diagnostic {
-            attribution: self.attribution(None),
+            attribution: self.attribution(generation),
             phase: None,
             message: message.clone(),
         });
@@ -229,14 +231,17 @@ impl EventHandlers {
         }
         let (events_free, bytes_free) = self.queue.room();
         if events_free == 0 {
-            return Err(self.refuse(&full(super::QueueBound::Pending, limits.pending)));
+            return Err(self.refuse(
+                generation,
+                &full(super::QueueBound::Pending, limits.pending),
+            ));
         }
         // The payload is read only as far as the room left: a vast table is refused part way.
         let room = bytes_free.saturating_sub(name.len());
         let payload = match Message::read_within(&payload, "payload", room) {
             Ok(m) => m,
             Err(e) if matches!(e.reason, TransferErrorKind::TooLarge { .. }) => {
-                return Err(self.refuse(&full(super::QueueBound::Bytes, limits.bytes)));
+                return Err(self.refuse(generation, &full(super::QueueBound::Bytes, limits.bytes)));
             }
             Err(e) => return Err(mlua::Error::runtime(format!("events.emit: {e}"))),
         };
@@ -251,7 +256,7 @@ impl EventHandlers {
         match self.queue.push_named(generation, &name, payload) {
             Ok(()) => {}
             Err(refused @ PostRefused::Full { .. }) => {
-                return Err(self.refuse(&refused.to_string()))
+                return Err(self.refuse(generation, &refused.to_string()))
             }
             Err(refused) => return Err(mlua::Error::runtime(format!("events.emit: {refused}"))),
         }
@@ -259,7 +264,7 @@ impl EventHandlers {
             for mailbox in routes {
                 if let Err(refused) = mailbox.post_named(&name, copy.clone()) {
                     self.warnings.borrow_mut().push(Diagnostic {
-                        attribution: self.attribution(None),
+                        attribution: self.attribution(generation),
                         phase: None,
                         message: format!(
                             "warning: route '{name}' to {}: the copy was not delivered: {refused}",

@@ -477,13 +477,8 @@ impl ScriptDomain {
             report_sink(&reports),
         );
         vm.lua.set_app_data(registry.clone());
-        let event_handlers = event_handlers::EventHandlers::new(
-            queue,
-            &spec.name,
-            id.domain,
-            id.generation,
-            &spec.contexts,
-        );
+        let event_handlers =
+            event_handlers::EventHandlers::new(queue, &spec.name, id.domain, &spec.contexts);
         event_handlers::install_events_module(&vm.lua, &event_handlers, id.generation)?;
         scheduler::install_context_module(&vm.lua, &bindings)?;
         let actors =
