@@ -231,6 +231,7 @@ fn a_reload_swaps_runs_the_old_shutdown_once_then_the_new_startup() {
             theme = "dark"
             require("@skein/context").bind("main", { shutdown = function() log.write("old shutdown") end })
             require("@skein/events").on("ping", function() log.write("old ping") end)
+            res.take("old texture")
             "#,
         )
         .unwrap();
@@ -245,6 +246,7 @@ fn a_reload_swaps_runs_the_old_shutdown_once_then_the_new_startup() {
         "ui v2",
         r#"
         theme = theme or "light"
+        res.take("new texture")
         local events = require("@skein/events")
         events.on("hello", function(v) hello = v end)
         events.emit("hello", 7)
@@ -260,6 +262,14 @@ fn a_reload_swaps_runs_the_old_shutdown_once_then_the_new_startup() {
     assert_eq!(host.lines(), ["old shutdown", "new startup"]);
     assert_eq!(eval(&domain, "return theme"), string("light"));
     assert_eq!(domain.stale_events(), stale + 2);
+    // The old generation's resource was released at the swap; the new one's is held.
+    assert_eq!(host.released(), ["old texture"]);
+    let kinds: Vec<String> = domain
+        .owned_resources()
+        .into_iter()
+        .map(|(_, k)| k)
+        .collect();
+    assert_eq!(kinds, ["new texture"]);
     // What the load emitted waited for the new generation and reaches its handler.
     let report = domain.drain_events();
     assert_eq!((report.delivered, report.unhandled), (1, 0));
@@ -532,4 +542,25 @@ fn the_embedding_guides_reload_example_runs_as_written() -> Result<(), Box<dyn s
     assert_eq!(domain.eval("return layout")?, Message::String("v3".into()));
     assert_eq!(domain.generation().get(), 3);
     Ok(())
+}
+
+#[test]
+fn a_reload_of_a_file_that_cannot_be_read_fails_at_the_read_stage() {
+    let pool = Pool::new(1);
+    let tree = tree();
+    let (mut domain, _) = domain(&pool, &tree);
+    domain.exec("kept = true").unwrap();
+    let missing = tree.path().join("missing.luau");
+    let err = domain
+        .reload(Load::file(&missing, Vec::<String>::new()))
+        .unwrap_err();
+    let (stage, message) = reload_failure(err);
+    assert_eq!(stage, LoadStage::Read);
+    assert!(
+        message.starts_with(&format!("{}: ", missing.display())),
+        "{message}"
+    );
+    assert_eq!(domain.generation().get(), 1);
+    assert_eq!(domain.state(), DomainState::Ready);
+    assert_eq!(eval(&domain, "return kept"), Message::Boolean(true));
 }
