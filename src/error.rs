@@ -32,6 +32,14 @@ pub enum Error {
     Capability(crate::CapabilityError),
     /// A delegation asked for capabilities the delegator does not hold.
     OverDelegation(crate::OverDelegation),
+    /// [`ScriptDomain::reload`](crate::ScriptDomain::reload) discarded the generation it
+    /// built: its load failed at `stage`. The running generation is untouched.
+    ReloadFailed {
+        /// Where the load failed.
+        stage: crate::LoadStage,
+        /// What went wrong, with the Luau stack when there is one.
+        message: String,
+    },
 }
 
 /// `Result<T, skein::Error>`.
@@ -55,6 +63,10 @@ impl fmt::Display for Error {
             ),
             Error::Capability(e) => write!(f, "{e}"),
             Error::OverDelegation(e) => write!(f, "{e}"),
+            Error::ReloadFailed { stage, message } => write!(
+                f,
+                "reload: the new generation failed to {stage}, the running one is kept: {message}"
+            ),
         }
     }
 }

@@ -47,9 +47,10 @@ pub use domain::{
     AdvanceReport, Attribution, ChromeTrace, ContextSpec, Diagnostic, DiagnosticKind,
     DiagnosticSink, DomainSpec, DomainState, DomainStats, EventLimits, EventReport, EventTarget,
     FailurePolicy, FixedStep, FrameReport, HandlerTiming, InterfaceField, InterfaceInfo,
-    LiveWorkers, LogLevel, LogRecord, LogSink, Phase, PhaseReport, PostRefused, ProfileEvent,
-    ProfileKind, ProfileSink, ProfileThread, QueueBound, Report, ResourceId, ScriptDomain,
-    Severity, WorkerError, WorkerStage, MAX_CONTEXT_NAME, MAX_INTERFACE_NAME, WORKER_SPAWN,
+    LiveWorkers, Load, LoadStage, LogLevel, LogRecord, LogSink, Phase, PhaseReport, PostRefused,
+    ProfileEvent, ProfileKind, ProfileSink, ProfileThread, QueueBound, Report, ResourceId,
+    ResourceOwner, ScriptDomain, Severity, WorkerError, WorkerStage, LOAD_BOUND, MAX_CONTEXT_NAME,
+    MAX_INTERFACE_NAME, WORKER_SPAWN,
 };
 pub use error::{Error, Result};
 pub use jobs::{

@@ -544,7 +544,7 @@ fn stop_restart_and_drop_join_every_worker() {
     )
     .unwrap();
     assert_eq!(live.get(), 2);
-    d.restart().unwrap();
+    d.restart(skein::Load::Nothing).unwrap();
     assert_eq!(live.get(), 0);
     d.exec("require('@skein/worker').spawn { source = 'return function() end' }")
         .unwrap();

@@ -136,7 +136,7 @@ fn a_restart_keeps_the_grant_and_attributes_denials_to_the_new_generation() {
     let pool = Pool::new(1);
     let mut d = domain(&pool, &tree, "a", &["x.a"]);
     assert!(d.eval("return need('x.b')").is_err());
-    d.restart().unwrap();
+    d.restart(skein::Load::Nothing).unwrap();
     assert_eq!(
         d.eval("return need('x.a')").unwrap(),
         Message::Boolean(true)

@@ -548,7 +548,7 @@ fn a_restart_discards_the_old_generations_events_and_counts_them() {
     old.post_named("n", Message::Integer(2)).unwrap();
     domain.eval(r#"events.emit("n", 3)"#).unwrap();
     let stale_before = domain.stale_events();
-    domain.restart().unwrap();
+    domain.restart(skein::Load::Nothing).unwrap();
     assert_eq!(domain.stale_events(), stale_before + 3);
     assert_eq!(
         (domain.pending_events(), domain.pending_event_bytes()),

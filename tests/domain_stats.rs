@@ -2,7 +2,7 @@
 //! totals outlive a restart.
 
 use skein::{
-    ContextSpec, DomainSpec, DomainState, EventTarget, Message, Phase, Pool, ScriptDomain,
+    ContextSpec, DomainSpec, DomainState, EventTarget, Load, Message, Phase, Pool, ScriptDomain,
 };
 
 fn spec() -> DomainSpec {
@@ -126,10 +126,14 @@ fn resources_denials_and_reports_are_seen_and_totals_survive_a_restart() {
     assert_eq!(before.denials, 1);
     assert_eq!(before.handler_calls, 1);
 
-    let generation = domain.restart().expect("restart");
+    let generation = domain.restart(Load::Nothing).expect("restart");
     let after = domain.stats();
     assert_eq!(after.generation, generation);
-    assert_eq!(after.state, DomainState::Ready);
+    assert_eq!(
+        after.state,
+        DomainState::Running,
+        "it was running, so it starts again"
+    );
     assert_eq!(after.owned_resources, 0, "released with the generation");
     assert_eq!(after.denials, before.denials);
     assert_eq!(after.handler_calls, before.handler_calls);

@@ -320,7 +320,7 @@ fn a_restart_empties_the_log_and_drops_the_old_watchers() {
     domain
         .raise_engine_event("hit", Message::Integer(1))
         .unwrap();
-    domain.restart().unwrap();
+    domain.restart(skein::Load::Nothing).unwrap();
     domain
         .exec("got = {} engine.on('hit', function(p) table.insert(got, p) end)")
         .unwrap();

@@ -129,7 +129,7 @@ fn a_restart_applies_none_of_the_old_generations_commands_and_rejects_its_promis
     assert!(wait_until(Duration::from_secs(5), || marks.count() == 1));
     assert!(quick.wait_timeout(Duration::from_millis(50)).is_none());
     assert_eq!(domain.generation().get(), 1);
-    assert_eq!(domain.restart().unwrap().get(), 2);
+    assert_eq!(domain.restart(skein::Load::Nothing).unwrap().get(), 2);
     assert_eq!(domain.generation().get(), 2);
     // Its Apply event was already queued: discarded, counted, never applied.
     assert_eq!(domain.stale_events(), 1);
@@ -160,7 +160,7 @@ fn a_queued_item_of_the_old_generation_is_refused_unrun() {
     let second = domain
         .dispatch_with("./m", "bump", Message::Nil, &opts)
         .unwrap();
-    domain.restart().unwrap();
+    domain.restart(skein::Load::Nothing).unwrap();
     frames_for(&domain, Duration::from_millis(100));
     let failure = rejection(second.wait());
     assert_eq!(failure.kind, FailureKind::Refused);
@@ -197,7 +197,7 @@ fn a_restart_with_forwarded_calls_in_flight_drops_and_counts_their_answers() {
     // right after its job's mark.
     assert!(wait_until(Duration::from_secs(5), || marks.count() == 5));
     std::thread::sleep(Duration::from_millis(50));
-    domain.restart().unwrap();
+    domain.restart(skein::Load::Nothing).unwrap();
     assert!(
         wait_until(Duration::from_secs(2), || {
             domain.frame(FRAME);
@@ -228,7 +228,7 @@ fn a_worker_parked_on_a_query_while_the_engine_restarts_is_never_answered() {
     let mut parked = domain.dispatch("./m", "get", args).unwrap();
     assert!(wait_until(Duration::from_secs(5), || marks.count() == 1));
     assert!(parked.wait_timeout(Duration::from_millis(50)).is_none());
-    domain.restart().unwrap();
+    domain.restart(skein::Load::Nothing).unwrap();
     // The query may reach the old mailbox before or after the restart: either way it is stale.
     assert!(wait_until(Duration::from_secs(2), || {
         domain.frame(FRAME);
@@ -248,7 +248,7 @@ fn a_shared_table_handle_of_the_old_generation_raises_naming_the_restart() {
     let old = domain.shared().table("scores").unwrap();
     old.set("a", Message::Integer(1)).unwrap();
     let queue = domain.shared().queue("work", 4).unwrap();
-    domain.restart().unwrap();
+    domain.restart(skein::Load::Nothing).unwrap();
     assert_contains(
         &old.get("a").unwrap_err().to_string(),
         "domain 'test' restarted",
@@ -283,7 +283,7 @@ fn a_key_binding_ends_with_its_generation_and_the_new_one_starts_fresh() {
     };
     assert_eq!(bump(&domain), Message::Integer(1));
     assert_eq!(bump(&domain), Message::Integer(2));
-    domain.restart().unwrap();
+    domain.restart(skein::Load::Nothing).unwrap();
     // The key's VM was the old generation's: its module state is gone.
     assert_eq!(bump(&domain), Message::Integer(1));
     let from_luau = domain
@@ -300,7 +300,7 @@ fn the_new_generation_runs_dispatch_and_engine_services() {
     let (tree, pool) = (tree(), Pool::new(2));
     let (mut domain, world, queries) = setup(&tree, &pool);
     domain.exec("old = true").unwrap();
-    domain.restart().unwrap();
+    domain.restart(skein::Load::Nothing).unwrap();
     assert_eq!(domain.eval("return old").unwrap(), Message::Nil);
     world.borrow_mut().insert(1, string("one"));
     // The services are the host's: the engine VM calls them directly, workers forward.
@@ -358,7 +358,10 @@ fn a_domain_restarts_twice_and_its_frame_counter_carries_on() {
     for generation in 2..=3 {
         domain.frame(FRAME);
         let frames = domain.frames();
-        assert_eq!(domain.restart().unwrap().get(), generation);
+        assert_eq!(
+            domain.restart(skein::Load::Nothing).unwrap().get(),
+            generation
+        );
         assert_eq!(domain.principal().generation.get(), generation);
         assert_eq!(domain.id(), id);
         assert!(domain.frames() >= frames);
@@ -404,7 +407,7 @@ fn the_old_engine_vm_is_dropped_with_the_tasks_that_awaited_its_promises() {
         )
         .unwrap();
     assert_eq!(domain.tasks(), 1);
-    domain.restart().unwrap();
+    domain.restart(skein::Load::Nothing).unwrap();
     assert_eq!(domain.tasks(), 0);
     assert_eq!(drops.load(Ordering::SeqCst), 1, "the old engine VM closed");
     frames_for(&domain, Duration::from_millis(200));
@@ -495,7 +498,7 @@ fn a_restart_ends_registered_jobs_and_keeps_the_hosts_kernels() {
     assert_eq!(domain.eval("return ticks").unwrap(), Message::Integer(1));
     assert_eq!(domain.jobs().len(), 1);
 
-    domain.restart().unwrap();
+    domain.restart(skein::Load::Nothing).unwrap();
     assert!(
         domain.jobs().is_empty(),
         "the old generation's jobs are gone"
@@ -543,7 +546,7 @@ fn owned_resources_end_with_the_generation_that_took_them_newest_first() {
     // A restart releases what the old generation owns, newest first; a panicking release is
     // reported and the others still run.
     domain.own("broken", || panic!("driver gone"));
-    domain.restart().unwrap();
+    domain.restart(skein::Load::Nothing).unwrap();
     assert_eq!(*log.borrow(), ["texture", "sound", "socket"]);
     let reports = domain.take_reports();
     assert!(
@@ -569,7 +572,7 @@ fn a_completion_posted_for_an_older_generation_is_discarded_and_counted() {
     let mut domain = ScriptDomain::new(&pool, skein::DomainSpec::new("late")).unwrap();
     let asked = domain.generation();
     let mailbox = domain.mailbox();
-    domain.restart().unwrap();
+    domain.restart(skein::Load::Nothing).unwrap();
     let before = domain.stale_events();
     mailbox
         .post_for(asked, skein::EventTarget::All, Message::Integer(1))

@@ -3,8 +3,8 @@
 //! keeping theirs apart, the refusals of worker VMs and actors, and the host's view.
 
 use skein::{
-    CapabilityId, CapabilitySet, ContextSpec, DomainSpec, InterfaceField, InterfaceInfo, Message,
-    Phase, Pool, RootAuthority, ScriptDomain,
+    CapabilityId, CapabilitySet, ContextSpec, DomainSpec, InterfaceField, InterfaceInfo, Load,
+    Message, Phase, Pool, RootAuthority, ScriptDomain,
 };
 
 use crate::support::{number, refusal, text, Tree};
@@ -196,7 +196,7 @@ fn a_restart_starts_without_interfaces() {
     d.eval(r#"interfaces.provide("ui.hud", { show = 1 })"#)
         .unwrap();
     assert_eq!(d.interfaces().len(), 1);
-    d.restart().unwrap();
+    d.restart(Load::Nothing).unwrap();
     assert!(d.interfaces().is_empty());
     let after = d
         .eval(

@@ -21,6 +21,7 @@ mod logs;
 mod parallel_for;
 mod profile;
 mod registered;
+mod reload;
 mod runner;
 mod services;
 mod shared_queues;

@@ -137,7 +137,7 @@ fn stale_events_and_the_stop_reach_the_sink_and_a_restart_keeps_it() {
     let spec = DomainSpec::new("game").profile(recorder.clone());
     let mut domain = ScriptDomain::new(&pool, spec).unwrap();
     let old = domain.mailbox();
-    domain.restart().unwrap();
+    domain.restart(skein::Load::Nothing).unwrap();
     old.post_named("n", Message::Integer(4)).unwrap();
     old.post_named("n", Message::Integer(5)).unwrap();
     domain.drain_events();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use skein::{
-    CapabilityId, CapabilitySet, DomainSpec, EventLimits, MapKey, Message, Plan, Pool,
+    CapabilityId, CapabilitySet, DomainSpec, EventLimits, Load, MapKey, Message, Plan, Pool,
     RootAuthority, ScriptDomain,
 };
 
@@ -286,7 +286,7 @@ fn an_emit_of_an_ended_generation_is_stale_and_never_delivered() {
         .arrived
         .load(Ordering::Acquire)
         == 1));
-    d.restart().unwrap();
+    d.restart(Load::Nothing).unwrap();
     let stale_before = d.stale_events();
     gate.open();
     assert!(wait_until(Duration::from_secs(10), || emitted

@@ -496,7 +496,7 @@ fn a_restart_ends_worker_registered_jobs_with_their_vm() {
     f.dispatch("start", "{ name = 'c' }");
     f.domain.frame(FRAME);
     f.wait_marks(1);
-    f.domain.restart().unwrap();
+    f.domain.restart(skein::Load::Nothing).unwrap();
     assert!(f.domain.jobs().is_empty());
     for _ in 0..3 {
         f.domain.frame(FRAME);

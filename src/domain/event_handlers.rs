@@ -70,6 +70,9 @@ enum NamedHandler {
 struct NamedBinding {
     id: u64,
     priority: i32,
+    /// The generation whose engine VM bound it; `None` for the host's, which outlive
+    /// generations.
+    generation: Option<Generation>,
     handler: NamedHandler,
 }
 
@@ -79,7 +82,6 @@ pub(crate) struct EventHandlers {
     /// The domain's name, for attributions.
     domain_name: String,
     domain: DomainId,
-    generation: Cell<Generation>,
     /// The host's contexts' names and priorities, for `events.on(name, fn, context)`.
     contexts: Box<[(String, i32)]>,
     next_id: Cell<u64>,
@@ -95,14 +97,12 @@ impl EventHandlers {
         queue: Arc<EventQueue>,
         domain_name: &str,
         domain: DomainId,
-        generation: Generation,
         contexts: &[ContextSpec],
     ) -> Rc<EventHandlers> {
         Rc::new(EventHandlers {
             queue,
             domain_name: domain_name.to_owned(),
             domain,
-            generation: Cell::new(generation),
             contexts: contexts
                 .iter()
                 .map(|c| (c.name().to_owned(), c.get_priority()))
@@ -119,27 +119,49 @@ impl EventHandlers {
         &self.queue
     }
 
-    /// A new generation: the Luau handlers were functions of the old engine VM and go; the
-    /// host's handlers and routes stay.
+    /// A new generation: the Luau handlers of other generations were functions of engine VMs
+    /// that are gone and go too; the host's handlers and routes stay, and so do the ones the
+    /// new generation bound while a reload built it.
     pub(crate) fn next_generation(&self, generation: Generation) {
-        self.generation.set(generation);
-        for list in self.named.borrow_mut().values_mut() {
-            list.retain(|b| matches!(b.handler, NamedHandler::Host(_)));
-        }
-        self.named.borrow_mut().retain(|_, list| !list.is_empty());
+        self.unbind_where(|g| g.is_some_and(|g| g != generation));
     }
 
-    fn attribution(&self, context: Option<&str>) -> Attribution {
+    /// A reload's candidate was discarded: the handlers its engine VM bound go with it, and so
+    /// do the diagnostics its `emit` recorded (nothing of it reaches the running generation's
+    /// reports).
+    pub(crate) fn discard_generation(&self, generation: Generation) {
+        self.unbind_where(|g| g == Some(generation));
+        let theirs = |d: &Diagnostic| d.attribution.generation == generation;
+        self.errors.borrow_mut().retain(|d| !theirs(d));
+        self.warnings.borrow_mut().retain(|d| !theirs(d));
+    }
+
+    fn unbind_where(&self, which: impl Fn(Option<Generation>) -> bool) {
+        let mut named = self.named.borrow_mut();
+        for list in named.values_mut() {
+            list.retain(|b| !which(b.generation));
+        }
+        named.retain(|_, list| !list.is_empty());
+    }
+
+    /// Attributes a diagnostic of `emit` to the generation whose VM emitted.
+    fn attribution(&self, generation: Generation) -> Attribution {
         Attribution {
             domain_name: self.domain_name.clone(),
             domain: self.domain,
-            generation: self.generation.get(),
-            context: context.map(str::to_owned),
+            generation,
+            context: None,
             worker: None,
         }
     }
 
-    fn bind(&self, name: &str, priority: i32, handler: NamedHandler) -> u64 {
+    fn bind(
+        &self,
+        name: &str,
+        priority: i32,
+        generation: Option<Generation>,
+        handler: NamedHandler,
+    ) -> u64 {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         let mut named = self.named.borrow_mut();
@@ -150,6 +172,7 @@ impl EventHandlers {
             NamedBinding {
                 id,
                 priority,
+                generation,
                 handler,
             },
         );
@@ -181,11 +204,11 @@ impl EventHandlers {
     }
 
     /// Records a `queue full` refusal of `emit` and answers the error it raises.
-    fn refuse(&self, name: &str, refused: &str) -> mlua::Error {
+    fn refuse(&self, generation: Generation, name: &str, refused: &str) -> mlua::Error {
         let message = format!("events.emit: {refused}");
         let mut diagnostic = Diagnostic::new(
             DiagnosticKind::QueueFull,
-            self.attribution(None),
+            self.attribution(generation),
             message.clone(),
         );
         diagnostic.event = Some(name.to_owned());
@@ -193,25 +216,25 @@ impl EventHandlers {
         mlua::Error::runtime(message)
     }
 
-    /// `events.emit(name, payload)`: queues the event here, then a copy on every route of the
-    /// name.
-    fn emit(&self, name: Value, payload: Value) -> mlua::Result<()> {
+    /// `events.emit(name, payload)` from the engine VM of `generation`: queues the event here,
+    /// then a copy on every route of the name.
+    fn emit(&self, generation: Generation, name: Value, payload: Value) -> mlua::Result<()> {
         let event = match &name {
             Value::String(s) => s.to_string_lossy(),
             _ => String::new(),
         };
         let refused = |refused: EmitRefused| match refused {
-            EmitRefused::Full(text) => self.refuse(&event, &text),
+            EmitRefused::Full(text) => self.refuse(generation, &event, &text),
             other => other.into_lua(),
         };
         let (name, payload) = read_emit(&self.queue, &name, &payload).map_err(refused)?;
         let routes = self.routes_of(&name);
         let copy = (!routes.is_empty()).then(|| payload.clone());
         self.queue
-            .push_named(self.generation.get(), &name, payload)
+            .push_named(generation, &name, payload)
             .map_err(|e| refused(e.into()))?;
         if let Some(copy) = copy {
-            self.post_copies(&name, routes, &copy);
+            self.post_copies(generation, &name, routes, &copy);
         }
         Ok(())
     }
@@ -228,7 +251,13 @@ impl EventHandlers {
 
     /// Posts a copy of `payload` to each of `routes`; a recipient that is stopped or full is a
     /// warning for the next report, never the emitter's error.
-    fn post_copies(&self, name: &str, routes: Vec<DomainMailbox>, payload: &Message) {
+    fn post_copies(
+        &self,
+        generation: Generation,
+        name: &str,
+        routes: Vec<DomainMailbox>,
+        payload: &Message,
+    ) {
         for mailbox in routes {
             if let Err(refused) = mailbox.post_named(name, payload.clone()) {
                 let message = format!(
@@ -237,7 +266,7 @@ impl EventHandlers {
                 );
                 let mut diagnostic = Diagnostic::new(
                     DiagnosticKind::RouteUndelivered,
-                    self.attribution(None),
+                    self.attribution(generation),
                     message,
                 );
                 diagnostic.event = Some(name.to_owned());
@@ -246,10 +275,12 @@ impl EventHandlers {
         }
     }
 
-    /// `events.on(name, fn, context?)`: binds `fn` and answers its remover.
+    /// `events.on(name, fn, context?)` in the engine VM of `generation`: binds `fn` and
+    /// answers its remover.
     fn on(
         self: &Rc<Self>,
         lua: &Lua,
+        generation: Generation,
         name: Value,
         handler: Value,
         context: Value,
@@ -291,7 +322,8 @@ impl EventHandlers {
                 )))
             }
         };
-        let id = self.bind(&name, priority, NamedHandler::Luau { function, context });
+        let handler = NamedHandler::Luau { function, context };
+        let id = self.bind(&name, priority, Some(generation), handler);
         let weak = Rc::downgrade(self);
         lua.create_function(move |_, ()| {
             Ok(weak
@@ -306,20 +338,28 @@ fn mailbox_label(mailbox: &DomainMailbox) -> String {
     format!("a domain (generation {})", mailbox.generation().get())
 }
 
-/// Installs `@skein/events` in the engine VM: `require("@skein/events")` answers it.
-pub(crate) fn install_events_module(lua: &Lua, handlers: &Rc<EventHandlers>) -> mlua::Result<()> {
+/// Installs `@skein/events` in the engine VM of `generation`: `require("@skein/events")`
+/// answers it. What the VM emits is stamped with `generation` and what it binds is tagged with
+/// it, so a reload's candidate never mixes with the generation it may replace.
+pub(crate) fn install_events_module(
+    lua: &Lua,
+    handlers: &Rc<EventHandlers>,
+    generation: Generation,
+) -> mlua::Result<()> {
     let module: Table = lua.create_table()?;
     let store = handlers.clone();
     module.raw_set(
         "emit",
-        lua.create_function(move |_, (name, payload): (Value, Value)| store.emit(name, payload))?,
+        lua.create_function(move |_, (name, payload): (Value, Value)| {
+            store.emit(generation, name, payload)
+        })?,
     )?;
     let store = handlers.clone();
     module.raw_set(
         "on",
         lua.create_function(
             move |lua, (name, handler, context): (Value, Value, Value)| {
-                store.on(lua, name, handler, context)
+                store.on(lua, generation, name, handler, context)
             },
         )?,
     )?;
@@ -441,6 +481,7 @@ impl ScriptDomain {
         handlers.bind(
             name,
             0,
+            None,
             NamedHandler::Host(Rc::new(RefCell::new(Box::new(f)))),
         );
         Ok(())
@@ -524,7 +565,7 @@ impl ScriptDomain {
                     if routing == Routing::AtDrain {
                         let routes = handlers.routes_of(&name);
                         if !routes.is_empty() {
-                            handlers.post_copies(&name, routes, &payload);
+                            handlers.post_copies(envelope.generation, &name, routes, &payload);
                         }
                     }
                     self.deliver_named(&handlers, &name, payload, &mut report.errors)

@@ -216,6 +216,9 @@ struct Inner {
     bytes: usize,
     /// The generation whose envelopes are live.
     generation: Generation,
+    /// A generation being built beside the live one (`ScriptDomain::reload`): its envelopes
+    /// queue too, and become live or are discarded when the reload ends.
+    candidate: Option<Generation>,
     state: QueueState,
     /// Envelopes of ended generations thrown away since the domain last asked.
     discarded: u64,
@@ -223,6 +226,29 @@ struct Inner {
     refusals: Vec<Diagnostic>,
     /// Refusals past [`REFUSALS_KEPT`] since the last drain.
     refusals_dropped: usize,
+}
+
+impl Inner {
+    /// Whether an envelope of `generation` may queue.
+    fn takes(&self, generation: Generation) -> bool {
+        generation == self.generation || Some(generation) == self.candidate
+    }
+
+    /// Drops (and counts) every envelope whose generation `which` selects, keeping the order
+    /// of the rest.
+    fn discard_where(&mut self, which: impl Fn(Generation) -> bool) {
+        let before = self.envelopes.len();
+        let mut freed = 0;
+        self.envelopes.retain(|e| {
+            let gone = which(e.generation);
+            if gone {
+                freed += e.weight;
+            }
+            !gone
+        });
+        self.bytes = self.bytes.saturating_sub(freed);
+        self.discarded += (before - self.envelopes.len()) as u64;
+    }
 }
 
 /// The FIFO every mailbox of a domain posts its events to.
@@ -239,6 +265,7 @@ impl EventQueue {
                 envelopes: VecDeque::new(),
                 bytes: 0,
                 generation,
+                candidate: None,
                 state: QueueState::Open,
                 discarded: 0,
                 refusals: Vec::new(),
@@ -281,7 +308,7 @@ impl EventQueue {
         if inner.state == QueueState::Stopped {
             return Err(PostRefused::Stopped { payload });
         }
-        if generation != inner.generation {
+        if !inner.takes(generation) {
             inner.discarded += 1;
             return Ok(());
         }
@@ -318,7 +345,7 @@ impl EventQueue {
         if inner.state == QueueState::Stopped {
             return Err(PostRefused::Stopped { payload });
         }
-        if generation != inner.generation {
+        if !inner.takes(generation) {
             inner.discarded += 1;
             return Ok(());
         }
@@ -374,14 +401,29 @@ impl EventQueue {
         (inner.envelopes.len(), inner.bytes)
     }
 
-    /// Makes `generation` the live one, discarding (and counting) every queued envelope.
+    /// Makes `generation` the live one, discarding (and counting) every queued envelope of
+    /// another generation. Only a reload's candidate can have queued any of `generation`'s.
     pub(crate) fn advance(&self, generation: Generation) {
         let mut inner = self.lock();
-        let dropped = inner.envelopes.len() as u64;
-        inner.envelopes.clear();
-        inner.bytes = 0;
-        inner.discarded += dropped;
+        inner.discard_where(|g| g != generation);
         inner.generation = generation;
+        inner.candidate = None;
+    }
+
+    /// Takes the envelopes of `candidate` too, beside the live generation's, until
+    /// [`advance`](Self::advance) makes it live or [`drop_candidate`](Self::drop_candidate)
+    /// discards it.
+    pub(crate) fn begin_candidate(&self, candidate: Generation) {
+        self.lock().candidate = Some(candidate);
+    }
+
+    /// Discards (and counts) what the candidate `candidate` queued; it takes nothing more.
+    pub(crate) fn drop_candidate(&self, candidate: Generation) {
+        let mut inner = self.lock();
+        inner.discard_where(|g| g == candidate);
+        if inner.candidate == Some(candidate) {
+            inner.candidate = None;
+        }
     }
 
     /// Stops taking events and drops what waits: nothing will drain it again.
@@ -514,6 +556,23 @@ mod tests {
         assert_eq!(queue.pending(), (0, 0));
         assert_eq!(queue.take_discarded(), 2);
         assert_eq!(queue.take_discarded(), 0);
+        // A candidate's envelopes queue beside the live ones; advancing to it keeps them.
+        queue.begin_candidate(Generation(3));
+        queue.push_named(Generation(2), "c", Message::Nil).unwrap();
+        queue.push_named(Generation(3), "d", Message::Nil).unwrap();
+        queue.push_named(Generation(4), "e", Message::Nil).unwrap();
+        assert_eq!(queue.pending().0, 2);
+        assert_eq!(queue.take_discarded(), 1);
+        queue.advance(Generation(3));
+        assert_eq!(queue.pending(), (1, 16 + 1));
+        assert_eq!(queue.take_discarded(), 1);
+        // A dropped candidate's envelopes go, the live ones stay.
+        queue.begin_candidate(Generation(4));
+        queue.push_named(Generation(4), "f", Message::Nil).unwrap();
+        queue.drop_candidate(Generation(4));
+        queue.push_named(Generation(4), "g", Message::Nil).unwrap();
+        assert_eq!(queue.pending(), (1, 16 + 1));
+        assert_eq!(queue.take_discarded(), 2);
         queue.stop();
         let err = queue
             .push_raw(Generation(2), EventTarget::All, Message::Nil)

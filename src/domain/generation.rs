@@ -1,4 +1,5 @@
-//! Generations: `ScriptDomain::restart`, the end of a generation (restart or stop), the
+//! Generations: the parts one generation owns (`GenerationParts`), building and installing the
+//! next one, `ScriptDomain::restart`, the end of a generation (restart, reload or stop), the
 //! mailboxes of ended generations, and engine events raised by the host.
 //!
 //! Each generation has its own mailbox. Everything of a generation that can post to the engine
@@ -8,95 +9,211 @@
 //! drains, discards what they hold unapplied and unanswered, counting it
 //! ([`ScriptDomain::stale_events`]); a receiver is let go once its last sender is gone.
 
+use std::rc::Rc;
 use std::sync::Arc;
 
-use crossbeam_channel::TryRecvError;
+use crossbeam_channel::{Receiver, TryRecvError};
 
 use super::{
-    engine_vm, event_handlers, interfaces, scheduler, services, DomainState, ScriptDomain,
+    actor, engine_vm, event_handlers, interfaces, scheduler, services, DomainState, Load, Phase,
+    ScriptDomain,
 };
 use crate::error::{Error, Result};
-use crate::jobs::{self, DomainMailbox, Generation};
+use crate::jobs::{self, DomainEvent, DomainMailbox, Generation, PrincipalCell, Registry};
 use crate::value::Message;
+use crate::vm::Vm;
 use crate::vm::{FailureKind, JobFailure, Outcome};
 
+/// Everything one generation of a domain has of its own: its principal (id, mailbox, shared
+/// store), its engine VM, the receiving end of its mailbox, its registered jobs, the handlers
+/// its scripts bound to contexts, and the workers it spawned. The rest of a
+/// [`ScriptDomain`] is the host's and outlives generations.
+///
+/// A domain holds the current generation's parts in its own fields;
+/// [`swap_generation`](ScriptDomain::swap_generation) trades them with a `GenerationParts`, so
+/// a reload can install a candidate, pump it as the domain, and take it out again. A part added
+/// to a generation belongs here and in that swap.
+pub(super) struct GenerationParts {
+    principal: Arc<PrincipalCell>,
+    vm: Vm,
+    rx: Receiver<DomainEvent>,
+    registry: Rc<Registry>,
+    bindings: Rc<scheduler::Bindings>,
+    actors: Rc<actor::Actors>,
+}
+
+impl GenerationParts {
+    pub(super) fn generation(&self) -> Generation {
+        self.principal.id.generation
+    }
+
+    /// Drops the generation's parts but the receiving end of its mailbox, which is answered.
+    pub(super) fn into_rx(self) -> Receiver<DomainEvent> {
+        self.rx
+    }
+}
+
 impl ScriptDomain {
-    /// Moves the domain to its next generation and answers it.
+    /// Moves the domain to its next generation, runs `load` in it, and answers the generation.
     ///
     /// First the old generation's `shutdown` handlers run (in its engine VM; a failure becomes a
-    /// report), and every handler bound with `@skein/context` is dropped. Then the old generation ends with the reason `domain '<name>' restarted`: its queued pool
-    /// items are refused unrun, its worker VMs are dropped, its shared store ends (a handle kept
+    /// report), and every handler bound with `@skein/context` is dropped. Then the old
+    /// generation ends with the reason `domain '<name>' restarted`: its queued pool
+    /// items are refused unrun, its workers (`@skein/worker`) are closed and joined, its worker
+    /// VMs are dropped, its shared store ends (a handle kept
     /// past this raises naming the reason), its key bindings and warm entries are forgotten,
-    /// and its engine VM is dropped with its tasks and their promises. Every host
+    /// what it [owns](Self::own) is released, and its engine VM is dropped with its tasks and
+    /// their promises. Every host
     /// [`Promise`](crate::Promise) of the old generation that is still pending rejects with the
     /// reason. None of the old generation's recorded commands is applied, and none of its
     /// forwarded queries is answered, even when they were already waiting in the mailbox:
     /// they are discarded and counted in [`stale_events`](Self::stale_events).
     ///
-    /// Its registered jobs end with it: their functions lived in the old engine VM.
+    /// Its registered jobs end with it: their functions lived in the old engine VM. The
+    /// handlers scripts bound to contexts and to named events end with it too; the context
+    /// declarations and the host's event handlers and routes carry over.
     ///
-    /// The handlers scripts bound to contexts end with it too; the context declarations carry
-    /// over, and the domain is [`Ready`](crate::DomainState::Ready) again.
+    /// Then `load` runs in the new engine VM (see [`Load`]). When it ends well, a domain that
+    /// was [`Running`](crate::DomainState::Running) starts again: the `startup` phase runs (its
+    /// failures become reports) and the domain is `Running`; any other domain is
+    /// [`Ready`](crate::DomainState::Ready).
+    ///
+    /// A restart is destructive: the old generation is gone before the load runs. When the
+    /// load fails, the domain is [`Failed`](crate::DomainState::Failed) in the new generation,
+    /// with nothing of the old one; what the load did before it failed stays, as after a main
+    /// script that fails. Another restart recovers. To keep the old generation when the new
+    /// code is broken, use [`reload`](Self::reload).
     ///
     /// What carries over: the domain's id, name and plan, its engine services and kernels (they
     /// belong to the host), its contexts, its frame counter and frame time, and the reports not taken yet. The new
     /// generation has a fresh engine VM, shared store and engine-event log.
     ///
     /// ```
-    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    /// use skein::{DomainSpec, DomainState, Load, Message, Pool, ScriptDomain};
     ///
     /// let pool = Pool::new(1);
     /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
     /// domain.exec("score = 10")?;
     /// let before = domain.generation();
-    /// let after = domain.restart()?;
+    /// let after = domain.restart(Load::source("level 2", "level = 2"))?;
     /// assert_eq!(after.get(), before.get() + 1);
-    /// // The engine VM is new: its globals start over.
+    /// // The engine VM is new: its globals start over, with what the load set.
     /// assert_eq!(domain.eval("return score")?, Message::Nil);
+    /// assert_eq!(domain.eval("return level")?, Message::Integer(2));
+    ///
+    /// // A load that fails leaves the domain failed, in a generation that has moved on.
+    /// let err = domain.restart(Load::source("level 3", "error('no map')")).unwrap_err();
+    /// assert!(err.to_string().contains("no map"), "{err}");
+    /// assert_eq!(domain.state(), DomainState::Failed);
+    /// assert_eq!(domain.generation().get(), after.get() + 1);
+    /// assert_eq!(domain.eval("return level")?, Message::Nil);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
     /// # Errors
-    /// [`Error::Vm`] when the new engine VM can't be built, and [`Error::Refused`] when an
-    /// engine service can't be installed in it; either way nothing has changed and the old
-    /// generation runs on.
-    pub fn restart(&mut self) -> Result<Generation> {
+    /// [`Error::Script`] with the load's error text when the load fails (the generation has
+    /// moved on, see above; the failure is also a [`Report`](crate::Report) with source
+    /// `restart`). [`Error::Vm`] when the new engine VM can't be built, and
+    /// [`Error::Refused`] when an engine service can't be installed in it; either way nothing
+    /// has changed and the old generation runs on.
+    pub fn restart(&mut self, load: Load) -> Result<Generation> {
+        let was_running = self.state.get() == DomainState::Running;
+        let next = self.build_generation()?;
+        // The old generation's shutdown handlers run in its own engine VM, before it ends.
+        self.shut_down();
+        self.end_generation(&format!("domain '{}' restarted", self.name), true);
+        self.install_generation(next);
+        self.state.set(DomainState::Loading);
+        match self.run_load(&load) {
+            Ok(()) => {
+                self.start_again(was_running);
+                Ok(self.generation())
+            }
+            Err(failure) => {
+                self.state.set(DomainState::Failed);
+                self.reports.borrow_mut().push(super::Report {
+                    source: "restart".to_owned(),
+                    message: failure.message.clone(),
+                });
+                Err(Error::Script(failure.message))
+            }
+        }
+    }
+
+    /// Builds the next generation beside the current one, which it does not touch: a new
+    /// principal and mailbox, an engine VM with the domain's modules, engine services and
+    /// kernels installed, no handlers and no workers. Its number is used from here on, even
+    /// if it is later discarded.
+    ///
+    /// # Errors
+    /// As [`restart`](Self::restart) when the VM can't be built.
+    pub(super) fn build_generation(&self) -> Result<GenerationParts> {
         let queue = self.event_handlers.queue().clone();
-        let generation = Generation(self.generation().get() + 1);
-        let (mailbox, rx) = DomainMailbox::new(queue.clone(), generation);
-        let next = Arc::new(self.principal.next_generation(mailbox));
-        debug_assert_eq!(next.id.generation, generation);
-        let vm = engine_vm(&next, &self.pool, &self.reports)?;
-        let registry = self.registry.next_generation(next.clone());
+        let generation = Generation(self.last_generation.get().get() + 1);
+        let (mailbox, rx) = DomainMailbox::new(queue, generation);
+        let principal = Arc::new(self.principal.next_generation(mailbox));
+        debug_assert_eq!(principal.id.generation, generation);
+        let vm = engine_vm(&principal, &self.pool, &self.reports)?;
+        let registry = self.registry.next_generation(principal.clone());
         vm.lua.set_app_data(registry.clone());
-        scheduler::install_context_module(&vm.lua, &self.bindings)?;
-        event_handlers::install_events_module(&vm.lua, &self.event_handlers)?;
+        let bindings = self.bindings.next_generation();
+        scheduler::install_context_module(&vm.lua, &bindings)?;
+        event_handlers::install_events_module(&vm.lua, &self.event_handlers, generation)?;
         interfaces::install_interfaces_module(&vm.lua, &self.name, generation)?;
-        super::actor::install_engine(&vm.lua, &self.actors)?;
-        for (name, _) in next.services.since(0) {
+        let actors = self.actors.next_generation(principal.clone());
+        super::actor::install_engine(&vm.lua, &actors)?;
+        for (name, _) in principal.services.since(0) {
             let f = services::engine_function(&vm.lua, self.services.clone(), name.clone())?;
             jobs::install_at(&vm.lua, &name, f)
                 .map_err(|e| Error::Refused(format!("restart: {e}")))?;
         }
-        // The old generation's shutdown handlers run in its own engine VM, before it ends.
-        self.shut_down();
-        self.end_generation(&format!("domain '{}' restarted", self.name), true);
-        let old_rx = std::mem::replace(&mut self.rx, rx);
-        self.stale_rx.get_mut().push(old_rx);
-        self.actors.set_principal(next.clone());
-        self.principal = next;
+        self.last_generation.set(generation);
+        Ok(GenerationParts {
+            principal,
+            vm,
+            rx,
+            registry,
+            bindings,
+            actors,
+        })
+    }
+
+    /// Trades the domain's current generation parts with `parts`: after it, the domain runs
+    /// as the generation `parts` held, and `parts` holds the one it ran as.
+    pub(super) fn swap_generation(&mut self, parts: &mut GenerationParts) {
+        std::mem::swap(&mut self.principal, &mut parts.principal);
+        std::mem::swap(&mut self.vm, &mut parts.vm);
+        std::mem::swap(&mut self.rx, &mut parts.rx);
+        std::mem::swap(&mut self.registry, &mut parts.registry);
+        std::mem::swap(&mut self.bindings, &mut parts.bindings);
+        std::mem::swap(&mut self.actors, &mut parts.actors);
+        self.owned.set_running(self.generation());
+    }
+
+    /// Makes `next` the current generation for good, after the current one has ended: its
+    /// mailbox joins the ended ones (drained into `stale_events`), its engine VM is dropped
+    /// with its tasks, and what waits in the event queue for it is discarded and counted.
+    pub(super) fn install_generation(&mut self, mut next: GenerationParts) {
+        self.swap_generation(&mut next);
+        let generation = self.generation();
+        let GenerationParts { rx, vm, .. } = next;
+        self.stale_rx.get_mut().push(rx);
         // Dropping the old engine VM ends its tasks and the promises they awaited.
-        self.vm = vm;
-        self.registry = registry;
-        // `shut_down` dropped the handlers (functions of the old engine VM); the contexts are the
-        // host's and stay.
-        // Events queued for the old generation are discarded and counted as stale; Luau
-        // handlers of names went with the old VM.
-        queue.advance(generation);
+        drop(vm);
+        self.event_handlers.queue().advance(generation);
         self.event_handlers.next_generation(generation);
-        self.state.set(DomainState::Ready);
         self.drain_stale();
-        Ok(self.generation())
+    }
+
+    /// A generation has loaded: a domain that was running runs `startup` and is `Running`
+    /// again; any other is `Ready`.
+    pub(super) fn start_again(&self, was_running: bool) {
+        self.state.set(DomainState::Ready);
+        if was_running {
+            if let Ok(_entered) = self.enter("startup") {
+                self.broadcast_reporting(Phase::Startup);
+            }
+        }
     }
 
     /// How many events of ended generations reached the domain and were discarded: replies,

@@ -323,7 +323,7 @@ impl super::ScriptDomain {
     /// with none.
     ///
     /// ```
-    /// use skein::{DomainSpec, InterfaceField, Pool, ScriptDomain};
+    /// use skein::{DomainSpec, InterfaceField, Load, Pool, ScriptDomain};
     ///
     /// let pool = Pool::new(1);
     /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
@@ -337,7 +337,7 @@ impl super::ScriptDomain {
     /// let fields: Vec<&str> = hud.fields.iter().map(|f| f.name.as_str()).collect();
     /// assert_eq!(fields, ["hide", "show"]);
     /// assert_eq!(hud.fields[0].provider, "chunk 'exec'");
-    /// domain.restart()?;
+    /// domain.restart(Load::Nothing)?;
     /// assert!(domain.interfaces().is_empty());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

@@ -38,9 +38,11 @@ mod generation;
 mod host_promises;
 mod interfaces;
 mod lifecycle;
+mod load;
 pub(crate) mod log;
 mod owned;
 pub(crate) mod profile;
+mod reload;
 mod scheduler;
 mod services;
 mod stats;
@@ -57,9 +59,10 @@ pub use event_queue::{EventLimits, EventTarget, PostRefused, QueueBound};
 pub(crate) use interfaces::interfaces_module;
 pub use interfaces::{InterfaceField, InterfaceInfo, MAX_INTERFACE_NAME};
 pub use lifecycle::DomainState;
+pub use load::{Load, LoadStage, LOAD_BOUND};
 pub(crate) use log::Logs;
 pub use log::{LogLevel, LogRecord, LogSink};
-pub use owned::ResourceId;
+pub use owned::{ResourceId, ResourceOwner};
 pub(crate) use profile::Profile;
 pub use profile::{ProfileEvent, ProfileKind, ProfileSink, ProfileThread};
 pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
@@ -96,6 +99,7 @@ pub struct DomainSpec {
     event_limits: EventLimits,
     worker_failures: FailurePolicy,
     worker_budget: Duration,
+    load_bound: Duration,
     profile: profile::ProfileSlot,
     logs: log::LogSlot,
     diagnostics: diagnostic::DiagnosticSlot,
@@ -114,6 +118,7 @@ impl DomainSpec {
             event_limits: EventLimits::default(),
             worker_failures: FailurePolicy::Stop,
             worker_budget: MAX_DEADLINE,
+            load_bound: load::LOAD_BOUND,
             profile: profile::ProfileSlot::default(),
             logs: log::LogSlot::default(),
             diagnostics: diagnostic::DiagnosticSlot::default(),
@@ -239,6 +244,28 @@ impl DomainSpec {
         self
     }
 
+    /// Sets how long the load of a [`restart`](ScriptDomain::restart) or
+    /// [`reload`](ScriptDomain::reload) may take, waits included, before it fails: by default
+    /// [`LOAD_BOUND`] (30 s), at most [`MAX_DEADLINE`] (60 s).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
+    /// let spec = DomainSpec::new("ui").load_bound(Duration::from_secs(2));
+    /// assert_eq!(spec.get_load_bound(), Duration::from_secs(2));
+    /// let zero = ScriptDomain::new(&Pool::new(1), DomainSpec::new("z").load_bound(Duration::ZERO));
+    /// assert_eq!(zero.err().unwrap().to_string(), "load bound: must be more than zero and at most 60 s");
+    /// ```
+    pub fn load_bound(mut self, bound: Duration) -> DomainSpec {
+        self.load_bound = bound;
+        self
+    }
+
+    /// How long a restart's or reload's load may take.
+    pub fn get_load_bound(&self) -> Duration {
+        self.load_bound
+    }
+
     /// The budget of one run of a worker's handler.
     pub fn worker_run_budget(&self) -> Duration {
         self.worker_budget
@@ -344,7 +371,12 @@ pub struct Report {
 pub struct ScriptDomain {
     name: String,
     /// Native resources host services made for the domain's code ([`ScriptDomain::own`]).
-    owned: owned::OwnedResources,
+    owned: Rc<owned::OwnedResources>,
+    /// The highest generation number handed out: the current one, or a later reload
+    /// candidate's that was discarded.
+    last_generation: std::cell::Cell<Generation>,
+    /// How long a restart's or reload's load may take.
+    load_bound: Duration,
     principal: Arc<PrincipalCell>,
     pool: Pool,
     vm: Vm,
@@ -411,6 +443,12 @@ impl ScriptDomain {
                 vm::format_seconds(MAX_DEADLINE)
             )));
         }
+        if spec.load_bound.is_zero() || spec.load_bound > MAX_DEADLINE {
+            return Err(Error::Refused(format!(
+                "load bound: must be more than zero and at most {} s",
+                vm::format_seconds(MAX_DEADLINE)
+            )));
+        }
         let bindings = scheduler::Bindings::new(spec.contexts.clone(), &spec.grant)?;
         let id = Principal {
             domain: DomainId(NEXT_DOMAIN.fetch_add(1, Ordering::Relaxed)),
@@ -447,21 +485,18 @@ impl ScriptDomain {
             report_sink(&reports),
         );
         vm.lua.set_app_data(registry.clone());
-        let event_handlers = event_handlers::EventHandlers::new(
-            queue,
-            &spec.name,
-            id.domain,
-            id.generation,
-            &spec.contexts,
-        );
-        event_handlers::install_events_module(&vm.lua, &event_handlers)?;
+        let event_handlers =
+            event_handlers::EventHandlers::new(queue, &spec.name, id.domain, &spec.contexts);
+        event_handlers::install_events_module(&vm.lua, &event_handlers, id.generation)?;
         interfaces::install_interfaces_module(&vm.lua, &spec.name, id.generation)?;
         scheduler::install_context_module(&vm.lua, &bindings)?;
         let actors =
             actor::Actors::new(principal.clone(), spec.worker_failures, spec.worker_budget);
         actor::install_engine(&vm.lua, &actors)?;
         let domain = ScriptDomain {
-            owned: owned::OwnedResources::default(),
+            owned: owned::OwnedResources::new(id.generation),
+            last_generation: std::cell::Cell::new(id.generation),
+            load_bound: spec.load_bound,
             name: spec.name,
             principal,
             pool: pool.clone(),
@@ -1183,6 +1218,11 @@ impl ScriptDomain {
     /// promise, no timer, and (with `jobs`) no registered job that is neither paused nor
     /// errored.
     fn pump_once(&self, block: bool, jobs: bool) -> bool {
+        self.pump_once_until(block, jobs, None)
+    }
+
+    /// [`pump_once`](Self::pump_once), never waiting past `until` when it is given.
+    fn pump_once_until(&self, block: bool, jobs: bool, until: Option<Instant>) -> bool {
         let drained = self.drain();
         let frame = self.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
         let woke = self.vm.wake_frames(frame);
@@ -1223,6 +1263,10 @@ impl ScriptDomain {
             wait.min(FRAME_INTERVAL)
         } else {
             wait
+        };
+        let wait = match until {
+            Some(until) => wait.min(until.saturating_duration_since(Instant::now())),
+            None => wait,
         };
         let received = self
             .rx

@@ -4,6 +4,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
+use std::rc::Rc;
 
 use super::ScriptDomain;
 use crate::jobs::Generation;
@@ -33,13 +34,49 @@ struct Owned {
 }
 
 /// A domain's owned resources, in the order they were taken.
-#[derive(Default)]
 pub(crate) struct OwnedResources {
     list: RefCell<Vec<Owned>>,
     next: Cell<u64>,
+    /// The generation whose code runs now: what is taken is its own. During a reload that is
+    /// the candidate, so what its load takes ends with it if it is discarded.
+    running: Cell<Generation>,
+    /// The domain has stopped: nothing it takes would ever be released, so it is released at
+    /// once.
+    closed: Cell<bool>,
 }
 
 impl OwnedResources {
+    pub(super) fn new(running: Generation) -> Rc<OwnedResources> {
+        Rc::new(OwnedResources {
+            list: RefCell::default(),
+            next: Cell::new(0),
+            running: Cell::new(running),
+            closed: Cell::new(false),
+        })
+    }
+
+    /// The code of `generation` runs from now on.
+    pub(super) fn set_running(&self, generation: Generation) {
+        self.running.set(generation);
+    }
+
+    /// Takes `release` for the generation running now; a closed owner releases it at once.
+    fn own(&self, kind: String, release: Box<dyn FnOnce()>) -> ResourceId {
+        let id = ResourceId(self.next.get() + 1);
+        self.next.set(id.0);
+        if self.closed.get() {
+            release();
+            return id;
+        }
+        self.list.borrow_mut().push(Owned {
+            id,
+            kind,
+            generation: self.running.get(),
+            release,
+        });
+        id
+    }
+
     /// Releases, newest first, every resource `which` selects; a release that panics is
     /// contained and answered as text.
     fn release_where(&self, which: impl Fn(&Owned) -> bool) -> Vec<String> {
@@ -64,9 +101,61 @@ impl OwnedResources {
         failures
     }
 
-    /// Releases what the generations up to and including `generation` own.
+    /// Releases what `generation` owns. Every earlier generation released its own when it
+    /// ended, and a later one (a reload's candidate) keeps its own.
     pub(super) fn end_generation(&self, generation: Generation) -> Vec<String> {
-        self.release_where(|o| o.generation <= generation)
+        self.release_where(|o| o.generation == generation)
+    }
+
+    /// Releases everything, and releases at once whatever is taken later.
+    pub(super) fn close(&self) -> Vec<String> {
+        self.closed.set(true);
+        self.release_where(|_| true)
+    }
+}
+
+/// A handle that takes resources for a domain on behalf of its running code, for the host
+/// services that make native things for scripts: a service closure can't hold the domain, but
+/// it can hold this. What it takes belongs to the generation whose code is running when it is
+/// taken (during a [`reload`](ScriptDomain::reload), the candidate's), and is released as
+/// [`ScriptDomain::own`] describes.
+///
+/// It stays on the engine thread, as the domain does.
+///
+/// ```
+/// use std::{cell::RefCell, rc::Rc};
+/// use skein::{DomainSpec, Pool, ScriptDomain};
+///
+/// let pool = Pool::new(1);
+/// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
+/// let owner = domain.resource_owner();
+/// let closed = Rc::new(RefCell::new(0));
+/// let count = closed.clone();
+/// domain.register_command("gpu.texture", move |_| {
+///     let count = count.clone();
+///     owner.own("texture", move || *count.borrow_mut() += 1);
+///     Ok(())
+/// })?;
+/// domain.eval("gpu.texture()")?;
+/// assert_eq!(domain.owned_resources().len(), 1);
+/// domain.stop();
+/// assert_eq!(*closed.borrow(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct ResourceOwner(Rc<OwnedResources>);
+
+impl ResourceOwner {
+    /// Takes `release` for the running generation, as [`ScriptDomain::own`] does. Once the
+    /// domain has stopped, `release` runs at once.
+    pub fn own(&self, kind: impl Into<String>, release: impl FnOnce() + 'static) -> ResourceId {
+        self.0.own(kind.into(), Box::new(release))
+    }
+}
+
+impl fmt::Debug for ResourceOwner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResourceOwner").finish_non_exhaustive()
     }
 }
 
@@ -94,16 +183,13 @@ impl ScriptDomain {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn own(&self, kind: impl Into<String>, release: impl FnOnce() + 'static) -> ResourceId {
-        let owned = &self.owned;
-        let id = ResourceId(owned.next.get() + 1);
-        owned.next.set(id.0);
-        owned.list.borrow_mut().push(Owned {
-            id,
-            kind: kind.into(),
-            generation: self.generation(),
-            release: Box::new(release),
-        });
-        id
+        self.owned.own(kind.into(), Box::new(release))
+    }
+
+    /// A handle host services can keep to take resources for this domain's running code
+    /// (see [`ResourceOwner`]).
+    pub fn resource_owner(&self) -> ResourceOwner {
+        ResourceOwner(self.owned.clone())
     }
 
     /// Releases resource `id` now. Answers false when the domain does not own it (never did,
@@ -139,7 +225,7 @@ mod tests {
 
     #[test]
     fn a_generation_end_releases_its_own_newest_first_and_keeps_later_ones() {
-        let owned = OwnedResources::default();
+        let owned = OwnedResources::new(Generation(1));
         let log = Rc::new(RefCell::new(Vec::new()));
         for (n, generation) in [(1, 1), (2, 1), (3, 2)] {
             let log = log.clone();
@@ -153,6 +239,9 @@ mod tests {
         assert!(owned.end_generation(Generation(1)).is_empty());
         assert_eq!(*log.borrow(), [2, 1]);
         assert_eq!(owned.list.borrow().len(), 1);
+        // A generation's end leaves a later generation's (a reload's candidate) alone.
+        assert!(owned.end_generation(Generation(1)).is_empty());
+        assert_eq!(owned.list.borrow().len(), 1);
         owned.list.borrow_mut().push(Owned {
             id: ResourceId(4),
             kind: "bad".into(),
@@ -162,6 +251,12 @@ mod tests {
         let failures = owned.end_generation(Generation(2));
         assert_eq!(failures, ["releasing resource#4 (bad) panicked: boom"]);
         assert_eq!(*log.borrow(), [2, 1, 3]);
+        assert!(owned.list.borrow().is_empty());
+        // Once closed, what is taken is released at once.
+        assert!(owned.close().is_empty());
+        let late = log.clone();
+        owned.own("late".into(), Box::new(move || late.borrow_mut().push(5)));
+        assert_eq!(*log.borrow(), [2, 1, 3, 5]);
         assert!(owned.list.borrow().is_empty());
     }
 }

@@ -181,6 +181,19 @@ impl Bindings {
         &self.contexts
     }
 
+    /// The bindings of a new generation: the host's contexts (and their checked grants), no
+    /// handlers yet.
+    pub(crate) fn next_generation(&self) -> Rc<Bindings> {
+        Rc::new(Bindings {
+            contexts: self.contexts.clone(),
+            names: self.names.clone(),
+            rank: self.rank.clone(),
+            handlers: RefCell::new(Default::default()),
+            grants: self.grants.clone(),
+            authorities: RefCell::new(None),
+        })
+    }
+
     /// Drops every handler (the generation that bound them has ended).
     pub(crate) fn clear(&self) {
         let handlers: [Vec<Binding>; PHASES] = std::mem::take(&mut *self.handlers.borrow_mut());
@@ -477,6 +490,10 @@ impl ScriptDomain {
         // Nothing drains a stopped domain: posts to it are refused from here on.
         self.event_handlers.queue().stop();
         self.end_generation(&format!("domain '{}' stopped", self.name), false);
+        // Whatever a host service takes for the domain from now on is released at once.
+        for failure in self.owned.close() {
+            self.report_release_failure(failure);
+        }
         self.state.set(DomainState::Stopped);
         self.profiled(ProfileKind::DomainStopped, None, None, started);
     }
@@ -484,17 +501,20 @@ impl ScriptDomain {
     /// Runs the generation's `shutdown` handlers (their failures become reports, labelled by
     /// context) and drops every bound handler: what a stop and a restart both do first.
     pub(super) fn shut_down(&self) {
-        let report = self.broadcast(Phase::Shutdown, &[]);
+        self.broadcast_reporting(Phase::Shutdown);
+        self.bindings.clear();
+    }
+
+    /// Runs every handler of `phase` with no arguments; each failure becomes a
+    /// [`Report`](crate::Report) labelled by its context, as nobody reads a phase report here.
+    pub(super) fn broadcast_reporting(&self, phase: Phase) {
+        let report = self.broadcast(phase, &[]);
         for error in report.errors {
             self.reports.borrow_mut().push(Report {
-                source: handler_label(
-                    error.attribution.context.as_deref().unwrap_or(""),
-                    Phase::Shutdown,
-                ),
+                source: handler_label(error.attribution.context.as_deref().unwrap_or(""), phase),
                 message: error.message,
             });
         }
-        self.bindings.clear();
     }
 
     /// Marks the start of a scheduler entry: refuses a stopped domain and a nested entry, and

@@ -171,7 +171,7 @@ impl DomainMailbox {
     /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
     /// let asked = domain.generation();
     /// let mailbox = domain.mailbox();
-    /// domain.restart()?;
+    /// domain.restart(skein::Load::Nothing)?;
     /// // The work finishes after the restart: its completion goes nowhere.
     /// mailbox.post_for(asked, EventTarget::All, Message::Nil)?;
     /// assert_eq!(domain.pending_events(), 0);
@@ -277,14 +277,15 @@ impl PrincipalCell {
         }
     }
 
-    /// The principal of the domain's next generation, reached through `mailbox`: the same
-    /// domain, plan, bounds and frame counter, the same engine-service names (services belong to
-    /// the host, not to a generation), and everything else fresh: an empty shared store, no warm
-    /// entries, an empty event log.
+    /// The principal of a later generation of the domain, the one `mailbox` posts for (a
+    /// failed reload may have used a number in between): the same domain, plan, bounds and
+    /// frame counter, the same engine-service names (services belong to the host, not to a
+    /// generation), and everything else fresh: an empty shared store, no warm entries, an
+    /// empty event log.
     pub(crate) fn next_generation(&self, mailbox: DomainMailbox) -> PrincipalCell {
         let id = Principal {
             domain: self.id.domain,
-            generation: Generation(self.id.generation.0 + 1),
+            generation: mailbox.generation(),
         };
         let mut next = PrincipalCell::new(
             id,

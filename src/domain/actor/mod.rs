@@ -85,9 +85,11 @@ impl ActorEntry {
     }
 }
 
-/// The actors of one domain, across its generations; the generation running now spawns them.
+/// The actors one generation of a domain spawned. Each generation has its own set (so a
+/// reload's candidate can be torn down alone); the count of live threads, the failures and the
+/// numbering of unnamed workers are the domain's, shared by every set.
 pub(crate) struct Actors {
-    principal: RefCell<Arc<PrincipalCell>>,
+    principal: Arc<PrincipalCell>,
     policy: FailurePolicy,
     /// The per-run budget of a handler; never more than the principal's deadline cap.
     budget: std::time::Duration,
@@ -95,7 +97,7 @@ pub(crate) struct Actors {
     failures: Arc<Mutex<Vec<WorkerError>>>,
     entries: RefCell<Vec<Rc<ActorEntry>>>,
     /// Numbers the workers spawned without a name.
-    spawned: Cell<u64>,
+    spawned: Rc<Cell<u64>>,
 }
 
 impl Actors {
@@ -105,19 +107,28 @@ impl Actors {
         budget: std::time::Duration,
     ) -> Rc<Actors> {
         Rc::new(Actors {
-            principal: RefCell::new(principal),
+            principal,
             policy,
             budget,
             live: LiveWorkers::default(),
             failures: Arc::default(),
             entries: RefCell::default(),
-            spawned: Cell::new(0),
+            spawned: Rc::default(),
         })
     }
 
-    /// The next generation spawns from now on.
-    pub(crate) fn set_principal(&self, principal: Arc<PrincipalCell>) {
-        *self.principal.borrow_mut() = principal;
+    /// The (empty) set of the generation `principal` runs as, sharing the domain's count,
+    /// failures and numbering with this one.
+    pub(crate) fn next_generation(&self, principal: Arc<PrincipalCell>) -> Rc<Actors> {
+        Rc::new(Actors {
+            principal,
+            policy: self.policy,
+            budget: self.budget,
+            live: self.live.clone(),
+            failures: self.failures.clone(),
+            entries: RefCell::default(),
+            spawned: self.spawned.clone(),
+        })
     }
 
     pub(crate) fn live(&self) -> LiveWorkers {
@@ -149,7 +160,7 @@ impl Actors {
 
     /// `worker.spawn(options)`.
     fn spawn(self: &Rc<Self>, lua: &Lua, options: Value) -> mlua::Result<WorkerHandle> {
-        let principal = self.principal.borrow().clone();
+        let principal = self.principal.clone();
         if !principal.is_alive() {
             return Err(mlua::Error::runtime(format!(
                 "worker.spawn: {}",

@@ -1,0 +1,235 @@
+//! What a new generation runs as it is built ([`Load`]), and the load step itself: the chunk
+//! runs as a task of the generation's engine VM and the domain is pumped until that task ends.
+//!
+//! This file owns only the load; choosing the generation it runs in, and what happens when it
+//! fails, is `generation.rs` (restart) and `reload.rs` (reload).
+
+use std::cell::RefCell;
+use std::fmt;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mlua::{Lua, MultiValue, Value};
+
+use super::ScriptDomain;
+use crate::vm::{self, Owner};
+
+/// How long a load may take by default, waits included
+/// ([`DomainSpec::load_bound`](crate::DomainSpec::load_bound) changes it).
+pub const LOAD_BOUND: Duration = Duration::from_secs(30);
+
+/// What a new generation runs when [`restart`](ScriptDomain::restart) or
+/// [`reload`](ScriptDomain::reload) builds it.
+///
+/// The load is a main script of the new engine VM: it runs as a task, and the domain is pumped
+/// (its mailbox drained, its ready tasks resumed, no phase and no registered job run) until
+/// that task returns. It may `require` modules, dispatch pool work and await it, bind contexts
+/// and named events, and spawn workers. It fails when it does not compile, when it raises, and
+/// when it can't end: nothing it waits on can ever come, or it is still waiting after the
+/// domain's [load bound](crate::DomainSpec::load_bound).
+///
+/// ```
+/// use skein::Load;
+///
+/// let load = Load::source("level 2", "level = 2");
+/// assert_eq!(load, Load::Source { name: "level 2".into(), source: "level = 2".into() });
+/// let file = Load::file("main.luau", ["--fast"]);
+/// assert_eq!(file, Load::File { path: "main.luau".into(), args: vec!["--fast".into()] });
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Load {
+    /// Nothing: the generation starts empty.
+    Nothing,
+    /// A Luau chunk; `name` names it in errors and stacks.
+    Source {
+        /// The chunk's name.
+        name: String,
+        /// Its source.
+        source: String,
+    },
+    /// The script at `path`, with `args` as its `...`, as
+    /// [`run_file`](ScriptDomain::run_file) runs it.
+    File {
+        /// The script.
+        path: PathBuf,
+        /// Its arguments.
+        args: Vec<String>,
+    },
+}
+
+impl Load {
+    /// [`Load::Source`].
+    pub fn source(name: impl Into<String>, source: impl Into<String>) -> Load {
+        Load::Source {
+            name: name.into(),
+            source: source.into(),
+        }
+    }
+
+    /// [`Load::File`].
+    pub fn file<S: Into<String>>(
+        path: impl Into<PathBuf>,
+        args: impl IntoIterator<Item = S>,
+    ) -> Load {
+        Load::File {
+            path: path.into(),
+            args: args.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+/// Where a load failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LoadStage {
+    /// The file of a [`Load::File`] could not be read.
+    Read,
+    /// The chunk does not compile.
+    Compile,
+    /// Its task raised.
+    Run,
+    /// Its task did not end: what it waits on can never come, or the load bound passed.
+    Finish,
+}
+
+impl LoadStage {
+    /// The stage's name, as `Display` writes it (a verb: "failed to compile").
+    pub fn name(self) -> &'static str {
+        match self {
+            LoadStage::Read => "read",
+            LoadStage::Compile => "compile",
+            LoadStage::Run => "run",
+            LoadStage::Finish => "finish",
+        }
+    }
+}
+
+impl fmt::Display for LoadStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A load that failed: where, and its text.
+#[derive(Debug)]
+pub(super) struct LoadFailure {
+    pub(super) stage: LoadStage,
+    pub(super) message: String,
+}
+
+impl LoadFailure {
+    fn new(stage: LoadStage, message: String) -> LoadFailure {
+        LoadFailure { stage, message }
+    }
+}
+
+/// How a load's task ended: `Err` carries the failure's text.
+type LoadSlot = Rc<RefCell<Option<Result<(), String>>>>;
+
+impl ScriptDomain {
+    /// Runs `load` in the generation installed now and pumps the domain until its task ends.
+    pub(super) fn run_load(&self, load: &Load) -> Result<(), LoadFailure> {
+        let lua = &self.vm.lua;
+        let (source, chunk_name, label, args) = match load {
+            Load::Nothing => return Ok(()),
+            Load::Source { name, source } => (
+                source.clone().into_bytes(),
+                format!("={name}"),
+                name.clone(),
+                MultiValue::new(),
+            ),
+            Load::File { path, args } => {
+                let read = std::fs::canonicalize(path)
+                    .and_then(|full| std::fs::read(&full).map(|bytes| (full, bytes)));
+                let (full, bytes) = read.map_err(|e| {
+                    LoadFailure::new(LoadStage::Read, format!("{}: {e}", path.display()))
+                })?;
+                let args = args
+                    .iter()
+                    .map(|a| lua.create_string(a).map(Value::String))
+                    .collect::<mlua::Result<MultiValue>>()
+                    .map_err(|e| LoadFailure::new(LoadStage::Run, vm::error_message(&e)))?;
+                (
+                    bytes,
+                    format!("@{}", full.display()),
+                    super::display_name(&full),
+                    args,
+                )
+            }
+        };
+        // The load may dispatch before its first yield: edits must be seen before it runs.
+        vm::check_sources();
+        let function = lua
+            .load(source)
+            .set_name(chunk_name)
+            .into_function()
+            .map_err(|e| LoadFailure::new(LoadStage::Compile, vm::error_message(&e)))?;
+        let slot: LoadSlot = Rc::default();
+        let out = slot.clone();
+        let script = format!("script {label}");
+        let completion: vm::Completion = Box::new(move |_lua: &Lua, result, _commands| {
+            *out.borrow_mut() = Some(match result {
+                Ok(_) => Ok(()),
+                Err(failure) => Err(format!("{script} failed: {failure}")),
+            });
+        });
+        let owner = Rc::new(Owner::new(
+            Arc::new(format!("script {label}")),
+            self.principal.max_deadline,
+            Some(completion),
+        ));
+        self.vm
+            .start(function, args, owner)
+            .map_err(|e| LoadFailure::new(LoadStage::Run, vm::error_message(&e)))?;
+        let until = Instant::now() + self.load_bound;
+        loop {
+            if let Some(ended) = slot.borrow_mut().take() {
+                return ended.map_err(|text| LoadFailure::new(LoadStage::Run, text));
+            }
+            if Instant::now() >= until {
+                return Err(LoadFailure::new(
+                    LoadStage::Finish,
+                    format!(
+                        "script {label} was still waiting after the load bound of {} s",
+                        vm::format_seconds(self.load_bound)
+                    ),
+                ));
+            }
+            if !self.pump_once_until(true, false, Some(until)) {
+                return Err(LoadFailure::new(
+                    LoadStage::Finish,
+                    format!("script {label} is waiting on something that will never happen"),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_name_themselves_as_verbs() {
+        let names: Vec<String> = [
+            LoadStage::Read,
+            LoadStage::Compile,
+            LoadStage::Run,
+            LoadStage::Finish,
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        assert_eq!(names, ["read", "compile", "run", "finish"]);
+        assert_eq!(
+            Load::file("a.luau", Vec::<String>::new()),
+            Load::File {
+                path: "a.luau".into(),
+                args: vec![]
+            }
+        );
+    }
+}
