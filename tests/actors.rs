@@ -99,12 +99,12 @@ fn spawn_errors_carry_their_texts() {
         raised(&d, &format!("{worker}.send {{ progress = 1 }}")),
         "worker.send is for a worker's own code; a domain sends through the handle worker.spawn returned"
     );
-    assert_contains(
-        &raised(
+    assert_eq!(
+        raised(
             &d,
-            &format!("{worker}.spawn {{ source = 'return print', shareServices = true }}"),
+            &format!("{worker}.spawn {{ source = 'return print', shareServices = 'yes' }}"),
         ),
-        "worker.spawn: shareServices = true is not available",
+        "worker.spawn: shareServices must be a boolean, got a string",
     );
     // No worker thread was started by any refusal.
     assert_eq!(d.live_workers().get(), 0);
@@ -769,4 +769,208 @@ fn a_handler_may_yield_and_its_worker_keeps_its_own_state() {
     assert_eq!(number(&items[1]), 3.0);
     // The domain's globals are not the worker's.
     assert_eq!(text(&items[2]), "nil");
+}
+
+/// A domain with `world.get` / `world.set` over `world`, and `hostMark()` counting into `marks`.
+fn world_domain(
+    pool: &Pool,
+    marks: &crate::support::Marks,
+) -> (ScriptDomain, crate::support::World) {
+    let d = ScriptDomain::new(pool, spec(marks.plan())).unwrap();
+    let world = crate::support::World::default();
+    world.borrow_mut().insert(2, Message::Integer(41));
+    d.register_query("world.get", crate::support::world_get(&world))
+        .unwrap();
+    d.register_command("world.set", crate::support::world_set(&world))
+        .unwrap();
+    (d, world)
+}
+
+#[test]
+fn share_services_answers_a_query_from_the_engine_thread() {
+    let pool = Pool::new(1);
+    let marks = crate::support::Marks::default();
+    let (d, _world) = world_domain(&pool, &marks);
+    let out = d
+        .eval(
+            r#"
+        local w = require('@skein/worker').spawn {
+            name = 'reader', shareServices = true,
+            source = 'return function(id) return world.get(id) end',
+        }
+        w:send(2)
+        w:send(3)
+        return { w:receive(5), tostring(w:receive(5)), w:join(5) }
+        "#,
+        )
+        .unwrap();
+    let items = crate::support::list(&out);
+    assert_eq!(number(&items[0]), 41.0);
+    assert_eq!(text(&items[1]), "nil");
+    assert_eq!(text(&items[2]), "stopped");
+}
+
+#[test]
+fn share_services_commands_apply_at_the_next_frame() {
+    let pool = Pool::new(1);
+    let marks = crate::support::Marks::default();
+    let (d, world) = world_domain(&pool, &marks);
+    d.exec(
+        r#"
+        writer = require('@skein/worker').spawn {
+            name = 'writer', shareServices = true,
+            source = 'return function(v) world.set(7, v) hostMark() return "done" end',
+        }
+        writer:send('written')
+        "#,
+    )
+    .unwrap();
+    assert!(crate::support::wait_until(
+        Duration::from_secs(10),
+        || marks.count() == 1
+    ));
+    std::thread::sleep(Duration::from_millis(30));
+    // Recorded, not applied: the engine thread has not drained its mailbox since.
+    assert!(world.borrow().get(&7).is_none());
+    let report = d.frame(Duration::from_millis(16));
+    assert_eq!(report.commands_applied, 1);
+    assert_eq!(
+        world.borrow().get(&7),
+        Some(&Message::String("written".into()))
+    );
+    assert_eq!(text(&d.eval("return writer:receive(5)").unwrap()), "done");
+}
+
+#[test]
+fn without_share_services_a_worker_has_no_service_names() {
+    let pool = Pool::new(1);
+    let marks = crate::support::Marks::default();
+    let (d, _world) = world_domain(&pool, &marks);
+    for share in ["", "shareServices = false,"] {
+        let out = d
+            .eval(&format!(
+                r#"
+            local w = require('@skein/worker').spawn {{
+                {share} source = 'return function() return type(world) end',
+            }}
+            w:send(1)
+            return w:receive(5)
+            "#
+            ))
+            .unwrap();
+        assert_eq!(text(&out), "nil", "{share}");
+    }
+}
+
+#[test]
+fn a_service_denies_a_worker_by_the_worker_s_grant() {
+    let pool = Pool::new(1);
+    let marks = crate::support::Marks::default();
+    let (d, _world) = world_domain(&pool, &marks);
+    d.register_query("input.peek", |_| {
+        skein::require_capability("input.observe").map_err(|e| e.to_string())?;
+        Ok(Message::Boolean(true))
+    })
+    .unwrap();
+    // The domain holds input.observe, so its own call passes; a worker given none is denied.
+    assert_eq!(
+        d.eval("return input.peek()").unwrap(),
+        Message::Boolean(true)
+    );
+    let err = raised(
+        &d,
+        r#"
+        local w = require('@skein/worker').spawn {
+            name = 'nosy', shareServices = true, capabilities = { 'worker.spawn' },
+            source = 'return function() return input.peek() end',
+        }
+        w:send(1)
+        w:receive(5)
+        "#,
+    );
+    assert_contains(&err, "worker 'nosy' (worker:nosy) failed at handler: ");
+    assert_contains(
+        &err,
+        &format!(
+            "engine service 'input.peek' failed: permission denied: capability 'input.observe' \
+             is not granted to domain 'actors' ({}, generation 1, worker 'nosy')",
+            d.id()
+        ),
+    );
+    assert_eq!(d.denials(), 1);
+}
+
+#[test]
+fn a_restart_ends_a_query_wait_and_reports_the_worker_s_failure() {
+    let pool = Pool::new(1);
+    let marks = crate::support::Marks::default();
+    let (mut d, _world) = world_domain(&pool, &marks);
+    let live = d.live_workers();
+    d.exec(
+        r#"
+        local w = require('@skein/worker').spawn {
+            name = 'waiter', shareServices = true,
+            source = 'return function(id) hostMark() return world.get(id) end',
+        }
+        w:send(2)
+        "#,
+    )
+    .unwrap();
+    assert!(crate::support::wait_until(
+        Duration::from_secs(10),
+        || marks.count() == 1
+    ));
+    // The worker is blocked on its query: nothing drains the mailbox until the restart.
+    std::thread::sleep(Duration::from_millis(30));
+    let started = Instant::now();
+    d.restart().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(live.get(), 0);
+    let failures = d.take_worker_failures();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0].attribution.worker.as_deref(), Some("waiter"));
+    assert_eq!(failures[0].stage, skein::WorkerStage::Handler);
+    assert_eq!(
+        failures[0].message,
+        "world.get: worker 'waiter' waited for the engine's answer, but the domain ended it: \
+         domain 'actors' restarted"
+    );
+}
+
+#[test]
+fn a_query_wait_never_outlasts_the_worker_s_run_budget() {
+    let pool = Pool::new(1);
+    let marks = crate::support::Marks::default();
+    let d = ScriptDomain::new(
+        &pool,
+        spec(marks.plan()).worker_budget(Duration::from_millis(100)),
+    )
+    .unwrap();
+    d.register_query("world.get", |_| Ok(Message::Nil)).unwrap();
+    d.exec(
+        r#"
+        local w = require('@skein/worker').spawn {
+            name = 'patient', shareServices = true,
+            source = 'return function() return world.get(1) end',
+        }
+        w:send(1)
+        "#,
+    )
+    .unwrap();
+    // Nothing drains the mailbox: the query is never answered, and the budget ends the wait.
+    let failures = std::cell::RefCell::new(Vec::new());
+    assert!(crate::support::wait_until(Duration::from_secs(10), || {
+        failures.borrow_mut().extend(d.take_worker_failures());
+        !failures.borrow().is_empty()
+    }));
+    let failures = failures.into_inner();
+    assert_eq!(failures[0].attribution.worker.as_deref(), Some("patient"));
+    assert_eq!(
+        failures[0].message,
+        "deadline exceeded: one run took longer than 0.1 s"
+    );
 }

@@ -16,6 +16,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use mlua::{Function, Lua, MultiValue, Value};
 
 use super::error::{FailurePolicy, WorkerError, WorkerStage};
+use super::services::ServiceLink;
 use super::shared::{ActorShared, Reply, FAILED, STOPPED};
 use crate::domain::capability::Authority;
 use crate::domain::diagnostic::Attribution;
@@ -41,6 +42,8 @@ pub(crate) struct LaneSetup {
     pub(crate) policy: FailurePolicy,
     /// Set by the domain's teardown: stop now, dropping what is queued.
     pub(crate) cancel: Arc<CancelToken>,
+    /// `shareServices = true`: the generation whose engine services the VM gets.
+    pub(crate) services: Option<Arc<crate::jobs::PrincipalCell>>,
     /// The domain's count of live worker threads; this lane holds one until it returns.
     pub(crate) live: Arc<AtomicUsize>,
     /// Where the host reads structured failures.
@@ -129,8 +132,18 @@ fn serve(setup: &LaneSetup) -> u8 {
         );
     });
     let install_shared = shared.clone();
+    let link = setup.services.as_ref().map(|principal| {
+        ServiceLink::new(principal.clone(), setup.cancel.clone(), shared.name.clone())
+    });
+    let install_link = link.clone();
     let built = Vm::build(&setup.plan, reporter, setup.deadline, move |lua| {
-        super::install_lane_module(lua, install_shared)
+        super::install_lane_module(lua, install_shared.clone())?;
+        if let Some(link) = install_link {
+            for refused in link.install_new(lua) {
+                install_shared.report(format!("worker '{}'", install_shared.name), refused);
+            }
+        }
+        Ok(())
     });
     let vm = match built {
         Ok(vm) => vm,
@@ -162,7 +175,7 @@ fn serve(setup: &LaneSetup) -> u8 {
             return FAILED;
         }
     };
-    let handler = match run_task(setup, &vm, chunk, MultiValue::new(), owner) {
+    let handler = match run_task(setup, &vm, chunk, MultiValue::new(), owner, link.as_deref()) {
         None => return STOPPED,
         Some(Err(failure)) => {
             fail(setup, WorkerStage::Load, failure);
@@ -217,8 +230,14 @@ fn serve(setup: &LaneSetup) -> u8 {
                 return FAILED;
             }
         };
+        if let Some(link) = &link {
+            // Services the host registered since the last message.
+            for refused in link.install_new(&vm.lua) {
+                shared.report(format!("worker '{}'", shared.name), refused);
+            }
+        }
         let args = MultiValue::from_iter([Value::Function(handler.clone()), arg]);
-        let failed = match run_task(setup, &vm, call.clone(), args, owner) {
+        let failed = match run_task(setup, &vm, call.clone(), args, owner, link.as_deref()) {
             None => return STOPPED,
             Some(Ok(_)) => match kept.borrow_mut().take() {
                 Some(Ok(Message::Nil)) | None => None,
@@ -271,6 +290,7 @@ fn run_task(
     f: Function,
     args: MultiValue,
     owner: impl Fn() -> Rc<Owner>,
+    link: Option<&ServiceLink>,
 ) -> Option<Result<MultiValue, String>> {
     type Slot = Rc<RefCell<Option<Result<MultiValue, String>>>>;
     let slot: Slot = Rc::new(RefCell::new(None));
@@ -287,10 +307,12 @@ fn run_task(
         return Some(Err(vm::error_message(&e)));
     }
     loop {
-        // A teardown interrupts the handler (its owner's cancel token): that is no failure.
+        // A teardown interrupts the handler (its owner's cancel token): that is no failure,
+        // unless it cut a query short, which the handler was counting on.
         if setup.cancel.load(Ordering::Acquire) {
             vm.drop_owner(&task_owner);
-            return None;
+            let cut = link.and_then(|link| link.cut.borrow_mut().take());
+            return cut.map(Err);
         }
         if let Some(result) = slot.borrow_mut().take() {
             return Some(result);

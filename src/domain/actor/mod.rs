@@ -16,6 +16,7 @@
 
 mod error;
 mod lane;
+mod services;
 mod shared;
 
 use std::cell::{Cell, RefCell};
@@ -202,6 +203,7 @@ impl Actors {
             deadline: self.budget.min(principal.max_deadline),
             policy: self.policy,
             cancel: cancel.clone(),
+            services: options.share_services.then(|| principal.clone()),
             live: self.live.0.clone(),
             failures: self.failures.clone(),
         };
@@ -234,6 +236,8 @@ struct SpawnOptions {
     source: String,
     name: Option<String>,
     capabilities: Option<CapabilitySet>,
+    /// `shareServices`: the worker's VM gets the domain's engine services.
+    share_services: bool,
 }
 
 impl SpawnOptions {
@@ -310,26 +314,21 @@ impl SpawnOptions {
                 )))
             }
         };
-        match table.raw_get::<Value>("shareServices")? {
-            Value::Nil | Value::Boolean(false) => {}
-            Value::Boolean(true) => {
-                return Err(refuse(
-                    "shareServices = true is not available: the domain's engine services \
-                     answer only on its engine thread, and a worker has none"
-                        .to_owned(),
-                ))
-            }
+        let share_services = match table.raw_get::<Value>("shareServices")? {
+            Value::Nil => false,
+            Value::Boolean(share) => share,
             other => {
                 return Err(refuse(format!(
                     "shareServices must be a boolean, got {}",
                     vm::a_type(&other)
                 )))
             }
-        }
+        };
         Ok(SpawnOptions {
             source,
             name,
             capabilities,
+            share_services,
         })
     }
 }
