@@ -974,3 +974,88 @@ fn a_query_wait_never_outlasts_the_worker_s_run_budget() {
         "deadline exceeded: one run took longer than 0.1 s"
     );
 }
+
+/// A domain whose context `waiter` (on demand) runs under a budget of `budget`, with a gate.
+fn budgeted_domain(pool: &Pool, gate: &Gate, budget: Duration) -> ScriptDomain {
+    let spec = spec(gate.plan(Plan::new()))
+        .context(
+            skein::ContextSpec::new("waiter")
+                .phases([skein::Phase::OnDemand])
+                .budget(budget),
+        )
+        .unwrap();
+    ScriptDomain::new(pool, spec).unwrap()
+}
+
+/// Runs the `waiter` context's handler, then frames until the domain reports something;
+/// answers the reports and how long that took.
+fn run_waiter(d: &ScriptDomain) -> (Vec<skein::Report>, Duration) {
+    let started = Instant::now();
+    d.run_phase(skein::Phase::OnDemand, &[]).unwrap();
+    loop {
+        d.frame(Duration::from_millis(1));
+        let reports = d.take_reports();
+        if !reports.is_empty() || started.elapsed() > Duration::from_secs(10) {
+            return (reports, started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn receive_and_join_never_outlast_the_waiting_code_s_budget() {
+    let pool = Pool::new(1);
+    let gate = Gate::default();
+    let d = budgeted_domain(&pool, &gate, Duration::from_millis(50));
+    d.exec(
+        r#"
+        local worker = require('@skein/worker')
+        quiet = worker.spawn { name = 'quiet', source = 'return function() end' }
+        held = worker.spawn { name = 'held', source = 'return function() gate() end' }
+        held:send(1)
+        require('@skein/context').bind('waiter', { onDemand = function() wait() end })
+        "#,
+    )
+    .unwrap();
+    for wait in ["quiet:receive(5)", "held:join(5)", "held:join()"] {
+        d.exec(&format!("function wait() {wait} end")).unwrap();
+        let (reports, took) = run_waiter(&d);
+        assert_eq!(reports.len(), 1, "{wait}: {reports:?}");
+        assert_eq!(reports[0].source, "context 'waiter' onDemand handler");
+        assert_contains(
+            &reports[0].message,
+            "deadline exceeded: one run took longer than 0.05 s",
+        );
+        assert!(took >= Duration::from_millis(45), "{wait}: {took:?}");
+        assert!(took < Duration::from_secs(2), "{wait}: {took:?}");
+    }
+    gate.open();
+}
+
+#[test]
+fn a_wait_shorter_than_the_budget_ends_as_before() {
+    let pool = Pool::new(1);
+    let gate = Gate::default();
+    let d = budgeted_domain(&pool, &gate, Duration::from_millis(500));
+    d.exec(
+        r#"
+        quiet = require('@skein/worker').spawn { name = 'quiet', source = 'return function() end' }
+        require('@skein/context').bind('waiter', { onDemand = function()
+            got = tostring(quiet:receive(0.05))
+            local ok, err = pcall(function() quiet:join(0) end)
+            joined = if ok then 'joined' else err
+        end })
+        "#,
+    )
+    .unwrap();
+    let started = Instant::now();
+    d.run_phase(skein::Phase::OnDemand, &[]).unwrap();
+    while d.eval("return joined").unwrap() == Message::Nil {
+        assert!(started.elapsed() < Duration::from_secs(10));
+        d.frame(Duration::from_millis(1));
+    }
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    assert_eq!(text(&d.eval("return got").unwrap()), "nil");
+    assert!(d.take_reports().is_empty());
+    gate.open();
+}

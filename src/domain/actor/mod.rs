@@ -8,7 +8,9 @@
 //!
 //! The engine thread never blocks on an actor: `Worker:receive(timeout)` and `Worker:join`
 //! park the calling task on a promise that the actor settles (through the domain mailbox)
-//! when it replies or ends, or that a timer settles when the time is up. An actor never blocks
+//! when it replies or ends, or that a timer settles when the time is up. The timer is capped
+//! at what is left of the waiting run's budget, and when that cap ends the wait the call
+//! raises the budget's own error, as a loop past its budget would. An actor never blocks
 //! on the domain: its replies go to an outbox the domain reads when it likes.
 //!
 //! Teardown (the domain's stop, restart or drop) closes every actor, interrupts a running
@@ -442,19 +444,29 @@ local function sleep(self, left, endOnly)
 	end
 end
 
+-- The limit of the run that waits: the wait never outlasts it. `limitAt` (on P.now's clock)
+-- is nil when the run has none.
 local function receive(self, timeout)
 	local got, value = P.take(self)
 	if got or timeout == nil then
 		return value
 	end
 	local deadline = P.now() + P.seconds("Worker:receive", timeout)
+	local limitAt, limitError = P.limit()
 	while true do
 		if P.state(self) ~= "running" then
 			return nil
 		end
-		local left = deadline - P.now()
+		local now = P.now()
+		local left = deadline - now
 		if left <= 0 then
 			return nil
+		end
+		if limitAt ~= nil and limitAt < deadline then
+			if limitAt <= now then
+				error(limitError, 0)
+			end
+			left = limitAt - now
 		end
 		sleep(self, left, false)
 		got, value = P.take(self)
@@ -467,14 +479,22 @@ end
 local function join(self, timeout)
 	self:close()
 	local deadline = if timeout == nil then nil else P.now() + P.seconds("Worker:join", timeout)
+	local limitAt, limitError = P.limit()
 	while true do
 		local state = P.state(self)
 		if state ~= "running" then
 			return state
 		end
-		local left = if deadline == nil then nil else deadline - P.now()
+		local now = P.now()
+		local left = if deadline == nil then nil else deadline - now
 		if left ~= nil and left <= 0 then
 			error(P.late(self), 0)
+		end
+		if limitAt ~= nil and (deadline == nil or limitAt < deadline) then
+			if limitAt <= now then
+				error(limitError, 0)
+			end
+			left = limitAt - now
 		end
 		sleep(self, left, true)
 	end
@@ -558,6 +578,19 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
                 "Worker:join: worker '{}' did not answer in time",
                 entry.shared.name
             ))
+        })?,
+    )?;
+    p.raw_set(
+        "limit",
+        lua.create_function(|_, ()| {
+            // Read inside the run that waits: what is left of its budget now.
+            Ok(match vm::run_left() {
+                Some((left, budget)) => (
+                    Some(epoch().elapsed().as_secs_f64() + left.as_secs_f64()),
+                    Some(vm::DeadlineMessage(budget).to_string()),
+                ),
+                None => (None, None),
+            })
         })?,
     )?;
     p.raw_set(
