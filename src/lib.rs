@@ -44,11 +44,12 @@ pub use domain::capability::{
 #[cfg(feature = "tracing")]
 pub use domain::TracingSink;
 pub use domain::{
-    AdvanceReport, Attribution, ChromeTrace, ContextSpec, Diagnostic, DiagnosticSink, DomainSpec,
-    DomainState, EventLimits, EventReport, EventTarget, FailurePolicy, FixedStep, FrameReport,
-    HandlerTiming, LiveWorkers, LogLevel, LogRecord, LogSink, Phase, PhaseReport, PostRefused,
-    ProfileEvent, ProfileKind, ProfileSink, ProfileThread, QueueBound, Report, ResourceId,
-    ScriptDomain, Severity, WorkerError, WorkerStage, MAX_CONTEXT_NAME, WORKER_SPAWN,
+    AdvanceReport, Attribution, ChromeTrace, ContextSpec, Diagnostic, DiagnosticKind,
+    DiagnosticSink, DomainSpec, DomainState, EventLimits, EventReport, EventTarget, FailurePolicy,
+    FixedStep, FrameReport, HandlerTiming, LiveWorkers, LogLevel, LogRecord, LogSink, Phase,
+    PhaseReport, PostRefused, ProfileEvent, ProfileKind, ProfileSink, ProfileThread, QueueBound,
+    Report, ResourceId, ScriptDomain, Severity, WorkerError, WorkerStage, MAX_CONTEXT_NAME,
+    WORKER_SPAWN,
 };
 pub use error::{Error, Result};
 pub use jobs::{

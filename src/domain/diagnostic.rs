@@ -5,6 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::capability::CapabilityId;
 use super::context::Phase;
 use crate::jobs::{DomainId, Generation};
 
@@ -64,17 +65,36 @@ impl fmt::Display for Attribution {
     }
 }
 
-/// A failure the domain went on past: a handler that raised or ran out of budget.
+/// A failure the domain went on past: a handler that raised or ran out of budget, a refused
+/// emit, an undelivered route copy, a denied capability.
 ///
 /// `Display` gives `<attribution> <phase> handler failed: <message>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostic {
     /// Who was running.
     pub attribution: Attribution,
+    /// What kind of failure it is.
+    pub kind: DiagnosticKind,
     /// The phase it ran in, when the failure came from a phase handler.
     pub phase: Option<Phase>,
     /// What happened, with the Luau stack when there is one.
     pub message: String,
+    /// For a [`DiagnosticKind::CapabilityDenied`]: the capability that was not granted.
+    pub capability: Option<CapabilityId>,
+}
+
+/// What kind of failure a [`Diagnostic`] records, for a sink that sorts them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DiagnosticKind {
+    /// A handler (a phase's, or a raw or named event's) raised or ran past its budget.
+    HandlerFailed,
+    /// `events.emit` was refused: the event queue was full.
+    EmitRefused,
+    /// A route's copy of an emitted event was not delivered (a warning).
+    RouteUndelivered,
+    /// A capability check was denied; [`Diagnostic::capability`] names the capability.
+    CapabilityDenied,
 }
 
 impl fmt::Display for Diagnostic {
@@ -102,8 +122,10 @@ pub enum Severity {
 /// Receives every [`Diagnostic`] a domain makes, on its engine thread: each failed handler
 /// (phases, raw and named events, the `shutdown` phase of a stop) as it fails; each refused
 /// `events.emit` and each undelivered route copy at the next event drain, with the report that
-/// carries it. Denials of capabilities are not sent here (they happen on any thread; the
-/// domain's denial log keeps them). The same diagnostics still reach the reports
+/// carries it. Each denied capability check is sent too, as it happens and on the thread that
+/// asked (an engine thread, a pool worker, a `@skein/worker` thread): severity
+/// [`Error`](Severity::Error), kind [`DiagnosticKind::CapabilityDenied`], the capability in
+/// [`Diagnostic::capability`]. The same diagnostics still reach the reports
 /// ([`PhaseReport::errors`](crate::PhaseReport::errors),
 /// [`EventReport`](crate::EventReport)); a sink sees them all in one place, in order.
 ///

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use mlua::{Function, Lua, Table, Value};
 
 use super::context::{ContextSpec, Phase};
-use super::diagnostic::{Attribution, Diagnostic};
+use super::diagnostic::{Attribution, Diagnostic, DiagnosticKind};
 use super::event_queue::{EventQueue, PostRefused, QueuedEvent};
 use super::{Report, ScriptDomain};
 use crate::error::{Error, Result};
@@ -184,8 +184,10 @@ impl EventHandlers {
         let message = format!("events.emit: {refused}");
         self.errors.borrow_mut().push(Diagnostic {
             attribution: self.attribution(None),
+            kind: DiagnosticKind::EmitRefused,
             phase: None,
             message: message.clone(),
+            capability: None,
         });
         mlua::Error::runtime(message)
     }
@@ -239,11 +241,13 @@ impl EventHandlers {
                 if let Err(refused) = mailbox.post_named(&name, copy.clone()) {
                     self.warnings.borrow_mut().push(Diagnostic {
                         attribution: self.attribution(None),
+                        kind: DiagnosticKind::RouteUndelivered,
                         phase: None,
                         message: format!(
                             "warning: route '{name}' to {}: the copy was not delivered: {refused}",
                             mailbox_label(&mailbox)
                         ),
+                        capability: None,
                     });
                 }
             }
@@ -596,8 +600,10 @@ impl ScriptDomain {
                         context,
                         worker: None,
                     },
+                    kind: DiagnosticKind::HandlerFailed,
                     phase: None,
                     message: format!("event '{name}' handler failed: {text}"),
+                    capability: None,
                 };
                 self.diagnose(super::Severity::Error, &diagnostic);
                 errors.push(diagnostic);

@@ -77,7 +77,15 @@ impl ScriptDomain {
         }
         // The old generation's shutdown handlers run in its own engine VM, before it ends.
         self.shut_down();
+        let ending = std::time::Instant::now();
         self.end_generation(&format!("domain '{}' restarted", self.name), true);
+        // Attributed to the generation that ended: the principal is still the old one here.
+        self.profiled(
+            super::profile::ProfileKind::GenerationEnded,
+            None,
+            None,
+            ending,
+        );
         let old_rx = std::mem::replace(&mut self.rx, rx);
         self.stale_rx.get_mut().push(old_rx);
         self.actors.set_principal(next.clone());

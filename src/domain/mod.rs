@@ -47,7 +47,7 @@ mod tracing_sink;
 pub use actor::{FailurePolicy, LiveWorkers, WorkerError, WorkerStage, WORKER_SPAWN};
 pub use chrome_trace::ChromeTrace;
 pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};
-pub use diagnostic::{Attribution, Diagnostic, DiagnosticSink, Severity};
+pub use diagnostic::{Attribution, Diagnostic, DiagnosticKind, DiagnosticSink, Severity};
 pub(crate) use event_handlers::events_module;
 pub use event_handlers::EventReport;
 pub use event_queue::{EventLimits, EventTarget, PostRefused, QueueBound};
@@ -428,7 +428,10 @@ impl ScriptDomain {
                 context: None,
                 worker: None,
             },
-            Arc::default(),
+            Arc::new(capability::DenialLog::new(
+                cell.profile.clone(),
+                spec.diagnostics.0.clone(),
+            )),
         ));
         let principal = Arc::new(cell);
         let reports = Rc::new(RefCell::new(Vec::new()));

@@ -24,7 +24,7 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use super::capability::{Authority, Grant};
 use super::context::{ContextSpec, Phase};
-use super::diagnostic::{Attribution, Diagnostic, Severity};
+use super::diagnostic::{Attribution, Diagnostic, DiagnosticKind, Severity};
 use super::lifecycle::DomainState;
 use super::profile::ProfileKind;
 use super::{FrameReport, Report, ScriptDomain};
@@ -573,8 +573,10 @@ impl ScriptDomain {
                         context: Some(spec.name().to_owned()),
                         worker: None,
                     },
+                    kind: DiagnosticKind::HandlerFailed,
                     phase: Some(phase),
                     message,
+                    capability: None,
                 };
                 self.diagnose(Severity::Error, &diagnostic);
                 errors.push(diagnostic);

@@ -145,8 +145,10 @@ mod tests {
                 Severity::Error,
                 &Diagnostic {
                     attribution,
+                    kind: crate::DiagnosticKind::HandlerFailed,
                     phase: None,
                     message: "boom".into(),
+                    capability: None,
                 },
             );
         });

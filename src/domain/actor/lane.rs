@@ -17,9 +17,10 @@ use mlua::{Function, Lua, MultiValue, Value};
 
 use super::error::{FailurePolicy, WorkerError, WorkerStage};
 use super::services::ServiceLink;
-use super::shared::{ActorShared, Reply, FAILED, STOPPED};
+use super::shared::{ActorShared, Queued, Reply, FAILED, STOPPED};
 use crate::domain::capability::Authority;
 use crate::domain::diagnostic::Attribution;
+use crate::domain::profile::{self, Profile, ProfileKind};
 use crate::value::Message;
 use crate::vm::{self, CancelToken, Owner, OwnerIdentity, Plan, TaskFailure, Vm};
 
@@ -34,7 +35,7 @@ const CALL_SOURCE: &str =
 /// Everything a lane needs, all `Send`: it is moved onto the new thread.
 pub(crate) struct LaneSetup {
     pub(crate) shared: Arc<ActorShared>,
-    pub(crate) inbox: Receiver<Message>,
+    pub(crate) inbox: Receiver<Queued>,
     pub(crate) plan: Plan,
     pub(crate) source: String,
     pub(crate) authority: Arc<Authority>,
@@ -42,6 +43,8 @@ pub(crate) struct LaneSetup {
     pub(crate) policy: FailurePolicy,
     /// Set by the domain's teardown: stop now, dropping what is queued.
     pub(crate) cancel: Arc<CancelToken>,
+    /// The domain's profile sink: the worker's start, calls and end are measured here.
+    pub(crate) profile: Profile,
     /// `shareServices = true`: the generation whose engine services the VM gets.
     pub(crate) services: Option<Arc<crate::jobs::PrincipalCell>>,
     /// The domain's count of live worker threads; this lane holds one until it returns.
@@ -92,7 +95,48 @@ pub(crate) fn run(setup: LaneSetup) {
             FAILED
         }
     };
+    if let Some(sink) = &setup.profile {
+        let attribution = setup.authority.attribution().clone();
+        profile::instant(
+            &**sink,
+            ProfileKind::WorkerStopped,
+            attribution,
+            shared.name.clone(),
+        );
+    }
     shared.finish(state);
+}
+
+/// Measures the worker's start (its VM and module) and sends it to the profile once, when
+/// [`done`](Self::done) is called or, for a start that failed part way, when dropped.
+struct StartClock<'a> {
+    setup: &'a LaneSetup,
+    started: Instant,
+    sent: bool,
+}
+
+impl StartClock<'_> {
+    fn done(&mut self) {
+        if std::mem::replace(&mut self.sent, true) {
+            return;
+        }
+        if let Some(sink) = &self.setup.profile {
+            profile::emit(
+                &**sink,
+                ProfileKind::WorkerSpawned,
+                self.setup.authority.attribution().clone(),
+                self.setup.shared.name.clone(),
+                self.started,
+                None,
+            );
+        }
+    }
+}
+
+impl Drop for StartClock<'_> {
+    fn drop(&mut self) {
+        self.done();
+    }
 }
 
 /// The module name failures give: the chunk the worker's source loads as.
@@ -122,6 +166,11 @@ fn fail(setup: &LaneSetup, stage: WorkerStage, message: String) {
 
 /// Builds the VM, loads the module and serves messages; answers the final state.
 fn serve(setup: &LaneSetup) -> u8 {
+    let mut start = StartClock {
+        setup,
+        started: Instant::now(),
+        sent: false,
+    };
     let shared = setup.shared.clone();
     shared.set_signal(vm::current_signal());
     let reporter_shared = shared.clone();
@@ -218,10 +267,10 @@ fn serve(setup: &LaneSetup) -> u8 {
             return FAILED;
         }
     };
+    start.done();
     loop {
-        let message = match next_message(setup, &vm) {
-            Some(message) => message,
-            None => return STOPPED,
+        let Some(Queued { message, sent }) = next_message(setup, &vm) else {
+            return STOPPED;
         };
         let arg = match message.to_lua(&vm.lua) {
             Ok(v) => v,
@@ -237,7 +286,20 @@ fn serve(setup: &LaneSetup) -> u8 {
             }
         }
         let args = MultiValue::from_iter([Value::Function(handler.clone()), arg]);
-        let failed = match run_task(setup, &vm, call.clone(), args, owner, link.as_deref()) {
+        let called = Instant::now();
+        let ran = run_task(setup, &vm, call.clone(), args, owner, link.as_deref());
+        if let Some(sink) = &setup.profile {
+            let delay = sent.map(|sent| called.saturating_duration_since(sent));
+            profile::emit(
+                &**sink,
+                ProfileKind::WorkerCall,
+                setup.authority.attribution().clone(),
+                shared.name.clone(),
+                called,
+                delay,
+            );
+        }
+        let failed = match ran {
             None => return STOPPED,
             Some(Ok(_)) => match kept.borrow_mut().take() {
                 Some(Ok(Message::Nil)) | None => None,
@@ -263,7 +325,7 @@ fn serve(setup: &LaneSetup) -> u8 {
 
 /// The next message, running the VM's background tasks (timers a handler left) while it waits.
 /// `None` once the queue is closed and empty, or the domain tears the worker down.
-fn next_message(setup: &LaneSetup, vm: &Vm) -> Option<Message> {
+fn next_message(setup: &LaneSetup, vm: &Vm) -> Option<Queued> {
     loop {
         if setup.cancel.load(Ordering::Acquire) {
             return None;

@@ -32,7 +32,7 @@ use crossbeam_channel::{Sender, TrySendError};
 use mlua::{AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataMethods, Value};
 
 pub use error::{FailurePolicy, WorkerError, WorkerStage};
-use shared::{ActorShared, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
+use shared::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
 
 use super::capability::{self, Authority, CapabilityId, CapabilitySet};
 use super::diagnostic::Attribution;
@@ -77,7 +77,9 @@ impl LiveWorkers {
 struct ActorEntry {
     shared: Arc<ActorShared>,
     /// The sending end of its queue; `None` once closed.
-    inbox: RefCell<Option<Sender<Message>>>,
+    inbox: RefCell<Option<Sender<Queued>>>,
+    /// Whether sends are stamped for the profile.
+    stamped: bool,
     cancel: Arc<CancelToken>,
     thread: RefCell<Option<JoinHandle<()>>>,
 }
@@ -206,6 +208,7 @@ impl Actors {
             policy: self.policy,
             cancel: cancel.clone(),
             services: options.share_services.then(|| principal.clone()),
+            profile: principal.profile.clone(),
             live: self.live.0.clone(),
             failures: self.failures.clone(),
         };
@@ -225,6 +228,7 @@ impl Actors {
         let entry = Rc::new(ActorEntry {
             shared,
             inbox: RefCell::new(Some(tx)),
+            stamped: principal.profile.is_some(),
             cancel,
             thread: RefCell::new(Some(thread)),
         });
@@ -382,7 +386,8 @@ impl WorkerHandle {
         let Some(tx) = inbox.as_ref() else {
             return Err(stopped());
         };
-        match tx.try_send(message) {
+        let sent = self.0.stamped.then(Instant::now);
+        match tx.try_send(Queued { message, sent }) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(mlua::Error::runtime(format!(
                 "Worker:send: the queue of worker '{name}' is full: {MAX_WAITING} messages wait \
