@@ -128,9 +128,11 @@ mod tests {
     fn records_and_diagnostics_become_events_at_their_level() {
         let capture = Capture::default();
         let attribution = Attribution {
+            domain_name: "game".into(),
             domain: DomainId(4),
             generation: Generation(1),
             context: Some("ui".into()),
+            worker: None,
         };
         tracing::subscriber::with_default(capture.clone(), || {
             TracingSink.record(&LogRecord {
