@@ -48,6 +48,10 @@ fn phase_and_event_handler_failures_reach_the_sink_as_errors() {
     assert_eq!(got[0].1.attribution.context.as_deref(), Some("ui"));
     assert_eq!(got[1].0, Severity::Error);
     assert_eq!(got[1].1, events.errors[0]);
+    for (_, d) in &got {
+        assert_eq!(d.kind, skein::DiagnosticKind::HandlerFailed);
+        assert_eq!(d.capability, None);
+    }
     let message = &got[1].1.message;
     assert!(
         message.starts_with("event 'hit' handler failed: bad hit\n"),
@@ -83,6 +87,8 @@ fn refused_emits_are_errors_and_undelivered_route_copies_are_warnings() {
     let got = seen.take();
     let kinds: Vec<Severity> = got.iter().map(|(s, _)| *s).collect();
     assert_eq!(kinds, [Severity::Error, Severity::Warning], "{got:?}");
+    assert_eq!(got[0].1.kind, skein::DiagnosticKind::EmitRefused);
+    assert_eq!(got[1].1.kind, skein::DiagnosticKind::RouteUndelivered);
     assert_eq!(got[0].1, report.errors[0]);
     assert!(
         got[0].1.message.starts_with("events.emit: queue full"),
