@@ -1059,3 +1059,119 @@ fn a_wait_shorter_than_the_budget_ends_as_before() {
     assert!(d.take_reports().is_empty());
     gate.open();
 }
+
+const WORK: &str = r#"
+return {
+    double = function(n) return n * 2 end,
+    count = function(c) return c.last - c.first + 1 end,
+}
+"#;
+
+#[test]
+fn a_worker_dispatches_jobs_to_the_pool_and_awaits_them() {
+    let tree = crate::support::Tree::new(&[("work.luau", WORK)]);
+    let pool = Pool::new(2);
+    let d = ScriptDomain::new(&pool, spec(Plan::new().root(tree.path()))).unwrap();
+    let out = d
+        .eval(
+            r#"
+        local w = require('@skein/worker').spawn {
+            name = 'boss',
+            source = [[
+                return function(n)
+                    local doubled = jobs.dispatch('./work', 'double', n):await()
+                    local parts = jobs.parallelFor('./work', 'count', 100, nil, { chunks = 4 }):await()
+                    local total = 0
+                    for _, part in parts do total += part end
+                    return { doubled = doubled, total = total, chunks = #parts, context = tostring(jobs.context()) }
+                end
+            ]],
+        }
+        w:send(21)
+        return w:receive(5)
+        "#,
+        )
+        .unwrap();
+    assert_eq!(number(crate::support::field(&out, "doubled")), 42.0);
+    assert_eq!(number(crate::support::field(&out, "total")), 100.0);
+    assert_eq!(number(crate::support::field(&out, "chunks")), 4.0);
+    assert_eq!(text(crate::support::field(&out, "context")), "nil");
+}
+
+#[test]
+fn a_worker_s_shared_queue_pop_is_woken_by_the_domain_s_push() {
+    let pool = Pool::new(1);
+    let d = domain(&pool);
+    d.exec(
+        r#"
+        popper = require('@skein/worker').spawn {
+            name = 'popper',
+            source = 'return function() return jobs.shared.queue("work"):pop() end',
+        }
+        popper:send(1)
+        "#,
+    )
+    .unwrap();
+    // The worker's pop parks until the domain pushes.
+    std::thread::sleep(Duration::from_millis(30));
+    let out = d
+        .eval(
+            r#"
+        assert(popper:receive() == nil, 'nothing popped yet')
+        jobs.shared.queue("work"):push({ job = 7 })
+        return popper:receive(5)
+        "#,
+        )
+        .unwrap();
+    assert_eq!(number(crate::support::field(&out, "job")), 7.0);
+}
+
+#[test]
+fn a_worker_cannot_register_jobs() {
+    let pool = Pool::new(1);
+    let d = domain(&pool);
+    let err = raised(
+        &d,
+        r#"
+        local w = require('@skein/worker').spawn {
+            name = 'reg',
+            source = 'return function() jobs.register { name = "x", executor = { kind = "luau", run = function() end } } end',
+        }
+        w:send(1)
+        w:receive(5)
+        "#,
+    );
+    assert_contains(
+        &err,
+        "jobs.register: a @skein/worker worker's VM can't register jobs",
+    );
+}
+
+#[test]
+fn a_worker_waiting_on_a_job_is_torn_down_without_waiting_for_it() {
+    let tree = crate::support::Tree::new(&[(
+        "slow.luau",
+        "return { nap = function() task.wait(5) return 1 end }",
+    )]);
+    let pool = Pool::new(1);
+    let mut d = ScriptDomain::new(&pool, spec(Plan::new().root(tree.path()))).unwrap();
+    let live = d.live_workers();
+    d.exec(
+        r#"
+        local w = require('@skein/worker').spawn {
+            name = 'waiting', source = "return function() return jobs.dispatch('./slow', 'nap'):await() end",
+        }
+        w:send(1)
+        "#,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    let started = Instant::now();
+    d.restart().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(live.get(), 0);
+}

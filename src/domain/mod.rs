@@ -451,8 +451,12 @@ impl ScriptDomain {
         );
         event_handlers::install_events_module(&vm.lua, &event_handlers)?;
         scheduler::install_context_module(&vm.lua, &bindings)?;
-        let actors =
-            actor::Actors::new(principal.clone(), spec.worker_failures, spec.worker_budget);
+        let actors = actor::Actors::new(
+            principal.clone(),
+            pool.shared().clone(),
+            spec.worker_failures,
+            spec.worker_budget,
+        );
         actor::install_engine(&vm.lua, &actors)?;
         let domain = ScriptDomain {
             owned: owned::OwnedResources::default(),

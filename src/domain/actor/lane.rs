@@ -2,8 +2,10 @@
 //! worker's module, then calls its handler once per message until the queue closes, the
 //! handler fails (under [`FailurePolicy::Stop`]), or the domain tears it down.
 //!
-//! The VM is built here and dropped here: `mlua::Lua` never leaves this thread. Only
-//! `Message`s cross, through the inbox channel and the [`ActorShared`] outbox.
+//! The VM is built here and dropped here: `mlua::Lua` never leaves this thread. Only plain
+//! data crosses: `Message`s through the inbox channel and the [`ActorShared`] outbox, and the
+//! replies to the worker's own `jobs` (and its shared-queue deliveries) through its wake
+//! channel, which the lane reads whenever it would otherwise sleep.
 
 use std::cell::RefCell;
 use std::fmt;
@@ -12,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::Receiver;
 use mlua::{Function, Lua, MultiValue, Value};
 
 use super::error::{FailurePolicy, WorkerError, WorkerStage};
@@ -21,6 +23,7 @@ use super::shared::{ActorShared, Queued, Reply, FAILED, STOPPED};
 use crate::domain::capability::Authority;
 use crate::domain::diagnostic::Attribution;
 use crate::domain::profile::{self, Profile, ProfileKind};
+use crate::jobs::{self, ActorWake, HomeKind, JobsHome, PoolShared, PrincipalCell};
 use crate::value::Message;
 use crate::vm::{self, CancelToken, Owner, OwnerIdentity, Plan, TaskFailure, Vm};
 
@@ -45,8 +48,13 @@ pub(crate) struct LaneSetup {
     pub(crate) cancel: Arc<CancelToken>,
     /// The domain's profile sink: the worker's start, calls and end are measured here.
     pub(crate) profile: Profile,
-    /// `shareServices = true`: the generation whose engine services the VM gets.
-    pub(crate) services: Option<Arc<crate::jobs::PrincipalCell>>,
+    /// The generation the worker belongs to: its `jobs` run as it, and (with
+    /// `shareServices = true`) its engine services answer.
+    pub(crate) principal: Arc<PrincipalCell>,
+    /// Where the worker's `jobs` items go.
+    pub(crate) pool: Arc<PoolShared>,
+    /// `shareServices = true`: the VM gets the domain's engine services.
+    pub(crate) share_services: bool,
     /// The domain's count of live worker threads; this lane holds one until it returns.
     pub(crate) live: Arc<AtomicUsize>,
     /// Where the host reads structured failures.
@@ -181,11 +189,23 @@ fn serve(setup: &LaneSetup) -> u8 {
         );
     });
     let install_shared = shared.clone();
-    let link = setup.services.as_ref().map(|principal| {
-        ServiceLink::new(principal.clone(), setup.cancel.clone(), shared.name.clone())
+    let link = setup.share_services.then(|| {
+        ServiceLink::new(
+            setup.principal.clone(),
+            setup.cancel.clone(),
+            shared.name.clone(),
+        )
     });
     let install_link = link.clone();
+    // Replies to the worker's own `jobs` promises, and its shared-queue deliveries.
+    let (wake_tx, wakes) = crossbeam_channel::unbounded();
+    let home = JobsHome::new(
+        setup.principal.clone(),
+        setup.pool.clone(),
+        HomeKind::Actor { wakes: wake_tx },
+    );
     let built = Vm::build(&setup.plan, reporter, setup.deadline, move |lua| {
+        jobs::install(lua, home)?;
         super::install_lane_module(lua, install_shared.clone())?;
         if let Some(link) = install_link {
             for refused in link.install_new(lua) {
@@ -224,7 +244,13 @@ fn serve(setup: &LaneSetup) -> u8 {
             return FAILED;
         }
     };
-    let handler = match run_task(setup, &vm, chunk, MultiValue::new(), owner, link.as_deref()) {
+    let lane = Lane {
+        setup,
+        vm: &vm,
+        wakes: &wakes,
+        link: link.as_deref(),
+    };
+    let handler = match lane.run_task(chunk, MultiValue::new(), owner) {
         None => return STOPPED,
         Some(Err(failure)) => {
             fail(setup, WorkerStage::Load, failure);
@@ -269,7 +295,7 @@ fn serve(setup: &LaneSetup) -> u8 {
     };
     start.done();
     loop {
-        let Some(Queued { message, sent }) = next_message(setup, &vm) else {
+        let Some(Queued { message, sent }) = lane.next_message() else {
             return STOPPED;
         };
         let arg = match message.to_lua(&vm.lua) {
@@ -287,7 +313,7 @@ fn serve(setup: &LaneSetup) -> u8 {
         }
         let args = MultiValue::from_iter([Value::Function(handler.clone()), arg]);
         let called = Instant::now();
-        let ran = run_task(setup, &vm, call.clone(), args, owner, link.as_deref());
+        let ran = lane.run_task(call.clone(), args, owner);
         if let Some(sink) = &setup.profile {
             let delay = sent.map(|sent| called.saturating_duration_since(sent));
             profile::emit(
@@ -323,70 +349,106 @@ fn serve(setup: &LaneSetup) -> u8 {
     }
 }
 
-/// The next message, running the VM's background tasks (timers a handler left) while it waits.
-/// `None` once the queue is closed and empty, or the domain tears the worker down.
-fn next_message(setup: &LaneSetup, vm: &Vm) -> Option<Queued> {
-    loop {
-        if setup.cancel.load(Ordering::Acquire) {
-            return None;
-        }
-        while vm.step() {}
-        // With no timer pending the lane sleeps until a message comes or the queue closes (a
-        // close, or the teardown, which closes before it cancels).
-        let Some(at) = vm.next_wake() else {
-            return setup.inbox.recv().ok();
-        };
-        let wait = at.saturating_duration_since(Instant::now()).min(IDLE_LOOK);
-        match setup.inbox.recv_timeout(wait) {
-            Ok(message) => return Some(message),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return None,
-        }
-    }
+/// What the lane's waits need: the VM, where its replies arrive, and its services.
+struct Lane<'a> {
+    setup: &'a LaneSetup,
+    vm: &'a Vm,
+    wakes: &'a Receiver<ActorWake>,
+    link: Option<&'a ServiceLink>,
 }
 
-/// Runs `f(args)` as a task until it ends; `None` when the domain tore the worker down first.
-fn run_task(
-    setup: &LaneSetup,
-    vm: &Vm,
-    f: Function,
-    args: MultiValue,
-    owner: impl Fn() -> Rc<Owner>,
-    link: Option<&ServiceLink>,
-) -> Option<Result<MultiValue, String>> {
-    type Slot = Rc<RefCell<Option<Result<MultiValue, String>>>>;
-    let slot: Slot = Rc::new(RefCell::new(None));
-    let out = slot.clone();
-    let base = owner();
-    let completion: vm::Completion = Box::new(move |_lua: &Lua, result, _commands| {
-        *out.borrow_mut() = Some(result.map_err(|failure| failure_text(&failure)));
-    });
-    let task_owner = Rc::new(
-        Owner::new(base.identity.clone(), base.deadline, Some(completion))
-            .with_authority(setup.authority.clone()),
-    );
-    if let Err(e) = vm.start(f, args, task_owner.clone()) {
-        return Some(Err(vm::error_message(&e)));
+impl Lane<'_> {
+    /// Settles a promise or delivers a parcel that reached the worker's VM.
+    fn wake(&self, wake: ActorWake) {
+        match wake {
+            ActorWake::Settle { promise, outcome } => self.vm.settle(promise, outcome),
+            ActorWake::Parcel(parcel) => crate::shared::receive_parcel(&self.vm.lua, parcel),
+        }
     }
-    loop {
-        // A teardown interrupts the handler (its owner's cancel token): that is no failure,
-        // unless it cut a query short, which the handler was counting on.
-        if setup.cancel.load(Ordering::Acquire) {
-            vm.drop_owner(&task_owner);
-            let cut = link.and_then(|link| link.cut.borrow_mut().take());
-            return cut.map(Err);
+
+    /// Applies every wake that has arrived.
+    fn wake_all(&self) {
+        while let Ok(wake) = self.wakes.try_recv() {
+            self.wake(wake);
         }
-        if let Some(result) = slot.borrow_mut().take() {
-            return Some(result);
+    }
+
+    /// The next message, running the VM's background tasks (timers a handler left, tasks
+    /// awaiting its jobs) while it waits. `None` once the queue is closed and empty, or the
+    /// domain tears the worker down.
+    fn next_message(&self) -> Option<Queued> {
+        let setup = self.setup;
+        loop {
+            if setup.cancel.load(Ordering::Acquire) {
+                return None;
+            }
+            self.wake_all();
+            while self.vm.step() {}
+            // With no timer pending the lane sleeps until a message or a wake comes, or the
+            // queue closes (a close, or the teardown, which closes before it cancels).
+            match self.vm.next_wake() {
+                None => crossbeam_channel::select! {
+                    recv(setup.inbox) -> message => return message.ok(),
+                    recv(self.wakes) -> wake => if let Ok(wake) = wake { self.wake(wake) },
+                },
+                Some(at) => {
+                    let wait = at.saturating_duration_since(Instant::now()).min(IDLE_LOOK);
+                    crossbeam_channel::select! {
+                        recv(setup.inbox) -> message => return message.ok(),
+                        recv(self.wakes) -> wake => if let Ok(wake) = wake { self.wake(wake) },
+                        default(wait) => {}
+                    }
+                }
+            }
         }
-        if vm.step() || vm.has_ready() {
-            continue;
+    }
+
+    /// Runs `f(args)` as a task until it ends; `None` when the domain tore the worker down
+    /// first.
+    fn run_task(
+        &self,
+        f: Function,
+        args: MultiValue,
+        owner: impl Fn() -> Rc<Owner>,
+    ) -> Option<Result<MultiValue, String>> {
+        type Slot = Rc<RefCell<Option<Result<MultiValue, String>>>>;
+        let (setup, vm) = (self.setup, self.vm);
+        let slot: Slot = Rc::new(RefCell::new(None));
+        let out = slot.clone();
+        let base = owner();
+        let completion: vm::Completion = Box::new(move |_lua: &Lua, result, _commands| {
+            *out.borrow_mut() = Some(result.map_err(|failure| failure_text(&failure)));
+        });
+        let task_owner = Rc::new(
+            Owner::new(base.identity.clone(), base.deadline, Some(completion))
+                .with_authority(setup.authority.clone()),
+        );
+        if let Err(e) = vm.start(f, args, task_owner.clone()) {
+            return Some(Err(vm::error_message(&e)));
         }
-        let wait = match vm.next_wake() {
-            Some(at) => at.saturating_duration_since(Instant::now()).min(IDLE_LOOK),
-            None => IDLE_LOOK,
-        };
-        std::thread::sleep(wait);
+        loop {
+            // A teardown interrupts the handler (its owner's cancel token): that is no
+            // failure, unless it cut a query short, which the handler was counting on.
+            if setup.cancel.load(Ordering::Acquire) {
+                vm.drop_owner(&task_owner);
+                let cut = self.link.and_then(|link| link.cut.borrow_mut().take());
+                return cut.map(Err);
+            }
+            if let Some(result) = slot.borrow_mut().take() {
+                return Some(result);
+            }
+            self.wake_all();
+            if vm.step() || vm.has_ready() {
+                continue;
+            }
+            let wait = match vm.next_wake() {
+                Some(at) => at.saturating_duration_since(Instant::now()).min(IDLE_LOOK),
+                None => IDLE_LOOK,
+            };
+            if let Ok(wake) = self.wakes.recv_timeout(wait) {
+                self.wake(wake);
+            }
+        }
     }
 }
 

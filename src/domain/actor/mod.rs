@@ -36,7 +36,7 @@ use shared::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
 
 use super::capability::{self, Authority, CapabilityId, CapabilitySet};
 use super::diagnostic::Attribution;
-use crate::jobs::PrincipalCell;
+use crate::jobs::{PoolShared, PrincipalCell};
 use crate::value::Message;
 use crate::vm::{self, await_function, promise_of, CancelToken, Outcome, VmCore};
 
@@ -93,6 +93,8 @@ impl ActorEntry {
 /// The actors of one domain, across its generations; the generation running now spawns them.
 pub(crate) struct Actors {
     principal: RefCell<Arc<PrincipalCell>>,
+    /// Where a worker's `jobs.dispatch` and `jobs.parallelFor` send their items.
+    pool: Arc<PoolShared>,
     policy: FailurePolicy,
     /// The per-run budget of a handler; never more than the principal's deadline cap.
     budget: std::time::Duration,
@@ -106,11 +108,13 @@ pub(crate) struct Actors {
 impl Actors {
     pub(crate) fn new(
         principal: Arc<PrincipalCell>,
+        pool: Arc<PoolShared>,
         policy: FailurePolicy,
         budget: std::time::Duration,
     ) -> Rc<Actors> {
         Rc::new(Actors {
             principal: RefCell::new(principal),
+            pool,
             policy,
             budget,
             live: LiveWorkers::default(),
@@ -207,7 +211,9 @@ impl Actors {
             deadline: self.budget.min(principal.max_deadline),
             policy: self.policy,
             cancel: cancel.clone(),
-            services: options.share_services.then(|| principal.clone()),
+            principal: principal.clone(),
+            pool: self.pool.clone(),
+            share_services: options.share_services,
             profile: principal.profile.clone(),
             live: self.live.0.clone(),
             failures: self.failures.clone(),
