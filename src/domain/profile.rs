@@ -1,9 +1,10 @@
 //! Where a domain's costs go: the [`ProfileSink`] a host sets with
 //! [`DomainSpec::profile`](crate::DomainSpec::profile), and the [`ProfileEvent`]s it receives.
 //!
-//! Events come from the engine thread (domain lifecycle, context calls, stale events) and from
-//! worker threads (pool items), so a sink is `Send + Sync` and is called on whichever thread the
-//! cost was paid. Without a sink nothing is measured: the worker's only cost is one branch on an
+//! Events come from the engine thread (domain lifecycle, context calls, stale events, the end of
+//! a generation), from pool threads (pool items), from `@skein/worker` threads (their start,
+//! handler calls and end) and from whichever thread was denied a capability, so a sink is
+//! `Send + Sync` and is called on whichever thread the cost was paid. Without a sink nothing is measured: the worker's only cost is one branch on an
 //! `Option` per item. This module owns the event shape, the process epoch its times count from,
 //! and the thread labels; it never buffers or writes anything (that is a sink's business, such
 //! as [`ChromeTrace`](crate::ChromeTrace)).
