@@ -99,12 +99,12 @@ fn spawn_errors_carry_their_texts() {
         raised(&d, &format!("{worker}.send {{ progress = 1 }}")),
         "worker.send is for a worker's own code; a domain sends through the handle worker.spawn returned"
     );
-    assert_contains(
-        &raised(
+    assert_eq!(
+        raised(
             &d,
-            &format!("{worker}.spawn {{ source = 'return print', shareServices = true }}"),
+            &format!("{worker}.spawn {{ source = 'return print', shareServices = 'yes' }}"),
         ),
-        "worker.spawn: shareServices = true is not available",
+        "worker.spawn: shareServices must be a boolean, got a string",
     );
     // No worker thread was started by any refusal.
     assert_eq!(d.live_workers().get(), 0);
@@ -769,4 +769,409 @@ fn a_handler_may_yield_and_its_worker_keeps_its_own_state() {
     assert_eq!(number(&items[1]), 3.0);
     // The domain's globals are not the worker's.
     assert_eq!(text(&items[2]), "nil");
+}
+
+/// A domain with `world.get` / `world.set` over `world`, and `hostMark()` counting into `marks`.
+fn world_domain(
+    pool: &Pool,
+    marks: &crate::support::Marks,
+) -> (ScriptDomain, crate::support::World) {
+    let d = ScriptDomain::new(pool, spec(marks.plan())).unwrap();
+    let world = crate::support::World::default();
+    world.borrow_mut().insert(2, Message::Integer(41));
+    d.register_query("world.get", crate::support::world_get(&world))
+        .unwrap();
+    d.register_command("world.set", crate::support::world_set(&world))
+        .unwrap();
+    (d, world)
+}
+
+#[test]
+fn share_services_answers_a_query_from_the_engine_thread() {
+    let pool = Pool::new(1);
+    let marks = crate::support::Marks::default();
+    let (d, _world) = world_domain(&pool, &marks);
+    let out = d
+        .eval(
+            r#"
+        local w = require('@skein/worker').spawn {
+            name = 'reader', shareServices = true,
+            source = 'return function(id) return world.get(id) end',
+        }
+        w:send(2)
+        w:send(3)
+        return { w:receive(5), tostring(w:receive(5)), w:join(5) }
+        "#,
+        )
+        .unwrap();
+    let items = crate::support::list(&out);
+    assert_eq!(number(&items[0]), 41.0);
+    assert_eq!(text(&items[1]), "nil");
+    assert_eq!(text(&items[2]), "stopped");
+}
+
+#[test]
+fn share_services_commands_apply_at_the_next_frame() {
+    let pool = Pool::new(1);
+    let marks = crate::support::Marks::default();
+    let (d, world) = world_domain(&pool, &marks);
+    d.exec(
+        r#"
+        writer = require('@skein/worker').spawn {
+            name = 'writer', shareServices = true,
+            source = 'return function(v) world.set(7, v) hostMark() return "done" end',
+        }
+        writer:send('written')
+        "#,
+    )
+    .unwrap();
+    assert!(crate::support::wait_until(
+        Duration::from_secs(10),
+        || marks.count() == 1
+    ));
+    std::thread::sleep(Duration::from_millis(30));
+    // Recorded, not applied: the engine thread has not drained its mailbox since.
+    assert!(world.borrow().get(&7).is_none());
+    let report = d.frame(Duration::from_millis(16));
+    assert_eq!(report.commands_applied, 1);
+    assert_eq!(
+        world.borrow().get(&7),
+        Some(&Message::String("written".into()))
+    );
+    assert_eq!(text(&d.eval("return writer:receive(5)").unwrap()), "done");
+}
+
+#[test]
+fn without_share_services_a_worker_has_no_service_names() {
+    let pool = Pool::new(1);
+    let marks = crate::support::Marks::default();
+    let (d, _world) = world_domain(&pool, &marks);
+    for share in ["", "shareServices = false,"] {
+        let out = d
+            .eval(&format!(
+                r#"
+            local w = require('@skein/worker').spawn {{
+                {share} source = 'return function() return type(world) end',
+            }}
+            w:send(1)
+            return w:receive(5)
+            "#
+            ))
+            .unwrap();
+        assert_eq!(text(&out), "nil", "{share}");
+    }
+}
+
+#[test]
+fn a_service_denies_a_worker_by_the_worker_s_grant() {
+    let pool = Pool::new(1);
+    let marks = crate::support::Marks::default();
+    let (d, _world) = world_domain(&pool, &marks);
+    d.register_query("input.peek", |_| {
+        skein::require_capability("input.observe").map_err(|e| e.to_string())?;
+        Ok(Message::Boolean(true))
+    })
+    .unwrap();
+    // The domain holds input.observe, so its own call passes; a worker given none is denied.
+    assert_eq!(
+        d.eval("return input.peek()").unwrap(),
+        Message::Boolean(true)
+    );
+    let err = raised(
+        &d,
+        r#"
+        local w = require('@skein/worker').spawn {
+            name = 'nosy', shareServices = true, capabilities = { 'worker.spawn' },
+            source = 'return function() return input.peek() end',
+        }
+        w:send(1)
+        w:receive(5)
+        "#,
+    );
+    assert_contains(&err, "worker 'nosy' (worker:nosy) failed at handler: ");
+    assert_contains(
+        &err,
+        &format!(
+            "engine service 'input.peek' failed: permission denied: capability 'input.observe' \
+             is not granted to domain 'actors' ({}, generation 1, worker 'nosy')",
+            d.id()
+        ),
+    );
+    assert_eq!(d.denials(), 1);
+}
+
+#[test]
+fn a_restart_ends_a_query_wait_and_reports_the_worker_s_failure() {
+    let pool = Pool::new(1);
+    let marks = crate::support::Marks::default();
+    let (mut d, _world) = world_domain(&pool, &marks);
+    let live = d.live_workers();
+    d.exec(
+        r#"
+        local w = require('@skein/worker').spawn {
+            name = 'waiter', shareServices = true,
+            source = 'return function(id) hostMark() return world.get(id) end',
+        }
+        w:send(2)
+        "#,
+    )
+    .unwrap();
+    assert!(crate::support::wait_until(
+        Duration::from_secs(10),
+        || marks.count() == 1
+    ));
+    // The worker is blocked on its query: nothing drains the mailbox until the restart.
+    std::thread::sleep(Duration::from_millis(30));
+    let started = Instant::now();
+    d.restart(skein::Load::Nothing).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(live.get(), 0);
+    let failures = d.take_worker_failures();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0].attribution.worker.as_deref(), Some("waiter"));
+    assert_eq!(failures[0].stage, skein::WorkerStage::Handler);
+    assert_eq!(
+        failures[0].message,
+        "world.get: worker 'waiter' waited for the engine's answer, but the domain ended it: \
+         domain 'actors' restarted"
+    );
+}
+
+#[test]
+fn a_query_wait_never_outlasts_the_worker_s_run_budget() {
+    let pool = Pool::new(1);
+    let marks = crate::support::Marks::default();
+    let d = ScriptDomain::new(
+        &pool,
+        spec(marks.plan()).worker_budget(Duration::from_millis(100)),
+    )
+    .unwrap();
+    d.register_query("world.get", |_| Ok(Message::Nil)).unwrap();
+    d.exec(
+        r#"
+        local w = require('@skein/worker').spawn {
+            name = 'patient', shareServices = true,
+            source = 'return function() return world.get(1) end',
+        }
+        w:send(1)
+        "#,
+    )
+    .unwrap();
+    // Nothing drains the mailbox: the query is never answered, and the budget ends the wait.
+    let failures = std::cell::RefCell::new(Vec::new());
+    assert!(crate::support::wait_until(Duration::from_secs(10), || {
+        failures.borrow_mut().extend(d.take_worker_failures());
+        !failures.borrow().is_empty()
+    }));
+    let failures = failures.into_inner();
+    assert_eq!(failures[0].attribution.worker.as_deref(), Some("patient"));
+    assert_eq!(
+        failures[0].message,
+        "deadline exceeded: one run took longer than 0.1 s"
+    );
+}
+
+/// A domain whose context `waiter` (on demand) runs under a budget of `budget`, with a gate.
+fn budgeted_domain(pool: &Pool, gate: &Gate, budget: Duration) -> ScriptDomain {
+    let spec = spec(gate.plan(Plan::new()))
+        .context(
+            skein::ContextSpec::new("waiter")
+                .phases([skein::Phase::OnDemand])
+                .budget(budget),
+        )
+        .unwrap();
+    ScriptDomain::new(pool, spec).unwrap()
+}
+
+/// Runs the `waiter` context's handler, then frames until the domain reports something;
+/// answers the reports and how long that took.
+fn run_waiter(d: &ScriptDomain) -> (Vec<skein::Report>, Duration) {
+    let started = Instant::now();
+    d.run_phase(skein::Phase::OnDemand, &[]).unwrap();
+    loop {
+        d.frame(Duration::from_millis(1));
+        let reports = d.take_reports();
+        if !reports.is_empty() || started.elapsed() > Duration::from_secs(10) {
+            return (reports, started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn receive_and_join_never_outlast_the_waiting_code_s_budget() {
+    let pool = Pool::new(1);
+    let gate = Gate::default();
+    let d = budgeted_domain(&pool, &gate, Duration::from_millis(50));
+    d.exec(
+        r#"
+        local worker = require('@skein/worker')
+        quiet = worker.spawn { name = 'quiet', source = 'return function() end' }
+        held = worker.spawn { name = 'held', source = 'return function() gate() end' }
+        held:send(1)
+        require('@skein/context').bind('waiter', { onDemand = function() wait() end })
+        "#,
+    )
+    .unwrap();
+    for wait in ["quiet:receive(5)", "held:join(5)", "held:join()"] {
+        d.exec(&format!("function wait() {wait} end")).unwrap();
+        let (reports, took) = run_waiter(&d);
+        assert_eq!(reports.len(), 1, "{wait}: {reports:?}");
+        assert_eq!(reports[0].source, "context 'waiter' onDemand handler");
+        assert_contains(
+            &reports[0].message,
+            "deadline exceeded: one run took longer than 0.05 s",
+        );
+        assert!(took >= Duration::from_millis(45), "{wait}: {took:?}");
+        assert!(took < Duration::from_secs(2), "{wait}: {took:?}");
+    }
+    gate.open();
+}
+
+#[test]
+fn a_wait_shorter_than_the_budget_ends_as_before() {
+    let pool = Pool::new(1);
+    let gate = Gate::default();
+    let d = budgeted_domain(&pool, &gate, Duration::from_millis(500));
+    d.exec(
+        r#"
+        quiet = require('@skein/worker').spawn { name = 'quiet', source = 'return function() end' }
+        require('@skein/context').bind('waiter', { onDemand = function()
+            got = tostring(quiet:receive(0.05))
+            local ok, err = pcall(function() quiet:join(0) end)
+            joined = if ok then 'joined' else err
+        end })
+        "#,
+    )
+    .unwrap();
+    let started = Instant::now();
+    d.run_phase(skein::Phase::OnDemand, &[]).unwrap();
+    while d.eval("return joined").unwrap() == Message::Nil {
+        assert!(started.elapsed() < Duration::from_secs(10));
+        d.frame(Duration::from_millis(1));
+    }
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    assert_eq!(text(&d.eval("return got").unwrap()), "nil");
+    assert!(d.take_reports().is_empty());
+    gate.open();
+}
+
+const WORK: &str = r#"
+return {
+    double = function(n) return n * 2 end,
+    count = function(c) return c.last - c.first + 1 end,
+}
+"#;
+
+#[test]
+fn a_worker_dispatches_jobs_to_the_pool_and_awaits_them() {
+    let tree = crate::support::Tree::new(&[("work.luau", WORK)]);
+    let pool = Pool::new(2);
+    let d = ScriptDomain::new(&pool, spec(Plan::new().root(tree.path()))).unwrap();
+    let out = d
+        .eval(
+            r#"
+        local w = require('@skein/worker').spawn {
+            name = 'boss',
+            source = [[
+                return function(n)
+                    local doubled = jobs.dispatch('./work', 'double', n):await()
+                    local parts = jobs.parallelFor('./work', 'count', 100, nil, { chunks = 4 }):await()
+                    local total = 0
+                    for _, part in parts do total += part end
+                    return { doubled = doubled, total = total, chunks = #parts, context = tostring(jobs.context()) }
+                end
+            ]],
+        }
+        w:send(21)
+        return w:receive(5)
+        "#,
+        )
+        .unwrap();
+    assert_eq!(number(crate::support::field(&out, "doubled")), 42.0);
+    assert_eq!(number(crate::support::field(&out, "total")), 100.0);
+    assert_eq!(number(crate::support::field(&out, "chunks")), 4.0);
+    assert_eq!(text(crate::support::field(&out, "context")), "nil");
+}
+
+#[test]
+fn a_worker_s_shared_queue_pop_is_woken_by_the_domain_s_push() {
+    let pool = Pool::new(1);
+    let d = domain(&pool);
+    d.exec(
+        r#"
+        popper = require('@skein/worker').spawn {
+            name = 'popper',
+            source = 'return function() return jobs.shared.queue("work"):pop() end',
+        }
+        popper:send(1)
+        "#,
+    )
+    .unwrap();
+    // The worker's pop parks until the domain pushes.
+    std::thread::sleep(Duration::from_millis(30));
+    let out = d
+        .eval(
+            r#"
+        assert(popper:receive() == nil, 'nothing popped yet')
+        jobs.shared.queue("work"):push({ job = 7 })
+        return popper:receive(5)
+        "#,
+        )
+        .unwrap();
+    assert_eq!(number(crate::support::field(&out, "job")), 7.0);
+}
+
+#[test]
+fn a_worker_cannot_register_jobs() {
+    let pool = Pool::new(1);
+    let d = domain(&pool);
+    let err = raised(
+        &d,
+        r#"
+        local w = require('@skein/worker').spawn {
+            name = 'reg',
+            source = 'return function() jobs.register { name = "x", executor = { kind = "luau", run = function() end } } end',
+        }
+        w:send(1)
+        w:receive(5)
+        "#,
+    );
+    assert_contains(
+        &err,
+        "jobs.register: a @skein/worker worker's VM can't register jobs",
+    );
+}
+
+#[test]
+fn a_worker_waiting_on_a_job_is_torn_down_without_waiting_for_it() {
+    let tree = crate::support::Tree::new(&[(
+        "slow.luau",
+        "return { nap = function() task.wait(5) return 1 end }",
+    )]);
+    let pool = Pool::new(1);
+    let mut d = ScriptDomain::new(&pool, spec(Plan::new().root(tree.path()))).unwrap();
+    let live = d.live_workers();
+    d.exec(
+        r#"
+        local w = require('@skein/worker').spawn {
+            name = 'waiting', source = "return function() return jobs.dispatch('./slow', 'nap'):await() end",
+        }
+        w:send(1)
+        "#,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    let started = Instant::now();
+    d.restart(skein::Load::Nothing).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(live.get(), 0);
 }

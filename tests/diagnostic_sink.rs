@@ -56,6 +56,10 @@ fn phase_and_event_handler_failures_reach_the_sink_as_errors() {
     assert_eq!(got[1].1.event.as_deref(), Some("hit"));
     assert_eq!(got[1].1.source.as_deref(), Some("exec:2"));
     assert_eq!(got[1].1.phase, None);
+    for (_, d) in &got {
+        assert_eq!(d.kind, skein::DiagnosticKind::HandlerFailed);
+        assert_eq!(d.capability, None);
+    }
     let message = &got[1].1.message;
     assert!(
         message.starts_with("event 'hit' handler failed: bad hit\n"),
@@ -91,6 +95,8 @@ fn refused_emits_are_errors_and_undelivered_route_copies_are_warnings() {
     let got = seen.take();
     let kinds: Vec<Severity> = got.iter().map(|(s, _)| *s).collect();
     assert_eq!(kinds, [Severity::Error, Severity::Warning], "{got:?}");
+    assert_eq!(got[0].1.kind, skein::DiagnosticKind::QueueFull);
+    assert_eq!(got[1].1.kind, skein::DiagnosticKind::RouteUndelivered);
     assert_eq!(got[0].1, report.errors[0]);
     assert!(
         got[0].1.message.starts_with("events.emit: queue full"),
@@ -105,4 +111,59 @@ fn refused_emits_are_errors_and_undelivered_route_copies_are_warnings() {
         got[1].1.message.starts_with("warning: route 'boom'"),
         "{got:?}"
     );
+}
+
+#[test]
+fn a_denial_reaches_the_sink_with_its_capability_and_text() {
+    let seen = Arc::new(Seen::default());
+    let pool = Pool::new(1);
+    let plan = skein::Plan::new().function("observe", |lua, _| {
+        skein::require_capability("input.observe")?;
+        lua.pack_multi(())
+    });
+    let grant = skein::RootAuthority::new().grant(skein::CapabilitySet::from_iter([
+        skein::CapabilityId::new("worker.spawn").unwrap(),
+    ]));
+    let spec = DomainSpec::new("game")
+        .plan(plan)
+        .grant(grant)
+        .diagnostics(seen.clone());
+    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    domain.exec("pcall(observe)").unwrap();
+    domain
+        .eval(
+            r#"
+            local w = require('@skein/worker').spawn {
+                name = 'peeker', source = 'return function() return (pcall(observe)) end',
+            }
+            w:send(1)
+            return w:receive(5)
+            "#,
+        )
+        .unwrap();
+    let seen = seen.take();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    let id = domain.id();
+    for (who, (severity, d)) in [
+        format!("domain 'game' ({id}, generation 1)"),
+        format!("domain 'game' ({id}, generation 1, worker 'peeker')"),
+    ]
+    .iter()
+    .zip(&seen)
+    {
+        assert_eq!(*severity, Severity::Error);
+        assert_eq!(d.kind, skein::DiagnosticKind::CapabilityDenied);
+        assert_eq!(
+            d.capability.as_ref().map(|c| c.as_str()),
+            Some("input.observe")
+        );
+        assert_eq!(d.phase, None);
+        assert_eq!(
+            d.message,
+            format!("permission denied: capability 'input.observe' is not granted to {who}")
+        );
+    }
+    assert_eq!(seen[1].1.attribution.worker.as_deref(), Some("peeker"));
+    // The host's denial log still has both.
+    assert_eq!(domain.denials(), 2);
 }

@@ -282,3 +282,137 @@ fn the_embedding_guide_trace_example_runs() -> Result<(), Box<dyn std::error::Er
     assert!(std::fs::read_to_string(&out)?.contains(r#""cat":"pool.item""#));
     Ok(())
 }
+
+fn worker_grant(names: &[&str]) -> skein::Grant {
+    skein::RootAuthority::new().grant(skein::CapabilitySet::from_iter(
+        names.iter().map(|n| skein::CapabilityId::new(n).unwrap()),
+    ))
+}
+
+#[test]
+fn a_worker_s_spawn_calls_and_stop_are_profiled_on_its_own_thread() {
+    let recorder = Arc::new(Recorder::default());
+    let pool = Pool::new(1);
+    let spec = DomainSpec::new("game")
+        .grant(worker_grant(&["worker.spawn"]))
+        .profile(recorder.clone());
+    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    let out = domain
+        .eval(
+            r#"
+            local w = require('@skein/worker').spawn {
+                name = 'echo', source = 'return function(m) task.wait(0.02) return m end',
+            }
+            w:send(1)
+            w:send(2)
+            local a, b = w:receive(5), w:receive(5)
+            return { a, b, w:join(5) }
+            "#,
+        )
+        .unwrap();
+    assert_eq!(
+        crate::support::text(&crate::support::list(&out)[2]),
+        "stopped"
+    );
+    let spawned = recorder.of(ProfileKind::WorkerSpawned);
+    let calls = recorder.of(ProfileKind::WorkerCall);
+    let stopped = recorder.of(ProfileKind::WorkerStopped);
+    assert_eq!((spawned.len(), calls.len(), stopped.len()), (1, 2, 1));
+    let engine = std::thread::current().name().map(str::to_owned);
+    for e in spawned.iter().chain(&calls).chain(&stopped) {
+        assert_eq!(e.name, "echo");
+        assert_eq!(e.attribution.worker.as_deref(), Some("echo"));
+        assert_eq!(e.attribution.domain, domain.id());
+        assert_eq!(e.attribution.generation.get(), 1);
+        assert_eq!(e.thread.name.as_deref(), Some("skein-actor echo"));
+        assert_ne!(e.thread.name.as_deref(), engine.as_deref());
+    }
+    // In order on the worker's thread: its start, the two calls, its end.
+    assert!(spawned[0].start + (spawned[0].duration.as_micros() as u64) <= calls[0].start);
+    assert!(calls[0].start < calls[1].start && calls[1].start <= stopped[0].start);
+    for call in &calls {
+        assert!(call.duration >= Duration::from_millis(20), "{call:?}");
+        assert!(call.queue_delay.is_some(), "{call:?}");
+    }
+    // The second message waited behind the first call.
+    assert!(
+        calls[1].queue_delay.unwrap() >= Duration::from_millis(15),
+        "{calls:?}"
+    );
+    assert_eq!(stopped[0].duration, Duration::ZERO);
+    // A worker event is not a context call or a pool item.
+    assert!(recorder.of(ProfileKind::PoolItem).is_empty());
+}
+
+#[test]
+fn a_restart_profiles_the_end_of_its_generation_and_the_workers_it_stopped() {
+    let recorder = Arc::new(Recorder::default());
+    let pool = Pool::new(1);
+    let spec = DomainSpec::new("game")
+        .grant(worker_grant(&["worker.spawn"]))
+        .profile(recorder.clone());
+    let mut domain = ScriptDomain::new(&pool, spec).unwrap();
+    domain
+        .exec("require('@skein/worker').spawn { name = 'idle', source = 'return function() end' }")
+        .unwrap();
+    assert!(recorder.of(ProfileKind::GenerationEnded).is_empty());
+    domain.restart(skein::Load::Nothing).unwrap();
+    let ended = recorder.of(ProfileKind::GenerationEnded);
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0].name, "game");
+    assert_eq!(ended[0].attribution.generation.get(), 1);
+    assert_eq!(ended[0].attribution.worker, None);
+    let stopped = recorder.of(ProfileKind::WorkerStopped);
+    assert_eq!(stopped.len(), 1);
+    assert_eq!(stopped[0].attribution.generation.get(), 1);
+    // The worker had stopped before the generation's end was measured as over.
+    assert!(stopped[0].start <= ended[0].start + ended[0].duration.as_micros() as u64);
+    // A stop's ending is inside DomainStopped, not a second GenerationEnded.
+    domain.stop();
+    assert_eq!(recorder.of(ProfileKind::GenerationEnded).len(), 1);
+}
+
+#[test]
+fn a_denial_is_an_instant_named_for_its_capability_wherever_it_happens() {
+    let recorder = Arc::new(Recorder::default());
+    let pool = Pool::new(1);
+    let plan = skein::Plan::new().function("observe", |lua, _| {
+        skein::require_capability("input.observe")?;
+        lua.pack_multi(())
+    });
+    let spec = DomainSpec::new("game")
+        .plan(plan)
+        .grant(worker_grant(&["worker.spawn"]))
+        .profile(recorder.clone());
+    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    domain.exec("pcall(observe)").unwrap();
+    domain
+        .eval(
+            r#"
+            local w = require('@skein/worker').spawn {
+                name = 'peeker', source = 'return function() return (pcall(observe)) end',
+            }
+            w:send(1)
+            return w:receive(5)
+            "#,
+        )
+        .unwrap();
+    let denials = recorder.of(ProfileKind::Denial);
+    assert_eq!(denials.len(), 2, "{denials:?}");
+    for d in &denials {
+        assert_eq!(d.name, "input.observe");
+        assert_eq!(d.duration, Duration::ZERO);
+        assert_eq!(d.attribution.domain, domain.id());
+    }
+    assert_eq!(denials[0].attribution.worker, None);
+    assert_eq!(
+        denials[0].thread.name,
+        std::thread::current().name().map(Arc::from)
+    );
+    assert_eq!(denials[1].attribution.worker.as_deref(), Some("peeker"));
+    assert_eq!(
+        denials[1].thread.name.as_deref(),
+        Some("skein-actor peeker")
+    );
+    assert_eq!(domain.denials(), 2);
+}

@@ -1,9 +1,11 @@
 //! [`ChromeTrace`]: a [`ProfileSink`] that keeps every event and writes them as a Chrome
 //! trace-event JSON file, the format Perfetto (ui.perfetto.dev) and `chrome://tracing` open.
 //!
-//! Each event becomes one complete (`"ph":"X"`) slice on the track of the thread that ran it,
-//! and each thread gets a `thread_name` metadata record, so the timeline shows every pool item
-//! on the worker that ran it beside the engine thread's context calls. This module owns the
+//! Each event becomes one complete (`"ph":"X"`) slice on the track of the thread that ran it
+//! (a worker's stop and a capability denial, which are moments, become instant markers,
+//! `"ph":"i"`), and each thread gets a `thread_name` metadata record, so the timeline shows
+//! every pool item on the worker that ran it beside the engine thread's context calls, and each
+//! `@skein/worker` worker on its own track (`skein-actor <name>`). This module owns the
 //! buffer and the file format; it measures nothing itself.
 
 use std::path::{Path, PathBuf};
@@ -126,7 +128,17 @@ fn category(kind: ProfileKind) -> &'static str {
         ProfileKind::ContextCall => "context.call",
         ProfileKind::PoolItem => "pool.item",
         ProfileKind::StaleEvent => "stale.event",
+        ProfileKind::WorkerSpawned => "worker.spawned",
+        ProfileKind::WorkerCall => "worker.call",
+        ProfileKind::WorkerStopped => "worker.stopped",
+        ProfileKind::GenerationEnded => "generation.ended",
+        ProfileKind::Denial => "capability.denied",
     }
+}
+
+/// Whether a kind is a moment rather than a span: shown as an instant marker on its track.
+fn is_instant(kind: ProfileKind) -> bool {
+    matches!(kind, ProfileKind::WorkerStopped | ProfileKind::Denial)
 }
 
 fn slice(e: &ProfileEvent) -> Value {
@@ -137,8 +149,24 @@ fn slice(e: &ProfileEvent) -> Value {
     if let Some(context) = &e.attribution.context {
         args["context"] = json!(context);
     }
+    if let Some(worker) = &e.attribution.worker {
+        args["worker"] = json!(worker);
+    }
     if let Some(delay) = e.queue_delay {
         args["queue_delay_us"] = json!(delay.as_secs_f64() * 1e6);
+    }
+    if is_instant(e.kind) {
+        // Thread-scoped: the marker sits on the track of the thread that saw it.
+        return json!({
+            "name": e.name,
+            "cat": category(e.kind),
+            "ph": "i",
+            "s": "t",
+            "ts": e.start,
+            "pid": 1,
+            "tid": e.thread.id,
+            "args": args,
+        });
     }
     json!({
         "name": e.name,
@@ -201,6 +229,27 @@ mod tests {
         assert_eq!(events[2]["ph"], "M");
         assert_eq!(events[2]["name"], "thread_name");
         assert_eq!(events[2]["tid"], this_thread().id);
+    }
+
+    #[test]
+    fn worker_events_carry_the_worker_and_moments_are_instants() {
+        let trace = ChromeTrace::new();
+        let mut call = event(ProfileKind::WorkerCall, "decoder");
+        call.attribution.worker = Some("decoder".into());
+        trace.event(&call);
+        trace.event(&event(ProfileKind::Denial, "input.observe"));
+        let json: Value = serde_json::from_str(&trace.to_json()).unwrap();
+        let events = json["traceEvents"].as_array().unwrap();
+        assert_eq!(events[0]["cat"], "worker.call");
+        assert_eq!(events[0]["ph"], "X");
+        assert_eq!(events[0]["args"]["worker"], "decoder");
+        assert_eq!(events[1]["cat"], "capability.denied");
+        assert_eq!(events[1]["name"], "input.observe");
+        assert_eq!(
+            (&events[1]["ph"], &events[1]["s"]),
+            (&json!("i"), &json!("t"))
+        );
+        assert!(events[1].get("dur").is_none());
     }
 
     #[test]

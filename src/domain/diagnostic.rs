@@ -5,6 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::capability::CapabilityId;
 use super::context::Phase;
 use crate::jobs::{DomainId, Generation};
 
@@ -106,8 +107,8 @@ pub struct Diagnostic {
     pub phase: Option<Phase>,
     /// The named event being delivered or emitted, when there was one.
     pub event: Option<String>,
-    /// The capability that was denied, for a denial.
-    pub capability: Option<String>,
+    /// For a [`DiagnosticKind::CapabilityDenied`]: the capability that was not granted.
+    pub capability: Option<CapabilityId>,
     /// Where in the scripts it comes from, `chunk:line`, when the runtime knows: where a failed
     /// handler was defined, where a refused `emit` was called.
     pub source: Option<String>,
@@ -164,8 +165,10 @@ pub(crate) fn defined_at(function: &mlua::Function) -> Option<String> {
 /// Receives every [`Diagnostic`] a domain makes, on its engine thread: each failed handler
 /// (phases, raw and named events, the `shutdown` phase of a stop) as it fails; each refused
 /// `events.emit` and each undelivered route copy at the next event drain, with the report that
-/// carries it. Denials of capabilities are not sent here (they happen on any thread; the
-/// domain's denial log keeps them). The same diagnostics still reach the reports
+/// carries it. Each denied capability check is sent too, as it happens and on the thread that
+/// asked (an engine thread, a pool worker, a `@skein/worker` thread): severity
+/// [`Error`](Severity::Error), kind [`DiagnosticKind::CapabilityDenied`], the capability in
+/// [`Diagnostic::capability`]. The same diagnostics still reach the reports
 /// ([`PhaseReport::errors`](crate::PhaseReport::errors),
 /// [`EventReport`](crate::EventReport)); a sink sees them all in one place, in order.
 ///

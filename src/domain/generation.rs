@@ -259,6 +259,7 @@ impl ScriptDomain {
     /// generation still pending, and then the resources it owns ([`ScriptDomain::own`]). A stop leaves a job that is running to settle as it ends (a
     /// worker that drops the job's VM fails it, naming the reason); a restart rejects it now.
     pub(super) fn end_generation(&self, reason: &str, reject_pending: bool) {
+        let ending = std::time::Instant::now();
         self.principal.end(reason);
         // No worker outlives its generation: each is closed, interrupted and joined.
         self.actors.teardown();
@@ -283,6 +284,12 @@ impl ScriptDomain {
         // still have used it has stopped.
         for failure in self.owned.end_generation(id.generation) {
             self.report_release_failure(failure);
+        }
+        // A stop's teardown is part of its `DomainStopped`; a restart's or reload's is its own
+        // event, attributed to the generation that ended (still the principal here).
+        if self.state.get() != DomainState::Stopping {
+            let kind = super::profile::ProfileKind::GenerationEnded;
+            self.profiled(kind, None, None, ending);
         }
     }
 

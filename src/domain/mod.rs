@@ -474,7 +474,10 @@ impl ScriptDomain {
                 context: None,
                 worker: None,
             },
-            Arc::default(),
+            Arc::new(capability::DenialLog::new(
+                cell.profile.clone(),
+                spec.diagnostics.0.clone(),
+            )),
         ));
         let principal = Arc::new(cell);
         let reports = Rc::new(RefCell::new(Vec::new()));
@@ -490,8 +493,12 @@ impl ScriptDomain {
         event_handlers::install_events_module(&vm.lua, &event_handlers, id.generation)?;
         interfaces::install_interfaces_module(&vm.lua, &spec.name, id.generation)?;
         scheduler::install_context_module(&vm.lua, &bindings)?;
-        let actors =
-            actor::Actors::new(principal.clone(), spec.worker_failures, spec.worker_budget);
+        let actors = actor::Actors::new(
+            principal.clone(),
+            pool.shared().clone(),
+            spec.worker_failures,
+            spec.worker_budget,
+        );
         actor::install_engine(&vm.lua, &actors)?;
         let domain = ScriptDomain {
             owned: owned::OwnedResources::new(id.generation),

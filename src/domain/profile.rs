@@ -1,9 +1,10 @@
 //! Where a domain's costs go: the [`ProfileSink`] a host sets with
 //! [`DomainSpec::profile`](crate::DomainSpec::profile), and the [`ProfileEvent`]s it receives.
 //!
-//! Events come from the engine thread (domain lifecycle, context calls, stale events) and from
-//! worker threads (pool items), so a sink is `Send + Sync` and is called on whichever thread the
-//! cost was paid. Without a sink nothing is measured: the worker's only cost is one branch on an
+//! Events come from the engine thread (domain lifecycle, context calls, stale events, the end of
+//! a generation), from pool threads (pool items), from `@skein/worker` threads (their start,
+//! handler calls and end) and from whichever thread was denied a capability, so a sink is
+//! `Send + Sync` and is called on whichever thread the cost was paid. Without a sink nothing is measured: the worker's only cost is one branch on an
 //! `Option` per item. This module owns the event shape, the process epoch its times count from,
 //! and the thread labels; it never buffers or writes anything (that is a sink's business, such
 //! as [`ChromeTrace`](crate::ChromeTrace)).
@@ -61,6 +62,24 @@ pub enum ProfileKind {
     PoolItem,
     /// An event of an ended generation reached the domain and was discarded (an instant).
     StaleEvent,
+    /// A worker (`@skein/worker`) started, on its own thread: the duration is building its VM
+    /// and loading its module, whether or not that succeeded. Named and attributed to the
+    /// worker.
+    WorkerSpawned,
+    /// One call of a worker's handler on the worker's thread, up to its return (waits inside
+    /// included). The queue delay is the time from the `Worker:send` of its message to the
+    /// call's start: a message is measured there and has no event of its own.
+    WorkerCall,
+    /// A worker's thread ended (an instant): its queue closed, it failed, or its domain tore it
+    /// down.
+    WorkerStopped,
+    /// A restart ended a generation: the duration is the ending (closing and joining its
+    /// workers, refusing its queued items, releasing what it owned), attributed to the
+    /// generation that ended. A stop's ending is inside [`DomainStopped`](Self::DomainStopped).
+    GenerationEnded,
+    /// A capability check was denied (an instant), on the thread that asked; the name is the
+    /// capability.
+    Denial,
 }
 
 /// One measured cost of a domain.
@@ -150,6 +169,24 @@ pub(crate) fn emit(
         duration,
         thread: this_thread(),
         queue_delay,
+    });
+}
+
+/// Sends one instant (an event with no duration) to `sink`, on this thread.
+pub(crate) fn instant(
+    sink: &dyn ProfileSink,
+    kind: ProfileKind,
+    attribution: Attribution,
+    name: String,
+) {
+    sink.event(&ProfileEvent {
+        kind,
+        attribution,
+        name,
+        start: micros(Instant::now()),
+        duration: Duration::ZERO,
+        thread: this_thread(),
+        queue_delay: None,
     });
 }
 

@@ -30,6 +30,11 @@ pub(crate) enum HomeKind {
         vm: u64,
         outbox: Rc<RefCell<Vec<Item>>>,
     },
+    /// A `@skein/worker` worker's VM, on the worker's own thread: its items go to the pool's
+    /// injector, and replies and shared-queue deliveries come back through `wakes`.
+    Actor {
+        wakes: crossbeam_channel::Sender<super::item::ActorWake>,
+    },
 }
 
 /// What the `jobs` bindings of one VM need: who they run as and how they reach the pool.
@@ -65,6 +70,10 @@ impl JobsHome {
             HomeKind::Worker { index, vm, .. } => ReplyTo::Worker {
                 worker: *index,
                 vm: *vm,
+                promise,
+            },
+            HomeKind::Actor { wakes } => ReplyTo::Actor {
+                wakes: wakes.clone(),
                 promise,
             },
         }
@@ -130,6 +139,13 @@ fn queue_courier(home: &JobsHome) -> crate::shared::Courier {
                     .post(worker, super::item::WorkerMsg::Parcel { principal, parcel });
             })
         }
+        HomeKind::Actor { wakes } => {
+            let wakes = wakes.clone();
+            Arc::new(move |parcel| {
+                // A worker that has ended drops the parcel, which gives its value back.
+                let _ = wakes.send(super::item::ActorWake::Parcel(parcel));
+            })
+        }
     }
 }
 
@@ -189,7 +205,7 @@ pub(super) fn home(lua: &Lua) -> mlua::Result<Rc<JobsHome>> {
 fn context(lua: &Lua, (): ()) -> mlua::Result<Value> {
     let home = home(lua)?;
     match &home.kind {
-        HomeKind::Engine => Ok(Value::Nil),
+        HomeKind::Engine | HomeKind::Actor { .. } => Ok(Value::Nil),
         HomeKind::Worker { index, .. } => {
             // The running task's owner is the item (or nothing keyed, in a watcher).
             let owner = VmCore::of(lua)?.current_owner();
@@ -333,7 +349,7 @@ fn dispatch(
                 return Err(refuse(refusal));
             }
         }
-        (None, HomeKind::Engine) => home.pool.inject(item),
+        (None, HomeKind::Engine | HomeKind::Actor { .. }) => home.pool.inject(item),
         (None, HomeKind::Worker { outbox, .. }) => outbox.borrow_mut().push(item),
     }
     Ok(Value::UserData(promise_handle(lua, cell)?))

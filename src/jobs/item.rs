@@ -197,6 +197,23 @@ pub(crate) enum ReplyTo {
     Host(Arc<HostSlot>),
     /// Chunk `index` (from 0) of a `jobs.parallelFor`: its collector settles the promise.
     Chunk { gather: Arc<Gather>, index: usize },
+    /// A promise homed in a `@skein/worker` worker's VM: its lane reads `wakes` between runs.
+    Actor {
+        wakes: crossbeam_channel::Sender<ActorWake>,
+        promise: PromiseId,
+    },
+}
+
+/// What reaches a `@skein/worker` worker's VM from the pool and the shared store: its lane
+/// applies each on its own thread, between runs.
+pub(crate) enum ActorWake {
+    /// Settle a promise homed in the worker's VM.
+    Settle {
+        promise: PromiseId,
+        outcome: Outcome,
+    },
+    /// A shared-queue delivery for a pop parked in the worker's VM.
+    Parcel(crate::shared::Parcel),
 }
 
 /// What an item's entry is called with.

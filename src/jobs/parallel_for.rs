@@ -134,7 +134,7 @@ pub(super) fn parallel_for(
                 .then(std::time::Instant::now),
         };
         match &home.kind {
-            HomeKind::Engine => home.pool.inject(item),
+            HomeKind::Engine | HomeKind::Actor { .. } => home.pool.inject(item),
             HomeKind::Worker { outbox, .. } => outbox.borrow_mut().push(item),
         }
     }

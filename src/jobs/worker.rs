@@ -538,6 +538,10 @@ pub(crate) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, po
             slot.settle(outcome);
         }
         ReplyTo::Chunk { gather, index } => gather.deposit(index, outcome),
+        ReplyTo::Actor { wakes, promise } => {
+            // A worker that has ended dropped its end: its VM and the promise are gone.
+            let _ = wakes.send(super::item::ActorWake::Settle { promise, outcome });
+        }
     }
 }
 

@@ -319,6 +319,23 @@ pub(crate) fn current_signal() -> Arc<Signal> {
     SIGNAL.with(Arc::clone)
 }
 
+/// What is left of the run in progress on this thread, and the budget it was given: `None`
+/// outside a timed run. Code that parks a wait on behalf of the running code caps the wait
+/// with it, so the wait never outlasts the limit the code itself runs under.
+pub(crate) fn run_left() -> Option<(Duration, Duration)> {
+    SIGNAL.with(|signal| {
+        let deadline = signal.deadline_ns.load(Ordering::Acquire);
+        if deadline == 0 {
+            return None;
+        }
+        let budget = Duration::from_nanos(signal.budget_ns.load(Ordering::Acquire));
+        Some((
+            Duration::from_nanos(deadline.saturating_sub(now_ns())),
+            budget,
+        ))
+    })
+}
+
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     *EPOCH.get_or_init(Instant::now)

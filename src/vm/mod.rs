@@ -15,7 +15,9 @@ mod promise;
 mod scheduler;
 
 pub(crate) use self::core::{FrameClock, Reporter, Vm, VmCore};
-pub(crate) use budget::{current_signal, format_seconds, CancelToken, Signal};
+pub(crate) use budget::{
+    current_signal, format_seconds, run_left, CancelToken, DeadlineMessage, Signal,
+};
 pub use failure::{FailureKind, JobFailure};
 pub(crate) use modules::{check_sources, registered_or_refusing, source_epoch, with_caller_source};
 pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure};

@@ -2,8 +2,10 @@
 //! worker's module, then calls its handler once per message until the queue closes, the
 //! handler fails (under [`FailurePolicy::Stop`]), or the domain tears it down.
 //!
-//! The VM is built here and dropped here: `mlua::Lua` never leaves this thread. Only
-//! `Message`s cross, through the inbox channel and the [`ActorShared`] outbox.
+//! The VM is built here and dropped here: `mlua::Lua` never leaves this thread. Only plain
+//! data crosses: `Message`s through the inbox channel and the [`ActorShared`] outbox, and the
+//! replies to the worker's own `jobs` (and its shared-queue deliveries) through its wake
+//! channel, which the lane reads whenever it would otherwise sleep.
 
 use std::cell::RefCell;
 use std::fmt;
@@ -12,13 +14,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::Receiver;
 use mlua::{Function, Lua, MultiValue, Value};
 
 use super::error::{FailurePolicy, WorkerError, WorkerStage};
-use super::shared::{ActorShared, Reply, FAILED, STOPPED};
+use super::services::ServiceLink;
+use super::shared::{ActorShared, Queued, Reply, FAILED, STOPPED};
 use crate::domain::capability::Authority;
 use crate::domain::diagnostic::Attribution;
+use crate::domain::profile::{self, Profile, ProfileKind};
+use crate::jobs::{self, ActorWake, HomeKind, JobsHome, PoolShared, PrincipalCell};
 use crate::value::Message;
 use crate::vm::{self, CancelToken, Owner, OwnerIdentity, Plan, TaskFailure, Vm};
 
@@ -33,7 +38,7 @@ const CALL_SOURCE: &str =
 /// Everything a lane needs, all `Send`: it is moved onto the new thread.
 pub(crate) struct LaneSetup {
     pub(crate) shared: Arc<ActorShared>,
-    pub(crate) inbox: Receiver<Message>,
+    pub(crate) inbox: Receiver<Queued>,
     pub(crate) plan: Plan,
     pub(crate) source: String,
     pub(crate) authority: Arc<Authority>,
@@ -41,6 +46,15 @@ pub(crate) struct LaneSetup {
     pub(crate) policy: FailurePolicy,
     /// Set by the domain's teardown: stop now, dropping what is queued.
     pub(crate) cancel: Arc<CancelToken>,
+    /// The domain's profile sink: the worker's start, calls and end are measured here.
+    pub(crate) profile: Profile,
+    /// The generation the worker belongs to: its `jobs` run as it, and (with
+    /// `shareServices = true`) its engine services answer.
+    pub(crate) principal: Arc<PrincipalCell>,
+    /// Where the worker's `jobs` items go.
+    pub(crate) pool: Arc<PoolShared>,
+    /// `shareServices = true`: the VM gets the domain's engine services.
+    pub(crate) share_services: bool,
     /// The domain's count of live worker threads; this lane holds one until it returns.
     pub(crate) live: Arc<AtomicUsize>,
     /// Where the host reads structured failures.
@@ -89,7 +103,48 @@ pub(crate) fn run(setup: LaneSetup) {
             FAILED
         }
     };
+    if let Some(sink) = &setup.profile {
+        let attribution = setup.authority.attribution().clone();
+        profile::instant(
+            &**sink,
+            ProfileKind::WorkerStopped,
+            attribution,
+            shared.name.clone(),
+        );
+    }
     shared.finish(state);
+}
+
+/// Measures the worker's start (its VM and module) and sends it to the profile once, when
+/// [`done`](Self::done) is called or, for a start that failed part way, when dropped.
+struct StartClock<'a> {
+    setup: &'a LaneSetup,
+    started: Instant,
+    sent: bool,
+}
+
+impl StartClock<'_> {
+    fn done(&mut self) {
+        if std::mem::replace(&mut self.sent, true) {
+            return;
+        }
+        if let Some(sink) = &self.setup.profile {
+            profile::emit(
+                &**sink,
+                ProfileKind::WorkerSpawned,
+                self.setup.authority.attribution().clone(),
+                self.setup.shared.name.clone(),
+                self.started,
+                None,
+            );
+        }
+    }
+}
+
+impl Drop for StartClock<'_> {
+    fn drop(&mut self) {
+        self.done();
+    }
 }
 
 /// The module name failures give: the chunk the worker's source loads as.
@@ -119,6 +174,11 @@ fn fail(setup: &LaneSetup, stage: WorkerStage, message: String) {
 
 /// Builds the VM, loads the module and serves messages; answers the final state.
 fn serve(setup: &LaneSetup) -> u8 {
+    let mut start = StartClock {
+        setup,
+        started: Instant::now(),
+        sent: false,
+    };
     let shared = setup.shared.clone();
     shared.set_signal(vm::current_signal());
     let reporter_shared = shared.clone();
@@ -129,8 +189,30 @@ fn serve(setup: &LaneSetup) -> u8 {
         );
     });
     let install_shared = shared.clone();
+    let link = setup.share_services.then(|| {
+        ServiceLink::new(
+            setup.principal.clone(),
+            setup.cancel.clone(),
+            shared.name.clone(),
+        )
+    });
+    let install_link = link.clone();
+    // Replies to the worker's own `jobs` promises, and its shared-queue deliveries.
+    let (wake_tx, wakes) = crossbeam_channel::unbounded();
+    let home = JobsHome::new(
+        setup.principal.clone(),
+        setup.pool.clone(),
+        HomeKind::Actor { wakes: wake_tx },
+    );
     let built = Vm::build(&setup.plan, reporter, setup.deadline, move |lua| {
-        super::install_lane_module(lua, install_shared)
+        jobs::install(lua, home)?;
+        super::install_lane_module(lua, install_shared.clone())?;
+        if let Some(link) = install_link {
+            for refused in link.install_new(lua) {
+                install_shared.report(format!("worker '{}'", install_shared.name), refused);
+            }
+        }
+        Ok(())
     });
     let vm = match built {
         Ok(vm) => vm,
@@ -162,7 +244,13 @@ fn serve(setup: &LaneSetup) -> u8 {
             return FAILED;
         }
     };
-    let handler = match run_task(setup, &vm, chunk, MultiValue::new(), owner) {
+    let lane = Lane {
+        setup,
+        vm: &vm,
+        wakes: &wakes,
+        link: link.as_deref(),
+    };
+    let handler = match lane.run_task(chunk, MultiValue::new(), owner) {
         None => return STOPPED,
         Some(Err(failure)) => {
             fail(setup, WorkerStage::Load, failure);
@@ -205,10 +293,10 @@ fn serve(setup: &LaneSetup) -> u8 {
             return FAILED;
         }
     };
+    start.done();
     loop {
-        let message = match next_message(setup, &vm) {
-            Some(message) => message,
-            None => return STOPPED,
+        let Some(Queued { message, sent }) = lane.next_message() else {
+            return STOPPED;
         };
         let arg = match message.to_lua(&vm.lua) {
             Ok(v) => v,
@@ -217,8 +305,27 @@ fn serve(setup: &LaneSetup) -> u8 {
                 return FAILED;
             }
         };
+        if let Some(link) = &link {
+            // Services the host registered since the last message.
+            for refused in link.install_new(&vm.lua) {
+                shared.report(format!("worker '{}'", shared.name), refused);
+            }
+        }
         let args = MultiValue::from_iter([Value::Function(handler.clone()), arg]);
-        let failed = match run_task(setup, &vm, call.clone(), args, owner) {
+        let called = Instant::now();
+        let ran = lane.run_task(call.clone(), args, owner);
+        if let Some(sink) = &setup.profile {
+            let delay = sent.map(|sent| called.saturating_duration_since(sent));
+            profile::emit(
+                &**sink,
+                ProfileKind::WorkerCall,
+                setup.authority.attribution().clone(),
+                shared.name.clone(),
+                called,
+                delay,
+            );
+        }
+        let failed = match ran {
             None => return STOPPED,
             Some(Ok(_)) => match kept.borrow_mut().take() {
                 Some(Ok(Message::Nil)) | None => None,
@@ -242,67 +349,106 @@ fn serve(setup: &LaneSetup) -> u8 {
     }
 }
 
-/// The next message, running the VM's background tasks (timers a handler left) while it waits.
-/// `None` once the queue is closed and empty, or the domain tears the worker down.
-fn next_message(setup: &LaneSetup, vm: &Vm) -> Option<Message> {
-    loop {
-        if setup.cancel.load(Ordering::Acquire) {
-            return None;
-        }
-        while vm.step() {}
-        // With no timer pending the lane sleeps until a message comes or the queue closes (a
-        // close, or the teardown, which closes before it cancels).
-        let Some(at) = vm.next_wake() else {
-            return setup.inbox.recv().ok();
-        };
-        let wait = at.saturating_duration_since(Instant::now()).min(IDLE_LOOK);
-        match setup.inbox.recv_timeout(wait) {
-            Ok(message) => return Some(message),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return None,
-        }
-    }
+/// What the lane's waits need: the VM, where its replies arrive, and its services.
+struct Lane<'a> {
+    setup: &'a LaneSetup,
+    vm: &'a Vm,
+    wakes: &'a Receiver<ActorWake>,
+    link: Option<&'a ServiceLink>,
 }
 
-/// Runs `f(args)` as a task until it ends; `None` when the domain tore the worker down first.
-fn run_task(
-    setup: &LaneSetup,
-    vm: &Vm,
-    f: Function,
-    args: MultiValue,
-    owner: impl Fn() -> Rc<Owner>,
-) -> Option<Result<MultiValue, String>> {
-    type Slot = Rc<RefCell<Option<Result<MultiValue, String>>>>;
-    let slot: Slot = Rc::new(RefCell::new(None));
-    let out = slot.clone();
-    let base = owner();
-    let completion: vm::Completion = Box::new(move |_lua: &Lua, result, _commands| {
-        *out.borrow_mut() = Some(result.map_err(|failure| failure_text(&failure)));
-    });
-    let task_owner = Rc::new(
-        Owner::new(base.identity.clone(), base.deadline, Some(completion))
-            .with_authority(setup.authority.clone()),
-    );
-    if let Err(e) = vm.start(f, args, task_owner.clone()) {
-        return Some(Err(vm::error_message(&e)));
+impl Lane<'_> {
+    /// Settles a promise or delivers a parcel that reached the worker's VM.
+    fn wake(&self, wake: ActorWake) {
+        match wake {
+            ActorWake::Settle { promise, outcome } => self.vm.settle(promise, outcome),
+            ActorWake::Parcel(parcel) => crate::shared::receive_parcel(&self.vm.lua, parcel),
+        }
     }
-    loop {
-        // A teardown interrupts the handler (its owner's cancel token): that is no failure.
-        if setup.cancel.load(Ordering::Acquire) {
-            vm.drop_owner(&task_owner);
-            return None;
+
+    /// Applies every wake that has arrived.
+    fn wake_all(&self) {
+        while let Ok(wake) = self.wakes.try_recv() {
+            self.wake(wake);
         }
-        if let Some(result) = slot.borrow_mut().take() {
-            return Some(result);
+    }
+
+    /// The next message, running the VM's background tasks (timers a handler left, tasks
+    /// awaiting its jobs) while it waits. `None` once the queue is closed and empty, or the
+    /// domain tears the worker down.
+    fn next_message(&self) -> Option<Queued> {
+        let setup = self.setup;
+        loop {
+            if setup.cancel.load(Ordering::Acquire) {
+                return None;
+            }
+            self.wake_all();
+            while self.vm.step() {}
+            // With no timer pending the lane sleeps until a message or a wake comes, or the
+            // queue closes (a close, or the teardown, which closes before it cancels).
+            match self.vm.next_wake() {
+                None => crossbeam_channel::select! {
+                    recv(setup.inbox) -> message => return message.ok(),
+                    recv(self.wakes) -> wake => if let Ok(wake) = wake { self.wake(wake) },
+                },
+                Some(at) => {
+                    let wait = at.saturating_duration_since(Instant::now()).min(IDLE_LOOK);
+                    crossbeam_channel::select! {
+                        recv(setup.inbox) -> message => return message.ok(),
+                        recv(self.wakes) -> wake => if let Ok(wake) = wake { self.wake(wake) },
+                        default(wait) => {}
+                    }
+                }
+            }
         }
-        if vm.step() || vm.has_ready() {
-            continue;
+    }
+
+    /// Runs `f(args)` as a task until it ends; `None` when the domain tore the worker down
+    /// first.
+    fn run_task(
+        &self,
+        f: Function,
+        args: MultiValue,
+        owner: impl Fn() -> Rc<Owner>,
+    ) -> Option<Result<MultiValue, String>> {
+        type Slot = Rc<RefCell<Option<Result<MultiValue, String>>>>;
+        let (setup, vm) = (self.setup, self.vm);
+        let slot: Slot = Rc::new(RefCell::new(None));
+        let out = slot.clone();
+        let base = owner();
+        let completion: vm::Completion = Box::new(move |_lua: &Lua, result, _commands| {
+            *out.borrow_mut() = Some(result.map_err(|failure| failure_text(&failure)));
+        });
+        let task_owner = Rc::new(
+            Owner::new(base.identity.clone(), base.deadline, Some(completion))
+                .with_authority(setup.authority.clone()),
+        );
+        if let Err(e) = vm.start(f, args, task_owner.clone()) {
+            return Some(Err(vm::error_message(&e)));
         }
-        let wait = match vm.next_wake() {
-            Some(at) => at.saturating_duration_since(Instant::now()).min(IDLE_LOOK),
-            None => IDLE_LOOK,
-        };
-        std::thread::sleep(wait);
+        loop {
+            // A teardown interrupts the handler (its owner's cancel token): that is no
+            // failure, unless it cut a query short, which the handler was counting on.
+            if setup.cancel.load(Ordering::Acquire) {
+                vm.drop_owner(&task_owner);
+                let cut = self.link.and_then(|link| link.cut.borrow_mut().take());
+                return cut.map(Err);
+            }
+            if let Some(result) = slot.borrow_mut().take() {
+                return Some(result);
+            }
+            self.wake_all();
+            if vm.step() || vm.has_ready() {
+                continue;
+            }
+            let wait = match vm.next_wake() {
+                Some(at) => at.saturating_duration_since(Instant::now()).min(IDLE_LOOK),
+                None => IDLE_LOOK,
+            };
+            if let Ok(wake) = self.wakes.recv_timeout(wait) {
+                self.wake(wake);
+            }
+        }
     }
 }
 

@@ -8,7 +8,9 @@
 //!
 //! The engine thread never blocks on an actor: `Worker:receive(timeout)` and `Worker:join`
 //! park the calling task on a promise that the actor settles (through the domain mailbox)
-//! when it replies or ends, or that a timer settles when the time is up. An actor never blocks
+//! when it replies or ends, or that a timer settles when the time is up. The timer is capped
+//! at what is left of the waiting run's budget, and when that cap ends the wait the call
+//! raises the budget's own error, as a loop past its budget would. An actor never blocks
 //! on the domain: its replies go to an outbox the domain reads when it likes.
 //!
 //! Teardown (the domain's stop, restart or drop) closes every actor, interrupts a running
@@ -16,6 +18,7 @@
 
 mod error;
 mod lane;
+mod services;
 mod shared;
 
 use std::cell::{Cell, RefCell};
@@ -29,11 +32,11 @@ use crossbeam_channel::{Sender, TrySendError};
 use mlua::{AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataMethods, Value};
 
 pub use error::{FailurePolicy, WorkerError, WorkerStage};
-use shared::{ActorShared, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
+use shared::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
 
 use super::capability::{self, Authority, CapabilityId, CapabilitySet};
 use super::diagnostic::Attribution;
-use crate::jobs::PrincipalCell;
+use crate::jobs::{PoolShared, PrincipalCell};
 use crate::value::Message;
 use crate::vm::{self, await_function, promise_of, CancelToken, Outcome, VmCore};
 
@@ -74,7 +77,9 @@ impl LiveWorkers {
 struct ActorEntry {
     shared: Arc<ActorShared>,
     /// The sending end of its queue; `None` once closed.
-    inbox: RefCell<Option<Sender<Message>>>,
+    inbox: RefCell<Option<Sender<Queued>>>,
+    /// Whether sends are stamped for the profile.
+    stamped: bool,
     cancel: Arc<CancelToken>,
     thread: RefCell<Option<JoinHandle<()>>>,
 }
@@ -90,6 +95,8 @@ impl ActorEntry {
 /// numbering of unnamed workers are the domain's, shared by every set.
 pub(crate) struct Actors {
     principal: Arc<PrincipalCell>,
+    /// Where a worker's `jobs.dispatch` and `jobs.parallelFor` send their items.
+    pool: Arc<PoolShared>,
     policy: FailurePolicy,
     /// The per-run budget of a handler; never more than the principal's deadline cap.
     budget: std::time::Duration,
@@ -103,11 +110,13 @@ pub(crate) struct Actors {
 impl Actors {
     pub(crate) fn new(
         principal: Arc<PrincipalCell>,
+        pool: Arc<PoolShared>,
         policy: FailurePolicy,
         budget: std::time::Duration,
     ) -> Rc<Actors> {
         Rc::new(Actors {
             principal,
+            pool,
             policy,
             budget,
             live: LiveWorkers::default(),
@@ -122,6 +131,7 @@ impl Actors {
     pub(crate) fn next_generation(&self, principal: Arc<PrincipalCell>) -> Rc<Actors> {
         Rc::new(Actors {
             principal,
+            pool: self.pool.clone(),
             policy: self.policy,
             budget: self.budget,
             live: self.live.clone(),
@@ -213,6 +223,10 @@ impl Actors {
             deadline: self.budget.min(principal.max_deadline),
             policy: self.policy,
             cancel: cancel.clone(),
+            principal: principal.clone(),
+            pool: self.pool.clone(),
+            share_services: options.share_services,
+            profile: principal.profile.clone(),
             live: self.live.0.clone(),
             failures: self.failures.clone(),
         };
@@ -232,6 +246,7 @@ impl Actors {
         let entry = Rc::new(ActorEntry {
             shared,
             inbox: RefCell::new(Some(tx)),
+            stamped: principal.profile.is_some(),
             cancel,
             thread: RefCell::new(Some(thread)),
         });
@@ -245,6 +260,8 @@ struct SpawnOptions {
     source: String,
     name: Option<String>,
     capabilities: Option<CapabilitySet>,
+    /// `shareServices`: the worker's VM gets the domain's engine services.
+    share_services: bool,
 }
 
 impl SpawnOptions {
@@ -321,26 +338,21 @@ impl SpawnOptions {
                 )))
             }
         };
-        match table.raw_get::<Value>("shareServices")? {
-            Value::Nil | Value::Boolean(false) => {}
-            Value::Boolean(true) => {
-                return Err(refuse(
-                    "shareServices = true is not available: the domain's engine services \
-                     answer only on its engine thread, and a worker has none"
-                        .to_owned(),
-                ))
-            }
+        let share_services = match table.raw_get::<Value>("shareServices")? {
+            Value::Nil => false,
+            Value::Boolean(share) => share,
             other => {
                 return Err(refuse(format!(
                     "shareServices must be a boolean, got {}",
                     vm::a_type(&other)
                 )))
             }
-        }
+        };
         Ok(SpawnOptions {
             source,
             name,
             capabilities,
+            share_services,
         })
     }
 }
@@ -392,7 +404,8 @@ impl WorkerHandle {
         let Some(tx) = inbox.as_ref() else {
             return Err(stopped());
         };
-        match tx.try_send(message) {
+        let sent = self.0.stamped.then(Instant::now);
+        match tx.try_send(Queued { message, sent }) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(mlua::Error::runtime(format!(
                 "Worker:send: the queue of worker '{name}' is full: {MAX_WAITING} messages wait \
@@ -454,19 +467,29 @@ local function sleep(self, left, endOnly)
 	end
 end
 
+-- The limit of the run that waits: the wait never outlasts it. `limitAt` (on P.now's clock)
+-- is nil when the run has none.
 local function receive(self, timeout)
 	local got, value = P.take(self)
 	if got or timeout == nil then
 		return value
 	end
 	local deadline = P.now() + P.seconds("Worker:receive", timeout)
+	local limitAt, limitError = P.limit()
 	while true do
 		if P.state(self) ~= "running" then
 			return nil
 		end
-		local left = deadline - P.now()
+		local now = P.now()
+		local left = deadline - now
 		if left <= 0 then
 			return nil
+		end
+		if limitAt ~= nil and limitAt < deadline then
+			if limitAt <= now then
+				error(limitError, 0)
+			end
+			left = limitAt - now
 		end
 		sleep(self, left, false)
 		got, value = P.take(self)
@@ -479,14 +502,22 @@ end
 local function join(self, timeout)
 	self:close()
 	local deadline = if timeout == nil then nil else P.now() + P.seconds("Worker:join", timeout)
+	local limitAt, limitError = P.limit()
 	while true do
 		local state = P.state(self)
 		if state ~= "running" then
 			return state
 		end
-		local left = if deadline == nil then nil else deadline - P.now()
+		local now = P.now()
+		local left = if deadline == nil then nil else deadline - now
 		if left ~= nil and left <= 0 then
 			error(P.late(self), 0)
+		end
+		if limitAt ~= nil and (deadline == nil or limitAt < deadline) then
+			if limitAt <= now then
+				error(limitError, 0)
+			end
+			left = limitAt - now
 		end
 		sleep(self, left, true)
 	end
@@ -570,6 +601,19 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
                 "Worker:join: worker '{}' did not answer in time",
                 entry.shared.name
             ))
+        })?,
+    )?;
+    p.raw_set(
+        "limit",
+        lua.create_function(|_, ()| {
+            // Read inside the run that waits: what is left of its budget now.
+            Ok(match vm::run_left() {
+                Some((left, budget)) => (
+                    Some(epoch().elapsed().as_secs_f64() + left.as_secs_f64()),
+                    Some(vm::DeadlineMessage(budget).to_string()),
+                ),
+                None => (None, None),
+            })
         })?,
     )?;
     p.raw_set(

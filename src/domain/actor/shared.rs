@@ -29,6 +29,14 @@ pub(crate) const STOPPED: u8 = 1;
 /// The worker ended on a failure.
 pub(crate) const FAILED: u8 = 2;
 
+/// One message on its way to the worker's handler.
+pub(crate) struct Queued {
+    pub(crate) message: Message,
+    /// When it was sent, for the handler call's queue delay; stamped only when the domain is
+    /// profiled (the clock read is the cost of a send otherwise).
+    pub(crate) sent: Option<std::time::Instant>,
+}
+
 /// One thing the worker said to the domain.
 pub(crate) enum Reply {
     /// A handler's return value, or a `worker.send` (`progress`).

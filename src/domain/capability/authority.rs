@@ -91,19 +91,54 @@ impl From<CapabilityError> for mlua::Error {
     }
 }
 
-/// The denials of one domain, across its generations: counted, and the latest texts kept.
+/// The denials of one domain, across its generations: counted, the latest texts kept, and each
+/// sent as it happens to the domain's profile sink (an instant) and diagnostic sink, on the
+/// thread that was denied (both sinks are `Send + Sync` for that).
 #[derive(Default)]
 pub(crate) struct DenialLog {
     count: AtomicU64,
     recent: Mutex<Vec<String>>,
+    profile: crate::domain::Profile,
+    diagnostics: crate::domain::diagnostic::Diagnostics,
 }
 
 impl DenialLog {
+    /// A log that also sends each denial to the domain's sinks.
+    pub(crate) fn new(
+        profile: crate::domain::Profile,
+        diagnostics: crate::domain::diagnostic::Diagnostics,
+    ) -> DenialLog {
+        DenialLog {
+            profile,
+            diagnostics,
+            ..DenialLog::default()
+        }
+    }
+
     fn record(&self, denied: &CapabilityDenied) {
         self.count.fetch_add(1, Ordering::Relaxed);
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        if recent.len() < DENIALS_KEPT {
-            recent.push(denied.to_string());
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            if recent.len() < DENIALS_KEPT {
+                recent.push(denied.to_string());
+            }
+        }
+        if let Some(sink) = &self.profile {
+            crate::domain::profile::instant(
+                &**sink,
+                crate::domain::ProfileKind::Denial,
+                denied.attribution.clone(),
+                denied.capability.to_string(),
+            );
+        }
+        if let Some(sink) = &self.diagnostics {
+            let mut diagnostic = crate::domain::Diagnostic::new(
+                crate::domain::DiagnosticKind::CapabilityDenied,
+                denied.attribution.clone(),
+                denied.to_string(),
+            );
+            diagnostic.capability = Some(denied.capability.clone());
+            sink.diagnostic(crate::domain::Severity::Error, &diagnostic);
         }
     }
 

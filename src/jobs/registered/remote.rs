@@ -157,11 +157,15 @@ const KERNEL_REFUSED: &str = "jobs.register: executor.kind 'kernel' can't be reg
      worker VM: a kernel job runs a host function and has no VM to stay in; register it from \
      the engine VM";
 
+const REGISTER_IN_ACTOR: &str = "jobs.register: a @skein/worker worker's VM can't register \
+     jobs: its functions would end with the worker; register them from the domain's own code \
+     or a job";
+
 /// `jobs.register` in a worker VM: checks the descriptor here (with the engine's texts), keeps
 /// the functions in this VM, reserves the id and name, and posts the job to the engine.
 pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result<u64, String> {
     let HomeKind::Worker { index, vm, .. } = &home.kind else {
-        return Err("jobs.register: not a worker VM".to_owned());
+        return Err(REGISTER_IN_ACTOR.to_owned());
     };
     let principal = &home.principal;
     let d = descriptor::read(
