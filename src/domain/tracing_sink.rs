@@ -52,7 +52,7 @@ impl DiagnosticSink for TracingSink {
         let phase = d.phase.map_or("", |p| p.name());
         let kind = d.kind.name();
         let event = d.event.as_deref().unwrap_or("");
-        let capability = d.capability.as_deref().unwrap_or("");
+        let capability = d.capability.as_ref().map_or("", |c| c.as_str());
         let source = d.source.as_deref().unwrap_or("");
         let message = d.message.as_str();
         match severity {
