@@ -564,3 +564,31 @@ fn a_reload_of_a_file_that_cannot_be_read_fails_at_the_read_stage() {
     assert_eq!(domain.state(), DomainState::Ready);
     assert_eq!(eval(&domain, "return kept"), Message::Boolean(true));
 }
+
+#[test]
+fn a_stopped_domain_refuses_restart_and_reload_and_stays_stopped() {
+    let pool = Pool::new(1);
+    let mut domain = ScriptDomain::new(&pool, DomainSpec::new("done")).unwrap();
+    domain.stop();
+    let generation = domain.generation();
+    for (err, entry) in [
+        (
+            domain.restart(Load::source("x", "x = 1")).unwrap_err(),
+            "restart",
+        ),
+        (
+            domain.reload(Load::source("x", "x = 1")).unwrap_err(),
+            "reload",
+        ),
+    ] {
+        assert!(matches!(err, Error::Refused(_)), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{entry}: domain 'done' is stopped; a stopped domain stays stopped, make a new one"
+            )
+        );
+    }
+    assert_eq!(domain.state(), DomainState::Stopped);
+    assert_eq!(domain.generation(), generation);
+}

@@ -115,8 +115,10 @@ impl ScriptDomain {
     /// moved on, see above; the failure is also a [`Report`](crate::Report) with source
     /// `restart`). [`Error::Vm`] when the new engine VM can't be built, and
     /// [`Error::Refused`] when an engine service can't be installed in it; either way nothing
-    /// has changed and the old generation runs on.
+    /// has changed and the old generation runs on. [`Error::Refused`] as well for a domain that
+    /// is [`Stopped`](DomainState::Stopped): a stop is final, and nothing changes.
     pub fn restart(&mut self, load: Load) -> Result<Generation> {
+        self.refuse_if_stopped("restart")?;
         let was_running = self.state.get() == DomainState::Running;
         let next = self.build_generation()?;
         // The old generation's shutdown handlers run in its own engine VM, before it ends.
@@ -138,6 +140,18 @@ impl ScriptDomain {
                 Err(Error::Script(failure.message))
             }
         }
+    }
+
+    /// Refuses `entry` on a stopped domain: its event queue is closed and its handlers gone for
+    /// good, so a stopped domain is never brought back (make a new one).
+    pub(super) fn refuse_if_stopped(&self, entry: &str) -> Result<()> {
+        if self.state.get() == DomainState::Stopped {
+            return Err(Error::Refused(format!(
+                "{entry}: domain '{}' is stopped; a stopped domain stays stopped, make a new one",
+                self.name
+            )));
+        }
+        Ok(())
     }
 
     /// Builds the next generation beside the current one, which it does not touch: a new

@@ -18,11 +18,11 @@ use std::fmt;
 /// | `Ready`, `Loading` | `Running` | the first [`run_phase`](crate::ScriptDomain::run_phase), [`advance`](crate::ScriptDomain::advance) or [`frame`](crate::ScriptDomain::frame) |
 /// | any but `Stopped` | `Stopping` | [`stop`](crate::ScriptDomain::stop) (or `Drop`) begins: the `shutdown` phase runs |
 /// | `Stopping` | `Stopped` | the generation has ended and the handlers are dropped |
-/// | any | `Loading` | [`restart`](crate::ScriptDomain::restart): the old generation has ended, the new one's load runs |
+/// | any but `Stopped` | `Loading` | [`restart`](crate::ScriptDomain::restart): the old generation has ended, the new one's load runs (a stopped domain refuses a restart or reload: a stop is final) |
 /// | `Loading` | `Running` | that load ended well and the domain was `Running` before the restart (the `startup` phase has run) |
 /// | `Loading` | `Ready` | that load ended well and the domain was not `Running` |
 /// | `Loading` | `Failed` | that load failed |
-/// | any | as after a restart | [`reload`](crate::ScriptDomain::reload) whose load ended well; a failed reload changes nothing |
+/// | any but `Stopped` | as after a restart | [`reload`](crate::ScriptDomain::reload) whose load ended well; a failed reload changes nothing |
 ///
 /// A script started while the domain is `Running` (more code for a live domain) leaves the
 /// state alone. `Failed` is sticky until another main script loads or the domain restarts or

@@ -68,8 +68,10 @@ impl ScriptDomain {
     /// # Errors
     /// [`Error::ReloadFailed`] naming the stage the load failed at and its error text.
     /// [`Error::Vm`] or [`Error::Refused`] when the candidate's engine VM can't be built, as
-    /// for `restart`; nothing has changed then either.
+    /// for `restart`; nothing has changed then either. [`Error::Refused`] for a stopped domain,
+    /// as for `restart`.
     pub fn reload(&mut self, load: Load) -> Result<Generation> {
+        self.refuse_if_stopped("reload")?;
         let was_running = self.state.get() == DomainState::Running;
         let mut candidate = self.build_generation()?;
         let generation = candidate.generation();
