@@ -49,6 +49,8 @@ fn context_calls_are_attributed_named_and_timed_on_the_engine_thread() {
     let spec = DomainSpec::new("game")
         .context(ContextSpec::new("ui").phases([Phase::Update, Phase::Event]))
         .unwrap()
+        .context(ContextSpec::new("hud").phases([Phase::Update]))
+        .unwrap()
         .profile(recorder.clone());
     let domain = ScriptDomain::new(&pool, spec).unwrap();
     domain
@@ -56,7 +58,8 @@ fn context_calls_are_attributed_named_and_timed_on_the_engine_thread() {
             r#"require("@skein/context").bind("ui", {
                 update = function() local s = 0 for i = 1, 1e5 do s += i end end,
                 event = function() end,
-            })"#,
+            })
+            require("@skein/context").bind("hud", { update = function() end })"#,
         )
         .unwrap();
     domain.run_phase(Phase::Update, &[]).unwrap();
@@ -65,19 +68,42 @@ fn context_calls_are_attributed_named_and_timed_on_the_engine_thread() {
         .mailbox()
         .post(EventTarget::All, Message::Integer(1))
         .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
     domain.drain_events();
     let calls = recorder.of(ProfileKind::ContextCall);
     let names: Vec<&str> = calls.iter().map(|e| e.name.as_str()).collect();
-    assert_eq!(names, ["ui.update", "ui.update", "ui.event"]);
+    assert_eq!(
+        names,
+        [
+            "ui.update",
+            "hud.update",
+            "ui.update",
+            "hud.update",
+            "ui.event"
+        ]
+    );
     let engine = std::thread::current().name().map(str::to_owned);
     for call in &calls {
-        assert_eq!(call.attribution.context.as_deref(), Some("ui"));
+        assert_eq!(
+            call.attribution.context.as_deref(),
+            Some(&call.name[..call.name.find('.').unwrap()])
+        );
         assert_eq!(call.attribution.domain, domain.id());
         assert_eq!(call.thread.name.as_deref(), engine.as_deref());
-        assert_eq!(call.queue_delay, None);
+        assert!(call.queue_delay.is_some(), "{call:?}");
     }
-    // The update handler counted to 100,000: it took some time, and it was measured.
+    // The update handler counted to 100,000: it took some time, and it was measured; the hud's
+    // handler waited behind it in the phase, so its queue delay is at least that long.
     assert!(calls[0].duration > Duration::ZERO, "{calls:?}");
+    assert!(
+        calls[1].queue_delay.unwrap() >= calls[0].duration,
+        "{calls:?}"
+    );
+    // The raw event waited in the queue from its post to the drain.
+    assert!(
+        calls[4].queue_delay.unwrap() >= Duration::from_millis(20),
+        "{calls:?}"
+    );
     assert_eq!(recorder.of(ProfileKind::DomainStarted).len(), 1);
     assert_eq!(recorder.of(ProfileKind::DomainCreated).len(), 1);
 }

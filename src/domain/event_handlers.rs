@@ -534,6 +534,7 @@ impl ScriptDomain {
         let batch = handlers.queue().take(handlers.queue().limits().per_drain);
         let mut report = EventReport::default();
         for envelope in batch {
+            let posted = envelope.posted;
             if envelope.generation != self.generation() {
                 // A restart clears the queue, so this is only a post that raced it.
                 self.count_stale(1);
@@ -553,7 +554,7 @@ impl ScriptDomain {
                             }
                         }
                     };
-                    let phase = self.broadcast_in(Phase::Event, only, &[payload]);
+                    let phase = self.broadcast_in(Phase::Event, only, &[payload], Some(posted));
                     report.errors.extend(phase.errors);
                     phase.calls > 0
                 }
@@ -568,7 +569,7 @@ impl ScriptDomain {
                             handlers.post_copies(envelope.generation, &name, routes, &payload);
                         }
                     }
-                    self.deliver_named(&handlers, &name, payload, &mut report.errors)
+                    self.deliver_named(&handlers, &name, payload, posted, &mut report.errors)
                 }
             };
             if handled {
@@ -599,6 +600,7 @@ impl ScriptDomain {
         handlers: &EventHandlers,
         name: &str,
         payload: Message,
+        posted: std::time::Instant,
         errors: &mut Vec<Diagnostic>,
     ) -> bool {
         let due = handlers.due(name);
@@ -627,7 +629,8 @@ impl ScriptDomain {
                         let context = context.map(ContextSpec::name);
                         let kind = super::profile::ProfileKind::ContextCall;
                         let event = Some(format!("{}.event '{name}'", context.unwrap_or("")));
-                        self.profiled(kind, context, event, call);
+                        let delay = call.saturating_duration_since(posted);
+                        self.profiled_after(kind, context, event, call, Some(delay));
                     }
                     let source = failed.as_ref().and_then(|_| defined_at(function));
                     (context.map(|c| c.name().to_owned()), failed, source)

@@ -201,6 +201,8 @@ pub(crate) struct Envelope {
     pub(crate) event: QueuedEvent,
     /// Its share of the byte count, given back when it leaves the queue.
     weight: usize,
+    /// When it was queued: a handler's profile event measures its queue delay from here.
+    pub(crate) posted: std::time::Instant,
 }
 
 /// Whether the queue still takes events.
@@ -317,6 +319,7 @@ impl EventQueue {
             generation,
             event: QueuedEvent::Raw { target, payload },
             weight,
+            posted: std::time::Instant::now(),
         });
         Ok(())
     }
@@ -372,6 +375,7 @@ impl EventQueue {
                 routing,
             },
             weight,
+            posted: std::time::Instant::now(),
         });
         Ok(())
     }

@@ -550,13 +550,25 @@ impl ScriptDomain {
         name: Option<String>,
         started: Instant,
     ) {
+        self.profiled_after(kind, context, name, started, None);
+    }
+
+    /// As [`profiled`](Self::profiled), for work that waited `queue_delay` before `started`.
+    pub(crate) fn profiled_after(
+        &self,
+        kind: profile::ProfileKind,
+        context: Option<&str>,
+        name: Option<String>,
+        started: Instant,
+        queue_delay: Option<Duration>,
+    ) {
         if let Some(sink) = &self.principal.profile {
             let attribution = Attribution {
                 context: context.map(str::to_owned),
                 ..self.principal.authority.attribution().clone()
             };
             let name = name.unwrap_or_else(|| self.name.clone());
-            profile::emit(&**sink, kind, attribution, name, started, None);
+            profile::emit(&**sink, kind, attribution, name, started, queue_delay);
         }
     }
 

@@ -54,7 +54,8 @@ pub enum ProfileKind {
     /// The domain stopped: the duration is its `shutdown` phase and teardown.
     DomainStopped,
     /// One handler call of a context (a phase of `run_phase`/`advance`, a raw event, or a
-    /// named event): the duration is the call up to its return or first yield.
+    /// named event): the duration is the call up to its return or first yield; the queue delay
+    /// runs from the phase's start, or from the event's post.
     ContextCall,
     /// One pool item (a dispatch, a `parallelFor` chunk, a kernel or registered job's call) on
     /// a worker thread: from its start there to its end, waits inside it included. The queue
@@ -99,7 +100,9 @@ pub struct ProfileEvent {
     pub duration: Duration,
     /// The thread it ran on.
     pub thread: ProfileThread,
-    /// For a pool item: how long it waited from its dispatch to its start.
+    /// How long it waited before it started: a pool item from its dispatch; a context call of a
+    /// phase from the phase's start (the handlers before it), of a raw or named event from the
+    /// event's post; a worker call from its message's send.
     pub queue_delay: Option<Duration>,
 }
 

@@ -548,18 +548,21 @@ impl ScriptDomain {
 
     /// Calls every handler of `phase` in run order.
     fn broadcast(&self, phase: Phase, args: &[Message]) -> PhaseReport {
-        self.broadcast_in(phase, None, args)
+        self.broadcast_in(phase, None, args, None)
     }
 
     /// Calls the handlers of `phase` in run order: every context's, or only those of the
-    /// context at index `only` (a raw event's target).
+    /// context at index `only` (a raw event's target). A handler's queue delay (for the
+    /// profile) runs from `queued` (when a raw event was posted), else from the phase's start.
     pub(super) fn broadcast_in(
         &self,
         phase: Phase,
         only: Option<usize>,
         args: &[Message],
+        queued: Option<Instant>,
     ) -> PhaseReport {
         let started = Instant::now();
+        let queued = queued.unwrap_or(started);
         let mut due = self.bindings.due(phase);
         if let Some(only) = only {
             due.retain(|(context, _)| *context == only);
@@ -578,11 +581,12 @@ impl ScriptDomain {
             });
             if self.principal.profile.is_some() {
                 let name = format!("{}.{phase}", spec.name());
-                self.profiled(
+                self.profiled_after(
                     ProfileKind::ContextCall,
                     Some(spec.name()),
                     Some(name),
                     call,
+                    Some(call.saturating_duration_since(queued)),
                 );
             }
             if let Some(message) = failed {
