@@ -1175,3 +1175,33 @@ fn a_worker_waiting_on_a_job_is_torn_down_without_waiting_for_it() {
     );
     assert_eq!(live.get(), 0);
 }
+
+#[test]
+fn a_worker_s_engine_watchers_see_events_raised_before_its_next_message() {
+    let pool = Pool::new(1);
+    let d = domain(&pool);
+    d.exec(
+        r#"w = require('@skein/worker').spawn { name = 'watcher', source = [[
+            local seen = {}
+            engine.on('spawned', function(name) table.insert(seen, name) end)
+            return function() return table.concat(seen, ',') end
+        ]] }"#,
+    )
+    .unwrap();
+    // The first message loads nothing new: no event yet.
+    assert_eq!(text(&d.eval("w:send(1) return w:receive(10)").unwrap()), "");
+    d.raise_engine_event("spawned", Message::String("orc".into()))
+        .unwrap();
+    d.raise_engine_event("spawned", Message::String("elf".into()))
+        .unwrap();
+    // The next message is the worker's start point: both watchers ran before its handler.
+    assert_eq!(
+        text(&d.eval("w:send(2) return w:receive(10)").unwrap()),
+        "orc,elf"
+    );
+    assert_eq!(
+        text(&d.eval("w:send(3) return w:receive(10)").unwrap()),
+        "orc,elf",
+        "each event is delivered once"
+    );
+}

@@ -311,6 +311,9 @@ fn serve(setup: &LaneSetup) -> u8 {
                 shared.report(format!("worker '{}'", shared.name), refused);
             }
         }
+        // Each message is the worker VM's start point for engine events, as an item is a pool
+        // worker VM's: `engine.on` watchers see what was raised since, before the handler.
+        jobs::deliver_events(&vm, &setup.principal.events, setup.deadline);
         let args = MultiValue::from_iter([Value::Function(handler.clone()), arg]);
         let called = Instant::now();
         let ran = lane.run_task(call.clone(), args, owner);
