@@ -76,7 +76,7 @@ fn a_stale_deadline_never_stops_the_next_run() {
                 signal.tick(150);
             })
         };
-        signal.end_run(outer);
+        signal.end_run(outer, None);
         // Run 2 starts at 150 with deadline 250: checked at 160 it must go on.
         let outer = signal.begin_run(Hook(vm.clone()), 250, BUDGET, None);
         let stopped = signal.check(160, None);
@@ -84,7 +84,7 @@ fn a_stale_deadline_never_stops_the_next_run() {
         assert_eq!(stopped, None, "run 2 was stopped by run 1's deadline");
         // And whatever the interleaving, a check now still does not stop run 2.
         assert_eq!(signal.check(160, None), None);
-        signal.end_run(outer);
+        signal.end_run(outer, None);
     });
 }
 
@@ -115,7 +115,7 @@ fn a_passed_deadline_stops_the_run() {
             after,
             Some(Interruption::Deadline(Duration::from_nanos(BUDGET)))
         );
-        signal.end_run(outer);
+        signal.end_run(outer, None);
     });
 }
 
@@ -139,14 +139,14 @@ fn a_cancel_reaches_its_run_and_only_its_run() {
         // Another job's run on the thread: its interrupt must not stop it.
         let outer = signal.begin_run(Hook(vm.clone()), 1_000, BUDGET, Some(&other));
         assert_eq!(signal.check(10, Some(&other)), None);
-        signal.end_run(outer);
+        signal.end_run(outer, None);
         // The cancelled job's run: stopped by a check once the canceller is done.
         let outer = signal.begin_run(Hook(vm.clone()), 1_000, BUDGET, Some(&token));
         let during = signal.check(20, Some(&token));
         canceller.join().unwrap();
         let after = during.or_else(|| signal.check(20, Some(&token)));
         assert_eq!(after, Some(Interruption::Cancelled), "the cancel was lost");
-        signal.end_run(outer);
+        signal.end_run(outer, None);
     });
 }
 
@@ -173,7 +173,7 @@ fn a_raise_during_a_run_installs_on_its_vm() {
             Some(Interruption::Cancelled)
         );
         assert!(vm.installed(), "a raising interrupt must stay installed");
-        signal.end_run(outer);
+        signal.end_run(outer, None);
         assert!(!vm.installed(), "the ended run's VM kept the interrupt");
         vm.drop_vm();
     });
@@ -194,7 +194,7 @@ fn a_raise_racing_the_end_of_a_run_never_writes_into_its_vm() {
                 signal.tick(150);
             })
         };
-        signal.end_run(outer);
+        signal.end_run(outer, None);
         first.drop_vm();
         let second = ModelVm::new();
         let outer = signal.begin_run(Hook(second.clone()), 250, BUDGET, None);
@@ -214,7 +214,7 @@ fn a_raise_racing_the_end_of_a_run_never_writes_into_its_vm() {
             !signal.raised() || second.installed(),
             "a raised flag with no interrupt"
         );
-        signal.end_run(outer);
+        signal.end_run(outer, None);
         assert!(!second.installed());
         second.drop_vm();
     });
@@ -240,7 +240,7 @@ fn a_nested_run_hands_a_raise_back_to_the_outer_vm() {
         let inner_vm = ModelVm::new();
         let other = CancelToken::new(false);
         let inner = signal.begin_run(Hook(inner_vm.clone()), 2_000, BUDGET, Some(&other));
-        signal.end_run(inner);
+        signal.end_run(inner, Some(&token));
         assert!(!inner_vm.installed(), "the nested VM kept the interrupt");
         inner_vm.drop_vm();
         canceller.join().unwrap();
@@ -252,7 +252,7 @@ fn a_nested_run_hands_a_raise_back_to_the_outer_vm() {
             signal.check(20, Some(&token)),
             Some(Interruption::Cancelled)
         );
-        signal.end_run(outer);
+        signal.end_run(outer, None);
         assert!(!outer_vm.installed());
         outer_vm.drop_vm();
     });

@@ -218,10 +218,15 @@ impl<H: InterruptHook> Signal<H> {
         }
     }
 
-    /// Ends a run, restoring the outer run's deadline and VM. The interrupt is removed from the
-    /// VM whose run ends, and installed on the outer run's VM if the flag is still up. Ending
-    /// the outermost run clears the flag, so nothing raised for this run reaches the next.
-    pub fn end_run(&self, outer: OuterRun<H>) {
+    /// Ends a run, restoring the outer run's deadline and VM; `outer_token` is the cancel token
+    /// of the outer run, if it has one. The interrupt is removed from the VM whose run ends, and
+    /// installed on the outer run's VM if the flag is still up. Ending the outermost run clears
+    /// the flag, so nothing raised for this run reaches the next.
+    ///
+    /// A nested run of another job finds a cancel of the outer job stale and clears its bit, so
+    /// ending a nested run raises the bit again when the outer job's token is set: the outer run
+    /// stops at its next interrupt, as it would have without the nested run.
+    pub fn end_run(&self, outer: OuterRun<H>, outer_token: Option<&CancelToken>) {
         self.budget_ns.store(outer.budget_ns, Ordering::Release);
         self.deadline_ns.store(outer.deadline_ns, Ordering::Release);
         if outer.deadline_ns == 0 {
@@ -229,6 +234,11 @@ impl<H: InterruptHook> Signal<H> {
             // synchronises with that canceller, so the next run's token check sees the token.
             // (A plain store here loses the cancel; loom found it.)
             self.flag.swap(CLEAR, Ordering::AcqRel);
+        }
+        // A nested check that erased the outer job's cancel bit did so with a read-modify-write
+        // that read the canceller's raise, so the token is visible here.
+        if outer_token.is_some_and(|t| t.load(Ordering::Acquire)) {
+            self.flag.fetch_or(CANCEL, Ordering::Release);
         }
         let mut running = self.running();
         let ended = std::mem::replace(&mut *running, outer.hook);
@@ -274,6 +284,12 @@ impl<H: InterruptHook> Signal<H> {
         }
         self.flag
             .fetch_and(!(flag & (CANCEL | DEADLINE)), Ordering::AcqRel);
+        // The clear may have erased a cancel of this very run raised since the token was read;
+        // it then read that raise, so the token is visible now.
+        if flag & CANCEL != 0 && token.is_some_and(|t| t.load(Ordering::Acquire)) {
+            self.flag.fetch_or(CANCEL, Ordering::Release);
+            return Some(Interruption::Cancelled);
+        }
         // Under the lock, so a raiser whose bit lands after this read installs after us.
         let running = self.running();
         if self.flag.load(Ordering::Acquire) == CLEAR {
@@ -310,7 +326,9 @@ thread_local! {
     static SIGNAL_PTR: Cell<*const Signal> = const { Cell::new(std::ptr::null()) };
     /// Set while a run on this thread may be cancelled: the cancel token of the running item.
     static CANCEL_TOKEN: Cell<*const CancelToken> = const { Cell::new(std::ptr::null()) };
-    /// What the last interrupted run on this thread was stopped for.
+    /// What the run in progress on this thread was stopped for. Each run starts with `None`
+    /// and its guard gives the outer run's value back when it ends, so a nested run's stop never
+    /// labels the outer run's own failure.
     static STOPPED: Cell<Option<Interruption>> = const { Cell::new(None) };
 }
 
@@ -428,6 +446,8 @@ pub(crate) fn format_seconds(d: Duration) -> String {
 pub(crate) struct RunGuard<'a> {
     signal: Arc<Signal>,
     outer_token: *const CancelToken,
+    /// What the outer run (if any) was stopped for when this one began.
+    outer_stopped: Option<Interruption>,
     /// Taken by `drop`; `Some` for the guard's whole life.
     outer: Option<OuterRun<VmHook>>,
     /// The token is read by the interrupt through a raw pointer while the guard lives, and the
@@ -455,12 +475,11 @@ impl<'a> RunGuard<'a> {
             budget,
             cancel,
         );
-        if outer.deadline_ns == 0 {
-            STOPPED.with(|s| s.set(None));
-        }
+        let outer_stopped = STOPPED.with(|s| s.replace(None));
         RunGuard {
             signal,
             outer_token,
+            outer_stopped,
             outer: Some(outer),
             _borrows: std::marker::PhantomData,
         }
@@ -475,9 +494,13 @@ impl<'a> RunGuard<'a> {
 impl Drop for RunGuard<'_> {
     fn drop(&mut self) {
         if let Some(outer) = self.outer.take() {
-            self.signal.end_run(outer);
+            // SAFETY: the outer token was set by the outer run's guard, which borrows it and
+            // outlives this one (guards nest on the thread's stack).
+            let outer_token = unsafe { self.outer_token.as_ref() };
+            self.signal.end_run(outer, outer_token);
         }
         CANCEL_TOKEN.with(|t| t.set(self.outer_token));
+        STOPPED.with(|s| s.set(self.outer_stopped));
     }
 }
 
@@ -668,6 +691,66 @@ mod tests {
             "a stale raise left the interrupt on the outer VM"
         );
         drop(outer);
+    }
+
+    #[test]
+    fn an_outer_run_failing_for_its_own_reason_is_not_labelled_with_a_nested_stop() {
+        let outer_vm = vm();
+        let inner_vm = vm();
+        let outer = RunGuard::start(&outer_vm, Duration::from_secs(10), None);
+        let inner = RunGuard::start(&inner_vm, Duration::from_millis(20), None);
+        let err = inner_vm.load("while true do end").exec().unwrap_err();
+        assert!(err.to_string().contains("0.02 s"), "{err}");
+        assert_eq!(
+            inner.stopped(),
+            Some(Interruption::Deadline(Duration::from_millis(20)))
+        );
+        drop(inner);
+        let err = outer_vm
+            .load("error('the outer run failed on its own')")
+            .exec()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the outer run failed on its own"), "{err}");
+        assert_eq!(
+            outer.stopped(),
+            None,
+            "the nested stop was reported as the outer's"
+        );
+    }
+
+    #[test]
+    fn a_cancel_of_the_outer_job_survives_a_nested_run_of_another_job() {
+        let outer_vm = vm();
+        let inner_vm = vm();
+        let outer_token = CancelToken::new(false);
+        let inner_token = CancelToken::new(false);
+        let outer = RunGuard::start(&outer_vm, Duration::from_secs(3), Some(&outer_token));
+        // The outer job is cancelled while the nested run is active (here from the same
+        // thread, as a canceller racing the nested run would).
+        let inner = RunGuard::start(&inner_vm, Duration::from_secs(3), Some(&inner_token));
+        outer_token.store(true, Ordering::Release);
+        current_signal().request_cancel();
+        assert!(installed(&inner_vm));
+        // The nested job is not the cancelled one: it runs to its end ...
+        let n: i64 = inner_vm
+            .load("local n = 0 for i = 1, 1000 do n += 1 end return n")
+            .eval()
+            .unwrap();
+        assert_eq!(n, 1000);
+        assert_eq!(inner.stopped(), None);
+        drop(inner);
+        // ... and the outer run is stopped at its next interrupt, not at its deadline.
+        assert!(installed(&outer_vm), "the outer job's cancel was lost");
+        let started = Instant::now();
+        let err = outer_vm
+            .load("while true do end")
+            .exec()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cancelled"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(outer.stopped(), Some(Interruption::Cancelled));
     }
 
     #[test]
