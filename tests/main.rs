@@ -3,6 +3,7 @@
 mod support;
 
 mod actors;
+mod budget_nesting;
 mod capabilities;
 mod context_caps;
 mod contexts;

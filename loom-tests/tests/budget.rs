@@ -49,12 +49,23 @@ impl ModelVm {
 /// The hook a run registers: the model VM's slot.
 struct Hook(Arc<ModelVm>);
 
-impl InterruptHook for Hook {
+// SAFETY: the word is the address `Arc::into_raw` gives (not 0, aligned), and `from_word` takes
+// the same `Arc` back.
+unsafe impl InterruptHook for Hook {
     fn set(&self, installed: bool) {
         // SAFETY: a read of the VM's memory; loom reports it if it races the drop.
         let alive = self.0.alive.with(|alive| unsafe { *alive });
         assert!(alive, "a store into a VM that was dropped");
         self.0.installed.store(installed, Ordering::Relaxed);
+    }
+
+    fn into_word(self) -> usize {
+        Arc::into_raw(self.0) as usize
+    }
+
+    unsafe fn from_word(word: usize) -> Self {
+        // SAFETY: the caller hands back a word from `into_word`, once.
+        Hook(unsafe { Arc::from_raw(word as *const ModelVm) })
     }
 }
 
@@ -76,7 +87,7 @@ fn a_stale_deadline_never_stops_the_next_run() {
                 signal.tick(150);
             })
         };
-        signal.end_run(outer);
+        signal.end_run(outer, None);
         // Run 2 starts at 150 with deadline 250: checked at 160 it must go on.
         let outer = signal.begin_run(Hook(vm.clone()), 250, BUDGET, None);
         let stopped = signal.check(160, None);
@@ -84,7 +95,7 @@ fn a_stale_deadline_never_stops_the_next_run() {
         assert_eq!(stopped, None, "run 2 was stopped by run 1's deadline");
         // And whatever the interleaving, a check now still does not stop run 2.
         assert_eq!(signal.check(160, None), None);
-        signal.end_run(outer);
+        signal.end_run(outer, None);
     });
 }
 
@@ -115,7 +126,7 @@ fn a_passed_deadline_stops_the_run() {
             after,
             Some(Interruption::Deadline(Duration::from_nanos(BUDGET)))
         );
-        signal.end_run(outer);
+        signal.end_run(outer, None);
     });
 }
 
@@ -139,14 +150,14 @@ fn a_cancel_reaches_its_run_and_only_its_run() {
         // Another job's run on the thread: its interrupt must not stop it.
         let outer = signal.begin_run(Hook(vm.clone()), 1_000, BUDGET, Some(&other));
         assert_eq!(signal.check(10, Some(&other)), None);
-        signal.end_run(outer);
+        signal.end_run(outer, None);
         // The cancelled job's run: stopped by a check once the canceller is done.
         let outer = signal.begin_run(Hook(vm.clone()), 1_000, BUDGET, Some(&token));
         let during = signal.check(20, Some(&token));
         canceller.join().unwrap();
         let after = during.or_else(|| signal.check(20, Some(&token)));
         assert_eq!(after, Some(Interruption::Cancelled), "the cancel was lost");
-        signal.end_run(outer);
+        signal.end_run(outer, None);
     });
 }
 
@@ -173,7 +184,7 @@ fn a_raise_during_a_run_installs_on_its_vm() {
             Some(Interruption::Cancelled)
         );
         assert!(vm.installed(), "a raising interrupt must stay installed");
-        signal.end_run(outer);
+        signal.end_run(outer, None);
         assert!(!vm.installed(), "the ended run's VM kept the interrupt");
         vm.drop_vm();
     });
@@ -194,7 +205,7 @@ fn a_raise_racing_the_end_of_a_run_never_writes_into_its_vm() {
                 signal.tick(150);
             })
         };
-        signal.end_run(outer);
+        signal.end_run(outer, None);
         first.drop_vm();
         let second = ModelVm::new();
         let outer = signal.begin_run(Hook(second.clone()), 250, BUDGET, None);
@@ -214,15 +225,16 @@ fn a_raise_racing_the_end_of_a_run_never_writes_into_its_vm() {
             !signal.raised() || second.installed(),
             "a raised flag with no interrupt"
         );
-        signal.end_run(outer);
+        signal.end_run(outer, None);
         assert!(!second.installed());
         second.drop_vm();
     });
 }
 
-/// A nested run on another VM (a worker running a chunk while its run waits): a cancel of the
-/// outer job raised at any point reaches the outer VM once the nested run ends, and the nested
-/// VM, dropped after its run, is never written afterwards.
+/// A nested run of another job on another VM: a cancel of the outer job raised at any point
+/// reaches the outer VM once the nested run ends, even when the nested run's interrupt saw it
+/// and cleared it as stale for its own job; and the nested VM, dropped after its run, is never
+/// written afterwards.
 #[test]
 fn a_nested_run_hands_a_raise_back_to_the_outer_vm() {
     loom::model(|| {
@@ -240,7 +252,16 @@ fn a_nested_run_hands_a_raise_back_to_the_outer_vm() {
         let inner_vm = ModelVm::new();
         let other = CancelToken::new(false);
         let inner = signal.begin_run(Hook(inner_vm.clone()), 2_000, BUDGET, Some(&other));
-        signal.end_run(inner);
+        // The nested job's interrupt, if the raise reached it: not its cancel, so it goes on
+        // (and clears the bit as stale for its job).
+        if inner_vm.installed() {
+            assert_eq!(
+                signal.check(15, Some(&other)),
+                None,
+                "the nested job was stopped"
+            );
+        }
+        signal.end_run(inner, Some(&token));
         assert!(!inner_vm.installed(), "the nested VM kept the interrupt");
         inner_vm.drop_vm();
         canceller.join().unwrap();
@@ -252,8 +273,36 @@ fn a_nested_run_hands_a_raise_back_to_the_outer_vm() {
             signal.check(20, Some(&token)),
             Some(Interruption::Cancelled)
         );
-        signal.end_run(outer);
+        signal.end_run(outer, None);
         assert!(!outer_vm.installed());
         outer_vm.drop_vm();
+    });
+}
+
+/// A nested run on the outer run's own VM (a `task.spawn` inside a run): a watchdog raise at any
+/// point is installed on that VM when the nested run ends, and ending the outer run removes it.
+#[test]
+fn a_nested_run_on_the_same_vm_keeps_a_raise() {
+    loom::model(|| {
+        let signal = signal();
+        let vm = ModelVm::new();
+        let outer = signal.begin_run(Hook(vm.clone()), 100, BUDGET, None);
+        let dog = {
+            let signal = signal.clone();
+            thread::spawn(move || {
+                signal.tick(150);
+            })
+        };
+        let inner = signal.begin_run(Hook(vm.clone()), 300, BUDGET, None);
+        signal.end_run(inner, None);
+        dog.join().unwrap();
+        assert!(vm.installed(), "the deadline's raise did not reach the VM");
+        assert_eq!(
+            signal.check(150, None),
+            Some(Interruption::Deadline(Duration::from_nanos(BUDGET)))
+        );
+        signal.end_run(outer, None);
+        assert!(!vm.installed(), "the ended run's VM kept the interrupt");
+        vm.drop_vm();
     });
 }

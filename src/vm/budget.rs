@@ -9,12 +9,14 @@
 //! begins with the flag already raised ([`Signal::begin_run`]).
 //!
 //! Each thread that runs Luau has one [`Signal`]: an atomic flag byte and the *hook* of the run in
-//! progress (the callbacks slot of its VM, one per global state), kept under a small mutex. A
-//! raiser sets the flag bit, then locks the hook and installs the callback on the registered VM.
-//! `begin_run` registers its VM (and installs at once if the flag is already up); `end_run` removes
-//! the callback from the VM whose run ends and restores the outer run's VM, installing on it when
-//! the flag is still raised. Every store into a VM's slot is made under that mutex, so a raiser
-//! never writes into a VM whose run has ended (it may be dropped right after).
+//! progress (the callbacks slot of its VM, one per global state), kept as one word in an atomic.
+//! A raiser sets the flag bit, then takes the word's `STORING` bit with a compare-and-swap and
+//! installs the callback on the registered VM. `begin_run` registers its VM with one
+//! compare-and-swap (and installs at once if the flag is already up); `end_run` swaps the outer
+//! run's VM back in, removes the callback from the VM whose run ended, and installs on the outer
+//! VM when the flag is still raised. Registration waits while `STORING` is held, so a raiser never
+//! writes into a VM whose run has ended (it may be dropped right after). Between raises, a run
+//! costs two uncontended compare-and-swaps and takes no lock.
 //!
 //! The callback then takes the slow path: it asks the thread's current [`RunGuard`] why, and
 //! raises a Luau error naming the reason. It stays installed, and keeps raising at every later
@@ -38,17 +40,27 @@
 //! # Memory ordering
 //! The flag is read with `Relaxed` on the fast path: it carries no data, only "look at the slow
 //! path". The slow path reads the deadline and the cancel state with `Acquire`, paired with the
-//! `Release` stores that set them, so a raised reason is always one that really holds. A raiser's
-//! flag update comes before its lock of the hook, and `begin_run` reads the flag after
-//! registering its VM under the same lock: whichever takes the lock second sees the other's
-//! write, so a raise while a run is registered always reaches that run's VM.
+//! `Release` stores that set them, so a raised reason is always one that really holds.
+//!
+//! A raiser's flag update comes before its compare-and-swap on the `running` word, and
+//! `begin_run`/`end_run` read the flag after theirs. Both are read-modify-writes of one atomic
+//! (a raiser that finds no run still writes the empty word back), so they fall in one order: the
+//! later one reads the earlier one's write with `Acquire` against its `Release`. Either the
+//! raiser sees the new VM and installs on it, or the registering thread sees the raised bit and
+//! installs itself: a raise while a run is registered always reaches that run's VM. With a plain
+//! load on the raiser's side the two could miss each other (the store-buffering pattern). The
+//! `STORING` bit is handed back with a `Release` store that the next compare-and-swap reads, so
+//! stores into one VM's slot are ordered one after another, as a lock would order them.
 
 use std::cell::Cell;
 use std::ffi::c_int;
 use std::sync::{Arc, Condvar, Mutex as StdMutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+
+use crate::sync::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// The flag that, once true, stops the runs of one job. Checked by the interrupt's slow path.
 pub type CancelToken = AtomicBool;
@@ -67,13 +79,31 @@ const WATCHDOG_TICK: Duration = Duration::from_millis(5);
 
 /// Where a raise installs the interrupt: the callbacks slot of the VM a run executes on.
 ///
-/// [`Signal`] calls [`set`](Self::set) only while it holds its hook lock and only for a VM whose
-/// run is registered, so the VM outlives every call. The shipped hook is [`VmHook`]; the loom
-/// models supply their own, which records the stores.
-pub trait InterruptHook {
+/// A [`Signal`] keeps the hook of the registered run as one machine word in an atomic, so a run
+/// registers and unregisters its VM with one compare-and-swap each and no lock. [`set`](Self::set)
+/// is called only for a VM whose run is registered, and (but for the run's own thread removing
+/// the interrupt from a VM it has just unregistered) only by the party holding the word's
+/// `STORING` bit, so the VM outlives every call and no two stores race. The shipped hook is
+/// [`VmHook`]; the loom models supply their own, which records the stores.
+///
+/// # Safety
+/// [`into_word`](Self::into_word) must answer a word that is not 0 and has bit 0 clear (an
+/// aligned address does), and [`from_word`](Self::from_word) of that word must give back the
+/// same hook.
+pub unsafe trait InterruptHook: Sized {
     /// Installs (`true`) or removes (`false`) Skein's interrupt callback on the VM. May be called
     /// from any thread.
     fn set(&self, installed: bool);
+
+    /// The hook as one word, to keep in the signal's atomic while its run is registered.
+    fn into_word(self) -> usize;
+
+    /// The hook back from [`into_word`](Self::into_word).
+    ///
+    /// # Safety
+    /// `word` came from `into_word`, and each word is turned back into an owned hook once (a
+    /// borrow for a store goes through `ManuallyDrop`).
+    unsafe fn from_word(word: usize) -> Self;
 }
 
 /// The type of Luau's `interrupt` slot.
@@ -84,8 +114,8 @@ type InterruptFn = unsafe extern "C-unwind" fn(*mut ffi::lua_State, c_int);
 pub struct VmHook(*mut ffi::lua_Callbacks);
 
 // SAFETY: a `VmHook` is only a place to store a function pointer; `Signal` dereferences it only
-// under its hook lock while the VM's run is registered, which `RunGuard` keeps alive (it borrows
-// the `Lua`), so sending the address to the watchdog or a canceller thread is sound.
+// while the VM's run is registered, which `RunGuard` keeps alive (it borrows the `Lua`), so
+// sending the address to the watchdog or a canceller thread is sound.
 unsafe impl Send for VmHook {}
 
 impl VmHook {
@@ -97,23 +127,40 @@ impl VmHook {
     }
 }
 
-impl InterruptHook for VmHook {
+// SAFETY: the word is the address of the VM's `lua_Callbacks`, a struct of pointers, so it is
+// not 0 and is at least pointer-aligned (bit 0 clear); `from_word` rebuilds the same address.
+unsafe impl InterruptHook for VmHook {
     fn set(&self, installed: bool) {
         let callback: Option<InterruptFn> = if installed { Some(interrupt) } else { None };
         // SAFETY: the pointer is the callbacks struct of a live VM (see `InterruptHook`: called
-        // only while the VM's run is registered, under the signal's lock, so no other writer
-        // races this store and the VM cannot be dropped meanwhile). The VM's own thread may be
-        // reading the slot at a safepoint right now: the store is a volatile write of an aligned
-        // function pointer, a single-copy-atomic store on x86-64 and aarch64, so Luau sees either
-        // the old or the new pointer, never a torn one. In C++ terms this is a data race; Luau's
-        // own REPL makes the same store from a signal handler, and Luau re-reads the slot through
+        // only while the VM's run is registered, by the holder of the signal's `STORING` bit or
+        // by the VM's own thread right after unregistering it, so no other writer races this
+        // store and the VM cannot be dropped meanwhile). The VM's own thread may be reading the
+        // slot at a safepoint right now: the store is a volatile write of an aligned function
+        // pointer, a single-copy-atomic store on x86-64 and aarch64, so Luau sees either the old
+        // or the new pointer, never a torn one. In C++ terms this is a data race; Luau's own REPL
+        // makes the same store from a signal handler, and Luau re-reads the slot through
         // `L->global` at every safepoint, so the store is seen within a few instructions. mlua
         // leaves the slot alone unless its `set_interrupt` is used, which Skein never calls.
         unsafe {
             std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.0).interrupt), callback);
         }
     }
+
+    fn into_word(self) -> usize {
+        self.0 as usize
+    }
+
+    unsafe fn from_word(word: usize) -> Self {
+        VmHook(word as *mut ffi::lua_Callbacks)
+    }
 }
+
+/// No run is registered: the signal's `running` word between runs.
+const NO_RUN: usize = 0;
+/// Bit 0 of the `running` word: somebody is storing into the registered VM's slot, and the word
+/// must not change until they are done.
+const STORING: usize = 1;
 
 /// What [`Signal::begin_run`] answers and [`Signal::end_run`] restores: the outer run's deadline,
 /// budget and VM, if a run was in progress.
@@ -135,9 +182,13 @@ pub struct Signal<H: InterruptHook = VmHook> {
     deadline_ns: AtomicU64,
     /// The deadline the current run was given, for the error message (nanoseconds).
     budget_ns: AtomicU64,
-    /// The VM of the run in progress on this signal's thread; `None` between runs. Every store
-    /// into a VM's interrupt slot happens while this lock is held.
-    running: Mutex<Option<H>>,
+    /// The hook of the run in progress on this signal's thread as a word
+    /// ([`InterruptHook::into_word`]), [`NO_RUN`] between runs; [`STORING`] is set while a party
+    /// stores into that VM's slot. The signal owns the registered hook.
+    running: AtomicUsize,
+    /// The signal owns the registered hook and hands it to other threads' stores: it is `Send`
+    /// and `Sync` when `H` is `Send`, as a mutex of `H` would be.
+    _hook: PhantomData<StdMutex<H>>,
 }
 
 impl<H: InterruptHook> Signal<H> {
@@ -147,21 +198,88 @@ impl<H: InterruptHook> Signal<H> {
             flag: AtomicU8::new(CLEAR),
             deadline_ns: AtomicU64::new(0),
             budget_ns: AtomicU64::new(0),
-            running: Mutex::new(None),
+            running: AtomicUsize::new(NO_RUN),
+            _hook: PhantomData,
         }
     }
 
-    fn running(&self) -> MutexGuard<'_, Option<H>> {
-        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    /// Takes the [`STORING`] bit on the registered run's word and answers the word (without
+    /// the bit), or answers [`NO_RUN`] when no run is registered. A caller given a run must hand
+    /// the bit back with [`stored`](Self::stored).
+    ///
+    /// Always a read-modify-write, even with no run registered (it then writes [`NO_RUN`]
+    /// again): a `begin_run` whose registration comes later in the word's order reads from it,
+    /// and so sees the raise made before it. A plain load here would let the two miss each
+    /// other (the store-buffering race), and the raise would reach no VM.
+    fn take_registered(&self) -> usize {
+        let mut spins = 0u32;
+        loop {
+            let word = self.running.load(Ordering::Relaxed);
+            if word & STORING == 0 {
+                let taken = if word == NO_RUN {
+                    NO_RUN
+                } else {
+                    word | STORING
+                };
+                if self
+                    .running
+                    .compare_exchange_weak(word, taken, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return word;
+                }
+            }
+            back_off(&mut spins);
+        }
+    }
+
+    /// Hands back the [`STORING`] bit [`take_registered`](Self::take_registered) took on `word`.
+    fn stored(&self, word: usize) {
+        self.running.store(word, Ordering::Release);
+    }
+
+    /// Replaces the registered word with `next`, once nobody is storing into the VM; answers the
+    /// word it replaced. Only the signal's own thread registers and unregisters.
+    fn register(&self, next: usize) -> usize {
+        let mut spins = 0u32;
+        loop {
+            let word = self.running.load(Ordering::Relaxed);
+            if word & STORING == 0
+                && self
+                    .running
+                    .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return word;
+            }
+            back_off(&mut spins);
+        }
+    }
+
+    /// Stores `installed` into the registered run's VM, if a run is registered, holding the
+    /// [`STORING`] bit. With `only_if_clear`, the store is made only if the flag is still clear
+    /// once the bit is held (the removal of a stale raise).
+    fn set_registered(&self, installed: bool, only_if_clear: bool) {
+        let word = self.take_registered();
+        if word == NO_RUN {
+            return;
+        }
+        if !only_if_clear || self.flag.load(Ordering::Acquire) == CLEAR {
+            // SAFETY: `word` is the registered hook's (`into_word`), and the `STORING` bit we
+            // hold keeps it registered, so its VM is alive; `ManuallyDrop` leaves the signal's
+            // ownership of the hook alone.
+            let hook = ManuallyDrop::new(unsafe { H::from_word(word) });
+            hook.set(installed);
+        }
+        self.stored(word);
     }
 
     /// Raises `bit`, then installs the interrupt on the registered run's VM. The flag update
-    /// comes first: a `begin_run` that registers after our look reads the flag after us.
+    /// comes first: a `begin_run` that registers after our look at the word reads the flag
+    /// after us.
     fn raise(&self, bit: u8) {
         self.flag.fetch_or(bit, Ordering::Release);
-        if let Some(hook) = self.running().as_ref() {
-            hook.set(true);
-        }
+        self.set_registered(true, false);
     }
 
     /// Asks the run in progress on this signal's thread to stop at its next interrupt. The
@@ -202,26 +320,36 @@ impl<H: InterruptHook> Signal<H> {
         if token.is_some_and(|t| t.load(Ordering::Acquire)) {
             self.flag.fetch_or(CANCEL, Ordering::Release);
         }
-        let mut running = self.running();
-        // Read under the lock, after registering: a raiser that looked before we registered
-        // raised its bit before its look, so we see it here.
-        let outer_hook = running.replace(hook);
+        let word = hook.into_word();
+        debug_assert!(
+            word != NO_RUN && word & STORING == 0,
+            "a hook word must be aligned"
+        );
+        // Read after registering: a raiser whose look at the word came before our registration
+        // raised its bit before that look, and our compare-and-swap read from it, so we see the
+        // bit here.
+        let outer_word = self.register(word);
         if self.flag.load(Ordering::Acquire) != CLEAR {
-            if let Some(hook) = running.as_ref() {
-                hook.set(true);
-            }
+            self.set_registered(true, false);
         }
         OuterRun {
             deadline_ns: outer_deadline,
             budget_ns: outer_budget,
-            hook: outer_hook,
+            // SAFETY: the outer run registered this word with `into_word`; taking it out of the
+            // word hands its ownership to `OuterRun` until `end_run` registers it again.
+            hook: (outer_word != NO_RUN).then(|| unsafe { H::from_word(outer_word) }),
         }
     }
 
-    /// Ends a run, restoring the outer run's deadline and VM. The interrupt is removed from the
-    /// VM whose run ends, and installed on the outer run's VM if the flag is still up. Ending
-    /// the outermost run clears the flag, so nothing raised for this run reaches the next.
-    pub fn end_run(&self, outer: OuterRun<H>) {
+    /// Ends a run, restoring the outer run's deadline and VM; `outer_token` is the cancel token
+    /// of the outer run, if it has one. The interrupt is removed from the VM whose run ends, and
+    /// installed on the outer run's VM if the flag is still up. Ending the outermost run clears
+    /// the flag, so nothing raised for this run reaches the next.
+    ///
+    /// A nested run of another job finds a cancel of the outer job stale and clears its bit, so
+    /// ending a nested run raises the bit again when the outer job's token is set: the outer run
+    /// stops at its next interrupt, as it would have without the nested run.
+    pub fn end_run(&self, outer: OuterRun<H>, outer_token: Option<&CancelToken>) {
         self.budget_ns.store(outer.budget_ns, Ordering::Release);
         self.deadline_ns.store(outer.deadline_ns, Ordering::Release);
         if outer.deadline_ns == 0 {
@@ -230,15 +358,27 @@ impl<H: InterruptHook> Signal<H> {
             // (A plain store here loses the cancel; loom found it.)
             self.flag.swap(CLEAR, Ordering::AcqRel);
         }
-        let mut running = self.running();
-        let ended = std::mem::replace(&mut *running, outer.hook);
-        if let Some(hook) = ended {
-            hook.set(false);
+        // A nested check that erased the outer job's cancel bit did so with a read-modify-write
+        // that read the canceller's raise, so the token is visible here.
+        if outer_token.is_some_and(|t| t.load(Ordering::Acquire)) {
+            self.flag.fetch_or(CANCEL, Ordering::Release);
+        }
+        let outer_word = outer.hook.map_or(NO_RUN, H::into_word);
+        let ended = self.register(outer_word);
+        if ended != NO_RUN {
+            // SAFETY: the word was this run's registration, and `register` took it out.
+            let hook = unsafe { H::from_word(ended) };
+            // A nested run on the outer run's own VM (`task.spawn`) hands back a word raisers
+            // can reach again at once: the VM keeps the interrupt, which the outer run clears
+            // at its own end. Any other VM is out of every raiser's reach now, and one that
+            // held `STORING` on it finished before our compare-and-swap read its release, so
+            // this store comes after theirs.
+            if ended != outer_word {
+                hook.set(false);
+            }
         }
         if self.flag.load(Ordering::Acquire) != CLEAR {
-            if let Some(hook) = running.as_ref() {
-                hook.set(true);
-            }
+            self.set_registered(true, false);
         }
     }
 
@@ -274,12 +414,16 @@ impl<H: InterruptHook> Signal<H> {
         }
         self.flag
             .fetch_and(!(flag & (CANCEL | DEADLINE)), Ordering::AcqRel);
-        // Under the lock, so a raiser whose bit lands after this read installs after us.
-        let running = self.running();
+        // The clear may have erased a cancel of this very run raised since the token was read;
+        // it then read that raise, so the token is visible now.
+        if flag & CANCEL != 0 && token.is_some_and(|t| t.load(Ordering::Acquire)) {
+            self.flag.fetch_or(CANCEL, Ordering::Release);
+            return Some(Interruption::Cancelled);
+        }
+        // The flag is read again while `STORING` is held, so a raiser whose bit lands after that
+        // read installs after our removal.
         if self.flag.load(Ordering::Acquire) == CLEAR {
-            if let Some(hook) = running.as_ref() {
-                hook.set(false);
-            }
+            self.set_registered(false, true);
         }
         None
     }
@@ -288,6 +432,28 @@ impl<H: InterruptHook> Signal<H> {
 impl<H: InterruptHook> Default for Signal<H> {
     fn default() -> Self {
         Signal::new()
+    }
+}
+
+impl<H: InterruptHook> Drop for Signal<H> {
+    fn drop(&mut self) {
+        let word = self.running.load(Ordering::Acquire);
+        if word != NO_RUN {
+            // SAFETY: a run left registered (its guard was leaked): the signal owns the word,
+            // and nobody can store through it once the signal is being dropped.
+            drop(unsafe { H::from_word(word & !STORING) });
+        }
+    }
+}
+
+/// Waits a moment for the holder of a `STORING` bit, which keeps it for one store.
+#[cold]
+fn back_off(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        crate::sync::hint::spin_loop();
+    } else {
+        crate::sync::thread::yield_now();
     }
 }
 
@@ -310,7 +476,9 @@ thread_local! {
     static SIGNAL_PTR: Cell<*const Signal> = const { Cell::new(std::ptr::null()) };
     /// Set while a run on this thread may be cancelled: the cancel token of the running item.
     static CANCEL_TOKEN: Cell<*const CancelToken> = const { Cell::new(std::ptr::null()) };
-    /// What the last interrupted run on this thread was stopped for.
+    /// What the run in progress on this thread was stopped for. Each run starts with `None`
+    /// and its guard gives the outer run's value back when it ends, so a nested run's stop never
+    /// labels the outer run's own failure.
     static STOPPED: Cell<Option<Interruption>> = const { Cell::new(None) };
 }
 
@@ -428,6 +596,8 @@ pub(crate) fn format_seconds(d: Duration) -> String {
 pub(crate) struct RunGuard<'a> {
     signal: Arc<Signal>,
     outer_token: *const CancelToken,
+    /// What the outer run (if any) was stopped for when this one began.
+    outer_stopped: Option<Interruption>,
     /// Taken by `drop`; `Some` for the guard's whole life.
     outer: Option<OuterRun<VmHook>>,
     /// The token is read by the interrupt through a raw pointer while the guard lives, and the
@@ -455,12 +625,11 @@ impl<'a> RunGuard<'a> {
             budget,
             cancel,
         );
-        if outer.deadline_ns == 0 {
-            STOPPED.with(|s| s.set(None));
-        }
+        let outer_stopped = STOPPED.with(|s| s.replace(None));
         RunGuard {
             signal,
             outer_token,
+            outer_stopped,
             outer: Some(outer),
             _borrows: std::marker::PhantomData,
         }
@@ -475,9 +644,13 @@ impl<'a> RunGuard<'a> {
 impl Drop for RunGuard<'_> {
     fn drop(&mut self) {
         if let Some(outer) = self.outer.take() {
-            self.signal.end_run(outer);
+            // SAFETY: the outer token was set by the outer run's guard, which borrows it and
+            // outlives this one (guards nest on the thread's stack).
+            let outer_token = unsafe { self.outer_token.as_ref() };
+            self.signal.end_run(outer, outer_token);
         }
         CANCEL_TOKEN.with(|t| t.set(self.outer_token));
+        STOPPED.with(|s| s.set(self.outer_stopped));
     }
 }
 
@@ -668,6 +841,66 @@ mod tests {
             "a stale raise left the interrupt on the outer VM"
         );
         drop(outer);
+    }
+
+    #[test]
+    fn an_outer_run_failing_for_its_own_reason_is_not_labelled_with_a_nested_stop() {
+        let outer_vm = vm();
+        let inner_vm = vm();
+        let outer = RunGuard::start(&outer_vm, Duration::from_secs(10), None);
+        let inner = RunGuard::start(&inner_vm, Duration::from_millis(20), None);
+        let err = inner_vm.load("while true do end").exec().unwrap_err();
+        assert!(err.to_string().contains("0.02 s"), "{err}");
+        assert_eq!(
+            inner.stopped(),
+            Some(Interruption::Deadline(Duration::from_millis(20)))
+        );
+        drop(inner);
+        let err = outer_vm
+            .load("error('the outer run failed on its own')")
+            .exec()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the outer run failed on its own"), "{err}");
+        assert_eq!(
+            outer.stopped(),
+            None,
+            "the nested stop was reported as the outer's"
+        );
+    }
+
+    #[test]
+    fn a_cancel_of_the_outer_job_survives_a_nested_run_of_another_job() {
+        let outer_vm = vm();
+        let inner_vm = vm();
+        let outer_token = CancelToken::new(false);
+        let inner_token = CancelToken::new(false);
+        let outer = RunGuard::start(&outer_vm, Duration::from_secs(3), Some(&outer_token));
+        // The outer job is cancelled while the nested run is active (here from the same
+        // thread, as a canceller racing the nested run would).
+        let inner = RunGuard::start(&inner_vm, Duration::from_secs(3), Some(&inner_token));
+        outer_token.store(true, Ordering::Release);
+        current_signal().request_cancel();
+        assert!(installed(&inner_vm));
+        // The nested job is not the cancelled one: it runs to its end ...
+        let n: i64 = inner_vm
+            .load("local n = 0 for i = 1, 1000 do n += 1 end return n")
+            .eval()
+            .unwrap();
+        assert_eq!(n, 1000);
+        assert_eq!(inner.stopped(), None);
+        drop(inner);
+        // ... and the outer run is stopped at its next interrupt, not at its deadline.
+        assert!(installed(&outer_vm), "the outer job's cancel was lost");
+        let started = Instant::now();
+        let err = outer_vm
+            .load("while true do end")
+            .exec()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cancelled"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(outer.stopped(), Some(Interruption::Cancelled));
     }
 
     #[test]
