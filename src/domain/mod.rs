@@ -35,6 +35,7 @@ mod emit;
 mod event_handlers;
 pub(crate) mod event_queue;
 mod generation;
+mod handler_label;
 mod host_promises;
 mod interfaces;
 mod lifecycle;

@@ -32,6 +32,24 @@ pub(crate) struct VmCore {
     /// The authority of tasks whose owner carries none: the grant of the principal the VM
     /// serves. Set once, after the VM is built.
     authority: std::cell::OnceCell<std::sync::Arc<crate::domain::capability::Authority>>,
+    /// The owner whose root task [`Vm::call`] is running for its first run, and its result once
+    /// it ends there: the end is handed back to the caller instead of a completion.
+    catching: RefCell<Option<Catch>>,
+}
+
+/// The root task a [`Vm::call`] watches through its first run.
+struct Catch {
+    owner: *const Owner,
+    result: Option<Result<MultiValue, TaskFailure>>,
+}
+
+/// How the first run of a [`Vm::call`] left its task.
+pub(crate) enum FirstRun {
+    /// The task ended in it: returned (with its values) or failed.
+    Ended(Result<MultiValue, TaskFailure>),
+    /// The task yielded and goes on; its end reaches its owner's completion, which the caller
+    /// sets now ([`Owner::set_completion`]).
+    Suspended,
 }
 
 /// A Luau VM built from a [`Plan`] with Skein's prelude.
@@ -70,6 +88,7 @@ impl Vm {
                 None,
             )),
             authority: std::cell::OnceCell::new(),
+            catching: RefCell::new(None),
         });
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
@@ -100,6 +119,31 @@ impl Vm {
         let id = self.core.sched.borrow_mut().add(thread, owner, true);
         scheduler::resume_task(&*self.core, &self.lua, id, Resume::Args(args));
         Ok(())
+    }
+
+    /// Calls `f(args)` as the root task of `owner` (made without a completion) and runs it to
+    /// its first yield, answering how that run ended: a handler that returns at once costs
+    /// no completion closure and no shared state. A task that yields goes on as any task does.
+    pub(crate) fn call(
+        &self,
+        f: Function,
+        args: MultiValue,
+        owner: Rc<Owner>,
+    ) -> mlua::Result<FirstRun> {
+        let catch = Catch {
+            owner: Rc::as_ptr(&owner),
+            result: None,
+        };
+        // Calls nest (a handler's first run may reach host code that calls another): each
+        // keeps the outer one's watch and puts it back.
+        let outer = self.core.catching.replace(Some(catch));
+        let started = self.start(f, args, owner);
+        let caught = self.core.catching.replace(outer);
+        started?;
+        Ok(match caught.and_then(|c| c.result) {
+            Some(result) => FirstRun::Ended(result),
+            None => FirstRun::Suspended,
+        })
     }
 
     /// Sets the authority the VM's tasks run under when their owner carries none. A VM serves
@@ -246,6 +290,15 @@ impl SchedulerHost for VmCore {
     }
 
     fn complete(&self, lua: &Lua, owner: &Rc<Owner>, result: Result<MultiValue, TaskFailure>) {
+        {
+            let mut catching = self.catching.borrow_mut();
+            if let Some(catch) = catching.as_mut() {
+                if std::ptr::eq(catch.owner, Rc::as_ptr(owner)) && catch.result.is_none() {
+                    catch.result = Some(result);
+                    return;
+                }
+            }
+        }
         owner.complete(lua, result);
     }
 

@@ -43,6 +43,9 @@ enum Parked {
 
 struct TaskEntry {
     thread: Thread,
+    /// The thread's address, the key of `by_thread`: read once, as reading it costs a lock and
+    /// a call into Luau.
+    address: *const c_void,
     owner: Rc<Owner>,
     parked: Parked,
     /// Bumped on every park so stale timer-heap entries are skipped.
@@ -99,11 +102,13 @@ impl Scheduler {
     pub(crate) fn add(&mut self, thread: Thread, owner: Rc<Owner>, root: bool) -> TaskId {
         self.next_id += 1;
         let id = TaskId(self.next_id);
-        self.by_thread.insert(thread.to_pointer(), id);
+        let address = thread.to_pointer();
+        self.by_thread.insert(address, id);
         self.tasks.insert(
             id,
             TaskEntry {
                 thread,
+                address,
                 owner,
                 parked: Parked::No,
                 epoch: 0,
@@ -274,7 +279,7 @@ impl Scheduler {
     /// Removes a task (finished, failed or cancelled).
     fn remove(&mut self, id: TaskId) -> Option<TaskEntry> {
         let entry = self.tasks.remove(&id)?;
-        self.by_thread.remove(&entry.thread.to_pointer());
+        self.by_thread.remove(&entry.address);
         self.delayed_args.remove(&id);
         Some(entry)
     }
@@ -346,7 +351,7 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
     };
     if owner.is_cancelled() {
         host.scheduler().borrow_mut().running.pop();
-        finish(host, lua, id, &owner, Err(TaskFailure::cancelled()));
+        finish(host, lua, id, &owner, Err(TaskFailure::cancelled()), false);
         return;
     }
     if owner.is_bounded() {
@@ -371,7 +376,7 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
     match result {
         Err(panic) => {
             let failure = TaskFailure::panicked(&panic);
-            finish(host, lua, id, &owner, Err(failure));
+            finish(host, lua, id, &owner, Err(failure), false);
         }
         Ok(Err(err)) => {
             let failure = match stopped {
@@ -393,7 +398,7 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
                     }
                 }
             };
-            finish(host, lua, id, &owner, Err(failure));
+            finish(host, lua, id, &owner, Err(failure), false);
         }
         Ok(Ok(values)) => match thread.status() {
             ThreadStatus::Resumable => {
@@ -406,7 +411,10 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
                     sched.defer(id);
                 }
             }
-            _ => finish(host, lua, id, &owner, Ok(values)),
+            status => {
+                let reusable = status == ThreadStatus::Finished;
+                finish(host, lua, id, &owner, Ok(values), reusable);
+            }
         },
     }
 }
@@ -431,7 +439,7 @@ fn out_of_bound<H: SchedulerHost>(
     } else {
         TaskFailure::cancelled()
     };
-    finish(host, lua, id, owner, Err(failure));
+    finish(host, lua, id, owner, Err(failure), false);
 }
 
 fn finish<H: SchedulerHost>(
@@ -440,10 +448,13 @@ fn finish<H: SchedulerHost>(
     id: TaskId,
     owner: &Rc<Owner>,
     result: Result<MultiValue, TaskFailure>,
+    reusable: bool,
 ) {
     let entry = host.scheduler().borrow_mut().remove(id);
     let Some(entry) = entry else { return };
-    if entry.root && result.is_ok() && entry.thread.status() == ThreadStatus::Finished {
+    // `reusable`: the task returned and its coroutine is finished (the caller read its status
+    // once already; reading it again costs a Luau call).
+    if entry.root && reusable {
         let mut sched = host.scheduler().borrow_mut();
         if sched.idle_threads.len() < IDLE_THREADS {
             sched.idle_threads.push(entry.thread.clone());
