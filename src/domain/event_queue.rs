@@ -500,6 +500,53 @@ impl EventQueue {
 mod tests {
     use super::*;
 
+    fn name_of(envelope: &Envelope) -> Arc<str> {
+        match &envelope.event {
+            QueuedEvent::Named { name, .. } => name.clone(),
+            QueuedEvent::Raw { .. } => panic!("a raw event"),
+        }
+    }
+
+    #[test]
+    fn envelopes_of_one_name_share_it_and_the_shared_names_stay_bounded() {
+        let queue = EventQueue::new(EventLimits::default(), Generation(1));
+        queue
+            .push_named(Generation(1), "tick", Message::Nil)
+            .unwrap();
+        queue
+            .push_named(Generation(1), "tock", Message::Nil)
+            .unwrap();
+        queue
+            .push_named(Generation(1), "tick", Message::Nil)
+            .unwrap();
+        let batch = queue.take(10);
+        let names: Vec<Arc<str>> = batch.iter().map(name_of).collect();
+        assert_eq!(
+            names.iter().map(|n| &**n).collect::<Vec<_>>(),
+            ["tick", "tock", "tick"]
+        );
+        assert!(Arc::ptr_eq(&names[0], &names[2]));
+        assert!(!Arc::ptr_eq(&names[0], &names[1]));
+        // The weight still counts the name's bytes, as if each envelope held its own copy.
+        queue
+            .push_named(Generation(1), "tick", Message::Nil)
+            .unwrap();
+        assert_eq!(queue.pending(), (1, Message::Nil.queue_weight() + 4));
+        queue.take(10);
+        for i in 0..NAMES_KEPT * 2 + 3 {
+            queue
+                .push_named(Generation(1), &format!("n{i}"), Message::Nil)
+                .unwrap();
+            assert!(queue.lock().names.len() <= NAMES_KEPT);
+        }
+        let batch = queue.take(NAMES_KEPT * 3);
+        assert_eq!(batch.len(), NAMES_KEPT * 2 + 3);
+        assert_eq!(
+            &*name_of(&batch[NAMES_KEPT + 1]),
+            format!("n{}", NAMES_KEPT + 1)
+        );
+    }
+
     #[test]
     fn named_refusals_change_nothing_and_raw_posts_pass_the_limits() {
         let limits = EventLimits {

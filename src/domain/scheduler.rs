@@ -700,11 +700,17 @@ impl ScriptDomain {
         if let Some(authority) = authority {
             owner = owner.with_authority(authority);
         }
-        let owner = Rc::new(owner);
+        let owner = self.fresh_owner(owner);
         match self.vm.call(handler.clone(), values, owner.clone()) {
             Err(e) => Some(vm::error_message(&e)),
-            Ok(FirstRun::Ended(Ok(_))) => None,
-            Ok(FirstRun::Ended(Err(failure))) => Some(failure.to_string()),
+            Ok(FirstRun::Ended(result)) => {
+                // Whatever the call started (a spawned task, a deferred one) holds the owner
+                // too, and then it is not spare.
+                if Rc::strong_count(&owner) == 1 {
+                    self.spare_owner.set(Some(owner));
+                }
+                result.err().map(|failure| failure.to_string())
+            }
             Ok(FirstRun::Suspended) => {
                 let reports = self.reports.clone();
                 let label: Arc<dyn OwnerIdentity> = owner.identity.clone();
@@ -721,6 +727,19 @@ impl ScriptDomain {
                 None
             }
         }
+    }
+}
+
+impl ScriptDomain {
+    /// `owner` in an `Rc`: the spare one of an earlier call refilled, when there is one.
+    fn fresh_owner(&self, owner: Owner) -> Rc<Owner> {
+        if let Some(mut spare) = self.spare_owner.take() {
+            if let Some(slot) = Rc::get_mut(&mut spare) {
+                *slot = owner;
+                return spare;
+            }
+        }
+        Rc::new(owner)
     }
 }
 

@@ -559,3 +559,80 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
     lua.globals().raw_set("task", task)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vm() -> Vm {
+        Vm::build(
+            &Plan::new(),
+            Box::new(|_, _| {}),
+            Duration::from_secs(5),
+            |_| Ok(()),
+        )
+        .unwrap()
+    }
+
+    fn owner() -> Rc<Owner> {
+        Rc::new(Owner::new(
+            std::sync::Arc::new("test"),
+            Duration::from_secs(5),
+            None,
+        ))
+    }
+
+    #[test]
+    fn a_call_hands_back_an_end_in_its_first_run_and_a_yield_goes_on_to_the_completion() {
+        let vm = vm();
+        let f: Function = vm
+            .lua
+            .load(
+                "return function(x)
+                    if x == 'fail' then error('boom') end
+                    if x == 'yield' then coroutine.yield() return 'later' end
+                    return x, 2
+                end",
+            )
+            .eval()
+            .unwrap();
+        let arg =
+            |s: &str| MultiValue::from_iter([Value::String(vm.lua.create_string(s).unwrap())]);
+
+        let FirstRun::Ended(Ok(values)) = vm.call(f.clone(), arg("back"), owner()).unwrap() else {
+            panic!("a returning call ends in its first run");
+        };
+        assert_eq!(values.len(), 2);
+        assert_eq!(values[0].to_string().unwrap(), "back");
+        assert_eq!(values[1], Value::Integer(2));
+
+        let FirstRun::Ended(Err(TaskFailure::Raised { message, .. })) =
+            vm.call(f.clone(), arg("fail"), owner()).unwrap()
+        else {
+            panic!("a raising call ends in its first run");
+        };
+        assert!(message.contains("boom"), "{message}");
+        assert_eq!(vm.tasks(), 0);
+
+        let yielding = owner();
+        let first = vm.call(f, arg("yield"), yielding.clone()).unwrap();
+        assert!(matches!(first, FirstRun::Suspended));
+        assert_eq!(vm.tasks(), 1);
+        let seen = Rc::new(RefCell::new(None));
+        let sink = seen.clone();
+        yielding.set_completion(Box::new(move |_, result, _| {
+            *sink.borrow_mut() = Some(result.map(|values| values.len()));
+        }));
+        while vm.step() {}
+        assert_eq!(*seen.borrow(), Some(Ok(1)));
+        assert_eq!(vm.tasks(), 0);
+        // The watch is over: a later start completes through its owner as before.
+        let later = owner();
+        let done = Rc::new(RefCell::new(false));
+        let mark = done.clone();
+        later.set_completion(Box::new(move |_, _, _| *mark.borrow_mut() = true));
+        let g: Function = vm.lua.load("return function() end").eval().unwrap();
+        vm.start(g, MultiValue::new(), later).unwrap();
+        assert!(*done.borrow());
+    }
+}
