@@ -635,4 +635,33 @@ mod tests {
         vm.start(g, MultiValue::new(), later).unwrap();
         assert!(*done.borrow());
     }
+
+    #[test]
+    fn a_root_task_is_found_while_it_runs_and_once_it_waits() {
+        let vm = vm();
+        let f: Function = vm
+            .lua
+            .load("return function() parked = coroutine.running() task.wait(0) ended = true end")
+            .eval()
+            .unwrap();
+        let first = vm.call(f, MultiValue::new(), owner()).unwrap();
+        assert!(matches!(first, FirstRun::Suspended));
+        // `task.wait` found the running root task: no second task was registered for it.
+        assert_eq!(vm.tasks(), 1);
+        // Once suspended it is indexed by its thread, so `task.cancel` reaches it.
+        let cancel: Function = vm
+            .lua
+            .load("return function() task.cancel(parked) end")
+            .eval()
+            .unwrap();
+        vm.start(cancel, MultiValue::new(), owner()).unwrap();
+        assert_eq!(vm.tasks(), 0);
+        while vm.step() {}
+        let globals = vm.lua.globals();
+        assert!(matches!(
+            globals.get::<Value>("parked").unwrap(),
+            Value::Thread(_)
+        ));
+        assert_eq!(globals.get::<Value>("ended").unwrap(), Value::Nil);
+    }
 }

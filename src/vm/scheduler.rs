@@ -99,11 +99,17 @@ const IDLE_THREADS: usize = 32;
 
 impl Scheduler {
     /// Registers `thread` as a task owned by `owner`.
+    ///
+    /// A root task (`Vm::start` resumes it at once) enters the thread index only when it first
+    /// stays suspended: while it runs, [`task_of`](Self::task_of) finds it on the running
+    /// stack, so a call that returns in its first run never touches the index.
     pub(crate) fn add(&mut self, thread: Thread, owner: Rc<Owner>, root: bool) -> TaskId {
         self.next_id += 1;
         let id = TaskId(self.next_id);
         let address = thread.to_pointer();
-        self.by_thread.insert(address, id);
+        if !root {
+            self.by_thread.insert(address, id);
+        }
         self.tasks.insert(
             id,
             TaskEntry {
@@ -120,7 +126,23 @@ impl Scheduler {
 
     /// The task a Luau thread belongs to.
     pub(crate) fn task_of(&self, thread: &Thread) -> Option<TaskId> {
-        self.by_thread.get(&thread.to_pointer()).copied()
+        let address = thread.to_pointer();
+        if let Some(id) = self.by_thread.get(&address) {
+            return Some(*id);
+        }
+        // A root task in its first run is not indexed yet (see `add`); it is on the stack.
+        self.running
+            .iter()
+            .rev()
+            .copied()
+            .find(|id| self.tasks.get(id).is_some_and(|t| t.address == address))
+    }
+
+    /// Puts a task that stays suspended in the thread index (a root task's first yield).
+    fn index(&mut self, id: TaskId) {
+        if let Some(task) = self.tasks.get(&id) {
+            self.by_thread.insert(task.address, id);
+        }
     }
 
     /// Whether a task is still live (not finished, failed or cancelled). Ids are never reused.
@@ -403,6 +425,7 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
         Ok(Ok(values)) => match thread.status() {
             ThreadStatus::Resumable => {
                 let mut sched = host.scheduler().borrow_mut();
+                sched.index(id);
                 let bare_yield = sched.tasks.get(&id).is_some_and(|t| t.parked == Parked::No)
                     && !sched.ready.iter().any(|(r, _)| *r == id)
                     && !sched.deferred.iter().any(|(r, _)| *r == id);
@@ -454,13 +477,14 @@ fn finish<H: SchedulerHost>(
     let Some(entry) = entry else { return };
     // `reusable`: the task returned and its coroutine is finished (the caller read its status
     // once already; reading it again costs a Luau call).
-    if entry.root && reusable {
+    let root = entry.root;
+    if root && reusable {
         let mut sched = host.scheduler().borrow_mut();
         if sched.idle_threads.len() < IDLE_THREADS {
-            sched.idle_threads.push(entry.thread.clone());
+            sched.idle_threads.push(entry.thread);
         }
     }
-    if entry.root {
+    if root {
         host.complete(lua, owner, result);
     } else if let Err(failure) = result {
         if !failure.is_cancelled() {
