@@ -15,6 +15,7 @@ mod domain_stats;
 mod engine_events;
 mod fixture;
 mod generations;
+mod handler_calls;
 mod host_keys;
 mod interfaces;
 mod keys;

@@ -13,12 +13,13 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use mlua::{Function, Lua, Table, Value};
+use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use super::context::{ContextSpec, Phase};
 use super::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
 use super::emit::{read_emit, EmitRefused};
 use super::event_queue::{EventQueue, QueuedEvent, Routing};
+use super::handler_label::HandlerLabel;
 use super::{Report, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::jobs::{DomainId, DomainMailbox, Generation};
@@ -62,11 +63,14 @@ enum NamedHandler {
     Luau {
         function: Function,
         context: Option<usize>,
+        /// How reports name it; made when it was bound, shared by each call.
+        label: Arc<HandlerLabel>,
     },
     /// The host's.
     Host(HostHandler),
 }
 
+#[derive(Clone)]
 struct NamedBinding {
     id: u64,
     priority: i32,
@@ -85,8 +89,9 @@ pub(crate) struct EventHandlers {
     /// The host's contexts' names and priorities, for `events.on(name, fn, context)`.
     contexts: Box<[(String, i32)]>,
     next_id: Cell<u64>,
-    /// Each name's handlers in run order: priority (higher first), then bind order.
-    named: RefCell<BTreeMap<Arc<str>, Vec<NamedBinding>>>,
+    /// Each name's handlers in run order: priority (higher first), then bind order. A bind or
+    /// an unbind makes a new list, so a delivery's snapshot is a reference count, not a copy.
+    named: RefCell<BTreeMap<Arc<str>, Rc<[NamedBinding]>>>,
     routes: RefCell<Vec<(Arc<str>, DomainMailbox)>>,
     errors: RefCell<Vec<Diagnostic>>,
     warnings: RefCell<Vec<Diagnostic>>,
@@ -139,7 +144,13 @@ impl EventHandlers {
     fn unbind_where(&self, which: impl Fn(Option<Generation>) -> bool) {
         let mut named = self.named.borrow_mut();
         for list in named.values_mut() {
-            list.retain(|b| !which(b.generation));
+            if list.iter().any(|b| which(b.generation)) {
+                *list = list
+                    .iter()
+                    .filter(|b| !which(b.generation))
+                    .cloned()
+                    .collect();
+            }
         }
         named.retain(|_, list| !list.is_empty());
     }
@@ -165,8 +176,9 @@ impl EventHandlers {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         let mut named = self.named.borrow_mut();
-        let list = named.entry(Arc::from(name)).or_default();
-        let at = list.partition_point(|b| b.priority >= priority);
+        let slot = named.entry(Arc::from(name)).or_insert_with(|| Rc::from([]));
+        let at = slot.partition_point(|b| b.priority >= priority);
+        let mut list = slot.to_vec();
         list.insert(
             at,
             NamedBinding {
@@ -176,6 +188,7 @@ impl EventHandlers {
                 handler,
             },
         );
+        *slot = list.into();
         id
     }
 
@@ -184,9 +197,10 @@ impl EventHandlers {
         let Some(list) = named.get_mut(name) else {
             return false;
         };
-        let before = list.len();
-        list.retain(|b| b.id != id);
-        let removed = list.len() != before;
+        let removed = list.iter().any(|b| b.id == id);
+        if removed {
+            *list = list.iter().filter(|b| b.id != id).cloned().collect();
+        }
         if list.is_empty() {
             named.remove(name);
         }
@@ -195,12 +209,8 @@ impl EventHandlers {
 
     /// The handlers of `name` in run order: a snapshot, so binding or removing during a
     /// delivery counts from the next event on.
-    fn due(&self, name: &str) -> Vec<NamedHandler> {
-        self.named
-            .borrow()
-            .get(name)
-            .map(|list| list.iter().map(|b| b.handler.clone()).collect())
-            .unwrap_or_default()
+    fn due(&self, name: &str) -> Option<Rc<[NamedBinding]>> {
+        self.named.borrow().get(name).cloned()
     }
 
     /// Records a `queue full` refusal of `emit` and answers the error it raises.
@@ -219,12 +229,13 @@ impl EventHandlers {
     /// `events.emit(name, payload)` from the engine VM of `generation`: queues the event here,
     /// then a copy on every route of the name.
     fn emit(&self, generation: Generation, name: Value, payload: Value) -> mlua::Result<()> {
-        let event = match &name {
+        // The name as a diagnostic names it, written out only for a refusal.
+        let event = || match &name {
             Value::String(s) => s.to_string_lossy(),
             _ => String::new(),
         };
         let refused = |refused: EmitRefused| match refused {
-            EmitRefused::Full(text) => self.refuse(generation, &event, &text),
+            EmitRefused::Full(text) => self.refuse(generation, &event(), &text),
             other => other.into_lua(),
         };
         let (name, payload) = read_emit(&self.queue, &name, &payload).map_err(refused)?;
@@ -322,7 +333,15 @@ impl EventHandlers {
                 )))
             }
         };
-        let handler = NamedHandler::Luau { function, context };
+        let label = Arc::new(HandlerLabel::Event {
+            context: context.map(|i| Arc::from(self.contexts[i].0.as_str())),
+            name: Arc::from(name.as_str()),
+        });
+        let handler = NamedHandler::Luau {
+            function,
+            context,
+            label,
+        };
         let id = self.bind(&name, priority, Some(generation), handler);
         let weak = Rc::downgrade(self);
         lua.create_function(move |_, ()| {
@@ -533,6 +552,8 @@ impl ScriptDomain {
         self.drain_stale();
         let batch = handlers.queue().take(handlers.queue().limits().per_drain);
         let mut report = EventReport::default();
+        // The Luau string of the last name delivered: events of one name in a row share it.
+        let mut name_string = None;
         for envelope in batch {
             let posted = envelope.posted;
             if envelope.generation != self.generation() {
@@ -569,7 +590,14 @@ impl ScriptDomain {
                             handlers.post_copies(envelope.generation, &name, routes, &payload);
                         }
                     }
-                    self.deliver_named(&handlers, &name, payload, posted, &mut report.errors)
+                    self.deliver_named(
+                        &handlers,
+                        &name,
+                        &mut name_string,
+                        payload,
+                        posted,
+                        &mut report.errors,
+                    )
                 }
             };
             if handled {
@@ -594,38 +622,45 @@ impl ScriptDomain {
         report
     }
 
-    /// Calls every handler of `name`; answers whether there was one.
+    /// Calls every handler of `name`; answers whether there was one. `name_string` keeps the
+    /// name's Luau string from one event to the next.
+    #[allow(clippy::too_many_arguments)]
     fn deliver_named(
         &self,
         handlers: &EventHandlers,
-        name: &str,
+        name: &Arc<str>,
+        name_string: &mut Option<(Arc<str>, Value)>,
         payload: Message,
         posted: std::time::Instant,
         errors: &mut Vec<Diagnostic>,
     ) -> bool {
-        let due = handlers.due(name);
+        let Some(due) = handlers.due(name) else {
+            return false;
+        };
         self.counters.handler_calls(due.len());
-        for handler in &due {
-            let (context, failed, source) = match handler {
-                NamedHandler::Luau { function, context } => {
+        let profiling = self.principal.profile.is_some();
+        for binding in due.iter() {
+            let (context, failed, source) = match &binding.handler {
+                NamedHandler::Luau {
+                    function,
+                    context,
+                    label,
+                } => {
                     let context_index = *context;
                     let context = context.map(|i| &self.contexts()[i]);
-                    let label = match context {
-                        Some(spec) => format!("context '{}' event '{name}' handler", spec.name()),
-                        None => format!("event '{name}' handler"),
-                    };
                     let deadline = context
                         .and_then(ContextSpec::get_budget)
                         .unwrap_or(self.principal.max_deadline);
-                    let args = [
-                        payload.clone(),
-                        Message::String(bytes::Bytes::copy_from_slice(name.as_bytes())),
-                    ];
-                    let call = std::time::Instant::now();
+                    let call = profiling.then(std::time::Instant::now);
                     let authority = context_index
                         .map(|i| self.bindings.authority(i, &self.principal.authority));
-                    let failed = self.call_task(label, deadline, authority, function, &args);
-                    if self.principal.profile.is_some() {
+                    let failed = match self.named_args(name, name_string, &payload) {
+                        Ok(values) => {
+                            self.call_task(label.clone(), deadline, authority, function, values)
+                        }
+                        Err(text) => Some(text),
+                    };
+                    if let Some(call) = call {
                         let context = context.map(ContextSpec::name);
                         let kind = super::profile::ProfileKind::ContextCall;
                         let event = Some(format!("{}.event '{name}'", context.unwrap_or("")));
@@ -659,12 +694,40 @@ impl ScriptDomain {
                 let message = format!("event '{name}' handler failed: {text}");
                 let mut diagnostic =
                     Diagnostic::new(DiagnosticKind::HandlerFailed, attribution, message);
-                diagnostic.event = Some(name.to_owned());
+                diagnostic.event = Some(name.to_string());
                 diagnostic.source = source;
                 self.diagnose(super::Severity::Error, &diagnostic);
                 errors.push(diagnostic);
             }
         }
         !due.is_empty()
+    }
+
+    /// A named handler's arguments: a copy of the payload, then the name, whose Luau string
+    /// is made once for a run of events of that name.
+    fn named_args(
+        &self,
+        name: &Arc<str>,
+        name_string: &mut Option<(Arc<str>, Value)>,
+        payload: &Message,
+    ) -> std::result::Result<MultiValue, String> {
+        let unreadable =
+            |e: mlua::Error| format!("its arguments could not be read: {}", vm::error_message(&e));
+        let lua = &self.vm.lua;
+        let payload = payload.to_lua(lua).map_err(unreadable)?;
+        let name_value = match name_string {
+            Some((cached, value)) if Arc::ptr_eq(cached, name) || **cached == **name => {
+                value.clone()
+            }
+            _ => {
+                let value = Value::String(lua.create_string(&**name).map_err(unreadable)?);
+                *name_string = Some((name.clone(), value.clone()));
+                value
+            }
+        };
+        let mut values = MultiValue::with_capacity(2);
+        values.push_back(payload);
+        values.push_back(name_value);
+        Ok(values)
     }
 }

@@ -24,6 +24,10 @@ use crate::value::Message;
 /// they are only counted, so a worker spinning on a full queue can't grow memory without bound.
 pub(crate) const REFUSALS_KEPT: usize = 256;
 
+/// The most distinct event names a queue keeps shared; past it the set starts over. A host or
+/// script that invents names without end costs memory only up to this.
+const NAMES_KEPT: usize = 256;
+
 /// Bounds on a domain's event queue, set with
 /// [`DomainSpec::event_limits`](crate::DomainSpec::event_limits).
 ///
@@ -228,9 +232,25 @@ struct Inner {
     refusals: Vec<Diagnostic>,
     /// Refusals past [`REFUSALS_KEPT`] since the last drain.
     refusals_dropped: usize,
+    /// The names of recent named events, so envelopes of one name share one allocation (and
+    /// the drain's per-name caches see the same pointer). At most [`NAMES_KEPT`].
+    names: rustc_hash::FxHashSet<Arc<str>>,
 }
 
 impl Inner {
+    /// The shared copy of `name`.
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(shared) = self.names.get(name) {
+            return shared.clone();
+        }
+        if self.names.len() >= NAMES_KEPT {
+            self.names.clear();
+        }
+        let shared: Arc<str> = Arc::from(name);
+        self.names.insert(shared.clone());
+        shared
+    }
+
     /// Whether an envelope of `generation` may queue.
     fn takes(&self, generation: Generation) -> bool {
         generation == self.generation || Some(generation) == self.candidate
@@ -272,6 +292,7 @@ impl EventQueue {
                 discarded: 0,
                 refusals: Vec::new(),
                 refusals_dropped: 0,
+                names: Default::default(),
             }),
         })
     }
@@ -367,10 +388,11 @@ impl EventQueue {
             });
         }
         inner.bytes += weight;
+        let name = inner.intern(name);
         inner.envelopes.push_back(Envelope {
             generation,
             event: QueuedEvent::Named {
-                name: Arc::from(name),
+                name,
                 payload,
                 routing,
             },
@@ -477,6 +499,53 @@ impl EventQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn name_of(envelope: &Envelope) -> Arc<str> {
+        match &envelope.event {
+            QueuedEvent::Named { name, .. } => name.clone(),
+            QueuedEvent::Raw { .. } => panic!("a raw event"),
+        }
+    }
+
+    #[test]
+    fn envelopes_of_one_name_share_it_and_the_shared_names_stay_bounded() {
+        let queue = EventQueue::new(EventLimits::default(), Generation(1));
+        queue
+            .push_named(Generation(1), "tick", Message::Nil)
+            .unwrap();
+        queue
+            .push_named(Generation(1), "tock", Message::Nil)
+            .unwrap();
+        queue
+            .push_named(Generation(1), "tick", Message::Nil)
+            .unwrap();
+        let batch = queue.take(10);
+        let names: Vec<Arc<str>> = batch.iter().map(name_of).collect();
+        assert_eq!(
+            names.iter().map(|n| &**n).collect::<Vec<_>>(),
+            ["tick", "tock", "tick"]
+        );
+        assert!(Arc::ptr_eq(&names[0], &names[2]));
+        assert!(!Arc::ptr_eq(&names[0], &names[1]));
+        // The weight still counts the name's bytes, as if each envelope held its own copy.
+        queue
+            .push_named(Generation(1), "tick", Message::Nil)
+            .unwrap();
+        assert_eq!(queue.pending(), (1, Message::Nil.queue_weight() + 4));
+        queue.take(10);
+        for i in 0..NAMES_KEPT * 2 + 3 {
+            queue
+                .push_named(Generation(1), &format!("n{i}"), Message::Nil)
+                .unwrap();
+            assert!(queue.lock().names.len() <= NAMES_KEPT);
+        }
+        let batch = queue.take(NAMES_KEPT * 3);
+        assert_eq!(batch.len(), NAMES_KEPT * 2 + 3);
+        assert_eq!(
+            &*name_of(&batch[NAMES_KEPT + 1]),
+            format!("n{}", NAMES_KEPT + 1)
+        );
+    }
 
     #[test]
     fn named_refusals_change_nothing_and_raw_posts_pass_the_limits() {

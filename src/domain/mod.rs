@@ -35,6 +35,7 @@ mod emit;
 mod event_handlers;
 pub(crate) mod event_queue;
 mod generation;
+mod handler_label;
 mod host_promises;
 mod interfaces;
 mod lifecycle;
@@ -416,6 +417,9 @@ pub struct ScriptDomain {
     diagnostics: diagnostic::Diagnostics,
     /// Running totals for [`stats`](Self::stats).
     counters: stats::Counters,
+    /// The owner of the last handler call, kept when that call ended in its first run and
+    /// nothing else held it: the next call refills it instead of allocating one.
+    spare_owner: std::cell::Cell<Option<Rc<Owner>>>,
     _engine_thread: PhantomData<Rc<()>>,
 }
 
@@ -527,6 +531,7 @@ impl ScriptDomain {
             actors,
             diagnostics: spec.diagnostics.0,
             counters: stats::Counters::default(),
+            spare_owner: std::cell::Cell::new(None),
             _engine_thread: PhantomData,
         };
         domain.profiled(profile::ProfileKind::DomainCreated, None, None, started);

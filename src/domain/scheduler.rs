@@ -25,13 +25,14 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 use super::capability::{Authority, Grant};
 use super::context::{ContextSpec, Phase};
 use super::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind, Severity};
+use super::handler_label::HandlerLabel;
 use super::lifecycle::DomainState;
 use super::profile::ProfileKind;
 use super::{FrameReport, Report, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::jobs::Generation;
 use crate::value::Message;
-use crate::vm::{self, Owner, TaskFailure};
+use crate::vm::{self, FirstRun, Owner, OwnerIdentity};
 
 /// Registry key of the engine VM's `@skein/context` table.
 pub(crate) const CONTEXT_KEY: &str = "skein.context";
@@ -86,6 +87,7 @@ impl AdvanceReport {
 }
 
 /// One handler a script bound.
+#[derive(Clone)]
 struct Binding {
     /// Index of its context in the declared list.
     context: usize,
@@ -107,8 +109,12 @@ pub(crate) struct Bindings {
     /// Each context's place in run order: priority (higher first), then declaration order.
     rank: Box<[usize]>,
     /// Each phase's handlers, kept in run order as they are bound (a bind is rare, a phase
-    /// runs every frame): by their context's rank, then bind order.
-    handlers: RefCell<[Vec<Binding>; PHASES]>,
+    /// runs every frame): by their context's rank, then bind order. A bind makes a new list,
+    /// so a phase's snapshot of the old one is a reference count, not a copy.
+    handlers: RefCell<[Rc<[Binding]>; PHASES]>,
+    /// Each context's label for each phase (`context 'game' update handler`), at
+    /// `context * PHASES + phase`: the owner identity every call of those handlers shares.
+    labels: Box<[Arc<HandlerLabel>]>,
     /// Each context's part of the domain's grant, checked when the domain was made; `None`
     /// for a context that holds the whole grant.
     grants: Box<[Option<Grant>]>,
@@ -145,9 +151,21 @@ impl Bindings {
         for (place, &context) in order.iter().enumerate() {
             rank[context] = place;
         }
-        let names = contexts.iter().map(|c| Arc::from(c.name())).collect();
+        let names: Box<[Arc<str>]> = contexts.iter().map(|c| Arc::from(c.name())).collect();
+        let labels = names
+            .iter()
+            .flat_map(|context| {
+                Phase::ALL.iter().map(|&phase| {
+                    Arc::new(HandlerLabel::Phase {
+                        context: context.clone(),
+                        phase,
+                    })
+                })
+            })
+            .collect();
         Bindings {
             names,
+            labels,
             contexts: contexts.into(),
             rank: rank.into(),
             handlers: RefCell::new(Default::default()),
@@ -187,6 +205,7 @@ impl Bindings {
         Rc::new(Bindings {
             contexts: self.contexts.clone(),
             names: self.names.clone(),
+            labels: self.labels.clone(),
             rank: self.rank.clone(),
             handlers: RefCell::new(Default::default()),
             grants: self.grants.clone(),
@@ -196,27 +215,40 @@ impl Bindings {
 
     /// Drops every handler (the generation that bound them has ended).
     pub(crate) fn clear(&self) {
-        let handlers: [Vec<Binding>; PHASES] = std::mem::take(&mut *self.handlers.borrow_mut());
+        let handlers: [Rc<[Binding]>; PHASES] = std::mem::take(&mut *self.handlers.borrow_mut());
         drop(handlers);
     }
 
-    /// The handlers of `phase` in run order, with their context's index: a snapshot, so a
-    /// handler bound while the phase runs is called from the phase's next run on.
+    /// The handlers of `phase` in run order: a snapshot, so a handler bound while the phase
+    /// runs is called from the phase's next run on.
+    fn snapshot(&self, phase: Phase) -> Rc<[Binding]> {
+        self.handlers.borrow()[phase as usize].clone()
+    }
+
+    /// The handlers of `phase` in run order, with their context's index.
+    #[cfg(test)]
     fn due(&self, phase: Phase) -> Vec<(usize, Function)> {
-        self.handlers.borrow()[phase as usize]
+        self.snapshot(phase)
             .iter()
             .map(|b| (b.context, b.handler.clone()))
             .collect()
+    }
+
+    /// The label of `context`'s handler for `phase`.
+    fn label(&self, context: usize, phase: Phase) -> Arc<HandlerLabel> {
+        self.labels[context * PHASES + phase as usize].clone()
     }
 
     /// Adds a handler after every handler of its phase whose context runs before or with its
     /// context.
     fn insert(&self, binding: Binding) {
         let mut handlers = self.handlers.borrow_mut();
-        let list = &mut handlers[binding.phase as usize];
+        let slot = &mut handlers[binding.phase as usize];
         let rank = self.rank[binding.context];
-        let at = list.partition_point(|b| self.rank[b.context] <= rank);
+        let at = slot.partition_point(|b| self.rank[b.context] <= rank);
+        let mut list = slot.to_vec();
         list.insert(at, binding);
+        *slot = list.into();
     }
 
     /// `context.bind(name, handlers)`: checks every entry, then binds them all (or none).
@@ -317,16 +349,6 @@ pub(crate) fn install_context_module(lua: &Lua, bindings: &Rc<Bindings>) -> mlua
     )?;
     module.set_readonly(true);
     lua.set_named_registry_value(CONTEXT_KEY, module)
-}
-
-/// How a handler call ended, seen from the phase that made it.
-enum CallState {
-    /// Still running (it yielded): its end is reported to the domain when it comes.
-    Running,
-    Returned,
-    Failed(TaskFailure),
-    /// The phase moved on while it was suspended.
-    Detached,
 }
 
 /// Clears the scheduler's busy flag when an entry ends, however it ends.
@@ -563,23 +585,27 @@ impl ScriptDomain {
     ) -> PhaseReport {
         let started = Instant::now();
         let queued = queued.unwrap_or(started);
-        let mut due = self.bindings.due(phase);
-        if let Some(only) = only {
-            due.retain(|(context, _)| *context == only);
-        }
-        self.counters.handler_calls(due.len());
+        let due = self.bindings.snapshot(phase);
+        let wanted = |b: &&Binding| only.is_none_or(|only| b.context == only);
+        let calls = due.iter().filter(wanted).count();
+        self.counters.handler_calls(calls);
+        let profiling = self.principal.profile.is_some();
         let mut errors = Vec::new();
-        let mut timings = Vec::with_capacity(due.len());
-        for (context, handler) in &due {
-            let spec = &self.bindings.contexts()[*context];
-            let call = Instant::now();
-            let authority = self.bindings.authority(*context, &self.principal.authority);
-            let failed = self.call_handler(spec, authority, phase, handler, args);
+        let mut timings = Vec::with_capacity(calls);
+        // One clock read per call: a call's end is the next one's start, unless a profile
+        // event or a failure's diagnostic ran in between.
+        let mut call = started;
+        for binding in due.iter().filter(wanted) {
+            let context = binding.context;
+            let spec = &self.bindings.contexts()[context];
+            let authority = self.bindings.authority(context, &self.principal.authority);
+            let failed = self.call_handler(spec, context, authority, phase, &binding.handler, args);
+            let ended = Instant::now();
             timings.push(HandlerTiming {
-                context: self.bindings.names[*context].clone(),
-                elapsed: call.elapsed(),
+                context: self.bindings.names[context].clone(),
+                elapsed: ended.saturating_duration_since(call),
             });
-            if self.principal.profile.is_some() {
+            if profiling {
                 let name = format!("{}.{phase}", spec.name());
                 self.profiled_after(
                     ProfileKind::ContextCall,
@@ -589,6 +615,7 @@ impl ScriptDomain {
                     Some(call.saturating_duration_since(queued)),
                 );
             }
+            let quiet = !profiling && failed.is_none();
             if let Some(message) = failed {
                 let attribution = Attribution {
                     domain_name: self.name.clone(),
@@ -600,14 +627,15 @@ impl ScriptDomain {
                 let mut diagnostic =
                     Diagnostic::new(DiagnosticKind::HandlerFailed, attribution, message);
                 diagnostic.phase = Some(phase);
-                diagnostic.source = defined_at(handler);
+                diagnostic.source = defined_at(&binding.handler);
                 self.diagnose(Severity::Error, &diagnostic);
                 errors.push(diagnostic);
             }
+            call = if quiet { ended } else { Instant::now() };
         }
         PhaseReport {
             phase,
-            calls: due.len(),
+            calls,
             timings,
             errors,
             elapsed: started.elapsed(),
@@ -619,89 +647,99 @@ impl ScriptDomain {
     fn call_handler(
         &self,
         spec: &ContextSpec,
+        context: usize,
         authority: Arc<Authority>,
         phase: Phase,
         handler: &Function,
         args: &[Message],
     ) -> Option<String> {
-        let label = handler_label(spec.name(), phase);
+        let label = self.bindings.label(context, phase);
         let deadline = spec.get_budget().unwrap_or(self.principal.max_deadline);
-        self.call_task(label, deadline, Some(authority), handler, args)
+        let values = match self.lua_args(args) {
+            Ok(values) => values,
+            Err(text) => return Some(text),
+        };
+        self.call_task(label, deadline, Some(authority), handler, values)
     }
 
-    /// Calls `handler` with `args` as a task of the engine VM held to `deadline` per run, under
-    /// `authority` (the domain's when `None`);
-    /// answers the failure's text when it failed before its first yield. A failure after a
-    /// yield becomes a [`Report`] labelled `label`.
-    pub(super) fn call_task(
-        &self,
-        label: String,
-        deadline: Duration,
-        authority: Option<Arc<Authority>>,
-        handler: &Function,
-        args: &[Message],
-    ) -> Option<String> {
+    /// Copies `args` into the engine VM; answers the failure's text when one can't be read.
+    pub(super) fn lua_args(&self, args: &[Message]) -> std::result::Result<MultiValue, String> {
         let lua = &self.vm.lua;
-        let mut values = Vec::with_capacity(args.len());
+        let mut values = MultiValue::with_capacity(args.len());
         for arg in args {
             match arg.to_lua(lua) {
-                Ok(v) => values.push(v),
+                Ok(v) => values.push_back(v),
                 Err(e) => {
-                    return Some(format!(
+                    return Err(format!(
                         "its arguments could not be read: {}",
                         vm::error_message(&e)
                     ))
                 }
             }
         }
-        self.start_handler(label, deadline, authority, handler, values)
+        Ok(values)
     }
 
-    fn start_handler(
+    /// Calls `handler` with `values` as a task of the engine VM held to `deadline` per run,
+    /// under `authority` (the domain's when `None`); answers the failure's text when it failed
+    /// before its first yield. A failure after a yield becomes a [`Report`] labelled `label`.
+    ///
+    /// A call that ends in its first run (the common case) hands its end straight back; only
+    /// a call that yields gets a completion, which turns a later failure into that report.
+    pub(super) fn call_task(
         &self,
-        label: String,
+        label: Arc<HandlerLabel>,
         deadline: Duration,
         authority: Option<Arc<Authority>>,
         handler: &Function,
-        values: Vec<Value>,
+        values: MultiValue,
     ) -> Option<String> {
-        let state = Rc::new(RefCell::new(CallState::Running));
-        let seen = state.clone();
-        let reports = self.reports.clone();
-        let source = label.clone();
-        let completion: vm::Completion = Box::new(move |_lua: &Lua, result, _commands| {
-            let mut state = seen.borrow_mut();
-            match (&*state, result) {
-                (CallState::Detached, Err(failure)) if !failure.is_cancelled() => {
-                    reports.borrow_mut().push(Report {
-                        source,
-                        message: failure.to_string(),
-                    });
-                }
-                (CallState::Detached, _) => {}
-                (_, Ok(_)) => *state = CallState::Returned,
-                (_, Err(failure)) => *state = CallState::Failed(failure),
-            }
-        });
         // The handler's task, the tasks it starts (they share its owner) and what it dispatches
         // (items carry the authority installed when they are made) run as its context.
-        let mut owner = Owner::new(Arc::new(label), deadline, Some(completion));
+        let mut owner = Owner::new(label, deadline, None);
         if let Some(authority) = authority {
             owner = owner.with_authority(authority);
         }
-        let owner = Rc::new(owner);
-        if let Err(e) = self
-            .vm
-            .start(handler.clone(), MultiValue::from_iter(values), owner)
-        {
-            return Some(vm::error_message(&e));
+        let owner = self.fresh_owner(owner);
+        match self.vm.call(handler.clone(), values, owner.clone()) {
+            Err(e) => Some(vm::error_message(&e)),
+            Ok(FirstRun::Ended(result)) => {
+                // Whatever the call started (a spawned task, a deferred one) holds the owner
+                // too, and then it is not spare.
+                if Rc::strong_count(&owner) == 1 {
+                    self.spare_owner.set(Some(owner));
+                }
+                result.err().map(|failure| failure.to_string())
+            }
+            Ok(FirstRun::Suspended) => {
+                let reports = self.reports.clone();
+                let label: Arc<dyn OwnerIdentity> = owner.identity.clone();
+                owner.set_completion(Box::new(move |_lua: &Lua, result, _commands| {
+                    if let Err(failure) = result {
+                        if !failure.is_cancelled() {
+                            reports.borrow_mut().push(Report {
+                                source: label.to_string(),
+                                message: failure.to_string(),
+                            });
+                        }
+                    }
+                }));
+                None
+            }
         }
-        let mut state = state.borrow_mut();
-        match std::mem::replace(&mut *state, CallState::Detached) {
-            CallState::Failed(failure) => Some(failure.to_string()),
-            CallState::Running => None,
-            CallState::Returned | CallState::Detached => None,
+    }
+}
+
+impl ScriptDomain {
+    /// `owner` in an `Rc`: the spare one of an earlier call refilled, when there is one.
+    fn fresh_owner(&self, owner: Owner) -> Rc<Owner> {
+        if let Some(mut spare) = self.spare_owner.take() {
+            if let Some(slot) = Rc::get_mut(&mut spare) {
+                *slot = owner;
+                return spare;
+            }
         }
+        Rc::new(owner)
     }
 }
 

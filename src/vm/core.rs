@@ -32,6 +32,24 @@ pub(crate) struct VmCore {
     /// The authority of tasks whose owner carries none: the grant of the principal the VM
     /// serves. Set once, after the VM is built.
     authority: std::cell::OnceCell<std::sync::Arc<crate::domain::capability::Authority>>,
+    /// The owner whose root task [`Vm::call`] is running for its first run, and its result once
+    /// it ends there: the end is handed back to the caller instead of a completion.
+    catching: RefCell<Option<Catch>>,
+}
+
+/// The root task a [`Vm::call`] watches through its first run.
+struct Catch {
+    owner: *const Owner,
+    result: Option<Result<MultiValue, TaskFailure>>,
+}
+
+/// How the first run of a [`Vm::call`] left its task.
+pub(crate) enum FirstRun {
+    /// The task ended in it: returned (with its values) or failed.
+    Ended(Result<MultiValue, TaskFailure>),
+    /// The task yielded and goes on; its end reaches its owner's completion, which the caller
+    /// sets now ([`Owner::set_completion`]).
+    Suspended,
 }
 
 /// A Luau VM built from a [`Plan`] with Skein's prelude.
@@ -70,6 +88,7 @@ impl Vm {
                 None,
             )),
             authority: std::cell::OnceCell::new(),
+            catching: RefCell::new(None),
         });
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
@@ -100,6 +119,31 @@ impl Vm {
         let id = self.core.sched.borrow_mut().add(thread, owner, true);
         scheduler::resume_task(&*self.core, &self.lua, id, Resume::Args(args));
         Ok(())
+    }
+
+    /// Calls `f(args)` as the root task of `owner` (made without a completion) and runs it to
+    /// its first yield, answering how that run ended: a handler that returns at once costs
+    /// no completion closure and no shared state. A task that yields goes on as any task does.
+    pub(crate) fn call(
+        &self,
+        f: Function,
+        args: MultiValue,
+        owner: Rc<Owner>,
+    ) -> mlua::Result<FirstRun> {
+        let catch = Catch {
+            owner: Rc::as_ptr(&owner),
+            result: None,
+        };
+        // Calls nest (a handler's first run may reach host code that calls another): each
+        // keeps the outer one's watch and puts it back.
+        let outer = self.core.catching.replace(Some(catch));
+        let started = self.start(f, args, owner);
+        let caught = self.core.catching.replace(outer);
+        started?;
+        Ok(match caught.and_then(|c| c.result) {
+            Some(result) => FirstRun::Ended(result),
+            None => FirstRun::Suspended,
+        })
     }
 
     /// Sets the authority the VM's tasks run under when their owner carries none. A VM serves
@@ -246,6 +290,15 @@ impl SchedulerHost for VmCore {
     }
 
     fn complete(&self, lua: &Lua, owner: &Rc<Owner>, result: Result<MultiValue, TaskFailure>) {
+        {
+            let mut catching = self.catching.borrow_mut();
+            if let Some(catch) = catching.as_mut() {
+                if std::ptr::eq(catch.owner, Rc::as_ptr(owner)) && catch.result.is_none() {
+                    catch.result = Some(result);
+                    return;
+                }
+            }
+        }
         owner.complete(lua, result);
     }
 
@@ -505,4 +558,110 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
     promise::install_methods(lua, await_fn)?;
     lua.globals().raw_set("task", task)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vm() -> Vm {
+        Vm::build(
+            &Plan::new(),
+            Box::new(|_, _| {}),
+            Duration::from_secs(5),
+            |_| Ok(()),
+        )
+        .unwrap()
+    }
+
+    fn owner() -> Rc<Owner> {
+        Rc::new(Owner::new(
+            std::sync::Arc::new("test"),
+            Duration::from_secs(5),
+            None,
+        ))
+    }
+
+    #[test]
+    fn a_call_hands_back_an_end_in_its_first_run_and_a_yield_goes_on_to_the_completion() {
+        let vm = vm();
+        let f: Function = vm
+            .lua
+            .load(
+                "return function(x)
+                    if x == 'fail' then error('boom') end
+                    if x == 'yield' then coroutine.yield() return 'later' end
+                    return x, 2
+                end",
+            )
+            .eval()
+            .unwrap();
+        let arg =
+            |s: &str| MultiValue::from_iter([Value::String(vm.lua.create_string(s).unwrap())]);
+
+        let FirstRun::Ended(Ok(values)) = vm.call(f.clone(), arg("back"), owner()).unwrap() else {
+            panic!("a returning call ends in its first run");
+        };
+        assert_eq!(values.len(), 2);
+        assert_eq!(values[0].to_string().unwrap(), "back");
+        assert_eq!(values[1], Value::Integer(2));
+
+        let FirstRun::Ended(Err(TaskFailure::Raised { message, .. })) =
+            vm.call(f.clone(), arg("fail"), owner()).unwrap()
+        else {
+            panic!("a raising call ends in its first run");
+        };
+        assert!(message.contains("boom"), "{message}");
+        assert_eq!(vm.tasks(), 0);
+
+        let yielding = owner();
+        let first = vm.call(f, arg("yield"), yielding.clone()).unwrap();
+        assert!(matches!(first, FirstRun::Suspended));
+        assert_eq!(vm.tasks(), 1);
+        let seen = Rc::new(RefCell::new(None));
+        let sink = seen.clone();
+        yielding.set_completion(Box::new(move |_, result, _| {
+            *sink.borrow_mut() = Some(result.map(|values| values.len()));
+        }));
+        while vm.step() {}
+        assert_eq!(*seen.borrow(), Some(Ok(1)));
+        assert_eq!(vm.tasks(), 0);
+        // The watch is over: a later start completes through its owner as before.
+        let later = owner();
+        let done = Rc::new(RefCell::new(false));
+        let mark = done.clone();
+        later.set_completion(Box::new(move |_, _, _| *mark.borrow_mut() = true));
+        let g: Function = vm.lua.load("return function() end").eval().unwrap();
+        vm.start(g, MultiValue::new(), later).unwrap();
+        assert!(*done.borrow());
+    }
+
+    #[test]
+    fn a_root_task_is_found_while_it_runs_and_once_it_waits() {
+        let vm = vm();
+        let f: Function = vm
+            .lua
+            .load("return function() parked = coroutine.running() task.wait(0) ended = true end")
+            .eval()
+            .unwrap();
+        let first = vm.call(f, MultiValue::new(), owner()).unwrap();
+        assert!(matches!(first, FirstRun::Suspended));
+        // `task.wait` found the running root task: no second task was registered for it.
+        assert_eq!(vm.tasks(), 1);
+        // Once suspended it is indexed by its thread, so `task.cancel` reaches it.
+        let cancel: Function = vm
+            .lua
+            .load("return function() task.cancel(parked) end")
+            .eval()
+            .unwrap();
+        vm.start(cancel, MultiValue::new(), owner()).unwrap();
+        assert_eq!(vm.tasks(), 0);
+        while vm.step() {}
+        let globals = vm.lua.globals();
+        assert!(matches!(
+            globals.get::<Value>("parked").unwrap(),
+            Value::Thread(_)
+        ));
+        assert_eq!(globals.get::<Value>("ended").unwrap(), Value::Nil);
+    }
 }

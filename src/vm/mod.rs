@@ -14,7 +14,7 @@ mod plan;
 mod promise;
 mod scheduler;
 
-pub(crate) use self::core::{FrameClock, Reporter, Vm, VmCore};
+pub(crate) use self::core::{FirstRun, FrameClock, Reporter, Vm, VmCore};
 pub(crate) use budget::{
     current_signal, format_seconds, run_left, CancelToken, DeadlineMessage, Signal,
 };

@@ -179,6 +179,13 @@ impl Owner {
         self.bound.get().is_some()
     }
 
+    /// Gives an owner made without a completion one now: a call whose root task is still
+    /// running after its first run (see `Vm::call`) says only then what its end should do, so
+    /// a call that returns at once allocates nothing for it.
+    pub(crate) fn set_completion(&self, completion: Completion) {
+        *self.completion.borrow_mut() = Some(completion);
+    }
+
     /// Runs the completion, once.
     pub(crate) fn complete(&self, lua: &Lua, result: Result<MultiValue, TaskFailure>) {
         let completion = self.completion.borrow_mut().take();

@@ -43,6 +43,9 @@ enum Parked {
 
 struct TaskEntry {
     thread: Thread,
+    /// The thread's address, the key of `by_thread`: read once, as reading it costs a lock and
+    /// a call into Luau.
+    address: *const c_void,
     owner: Rc<Owner>,
     parked: Parked,
     /// Bumped on every park so stale timer-heap entries are skipped.
@@ -96,14 +99,22 @@ const IDLE_THREADS: usize = 32;
 
 impl Scheduler {
     /// Registers `thread` as a task owned by `owner`.
+    ///
+    /// A root task (`Vm::start` resumes it at once) enters the thread index only when it first
+    /// stays suspended: while it runs, [`task_of`](Self::task_of) finds it on the running
+    /// stack, so a call that returns in its first run never touches the index.
     pub(crate) fn add(&mut self, thread: Thread, owner: Rc<Owner>, root: bool) -> TaskId {
         self.next_id += 1;
         let id = TaskId(self.next_id);
-        self.by_thread.insert(thread.to_pointer(), id);
+        let address = thread.to_pointer();
+        if !root {
+            self.by_thread.insert(address, id);
+        }
         self.tasks.insert(
             id,
             TaskEntry {
                 thread,
+                address,
                 owner,
                 parked: Parked::No,
                 epoch: 0,
@@ -115,7 +126,23 @@ impl Scheduler {
 
     /// The task a Luau thread belongs to.
     pub(crate) fn task_of(&self, thread: &Thread) -> Option<TaskId> {
-        self.by_thread.get(&thread.to_pointer()).copied()
+        let address = thread.to_pointer();
+        if let Some(id) = self.by_thread.get(&address) {
+            return Some(*id);
+        }
+        // A root task in its first run is not indexed yet (see `add`); it is on the stack.
+        self.running
+            .iter()
+            .rev()
+            .copied()
+            .find(|id| self.tasks.get(id).is_some_and(|t| t.address == address))
+    }
+
+    /// Puts a task that stays suspended in the thread index (a root task's first yield).
+    fn index(&mut self, id: TaskId) {
+        if let Some(task) = self.tasks.get(&id) {
+            self.by_thread.insert(task.address, id);
+        }
     }
 
     /// Whether a task is still live (not finished, failed or cancelled). Ids are never reused.
@@ -274,7 +301,7 @@ impl Scheduler {
     /// Removes a task (finished, failed or cancelled).
     fn remove(&mut self, id: TaskId) -> Option<TaskEntry> {
         let entry = self.tasks.remove(&id)?;
-        self.by_thread.remove(&entry.thread.to_pointer());
+        self.by_thread.remove(&entry.address);
         self.delayed_args.remove(&id);
         Some(entry)
     }
@@ -346,7 +373,7 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
     };
     if owner.is_cancelled() {
         host.scheduler().borrow_mut().running.pop();
-        finish(host, lua, id, &owner, Err(TaskFailure::cancelled()));
+        finish(host, lua, id, &owner, Err(TaskFailure::cancelled()), false);
         return;
     }
     if owner.is_bounded() {
@@ -371,7 +398,7 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
     match result {
         Err(panic) => {
             let failure = TaskFailure::panicked(&panic);
-            finish(host, lua, id, &owner, Err(failure));
+            finish(host, lua, id, &owner, Err(failure), false);
         }
         Ok(Err(err)) => {
             let failure = match stopped {
@@ -393,11 +420,12 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
                     }
                 }
             };
-            finish(host, lua, id, &owner, Err(failure));
+            finish(host, lua, id, &owner, Err(failure), false);
         }
         Ok(Ok(values)) => match thread.status() {
             ThreadStatus::Resumable => {
                 let mut sched = host.scheduler().borrow_mut();
+                sched.index(id);
                 let bare_yield = sched.tasks.get(&id).is_some_and(|t| t.parked == Parked::No)
                     && !sched.ready.iter().any(|(r, _)| *r == id)
                     && !sched.deferred.iter().any(|(r, _)| *r == id);
@@ -406,7 +434,10 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
                     sched.defer(id);
                 }
             }
-            _ => finish(host, lua, id, &owner, Ok(values)),
+            status => {
+                let reusable = status == ThreadStatus::Finished;
+                finish(host, lua, id, &owner, Ok(values), reusable);
+            }
         },
     }
 }
@@ -431,7 +462,7 @@ fn out_of_bound<H: SchedulerHost>(
     } else {
         TaskFailure::cancelled()
     };
-    finish(host, lua, id, owner, Err(failure));
+    finish(host, lua, id, owner, Err(failure), false);
 }
 
 fn finish<H: SchedulerHost>(
@@ -440,16 +471,20 @@ fn finish<H: SchedulerHost>(
     id: TaskId,
     owner: &Rc<Owner>,
     result: Result<MultiValue, TaskFailure>,
+    reusable: bool,
 ) {
     let entry = host.scheduler().borrow_mut().remove(id);
     let Some(entry) = entry else { return };
-    if entry.root && result.is_ok() && entry.thread.status() == ThreadStatus::Finished {
+    // `reusable`: the task returned and its coroutine is finished (the caller read its status
+    // once already; reading it again costs a Luau call).
+    let root = entry.root;
+    if root && reusable {
         let mut sched = host.scheduler().borrow_mut();
         if sched.idle_threads.len() < IDLE_THREADS {
-            sched.idle_threads.push(entry.thread.clone());
+            sched.idle_threads.push(entry.thread);
         }
     }
-    if entry.root {
+    if root {
         host.complete(lua, owner, result);
     } else if let Err(failure) = result {
         if !failure.is_cancelled() {
