@@ -98,7 +98,13 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     let home = Rc::new(home);
     lua.set_app_data(home.clone());
     let jobs = lua.create_table()?;
-    jobs.raw_set("dispatch", lua.create_function(dispatch)?)?;
+    // `dispatch` holds its home: looking it up in the app data on every call cost a borrow and
+    // a type-map lookup per dispatch.
+    let dispatch_home = home.clone();
+    jobs.raw_set(
+        "dispatch",
+        lua.create_function(move |lua, args| dispatch(lua, &dispatch_home, args))?,
+    )?;
     jobs.raw_set("context", lua.create_function(context)?)?;
     jobs.raw_set(
         "parallelFor",
@@ -279,9 +285,9 @@ pub(super) fn refuse(message: String) -> mlua::Error {
 
 fn dispatch(
     lua: &Lua,
+    home: &JobsHome,
     (module, entry, args, opts): (Value, Value, Value, Value),
 ) -> mlua::Result<Value> {
-    let home = home(lua)?;
     let core = VmCore::of(lua)?;
     let Value::String(module) = module else {
         return Err(refuse(format!(

@@ -1,7 +1,7 @@
 //! The Luau side of a pool thread: its VMs (one per principal), and how it runs items.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,7 +9,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+// Fx, not SipHash: these maps are read and written on every item (the entry's key, the
+// running job's pointer), where SipHash cost about 400 instructions an item.
 use mlua::{Function, Lua, MultiValue, Table, Value};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::api::{self, HomeKind, JobsHome};
 use super::item::{
@@ -197,10 +200,10 @@ impl LuauWorker {
             principal: principal.clone(),
             serial,
             vm,
-            running: Rc::new(RefCell::new(HashMap::new())),
+            running: Rc::new(RefCell::new(HashMap::default())),
             sources_seen: vm::source_epoch(),
-            entry_keys: HashMap::new(),
-            keys_seen: HashSet::new(),
+            entry_keys: HashMap::default(),
+            keys_seen: HashSet::default(),
             warm: WarmPass::default(),
             services_installed: 0,
         });
@@ -264,6 +267,8 @@ impl LuauWorker {
         }
         // A VM in its warm pass starts no item of its principal: hold the item, before it
         // counts as started, so a cancel meanwhile still refuses it unrun.
+        // The slot found here is used again below: nothing between adds or removes a VM.
+        let mut found_slot = None;
         if item.principal.is_alive() {
             if let Ok(slot) = self.vm_for(&item.principal, cx) {
                 let warm = &mut self.vms[slot].warm;
@@ -271,6 +276,7 @@ impl LuauWorker {
                     warm.park((item, turn));
                     return;
                 }
+                found_slot = Some(slot);
             }
         }
         let pool = self.pool(cx);
@@ -297,7 +303,7 @@ impl LuauWorker {
         super::kernel::count_wait(&item);
         let clock = super::item_clock::ItemClock::start(&item);
         item.job.worker.store(self.index, Ordering::Release);
-        let slot = match self.vm_for(&item.principal, cx) {
+        let slot = match found_slot.map_or_else(|| self.vm_for(&item.principal, cx), Ok) {
             Ok(slot) => slot,
             Err(e) => return fail(item, FailureKind::Load, e),
         };

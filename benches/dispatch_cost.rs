@@ -1,0 +1,61 @@
+//! A driver for counting instructions (not a timed benchmark): dispatches N items of an entry
+//! that answers its argument from one Luau loop on the engine VM, then awaits each, on 2 workers,
+//! so `valgrind --tool=callgrind` can count what one dispatch + await costs. Run it at two counts
+//! and divide the difference, so set-up cancels out:
+//!
+//! ```text
+//! valgrind --tool=callgrind --separate-threads=yes --toggle-collect='dispatch_cost::run*' \
+//!     target/release/deps/dispatch_cost-* 2000
+//! valgrind --tool=callgrind --separate-threads=yes --toggle-collect='dispatch_cost::run*' \
+//!     target/release/deps/dispatch_cost-* 12000
+//! ```
+//!
+//! With `--separate-threads=yes` the engine thread's file (issue, settle, resume) and the
+//! workers' files (item run, reply) are counted apart; `--toggle-collect` only covers the engine
+//! thread's `run`, so read the workers' totals from their own files. `cargo bench --bench
+//! dispatch_cost` runs once with a small count and prints the wall time, as a smoke test.
+
+use std::time::Instant;
+
+use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+
+const WORKERS: usize = 2;
+const ECHO: &str = "local M = {}\nfunction M.run(x) return x end\nreturn M\n";
+
+/// Dispatches `n` echo items and awaits each, checking the sum so nothing is skipped.
+#[inline(never)]
+fn run(domain: &ScriptDomain, n: usize) {
+    let source = format!(
+        r#"
+        local n = {n}
+        local ps = table.create(n)
+        for i = 1, n do ps[i] = jobs.dispatch("./echo", "run", i) end
+        local sum = 0
+        for i = 1, n do sum += ps[i]:await() end
+        return sum
+        "#
+    );
+    let sum = domain.eval(&source).expect("eval");
+    let expected = (n as i64) * (n as i64 + 1) / 2;
+    assert!(
+        matches!(sum, Message::Integer(s) if s == expected),
+        "{sum:?}"
+    );
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("echo.luau"), ECHO).expect("write module");
+    let pool = Pool::new(WORKERS);
+    let plan = Plan::new().root(dir.path().canonicalize().expect("canonical tempdir"));
+    let domain = ScriptDomain::new(&pool, DomainSpec::new("cost").plan(plan)).expect("domain");
+    // Warm the workers' VMs and the module caches outside the counted call.
+    run(&domain, 64);
+    let n = std::env::args()
+        .nth(1)
+        .map(|n| n.parse().expect("a count"))
+        .unwrap_or(10_000);
+    let t = Instant::now();
+    run(&domain, n);
+    println!("dispatch + await x{n}: {:?}", t.elapsed());
+}
