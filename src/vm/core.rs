@@ -325,9 +325,15 @@ const POOL_PROMISES: [&str; 3] = ["jobs.dispatch", "jobs.parallelFor", "jobs.war
 /// error text. A boolean, not the status name, so an await makes no Luau string for the status
 /// (each `create_string` from Rust is a protected call; about 1,900 instructions per await).
 fn outcome_values(lua: &Lua, outcome: &Outcome) -> MultiValue {
-    let value = match outcome {
+    let (resolved, value) = outcome_pair(lua, outcome);
+    MultiValue::from_iter([resolved, value])
+}
+
+/// [`outcome_values`] as a pair, which `P.await` returns without a `MultiValue`'s allocation.
+fn outcome_pair(lua: &Lua, outcome: &Outcome) -> (Value, Value) {
+    let text = match outcome {
         Outcome::Resolved(message) => match message.to_lua(lua) {
-            Ok(v) => return MultiValue::from_iter([Value::Boolean(true), v]),
+            Ok(v) => return (Value::Boolean(true), v),
             Err(e) => format!(
                 "the result could not be read back: {}",
                 super::error_message(&e)
@@ -336,14 +342,14 @@ fn outcome_values(lua: &Lua, outcome: &Outcome) -> MultiValue {
         Outcome::Rejected(failure) => failure.to_string(),
         Outcome::Cancelled => "cancelled".to_owned(),
     };
-    rejected_values(lua, &value)
+    rejected_pair(lua, &text)
 }
 
-/// `(false, text)`: the cold half of [`outcome_values`].
+/// `(false, text)`: the cold half of [`outcome_pair`].
 #[cold]
-fn rejected_values(lua: &Lua, text: &str) -> MultiValue {
+fn rejected_pair(lua: &Lua, text: &str) -> (Value, Value) {
     let text = Value::String(lua.create_string(text).expect("message string"));
-    MultiValue::from_iter([Value::Boolean(false), text])
+    (Value::Boolean(false), text)
 }
 
 /// `PromiseHandle:cancel()`: settles the promise as cancelled and stops its work.
@@ -476,7 +482,7 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
                 }
             }
             if let Some(outcome) = cell.outcome() {
-                return Ok(outcome_values(lua, &outcome));
+                return Ok(outcome_pair(lua, &outcome));
             }
             if let Some(key) = cell.key() {
                 if core.current_owner().identity.key() == Some(&key[..]) {
@@ -490,7 +496,8 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
             let id = core.task_for(&lua.current_thread());
             cell.add_waiter(id);
             core.sched.borrow_mut().park_promise(id);
-            Ok(MultiValue::new())
+            // `nil`: pending, so `task.await` yields until the settlement resumes it.
+            Ok((Value::Nil, Value::Nil))
         })?,
     )?;
     p.raw_set(
