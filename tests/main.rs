@@ -9,6 +9,7 @@ mod context_caps;
 mod contexts;
 mod diagnostic_sink;
 mod dispatch;
+mod dispatch_await;
 mod docs;
 mod domain_events;
 mod domain_stats;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::item::{Item, ItemArgs, JobShared, ReplyTo};
 use super::options::{read_key, DispatchOptions};
@@ -44,6 +44,11 @@ pub(crate) struct JobsHome {
     pub(crate) kind: HomeKind,
     /// Entry names this VM dispatched, shared by every item that names them.
     entries: RefCell<FxHashSet<Arc<str>>>,
+    /// The same names by the address of the Luau string that named them, so a dispatch finds its
+    /// entry without copying the string out of the VM (`to_str` clones a reference into the
+    /// VM and allocates). The map holds each string, so no other string can take its address
+    /// while it is a key.
+    entry_strings: RefCell<FxHashMap<usize, (mlua::LuaString, Arc<str>)>>,
 }
 
 /// How many entry names a VM interns before it starts over.
@@ -60,6 +65,7 @@ impl JobsHome {
             pool,
             kind,
             entries: RefCell::new(FxHashSet::default()),
+            entry_strings: RefCell::new(FxHashMap::default()),
         }
     }
 
@@ -77,6 +83,24 @@ impl JobsHome {
                 promise,
             },
         }
+    }
+
+    /// [`JobsHome::intern_entry`] for a Luau string, found by its address once it was seen.
+    fn intern_entry_string(&self, name: &mlua::LuaString) -> Arc<str> {
+        let address = name.to_pointer() as usize;
+        if let Some((_, known)) = self.entry_strings.borrow().get(&address) {
+            return known.clone();
+        }
+        let interned = match name.to_str() {
+            Ok(text) => self.intern_entry(&text),
+            Err(_) => self.intern_entry(&name.to_string_lossy()),
+        };
+        let mut strings = self.entry_strings.borrow_mut();
+        if strings.len() >= INTERNED_ENTRIES {
+            strings.clear();
+        }
+        strings.insert(address, (name.clone(), interned.clone()));
+        interned
     }
 
     pub(super) fn intern_entry(&self, name: &str) -> Arc<str> {
@@ -309,10 +333,7 @@ fn dispatch(
         Err(_) => core.modules.resolve(source, &module.to_string_lossy()),
     })
     .map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
-    let entry = match entry.to_str() {
-        Ok(name) => home.intern_entry(&name),
-        Err(_) => home.intern_entry(&entry.to_string_lossy()),
-    };
+    let entry = home.intern_entry_string(&entry);
     let args =
         Message::from_lua(&args, "args").map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
 
