@@ -4,16 +4,17 @@
 //! and divide the difference, so set-up cancels out:
 //!
 //! ```text
-//! valgrind --tool=callgrind --separate-threads=yes --toggle-collect='dispatch_cost::run*' \
+//! valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=cg.2000.%p \
 //!     target/release/deps/dispatch_cost-* 2000
-//! valgrind --tool=callgrind --separate-threads=yes --toggle-collect='dispatch_cost::run*' \
+//! valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=cg.12000.%p \
 //!     target/release/deps/dispatch_cost-* 12000
 //! ```
 //!
-//! With `--separate-threads=yes` the engine thread's file (issue, settle, resume) and the
-//! workers' files (item run, reply) are counted apart; `--toggle-collect` only covers the engine
-//! thread's `run`, so read the workers' totals from their own files. `cargo bench --bench
-//! dispatch_cost` runs once with a small count and prints the wall time, as a smoke test.
+//! `--separate-threads=yes` writes one file per thread: `-01` is the engine thread (issue,
+//! settle, resume), the next two are the workers (item run, reply). Subtract each thread's
+//! `totals:` between the two runs and divide by 10,000; the domain, the pool and the VMs are
+//! built in both runs, so they cancel out. `cargo bench --bench dispatch_cost` runs once with
+//! 10,000 items and prints the wall time, as a smoke test.
 
 use std::time::Instant;
 
