@@ -210,6 +210,12 @@ impl ScriptDomain {
         list.iter().map(|o| (o.id, o.kind.clone())).collect()
     }
 
+    /// How many resources [`owned_resources`](Self::owned_resources) would list, without
+    /// copying their kinds.
+    pub(super) fn owned_count(&self) -> usize {
+        self.owned.list.borrow().len()
+    }
+
     pub(super) fn report_release_failure(&self, message: String) {
         self.reports.borrow_mut().push(super::Report {
             source: "owned resources".to_owned(),

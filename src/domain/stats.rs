@@ -130,8 +130,8 @@ impl ScriptDomain {
             warnings: counters.warnings.get(),
             reports_waiting: self.reports.borrow().len(),
             live_workers: self.live_workers().get(),
-            owned_resources: self.owned_resources().len(),
-            registered_jobs: self.jobs().len(),
+            owned_resources: self.owned_count(),
+            registered_jobs: self.registry.len(),
         }
     }
 }

@@ -330,6 +330,11 @@ impl Registry {
         self.get(id).map(|j| info::of(&j))
     }
 
+    /// How many jobs are live.
+    pub(crate) fn len(&self) -> usize {
+        self.jobs.borrow().len()
+    }
+
     /// Snapshots of the live jobs, in registration order, of one phase or of all.
     pub(crate) fn list(&self, phase: Option<&str>) -> Vec<JobInfo> {
         self.jobs
