@@ -533,7 +533,11 @@ impl ScriptDomain {
         let report = self.broadcast(phase, &[]);
         for error in report.errors {
             self.reports.borrow_mut().push(Report {
-                source: handler_label(error.attribution.context.as_deref().unwrap_or(""), phase),
+                source: HandlerLabel::Phase {
+                    context: Arc::from(error.attribution.context.as_deref().unwrap_or("")),
+                    phase,
+                }
+                .to_string(),
                 message: error.message,
             });
         }
@@ -744,10 +748,6 @@ impl ScriptDomain {
 }
 
 /// How reports name a handler: `context 'game' update handler`.
-fn handler_label(context: &str, phase: Phase) -> String {
-    format!("context '{context}' {phase} handler")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
