@@ -410,6 +410,34 @@ fn reload_failure(err: Error) -> (LoadStage, String) {
 }
 
 #[test]
+fn a_reload_or_restart_whose_load_is_bytecode_is_refused_at_compile_and_nothing_of_it_runs() {
+    let pool = Pool::new(2);
+    let tree = tree();
+    let (mut domain, _host) = running_old(&pool, &tree, Duration::from_secs(10));
+    // Hand-made bytecode (it ended the process inside Luau's loader): refused as not source.
+    let bytecode = "\u{6}\u{3}\u{1}\0\0\0\0\0\0\0";
+    let err = domain.reload(Load::source("ui v2", bytecode)).unwrap_err();
+    let (stage, message) = reload_failure(err);
+    assert_eq!(stage, LoadStage::Compile);
+    assert_eq!(
+        message,
+        "'ui v2' is not Luau source text: it starts with byte 0x06, which marks precompiled \
+         bytecode; Skein loads only source it compiles itself"
+    );
+    assert_eq!(domain.generation().get(), 1);
+    assert_eq!(eval(&domain, "return theme"), string("dark"));
+    // A restart is destructive, but its load is refused the same way and never loaded.
+    let err = domain
+        .restart(Load::source("ui v3", bytecode))
+        .unwrap_err()
+        .to_string();
+    assert_contains(
+        &err,
+        "'ui v3' is not Luau source text: it starts with byte 0x06",
+    );
+}
+
+#[test]
 fn a_reload_that_does_not_compile_keeps_the_running_generation() {
     let pool = Pool::new(2);
     let tree = tree();

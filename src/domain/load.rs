@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use mlua::{Lua, MultiValue, Value};
 
 use super::ScriptDomain;
-use crate::vm::{self, Owner};
+use crate::vm::{self, source, Owner};
 
 /// How long a load may take by default, waits included
 /// ([`DomainSpec::load_bound`](crate::DomainSpec::load_bound) changes it).
@@ -143,7 +143,7 @@ impl ScriptDomain {
             ),
             Load::File { path, args } => {
                 let read = std::fs::canonicalize(path)
-                    .and_then(|full| std::fs::read(&full).map(|bytes| (full, bytes)));
+                    .and_then(|full| source::read_bounded(&full).map(|bytes| (full, bytes)));
                 let (full, bytes) = read.map_err(|e| {
                     LoadFailure::new(LoadStage::Read, format!("{}: {e}", path.display()))
                 })?;
@@ -162,10 +162,7 @@ impl ScriptDomain {
         };
         // The load may dispatch before its first yield: edits must be seen before it runs.
         vm::check_sources();
-        let function = lua
-            .load(source)
-            .set_name(chunk_name)
-            .into_function()
+        let function = source::compile(lua, &source, &chunk_name)
             .map_err(|e| LoadFailure::new(LoadStage::Compile, vm::error_message(&e)))?;
         let slot: LoadSlot = Rc::default();
         let out = slot.clone();

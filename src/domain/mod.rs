@@ -632,7 +632,7 @@ impl ScriptDomain {
                 format!("{}: {e}", path.as_ref().display()),
             ))
         })?;
-        let source = std::fs::read(&path)?;
+        let source = vm::source::read_file(&path)?;
         let name = format!("@{}", path.display());
         let args: Vec<Value> = args
             .iter()
@@ -710,16 +710,12 @@ impl ScriptDomain {
         // The chunk may dispatch before its first yield: edits must be seen before it runs.
         vm::check_sources();
         let lua = &self.vm.lua;
-        let function = lua
-            .load(source)
-            .set_name(chunk_name)
-            .into_function()
-            .map_err(|e| {
-                if loads {
-                    self.state.set(DomainState::Failed);
-                }
-                Error::Script(vm::error_message(&e))
-            })?;
+        let function = vm::source::compile(lua, source, chunk_name).map_err(|e| {
+            if loads {
+                self.state.set(DomainState::Failed);
+            }
+            Error::Script(vm::error_message(&e))
+        })?;
         let slot: Rc<RefCell<Option<Result<Message>>>> = Rc::new(RefCell::new(None));
         let out = slot.clone();
         let failures = self.failures.clone();

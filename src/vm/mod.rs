@@ -13,6 +13,7 @@ mod owner;
 mod plan;
 mod promise;
 mod scheduler;
+pub(crate) mod source;
 
 pub(crate) use self::core::{FirstRun, FrameClock, Reporter, Vm, VmCore};
 pub(crate) use budget::{
@@ -24,6 +25,7 @@ pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, ServiceC
 pub use plan::{Plan, DEFAULT_MEMORY_LIMIT};
 pub(crate) use promise::{await_function, promise_of, Cancel, Outcome, PromiseCell, PromiseId};
 pub(crate) use scheduler::TaskId;
+pub use source::MAX_SOURCE_BYTES;
 
 /// A promise's Luau handle.
 pub(crate) fn promise_handle(

@@ -25,7 +25,7 @@ use crate::domain::diagnostic::Attribution;
 use crate::domain::profile::{self, Profile, ProfileKind};
 use crate::jobs::{self, ActorWake, HomeKind, JobsHome, PoolShared, PrincipalCell};
 use crate::value::Message;
-use crate::vm::{self, CancelToken, Owner, OwnerIdentity, Plan, TaskFailure, Vm};
+use crate::vm::{self, source, CancelToken, Owner, OwnerIdentity, Plan, TaskFailure, Vm};
 
 /// The longest the lane sleeps between looks at its teardown flag while a handler, or a task
 /// it left behind, waits on something (a timer, a promise).
@@ -232,11 +232,11 @@ fn serve(setup: &LaneSetup) -> u8 {
             None,
         ))
     };
-    let chunk = vm
-        .lua
-        .load(setup.source.as_bytes())
-        .set_name(format!("={}", module_name(&shared.name)))
-        .into_function();
+    let chunk = source::compile(
+        &vm.lua,
+        setup.source.as_bytes(),
+        &format!("={}", module_name(&shared.name)),
+    );
     let chunk = match chunk {
         Ok(f) => f,
         Err(e) => {

@@ -20,15 +20,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
-use mlua::chunk::{ChunkMode, Compiler};
+use mlua::chunk::ChunkMode;
 use mlua::{Function, Lua};
 
+use super::super::source;
 use super::error::RequireError;
-
-/// Luau's default optimisation level: inlining and unrolling within a module.
-const OPTIMIZATION_LEVEL: u8 = 1;
-/// Line info in the bytecode, so errors and tracebacks name lines.
-const DEBUG_LEVEL: u8 = 1;
 
 /// What identifies one version of a source file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,7 +136,7 @@ impl BytecodeCache {
                 return Ok(cached.clone());
             }
         }
-        let source = std::fs::read(path).map_err(io)?;
+        let source = source::read_bounded(path).map_err(io)?;
         let stamp = SourceStamp {
             len: source.len() as u64,
             mtime: meta.modified().ok(),
@@ -160,9 +156,7 @@ impl BytecodeCache {
             }
         }
         self.compiles.fetch_add(1, Ordering::Relaxed);
-        let bytecode = Compiler::new()
-            .set_optimization_level(OPTIMIZATION_LEVEL)
-            .set_debug_level(DEBUG_LEVEL)
+        let bytecode = source::compiler()
             .compile(&source)
             .map_err(|e| RequireError::Compile {
                 path: path.to_owned(),
