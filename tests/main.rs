@@ -18,6 +18,7 @@ mod fixture;
 mod generations;
 mod handler_calls;
 mod host_keys;
+mod hostile;
 mod interfaces;
 mod keys;
 mod logs;

@@ -27,7 +27,7 @@ use super::{FrozenTable, SharedStore, SharedTableRef, StoreCore};
 use crate::sync::Arc;
 use crate::value::path;
 use crate::value::read::{Reader, Refusal};
-use crate::value::{Message, TransferErrorKind};
+use crate::value::{Limits, Message, TransferErrorKind};
 
 /// Registry key of this VM's handles by table name, so one name gives one userdata.
 const HANDLES_KEY: &str = "skein.shared.tables";
@@ -367,10 +367,12 @@ impl FromLua for ValueArg {
             }
         }
         // SAFETY: as above; the reader restores the stack top.
-        Ok(match unsafe { Reader::new(lua, usize::MAX).read_at(idx) } {
-            Ok(m) => ValueArg::Data(m),
-            Err(r) => ValueArg::Refused(r),
-        })
+        Ok(
+            match unsafe { Reader::new(lua, Limits::MAX_MESSAGE_BYTES).read_at(idx) } {
+                Ok(m) => ValueArg::Data(m),
+                Err(r) => ValueArg::Refused(r),
+            },
+        )
     }
 }
 

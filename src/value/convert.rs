@@ -31,7 +31,8 @@ impl Message {
     /// A [`TransferError`] naming the path and the reason: a function, a coroutine, a userdata
     /// other than [`ResourceHandle`], a light userdata, a table with a metatable, a key that is
     /// not an integer, number or string, a NaN key, a table that contains itself, or tables
-    /// nested deeper than [`Limits::MAX_DEPTH`].
+    /// nested deeper than [`Limits::MAX_DEPTH`], or a value weighing more than
+    /// [`Limits::MAX_MESSAGE_BYTES`] ([`TransferErrorKind::TooLarge`]).
     ///
     /// ```
     /// use mlua::Lua;
@@ -43,7 +44,7 @@ impl Message {
     /// assert_eq!(err.to_string(), "args.co: a coroutine can't cross a worker or event boundary");
     /// ```
     pub fn from_lua(value: &Value, root: &str) -> Result<Message, TransferError> {
-        Self::read_within(value, root, usize::MAX)
+        Self::read_within(value, root, Limits::MAX_MESSAGE_BYTES)
     }
 
     /// Like [`Message::from_lua`], but refuses as soon as the running
@@ -184,7 +185,7 @@ fn read_value(value: &Value, limit: usize) -> Result<Message, Refusal> {
     }
 }
 
-/// Reads with the default root and no budget; refusals become `mlua::Error::external`.
+/// Reads with the default root and the default budget ([`Limits::MAX_MESSAGE_BYTES`]); refusals become `mlua::Error::external`.
 impl FromLua for Message {
     fn from_lua(value: Value, _lua: &Lua) -> mlua::Result<Self> {
         Message::from_lua(&value, DEFAULT_ROOT).map_err(mlua::Error::external)
@@ -192,7 +193,7 @@ impl FromLua for Message {
 
     unsafe fn from_stack(idx: c_int, lua: &RawLua) -> mlua::Result<Self> {
         // SAFETY: mlua hands us a valid index on `lua`'s current stack.
-        unsafe { Reader::new(lua, usize::MAX).read_at(idx) }
+        unsafe { Reader::new(lua, Limits::MAX_MESSAGE_BYTES).read_at(idx) }
             .map_err(|r| mlua::Error::external(r.into_error(DEFAULT_ROOT)))
     }
 }
@@ -213,7 +214,7 @@ impl FromLua for MessageArg {
 
     unsafe fn from_stack(idx: c_int, lua: &RawLua) -> mlua::Result<Self> {
         // SAFETY: mlua hands us a valid index on `lua`'s current stack.
-        let read = unsafe { Reader::new(lua, usize::MAX).read_at(idx) };
+        let read = unsafe { Reader::new(lua, Limits::MAX_MESSAGE_BYTES).read_at(idx) };
         Ok(MessageArg(read.map_err(|r| r.into_error(Self::ROOT))))
     }
 }

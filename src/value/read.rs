@@ -677,4 +677,44 @@ mod tests {
         let err = Message::read_within(&value, "m", exact - 1).unwrap_err();
         assert!(err.to_string().starts_with("m[4]: "), "{err}");
     }
+
+    #[test]
+    fn every_default_copy_is_bounded_at_max_message_bytes_and_refused_one_past() {
+        use crate::{Limits, TransferErrorKind};
+        let lua = Lua::new();
+        // One list node, one string node and its bytes: exactly the bound, then one byte more.
+        let fits = Limits::MAX_MESSAGE_BYTES - 2 * Limits::NODE_WEIGHT;
+        let make = |len: usize| -> Value {
+            lua.load(format!("return {{ string.rep('x', {len}) }}"))
+                .eval()
+                .unwrap()
+        };
+        let at = Message::from_lua(&make(fits), "m").unwrap();
+        assert_eq!(at.queue_weight(), Limits::MAX_MESSAGE_BYTES);
+        let err = Message::from_lua(&make(fits + 1), "m").unwrap_err();
+        assert_eq!(
+            err.reason,
+            TransferErrorKind::TooLarge {
+                limit: Limits::MAX_MESSAGE_BYTES
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "m[1]: a value weighing more than its limit of 67108864 bytes can't cross a worker \
+             or event boundary"
+        );
+        // A table whose sub-table is shared is weighed per use: 2^26 leaves are refused after
+        // the bound's worth of nodes, not expanded.
+        let bomb: Value = lua
+            .load("local t = {'leaf'} for i = 1, 26 do t = {t, t} end return t")
+            .eval()
+            .unwrap();
+        let err = Message::from_lua(&bomb, "m").unwrap_err();
+        assert_eq!(
+            err.reason,
+            TransferErrorKind::TooLarge {
+                limit: Limits::MAX_MESSAGE_BYTES
+            }
+        );
+    }
 }

@@ -37,7 +37,8 @@ use shared::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
 use super::capability::{self, Authority, CapabilityId, CapabilitySet};
 use super::diagnostic::Attribution;
 use crate::jobs::{PoolShared, PrincipalCell};
-use crate::value::Message;
+use crate::value::read::Reader;
+use crate::value::{Limits, Message};
 use crate::vm::{self, await_function, promise_of, CancelToken, Outcome, VmCore};
 
 /// The capability `worker.spawn` needs.
@@ -378,7 +379,7 @@ impl mlua::FromLua for SendArg {
 
     unsafe fn from_stack(idx: std::ffi::c_int, lua: &mlua::state::RawLua) -> mlua::Result<Self> {
         // SAFETY: mlua hands us a valid index on `lua`'s current stack.
-        let read = unsafe { crate::value::read::Reader::new(lua, usize::MAX).read_at(idx) };
+        let read = unsafe { Reader::new(lua, Limits::MAX_MESSAGE_BYTES).read_at(idx) };
         Ok(SendArg(read))
     }
 }

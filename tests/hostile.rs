@@ -1,0 +1,324 @@
+//! Hostile scripts against the real runner: each runs `skein` as a child process under a 3 GiB
+//! address-space limit, as a script author who wants to take the host down would, and asserts
+//! how the run ended (an exit code of 0, 1 or 2, never a signal), the error's text, and, where
+//! the script catches the error, that the pool still serves a later dispatch in the same run.
+//!
+//! Issue 12's classes, one section each; `docs/embedding.md` ("What a script cannot do") points
+//! here for each.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{assert_contains, Tree};
+
+/// The address space a hostile run gets: far below what the attacks of issue 12 reached
+/// (6 GB, 16 GB), far above what a contained run needs.
+const ADDRESS_SPACE: u64 = 3 << 30;
+
+/// A hostile run that is still going after this long has hung: it is killed and the test fails.
+const HANG: Duration = Duration::from_secs(60);
+
+/// How one hostile run ended.
+#[derive(Debug)]
+pub struct Ended {
+    /// The exit code; `None` when a signal ended the process.
+    pub code: Option<i32>,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ended {
+    /// Asserts the run exited with `code` (not by a signal) and answers its output for more checks.
+    #[track_caller]
+    pub fn exited(&self, code: i32) -> &Self {
+        assert_eq!(
+            (self.code, self.signal),
+            (Some(code), None),
+            "expected exit {code}\nstdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    #[track_caller]
+    pub fn stdout_has(&self, text: &str) -> &Self {
+        assert_contains(&self.stdout, text);
+        self
+    }
+
+    #[track_caller]
+    pub fn stderr_has(&self, text: &str) -> &Self {
+        assert_contains(&self.stderr, text);
+        self
+    }
+}
+
+/// Runs `skein run <args>` in `dir` under the address-space limit, killing it past [`HANG`].
+pub fn hostile_run(dir: &Path, args: &[&str]) -> Ended {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_skein"));
+    command
+        .arg("run")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: the closure runs in the child between fork and exec and calls only setrlimit,
+    // which is async-signal-safe; it allocates nothing and touches no lock.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: ADDRESS_SPACE,
+                rlim_max: ADDRESS_SPACE,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().expect("start skein");
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = stdout.read_to_end(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = stderr.read_to_end(&mut s);
+        s
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for skein") {
+            break status;
+        }
+        if started.elapsed() > HANG {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
+            panic!("the hostile run hung past {HANG:?}; stderr:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    Ended {
+        code: status.code(),
+        signal: status.signal(),
+        stdout: String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned(),
+        stderr: String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned(),
+    }
+}
+
+/// A module every section uses to show that the pool still serves work after a refusal.
+const ECHO: &str = "local M = {}\nfunction M.echo(x) return x end\nreturn M\n";
+
+// ---------------------------------------------------------------------------------------------
+// Class 2: only text compiled by Skein's own compiler is ever loaded.
+// ---------------------------------------------------------------------------------------------
+
+/// The ten bytes that ended the process with SIGILL inside Luau's loader.
+const HAND_MADE_BYTECODE: &[u8] = &[6, 3, 1, 0, 0, 0, 0, 0, 0, 0];
+
+#[test]
+fn a_main_script_of_bytecode_is_refused_not_loaded() {
+    let tree = Tree::new(&[]);
+    std::fs::write(tree.path().join("evil.luau"), HAND_MADE_BYTECODE).unwrap();
+    let path = tree.path().join("evil.luau");
+    hostile_run(&tree.path(), &["evil.luau"])
+        .exited(1)
+        .stderr_has(&format!(
+            "'{}' is not Luau source text: it starts with byte 0x06, which marks precompiled \
+             bytecode; Skein loads only source it compiles itself",
+            path.display()
+        ));
+}
+
+#[test]
+fn a_main_script_that_is_bytecode_by_its_second_byte_is_refused() {
+    // Versions 9 to 11 (tab, newline, vertical tab) followed by a types version are bytecode to
+    // Luau's loader: a text-looking first byte is not enough.
+    let tree = Tree::new(&[]);
+    std::fs::write(tree.path().join("evil.luau"), b"\n\x02\x01\x00\x00return 1").unwrap();
+    hostile_run(&tree.path(), &["evil.luau"])
+        .exited(1)
+        .stderr_has("is not Luau source text: it starts with byte 0x0a");
+}
+
+#[test]
+fn real_bytecode_from_luau_s_compiler_is_refused_as_a_main_script() {
+    // Bytecode Luau itself made is refused as well: only Skein's compiler output is loaded, and
+    // only from text Skein compiled.
+    let bytecode = mlua::chunk::Compiler::new()
+        .compile("print('ran')")
+        .unwrap();
+    let tree = Tree::new(&[]);
+    std::fs::write(tree.path().join("compiled.luau"), &bytecode).unwrap();
+    let ended = hostile_run(&tree.path(), &["compiled.luau"]);
+    ended
+        .exited(1)
+        .stderr_has("is not Luau source text: it starts with byte");
+    assert!(!ended.stdout.contains("ran"), "{}", ended.stdout);
+}
+
+#[test]
+fn a_worker_source_of_bytecode_is_refused_and_the_pool_serves_the_next_dispatch() {
+    let tree = Tree::new(&[
+        ("m.luau", ECHO),
+        (
+            "main.luau",
+            r#"
+local worker = require("@skein/worker")
+local w = worker.spawn { name = "evil", source = "\6\3\1\0\0\0\0\0\0\0" }
+print("joined", w:join(5))
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    hostile_run(&tree.path(), &["--allow", "worker.spawn", "main.luau"])
+        .exited(0)
+        .stderr_has(
+            "worker 'evil' (worker:evil) failed at load: 'worker:evil' is not Luau source text: \
+             it starts with byte 0x06, which marks precompiled bytecode; Skein loads only source \
+             it compiles itself",
+        )
+        .stdout_has("joined\tfailed")
+        .stdout_has("after\t42");
+}
+
+#[test]
+fn a_module_file_of_bytecode_is_compiled_as_text_and_refused_by_the_compiler() {
+    let tree = Tree::new(&[
+        ("m.luau", ECHO),
+        (
+            "main.luau",
+            r#"
+local ok, err = pcall(require, "./evil")
+print("caught", ok, err)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    std::fs::write(tree.path().join("evil.luau"), HAND_MADE_BYTECODE).unwrap();
+    let ended = hostile_run(&tree.path(), &["main.luau"]);
+    ended
+        .exited(0)
+        .stdout_has("caught\tfalse")
+        .stdout_has("after\t42");
+    assert_contains(&ended.stdout, "evil.luau");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Class 1: every copy the host makes for a script is weighed as it is read and refused past its
+// bound, before the host holds it.
+// ---------------------------------------------------------------------------------------------
+
+/// The refusal of a copy past `Limits::MAX_MESSAGE_BYTES` (64 MiB).
+const TOO_HEAVY: &str =
+    "a value weighing more than its limit of 67108864 bytes can't cross a worker \
+                         or event boundary";
+
+/// A main script that builds `value` (Luau expression, may use the local `bomb`), passes it to
+/// `attempt` (a Luau function body taking `value`), prints the caught error, then proves the pool
+/// still serves a dispatch.
+fn copy_bomb(attempt: &str) -> Tree {
+    let main = format!(
+        r#"
+-- 2^26 leaves when expanded: about 6 GB once copied in full.
+local bomb = {{"leaf"}}
+for i = 1, 26 do bomb = {{bomb, bomb}} end
+local ok, err = pcall(function(value)
+{attempt}
+end, bomb)
+print("caught", ok, err)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#
+    );
+    Tree::new(&[("m.luau", ECHO), ("main.luau", &main)])
+}
+
+#[track_caller]
+fn refused_and_served(tree: &Tree, flags: &[&str], prefix: &str, reason: &str) {
+    let mut args = flags.to_vec();
+    args.push("main.luau");
+    let ended = hostile_run(&tree.path(), &args);
+    ended.exited(0).stdout_has("after\t42");
+    let line = ended
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("caught"))
+        .unwrap_or_else(|| panic!("no caught line in:\n{}", ended.stdout));
+    assert!(
+        line.starts_with(&format!("caught\tfalse\truntime error: {prefix}")),
+        "{line}"
+    );
+    assert!(line.ends_with(reason), "{line}");
+}
+
+#[test]
+fn a_shared_subtable_bomb_is_refused_by_dispatch() {
+    let tree = copy_bomb(r#"return jobs.dispatch("./m", "echo", value):await()"#);
+    refused_and_served(&tree, &[], "jobs.dispatch: args[", TOO_HEAVY);
+}
+
+#[test]
+fn a_shared_subtable_bomb_is_refused_by_parallel_for_args() {
+    let tree = copy_bomb(r#"return jobs.parallelFor("./m", "echo", 4, value):await()"#);
+    refused_and_served(&tree, &[], "jobs.parallelFor: args[", TOO_HEAVY);
+}
+
+#[test]
+fn a_shared_subtable_bomb_is_refused_by_a_shared_table_write() {
+    let tree = copy_bomb(r#"jobs.shared.table("t").v = value"#);
+    refused_and_served(
+        &tree,
+        &[],
+        "'t'.v[1]",
+        "a value over 67108864 bytes can't be stored in a shared table",
+    );
+}
+
+#[test]
+fn a_shared_subtable_bomb_is_refused_by_a_queue_push() {
+    let tree = copy_bomb(r#"jobs.shared.queue("q"):push(value)"#);
+    refused_and_served(&tree, &[], "SharedQueue:push: ", TOO_HEAVY);
+}
+
+#[test]
+fn a_shared_subtable_bomb_is_refused_by_log_fields() {
+    let tree = copy_bomb(r#"require("@skein/log").info("boom", { v = value })"#);
+    refused_and_served(&tree, &[], "log.info: ", TOO_HEAVY);
+}
+
+#[test]
+fn a_shared_subtable_bomb_is_refused_by_worker_send() {
+    let tree = copy_bomb(
+        r#"local w = require("@skein/worker").spawn { name = "w", source = "return function(m) return m end" }
+w:send(value)"#,
+    );
+    refused_and_served(
+        &tree,
+        &["--allow", "worker.spawn"],
+        "Worker:send: ",
+        TOO_HEAVY,
+    );
+}
+
+#[test]
+fn one_big_string_referenced_many_times_is_refused() {
+    // 48 uses of one 128 MiB string: 6 GiB if each use were copied.
+    let tree = copy_bomb(
+        r#"local s = string.rep("x", 128 * 1024 * 1024)
+local t = table.create(48, s)
+return jobs.dispatch("./m", "echo", t):await()"#,
+    );
+    refused_and_served(&tree, &[], "jobs.dispatch: args[1]: ", TOO_HEAVY);
+}
