@@ -322,3 +322,67 @@ return jobs.dispatch("./m", "echo", t):await()"#,
     );
     refused_and_served(&tree, &[], "jobs.dispatch: args[1]: ", TOO_HEAVY);
 }
+
+#[test]
+fn a_queue_is_bounded_in_bytes_not_only_in_items() {
+    // 60 pushes of a 50 MB string held 3 GB; 200 aborted the process.
+    let tree = Tree::new(&[
+        ("m.luau", ECHO),
+        (
+            "main.luau",
+            r#"
+local s = string.rep("x", 50 * 1000 * 1000)
+local q = jobs.shared.queue("big")
+local pushed = 0
+local ok, err = pcall(function()
+    for i = 1, 200 do q:push(s) pushed += 1 end
+end)
+print("pushed", pushed)
+print("caught", ok, err)
+-- The refusal changed nothing: the one value is still there, and a pop frees its bytes.
+assert(q:len() == 1)
+assert(q:pop() == s)
+q:push(s)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    hostile_run(&tree.path(), &["main.luau"])
+        .exited(0)
+        .stdout_has("pushed\t1\n")
+        .stdout_has(
+            "caught\tfalse\truntime error: SharedQueue:push: queue 'big' would hold 100000032 \
+             bytes, past its bound of 67108864 bytes; pop some first",
+        )
+        .stdout_has("after\t42");
+}
+
+#[test]
+fn many_queues_together_are_bounded_by_the_store() {
+    let tree = Tree::new(&[
+        ("m.luau", ECHO),
+        (
+            "main.luau",
+            r#"
+local s = string.rep("x", 50 * 1000 * 1000)
+local made = 0
+local ok, err = pcall(function()
+    for i = 1, 100 do jobs.shared.queue("q" .. i):push(s) made += 1 end
+end)
+print("made", made)
+print("caught", ok, err)
+jobs.shared.queue("q1"):pop()
+jobs.shared.queue("q6"):push(s)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    hostile_run(&tree.path(), &["main.luau"])
+        .exited(0)
+        .stdout_has("made\t5\n")
+        .stdout_has(
+            "caught\tfalse\truntime error: SharedQueue:push: the domain's shared tables and queues \
+             would hold 300000096 bytes, past the bound of 268435456",
+        )
+        .stdout_has("after\t42");
+}

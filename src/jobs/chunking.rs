@@ -145,16 +145,25 @@ pub(crate) fn buffer(bytes: Bytes, stride: usize) -> Result<Over, String> {
     Ok(Over::Buffer { bytes, stride })
 }
 
-/// The number of chunks: `asked`, or four per worker, never more than the elements.
+/// The most chunks one `jobs.parallelFor` may cut its loop into: 65,536. Each chunk is an item
+/// the host queues (and a slot in the result list it gathers), so the count is bounded before
+/// any is made; a loop of more elements puts more of them in each chunk.
+pub(crate) const MAX_CHUNKS: u64 = 1 << 16;
+
+/// The number of chunks: `asked`, or four per worker, never more than the elements nor
+/// [`MAX_CHUNKS`].
 pub(crate) fn chunk_count(
     asked: Option<i64>,
     elements: u64,
     workers: usize,
 ) -> Result<u64, String> {
     match asked {
-        None => Ok((4 * workers as u64).clamp(1, elements)),
+        None => Ok((4 * workers as u64).clamp(1, elements).min(MAX_CHUNKS)),
         Some(n) if n < 1 => Err(format!(
             "jobs.parallelFor: opts.chunks must be at least 1, got {n}"
+        )),
+        Some(n) if n as u64 > MAX_CHUNKS => Err(format!(
+            "jobs.parallelFor: opts.chunks of {n} is past the bound of {MAX_CHUNKS} chunks; a chunk may hold many elements"
         )),
         Some(n) if n as u64 > elements => Err(format!(
             "jobs.parallelFor: opts.chunks of {n} is more than the {elements} elements: a chunk holds at least one"
@@ -172,6 +181,25 @@ mod tests {
             .iter()
             .map(|r| (r.first, r.last))
             .collect()
+    }
+
+    #[test]
+    fn chunks_are_bounded_at_max_chunks_and_refused_one_past() {
+        let many = 1u64 << 40;
+        assert_eq!(
+            chunk_count(Some(MAX_CHUNKS as i64), many, 2).unwrap(),
+            MAX_CHUNKS
+        );
+        assert_eq!(
+            chunk_count(Some(MAX_CHUNKS as i64 + 1), many, 2).unwrap_err(),
+            "jobs.parallelFor: opts.chunks of 65537 is past the bound of 65536 chunks; a chunk may hold many elements"
+        );
+        assert_eq!(
+            chunk_count(Some(1_000_000_000), many, 2).unwrap_err(),
+            "jobs.parallelFor: opts.chunks of 1000000000 is past the bound of 65536 chunks; a chunk may hold many elements"
+        );
+        // The default never passes it either, however many workers.
+        assert_eq!(chunk_count(None, many, 1 << 20).unwrap(), MAX_CHUNKS);
     }
 
     #[test]

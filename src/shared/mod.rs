@@ -6,6 +6,7 @@
 //! generation of one domain): two domains never see each other's names, and when the principal
 //! ends the store ends with it, so a handle kept past that raises naming the reason.
 
+mod budget;
 pub(crate) mod queue;
 mod queue_api;
 mod queue_error;
@@ -20,7 +21,8 @@ pub use table::handle::{FrozenTable, SharedTableRef};
 
 use mlua::{Lua, Table};
 
-pub use queue::{DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_CAPACITY};
+pub(crate) use budget::ByteBudget;
+pub use queue::{DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_BYTES, MAX_QUEUE_CAPACITY};
 pub(crate) use queue_api::{receive_parcel, sweep_parked_pops, Courier, Parcel};
 pub use queue_error::{PopError, PushError, PushErrorKind};
 pub use queue_ref::SharedQueueRef;
@@ -34,7 +36,7 @@ pub(crate) struct SharedLimits {
     pub(crate) names: usize,
     /// Bytes one name may have.
     pub(crate) name_bytes: usize,
-    /// Bytes every table of the store holds together.
+    /// Bytes every table and queue of the store holds together.
     pub(crate) store_bytes: usize,
 }
 
@@ -51,8 +53,8 @@ pub(crate) struct StoreCore {
     pub(crate) limits: SharedLimits,
     /// Names made so far; a name is never given back during the generation.
     names: AtomicUsize,
-    /// Bytes held by every table of the store.
-    bytes: AtomicUsize,
+    /// Bytes held by every table and queue of the store (queues hold a clone).
+    budget: Arc<ByteBudget>,
     /// Why the store ended, once it has (a std `Arc`: loom's has no `Arc<str>`).
     ended: Mutex<Option<std::sync::Arc<str>>>,
     pub(crate) tables: table::Tables,
@@ -61,13 +63,14 @@ pub(crate) struct StoreCore {
 
 impl StoreCore {
     pub(crate) fn new(limits: SharedLimits) -> StoreCore {
+        let budget = Arc::new(ByteBudget::new(limits.store_bytes));
         StoreCore {
             limits,
             names: AtomicUsize::new(0),
-            bytes: AtomicUsize::new(0),
+            budget: budget.clone(),
             ended: Mutex::new(None),
             tables: table::Tables::new(),
-            queues: queue::Queues::new(),
+            queues: queue::Queues::new(budget),
         }
     }
 
@@ -107,29 +110,23 @@ impl StoreCore {
         n: usize,
         what: impl FnOnce() -> String,
     ) -> Result<(), String> {
-        let max = self.limits.store_bytes;
-        self.bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                held.checked_add(n).filter(|&total| total <= max)
-            })
-            .map(|_| ())
-            .map_err(|held| {
-                format!(
-                    "{}: the domain's shared tables would hold {} bytes, past the bound of {max}",
-                    what(),
-                    held.saturating_add(n)
-                )
-            })
+        self.budget.reserve(n).map_err(|would| {
+            format!(
+                "{}: the domain's shared tables and queues would hold {would} bytes, past the bound of {}",
+                what(),
+                self.budget.max()
+            )
+        })
     }
 
     /// Gives `n` bytes back to the store's budget.
     pub(crate) fn release_bytes(&self, n: usize) {
-        self.bytes.fetch_sub(n, Ordering::AcqRel);
+        self.budget.release(n);
     }
 
-    /// Bytes every table of the store holds now.
+    /// Bytes every table and queue of the store holds now.
     pub(crate) fn bytes(&self) -> usize {
-        self.bytes.load(Ordering::Acquire)
+        self.budget.held()
     }
 
     /// Why the store ended, if it has.

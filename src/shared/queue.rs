@@ -24,6 +24,14 @@
 //! is why the state sits behind a mutex with short critical sections rather than in a lock-free
 //! ring: see `docs/architecture.md`.
 //!
+//! # Bytes
+//!
+//! A queue is bounded in bytes too: what waits in it weighs at most [`MAX_QUEUE_BYTES`] (by
+//! [`Message::queue_weight`]), and every queue of a store draws on the store's budget, which
+//! its tables share. A value handed straight to a waiting pop never waits, so it weighs on
+//! neither. A given-back value returns to the front whatever the bounds (it was held before and
+//! must not be lost), so they may be passed by that one value until it is popped.
+//!
 //! The protocol is model-checked in `loom-tests/tests/shared_queue.rs`.
 
 use std::collections::{HashMap, VecDeque};
@@ -31,6 +39,7 @@ use std::fmt;
 
 use bytes::Bytes;
 
+use super::budget::ByteBudget;
 use super::queue_error::{PopError, PushError, PushErrorKind};
 use crate::sync::{Arc, Mutex, MutexGuard};
 
@@ -42,6 +51,9 @@ use crate::value::{MapKey, Message};
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1_024;
 /// The largest capacity a queue may have.
 pub const MAX_QUEUE_CAPACITY: usize = 65_536;
+/// The most bytes (by [`Message::queue_weight`]) the values waiting in one queue may weigh
+/// together: 64 MiB.
+pub const MAX_QUEUE_BYTES: usize = 64 << 20;
 
 /// Identifies a waiter within its queue.
 pub type WaiterId = u64;
@@ -66,8 +78,16 @@ struct Waiter {
     deliver: Deliver,
 }
 
+/// A value waiting in the queue, with the weight it holds of the bounds.
+struct Queued {
+    value: Message,
+    weight: usize,
+}
+
 struct State {
-    items: VecDeque<Message>,
+    items: VecDeque<Queued>,
+    /// What `items` weigh together.
+    bytes: usize,
     waiters: VecDeque<Waiter>,
     /// Values handed to a waiter that its receiver has not answered for yet.
     in_flight: usize,
@@ -91,6 +111,8 @@ pub enum PopNow {
 pub struct SharedQueue {
     name: Bytes,
     capacity: usize,
+    /// The store's budget, which every queue and table of the store draws on.
+    budget: Arc<ByteBudget>,
     state: Mutex<State>,
 }
 
@@ -104,12 +126,26 @@ impl fmt::Debug for SharedQueue {
 }
 
 impl SharedQueue {
-    /// An empty, open queue. `capacity` is in `1..=MAX_QUEUE_CAPACITY` (the callers check).
+    /// An empty, open queue with a store budget of its own of [`MAX_QUEUE_BYTES`]. `capacity`
+    /// is in `1..=MAX_QUEUE_CAPACITY` (the callers check). For models and tests: a store's
+    /// queues are made by `Queues` and share its budget.
+    #[cfg(any(test, loom))]
     pub fn new(name: impl Into<Bytes>, capacity: usize) -> SharedQueue {
+        Self::in_store(name, capacity, Arc::new(ByteBudget::new(MAX_QUEUE_BYTES)))
+    }
+
+    /// An empty, open queue drawing on a store's `budget`.
+    pub(crate) fn in_store(
+        name: impl Into<Bytes>,
+        capacity: usize,
+        budget: Arc<ByteBudget>,
+    ) -> SharedQueue {
         SharedQueue {
             name: name.into(),
             capacity,
+            budget,
             state: Mutex::new(State {
+                bytes: 0,
                 items: VecDeque::new(),
                 waiters: VecDeque::new(),
                 in_flight: 0,
@@ -187,9 +223,10 @@ impl SharedQueue {
     /// and nothing changed.
     pub fn push(&self, value: Message) -> Result<(), PushError> {
         let refuse = |kind, value| PushError::new(self, kind, value);
-        if let Err(kind) = check_data(&value) {
-            return Err(refuse(kind, value));
-        }
+        let weight = match check_data(&value) {
+            Ok(weight) => weight,
+            Err(kind) => return Err(refuse(kind, value)),
+        };
         let mut state = self.lock();
         if let Some(reason) = &state.ended {
             let kind = PushErrorKind::Ended(reason.clone());
@@ -207,7 +244,16 @@ impl SharedQueue {
         if state.items.len() + state.in_flight >= self.capacity {
             return Err(refuse(PushErrorKind::Full, value));
         }
-        state.items.push_back(value);
+        let would = state.bytes.saturating_add(weight);
+        if would > MAX_QUEUE_BYTES {
+            return Err(refuse(PushErrorKind::TooManyBytes { would }, value));
+        }
+        if let Err(would) = self.budget.reserve(weight) {
+            let max = self.budget.max();
+            return Err(refuse(PushErrorKind::StoreFull { would, max }, value));
+        }
+        state.bytes = would;
+        state.items.push_back(Queued { value, weight });
         Ok(())
     }
 
@@ -221,7 +267,7 @@ impl SharedQueue {
             return Err(PopError::Ended(reason.clone()));
         }
         match state.items.pop_front() {
-            Some(value) => Ok(Some(value)),
+            Some(queued) => Ok(Some(self.leave(&mut state, queued))),
             None if state.closed => Err(PopError::Closed),
             None => Ok(None),
         }
@@ -240,7 +286,11 @@ impl SharedQueue {
         if n == 0 && state.closed {
             return Err(PopError::Closed);
         }
-        Ok(state.items.drain(..n).collect())
+        let taken: Vec<Queued> = state.items.drain(..n).collect();
+        Ok(taken
+            .into_iter()
+            .map(|queued| self.leave(&mut state, queued))
+            .collect())
     }
 
     /// Takes the front value, or answers `Closed`, or registers `deliver` as a waiter that the
@@ -254,8 +304,8 @@ impl SharedQueue {
         if let Some(reason) = &state.ended {
             return Err(PopError::Ended(reason.clone()));
         }
-        if let Some(value) = state.items.pop_front() {
-            return Ok(PopNow::Value(value));
+        if let Some(queued) = state.items.pop_front() {
+            return Ok(PopNow::Value(self.leave(&mut state, queued)));
         }
         if state.closed {
             return Ok(PopNow::Closed);
@@ -306,7 +356,23 @@ impl SharedQueue {
         }
         debug_assert!(state.in_flight > 0, "a delivery answered for twice");
         state.in_flight = state.in_flight.saturating_sub(1);
-        state.items.push_front(value);
+        let weight = value.queue_weight();
+        self.budget.force(weight);
+        state.bytes = state.bytes.saturating_add(weight);
+        state.items.push_front(Queued { value, weight });
+    }
+
+    /// A value leaves the queue: its weight goes back to the queue's and the store's bounds.
+    fn leave(&self, state: &mut State, queued: Queued) -> Message {
+        state.bytes -= queued.weight;
+        self.budget.release(queued.weight);
+        queued.value
+    }
+
+    /// What the values waiting in the queue weigh together.
+    #[cfg(any(test, loom))]
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     /// Closes the queue: later pushes are refused, pops drain what is left and then answer
@@ -337,6 +403,7 @@ impl SharedQueue {
         }
         state.ended = Some(reason.clone());
         let items = std::mem::take(&mut state.items);
+        self.budget.release(std::mem::take(&mut state.bytes));
         let waiters = std::mem::take(&mut state.waiters);
         drop(state);
         drop(items);
@@ -349,6 +416,7 @@ impl SharedQueue {
 /// Every shared queue of one store, by name.
 pub(crate) struct Queues {
     by_name: Mutex<Registry>,
+    budget: Arc<ByteBudget>,
 }
 
 #[derive(Default)]
@@ -358,9 +426,11 @@ struct Registry {
 }
 
 impl Queues {
-    pub(crate) fn new() -> Queues {
+    /// No queues yet; each one made draws on `budget`, the store's.
+    pub(crate) fn new(budget: Arc<ByteBudget>) -> Queues {
         Queues {
             by_name: Mutex::new(Registry::default()),
+            budget,
         }
     }
 
@@ -393,9 +463,10 @@ impl Queues {
         }
         reserve()?;
         let name = Bytes::copy_from_slice(name);
-        let queue = Arc::new(SharedQueue::new(
+        let queue = Arc::new(SharedQueue::in_store(
             name.clone(),
             capacity.unwrap_or(DEFAULT_QUEUE_CAPACITY),
+            self.budget.clone(),
         ));
         registry.queues.insert(name, queue.clone());
         Ok(queue)
@@ -426,8 +497,8 @@ impl Queues {
 }
 
 /// Checks that `value` is data a queue holds: not nil, and no resource handle anywhere in it
-/// (a handle stands for a native object of one domain, not for data).
-pub(crate) fn check_data(value: &Message) -> Result<(), PushErrorKind> {
+/// (a handle stands for a native object of one domain, not for data). Answers its weight.
+pub(crate) fn check_data(value: &Message) -> Result<usize, PushErrorKind> {
     use crate::value::path::{render, Segment};
     fn walk(value: &Message, trail: &mut Vec<Segment>) -> bool {
         match value {
@@ -458,7 +529,7 @@ pub(crate) fn check_data(value: &Message) -> Result<(), PushErrorKind> {
     }
     let mut trail = Vec::new();
     if walk(value, &mut trail) {
-        Ok(())
+        Ok(value.queue_weight())
     } else {
         Err(PushErrorKind::NotData(format!(
             "{}: a resource handle can't be queued",

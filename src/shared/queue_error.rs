@@ -20,6 +20,19 @@ pub enum PushErrorKind {
     Nil,
     /// A part of the value is not data a shared queue holds; the text names its path.
     NotData(String),
+    /// The values waiting in the queue would weigh `would` bytes, past
+    /// [`MAX_QUEUE_BYTES`](super::MAX_QUEUE_BYTES).
+    TooManyBytes {
+        /// What the queue would hold with the value.
+        would: usize,
+    },
+    /// The domain's shared tables and queues would hold `would` bytes, past their bound `max`.
+    StoreFull {
+        /// What the store would hold with the value.
+        would: usize,
+        /// The store's bound.
+        max: usize,
+    },
 }
 
 /// A push that was refused, with the value it could not queue.
@@ -81,6 +94,15 @@ impl fmt::Display for PushError {
             }
             PushErrorKind::Nil => write!(f, "SharedQueue:push: value: a queue value can't be nil"),
             PushErrorKind::NotData(text) => write!(f, "SharedQueue:push: {text}"),
+            PushErrorKind::TooManyBytes { would } => write!(
+                f,
+                "SharedQueue:push: queue '{name}' would hold {would} bytes, past its bound of {} bytes; pop some first",
+                super::MAX_QUEUE_BYTES
+            ),
+            PushErrorKind::StoreFull { would, max } => write!(
+                f,
+                "SharedQueue:push: the domain's shared tables and queues would hold {would} bytes, past the bound of {max}"
+            ),
         }
     }
 }

@@ -255,7 +255,7 @@ fn a_capacity_is_one_to_the_bound() {
 
 #[test]
 fn the_registry_makes_a_name_once_and_refuses_another_capacity() {
-    let queues = Queues::new();
+    let queues = Queues::new(Arc::new(ByteBudget::new(MAX_QUEUE_BYTES)));
     let reserved = std::cell::Cell::new(0);
     let reserve = || {
         reserved.set(reserved.get() + 1);
@@ -285,4 +285,86 @@ fn the_registry_makes_a_name_once_and_refuses_another_capacity() {
         "t: the shared store has ended: restart"
     );
     assert_eq!(a.ended().as_deref(), Some("restart"));
+}
+
+/// A string message of exactly `weight` bytes of queue weight.
+fn weighing(weight: usize) -> Message {
+    Message::String(vec![b'x'; weight - crate::Limits::NODE_WEIGHT].into())
+}
+
+#[test]
+fn the_byte_bound_is_exact_and_a_refused_push_changes_nothing() {
+    let q = SharedQueue::new("q", 10);
+    let half = MAX_QUEUE_BYTES / 2;
+    q.push(weighing(half)).unwrap();
+    q.push(weighing(MAX_QUEUE_BYTES - half)).unwrap();
+    assert_eq!(q.bytes(), MAX_QUEUE_BYTES);
+    let err = q.push(int(1)).unwrap_err();
+    assert_eq!(
+        err.kind,
+        PushErrorKind::TooManyBytes {
+            would: MAX_QUEUE_BYTES + 16
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "SharedQueue:push: queue 'q' would hold 67108880 bytes, past its bound of 67108864 bytes; \
+         pop some first"
+    );
+    assert_eq!(err.into_inner(), int(1), "the refused value comes back");
+    assert_eq!((q.len(), q.bytes()), (2, MAX_QUEUE_BYTES));
+    // A pop gives its weight back, to the queue and to the budget.
+    q.try_pop().unwrap().unwrap();
+    assert_eq!(q.bytes(), MAX_QUEUE_BYTES - half);
+    assert_eq!(q.budget.held(), MAX_QUEUE_BYTES - half);
+    q.push(int(1)).unwrap();
+    let taken = q.try_pop_many(10).unwrap();
+    assert_eq!(taken.len(), 2);
+    assert_eq!((q.bytes(), q.budget.held()), (0, 0));
+}
+
+#[test]
+fn queues_of_one_store_share_its_budget_and_a_refusal_names_it() {
+    let budget = Arc::new(ByteBudget::new(100));
+    let a = SharedQueue::in_store("a", 10, budget.clone());
+    let b = SharedQueue::in_store("b", 10, budget.clone());
+    a.push(weighing(60)).unwrap();
+    b.push(weighing(40)).unwrap();
+    let err = b.push(int(1)).unwrap_err();
+    assert_eq!(
+        err.kind,
+        PushErrorKind::StoreFull {
+            would: 116,
+            max: 100
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "SharedQueue:push: the domain's shared tables and queues would hold 116 bytes, past the \
+         bound of 100"
+    );
+    assert_eq!((b.len(), b.bytes(), budget.held()), (1, 40, 100));
+    a.try_pop().unwrap().unwrap();
+    b.push(int(1)).unwrap();
+    assert_eq!(budget.held(), 56);
+    // An ended queue gives all it held back.
+    b.end(&Reason::from("stopped"));
+    assert_eq!(budget.held(), 0);
+}
+
+#[test]
+fn a_value_handed_to_a_waiting_pop_weighs_nothing_and_a_give_back_is_counted_again() {
+    let q = SharedQueue::new("q", 4);
+    let (deliver, rx) = inbox();
+    assert!(matches!(
+        q.pop_or_wait(deliver).unwrap(),
+        PopNow::Waiting(_)
+    ));
+    q.push(weighing(100)).unwrap();
+    assert_eq!(q.bytes(), 0);
+    let Delivery::Value(value) = rx.recv().unwrap() else {
+        panic!("a value was delivered");
+    };
+    q.give_back(value);
+    assert_eq!((q.len(), q.bytes(), q.budget.held()), (1, 100, 100));
 }

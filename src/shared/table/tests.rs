@@ -225,7 +225,7 @@ fn the_store_byte_bound_spans_tables() {
     assert_eq!(err.kind(), SharedTableErrorKind::Limit);
     assert_eq!(
         err.to_string(),
-        "shared table 'b': the domain's shared tables would hold 131 bytes, past the bound of 98"
+        "shared table 'b': the domain's shared tables and queues would hold 131 bytes, past the bound of 98"
     );
     assert_eq!(b.get("y").unwrap(), None);
     a.set("x", Message::Nil).unwrap();
