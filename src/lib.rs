@@ -55,12 +55,14 @@ pub use domain::{
 pub use error::{Error, Result};
 pub use jobs::{
     DomainId, DomainMailbox, Generation, JobInfo, JobOptions, JobStatus, Pool, Principal, Promise,
-    PromiseStatus, WorkerCalls, EVENT_LOG_BOUND, MAX_DEADLINE, WARM_BOUND,
+    PromiseStatus, WorkerCalls, EVENT_LOG_BOUND, JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES,
+    WARM_BOUND,
 };
 pub use pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
 pub use shared::{
     FrozenTable, PopError, PushError, PushErrorKind, SharedQueueRef, SharedStore, SharedTableError,
-    SharedTableErrorKind, SharedTableRef, DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_CAPACITY,
+    SharedTableErrorKind, SharedTableRef, DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_BYTES,
+    MAX_QUEUE_CAPACITY,
 };
 pub use value::{
     DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,

@@ -602,3 +602,105 @@ return M
     assert_eq!(text(&v[2]), "fresh");
     assert_contains(&text(&v[3]), "host code panicked: raw host panic");
 }
+
+#[test]
+fn jobs_hold_their_arguments_and_results_against_max_job_bytes_until_their_promises_are_gone() {
+    use skein::{JOB_WEIGHT, MAX_JOB_BYTES};
+    let tree = Tree::new(&[(
+        "math.luau",
+        "local M = {}\nfunction M.make(n) return string.rep('x', n) end\n\
+         function M.double(x) return x * 2 end\nreturn M\n",
+    )]);
+    let pool = Pool::new(2);
+    let domain = tree.domain(&pool);
+    assert_eq!(domain.stats().job_bytes, 0);
+    // Four jobs whose string results fill the bound exactly once they return: each holds
+    // JOB_WEIGHT and its result (16 + len) for as long as its promise lives; its argument (a
+    // number, 16) only until a worker built it in its VM.
+    let len = MAX_JOB_BYTES / 4 - JOB_WEIGHT - 16;
+    domain
+        .exec(&format!(
+            r#"
+held = {{}}
+for i = 1, 4 do held[i] = jobs.dispatch("./math", "make", {len}) end
+for i = 1, 4 do assert(#held[i]:await() == {len}) end
+"#
+        ))
+        .unwrap();
+    domain.run_until_idle().unwrap();
+    assert_eq!(domain.stats().job_bytes, MAX_JOB_BYTES);
+    // One more job, however small, is refused at the call, and nothing changed.
+    let err = domain
+        .eval(r#"return jobs.dispatch("./math", "double", 1)"#)
+        .unwrap_err()
+        .to_string();
+    assert_contains(
+        &err,
+        &format!(
+            "jobs.dispatch: the domain's jobs would hold {} bytes of arguments and results, past \
+             the bound of {MAX_JOB_BYTES}; await some before dispatching more",
+            MAX_JOB_BYTES + JOB_WEIGHT
+        ),
+    );
+    let err = domain
+        .eval(r#"return jobs.parallelFor("./math", "double", 2)"#)
+        .unwrap_err()
+        .to_string();
+    assert_contains(
+        &err,
+        &format!(
+            "jobs.parallelFor: the domain's jobs would hold {} bytes",
+            MAX_JOB_BYTES + 2 * JOB_WEIGHT
+        ),
+    );
+    assert_eq!(domain.stats().job_bytes, MAX_JOB_BYTES);
+    // Once the promises are unreachable and collected, all of it is given back.
+    domain.eval("held = nil return true").unwrap();
+    domain.lua().gc_collect().unwrap();
+    assert_eq!(domain.stats().job_bytes, 0);
+    still_serves(&domain);
+    domain.lua().gc_collect().unwrap();
+    assert_eq!(
+        domain.stats().job_bytes,
+        0,
+        "an awaited job whose promise was collected holds nothing"
+    );
+}
+
+#[test]
+fn a_result_past_max_job_bytes_rejects_its_promise_and_the_pool_serves_on() {
+    use skein::{JOB_WEIGHT, MAX_JOB_BYTES};
+    let tree = Tree::new(&[(
+        "math.luau",
+        "local M = {}\nfunction M.make(n) return string.rep('x', n) end\n\
+         function M.double(x) return x * 2 end\nreturn M\n",
+    )]);
+    let pool = Pool::new(2);
+    let domain = tree.domain(&pool);
+    // Three results of a quarter each, then a fourth one byte too big.
+    let len = MAX_JOB_BYTES / 4 - JOB_WEIGHT - 16;
+    let v = domain
+        .eval(&format!(
+            r#"
+held = {{}}
+for i = 1, 3 do held[i] = jobs.dispatch("./math", "make", {len}) end
+for i = 1, 3 do held[i]:await() end
+local ok, err = pcall(function() return jobs.dispatch("./math", "make", {}):await() end)
+return err
+"#,
+            len + 1
+        ))
+        .unwrap();
+    assert_contains(
+        &text(&v),
+        &format!(
+            "result: the domain's jobs would hold {} bytes of arguments and results, past the \
+             bound of {MAX_JOB_BYTES}; await and drop some results before dispatching more",
+            MAX_JOB_BYTES + 1
+        ),
+    );
+    domain.eval("held = nil return true").unwrap();
+    domain.lua().gc_collect().unwrap();
+    assert_eq!(domain.stats().job_bytes, 0);
+    still_serves(&domain);
+}

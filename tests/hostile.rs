@@ -386,3 +386,101 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
         )
         .stdout_has("after\t42");
 }
+
+#[test]
+fn parallel_for_chunks_are_bounded_at_the_call() {
+    // chunks = 1e9 aborted on a 16 GB allocation; 1e7 took 53 s and 4 GB.
+    let tree = Tree::new(&[
+        (
+            "m.luau",
+            "local M = {}\nfunction M.echo(x) return x end\nfunction M.count(c) return c.count end\nreturn M\n",
+        ),
+        (
+            "main.luau",
+            r#"
+for _, chunks in { 1e9, 1e7, 65537 } do
+    local ok, err = pcall(function()
+        return jobs.parallelFor("./m", "count", 1e9, nil, { chunks = chunks })
+    end)
+    print("caught", ok, err)
+end
+-- At the bound it runs: 65,536 chunks of a loop of 65,536 elements, one each.
+local counts = jobs.parallelFor("./m", "count", 65536, nil, { chunks = 65536 }):await()
+print("chunks", #counts)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    let ended = hostile_run(&tree.path(), &["main.luau"]);
+    ended.exited(0);
+    for chunks in ["1000000000", "10000000", "65537"] {
+        ended.stdout_has(&format!(
+            "caught\tfalse\truntime error: jobs.parallelFor: opts.chunks of {chunks} is past the \
+             bound of 65536 chunks; a chunk may hold many elements"
+        ));
+    }
+    ended.stdout_has("chunks\t65536").stdout_has("after\t42");
+}
+
+/// A module for the queued-work bombs: a busy entry and a sink.
+const BUSY: &str = r#"
+local M = {}
+function M.echo(x) return x end
+function M.sink(x) end
+function M.spin(s) local t = os.clock() while os.clock() - t < s do end end
+return M
+"#;
+
+/// Two busy workers, then 60,000 dispatches of 100 KB each with `opts`: refused at the job
+/// bound, and served again once the queue drains.
+fn queued_work_bomb(opts: &str) -> Ended {
+    let main = format!(
+        r#"
+local busy = {{ jobs.dispatch("./m", "spin", 1.0), jobs.dispatch("./m", "spin", 1.0) }}
+local payload = string.rep("x", 100000)
+local sent = 0
+local ok, err = pcall(function()
+    for i = 1, 60000 do jobs.dispatch("./m", "sink", payload, {opts}) sent += 1 end
+end)
+print("sent", sent)
+print("caught", ok, err)
+for _, p in busy do p:await() end
+while true do
+    local accepted, p = pcall(jobs.dispatch, "./m", "echo", 41)
+    if accepted then print("after", p:await() + 1) break end
+    task.wait(0.01)
+end
+"#
+    );
+    let tree = Tree::new(&[("m.luau", BUSY), ("main.luau", &main)]);
+    hostile_run(&tree.path(), &["main.luau"])
+}
+
+#[track_caller]
+fn refused_near_the_job_bound(ended: &Ended) {
+    ended
+        .exited(0)
+        .stdout_has("after\t42")
+        .stdout_has("caught\tfalse\truntime error: jobs.dispatch: the domain's jobs would hold ");
+    ended.stdout_has("bytes of arguments and results, past the bound of 268435456; await some before dispatching more");
+    let sent: usize = ended
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("sent\t"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a sent line");
+    // 100,016 bytes of argument and 256 of job each: about 2,677 fit in 256 MiB while no
+    // worker takes them (a keyed lane's worker may take some meanwhile, freeing their bytes).
+    assert!((1_000..60_000).contains(&sent), "sent {sent}");
+}
+
+#[test]
+fn queued_dispatches_are_bounded_while_the_workers_are_busy() {
+    // Two busy workers and 60,000 dispatches of 100 KB aborted the process (rc 134).
+    refused_near_the_job_bound(&queued_work_bomb("nil"));
+}
+
+#[test]
+fn queued_keyed_dispatches_are_bounded_too() {
+    refused_near_the_job_bound(&queued_work_bomb(r#"{ key = "one" }"#));
+}

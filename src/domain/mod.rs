@@ -832,6 +832,7 @@ impl ScriptDomain {
             deadline: opts.deadline,
             reply: ReplyTo::Host(slot.clone()),
             queued_at: (opts.key.is_some() || self.principal.profile.is_some()).then(Instant::now),
+            charge: None,
         };
         match opts.key {
             Some(key) => self

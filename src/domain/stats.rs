@@ -85,6 +85,12 @@ pub struct DomainStats {
     pub owned_resources: usize,
     /// Jobs registered with `jobs.register` or as kernels, live now.
     pub registered_jobs: usize,
+    /// Bytes the current generation's dispatched jobs hold in the host now (their arguments
+    /// and results, and [`JOB_WEIGHT`](crate::JOB_WEIGHT) each), of at most
+    /// [`MAX_JOB_BYTES`](crate::MAX_JOB_BYTES).
+    pub job_bytes: usize,
+    /// Bytes the current generation's shared tables and queues hold now.
+    pub shared_bytes: usize,
 }
 
 impl ScriptDomain {
@@ -132,6 +138,8 @@ impl ScriptDomain {
             live_workers: self.live_workers().get(),
             owned_resources: self.owned_count(),
             registered_jobs: self.registry.len(),
+            job_bytes: self.principal.job_bytes.held(),
+            shared_bytes: self.principal.shared.bytes(),
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use mlua::{Function, Lua, MultiValue, Table, Value};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::item::{Item, ItemArgs, JobShared, ReplyTo};
+use super::item::{charge_job, Item, ItemArgs, JobShared, ReplyTo, JOB_WEIGHT};
 use super::options::{read_key, DispatchOptions};
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
@@ -334,8 +334,13 @@ fn dispatch(
     })
     .map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
     let entry = home.intern_entry_string(&entry);
-    let args =
-        Message::from_lua(&args, "args").map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
+    let (args, weight) =
+        Message::read_weighed(&args, "args").map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
+    // The job's own weight lasts as long as its promise; its arguments' only while its item
+    // waits and runs. Both are taken before anything is made, so a refusal leaves nothing.
+    let budget = &home.principal.job_bytes;
+    let held = charge_job(budget, JOB_WEIGHT, "jobs.dispatch").map_err(refuse)?;
+    let carried = charge_job(budget, weight, "jobs.dispatch").map_err(refuse)?;
 
     let job = JobShared::new(
         opts.name,
@@ -345,6 +350,7 @@ fn dispatch(
         home.principal.id,
         opts.key.clone(),
     );
+    job.hold(held);
     let cell = core.promises.borrow_mut().make("jobs.dispatch");
     cell.set_canceller(job.clone());
     if let Some(key) = &opts.key {
@@ -361,6 +367,7 @@ fn dispatch(
         deadline: opts.deadline,
         reply,
         queued_at: (opts.key.is_some() || home.principal.profile.is_some()).then(Instant::now),
+        charge: Some(carried),
     };
     match (opts.key, &home.kind) {
         (Some(key), _) => {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use crate::sync::Ordering;
 use crate::vm::CancelToken;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::chunking::Run;
@@ -18,11 +18,38 @@ use super::pool::PoolShared;
 use super::principal::{Principal, PrincipalCell};
 use super::promise::HostSlot;
 use crate::pool::handoff::{CancelOutcome, Handoff};
-use crate::value::Message;
+use crate::value::{ByteBudget, Charge, Message};
 use crate::vm::{Cancel, Outcome, OwnerIdentity, PromiseId, ServiceCall};
 
 /// No worker has started the job yet.
 pub(crate) const NOT_STARTED: usize = usize::MAX;
+
+/// The most a domain generation's jobs may hold in the host, in bytes: 256 MiB. A job that a
+/// script dispatched (or one chunk of a `parallelFor`) holds the weight of its arguments while
+/// its item waits and runs, and [`JOB_WEIGHT`] plus its result's weight until its promise is
+/// gone (settled and collected by Luau's garbage collector). A dispatch past the bound is
+/// refused at the call, and a result past it rejects its promise; nothing is queued or kept
+/// beyond it.
+pub const MAX_JOB_BYTES: usize = 256 << 20;
+
+/// What one job weighs against [`MAX_JOB_BYTES`] besides its arguments and result: its item,
+/// its shared state and its promise.
+pub const JOB_WEIGHT: usize = 256;
+
+/// Takes `n` bytes of a generation's job budget for a call (its jobs' weight, or its
+/// arguments'), or refuses naming the call and what would have been held.
+pub(crate) fn charge_job(
+    budget: &Arc<ByteBudget>,
+    n: usize,
+    what: &str,
+) -> Result<Arc<Charge>, String> {
+    Charge::take(budget, n).map(Arc::new).map_err(|would| {
+        format!(
+            "{what}: the domain's jobs would hold {would} bytes of arguments and results, past \
+             the bound of {MAX_JOB_BYTES}; await some before dispatching more"
+        )
+    })
+}
 
 /// What the item and whoever holds its promise share: the hand-off state, the cancel token and
 /// the job's name. One allocation per dispatch serves as the item's identity, the worker-side
@@ -49,6 +76,9 @@ pub(crate) struct JobShared {
     /// For an item of a registered job (`jobs.register`): the job's tally, so its forwarded
     /// queries and its items' waits are counted for it.
     pub(crate) tally: Option<Arc<JobTally>>,
+    /// What the job holds of its generation's [`MAX_JOB_BYTES`], for the jobs scripts dispatch:
+    /// given back when the last holder (the item, the promise's canceller) lets go.
+    charge: OnceLock<Arc<Charge>>,
 }
 
 /// What a registered job's items count on worker threads: its id, which forwarded queries carry
@@ -80,7 +110,29 @@ impl JobShared {
             key,
             fresh: AtomicBool::new(false),
             tally: None,
+            charge: OnceLock::new(),
         })
+    }
+
+    /// Makes the job hold `charge` until it is dropped (once; a second charge is dropped). The
+    /// chunks of one `parallelFor` share one charge.
+    pub(crate) fn hold(&self, charge: Arc<Charge>) {
+        let _ = self.charge.set(charge);
+    }
+
+    /// Adds a result's weight to what the job holds. Answers what would have been held when
+    /// that passes the bound; a job that holds no charge (the host's) takes any result.
+    pub(crate) fn charge_result(&self, weight: usize) -> Result<(), String> {
+        match self.charge.get() {
+            None => Ok(()),
+            Some(charge) => charge.grow(weight).map_err(|would| {
+                format!(
+                    "the domain's jobs would hold {would} bytes of arguments and results, past \
+                     the bound of {}; await and drop some results before dispatching more",
+                    charge.budget().max()
+                )
+            }),
+        }
     }
 
     /// As [`new`](Self::new), for an item of a registered job: it carries the job's tally.
@@ -105,6 +157,7 @@ impl JobShared {
             key,
             fresh: AtomicBool::new(false),
             tally: Some(tally),
+            charge: OnceLock::new(),
         })
     }
 
@@ -282,6 +335,11 @@ pub(crate) struct Item {
     pub(crate) authority: Arc<crate::domain::capability::Authority>,
     /// When a keyed item was dispatched, to measure how long it waited for its key's VM.
     pub(crate) queued_at: Option<Instant>,
+    /// What its arguments hold of the generation's [`MAX_JOB_BYTES`] while it waits and runs
+    /// (shared by the chunks of one `parallelFor`, which share their arguments); given back
+    /// when the item is dropped, or when a worker has built its arguments in a VM. `None` for
+    /// the host's own items.
+    pub(crate) charge: Option<Arc<Charge>>,
 }
 
 /// A key's lane: the principal's keys are its own, so two domains using the same key string

@@ -27,6 +27,7 @@ pub(crate) use events::{check_event_name, deliver as deliver_events};
 pub(crate) use host_options::check_key;
 pub use host_options::JobOptions;
 pub(crate) use item::{ActorWake, DomainEvent, Item, ItemArgs, JobShared, ReplyTo, NOT_STARTED};
+pub use item::{JOB_WEIGHT, MAX_JOB_BYTES};
 pub use options::MAX_DEADLINE;
 pub use pool::Pool;
 pub(crate) use pool::PoolShared;

@@ -21,7 +21,7 @@ use mlua::{Lua, Table, Value};
 use super::api::{home, refuse, HomeKind};
 use super::chunking::{self, whole, Over};
 use super::gather::Gather;
-use super::item::{ChunkArgs, Item, ItemArgs, JobShared, ReplyTo};
+use super::item::{charge_job, ChunkArgs, Item, ItemArgs, JobShared, ReplyTo, JOB_WEIGHT};
 use super::options::ParallelForOptions;
 use crate::value::Message;
 use crate::vm::{promise_handle, with_caller_source, VmCore};
@@ -82,22 +82,35 @@ pub(super) fn parallel_for(
     })
     .map_err(|e| refuse(format!("jobs.parallelFor: {e}")))?;
     let entry = home.intern_entry(&entry.to_string_lossy());
-    let args = Arc::new(
-        Message::from_lua(&args, "args").map_err(|e| refuse(format!("jobs.parallelFor: {e}")))?,
-    );
-
+    let (args, weight) = Message::read_weighed(&args, "args")
+        .map_err(|e| refuse(format!("jobs.parallelFor: {e}")))?;
+    let args = Arc::new(args);
+    // The arguments are one copy every chunk shares: the chunk items share its charge, given
+    // back when the last of them is dropped. The chunks' jobs share one charge too (each
+    // chunk's weight, and their results as they come in), held until the promise is gone.
+    // Both are taken before anything is queued.
     let runs = chunking::cut(&over, chunks);
+    let budget = &home.principal.job_bytes;
+    let charge = charge_job(
+        budget,
+        runs.len().saturating_mul(JOB_WEIGHT),
+        "jobs.parallelFor",
+    )
+    .map_err(refuse)?;
+    let carried = charge_job(budget, weight, "jobs.parallelFor").map_err(refuse)?;
     let jobs: Vec<Arc<JobShared>> = runs
         .iter()
         .map(|_| {
-            JobShared::new(
+            let job = JobShared::new(
                 opts.name.clone(),
                 module.spec.clone(),
                 entry.clone(),
                 home.pool.clone(),
                 home.principal.id,
                 None,
-            )
+            );
+            job.hold(charge.clone());
+            job
         })
         .collect();
     let cell = core.promises.borrow_mut().make("jobs.parallelFor");
@@ -132,6 +145,7 @@ pub(super) fn parallel_for(
                 .profile
                 .is_some()
                 .then(std::time::Instant::now),
+            charge: Some(carried.clone()),
         };
         match &home.kind {
             HomeKind::Engine | HomeKind::Actor { .. } => home.pool.inject(item),

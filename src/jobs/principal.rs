@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::item::DomainEvent;
+use super::item::{DomainEvent, MAX_JOB_BYTES};
 use crate::domain::event_queue::{EventQueue, EventTarget, PostRefused, Routing};
 use crate::shared::{SharedLimits, StoreCore};
-use crate::value::Message;
+use crate::value::{ByteBudget, Message};
 use crate::vm::Plan;
 
 /// A script domain's stable identity within the process.
@@ -212,6 +212,9 @@ pub(crate) struct PrincipalCell {
     pub(crate) max_deadline: Duration,
     /// The principal's shared tables and queues (`jobs.shared`).
     pub(crate) shared: crate::sync::Arc<StoreCore>,
+    /// What the principal's jobs hold in the host: their arguments and results
+    /// ([`MAX_JOB_BYTES`]).
+    pub(crate) job_bytes: Arc<ByteBudget>,
     /// How long one warm entry may take, waits included ([`WARM_BOUND`](super::WARM_BOUND)
     /// unless a test shortened it).
     pub(crate) warm_bound: Duration,
@@ -253,6 +256,7 @@ impl PrincipalCell {
             mailbox,
             max_deadline,
             shared: crate::sync::Arc::new(StoreCore::new(SharedLimits::DEFAULT)),
+            job_bytes: Arc::new(ByteBudget::new(MAX_JOB_BYTES)),
             warm_bound,
             warms: super::warm::WarmRegistry::default(),
             services: super::services::ServiceNames::default(),

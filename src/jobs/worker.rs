@@ -363,8 +363,13 @@ impl LuauWorker {
             deadline,
             reply: reply_to,
             authority,
+            args: spent_args,
+            charge: spent_charge,
             ..
         } = item;
+        // The arguments live in the VM now: their copy, and what it held of the job budget,
+        // go before the job runs (its result is charged when it returns).
+        drop((spent_args, spent_charge));
         let running = wvm.running.clone();
         let key = Arc::as_ptr(&job);
         let owner_label: Arc<dyn vm::OwnerIdentity> = job.clone();
@@ -465,8 +470,13 @@ fn job_outcome(
     match result {
         Ok(values) => {
             let first = values.into_iter().next().unwrap_or(Value::Nil);
-            match Message::from_lua(&first, "result") {
-                Ok(message) => Outcome::Resolved(message),
+            match Message::read_weighed(&first, "result") {
+                Ok((message, weight)) => match job.charge_result(weight) {
+                    Ok(()) => Outcome::Resolved(message),
+                    Err(refusal) => {
+                        failure(FailureKind::Transfer, format!("result: {refusal}"), None)
+                    }
+                },
                 Err(e) => failure(FailureKind::Transfer, e.to_string(), None),
             }
         }

@@ -6,7 +6,6 @@
 //! generation of one domain): two domains never see each other's names, and when the principal
 //! ends the store ends with it, so a handle kept past that raises naming the reason.
 
-mod budget;
 pub(crate) mod queue;
 mod queue_api;
 mod queue_error;
@@ -21,13 +20,13 @@ pub use table::handle::{FrozenTable, SharedTableRef};
 
 use mlua::{Lua, Table};
 
-pub(crate) use budget::ByteBudget;
 pub use queue::{DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_BYTES, MAX_QUEUE_CAPACITY};
 pub(crate) use queue_api::{receive_parcel, sweep_parked_pops, Courier, Parcel};
 pub use queue_error::{PopError, PushError, PushErrorKind};
 pub use queue_ref::SharedQueueRef;
 
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
+use crate::value::ByteBudget;
 
 /// The bounds of one shared store. Every write or creation past one raises and changes nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

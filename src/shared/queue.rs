@@ -39,13 +39,12 @@ use std::fmt;
 
 use bytes::Bytes;
 
-use super::budget::ByteBudget;
 use super::queue_error::{PopError, PushError, PushErrorKind};
 use crate::sync::{Arc, Mutex, MutexGuard};
 
 /// Why a store ended: plain immutable text, shared by every message that names it.
 pub type Reason = std::sync::Arc<str>;
-use crate::value::{MapKey, Message};
+use crate::value::{ByteBudget, MapKey, Message};
 
 /// The capacity a queue gets when none is asked for.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1_024;

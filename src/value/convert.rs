@@ -76,6 +76,15 @@ impl Message {
         read_value(value, limit_bytes).map_err(|r| r.into_error(root))
     }
 
+    /// [`Message::from_lua`], answering the copy's weight (by [`Message::queue_weight`]) as well,
+    /// counted while it was read: what a caller charges to a budget costs no second walk.
+    pub(crate) fn read_weighed(
+        value: &Value,
+        root: &str,
+    ) -> Result<(Message, usize), TransferError> {
+        read_value_weighed(value, Limits::MAX_MESSAGE_BYTES).map_err(|r| r.into_error(root))
+    }
+
     /// Builds this message as a value of `lua`.
     ///
     /// Tables are built whole inside Luau, with integers as Luau integers and numbers as
@@ -118,27 +127,33 @@ impl Message {
 
 /// Reads a `Value` the caller already holds, taking the stack path for tables.
 fn read_value(value: &Value, limit: usize) -> Result<Message, Refusal> {
+    read_value_weighed(value, limit).map(|(message, _)| message)
+}
+
+/// [`read_value`], answering the copy's weight too (counted as it was read, not walked again).
+fn read_value_weighed(value: &Value, limit: usize) -> Result<(Message, usize), Refusal> {
     let charge = |bytes: usize| {
-        if Limits::NODE_WEIGHT.saturating_add(bytes) > limit {
+        let weight = Limits::NODE_WEIGHT.saturating_add(bytes);
+        if weight > limit {
             Err(Refusal::new(TransferErrorKind::TooLarge { limit }))
         } else {
-            Ok(())
+            Ok(weight)
         }
     };
     match value {
-        Value::Nil => charge(0).map(|()| Message::Nil),
-        Value::Boolean(b) => charge(0).map(|()| Message::Boolean(*b)),
-        Value::Integer(i) => charge(0).map(|()| Message::Integer(*i)),
-        Value::Number(n) => charge(0).map(|()| Message::Number(*n)),
-        Value::Vector(v) => charge(0).map(|()| Message::Vector([v.x(), v.y(), v.z()])),
+        Value::Nil => charge(0).map(|w| (Message::Nil, w)),
+        Value::Boolean(b) => charge(0).map(|w| (Message::Boolean(*b), w)),
+        Value::Integer(i) => charge(0).map(|w| (Message::Integer(*i), w)),
+        Value::Number(n) => charge(0).map(|w| (Message::Number(*n), w)),
+        Value::Vector(v) => charge(0).map(|w| (Message::Vector([v.x(), v.y(), v.z()]), w)),
         Value::String(s) => {
             let bytes = s.as_bytes();
-            charge(bytes.len())?;
-            Ok(Message::String(Bytes::copy_from_slice(&bytes)))
+            let w = charge(bytes.len())?;
+            Ok((Message::String(Bytes::copy_from_slice(&bytes)), w))
         }
         Value::Buffer(b) => {
-            charge(b.len())?;
-            Ok(Message::Buffer(Bytes::from(b.to_vec())))
+            let w = charge(b.len())?;
+            Ok((Message::Buffer(Bytes::from(b.to_vec())), w))
         }
         Value::Table(t) => {
             let lua = t.weak_lua().upgrade();
@@ -155,7 +170,10 @@ fn read_value(value: &Value, limit: usize) -> Result<Message, Refusal> {
                     let top = ffi::lua_gettop(state);
                     let pushed = raw.push_value(value);
                     let result = match pushed {
-                        Ok(()) => Reader::new(raw, limit).read_at(-1),
+                        Ok(()) => {
+                            let mut reader = Reader::new(raw, limit);
+                            reader.read_at(-1).map(|m| (m, reader.weight()))
+                        }
                         Err(_) => Err(Refusal::new(TransferErrorKind::Unsupported {
                             type_name: "table from a closed VM",
                         })),
@@ -170,8 +188,8 @@ fn read_value(value: &Value, limit: usize) -> Result<Message, Refusal> {
                 .borrow::<ResourceHandle>()
                 .map(|h| h.clone())
                 .map_err(|_| Refusal::new(TransferErrorKind::UserData))?;
-            charge(handle.kind.len())?;
-            Ok(Message::Resource(handle))
+            let w = charge(handle.kind.len())?;
+            Ok((Message::Resource(handle), w))
         }
         Value::Function(_) => Err(Refusal::new(TransferErrorKind::Function)),
         Value::Thread(_) => Err(Refusal::new(TransferErrorKind::Coroutine)),

@@ -9,6 +9,7 @@
 //! `Value::Integer`, and `Value::Integer` goes back as a number), and per-element `Value`
 //! construction costs several times what a raw stack read does.
 
+mod budget;
 mod codec;
 mod convert;
 mod display;
@@ -21,6 +22,7 @@ mod write;
 
 use bytes::Bytes;
 
+pub(crate) use budget::{ByteBudget, Charge};
 pub(crate) use convert::{MessageArg, MessageArgs};
 pub use error::{DecodeError, DecodeErrorKind, TransferError, TransferErrorKind};
 pub use limits::Limits;

@@ -92,6 +92,12 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// What the walk has weighed so far: after a whole read, the value's
+    /// [`queue_weight`](Message::queue_weight).
+    pub(crate) fn weight(&self) -> usize {
+        self.weight
+    }
+
     /// Adds one node of `bytes` payload to the running weight, refusing past the limit.
     #[inline]
     fn charge(&mut self, bytes: usize) -> Result<(), Refusal> {

@@ -544,6 +544,7 @@ impl Registry {
                 deadline,
                 reply: ReplyTo::Host(slot.clone()),
                 queued_at: Some(Instant::now()),
+                charge: None,
             };
             (item, slot)
         }
