@@ -15,7 +15,7 @@ use super::item::{charge_job, Item, ItemArgs, JobShared, ReplyTo, JOB_WEIGHT};
 use super::options::{read_key, DispatchOptions};
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
-use crate::value::Message;
+use crate::value::{Held, Message};
 use crate::vm::{promise_handle, with_caller_source, Owner, PromiseId, Vm, VmCore};
 
 /// Where the VM that calls `jobs.*` lives.
@@ -350,7 +350,7 @@ fn dispatch(
         home.principal.id,
         opts.key.clone(),
     );
-    job.hold(held);
+    job.hold(Held::Own(held));
     let cell = core.promises.borrow_mut().make("jobs.dispatch");
     cell.set_canceller(job.clone());
     if let Some(key) = &opts.key {
@@ -367,7 +367,7 @@ fn dispatch(
         deadline: opts.deadline,
         reply,
         queued_at: (opts.key.is_some() || home.principal.profile.is_some()).then(Instant::now),
-        charge: Some(carried),
+        charge: Some(Held::Own(carried)),
     };
     match (opts.key, &home.kind) {
         (Some(key), _) => {

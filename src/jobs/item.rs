@@ -18,7 +18,7 @@ use super::pool::PoolShared;
 use super::principal::{Principal, PrincipalCell};
 use super::promise::HostSlot;
 use crate::pool::handoff::{CancelOutcome, Handoff};
-use crate::value::{ByteBudget, Charge, Message};
+use crate::value::{ByteBudget, Charge, Held, Message};
 use crate::vm::{Cancel, Outcome, OwnerIdentity, PromiseId, ServiceCall};
 
 /// No worker has started the job yet.
@@ -42,8 +42,8 @@ pub(crate) fn charge_job(
     budget: &Arc<ByteBudget>,
     n: usize,
     what: &str,
-) -> Result<Arc<Charge>, String> {
-    Charge::take(budget, n).map(Arc::new).map_err(|would| {
+) -> Result<Charge, String> {
+    Charge::take(budget, n).map_err(|would| {
         format!(
             "{what}: the domain's jobs would hold {would} bytes of arguments and results, past \
              the bound of {MAX_JOB_BYTES}; await some before dispatching more"
@@ -78,7 +78,7 @@ pub(crate) struct JobShared {
     pub(crate) tally: Option<Arc<JobTally>>,
     /// What the job holds of its generation's [`MAX_JOB_BYTES`], for the jobs scripts dispatch:
     /// given back when the last holder (the item, the promise's canceller) lets go.
-    charge: OnceLock<Arc<Charge>>,
+    charge: OnceLock<Held>,
 }
 
 /// What a registered job's items count on worker threads: its id, which forwarded queries carry
@@ -116,7 +116,7 @@ impl JobShared {
 
     /// Makes the job hold `charge` until it is dropped (once; a second charge is dropped). The
     /// chunks of one `parallelFor` share one charge.
-    pub(crate) fn hold(&self, charge: Arc<Charge>) {
+    pub(crate) fn hold(&self, charge: Held) {
         let _ = self.charge.set(charge);
     }
 
@@ -339,7 +339,7 @@ pub(crate) struct Item {
     /// (shared by the chunks of one `parallelFor`, which share their arguments); given back
     /// when the item is dropped, or when a worker has built its arguments in a VM. `None` for
     /// the host's own items.
-    pub(crate) charge: Option<Arc<Charge>>,
+    pub(crate) charge: Option<Held>,
 }
 
 /// A key's lane: the principal's keys are its own, so two domains using the same key string

@@ -23,7 +23,7 @@ use super::chunking::{self, whole, Over};
 use super::gather::Gather;
 use super::item::{charge_job, ChunkArgs, Item, ItemArgs, JobShared, ReplyTo, JOB_WEIGHT};
 use super::options::ParallelForOptions;
-use crate::value::Message;
+use crate::value::{Held, Message};
 use crate::vm::{promise_handle, with_caller_source, VmCore};
 
 /// Reads `over`, once `opts.stride` is known.
@@ -91,13 +91,15 @@ pub(super) fn parallel_for(
     // Both are taken before anything is queued.
     let runs = chunking::cut(&over, chunks);
     let budget = &home.principal.job_bytes;
-    let charge = charge_job(
-        budget,
-        runs.len().saturating_mul(JOB_WEIGHT),
-        "jobs.parallelFor",
-    )
-    .map_err(refuse)?;
-    let carried = charge_job(budget, weight, "jobs.parallelFor").map_err(refuse)?;
+    let charge = Arc::new(
+        charge_job(
+            budget,
+            runs.len().saturating_mul(JOB_WEIGHT),
+            "jobs.parallelFor",
+        )
+        .map_err(refuse)?,
+    );
+    let carried = Arc::new(charge_job(budget, weight, "jobs.parallelFor").map_err(refuse)?);
     let jobs: Vec<Arc<JobShared>> = runs
         .iter()
         .map(|_| {
@@ -109,7 +111,7 @@ pub(super) fn parallel_for(
                 home.principal.id,
                 None,
             );
-            job.hold(charge.clone());
+            job.hold(Held::Shared(charge.clone()));
             job
         })
         .collect();
@@ -145,7 +147,7 @@ pub(super) fn parallel_for(
                 .profile
                 .is_some()
                 .then(std::time::Instant::now),
-            charge: Some(carried.clone()),
+            charge: Some(Held::Shared(carried.clone())),
         };
         match &home.kind {
             HomeKind::Engine | HomeKind::Actor { .. } => home.pool.inject(item),

@@ -87,6 +87,25 @@ impl Charge {
     }
 }
 
+/// A charge one holder owns, or shares with others that hold the same thing (the chunks of one
+/// `parallelFor` share their arguments): the shared form costs an allocation the owned one saves.
+#[derive(Debug)]
+pub(crate) enum Held {
+    Own(Charge),
+    Shared(Arc<Charge>),
+}
+
+impl std::ops::Deref for Held {
+    type Target = Charge;
+
+    fn deref(&self) -> &Charge {
+        match self {
+            Held::Own(charge) => charge,
+            Held::Shared(charge) => charge,
+        }
+    }
+}
+
 impl Drop for Charge {
     fn drop(&mut self) {
         self.budget.release(self.bytes.load(Ordering::Acquire));

@@ -22,7 +22,7 @@ mod write;
 
 use bytes::Bytes;
 
-pub(crate) use budget::{ByteBudget, Charge};
+pub(crate) use budget::{ByteBudget, Charge, Held};
 pub(crate) use convert::{MessageArg, MessageArgs};
 pub use error::{DecodeError, DecodeErrorKind, TransferError, TransferErrorKind};
 pub use limits::Limits;
