@@ -15,6 +15,7 @@ mod domain_events;
 mod domain_stats;
 mod engine_events;
 mod fixture;
+mod fs_confinement;
 mod generations;
 mod handler_calls;
 mod host_keys;
