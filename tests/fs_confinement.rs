@@ -549,3 +549,71 @@ fn a_path_below_nested_roots_is_opened_beneath_the_deepest_one_that_holds_it() {
     );
     assert_eq!(domain.denials(), 1);
 }
+
+#[test]
+fn the_runner_keeps_relative_paths_inside_its_allow_flags_roots() {
+    // `skein run --allow-read d --allow-write d` from `top`: relative paths resolve from the
+    // current directory, and the link `d/link -> ../other` leads nowhere.
+    let s = Setup::new();
+    std::fs::write(
+        s.top.join("main.luau"),
+        r#"
+        local fs = require("@skein/fs")
+        local function try(f, ...)
+            local ok, err = pcall(f, ...)
+            print(ok, string.match(tostring(err), "^[^\n]*"))
+        end
+        print(fs.readFile("d/in.txt"), fs.readFile("./d/inlink/inner.txt"))
+        for _, p in { "d/link/nope/../secret.txt", "d/link/secret.txt" } do
+            try(fs.readFile, p)
+            try(fs.writeFile, p, "overwritten")
+        end
+        try(fs.list, "d/link")
+        "#,
+    )
+    .unwrap();
+    let args = [
+        "run",
+        "--allow-read",
+        "d",
+        "--allow-write",
+        "d",
+        "main.luau",
+    ];
+    let (code, stdout, stderr) = crate::support::skein_in(&s.top, &args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 6, "stdout:\n{stdout}");
+    assert_eq!(lines[0], "inside\tinner");
+    let escape = |func: &str, given: &str, checked: &str, cap: &str| {
+        format!(
+            "false\truntime error: fs.{func}: '{given}': permission denied: '{}' leads out of the root '{}' \
+             granted for '{cap}' to domain 'main' (domain#1, generation 1): a symbolic link on \
+             its way points outside",
+            s.top.join(checked).display(),
+            s.d.display()
+        )
+    };
+    let cases = [
+        ("d/link/nope/../secret.txt", "d/link/secret.txt"),
+        ("d/link/secret.txt", "d/link/secret.txt"),
+    ];
+    for (i, (given, checked)) in cases.iter().enumerate() {
+        assert_eq!(
+            lines[1 + 2 * i],
+            escape("readFile", given, checked, "filesystem.read")
+        );
+        assert_eq!(
+            lines[2 + 2 * i],
+            escape("writeFile", given, checked, "filesystem.write")
+        );
+    }
+    assert_eq!(
+        lines[5],
+        escape("list", "d/link", "d/link", "filesystem.read")
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.other.join("secret.txt")).unwrap(),
+        "secret"
+    );
+}
