@@ -26,6 +26,7 @@ mod parallel_for;
 mod profile;
 mod registered;
 mod reload;
+mod require_confinement;
 mod runner;
 mod services;
 mod shared_queues;
