@@ -422,14 +422,6 @@ fn read_file_is_bounded_at_64_mib_and_list_at_65536_entries() {
              (64 MiB) readFile returns"
         ),
     );
-    // Not a regular file: refused before it is opened.
-    let sub = s.d.join("sub").display().to_string();
-    let got = err(
-        &domain,
-        &format!("return require('@skein/fs').readFile('{sub}')"),
-    );
-    assert_contains(&got, &format!("fs.readFile: '{sub}': not a regular file"));
-
     let many = s.d.join("many");
     std::fs::create_dir(&many).unwrap();
     for i in 0..65_536 {
@@ -616,4 +608,33 @@ fn the_runner_keeps_relative_paths_inside_its_allow_flags_roots() {
         std::fs::read_to_string(s.other.join("secret.txt")).unwrap(),
         "secret"
     );
+}
+
+#[test]
+fn read_and_write_refuse_what_is_not_a_regular_file_without_opening_it() {
+    let s = Setup::new();
+    let fifo = s.d.join("fifo");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: `c_path` is a valid NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let pool = Pool::new(1);
+    let domain = s.domain(&pool);
+    // A FIFO with no writer would block an open for reading (and one with no reader an open for
+    // writing): both are refused from their metadata, so the calls return.
+    let sub = s.d.join("sub").display().to_string();
+    let fifo = fifo.display().to_string();
+    for (call, path) in [
+        ("readFile", &sub),
+        ("readFile", &fifo),
+        ("writeFile", &sub),
+        ("writeFile", &fifo),
+    ] {
+        let got = err(
+            &domain,
+            &format!("return require('@skein/fs').{call}('{path}', 'x')"),
+        );
+        assert_contains(&got, &format!("fs.{call}: '{path}': not a regular file"));
+    }
+    assert!(s.d.join("sub").is_dir());
+    assert_eq!(domain.denials(), 0);
 }
