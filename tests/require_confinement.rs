@@ -46,6 +46,8 @@ fn tree() -> Tree {
                 alias = try("@up/secret"),
                 bad = try("../bad"),
                 nested = require("./lib/reach").err,
+                -- Whether a file exists out there is not told.
+                missing = try("../nothing/here"),
             }
             "#,
         ),
@@ -97,6 +99,16 @@ fn a_main_script_requires_only_below_its_project_root() {
     let bad = field(&out, "bad");
     assert_contains(&bad, &refusal("../bad", &main, "bad.luau", &tree));
     assert!(!bad.contains("SECRET-LINE"), "{bad}");
+    assert_contains(
+        &field(&out, "missing"),
+        &format!(
+            "module '../nothing/here' from {} leads outside the project root {}: modules are \
+             required only from below it (the main script's folder, or the nearest folder above \
+             it with a .luaurc)",
+            main.display(),
+            tree.path().join("proj").display()
+        ),
+    );
     // A module keeps its requirer's project root.
     assert_contains(
         &field(&out, "nested"),

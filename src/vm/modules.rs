@@ -114,7 +114,7 @@ impl Modules {
             None => (self.root.clone(), project::root_of_folder(&self.root)),
         };
         let path: Arc<Path> = loader::resolve(&from, spec)
-            .map_err(|e| e.to_string())?
+            .map_err(|e| project::confine_error(e, &project, spec, &from).to_string())?
             .into();
         // Confined before anything is read or compiled; the module then requires under the
         // same project root, on whichever VM it runs.

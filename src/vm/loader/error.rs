@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 /// Why a `require` failed.
 ///
 /// Resolution errors (`BadSpecifier`, `NotFound`, `Ambiguous`, `UnknownAlias`, `BadConfig`,
-/// `OutsideRoots`) name the specifier and the requiring file; loading errors (`Cycle`, `Compile`, `Io`, `BadReturn`,
+/// `OutsideRoots`, `LeadsOutside`) name the specifier and the requiring file; loading errors (`Cycle`, `Compile`, `Io`, `BadReturn`,
 /// `Runtime`) name the module file.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -44,6 +44,13 @@ pub(crate) enum RequireError {
         spec: String,
         caller: PathBuf,
         module: PathBuf,
+        project: PathBuf,
+    },
+    /// The specifier leads outside the requirer's project root to no single module (told
+    /// without the paths tried there).
+    LeadsOutside {
+        spec: String,
+        caller: PathBuf,
         project: PathBuf,
     },
     /// The module's source does not compile; `message` starts with the line number.
@@ -117,6 +124,12 @@ impl fmt::Display for RequireError {
                 "module '{spec}' from {} is {}, outside the project root {}: modules are required only from below it (the main script's folder, or the nearest folder above it with a .luaurc)",
                 caller.display(),
                 module.display(),
+                project.display()
+            ),
+            Self::LeadsOutside { spec, caller, project } => write!(
+                f,
+                "module '{spec}' from {} leads outside the project root {}: modules are required only from below it (the main script's folder, or the nearest folder above it with a .luaurc)",
+                caller.display(),
                 project.display()
             ),
             Self::BadConfig { path, message } => {

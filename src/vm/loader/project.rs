@@ -74,3 +74,28 @@ pub(crate) fn check(
         project: project.to_owned(),
     })
 }
+
+/// A failed resolution, told without naming what lies outside `project`: a module not found (or
+/// ambiguous) at a path outside it becomes `LeadsOutside`, so a failed `require` is no oracle for
+/// which files exist elsewhere on disk.
+pub(crate) fn confine_error(
+    error: RequireError,
+    project: &Path,
+    spec: &str,
+    caller: &Path,
+) -> RequireError {
+    let outside = match &error {
+        RequireError::NotFound { at, .. } => !at.starts_with(project),
+        RequireError::Ambiguous { first, .. } => !first.starts_with(project),
+        _ => false,
+    };
+    if outside {
+        RequireError::LeadsOutside {
+            spec: spec.to_owned(),
+            caller: caller.to_owned(),
+            project: project.to_owned(),
+        }
+    } else {
+        error
+    }
+}
