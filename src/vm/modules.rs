@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use mlua::{Lua, Value};
 
-use super::loader::{self, BytecodeCache, ModuleCache};
+use super::loader::{self, project, BytecodeCache, ModuleCache};
 
 static SOURCE_EPOCH: AtomicU64 = AtomicU64::new(0);
 
@@ -105,13 +105,21 @@ impl Modules {
         if let Some(hit) = hit {
             return Ok(hit);
         }
-        let from = match source.strip_prefix('@') {
-            Some(file) => PathBuf::from(file),
-            None => self.root.clone(),
+        let (from, project) = match source.strip_prefix('@') {
+            Some(file) => {
+                let file = PathBuf::from(file);
+                let project = project::root_of_file(&file);
+                (file, project)
+            }
+            None => (self.root.clone(), project::root_of_folder(&self.root)),
         };
         let path: Arc<Path> = loader::resolve(&from, spec)
-            .map_err(|e| e.to_string())?
+            .map_err(|e| project::confine_error(e, &project, spec, &from).to_string())?
             .into();
+        // Confined before anything is read or compiled; the module then requires under the
+        // same project root, on whichever VM it runs.
+        project::check(&path, &project, spec, &from).map_err(|e| e.to_string())?;
+        project::register(&path, &project);
         let spec: Arc<str> = spec.into();
         self.resolved
             .borrow_mut()

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::grant::{Grant, FILESYSTEM_READ, FILESYSTEM_WRITE};
+use super::grant::{Grant, Root, FILESYSTEM_READ, FILESYSTEM_WRITE};
 use super::id::{validate, CapabilityId, InvalidCapability};
 pub use crate::domain::diagnostic::Attribution;
 use crate::jobs::Generation;
@@ -32,8 +32,20 @@ pub struct CapabilityDenied {
     pub capability: CapabilityId,
     /// Who asked.
     pub attribution: Attribution,
-    /// For a file-system check that failed on its scope: the path outside every granted root.
+    /// For a file-system check that failed on its scope: the path (absolute, `..` taken off
+    /// by name) that was refused.
     pub path: Option<PathBuf>,
+    /// For a file-system check: the roots granted for the capability when `path` lies outside
+    /// all of them, or the roots `path` lies below by name when it `escapes`. Empty otherwise.
+    pub roots: Vec<PathBuf>,
+    /// `path` lies below `roots` by name, but a symbolic link on its way leads out of them.
+    pub escapes: bool,
+}
+
+/// `'a'` or `'a', 'b'`.
+fn quoted(paths: &[PathBuf]) -> String {
+    let quoted: Vec<String> = paths.iter().map(|p| format!("'{}'", p.display())).collect();
+    quoted.join(", ")
 }
 
 impl fmt::Display for CapabilityDenied {
@@ -44,13 +56,34 @@ impl fmt::Display for CapabilityDenied {
                 "permission denied: capability '{}' is not granted to {}",
                 self.capability, self.attribution
             ),
-            Some(path) => write!(
+            Some(path) if self.escapes => write!(
                 f,
-                "permission denied: '{}' is outside every root granted for '{}' to {}",
+                "permission denied: '{}' leads out of the {} {} granted for '{}' to {}: a \
+                 symbolic link on its way points outside",
                 path.display(),
+                if self.roots.len() == 1 {
+                    "root"
+                } else {
+                    "roots"
+                },
+                quoted(&self.roots),
                 self.capability,
                 self.attribution
             ),
+            Some(path) => {
+                write!(
+                    f,
+                    "permission denied: '{}' is outside every root granted for '{}' to {}",
+                    path.display(),
+                    self.capability,
+                    self.attribution
+                )?;
+                if self.roots.is_empty() {
+                    write!(f, "; it holds no root")
+                } else {
+                    write!(f, "; its roots: {}", quoted(&self.roots))
+                }
+            }
         }
     }
 }
@@ -208,11 +241,17 @@ impl Authority {
         &self.denials
     }
 
-    fn deny(&self, capability: CapabilityId, path: Option<PathBuf>) -> CapabilityError {
+    fn deny(&self, capability: CapabilityId, scope: Option<Scope>) -> CapabilityError {
+        let (path, roots, escapes) = match scope {
+            None => (None, Vec::new(), false),
+            Some(s) => (Some(s.path), s.roots, s.escapes),
+        };
         let denied = CapabilityDenied {
             capability,
             attribution: self.attribution.clone(),
             path,
+            roots,
+            escapes,
         };
         self.denials.record(&denied);
         CapabilityError::Denied(Box::new(denied))
@@ -332,27 +371,71 @@ pub fn require_capability(name: &str) -> Result<(), CapabilityError> {
     })
 }
 
-/// Checks `filesystem.read` or `filesystem.write` and that `path` (canonical) lies below one
-/// of the roots granted for it.
-pub(crate) fn require_path(write: bool, path: &Path) -> Result<(), CapabilityError> {
-    let name = if write {
+/// What a file-system denial refused: the path, the roots, and whether it escaped them.
+struct Scope {
+    path: PathBuf,
+    roots: Vec<PathBuf>,
+    escapes: bool,
+}
+
+fn fs_capability(write: bool) -> &'static str {
+    if write {
         FILESYSTEM_WRITE
     } else {
         FILESYSTEM_READ
-    };
+    }
+}
+
+/// Checks `filesystem.read` or `filesystem.write` and finds the roots granted for it that
+/// `path` (absolute, lexically normal) lies below by name, each with the path relative to it,
+/// deepest root first. Nothing is opened here: the caller opens the relative path beneath a
+/// root's handle, which refuses a link out of the root ([`deny_escape`] reports that).
+///
+/// # Errors
+/// Denied (counted and reported) when the capability is not granted, or when `path` lies
+/// below none of its roots.
+pub(crate) fn require_path(
+    write: bool,
+    path: &Path,
+) -> Result<Vec<(Root, PathBuf)>, CapabilityError> {
+    let name = fs_capability(write);
     require_capability(name)?;
     with_current(|authority| {
-        let a = authority.expect("require_capability answered an installed authority");
-        let roots = if write {
-            a.grant.write_roots()
-        } else {
-            a.grant.read_roots()
+        let Some(a) = authority else {
+            return Err(CapabilityError::NoAuthority(known(name)));
         };
-        if roots.iter().any(|root| path.starts_with(root)) {
-            Ok(())
-        } else {
-            Err(a.deny(known(name), Some(path.to_owned())))
+        let roots = a.grant.dirs(write);
+        let mut below: Vec<(Root, PathBuf)> = roots
+            .iter()
+            .filter_map(|root| Some((root.clone(), root.beneath(path)?.to_owned())))
+            .collect();
+        if below.is_empty() {
+            let scope = Scope {
+                path: path.to_owned(),
+                roots: roots.iter().map(|r| r.path().to_owned()).collect(),
+                escapes: false,
+            };
+            return Err(a.deny(known(name), Some(scope)));
         }
+        below.sort_by_key(|(_, rel)| rel.components().count());
+        Ok(below)
+    })
+}
+
+/// Denies (counts and reports) `path`, which lies below `roots` by name but leads out of each
+/// of them through a symbolic link, for the task running on this thread.
+pub(crate) fn deny_escape(write: bool, path: &Path, roots: Vec<PathBuf>) -> CapabilityError {
+    let name = fs_capability(write);
+    with_current(|authority| match authority {
+        Some(a) => a.deny(
+            known(name),
+            Some(Scope {
+                path: path.to_owned(),
+                roots,
+                escapes: true,
+            }),
+        ),
+        None => CapabilityError::NoAuthority(known(name)),
     })
 }
 

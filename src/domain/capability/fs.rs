@@ -4,19 +4,41 @@
 //! It is a library module in every VM: what it may touch comes from the authority of the task
 //! that calls it, so a host opens it by granting roots ([`Grant::read_root`]), and the runner
 //! does the same from its `--allow-read` / `--allow-write` flags. Relative paths resolve from
-//! the process's current directory. Every path is made canonical before its scope is checked
-//! (symlinks and `..` resolved), so a link out of a root does not lead out of it.
+//! the process's current directory.
+//!
+//! # Confinement
+//!
+//! A path is never opened by name. It is made absolute and `..` is taken off by name
+//! ([`lexical_absolute`]), which picks the granted root it lies below and the path beneath that
+//! root ([`require_path`], a denial when there is none); then the path beneath is opened through
+//! the root's directory handle, held by the grant since it was made, with `cap-std`, which
+//! resolves it component by component beneath the handle (`openat2` with `RESOLVE_BENEATH` on
+//! Linux) and refuses any symbolic link that leads out of the root, at the time of the open. So
+//! a link out, a dangling link out (on write), or a directory swapped for a link while the call
+//! runs, all end in a refusal ([`deny_escape`]), never in a file outside.
 //!
 //! [`Grant::read_root`]: crate::Grant::read_root
 
-use std::path::{Component, Path, PathBuf};
+use std::io::{self, Read};
+use std::path::Path;
 
+use cap_std::fs::{Dir, OpenOptions};
 use mlua::{Lua, Table, Value};
 
-use super::authority::require_path;
+use super::authority::{deny_escape, require_path, CapabilityError};
+use super::grant::lexical_absolute;
+use crate::vm::a_type;
 
 /// Registry key of the module table `require("@skein/fs")` answers.
 pub(crate) const FS_KEY: &str = "skein.fs";
+
+/// The largest file `readFile` returns: 64 MiB. A larger file is refused before it is read,
+/// so a script cannot make the host allocate more than this for one call.
+pub(crate) const MAX_READ_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The most names `list` returns: 65,536. A directory with more is refused once the next name is
+/// seen, so the host holds at most this many names (each at most a file-name long) for one call.
+pub(crate) const MAX_LIST_ENTRIES: usize = 65_536;
 
 /// Builds the module table and keeps it in the registry.
 pub(crate) fn install(lua: &Lua) -> mlua::Result<()> {
@@ -38,106 +60,132 @@ fn path_arg(func: &str, value: Value) -> mlua::Result<String> {
         Value::String(s) => Ok(s.to_str()?.to_owned()),
         other => Err(mlua::Error::runtime(format!(
             "fs.{func}: path must be a string, got {}",
-            crate::vm::a_type(&other)
+            a_type(&other)
         ))),
     }
 }
 
-fn io_error(func: &str, path: &str, e: std::io::Error) -> mlua::Error {
-    mlua::Error::runtime(format!("fs.{func}: '{path}': {e}"))
+/// The error a script sees: the function, the path as the script gave it, and why.
+fn failed(func: &str, path: &str, why: impl std::fmt::Display) -> mlua::Error {
+    mlua::Error::runtime(format!("fs.{func}: '{path}': {why}"))
 }
 
-/// `path` made absolute against the current directory, with `.` and `..` resolved by name.
-fn lexical(path: &Path) -> PathBuf {
-    let base = if path.is_absolute() {
-        PathBuf::new()
-    } else {
-        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
-    };
-    let mut out = base;
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other.as_os_str()),
+/// A refusal that is not the file system's own error (a bound, a kind of file).
+fn refused(why: String) -> io::Error {
+    io::Error::other(why)
+}
+
+/// cap-std reports a path that leads out of its directory as `PermissionDenied` with a message
+/// of its own; the operating system's `EACCES` carries an OS error code instead.
+fn is_escape(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::PermissionDenied && e.raw_os_error().is_none()
+}
+
+/// Runs `op` on the script's `path` beneath the granted root it lies below: checks the
+/// capability and the root (a denial when it is outside every root), then opens beneath each
+/// root it lies below, deepest first, until one does not lead out of its root (a denial naming
+/// them when every one does).
+fn beneath<T>(
+    func: &str,
+    path: &str,
+    write: bool,
+    op: impl Fn(&Dir, &Path) -> io::Result<T>,
+) -> mlua::Result<T> {
+    let absolute = lexical_absolute(Path::new(path))
+        .map_err(|e| failed(func, path, format!("the current directory is unknown: {e}")))?;
+    let below = require_path(write, &absolute).map_err(|e| failed(func, path, e))?;
+    let mut escaped = Vec::new();
+    for (root, rel) in below {
+        let rel = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            &rel
+        };
+        match op(root.dir(), rel) {
+            Ok(v) => return Ok(v),
+            Err(e) if is_escape(&e) => escaped.push(root.path().to_owned()),
+            Err(e) => return Err(failed(func, path, e)),
         }
     }
-    out
-}
-
-/// The canonical path of an existing `path`, or its lexical form when it does not exist (so a
-/// missing file outside every root is denied, not reported missing).
-fn resolve(path: &Path) -> PathBuf {
-    std::fs::canonicalize(path).unwrap_or_else(|_| lexical(path))
-}
-
-/// Where a write lands: the canonical file when it exists, else its canonical folder joined
-/// with its name.
-fn resolve_for_write(path: &Path) -> PathBuf {
-    if let Ok(p) = std::fs::canonicalize(path) {
-        return p;
-    }
-    match (path.parent(), path.file_name()) {
-        (Some(parent), Some(name)) => {
-            let parent = if parent.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                parent
-            };
-            resolve(parent).join(name)
-        }
-        _ => lexical(path),
-    }
+    let denied: CapabilityError = deny_escape(write, &absolute, escaped);
+    Err(failed(func, path, denied))
 }
 
 fn read_file(lua: &Lua, path: Value) -> mlua::Result<mlua::LuaString> {
     let path = path_arg("readFile", path)?;
-    let resolved = resolve(Path::new(&path));
-    require_path(false, &resolved)?;
-    let bytes = std::fs::read(&resolved).map_err(|e| io_error("readFile", &path, e))?;
+    let bytes = beneath("readFile", &path, false, |dir, rel| {
+        // Looked at before the open, so a FIFO or device is refused, not opened (which could
+        // block); the opened file's own metadata is what the bound is checked on.
+        if !dir.metadata(rel)?.is_file() {
+            return Err(refused("not a regular file".to_owned()));
+        }
+        let file = dir.open(rel)?;
+        let size = file.metadata()?.len();
+        if size > MAX_READ_BYTES {
+            return Err(too_large(size));
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        // One byte past the bound, in case the file grew since its size was read.
+        file.take(MAX_READ_BYTES + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > MAX_READ_BYTES {
+            return Err(too_large(bytes.len() as u64));
+        }
+        Ok(bytes)
+    })?;
     lua.create_string(bytes)
+}
+
+fn too_large(size: u64) -> io::Error {
+    refused(format!(
+        "the file is {size} bytes, more than the {MAX_READ_BYTES} bytes (64 MiB) readFile returns"
+    ))
 }
 
 fn write_file(_: &Lua, (path, data): (Value, Value)) -> mlua::Result<()> {
     let path = path_arg("writeFile", path)?;
-    let bytes = match data {
+    let bytes = match &data {
         Value::String(s) => s.as_bytes().to_vec(),
         Value::Buffer(b) => b.to_vec(),
         other => {
             return Err(mlua::Error::runtime(format!(
                 "fs.writeFile: data for '{path}' must be a string or a buffer, got {}",
-                crate::vm::a_type(&other)
+                a_type(other)
             )))
         }
     };
-    let resolved = resolve_for_write(Path::new(&path));
-    require_path(true, &resolved)?;
-    std::fs::write(&resolved, bytes).map_err(|e| io_error("writeFile", &path, e))
+    beneath("writeFile", &path, true, |dir, rel| {
+        // An existing target that is not a file is refused before it is opened (a FIFO would
+        // block the open); a missing one is created. The open itself follows a final link only
+        // while it stays beneath the root, so a dangling link out is refused, not created.
+        match dir.metadata(rel) {
+            Ok(meta) if !meta.is_file() => {
+                return Err(refused("not a regular file".to_owned()));
+            }
+            Err(e) if is_escape(&e) => return Err(e),
+            _ => {}
+        }
+        let mut options = OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        let mut file = dir.open_with(rel, &options)?;
+        io::Write::write_all(&mut file, &bytes)
+    })
 }
 
 fn list(lua: &Lua, dir: Value) -> mlua::Result<Table> {
-    let dir = path_arg("list", dir)?;
-    let resolved = resolve(Path::new(&dir));
-    require_path(false, &resolved)?;
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(&resolved).map_err(|e| io_error("list", &dir, e))? {
-        let entry = entry.map_err(|e| io_error("list", &dir, e))?;
-        names.push(entry.file_name().to_string_lossy().into_owned());
-    }
+    let path = path_arg("list", dir)?;
+    let names = beneath("list", &path, false, |dir, rel| {
+        let mut names = Vec::new();
+        for entry in dir.read_dir(rel)? {
+            if names.len() == MAX_LIST_ENTRIES {
+                return Err(refused(format!(
+                    "the directory has more than {MAX_LIST_ENTRIES} entries, the most list returns"
+                )));
+            }
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    })?;
+    let mut names = names;
     names.sort();
     lua.create_sequence_from(names)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::lexical;
-    use std::path::Path;
-
-    #[test]
-    fn lexical_resolves_dots_by_name() {
-        assert_eq!(lexical(Path::new("/a/b/../c/./d")), Path::new("/a/c/d"));
-        assert_eq!(lexical(Path::new("/a/../../x")), Path::new("/x"));
-    }
 }

@@ -1,7 +1,12 @@
 //! `RootAuthority` and `Grant`: the host's first grant of capabilities, with the file-system
 //! roots that scope `filesystem.read` and `filesystem.write`.
 
-use std::path::{Path, PathBuf};
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
 
 use super::id::CapabilityId;
 use super::set::{CapabilitySet, OverDelegation};
@@ -37,6 +42,8 @@ impl RootAuthority {
             capabilities,
             read_roots: Vec::new(),
             write_roots: Vec::new(),
+            read_dirs: Vec::new(),
+            write_dirs: Vec::new(),
         }
     }
 }
@@ -63,6 +70,99 @@ pub struct Grant {
     capabilities: CapabilitySet,
     read_roots: Vec<PathBuf>,
     write_roots: Vec<PathBuf>,
+    /// The roots opened, one per entry of `read_roots` (same order): `@skein/fs` resolves
+    /// every path beneath one of these handles.
+    read_dirs: Vec<Root>,
+    write_dirs: Vec<Root>,
+}
+
+/// A granted directory, opened when it was granted: its canonical path, the absolute path the
+/// host named it by, and the directory handle every `@skein/fs` path is resolved beneath (so the
+/// kernel, not a path check, keeps the access inside it). Clones share the handle. Two roots are
+/// equal when their canonical paths are.
+#[derive(Clone)]
+pub(crate) struct Root {
+    path: PathBuf,
+    named: PathBuf,
+    dir: Arc<Dir>,
+}
+
+impl Root {
+    fn open(dir: &Path) -> std::io::Result<Root> {
+        let named_err =
+            |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", dir.display()));
+        let path = std::fs::canonicalize(dir).map_err(named_err)?;
+        let opened = Dir::open_ambient_dir(&path, ambient_authority()).map_err(named_err)?;
+        let named = lexical_absolute(dir).map_err(named_err)?;
+        Ok(Root {
+            path,
+            named,
+            dir: Arc::new(opened),
+        })
+    }
+
+    /// The canonical path of the directory when it was granted.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory handle, opened at grant time.
+    pub(crate) fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// `path` (absolute and lexically normal) as a path relative to this root, when it lies
+    /// below the root's canonical path or the path the host named it by; the deeper match
+    /// when both do.
+    pub(crate) fn beneath<'a>(&self, path: &'a Path) -> Option<&'a Path> {
+        let by_path = path.strip_prefix(&self.path).ok();
+        let by_name = path.strip_prefix(&self.named).ok();
+        match (by_path, by_name) {
+            (Some(a), Some(b)) => Some(if a.as_os_str().len() <= b.as_os_str().len() {
+                a
+            } else {
+                b
+            }),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+impl PartialEq for Root {
+    fn eq(&self, other: &Root) -> bool {
+        self.path == other.path
+    }
+}
+
+impl Eq for Root {}
+
+impl fmt::Debug for Root {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Root").field(&self.path).finish()
+    }
+}
+
+/// `path` made absolute against the current directory, with `.` dropped and `..` taking off the
+/// component before it by name (no link is followed: `a/link/..` is `a`).
+///
+/// # Errors
+/// The current directory cannot be read (a relative `path` needs it).
+pub(crate) fn lexical_absolute(path: &Path) -> std::io::Result<PathBuf> {
+    let mut out = if path.is_absolute() {
+        PathBuf::new()
+    } else {
+        std::env::current_dir()?
+    };
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    Ok(out)
 }
 
 impl Grant {
@@ -81,6 +181,15 @@ impl Grant {
         &self.write_roots
     }
 
+    /// The opened roots `filesystem.write` (when `write`) or `filesystem.read` reaches.
+    pub(crate) fn dirs(&self, write: bool) -> &[Root] {
+        if write {
+            &self.write_dirs
+        } else {
+            &self.read_dirs
+        }
+    }
+
     /// The part of this grant that `wanted` names, for a context or a child domain: only
     /// shrinking. The file-system roots go along with the file-system capabilities kept, so a
     /// holder of `filesystem.read` reads below the same roots as the grant it came from.
@@ -93,45 +202,52 @@ impl Grant {
         wanted: &CapabilitySet,
     ) -> Result<Grant, OverDelegation> {
         let capabilities = self.capabilities.delegate_as(who, wanted)?;
-        let keep = |name: &str, roots: &[PathBuf]| {
-            if capabilities.contains_name(name) {
+        fn keep<T: Clone>(kept: bool, roots: &[T]) -> Vec<T> {
+            if kept {
                 roots.to_vec()
             } else {
                 Vec::new()
             }
-        };
+        }
+        let read = capabilities.contains_name(FILESYSTEM_READ);
+        let write = capabilities.contains_name(FILESYSTEM_WRITE);
         Ok(Grant {
-            read_roots: keep(FILESYSTEM_READ, &self.read_roots),
-            write_roots: keep(FILESYSTEM_WRITE, &self.write_roots),
+            read_roots: keep(read, &self.read_roots),
+            write_roots: keep(write, &self.write_roots),
+            read_dirs: keep(read, &self.read_dirs),
+            write_dirs: keep(write, &self.write_dirs),
             capabilities,
         })
     }
 
-    /// Adds `filesystem.read`, reaching below `dir` (canonicalised now, so a later symlink swap
-    /// does not move the root).
+    /// Adds `filesystem.read`, reaching below the directory `dir`. It is canonicalised and
+    /// opened now, and the grant (and every grant narrowed from it) keeps the open handle: every
+    /// `@skein/fs` path is resolved beneath it, so a later symlink swap of `dir` does not move
+    /// the root, and no link inside leads out.
     ///
     /// # Errors
-    /// The I/O error of canonicalising `dir` (it must exist), naming it.
+    /// The I/O error of canonicalising or opening `dir` (it must exist and be a directory),
+    /// naming it.
     pub fn read_root(mut self, dir: impl AsRef<Path>) -> std::io::Result<Grant> {
-        self.read_roots.push(canonical(dir.as_ref())?);
+        let root = Root::open(dir.as_ref())?;
+        self.read_roots.push(root.path.clone());
+        self.read_dirs.push(root);
         self.capabilities.insert(known(FILESYSTEM_READ));
         Ok(self)
     }
 
-    /// Adds `filesystem.write`, reaching below `dir` (canonicalised now).
+    /// Adds `filesystem.write`, reaching below the directory `dir` (canonicalised and opened
+    /// now, as [`read_root`](Self::read_root)).
     ///
     /// # Errors
     /// As [`read_root`](Self::read_root).
     pub fn write_root(mut self, dir: impl AsRef<Path>) -> std::io::Result<Grant> {
-        self.write_roots.push(canonical(dir.as_ref())?);
+        let root = Root::open(dir.as_ref())?;
+        self.write_roots.push(root.path.clone());
+        self.write_dirs.push(root);
         self.capabilities.insert(known(FILESYSTEM_WRITE));
         Ok(self)
     }
-}
-
-fn canonical(dir: &Path) -> std::io::Result<PathBuf> {
-    std::fs::canonicalize(dir)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", dir.display())))
 }
 
 fn known(name: &str) -> CapabilityId {
@@ -141,6 +257,23 @@ fn known(name: &str) -> CapabilityId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lexical_absolute_takes_dots_off_by_name() {
+        assert_eq!(
+            lexical_absolute(Path::new("/a/b/../c/./d")).unwrap(),
+            Path::new("/a/c/d")
+        );
+        assert_eq!(
+            lexical_absolute(Path::new("/a/../../x")).unwrap(),
+            Path::new("/x")
+        );
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            lexical_absolute(Path::new("x/../y")).unwrap(),
+            cwd.join("y")
+        );
+    }
 
     #[test]
     fn narrowing_keeps_roots_only_for_the_kept_fs_capabilities() {

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 /// Why a `require` failed.
 ///
-/// Resolution errors (`BadSpecifier`, `NotFound`, `Ambiguous`, `UnknownAlias`, `BadConfig`) name
-/// the specifier and the requiring file; loading errors (`Cycle`, `Compile`, `Io`, `BadReturn`,
+/// Resolution errors (`BadSpecifier`, `NotFound`, `Ambiguous`, `UnknownAlias`, `BadConfig`,
+/// `OutsideRoots`, `LeadsOutside`) name the specifier and the requiring file; loading errors (`Cycle`, `Compile`, `Io`, `BadReturn`,
 /// `Runtime`) name the module file.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -39,6 +39,20 @@ pub(crate) enum RequireError {
     BadConfig { path: PathBuf, message: String },
     /// The module is already being loaded further up the stack; `chain` starts and ends with it.
     Cycle { chain: Vec<PathBuf> },
+    /// The module resolved to a file outside the requirer's project root.
+    OutsideRoots {
+        spec: String,
+        caller: PathBuf,
+        module: PathBuf,
+        project: PathBuf,
+    },
+    /// The specifier leads outside the requirer's project root to no single module (told
+    /// without the paths tried there).
+    LeadsOutside {
+        spec: String,
+        caller: PathBuf,
+        project: PathBuf,
+    },
     /// The module's source does not compile; `message` starts with the line number.
     Compile { path: PathBuf, message: String },
     /// The module's source could not be read.
@@ -104,6 +118,19 @@ impl fmt::Display for RequireError {
                 f,
                 "unknown alias '@{alias}' in require path '{spec}' from {}: no .luaurc above it defines it",
                 caller.display()
+            ),
+            Self::OutsideRoots { spec, caller, module, project } => write!(
+                f,
+                "module '{spec}' from {} is {}, outside the project root {}: modules are required only from below it (the main script's folder, or the nearest folder above it with a .luaurc)",
+                caller.display(),
+                module.display(),
+                project.display()
+            ),
+            Self::LeadsOutside { spec, caller, project } => write!(
+                f,
+                "module '{spec}' from {} leads outside the project root {}: modules are required only from below it (the main script's folder, or the nearest folder above it with a .luaurc)",
+                caller.display(),
+                project.display()
             ),
             Self::BadConfig { path, message } => {
                 write!(f, "invalid .luaurc at {}: {message}", path.display())

@@ -10,6 +10,7 @@ mod bytecode;
 mod error;
 mod luaurc;
 mod modules;
+pub(crate) mod project;
 mod resolve;
 
 pub(crate) use bytecode::BytecodeCache;

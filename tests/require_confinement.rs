@@ -1,0 +1,206 @@
+//! `require` stays inside the requirer's project root (the main script's folder, or the nearest
+//! folder above it with a `.luaurc`): `../`, an alias and a symbolic link out are refused before
+//! the file is read, on the engine VM and on workers alike.
+
+use std::os::unix::fs::symlink;
+use std::path::Path;
+
+use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+
+use crate::support::{assert_contains, Tree};
+
+/// `top/proj` is the project (it has a `.luaurc` aliasing `@up` to `..`); `top/secret.luau` and
+/// `top/bad.luau` (which does not compile, and quotes a secret) lie outside it.
+fn tree() -> Tree {
+    let tree = Tree::new(&[
+        ("secret.luau", "return 'SECRET'\n"),
+        ("bad.luau", "local SECRET-LINE = 1\n"),
+        ("proj/.luaurc", r#"{ "aliases": { "up": ".." } }"#),
+        ("proj/lib/util.luau", "return { v = 'util' }\n"),
+        (
+            "proj/lib/job.luau",
+            r#"
+            return {
+                inside = function() return require("./util").v end,
+                outside = function() return require("../../secret") end,
+            }
+            "#,
+        ),
+        (
+            "proj/lib/reach.luau",
+            "local ok, err = pcall(function() return require('../../secret') end)\nreturn { ok = ok, err = tostring(err) }\n",
+        ),
+        (
+            "proj/main.luau",
+            r#"
+            local function try(spec)
+                -- Called from this file (`pcall(require, ...)` would resolve from the plan's
+                -- root: issue 12 class 6, not this test's subject).
+                local ok, err = pcall(function() return require(spec) end)
+                return if ok then "loaded" else string.match(tostring(err), "^[^\n]*")
+            end
+            out = {
+                util = require("./lib/util").v,
+                up = try("../secret"),
+                link = try("./link/secret"),
+                alias = try("@up/secret"),
+                bad = try("../bad"),
+                nested = require("./lib/reach").err,
+                -- Whether a file exists out there is not told.
+                missing = try("../nothing/here"),
+            }
+            "#,
+        ),
+    ]);
+    symlink("..", tree.path().join("proj/link")).unwrap();
+    tree
+}
+
+fn refusal(spec: &str, caller: &Path, module: &str, tree: &Tree) -> String {
+    format!(
+        "module '{spec}' from {} is {}, outside the project root {}: modules are required only \
+         from below it (the main script's folder, or the nearest folder above it with a .luaurc)",
+        caller.display(),
+        tree.path().join(module).display(),
+        tree.path().join("proj").display()
+    )
+}
+
+fn field(m: &Message, name: &str) -> String {
+    crate::support::text(crate::support::field(m, name))
+}
+
+#[test]
+fn a_main_script_requires_only_below_its_project_root() {
+    let tree = tree();
+    let pool = Pool::new(1);
+    // The plan's root is wider than the project: it does not widen what a file may require.
+    let domain = ScriptDomain::new(
+        &pool,
+        DomainSpec::new("mods").plan(Plan::new().root(tree.path())),
+    )
+    .unwrap();
+    let main = tree.path().join("proj/main.luau");
+    domain.run_file(&main, &[]).unwrap();
+    domain.run_until_idle().unwrap();
+    let out = domain.eval("return out").unwrap();
+    assert_eq!(field(&out, "util"), "util");
+    for (key, spec) in [
+        ("up", "../secret"),
+        ("link", "./link/secret"),
+        ("alias", "@up/secret"),
+    ] {
+        assert_contains(
+            &field(&out, key),
+            &refusal(spec, &main, "secret.luau", &tree),
+        );
+    }
+    // Refused before it is compiled: the syntax error that would quote it never happens.
+    let bad = field(&out, "bad");
+    assert_contains(&bad, &refusal("../bad", &main, "bad.luau", &tree));
+    assert!(!bad.contains("SECRET-LINE"), "{bad}");
+    assert_contains(
+        &field(&out, "missing"),
+        &format!(
+            "module '../nothing/here' from {} leads outside the project root {}: modules are \
+             required only from below it (the main script's folder, or the nearest folder above \
+             it with a .luaurc)",
+            main.display(),
+            tree.path().join("proj").display()
+        ),
+    );
+    // A module keeps its requirer's project root.
+    assert_contains(
+        &field(&out, "nested"),
+        &refusal(
+            "../../secret",
+            &tree.path().join("proj/lib/reach.luau"),
+            "secret.luau",
+            &tree,
+        ),
+    );
+}
+
+#[test]
+fn a_job_on_a_worker_requires_under_the_project_root_it_was_dispatched_under() {
+    let tree = tree();
+    let pool = Pool::new(2);
+    let domain = ScriptDomain::new(
+        &pool,
+        DomainSpec::new("mods").plan(Plan::new().root(tree.path().join("proj"))),
+    )
+    .unwrap();
+    assert_eq!(
+        domain
+            .dispatch("./lib/job", "inside", Message::Nil)
+            .unwrap()
+            .wait()
+            .unwrap(),
+        Message::String("util".into())
+    );
+    let err = domain
+        .dispatch("./lib/job", "outside", Message::Nil)
+        .unwrap()
+        .wait()
+        .unwrap_err()
+        .to_string();
+    assert_contains(
+        &err,
+        &refusal(
+            "../../secret",
+            &tree.path().join("proj/lib/job.luau"),
+            "secret.luau",
+            &tree,
+        ),
+    );
+    // Host code requires from the plan's root, under that folder's project root.
+    let err = domain
+        .eval("return require('../secret')")
+        .unwrap_err()
+        .to_string();
+    assert_contains(
+        &err,
+        &refusal("../secret", &tree.path().join("proj"), "secret.luau", &tree),
+    );
+    // The pool serves on.
+    assert_eq!(
+        domain.eval("return require('./lib/util').v").unwrap(),
+        Message::String("util".into())
+    );
+}
+
+#[test]
+fn the_nearest_luaurc_above_the_main_script_widens_its_project_root() {
+    let tree = Tree::new(&[
+        ("wide/.luaurc", "{}"),
+        ("wide/shared/m.luau", "return 'shared'\n"),
+        (
+            "wide/app/main.luau",
+            "out = require('../shared/m')\nlocal ok, err = pcall(function() return require('../../outside') end)\nrefused = tostring(err)\n",
+        ),
+        ("outside.luau", "return 'outside'\n"),
+    ]);
+    let pool = Pool::new(1);
+    let domain = ScriptDomain::new(
+        &pool,
+        DomainSpec::new("mods").plan(Plan::new().root(tree.path())),
+    )
+    .unwrap();
+    let main = tree.path().join("wide/app/main.luau");
+    domain.run_file(&main, &[]).unwrap();
+    domain.run_until_idle().unwrap();
+    assert_eq!(
+        domain.eval("return out").unwrap(),
+        Message::String("shared".into())
+    );
+    let refused = crate::support::text(&domain.eval("return refused").unwrap());
+    assert_contains(
+        &refused,
+        &format!(
+            "module '../../outside' from {} is {}, outside the project root {}",
+            main.display(),
+            tree.path().join("outside.luau").display(),
+            tree.path().join("wide").display()
+        ),
+    );
+}
