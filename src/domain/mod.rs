@@ -45,6 +45,7 @@ mod owned;
 pub(crate) mod profile;
 mod reload;
 mod scheduler;
+mod script_file;
 mod services;
 mod stats;
 #[cfg(feature = "tracing")]
@@ -67,6 +68,7 @@ pub use owned::{ResourceId, ResourceOwner};
 pub(crate) use profile::Profile;
 pub use profile::{ProfileEvent, ProfileKind, ProfileSink, ProfileThread};
 pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
+pub use script_file::MAX_SCRIPT_BYTES;
 pub use services::FrameReport;
 use services::{EngineServices, Service};
 pub use stats::DomainStats;
@@ -624,15 +626,20 @@ impl ScriptDomain {
     /// Errors it raises later are answered by [`run_until_idle`](Self::run_until_idle).
     ///
     /// # Errors
-    /// [`Error::Io`] when the file can't be read, [`Error::Script`] when it does not compile.
+    /// [`Error::Io`] naming the path when the file can't be read, is not a regular file or is
+    /// longer than [`MAX_SCRIPT_BYTES`]; [`Error::Script`] when it does not compile.
     pub fn run_file(&self, path: impl AsRef<Path>, args: &[String]) -> Result<()> {
-        let path = std::fs::canonicalize(path.as_ref()).map_err(|e| {
-            Error::Io(std::io::Error::new(
-                e.kind(),
-                format!("{}: {e}", path.as_ref().display()),
-            ))
-        })?;
-        let source = std::fs::read(&path)?;
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.run_file_bytes(path, &args)
+    }
+
+    /// As [`run_file`](Self::run_file), with arguments as bytes: Luau strings are bytes, so an
+    /// argument need not be UTF-8 (a file name from the command line, say).
+    ///
+    /// # Errors
+    /// As [`run_file`](Self::run_file).
+    pub fn run_file_bytes(&self, path: impl AsRef<Path>, args: &[&[u8]]) -> Result<()> {
+        let (path, source) = script_file::read(path.as_ref())?;
         let name = format!("@{}", path.display());
         let args: Vec<Value> = args
             .iter()
