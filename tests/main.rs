@@ -26,6 +26,7 @@ mod profile;
 mod registered;
 mod reload;
 mod runner;
+mod runner_io;
 mod services;
 mod shared_queues;
 mod shared_stress;
