@@ -347,3 +347,69 @@ fn a_main_script_error_is_reported_once() {
     assert_eq!(count(&stderr, "main broke"), 1, "{stderr}");
     assert_contains(&stderr, "main.luau:2: main broke");
 }
+
+/// A module whose `boom` always fails, and a main script `main` beside it.
+fn with_failing_job(main: &str) -> Tree {
+    Tree::new(&[
+        ("main.luau", main),
+        (
+            "m.luau",
+            "return { boom = function() error('job boom') end }\n",
+        ),
+    ])
+}
+
+#[test]
+fn a_failing_job_nobody_awaits_exits_one_reported_once() {
+    let tree = with_failing_job(
+        "jobs.dispatch('./m', 'boom', nil, { name = 'lonely' })\nprint('main done')\n",
+    );
+    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stdout, "main done\n");
+    let said = format!(
+        "skein: jobs.dispatch promise nobody awaited: job 'lonely' failed: {}/m.luau:1: job boom\n",
+        tree.path().display()
+    );
+    assert_contains(&stderr, &said);
+    assert_eq!(count(&stderr, "job boom"), 1, "{stderr}");
+}
+
+#[test]
+fn a_failing_job_the_script_awaits_or_inspects_is_handled() {
+    let tree = with_failing_job(
+        "local now = jobs.dispatch('./m', 'boom')\n\
+         print((pcall(now.await, now)))\n\
+         local later = jobs.dispatch('./m', 'boom')\n\
+         local looked = jobs.dispatch('./m', 'boom')\n\
+         task.wait(0.2)\n\
+         print((pcall(later.await, later)), looked:status())\n",
+    );
+    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "false\nfalse\trejected\n");
+    assert_eq!(stderr, "");
+}
+
+#[test]
+fn unhandled_rejections_are_reported_in_full_up_to_the_bound_then_counted() {
+    let kept = skein::UNAWAITED_KEPT;
+    for (n, more) in [(kept, None), (kept + 1, Some(1))] {
+        let tree = with_failing_job(&format!(
+            "for i = 1, {n} do jobs.dispatch('./m', 'boom', nil, {{ name = `j{{i}}` }}) end\n"
+        ));
+        let (code, _, stderr) = skein_in(&tree.path(), &["run", "main.luau", "--workers", "2"]);
+        assert_eq!(code, 1, "{stderr}");
+        assert_eq!(
+            count(
+                &stderr,
+                "skein: jobs.dispatch promise nobody awaited: job 'j"
+            ),
+            kept,
+            "{n} rejections"
+        );
+        let summary = "skein: promises nobody awaited: 1 more rejected promises nobody awaited \
+                       (the first 64 are reported in full)\n";
+        assert_eq!(stderr.contains(summary), more.is_some(), "{n}: {stderr}");
+    }
+}

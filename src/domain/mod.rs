@@ -24,7 +24,7 @@ use crate::jobs::{
 };
 use crate::shared::SharedStore;
 use crate::value::Message;
-use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
+use crate::vm::{self, Owner, Plan, TaskFailure, Vm, UNAWAITED_KEPT};
 
 pub(crate) mod actor;
 pub(crate) mod capability;
@@ -1350,9 +1350,34 @@ impl ScriptDomain {
                 checked = Instant::now();
             }
         }
+        self.report_unhandled_rejections();
         match self.failures.borrow_mut().drain(..).next() {
             Some(text) => Err(Error::Script(text)),
             None => Ok(()),
+        }
+    }
+
+    /// Reports the engine VM's promises that were rejected with no code observing them: at the
+    /// end of a run no task is left that could still await them, so each is a failure nobody
+    /// handled (a `jobs.dispatch` whose promise was dropped, say).
+    fn report_unhandled_rejections(&self) {
+        let unhandled = self.vm.core.promises.borrow_mut().take_unhandled();
+        let mut reports = self.reports.borrow_mut();
+        for (what, failure) in unhandled.kept {
+            reports.push(Report {
+                source: format!("{what} promise nobody awaited"),
+                message: failure.to_string(),
+            });
+        }
+        if unhandled.past_bound > 0 {
+            reports.push(Report {
+                source: "promises nobody awaited".to_owned(),
+                message: format!(
+                    "{} more rejected promises nobody awaited (the first {UNAWAITED_KEPT} are \
+                     reported in full)",
+                    unhandled.past_bound
+                ),
+            });
         }
     }
 
