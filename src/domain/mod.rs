@@ -636,6 +636,19 @@ impl ScriptDomain {
     /// As [`run_file`](Self::run_file), with arguments as bytes: Luau strings are bytes, so an
     /// argument need not be UTF-8 (a file name from the command line, say).
     ///
+    /// ```
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("main.luau");
+    /// std::fs::write(&path, "local name = ...\nassert(#name == 4 and string.byte(name, 4) == 0xE9)")?;
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// domain.run_file_bytes(&path, &[b"caf\xE9"])?; // Latin-1, not UTF-8
+    /// domain.run_until_idle()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`run_file`](Self::run_file).
     pub fn run_file_bytes(&self, path: impl AsRef<Path>, args: &[&[u8]]) -> Result<()> {

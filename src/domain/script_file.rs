@@ -18,6 +18,22 @@ use crate::error::{Error, Result};
 /// Hand-written Luau is measured in kilobytes and generated code (a bundled program, a data
 /// table) in a few megabytes; a script past 16 MiB is almost surely the wrong file, and the
 /// compiler would hold several times its size while it works.
+///
+/// A file past it, or one that is not a regular file, is refused naming the path:
+///
+/// ```
+/// use skein::{DomainSpec, Pool, ScriptDomain};
+///
+/// let dir = tempfile::tempdir()?;
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+/// let refused = domain.run_file(dir.path(), &[]).unwrap_err();
+/// assert_eq!(
+///     refused.to_string(),
+///     format!("cannot read the script {}: it is a directory, not a file", dir.path().display())
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub const MAX_SCRIPT_BYTES: u64 = 16 * 1024 * 1024;
 
 /// The canonical path of the script at `path` and its bytes.

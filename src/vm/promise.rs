@@ -148,6 +148,25 @@ struct Slot {
 /// The most unhandled rejections a VM keeps the failure of, to report; past it they are
 /// only counted. Keeps a script that dispatches failing work and never awaits it from growing
 /// the host's memory without bound.
+///
+/// [`ScriptDomain::run_until_idle`](crate::ScriptDomain::run_until_idle) reports each at its
+/// end, when no task is left that could still await it:
+///
+/// ```
+/// use skein::{DomainSpec, Plan, Pool, ScriptDomain};
+///
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("m.luau"), "return { boom = function() error('no') end }")?;
+/// let pool = Pool::new(1);
+/// let spec = DomainSpec::new("main").plan(Plan::new().root(dir.path()));
+/// let domain = ScriptDomain::new(&pool, spec)?;
+/// domain.exec(r#"jobs.dispatch("./m", "boom", nil, { name = "dropped" })"#)?;
+/// domain.run_until_idle()?;
+/// let reports = domain.take_reports();
+/// assert_eq!(reports[0].source, "jobs.dispatch promise nobody awaited");
+/// assert!(reports[0].message.starts_with("job 'dropped' failed: "));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub const UNAWAITED_KEPT: usize = 64;
 
 /// A rejected promise that had no waiter when it settled: unhandled unless code observes it
