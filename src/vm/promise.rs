@@ -65,9 +65,8 @@ pub(crate) struct PromiseCell {
     /// What the promise stands for, for error messages: `jobs.dispatch promise`.
     pub(crate) what: &'static str,
     /// Whether code has awaited the promise or seen it rejected: a rejection nobody observed
-    /// is a failure nobody handled. Shared with the record [`Promises`] keeps of such a
-    /// rejection, which outlives the handle a script dropped.
-    observed: Rc<Cell<bool>>,
+    /// is a failure nobody handled.
+    observed: Cell<bool>,
 }
 
 impl PromiseCell {
@@ -170,11 +169,10 @@ struct Slot {
 pub const UNAWAITED_KEPT: usize = 64;
 
 /// A rejected promise that had no waiter when it settled: unhandled unless code observes it
-/// while its handle lives.
+/// while its handle lives. Held strongly, so a handle the script dropped is seen as the last
+/// holder going, without a flag allocated beside every promise.
 struct Unawaited {
-    observed: Rc<Cell<bool>>,
-    cell: std::rc::Weak<PromiseCell>,
-    what: &'static str,
+    cell: Rc<PromiseCell>,
     failure: Arc<super::JobFailure>,
 }
 
@@ -189,7 +187,7 @@ pub(crate) struct Unhandled {
 impl Unhandled {
     fn add(&mut self, entry: Unawaited) {
         if self.kept.len() < UNAWAITED_KEPT {
-            self.kept.push((entry.what, entry.failure));
+            self.kept.push((entry.cell.what, entry.failure));
         } else {
             self.past_bound += 1;
         }
@@ -234,7 +232,7 @@ impl Promises {
             canceller: RefCell::new(None),
             key: RefCell::new(None),
             what,
-            observed: Rc::new(Cell::new(false)),
+            observed: Cell::new(false),
         });
         slot.cell = Some(cell.clone());
         self.pending += 1;
@@ -281,9 +279,7 @@ impl Promises {
             self.sweep_at = 2 * self.unawaited.len();
         }
         self.unawaited.push(Unawaited {
-            observed: cell.observed.clone(),
-            cell: Rc::downgrade(cell),
-            what: cell.what,
+            cell: cell.clone(),
             failure,
         });
     }
@@ -292,10 +288,11 @@ impl Promises {
     /// as unhandled: no code can observe them any more.
     fn sweep_unawaited(&mut self) {
         for entry in std::mem::take(&mut self.unawaited) {
-            if entry.observed.get() {
+            if entry.cell.observed.get() {
                 continue;
             }
-            if entry.cell.strong_count() == 0 {
+            // Only this record holds it: its handle is gone, so no code can observe it now.
+            if Rc::strong_count(&entry.cell) == 1 {
                 self.unhandled.add(entry);
             } else {
                 self.unawaited.push(entry);
