@@ -413,3 +413,38 @@ fn unhandled_rejections_are_reported_in_full_up_to_the_bound_then_counted() {
         assert_eq!(stderr.contains(summary), more.is_some(), "{n}: {stderr}");
     }
 }
+
+#[test]
+fn lines_printed_by_jobs_at_once_never_interleave() {
+    // Several arguments per line: Luau's own print wrote each piece on its own, so two threads
+    // could mix pieces of their lines.
+    let tree = Tree::new(&[
+        (
+            "main.luau",
+            "local a = jobs.dispatch('./p', 'lines', 'a')\n\
+             local b = jobs.dispatch('./p', 'lines', 'b')\n\
+             a:await() b:await()\n",
+        ),
+        (
+            "p.luau",
+            "return { lines = function(who)\n\
+               for i = 1, 2000 do print(who, i, string.rep(who, 200)) end\n\
+             end }\n",
+        ),
+    ]);
+    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau", "--workers", "2"]);
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4000);
+    for who in ["a", "b"] {
+        let mine: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with(&format!("{who}\t")))
+            .collect();
+        let want: Vec<String> = (1..=2000)
+            .map(|i| format!("{who}\t{i}\t{}", who.repeat(200)))
+            .collect();
+        assert_eq!(mine, want, "{who}'s lines, whole and in order");
+    }
+}
