@@ -68,7 +68,9 @@ pub use value::{
     DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,
     TransferErrorKind,
 };
-pub use vm::{FailureKind, JobFailure, Plan, DEFAULT_MEMORY_LIMIT, MAX_SOURCE_BYTES};
+pub use vm::{
+    FailureKind, JobFailure, Plan, DEFAULT_MEMORY_LIMIT, MAX_SOURCE_BYTES, UNAWAITED_KEPT,
+};
 
 /// Re-exported so hosts use the same mlua as Skein.
 pub use mlua;

@@ -435,5 +435,8 @@ fn the_runner_grants_file_access_only_through_its_flags() {
     // --allow takes a checked name.
     let (code, _, stderr) = skein_in(&cwd, &["run", "--allow", "Bad", "copy.luau"]);
     assert_eq!(code, 2);
-    assert_contains(&stderr, "--allow: invalid capability name 'Bad'");
+    assert_contains(
+        &stderr,
+        "error: invalid value 'Bad' for '--allow <NAME>': invalid capability name 'Bad'",
+    );
 }

@@ -29,6 +29,7 @@ mod registered;
 mod reload;
 mod require_confinement;
 mod runner;
+mod runner_io;
 mod services;
 mod shared_queues;
 mod shared_stress;

@@ -23,30 +23,81 @@ fn the_primes_example_runs_and_agrees_with_one_thread() {
 fn help_is_clear_and_exits_zero() {
     let (code, stdout, _) = skein(&["--help"]);
     assert_eq!(code, 0);
-    assert_contains(&stdout, "skein run FILE [--workers N] [-- ARGS...]");
+    assert_contains(&stdout, "Usage: skein [COMMAND]");
+    assert_contains(
+        &stdout,
+        "  run   Run the Luau script FILE on the engine thread, with a pool of worker threads \
+         behind jobs.dispatch",
+    );
+    assert_contains(&stdout, "EXIT CODES:");
+    let (code, stdout, _) = skein(&["run", "--help"]);
+    assert_eq!(code, 0);
+    assert_contains(&stdout, "Usage: skein run [OPTIONS] <FILE> [-- <ARGS>...]");
+    assert_contains(
+        &stdout,
+        "Number of worker threads, 1 to 1024 [default: the number of available cores]",
+    );
+    assert_contains(&stdout, "FILE must be a regular file of at most 16 MiB;");
+    assert_eq!(
+        skein::MAX_SOURCE_BYTES,
+        16 * 1024 * 1024,
+        "the help says 16 MiB"
+    );
+    assert_contains(
+        &stdout,
+        "runner.args    The script arguments, a list of strings.",
+    );
+    // No command at all is a question, not a mistake.
     let (code, stdout, _) = skein(&[]);
     assert_eq!(code, 0);
-    assert_contains(&stdout, "USAGE");
+    assert_contains(&stdout, "Usage: skein [COMMAND]");
+    let (code, stdout, _) = skein(&["--version"]);
+    assert_eq!(code, 0);
+    assert_eq!(stdout, format!("skein {}\n", env!("CARGO_PKG_VERSION")));
 }
 
 #[test]
 fn bad_arguments_exit_two_with_a_reason() {
     let (code, _, stderr) = skein(&["run"]);
     assert_eq!(code, 2);
-    assert_contains(&stderr, "run needs a FILE");
-    let (code, _, stderr) = skein(&["run", "x.luau", "--workers", "0"]);
-    assert_eq!(code, 2);
-    assert_contains(&stderr, "--workers needs a whole number of at least 1");
+    assert_contains(
+        &stderr,
+        "error: the following required arguments were not provided:\n  <FILE>",
+    );
     let (code, _, stderr) = skein(&["frobnicate"]);
     assert_eq!(code, 2);
-    assert_contains(&stderr, "unknown command 'frobnicate'");
+    assert_contains(&stderr, "error: unrecognized subcommand 'frobnicate'");
+    let (code, _, stderr) = skein(&["run", "x.luau", "--frob"]);
+    assert_eq!(code, 2);
+    assert_contains(&stderr, "error: unexpected argument '--frob' found");
+    // A second FILE is a script argument that forgot its `--`.
+    let (code, _, stderr) = skein(&["run", "x.luau", "extra"]);
+    assert_eq!(code, 2);
+    assert_contains(&stderr, "error: unexpected argument 'extra' found");
+    let (code, _, stderr) = skein(&["run", "x.luau", "--workers"]);
+    assert_eq!(code, 2);
+    assert_contains(
+        &stderr,
+        "error: a value is required for '--workers <N>' but none was supplied",
+    );
+    let (code, _, stderr) = skein(&["run", "x.luau", "--allow", "Not A Name"]);
+    assert_eq!(code, 2);
+    assert_contains(
+        &stderr,
+        "error: invalid value 'Not A Name' for '--allow <NAME>': invalid capability name \
+         'Not A Name': each dotted segment must be a lowercase letter followed by lowercase \
+         letters, digits or '_'",
+    );
 }
 
 #[test]
 fn a_missing_file_exits_one_naming_it() {
     let (code, _, stderr) = skein(&["run", "no/such/script.luau"]);
     assert_eq!(code, 1);
-    assert_contains(&stderr, "no/such/script.luau");
+    assert_eq!(
+        stderr,
+        "skein: cannot read the script no/such/script.luau: No such file or directory (os error 2)\n"
+    );
 }
 
 #[test]

@@ -1,203 +1,230 @@
 //! `skein`: run a Luau script with a pool of workers behind `jobs.dispatch`.
+//!
+//! The runner is thin: it parses the command line (`clap`, from `OsString`, so no argument can
+//! make it panic), writes `print` output line by line, and reports what the library answers.
+//! Exit codes: 0 when the run succeeded, 1 when the script, a task or a job failed (or the
+//! script file could not be read), 2 for a usage error.
 
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use skein::{
-    CapabilityId, CapabilitySet, ChromeTrace, DomainSpec, Grant, Pool, RootAuthority, ScriptDomain,
+    CapabilityId, CapabilitySet, ChromeTrace, DomainSpec, Grant, Plan, Pool, RootAuthority,
+    ScriptDomain, MAX_SOURCE_BYTES,
 };
 
 // The runner's own modules sit in `src/bin/skein/`, so Cargo does not take them for binaries.
+#[path = "skein/print.rs"]
+mod print;
 #[path = "skein/runner_global.rs"]
 mod runner_global;
+#[path = "skein/script_args.rs"]
+mod script_args;
 
-const HELP: &str = "\
-skein: run Luau in parallel
+/// The most worker threads `--workers` accepts.
+///
+/// Luau work is CPU-bound, so threads past the machine's cores add no speed, only memory: each
+/// worker builds its own VM for every domain it serves (up to the 512 MiB VM limit each) and a
+/// thread stack. 1024 covers the largest machines Skein is likely to meet (two sockets of 192
+/// cores with SMT is 768) while refusing, at parse time, the typo that would start 100,000
+/// threads.
+const MAX_WORKERS: u16 = 1024;
 
-USAGE:
-    skein run FILE [--workers N] [-- ARGS...]
-    skein run --trace OUT.json FILE ...
-    skein run [--allow-read PATH]... [--allow-write PATH]... [--allow NAME]... FILE ...
-    skein --help | --version
+const AFTER_HELP: &str = "\
+EXIT CODES:
+    0  the script and every job and task it started settled without error
+    1  the script failed, or a job, task or coroutine failed with no one handling it (each is
+       reported once on stderr), or the script file could not be read
+    2  a usage error (the message says which argument)
 
-COMMANDS:
-    run FILE        Run the Luau script FILE on the engine thread, with a pool of worker
-                    threads behind jobs.dispatch. Skein pumps until the script and every job
-                    and task it started have settled, then exits 0. A script error prints the
-                    error and its Luau stack on stderr and exits 1.
+Run `skein run --help` for the options of `run`.";
 
-OPTIONS:
-    --workers N     Number of worker threads (default: the number of available cores).
-    --trace OUT.json
-                    Write a Chrome trace-event timeline of the run to OUT.json when it ends
-                    (also when the script fails): every job on the worker thread that ran
-                    it, and the engine thread's work. Open it in ui.perfetto.dev.
-    --allow-read PATH
-                    Grant filesystem.read below the directory PATH (`@skein/fs` readFile, list).
-    --allow-write PATH
-                    Grant filesystem.write below the directory PATH (`@skein/fs` writeFile).
-    --allow NAME    Grant the capability NAME (dotted lowercase, e.g. worker.spawn).
-                    Without these flags the script holds no capability: deny by default.
-    -h, --help      Print this help.
-    -V, --version   Print the version.
-
-ARGS after `--` reach the script as `...` (strings), and as the list `runner.args`.
+/// The end of `skein run --help`: what the script sees, and what FILE may be.
+fn run_after_help() -> String {
+    format!(
+        "\
+ARGS after `--` reach the script as `...` and as the list `runner.args`: Luau strings are
+bytes, so each arrives as the bytes given, UTF-8 or not.
 
 THE `runner` GLOBAL (the script's own VM only, not jobs):
-    runner.args                    The script arguments, a list of strings.
+    runner.args    The script arguments, a list of strings.
 
 `require(\"@skein/fs\")` (readFile, writeFile, list) works in every VM, within what the
 --allow-read / --allow-write flags grant; without them each call is denied.
 
+`print` writes each line to stdout with one write as it is called, so a line printed is kept
+even if the run is then killed.
+
+FILE must be a regular file of at most {} MiB; a directory, device, FIFO or larger file is
+refused naming the path, with exit code 1. Its bytes are Luau source: they need not be UTF-8.
+
 EXAMPLES:
     skein run --allow-write . examples/mandelbrot.luau   writes mandelbrot.png
-    skein run examples/primes.luau --workers 2
-";
+    skein run examples/primes.luau --workers 2 -- 20000",
+        MAX_SOURCE_BYTES >> 20
+    )
+}
 
+/// The help of `--workers`, with its range.
+fn workers_help() -> String {
+    format!("Number of worker threads, 1 to {MAX_WORKERS} [default: the number of available cores]")
+}
+
+/// skein: run Luau in parallel
+#[derive(Parser)]
+#[command(name = "skein", version, after_help = AFTER_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the Luau script FILE on the engine thread, with a pool of worker threads behind
+    /// jobs.dispatch
+    ///
+    /// Skein pumps until the script and every job and task it started have settled. A script
+    /// error prints the error and its Luau stack on stderr and exits 1.
+    #[command(after_help = run_after_help())]
+    Run(RunArgs),
+}
+
+#[derive(Args)]
 struct RunArgs {
-    file: String,
-    workers: Option<usize>,
-    trace: Option<String>,
-    read: Vec<String>,
-    write: Vec<String>,
+    /// The Luau script to run
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+
+    #[arg(long, value_name = "N", help = workers_help(), value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_WORKERS)))]
+    workers: Option<u16>,
+
+    /// Write a Chrome trace-event timeline of the run to OUT.json when it ends (also when the
+    /// script fails): every job on the worker thread that ran it, and the engine thread's work.
+    /// Open it in ui.perfetto.dev
+    #[arg(long, value_name = "OUT.json")]
+    trace: Option<PathBuf>,
+
+    /// Grant filesystem.read below the directory PATH (`@skein/fs` readFile, list)
+    #[arg(long = "allow-read", value_name = "PATH")]
+    read: Vec<PathBuf>,
+
+    /// Grant filesystem.write below the directory PATH (`@skein/fs` writeFile)
+    #[arg(long = "allow-write", value_name = "PATH")]
+    write: Vec<PathBuf>,
+
+    /// Grant the capability NAME (dotted lowercase, e.g. worker.spawn). Without these flags
+    /// the script holds no capability: deny by default
+    #[arg(long, value_name = "NAME", value_parser = capability)]
     allow: Vec<CapabilityId>,
-    script_args: Vec<String>,
+
+    /// Arguments for the script (after `--`)
+    #[arg(last = true, value_name = "ARGS")]
+    script_args: Vec<OsString>,
 }
 
-fn parse(args: &[String]) -> Result<Option<RunArgs>, String> {
-    let mut it = args.iter();
-    match it.next().map(String::as_str) {
-        None | Some("-h") | Some("--help") | Some("help") => return Ok(None),
-        Some("-V") | Some("--version") => {
-            println!("skein {}", env!("CARGO_PKG_VERSION"));
-            std::process::exit(0);
-        }
-        Some("run") => {}
-        Some(other) => return Err(format!("unknown command '{other}' (try `skein --help`)")),
-    }
-    let mut file = None;
-    let mut workers = None;
-    let mut trace = None;
-    let (mut read, mut write, mut allow) = (Vec::new(), Vec::new(), Vec::new());
-    let mut script_args = Vec::new();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--" => {
-                script_args.extend(it.by_ref().cloned());
-            }
-            "-h" | "--help" => return Ok(None),
-            "--workers" => {
-                let n = it
-                    .next()
-                    .ok_or("--workers needs a number")?
-                    .parse::<usize>()
-                    .map_err(|_| "--workers needs a whole number of at least 1".to_owned())?;
-                if n == 0 {
-                    return Err("--workers needs a whole number of at least 1".to_owned());
-                }
-                workers = Some(n);
-            }
-            "--trace" => trace = Some(it.next().ok_or("--trace needs a file PATH")?.clone()),
-            "--allow-read" => read.push(it.next().ok_or("--allow-read needs a PATH")?.clone()),
-            "--allow-write" => write.push(it.next().ok_or("--allow-write needs a PATH")?.clone()),
-            "--allow" => {
-                let name = it.next().ok_or("--allow needs a capability NAME")?;
-                allow.push(CapabilityId::new(name).map_err(|e| format!("--allow: {e}"))?);
-            }
-            flag if flag.starts_with('-') => {
-                return Err(format!("unknown option '{flag}' (try `skein --help`)"))
-            }
-            path if file.is_none() => file = Some(path.to_owned()),
-            extra => {
-                return Err(format!(
-                    "unexpected argument '{extra}': pass script arguments after `--`"
-                ))
-            }
-        }
-    }
-    let file = file.ok_or("run needs a FILE (try `skein --help`)")?;
-    Ok(Some(RunArgs {
-        file,
-        workers,
-        trace,
-        read,
-        write,
-        allow,
-        script_args,
-    }))
+/// `--allow NAME`, checked as the library checks a capability name.
+fn capability(name: &str) -> Result<CapabilityId, String> {
+    CapabilityId::new(name).map_err(|e| e.to_string())
 }
 
-fn run(args: RunArgs) -> Result<(), String> {
+/// Whether the run failed; what to say is already on stderr.
+struct Failed;
+
+fn run(args: RunArgs) -> Result<(), Failed> {
+    let script_args = script_args::bytes(&args.script_args).map_err(|e| fail(&e))?;
     let pool = match args.workers {
-        Some(n) => Pool::new(n),
+        Some(n) => Pool::new(usize::from(n)),
         None => Pool::with_available_parallelism(),
     };
-    let grant = grant(&args).map_err(|e| e.to_string())?;
-    let mut spec = DomainSpec::new("main").grant(grant);
+    let grant = grant(&args).map_err(|e| fail(&e))?;
+    let plan = Plan::new().setup(print::install);
+    let mut spec = DomainSpec::new("main").plan(plan).grant(grant);
     let trace = args.trace.as_ref().map(|_| Arc::new(ChromeTrace::new()));
     if let Some(trace) = &trace {
         spec = spec.profile(trace.clone());
     }
-    let result = run_script(&pool, spec, &args);
+    let result = run_script(&pool, spec, &args, &script_args);
     // Written after the domain has stopped (its stop is on the timeline), and whether or not
     // the script failed: a failing run is the one a timeline helps most with.
     if let (Some(trace), Some(path)) = (trace, &args.trace) {
         if let Err(e) = trace.write_to(path) {
-            let written = format!("could not write the trace {path}: {e}");
-            return Err(match result {
-                Ok(()) => written,
-                Err(run) => format!("{run}\nskein: {written}"),
-            });
+            return Err(fail(&format!(
+                "could not write the trace {}: {e}",
+                path.display()
+            )));
         }
     }
     result
 }
 
+/// Says `message` on stderr as the runner's.
+fn fail(message: &dyn std::fmt::Display) -> Failed {
+    eprintln!("skein: {message}");
+    Failed
+}
+
 /// Runs the script in a domain made from `spec` until it and its work are done; the domain
-/// stops when this returns.
-fn run_script(pool: &Pool, spec: DomainSpec, args: &RunArgs) -> Result<(), String> {
-    let domain = ScriptDomain::new(pool, spec).map_err(|e| e.to_string())?;
-    runner_global::install(domain.lua(), &args.script_args).map_err(|e| e.to_string())?;
+/// stops when this returns. Every failure no code handled is said once on stderr, and any of
+/// them fails the run; capability denials are said too, but a script that caught one (with
+/// `pcall`) has handled it.
+fn run_script(
+    pool: &Pool,
+    spec: DomainSpec,
+    args: &RunArgs,
+    script_args: &[&[u8]],
+) -> Result<(), Failed> {
+    let domain = ScriptDomain::new(pool, spec).map_err(|e| fail(&e))?;
+    runner_global::install(domain.lua(), script_args).map_err(|e| fail(&e))?;
     domain
-        .run_file(&args.file, &args.script_args)
-        .map_err(|e| e.to_string())?;
-    let result = domain.run_until_idle();
+        .run_file_bytes(&args.file, script_args)
+        .map_err(|e| fail(&e))?;
+    let result = domain.run_until_idle().map_err(|e| fail(&e));
+    let mut unhandled = false;
     for report in domain.take_reports() {
         eprintln!("skein: {}: {}", report.source, report.message);
+        unhandled |= report.source != "capability";
     }
-    result.map_err(|e| e.to_string())
+    match result {
+        Ok(()) if unhandled => Err(Failed),
+        other => other,
+    }
 }
 
 /// The grant the flags ask for: named capabilities, and file access below the given roots.
-fn grant(args: &RunArgs) -> std::io::Result<Grant> {
+fn grant(args: &RunArgs) -> Result<Grant, String> {
     let mut grant =
         RootAuthority::new().grant(CapabilitySet::from_iter(args.allow.iter().cloned()));
     for dir in &args.read {
-        grant = grant.read_root(dir)?;
+        grant = grant
+            .read_root(dir)
+            .map_err(|e| format!("--allow-read: {e}"))?;
     }
     for dir in &args.write {
-        grant = grant.write_root(dir)?;
+        grant = grant
+            .write_root(dir)
+            .map_err(|e| format!("--allow-write: {e}"))?;
     }
     Ok(grant)
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    match parse(&argv) {
-        Ok(None) => {
-            print!("{HELP}");
+    // Parsed from `OsString`: an argument that is not UTF-8 is a usage error clap names (or,
+    // for FILE and script arguments, simply bytes), never a panic.
+    let cli = Cli::parse_from(std::env::args_os());
+    let code = match cli.command {
+        None => {
+            let _ = Cli::command().print_help();
             ExitCode::SUCCESS
         }
-        Ok(Some(args)) => match run(args) {
+        Some(Command::Run(args)) => match run(args) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("skein: {e}");
-                ExitCode::FAILURE
-            }
+            Err(Failed) => ExitCode::FAILURE,
         },
-        Err(e) => {
-            eprintln!("skein: {e}");
-            ExitCode::from(2)
-        }
-    }
+    };
+    let _ = std::io::stdout().flush();
+    code
 }

@@ -24,7 +24,7 @@ use crate::jobs::{
 };
 use crate::shared::SharedStore;
 use crate::value::Message;
-use crate::vm::{self, Owner, Plan, TaskFailure, Vm};
+use crate::vm::{self, Owner, Plan, TaskFailure, Vm, UNAWAITED_KEPT};
 
 pub(crate) mod actor;
 pub(crate) mod capability;
@@ -45,6 +45,7 @@ mod owned;
 pub(crate) mod profile;
 mod reload;
 mod scheduler;
+mod script_file;
 mod services;
 mod stats;
 #[cfg(feature = "tracing")]
@@ -67,6 +68,7 @@ pub use owned::{ResourceId, ResourceOwner};
 pub(crate) use profile::Profile;
 pub use profile::{ProfileEvent, ProfileKind, ProfileSink, ProfileThread};
 pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
+
 pub use services::FrameReport;
 use services::{EngineServices, Service};
 pub use stats::DomainStats;
@@ -624,15 +626,34 @@ impl ScriptDomain {
     /// Errors it raises later are answered by [`run_until_idle`](Self::run_until_idle).
     ///
     /// # Errors
-    /// [`Error::Io`] when the file can't be read, [`Error::Script`] when it does not compile.
+    /// [`Error::Io`] naming the path when the file can't be read, is not a regular file or is
+    /// longer than [`MAX_SOURCE_BYTES`](crate::MAX_SOURCE_BYTES); [`Error::Script`] when it
+    /// does not compile.
     pub fn run_file(&self, path: impl AsRef<Path>, args: &[String]) -> Result<()> {
-        let path = std::fs::canonicalize(path.as_ref()).map_err(|e| {
-            Error::Io(std::io::Error::new(
-                e.kind(),
-                format!("{}: {e}", path.as_ref().display()),
-            ))
-        })?;
-        let source = vm::source::read_file(&path)?;
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.run_file_bytes(path, &args)
+    }
+
+    /// As [`run_file`](Self::run_file), with arguments as bytes: Luau strings are bytes, so an
+    /// argument need not be UTF-8 (a file name from the command line, say).
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("main.luau");
+    /// std::fs::write(&path, "local name = ...\nassert(#name == 4 and string.byte(name, 4) == 0xE9)")?;
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// domain.run_file_bytes(&path, &[b"caf\xE9"])?; // Latin-1, not UTF-8
+    /// domain.run_until_idle()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`run_file`](Self::run_file).
+    pub fn run_file_bytes(&self, path: impl AsRef<Path>, args: &[&[u8]]) -> Result<()> {
+        let (path, source) = script_file::read(path.as_ref())?;
         let name = format!("@{}", path.display());
         let args: Vec<Value> = args
             .iter()
@@ -1340,9 +1361,34 @@ impl ScriptDomain {
                 checked = Instant::now();
             }
         }
+        self.report_unhandled_rejections();
         match self.failures.borrow_mut().drain(..).next() {
             Some(text) => Err(Error::Script(text)),
             None => Ok(()),
+        }
+    }
+
+    /// Reports the engine VM's promises that were rejected with no code observing them: at the
+    /// end of a run no task is left that could still await them, so each is a failure nobody
+    /// handled (a `jobs.dispatch` whose promise was dropped, say).
+    fn report_unhandled_rejections(&self) {
+        let unhandled = self.vm.core.promises.borrow_mut().take_unhandled();
+        let mut reports = self.reports.borrow_mut();
+        for (what, failure) in unhandled.kept {
+            reports.push(Report {
+                source: format!("{what} promise nobody awaited"),
+                message: failure.to_string(),
+            });
+        }
+        if unhandled.past_bound > 0 {
+            reports.push(Report {
+                source: "promises nobody awaited".to_owned(),
+                message: format!(
+                    "{} more rejected promises nobody awaited (the first {UNAWAITED_KEPT} are \
+                     reported in full)",
+                    unhandled.past_bound
+                ),
+            });
         }
     }
 

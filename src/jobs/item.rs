@@ -38,11 +38,7 @@ pub const JOB_WEIGHT: usize = 256;
 
 /// Takes `n` bytes of a generation's job budget for a call (its jobs' weight, or its
 /// arguments'), or refuses naming the call and what would have been held.
-pub(crate) fn charge_job(
-    budget: &Arc<ByteBudget>,
-    n: usize,
-    what: &str,
-) -> Result<Charge, String> {
+pub(crate) fn charge_job(budget: &Arc<ByteBudget>, n: usize, what: &str) -> Result<Charge, String> {
     Charge::take(budget, n).map_err(|would| {
         format!(
             "{what}: the domain's jobs would hold {would} bytes of arguments and results, past \

@@ -4,8 +4,9 @@
 //! outcome to the home's inbox as plain data, and the home settles the promise there and queues
 //! the tasks that await it. No promise state is ever shared between threads.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use mlua::{
     AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataFields, UserDataMethods, Value,
@@ -63,6 +64,9 @@ pub(crate) struct PromiseCell {
     key: RefCell<Option<bytes::Bytes>>,
     /// What the promise stands for, for error messages: `jobs.dispatch promise`.
     pub(crate) what: &'static str,
+    /// Whether code has awaited the promise or seen it rejected: a rejection nobody observed
+    /// is a failure nobody handled.
+    observed: Cell<bool>,
 }
 
 impl PromiseCell {
@@ -71,24 +75,32 @@ impl PromiseCell {
         self.id
     }
 
-    /// `"pending" | "resolved" | "rejected" | "cancelled"`.
+    /// `"pending" | "resolved" | "rejected" | "cancelled"`. Answering `"rejected"` counts as
+    /// the rejection being observed.
     pub(crate) fn status(&self) -> &'static str {
         match &*self.state.borrow() {
             State::Pending { .. } => "pending",
-            State::Settled(outcome) => outcome.status(),
+            State::Settled(outcome) => {
+                self.observed.set(true);
+                outcome.status()
+            }
         }
     }
 
-    /// The outcome, once settled.
+    /// The outcome, once settled: whoever asks has observed it.
     pub(crate) fn outcome(&self) -> Option<Rc<Outcome>> {
         match &*self.state.borrow() {
             State::Pending { .. } => None,
-            State::Settled(outcome) => Some(outcome.clone()),
+            State::Settled(outcome) => {
+                self.observed.set(true);
+                Some(outcome.clone())
+            }
         }
     }
 
-    /// Adds a task to wake when the promise settles.
+    /// Adds a task to wake when the promise settles: that task observes the outcome.
     pub(crate) fn add_waiter(&self, task: TaskId) {
+        self.observed.set(true);
         if let State::Pending { waiters } = &mut *self.state.borrow_mut() {
             waiters.push(task);
         }
@@ -132,6 +144,56 @@ struct Slot {
     cell: Option<Rc<PromiseCell>>,
 }
 
+/// The most unhandled rejections a VM keeps the failure of, to report; past it they are
+/// only counted. Keeps a script that dispatches failing work and never awaits it from growing
+/// the host's memory without bound.
+///
+/// [`ScriptDomain::run_until_idle`](crate::ScriptDomain::run_until_idle) reports each at its
+/// end, when no task is left that could still await it:
+///
+/// ```
+/// use skein::{DomainSpec, Plan, Pool, ScriptDomain};
+///
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("m.luau"), "return { boom = function() error('no') end }")?;
+/// let pool = Pool::new(1);
+/// let spec = DomainSpec::new("main").plan(Plan::new().root(dir.path()));
+/// let domain = ScriptDomain::new(&pool, spec)?;
+/// domain.exec(r#"jobs.dispatch("./m", "boom", nil, { name = "dropped" })"#)?;
+/// domain.run_until_idle()?;
+/// let reports = domain.take_reports();
+/// assert_eq!(reports[0].source, "jobs.dispatch promise nobody awaited");
+/// assert!(reports[0].message.starts_with("job 'dropped' failed: "));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub const UNAWAITED_KEPT: usize = 64;
+
+/// A rejected promise that had no waiter when it settled: unhandled unless code observes it
+/// while its handle lives. Held strongly, so a handle the script dropped is seen as the last
+/// holder going, without a flag allocated beside every promise.
+struct Unawaited {
+    cell: Rc<PromiseCell>,
+    failure: Arc<super::JobFailure>,
+}
+
+/// Rejections no code observed: the first [`UNAWAITED_KEPT`], oldest first, as (what the
+/// promise stood for, its failure), and how many more there were.
+#[derive(Default)]
+pub(crate) struct Unhandled {
+    pub(crate) kept: Vec<(&'static str, Arc<super::JobFailure>)>,
+    pub(crate) past_bound: u64,
+}
+
+impl Unhandled {
+    fn add(&mut self, entry: Unawaited) {
+        if self.kept.len() < UNAWAITED_KEPT {
+            self.kept.push((entry.cell.what, entry.failure));
+        } else {
+            self.past_bound += 1;
+        }
+    }
+}
+
 /// The promises of one VM that are still pending.
 ///
 /// A slab, not a map: an id is a slot index (low 32 bits) and the slot's generation (high 32
@@ -142,6 +204,12 @@ pub(crate) struct Promises {
     slots: Vec<Slot>,
     free: Vec<u32>,
     pending: usize,
+    /// Rejections that settled with no waiter and whose handle may still be observed.
+    unawaited: Vec<Unawaited>,
+    /// How long `unawaited` may grow before it is swept again.
+    sweep_at: usize,
+    /// Rejections that settled with no waiter and whose handle died unobserved.
+    unhandled: Unhandled,
 }
 
 impl Promises {
@@ -164,6 +232,7 @@ impl Promises {
             canceller: RefCell::new(None),
             key: RefCell::new(None),
             what,
+            observed: Cell::new(false),
         });
         slot.cell = Some(cell.clone());
         self.pending += 1;
@@ -192,7 +261,56 @@ impl Promises {
         outcome: Outcome,
     ) -> Option<(Vec<TaskId>, Rc<Outcome>)> {
         let cell = self.take(id)?;
-        cell.settle(outcome)
+        let settled = cell.settle(outcome)?;
+        if let (Outcome::Rejected(failure), true) = (&*settled.1, settled.0.is_empty()) {
+            if !cell.observed.get() {
+                self.keep_unawaited(&cell, failure.clone());
+            }
+        }
+        Some(settled)
+    }
+
+    #[cold]
+    fn keep_unawaited(&mut self, cell: &Rc<PromiseCell>, failure: Arc<super::JobFailure>) {
+        if self.unawaited.len() >= self.sweep_at.max(UNAWAITED_KEPT) {
+            self.sweep_unawaited();
+            // Each handle still alive holds memory inside the VM's limit; doubling keeps the
+            // sweeps' cost constant per rejection.
+            self.sweep_at = 2 * self.unawaited.len();
+        }
+        self.unawaited.push(Unawaited {
+            cell: cell.clone(),
+            failure,
+        });
+    }
+
+    /// Drops the rejections code has observed and settles those whose handle died unobserved
+    /// as unhandled: no code can observe them any more.
+    fn sweep_unawaited(&mut self) {
+        for entry in std::mem::take(&mut self.unawaited) {
+            if entry.cell.observed.get() {
+                continue;
+            }
+            // Only this record holds it: its handle is gone, so no code can observe it now.
+            if Rc::strong_count(&entry.cell) == 1 {
+                self.unhandled.add(entry);
+            } else {
+                self.unawaited.push(entry);
+            }
+        }
+    }
+
+    /// Takes the rejections that settled with no waiter and that no code has observed since
+    /// (by awaiting the promise or seeing its status): failures nobody handled. Meant for when
+    /// no task is left that could still observe them.
+    pub(crate) fn take_unhandled(&mut self) -> Unhandled {
+        self.sweep_unawaited();
+        let mut unhandled = std::mem::take(&mut self.unhandled);
+        for entry in std::mem::take(&mut self.unawaited) {
+            unhandled.add(entry);
+        }
+        self.sweep_at = 0;
+        unhandled
     }
 
     /// Cancels a pending promise: it settles as cancelled and its work is told to stop.
@@ -325,5 +443,98 @@ mod tests {
         assert!(promises.settle(cell.id(), resolved(1)).is_none());
         assert_eq!(cell.status(), "cancelled");
         assert_eq!(ran.0.load(Ordering::SeqCst), 1);
+    }
+
+    fn rejected(job: &str) -> Outcome {
+        Outcome::Rejected(Arc::new(super::super::JobFailure {
+            job: job.to_owned(),
+            module: None,
+            entry: None,
+            kind: super::super::FailureKind::Raised,
+            message: "broke".to_owned(),
+            traceback: None,
+        }))
+    }
+
+    fn jobs_of(unhandled: &Unhandled) -> Vec<&str> {
+        unhandled.kept.iter().map(|(_, f)| f.job.as_str()).collect()
+    }
+
+    #[test]
+    fn a_rejection_nobody_observes_is_unhandled_and_one_observed_is_not() {
+        let mut promises = Promises::default();
+        let (dropped, kept, awaited, seen) = (
+            promises.make("test"),
+            promises.make("test"),
+            promises.make("test"),
+            promises.make("test"),
+        );
+        for (cell, job) in [
+            (&dropped, "dropped"),
+            (&kept, "kept"),
+            (&awaited, "awaited"),
+            (&seen, "seen"),
+        ] {
+            assert!(promises.settle(cell.id(), rejected(job)).is_some());
+        }
+        assert_eq!(seen.status(), "rejected");
+        // An await after the settlement reads the outcome (one before it is a waiter, and a
+        // rejection with a waiter is never recorded).
+        assert!(awaited.outcome().is_some());
+        let dropped_id = dropped.id();
+        drop(dropped);
+        // A late reply for a settled promise records nothing more.
+        assert!(promises.settle(dropped_id, rejected("again")).is_none());
+        let unhandled = promises.take_unhandled();
+        assert_eq!(jobs_of(&unhandled), ["dropped", "kept"]);
+        assert_eq!(unhandled.past_bound, 0);
+        // Each is answered once.
+        assert!(promises.take_unhandled().kept.is_empty());
+        // Resolved and cancelled promises are never failures.
+        let ok = promises.make("test");
+        promises.settle(ok.id(), resolved(1));
+        let cancelled = promises.make("test");
+        promises.cancel(&cancelled);
+        assert!(promises.take_unhandled().kept.is_empty());
+    }
+
+    #[test]
+    fn unhandled_rejections_keep_their_failure_up_to_the_bound_and_count_past_it() {
+        for (n, kept, past) in [
+            (UNAWAITED_KEPT, UNAWAITED_KEPT, 0),
+            (UNAWAITED_KEPT + 1, UNAWAITED_KEPT, 1),
+        ] {
+            let mut promises = Promises::default();
+            for i in 0..n {
+                let cell = promises.make("test");
+                promises.settle(cell.id(), rejected(&i.to_string()));
+            }
+            // Sweeps while they settled kept the bound: no more than it is held.
+            assert!(promises.unhandled.kept.len() <= UNAWAITED_KEPT);
+            let unhandled = promises.take_unhandled();
+            assert_eq!(
+                (unhandled.kept.len(), unhandled.past_bound),
+                (kept, past as u64)
+            );
+            assert_eq!(unhandled.kept[0].1.job, "0", "oldest first");
+        }
+    }
+
+    #[test]
+    fn rejections_past_the_bound_that_code_observes_later_are_not_failures() {
+        let mut promises = Promises::default();
+        // Many rejections settle before the script gets round to awaiting them.
+        let cells: Vec<_> = (0..4 * UNAWAITED_KEPT)
+            .map(|_| {
+                let cell = promises.make("test");
+                promises.settle(cell.id(), rejected("later"));
+                cell
+            })
+            .collect();
+        for cell in &cells {
+            assert!(cell.outcome().is_some());
+        }
+        let unhandled = promises.take_unhandled();
+        assert_eq!((unhandled.kept.len(), unhandled.past_bound), (0, 0));
     }
 }

@@ -8,7 +8,7 @@
 //! like bytecode and hands Luau only what Skein's own compiler produced. Modules take the same
 //! rule through the bytecode cache, which compiles every file it reads.
 //!
-//! Reading a source file is bounded too ([`read_file`]): a script path naming `/dev/zero`, a
+//! Reading a source file is bounded too ([`read_bounded`]): a script path naming `/dev/zero`, a
 //! FIFO or a huge file is refused before its bytes are read, naming the path and the bound.
 
 use std::fs::File;
@@ -99,47 +99,49 @@ pub(crate) fn compile(lua: &Lua, source: &[u8], chunk_name: &str) -> mlua::Resul
     }
 }
 
-/// Reads the source file at `path`, refusing before reading what is not a regular file or is
-/// larger than [`MAX_SOURCE_BYTES`] (a file that grows while read is cut off at the bound and
-/// refused too). Every error's text starts with the path.
+/// Reads the source file at `path`, refusing what is not a regular file or is longer than
+/// [`MAX_SOURCE_BYTES`]. The kind is looked at before the file is opened (opening a FIFO blocks
+/// until a writer comes) and again on the open file (the path may have changed meanwhile); no
+/// more than the bound and one byte is ever read, so a file that grows while read is refused
+/// too.
 ///
 /// # Errors
-/// The I/O error, or `InvalidInput` with the reason.
-pub(crate) fn read_file(path: &Path) -> io::Result<Vec<u8>> {
-    read_bounded(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+/// The I/O error, or `InvalidInput` with the reason, without the path: callers name it in their
+/// own words (`cannot read the script PATH: ...`, `could not read module PATH: ...`).
+pub(crate) fn read_bounded(path: &Path) -> io::Result<Vec<u8>> {
+    read_within(path, MAX_SOURCE_BYTES)
 }
 
-/// [`read_file`] without the path in its errors, for callers that name it themselves.
-pub(crate) fn read_bounded(path: &Path) -> io::Result<Vec<u8>> {
+fn read_within(path: &Path, bound: usize) -> io::Result<Vec<u8>> {
+    let refused = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
+    let kind = std::fs::metadata(path)?.file_type();
+    if !kind.is_file() {
+        return Err(refused(not_a_file(kind).to_owned()));
+    }
     let file = File::open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
-        let what = if meta.is_dir() {
-            "a directory"
-        } else {
-            "not a regular file"
-        };
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{what}, not a Luau source file"),
-        ));
+        return Err(refused(not_a_file(meta.file_type()).to_owned()));
     }
-    let too_large = |len: u64| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{len} bytes of source, past the bound of {MAX_SOURCE_BYTES} bytes"),
-        )
-    };
-    if meta.len() > MAX_SOURCE_BYTES as u64 {
-        return Err(too_large(meta.len()));
+    let too_long = || refused(format!("it is longer than the limit of {bound} bytes"));
+    if meta.len() > bound as u64 {
+        return Err(too_long());
     }
     let mut source = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_SOURCE_BYTES as u64 + 1)
-        .read_to_end(&mut source)?;
-    if source.len() > MAX_SOURCE_BYTES {
-        return Err(too_large(source.len() as u64));
+    file.take(bound as u64 + 1).read_to_end(&mut source)?;
+    if source.len() > bound {
+        return Err(too_long());
     }
     Ok(source)
+}
+
+/// Why a file type that is not a regular file can't be source.
+fn not_a_file(kind: std::fs::FileType) -> &'static str {
+    if kind.is_dir() {
+        "it is a directory, not a file"
+    } else {
+        "it is not a regular file (a device, FIFO or socket is never read as a script)"
+    }
 }
 
 #[cfg(test)]
@@ -210,41 +212,30 @@ mod tests {
     }
 
     #[test]
-    fn reading_a_file_is_bounded_and_names_the_path() {
+    fn reading_a_file_is_bounded_and_refuses_what_is_not_a_file() {
         let dir = tempfile::tempdir().unwrap();
-        let err = read_file(dir.path()).unwrap_err();
+        let err = read_bounded(dir.path()).unwrap_err();
+        assert_eq!(err.to_string(), "it is a directory, not a file");
+        let err = read_bounded(Path::new("/dev/zero")).unwrap_err();
         assert_eq!(
             err.to_string(),
-            format!(
-                "{}: a directory, not a Luau source file",
-                dir.path().display()
-            )
+            "it is not a regular file (a device, FIFO or socket is never read as a script)"
         );
-        let err = read_file(Path::new("/dev/zero")).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "/dev/zero: not a regular file, not a Luau source file"
-        );
-        let path = dir.path().join("big.luau");
-        let file = File::create(&path).unwrap();
+        let path = dir.path().join("s.luau");
+        std::fs::write(&path, vec![b'-'; 100]).unwrap();
+        assert_eq!(read_within(&path, 100).unwrap().len(), 100);
+        std::fs::write(&path, vec![b'-'; 101]).unwrap();
+        let err = read_within(&path, 100).unwrap_err();
+        assert_eq!(err.to_string(), "it is longer than the limit of 100 bytes");
+        // The real bound, at it and one past it, on a sparse file.
+        let big = dir.path().join("big.luau");
+        let file = File::create(&big).unwrap();
         file.set_len(MAX_SOURCE_BYTES as u64).unwrap();
-        assert_eq!(read_file(&path).unwrap().len(), MAX_SOURCE_BYTES);
+        assert_eq!(read_bounded(&big).unwrap().len(), MAX_SOURCE_BYTES);
         file.set_len(MAX_SOURCE_BYTES as u64 + 1).unwrap();
-        let err = read_file(&path).unwrap_err();
         assert_eq!(
-            err.to_string(),
-            format!(
-                "{}: {} bytes of source, past the bound of {MAX_SOURCE_BYTES} bytes",
-                path.display(),
-                MAX_SOURCE_BYTES + 1
-            )
-        );
-        let missing = dir.path().join("missing.luau");
-        let err = read_file(&missing).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with(&format!("{}: No such file", missing.display())),
-            "{err}"
+            read_bounded(&big).unwrap_err().to_string(),
+            "it is longer than the limit of 16777216 bytes"
         );
     }
 }

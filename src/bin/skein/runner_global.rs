@@ -6,12 +6,14 @@
 
 use mlua::Lua;
 
-/// Installs `runner = { args = { ... } }` as a global of `lua` (the engine VM).
-pub(crate) fn install(lua: &Lua, script_args: &[String]) -> mlua::Result<()> {
+/// Installs `runner = { args = { ... } }` as a global of `lua` (the engine VM); each argument is
+/// a Luau string of its bytes.
+pub(crate) fn install(lua: &Lua, script_args: &[&[u8]]) -> mlua::Result<()> {
     let runner = lua.create_table()?;
-    runner.set(
-        "args",
-        lua.create_sequence_from(script_args.iter().cloned())?,
-    )?;
+    let args = script_args
+        .iter()
+        .map(|a| lua.create_string(a))
+        .collect::<mlua::Result<Vec<_>>>()?;
+    runner.set("args", lua.create_sequence_from(args)?)?;
     lua.globals().set("runner", runner)
 }

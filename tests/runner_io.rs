@@ -1,0 +1,450 @@
+//! The runner's inputs and outputs under misuse: arguments that are not UTF-8, `--workers` at
+//! its bound, script files that are not scripts, output when the run is killed, and the exit
+//! code of failures nobody handled.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::support::{assert_contains, skein_in, Tree};
+
+/// How long a refusal may take: each is answered before any script runs, so a run that
+/// takes this long is stuck (on a FIFO, say).
+const QUICK: Duration = Duration::from_secs(20);
+
+/// Runs the runner with `args` in `cwd`; answers its exit code, stdout and stderr. Fails the
+/// test (killing the runner) when it takes longer than `limit` or dies of a signal.
+fn run_os(cwd: &Path, args: &[OsString], limit: Duration) -> (i32, Vec<u8>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skein"))
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run skein");
+    let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut bytes).map(|_| bytes)
+    });
+    let err = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut stderr, &mut bytes).map(|_| bytes)
+    });
+    let end = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("skein {args:?} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let code = status
+        .code()
+        .unwrap_or_else(|| panic!("skein {args:?} died of signal {:?}", status.signal()));
+    let stdout = out.join().unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&err.join().unwrap().unwrap()).into_owned();
+    (code, stdout, stderr)
+}
+
+fn os(args: &[&str]) -> Vec<OsString> {
+    args.iter().map(OsString::from).collect()
+}
+
+#[test]
+fn workers_are_accepted_up_to_the_bound_and_refused_past_it() {
+    let tree = Tree::new(&[
+        (
+            "main.luau",
+            "print(jobs.dispatch('./m', 'twice', 21):await())\n",
+        ),
+        (
+            "m.luau",
+            "return { twice = function(x) return x * 2 end }\n",
+        ),
+    ]);
+    // At the bound the pool really starts 1024 threads (about half a second) and serves.
+    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau", "--workers", "1024"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "42\n");
+    for (n, error) in [
+        (
+            "1025",
+            "error: invalid value '1025' for '--workers <N>': 1025 is not in 1..=1024",
+        ),
+        (
+            "0",
+            "error: invalid value '0' for '--workers <N>': 0 is not in 1..=1024",
+        ),
+        (
+            "100000",
+            "error: invalid value '100000' for '--workers <N>': 100000 is not in 1..=1024",
+        ),
+        ("-3", "error: unexpected argument '-3' found"),
+    ] {
+        let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau", "--workers", n]);
+        assert_eq!(code, 2, "--workers {n}: {stderr}");
+        assert_contains(&stderr, error);
+        // Refused at parse time: the script never ran.
+        assert_eq!(stdout, "", "--workers {n}");
+    }
+}
+
+#[test]
+fn arguments_that_are_not_utf8_never_panic() {
+    let tree = Tree::new(&[(
+        "main.luau",
+        "local a = ...\nprint(#runner.args, #a, string.byte(a, 1, -1))\n",
+    )]);
+    let dir = tree.path();
+    let bad = OsStr::from_bytes(b"caf\xe9").to_owned();
+    // A script argument reaches the script as its bytes.
+    let args = [os(&["run", "main.luau", "--"]), vec![bad.clone()]].concat();
+    let (code, stdout, stderr) = run_os(&dir, &args, QUICK);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, b"1\t4\t99\t97\t102\t233\n");
+
+    // A script path that is not UTF-8 is a path like any other.
+    let mut name = b"caf\xe9".to_vec();
+    name.extend_from_slice(b".luau");
+    let name = OsStr::from_bytes(&name);
+    std::fs::write(dir.join(name), "print('ran')\n").unwrap();
+    let args = [os(&["run"]), vec![name.to_owned()]].concat();
+    let (code, stdout, stderr) = run_os(&dir, &args, QUICK);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, b"ran\n");
+
+    // Where text is needed, clap refuses it naming the option, and the script never runs.
+    for flag in ["--workers", "--allow"] {
+        let args = [os(&["run", "main.luau", flag]), vec![bad.clone()]].concat();
+        let (code, stdout, stderr) = run_os(&dir, &args, QUICK);
+        assert_eq!(code, 2, "{flag}: {stderr}");
+        assert_contains(
+            &stderr,
+            "error: invalid UTF-8 was detected in one or more arguments",
+        );
+        assert_eq!(stdout, b"", "{flag}");
+    }
+    // As a command, it is one clap does not know, shown with a replacement character.
+    let (code, _, stderr) = run_os(&dir, std::slice::from_ref(&bad), QUICK);
+    assert_eq!(code, 2, "{stderr}");
+    assert_contains(&stderr, "error: unrecognized subcommand 'caf\u{FFFD}'");
+}
+
+#[test]
+fn a_script_that_is_not_a_regular_file_is_refused_quickly_naming_it() {
+    let tree = Tree::new(&[]);
+    let dir = tree.path();
+    let fifo = dir.join("fifo.luau");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c_path` is a valid NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+    let device = "it is not a regular file (a device, FIFO or socket is never read as a script)";
+    for (path, why) in [
+        (dir.display().to_string(), "it is a directory, not a file"),
+        ("/dev/zero".to_owned(), device),
+        (fifo.display().to_string(), device),
+    ] {
+        let (code, stdout, stderr) = run_os(&dir, &os(&["run", &path]), QUICK);
+        assert_eq!(code, 1, "{path}: {stderr}");
+        assert_eq!(
+            stderr,
+            format!("skein: cannot read the script {path}: {why}\n")
+        );
+        assert_eq!(stdout, b"");
+    }
+}
+
+#[test]
+fn a_script_at_the_size_bound_runs_and_one_byte_past_is_refused() {
+    let bound = skein::MAX_SOURCE_BYTES;
+    let tree = Tree::new(&[]);
+    let dir = tree.path();
+    // A line that prints, then a comment that fills the file to exactly the bound.
+    let mut source = b"print('at the bound')\n--".to_vec();
+    source.resize(bound, b'x');
+    std::fs::write(dir.join("big.luau"), &source).unwrap();
+    let (code, stdout, stderr) = run_os(&dir, &os(&["run", "big.luau"]), QUICK);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, b"at the bound\n");
+
+    source.push(b'x');
+    std::fs::write(dir.join("big.luau"), &source).unwrap();
+    let (code, stdout, stderr) = run_os(&dir, &os(&["run", "big.luau"]), QUICK);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(
+        stderr,
+        "skein: cannot read the script big.luau: it is longer than the limit of 16777216 bytes\n"
+    );
+    assert_eq!(stdout, b"");
+}
+
+#[test]
+fn script_text_that_is_not_utf8_runs_as_the_bytes_it_is() {
+    let tree = Tree::new(&[]);
+    let dir = tree.path();
+    // Luau source is bytes: a string literal holds whatever bytes the file holds.
+    std::fs::write(dir.join("latin1.luau"), b"print('caf\xe9', #'caf\xe9')\n").unwrap();
+    let (code, stdout, stderr) = run_os(&dir, &os(&["run", "latin1.luau"]), QUICK);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, b"caf\xe9\t4\n");
+}
+
+#[test]
+fn file_errors_name_the_path() {
+    let tree = Tree::new(&[("main.luau", "print('ran')\n")]);
+    let (code, stdout, stderr) = skein_in(
+        &tree.path(),
+        &["run", "--trace", "no/such/dir/out.json", "main.luau"],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stdout, "ran\n");
+    assert_eq!(
+        stderr,
+        "skein: could not write the trace no/such/dir/out.json: No such file or directory \
+         (os error 2)\n"
+    );
+    let (code, stdout, stderr) = skein_in(
+        &tree.path(),
+        &["run", "--allow-read", "no/such/dir", "main.luau"],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stdout, "");
+    assert_contains(&stderr, "skein: --allow-read: ");
+    assert_contains(&stderr, "no/such/dir");
+}
+
+/// Starts `main.luau` of `tree` with stdout on a pipe, waits until `line` comes through it,
+/// then sends `signal`: the line must have come out while the runner still ran, and the
+/// runner must die of that signal (it was still running, not ended by itself).
+fn line_survives_signal(tree: &Tree, line: &str, signal: i32) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skein"))
+        .args(["run", "main.luau", "--workers", "2"])
+        .current_dir(tree.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run skein");
+    let stdout = child.stdout.take().unwrap();
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines() {
+            if lines.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let got = received.recv_timeout(QUICK);
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: `pid` is our own child, not yet waited for, so the id is still its.
+    unsafe { libc::kill(pid, signal) };
+    let status = child.wait().unwrap();
+    match got {
+        Ok(Ok(got)) => assert_eq!(got, line),
+        other => panic!("the line printed never came through the pipe: {other:?}"),
+    }
+    assert_eq!(status.signal(), Some(signal), "{status:?}");
+}
+
+#[test]
+fn a_line_printed_by_the_script_survives_sigkill_and_sigterm() {
+    let tree = Tree::new(&[("main.luau", "print('first line')\nwhile true do end\n")]);
+    line_survives_signal(&tree, "first line", libc::SIGKILL);
+    line_survives_signal(&tree, "first line", libc::SIGTERM);
+}
+
+#[test]
+fn a_line_printed_by_a_job_survives_sigkill() {
+    let tree = Tree::new(&[
+        ("main.luau", "jobs.dispatch('./spin', 'go'):await()\n"),
+        (
+            "spin.luau",
+            "return { go = function() print('from the job') while true do end end }\n",
+        ),
+    ]);
+    line_survives_signal(&tree, "from the job", libc::SIGKILL);
+}
+
+/// How many times `needle` occurs in `haystack`.
+fn count(haystack: &str, needle: &str) -> usize {
+    haystack.matches(needle).count()
+}
+
+#[test]
+fn failures_nobody_handles_exit_one_each_reported_once() {
+    for (what, source, message) in [
+        (
+            "task.spawn",
+            "task.spawn(function() error('spawned broke') end)\nprint('main done')\n",
+            "main.luau:1: spawned broke",
+        ),
+        (
+            "task.spawn after a wait",
+            "task.spawn(function() task.wait(0.01) error('later broke') end)\nprint('main done')\n",
+            "main.luau:1: later broke",
+        ),
+        (
+            "task.delay",
+            "task.delay(0.01, function() error('delayed broke') end)\nprint('main done')\n",
+            "main.luau:1: delayed broke",
+        ),
+        (
+            "a coroutine the scheduler resumes",
+            "coroutine.resume(coroutine.create(function()\n  task.wait(0.01)\n  error('co broke')\nend))\nprint('main done')\n",
+            "main.luau:3: co broke",
+        ),
+    ] {
+        let tree = Tree::new(&[("main.luau", source)]);
+        let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau"]);
+        assert_eq!(code, 1, "{what}: {stderr}");
+        // The script ran to its end; the failure came after.
+        assert_eq!(stdout, "main done\n", "{what}");
+        let said = format!("skein: script main.luau: {}/{message}", tree.path().display());
+        assert_contains(&stderr, &said);
+        assert_eq!(count(&stderr, message), 1, "{what}: {stderr}");
+    }
+}
+
+#[test]
+fn a_failure_the_script_handles_leaves_the_exit_code_zero() {
+    let tree = Tree::new(&[(
+        "main.luau",
+        "print(pcall(error, 'caught'))\n\
+         print((pcall(require('@skein/fs').readFile, 'x.txt')))\n\
+         task.spawn(function() pcall(error, 'caught in a task') end)\n",
+    )]);
+    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "false\tcaught\nfalse\n");
+    // The denial is still said, as a report, once.
+    assert_eq!(
+        count(
+            &stderr,
+            "skein: capability: permission denied: capability 'filesystem.read'"
+        ),
+        1,
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_main_script_error_is_reported_once() {
+    let tree = Tree::new(&[("main.luau", "print('before')\nerror('main broke')\n")]);
+    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stdout, "before\n");
+    assert_eq!(count(&stderr, "main broke"), 1, "{stderr}");
+    assert_contains(&stderr, "main.luau:2: main broke");
+}
+
+/// A module whose `boom` always fails, and a main script `main` beside it.
+fn with_failing_job(main: &str) -> Tree {
+    Tree::new(&[
+        ("main.luau", main),
+        (
+            "m.luau",
+            "return { boom = function() error('job boom') end }\n",
+        ),
+    ])
+}
+
+#[test]
+fn a_failing_job_nobody_awaits_exits_one_reported_once() {
+    let tree = with_failing_job(
+        "jobs.dispatch('./m', 'boom', nil, { name = 'lonely' })\nprint('main done')\n",
+    );
+    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stdout, "main done\n");
+    let said = format!(
+        "skein: jobs.dispatch promise nobody awaited: job 'lonely' failed: {}/m.luau:1: job boom\n",
+        tree.path().display()
+    );
+    assert_contains(&stderr, &said);
+    assert_eq!(count(&stderr, "job boom"), 1, "{stderr}");
+}
+
+#[test]
+fn a_failing_job_the_script_awaits_or_inspects_is_handled() {
+    let tree = with_failing_job(
+        "local now = jobs.dispatch('./m', 'boom')\n\
+         print((pcall(now.await, now)))\n\
+         local later = jobs.dispatch('./m', 'boom')\n\
+         local looked = jobs.dispatch('./m', 'boom')\n\
+         task.wait(0.2)\n\
+         print((pcall(later.await, later)), looked:status())\n",
+    );
+    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "false\nfalse\trejected\n");
+    assert_eq!(stderr, "");
+}
+
+#[test]
+fn unhandled_rejections_are_reported_in_full_up_to_the_bound_then_counted() {
+    let kept = skein::UNAWAITED_KEPT;
+    for (n, more) in [(kept, None), (kept + 1, Some(1))] {
+        let tree = with_failing_job(&format!(
+            "for i = 1, {n} do jobs.dispatch('./m', 'boom', nil, {{ name = `j{{i}}` }}) end\n"
+        ));
+        let (code, _, stderr) = skein_in(&tree.path(), &["run", "main.luau", "--workers", "2"]);
+        assert_eq!(code, 1, "{stderr}");
+        assert_eq!(
+            count(
+                &stderr,
+                "skein: jobs.dispatch promise nobody awaited: job 'j"
+            ),
+            kept,
+            "{n} rejections"
+        );
+        let summary = "skein: promises nobody awaited: 1 more rejected promises nobody awaited \
+                       (the first 64 are reported in full)\n";
+        assert_eq!(stderr.contains(summary), more.is_some(), "{n}: {stderr}");
+    }
+}
+
+#[test]
+fn lines_printed_by_jobs_at_once_never_interleave() {
+    // Several arguments per line: Luau's own print wrote each piece on its own, so two threads
+    // could mix pieces of their lines.
+    let tree = Tree::new(&[
+        (
+            "main.luau",
+            "local a = jobs.dispatch('./p', 'lines', 'a')\n\
+             local b = jobs.dispatch('./p', 'lines', 'b')\n\
+             a:await() b:await()\n",
+        ),
+        (
+            "p.luau",
+            "return { lines = function(who)\n\
+               for i = 1, 2000 do print(who, i, string.rep(who, 200)) end\n\
+             end }\n",
+        ),
+    ]);
+    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau", "--workers", "2"]);
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4000);
+    for who in ["a", "b"] {
+        let mine: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with(&format!("{who}\t")))
+            .collect();
+        let want: Vec<String> = (1..=2000)
+            .map(|i| format!("{who}\t{i}\t{}", who.repeat(200)))
+            .collect();
+        assert_eq!(mine, want, "{who}'s lines, whole and in order");
+    }
+}
