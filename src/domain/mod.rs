@@ -102,6 +102,7 @@ pub struct DomainSpec {
     event_limits: EventLimits,
     worker_failures: FailurePolicy,
     worker_budget: Duration,
+    run_deadline: Duration,
     load_bound: Duration,
     profile: profile::ProfileSlot,
     logs: log::LogSlot,
@@ -121,6 +122,7 @@ impl DomainSpec {
             event_limits: EventLimits::default(),
             worker_failures: FailurePolicy::Stop,
             worker_budget: MAX_DEADLINE,
+            run_deadline: MAX_DEADLINE,
             load_bound: load::LOAD_BOUND,
             profile: profile::ProfileSlot::default(),
             logs: log::LogSlot::default(),
@@ -245,6 +247,34 @@ impl DomainSpec {
     pub fn worker_budget(mut self, budget: Duration) -> DomainSpec {
         self.worker_budget = budget;
         self
+    }
+
+    /// Sets the longest one run of the domain's code may take (from a resume to its next yield
+    /// or return): its engine tasks, and its jobs, whose `opts.deadline` may not ask for more.
+    /// By default, and at most, [`MAX_DEADLINE`] (60 s). A host that runs scripts it does not
+    /// trust in a frame loop sets it to what a frame can spare.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
+    /// let pool = Pool::new(1);
+    /// let spec = DomainSpec::new("mod").run_deadline(Duration::from_millis(50));
+    /// assert_eq!(spec.get_run_deadline(), Duration::from_millis(50));
+    /// let domain = ScriptDomain::new(&pool, spec)?;
+    /// let err = domain.eval("while true do end").unwrap_err().to_string();
+    /// assert!(err.contains("deadline exceeded: one run took longer than 0.05 s"), "{err}");
+    /// let zero = ScriptDomain::new(&pool, DomainSpec::new("z").run_deadline(Duration::ZERO));
+    /// assert_eq!(zero.err().unwrap().to_string(), "run deadline: must be more than zero and at most 60 s");
+    /// # Ok::<(), skein::Error>(())
+    /// ```
+    pub fn run_deadline(mut self, deadline: Duration) -> DomainSpec {
+        self.run_deadline = deadline;
+        self
+    }
+
+    /// The longest one run of the domain's code may take.
+    pub fn get_run_deadline(&self) -> Duration {
+        self.run_deadline
     }
 
     /// Sets how long the load of a [`restart`](ScriptDomain::restart) or
@@ -449,6 +479,12 @@ impl ScriptDomain {
                 vm::format_seconds(MAX_DEADLINE)
             )));
         }
+        if spec.run_deadline.is_zero() || spec.run_deadline > MAX_DEADLINE {
+            return Err(Error::Refused(format!(
+                "run deadline: must be more than zero and at most {} s",
+                vm::format_seconds(MAX_DEADLINE)
+            )));
+        }
         if spec.load_bound.is_zero() || spec.load_bound > MAX_DEADLINE {
             return Err(Error::Refused(format!(
                 "load bound: must be more than zero and at most {} s",
@@ -466,7 +502,7 @@ impl ScriptDomain {
             id,
             spec.plan.clone(),
             mailbox,
-            MAX_DEADLINE,
+            spec.run_deadline,
             spec.warm_bound,
         );
         cell.profile = spec.profile.0;
