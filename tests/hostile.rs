@@ -486,3 +486,287 @@ fn queued_dispatches_are_bounded_while_the_workers_are_busy() {
 fn queued_keyed_dispatches_are_bounded_too() {
     refused_near_the_job_bound(&queued_work_bomb(r#"{ key = "one" }"#));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Class 3: `@skein/fs` never leaves its roots (every path is opened beneath the root's handle).
+// Each variant runs `skein run --allow-read d --allow-write d` in a folder holding `d/` (the
+// root), `other/secret.txt` outside it and `d/link -> ../other`.
+// ---------------------------------------------------------------------------------------------
+
+/// The folder of a class-3 run, its `main.luau` being `script`.
+fn fs_tree(script: &str) -> Tree {
+    let tree = Tree::new(&[
+        ("m.luau", ECHO),
+        ("d/in.txt", "inside"),
+        ("other/secret.txt", "secret"),
+        ("main.luau", script),
+    ]);
+    std::os::unix::fs::symlink("../other", tree.path().join("d/link")).unwrap();
+    tree
+}
+
+fn fs_run(tree: &Tree) -> Ended {
+    hostile_run(
+        &tree.path(),
+        &["--allow-read", "d", "--allow-write", "d", "main.luau"],
+    )
+}
+
+#[test]
+fn fs_a_link_out_of_the_root_is_refused_for_read_list_and_write() {
+    let tree = fs_tree(
+        r#"
+local fs = require("@skein/fs")
+print("inside", fs.readFile("d/in.txt"))
+for _, call in { function() return fs.readFile("d/link/secret.txt") end,
+                 function() return fs.list("d/link") end,
+                 function() return fs.writeFile("d/link/secret.txt", "pwned") end } do
+    local ok, err = pcall(call)
+    print("caught", ok, err)
+end
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+    );
+    let ended = fs_run(&tree);
+    // Each refusal is a capability denial, which the runner reports and ends the run with 0:
+    // nothing failed unhandled.
+    ended
+        .exited(0)
+        .stdout_has("inside\tinside")
+        .stdout_has("after\t42");
+    assert_eq!(
+        ended.stdout.matches("caught\tfalse").count(),
+        3,
+        "{}",
+        ended.stdout
+    );
+    assert_contains(&ended.stdout, "leads out of the root");
+    assert!(!ended.stdout.contains("\tsecret"), "{}", ended.stdout);
+    assert_eq!(
+        std::fs::read_to_string(tree.path().join("other/secret.txt")).unwrap(),
+        "secret",
+        "nothing was written outside the root"
+    );
+}
+
+#[test]
+fn fs_dot_dot_across_a_missing_component_does_not_follow_the_link_out() {
+    // `d/link/nope/../secret.txt` read, listed and overwrote files outside the root.
+    let tree = fs_tree(
+        r#"
+local fs = require("@skein/fs")
+local ok, err = pcall(fs.readFile, "d/link/nope/../secret.txt")
+print("caught", ok, err)
+ok, err = pcall(fs.writeFile, "d/link/nope/../secret.txt", "pwned")
+print("caught", ok, err)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+    );
+    let ended = fs_run(&tree);
+    ended.exited(0).stdout_has("after\t42");
+    assert_eq!(
+        ended.stdout.matches("caught\tfalse").count(),
+        2,
+        "{}",
+        ended.stdout
+    );
+    assert!(!ended.stdout.contains("\tsecret"), "{}", ended.stdout);
+    assert_eq!(
+        std::fs::read_to_string(tree.path().join("other/secret.txt")).unwrap(),
+        "secret"
+    );
+}
+
+#[test]
+fn fs_a_dangling_link_in_the_root_does_not_create_a_file_outside() {
+    let tree = fs_tree(
+        r#"
+local fs = require("@skein/fs")
+local ok, err = pcall(fs.writeFile, "d/dangling", "pwned")
+print("caught", ok, err)
+fs.writeFile("d/new.txt", "made inside")
+print("inside", fs.readFile("d/new.txt"))
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+    );
+    std::os::unix::fs::symlink("../other/made.txt", tree.path().join("d/dangling")).unwrap();
+    let ended = fs_run(&tree);
+    ended
+        .exited(0)
+        .stdout_has("caught\tfalse")
+        .stdout_has("inside\tmade inside")
+        .stdout_has("after\t42");
+    assert!(
+        !tree.path().join("other/made.txt").exists(),
+        "the dangling link made a file outside the root"
+    );
+}
+
+#[test]
+fn fs_absolute_paths_outside_the_roots_are_denied() {
+    let tree = fs_tree("");
+    let secret = tree.path().join("other/secret.txt");
+    std::fs::write(
+        tree.path().join("main.luau"),
+        format!(
+            r#"
+local fs = require("@skein/fs")
+local ok, err = pcall(fs.readFile, "{}")
+print("caught", ok, err)
+ok, err = pcall(fs.readFile, "/etc/passwd")
+print("caught", ok, err)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+            secret.display()
+        ),
+    )
+    .unwrap();
+    let ended = fs_run(&tree);
+    ended.exited(0).stdout_has("after\t42");
+    assert_eq!(
+        ended.stdout.matches("caught\tfalse").count(),
+        2,
+        "{}",
+        ended.stdout
+    );
+    assert_contains(
+        &ended.stdout,
+        &format!(
+            "fs.readFile: '{0}': permission denied: '{0}' is outside every root granted for \
+             'filesystem.read' to domain 'main' (domain#1, generation 1); its roots: '{1}'",
+            secret.display(),
+            tree.path().join("d").display()
+        ),
+    );
+    assert_contains(
+        &ended.stdout,
+        "fs.readFile: '/etc/passwd': permission denied",
+    );
+    assert!(!ended.stdout.contains("\tsecret"), "{}", ended.stdout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Class 5: the runner's own inputs.
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `skein <args>` (no `run` added) under the address-space limit.
+fn hostile_args(dir: &Path, args: &[std::ffi::OsString]) -> Ended {
+    let (first, rest) = args.split_first().expect("a subcommand");
+    assert_eq!(first, "run", "these runs all start with `run`");
+    let rest: Vec<String> = rest
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+    hostile_run(dir, &rest)
+}
+
+#[test]
+fn runner_too_many_workers_is_refused_at_parse_time() {
+    // `--workers 100000` hung for minutes or panicked.
+    let tree = Tree::new(&[("main.luau", "print('ran')")]);
+    for n in ["100000", "1025", "0", "many"] {
+        let ended = hostile_run(&tree.path(), &["--workers", n, "main.luau"]);
+        ended
+            .exited(2)
+            .stderr_has(&format!("invalid value '{n}' for '--workers <N>'"));
+        assert!(!ended.stdout.contains("ran"), "{}", ended.stdout);
+    }
+}
+
+#[test]
+fn runner_a_directory_or_a_device_as_the_script_is_refused_naming_it() {
+    let tree = Tree::new(&[("dir/keep.luau", "")]);
+    hostile_run(&tree.path(), &["dir"])
+        .exited(1)
+        .stderr_has("cannot read the script dir: it is a directory, not a file");
+    hostile_run(&tree.path(), &["/dev/zero"])
+        .exited(1)
+        .stderr_has(
+            "cannot read the script /dev/zero: it is not a regular file (a device, FIFO or socket \
+             is never read as a script)",
+        );
+}
+
+#[test]
+fn runner_a_huge_script_is_refused_before_it_is_read() {
+    let tree = Tree::new(&[]);
+    let file = std::fs::File::create(tree.path().join("huge.luau")).unwrap();
+    file.set_len(4 << 30).unwrap(); // 4 GiB, sparse: more than the whole address space here
+    hostile_run(&tree.path(), &["huge.luau"])
+        .exited(1)
+        .stderr_has("it is longer than the limit of 16777216 bytes");
+}
+
+#[test]
+fn runner_arguments_that_are_not_utf8_never_panic() {
+    use std::os::unix::ffi::OsStringExt;
+    let tree = Tree::new(&[("main.luau", "print('args', #runner.args, #runner.args[1])")]);
+    let bad = std::ffi::OsString::from_vec(vec![0xff, 0xfe, b'x']);
+    let ended = hostile_args(
+        &tree.path(),
+        &["run".into(), "main.luau".into(), "--".into(), bad.clone()],
+    );
+    // The lossy path here replaces the bytes, so check the real bytes through the runner itself.
+    ended.exited(0).stdout_has("args\t1\t");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_skein"));
+    let out = command
+        .arg("run")
+        .arg("main.luau")
+        .arg("--")
+        .arg(&bad)
+        .current_dir(tree.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_contains(&String::from_utf8_lossy(&out.stdout), "args\t1\t3");
+    let out = Command::new(env!("CARGO_BIN_EXE_skein"))
+        .arg("run")
+        .arg(&bad)
+        .current_dir(tree.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a script path that is not UTF-8 is just missing"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Class 6: `require` stays in the script's project root.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn require_of_a_file_outside_the_project_root_is_refused_without_reading_it() {
+    let tree = Tree::new(&[
+        ("project/m.luau", ECHO),
+        (
+            "outside/secret.luau",
+            "this is not luau, and its text must not leak",
+        ),
+        ("outside/valid.luau", "return { pwned = true }"),
+        (
+            "project/main.luau",
+            r#"
+for _, path in { "../outside/secret", "../outside/valid", "./link/valid" } do
+    local ok, err = pcall(function() return require(path) end)
+    print("caught", ok, err)
+end
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    std::os::unix::fs::symlink("../outside", tree.path().join("project/link")).unwrap();
+    let ended = hostile_run(&tree.path(), &["project/main.luau"]);
+    ended.exited(0).stdout_has("after\t42");
+    assert_eq!(
+        ended.stdout.matches("caught\tfalse").count(),
+        3,
+        "{}",
+        ended.stdout
+    );
+    assert_contains(&ended.stdout, "outside the project root");
+    assert!(!ended.stdout.contains("must not leak"), "{}", ended.stdout);
+    assert!(!ended.stdout.contains("pwned"), "{}", ended.stdout);
+}
