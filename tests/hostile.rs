@@ -770,3 +770,49 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
     assert!(!ended.stdout.contains("must not leak"), "{}", ended.stdout);
     assert!(!ended.stdout.contains("pwned"), "{}", ended.stdout);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Class 6: jobs and modules cannot alter what later jobs get.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn skein_s_own_functions_cannot_be_altered_from_a_script() {
+    // `setfenv(task.await, {...})` in one job changed what later jobs on that worker got from
+    // rejected promises.
+    let tree = Tree::new(&[
+        (
+            "m.luau",
+            r#"
+local M = {}
+function M.tamper()
+    local results = {}
+    results[1] = tostring(setfenv)
+    results[2] = tostring(getfenv)
+    results[3] = tostring(pcall(function() task.await = nil end))
+    results[4] = tostring(pcall(function() jobs.dispatch = nil end))
+    results[5] = tostring(pcall(function() string.rep = nil end))
+    return table.concat(results, " ")
+end
+function M.fail() error("failed on purpose") end
+function M.echo(x) return x end
+return M
+"#,
+        ),
+        (
+            "main.luau",
+            r#"
+print("tamper", jobs.dispatch("./m", "tamper"):await())
+print("engine", tostring(setfenv), tostring(pcall(function() task.await = nil end)))
+local ok, err = pcall(function() return jobs.dispatch("./m", "fail"):await() end)
+print("rejected", ok, string.find(tostring(err), "failed on purpose", 1, true) ~= nil)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    hostile_run(&tree.path(), &["--workers", "1", "main.luau"])
+        .exited(0)
+        .stdout_has("tamper\tnil nil false false false")
+        .stdout_has("engine\tnil\tfalse")
+        .stdout_has("rejected\tfalse\ttrue")
+        .stdout_has("after\t42");
+}

@@ -74,6 +74,11 @@ impl Vm {
         // untrusted bytecode or strings.
         globals.raw_set("loadstring", Value::Nil)?;
         globals.raw_set("require", Value::Nil)?;
+        // `setfenv` would let a script swap the environment of Skein's own Luau functions
+        // (`task.await`, the prelude) for every later job of the VM, and both cost the VM its
+        // fast paths; Luau deprecates them.
+        globals.raw_set("setfenv", Value::Nil)?;
+        globals.raw_set("getfenv", Value::Nil)?;
         let debug: Table = globals.raw_get("debug")?;
         let traceback: Function = debug.raw_get("traceback")?;
         let core = Rc::new(VmCore {
