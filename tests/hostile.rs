@@ -816,3 +816,41 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
         .stdout_has("rejected\tfalse\ttrue")
         .stdout_has("after\t42");
 }
+
+#[test]
+fn require_through_pcall_or_a_spawned_task_resolves_from_the_requiring_file() {
+    // `pcall(require, "./x")` and `task.spawn(require, "./x")` resolved from the process's
+    // current directory, not the requiring file.
+    let tree = Tree::new(&[
+        ("game/m.luau", ECHO),
+        ("game/x.luau", "return 'game x'"),
+        ("game/lib/x.luau", "return 'lib x'"),
+        (
+            "game/lib/user.luau",
+            "local M = {}\nfunction M.load() local ok, x = pcall(require, './x') return x end\nreturn M\n",
+        ),
+        ("x.luau", "return 'the runner folder x'"),
+        ("game/y.luau", "print('loaded game y') return 1"),
+        ("y.luau", "print('loaded the runner folder y') return 1"),
+        (
+            "game/main.luau",
+            r#"
+local ok, x = pcall(require, "./x")
+print("pcall", ok, x)
+print("module pcall", require("./lib/user").load())
+task.spawn(function() print("spawned fn", require("./x")) end)
+task.spawn(require, "./y")
+print("dispatch", jobs.dispatch("./lib/user", "load"):await())
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    hostile_run(&tree.path(), &["game/main.luau"])
+        .exited(0)
+        .stdout_has("pcall\ttrue\tgame x")
+        .stdout_has("module pcall\tlib x")
+        .stdout_has("spawned fn\tgame x")
+        .stdout_has("loaded game y")
+        .stdout_has("dispatch\tlib x")
+        .stdout_has("after\t42");
+}

@@ -7,7 +7,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -141,7 +141,10 @@ fn run(args: RunArgs) -> Result<(), Failed> {
         None => Pool::with_available_parallelism(),
     };
     let grant = grant(&args).map_err(|e| fail(&e))?;
-    let plan = Plan::new().setup(print::install);
+    // Code with no file of its own (a task spawned straight onto `require`) resolves from the
+    // script's folder, as the script's own requires do, not from wherever the runner started.
+    let root = script_folder(&args.file);
+    let plan = Plan::new().setup(print::install).root(root);
     let mut spec = DomainSpec::new("main").plan(plan).grant(grant);
     let trace = args.trace.as_ref().map(|_| Arc::new(ChromeTrace::new()));
     if let Some(trace) = &trace {
@@ -159,6 +162,16 @@ fn run(args: RunArgs) -> Result<(), Failed> {
         }
     }
     result
+}
+
+/// The folder of the script at `file`, canonical when it can be made so (a missing script is
+/// refused later, naming it).
+fn script_folder(file: &Path) -> PathBuf {
+    let full = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+    match full.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
 }
 
 /// Says `message` on stderr as the runner's.

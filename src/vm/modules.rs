@@ -142,33 +142,48 @@ impl Modules {
     }
 }
 
-/// Calls `f` with the chunk name of the Luau function that called the running Rust callback
-/// (`@/abs/file.luau` for a module), borrowed from the VM's debug info.
+/// Calls `f` with the chunk name of the script function that called the running Rust callback
+/// (`@/abs/file.luau` for a module), borrowed from the VM's debug info; `None` when no script
+/// function is on the running thread's stack (a task spawned straight onto `require`), which
+/// resolves from the plan's root.
 ///
-/// One `lua_getinfo(1, "s")` read in place: `Lua::inspect_stack` followed by `Debug::source`
-/// made two queries and copied the short source and the kind too (about 1,200 instructions on
-/// every `jobs.dispatch`).
+/// One `lua_getinfo(level, "s")` read in place per level, and a direct call needs one:
+/// `Lua::inspect_stack` followed by `Debug::source` made two queries and copied the short
+/// source and the kind too (about 1,200 instructions on every `jobs.dispatch`).
 pub(crate) fn with_caller_source<R>(lua: &Lua, f: impl FnOnce(Option<&str>) -> R) -> R {
     lua.exec_raw_lua(|raw| {
         let state = raw.state();
         // SAFETY: `state` is the running thread of this VM, borrowed for this call only;
-        // `lua_getinfo` with "s" only reads the frame at level 1 (or answers 0 when there is
+        // `lua_getinfo` with "s" only reads the frame at `level` (or answers 0 when there is
         // none) and fills `ar`, which lives on this stack. It raises no error and pushes nothing.
         let mut ar = unsafe { std::mem::zeroed::<mlua::ffi::lua_Debug>() };
-        // SAFETY: as above.
-        let found = unsafe { mlua::ffi::lua_getinfo(state, 1, c"s".as_ptr(), &mut ar) } != 0;
-        if !found || ar.source.is_null() {
-            return f(None);
+        // The nearest Luau function that is not Skein's own: `pcall(require, "./x")` has
+        // `pcall` at level 1, and the file that called it above; Skein's prelude and bindings
+        // (chunks named `=skein...`) call on behalf of the script below them.
+        for level in 1..=MAX_CALLER_LEVELS {
+            // SAFETY: as above.
+            let found =
+                unsafe { mlua::ffi::lua_getinfo(state, level, c"s".as_ptr(), &mut ar) } != 0;
+            if !found || ar.source.is_null() {
+                return f(None);
+            }
+            // SAFETY: a non-null `source` points at the NUL-terminated chunk name of that
+            // frame's function, which the frame keeps alive while this callback runs.
+            let bytes = unsafe { std::ffi::CStr::from_ptr(ar.source) }.to_bytes();
+            if bytes == b"=[C]" || bytes.starts_with(b"=skein") {
+                continue;
+            }
+            return match std::str::from_utf8(bytes) {
+                Ok(source) => f(Some(source)),
+                Err(_) => f(Some(&String::from_utf8_lossy(bytes))),
+            };
         }
-        // SAFETY: a non-null `source` points at the NUL-terminated chunk name of the caller's
-        // function prototype, which the frame keeps alive while this callback runs.
-        let bytes = unsafe { std::ffi::CStr::from_ptr(ar.source) }.to_bytes();
-        match std::str::from_utf8(bytes) {
-            Ok(source) => f(Some(source)),
-            Err(_) => f(Some(&String::from_utf8_lossy(bytes))),
-        }
+        f(None)
     })
 }
+
+/// How far up the stack [`with_caller_source`] looks for the script that called.
+const MAX_CALLER_LEVELS: i32 = 16;
 
 /// `@skein/context`: the engine VM's module, which its domain keeps in the registry; a VM
 /// without one (a worker VM) answers a module whose `bind` raises, since phases run only on
