@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
+use super::capability::{current_arc, Authority};
 use super::context::{ContextSpec, Phase};
 use super::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
 use super::emit::{read_emit, EmitRefused};
@@ -63,6 +64,9 @@ enum NamedHandler {
     Luau {
         function: Function,
         context: Option<usize>,
+        /// Without a context: the authority of the task that bound it, which each call holds,
+        /// so a handler never holds more than the code that bound it (`None`: the VM's own).
+        authority: Option<Arc<Authority>>,
         /// How reports name it; made when it was bound, shared by each call.
         label: Arc<HandlerLabel>,
     },
@@ -337,9 +341,15 @@ impl EventHandlers {
             context: context.map(|i| Arc::from(self.contexts[i].0.as_str())),
             name: Arc::from(name.as_str()),
         });
+        let authority = if context.is_none() {
+            current_arc()
+        } else {
+            None
+        };
         let handler = NamedHandler::Luau {
             function,
             context,
+            authority,
             label,
         };
         let id = self.bind(&name, priority, Some(generation), handler);
@@ -644,6 +654,7 @@ impl ScriptDomain {
                 NamedHandler::Luau {
                     function,
                     context,
+                    authority,
                     label,
                 } => {
                     let context_index = *context;
@@ -652,8 +663,10 @@ impl ScriptDomain {
                         .and_then(ContextSpec::get_budget)
                         .unwrap_or(self.principal.max_deadline);
                     let call = profiling.then(std::time::Instant::now);
-                    let authority = context_index
-                        .map(|i| self.bindings.authority(i, &self.principal.authority));
+                    let authority = match context_index {
+                        Some(i) => Some(self.bindings.authority(i, &self.principal.authority)),
+                        None => authority.clone(),
+                    };
                     let failed = match self.named_args(name, name_string, &payload) {
                         Ok(values) => {
                             self.call_task(label.clone(), deadline, authority, function, values)

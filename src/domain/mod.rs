@@ -939,8 +939,13 @@ impl ScriptDomain {
                 job,
                 commands,
                 failure,
+                authority,
             } => {
                 if !commands.is_empty() {
+                    // As the job's call ran: under the authority it was registered with.
+                    let _authority = capability::install(Some(
+                        authority.as_ref().unwrap_or(&self.principal.authority),
+                    ));
                     let source = self.registry.source(job);
                     self.apply_as(commands, &source);
                 }
