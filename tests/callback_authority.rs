@@ -25,6 +25,7 @@ const SECRET: &str = "the domain's secret";
 /// What the worker VMs run: every callback records what it tried in the module's `seen`.
 const PROBE: &str = r#"
 local fs = require("@skein/fs")
+local SECRET_PATH = "@SECRET@"
 local M = {}
 local seen = {}
 local function try(name)
@@ -72,6 +73,10 @@ function M.register(secret)
         end } })
     return true
 end
+function M.warm()
+    seen.warm = try("audio.play")
+    seen.warmRead = tryRead(SECRET_PATH)
+end
 function M.seen() return seen end
 return M
 "#;
@@ -108,7 +113,9 @@ struct Fixture {
 
 impl Fixture {
     fn new(pool: &Pool) -> Fixture {
-        let tree = Tree::new(&[("probe.luau", PROBE), ("secret.txt", SECRET)]);
+        let tree = Tree::new(&[("secret.txt", SECRET)]);
+        let secret = tree.path().join("secret.txt").display().to_string();
+        tree.write("probe.luau", &PROBE.replace("@SECRET@", &secret));
         let plan = Plan::new().root(tree.path()).function("need", |lua, args| {
             let name: String = lua.unpack_multi(args)?;
             skein::require_capability(&name)?;
@@ -393,6 +400,22 @@ fn a_release_watcher_an_item_of_a_context_registers_runs_as_that_context() {
     let release = f.worker_seen("release");
     let read = f.worker_seen("releaseRead");
     f.assert_denied(&release, &read, 2);
+}
+
+#[test]
+fn a_warm_entry_a_context_asks_for_runs_as_that_context() {
+    let pool = Pool::new(1);
+    let f = Fixture::new(&pool);
+    f.as_ui(
+        r#"
+        jobs.warm("./probe", "warm"):await()
+        seen.warmed = true
+        "#,
+    );
+    f.frames_until("seen.warmed == true");
+    let warm = f.worker_seen("warm");
+    let read = f.worker_seen("warmRead");
+    f.assert_denied(&warm, &read, 2);
 }
 
 #[test]
