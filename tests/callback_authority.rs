@@ -472,3 +472,59 @@ impl Fixture {
         }
     }
 }
+
+/// Naming a context that holds more than the binding code is refused at the call, and nothing
+/// is bound: otherwise a narrow context's handler could bind to a wider one and run there.
+#[test]
+fn binding_to_a_context_that_holds_more_than_the_binding_code_is_refused_and_binds_nothing() {
+    let pool = Pool::new(1);
+    let f = Fixture::new(&pool);
+    f.as_ui(
+        r#"
+        local function refused(ok, err)
+            return if ok then "bound" else tostring(err)
+        end
+        seen.onAll = refused(pcall(require("@skein/events").on, "wide", function()
+            seen.wide = try("audio.play")
+        end, "all"))
+        seen.bindAll = refused(pcall(require("@skein/context").bind, "all", { update = function()
+            seen.update = try("audio.play")
+        end }))
+        -- Its own context, or one that holds no more than it, is fine.
+        seen.onUi = refused(pcall(require("@skein/events").on, "narrow", function()
+            seen.narrow = try("audio.play")
+        end, "ui"))
+        "#,
+    );
+    let wider = "would hold capabilities the binding code does not: audio.play, filesystem.read";
+    assert_contains(
+        &f.seen("onAll"),
+        &format!("events.on: a handler bound to context 'all' {wider}"),
+    );
+    assert_contains(
+        &f.seen("bindAll"),
+        &format!("context.bind: a handler bound to context 'all' {wider}"),
+    );
+    assert_eq!(f.seen("onUi"), "bound");
+    f.domain
+        .exec(
+            r#"
+            require("@skein/events").emit("wide", 1)
+            require("@skein/events").emit("narrow", 1)
+            "#,
+        )
+        .unwrap();
+    let report = f.domain.drain_events();
+    assert_eq!((report.delivered, report.unhandled), (1, 1));
+    let update = f.domain.run_phase(Phase::Update, &[]).unwrap();
+    assert_eq!(update.calls, 0);
+    assert_eq!(
+        f.domain
+            .eval("return { seen.wide == nil, seen.update == nil }")
+            .unwrap(),
+        Message::List(vec![Message::Boolean(true), Message::Boolean(true)])
+    );
+    assert_contains(&f.seen("narrow"), &f.denied("audio.play"));
+    // A refused bind is not a capability check: only the narrow handler's try counted.
+    assert_eq!(f.domain.denials(), 1);
+}

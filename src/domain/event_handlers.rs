@@ -15,12 +15,13 @@ use std::sync::Arc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::capability::{current_arc, Authority};
+use super::capability::{current_arc, Authority, CapabilitySet};
 use super::context::{ContextSpec, Phase};
 use super::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
 use super::emit::{read_emit, EmitRefused};
 use super::event_queue::{EventQueue, QueuedEvent, Routing};
 use super::handler_label::HandlerLabel;
+use super::scheduler::{wider_than_binder, Bindings};
 use super::{Report, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::jobs::{DomainId, DomainMailbox, Generation};
@@ -92,6 +93,8 @@ pub(crate) struct EventHandlers {
     domain: DomainId,
     /// The host's contexts' names and priorities, for `events.on(name, fn, context)`.
     contexts: Box<[(String, i32)]>,
+    /// The capabilities each context's handlers hold: what code binding to it must hold.
+    held: Rc<[CapabilitySet]>,
     next_id: Cell<u64>,
     /// Each name's handlers in run order: priority (higher first), then bind order. A bind or
     /// an unbind makes a new list, so a delivery's snapshot is a reference count, not a copy.
@@ -106,16 +109,18 @@ impl EventHandlers {
         queue: Arc<EventQueue>,
         domain_name: &str,
         domain: DomainId,
-        contexts: &[ContextSpec],
+        bindings: &Bindings,
     ) -> Rc<EventHandlers> {
         Rc::new(EventHandlers {
             queue,
             domain_name: domain_name.to_owned(),
             domain,
-            contexts: contexts
+            contexts: bindings
+                .contexts()
                 .iter()
                 .map(|c| (c.name().to_owned(), c.get_priority()))
                 .collect(),
+            held: bindings.held(),
             next_id: Cell::new(1),
             named: RefCell::default(),
             routes: RefCell::default(),
@@ -328,6 +333,8 @@ impl EventHandlers {
                         &*wanted
                     )));
                 };
+                wider_than_binder(&wanted, &self.held[index])
+                    .map_err(|e| mlua::Error::runtime(format!("events.on: {e}")))?;
                 (Some(index), self.contexts[index].1)
             }
             other => {

@@ -495,7 +495,7 @@ impl ScriptDomain {
         );
         vm.lua.set_app_data(registry.clone());
         let event_handlers =
-            event_handlers::EventHandlers::new(queue, &spec.name, id.domain, &spec.contexts);
+            event_handlers::EventHandlers::new(queue, &spec.name, id.domain, &bindings);
         event_handlers::install_events_module(&vm.lua, &event_handlers, id.generation)?;
         interfaces::install_interfaces_module(&vm.lua, &spec.name, id.generation)?;
         scheduler::install_context_module(&vm.lua, &bindings)?;

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use super::grant::{Grant, Root, FILESYSTEM_READ, FILESYSTEM_WRITE};
 use super::id::{validate, CapabilityId, InvalidCapability};
+use super::set::CapabilitySet;
 pub use crate::domain::diagnostic::Attribution;
 use crate::jobs::Generation;
 
@@ -324,6 +325,23 @@ pub(crate) fn current_arc() -> Option<Arc<Authority>> {
         Arc::increment_strong_count(ptr);
         Some(Arc::from_raw(ptr))
     }
+}
+
+/// The capabilities of `wanted` that the task running on this thread does not hold, in order:
+/// what a callback bound now to work that holds `wanted` would gain over the code binding it.
+/// Empty outside any task (host code binds as the domain).
+pub(crate) fn lacking(wanted: &CapabilitySet) -> Vec<CapabilityId> {
+    with_current(|authority| match authority {
+        None => Vec::new(),
+        Some(a) => {
+            let held = a.grant.capabilities();
+            wanted
+                .iter()
+                .filter(|c| !held.contains(c))
+                .cloned()
+                .collect()
+        }
+    })
 }
 
 /// The authority installed on this thread, or `fallback` when none is (host code).
