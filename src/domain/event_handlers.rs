@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::capability::{current_arc, Authority, CapabilitySet};
+use super::capability::{Authority, CapabilitySet};
 use super::context::{ContextSpec, Phase};
 use super::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
 use super::emit::{read_emit, EmitRefused};
@@ -24,7 +24,7 @@ use super::handler_label::HandlerLabel;
 use super::scheduler::{wider_than_binder, Bindings};
 use super::{Report, ScriptDomain};
 use crate::error::{Error, Result};
-use crate::jobs::{DomainId, DomainMailbox, Generation};
+use crate::jobs::{registering_authority, DomainId, DomainMailbox, Generation};
 use crate::value::Message;
 use crate::vm::{self, panic_message};
 
@@ -349,7 +349,7 @@ impl EventHandlers {
             name: Arc::from(name.as_str()),
         });
         let authority = if context.is_none() {
-            current_arc()
+            registering_authority(lua)
         } else {
             None
         };

@@ -230,7 +230,7 @@ impl UserData for RegisteredAs {}
 
 /// The value a watcher table keeps for a callback registered now: the running task's authority.
 fn registered_as(lua: &Lua) -> mlua::Result<Value> {
-    match current_arc() {
+    match registering_authority(lua) {
         Some(authority) => lua
             .create_userdata(RegisteredAs(authority))
             .map(Value::UserData),
@@ -250,6 +250,17 @@ fn authority_of(value: &Value) -> Option<Arc<Authority>> {
 pub(crate) fn home_principal(lua: &Lua) -> Option<Arc<PrincipalCell>> {
     lua.app_data_ref::<Rc<JobsHome>>()
         .map(|h| h.principal.clone())
+}
+
+/// The authority a callback registered now keeps for its calls: the running task's, or `None`
+/// when that is the VM's own (the principal's), so a callback the domain's own code registers
+/// runs exactly as before, with no reference count moved per call.
+pub(crate) fn registering_authority(lua: &Lua) -> Option<Arc<Authority>> {
+    let current = current_arc()?;
+    match home_principal(lua) {
+        Some(principal) if Arc::ptr_eq(&current, &principal.authority) => None,
+        _ => Some(current),
+    }
 }
 
 pub(super) fn home(lua: &Lua) -> mlua::Result<Rc<JobsHome>> {

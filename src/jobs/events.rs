@@ -25,7 +25,8 @@ use std::sync::{Arc, Mutex};
 
 use mlua::{Function, Lua, MultiValue, Value};
 
-use crate::domain::capability::{current_arc, Authority};
+use super::api::{home, registering_authority};
+use crate::domain::capability::Authority;
 use crate::value::Message;
 use crate::vm::{Owner, OwnerIdentity, TaskFailure, Vm, VmCore};
 
@@ -146,7 +147,7 @@ fn on(lua: &Lua, (name, watcher): (Value, Value)) -> mlua::Result<Function> {
             crate::vm::a_type(&watcher)
         )));
     };
-    let home = super::api::home(lua)?;
+    let home = home(lua)?;
     let since = home.principal.events.next_seq();
     let cell = watchers(lua)?;
     let id = {
@@ -158,7 +159,7 @@ fn on(lua: &Lua, (name, watcher): (Value, Value)) -> mlua::Result<Function> {
             name: Arc::from(String::from_utf8_lossy(&name).as_ref()),
             f,
             since,
-            authority: current_arc(),
+            authority: registering_authority(lua),
         });
         id
     };

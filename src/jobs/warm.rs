@@ -21,12 +21,12 @@ use std::time::Duration;
 
 use mlua::{Lua, Value};
 
-use super::api::{home, refuse};
+use super::api::{home, refuse, registering_authority};
 use super::item::{ReplyTo, WorkerMsg};
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
 use super::worker::reply;
-use crate::domain::capability::{current_arc, Authority};
+use crate::domain::capability::Authority;
 use crate::vm::{promise_handle, with_caller_source, FailureKind, JobFailure, Outcome, VmCore};
 
 /// The longest a warm entry may take, waits included, from its start to its end. Read between
@@ -240,7 +240,7 @@ pub(super) fn warm(lua: &Lua, (module, entry): (Value, Value)) -> mlua::Result<V
         module.spec,
         &entry.to_string_lossy(),
         workers,
-        current_arc(),
+        registering_authority(lua),
     );
 
     let cell = core.promises.borrow_mut().make("jobs.warm");

@@ -34,8 +34,8 @@ use mlua::{Function, Lua, MultiValue, Value};
 
 use super::descriptor::{self, Executor};
 use super::info::{JobInfo, JobStatus, WorkerCalls};
-use crate::domain::capability::{current_arc, Authority};
-use crate::jobs::api::{HomeKind, JobsHome};
+use crate::domain::capability::Authority;
+use crate::jobs::api::{registering_authority, HomeKind, JobsHome};
 use crate::jobs::item::DomainEvent;
 use crate::jobs::principal::PrincipalCell;
 use crate::value::Message;
@@ -261,7 +261,7 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
             label,
             call,
             deadline,
-            authority: current_arc(),
+            authority: registering_authority(lua),
             running: None,
         },
     );
