@@ -484,6 +484,24 @@ mod tests {
     }
 
     #[test]
+    fn lacking_is_what_the_installed_authority_does_not_hold() {
+        let wanted: CapabilitySet = ["a.b", "c.d"]
+            .iter()
+            .map(|n| CapabilityId::new(n).unwrap())
+            .collect();
+        // Host code (nothing installed) binds as the domain: nothing is lacking.
+        assert!(lacking(&wanted).is_empty());
+        let narrow = authority(&["a.b"]);
+        let _n = install(Some(&narrow));
+        assert_eq!(lacking(&wanted), [CapabilityId::new("c.d").unwrap()]);
+        let wide = authority(&["a.b", "c.d", "e.f"]);
+        let _w = install(Some(&wide));
+        assert!(lacking(&wanted).is_empty());
+        // Asking is not a check: nothing is counted.
+        assert_eq!(narrow.denials.count() + wide.denials.count(), 0);
+    }
+
+    #[test]
     fn install_nests_and_restores() {
         let outer = authority(&["a.b"]);
         let inner = authority(&[]);
