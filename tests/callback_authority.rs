@@ -7,7 +7,10 @@
 //! The callback kinds: `engine.on` watchers (in the engine VM and in a worker VM), Luau
 //! registered jobs (`run`, and a worker job's `input` and `apply`), the items of registered
 //! worker and kernel jobs, jobs registered from a worker VM (their calls and the commands those
-//! record), `jobs.onRelease` watchers, and `events.on` handlers bound without a context.
+//! record), `jobs.onRelease` watchers, `jobs.warm` entries, and `events.on` handlers bound
+//! without a context. Binding to a context that holds more than the binding code is refused.
+//! Every test but the first failed on the code before the fix: the callback did what only the
+//! domain may (a registered worker job's `input` ran with no authority at all).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -169,7 +172,7 @@ impl Fixture {
         assert!(report.errors.is_empty(), "{:?}", report.errors);
     }
 
-    /// `audio.play` denied to the `ui` context.
+    /// The denial of `capability` to the `ui` context.
     fn denied(&self, capability: &str) -> String {
         format!(
             "permission denied: capability '{capability}' is not granted to domain 'game' ({}, generation 1, context 'ui')",
