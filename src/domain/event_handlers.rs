@@ -15,14 +15,16 @@ use std::sync::Arc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
+use super::capability::{Authority, CapabilitySet};
 use super::context::{ContextSpec, Phase};
 use super::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
 use super::emit::{read_emit, EmitRefused};
 use super::event_queue::{EventQueue, QueuedEvent, Routing};
 use super::handler_label::HandlerLabel;
+use super::scheduler::{wider_than_binder, Bindings};
 use super::{Report, ScriptDomain};
 use crate::error::{Error, Result};
-use crate::jobs::{DomainId, DomainMailbox, Generation};
+use crate::jobs::{registering_authority, DomainId, DomainMailbox, Generation};
 use crate::value::Message;
 use crate::vm::{self, panic_message};
 
@@ -63,6 +65,9 @@ enum NamedHandler {
     Luau {
         function: Function,
         context: Option<usize>,
+        /// Without a context: the authority of the task that bound it, which each call holds,
+        /// so a handler never holds more than the code that bound it (`None`: the VM's own).
+        authority: Option<Arc<Authority>>,
         /// How reports name it; made when it was bound, shared by each call.
         label: Arc<HandlerLabel>,
     },
@@ -88,6 +93,8 @@ pub(crate) struct EventHandlers {
     domain: DomainId,
     /// The host's contexts' names and priorities, for `events.on(name, fn, context)`.
     contexts: Box<[(String, i32)]>,
+    /// The capabilities each context's handlers hold: what code binding to it must hold.
+    held: Rc<[CapabilitySet]>,
     next_id: Cell<u64>,
     /// Each name's handlers in run order: priority (higher first), then bind order. A bind or
     /// an unbind makes a new list, so a delivery's snapshot is a reference count, not a copy.
@@ -102,16 +109,18 @@ impl EventHandlers {
         queue: Arc<EventQueue>,
         domain_name: &str,
         domain: DomainId,
-        contexts: &[ContextSpec],
+        bindings: &Bindings,
     ) -> Rc<EventHandlers> {
         Rc::new(EventHandlers {
             queue,
             domain_name: domain_name.to_owned(),
             domain,
-            contexts: contexts
+            contexts: bindings
+                .contexts()
                 .iter()
                 .map(|c| (c.name().to_owned(), c.get_priority()))
                 .collect(),
+            held: bindings.held(),
             next_id: Cell::new(1),
             named: RefCell::default(),
             routes: RefCell::default(),
@@ -324,6 +333,8 @@ impl EventHandlers {
                         &*wanted
                     )));
                 };
+                wider_than_binder(&wanted, &self.held[index])
+                    .map_err(|e| mlua::Error::runtime(format!("events.on: {e}")))?;
                 (Some(index), self.contexts[index].1)
             }
             other => {
@@ -337,9 +348,15 @@ impl EventHandlers {
             context: context.map(|i| Arc::from(self.contexts[i].0.as_str())),
             name: Arc::from(name.as_str()),
         });
+        let authority = if context.is_none() {
+            registering_authority(lua)
+        } else {
+            None
+        };
         let handler = NamedHandler::Luau {
             function,
             context,
+            authority,
             label,
         };
         let id = self.bind(&name, priority, Some(generation), handler);
@@ -644,6 +661,7 @@ impl ScriptDomain {
                 NamedHandler::Luau {
                     function,
                     context,
+                    authority,
                     label,
                 } => {
                     let context_index = *context;
@@ -652,8 +670,10 @@ impl ScriptDomain {
                         .and_then(ContextSpec::get_budget)
                         .unwrap_or(self.principal.max_deadline);
                     let call = profiling.then(std::time::Instant::now);
-                    let authority = context_index
-                        .map(|i| self.bindings.authority(i, &self.principal.authority));
+                    let authority = match context_index {
+                        Some(i) => Some(self.bindings.authority(i, &self.principal.authority)),
+                        None => authority.clone(),
+                    };
                     let failed = match self.named_args(name, name_string, &payload) {
                         Ok(values) => {
                             self.call_task(label.clone(), deadline, authority, function, values)

@@ -531,7 +531,7 @@ impl ScriptDomain {
         );
         vm.lua.set_app_data(registry.clone());
         let event_handlers =
-            event_handlers::EventHandlers::new(queue, &spec.name, id.domain, &spec.contexts);
+            event_handlers::EventHandlers::new(queue, &spec.name, id.domain, &bindings);
         event_handlers::install_events_module(&vm.lua, &event_handlers, id.generation)?;
         interfaces::install_interfaces_module(&vm.lua, &spec.name, id.generation)?;
         scheduler::install_context_module(&vm.lua, &bindings)?;
@@ -975,8 +975,13 @@ impl ScriptDomain {
                 job,
                 commands,
                 failure,
+                authority,
             } => {
                 if !commands.is_empty() {
+                    // As the job's call ran: under the authority it was registered with.
+                    let _authority = capability::install(Some(
+                        authority.as_ref().unwrap_or(&self.principal.authority),
+                    ));
                     let source = self.registry.source(job);
                     self.apply_as(commands, &source);
                 }

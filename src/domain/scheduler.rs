@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::capability::{Authority, Grant};
+use super::capability::{lacking, Authority, CapabilitySet, Grant};
 use super::context::{ContextSpec, Phase};
 use super::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind, Severity};
 use super::handler_label::HandlerLabel;
@@ -118,6 +118,9 @@ pub(crate) struct Bindings {
     /// Each context's part of the domain's grant, checked when the domain was made; `None`
     /// for a context that holds the whole grant.
     grants: Box<[Option<Grant>]>,
+    /// The capabilities each context's handlers hold (its part, or the whole grant's): what
+    /// code binding a handler to it must hold itself.
+    held: Rc<[CapabilitySet]>,
     /// The contexts' authorities for one generation (made on first use, again after a restart):
     /// every call of a context's handlers shares one, so a call costs no allocation for it.
     authorities: RefCell<Option<(Generation, Vec<Arc<Authority>>)>>,
@@ -138,8 +141,16 @@ impl Bindings {
                     .transpose()
             })
             .collect::<std::result::Result<Box<[_]>, _>>()?;
+        let held = grants
+            .iter()
+            .map(|g| g.as_ref().unwrap_or(grant).capabilities().clone())
+            .collect();
         let bindings = Bindings::unchecked(contexts);
-        Ok(Rc::new(Bindings { grants, ..bindings }))
+        Ok(Rc::new(Bindings {
+            grants,
+            held,
+            ..bindings
+        }))
     }
 
     fn unchecked(contexts: Vec<ContextSpec>) -> Bindings {
@@ -170,6 +181,7 @@ impl Bindings {
             rank: rank.into(),
             handlers: RefCell::new(Default::default()),
             grants: vec![None; n].into(),
+            held: vec![CapabilitySet::new(); n].into(),
             authorities: RefCell::new(None),
         }
     }
@@ -199,6 +211,11 @@ impl Bindings {
         &self.contexts
     }
 
+    /// The capabilities each context's handlers hold, in declaration order.
+    pub(crate) fn held(&self) -> Rc<[CapabilitySet]> {
+        self.held.clone()
+    }
+
     /// The bindings of a new generation: the host's contexts (and their checked grants), no
     /// handlers yet.
     pub(crate) fn next_generation(&self) -> Rc<Bindings> {
@@ -209,6 +226,7 @@ impl Bindings {
             rank: self.rank.clone(),
             handlers: RefCell::new(Default::default()),
             grants: self.grants.clone(),
+            held: self.held.clone(),
             authorities: RefCell::new(None),
         })
     }
@@ -274,6 +292,7 @@ impl Bindings {
             )));
         };
         let context = &self.contexts[index];
+        wider_than_binder(&name, &self.held[index]).map_err(refuse)?;
         let Value::Table(table) = handlers else {
             return Err(refuse(format!(
                 "handlers must be a table of phase = function, got {}",
@@ -337,6 +356,24 @@ impl Bindings {
 
 fn refuse(text: String) -> mlua::Error {
     mlua::Error::runtime(format!("context.bind: {text}"))
+}
+
+/// Refuses to bind a handler to context `name`, whose handlers hold `held`, from code that
+/// holds less: the handler would run with more than the code that bound it.
+pub(crate) fn wider_than_binder(
+    name: &str,
+    held: &CapabilitySet,
+) -> std::result::Result<(), String> {
+    let lacking = lacking(held);
+    if lacking.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = lacking.iter().map(|c| c.as_str()).collect();
+    Err(format!(
+        "a handler bound to context '{name}' would hold capabilities the binding code does \
+         not: {}",
+        names.join(", ")
+    ))
 }
 
 /// Installs `@skein/context` in the engine VM: `require("@skein/context")` answers it.

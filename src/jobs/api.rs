@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use std::time::{Duration, Instant};
 
-use mlua::{Function, Lua, MultiValue, Table, Value};
+use mlua::{Function, Lua, MultiValue, Table, UserData, Value};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::item::{charge_job, Item, ItemArgs, JobShared, ReplyTo, JOB_WEIGHT};
 use super::options::{read_key, DispatchOptions};
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
+use crate::domain::capability::{current_arc, Authority};
 use crate::value::{Held, Message};
 use crate::vm::{promise_handle, with_caller_source, Owner, PromiseId, Vm, VmCore};
 
@@ -217,13 +218,49 @@ fn stats(lua: &Lua, (): ()) -> mlua::Result<Table> {
 /// Registry key of the `jobs` table, which `require("@skein/jobs")` answers.
 pub(crate) const JOBS_KEY: &str = "skein.jobs";
 
-/// Registry key of this VM's `jobs.onRelease` watchers: a table of watcher -> true.
+/// Registry key of this VM's `jobs.onRelease` watchers: a table of watcher -> the authority of
+/// the task that registered it (a [`RegisteredAs`]), or `true` when none was installed.
 const RELEASE_WATCHERS_KEY: &str = "skein.jobs.onRelease";
+
+/// The authority a callback was registered under, kept beside it in a Luau table: each run of
+/// the callback holds it, so the callback never holds more than the code that registered it.
+struct RegisteredAs(Arc<Authority>);
+
+impl UserData for RegisteredAs {}
+
+/// The value a watcher table keeps for a callback registered now: the running task's authority.
+fn registered_as(lua: &Lua) -> mlua::Result<Value> {
+    match registering_authority(lua) {
+        Some(authority) => lua
+            .create_userdata(RegisteredAs(authority))
+            .map(Value::UserData),
+        None => Ok(Value::Boolean(true)),
+    }
+}
+
+/// The authority a watcher table kept with a callback (`None`: the VM's own).
+fn authority_of(value: &Value) -> Option<Arc<Authority>> {
+    match value {
+        Value::UserData(ud) => ud.borrow::<RegisteredAs>().ok().map(|a| a.0.clone()),
+        _ => None,
+    }
+}
 
 /// The principal of the VM's home, when the VM belongs to a domain.
 pub(crate) fn home_principal(lua: &Lua) -> Option<Arc<PrincipalCell>> {
     lua.app_data_ref::<Rc<JobsHome>>()
         .map(|h| h.principal.clone())
+}
+
+/// The authority a callback registered now keeps for its calls: the running task's, or `None`
+/// when that is the VM's own (the principal's), so a callback the domain's own code registers
+/// runs exactly as before, with no reference count moved per call.
+pub(crate) fn registering_authority(lua: &Lua) -> Option<Arc<Authority>> {
+    let current = current_arc()?;
+    match home_principal(lua) {
+        Some(principal) if Arc::ptr_eq(&current, &principal.authority) => None,
+        _ => Some(current),
+    }
 }
 
 pub(super) fn home(lua: &Lua) -> mlua::Result<Rc<JobsHome>> {
@@ -267,25 +304,31 @@ fn on_release(lua: &Lua, watcher: Value) -> mlua::Result<Function> {
         )));
     };
     let watchers: Table = lua.named_registry_value(RELEASE_WATCHERS_KEY)?;
-    watchers.raw_set(watcher.clone(), true)?;
+    watchers.raw_set(watcher.clone(), registered_as(lua)?)?;
     lua.create_function(move |lua, ()| {
         let watchers: Table = lua.named_registry_value(RELEASE_WATCHERS_KEY)?;
         watchers.raw_set(watcher.clone(), Value::Nil)
     })
 }
 
-/// Runs this VM's `jobs.onRelease` watchers with a released key, each as a task of its own.
+/// Runs this VM's `jobs.onRelease` watchers with a released key, each as a task of its own
+/// under the authority of the task that registered it.
 pub(crate) fn run_release_watchers(vm: &Vm, key: &[u8], deadline: Duration) {
     let run = || -> mlua::Result<()> {
         let watchers: Table = vm.lua.named_registry_value(RELEASE_WATCHERS_KEY)?;
         let mut list = Vec::new();
         for pair in watchers.pairs::<Function, Value>() {
-            list.push(pair?.0);
+            let (watcher, registered) = pair?;
+            list.push((watcher, authority_of(&registered)));
         }
         let key = vm.lua.create_string(key)?;
-        for watcher in list {
+        for (watcher, authority) in list {
             let identity: Arc<dyn crate::vm::OwnerIdentity> = Arc::new(WATCHER_LABEL);
-            let owner = Rc::new(Owner::new(identity, deadline, None));
+            let mut owner = Owner::new(identity, deadline, None);
+            if let Some(authority) = authority {
+                owner = owner.with_authority(authority);
+            }
+            let owner = Rc::new(owner);
             vm.start(
                 watcher,
                 MultiValue::from_iter([Value::String(key.clone())]),

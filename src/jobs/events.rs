@@ -25,6 +25,8 @@ use std::sync::{Arc, Mutex};
 
 use mlua::{Function, Lua, MultiValue, Value};
 
+use super::api::{home, registering_authority};
+use crate::domain::capability::Authority;
 use crate::value::Message;
 use crate::vm::{Owner, OwnerIdentity, TaskFailure, Vm, VmCore};
 
@@ -102,6 +104,9 @@ struct Watcher {
     f: Function,
     /// The log's next sequence number when it registered: it sees only later events.
     since: u64,
+    /// The authority of the task that registered it, which each of its runs holds: a watcher
+    /// never holds more than the code that asked for it (`None`: the VM's own).
+    authority: Option<Arc<Authority>>,
 }
 
 /// The watchers of one VM and how far it has delivered, kept in the VM's app data.
@@ -142,7 +147,7 @@ fn on(lua: &Lua, (name, watcher): (Value, Value)) -> mlua::Result<Function> {
             crate::vm::a_type(&watcher)
         )));
     };
-    let home = super::api::home(lua)?;
+    let home = home(lua)?;
     let since = home.principal.events.next_seq();
     let cell = watchers(lua)?;
     let id = {
@@ -154,6 +159,7 @@ fn on(lua: &Lua, (name, watcher): (Value, Value)) -> mlua::Result<Function> {
             name: Arc::from(String::from_utf8_lossy(&name).as_ref()),
             f,
             since,
+            authority: registering_authority(lua),
         });
         id
     };
@@ -185,7 +191,8 @@ const MISSED_LABEL: &str = "engine events";
 
 /// Delivers to `vm`'s watchers the events of `log` raised since the VM last delivered: each
 /// (watcher, event) pair, in raise order and then registration order, starts as a task of its
-/// own and runs to its first yield here. Answers whether any watcher started.
+/// own, under the authority of the task that registered the watcher, and runs to its first
+/// yield here. Answers whether any watcher started.
 pub(crate) fn deliver(vm: &Vm, log: &EventLog, deadline: std::time::Duration) -> bool {
     let Some(cell) = vm.lua.app_data_ref::<WatchersCell>().map(|w| w.clone()) else {
         return false;
@@ -220,14 +227,14 @@ pub(crate) fn deliver(vm: &Vm, log: &EventLog, deadline: std::time::Duration) ->
         for event in &events {
             for watcher in &w.list {
                 if *watcher.name == *event.name && watcher.since <= event.seq {
-                    runs.push((watcher.f.clone(), event.clone()));
+                    runs.push((watcher.f.clone(), watcher.authority.clone(), event.clone()));
                 }
             }
         }
         runs
     };
     let started = !runs.is_empty();
-    for (f, event) in runs {
+    for (f, authority, event) in runs {
         let label = Arc::new(WatcherLabel(event.name.clone()));
         let reported = label.clone();
         // A root task's failure goes to its completion: report it, naming the event.
@@ -240,7 +247,11 @@ pub(crate) fn deliver(vm: &Vm, log: &EventLog, deadline: std::time::Duration) ->
                 }
             }
         });
-        let owner = Rc::new(Owner::new(label.clone(), deadline, Some(completion)));
+        let mut owner = Owner::new(label.clone(), deadline, Some(completion));
+        if let Some(authority) = authority {
+            owner = owner.with_authority(authority);
+        }
+        let owner = Rc::new(owner);
         let started = event
             .payload
             .to_lua(&vm.lua)

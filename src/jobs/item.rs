@@ -414,6 +414,9 @@ pub(crate) enum DomainEvent {
         job: u64,
         commands: Vec<ServiceCall>,
         failure: Option<String>,
+        /// The authority the job was registered with, installed while its commands apply.
+        /// `None`: the domain's.
+        authority: Option<Arc<crate::domain::capability::Authority>>,
     },
     /// A handle in a worker VM paused, resumed or cancelled a job.
     RegisteredControl {

@@ -21,11 +21,12 @@ use std::time::Duration;
 
 use mlua::{Lua, Value};
 
-use super::api::{home, refuse};
+use super::api::{home, refuse, registering_authority};
 use super::item::{ReplyTo, WorkerMsg};
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
 use super::worker::reply;
+use crate::domain::capability::Authority;
 use crate::vm::{promise_handle, with_caller_source, FailureKind, JobFailure, Outcome, VmCore};
 
 /// The longest a warm entry may take, waits included, from its start to its end. Read between
@@ -47,13 +48,15 @@ pub(crate) struct WarmRegistry {
 }
 
 impl WarmRegistry {
-    /// The entry for `module`'s `entry`, added when new (the answer's flag).
+    /// The entry for `module`'s `entry`, added when new (the answer's flag), to run under
+    /// `authority` (the first caller's).
     fn find_or_add(
         &self,
         module: Arc<Path>,
         spec: Arc<str>,
         entry: &str,
         workers: usize,
+        authority: Option<Arc<Authority>>,
     ) -> (Arc<WarmEntry>, bool) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(found) = entries
@@ -67,6 +70,7 @@ impl WarmRegistry {
             module,
             spec,
             entry: entry.into(),
+            authority,
             state: Mutex::new(WarmState {
                 failed: None,
                 results: vec![None; workers],
@@ -98,6 +102,9 @@ pub(crate) struct WarmEntry {
     /// The module as the first caller wrote it, for names in stats and messages.
     pub(crate) spec: Arc<str>,
     pub(crate) entry: Arc<str>,
+    /// The authority of the task that first asked for it: every run holds it, so a warm entry
+    /// never holds more than the code that asked for it (`None`: the VM's own).
+    pub(crate) authority: Option<Arc<Authority>>,
     state: Mutex<WarmState>,
 }
 
@@ -233,6 +240,7 @@ pub(super) fn warm(lua: &Lua, (module, entry): (Value, Value)) -> mlua::Result<V
         module.spec,
         &entry.to_string_lossy(),
         workers,
+        registering_authority(lua),
     );
 
     let cell = core.promises.borrow_mut().make("jobs.warm");
@@ -267,6 +275,7 @@ mod tests {
             module: Path::new("/m/registry.luau").into(),
             spec: "./registry".into(),
             entry: "build".into(),
+            authority: None,
             state: Mutex::new(WarmState {
                 failed: None,
                 results: vec![None; workers],
@@ -301,17 +310,28 @@ mod tests {
     #[test]
     fn failing_is_reported_once_and_hides_the_entry_from_new_vms() {
         let registry = WarmRegistry::default();
-        let (a, added) =
-            registry.find_or_add(Path::new("/m/a.luau").into(), "./a".into(), "build", 2);
+        let (a, added) = registry.find_or_add(
+            Path::new("/m/a.luau").into(),
+            "./a".into(),
+            "build",
+            2,
+            None,
+        );
         assert!(added);
         let (again, added) =
-            registry.find_or_add(Path::new("/m/a.luau").into(), "a".into(), "build", 2);
+            registry.find_or_add(Path::new("/m/a.luau").into(), "a".into(), "build", 2, None);
         assert!(
             !added,
             "the same file and entry, however the caller spelled it"
         );
         assert_eq!(again.id, a.id);
-        let (b, _) = registry.find_or_add(Path::new("/m/a.luau").into(), "./a".into(), "other", 2);
+        let (b, _) = registry.find_or_add(
+            Path::new("/m/a.luau").into(),
+            "./a".into(),
+            "other",
+            2,
+            None,
+        );
         assert_ne!(b.id, a.id);
         assert_eq!(registry.active().len(), 2);
         assert!(a.fail("host code panicked: x"));

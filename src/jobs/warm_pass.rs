@@ -224,11 +224,12 @@ fn start_run(
         *filled.borrow_mut() = Some(result.map(|_| ()));
     });
     let owner_identity: Arc<dyn OwnerIdentity> = identity.clone();
-    let owner = Rc::new(Owner::new(
-        owner_identity,
-        cx.principal.max_deadline,
-        Some(completion),
-    ));
+    // As the code that asked for the warm: never more than its authority.
+    let mut owner = Owner::new(owner_identity, cx.principal.max_deadline, Some(completion));
+    if let Some(authority) = entry.authority.clone() {
+        owner = owner.with_authority(authority);
+    }
+    let owner = Rc::new(owner);
     let started = Instant::now();
     owner.set_bound(started, cx.principal.warm_bound);
     if let Err(e) = cx

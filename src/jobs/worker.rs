@@ -679,6 +679,7 @@ impl WorkerLogic for LuauWorker {
                                  it after host code panicked)",
                                 self.index
                             )),
+                            authority: None,
                         });
                     }
                     _ => {}

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use super::grant::{Grant, Root, FILESYSTEM_READ, FILESYSTEM_WRITE};
 use super::id::{validate, CapabilityId, InvalidCapability};
+use super::set::CapabilitySet;
 pub use crate::domain::diagnostic::Attribution;
 use crate::jobs::Generation;
 
@@ -326,6 +327,23 @@ pub(crate) fn current_arc() -> Option<Arc<Authority>> {
     }
 }
 
+/// The capabilities of `wanted` that the task running on this thread does not hold, in order:
+/// what a callback bound now to work that holds `wanted` would gain over the code binding it.
+/// Empty outside any task (host code binds as the domain).
+pub(crate) fn lacking(wanted: &CapabilitySet) -> Vec<CapabilityId> {
+    with_current(|authority| match authority {
+        None => Vec::new(),
+        Some(a) => {
+            let held = a.grant.capabilities();
+            wanted
+                .iter()
+                .filter(|c| !held.contains(c))
+                .cloned()
+                .collect()
+        }
+    })
+}
+
 /// The authority installed on this thread, or `fallback` when none is (host code).
 pub(crate) fn current_or(fallback: &Arc<Authority>) -> Arc<Authority> {
     current_arc().unwrap_or_else(|| fallback.clone())
@@ -463,6 +481,24 @@ mod tests {
             worker: None,
         };
         Arc::new(Authority::new(grant, attribution, Arc::default()))
+    }
+
+    #[test]
+    fn lacking_is_what_the_installed_authority_does_not_hold() {
+        let wanted: CapabilitySet = ["a.b", "c.d"]
+            .iter()
+            .map(|n| CapabilityId::new(n).unwrap())
+            .collect();
+        // Host code (nothing installed) binds as the domain: nothing is lacking.
+        assert!(lacking(&wanted).is_empty());
+        let narrow = authority(&["a.b"]);
+        let _n = install(Some(&narrow));
+        assert_eq!(lacking(&wanted), [CapabilityId::new("c.d").unwrap()]);
+        let wide = authority(&["a.b", "c.d", "e.f"]);
+        let _w = install(Some(&wide));
+        assert!(lacking(&wanted).is_empty());
+        // Asking is not a check: nothing is counted.
+        assert_eq!(narrow.denials.count() + wide.denials.count(), 0);
     }
 
     #[test]

@@ -13,7 +13,7 @@ mod grant;
 mod id;
 mod set;
 
-pub(crate) use authority::{current_arc, current_or, install, Authority, DenialLog};
+pub(crate) use authority::{current_arc, current_or, install, lacking, Authority, DenialLog};
 pub use authority::{require_capability, Attribution, CapabilityDenied, CapabilityError};
 pub use grant::{Grant, RootAuthority, FILESYSTEM_READ, FILESYSTEM_WRITE};
 pub use id::{CapabilityId, InvalidCapability, MAX_CAPABILITY_LEN};

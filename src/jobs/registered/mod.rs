@@ -26,6 +26,7 @@ use super::item::{Item, ItemArgs, JobShared, JobTally, Kernel, KernelCall, Reply
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
 use super::promise::{HostSlot, Promise};
+use crate::domain::capability::{self, Authority};
 use crate::error::Error;
 use crate::value::Message;
 use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
@@ -62,6 +63,9 @@ pub(crate) struct RegisteredJob {
     origin: String,
     metadata: Option<Message>,
     executor: Executor,
+    /// The authority of the code that registered it: its `run`, `input` and `apply` and its
+    /// items all run under it, so a job never holds more than the code that registered it.
+    authority: Arc<Authority>,
     tally: Arc<JobTally>,
     state: RefCell<JobState>,
 }
@@ -163,6 +167,7 @@ impl Registry {
             origin: d.origin,
             metadata: d.metadata,
             executor: d.executor,
+            authority: capability::current_or(&self.principal.authority),
             tally: Arc::new(JobTally {
                 id,
                 ..JobTally::default()
@@ -202,6 +207,9 @@ impl Registry {
                 vm: r.vm,
                 shared: r.shared,
             },
+            // Its calls run in its worker VM under the authority it was registered with there;
+            // the engine runs nothing of it.
+            authority: self.principal.authority.clone(),
             tally: Arc::new(JobTally {
                 id,
                 ..JobTally::default()
@@ -446,7 +454,7 @@ impl Registry {
                     key.clone(),
                     job.tally.clone(),
                 );
-                let item = self.item(shared.clone(), path.clone(), entry.clone(), *deadline);
+                let item = self.item(job, shared.clone(), path.clone(), entry.clone(), *deadline);
                 let (item, slot) = item(ItemArgs::Plain(input));
                 let queued = match key {
                     Some(key) => self.pool.dispatch_keyed(
@@ -482,6 +490,7 @@ impl Registry {
                 );
                 let path: Arc<Path> = Arc::from(Path::new(&format!("kernel:{name}")));
                 let item = self.item(
+                    job,
                     shared.clone(),
                     path,
                     name.clone(),
@@ -524,19 +533,22 @@ impl Registry {
         mirror(job);
     }
 
-    /// Makes an item of `job` around its arguments, replying to a fresh host slot.
+    /// Makes an item of `registered` around its arguments, replying to a fresh host slot. The
+    /// item runs under the job's authority.
     fn item(
         &self,
+        registered: &RegisteredJob,
         job: Arc<JobShared>,
         module: Arc<Path>,
         entry: Arc<str>,
         deadline: std::time::Duration,
     ) -> impl FnOnce(ItemArgs) -> (Item, Arc<HostSlot>) + '_ {
+        let authority = registered.authority.clone();
         move |args| {
             let slot = HostSlot::new();
             let item = Item {
                 principal: self.principal.clone(),
-                authority: self.principal.authority.clone(),
+                authority,
                 job,
                 module,
                 entry,
@@ -568,14 +580,18 @@ impl Registry {
         }
     }
 
-    /// Runs `input()` on this thread and copies its value. `None` when there is nothing to queue:
-    /// it answered nil, or it failed (which errors the job). Without an `input`, the item runs
-    /// over nil.
+    /// Runs `input()` on this thread, under the job's authority, and copies its value. `None`
+    /// when there is nothing to queue: it answered nil, or it failed (which errors the job).
+    /// Without an `input`, the item runs over nil.
     fn input(&self, job: &RegisteredJob, input: Option<&Function>) -> Option<Message> {
         let Some(input) = input else {
             return Some(Message::Nil);
         };
-        let value = match input.call::<Value>(()) {
+        let called = {
+            let _authority = capability::install(Some(&job.authority));
+            input.call::<Value>(())
+        };
+        let value = match called {
             Ok(value) => value,
             Err(e) => {
                 let message = format!("input: {}", vm::error_message(&e));
@@ -595,7 +611,8 @@ impl Registry {
         }
     }
 
-    /// Starts `f(arg)` as a task of the engine VM for `job`; a failure errors the job.
+    /// Starts `f(arg)` as a task of the engine VM for `job`, under its authority; a failure
+    /// errors the job.
     fn start_task(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>, f: Function, arg: Value) {
         job.state.borrow_mut().task_running = true;
         let weak = Rc::downgrade(job);
@@ -619,11 +636,9 @@ impl Registry {
             }
         });
         let identity: Arc<dyn OwnerIdentity> = Arc::new(format!("job '{}'", job.label()));
-        let owner = Rc::new(Owner::new(
-            identity,
-            self.principal.max_deadline,
-            Some(completion),
-        ));
+        let owner = Owner::new(identity, self.principal.max_deadline, Some(completion))
+            .with_authority(job.authority.clone());
+        let owner = Rc::new(owner);
         if let Err(e) = vm.start(f, MultiValue::from_iter([arg]), owner.clone()) {
             let failure = TaskFailure::raised(vm::error_message(&e), String::new());
             owner.complete(&vm.lua, Err(failure));

@@ -34,7 +34,8 @@ use mlua::{Function, Lua, MultiValue, Value};
 
 use super::descriptor::{self, Executor};
 use super::info::{JobInfo, JobStatus, WorkerCalls};
-use crate::jobs::api::{HomeKind, JobsHome};
+use crate::domain::capability::Authority;
+use crate::jobs::api::{registering_authority, HomeKind, JobsHome};
 use crate::jobs::item::DomainEvent;
 use crate::jobs::principal::PrincipalCell;
 use crate::value::Message;
@@ -115,6 +116,10 @@ struct LocalJob {
     label: String,
     call: LocalCall,
     deadline: Duration,
+    /// The authority of the task that registered it (an item's: a context's part when a
+    /// handler dispatched that item): each call, and the commands it records, run under it.
+    /// `None`: the VM's own.
+    authority: Option<Arc<Authority>>,
     /// The owner of the call running now.
     running: Option<Rc<Owner>>,
 }
@@ -256,6 +261,7 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
             label,
             call,
             deadline,
+            authority: registering_authority(lua),
             running: None,
         },
     );
@@ -323,17 +329,19 @@ pub(crate) fn on_op(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64, op: Remote
     }
 }
 
-/// Tells the engine a call of job `id` ended.
+/// Tells the engine a call of job `id` ended; its commands apply there under `authority`.
 fn done(
     principal: &PrincipalCell,
     id: u64,
     commands: Vec<vm::ServiceCall>,
     failure: Option<String>,
+    authority: Option<Arc<Authority>>,
 ) {
     principal.mailbox.send(DomainEvent::RegisteredDone {
         job: id,
         commands,
         failure,
+        authority,
     });
 }
 
@@ -376,6 +384,7 @@ fn run(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64) {
             Some(job) => Some((
                 job.label.clone(),
                 job.deadline,
+                job.authority.clone(),
                 match &job.call {
                     LocalCall::Luau { run } => Ok((run.clone(), MultiValue::new())),
                     LocalCall::Worker {
@@ -388,13 +397,14 @@ fn run(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64) {
             )),
         }
     };
-    let Some((label, deadline, call)) = prepared else {
-        return done(principal, id, Vec::new(), None);
+    let Some((label, deadline, authority, call)) = prepared else {
+        return done(principal, id, Vec::new(), None, None);
     };
     let (f, args) = match call {
         Ok(call) => call,
-        Err(message) => return done(principal, id, Vec::new(), Some(message)),
+        Err(message) => return done(principal, id, Vec::new(), Some(message), None),
     };
+    let applies_as = authority.clone();
     let post_to = principal.clone();
     let held = Rc::downgrade(&jobs);
     let completion: vm::Completion = Box::new(move |_lua: &Lua, result, commands| {
@@ -414,10 +424,14 @@ fn run(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64) {
             Err(TaskFailure::Raised { message, .. }) => Some(message),
             Err(other) => Some(other.to_string()),
         };
-        done(&post_to, id, commands, failure);
+        done(&post_to, id, commands, failure, applies_as);
     });
     let identity: Arc<dyn OwnerIdentity> = Arc::new(CallIdentity { label, id });
-    let owner = Rc::new(Owner::new(identity, deadline, Some(completion)).with_commands());
+    let mut owner = Owner::new(identity, deadline, Some(completion)).with_commands();
+    if let Some(authority) = authority {
+        owner = owner.with_authority(authority);
+    }
+    let owner = Rc::new(owner);
     if let Some(job) = jobs.jobs.borrow_mut().get_mut(&id) {
         job.running = Some(owner.clone());
     }
@@ -457,7 +471,7 @@ pub(crate) fn vm_lost(lua: &Lua, principal: &PrincipalCell, why: &str) {
     };
     let ids: Vec<u64> = jobs.jobs.borrow_mut().drain().map(|(id, _)| id).collect();
     for id in ids {
-        done(principal, id, Vec::new(), Some(why.to_owned()));
+        done(principal, id, Vec::new(), Some(why.to_owned()), None);
     }
 }
 
