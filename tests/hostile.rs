@@ -854,3 +854,136 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
         .stdout_has("dispatch\tlib x")
         .stdout_has("after\t42");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Class 7: work and callbacks run with the authority of the code that made them. Under the
+// runner, a `@skein/worker` spawned with `capabilities = {}` is code with a narrower grant than
+// its domain (which holds `--allow-read d`); what it dispatches, warms or registers must not
+// read `d/secret.txt`. (`tests/callback_authority.rs` covers contexts, engine watchers,
+// registered jobs and event handlers from the host's side.)
+// ---------------------------------------------------------------------------------------------
+
+const PROBE: &str = r#"
+local M = {}
+function M.read() return require("@skein/fs").readFile("d/secret.txt") end
+function M.tryRead()
+    local ok, err = pcall(require("@skein/fs").readFile, "d/secret.txt")
+    return if ok then "READ " .. err else "denied: " .. tostring(err)
+end
+function M.watch()
+    jobs.onRelease(function(key)
+        local ok, err = pcall(require("@skein/fs").readFile, "d/secret.txt")
+        print("watcher", key, if ok then "READ " .. err else "denied")
+    end)
+    return true
+end
+function M.echo(x) return x end
+return M
+"#;
+
+/// Runs `handler_body` as the body of a narrowed worker's handler (it gets `message`) and prints
+/// what the handler answered; the domain itself reads the secret first to show it could.
+fn narrowed_worker(handler_body: &str) -> Ended {
+    let main = format!(
+        r#"
+print("domain reads", require("@skein/fs").readFile("d/secret.txt"))
+local w = require("@skein/worker").spawn {{
+    name = "narrow",
+    capabilities = {{}},
+    source = [[
+        return function(message)
+            {handler_body}
+        end
+    ]],
+}}
+w:send(1)
+print("worker answered", w:receive(20))
+print("joined", w:join(20))
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#
+    );
+    let tree = Tree::new(&[
+        ("m.luau", PROBE),
+        ("d/secret.txt", "the secret"),
+        ("main.luau", &main),
+    ]);
+    hostile_run(
+        &tree.path(),
+        &["--allow-read", "d", "--allow", "worker.spawn", "main.luau"],
+    )
+}
+
+#[track_caller]
+fn never_read(ended: &Ended) {
+    ended
+        .stdout_has("domain reads\tthe secret")
+        .stdout_has("after\t42");
+    assert!(!ended.stdout.contains("READ "), "{}", ended.stdout);
+    assert_eq!(
+        ended.stdout.matches("the secret").count(),
+        1,
+        "{}",
+        ended.stdout
+    );
+}
+
+#[test]
+fn a_job_a_narrowed_worker_dispatches_runs_with_the_worker_s_grant() {
+    let ended = narrowed_worker(r#"return jobs.dispatch("./m", "tryRead"):await()"#);
+    ended.exited(0);
+    never_read(&ended);
+    ended.stdout_has("worker answered\tdenied: ");
+}
+
+#[test]
+fn chunks_a_narrowed_worker_asks_for_run_with_the_worker_s_grant() {
+    let ended = narrowed_worker(
+        r#"local parts = jobs.parallelFor("./m", "tryRead", 2):await()
+            return parts[1] .. " | " .. parts[2]"#,
+    );
+    ended.exited(0);
+    never_read(&ended);
+    ended.stdout_has("worker answered\tdenied: ");
+}
+
+#[test]
+fn a_release_watcher_a_narrowed_worker_s_job_registers_runs_with_the_worker_s_grant() {
+    let ended = narrowed_worker(
+        r#"jobs.dispatch("./m", "watch", nil, { key = "k" }):await()
+            jobs.release("k")
+            return "released""#,
+    );
+    // The watcher runs on the key's worker after the release; the run waits for it to print.
+    ended.exited(0);
+    never_read(&ended);
+    ended.stdout_has("worker answered\treleased");
+}
+
+#[test]
+fn a_cancelled_timer_does_not_keep_the_run_alive() {
+    // A cancelled `task.delay` left its entry at the top of the timer heap, and the runner slept
+    // until it came due: 20 s after a `Worker:receive(20)` that was answered at once, forever
+    // after a cancelled `task.delay(1e9, f)`.
+    let tree = Tree::new(&[
+        ("m.luau", ECHO),
+        (
+            "main.luau",
+            r#"
+local t = task.delay(1e9, function() print("never") end)
+task.cancel(t)
+local w = task.delay(20, function() print("never either") end)
+task.cancel(w)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    let started = Instant::now();
+    let ended = hostile_run(&tree.path(), &["main.luau"]);
+    ended.exited(0).stdout_has("after\t42");
+    assert!(!ended.stdout.contains("never"), "{}", ended.stdout);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the run waited {:?} for cancelled timers",
+        started.elapsed()
+    );
+}

@@ -178,9 +178,9 @@ impl Vm {
         self.core.sched.borrow().has_ready(Instant::now)
     }
 
-    /// The earliest timer.
+    /// The earliest live timer.
     pub(crate) fn next_wake(&self) -> Option<Instant> {
-        self.core.sched.borrow().next_wake()
+        self.core.sched.borrow_mut().next_wake()
     }
 
     /// Live tasks.

@@ -258,9 +258,21 @@ impl Scheduler {
             || self.timers.peek().is_some_and(|Reverse(t)| t.0 <= now())
     }
 
-    /// The earliest timer, if any.
-    pub(crate) fn next_wake(&self) -> Option<Instant> {
-        self.timers.peek().map(|Reverse(t)| t.0)
+    /// The earliest live timer, if any. Timers are removed lazily (a cancelled or ended task
+    /// leaves its entry in the heap), so stale entries at the top are dropped first: a
+    /// cancelled `task.delay(20, f)` must not keep a host waiting 20 s for nothing.
+    pub(crate) fn next_wake(&mut self) -> Option<Instant> {
+        while let Some(Reverse((at, _, id, epoch, _))) = self.timers.peek().copied() {
+            let live = self
+                .tasks
+                .get(&id)
+                .is_some_and(|task| task.epoch == epoch && task.parked == Parked::Timer);
+            if live {
+                return Some(at);
+            }
+            self.timers.pop();
+        }
+        None
     }
 
     /// Number of live tasks.
