@@ -987,3 +987,45 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
         started.elapsed()
     );
 }
+
+#[test]
+fn a_global_one_job_writes_is_never_seen_by_the_next_job() {
+    // A global written by one job was seen by the next job on the same worker VM, so results
+    // depended on which worker ran it. A worker VM's globals are closed: module top levels may
+    // set them (module state), job code may not.
+    let tree = Tree::new(&[
+        (
+            "m.luau",
+            r#"
+helperFromTopLevel = function(x) return x * 2 end
+local M = {}
+function M.write() leaked = "from the first job" return true end
+function M.read() return tostring(leaked) end
+function M.useHelper(x) return helperFromTopLevel(x) end
+function M.echo(x) return x end
+return M
+"#,
+        ),
+        (
+            "main.luau",
+            r#"
+local ok, err = pcall(function() return jobs.dispatch("./m", "write"):await() end)
+print("write", ok, err)
+print("read", jobs.dispatch("./m", "read"):await())
+print("helper", jobs.dispatch("./m", "useHelper", 21):await())
+mainGlobal = "the engine's own script keeps its globals"
+print("engine", mainGlobal)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    let ended = hostile_run(&tree.path(), &["--workers", "1", "main.luau"]);
+    ended
+        .exited(0)
+        .stdout_has("write\tfalse\t")
+        .stdout_has("attempt to modify a readonly table")
+        .stdout_has("read\tnil")
+        .stdout_has("helper\t42")
+        .stdout_has("engine\tthe engine's own script keeps its globals")
+        .stdout_has("after\t42");
+}

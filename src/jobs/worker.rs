@@ -63,11 +63,13 @@ impl WorkerVm {
     /// Installs the stubs of engine services registered since this VM last looked.
     fn sync_services(&mut self) {
         if self.principal.services.len() != self.services_installed {
-            self.services_installed = super::services::install_stubs(
-                &self.vm.lua,
-                &self.principal.services,
-                self.services_installed,
-            );
+            self.services_installed = vm::with_open_globals(&self.vm.lua, || {
+                super::services::install_stubs(
+                    &self.vm.lua,
+                    &self.principal.services,
+                    self.services_installed,
+                )
+            });
         }
     }
 }
@@ -181,6 +183,7 @@ impl LuauWorker {
         let vm = match built {
             Ok(Ok(vm)) => {
                 vm.set_authority(principal.authority.clone());
+                vm::close_globals(&vm.lua);
                 vm
             }
             Ok(Err(e)) => {

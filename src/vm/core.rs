@@ -357,6 +357,36 @@ fn rejected_pair(lua: &Lua, text: &str) -> (Value, Value) {
     (Value::Boolean(false), text)
 }
 
+/// Closes the VM's globals: from now on no Luau code may set a global (`x = 1` raises
+/// `attempt to modify a readonly table`), except a module's top level while `require` runs it
+/// and Skein's own installs, both through [`with_open_globals`]. A worker VM's globals are
+/// closed once it is built, so what one job leaves in them can't change what the next job on
+/// that VM computes; state that should last lives in modules.
+pub(crate) fn close_globals(lua: &Lua) {
+    lua.globals().set_readonly(true);
+}
+
+/// Runs `f` with the VM's globals open if they were closed, closing them again after, even if
+/// `f` unwinds. `f` must not yield to other tasks (a module body and an install never do).
+pub(crate) fn with_open_globals<R>(lua: &Lua, f: impl FnOnce() -> R) -> R {
+    struct Reclose(Option<Table>);
+    impl Drop for Reclose {
+        fn drop(&mut self) {
+            if let Some(globals) = &self.0 {
+                globals.set_readonly(true);
+            }
+        }
+    }
+    let globals = lua.globals();
+    let _reclose = if globals.is_readonly() {
+        globals.set_readonly(false);
+        Reclose(Some(globals))
+    } else {
+        Reclose(None)
+    };
+    f()
+}
+
 /// `PromiseHandle:cancel()`: settles the promise as cancelled and stops its work.
 pub(crate) fn cancel_promise(lua: &Lua, cell: &Rc<PromiseCell>) -> mlua::Result<bool> {
     let core = VmCore::of(lua)?;

@@ -15,7 +15,9 @@ mod promise;
 mod scheduler;
 pub(crate) mod source;
 
-pub(crate) use self::core::{FirstRun, FrameClock, Reporter, Vm, VmCore};
+pub(crate) use self::core::{
+    close_globals, with_open_globals, FirstRun, FrameClock, Reporter, Vm, VmCore,
+};
 pub(crate) use budget::{
     current_signal, format_seconds, run_left, CancelToken, DeadlineMessage, Signal,
 };

@@ -157,9 +157,13 @@ impl ModuleCache {
         };
         let guard = AbortOnUnwind { cache, path };
         // No borrow of `cache` is held here: the body may require other modules through it.
-        let returned = compiled
-            .load(lua)
-            .and_then(|body| body.call::<MultiValue>(()));
+        // A module's top level may set globals even in a VM whose globals are closed: what it
+        // sets is module state, made once per VM. The body runs to its end without yielding.
+        let returned = super::super::with_open_globals(lua, || {
+            compiled
+                .load(lua)
+                .and_then(|body| body.call::<MultiValue>(()))
+        });
         std::mem::forget(guard);
         match returned {
             Ok(returned) => cache.borrow_mut().finish(lua, &compiled, returned),
