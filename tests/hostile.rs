@@ -1029,3 +1029,40 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
         .stdout_has("engine\tthe engine's own script keeps its globals")
         .stdout_has("after\t42");
 }
+
+#[test]
+fn live_workers_are_bounded_and_a_joined_one_gives_its_place_back() {
+    // Every `@skein/worker` is an OS thread with its own VM: a spawn loop made one per call.
+    let tree = Tree::new(&[
+        ("m.luau", ECHO),
+        (
+            "main.luau",
+            r#"
+local worker = require("@skein/worker")
+local alive = {}
+local ok, err = pcall(function()
+    for i = 1, 10000 do
+        alive[i] = worker.spawn { name = "w" .. i, source = "return function(m) return m end" }
+    end
+end)
+print("spawned", #alive)
+print("caught", ok, err)
+print("joined", alive[1]:join(20))
+local again = worker.spawn { name = "again", source = "return function(m) return m * 2 end" }
+again:send(21)
+print("again", again:receive(20))
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    hostile_run(&tree.path(), &["--allow", "worker.spawn", "main.luau"])
+        .exited(0)
+        .stdout_has("spawned\t64\n")
+        .stdout_has(
+            "caught\tfalse\truntime error: worker.spawn: the domain has 64 workers alive, the most \
+             it may have; join or close one before spawning 'w65'",
+        )
+        .stdout_has("joined\tstopped")
+        .stdout_has("again\t42")
+        .stdout_has("after\t42");
+}

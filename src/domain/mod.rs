@@ -51,7 +51,9 @@ mod stats;
 #[cfg(feature = "tracing")]
 mod tracing_sink;
 
-pub use actor::{FailurePolicy, LiveWorkers, WorkerError, WorkerStage, WORKER_SPAWN};
+pub use actor::{
+    FailurePolicy, LiveWorkers, WorkerError, WorkerStage, MAX_LIVE_WORKERS, WORKER_SPAWN,
+};
 pub use chrome_trace::ChromeTrace;
 pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};
 pub use diagnostic::{Attribution, Diagnostic, DiagnosticKind, DiagnosticSink, Severity};

@@ -90,7 +90,7 @@ impl OwnerIdentity for ActorIdentity {
 
 /// The lane's body. The live count was taken by the spawner; it is given back on return.
 pub(crate) fn run(setup: LaneSetup) {
-    let _live = LiveGuard(setup.live.clone());
+    let live = LiveGuard(setup.live.clone());
     let shared = setup.shared.clone();
     let state = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(&setup))) {
         Ok(state) => state,
@@ -112,6 +112,9 @@ pub(crate) fn run(setup: LaneSetup) {
             shared.name.clone(),
         );
     }
+    // The worker's place among the domain's live workers is given back before its end is
+    // published, so code that saw it end (a join) may spawn another at once.
+    drop(live);
     shared.finish(state);
 }
 

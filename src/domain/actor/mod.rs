@@ -32,6 +32,7 @@ use crossbeam_channel::{Sender, TrySendError};
 use mlua::{AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataMethods, Value};
 
 pub use error::{FailurePolicy, WorkerError, WorkerStage};
+pub use shared::MAX_LIVE_WORKERS;
 use shared::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
 
 use super::capability::{self, Authority, CapabilityId, CapabilitySet};
@@ -231,7 +232,20 @@ impl Actors {
             live: self.live.0.clone(),
             failures: self.failures.clone(),
         };
-        self.live.0.fetch_add(1, Ordering::AcqRel);
+        // Taken before the thread starts; given back when it returns (the lane's guard) or here
+        // when it could not start.
+        let taken = self
+            .live
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |live| {
+                (live < MAX_LIVE_WORKERS).then_some(live + 1)
+            });
+        if taken.is_err() {
+            return Err(mlua::Error::runtime(format!(
+                "worker.spawn: the domain has {MAX_LIVE_WORKERS} workers alive, the most it may \
+                 have; join or close one before spawning '{name}'"
+            )));
+        }
         let thread = std::thread::Builder::new()
             .name(format!("skein-actor {name}"))
             .spawn(move || lane::run(setup));

@@ -22,6 +22,11 @@ use crate::vm::{Outcome, PromiseId};
 /// the domain.
 pub(crate) const MAX_WAITING: usize = 1024;
 
+/// How many `@skein/worker` threads one domain may have alive at once, over all its
+/// generations: 64. Each is an OS thread with its own VM, so the count is bounded before one is
+/// started; a worker that ended (joined, closed and drained, failed) gives its place back.
+pub const MAX_LIVE_WORKERS: usize = 64;
+
 /// The worker runs (or has not ended yet).
 pub(crate) const RUNNING: u8 = 0;
 /// The worker ended after its queue closed, or was torn down with its domain.
