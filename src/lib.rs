@@ -50,7 +50,7 @@ pub use domain::{
     LiveWorkers, Load, LoadStage, LogLevel, LogRecord, LogSink, Phase, PhaseReport, PostRefused,
     ProfileEvent, ProfileKind, ProfileSink, ProfileThread, QueueBound, Report, ResourceId,
     ResourceOwner, ScriptDomain, Severity, WorkerError, WorkerStage, LOAD_BOUND, MAX_CONTEXT_NAME,
-    MAX_INTERFACE_NAME, MAX_LIVE_WORKERS, WORKER_SPAWN,
+    MAX_INTERFACE_NAME, MAX_LIVE_WORKERS, MAX_WORKER_BYTES, WORKER_SPAWN,
 };
 pub use error::{Error, Result};
 pub use jobs::{

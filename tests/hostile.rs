@@ -1066,3 +1066,51 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
         .stdout_has("again\t42")
         .stdout_has("after\t42");
 }
+
+#[test]
+fn messages_waiting_for_a_worker_are_bounded_in_bytes() {
+    // `Worker:send` bounded its queue at 1,024 messages, each up to the copy bound: 64 GiB.
+    let tree = Tree::new(&[
+        ("m.luau", ECHO),
+        (
+            "main.luau",
+            r#"
+local worker = require("@skein/worker")
+local gate = jobs.shared.queue("gate")
+local started = jobs.shared.queue("started")
+local w = worker.spawn { name = "slow", source = [[
+    local gate = jobs.shared.queue("gate")
+    local started = jobs.shared.queue("started")
+    return function(m) started:push(true) gate:pop() return #m end
+]] }
+local s = string.rep("x", 20 * 1000 * 1000)
+-- The first message is taken (built in the worker's VM, its bytes freed) before the rest wait.
+w:send(s)
+started:pop()
+local sent = 1
+local ok, err = pcall(function() for i = 1, 1024 do w:send(s) sent += 1 end end)
+print("sent", sent)
+print("caught", ok, err)
+-- Let the handler take its messages: their bytes are freed as each is built in its VM.
+for i = 1, sent do gate:push(true) end
+for i = 1, sent do assert(w:receive(20) == #s) end
+w:send(s)
+gate:push(true)
+print("again", w:receive(20))
+print("joined", w:join(20))
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    hostile_run(&tree.path(), &["--allow", "worker.spawn", "main.luau"])
+        .exited(0)
+        .stdout_has("sent\t4\n")
+        .stdout_has(
+            "caught\tfalse\truntime error: Worker:send: the messages waiting for and from worker \
+             'slow' would weigh 80000064 bytes, past the bound of 67108864; receive its replies, \
+             or send less",
+        )
+        .stdout_has("again\t20000000")
+        .stdout_has("joined\tstopped")
+        .stdout_has("after\t42");
+}

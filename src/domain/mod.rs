@@ -52,7 +52,8 @@ mod stats;
 mod tracing_sink;
 
 pub use actor::{
-    FailurePolicy, LiveWorkers, WorkerError, WorkerStage, MAX_LIVE_WORKERS, WORKER_SPAWN,
+    FailurePolicy, LiveWorkers, WorkerError, WorkerStage, MAX_LIVE_WORKERS, MAX_WORKER_BYTES,
+    WORKER_SPAWN,
 };
 pub use chrome_trace::ChromeTrace;
 pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};

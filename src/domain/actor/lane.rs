@@ -298,7 +298,12 @@ fn serve(setup: &LaneSetup) -> u8 {
     };
     start.done();
     loop {
-        let Some(Queued { message, sent }) = lane.next_message() else {
+        let Some(Queued {
+            message,
+            charge,
+            sent,
+        }) = lane.next_message()
+        else {
             return STOPPED;
         };
         let arg = match message.to_lua(&vm.lua) {
@@ -308,6 +313,8 @@ fn serve(setup: &LaneSetup) -> u8 {
                 return FAILED;
             }
         };
+        // The message lives in the VM now: its copy and what it held of the bound go.
+        drop((message, charge));
         if let Some(link) = &link {
             // Services the host registered since the last message.
             for refused in link.install_new(&vm.lua) {
@@ -335,13 +342,17 @@ fn serve(setup: &LaneSetup) -> u8 {
             None => return STOPPED,
             Some(Ok(_)) => match kept.borrow_mut().take() {
                 Some(Ok(Message::Nil)) | None => None,
-                Some(Ok(message)) => {
-                    shared.reply(Reply::Value {
-                        message,
-                        progress: false,
-                    });
-                    None
-                }
+                Some(Ok(message)) => match shared.charge(&message) {
+                    Ok(charge) => {
+                        shared.reply(Reply::Value {
+                            message,
+                            progress: false,
+                            charge,
+                        });
+                        None
+                    }
+                    Err(e) => Some((WorkerStage::Reply, e)),
+                },
                 Some(Err(e)) => Some((WorkerStage::Reply, e.to_string())),
             },
             Some(Err(failure)) => Some((WorkerStage::Handler, failure)),

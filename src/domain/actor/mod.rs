@@ -32,8 +32,8 @@ use crossbeam_channel::{Sender, TrySendError};
 use mlua::{AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataMethods, Value};
 
 pub use error::{FailurePolicy, WorkerError, WorkerStage};
-pub use shared::MAX_LIVE_WORKERS;
 use shared::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
+pub use shared::{MAX_LIVE_WORKERS, MAX_WORKER_BYTES};
 
 use super::capability::{self, Authority, CapabilityId, CapabilitySet};
 use super::diagnostic::Attribution;
@@ -419,8 +419,17 @@ impl WorkerHandle {
         let Some(tx) = inbox.as_ref() else {
             return Err(stopped());
         };
+        let charge = self.0.shared.charge(&message).map_err(|e| {
+            mlua::Error::runtime(format!(
+                "Worker:send: {e}; receive its replies, or send less"
+            ))
+        })?;
         let sent = self.0.stamped.then(Instant::now);
-        match tx.try_send(Queued { message, sent }) {
+        match tx.try_send(Queued {
+            message,
+            charge,
+            sent,
+        }) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(mlua::Error::runtime(format!(
                 "Worker:send: the queue of worker '{name}' is full: {MAX_WAITING} messages wait \
@@ -574,7 +583,14 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
         lua.create_function(|_, this: AnyUserData| {
             let entry = entry_of(&this, "receive")?;
             match entry.shared.take() {
-                Some(Reply::Value { message, .. }) => Ok((true, message)),
+                // Taken: its place in the worker's byte bound is free (the copy is built in
+                // this VM at once).
+                Some(Reply::Value {
+                    message, charge, ..
+                }) => {
+                    drop(charge);
+                    Ok((true, message))
+                }
                 Some(Reply::Failed(error)) => Err(mlua::Error::runtime(error.to_string())),
                 None => Ok((false, Message::Nil)),
             }
@@ -695,8 +711,13 @@ fn install_lane_module(lua: &Lua, shared: Arc<ActorShared>) -> mlua::Result<()> 
             let message = message
                 .read("message")
                 .map_err(|e| mlua::Error::runtime(format!("worker.send: {e}")))?;
+            let charge = shared.charge(&message).map_err(|e| {
+                mlua::Error::runtime(format!(
+                    "worker.send: {e}; send less, or wait for the domain to receive"
+                ))
+            })?;
             shared
-                .progress(message)
+                .progress(message, charge)
                 .map_err(|_| mlua::Error::runtime(SEND_FULL))
         })?,
     )?;

@@ -11,11 +11,11 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::error::WorkerError;
 use crate::jobs::{DomainEvent, DomainMailbox};
-use crate::value::Message;
+use crate::value::{ByteBudget, Charge, Message};
 use crate::vm::{Outcome, PromiseId};
 
 /// How many messages may wait, each way: for the handler, and (sent with `worker.send`) for
@@ -27,6 +27,10 @@ pub(crate) const MAX_WAITING: usize = 1024;
 /// started; a worker that ended (joined, closed and drained, failed) gives its place back.
 pub const MAX_LIVE_WORKERS: usize = 64;
 
+/// How much the messages waiting for one worker's handler and for its domain (replies and
+/// `worker.send` messages) may weigh together, by `Message::queue_weight`: 64 MiB.
+pub const MAX_WORKER_BYTES: usize = 64 << 20;
+
 /// The worker runs (or has not ended yet).
 pub(crate) const RUNNING: u8 = 0;
 /// The worker ended after its queue closed, or was torn down with its domain.
@@ -37,6 +41,8 @@ pub(crate) const FAILED: u8 = 2;
 /// One message on its way to the worker's handler.
 pub(crate) struct Queued {
     pub(crate) message: Message,
+    /// What it holds of the worker's [`MAX_WORKER_BYTES`] until the lane built it in its VM.
+    pub(crate) charge: Charge,
     /// When it was sent, for the handler call's queue delay; stamped only when the domain is
     /// profiled (the clock read is the cost of a send otherwise).
     pub(crate) sent: Option<std::time::Instant>,
@@ -44,8 +50,13 @@ pub(crate) struct Queued {
 
 /// One thing the worker said to the domain.
 pub(crate) enum Reply {
-    /// A handler's return value, or a `worker.send` (`progress`).
-    Value { message: Message, progress: bool },
+    /// A handler's return value, or a `worker.send` (`progress`), with what it holds of the
+    /// worker's [`MAX_WORKER_BYTES`] until the domain takes it.
+    Value {
+        message: Message,
+        progress: bool,
+        charge: Charge,
+    },
     /// A failure, read once by `Worker:receive`.
     Failed(WorkerError),
 }
@@ -67,6 +78,8 @@ pub(crate) struct ActorShared {
     signal: std::sync::OnceLock<std::sync::Arc<crate::vm::Signal>>,
     outbox: Mutex<Outbox>,
     mailbox: DomainMailbox,
+    /// What the messages waiting each way hold together ([`MAX_WORKER_BYTES`]).
+    bytes: Arc<ByteBudget>,
 }
 
 impl ActorShared {
@@ -77,7 +90,20 @@ impl ActorShared {
             signal: std::sync::OnceLock::new(),
             outbox: Mutex::default(),
             mailbox,
+            bytes: Arc::new(ByteBudget::new(MAX_WORKER_BYTES)),
         }
+    }
+
+    /// Takes what `message` weighs of the worker's [`MAX_WORKER_BYTES`], or answers the
+    /// refusal's end (`would weigh N bytes, past the bound of M`) for the caller to begin.
+    pub(crate) fn charge(&self, message: &Message) -> Result<Charge, String> {
+        Charge::take(&self.bytes, message.queue_weight()).map_err(|would| {
+            format!(
+                "the messages waiting for and from worker '{}' would weigh {would} bytes, past \
+                 the bound of {MAX_WORKER_BYTES}",
+                self.name
+            )
+        })
     }
 
     /// The mailbox of the generation that spawned the worker.
@@ -116,8 +142,9 @@ impl ActorShared {
         self.wake(waiters);
     }
 
-    /// Adds a `worker.send` message; hands it back when [`MAX_WAITING`] already wait.
-    pub(crate) fn progress(&self, message: Message) -> Result<(), Message> {
+    /// Adds a `worker.send` message (its `charge` taken); hands it back when [`MAX_WAITING`]
+    /// already wait.
+    pub(crate) fn progress(&self, message: Message, charge: Charge) -> Result<(), Message> {
         let waiters = {
             let mut outbox = self.outbox();
             if outbox.progress >= MAX_WAITING {
@@ -127,6 +154,7 @@ impl ActorShared {
             outbox.replies.push_back(Reply::Value {
                 message,
                 progress: true,
+                charge,
             });
             std::mem::take(&mut outbox.waiters)
         };
@@ -211,9 +239,12 @@ mod tests {
         let shared = ActorShared::new("w".to_owned(), mailbox);
         assert!(shared.park(7, false));
         assert!(settled(&rx).is_empty());
+        let message = Message::Integer(1);
+        let charge = shared.charge(&message).unwrap();
         shared.reply(Reply::Value {
-            message: Message::Integer(1),
+            message,
             progress: false,
+            charge,
         });
         assert_eq!(settled(&rx), vec![7]);
         // A reply waits: a receive looks again instead of parking; a join still parks.
@@ -238,19 +269,66 @@ mod tests {
         let (mailbox, _rx) = test_mailbox();
         let shared = ActorShared::new("w".to_owned(), mailbox);
         for i in 0..MAX_WAITING {
-            assert!(shared.progress(Message::Integer(i as i64)).is_ok());
+            assert!(shared
+                .progress(
+                    Message::Integer(i as i64),
+                    shared.charge(&Message::Integer(i as i64)).unwrap()
+                )
+                .is_ok());
         }
         assert_eq!(
-            shared.progress(Message::Integer(-1)).unwrap_err(),
+            shared
+                .progress(
+                    Message::Integer(-1),
+                    shared.charge(&Message::Integer(-1)).unwrap()
+                )
+                .unwrap_err(),
             Message::Integer(-1)
         );
+        let charge = shared.charge(&Message::Nil).unwrap();
         shared.reply(Reply::Value {
             message: Message::Nil,
             progress: false,
+            charge,
         });
         // Taking one progress message makes room for exactly one more.
         assert!(shared.take().is_some());
-        assert!(shared.progress(Message::Integer(0)).is_ok());
-        assert!(shared.progress(Message::Integer(0)).is_err());
+        assert!(shared
+            .progress(
+                Message::Integer(0),
+                shared.charge(&Message::Integer(0)).unwrap()
+            )
+            .is_ok());
+        assert!(shared
+            .progress(
+                Message::Integer(0),
+                shared.charge(&Message::Integer(0)).unwrap()
+            )
+            .is_err());
+    }
+
+    #[test]
+    fn the_messages_waiting_each_way_share_one_byte_bound_and_taking_frees_it() {
+        let (mailbox, _rx) = test_mailbox();
+        let shared = ActorShared::new("w".to_owned(), mailbox);
+        let big = |bytes: usize| Message::String(vec![b'x'; bytes - 16].into());
+        let half = big(MAX_WORKER_BYTES / 2);
+        let first = shared.charge(&half).unwrap();
+        shared
+            .progress(half.clone(), first)
+            .expect("room for one message");
+        let second = shared.charge(&half).unwrap();
+        assert_eq!(shared.bytes.held(), MAX_WORKER_BYTES);
+        assert_eq!(
+            shared.charge(&Message::Nil).unwrap_err(),
+            format!(
+                "the messages waiting for and from worker 'w' would weigh {} bytes, past the \
+                 bound of {MAX_WORKER_BYTES}",
+                MAX_WORKER_BYTES + 16
+            )
+        );
+        drop(second);
+        assert!(shared.take().is_some());
+        assert_eq!(shared.bytes.held(), 0, "a taken message frees its bytes");
     }
 }
