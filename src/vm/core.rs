@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
 
 use super::budget;
+use super::out_of_memory::{is_memory_error, MemoryLabel};
 use super::owner::{Owner, TaskFailure};
 use super::plan::Plan;
 use super::promise::{self, Outcome, PromiseCell, Promises};
@@ -35,6 +36,8 @@ pub(crate) struct VmCore {
     /// The owner whose root task [`Vm::call`] is running for its first run, and its result once
     /// it ends there: the end is handed back to the caller instead of a completion.
     catching: RefCell<Option<Catch>>,
+    /// Who the VM is in out-of-memory texts, and whether it reached its limit.
+    memory: MemoryLabel,
 }
 
 /// The root task a [`Vm::call`] watches through its first run.
@@ -76,6 +79,7 @@ impl Vm {
         globals.raw_set("require", Value::Nil)?;
         let debug: Table = globals.raw_get("debug")?;
         let traceback: Function = debug.raw_get("traceback")?;
+        let memory = MemoryLabel::new(&lua, plan.memory_limit_bytes())?;
         let core = Rc::new(VmCore {
             sched: RefCell::new(Scheduler::default()),
             promises: RefCell::new(Promises::default()),
@@ -89,6 +93,7 @@ impl Vm {
             )),
             authority: std::cell::OnceCell::new(),
             catching: RefCell::new(None),
+            memory,
         });
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
@@ -209,6 +214,32 @@ impl VmCore {
             .ok_or_else(|| mlua::Error::runtime("skein: this VM has no scheduler"))
     }
 
+    /// Names the VM in its out-of-memory texts ("the engine VM", "the VM of worker 2"). The
+    /// layer that builds the VM calls it from its install step, before the memory limit is set.
+    pub(crate) fn name_vm(&self, lua: &Lua, name: String) -> mlua::Result<()> {
+        self.memory.set_name(lua, name)
+    }
+
+    /// The text of `err` as a Luau user reads it; an out-of-memory error names this VM, its
+    /// limit and what was being made (and records that the VM reached its limit).
+    pub(crate) fn error_text(&self, err: &mlua::Error, making: Option<&str>) -> String {
+        if is_memory_error(err) {
+            self.memory.hit(making)
+        } else {
+            super::error_message(err)
+        }
+    }
+
+    /// `err` as a callback returns it: an out-of-memory error becomes a runtime error naming
+    /// this VM, its limit and what was being made, which a script's `pcall` catches as text.
+    pub(crate) fn named_error(&self, err: mlua::Error, making: &str) -> mlua::Error {
+        if is_memory_error(&err) {
+            mlua::Error::runtime(self.memory.hit(Some(making)))
+        } else {
+            err
+        }
+    }
+
     /// Reports a failure that no task's owner can carry (a watcher that could not start).
     pub(crate) fn report_failure(&self, label: &str, message: &str) {
         (self.reporter)(
@@ -284,7 +315,7 @@ impl SchedulerHost for VmCore {
                 let secs = scheduler::elapsed_secs(start, Instant::now());
                 MultiValue::from_iter([Value::Number(secs)])
             }
-            Resume::Settled(outcome) => outcome_values(lua, &outcome),
+            Resume::Settled(outcome) => outcome_values(lua, self, &outcome),
             Resume::Frames(n) => MultiValue::from_iter([Value::Number(n as f64)]),
         }
     }
@@ -306,6 +337,14 @@ impl SchedulerHost for VmCore {
         (self.reporter)(&owner.identity.to_string(), &failure);
     }
 
+    fn out_of_memory(&self) -> String {
+        self.memory.hit(None)
+    }
+
+    fn collect_after_out_of_memory(&self, lua: &Lua) {
+        self.memory.collect_after_hit(lua);
+    }
+
     fn authority(&self) -> Option<&std::sync::Arc<crate::domain::capability::Authority>> {
         self.authority.get()
     }
@@ -324,32 +363,36 @@ const POOL_PROMISES: [&str; 3] = ["jobs.dispatch", "jobs.parallelFor", "jobs.war
 /// `(resolved, value)` as `task.await` receives them: `true` and the value, or `false` and the
 /// error text. A boolean, not the status name, so an await makes no Luau string for the status
 /// (each `create_string` from Rust is a protected call; about 1,900 instructions per await).
-fn outcome_values(lua: &Lua, outcome: &Outcome) -> MultiValue {
-    let (resolved, value) = outcome_pair(lua, outcome);
+fn outcome_values(lua: &Lua, core: &VmCore, outcome: &Outcome) -> MultiValue {
+    let (resolved, value) = outcome_pair(lua, core, outcome);
     MultiValue::from_iter([resolved, value])
 }
 
 /// [`outcome_values`] as a pair, which `P.await` returns without a `MultiValue`'s allocation.
-fn outcome_pair(lua: &Lua, outcome: &Outcome) -> (Value, Value) {
+fn outcome_pair(lua: &Lua, core: &VmCore, outcome: &Outcome) -> (Value, Value) {
     let text = match outcome {
         Outcome::Resolved(message) => match message.to_lua(lua) {
             Ok(v) => return (Value::Boolean(true), v),
             Err(e) => format!(
                 "the result could not be read back: {}",
-                super::error_message(&e)
+                core.error_text(&e, Some("the result of an awaited promise"))
             ),
         },
         Outcome::Rejected(failure) => failure.to_string(),
         Outcome::Cancelled => "cancelled".to_owned(),
     };
-    rejected_pair(lua, &text)
+    rejected_pair(lua, core, &text)
 }
 
-/// `(false, text)`: the cold half of [`outcome_pair`].
+/// `(false, text)`: the cold half of [`outcome_pair`]. A VM out of memory can't make the text:
+/// the await raises the out-of-memory text the VM made while it had memory.
 #[cold]
-fn rejected_pair(lua: &Lua, text: &str) -> (Value, Value) {
-    let text = Value::String(lua.create_string(text).expect("message string"));
-    (Value::Boolean(false), text)
+fn rejected_pair(lua: &Lua, core: &VmCore, text: &str) -> (Value, Value) {
+    let text = match lua.create_string(text) {
+        Ok(text) => text,
+        Err(_) => core.memory.outcome_text(),
+    };
+    (Value::Boolean(false), Value::String(text))
 }
 
 /// `PromiseHandle:cancel()`: settles the promise as cancelled and stops its work.
@@ -482,7 +525,7 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
                 }
             }
             if let Some(outcome) = cell.outcome() {
-                return Ok(outcome_pair(lua, &outcome));
+                return Ok(outcome_pair(lua, &core, &outcome));
             }
             if let Some(key) = cell.key() {
                 if core.current_owner().identity.key() == Some(&key[..]) {
@@ -504,7 +547,8 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
         "spawn",
         lua.create_function(|lua, (target, args): (Value, Variadic<Value>)| {
             let core = VmCore::of(lua)?;
-            let thread = as_thread(lua, target, "task.spawn")?;
+            let thread = as_thread(lua, target, "task.spawn")
+                .map_err(|e| core.named_error(e, "a task for task.spawn"))?;
             let owner = core.current_owner();
             let id = core.sched.borrow_mut().add(thread.clone(), owner, false);
             scheduler::resume_task(&*core, lua, id, Resume::Args(MultiValue::from_iter(args)));
@@ -515,7 +559,8 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
         "defer",
         lua.create_function(|lua, (target, args): (Value, Variadic<Value>)| {
             let core = VmCore::of(lua)?;
-            let thread = as_thread(lua, target, "task.defer")?;
+            let thread = as_thread(lua, target, "task.defer")
+                .map_err(|e| core.named_error(e, "a task for task.defer"))?;
             let owner = core.current_owner();
             let mut sched = core.sched.borrow_mut();
             let id = sched.add(thread.clone(), owner, false);
@@ -528,7 +573,8 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
         lua.create_function(
             |lua, (seconds, target, args): (Option<f64>, Value, Variadic<Value>)| {
                 let core = VmCore::of(lua)?;
-                let thread = as_thread(lua, target, "task.delay")?;
+                let thread = as_thread(lua, target, "task.delay")
+                    .map_err(|e| core.named_error(e, "a task for task.delay"))?;
                 let owner = core.current_owner();
                 let now = Instant::now();
                 let mut sched = core.sched.borrow_mut();

@@ -9,6 +9,7 @@ mod core;
 mod failure;
 pub(crate) mod loader;
 mod modules;
+mod out_of_memory;
 mod owner;
 mod plan;
 mod promise;

@@ -340,6 +340,11 @@ pub(crate) trait SchedulerHost {
     fn report(&self, owner: &Rc<Owner>, failure: TaskFailure);
     /// The Luau stack of `thread` (a coroutine that just failed), as `debug.traceback` gives it.
     fn traceback(&self, thread: &Thread) -> String;
+    /// The text of an out-of-memory failure of a task, naming the VM and its limit; the VM
+    /// records that it reached its limit.
+    fn out_of_memory(&self) -> String;
+    /// After a resume: collects the garbage of a run that reached the memory limit.
+    fn collect_after_out_of_memory(&self, lua: &Lua);
     /// The authority of tasks whose owner carries none (the VM's principal's grant).
     fn authority(&self) -> Option<&std::sync::Arc<crate::domain::capability::Authority>>;
 }
@@ -361,6 +366,12 @@ pub(crate) fn step<H: SchedulerHost>(host: &H, lua: &Lua) -> bool {
 
 /// Resumes one task under its owner's deadline and files the outcome.
 pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Resume) {
+    resume_and_file(host, lua, id, resume);
+    // After the task was filed: a task that failed is gone, and its stack with it.
+    host.collect_after_out_of_memory(lua);
+}
+
+fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Resume) {
     let (thread, owner) = {
         let mut sched = host.scheduler().borrow_mut();
         let Some(task) = sched.tasks.get_mut(&id) else {
@@ -404,6 +415,9 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
             let failure = match stopped {
                 Some(Interruption::Deadline(d)) => TaskFailure::deadline(d),
                 Some(Interruption::Cancelled) => TaskFailure::cancelled(),
+                None if super::out_of_memory::is_memory_error(&err) => {
+                    TaskFailure::raised(host.out_of_memory(), host.traceback(&thread))
+                }
                 None => {
                     // mlua appends the stack of the failed coroutine to a runtime error; keep
                     // the two apart, and ask Luau for the stack when mlua gave none.
