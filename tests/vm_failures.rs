@@ -3,7 +3,7 @@
 
 use skein::{Plan, Pool};
 
-use crate::support::{number, text, Tree};
+use crate::support::{field, number, text, Tree};
 
 const M: &str = r#"
 local M = {}
@@ -123,4 +123,70 @@ fn a_task_spawn_bomb_is_caught_by_pcall_with_a_named_out_of_memory_text() {
         "{caught}"
     );
     still_serves(&domain);
+}
+
+const SPAWNER: &str = r#"
+local M = {}
+function M.bomb()
+    -- Each spawned task keeps a table alive while it waits, until the VM is full.
+    for i = 1, 1e9 do
+        local hold = table.create(1000, i)
+        task.spawn(function() task.wait(5) return hold end)
+    end
+end
+function M.fresh() return jobs.context().fresh end
+function M.double(x) return x * 2 end
+function M.park() task.wait(5) return "woke" end
+return M
+"#;
+
+#[test]
+fn a_worker_vm_that_reached_its_limit_is_retired_and_built_anew() {
+    let tree = Tree::new(&[("m.luau", SPAWNER)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, Plan::new().memory_limit(16 * 1024 * 1024));
+    let v = domain
+        .eval(
+            r#"local a = jobs.dispatch("./m", "fresh", nil, { key = "k" }):await()
+               local b = jobs.dispatch("./m", "fresh", nil, { key = "k" }):await()
+               return tostring(a) .. " " .. tostring(b)"#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "true false");
+    let v = domain
+        .eval(
+            r#"local parked = jobs.dispatch("./m", "park")
+               -- One worker takes items in order: once this one ran, `park` is parked in the VM.
+               jobs.dispatch("./m", "double", 1):await()
+               local _, bomb = pcall(function() return jobs.dispatch("./m", "bomb"):await() end)
+               local _, park = pcall(function() return parked:await() end)
+               return { bomb = bomb, park = park }"#,
+        )
+        .unwrap();
+    // The bomb fails making a table or a task, whichever hits the limit first.
+    let bomb = text(field(&v, "bomb"));
+    assert!(
+        bomb.starts_with(
+            "job './m:bomb' failed: out of memory: the VM of worker 0 reached its memory limit \
+             of 16 MiB"
+        ),
+        "{bomb}"
+    );
+    assert_eq!(
+        text(field(&v, "park")),
+        "job './m:park' failed: its worker VM was retired: out of memory: the VM of worker 0 \
+         reached its memory limit of 16 MiB"
+    );
+    // The tasks the bomb spawned died with the VM: the next item runs in a new VM, where the
+    // key's next item is fresh.
+    let started = std::time::Instant::now();
+    let v = domain
+        .eval(
+            r#"local d = jobs.dispatch("./m", "double", 21):await()
+               local f = jobs.dispatch("./m", "fresh", nil, { key = "k" }):await()
+               return tostring(d) .. " " .. tostring(f)"#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "42 true");
+    assert!(started.elapsed() < std::time::Duration::from_secs(4));
 }

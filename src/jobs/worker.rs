@@ -92,6 +92,42 @@ impl WorkerVm {
     }
 }
 
+/// Why a worker drops one of its VMs and builds it anew.
+enum VmEnd<'a> {
+    /// Host code panicked outside the scheduler's containment (the panic's message).
+    Panicked(&'a str),
+    /// The VM reached its memory limit (the out-of-memory text naming the VM and the limit).
+    OutOfMemory(&'a str),
+}
+
+impl VmEnd<'_> {
+    /// How a job that was running in the VM fails.
+    fn failure(&self) -> TaskFailure {
+        match self {
+            VmEnd::Panicked(message) => TaskFailure::Panicked((*message).to_owned()),
+            VmEnd::OutOfMemory(text) => {
+                TaskFailure::raised(format!("its worker VM was retired: {text}"), String::new())
+            }
+        }
+    }
+
+    /// The end of "the worker VM that registered it was ...".
+    fn replaced(&self) -> String {
+        match self {
+            VmEnd::Panicked(message) => format!("replaced after host code panicked: {message}"),
+            VmEnd::OutOfMemory(text) => format!("retired: {text}"),
+        }
+    }
+
+    /// What the domain's report says happened.
+    fn report(&self) -> String {
+        match self {
+            VmEnd::Panicked(message) => format!("host code panicked: {message}"),
+            VmEnd::OutOfMemory(text) => text.to_string(),
+        }
+    }
+}
+
 /// The per-thread logic of a pool worker.
 pub(crate) struct LuauWorker {
     index: usize,
@@ -253,6 +289,75 @@ impl LuauWorker {
         if self.vms.len() != before {
             cx.set_vms_held(self.vms.len());
         }
+    }
+
+    /// Retires the VMs that reached their memory limit: what keeps their memory (tasks the
+    /// failed job spawned, module state) would fail every later item on them. A VM for the
+    /// principal is built anew on its next item.
+    fn retire_exhausted(&mut self, cx: &WorkerContext<'_, Self>) {
+        if !self.vms.iter().any(|v| v.vm.core.hit_memory_limit()) {
+            return;
+        }
+        let (exhausted, kept): (Vec<WorkerVm>, Vec<WorkerVm>) = std::mem::take(&mut self.vms)
+            .into_iter()
+            .partition(|v| v.vm.core.hit_memory_limit());
+        self.vms = kept;
+        for wvm in exhausted {
+            let text = wvm.vm.core.out_of_memory_text();
+            self.retire(wvm, &VmEnd::OutOfMemory(&text), cx);
+        }
+        cx.set_vms_held(self.vms.len());
+    }
+
+    /// Drops a worker VM taken out of `self.vms`, answering everything that lived in it: its
+    /// running jobs and its registered jobs fail naming `why`; a warm entry running in it fails
+    /// too, and the items the pass held back and the entries it had yet to run go to the VM
+    /// built next. The keys bound here stay bound to this worker: the next VM has seen none of
+    /// them, so each key's next item runs with `jobs.context().fresh` true.
+    fn retire(&mut self, mut wvm: WorkerVm, why: &VmEnd<'_>, cx: &WorkerContext<'_, Self>) {
+        let pool = self.pool(cx);
+        let pass = PassContext {
+            vm: &wvm.vm,
+            principal: &wvm.principal,
+            pool: &pool,
+            worker: self.index,
+        };
+        let (parked, unrun) = wvm.warm.abandon(&pass, why.failure());
+        self.replay.extend(parked);
+        for entry in unrun {
+            pool.exec.post(
+                self.index,
+                WorkerMsg::Warm {
+                    principal: wvm.principal.clone(),
+                    entry,
+                },
+            );
+        }
+        let owners: Vec<Rc<Owner>> = wvm.running.borrow_mut().drain().map(|(_, o)| o).collect();
+        for owner in owners {
+            owner.complete(&wvm.vm.lua, Err(why.failure()));
+        }
+        // Jobs registered from this VM lived in it: each is errored, naming why.
+        let lost = format!("the worker VM that registered it was {}", why.replaced());
+        super::registered::vm_lost(&wvm.vm.lua, &wvm.principal, &lost);
+        let keys = if wvm.keys_seen.is_empty() {
+            String::new()
+        } else {
+            let mut names: Vec<String> = wvm
+                .keys_seen
+                .iter()
+                .map(|k| format!("'{}'", String::from_utf8_lossy(k)))
+                .collect();
+            names.sort();
+            format!(
+                "; the state of keys {} was dropped with it",
+                names.join(", ")
+            )
+        };
+        wvm.principal.mailbox.send(DomainEvent::Report {
+            label: format!("worker {}", self.index),
+            failure: format!("{}; the worker's VM was replaced{keys}", why.report()),
+        });
     }
 
     /// Starts `item` as the root task of a new owner. A keyed item brings its lane `turn`, which
@@ -603,6 +708,7 @@ impl WorkerLogic for LuauWorker {
 
     fn run_item(&mut self, item: Item, cx: &WorkerContext<'_, Self>) {
         self.start(item, cx, None);
+        self.retire_exhausted(cx);
         self.flush_outbox(cx);
     }
 
@@ -682,6 +788,7 @@ impl WorkerLogic for LuauWorker {
                 }
             }
         }
+        self.retire_exhausted(cx);
         self.flush_outbox(cx);
     }
 
@@ -718,6 +825,7 @@ impl WorkerLogic for LuauWorker {
         if warming {
             busy |= self.drive_warm_passes(cx);
         }
+        self.retire_exhausted(cx);
         self.flush_outbox(cx);
         if busy {
             Poll::Busy
@@ -730,40 +838,9 @@ impl WorkerLogic for LuauWorker {
         // Scheduler code contains panics from Luau callbacks itself; one reaching here escaped
         // Skein's own bookkeeping, so the VMs it touched can't be trusted: rebuild them lazily.
         let message = vm::panic_message(&payload);
-        let pool = self.pool(cx);
-        for mut wvm in self.vms.drain(..) {
-            // A warm entry running in the VM fails with it; the items it held back and the
-            // entries it had yet to run go to the VM built next.
-            let pass = PassContext {
-                vm: &wvm.vm,
-                principal: &wvm.principal,
-                pool: &pool,
-                worker: self.index,
-            };
-            let (parked, unrun) = wvm.warm.abandon(&pass, &message);
-            self.replay.extend(parked);
-            for entry in unrun {
-                pool.exec.post(
-                    self.index,
-                    WorkerMsg::Warm {
-                        principal: wvm.principal.clone(),
-                        entry,
-                    },
-                );
-            }
-            let owners: Vec<Rc<Owner>> = wvm.running.borrow_mut().drain().map(|(_, o)| o).collect();
-            for owner in owners {
-                owner.complete(&wvm.vm.lua, Err(TaskFailure::Panicked(message.clone())));
-            }
-            // Jobs registered from this VM lived in it: each is errored, naming why.
-            let why = format!(
-                "the worker VM that registered it was replaced after host code panicked: {message}"
-            );
-            super::registered::vm_lost(&wvm.vm.lua, &wvm.principal, &why);
-            wvm.principal.mailbox.send(DomainEvent::Report {
-                label: format!("worker {}", self.index),
-                failure: format!("host code panicked: {message}; the worker's VM was replaced"),
-            });
+        let why = VmEnd::Panicked(&message);
+        for wvm in std::mem::take(&mut self.vms) {
+            self.retire(wvm, &why, cx);
         }
         cx.set_vms_held(0);
         self.outbox.borrow_mut().clear();

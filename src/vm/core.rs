@@ -220,6 +220,17 @@ impl VmCore {
         self.memory.set_name(lua, name)
     }
 
+    /// Whether an out-of-memory error of this VM reached Rust: the VM reached its limit, and
+    /// what holds its memory may still be alive (tasks, module state).
+    pub(crate) fn hit_memory_limit(&self) -> bool {
+        self.memory.was_hit()
+    }
+
+    /// `out of memory: <this VM> reached its memory limit of <limit>`.
+    pub(crate) fn out_of_memory_text(&self) -> String {
+        self.memory.text(None)
+    }
+
     /// The text of `err` as a Luau user reads it; an out-of-memory error names this VM, its
     /// limit and what was being made (and records that the VM reached its limit).
     pub(crate) fn error_text(&self, err: &mlua::Error, making: Option<&str>) -> String {

@@ -89,6 +89,11 @@ impl MemoryLabel {
         }
     }
 
+    /// Whether an out-of-memory error reached Rust from this VM.
+    pub(crate) fn was_hit(&self) -> bool {
+        self.hit.get()
+    }
+
     /// The ready-made outcome text, recording that the VM reached its limit.
     pub(crate) fn outcome_text(&self) -> LuaString {
         self.record_hit();
