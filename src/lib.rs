@@ -66,7 +66,7 @@ pub use value::{
     DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,
     TransferErrorKind,
 };
-pub use vm::{FailureKind, JobFailure, Plan, DEFAULT_MEMORY_LIMIT};
+pub use vm::{FailureKind, JobFailure, Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS};
 
 /// Re-exported so hosts use the same mlua as Skein.
 pub use mlua;

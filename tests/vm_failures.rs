@@ -190,3 +190,122 @@ fn a_worker_vm_that_reached_its_limit_is_retired_and_built_anew() {
     assert_eq!(text(&v), "42 true");
     assert!(started.elapsed() < std::time::Duration::from_secs(4));
 }
+
+const NESTING: &str = r#"
+local M = {}
+function M.chain(n)
+    if n == 0 then return 0 end
+    return jobs.dispatch("./m", "chain", n - 1):await() + 1
+end
+function M.rec(lo, hi) return jobs.parallelFor("./m", "rec", 4):await() end
+function M.double(x) return x * 2 end
+return M
+"#;
+
+/// The innermost reason of a nested job failure: its first line from `task.await: ` on.
+fn innermost(failure: &str) -> &str {
+    let first_line = failure.lines().next().unwrap_or_default();
+    first_line
+        .find("task.await: ")
+        .map_or(first_line, |at| &first_line[at..])
+}
+
+#[test]
+fn a_worker_vm_holds_as_many_waiting_jobs_as_its_nested_wait_limit_and_refuses_one_more() {
+    let tree = Tree::new(&[("m.luau", NESTING)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, Plan::new().nested_wait_limit(3));
+    // chain(3) parks chain(3), chain(2) and chain(1) on the one worker: the limit, allowed.
+    let v = domain
+        .eval(r#"return jobs.dispatch("./m", "chain", 3):await()"#)
+        .unwrap();
+    assert_eq!(number(&v), 3.0);
+    // chain(4) would park a fourth: the await is refused and every promise above it settles.
+    let v = domain
+        .eval(
+            r#"local ok, err = pcall(function() return jobs.dispatch("./m", "chain", 4):await() end)
+               return err"#,
+        )
+        .unwrap();
+    let err = text(&v);
+    assert!(
+        err.starts_with("job './m:chain' failed: job './m:chain' failed: job './m:chain' failed: "),
+        "{err}"
+    );
+    assert_eq!(
+        innermost(&err),
+        "task.await: nested waits past the limit: 3 tasks of the VM of worker 0 already wait on \
+         pool work, and 3 may (Plan::nested_wait_limit); work that awaits work of its own kind \
+         without end stops here"
+    );
+    still_serves_nesting(&domain);
+}
+
+#[test]
+fn a_parallel_for_over_itself_ends_with_the_nested_wait_error_and_every_promise_settles() {
+    let tree = Tree::new(&[("m.luau", NESTING)]);
+    let pool = Pool::new(2);
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(
+            r#"local ok, err = pcall(function() return jobs.parallelFor("./m", "rec", 4):await() end)
+               return err"#,
+        )
+        .unwrap();
+    let err = text(&v);
+    assert!(err.starts_with("job './m:rec' failed: chunk "), "{err}");
+    let reason = innermost(&err);
+    assert!(
+        reason.starts_with(
+            "task.await: nested waits past the limit: 1024 tasks of the VM of worker "
+        ),
+        "{err}"
+    );
+    assert!(
+        reason.ends_with(
+            " already wait on pool work, and 1024 may (Plan::nested_wait_limit); work that awaits \
+             work of its own kind without end stops here"
+        ),
+        "{err}"
+    );
+    // Every promise settled: the domain goes idle, and the pool serves the next dispatch.
+    domain.run_until_idle().expect("idle");
+    still_serves_nesting(&domain);
+}
+
+fn still_serves_nesting(domain: &skein::ScriptDomain) {
+    let v = domain
+        .eval(r#"return jobs.dispatch("./m", "double", 21):await()"#)
+        .expect("the pool still serves");
+    assert_eq!(number(&v), 42.0);
+}
+
+#[test]
+fn cancelling_a_job_that_awaits_pool_work_cancels_that_work() {
+    let marks = crate::support::Marks::default();
+    let tree = Tree::new(&[(
+        "m.luau",
+        r#"
+local M = {}
+function M.slowMark() task.wait(0.3) hostMark() end
+function M.waiter() return jobs.dispatch("./m", "slowMark"):await() end
+function M.double(x) return x * 2 end
+return M
+"#,
+    )]);
+    let pool = Pool::new(2);
+    let domain = tree.domain_with(&pool, marks.plan());
+    let v = domain
+        .eval(
+            r#"local p = jobs.dispatch("./m", "waiter")
+               task.wait(0.05)
+               p:cancel()
+               task.wait(0.5)
+               return p:status()"#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "cancelled");
+    // The work the cancelled job waited on was cancelled with it: it never marked.
+    assert_eq!(marks.count(), 0);
+    still_serves_nesting(&domain);
+}

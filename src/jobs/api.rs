@@ -130,7 +130,11 @@ impl JobsHome {
 
 /// Installs the `jobs` global (also `require("@skein/jobs")`).
 pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
-    VmCore::of(lua)?.name_vm(lua, home.kind.vm_name())?;
+    let core = VmCore::of(lua)?;
+    core.name_vm(lua, home.kind.vm_name())?;
+    if let HomeKind::Worker { .. } = home.kind {
+        core.limit_pool_waits(home.principal.plan.nested_wait_limit_tasks());
+    }
     let home = Rc::new(home);
     lua.set_app_data(home.clone());
     let jobs = lua.create_table()?;

@@ -38,6 +38,9 @@ pub(crate) struct VmCore {
     catching: RefCell<Option<Catch>>,
     /// Who the VM is in out-of-memory texts, and whether it reached its limit.
     memory: MemoryLabel,
+    /// How many tasks may wait on pool work at once: set for pool workers' VMs, whose waiting
+    /// jobs are nested on their thread (see `Plan::nested_wait_limit`).
+    pool_wait_limit: std::cell::Cell<Option<usize>>,
 }
 
 /// The root task a [`Vm::call`] watches through its first run.
@@ -94,6 +97,7 @@ impl Vm {
             authority: std::cell::OnceCell::new(),
             catching: RefCell::new(None),
             memory,
+            pool_wait_limit: std::cell::Cell::new(None),
         });
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
@@ -199,10 +203,18 @@ impl Vm {
         self.core.sched.borrow().has_frame_waits()
     }
 
-    /// Ends every task of `owner` without resuming it again.
+    /// Ends every task of `owner` without resuming it again, and cancels the pool work that
+    /// only those tasks awaited: a cancelled job stops what it waits on, so work that nests (a
+    /// `parallelFor` over itself) ends with the job above it instead of running on unawaited.
     pub(crate) fn drop_owner(&self, owner: &Rc<Owner>) {
-        let threads = self.core.sched.borrow_mut().remove_owner(owner);
+        let (ids, threads) = self.core.sched.borrow_mut().remove_owner(owner);
         drop(threads);
+        if !ids.is_empty() {
+            self.core
+                .promises
+                .borrow_mut()
+                .cancel_awaited_only_by(&ids, &POOL_PROMISES);
+        }
     }
 }
 
@@ -218,6 +230,11 @@ impl VmCore {
     /// layer that builds the VM calls it from its install step, before the memory limit is set.
     pub(crate) fn name_vm(&self, lua: &Lua, name: String) -> mlua::Result<()> {
         self.memory.set_name(lua, name)
+    }
+
+    /// Bounds how many of this VM's tasks may wait on pool work at once (a pool worker's VM).
+    pub(crate) fn limit_pool_waits(&self, tasks: usize) {
+        self.pool_wait_limit.set(Some(tasks));
     }
 
     /// Whether an out-of-memory error of this VM reached Rust: the VM reached its limit, and
@@ -419,6 +436,25 @@ pub(crate) fn cancel_promise(lua: &Lua, cell: &Rc<PromiseCell>) -> mlua::Result<
     }
 }
 
+/// Refuses an await of pool work when as many of this VM's tasks wait on pool work as its
+/// limit allows: a job that awaits work of its own kind without end stops here, and its failure
+/// settles every promise above it. The caller cancels the work it refused to wait on.
+fn refuse_past_pool_wait_limit(core: &VmCore) -> mlua::Result<()> {
+    let Some(limit) = core.pool_wait_limit.get() else {
+        return Ok(());
+    };
+    let waiting = core.sched.borrow().pool_waits();
+    if waiting < limit {
+        return Ok(());
+    }
+    Err(mlua::Error::runtime(format!(
+        "task.await: nested waits past the limit: {waiting} tasks of {} already wait on pool \
+         work, and {limit} may (Plan::nested_wait_limit); work that awaits work of its own kind \
+         without end stops here",
+        core.memory.vm_name()
+    )))
+}
+
 /// Reads a wait time in seconds: nil is 0; negative and NaN are 0; huge values are clamped.
 fn wait_duration(seconds: Option<f64>) -> Duration {
     match seconds {
@@ -547,9 +583,17 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
                     )));
                 }
             }
+            let pool = POOL_PROMISES.contains(&cell.what);
+            if pool {
+                if let Err(refused) = refuse_past_pool_wait_limit(&core) {
+                    // The work refused a waiter would nest further with no one to wait on it.
+                    cancel_promise(lua, &cell)?;
+                    return Err(refused);
+                }
+            }
             let id = core.task_for(&lua.current_thread());
             cell.add_waiter(id);
-            core.sched.borrow_mut().park_promise(id);
+            core.sched.borrow_mut().park_promise(id, pool);
             // `nil`: pending, so `task.await` yields until the settlement resumes it.
             Ok((Value::Nil, Value::Nil))
         })?,
@@ -698,6 +742,54 @@ mod tests {
         let g: Function = vm.lua.load("return function() end").eval().unwrap();
         vm.start(g, MultiValue::new(), later).unwrap();
         assert!(*done.borrow());
+    }
+
+    #[test]
+    fn a_vm_lets_as_many_tasks_wait_on_pool_work_as_its_limit_and_refuses_one_more() {
+        let vm = vm();
+        vm.core.limit_pool_waits(2);
+        let awaiter: Function = vm
+            .lua
+            .load("return function(p) return pcall(function() return p:await() end) end")
+            .eval()
+            .unwrap();
+        let awaits = |what: &'static str, owner: Rc<Owner>| {
+            let cell = vm.core.promises.borrow_mut().make(what);
+            let handle = promise::handle(&vm.lua, cell.clone()).unwrap();
+            let args = MultiValue::from_iter([Value::UserData(handle)]);
+            (vm.call(awaiter.clone(), args, owner).unwrap(), cell)
+        };
+        let first = owner();
+        let (run, first_cell) = awaits("jobs.dispatch", first.clone());
+        assert!(matches!(run, FirstRun::Suspended));
+        let (run, _) = awaits("jobs.parallelFor", owner());
+        assert!(matches!(run, FirstRun::Suspended));
+        assert_eq!(vm.core.sched.borrow().pool_waits(), 2);
+        // One past the limit: refused, and the work it refused to wait on is cancelled.
+        let (run, refused_cell) = awaits("jobs.dispatch", owner());
+        let FirstRun::Ended(Ok(values)) = run else {
+            panic!("the refused await raises in its first run");
+        };
+        assert_eq!(values[0], Value::Boolean(false));
+        let raised = values[1].to_string().unwrap();
+        assert_eq!(
+            raised.lines().next().unwrap(),
+            "runtime error: task.await: nested waits past the limit: 2 tasks of the VM already wait on pool \
+             work, and 2 may (Plan::nested_wait_limit); work that awaits work of its own kind \
+             without end stops here"
+        );
+        assert_eq!(refused_cell.status(), "cancelled");
+        // Awaits of other promises are not pool work: they park past the limit.
+        let (run, _) = awaits("SharedQueue:pop", owner());
+        assert!(matches!(run, FirstRun::Suspended));
+        assert_eq!(vm.core.sched.borrow().pool_waits(), 2);
+        // Dropping a waiting job frees its place and cancels the work only it awaited.
+        vm.drop_owner(&first);
+        assert_eq!(vm.core.sched.borrow().pool_waits(), 1);
+        assert_eq!(first_cell.status(), "cancelled");
+        let (run, _) = awaits("jobs.dispatch", owner());
+        assert!(matches!(run, FirstRun::Suspended));
+        assert_eq!(vm.core.sched.borrow().pool_waits(), 2);
     }
 
     #[test]

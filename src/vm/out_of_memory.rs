@@ -56,6 +56,11 @@ impl MemoryLabel {
         Ok(())
     }
 
+    /// How the VM is named: "the engine VM", "the VM of worker 2".
+    pub(crate) fn vm_name(&self) -> String {
+        self.name.borrow().clone()
+    }
+
     /// `out of memory: the engine VM reached its memory limit of 8 MiB[ while making WHAT]`.
     pub(crate) fn text(&self, making: Option<&str>) -> String {
         let mut text = format!(

@@ -37,6 +37,9 @@ enum Parked {
     Timer,
     /// On a promise's waiter list.
     Promise,
+    /// On the waiter list of a promise of pool work (`jobs.dispatch`, `jobs.parallelFor`,
+    /// `jobs.warm`): counted, so a worker VM can bound how many of its tasks wait on the pool.
+    PoolPromise,
     /// In the frame-wait heap (`task.waitFrames`).
     Frame,
 }
@@ -89,6 +92,8 @@ pub(crate) struct Scheduler {
     delayed_args: HashMap<TaskId, MultiValue>,
     /// The task being resumed, innermost last (resumes nest when a task spawns another).
     running: Vec<TaskId>,
+    /// Tasks parked as [`Parked::PoolPromise`].
+    pool_waits: usize,
     /// Coroutines of root tasks that returned, kept to run the next job: resetting one costs a
     /// fraction of making a new one.
     idle_threads: Vec<Thread>,
@@ -96,6 +101,17 @@ pub(crate) struct Scheduler {
 
 /// How many finished coroutines a VM keeps for reuse.
 const IDLE_THREADS: usize = 32;
+
+/// Sets a task's parked state, keeping `pool_waits` the count of tasks parked on pool work.
+fn set_parked(pool_waits: &mut usize, task: &mut TaskEntry, to: Parked) {
+    if task.parked == Parked::PoolPromise {
+        *pool_waits -= 1;
+    }
+    if to == Parked::PoolPromise {
+        *pool_waits += 1;
+    }
+    task.parked = to;
+}
 
 impl Scheduler {
     /// Registers `thread` as a task owned by `owner`.
@@ -163,7 +179,7 @@ impl Scheduler {
     /// Queues a task to run on the next step.
     pub(crate) fn make_ready(&mut self, id: TaskId, resume: Resume) {
         if let Some(task) = self.tasks.get_mut(&id) {
-            task.parked = Parked::No;
+            set_parked(&mut self.pool_waits, task, Parked::No);
             task.epoch += 1;
             self.ready.push_back((id, resume));
         }
@@ -177,7 +193,7 @@ impl Scheduler {
     /// Queues a task for the next deferred batch, resumed with `args`.
     pub(crate) fn defer_with(&mut self, id: TaskId, args: MultiValue) {
         if let Some(task) = self.tasks.get_mut(&id) {
-            task.parked = Parked::No;
+            set_parked(&mut self.pool_waits, task, Parked::No);
             task.epoch += 1;
             self.deferred.push((id, args));
         }
@@ -192,7 +208,7 @@ impl Scheduler {
     /// Parks a task until `wake_at`; it resumes with the seconds elapsed since `start`.
     pub(crate) fn park_timer(&mut self, id: TaskId, start: Instant, wake_at: Instant) {
         if let Some(task) = self.tasks.get_mut(&id) {
-            task.parked = Parked::Timer;
+            set_parked(&mut self.pool_waits, task, Parked::Timer);
             task.epoch += 1;
             self.timer_seq += 1;
             self.timers
@@ -203,7 +219,7 @@ impl Scheduler {
     /// Parks a task until the frame counter reaches `target`; `now` is the frame it parks on.
     pub(crate) fn park_frames(&mut self, id: TaskId, now: u64, target: u64) {
         if let Some(task) = self.tasks.get_mut(&id) {
-            task.parked = Parked::Frame;
+            set_parked(&mut self.pool_waits, task, Parked::Frame);
             task.epoch += 1;
             self.timer_seq += 1;
             self.frame_waits
@@ -238,12 +254,23 @@ impl Scheduler {
         !self.frame_waits.is_empty()
     }
 
-    /// Marks a task as parked on a promise (the promise keeps the waiter list).
-    pub(crate) fn park_promise(&mut self, id: TaskId) {
+    /// Marks a task as parked on a promise (the promise keeps the waiter list); `pool`: a
+    /// promise of pool work.
+    pub(crate) fn park_promise(&mut self, id: TaskId, pool: bool) {
+        let to = if pool {
+            Parked::PoolPromise
+        } else {
+            Parked::Promise
+        };
         if let Some(task) = self.tasks.get_mut(&id) {
-            task.parked = Parked::Promise;
+            set_parked(&mut self.pool_waits, task, to);
             task.epoch += 1;
         }
+    }
+
+    /// How many tasks wait on promises of pool work.
+    pub(crate) fn pool_waits(&self) -> usize {
+        self.pool_waits
     }
 
     /// Whether nothing is queued, deferred or timed at all.
@@ -301,22 +328,28 @@ impl Scheduler {
     /// Removes a task (finished, failed or cancelled).
     fn remove(&mut self, id: TaskId) -> Option<TaskEntry> {
         let entry = self.tasks.remove(&id)?;
+        if entry.parked == Parked::PoolPromise {
+            self.pool_waits -= 1;
+        }
         self.by_thread.remove(&entry.address);
         self.delayed_args.remove(&id);
         Some(entry)
     }
 
-    /// Removes every task of `owner`, answering their threads so the caller can close them.
-    pub(crate) fn remove_owner(&mut self, owner: &Rc<Owner>) -> Vec<Thread> {
+    /// Removes every task of `owner`, answering their ids and threads so the caller can close
+    /// them.
+    pub(crate) fn remove_owner(&mut self, owner: &Rc<Owner>) -> (Vec<TaskId>, Vec<Thread>) {
         let ids: Vec<TaskId> = self
             .tasks
             .iter()
             .filter(|(_, t)| Rc::ptr_eq(&t.owner, owner))
             .map(|(id, _)| *id)
             .collect();
-        ids.into_iter()
-            .filter_map(|id| self.remove(id).map(|e| e.thread))
-            .collect()
+        let threads = ids
+            .iter()
+            .filter_map(|id| self.remove(*id).map(|e| e.thread))
+            .collect();
+        (ids, threads)
     }
 
     /// Removes one task by its thread (task.cancel).
@@ -374,10 +407,11 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
 fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Resume) {
     let (thread, owner) = {
         let mut sched = host.scheduler().borrow_mut();
+        let sched = &mut *sched;
         let Some(task) = sched.tasks.get_mut(&id) else {
             return; // cancelled meanwhile
         };
-        task.parked = Parked::No;
+        set_parked(&mut sched.pool_waits, task, Parked::No);
         let out = (task.thread.clone(), task.owner.clone());
         sched.running.push(id);
         out
