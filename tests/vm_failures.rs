@@ -309,3 +309,63 @@ return M
     assert_eq!(marks.count(), 0);
     still_serves_nesting(&domain);
 }
+
+const RAISES: &str = r#"
+local M = {}
+function M.code() error({ code = 7, message = "bad input", list = { 1, 2 } }) end
+function M.custom() error(setmetatable({}, { __tostring = function() return "custom text" end })) end
+function M.cyclic() local t = { name = "loop" } t.self = t error(t) end
+function M.double(x) return x * 2 end
+return M
+"#;
+
+#[test]
+fn a_raised_table_is_shown_by_its_contents_or_its_tostring_and_stays_a_table_for_pcall() {
+    let tree = Tree::new(&[("m.luau", RAISES)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(
+            r#"local function reason(entry)
+                   local ok, err = pcall(function() return jobs.dispatch("./m", entry):await() end)
+                   return (string.split(err, "\n"))[1]
+               end
+               local ok, caught = pcall(function() error({ code = 1 }) end)
+               return {
+                   code = reason("code"),
+                   custom = reason("custom"),
+                   cyclic = reason("cyclic"),
+                   caught = caught.code,
+               }"#,
+        )
+        .unwrap();
+    assert_eq!(
+        text(field(&v, "code")),
+        r#"job './m:code' failed: {code = 7, list = {1, 2}, message = "bad input"}"#
+    );
+    assert_eq!(
+        text(field(&v, "custom")),
+        "job './m:custom' failed: custom text"
+    );
+    assert_eq!(
+        text(field(&v, "cyclic")),
+        r#"job './m:cyclic' failed: {name = "loop", self = {name = "loop", self = {name = "loop", self = {...}}}}"#
+    );
+    // Inside Luau the raised value is still the table.
+    assert_eq!(number(field(&v, "caught")), 1.0);
+    let err = domain.eval("error({ code = 1 })").unwrap_err().to_string();
+    assert_eq!(
+        err.lines().next(),
+        Some("script eval failed: {code = 1}"),
+        "{err}"
+    );
+    assert!(!err.contains("skein prelude"), "{err}");
+    still_serves_raises(&domain);
+}
+
+fn still_serves_raises(domain: &skein::ScriptDomain) {
+    let v = domain
+        .eval(r#"return jobs.dispatch("./m", "double", 21):await()"#)
+        .expect("the pool still serves");
+    assert_eq!(number(&v), 42.0);
+}

@@ -377,6 +377,10 @@ impl SchedulerHost for VmCore {
         self.authority.get()
     }
 
+    fn raised_text(&self, lua: &Lua, thread: &Thread, message: &str) -> Option<String> {
+        super::raised::raised_text(lua, thread, message)
+    }
+
     fn traceback(&self, thread: &Thread) -> String {
         self.traceback
             .call::<String>((thread.clone(),))
@@ -661,7 +665,9 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
         .set_name("=skein prelude")
         .set_mode(mlua::chunk::ChunkMode::Binary)
         .into_function()?;
-    let task: Table = prelude.call(p)?;
+    let (task, error, raised): (Table, Function, Table) = prelude.call(p)?;
+    lua.globals().raw_set("error", error)?;
+    lua.set_named_registry_value(super::raised::RAISED_KEY, raised)?;
     let await_fn: Function = task.raw_get("await")?;
     promise::install_methods(lua, await_fn)?;
     lua.globals().raw_set("task", task)?;

@@ -13,6 +13,7 @@ mod out_of_memory;
 mod owner;
 mod plan;
 mod promise;
+mod raised;
 mod scheduler;
 
 pub(crate) use self::core::{FirstRun, FrameClock, Reporter, Vm, VmCore};

@@ -371,6 +371,9 @@ pub(crate) trait SchedulerHost {
     fn complete(&self, lua: &Lua, owner: &Rc<Owner>, result: Result<MultiValue, TaskFailure>);
     /// A non-root task failed: report it, attributed to its owner.
     fn report(&self, owner: &Rc<Owner>, failure: TaskFailure);
+    /// The text of the value `thread` raised, when `message` (mlua's text for it) is the bare
+    /// `table: 0x...` of a table it raised with `error`.
+    fn raised_text(&self, lua: &Lua, thread: &Thread, message: &str) -> Option<String>;
     /// The Luau stack of `thread` (a coroutine that just failed), as `debug.traceback` gives it.
     fn traceback(&self, thread: &Thread) -> String;
     /// The text of an out-of-memory failure of a task, naming the VM and its limit; the VM
@@ -456,16 +459,15 @@ fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Re
                     // mlua appends the stack of the failed coroutine to a runtime error; keep
                     // the two apart, and ask Luau for the stack when mlua gave none.
                     let full = super::error_message(&err);
-                    match full.split_once("\nstack traceback:\n") {
-                        Some((message, stack)) => TaskFailure::raised(
+                    let (message, stack) = match full.split_once("\nstack traceback:\n") {
+                        Some((message, stack)) => (
                             message.to_owned(),
                             format!("stack traceback:\n{}", stack.trim_end()),
                         ),
-                        None => {
-                            let traceback = host.traceback(&thread);
-                            TaskFailure::raised(full, traceback)
-                        }
-                    }
+                        None => (full, host.traceback(&thread)),
+                    };
+                    let message = host.raised_text(lua, &thread, &message).unwrap_or(message);
+                    TaskFailure::raised(message, without_error_wrapper(stack))
                 }
             };
             finish(host, lua, id, &owner, Err(failure), false);
@@ -488,6 +490,21 @@ fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Re
             }
         },
     }
+}
+
+/// A stack without the frame of the prelude's `error` (which keeps raised values, see
+/// `raised.rs`): the script called `error`, and `[C]: in function 'error'` says so already.
+fn without_error_wrapper(stack: String) -> String {
+    if !stack.contains("\tskein prelude:") {
+        return stack;
+    }
+    stack
+        .lines()
+        .filter(|line| {
+            !(line.starts_with("\tskein prelude:") && line.ends_with("in function 'error'"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A task of a bounded owner (a warm entry) is due after the bound passed: its root ends with
