@@ -369,3 +369,16 @@ fn still_serves_raises(domain: &skein::ScriptDomain) {
         .expect("the pool still serves");
     assert_eq!(number(&v), 42.0);
 }
+
+#[test]
+fn a_host_wait_with_a_timeout_past_the_clock_waits_as_wait_does() {
+    let tree = Tree::new(&[("m.luau", M)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    let mut p = domain
+        .dispatch("./m", "double", skein::Message::Number(4.0))
+        .unwrap();
+    // `Instant::now() + Duration::MAX` overflowed the clock and panicked the host.
+    let v = p.wait_timeout(std::time::Duration::MAX).unwrap().unwrap();
+    assert_eq!(number(&v), 8.0);
+}
