@@ -382,3 +382,35 @@ fn a_host_wait_with_a_timeout_past_the_clock_waits_as_wait_does() {
     let v = p.wait_timeout(std::time::Duration::MAX).unwrap().unwrap();
     assert_eq!(number(&v), 8.0);
 }
+
+#[test]
+fn a_task_spawn_bomb_whose_tasks_fill_the_vm_is_caught_by_the_pcall_around_it() {
+    let tree = Tree::new(&[("m.luau", M)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, Plan::new().memory_limit(8 * 1024 * 1024));
+    // Each spawned task holds a 1.6 MB table while it waits: the VM fills up inside the tasks,
+    // not in the loop, which would spawn on, each new task failing alone.
+    let v = domain
+        .eval(
+            r#"local ok, err = pcall(function()
+                   for i = 1, 1e9 do
+                       task.spawn(function() local t = table.create(100000, i) task.wait(0.05) return t end)
+                   end
+               end)
+               -- The spawned tasks hold the memory until they end.
+               task.wait(0.2)
+               return tostring(ok) .. " " .. tostring(err)"#,
+        )
+        .unwrap();
+    // The first task that can't make its table stops the loop: the pcall around it catches.
+    let caught = text(&v);
+    assert_eq!(
+        caught.lines().next(),
+        Some(
+            "false runtime error: out of memory: the engine VM reached its memory limit of 8 MiB \
+             in the first run of a task it started"
+        ),
+        "{caught}"
+    );
+    still_serves(&domain);
+}

@@ -610,7 +610,17 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
                 .map_err(|e| core.named_error(e, "a task for task.spawn"))?;
             let owner = core.current_owner();
             let id = core.sched.borrow_mut().add(thread.clone(), owner, false);
+            let hits = core.memory.hits();
             scheduler::resume_task(&*core, lua, id, Resume::Args(MultiValue::from_iter(args)));
+            if core.memory.hits() != hits {
+                // The VM ran out of memory in the spawned task's first run: that is the
+                // spawner's condition too (a spawn bomb fills the VM through its tasks), so it
+                // raises here, where a pcall around the spawning loop catches it.
+                return Err(mlua::Error::runtime(format!(
+                    "{} in the first run of a task it started",
+                    core.memory.hit(None)
+                )));
+            }
             Ok(thread)
         })?,
     )?;

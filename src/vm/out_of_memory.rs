@@ -8,6 +8,7 @@
 //! it: tasks that hold its memory would otherwise fail every later job on it.
 
 use std::cell::{Cell, RefCell};
+use std::time::Instant;
 
 use mlua::{Lua, LuaString};
 
@@ -18,10 +19,15 @@ pub(crate) struct MemoryLabel {
     limit: usize,
     /// Set when an out-of-memory error reached Rust from this VM.
     hit: Cell<bool>,
-    /// Set with `hit`, taken by the full collection that follows it: Luau collects no garbage
-    /// when an allocation fails, so without one the garbage of the failed run fills the VM
-    /// until enough later allocations step the collector through a cycle, and they fail.
+    /// How many out-of-memory errors reached Rust from this VM.
+    hits: Cell<u64>,
+    /// Set with `hit`, cleared by a full collection that leaves the VM with room: Luau's
+    /// collector steps only after an allocation succeeds, so a VM at its limit never collects
+    /// the garbage that fills it (tasks that held memory and ended, a failed run's tables).
     collect: Cell<bool>,
+    /// When the next full collection may run: ten times the last one's length after it, so a
+    /// VM that stays full spends at most a tenth of its time collecting.
+    next_collect: Cell<Option<Instant>>,
     /// The text an awaited promise's outcome is given when even its own text can't be made:
     /// made while the VM still has memory, so the await raises instead of the host panicking.
     outcome_text: RefCell<LuaString>,
@@ -36,7 +42,9 @@ impl MemoryLabel {
             name: RefCell::new("the VM".to_owned()),
             limit,
             hit: Cell::new(false),
+            hits: Cell::new(0),
             collect: Cell::new(false),
+            next_collect: Cell::new(None),
             outcome_text: RefCell::new(lua.create_string(MAKING_OUTCOME)?),
         };
         label.remake_outcome_text(lua)?;
@@ -83,15 +91,32 @@ impl MemoryLabel {
 
     fn record_hit(&self) {
         self.hit.set(true);
+        self.hits.set(self.hits.get() + 1);
         self.collect.set(true);
     }
 
-    /// Runs a full collection if the VM reached its limit since the last one.
+    /// Runs a full collection if the VM reached its limit since the last one. Called after an
+    /// outermost resume only: a spawn bomb's nested resumes would each collect a full heap.
     pub(crate) fn collect_after_hit(&self, lua: &Lua) {
-        if self.collect.replace(false) {
-            // A full collection frees; it does not fail for want of memory.
-            let _ = lua.gc_collect();
+        if !self.collect.get() {
+            return;
         }
+        let start = Instant::now();
+        if self.next_collect.get().is_some_and(|next| start < next) {
+            return;
+        }
+        // A full collection frees; it does not fail for want of memory.
+        let _ = lua.gc_collect();
+        let took = start.elapsed();
+        self.next_collect.set(Some(Instant::now() + took * 10));
+        if lua.used_memory() <= self.limit / 4 * 3 {
+            self.collect.set(false);
+        }
+    }
+
+    /// How many out-of-memory errors reached Rust from this VM so far.
+    pub(crate) fn hits(&self) -> u64 {
+        self.hits.get()
     }
 
     /// Whether an out-of-memory error reached Rust from this VM.

@@ -403,8 +403,12 @@ pub(crate) fn step<H: SchedulerHost>(host: &H, lua: &Lua) -> bool {
 /// Resumes one task under its owner's deadline and files the outcome.
 pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Resume) {
     resume_and_file(host, lua, id, resume);
-    // After the task was filed: a task that failed is gone, and its stack with it.
-    host.collect_after_out_of_memory(lua);
+    // After the task was filed: a task that failed is gone, and its stack with it. Only after
+    // an outermost resume: a nested one (task.spawn's) runs inside a task that still holds
+    // what it built, and a collection per spawned task would cost a full heap each.
+    if host.scheduler().borrow().running.is_empty() {
+        host.collect_after_out_of_memory(lua);
+    }
 }
 
 fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Resume) {
