@@ -5,7 +5,7 @@
 //! the VM's app data, so the `task` primitives and the `jobs` bindings find their scheduler without
 //! any global.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use super::out_of_memory::{is_memory_error, MemoryLabel};
 use super::owner::{Owner, TaskFailure};
 use super::plan::Plan;
 use super::promise::{self, Outcome, PromiseCell, Promises};
+use super::raised::{raised_text, RAISED_KEY};
 use super::scheduler::{self, Resume, Scheduler, SchedulerHost, TaskId, MAX_WAIT};
 
 /// Where a VM sends failures of tasks that have no one awaiting them.
@@ -40,7 +41,7 @@ pub(crate) struct VmCore {
     memory: MemoryLabel,
     /// How many tasks may wait on pool work at once: set for pool workers' VMs, whose waiting
     /// jobs are nested on their thread (see `Plan::nested_wait_limit`).
-    pool_wait_limit: std::cell::Cell<Option<usize>>,
+    pool_wait_limit: Cell<Option<usize>>,
 }
 
 /// The root task a [`Vm::call`] watches through its first run.
@@ -97,7 +98,7 @@ impl Vm {
             authority: std::cell::OnceCell::new(),
             catching: RefCell::new(None),
             memory,
-            pool_wait_limit: std::cell::Cell::new(None),
+            pool_wait_limit: Cell::new(None),
         });
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
@@ -378,7 +379,7 @@ impl SchedulerHost for VmCore {
     }
 
     fn raised_text(&self, lua: &Lua, thread: &Thread, message: &str) -> Option<String> {
-        super::raised::raised_text(lua, thread, message)
+        raised_text(lua, thread, message)
     }
 
     fn traceback(&self, thread: &Thread) -> String {
@@ -677,7 +678,7 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
         .into_function()?;
     let (task, error, raised): (Table, Function, Table) = prelude.call(p)?;
     lua.globals().raw_set("error", error)?;
-    lua.set_named_registry_value(super::raised::RAISED_KEY, raised)?;
+    lua.set_named_registry_value(RAISED_KEY, raised)?;
     let await_fn: Function = task.raw_get("await")?;
     promise::install_methods(lua, await_fn)?;
     lua.globals().raw_set("task", task)?;

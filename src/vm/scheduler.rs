@@ -21,6 +21,7 @@ use mlua::{Lua, MultiValue, Thread};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::budget::{Interruption, RunGuard};
+use super::out_of_memory::is_memory_error;
 use super::owner::{Owner, TaskFailure};
 use super::promise::Outcome;
 
@@ -456,7 +457,7 @@ fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Re
             let failure = match stopped {
                 Some(Interruption::Deadline(d)) => TaskFailure::deadline(d),
                 Some(Interruption::Cancelled) => TaskFailure::cancelled(),
-                None if super::out_of_memory::is_memory_error(&err) => {
+                None if is_memory_error(&err) => {
                     TaskFailure::raised(host.out_of_memory(), host.traceback(&thread))
                 }
                 None => {
