@@ -340,20 +340,7 @@ impl LuauWorker {
         // Jobs registered from this VM lived in it: each is errored, naming why.
         let lost = format!("the worker VM that registered it was {}", why.replaced());
         super::registered::vm_lost(&wvm.vm.lua, &wvm.principal, &lost);
-        let keys = if wvm.keys_seen.is_empty() {
-            String::new()
-        } else {
-            let mut names: Vec<String> = wvm
-                .keys_seen
-                .iter()
-                .map(|k| format!("'{}'", String::from_utf8_lossy(k)))
-                .collect();
-            names.sort();
-            format!(
-                "; the state of keys {} was dropped with it",
-                names.join(", ")
-            )
-        };
+        let keys = dropped_keys(&wvm.keys_seen);
         wvm.principal.mailbox.send(DomainEvent::Report {
             label: format!("worker {}", self.index),
             failure: format!("{}; the worker's VM was replaced{keys}", why.report()),
@@ -512,6 +499,28 @@ impl LuauWorker {
             owner.complete(lua, Err(failure));
         }
     }
+}
+
+/// How many keys a retirement report names; the rest it counts.
+const REPORTED_KEYS: usize = 8;
+
+/// `; the state of keys 'a', 'b' and 3 more was dropped with it`, or nothing without keys.
+fn dropped_keys(keys: &HashSet<Bytes>) -> String {
+    if keys.is_empty() {
+        return String::new();
+    }
+    let mut names: Vec<String> = keys
+        .iter()
+        .map(|k| format!("'{}'", String::from_utf8_lossy(k)))
+        .collect();
+    names.sort();
+    let more = names.len().saturating_sub(REPORTED_KEYS);
+    names.truncate(REPORTED_KEYS);
+    let mut list = names.join(", ");
+    if more > 0 {
+        list.push_str(&format!(" and {more} more"));
+    }
+    format!("; the state of keys {list} was dropped with it")
 }
 
 /// Requires `module` in the VM and finds its function `entry`.
@@ -848,5 +857,39 @@ impl WorkerLogic for LuauWorker {
 
     fn on_shutdown(&mut self) {
         self.vms.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(names: &[&str]) -> HashSet<Bytes> {
+        names
+            .iter()
+            .map(|n| Bytes::copy_from_slice(n.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn a_retirement_names_up_to_eight_keys_sorted_and_counts_the_rest() {
+        assert_eq!(dropped_keys(&keys(&[])), "");
+        assert_eq!(
+            dropped_keys(&keys(&["b", "a"])),
+            "; the state of keys 'a', 'b' was dropped with it"
+        );
+        let eight: Vec<String> = (1..=8).map(|i| format!("k{i}")).collect();
+        let eight: Vec<&str> = eight.iter().map(String::as_str).collect();
+        assert_eq!(
+            dropped_keys(&keys(&eight)),
+            "; the state of keys 'k1', 'k2', 'k3', 'k4', 'k5', 'k6', 'k7', 'k8' was dropped with it"
+        );
+        let nine: Vec<String> = (1..=9).map(|i| format!("k{i}")).collect();
+        let nine: Vec<&str> = nine.iter().map(String::as_str).collect();
+        assert_eq!(
+            dropped_keys(&keys(&nine)),
+            "; the state of keys 'k1', 'k2', 'k3', 'k4', 'k5', 'k6', 'k7', 'k8' and 1 more was \
+             dropped with it"
+        );
     }
 }
