@@ -370,8 +370,8 @@ impl SchedulerHost for VmCore {
         self.memory.hit(None)
     }
 
-    fn collect_after_out_of_memory(&self, lua: &Lua) {
-        self.memory.collect_after_hit(lua);
+    fn collect_when_full(&self, lua: &Lua) {
+        self.memory.collect_when_full(lua);
     }
 
     fn authority(&self) -> Option<&std::sync::Arc<crate::domain::capability::Authority>> {

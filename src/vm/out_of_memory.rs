@@ -21,9 +21,8 @@ pub(crate) struct MemoryLabel {
     hit: Cell<bool>,
     /// How many out-of-memory errors reached Rust from this VM.
     hits: Cell<u64>,
-    /// Set with `hit`, cleared by a full collection that leaves the VM with room: Luau's
-    /// collector steps only after an allocation succeeds, so a VM at its limit never collects
-    /// the garbage that fills it (tasks that held memory and ended, a failed run's tables).
+    /// Set with `hit`, cleared by a full collection that leaves the VM with room (see
+    /// `collect_when_full`).
     collect: Cell<bool>,
     /// When the next full collection may run: ten times the last one's length after it, so a
     /// VM that stays full spends at most a tenth of its time collecting.
@@ -95,10 +94,15 @@ impl MemoryLabel {
         self.collect.set(true);
     }
 
-    /// Runs a full collection if the VM reached its limit since the last one. Called after an
-    /// outermost resume only: a spawn bomb's nested resumes would each collect a full heap.
-    pub(crate) fn collect_after_hit(&self, lua: &Lua) {
-        if !self.collect.get() {
+    /// Runs a full collection when the VM is full: it reached its limit since it was last below
+    /// three quarters of it, or it is above three quarters now (a script may catch Luau's own
+    /// out-of-memory error, which never reaches Rust). Luau's collector steps only after an
+    /// allocation succeeds, so a VM at its limit would never free the garbage that fills it.
+    /// Collections are spaced by ten times the last one's length, so a VM that stays full
+    /// (with live data) spends at most a tenth of its time collecting. Called after outermost
+    /// resumes only: a spawn bomb's nested resumes would each collect a full heap.
+    pub(crate) fn collect_when_full(&self, lua: &Lua) {
+        if !self.collect.get() && lua.used_memory() <= self.three_quarters() {
             return;
         }
         let start = Instant::now();
@@ -109,9 +113,13 @@ impl MemoryLabel {
         let _ = lua.gc_collect();
         let took = start.elapsed();
         self.next_collect.set(Some(Instant::now() + took * 10));
-        if lua.used_memory() <= self.limit / 4 * 3 {
+        if lua.used_memory() <= self.three_quarters() {
             self.collect.set(false);
         }
+    }
+
+    fn three_quarters(&self) -> usize {
+        self.limit / 4 * 3
     }
 
     /// How many out-of-memory errors reached Rust from this VM so far.

@@ -380,8 +380,9 @@ pub(crate) trait SchedulerHost {
     /// The text of an out-of-memory failure of a task, naming the VM and its limit; the VM
     /// records that it reached its limit.
     fn out_of_memory(&self) -> String;
-    /// After a resume: collects the garbage of a run that reached the memory limit.
-    fn collect_after_out_of_memory(&self, lua: &Lua);
+    /// After an outermost resume: collects the garbage of a VM that is full (see
+    /// `MemoryLabel::collect_when_full`).
+    fn collect_when_full(&self, lua: &Lua);
     /// The authority of tasks whose owner carries none (the VM's principal's grant).
     fn authority(&self) -> Option<&std::sync::Arc<crate::domain::capability::Authority>>;
 }
@@ -408,7 +409,7 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
     // an outermost resume: a nested one (task.spawn's) runs inside a task that still holds
     // what it built, and a collection per spawned task would cost a full heap each.
     if host.scheduler().borrow().running.is_empty() {
-        host.collect_after_out_of_memory(lua);
+        host.collect_when_full(lua);
     }
 }
 
