@@ -81,6 +81,14 @@ impl Plan {
     /// (`parallelFor` over itself) would park jobs without bound. The await past the limit
     /// raises instead, which fails that job, and the failure settles every promise above it.
     /// The engine VM and `@skein/worker` VMs have no such limit: their waits hold no pool thread.
+    ///
+    /// ```
+    /// use skein::{Plan, DEFAULT_NESTED_WAITS};
+    ///
+    /// assert_eq!(Plan::new().nested_wait_limit_tasks(), DEFAULT_NESTED_WAITS);
+    /// let plan = Plan::new().nested_wait_limit(64);
+    /// assert_eq!(plan.nested_wait_limit_tasks(), 64);
+    /// ```
     pub fn nested_wait_limit(self, tasks: usize) -> Plan {
         self.edit(|p| p.nested_waits = tasks)
     }
