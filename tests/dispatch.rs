@@ -244,7 +244,10 @@ fn a_job_past_the_memory_limit_fails_and_the_vm_serves_on() {
     let (tree, pool) = setup_one();
     let domain = tree.domain_with(&pool, Plan::new().memory_limit(32 * 1024 * 1024));
     let err = refusal(&domain, r#"jobs.dispatch("./math", "hog"):await()"#);
-    assert_contains(&err, "out of memory: the VM reached its memory limit");
+    assert_contains(
+        &err,
+        "out of memory: the VM of worker 0 reached its memory limit of 32 MiB",
+    );
     still_serves(&domain);
 }
 

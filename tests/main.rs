@@ -39,6 +39,7 @@ mod shared_trie;
 mod stress;
 mod tasks;
 mod value;
+mod vm_failures;
 mod warm;
 mod worker_events;
 mod worker_registered;

@@ -38,6 +38,17 @@ pub(crate) enum HomeKind {
     },
 }
 
+impl HomeKind {
+    /// How out-of-memory texts name the VM: "the engine VM", "the VM of worker 2".
+    fn vm_name(&self) -> String {
+        match self {
+            HomeKind::Engine => "the engine VM".to_owned(),
+            HomeKind::Worker { index, .. } => format!("the VM of worker {index}"),
+            HomeKind::Actor { .. } => "the VM of a @skein/worker".to_owned(),
+        }
+    }
+}
+
 /// What the `jobs` bindings of one VM need: who they run as and how they reach the pool.
 pub(crate) struct JobsHome {
     pub(crate) principal: Arc<PrincipalCell>,
@@ -120,6 +131,11 @@ impl JobsHome {
 
 /// Installs the `jobs` global (also `require("@skein/jobs")`).
 pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
+    let core = VmCore::of(lua)?;
+    core.name_vm(lua, home.kind.vm_name())?;
+    if let HomeKind::Worker { .. } = home.kind {
+        core.limit_pool_waits(home.principal.plan.nested_wait_limit_tasks());
+    }
     let home = Rc::new(home);
     lua.set_app_data(home.clone());
     let jobs = lua.create_table()?;

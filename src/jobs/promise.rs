@@ -124,6 +124,11 @@ impl Promise<Message> {
     /// # Errors
     /// [`Error::Job`] with the job's failure and Luau stack, or [`Error::Cancelled`].
     pub fn wait(mut self) -> Result<Message> {
+        self.wait_on_slot()
+    }
+
+    /// Blocks until the slot is no longer pending, then takes its outcome.
+    fn wait_on_slot(&mut self) -> Result<Message> {
         let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
         while matches!(state.value, SlotState::Pending) {
             state.waiters += 1;
@@ -135,12 +140,16 @@ impl Promise<Message> {
             state.waiters -= 1;
         }
         drop(state);
-        self.try_take().expect("settled promise has a value")
+        self.try_take()
+            .expect("a slot that is no longer pending answers try_take: settled or taken")
     }
 
     /// Waits at most `timeout`; answers `None` if the promise is still pending then.
     pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Result<Message>> {
-        let until = Instant::now() + timeout;
+        // A timeout too long to add to the clock (`Duration::MAX`) waits as `wait` does.
+        let Some(until) = Instant::now().checked_add(timeout) else {
+            return Some(self.wait_on_slot());
+        };
         let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
         while matches!(state.value, SlotState::Pending) {
             let left = until.saturating_duration_since(Instant::now());

@@ -175,19 +175,17 @@ impl WarmPass {
         }
     }
 
-    /// The VM is being dropped after a panic: the running entry fails with it. Answers the
-    /// parked items (to start again in the VM built next) and the entries this VM had yet to
-    /// run (to queue again there).
+    /// The VM is being dropped (after a panic, or retired at its memory limit): the running
+    /// entry fails with `failure`. Answers the parked items (to start again in the VM built
+    /// next) and the entries this VM had yet to run (to queue again there).
     pub(crate) fn abandon(
         &mut self,
         cx: &PassContext<'_>,
-        panic: &str,
+        failure: TaskFailure,
     ) -> (VecDeque<ParkedItem>, Vec<Arc<WarmEntry>>) {
         if let Some(running) = &self.current {
             if running.end.borrow().is_none() {
-                running
-                    .owner
-                    .complete(&cx.vm.lua, Err(TaskFailure::Panicked(panic.to_owned())));
+                running.owner.complete(&cx.vm.lua, Err(failure));
             }
         }
         // Ends the entry as `advance` does; nothing new starts, the queue is handed back.

@@ -94,6 +94,42 @@ impl WorkerVm {
     }
 }
 
+/// Why a worker drops one of its VMs and builds it anew.
+enum VmEnd<'a> {
+    /// Host code panicked outside the scheduler's containment (the panic's message).
+    Panicked(&'a str),
+    /// The VM reached its memory limit (the out-of-memory text naming the VM and the limit).
+    OutOfMemory(&'a str),
+}
+
+impl VmEnd<'_> {
+    /// How a job that was running in the VM fails.
+    fn failure(&self) -> TaskFailure {
+        match self {
+            VmEnd::Panicked(message) => TaskFailure::Panicked((*message).to_owned()),
+            VmEnd::OutOfMemory(text) => {
+                TaskFailure::raised(format!("its worker VM was retired: {text}"), String::new())
+            }
+        }
+    }
+
+    /// The end of "the worker VM that registered it was ...".
+    fn replaced(&self) -> String {
+        match self {
+            VmEnd::Panicked(message) => format!("replaced after host code panicked: {message}"),
+            VmEnd::OutOfMemory(text) => format!("retired: {text}"),
+        }
+    }
+
+    /// What the domain's report says happened.
+    fn report(&self) -> String {
+        match self {
+            VmEnd::Panicked(message) => format!("host code panicked: {message}"),
+            VmEnd::OutOfMemory(text) => text.to_string(),
+        }
+    }
+}
+
 /// The per-thread logic of a pool worker.
 pub(crate) struct LuauWorker {
     index: usize,
@@ -258,6 +294,62 @@ impl LuauWorker {
         }
     }
 
+    /// Retires the VMs that reached their memory limit: what keeps their memory (tasks the
+    /// failed job spawned, module state) would fail every later item on them. A VM for the
+    /// principal is built anew on its next item.
+    fn retire_exhausted(&mut self, cx: &WorkerContext<'_, Self>) {
+        if !self.vms.iter().any(|v| v.vm.core.hit_memory_limit()) {
+            return;
+        }
+        let (exhausted, kept): (Vec<WorkerVm>, Vec<WorkerVm>) = std::mem::take(&mut self.vms)
+            .into_iter()
+            .partition(|v| v.vm.core.hit_memory_limit());
+        self.vms = kept;
+        for wvm in exhausted {
+            let text = wvm.vm.core.out_of_memory_text();
+            self.retire(wvm, &VmEnd::OutOfMemory(&text), cx);
+        }
+        cx.set_vms_held(self.vms.len());
+    }
+
+    /// Drops a worker VM taken out of `self.vms`, answering everything that lived in it: its
+    /// running jobs and its registered jobs fail naming `why`; a warm entry running in it fails
+    /// too, and the items the pass held back and the entries it had yet to run go to the VM
+    /// built next. The keys bound here stay bound to this worker: the next VM has seen none of
+    /// them, so each key's next item runs with `jobs.context().fresh` true.
+    fn retire(&mut self, mut wvm: WorkerVm, why: &VmEnd<'_>, cx: &WorkerContext<'_, Self>) {
+        let pool = self.pool(cx);
+        let pass = PassContext {
+            vm: &wvm.vm,
+            principal: &wvm.principal,
+            pool: &pool,
+            worker: self.index,
+        };
+        let (parked, unrun) = wvm.warm.abandon(&pass, why.failure());
+        self.replay.extend(parked);
+        for entry in unrun {
+            pool.exec.post(
+                self.index,
+                WorkerMsg::Warm {
+                    principal: wvm.principal.clone(),
+                    entry,
+                },
+            );
+        }
+        let owners: Vec<Rc<Owner>> = wvm.running.borrow_mut().drain().map(|(_, o)| o).collect();
+        for owner in owners {
+            owner.complete(&wvm.vm.lua, Err(why.failure()));
+        }
+        // Jobs registered from this VM lived in it: each is errored, naming why.
+        let lost = format!("the worker VM that registered it was {}", why.replaced());
+        super::registered::vm_lost(&wvm.vm.lua, &wvm.principal, &lost);
+        let keys = dropped_keys(&wvm.keys_seen);
+        wvm.principal.mailbox.send(DomainEvent::Report {
+            label: format!("worker {}", self.index),
+            failure: format!("{}; the worker's VM was replaced{keys}", why.report()),
+        });
+    }
+
     /// Starts `item` as the root task of a new owner. A keyed item brings its lane `turn`, which
     /// is dropped (settling the lane) after the item's reply, however the item ends.
     fn start(&mut self, item: Item, cx: &WorkerContext<'_, Self>, turn: Option<LaneTurn>) {
@@ -415,6 +507,28 @@ impl LuauWorker {
             owner.complete(lua, Err(failure));
         }
     }
+}
+
+/// How many keys a retirement report names; the rest it counts.
+const REPORTED_KEYS: usize = 8;
+
+/// `; the state of keys 'a', 'b' and 3 more was dropped with it`, or nothing without keys.
+fn dropped_keys(keys: &HashSet<Bytes>) -> String {
+    if keys.is_empty() {
+        return String::new();
+    }
+    let mut names: Vec<String> = keys
+        .iter()
+        .map(|k| format!("'{}'", String::from_utf8_lossy(k)))
+        .collect();
+    names.sort();
+    let more = names.len().saturating_sub(REPORTED_KEYS);
+    names.truncate(REPORTED_KEYS);
+    let mut list = names.join(", ");
+    if more > 0 {
+        list.push_str(&format!(" and {more} more"));
+    }
+    format!("; the state of keys {list} was dropped with it")
 }
 
 /// Requires `module` in the VM and finds its function `entry`.
@@ -616,6 +730,7 @@ impl WorkerLogic for LuauWorker {
 
     fn run_item(&mut self, item: Item, cx: &WorkerContext<'_, Self>) {
         self.start(item, cx, None);
+        self.retire_exhausted(cx);
         self.flush_outbox(cx);
     }
 
@@ -696,6 +811,7 @@ impl WorkerLogic for LuauWorker {
                 }
             }
         }
+        self.retire_exhausted(cx);
         self.flush_outbox(cx);
     }
 
@@ -732,6 +848,7 @@ impl WorkerLogic for LuauWorker {
         if warming {
             busy |= self.drive_warm_passes(cx);
         }
+        self.retire_exhausted(cx);
         self.flush_outbox(cx);
         if busy {
             Poll::Busy
@@ -744,40 +861,9 @@ impl WorkerLogic for LuauWorker {
         // Scheduler code contains panics from Luau callbacks itself; one reaching here escaped
         // Skein's own bookkeeping, so the VMs it touched can't be trusted: rebuild them lazily.
         let message = vm::panic_message(&payload);
-        let pool = self.pool(cx);
-        for mut wvm in self.vms.drain(..) {
-            // A warm entry running in the VM fails with it; the items it held back and the
-            // entries it had yet to run go to the VM built next.
-            let pass = PassContext {
-                vm: &wvm.vm,
-                principal: &wvm.principal,
-                pool: &pool,
-                worker: self.index,
-            };
-            let (parked, unrun) = wvm.warm.abandon(&pass, &message);
-            self.replay.extend(parked);
-            for entry in unrun {
-                pool.exec.post(
-                    self.index,
-                    WorkerMsg::Warm {
-                        principal: wvm.principal.clone(),
-                        entry,
-                    },
-                );
-            }
-            let owners: Vec<Rc<Owner>> = wvm.running.borrow_mut().drain().map(|(_, o)| o).collect();
-            for owner in owners {
-                owner.complete(&wvm.vm.lua, Err(TaskFailure::Panicked(message.clone())));
-            }
-            // Jobs registered from this VM lived in it: each is errored, naming why.
-            let why = format!(
-                "the worker VM that registered it was replaced after host code panicked: {message}"
-            );
-            super::registered::vm_lost(&wvm.vm.lua, &wvm.principal, &why);
-            wvm.principal.mailbox.send(DomainEvent::Report {
-                label: format!("worker {}", self.index),
-                failure: format!("host code panicked: {message}; the worker's VM was replaced"),
-            });
+        let why = VmEnd::Panicked(&message);
+        for wvm in std::mem::take(&mut self.vms) {
+            self.retire(wvm, &why, cx);
         }
         cx.set_vms_held(0);
         self.outbox.borrow_mut().clear();
@@ -785,5 +871,39 @@ impl WorkerLogic for LuauWorker {
 
     fn on_shutdown(&mut self) {
         self.vms.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(names: &[&str]) -> HashSet<Bytes> {
+        names
+            .iter()
+            .map(|n| Bytes::copy_from_slice(n.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn a_retirement_names_up_to_eight_keys_sorted_and_counts_the_rest() {
+        assert_eq!(dropped_keys(&keys(&[])), "");
+        assert_eq!(
+            dropped_keys(&keys(&["b", "a"])),
+            "; the state of keys 'a', 'b' was dropped with it"
+        );
+        let eight: Vec<String> = (1..=8).map(|i| format!("k{i}")).collect();
+        let eight: Vec<&str> = eight.iter().map(String::as_str).collect();
+        assert_eq!(
+            dropped_keys(&keys(&eight)),
+            "; the state of keys 'k1', 'k2', 'k3', 'k4', 'k5', 'k6', 'k7', 'k8' was dropped with it"
+        );
+        let nine: Vec<String> = (1..=9).map(|i| format!("k{i}")).collect();
+        let nine: Vec<&str> = nine.iter().map(String::as_str).collect();
+        assert_eq!(
+            dropped_keys(&keys(&nine)),
+            "; the state of keys 'k1', 'k2', 'k3', 'k4', 'k5', 'k6', 'k7', 'k8' and 1 more was \
+             dropped with it"
+        );
     }
 }

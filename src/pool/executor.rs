@@ -137,7 +137,7 @@ impl<W: WorkerLogic> Executor<W> {
                     .expect("failed to start a skein worker thread")
             })
             .collect();
-        *executor.handles.lock().unwrap() = handles;
+        *executor.handles.lock().unwrap_or_else(|e| e.into_inner()) = handles;
         executor
     }
 
@@ -189,7 +189,7 @@ impl<W: WorkerLogic> Executor<W> {
             return;
         }
         // Joining under the lock makes a concurrent second caller wait until the threads are gone.
-        let mut handles = self.handles.lock().unwrap();
+        let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
         for handle in handles.drain(..) {
             // A worker only ends early if `make` panicked; that panic was already reported.
             let _ = handle.join();

@@ -70,15 +70,21 @@ impl Sleep {
 
     /// Records the calling thread as `worker`'s thread. Call it on that thread before it sleeps.
     pub fn register(&self, worker: usize) {
-        *self.threads[worker].lock().unwrap() = Some(thread::current());
+        *self.threads[worker]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(thread::current());
     }
 
     /// Whether the calling thread is one of the registered workers.
     pub fn current_worker(&self) -> Option<usize> {
         let me = thread::current().id();
-        self.threads
-            .iter()
-            .position(|slot| slot.lock().unwrap().as_ref().map(|t| t.id()) == Some(me))
+        self.threads.iter().position(|slot| {
+            slot.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(|t| t.id())
+                == Some(me)
+        })
     }
 
     /// How many workers are asleep or about to be.
@@ -162,7 +168,11 @@ impl Sleep {
             return false;
         }
         self.sleepers.fetch_sub(1, Ordering::Relaxed);
-        if let Some(thread) = self.threads[worker].lock().unwrap().as_ref() {
+        if let Some(thread) = self.threads[worker]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
             thread.unpark();
         }
         true

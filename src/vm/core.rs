@@ -5,16 +5,18 @@
 //! the VM's app data, so the `task` primitives and the `jobs` bindings find their scheduler without
 //! any global.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
 
 use super::budget;
+use super::out_of_memory::{is_memory_error, MemoryLabel};
 use super::owner::{Owner, TaskFailure};
 use super::plan::Plan;
 use super::promise::{self, Outcome, PromiseCell, Promises};
+use super::raised::{raised_text, RAISED_KEY};
 use super::scheduler::{self, Resume, Scheduler, SchedulerHost, TaskId, MAX_WAIT};
 
 /// Where a VM sends failures of tasks that have no one awaiting them.
@@ -35,6 +37,11 @@ pub(crate) struct VmCore {
     /// The owner whose root task [`Vm::call`] is running for its first run, and its result once
     /// it ends there: the end is handed back to the caller instead of a completion.
     catching: RefCell<Option<Catch>>,
+    /// Who the VM is in out-of-memory texts, and whether it reached its limit.
+    memory: MemoryLabel,
+    /// How many tasks may wait on pool work at once: set for pool workers' VMs, whose waiting
+    /// jobs are nested on their thread (see `Plan::nested_wait_limit`).
+    pool_wait_limit: Cell<Option<usize>>,
 }
 
 /// The root task a [`Vm::call`] watches through its first run.
@@ -81,6 +88,7 @@ impl Vm {
         globals.raw_set("getfenv", Value::Nil)?;
         let debug: Table = globals.raw_get("debug")?;
         let traceback: Function = debug.raw_get("traceback")?;
+        let memory = MemoryLabel::new(&lua, plan.memory_limit_bytes())?;
         let core = Rc::new(VmCore {
             sched: RefCell::new(Scheduler::default()),
             promises: RefCell::new(Promises::default()),
@@ -94,6 +102,8 @@ impl Vm {
             )),
             authority: std::cell::OnceCell::new(),
             catching: RefCell::new(None),
+            memory,
+            pool_wait_limit: Cell::new(None),
         });
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
@@ -199,10 +209,18 @@ impl Vm {
         self.core.sched.borrow().has_frame_waits()
     }
 
-    /// Ends every task of `owner` without resuming it again.
+    /// Ends every task of `owner` without resuming it again, and cancels the pool work that
+    /// only those tasks awaited: a cancelled job stops what it waits on, so work that nests (a
+    /// `parallelFor` over itself) ends with the job above it instead of running on unawaited.
     pub(crate) fn drop_owner(&self, owner: &Rc<Owner>) {
-        let threads = self.core.sched.borrow_mut().remove_owner(owner);
+        let (ids, threads) = self.core.sched.borrow_mut().remove_owner(owner);
         drop(threads);
+        if !ids.is_empty() {
+            self.core
+                .promises
+                .borrow_mut()
+                .cancel_awaited_only_by(&ids, &POOL_PROMISES);
+        }
     }
 }
 
@@ -212,6 +230,48 @@ impl VmCore {
         lua.app_data_ref::<Rc<VmCore>>()
             .map(|c| c.clone())
             .ok_or_else(|| mlua::Error::runtime("skein: this VM has no scheduler"))
+    }
+
+    /// Names the VM in its out-of-memory texts ("the engine VM", "the VM of worker 2"). The
+    /// layer that builds the VM calls it from its install step, before the memory limit is set.
+    pub(crate) fn name_vm(&self, lua: &Lua, name: String) -> mlua::Result<()> {
+        self.memory.set_name(lua, name)
+    }
+
+    /// Bounds how many of this VM's tasks may wait on pool work at once (a pool worker's VM).
+    pub(crate) fn limit_pool_waits(&self, tasks: usize) {
+        self.pool_wait_limit.set(Some(tasks));
+    }
+
+    /// Whether an out-of-memory error of this VM reached Rust: the VM reached its limit, and
+    /// what holds its memory may still be alive (tasks, module state).
+    pub(crate) fn hit_memory_limit(&self) -> bool {
+        self.memory.was_hit()
+    }
+
+    /// `out of memory: <this VM> reached its memory limit of <limit>`.
+    pub(crate) fn out_of_memory_text(&self) -> String {
+        self.memory.text(None)
+    }
+
+    /// The text of `err` as a Luau user reads it; an out-of-memory error names this VM, its
+    /// limit and what was being made (and records that the VM reached its limit).
+    pub(crate) fn error_text(&self, err: &mlua::Error, making: Option<&str>) -> String {
+        if is_memory_error(err) {
+            self.memory.hit(making)
+        } else {
+            super::error_message(err)
+        }
+    }
+
+    /// `err` as a callback returns it: an out-of-memory error becomes a runtime error naming
+    /// this VM, its limit and what was being made, which a script's `pcall` catches as text.
+    pub(crate) fn named_error(&self, err: mlua::Error, making: &str) -> mlua::Error {
+        if is_memory_error(&err) {
+            mlua::Error::runtime(self.memory.hit(Some(making)))
+        } else {
+            err
+        }
     }
 
     /// Reports a failure that no task's owner can carry (a watcher that could not start).
@@ -289,7 +349,7 @@ impl SchedulerHost for VmCore {
                 let secs = scheduler::elapsed_secs(start, Instant::now());
                 MultiValue::from_iter([Value::Number(secs)])
             }
-            Resume::Settled(outcome) => outcome_values(lua, &outcome),
+            Resume::Settled(outcome) => outcome_values(lua, self, &outcome),
             Resume::Frames(n) => MultiValue::from_iter([Value::Number(n as f64)]),
         }
     }
@@ -311,8 +371,20 @@ impl SchedulerHost for VmCore {
         (self.reporter)(&owner.identity.to_string(), &failure);
     }
 
+    fn out_of_memory(&self) -> String {
+        self.memory.hit(None)
+    }
+
+    fn collect_when_full(&self, lua: &Lua) {
+        self.memory.collect_when_full(lua);
+    }
+
     fn authority(&self) -> Option<&std::sync::Arc<crate::domain::capability::Authority>> {
         self.authority.get()
+    }
+
+    fn raised_text(&self, lua: &Lua, thread: &Thread, message: &str) -> Option<String> {
+        raised_text(lua, thread, message)
     }
 
     fn traceback(&self, thread: &Thread) -> String {
@@ -329,32 +401,36 @@ const POOL_PROMISES: [&str; 3] = ["jobs.dispatch", "jobs.parallelFor", "jobs.war
 /// `(resolved, value)` as `task.await` receives them: `true` and the value, or `false` and the
 /// error text. A boolean, not the status name, so an await makes no Luau string for the status
 /// (each `create_string` from Rust is a protected call; about 1,900 instructions per await).
-fn outcome_values(lua: &Lua, outcome: &Outcome) -> MultiValue {
-    let (resolved, value) = outcome_pair(lua, outcome);
+fn outcome_values(lua: &Lua, core: &VmCore, outcome: &Outcome) -> MultiValue {
+    let (resolved, value) = outcome_pair(lua, core, outcome);
     MultiValue::from_iter([resolved, value])
 }
 
 /// [`outcome_values`] as a pair, which `P.await` returns without a `MultiValue`'s allocation.
-fn outcome_pair(lua: &Lua, outcome: &Outcome) -> (Value, Value) {
+fn outcome_pair(lua: &Lua, core: &VmCore, outcome: &Outcome) -> (Value, Value) {
     let text = match outcome {
         Outcome::Resolved(message) => match message.to_lua(lua) {
             Ok(v) => return (Value::Boolean(true), v),
             Err(e) => format!(
                 "the result could not be read back: {}",
-                super::error_message(&e)
+                core.error_text(&e, Some("the result of an awaited promise"))
             ),
         },
         Outcome::Rejected(failure) => failure.to_string(),
         Outcome::Cancelled => "cancelled".to_owned(),
     };
-    rejected_pair(lua, &text)
+    rejected_pair(lua, core, &text)
 }
 
-/// `(false, text)`: the cold half of [`outcome_pair`].
+/// `(false, text)`: the cold half of [`outcome_pair`]. A VM out of memory can't make the text:
+/// the await raises the out-of-memory text the VM made while it had memory.
 #[cold]
-fn rejected_pair(lua: &Lua, text: &str) -> (Value, Value) {
-    let text = Value::String(lua.create_string(text).expect("message string"));
-    (Value::Boolean(false), text)
+fn rejected_pair(lua: &Lua, core: &VmCore, text: &str) -> (Value, Value) {
+    let text = match lua.create_string(text) {
+        Ok(text) => text,
+        Err(_) => core.memory.outcome_text(),
+    };
+    (Value::Boolean(false), Value::String(text))
 }
 
 /// Closes the VM's globals: from now on no Luau code may set a global (`x = 1` raises
@@ -398,6 +474,25 @@ pub(crate) fn cancel_promise(lua: &Lua, cell: &Rc<PromiseCell>) -> mlua::Result<
         }
         None => Ok(false),
     }
+}
+
+/// Refuses an await of pool work when as many of this VM's tasks wait on pool work as its
+/// limit allows: a job that awaits work of its own kind without end stops here, and its failure
+/// settles every promise above it. The caller cancels the work it refused to wait on.
+fn refuse_past_pool_wait_limit(core: &VmCore) -> mlua::Result<()> {
+    let Some(limit) = core.pool_wait_limit.get() else {
+        return Ok(());
+    };
+    let waiting = core.sched.borrow().pool_waits();
+    if waiting < limit {
+        return Ok(());
+    }
+    Err(mlua::Error::runtime(format!(
+        "task.await: nested waits past the limit: {waiting} tasks of {} already wait on pool \
+         work, and {limit} may (Plan::nested_wait_limit); work that awaits work of its own kind \
+         without end stops here",
+        core.memory.vm_name()
+    )))
 }
 
 /// Reads a wait time in seconds: nil is 0; negative and NaN are 0; huge values are clamped.
@@ -517,7 +612,7 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
                 }
             }
             if let Some(outcome) = cell.outcome() {
-                return Ok(outcome_pair(lua, &outcome));
+                return Ok(outcome_pair(lua, &core, &outcome));
             }
             if let Some(key) = cell.key() {
                 if core.current_owner().identity.key() == Some(&key[..]) {
@@ -528,9 +623,17 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
                     )));
                 }
             }
+            let pool = POOL_PROMISES.contains(&cell.what);
+            if pool {
+                if let Err(refused) = refuse_past_pool_wait_limit(&core) {
+                    // The work refused a waiter would nest further with no one to wait on it.
+                    cancel_promise(lua, &cell)?;
+                    return Err(refused);
+                }
+            }
             let id = core.task_for(&lua.current_thread());
             cell.add_waiter(id);
-            core.sched.borrow_mut().park_promise(id);
+            core.sched.borrow_mut().park_promise(id, pool);
             // `nil`: pending, so `task.await` yields until the settlement resumes it.
             Ok((Value::Nil, Value::Nil))
         })?,
@@ -539,10 +642,21 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
         "spawn",
         lua.create_function(|lua, (target, args): (Value, Variadic<Value>)| {
             let core = VmCore::of(lua)?;
-            let thread = as_thread(lua, target, "task.spawn")?;
+            let thread = as_thread(lua, target, "task.spawn")
+                .map_err(|e| core.named_error(e, "a task for task.spawn"))?;
             let owner = core.current_owner();
             let id = core.sched.borrow_mut().add(thread.clone(), owner, false);
+            let hits = core.memory.hits();
             scheduler::resume_task(&*core, lua, id, Resume::Args(MultiValue::from_iter(args)));
+            if core.memory.hits() != hits {
+                // The VM ran out of memory in the spawned task's first run: that is the
+                // spawner's condition too (a spawn bomb fills the VM through its tasks), so it
+                // raises here, where a pcall around the spawning loop catches it.
+                return Err(mlua::Error::runtime(format!(
+                    "{} in the first run of a task it started",
+                    core.memory.hit(None)
+                )));
+            }
             Ok(thread)
         })?,
     )?;
@@ -550,7 +664,8 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
         "defer",
         lua.create_function(|lua, (target, args): (Value, Variadic<Value>)| {
             let core = VmCore::of(lua)?;
-            let thread = as_thread(lua, target, "task.defer")?;
+            let thread = as_thread(lua, target, "task.defer")
+                .map_err(|e| core.named_error(e, "a task for task.defer"))?;
             let owner = core.current_owner();
             let mut sched = core.sched.borrow_mut();
             let id = sched.add(thread.clone(), owner, false);
@@ -563,7 +678,8 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
         lua.create_function(
             |lua, (seconds, target, args): (Option<f64>, Value, Variadic<Value>)| {
                 let core = VmCore::of(lua)?;
-                let thread = as_thread(lua, target, "task.delay")?;
+                let thread = as_thread(lua, target, "task.delay")
+                    .map_err(|e| core.named_error(e, "a task for task.delay"))?;
                 let owner = core.current_owner();
                 let now = Instant::now();
                 let mut sched = core.sched.borrow_mut();
@@ -595,7 +711,9 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
         .set_name("=skein prelude")
         .set_mode(mlua::chunk::ChunkMode::Binary)
         .into_function()?;
-    let task: Table = prelude.call(p)?;
+    let (task, error, raised): (Table, Function, Table) = prelude.call(p)?;
+    lua.globals().raw_set("error", error)?;
+    lua.set_named_registry_value(RAISED_KEY, raised)?;
     let await_fn: Function = task.raw_get("await")?;
     promise::install_methods(lua, await_fn)?;
     lua.globals().raw_set("task", task)?;
@@ -676,6 +794,54 @@ mod tests {
         let g: Function = vm.lua.load("return function() end").eval().unwrap();
         vm.start(g, MultiValue::new(), later).unwrap();
         assert!(*done.borrow());
+    }
+
+    #[test]
+    fn a_vm_lets_as_many_tasks_wait_on_pool_work_as_its_limit_and_refuses_one_more() {
+        let vm = vm();
+        vm.core.limit_pool_waits(2);
+        let awaiter: Function = vm
+            .lua
+            .load("return function(p) return pcall(function() return p:await() end) end")
+            .eval()
+            .unwrap();
+        let awaits = |what: &'static str, owner: Rc<Owner>| {
+            let cell = vm.core.promises.borrow_mut().make(what);
+            let handle = promise::handle(&vm.lua, cell.clone()).unwrap();
+            let args = MultiValue::from_iter([Value::UserData(handle)]);
+            (vm.call(awaiter.clone(), args, owner).unwrap(), cell)
+        };
+        let first = owner();
+        let (run, first_cell) = awaits("jobs.dispatch", first.clone());
+        assert!(matches!(run, FirstRun::Suspended));
+        let (run, _) = awaits("jobs.parallelFor", owner());
+        assert!(matches!(run, FirstRun::Suspended));
+        assert_eq!(vm.core.sched.borrow().pool_waits(), 2);
+        // One past the limit: refused, and the work it refused to wait on is cancelled.
+        let (run, refused_cell) = awaits("jobs.dispatch", owner());
+        let FirstRun::Ended(Ok(values)) = run else {
+            panic!("the refused await raises in its first run");
+        };
+        assert_eq!(values[0], Value::Boolean(false));
+        let raised = values[1].to_string().unwrap();
+        assert_eq!(
+            raised.lines().next().unwrap(),
+            "runtime error: task.await: nested waits past the limit: 2 tasks of the VM already wait on pool \
+             work, and 2 may (Plan::nested_wait_limit); work that awaits work of its own kind \
+             without end stops here"
+        );
+        assert_eq!(refused_cell.status(), "cancelled");
+        // Awaits of other promises are not pool work: they park past the limit.
+        let (run, _) = awaits("SharedQueue:pop", owner());
+        assert!(matches!(run, FirstRun::Suspended));
+        assert_eq!(vm.core.sched.borrow().pool_waits(), 2);
+        // Dropping a waiting job frees its place and cancels the work only it awaited.
+        vm.drop_owner(&first);
+        assert_eq!(vm.core.sched.borrow().pool_waits(), 1);
+        assert_eq!(first_cell.status(), "cancelled");
+        let (run, _) = awaits("jobs.dispatch", owner());
+        assert!(matches!(run, FirstRun::Suspended));
+        assert_eq!(vm.core.sched.borrow().pool_waits(), 2);
     }
 
     #[test]

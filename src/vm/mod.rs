@@ -9,9 +9,11 @@ mod core;
 mod failure;
 pub(crate) mod loader;
 mod modules;
+mod out_of_memory;
 mod owner;
 mod plan;
 mod promise;
+mod raised;
 mod scheduler;
 pub(crate) mod source;
 
@@ -24,7 +26,7 @@ pub(crate) use budget::{
 pub use failure::{FailureKind, JobFailure};
 pub(crate) use modules::{check_sources, registered_or_refusing, source_epoch, with_caller_source};
 pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure};
-pub use plan::{Plan, DEFAULT_MEMORY_LIMIT};
+pub use plan::{Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS};
 pub use promise::UNAWAITED_KEPT;
 pub(crate) use promise::{await_function, promise_of, Cancel, Outcome, PromiseCell, PromiseId};
 pub(crate) use scheduler::TaskId;

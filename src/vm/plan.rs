@@ -11,6 +11,9 @@ use super::owner::panic_message;
 /// The default memory limit of a VM: 512 MiB.
 pub const DEFAULT_MEMORY_LIMIT: usize = 512 * 1024 * 1024;
 
+/// The default number of tasks of one pool worker's VM that may wait on pool work at once.
+pub const DEFAULT_NESTED_WAITS: usize = 1024;
+
 type HostFn = Arc<dyn Fn(&Lua, MultiValue) -> mlua::Result<MultiValue> + Send + Sync>;
 type Setup = Arc<dyn Fn(&Lua) -> mlua::Result<()> + Send + Sync>;
 
@@ -39,6 +42,7 @@ pub struct Plan {
 #[derive(Clone)]
 struct PlanInner {
     memory_limit: usize,
+    nested_waits: usize,
     root: PathBuf,
     functions: Vec<(String, HostFn)>,
     setup: Vec<Setup>,
@@ -51,6 +55,7 @@ impl Plan {
         Plan {
             inner: Arc::new(PlanInner {
                 memory_limit: DEFAULT_MEMORY_LIMIT,
+                nested_waits: DEFAULT_NESTED_WAITS,
                 root: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
                 functions: Vec::new(),
                 setup: Vec::new(),
@@ -67,6 +72,30 @@ impl Plan {
     /// out-of-memory error and the VM serves on.
     pub fn memory_limit(self, bytes: usize) -> Plan {
         self.edit(|p| p.memory_limit = bytes)
+    }
+
+    /// Sets how many tasks of one pool worker's VM may wait on pool work at once (awaits of
+    /// `jobs.dispatch`, `jobs.parallelFor` and `jobs.warm` promises inside jobs); 1024 by
+    /// default. A job that awaits pool work parks, and its worker runs other items meanwhile,
+    /// perhaps the ones it waits for; an entry that awaits work of its own kind without end
+    /// (`parallelFor` over itself) would park jobs without bound. The await past the limit
+    /// raises instead, which fails that job, and the failure settles every promise above it.
+    /// The engine VM and `@skein/worker` VMs have no such limit: their waits hold no pool thread.
+    ///
+    /// ```
+    /// use skein::{Plan, DEFAULT_NESTED_WAITS};
+    ///
+    /// assert_eq!(Plan::new().nested_wait_limit_tasks(), DEFAULT_NESTED_WAITS);
+    /// let plan = Plan::new().nested_wait_limit(64);
+    /// assert_eq!(plan.nested_wait_limit_tasks(), 64);
+    /// ```
+    pub fn nested_wait_limit(self, tasks: usize) -> Plan {
+        self.edit(|p| p.nested_waits = tasks)
+    }
+
+    /// How many tasks of one pool worker's VM may wait on pool work at once.
+    pub fn nested_wait_limit_tasks(&self) -> usize {
+        self.inner.nested_waits
     }
 
     /// Sets the directory that code with no file of its own (host snippets) requires from.
@@ -137,6 +166,7 @@ impl fmt::Debug for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Plan")
             .field("memory_limit", &self.inner.memory_limit)
+            .field("nested_waits", &self.inner.nested_waits)
             .field("root", &self.inner.root)
             .field(
                 "functions",

@@ -325,6 +325,33 @@ impl Promises {
         woken
     }
 
+    /// Cancels the pending promises of the kinds `whats` that only tasks in `tasks` await, as
+    /// [`cancel`](Self::cancel) does; their waiters are not woken (the caller ends them).
+    /// Answers how many it cancelled.
+    pub(crate) fn cancel_awaited_only_by(
+        &mut self,
+        tasks: &[TaskId],
+        whats: &[&'static str],
+    ) -> usize {
+        let cells: Vec<Rc<PromiseCell>> = self
+            .slots
+            .iter()
+            .filter_map(|slot| slot.cell.as_ref())
+            .filter(|cell| whats.contains(&cell.what))
+            .filter(|cell| match &*cell.state.borrow() {
+                State::Pending { waiters } => {
+                    !waiters.is_empty() && waiters.iter().all(|w| tasks.contains(w))
+                }
+                State::Settled(_) => false,
+            })
+            .cloned()
+            .collect();
+        for cell in &cells {
+            let _ = self.cancel(cell);
+        }
+        cells.len()
+    }
+
     /// Number of promises still pending.
     pub(crate) fn pending(&self) -> usize {
         self.pending

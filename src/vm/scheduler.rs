@@ -21,6 +21,7 @@ use mlua::{Lua, MultiValue, Thread};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::budget::{Interruption, RunGuard};
+use super::out_of_memory::is_memory_error;
 use super::owner::{Owner, TaskFailure};
 use super::promise::Outcome;
 
@@ -37,6 +38,9 @@ enum Parked {
     Timer,
     /// On a promise's waiter list.
     Promise,
+    /// On the waiter list of a promise of pool work (`jobs.dispatch`, `jobs.parallelFor`,
+    /// `jobs.warm`): counted, so a worker VM can bound how many of its tasks wait on the pool.
+    PoolPromise,
     /// In the frame-wait heap (`task.waitFrames`).
     Frame,
 }
@@ -89,6 +93,8 @@ pub(crate) struct Scheduler {
     delayed_args: HashMap<TaskId, MultiValue>,
     /// The task being resumed, innermost last (resumes nest when a task spawns another).
     running: Vec<TaskId>,
+    /// Tasks parked as [`Parked::PoolPromise`].
+    pool_waits: usize,
     /// Coroutines of root tasks that returned, kept to run the next job: resetting one costs a
     /// fraction of making a new one.
     idle_threads: Vec<Thread>,
@@ -96,6 +102,17 @@ pub(crate) struct Scheduler {
 
 /// How many finished coroutines a VM keeps for reuse.
 const IDLE_THREADS: usize = 32;
+
+/// Sets a task's parked state, keeping `pool_waits` the count of tasks parked on pool work.
+fn set_parked(pool_waits: &mut usize, task: &mut TaskEntry, to: Parked) {
+    if task.parked == Parked::PoolPromise {
+        *pool_waits -= 1;
+    }
+    if to == Parked::PoolPromise {
+        *pool_waits += 1;
+    }
+    task.parked = to;
+}
 
 impl Scheduler {
     /// Registers `thread` as a task owned by `owner`.
@@ -163,7 +180,7 @@ impl Scheduler {
     /// Queues a task to run on the next step.
     pub(crate) fn make_ready(&mut self, id: TaskId, resume: Resume) {
         if let Some(task) = self.tasks.get_mut(&id) {
-            task.parked = Parked::No;
+            set_parked(&mut self.pool_waits, task, Parked::No);
             task.epoch += 1;
             self.ready.push_back((id, resume));
         }
@@ -177,7 +194,7 @@ impl Scheduler {
     /// Queues a task for the next deferred batch, resumed with `args`.
     pub(crate) fn defer_with(&mut self, id: TaskId, args: MultiValue) {
         if let Some(task) = self.tasks.get_mut(&id) {
-            task.parked = Parked::No;
+            set_parked(&mut self.pool_waits, task, Parked::No);
             task.epoch += 1;
             self.deferred.push((id, args));
         }
@@ -192,7 +209,7 @@ impl Scheduler {
     /// Parks a task until `wake_at`; it resumes with the seconds elapsed since `start`.
     pub(crate) fn park_timer(&mut self, id: TaskId, start: Instant, wake_at: Instant) {
         if let Some(task) = self.tasks.get_mut(&id) {
-            task.parked = Parked::Timer;
+            set_parked(&mut self.pool_waits, task, Parked::Timer);
             task.epoch += 1;
             self.timer_seq += 1;
             self.timers
@@ -203,7 +220,7 @@ impl Scheduler {
     /// Parks a task until the frame counter reaches `target`; `now` is the frame it parks on.
     pub(crate) fn park_frames(&mut self, id: TaskId, now: u64, target: u64) {
         if let Some(task) = self.tasks.get_mut(&id) {
-            task.parked = Parked::Frame;
+            set_parked(&mut self.pool_waits, task, Parked::Frame);
             task.epoch += 1;
             self.timer_seq += 1;
             self.frame_waits
@@ -238,12 +255,23 @@ impl Scheduler {
         !self.frame_waits.is_empty()
     }
 
-    /// Marks a task as parked on a promise (the promise keeps the waiter list).
-    pub(crate) fn park_promise(&mut self, id: TaskId) {
+    /// Marks a task as parked on a promise (the promise keeps the waiter list); `pool`: a
+    /// promise of pool work.
+    pub(crate) fn park_promise(&mut self, id: TaskId, pool: bool) {
+        let to = if pool {
+            Parked::PoolPromise
+        } else {
+            Parked::Promise
+        };
         if let Some(task) = self.tasks.get_mut(&id) {
-            task.parked = Parked::Promise;
+            set_parked(&mut self.pool_waits, task, to);
             task.epoch += 1;
         }
+    }
+
+    /// How many tasks wait on promises of pool work.
+    pub(crate) fn pool_waits(&self) -> usize {
+        self.pool_waits
     }
 
     /// Whether nothing is queued, deferred or timed at all.
@@ -313,22 +341,28 @@ impl Scheduler {
     /// Removes a task (finished, failed or cancelled).
     fn remove(&mut self, id: TaskId) -> Option<TaskEntry> {
         let entry = self.tasks.remove(&id)?;
+        if entry.parked == Parked::PoolPromise {
+            self.pool_waits -= 1;
+        }
         self.by_thread.remove(&entry.address);
         self.delayed_args.remove(&id);
         Some(entry)
     }
 
-    /// Removes every task of `owner`, answering their threads so the caller can close them.
-    pub(crate) fn remove_owner(&mut self, owner: &Rc<Owner>) -> Vec<Thread> {
+    /// Removes every task of `owner`, answering their ids and threads so the caller can close
+    /// them.
+    pub(crate) fn remove_owner(&mut self, owner: &Rc<Owner>) -> (Vec<TaskId>, Vec<Thread>) {
         let ids: Vec<TaskId> = self
             .tasks
             .iter()
             .filter(|(_, t)| Rc::ptr_eq(&t.owner, owner))
             .map(|(id, _)| *id)
             .collect();
-        ids.into_iter()
-            .filter_map(|id| self.remove(id).map(|e| e.thread))
-            .collect()
+        let threads = ids
+            .iter()
+            .filter_map(|id| self.remove(*id).map(|e| e.thread))
+            .collect();
+        (ids, threads)
     }
 
     /// Removes one task by its thread (task.cancel).
@@ -350,8 +384,17 @@ pub(crate) trait SchedulerHost {
     fn complete(&self, lua: &Lua, owner: &Rc<Owner>, result: Result<MultiValue, TaskFailure>);
     /// A non-root task failed: report it, attributed to its owner.
     fn report(&self, owner: &Rc<Owner>, failure: TaskFailure);
+    /// The text of the value `thread` raised, when `message` (mlua's text for it) is the bare
+    /// `table: 0x...` of a table it raised with `error`.
+    fn raised_text(&self, lua: &Lua, thread: &Thread, message: &str) -> Option<String>;
     /// The Luau stack of `thread` (a coroutine that just failed), as `debug.traceback` gives it.
     fn traceback(&self, thread: &Thread) -> String;
+    /// The text of an out-of-memory failure of a task, naming the VM and its limit; the VM
+    /// records that it reached its limit.
+    fn out_of_memory(&self) -> String;
+    /// After an outermost resume: collects the garbage of a VM that is full (see
+    /// `MemoryLabel::collect_when_full`).
+    fn collect_when_full(&self, lua: &Lua);
     /// The authority of tasks whose owner carries none (the VM's principal's grant).
     fn authority(&self) -> Option<&std::sync::Arc<crate::domain::capability::Authority>>;
 }
@@ -373,12 +416,23 @@ pub(crate) fn step<H: SchedulerHost>(host: &H, lua: &Lua) -> bool {
 
 /// Resumes one task under its owner's deadline and files the outcome.
 pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Resume) {
+    resume_and_file(host, lua, id, resume);
+    // After the task was filed: a task that failed is gone, and its stack with it. Only after
+    // an outermost resume: a nested one (task.spawn's) runs inside a task that still holds
+    // what it built, and a collection per spawned task would cost a full heap each.
+    if host.scheduler().borrow().running.is_empty() {
+        host.collect_when_full(lua);
+    }
+}
+
+fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Resume) {
     let (thread, owner) = {
         let mut sched = host.scheduler().borrow_mut();
+        let sched = &mut *sched;
         let Some(task) = sched.tasks.get_mut(&id) else {
             return; // cancelled meanwhile
         };
-        task.parked = Parked::No;
+        set_parked(&mut sched.pool_waits, task, Parked::No);
         let out = (task.thread.clone(), task.owner.clone());
         sched.running.push(id);
         out
@@ -416,20 +470,22 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
             let failure = match stopped {
                 Some(Interruption::Deadline(d)) => TaskFailure::deadline(d),
                 Some(Interruption::Cancelled) => TaskFailure::cancelled(),
+                None if is_memory_error(&err) => {
+                    TaskFailure::raised(host.out_of_memory(), host.traceback(&thread))
+                }
                 None => {
                     // mlua appends the stack of the failed coroutine to a runtime error; keep
                     // the two apart, and ask Luau for the stack when mlua gave none.
                     let full = super::error_message(&err);
-                    match full.split_once("\nstack traceback:\n") {
-                        Some((message, stack)) => TaskFailure::raised(
+                    let (message, stack) = match full.split_once("\nstack traceback:\n") {
+                        Some((message, stack)) => (
                             message.to_owned(),
                             format!("stack traceback:\n{}", stack.trim_end()),
                         ),
-                        None => {
-                            let traceback = host.traceback(&thread);
-                            TaskFailure::raised(full, traceback)
-                        }
-                    }
+                        None => (full, host.traceback(&thread)),
+                    };
+                    let message = host.raised_text(lua, &thread, &message).unwrap_or(message);
+                    TaskFailure::raised(message, without_error_wrapper(stack))
                 }
             };
             finish(host, lua, id, &owner, Err(failure), false);
@@ -452,6 +508,21 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
             }
         },
     }
+}
+
+/// A stack without the frame of the prelude's `error` (which keeps raised values, see
+/// `raised.rs`): the script called `error`, and `[C]: in function 'error'` says so already.
+fn without_error_wrapper(stack: String) -> String {
+    if !stack.contains("\tskein prelude:") {
+        return stack;
+    }
+    stack
+        .lines()
+        .filter(|line| {
+            !(line.starts_with("\tskein prelude:") && line.ends_with("in function 'error'"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A task of a bounded owner (a warm entry) is due after the bound passed: its root ends with

@@ -52,11 +52,11 @@ impl VersionCell {
     }
 
     pub(crate) fn load(&self) -> Loaded {
-        self.0.lock().unwrap().clone()
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub(crate) fn publish(&self, seen: &Arc<Node>, next: Arc<Node>) -> bool {
-        let mut current = self.0.lock().unwrap();
+        let mut current = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if Arc::ptr_eq(&current, seen) {
             *current = next;
             true
@@ -66,6 +66,6 @@ impl VersionCell {
     }
 
     pub(crate) fn store(&self, node: Arc<Node>) {
-        *self.0.lock().unwrap() = node;
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = node;
     }
 }

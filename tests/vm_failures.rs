@@ -1,0 +1,459 @@
+//! How a VM's failures reach a script: out of memory on the engine and on workers, a worker VM
+//! retired after it hit its limit, nested `parallelFor` bounded, raised tables rendered.
+
+use skein::{Plan, Pool};
+
+use crate::support::{field, number, text, Tree};
+
+const M: &str = r#"
+local M = {}
+function M.fail() error("the entry failed on purpose") end
+function M.double(x) return x * 2 end
+return M
+"#;
+
+#[test]
+fn awaiting_a_rejection_with_the_engine_out_of_memory_raises_and_the_pool_serves_on() {
+    let tree = Tree::new(&[("m.luau", M)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, Plan::new().memory_limit(8 * 1024 * 1024));
+    let v = domain
+        .eval(
+            r#"local p = jobs.dispatch("./m", "fail")
+               -- Settled first: the second await makes the rejection's text while the VM is
+               -- full. (Memory filled before a first await is collected while it waits.)
+               pcall(function() return p:await() end)
+               local hold = {}
+               local n = 0
+               for _, size in { 4096, 1024, 256, 64, 16, 1 } do
+                   pcall(function()
+                       while true do n += 1 hold[n] = string.rep("x", size) .. n end
+                   end)
+               end
+               local ok, err = pcall(function() return p:await() end)
+               return err"#,
+        )
+        .unwrap();
+    assert_eq!(
+        text(&v),
+        "out of memory: the engine VM reached its memory limit of 8 MiB while making the \
+         outcome of an awaited promise"
+    );
+    // The engine VM lived through it: the filled table died with the eval.
+    still_serves(&domain);
+}
+
+/// A dispatch that proves the pool, and the engine VM that awaits it, still serve.
+fn still_serves(domain: &skein::ScriptDomain) {
+    let v = domain
+        .eval(r#"return jobs.dispatch("./m", "double", 21):await()"#)
+        .expect("the pool still serves");
+    assert_eq!(number(&v), 42.0);
+}
+
+const HOG: &str = r#"
+local M = {}
+function M.hog() local t = {} for i = 1, 1e9 do t[i] = string.rep("x", 1024) .. i end end
+function M.double(x) return x * 2 end
+return M
+"#;
+
+#[test]
+fn an_engine_allocation_past_the_limit_names_the_engine_vm_and_its_limit() {
+    let tree = Tree::new(&[("m.luau", M)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, Plan::new().memory_limit(8 * 1024 * 1024));
+    let err = domain
+        .eval(r#"local t = {} for i = 1, 1e9 do t[i] = string.rep("x", 1024) .. i end"#)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "script eval failed: out of memory: the engine VM reached its memory limit of 8 MiB\n\
+         eval:1"
+    );
+    still_serves(&domain);
+}
+
+#[test]
+fn a_job_past_the_limit_names_the_worker_vm_and_its_limit() {
+    let tree = Tree::new(&[("m.luau", HOG)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, Plan::new().memory_limit(16 * 1024 * 1024));
+    let v = domain
+        .eval(
+            r#"local ok, err = pcall(function() return jobs.dispatch("./m", "hog"):await() end)
+               return err"#,
+        )
+        .unwrap();
+    let err = text(&v);
+    assert_eq!(
+        err.lines().next(),
+        Some(
+            "job './m:hog' failed: out of memory: the VM of worker 0 reached its memory limit \
+             of 16 MiB"
+        ),
+        "{err}"
+    );
+    let v = domain
+        .eval(r#"return jobs.dispatch("./m", "double", 21):await()"#)
+        .expect("the pool still serves");
+    assert_eq!(number(&v), 42.0);
+}
+
+#[test]
+fn a_task_spawn_bomb_is_caught_by_pcall_with_a_named_out_of_memory_text() {
+    let tree = Tree::new(&[("m.luau", M)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, Plan::new().memory_limit(8 * 1024 * 1024));
+    let v = domain
+        .eval(
+            r#"local ok, err = pcall(function()
+                   while true do task.spawn(function() task.wait(0.05) end) end
+               end)
+               -- The spawned tasks hold the memory until they end.
+               task.wait(0.2)
+               return tostring(ok) .. " " .. tostring(err)"#,
+        )
+        .unwrap();
+    let caught = text(&v);
+    assert_eq!(
+        caught.lines().next(),
+        Some(
+            "false runtime error: out of memory: the engine VM reached its memory limit of 8 MiB \
+             while making a task for task.spawn"
+        ),
+        "{caught}"
+    );
+    still_serves(&domain);
+}
+
+const SPAWNER: &str = r#"
+local M = {}
+function M.bomb()
+    -- Each spawned task keeps a table alive while it waits, until the VM is full.
+    for i = 1, 1e9 do
+        local hold = table.create(1000, i)
+        task.spawn(function() task.wait(5) return hold end)
+    end
+end
+function M.fresh() return jobs.context().fresh end
+function M.double(x) return x * 2 end
+function M.park() task.wait(5) return "woke" end
+return M
+"#;
+
+#[test]
+fn a_worker_vm_that_reached_its_limit_is_retired_and_built_anew() {
+    let tree = Tree::new(&[("m.luau", SPAWNER)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, Plan::new().memory_limit(16 * 1024 * 1024));
+    let v = domain
+        .eval(
+            r#"local a = jobs.dispatch("./m", "fresh", nil, { key = "k" }):await()
+               local b = jobs.dispatch("./m", "fresh", nil, { key = "k" }):await()
+               return tostring(a) .. " " .. tostring(b)"#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "true false");
+    let v = domain
+        .eval(
+            r#"local parked = jobs.dispatch("./m", "park")
+               -- One worker takes items in order: once this one ran, `park` is parked in the VM.
+               jobs.dispatch("./m", "double", 1):await()
+               local _, bomb = pcall(function() return jobs.dispatch("./m", "bomb"):await() end)
+               local _, park = pcall(function() return parked:await() end)
+               return { bomb = bomb, park = park }"#,
+        )
+        .unwrap();
+    // The bomb fails making a table or a task, whichever hits the limit first.
+    let bomb = text(field(&v, "bomb"));
+    assert!(
+        bomb.starts_with(
+            "job './m:bomb' failed: out of memory: the VM of worker 0 reached its memory limit \
+             of 16 MiB"
+        ),
+        "{bomb}"
+    );
+    assert_eq!(
+        text(field(&v, "park")),
+        "job './m:park' failed: its worker VM was retired: out of memory: the VM of worker 0 \
+         reached its memory limit of 16 MiB"
+    );
+    // The domain is told, naming the keys whose state went with the VM.
+    domain.run_until_idle().expect("idle");
+    let reports = domain.take_reports();
+    assert!(
+        reports.iter().any(|r| r.source == "worker 0"
+            && r.message
+                == "out of memory: the VM of worker 0 reached its memory limit of 16 MiB; the \
+                    worker's VM was replaced; the state of keys 'k' was dropped with it"),
+        "{reports:?}"
+    );
+    // The tasks the bomb spawned died with the VM: the next item runs in a new VM, where the
+    // key's next item is fresh.
+    let started = std::time::Instant::now();
+    let v = domain
+        .eval(
+            r#"local d = jobs.dispatch("./m", "double", 21):await()
+               local f = jobs.dispatch("./m", "fresh", nil, { key = "k" }):await()
+               return tostring(d) .. " " .. tostring(f)"#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "42 true");
+    assert!(started.elapsed() < std::time::Duration::from_secs(4));
+}
+
+const NESTING: &str = r#"
+local M = {}
+function M.chain(n)
+    if n == 0 then return 0 end
+    return jobs.dispatch("./m", "chain", n - 1):await() + 1
+end
+function M.rec(lo, hi) return jobs.parallelFor("./m", "rec", 4):await() end
+function M.double(x) return x * 2 end
+return M
+"#;
+
+/// The innermost reason of a nested job failure: its first line from `task.await: ` on.
+fn innermost(failure: &str) -> &str {
+    let first_line = failure.lines().next().unwrap_or_default();
+    first_line
+        .find("task.await: ")
+        .map_or(first_line, |at| &first_line[at..])
+}
+
+#[test]
+fn a_worker_vm_holds_as_many_waiting_jobs_as_its_nested_wait_limit_and_refuses_one_more() {
+    let tree = Tree::new(&[("m.luau", NESTING)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, Plan::new().nested_wait_limit(3));
+    // chain(3) parks chain(3), chain(2) and chain(1) on the one worker: the limit, allowed.
+    let v = domain
+        .eval(r#"return jobs.dispatch("./m", "chain", 3):await()"#)
+        .unwrap();
+    assert_eq!(number(&v), 3.0);
+    // chain(4) would park a fourth: the await is refused and every promise above it settles.
+    let v = domain
+        .eval(
+            r#"local ok, err = pcall(function() return jobs.dispatch("./m", "chain", 4):await() end)
+               return err"#,
+        )
+        .unwrap();
+    let err = text(&v);
+    assert!(
+        err.starts_with("job './m:chain' failed: job './m:chain' failed: job './m:chain' failed: "),
+        "{err}"
+    );
+    assert_eq!(
+        innermost(&err),
+        "task.await: nested waits past the limit: 3 tasks of the VM of worker 0 already wait on \
+         pool work, and 3 may (Plan::nested_wait_limit); work that awaits work of its own kind \
+         without end stops here"
+    );
+    still_serves_nesting(&domain);
+}
+
+#[test]
+fn a_parallel_for_over_itself_ends_with_the_nested_wait_error_and_every_promise_settles() {
+    let tree = Tree::new(&[("m.luau", NESTING)]);
+    let pool = Pool::new(2);
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(
+            r#"local ok, err = pcall(function() return jobs.parallelFor("./m", "rec", 4):await() end)
+               return err"#,
+        )
+        .unwrap();
+    let err = text(&v);
+    assert!(err.starts_with("job './m:rec' failed: chunk "), "{err}");
+    let reason = innermost(&err);
+    assert!(
+        reason.starts_with(
+            "task.await: nested waits past the limit: 1024 tasks of the VM of worker "
+        ),
+        "{err}"
+    );
+    assert!(
+        reason.ends_with(
+            " already wait on pool work, and 1024 may (Plan::nested_wait_limit); work that awaits \
+             work of its own kind without end stops here"
+        ),
+        "{err}"
+    );
+    // Every promise settled: the domain goes idle, and the pool serves the next dispatch.
+    domain.run_until_idle().expect("idle");
+    still_serves_nesting(&domain);
+}
+
+fn still_serves_nesting(domain: &skein::ScriptDomain) {
+    let v = domain
+        .eval(r#"return jobs.dispatch("./m", "double", 21):await()"#)
+        .expect("the pool still serves");
+    assert_eq!(number(&v), 42.0);
+}
+
+#[test]
+fn cancelling_a_job_that_awaits_pool_work_cancels_that_work() {
+    let marks = crate::support::Marks::default();
+    let tree = Tree::new(&[(
+        "m.luau",
+        r#"
+local M = {}
+function M.slowMark() task.wait(0.3) hostMark() end
+function M.waiter() return jobs.dispatch("./m", "slowMark"):await() end
+function M.double(x) return x * 2 end
+return M
+"#,
+    )]);
+    let pool = Pool::new(2);
+    let domain = tree.domain_with(&pool, marks.plan());
+    let v = domain
+        .eval(
+            r#"local p = jobs.dispatch("./m", "waiter")
+               task.wait(0.05)
+               p:cancel()
+               task.wait(0.5)
+               return p:status()"#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "cancelled");
+    // The work the cancelled job waited on was cancelled with it: it never marked.
+    assert_eq!(marks.count(), 0);
+    still_serves_nesting(&domain);
+}
+
+const RAISES: &str = r#"
+local M = {}
+function M.code() error({ code = 7, message = "bad input", list = { 1, 2 } }) end
+function M.custom() error(setmetatable({}, { __tostring = function() return "custom text" end })) end
+function M.cyclic() local t = { name = "loop" } t.self = t error(t) end
+function M.double(x) return x * 2 end
+return M
+"#;
+
+#[test]
+fn a_raised_table_is_shown_by_its_contents_or_its_tostring_and_stays_a_table_for_pcall() {
+    let tree = Tree::new(&[("m.luau", RAISES)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(
+            r#"local function reason(entry)
+                   local ok, err = pcall(function() return jobs.dispatch("./m", entry):await() end)
+                   return (string.split(err, "\n"))[1]
+               end
+               local ok, caught = pcall(function() error({ code = 1 }) end)
+               return {
+                   code = reason("code"),
+                   custom = reason("custom"),
+                   cyclic = reason("cyclic"),
+                   caught = caught.code,
+               }"#,
+        )
+        .unwrap();
+    assert_eq!(
+        text(field(&v, "code")),
+        r#"job './m:code' failed: {code = 7, list = {1, 2}, message = "bad input"}"#
+    );
+    assert_eq!(
+        text(field(&v, "custom")),
+        "job './m:custom' failed: custom text"
+    );
+    assert_eq!(
+        text(field(&v, "cyclic")),
+        r#"job './m:cyclic' failed: {name = "loop", self = {name = "loop", self = {name = "loop", self = {...}}}}"#
+    );
+    // Inside Luau the raised value is still the table.
+    assert_eq!(number(field(&v, "caught")), 1.0);
+    let err = domain.eval("error({ code = 1 })").unwrap_err().to_string();
+    assert_eq!(
+        err.lines().next(),
+        Some("script eval failed: {code = 1}"),
+        "{err}"
+    );
+    assert!(!err.contains("skein prelude"), "{err}");
+    still_serves_raises(&domain);
+}
+
+fn still_serves_raises(domain: &skein::ScriptDomain) {
+    let v = domain
+        .eval(r#"return jobs.dispatch("./m", "double", 21):await()"#)
+        .expect("the pool still serves");
+    assert_eq!(number(&v), 42.0);
+}
+
+#[test]
+fn a_host_wait_with_a_timeout_past_the_clock_waits_as_wait_does() {
+    let tree = Tree::new(&[("m.luau", M)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    let mut p = domain
+        .dispatch("./m", "double", skein::Message::Number(4.0))
+        .unwrap();
+    // `Instant::now() + Duration::MAX` overflowed the clock and panicked the host.
+    let v = p.wait_timeout(std::time::Duration::MAX).unwrap().unwrap();
+    assert_eq!(number(&v), 8.0);
+}
+
+#[test]
+fn a_task_spawn_bomb_whose_tasks_fill_the_vm_is_caught_by_the_pcall_around_it() {
+    let tree = Tree::new(&[("m.luau", M)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, Plan::new().memory_limit(8 * 1024 * 1024));
+    // Each spawned task holds a 1.6 MB table while it waits: the VM fills up inside the tasks,
+    // not in the loop, which would spawn on, each new task failing alone.
+    let v = domain
+        .eval(
+            r#"local ok, err = pcall(function()
+                   for i = 1, 1e9 do
+                       task.spawn(function() local t = table.create(100000, i) task.wait(0.05) return t end)
+                   end
+               end)
+               -- The spawned tasks hold the memory until they end.
+               task.wait(0.2)
+               return tostring(ok) .. " " .. tostring(err)"#,
+        )
+        .unwrap();
+    // The first task that can't make its table stops the loop: the pcall around it catches.
+    let caught = text(&v);
+    assert_eq!(
+        caught.lines().next(),
+        Some(
+            "false runtime error: out of memory: the engine VM reached its memory limit of 8 MiB \
+             in the first run of a task it started"
+        ),
+        "{caught}"
+    );
+    still_serves(&domain);
+}
+
+#[test]
+fn a_job_that_catches_its_own_out_of_memory_leaves_a_vm_the_next_job_can_use() {
+    let tree = Tree::new(&[(
+        "m.luau",
+        r#"
+local M = {}
+function M.fill()
+    local ok, err = pcall(function()
+        local t = {}
+        for i = 1, 1e9 do t[i] = table.create(100, i) end
+    end)
+    return err
+end
+function M.double(x) local t = table.create(1000, x) return t[1] * 2 end
+return M
+"#,
+    )]);
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, Plan::new().memory_limit(16 * 1024 * 1024));
+    let v = domain
+        .eval(r#"return jobs.dispatch("./m", "fill"):await()"#)
+        .unwrap();
+    // Luau's own text: the error never reached Rust.
+    assert_eq!(text(&v), "not enough memory");
+    let v = domain
+        .eval(r#"return jobs.dispatch("./m", "double", 21):await()"#)
+        .expect("the VM has its memory back");
+    assert_eq!(number(&v), 42.0);
+}
