@@ -49,14 +49,15 @@ pub use domain::{
     FailurePolicy, FixedStep, FrameReport, HandlerTiming, InterfaceField, InterfaceInfo,
     LiveWorkers, Load, LoadStage, LogLevel, LogRecord, LogSink, Phase, PhaseReport, PostRefused,
     ProfileEvent, ProfileKind, ProfileSink, ProfileThread, QueueBound, Report, ResourceId,
-    ResourceOwner, ScriptDomain, Severity, WorkerError, WorkerStage, LOAD_BOUND, MAX_CONTEXT_NAME,
-    MAX_INTERFACE_NAME, MAX_LIVE_WORKERS, MAX_WORKER_BYTES, WORKER_SPAWN,
+    ResourceOwner, ScriptDomain, Severity, WorkerError, WorkerStage, DROPPED_REPORTS, LOAD_BOUND,
+    MAX_CONTEXT_NAME, MAX_INTERFACE_NAME, MAX_LIVE_WORKERS, MAX_REPORTS, MAX_WORKER_BYTES,
+    WORKER_SPAWN,
 };
 pub use error::{Error, Result};
 pub use jobs::{
     DomainId, DomainMailbox, Generation, JobInfo, JobOptions, JobStatus, Pool, Principal, Promise,
     PromiseStatus, WorkerCalls, EVENT_LOG_BOUND, JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES,
-    WARM_BOUND,
+    VM_RETIRED, WARM_BOUND,
 };
 pub use pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
 pub use shared::{

@@ -1114,3 +1114,166 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
         .stdout_has("joined\tstopped")
         .stdout_has("after\t42");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Class 4: host panics and hangs a script can cause. (`tests/vm_failures.rs` covers each with a
+// small memory limit from the host's side.)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_job_that_runs_out_of_memory_leaves_a_fresh_vm_for_the_next_job() {
+    // After one job ran out of memory, the tasks it spawned stayed alive and every later job on
+    // that worker VM failed "out of memory" for as long as they lived.
+    let tree = Tree::new(&[
+        (
+            "m.luau",
+            r#"
+local M = {}
+function M.bomb()
+    for i = 1, 1e9 do
+        local hold = string.rep("x", 1024 * 1024) .. i
+        task.spawn(function() task.wait(30) return hold end)
+    end
+end
+function M.echo(x) return x end
+return M
+"#,
+        ),
+        (
+            "main.luau",
+            r#"
+local ok, err = pcall(function() return jobs.dispatch("./m", "bomb"):await() end)
+print("caught", ok, err)
+for i = 1, 3 do print("after", i, jobs.dispatch("./m", "echo", 41):await() + 1) end
+"#,
+        ),
+    ]);
+    let ended = hostile_run(&tree.path(), &["--workers", "1", "main.luau"]);
+    ended
+        .exited(0)
+        .stdout_has("caught\tfalse\t")
+        .stdout_has("out of memory: the VM of worker 0 reached its memory limit of 512 MiB")
+        .stdout_has("after\t1\t42")
+        .stdout_has("after\t3\t42");
+}
+
+#[test]
+fn a_parallel_for_over_itself_ends_and_every_promise_settles() {
+    // It produced repeated worker panics and the top-level promise never settled.
+    let tree = Tree::new(&[
+        (
+            "m.luau",
+            "local M = {}\nfunction M.rec() return jobs.parallelFor('./m', 'rec', 4):await() end\n\
+             function M.echo(x) return x end\nreturn M\n",
+        ),
+        (
+            "main.luau",
+            r#"
+local ok, err = pcall(function() return jobs.parallelFor("./m", "rec", 4):await() end)
+print("caught", ok, err)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    let ended = hostile_run(&tree.path(), &["main.luau"]);
+    ended
+        .exited(0)
+        .stdout_has("caught\tfalse\t")
+        .stdout_has("nested waits past the limit")
+        .stdout_has("after\t42");
+    assert!(!ended.stderr.contains("panicked"), "{}", ended.stderr);
+}
+
+#[test]
+fn a_spawn_bomb_in_the_engine_is_caught_by_the_pcall_around_it() {
+    // A task.spawn bomb's out-of-memory escaped pcall.
+    let tree = Tree::new(&[
+        ("m.luau", ECHO),
+        (
+            "main.luau",
+            r#"
+local ok, err = pcall(function()
+    while true do
+        task.spawn(function() task.wait(0.5) end)
+    end
+end)
+-- The spawned tasks hold the VM full until they end: wait for them before printing.
+task.wait(1)
+print("caught", ok, err)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    let ended = hostile_run(&tree.path(), &["main.luau"]);
+    ended
+        .exited(0)
+        .stdout_has(
+            "caught\tfalse\truntime error: out of memory: the engine VM reached its memory limit \
+             of 512 MiB while making a task for task.spawn",
+        )
+        .stdout_has("after\t42");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Class 8: errors and exit codes a user relies on.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_raised_table_is_reported_by_its_contents() {
+    let tree = Tree::new(&[("main.luau", "error({ code = 7, message = 'bad input' })\n")]);
+    let ended = hostile_run(&tree.path(), &["main.luau"]);
+    ended
+        .exited(1)
+        .stderr_has(r#"{code = 7, message = "bad input"}"#);
+    assert!(!ended.stderr.contains("table: 0x"), "{}", ended.stderr);
+}
+
+#[test]
+fn failures_nobody_handles_make_the_run_exit_one_each_reported_once() {
+    // A failing job nobody awaits, and errors in task.spawn, task.delay and coroutines, were
+    // printed (or not) while the run exited 0.
+    let tree = Tree::new(&[
+        (
+            "m.luau",
+            "local M = {}\nfunction M.fail() error('job nobody awaits failed') end\n\
+             function M.echo(x) return x end\nreturn M\n",
+        ),
+        (
+            "main.luau",
+            r#"
+local _ = jobs.dispatch("./m", "fail")
+task.spawn(function() error("spawned task failed") end)
+task.delay(0.01, function() error("delayed task failed") end)
+task.wait(0.1)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    let ended = hostile_run(&tree.path(), &["main.luau"]);
+    ended.exited(1).stdout_has("after\t42");
+    for text in [
+        "job nobody awaits failed",
+        "spawned task failed",
+        "delayed task failed",
+    ] {
+        assert_eq!(
+            ended.stderr.matches(text).count(),
+            1,
+            "{text} once in:\n{}",
+            ended.stderr
+        );
+    }
+}
+
+#[test]
+fn a_printed_line_is_kept_when_the_run_is_cut_short_by_a_failure() {
+    // stdout is block-buffered on a pipe: lines printed before a failure were lost.
+    let tree = Tree::new(&[(
+        "main.luau",
+        "print('first line')\nprint('second line')\nerror('then it failed')\n",
+    )]);
+    hostile_run(&tree.path(), &["main.luau"])
+        .exited(1)
+        .stdout_has("first line\nsecond line\n")
+        .stderr_has("then it failed");
+}

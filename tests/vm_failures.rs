@@ -184,10 +184,11 @@ fn a_worker_vm_that_reached_its_limit_is_retired_and_built_anew() {
     domain.run_until_idle().expect("idle");
     let reports = domain.take_reports();
     assert!(
-        reports.iter().any(|r| r.source == "worker 0"
+        reports.iter().any(|r| r.source == skein::VM_RETIRED
+            && !r.is_failure()
             && r.message
-                == "out of memory: the VM of worker 0 reached its memory limit of 16 MiB; the \
-                    worker's VM was replaced; the state of keys 'k' was dropped with it"),
+                == "worker 0: out of memory: the VM of worker 0 reached its memory limit of 16 \
+                    MiB; the worker's VM was replaced; the state of keys 'k' was dropped with it"),
         "{reports:?}"
     );
     // The tasks the bomb spawned died with the VM: the next item runs in a new VM, where the

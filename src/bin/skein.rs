@@ -199,7 +199,7 @@ fn run_script(
     let mut unhandled = false;
     for report in domain.take_reports() {
         eprintln!("skein: {}: {}", report.source, report.message);
-        unhandled |= report.source != "capability";
+        unhandled |= report.is_failure();
     }
     match result {
         Ok(()) if unhandled => Err(Failed),

@@ -44,6 +44,7 @@ pub(crate) mod log;
 mod owned;
 pub(crate) mod profile;
 mod reload;
+mod reports;
 mod scheduler;
 mod script_file;
 mod services;
@@ -70,6 +71,7 @@ pub use log::{LogLevel, LogRecord, LogSink};
 pub use owned::{ResourceId, ResourceOwner};
 pub(crate) use profile::Profile;
 pub use profile::{ProfileEvent, ProfileKind, ProfileSink, ProfileThread};
+pub use reports::{DROPPED_REPORTS, MAX_REPORTS};
 pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
 
 pub use services::FrameReport;
@@ -423,7 +425,7 @@ pub struct ScriptDomain {
     stale: std::cell::Cell<u64>,
     /// Host promises of this generation that may be pending: rejected when it ends.
     host_promises: RefCell<host_promises::HostPromises>,
-    reports: Rc<RefCell<Vec<Report>>>,
+    reports: Rc<RefCell<reports::Reports>>,
     /// Failures of scripts the host started: `run_until_idle` answers the first.
     failures: Rc<RefCell<Vec<String>>>,
     /// The host's engine services and this frame's counts.
@@ -525,7 +527,7 @@ impl ScriptDomain {
             )),
         ));
         let principal = Arc::new(cell);
-        let reports = Rc::new(RefCell::new(Vec::new()));
+        let reports = Rc::new(RefCell::new(reports::Reports::default()));
         let vm = engine_vm(&principal, pool, &reports)?;
         let registry = Registry::new(
             principal.clone(),
@@ -1439,7 +1441,7 @@ impl ScriptDomain {
     /// Takes the failures no code awaited (tasks that raised) and the capability denials
     /// (source `capability`), oldest first within each.
     pub fn take_reports(&self) -> Vec<Report> {
-        let mut reports = std::mem::take(&mut *self.reports.borrow_mut());
+        let mut reports = self.reports.borrow_mut().take();
         let denials = self.principal.authority.denials().take();
         reports.extend(denials.into_iter().map(|message| Report {
             source: "capability".to_owned(),
@@ -1502,7 +1504,7 @@ impl Drop for ScriptDomain {
 fn engine_vm(
     principal: &Arc<PrincipalCell>,
     pool: &Pool,
-    reports: &Rc<RefCell<Vec<Report>>>,
+    reports: &Rc<RefCell<reports::Reports>>,
 ) -> Result<Vm> {
     let sink = reports.clone();
     let reporter: vm::Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
@@ -1521,7 +1523,7 @@ fn engine_vm(
 }
 
 /// Where a registered job's failures go: the domain's reports.
-fn report_sink(reports: &Rc<RefCell<Vec<Report>>>) -> jobs::FailureSink {
+fn report_sink(reports: &Rc<RefCell<reports::Reports>>) -> jobs::FailureSink {
     let sink = reports.clone();
     Rc::new(move |source, message| sink.borrow_mut().push(Report { source, message }))
 }

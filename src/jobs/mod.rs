@@ -40,3 +40,4 @@ pub use registered::{JobInfo, JobStatus, WorkerCalls};
 pub(crate) use services::{check_name as check_service_name, install_at, read_args, ServiceKind};
 pub use warm::WARM_BOUND;
 pub(crate) use worker::reply;
+pub use worker::VM_RETIRED;

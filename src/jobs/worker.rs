@@ -27,6 +27,11 @@ use crate::pool::lanes::KeyLanes;
 use crate::value::Message;
 use crate::vm::{self, FailureKind, JobFailure, Outcome, Owner, Signal, TaskFailure, Vm};
 
+/// The source of a report that a worker VM was retired (it reached its memory limit): what
+/// failed there is answered or reported on its own, so the note is not a failure
+/// ([`Report::is_failure`](crate::Report::is_failure)).
+pub const VM_RETIRED: &str = "worker VM retired";
+
 /// How many entry names a worker VM keeps as Luau strings.
 const ENTRY_KEYS: usize = 256;
 
@@ -345,8 +350,12 @@ impl LuauWorker {
         super::registered::vm_lost(&wvm.vm.lua, &wvm.principal, &lost);
         let keys = dropped_keys(&wvm.keys_seen);
         wvm.principal.mailbox.send(DomainEvent::Report {
-            label: format!("worker {}", self.index),
-            failure: format!("{}; the worker's VM was replaced{keys}", why.report()),
+            label: VM_RETIRED.to_owned(),
+            failure: format!(
+                "worker {}: {}; the worker's VM was replaced{keys}",
+                self.index,
+                why.report()
+            ),
         });
     }
 

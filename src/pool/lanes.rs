@@ -153,7 +153,7 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
         supersede: bool,
         deliver: impl FnOnce(Deliver<T>),
     ) -> Result<Vec<T>, TooManyKeys<T>> {
-        let mut guard = self.inner.lock().unwrap();
+        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let lanes = &mut *guard;
         let Some(lane) = lanes.lanes.get_mut(&key) else {
             if lanes.lanes.len() >= MAX_KEYS {
@@ -205,7 +205,7 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
     ///
     /// Called exactly once per item delivered as [`Deliver::Run`].
     pub fn settle(&self, key: &K, mut deliver: impl FnMut(Deliver<T>)) {
-        let mut guard = self.inner.lock().unwrap();
+        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let lanes = &mut *guard;
         let Some(lane) = lanes.lanes.get_mut(key) else {
             return; // forgotten while its item ran (see `forget`)
@@ -247,7 +247,7 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
     /// Ends `key`'s binding once the items enqueued before this call have settled; when none is
     /// queued or running it ends now and [`Deliver::Released`] is delivered before this returns.
     pub fn release(&self, key: &K, deliver: impl FnOnce(Deliver<T>)) -> Release {
-        let mut guard = self.inner.lock().unwrap();
+        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let lanes = &mut *guard;
         let Some(lane) = lanes.lanes.get_mut(key) else {
             return Release::NotHeld;
@@ -271,7 +271,7 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
     /// not, and answers the items that were queued in them, for the caller to drop outside the
     /// lock. An item of such a lane that is out settles into nothing.
     pub fn forget(&self, ends: impl Fn(&K) -> bool) -> Vec<T> {
-        let mut guard = self.inner.lock().unwrap();
+        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let lanes = &mut *guard;
         let mut queued = Vec::new();
         let load = &mut lanes.load;
@@ -294,14 +294,18 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
 
     /// How many keys are bound to each worker, in worker order.
     pub fn keys_held(&self) -> Vec<usize> {
-        let lanes = self.inner.lock().unwrap();
+        let lanes = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         lanes.load.iter().map(|l| l.keys).collect()
     }
 
     /// How many keys are held in all.
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap().lanes.len()
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .lanes
+            .len()
     }
 }
 

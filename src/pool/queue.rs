@@ -135,13 +135,13 @@ mod imp {
         }
 
         fn push(&self, value: T) {
-            let mut items = self.items.lock().unwrap();
+            let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
             items.push_back(value);
             self.len.store(items.len(), Ordering::SeqCst);
         }
 
         fn pop(&self) -> Option<T> {
-            let mut items = self.items.lock().unwrap();
+            let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
             let value = items.pop_front();
             self.len.store(items.len(), Ordering::SeqCst);
             value

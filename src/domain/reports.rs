@@ -1,0 +1,105 @@
+//! The domain's reports, kept for [`ScriptDomain::take_reports`](super::ScriptDomain::take_reports)
+//! within a bound: a script that makes failures in a loop (a spawn bomb's tasks each raising)
+//! must not make the host keep every one of them.
+
+use super::Report;
+use crate::jobs::VM_RETIRED;
+
+/// How many reports a domain keeps between two `take_reports`: 1,024. Past it each one is
+/// counted, not kept, and `take_reports` ends with one report saying how many were dropped.
+pub const MAX_REPORTS: usize = 1_024;
+
+/// The source of the report that says how many were dropped.
+pub const DROPPED_REPORTS: &str = "reports dropped";
+
+/// Reports waiting to be taken, at most [`MAX_REPORTS`] of them.
+#[derive(Debug, Default)]
+pub(crate) struct Reports {
+    kept: Vec<Report>,
+    dropped: u64,
+}
+
+impl Reports {
+    /// Keeps `report`, or counts it when [`MAX_REPORTS`] already wait.
+    pub(crate) fn push(&mut self, report: Report) {
+        if self.kept.len() < MAX_REPORTS {
+            self.kept.push(report);
+        } else {
+            self.dropped = self.dropped.saturating_add(1);
+        }
+    }
+
+    /// How many wait (the dropped ones not counted).
+    pub(crate) fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Takes every report, oldest first, and one more naming how many were dropped, if any were.
+    pub(crate) fn take(&mut self) -> Vec<Report> {
+        let mut reports = std::mem::take(&mut self.kept);
+        let dropped = std::mem::take(&mut self.dropped);
+        if dropped > 0 {
+            reports.push(Report {
+                source: DROPPED_REPORTS.to_owned(),
+                message: format!(
+                    "{dropped} more reports were dropped: a domain keeps {MAX_REPORTS} between two \
+                     take_reports"
+                ),
+            });
+        }
+        reports
+    }
+}
+
+impl Report {
+    /// Whether this report is a failure nobody handled. Capability denials (source
+    /// `capability`; the code may have caught them) and notes that a worker VM was retired
+    /// (source [`VM_RETIRED`]; its failed jobs are reported or answered on their own) are not.
+    ///
+    /// ```
+    /// use skein::Report;
+    /// let denial = Report { source: "capability".into(), message: "permission denied: ...".into() };
+    /// assert!(!denial.is_failure());
+    /// let raised = Report { source: "script main.luau".into(), message: "main.luau:1: boom".into() };
+    /// assert!(raised.is_failure());
+    /// ```
+    pub fn is_failure(&self) -> bool {
+        self.source != "capability" && self.source != VM_RETIRED
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(i: usize) -> Report {
+        Report {
+            source: "script main.luau".to_owned(),
+            message: format!("failure {i}"),
+        }
+    }
+
+    #[test]
+    fn reports_are_kept_up_to_the_bound_and_the_rest_counted() {
+        let mut reports = Reports::default();
+        for i in 0..MAX_REPORTS {
+            reports.push(report(i));
+        }
+        assert_eq!(reports.len(), MAX_REPORTS);
+        let taken = reports.take();
+        assert_eq!(taken.len(), MAX_REPORTS, "none dropped at the bound");
+        for i in 0..MAX_REPORTS + 5 {
+            reports.push(report(i));
+        }
+        let taken = reports.take();
+        assert_eq!(taken.len(), MAX_REPORTS + 1);
+        let last = taken.last().unwrap();
+        assert_eq!(last.source, DROPPED_REPORTS);
+        assert_eq!(
+            last.message,
+            "5 more reports were dropped: a domain keeps 1024 between two take_reports"
+        );
+        assert!(last.is_failure());
+        assert!(reports.take().is_empty(), "the count starts again");
+    }
+}
