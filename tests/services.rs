@@ -38,6 +38,10 @@ function M.append(a)
     return a.job
 end
 function M.quick() return "quick" end
+function M.swap()
+    local ok, err = pcall(function() world.get = function() return "swapped" end end)
+    return tostring(ok) .. " " .. tostring(err)
+end
 function M.passFunction() world.set(1, { cb = function() end }) end
 function M.queryFunction() return world.get(function() end) end
 function M.inMetamethod()
@@ -127,6 +131,39 @@ fn a_query_answers_on_the_engine_vm_and_from_a_worker() {
     // A command on the engine VM applies at once.
     domain.eval("world.set(2, 'two')").unwrap();
     assert_eq!(text(&world.borrow()[&2]), "two");
+}
+
+#[test]
+fn a_script_cannot_swap_a_service_for_later_jobs_or_the_engine() {
+    let (tree, pool) = (tree(), Pool::new(1));
+    let (domain, world) = setup(&tree, &pool);
+    world.borrow_mut().insert(1, string("one"));
+    let swapped = domain
+        .eval(r#"return jobs.dispatch("./m", "swap"):await()"#)
+        .unwrap();
+    assert_contains(&text(&swapped), "false ");
+    assert_contains(&text(&swapped), "attempt to modify a readonly table");
+    // The next job on the same worker VM, and the engine, still reach the host's service.
+    let answer = domain
+        .eval(r#"return jobs.dispatch("./m", "get", { id = 1 }):await()"#)
+        .unwrap();
+    assert_eq!(text(&answer), "one");
+    let engine = domain
+        .eval(r#"local ok = pcall(function() world.get = nil end) return tostring(ok) .. " " .. world.get(1)"#)
+        .unwrap();
+    assert_eq!(text(&engine), "false one");
+    // A service added later still lands in the same (read-only) namespace.
+    domain
+        .register_query("world.count", |_| Ok(Message::Integer(1)))
+        .unwrap();
+    assert_eq!(
+        domain.eval("return world.count()").unwrap(),
+        Message::Integer(1)
+    );
+    let later = domain
+        .eval(r#"return jobs.dispatch("./m", "get", { id = 1 }):await()"#)
+        .unwrap();
+    assert_eq!(text(&later), "one");
 }
 
 #[test]

@@ -104,38 +104,74 @@ pub(crate) fn check_name(name: &str) -> Result<(), String> {
 /// a segment on the way is not a table (or is a read-only built-in one) or the last is taken.
 pub(crate) fn install_at(lua: &Lua, name: &str, f: Function) -> Result<(), String> {
     let taken = |what: &str| format!("engine service '{name}' can't be installed: {what}");
-    let mut table: Table = lua.globals();
-    let mut segments = name.split('.').peekable();
-    while let Some(segment) = segments.next() {
-        let value: Value = table.get(segment).map_err(|e| taken(&e.to_string()))?;
-        if segments.peek().is_none() {
-            if !value.is_nil() {
-                return Err(taken(&format!(
-                    "'{name}' is {} already",
-                    crate::vm::a_type(&value)
-                )));
+    let made = namespace_tables(lua).map_err(|e| taken(&e.to_string()))?;
+    let ours = |t: &Table| made.contains_key(t).unwrap_or(false);
+    // The namespace tables Skein made for services are read-only to scripts (a job could
+    // otherwise swap `world.get` for every later job of its VM); each is opened only while a
+    // service is added to it.
+    let mut opened: Vec<Table> = Vec::new();
+    let result = (|| {
+        let mut table: Table = lua.globals();
+        let mut segments = name.split('.').peekable();
+        while let Some(segment) = segments.next() {
+            let value: Value = table.get(segment).map_err(|e| taken(&e.to_string()))?;
+            if segments.peek().is_none() {
+                if !value.is_nil() {
+                    return Err(taken(&format!(
+                        "'{name}' is {} already",
+                        crate::vm::a_type(&value)
+                    )));
+                }
+                return table.raw_set(segment, f).map_err(|e| taken(&e.to_string()));
             }
-            return table.raw_set(segment, f).map_err(|e| taken(&e.to_string()));
+            table = match value {
+                Value::Nil => {
+                    let t = lua.create_table().map_err(|e| taken(&e.to_string()))?;
+                    table
+                        .raw_set(segment, t.clone())
+                        .map_err(|e| taken(&e.to_string()))?;
+                    made.raw_set(t.clone(), true)
+                        .map_err(|e| taken(&e.to_string()))?;
+                    opened.push(t.clone());
+                    t
+                }
+                Value::Table(t) if !t.is_readonly() => t,
+                Value::Table(t) if ours(&t) => {
+                    t.set_readonly(false);
+                    opened.push(t.clone());
+                    t
+                }
+                Value::Table(_) => return Err(taken(&format!("'{segment}' is a read-only table"))),
+                other => {
+                    return Err(taken(&format!(
+                        "'{segment}' is {}, not a table",
+                        crate::vm::a_type(&other)
+                    )))
+                }
+            };
         }
-        table = match value {
-            Value::Nil => {
-                let t = lua.create_table().map_err(|e| taken(&e.to_string()))?;
-                table
-                    .raw_set(segment, t.clone())
-                    .map_err(|e| taken(&e.to_string()))?;
-                t
-            }
-            Value::Table(t) if !t.is_readonly() => t,
-            Value::Table(_) => return Err(taken(&format!("'{segment}' is a read-only table"))),
-            other => {
-                return Err(taken(&format!(
-                    "'{segment}' is {}, not a table",
-                    crate::vm::a_type(&other)
-                )))
-            }
-        };
+        Ok(())
+    })();
+    for t in opened {
+        t.set_readonly(true);
     }
-    Ok(())
+    result
+}
+
+/// Registry key of the set of namespace tables made for services (weak keys).
+const NAMESPACE_TABLES_KEY: &str = "skein.service_namespaces";
+
+/// The set of the namespace tables [`install_at`] made in this VM.
+fn namespace_tables(lua: &Lua) -> mlua::Result<Table> {
+    if let Value::Table(t) = lua.named_registry_value::<Value>(NAMESPACE_TABLES_KEY)? {
+        return Ok(t);
+    }
+    let set = lua.create_table()?;
+    let meta = lua.create_table()?;
+    meta.raw_set("__mode", "k")?;
+    set.set_metatable(Some(meta))?;
+    lua.set_named_registry_value(NAMESPACE_TABLES_KEY, set.clone())?;
+    Ok(set)
 }
 
 /// Copies a service call's arguments (read off the stack, so a whole number stays a number and
