@@ -26,6 +26,10 @@ use mlua::{Function, Lua};
 use super::super::source;
 use super::error::RequireError;
 
+/// The most module files whose bytecode the process keeps: 4,096. Past it a new file's bytecode
+/// takes the place of another file's.
+pub(crate) const MAX_CACHED_MODULES: usize = 4_096;
+
 /// What identifies one version of a source file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SourceStamp {
@@ -92,6 +96,12 @@ impl BytecodeCache {
             .clone()
     }
 
+    /// How many files the cache keeps bytecode for.
+    #[cfg(test)]
+    pub(crate) fn files(&self) -> usize {
+        lock(&self.slots).len()
+    }
+
     /// How many times this cache has run the compiler.
     #[cfg(test)]
     pub(crate) fn compile_count(&self) -> u64 {
@@ -125,10 +135,18 @@ impl BytecodeCache {
             path: path.to_owned(),
             message: e.to_string(),
         };
-        let slot = lock(&self.slots)
-            .entry(path.to_owned())
-            .or_default()
-            .clone();
+        let slot = {
+            let mut slots = lock(&self.slots);
+            if slots.len() >= MAX_CACHED_MODULES && !slots.contains_key(path) {
+                // Bounded: a script that can write files could otherwise make the process keep
+                // the bytecode of every module it ever wrote. One other file's bytecode goes; a
+                // VM that loaded it keeps its own Arc, and a later require compiles it again.
+                if let Some(evicted) = slots.keys().next().cloned() {
+                    slots.remove(&evicted);
+                }
+            }
+            slots.entry(path.to_owned()).or_default().clone()
+        };
         let mut slot = lock(&slot);
         let meta = std::fs::metadata(path).map_err(io)?;
         if let Some(cached) = slot.as_ref() {

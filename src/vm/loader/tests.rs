@@ -252,6 +252,30 @@ fn unknown_alias_and_bad_config_texts() {
 // ---- bytecode cache ----
 
 #[test]
+fn the_bytecode_cache_keeps_at_most_max_cached_modules_files() {
+    use super::bytecode::MAX_CACHED_MODULES;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = BytecodeCache::new();
+    for i in 0..MAX_CACHED_MODULES + 10 {
+        let path = dir.path().join(format!("m{i}.luau"));
+        std::fs::write(&path, format!("return {i}")).unwrap();
+        cache.load(&path).unwrap();
+        assert!(
+            cache.files() <= MAX_CACHED_MODULES,
+            "{} files kept",
+            cache.files()
+        );
+    }
+    assert_eq!(cache.files(), MAX_CACHED_MODULES);
+    // An evicted file still loads: it is compiled again.
+    let compiled = cache.compile_count();
+    for i in 0..MAX_CACHED_MODULES + 10 {
+        cache.load(&dir.path().join(format!("m{i}.luau"))).unwrap();
+    }
+    assert!(cache.compile_count() > compiled);
+}
+
+#[test]
 fn bytecode_compiles_once_per_version() {
     let t = Tree::new(&[("m.luau", "return 1")]);
     let cache = BytecodeCache::new();
