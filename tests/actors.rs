@@ -1211,3 +1211,54 @@ fn a_worker_s_engine_watchers_see_events_raised_before_its_next_message() {
         "each event is delivered once"
     );
 }
+
+#[test]
+fn a_worker_whose_vm_reached_its_memory_limit_stops_even_when_failures_continue() {
+    let pool = Pool::new(1);
+    let d = ScriptDomain::new(
+        &pool,
+        spec(Plan::new().memory_limit(16 * 1024 * 1024)).worker_failures(FailurePolicy::Continue),
+    )
+    .unwrap();
+    let out = d
+        .eval(
+            r#"
+        local w = require('@skein/worker').spawn { name = 'hog', source = [[
+            held = {}
+            return function(m)
+                if m == "bomb" then
+                    -- Spawned tasks keep what they hold alive past the handler's failure.
+                    for i = 1, 1e9 do
+                        local hold = string.rep("x", 64 * 1024) .. i
+                        task.spawn(function() task.wait(30) return hold end)
+                    end
+                end
+                return m
+            end
+        ]] }
+        w:send("bomb")
+        w:send("after")
+        local first = select(2, pcall(function() return w:receive(20) end))
+        local second = select(2, pcall(function() return w:receive(20) end))
+        return { tostring(first), tostring(second), w:join(20) }
+        "#,
+        )
+        .unwrap();
+    let items = crate::support::list(&out);
+    assert_contains(
+        &text(&items[0]),
+        "worker 'hog' (worker:hog) failed at handler: ",
+    );
+    assert_contains(
+        &text(&items[0]),
+        "out of memory: the VM of a @skein/worker reached its memory limit of 16 MiB",
+    );
+    assert_contains(
+        &text(&items[1]),
+        "out of memory: the VM of a @skein/worker reached its memory limit of 16 MiB; the worker \
+         stops, since its VM can't serve on",
+    );
+    assert_eq!(text(&items[2]), "failed");
+    // The domain and its pool are untouched.
+    assert_eq!(d.eval("return 1 + 1").unwrap(), Message::Integer(2));
+}

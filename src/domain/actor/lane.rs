@@ -363,6 +363,21 @@ fn serve(setup: &LaneSetup) -> u8 {
                 return FAILED;
             }
         }
+        // A VM that reached its memory limit keeps what filled it (tasks the handler spawned,
+        // module state) and would fail every later message: the worker stops, whatever its
+        // failure policy, as a pool worker's VM is retired. Its VM is its state, so it is not
+        // rebuilt behind the domain's back.
+        if vm.core.hit_memory_limit() {
+            fail(
+                setup,
+                WorkerStage::Handler,
+                format!(
+                    "{}; the worker stops, since its VM can't serve on",
+                    vm.core.out_of_memory_text()
+                ),
+            );
+            return FAILED;
+        }
     }
 }
 
