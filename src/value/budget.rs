@@ -6,7 +6,11 @@
 //! one that piles it into one. A [`Charge`] is one holder's part of a budget, given back when the
 //! holder is dropped, so no path that ends a holder can forget to release it.
 
-use crate::sync::{Arc, AtomicUsize, Ordering};
+// The counter is the loom-modelled kind (the shared store's queues use it inside the models);
+// the handles that carry a charge across threads are plain `std` ones, as the pool's items are.
+use std::sync::Arc;
+
+use crate::sync::{AtomicUsize, Ordering};
 
 /// Bytes held against a ceiling; a reservation past it is refused and takes nothing.
 #[derive(Debug)]
