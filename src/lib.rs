@@ -69,7 +69,8 @@ pub use value::{
     TransferErrorKind,
 };
 pub use vm::{
-    FailureKind, JobFailure, Plan, DEFAULT_MEMORY_LIMIT, MAX_SOURCE_BYTES, UNAWAITED_KEPT,
+    FailureKind, JobFailure, Plan, DEFAULT_MEMORY_LIMIT, MAX_SOURCE_BYTES, STALL_HORIZON,
+    UNAWAITED_KEPT,
 };
 
 /// Re-exported so hosts use the same mlua as Skein.

@@ -142,7 +142,12 @@ fn run(args: RunArgs) -> Result<(), Failed> {
     };
     let grant = grant(&args).map_err(|e| fail(&e))?;
     let plan = Plan::new().setup(print::install);
-    let mut spec = DomainSpec::new("main").plan(plan).grant(grant);
+    // The runner has no host code: nothing but the script's own tasks can wake the domain, so
+    // a run whose tasks all wait on what nothing can settle ends (exit 1) instead of hanging.
+    let mut spec = DomainSpec::new("main")
+        .plan(plan)
+        .grant(grant)
+        .detect_stalls();
     let trace = args.trace.as_ref().map(|_| Arc::new(ChromeTrace::new()));
     if let Some(trace) = &trace {
         spec = spec.profile(trace.clone());

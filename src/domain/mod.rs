@@ -47,6 +47,7 @@ mod reload;
 mod scheduler;
 mod script_file;
 mod services;
+mod stall;
 mod stats;
 #[cfg(feature = "tracing")]
 mod tracing_sink;
@@ -106,6 +107,7 @@ pub struct DomainSpec {
     profile: profile::ProfileSlot,
     logs: log::LogSlot,
     diagnostics: diagnostic::DiagnosticSlot,
+    detect_stalls: bool,
 }
 
 impl DomainSpec {
@@ -125,7 +127,41 @@ impl DomainSpec {
             profile: profile::ProfileSlot::default(),
             logs: log::LogSlot::default(),
             diagnostics: diagnostic::DiagnosticSlot::default(),
+            detect_stalls: false,
         }
+    }
+
+    /// Promises that nothing outside the domain's own code will ever wake it, and asks
+    /// [`run_until_idle`](ScriptDomain::run_until_idle) to end with [`Error::Stalled`] when
+    /// its tasks wait on something nothing can settle. The `skein` runner turns it on: it has
+    /// no host code, so there nothing but the script's own tasks can push a queue or settle a
+    /// promise.
+    ///
+    /// A host that posts events, settles host promises, answers services or pushes shared
+    /// queues from other threads must leave it off: `run_until_idle` cannot see such a thread,
+    /// and would call a run that only waits for it stalled.
+    ///
+    /// The verdict, holding for a whole quiet interval of 500 ms: no
+    /// resume under way or made in any VM of the domain (the engine VM and its worker VMs),
+    /// nothing ready in the engine VM and its mailbox empty, no registered job live, no
+    /// `@skein/worker` thread alive, and no timer of any of those VMs due within
+    /// [`STALL_HORIZON`](crate::STALL_HORIZON) (a day): a longer wait, such as
+    /// `task.delay(math.huge)`, counts as never. Every VM reports its resumes to a few shared
+    /// counters while this is on (two atomic adds per resume); without it nothing is counted.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Error, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").detect_stalls())?;
+    /// domain.exec("task.spawn(function() jobs.shared.queue('work'):pop() end)")?;
+    /// let Err(Error::Stalled { waits }) = domain.run_until_idle() else { panic!() };
+    /// assert_eq!(waits, ["a task waits on SharedQueue:pop of queue 'work' (no task can push it)"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn detect_stalls(mut self) -> DomainSpec {
+        self.detect_stalls = true;
+        self
     }
 
     /// Sends the domain's costs to `sink`: its creation, start and stop, every context handler
@@ -471,6 +507,7 @@ impl ScriptDomain {
         );
         cell.profile = spec.profile.0;
         cell.logs = spec.logs.0;
+        cell.liveness = spec.detect_stalls.then(Arc::default);
         cell.authority = Arc::new(capability::Authority::new(
             spec.grant,
             capability::Attribution {
@@ -1353,12 +1390,23 @@ impl ScriptDomain {
     pub fn run_until_idle(&self) -> Result<()> {
         vm::check_sources();
         let mut checked = Instant::now();
-        while self.pump_once(true, true) {
+        let mut stall = stall::StallWatch::default();
+        // With a stall check, a round never waits long, so the check runs while the engine
+        // VM waits on a far timer alone.
+        let round = |live: &Option<Arc<vm::Liveness>>| {
+            live.as_ref().map(|_| Instant::now() + stall::STALL_ROUND)
+        };
+        while self.pump_once_until(true, true, round(&self.principal.liveness)) {
             // A script can run for minutes without returning to the host: look for edited
             // sources now and then, so an edit still reaches its next dispatch.
             if checked.elapsed() >= SOURCE_CHECK_INTERVAL {
                 vm::check_sources();
                 checked = Instant::now();
+            }
+            if let Some(live) = &self.principal.liveness {
+                if stall.stalled(live, self.engine_still()) {
+                    return self.end_stalled();
+                }
             }
         }
         self.report_unhandled_rejections();
@@ -1366,6 +1414,28 @@ impl ScriptDomain {
             Some(text) => Err(Error::Script(text)),
             None => Ok(()),
         }
+    }
+
+    /// The engine thread's part of a stall verdict: nothing ready in the engine VM, nothing in
+    /// its mailbox, no registered job live and no `@skein/worker` thread alive.
+    fn engine_still(&self) -> bool {
+        !self.vm.has_ready()
+            && self.rx.is_empty()
+            && !self.registry.has_work()
+            && self.actors.live().get() == 0
+    }
+
+    /// Ends a stalled `run_until_idle`: a failure already seen comes first, as it would have
+    /// had the run ended; else [`Error::Stalled`] naming what the engine VM's tasks wait on.
+    #[cold]
+    fn end_stalled(&self) -> Result<()> {
+        self.report_unhandled_rejections();
+        if let Some(text) = self.failures.borrow_mut().drain(..).next() {
+            return Err(Error::Script(text));
+        }
+        Err(Error::Stalled {
+            waits: stall::describe(&self.vm),
+        })
     }
 
     /// Reports the engine VM's promises that were rejected with no code observing them: at the

@@ -22,7 +22,7 @@ pub(crate) type Reporter = Box<dyn Fn(&str, &TaskFailure)>;
 
 /// The Rust side of one VM.
 pub(crate) struct VmCore {
-    sched: RefCell<Scheduler>,
+    pub(super) sched: RefCell<Scheduler>,
     pub(crate) promises: RefCell<Promises>,
     pub(crate) modules: super::modules::Modules,
     reporter: Reporter,

@@ -106,6 +106,14 @@ impl PromiseCell {
         }
     }
 
+    /// The tasks waiting on the promise while it is pending.
+    pub(crate) fn waiters(&self) -> Vec<TaskId> {
+        match &*self.state.borrow() {
+            State::Pending { waiters } => waiters.clone(),
+            State::Settled(_) => Vec::new(),
+        }
+    }
+
     /// Records the key of the item behind the promise.
     pub(crate) fn set_key(&self, key: bytes::Bytes) {
         *self.key.borrow_mut() = Some(key);
@@ -323,6 +331,11 @@ impl Promises {
             canceller.cancel();
         }
         woken
+    }
+
+    /// The promises still pending, in slot order.
+    pub(crate) fn pending_cells(&self) -> impl Iterator<Item = &Rc<PromiseCell>> {
+        self.slots.iter().filter_map(|slot| slot.cell.as_ref())
     }
 
     /// Number of promises still pending.

@@ -14,6 +14,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::ffi::c_void;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlua::thread::ThreadStatus;
@@ -21,6 +22,7 @@ use mlua::{Lua, MultiValue, Thread};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::budget::{Interruption, RunGuard};
+use super::liveness::Liveness;
 use super::owner::{Owner, TaskFailure};
 use super::promise::Outcome;
 
@@ -62,6 +64,20 @@ type TimerEntry = (Instant, u64, TaskId, u64, Instant);
 /// frame it parked on).
 type FrameEntry = (u64, u64, TaskId, u64, u64);
 
+/// What a parked task waits on, as [`Scheduler::parked`] answers it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ParkedOn {
+    /// A promise (its waiter list names the task).
+    Promise,
+    /// `task.waitFrames`.
+    Frames,
+    /// A timer: `task.wait`, or a `task.delay` not started yet (`delay`).
+    Timer {
+        wake_at: Option<Instant>,
+        delay: bool,
+    },
+}
+
 /// The value a task is resumed with.
 pub(crate) enum Resume {
     /// Arguments (a task's first resume, or a plain defer).
@@ -92,6 +108,8 @@ pub(crate) struct Scheduler {
     /// Coroutines of root tasks that returned, kept to run the next job: resetting one costs a
     /// fraction of making a new one.
     idle_threads: Vec<Thread>,
+    /// The principal's evidence of progress, when its host asked for a stall check.
+    liveness: Option<Arc<Liveness>>,
 }
 
 /// How many finished coroutines a VM keeps for reuse.
@@ -162,6 +180,9 @@ impl Scheduler {
 
     /// Queues a task to run on the next step.
     pub(crate) fn make_ready(&mut self, id: TaskId, resume: Resume) {
+        if let Some(live) = &self.liveness {
+            live.touch();
+        }
         if let Some(task) = self.tasks.get_mut(&id) {
             task.parked = Parked::No;
             task.epoch += 1;
@@ -176,6 +197,9 @@ impl Scheduler {
 
     /// Queues a task for the next deferred batch, resumed with `args`.
     pub(crate) fn defer_with(&mut self, id: TaskId, args: MultiValue) {
+        if let Some(live) = &self.liveness {
+            live.touch();
+        }
         if let Some(task) = self.tasks.get_mut(&id) {
             task.parked = Parked::No;
             task.epoch += 1;
@@ -192,6 +216,9 @@ impl Scheduler {
     /// Parks a task until `wake_at`; it resumes with the seconds elapsed since `start`.
     pub(crate) fn park_timer(&mut self, id: TaskId, start: Instant, wake_at: Instant) {
         if let Some(task) = self.tasks.get_mut(&id) {
+            if let Some(live) = &self.liveness {
+                live.timer_at(wake_at);
+            }
             task.parked = Parked::Timer;
             task.epoch += 1;
             self.timer_seq += 1;
@@ -203,6 +230,9 @@ impl Scheduler {
     /// Parks a task until the frame counter reaches `target`; `now` is the frame it parks on.
     pub(crate) fn park_frames(&mut self, id: TaskId, now: u64, target: u64) {
         if let Some(task) = self.tasks.get_mut(&id) {
+            if let Some(live) = &self.liveness {
+                live.frames_at(target.saturating_sub(now));
+            }
             task.parked = Parked::Frame;
             task.epoch += 1;
             self.timer_seq += 1;
@@ -261,6 +291,41 @@ impl Scheduler {
     /// The earliest timer, if any.
     pub(crate) fn next_wake(&self) -> Option<Instant> {
         self.timers.peek().map(|Reverse(t)| t.0)
+    }
+
+    /// Reports this VM's progress to `live` from now on (a principal whose host asked for a
+    /// stall check).
+    pub(crate) fn watch(&mut self, live: Arc<Liveness>) {
+        self.liveness = Some(live);
+    }
+
+    /// The tasks parked now and what on, oldest first: what a stall report names.
+    pub(crate) fn parked(&self) -> Vec<(TaskId, Thread, ParkedOn)> {
+        let mut parked: Vec<(TaskId, Thread, ParkedOn)> = self
+            .tasks
+            .iter()
+            .filter_map(|(&id, task)| {
+                let on = match task.parked {
+                    Parked::No => return None,
+                    Parked::Promise => ParkedOn::Promise,
+                    Parked::Frame => ParkedOn::Frames,
+                    Parked::Timer => {
+                        let wake_at = self
+                            .timers
+                            .iter()
+                            .find(|Reverse(t)| t.2 == id && t.3 == task.epoch)
+                            .map(|Reverse(t)| t.0);
+                        ParkedOn::Timer {
+                            wake_at,
+                            delay: self.delayed_args.contains_key(&id),
+                        }
+                    }
+                };
+                Some((id, task.thread.clone(), on))
+            })
+            .collect();
+        parked.sort_by_key(|(id, _, _)| *id);
+        parked
     }
 
     /// Number of live tasks.
@@ -361,13 +426,17 @@ pub(crate) fn step<H: SchedulerHost>(host: &H, lua: &Lua) -> bool {
 
 /// Resumes one task under its owner's deadline and files the outcome.
 pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Resume) {
-    let (thread, owner) = {
+    let (thread, owner, liveness) = {
         let mut sched = host.scheduler().borrow_mut();
         let Some(task) = sched.tasks.get_mut(&id) else {
             return; // cancelled meanwhile
         };
         task.parked = Parked::No;
-        let out = (task.thread.clone(), task.owner.clone());
+        let out = (
+            task.thread.clone(),
+            task.owner.clone(),
+            sched.liveness.clone(),
+        );
         sched.running.push(id);
         out
     };
@@ -388,9 +457,15 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
     let authority = owner.authority.as_ref().or_else(|| host.authority());
     let installed = crate::domain::capability::install(authority);
     let guard = RunGuard::start(lua, owner.deadline, owner.cancel_token());
+    if let Some(live) = &liveness {
+        live.enter();
+    }
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         thread.resume::<MultiValue>(args)
     }));
+    if let Some(live) = &liveness {
+        live.leave();
+    }
     let stopped = guard.stopped();
     drop(guard);
     drop(installed);
