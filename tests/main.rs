@@ -35,6 +35,7 @@ mod shared_queues;
 mod shared_stress;
 mod shared_tables;
 mod shared_trie;
+mod stall;
 mod stress;
 mod tasks;
 mod value;

@@ -38,7 +38,9 @@ const AFTER_HELP: &str = "\
 EXIT CODES:
     0  the script and every job and task it started settled without error
     1  the script failed, or a job, task or coroutine failed with no one handling it (each is
-       reported once on stderr), or the script file could not be read
+       reported once on stderr), or the run can never end (every task waits on something
+       nothing can settle, such as a queue no task pushes: each wait is named), or the script
+       file could not be read
     2  a usage error (the message says which argument)
 
 Run `skein run --help` for the options of `run`.";

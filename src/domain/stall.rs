@@ -76,16 +76,11 @@ fn wait_on(lua: &Lua, on: &WaitOn) -> String {
         WaitOn::Promise(Some((_, what))) => format!("a {what} promise nothing can settle"),
         WaitOn::Promise(None) => "a promise nothing can settle".to_owned(),
         WaitOn::Frames => "task.waitFrames".to_owned(),
-        WaitOn::Timer { left, delay } => {
-            let call = if *delay { "task.delay" } else { "task.wait" };
-            match left {
-                Some(left) => format!(
-                    "{call} with {} s left, past the {} s horizon (counted as never)",
-                    left.as_secs(),
-                    STALL_HORIZON.as_secs()
-                ),
-                None => call.to_owned(),
-            }
-        }
+        // A stalled run has no timer within the horizon: each one left is past it.
+        WaitOn::Timer { delay } => format!(
+            "{}, due more than {} s from now (past the stall horizon: counted as never)",
+            if *delay { "task.delay" } else { "task.wait" },
+            STALL_HORIZON.as_secs()
+        ),
     }
 }

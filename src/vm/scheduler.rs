@@ -72,10 +72,7 @@ pub(crate) enum ParkedOn {
     /// `task.waitFrames`.
     Frames,
     /// A timer: `task.wait`, or a `task.delay` not started yet (`delay`).
-    Timer {
-        wake_at: Option<Instant>,
-        delay: bool,
-    },
+    Timer { delay: bool },
 }
 
 /// The value a task is resumed with.
@@ -309,17 +306,9 @@ impl Scheduler {
                     Parked::No => return None,
                     Parked::Promise => ParkedOn::Promise,
                     Parked::Frame => ParkedOn::Frames,
-                    Parked::Timer => {
-                        let wake_at = self
-                            .timers
-                            .iter()
-                            .find(|Reverse(t)| t.2 == id && t.3 == task.epoch)
-                            .map(|Reverse(t)| t.0);
-                        ParkedOn::Timer {
-                            wake_at,
-                            delay: self.delayed_args.contains_key(&id),
-                        }
-                    }
+                    Parked::Timer => ParkedOn::Timer {
+                        delay: self.delayed_args.contains_key(&id),
+                    },
                 };
                 Some((id, task.thread.clone(), on))
             })

@@ -4,7 +4,6 @@
 
 use std::ffi::CStr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use mlua::{Lua, Thread};
 
@@ -32,8 +31,8 @@ pub(crate) enum WaitOn {
     Promise(Option<(PromiseId, &'static str)>),
     /// `task.waitFrames`.
     Frames,
-    /// `task.wait`, or a `task.delay` not started yet, with the time left.
-    Timer { left: Option<Duration>, delay: bool },
+    /// `task.wait`, or a `task.delay` not started yet (`delay`).
+    Timer { delay: bool },
 }
 
 /// The waits of one VM: its parked tasks, and its pending promises that no task awaits.
@@ -55,7 +54,6 @@ impl Vm {
         let parked = self.core.sched.borrow().parked();
         let promises = self.core.promises.borrow();
         let mut awaited = Vec::new();
-        let now = Instant::now();
         let tasks = parked
             .into_iter()
             .map(|(id, thread, on)| {
@@ -70,10 +68,7 @@ impl Vm {
                         WaitOn::Promise(cell.map(|c| (c.id(), c.what)))
                     }
                     ParkedOn::Frames => WaitOn::Frames,
-                    ParkedOn::Timer { wake_at, delay } => WaitOn::Timer {
-                        left: wake_at.map(|at| at.saturating_duration_since(now)),
-                        delay,
-                    },
+                    ParkedOn::Timer { delay } => WaitOn::Timer { delay },
                 };
                 TaskWait {
                     at: script_line(&thread),
