@@ -38,6 +38,7 @@ mod shared_trie;
 mod stall;
 mod stress;
 mod tasks;
+mod top_level;
 mod value;
 mod warm;
 mod worker_events;

@@ -404,7 +404,7 @@ pub struct Report {
 /// let spec = DomainSpec::new("main").plan(Plan::new().root(dir.path()));
 /// let domain = ScriptDomain::new(&pool, spec)?;
 /// let answer = domain.eval(r#"return jobs.dispatch("./math", "double", 21):await()"#)?;
-/// assert_eq!(answer, Message::Integer(42));
+/// assert_eq!(answer, Message::Number(42.0));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct ScriptDomain {
@@ -843,8 +843,8 @@ impl ScriptDomain {
     /// let bump = || domain.dispatch_with("./counter", "bump", Message::Nil, &JobOptions::new().key("a"));
     /// let (first, second) = (bump()?, bump()?);
     /// // One VM holds the key, so the second item sees the count the first one left.
-    /// assert_eq!(first.wait()?, Message::Integer(1));
-    /// assert_eq!(second.wait()?, Message::Integer(2));
+    /// assert_eq!(first.wait()?, Message::Number(1.0));
+    /// assert_eq!(second.wait()?, Message::Number(2.0));
     /// assert!(domain.release("a")?);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -1057,7 +1057,7 @@ impl ScriptDomain {
     ///     },
     ///     _ => unreachable!("arguments arrive as a list"),
     /// })?;
-    /// assert_eq!(domain.eval("return world.double(21)")?, Message::Integer(42));
+    /// assert_eq!(domain.eval("return world.double(21)")?, Message::Number(42.0));
     /// let err = domain.eval("return world.double('x')").unwrap_err().to_string();
     /// assert!(err.contains("engine service 'world.double' failed: expected a number"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -1222,7 +1222,7 @@ impl ScriptDomain {
     /// assert!(domain.run_job_phase("physics"));
     /// assert!(domain.run_job_phase("physics"));
     /// assert!(!domain.run_job_phase("render"));
-    /// assert_eq!(domain.eval("return n")?, Message::Integer(2));
+    /// assert_eq!(domain.eval("return n")?, Message::Number(2.0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -1249,8 +1249,8 @@ impl ScriptDomain {
     /// let pool = Pool::new(1);
     /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
     /// domain.register_kernel("double", |m| match m {
-    ///     Message::Integer(i) => Ok(Message::Integer(i * 2)),
-    ///     other => Err(format!("expected an integer, got {other:?}")),
+    ///     Message::Number(n) => Ok(Message::Number(n * 2.0)),
+    ///     other => Err(format!("expected a number, got {other:?}")),
     /// })?;
     /// domain.eval(r#"
     ///     jobs.register({ phase = "main", executor = { kind = "kernel", kernel = "double",
@@ -1259,7 +1259,7 @@ impl ScriptDomain {
     /// while domain.eval("return answer")? == Message::Nil {
     ///     domain.frame(Duration::from_millis(1));
     /// }
-    /// assert_eq!(domain.eval("return answer")?, Message::Integer(42));
+    /// assert_eq!(domain.eval("return answer")?, Message::Number(42.0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -1381,7 +1381,7 @@ impl ScriptDomain {
     ///     end } })
     /// "#)?;
     /// domain.run_until_idle()?;
-    /// assert_eq!(domain.eval("return runs")?, Message::Integer(3));
+    /// assert_eq!(domain.eval("return runs")?, Message::Number(3.0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///

@@ -15,7 +15,7 @@ use super::item::{charge_job, Item, ItemArgs, JobShared, ReplyTo, JOB_WEIGHT};
 use super::options::{read_key, DispatchOptions};
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
-use crate::value::{Held, Message};
+use crate::value::{ExactValue, Held, Message};
 use crate::vm::{promise_handle, watch_liveness, with_caller_source, Owner, PromiseId, Vm, VmCore};
 
 /// Where the VM that calls `jobs.*` lives.
@@ -313,7 +313,7 @@ pub(super) fn refuse(message: String) -> mlua::Error {
 fn dispatch(
     lua: &Lua,
     home: &JobsHome,
-    (module, entry, args, opts): (Value, Value, Value, Value),
+    (module, entry, ExactValue(args), opts): (Value, Value, ExactValue, Value),
 ) -> mlua::Result<Value> {
     let core = VmCore::of(lua)?;
     let Value::String(module) = module else {

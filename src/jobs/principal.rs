@@ -125,7 +125,7 @@ impl DomainMailbox {
     /// domain.exec(r#"require("@skein/context").bind("ui", { event = function(e) got = e end })"#)?;
     /// domain.mailbox().post(EventTarget::Context("ui".into()), Message::Integer(7))?;
     /// assert_eq!(domain.drain_events().delivered, 1);
-    /// assert_eq!(domain.eval("return got")?, Message::Integer(7));
+    /// assert_eq!(domain.eval("return got")?, Message::Number(7.0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///

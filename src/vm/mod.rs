@@ -29,7 +29,7 @@ pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, ServiceC
 pub use plan::{Plan, DEFAULT_MEMORY_LIMIT};
 pub use promise::UNAWAITED_KEPT;
 pub(crate) use promise::{await_function, promise_of, Cancel, Outcome, PromiseCell, PromiseId};
-pub(crate) use scheduler::TaskId;
+pub(crate) use scheduler::{Resume, TaskId};
 pub use source::MAX_SOURCE_BYTES;
 pub(crate) use stall::{watch as watch_liveness, VmWaits, WaitOn};
 

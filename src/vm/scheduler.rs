@@ -12,19 +12,21 @@
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mlua::state::RawLua;
 use mlua::thread::ThreadStatus;
-use mlua::{Lua, MultiValue, Thread};
+use mlua::{IntoLuaMulti, Lua, MultiValue, Thread, Value};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::budget::{Interruption, RunGuard};
 use super::liveness::Liveness;
 use super::owner::{Owner, TaskFailure};
-use super::promise::Outcome;
+use super::promise::{AwaitedValue, Outcome};
+use crate::value::{ExactValues, Message};
 
 /// Identifies a task within its VM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -79,12 +81,48 @@ pub(crate) enum ParkedOn {
 pub(crate) enum Resume {
     /// Arguments (a task's first resume, or a plain defer).
     Args(MultiValue),
+    /// One argument pushed straight from its message: a top-level integer, which no
+    /// `mlua::Value` carries as an integer (a job's entry given one).
+    Message(Message),
     /// A timer fired: the task receives the seconds elapsed since this instant.
     Elapsed(Instant),
     /// A promise the task awaited settled.
     Settled(Rc<Outcome>),
     /// The frame a `task.waitFrames` waited for came: the task receives the frames that passed.
     Frames(u64),
+}
+
+/// What a resume hands the task, as [`SchedulerHost::resume_values`] makes it: plain values, or
+/// ones pushed straight from a message (see [`AwaitedValue`]).
+pub(crate) enum ResumeArgs {
+    Values(MultiValue),
+    /// `(resolved, value)` of a settled promise.
+    Settled(Value, AwaitedValue),
+    /// One message, pushed exactly.
+    Message(Message),
+}
+
+impl IntoLuaMulti for ResumeArgs {
+    fn into_lua_multi(self, lua: &Lua) -> mlua::Result<MultiValue> {
+        match self {
+            ResumeArgs::Values(values) => Ok(values),
+            ResumeArgs::Settled(resolved, value) => (resolved, value).into_lua_multi(lua),
+            ResumeArgs::Message(message) => message.into_lua_multi(lua),
+        }
+    }
+
+    unsafe fn push_into_stack_multi(self, lua: &RawLua) -> mlua::Result<c_int> {
+        // SAFETY: forwarded under mlua's contract for this call.
+        unsafe {
+            match self {
+                ResumeArgs::Values(values) => values.push_into_stack_multi(lua),
+                ResumeArgs::Settled(resolved, value) => {
+                    (resolved, value).push_into_stack_multi(lua)
+                }
+                ResumeArgs::Message(message) => message.push_into_stack_multi(lua),
+            }
+        }
+    }
 }
 
 /// The scheduler state of one VM.
@@ -387,7 +425,7 @@ pub(crate) trait SchedulerHost {
     /// The scheduler of this VM.
     fn scheduler(&self) -> &RefCell<Scheduler>;
     /// Turns a resume value into Luau values (promise outcomes are converted here).
-    fn resume_values(&self, lua: &Lua, resume: Resume) -> MultiValue;
+    fn resume_values(&self, lua: &Lua, resume: Resume) -> ResumeArgs;
     /// A root task finished: its owner completes with the values or the failure.
     fn complete(&self, lua: &Lua, owner: &Rc<Owner>, result: Result<MultiValue, TaskFailure>);
     /// A non-root task failed: report it, attributed to its owner.
@@ -450,7 +488,7 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
         live.enter();
     }
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        thread.resume::<MultiValue>(args)
+        thread.resume::<ExactValues>(args).map(|v| v.0)
     }));
     if let Some(live) = &liveness {
         live.leave();

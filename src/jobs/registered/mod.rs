@@ -27,7 +27,7 @@ use super::pool::PoolShared;
 use super::principal::PrincipalCell;
 use super::promise::{HostSlot, Promise};
 use crate::error::Error;
-use crate::value::Message;
+use crate::value::{ExactValue, Message};
 use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
 
 pub(crate) use descriptor::Executor;
@@ -575,8 +575,9 @@ impl Registry {
         let Some(input) = input else {
             return Some(Message::Nil);
         };
-        let value = match input.call::<Value>(()) {
-            Ok(value) => value,
+        // Read with its type kept: a number `input` answers reaches the entry as a number.
+        let value = match input.call::<ExactValue>(()) {
+            Ok(ExactValue(value)) => value,
             Err(e) => {
                 let message = format!("input: {}", vm::error_message(&e));
                 self.fail(job, &message, false);
