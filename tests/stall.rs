@@ -210,3 +210,16 @@ fn a_host_that_asked_gets_error_stalled_with_each_wait() {
         .to_string()
         .starts_with("the run can never end: nothing can settle what its tasks wait on: a task"));
 }
+
+/// A far timer whose task was cancelled is waited for by nothing: the run ends as finished,
+/// exit 0, rather than waiting a year on it or calling it stalled with nothing to name.
+#[test]
+fn a_cancelled_far_timer_ends_the_run_as_finished() {
+    let tree = Tree::new(&[(
+        "main.luau",
+        "local t = task.delay(math.huge, print)\ntask.cancel(t)\nprint(\"cancelled\")\n",
+    )]);
+    let ended = hostile_run(&tree.path(), &["main.luau"]);
+    ended.exited(0).stdout_has("cancelled\n");
+    assert_eq!(ended.stderr, "");
+}

@@ -1405,7 +1405,13 @@ impl ScriptDomain {
             }
             if let Some(live) = &self.principal.liveness {
                 if stall.stalled(live, self.engine_still()) {
-                    return self.end_stalled();
+                    let waits = stall::describe(&self.vm);
+                    // Still, with no task waiting and no promise pending: only a timer of a
+                    // cancelled task was left, which nothing waits for. The run is over.
+                    if waits.is_empty() {
+                        break;
+                    }
+                    return self.end_stalled(waits);
                 }
             }
         }
@@ -1428,14 +1434,12 @@ impl ScriptDomain {
     /// Ends a stalled `run_until_idle`: a failure already seen comes first, as it would have
     /// had the run ended; else [`Error::Stalled`] naming what the engine VM's tasks wait on.
     #[cold]
-    fn end_stalled(&self) -> Result<()> {
+    fn end_stalled(&self, waits: Vec<String>) -> Result<()> {
         self.report_unhandled_rejections();
         if let Some(text) = self.failures.borrow_mut().drain(..).next() {
             return Err(Error::Script(text));
         }
-        Err(Error::Stalled {
-            waits: stall::describe(&self.vm),
-        })
+        Err(Error::Stalled { waits })
     }
 
     /// Reports the engine VM's promises that were rejected with no code observing them: at the
