@@ -123,3 +123,35 @@ fn eval_and_promise_wait_answer_numbers_as_numbers_and_integers_as_integers() {
         .unwrap();
     assert_eq!(from_luau, Message::Number(p60));
 }
+
+/// A `jobs.parallelFor`'s `args` cross to every chunk alike: top level as nested.
+#[test]
+fn parallel_for_args_cross_at_the_top_level_as_nested() {
+    let tree = Tree::new(&[(
+        "chunks.luau",
+        "return { args = function(ctx) return ctx.args end }",
+    )]);
+    let pool = Pool::new(2);
+    let d = domain(&tree, &pool);
+    let wrong = d
+        .eval(
+            r#"
+            local wrong = {}
+            local values = { 2^60, -2^63, 2^53 + 2, integer.fromstring("1152921504606846977"), 3 }
+            for i, v in values do
+                for _, args in { v, { v } } do
+                    local got = jobs.parallelFor("./chunks", "args", 2, args):await()
+                    for c = 1, 2 do
+                        local seen = if type(args) == "table" then got[c][1] else got[c]
+                        if seen ~= v or typeof(seen) ~= typeof(v) then
+                            table.insert(wrong, `{i}: chunk {c} saw {typeof(seen)} {seen}`)
+                        end
+                    end
+                end
+            end
+            return table.concat(wrong, "; ")
+            "#,
+        )
+        .unwrap();
+    assert_eq!(wrong, Message::String("".into()));
+}
