@@ -40,6 +40,14 @@ pub enum Error {
         /// What went wrong, with the Luau stack when there is one.
         message: String,
     },
+    /// [`ScriptDomain::run_until_idle`](crate::ScriptDomain::run_until_idle) of a domain whose
+    /// host asked for a stall check ([`DomainSpec::detect_stalls`](crate::DomainSpec::detect_stalls))
+    /// found that nothing can ever wake its tasks again.
+    Stalled {
+        /// Each wait of the engine VM: `path:line waits on ...`, oldest task first, then the
+        /// pending promises no task awaits.
+        waits: Vec<String>,
+    },
 }
 
 /// `Result<T, skein::Error>`.
@@ -66,6 +74,11 @@ impl fmt::Display for Error {
             Error::ReloadFailed { stage, message } => write!(
                 f,
                 "reload: the new generation failed to {stage}, the running one is kept: {message}"
+            ),
+            Error::Stalled { waits } => write!(
+                f,
+                "the run can never end: nothing can settle what its tasks wait on: {}",
+                waits.join("; ")
             ),
         }
     }

@@ -22,7 +22,7 @@
 //!     local b = jobs.dispatch("./squares", "sum", { first = 501, last = 1000 })
 //!     return a:await() + b:await()
 //! "#)?;
-//! assert_eq!(total, Message::Integer(333_833_500));
+//! assert_eq!(total, Message::Number(333_833_500.0));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![warn(missing_docs)]
@@ -71,7 +71,7 @@ pub use value::{
 };
 pub use vm::{
     FailureKind, JobFailure, Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS, MAX_SOURCE_BYTES,
-    UNAWAITED_KEPT,
+    STALL_HORIZON, UNAWAITED_KEPT,
 };
 
 /// Re-exported so hosts use the same mlua as Skein.

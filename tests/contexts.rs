@@ -264,7 +264,7 @@ fn advance_runs_the_owed_fixed_steps_and_drops_past_the_catch_up_limit() {
         domain
             .eval("local n = 0 for _, l in log do if l:sub(1, 5) == 'fixed' then n += 1 end end return n")
             .unwrap(),
-        Message::Integer(6)
+        Message::Number(6.0)
     );
     // The frame at the end of each advance ran.
     assert_eq!(r.frame.time, Duration::from_millis(140));

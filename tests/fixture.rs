@@ -52,7 +52,7 @@ fn two_domains_from_one_plan_share_nothing() {
     assert_eq!(b.eval("return marker").unwrap(), Message::Nil);
     assert_eq!(
         b.eval(r#"return require("./state").hit()"#).unwrap(),
-        Message::Integer(1)
+        Message::Number(1.0)
     );
 
     // Worker VMs and key bindings: the one worker thread keeps a VM per domain, and the same
@@ -63,16 +63,16 @@ fn two_domains_from_one_plan_share_nothing() {
             .wait()
             .unwrap()
     };
-    assert_eq!(keyed(&a), Message::Integer(1));
-    assert_eq!(keyed(&a), Message::Integer(2));
-    assert_eq!(keyed(&b), Message::Integer(1));
+    assert_eq!(keyed(&a), Message::Number(1.0));
+    assert_eq!(keyed(&a), Message::Number(2.0));
+    assert_eq!(keyed(&b), Message::Number(1.0));
     assert_eq!(
         a.eval(r#"return jobs.context() == nil and jobs.release("k")"#)
             .unwrap(),
         Message::Boolean(true)
     );
     // B's binding outlived A's release.
-    assert_eq!(keyed(&b), Message::Integer(2));
+    assert_eq!(keyed(&b), Message::Number(2.0));
 
     // Shared tables and queues of the same names.
     a.exec(r#"jobs.shared.table("scores").top = 99 jobs.shared.queue("work"):push(1)"#)
@@ -83,7 +83,7 @@ fn two_domains_from_one_plan_share_nothing() {
     );
     assert_eq!(
         b.eval(r#"return jobs.shared.queue("work"):len()"#).unwrap(),
-        Message::Integer(0)
+        Message::Number(0.0)
     );
 
     // Engine events raised on one are not seen by the other's watchers.
@@ -91,7 +91,7 @@ fn two_domains_from_one_plan_share_nothing() {
         .unwrap();
     a.raise_engine_event("tick", Message::Nil).unwrap();
     b.frame(Duration::from_millis(16));
-    assert_eq!(b.eval("return seen").unwrap(), Message::Integer(0));
+    assert_eq!(b.eval("return seen").unwrap(), Message::Number(0.0));
 
     // Grants: `a` holds input.observe, `b` nothing, on the same worker thread.
     let ask = r#"return jobs.dispatch("./probe", "ask", "input.observe"):await()"#;

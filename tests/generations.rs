@@ -281,15 +281,15 @@ fn a_key_binding_ends_with_its_generation_and_the_new_one_starts_fresh() {
             .wait()
             .unwrap()
     };
-    assert_eq!(bump(&domain), Message::Integer(1));
-    assert_eq!(bump(&domain), Message::Integer(2));
+    assert_eq!(bump(&domain), Message::Number(1.0));
+    assert_eq!(bump(&domain), Message::Number(2.0));
     domain.restart(skein::Load::Nothing).unwrap();
     // The key's VM was the old generation's: its module state is gone.
-    assert_eq!(bump(&domain), Message::Integer(1));
+    assert_eq!(bump(&domain), Message::Number(1.0));
     let from_luau = domain
         .eval(r#"return jobs.dispatch("./m", "bump", nil, { key = "k" }):await()"#)
         .unwrap();
-    assert_eq!(from_luau, Message::Integer(2));
+    assert_eq!(from_luau, Message::Number(2.0));
     // The old generation's binding no longer exists to release.
     assert!(domain.release("k").unwrap());
     assert!(!domain.release("k").unwrap());
@@ -487,15 +487,15 @@ fn a_restart_ends_registered_jobs_and_keeps_the_hosts_kernels() {
     let (mut domain, _world, _queries) = setup(&tree, &pool);
     domain
         .register_kernel("twice", |m| match m {
-            Message::Integer(i) => Ok(Message::Integer(i * 2)),
-            other => Err(format!("expected an integer, got {other:?}")),
+            Message::Number(n) => Ok(Message::Number(n * 2.0)),
+            other => Err(format!("expected a number, got {other:?}")),
         })
         .unwrap();
     domain
         .exec(r#"ticks = 0 jobs.register({ name = "tick", phase = "main", executor = { kind = "luau", run = function() ticks += 1 end } })"#)
         .unwrap();
     domain.frame(FRAME);
-    assert_eq!(domain.eval("return ticks").unwrap(), Message::Integer(1));
+    assert_eq!(domain.eval("return ticks").unwrap(), Message::Number(1.0));
     assert_eq!(domain.jobs().len(), 1);
 
     domain.restart(skein::Load::Nothing).unwrap();

@@ -161,9 +161,9 @@ fn a_handler_bound_during_its_phase_runs_from_the_next_run_on() {
         )
         .unwrap();
     assert_eq!(domain.run_phase(Phase::Update, &[]).unwrap().calls, 1);
-    assert_eq!(domain.eval("return n").unwrap(), Message::Integer(1));
+    assert_eq!(domain.eval("return n").unwrap(), Message::Number(1.0));
     assert_eq!(domain.run_phase(Phase::Update, &[]).unwrap().calls, 2);
-    assert_eq!(domain.eval("return n").unwrap(), Message::Integer(12));
+    assert_eq!(domain.eval("return n").unwrap(), Message::Number(12.0));
 }
 
 #[test]

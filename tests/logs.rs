@@ -43,7 +43,7 @@ log.error("no fields")
 return jobs.dispatch("./work", "run", 7):await()"#,
         )
         .unwrap();
-    assert_eq!(ran, Message::Integer(7));
+    assert_eq!(ran, Message::Number(7.0));
     let records = sink.0.lock().unwrap();
     assert_eq!(records.len(), 3, "{records:?}");
     let (info, engine_thread) = &records[0];

@@ -131,11 +131,11 @@ fn every_pool_item_is_an_event_on_the_worker_that_ran_it() {
             "#,
         )
         .unwrap();
-    assert_eq!(sum, Message::Integer(5 * 500_500));
+    assert_eq!(sum, Message::Number((5 * 500_500) as f64));
     let host = domain
-        .dispatch("./work", "run", Message::Integer(3))
+        .dispatch("./work", "run", Message::Number(3.0))
         .unwrap();
-    assert_eq!(host.wait().unwrap(), Message::Integer(6));
+    assert_eq!(host.wait().unwrap(), Message::Number(6.0));
     let items = recorder.of(ProfileKind::PoolItem);
     let mut by_name: HashMap<&str, usize> = HashMap::new();
     for item in &items {

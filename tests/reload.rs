@@ -131,10 +131,10 @@ fn a_restart_runs_its_load_in_the_new_generation_and_its_bindings_run_next_phase
     assert_eq!(domain.restart(load).unwrap().get(), 2);
     assert_eq!(domain.state(), DomainState::Ready);
     assert_eq!(eval(&domain, "return old"), Message::Nil);
-    assert_eq!(eval(&domain, "return fresh"), Message::Integer(1));
+    assert_eq!(eval(&domain, "return fresh"), Message::Number(1.0));
     let report = domain.run_phase(Phase::Update, &[]).unwrap();
     assert_eq!(report.calls, 1);
-    assert_eq!(eval(&domain, "return updates"), Message::Integer(1));
+    assert_eq!(eval(&domain, "return updates"), Message::Number(1.0));
 }
 
 #[test]
@@ -176,7 +176,7 @@ fn a_running_domain_runs_startup_after_a_restart_and_a_ready_one_does_not() {
     domain.restart(Load::source("boot", STARTUP_LOAD)).unwrap();
     assert_eq!(domain.state(), DomainState::Running);
     assert_eq!(host.lines(), ["startup"]);
-    assert_eq!(eval(&domain, "return started"), Message::Integer(1));
+    assert_eq!(eval(&domain, "return started"), Message::Number(1.0));
 }
 
 #[test]
@@ -273,7 +273,7 @@ fn a_reload_swaps_runs_the_old_shutdown_once_then_the_new_startup() {
     // What the load emitted waited for the new generation and reaches its handler.
     let report = domain.drain_events();
     assert_eq!((report.delivered, report.unhandled), (1, 0));
-    assert_eq!(eval(&domain, "return hello"), Message::Integer(7));
+    assert_eq!(eval(&domain, "return hello"), Message::Number(7.0));
     // The old generation's named handlers went with it.
     domain.mailbox().post_named("ping", Message::Nil).unwrap();
     let report = domain.drain_events();
@@ -301,7 +301,7 @@ fn a_reload_whose_load_awaits_pool_work_is_pumped_until_it_ends() {
         "#,
     );
     domain.reload(load).unwrap();
-    assert_eq!(eval(&domain, "return first"), Message::Integer(1));
+    assert_eq!(eval(&domain, "return first"), Message::Number(1.0));
     assert_eq!(eval(&domain, "return napped"), string("awake"));
     assert_eq!(eval(&domain, "return before"), Message::Nil);
 }
@@ -345,18 +345,18 @@ fn assert_old_generation_intact(domain: &ScriptDomain, host: &Host) {
     assert_eq!(eval(domain, "return theme"), string("dark"));
     // Its context handler runs in the next advance; the candidate's never does.
     domain.advance(Duration::from_millis(1)).unwrap();
-    assert_eq!(eval(domain, "return updates"), Message::Integer(2));
+    assert_eq!(eval(domain, "return updates"), Message::Number(2.0));
     // Its named-event handler still gets events.
     domain
         .mailbox()
         .post_named("ping", Message::Integer(5))
         .unwrap();
     assert_eq!(domain.drain_events().delivered, 1);
-    assert_eq!(eval(domain, "return pinged"), Message::Integer(5));
+    assert_eq!(eval(domain, "return pinged"), Message::Number(5.0));
     // Its worker still answers.
     assert_eq!(
         eval(domain, "doubler:send(21) return doubler:receive(5)"),
-        Message::Integer(42)
+        Message::Number(42.0)
     );
     // Its resource is held; the candidate's was released.
     let kinds: Vec<String> = domain
@@ -389,7 +389,7 @@ fn running_old(pool: &Pool, tree: &Tree, bound: Duration) -> (ScriptDomain, Host
     let (domain, host) = domain_with_bound(pool, tree, bound);
     domain.exec(OLD).unwrap();
     domain.advance(Duration::from_millis(1)).unwrap();
-    assert_eq!(eval(&domain, "return updates"), Message::Integer(1));
+    assert_eq!(eval(&domain, "return updates"), Message::Number(1.0));
     assert_eq!(domain.live_workers().get(), 1);
     (domain, host)
 }

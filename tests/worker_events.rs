@@ -120,12 +120,12 @@ fn a_thousand_events_from_eight_jobs_arrive_once_each_in_job_order() {
     let seen = collect(&d, "tick");
     let promises: Vec<_> = (1..=8)
         .map(|job| {
-            d.dispatch("./jobs", "burst", Message::Integer(job))
+            d.dispatch("./jobs", "burst", Message::Number(job as f64))
                 .unwrap()
         })
         .collect();
     for (job, promise) in (1..=8).zip(promises) {
-        assert_eq!(promise.wait().unwrap(), Message::Integer(job));
+        assert_eq!(promise.wait().unwrap(), Message::Number((job) as f64));
     }
     assert_eq!(d.pending_events(), 1000);
     let report = d.drain_events();
@@ -161,7 +161,7 @@ fn a_full_queue_refuses_a_workers_emit_and_queues_nothing() {
     )
     .unwrap();
     let texts = d
-        .dispatch("./jobs", "fill", Message::Integer(3))
+        .dispatch("./jobs", "fill", Message::Number(3.0))
         .unwrap()
         .wait()
         .unwrap();
@@ -189,7 +189,7 @@ fn a_full_queue_refuses_a_workers_emit_and_queues_nothing() {
 
     // Past the byte bound: the string is refused while it is read, and nothing is queued.
     let big = d
-        .dispatch("./jobs", "big", Message::Integer(8192))
+        .dispatch("./jobs", "big", Message::Number(8192.0))
         .unwrap()
         .wait()
         .unwrap();

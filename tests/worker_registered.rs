@@ -568,7 +568,7 @@ fn run_until_idle_runs_registered_jobs_until_the_last_one_cancels_itself() {
         )
         .unwrap();
     f.domain.run_until_idle().unwrap();
-    assert_eq!(f.domain.eval("return n").unwrap(), Message::Integer(3));
+    assert_eq!(f.domain.eval("return n").unwrap(), Message::Number(3.0));
 }
 
 #[test]
@@ -583,7 +583,7 @@ fn a_paused_or_errored_job_does_not_keep_run_until_idle_busy() {
     let at = Instant::now();
     f.domain.run_until_idle().unwrap();
     assert!(at.elapsed() < Duration::from_secs(2));
-    assert_eq!(f.domain.eval("return n").unwrap(), Message::Integer(0));
+    assert_eq!(f.domain.eval("return n").unwrap(), Message::Number(0.0));
     f.domain
         .exec("jobs.register({ phase = 'main', executor = { kind = 'luau', run = function() error('no') end } })")
         .unwrap();

@@ -38,7 +38,9 @@ const AFTER_HELP: &str = "\
 EXIT CODES:
     0  the script and every job and task it started settled without error
     1  the script failed, or a job, task or coroutine failed with no one handling it (each is
-       reported once on stderr), or the script file could not be read
+       reported once on stderr), or the run can never end (every task waits on something
+       nothing can settle, such as a queue no task pushes: each wait is named), or the script
+       file could not be read
     2  a usage error (the message says which argument)
 
 Run `skein run --help` for the options of `run`.";
@@ -145,7 +147,12 @@ fn run(args: RunArgs) -> Result<(), Failed> {
     // script's folder, as the script's own requires do, not from wherever the runner started.
     let root = script_folder(&args.file);
     let plan = Plan::new().setup(print::install).root(root);
-    let mut spec = DomainSpec::new("main").plan(plan).grant(grant);
+    // The runner has no host code: nothing but the script's own tasks can wake the domain, so
+    // a run whose tasks all wait on what nothing can settle ends (exit 1) instead of hanging.
+    let mut spec = DomainSpec::new("main")
+        .plan(plan)
+        .grant(grant)
+        .detect_stalls();
     let trace = args.trace.as_ref().map(|_| Arc::new(ChromeTrace::new()));
     if let Some(trace) = &trace {
         spec = spec.profile(trace.clone());

@@ -447,7 +447,7 @@ impl ScriptDomain {
     /// "#)?;
     /// let report = domain.drain_events();
     /// assert_eq!((report.delivered, report.unhandled, report.pending), (1, 1, 0));
-    /// assert_eq!(domain.eval("return hp")?, Message::Integer(70));
+    /// assert_eq!(domain.eval("return hp")?, Message::Number(70.0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -543,7 +543,7 @@ impl ScriptDomain {
     /// game.route("boom", audio.mailbox())?;
     /// game.exec(r#"require("@skein/events").emit("boom", 11)"#)?;
     /// assert_eq!(audio.drain_events().delivered, 1);
-    /// assert_eq!(audio.eval("return volume")?, Message::Integer(11));
+    /// assert_eq!(audio.eval("return volume")?, Message::Number(11.0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///

@@ -99,7 +99,7 @@ impl ScriptDomain {
     /// assert_eq!(after.get(), before.get() + 1);
     /// // The engine VM is new: its globals start over, with what the load set.
     /// assert_eq!(domain.eval("return score")?, Message::Nil);
-    /// assert_eq!(domain.eval("return level")?, Message::Integer(2));
+    /// assert_eq!(domain.eval("return level")?, Message::Number(2.0));
     ///
     /// // A load that fails leaves the domain failed, in a generation that has moved on.
     /// let err = domain.restart(Load::source("level 3", "error('no map')")).unwrap_err();

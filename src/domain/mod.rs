@@ -48,6 +48,7 @@ mod reports;
 mod scheduler;
 mod script_file;
 mod services;
+mod stall;
 mod stats;
 #[cfg(feature = "tracing")]
 mod tracing_sink;
@@ -112,6 +113,7 @@ pub struct DomainSpec {
     profile: profile::ProfileSlot,
     logs: log::LogSlot,
     diagnostics: diagnostic::DiagnosticSlot,
+    detect_stalls: bool,
 }
 
 impl DomainSpec {
@@ -132,7 +134,41 @@ impl DomainSpec {
             profile: profile::ProfileSlot::default(),
             logs: log::LogSlot::default(),
             diagnostics: diagnostic::DiagnosticSlot::default(),
+            detect_stalls: false,
         }
+    }
+
+    /// Promises that nothing outside the domain's own code will ever wake it, and asks
+    /// [`run_until_idle`](ScriptDomain::run_until_idle) to end with [`Error::Stalled`] when
+    /// its tasks wait on something nothing can settle. The `skein` runner turns it on: it has
+    /// no host code, so there nothing but the script's own tasks can push a queue or settle a
+    /// promise.
+    ///
+    /// A host that posts events, settles host promises, answers services or pushes shared
+    /// queues from other threads must leave it off: `run_until_idle` cannot see such a thread,
+    /// and would call a run that only waits for it stalled.
+    ///
+    /// The verdict, holding for a whole quiet interval of 500 ms: no
+    /// resume under way or made in any VM of the domain (the engine VM and its worker VMs),
+    /// nothing ready in the engine VM and its mailbox empty, no registered job live, no
+    /// `@skein/worker` thread alive, and no timer of any of those VMs due within
+    /// [`STALL_HORIZON`](crate::STALL_HORIZON) (a day): a longer wait, such as
+    /// `task.delay(math.huge)`, counts as never. Every VM reports its resumes to a few shared
+    /// counters while this is on (two atomic adds per resume); without it nothing is counted.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Error, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").detect_stalls())?;
+    /// domain.exec("task.spawn(function() jobs.shared.queue('work'):pop() end)")?;
+    /// let Err(Error::Stalled { waits }) = domain.run_until_idle() else { panic!() };
+    /// assert_eq!(waits, ["a task waits on SharedQueue:pop of queue 'work' (no task can push it)"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn detect_stalls(mut self) -> DomainSpec {
+        self.detect_stalls = true;
+        self
     }
 
     /// Sends the domain's costs to `sink`: its creation, start and stop, every context handler
@@ -403,7 +439,7 @@ pub struct Report {
 /// let spec = DomainSpec::new("main").plan(Plan::new().root(dir.path()));
 /// let domain = ScriptDomain::new(&pool, spec)?;
 /// let answer = domain.eval(r#"return jobs.dispatch("./math", "double", 21):await()"#)?;
-/// assert_eq!(answer, Message::Integer(42));
+/// assert_eq!(answer, Message::Number(42.0));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct ScriptDomain {
@@ -512,6 +548,7 @@ impl ScriptDomain {
         );
         cell.profile = spec.profile.0;
         cell.logs = spec.logs.0;
+        cell.liveness = spec.detect_stalls.then(Arc::default);
         cell.authority = Arc::new(capability::Authority::new(
             spec.grant,
             capability::Attribution {
@@ -847,8 +884,8 @@ impl ScriptDomain {
     /// let bump = || domain.dispatch_with("./counter", "bump", Message::Nil, &JobOptions::new().key("a"));
     /// let (first, second) = (bump()?, bump()?);
     /// // One VM holds the key, so the second item sees the count the first one left.
-    /// assert_eq!(first.wait()?, Message::Integer(1));
-    /// assert_eq!(second.wait()?, Message::Integer(2));
+    /// assert_eq!(first.wait()?, Message::Number(1.0));
+    /// assert_eq!(second.wait()?, Message::Number(2.0));
     /// assert!(domain.release("a")?);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -1066,7 +1103,7 @@ impl ScriptDomain {
     ///     },
     ///     _ => unreachable!("arguments arrive as a list"),
     /// })?;
-    /// assert_eq!(domain.eval("return world.double(21)")?, Message::Integer(42));
+    /// assert_eq!(domain.eval("return world.double(21)")?, Message::Number(42.0));
     /// let err = domain.eval("return world.double('x')").unwrap_err().to_string();
     /// assert!(err.contains("engine service 'world.double' failed: expected a number"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -1231,7 +1268,7 @@ impl ScriptDomain {
     /// assert!(domain.run_job_phase("physics"));
     /// assert!(domain.run_job_phase("physics"));
     /// assert!(!domain.run_job_phase("render"));
-    /// assert_eq!(domain.eval("return n")?, Message::Integer(2));
+    /// assert_eq!(domain.eval("return n")?, Message::Number(2.0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -1258,8 +1295,8 @@ impl ScriptDomain {
     /// let pool = Pool::new(1);
     /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
     /// domain.register_kernel("double", |m| match m {
-    ///     Message::Integer(i) => Ok(Message::Integer(i * 2)),
-    ///     other => Err(format!("expected an integer, got {other:?}")),
+    ///     Message::Number(n) => Ok(Message::Number(n * 2.0)),
+    ///     other => Err(format!("expected a number, got {other:?}")),
     /// })?;
     /// domain.eval(r#"
     ///     jobs.register({ phase = "main", executor = { kind = "kernel", kernel = "double",
@@ -1268,7 +1305,7 @@ impl ScriptDomain {
     /// while domain.eval("return answer")? == Message::Nil {
     ///     domain.frame(Duration::from_millis(1));
     /// }
-    /// assert_eq!(domain.eval("return answer")?, Message::Integer(42));
+    /// assert_eq!(domain.eval("return answer")?, Message::Number(42.0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -1390,7 +1427,7 @@ impl ScriptDomain {
     ///     end } })
     /// "#)?;
     /// domain.run_until_idle()?;
-    /// assert_eq!(domain.eval("return runs")?, Message::Integer(3));
+    /// assert_eq!(domain.eval("return runs")?, Message::Number(3.0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -1399,12 +1436,29 @@ impl ScriptDomain {
     pub fn run_until_idle(&self) -> Result<()> {
         vm::check_sources();
         let mut checked = Instant::now();
-        while self.pump_once(true, true) {
+        let mut stall = stall::StallWatch::default();
+        // With a stall check, a round never waits long, so the check runs while the engine
+        // VM waits on a far timer alone.
+        let round = |live: &Option<Arc<vm::Liveness>>| {
+            live.as_ref().map(|_| Instant::now() + stall::STALL_ROUND)
+        };
+        while self.pump_once_until(true, true, round(&self.principal.liveness)) {
             // A script can run for minutes without returning to the host: look for edited
             // sources now and then, so an edit still reaches its next dispatch.
             if checked.elapsed() >= SOURCE_CHECK_INTERVAL {
                 vm::check_sources();
                 checked = Instant::now();
+            }
+            if let Some(live) = &self.principal.liveness {
+                if stall.stalled(live, self.engine_still()) {
+                    let waits = stall::describe(&self.vm);
+                    // Still, with no task waiting and no promise pending: only a timer of a
+                    // cancelled task was left, which nothing waits for. The run is over.
+                    if waits.is_empty() {
+                        break;
+                    }
+                    return self.end_stalled(waits);
+                }
             }
         }
         self.report_unhandled_rejections();
@@ -1412,6 +1466,26 @@ impl ScriptDomain {
             Some(text) => Err(Error::Script(text)),
             None => Ok(()),
         }
+    }
+
+    /// The engine thread's part of a stall verdict: nothing ready in the engine VM, nothing in
+    /// its mailbox, no registered job live and no `@skein/worker` thread alive.
+    fn engine_still(&self) -> bool {
+        !self.vm.has_ready()
+            && self.rx.is_empty()
+            && !self.registry.has_work()
+            && self.actors.live().get() == 0
+    }
+
+    /// Ends a stalled `run_until_idle`: a failure already seen comes first, as it would have
+    /// had the run ended; else [`Error::Stalled`] naming what the engine VM's tasks wait on.
+    #[cold]
+    fn end_stalled(&self, waits: Vec<String>) -> Result<()> {
+        self.report_unhandled_rejections();
+        if let Some(text) = self.failures.borrow_mut().drain(..).next() {
+            return Err(Error::Script(text));
+        }
+        Err(Error::Stalled { waits })
     }
 
     /// Reports the engine VM's promises that were rejected with no code observing them: at the

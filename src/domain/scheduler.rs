@@ -477,8 +477,8 @@ impl ScriptDomain {
     /// // 5 ms were left over: 65 more make 7 steps owed, 4 run and 3 are dropped.
     /// let report = domain.advance(Duration::from_millis(65))?;
     /// assert_eq!((report.fixed_steps, report.dropped_steps), (4, 3));
-    /// assert_eq!(domain.eval("return steps")?, Message::Integer(6));
-    /// assert_eq!(domain.eval("return updates")?, Message::Integer(2));
+    /// assert_eq!(domain.eval("return steps")?, Message::Number(6.0));
+    /// assert_eq!(domain.eval("return updates")?, Message::Number(2.0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///

@@ -16,8 +16,8 @@ use super::options::{read_key, DispatchOptions};
 use super::pool::PoolShared;
 use super::principal::PrincipalCell;
 use crate::domain::capability::{current_arc, Authority};
-use crate::value::{Held, Message};
-use crate::vm::{promise_handle, with_caller_source, Owner, PromiseId, Vm, VmCore};
+use crate::value::{ExactValue, Held, Message};
+use crate::vm::{promise_handle, watch_liveness, with_caller_source, Owner, PromiseId, Vm, VmCore};
 
 /// Where the VM that calls `jobs.*` lives.
 pub(crate) enum HomeKind {
@@ -159,6 +159,9 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     super::registered::install(lua, &jobs)?;
     lua.set_app_data(queue_courier(&home));
     lua.set_app_data(crate::vm::FrameClock(home.principal.frames.clone()));
+    if let Some(live) = &home.principal.liveness {
+        watch_liveness(lua, live.clone())?;
+    }
     lua.set_named_registry_value(RELEASE_WATCHERS_KEY, lua.create_table()?)?;
     lua.set_named_registry_value(JOBS_KEY, jobs.clone())?;
     lua.globals().raw_set("jobs", jobs)?;
@@ -369,7 +372,7 @@ pub(super) fn refuse(message: String) -> mlua::Error {
 fn dispatch(
     lua: &Lua,
     home: &JobsHome,
-    (module, entry, args, opts): (Value, Value, Value, Value),
+    (module, entry, ExactValue(args), opts): (Value, Value, ExactValue, Value),
 ) -> mlua::Result<Value> {
     let core = VmCore::of(lua)?;
     let Value::String(module) = module else {

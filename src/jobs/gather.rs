@@ -63,7 +63,7 @@ impl Gather {
         }
         let settle = match outcome {
             Outcome::Resolved(value) => {
-                collected.results[index] = Some(as_awaited(value));
+                collected.results[index] = Some(value);
                 collected.remaining -= 1;
                 if collected.remaining > 0 {
                     return;
@@ -110,16 +110,5 @@ impl Cancel for Gather {
         if taken.is_some() {
             self.cancel_chunks();
         }
-    }
-}
-
-/// A chunk's result as its awaiter would see it alone. A result is read from its chunk's stack as
-/// an `mlua::Value`, which makes a whole Luau number an integer; a dispatch's awaiter gets it back
-/// as a number, and so must a chunk's in the list, where an integer would stay an integer.
-fn as_awaited(value: Message) -> Message {
-    const MAX_EXACT: i64 = 1 << 53;
-    match value {
-        Message::Integer(i) if (-MAX_EXACT..=MAX_EXACT).contains(&i) => Message::Number(i as f64),
-        other => other,
     }
 }

@@ -307,7 +307,8 @@ impl ItemArgs {
                 t.raw_set("count", chunk.run.count() as f64)?;
                 t.raw_set("first", chunk.run.first as f64)?;
                 t.raw_set("last", chunk.run.last as f64)?;
-                t.raw_set("args", chunk.args.to_lua(lua)?)?;
+                // Pushed from the message, so a top-level integer stays an integer.
+                t.raw_set("args", &*chunk.args)?;
                 if let Some(data) = &chunk.data {
                     t.raw_set("data", lua.create_buffer(data)?)?;
                 }

@@ -23,7 +23,7 @@ use super::chunking::{self, whole, Over};
 use super::gather::Gather;
 use super::item::{charge_job, ChunkArgs, Item, ItemArgs, JobShared, ReplyTo, JOB_WEIGHT};
 use super::options::ParallelForOptions;
-use crate::value::{Held, Message};
+use crate::value::{ExactValue, Held, Message};
 use crate::vm::{promise_handle, with_caller_source, VmCore};
 
 /// Reads `over`, once `opts.stride` is known.
@@ -57,7 +57,7 @@ fn read_range(t: &Table) -> Result<Over, String> {
 
 pub(super) fn parallel_for(
     lua: &Lua,
-    (module, entry, over, args, opts): (Value, Value, Value, Value, Value),
+    (module, entry, over, ExactValue(args), opts): (Value, Value, Value, ExactValue, Value),
 ) -> mlua::Result<Value> {
     let home = home(lua)?;
     let core = VmCore::of(lua)?;

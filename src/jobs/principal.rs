@@ -11,7 +11,7 @@ use super::item::{DomainEvent, MAX_JOB_BYTES};
 use crate::domain::event_queue::{EventQueue, EventTarget, PostRefused, Routing};
 use crate::shared::{SharedLimits, StoreCore};
 use crate::value::{ByteBudget, Message};
-use crate::vm::Plan;
+use crate::vm::{Liveness, Plan};
 
 /// A script domain's stable identity within the process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -125,7 +125,7 @@ impl DomainMailbox {
     /// domain.exec(r#"require("@skein/context").bind("ui", { event = function(e) got = e end })"#)?;
     /// domain.mailbox().post(EventTarget::Context("ui".into()), Message::Integer(7))?;
     /// assert_eq!(domain.drain_events().delivered, 1);
-    /// assert_eq!(domain.eval("return got")?, Message::Integer(7));
+    /// assert_eq!(domain.eval("return got")?, Message::Number(7.0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -237,6 +237,10 @@ pub(crate) struct PrincipalCell {
     pub(crate) profile: crate::domain::Profile,
     /// The domain's log sink: `@skein/log` in its engine and worker VMs writes to it.
     pub(crate) logs: crate::domain::Logs,
+    /// The evidence that its VMs still progress, when its host asked for a stall check
+    /// ([`DomainSpec::detect_stalls`](crate::DomainSpec::detect_stalls)): every VM of the
+    /// principal reports its resumes and timers to it.
+    pub(crate) liveness: Option<Arc<Liveness>>,
     alive: AtomicBool,
     /// Why the principal ended, once it has.
     ended: std::sync::Mutex<Option<String>>,
@@ -276,6 +280,7 @@ impl PrincipalCell {
             jobs: super::registered::JobDirectory::default(),
             profile: None,
             logs: None,
+            liveness: None,
             alive: AtomicBool::new(true),
             ended: std::sync::Mutex::new(None),
         }
@@ -301,6 +306,7 @@ impl PrincipalCell {
         next.frames = self.frames.clone();
         next.profile = self.profile.clone();
         next.logs = self.logs.clone();
+        next.liveness = self.liveness.as_ref().map(|_| Arc::default());
         next.authority = std::sync::Arc::new(self.authority.for_generation(id.generation));
         for (name, kind) in self.services.since(0) {
             // The names were unique in the old list, so none is refused here.

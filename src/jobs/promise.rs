@@ -72,8 +72,8 @@ impl HostSlot {
 /// let pool = Pool::new(2);
 /// let spec = DomainSpec::new("demo").plan(Plan::new().root(dir.path()));
 /// let domain = ScriptDomain::new(&pool, spec)?;
-/// let promise = domain.dispatch("./math", "double", Message::Integer(21))?;
-/// assert_eq!(promise.wait()?, Message::Integer(42));
+/// let promise = domain.dispatch("./math", "double", Message::Number(21.0))?;
+/// assert_eq!(promise.wait()?, Message::Number(42.0));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///

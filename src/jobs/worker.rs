@@ -452,12 +452,18 @@ impl LuauWorker {
                 std::panic::resume_unwind(payload);
             }
         };
-        let args = match item.args.to_lua(lua) {
-            Ok(v) => v,
-            Err(e) => {
-                let message = format!("its arguments could not be read: {}", vm::error_message(&e));
-                return fail(item, FailureKind::Transfer, message);
-            }
+        let args = match &item.args {
+            // No `mlua::Value` carries a Luau integer: a top-level one is pushed straight when
+            // the task starts (a scalar, so the push allocates nothing and cannot fail).
+            ItemArgs::Plain(integer @ Message::Integer(_)) => vm::Resume::Message(integer.clone()),
+            args => match args.to_lua(lua) {
+                Ok(v) => vm::Resume::Args(MultiValue::from_iter([v])),
+                Err(e) => {
+                    let message =
+                        format!("its arguments could not be read: {}", vm::error_message(&e));
+                    return fail(item, FailureKind::Transfer, message);
+                }
+            },
         };
         let Item {
             principal,
@@ -507,10 +513,7 @@ impl LuauWorker {
                 .with_authority(authority),
         );
         running.borrow_mut().insert(key, owner.clone());
-        if let Err(e) = wvm
-            .vm
-            .start(function, MultiValue::from_iter([args]), owner.clone())
-        {
+        if let Err(e) = wvm.vm.start_with(function, args, owner.clone()) {
             running.borrow_mut().remove(&key);
             let failure = TaskFailure::raised(vm::error_message(&e), String::new());
             owner.complete(lua, Err(failure));

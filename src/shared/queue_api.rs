@@ -124,6 +124,14 @@ pub(crate) fn receive_parcel(lua: &Lua, mut parcel: Parcel) {
     core.settle(parcel.promise, Outcome::Resolved(Message::Nil));
 }
 
+/// The name of the queue the pop parked on promise `promise` of this VM waits on, if it is a
+/// parked pop: what a stall report names.
+pub(crate) fn parked_pop_queue(lua: &Lua, promise: PromiseId) -> Option<String> {
+    let poppers = poppers(lua).ok()?;
+    let parked = poppers.parked.borrow();
+    parked.get(&promise).map(|pop| pop.queue.display_name())
+}
+
 /// Gives up the parked pops of this VM whose tasks have ended (cancelled, timed out, their job
 /// cancelled) so their waiters leave the queues and their promises stop counting as pending.
 /// Cheap when nothing is parked.

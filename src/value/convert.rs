@@ -5,7 +5,7 @@ use std::ffi::c_int;
 
 use bytes::Bytes;
 use mlua::state::RawLua;
-use mlua::{ffi, FromLua, IntoLua, Lua, Value};
+use mlua::{ffi, FromLua, IntoLua, Lua, MultiValue, Value};
 
 use super::read::{Reader, Refusal};
 use super::{write, Limits, Message, ResourceHandle, TransferErrorKind};
@@ -25,7 +25,9 @@ impl Message {
     /// Inside a table, Luau integers and numbers stay apart exactly. A *top-level*
     /// `Value::Integer` is ambiguous (mlua uses it for whole numbers too) and becomes
     /// [`Message::Integer`]; use the [`FromLua`] path (function arguments and results) to read a
-    /// top-level value with its exact type.
+    /// top-level value with its exact type. Skein's own crossings (a dispatch's arguments, a
+    /// task's or job's result, `eval`) read it so: a top-level number is a [`Message::Number`]
+    /// there, as it is nested.
     ///
     /// # Errors
     /// A [`TransferError`] naming the path and the reason: a function, a coroutine, a userdata
@@ -91,7 +93,8 @@ impl Message {
     /// numbers. A *top-level* [`Message::Integer`] can only be returned as `Value::Integer`,
     /// which mlua passes to Luau as a number; it is refused when that number could not hold it
     /// exactly (beyond ±2^53). Pass the message through [`IntoLua`] (as a function argument or
-    /// result) to hand Luau a real integer.
+    /// result) to hand Luau a real integer, as Skein's own crossings do (a job's entry argument,
+    /// an awaited result).
     ///
     /// # Errors
     /// A Luau memory error, a map with a NaN key, tables nested deeper than
@@ -258,6 +261,57 @@ impl mlua::FromLuaMulti for MessageArgs {
             args.push(unsafe { MessageArg::from_stack(-nvals + i, lua) }?);
         }
         Ok(MessageArgs(args))
+    }
+}
+
+/// A value read off the stack with its Luau type kept: a number is always `Value::Number`,
+/// never the `Value::Integer` mlua makes of a whole number, so `Value::Integer` means a Luau
+/// integer. What reads a call's arguments or a task's results through it copies a top-level
+/// number as a number, as the same number nested in a table is copied.
+pub(crate) struct ExactValue(pub(crate) Value);
+
+impl FromLua for ExactValue {
+    fn from_lua(value: Value, _lua: &Lua) -> mlua::Result<Self> {
+        Ok(ExactValue(value))
+    }
+
+    unsafe fn from_stack(idx: c_int, lua: &RawLua) -> mlua::Result<Self> {
+        // SAFETY: mlua hands us a valid index on `lua`'s current stack; reading a number's
+        // type and value allocates nothing and cannot raise.
+        unsafe { exact_stack_value(idx, lua) }.map(ExactValue)
+    }
+}
+
+/// A task's results (or a call's trailing arguments) read as [`ExactValue`]s.
+pub(crate) struct ExactValues(pub(crate) MultiValue);
+
+impl mlua::FromLuaMulti for ExactValues {
+    fn from_lua_multi(values: MultiValue, _lua: &Lua) -> mlua::Result<Self> {
+        Ok(ExactValues(values))
+    }
+
+    unsafe fn from_stack_multi(nvals: c_int, lua: &RawLua) -> mlua::Result<Self> {
+        let mut values = MultiValue::with_capacity(nvals.max(0) as usize);
+        for i in 0..nvals {
+            // SAFETY: mlua hands us `nvals` values on top of `lua`'s current stack.
+            values.push_back(unsafe { exact_stack_value(-nvals + i, lua) }?);
+        }
+        Ok(ExactValues(values))
+    }
+}
+
+/// The value at `idx`, a Luau number as `Value::Number` whatever its value.
+///
+/// # Safety
+/// `idx` is a valid index on `lua`'s current stack.
+unsafe fn exact_stack_value(idx: c_int, lua: &RawLua) -> mlua::Result<Value> {
+    let state = lua.state();
+    // SAFETY: the caller's contract; `lua_type` and `lua_tonumber` only read the slot.
+    unsafe {
+        if ffi::lua_type(state, idx) == ffi::LUA_TNUMBER {
+            return Ok(Value::Number(ffi::lua_tonumber(state, idx)));
+        }
+        Value::from_stack(idx, lua)
     }
 }
 

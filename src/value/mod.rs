@@ -23,7 +23,7 @@ mod write;
 use bytes::Bytes;
 
 pub(crate) use budget::{ByteBudget, Charge, Held};
-pub(crate) use convert::{MessageArg, MessageArgs};
+pub(crate) use convert::{ExactValue, ExactValues, MessageArg, MessageArgs};
 pub use error::{DecodeError, DecodeErrorKind, TransferError, TransferErrorKind};
 pub use limits::Limits;
 pub use resource_handle::ResourceHandle;

@@ -15,16 +15,16 @@ use super::budget;
 use super::out_of_memory::{is_memory_error, MemoryLabel};
 use super::owner::{Owner, TaskFailure};
 use super::plan::Plan;
-use super::promise::{self, Outcome, PromiseCell, Promises};
+use super::promise::{self, AwaitedValue, Outcome, PromiseCell, Promises};
 use super::raised::{raised_text, RAISED_KEY};
-use super::scheduler::{self, Resume, Scheduler, SchedulerHost, TaskId, MAX_WAIT};
+use super::scheduler::{self, Resume, ResumeArgs, Scheduler, SchedulerHost, TaskId, MAX_WAIT};
 
 /// Where a VM sends failures of tasks that have no one awaiting them.
 pub(crate) type Reporter = Box<dyn Fn(&str, &TaskFailure)>;
 
 /// The Rust side of one VM.
 pub(crate) struct VmCore {
-    sched: RefCell<Scheduler>,
+    pub(super) sched: RefCell<Scheduler>,
     pub(crate) promises: RefCell<Promises>,
     pub(crate) modules: super::modules::Modules,
     reporter: Reporter,
@@ -123,6 +123,17 @@ impl Vm {
         args: MultiValue,
         owner: Rc<Owner>,
     ) -> mlua::Result<()> {
+        self.start_with(f, Resume::Args(args), owner)
+    }
+
+    /// [`start`](Self::start) with its first resume given: [`Resume::Message`] pushes a
+    /// top-level integer exactly.
+    pub(crate) fn start_with(
+        &self,
+        f: Function,
+        first: Resume,
+        owner: Rc<Owner>,
+    ) -> mlua::Result<()> {
         let idle = self.core.sched.borrow_mut().take_idle_thread();
         let thread = match idle {
             Some(thread) => {
@@ -132,7 +143,7 @@ impl Vm {
             None => self.lua.create_thread(f)?,
         };
         let id = self.core.sched.borrow_mut().add(thread, owner, true);
-        scheduler::resume_task(&*self.core, &self.lua, id, Resume::Args(args));
+        scheduler::resume_task(&*self.core, &self.lua, id, first);
         Ok(())
     }
 
@@ -254,16 +265,6 @@ impl VmCore {
         self.memory.text(None)
     }
 
-    /// The text of `err` as a Luau user reads it; an out-of-memory error names this VM, its
-    /// limit and what was being made (and records that the VM reached its limit).
-    pub(crate) fn error_text(&self, err: &mlua::Error, making: Option<&str>) -> String {
-        if is_memory_error(err) {
-            self.memory.hit(making)
-        } else {
-            super::error_message(err)
-        }
-    }
-
     /// `err` as a callback returns it: an out-of-memory error becomes a runtime error naming
     /// this VM, its limit and what was being made, which a script's `pcall` catches as text.
     pub(crate) fn named_error(&self, err: mlua::Error, making: &str) -> mlua::Error {
@@ -342,15 +343,21 @@ impl SchedulerHost for VmCore {
         &self.sched
     }
 
-    fn resume_values(&self, lua: &Lua, resume: Resume) -> MultiValue {
+    fn resume_values(&self, lua: &Lua, resume: Resume) -> ResumeArgs {
         match resume {
-            Resume::Args(args) => args,
+            Resume::Args(args) => ResumeArgs::Values(args),
+            Resume::Message(message) => ResumeArgs::Message(message),
             Resume::Elapsed(start) => {
                 let secs = scheduler::elapsed_secs(start, Instant::now());
-                MultiValue::from_iter([Value::Number(secs)])
+                ResumeArgs::Values(MultiValue::from_iter([Value::Number(secs)]))
             }
-            Resume::Settled(outcome) => outcome_values(lua, self, &outcome),
-            Resume::Frames(n) => MultiValue::from_iter([Value::Number(n as f64)]),
+            Resume::Settled(outcome) => {
+                let (resolved, value) = outcome_pair(lua, self, &outcome);
+                ResumeArgs::Settled(resolved, value)
+            }
+            Resume::Frames(n) => {
+                ResumeArgs::Values(MultiValue::from_iter([Value::Number(n as f64)]))
+            }
         }
     }
 
@@ -400,26 +407,21 @@ const POOL_PROMISES: [&str; 3] = ["jobs.dispatch", "jobs.parallelFor", "jobs.war
 
 /// `(resolved, value)` as `task.await` receives them: `true` and the value, or `false` and the
 /// error text. A boolean, not the status name, so an await makes no Luau string for the status
-/// (each `create_string` from Rust is a protected call; about 1,900 instructions per await).
-fn outcome_values(lua: &Lua, core: &VmCore, outcome: &Outcome) -> MultiValue {
-    let (resolved, value) = outcome_pair(lua, core, outcome);
-    MultiValue::from_iter([resolved, value])
-}
-
-/// [`outcome_values`] as a pair, which `P.await` returns without a `MultiValue`'s allocation.
-fn outcome_pair(lua: &Lua, core: &VmCore, outcome: &Outcome) -> (Value, Value) {
-    let text = match outcome {
-        Outcome::Resolved(message) => match message.to_lua(lua) {
-            Ok(v) => return (Value::Boolean(true), v),
-            Err(e) => format!(
-                "the result could not be read back: {}",
-                core.error_text(&e, Some("the result of an awaited promise"))
-            ),
-        },
+/// (each `create_string` from Rust is a protected call; about 1,900 instructions per await). The
+/// value is pushed straight from its message, so a top-level integer stays an integer.
+fn outcome_pair(lua: &Lua, core: &VmCore, outcome: &Rc<Outcome>) -> (Value, AwaitedValue) {
+    let text = match &**outcome {
+        Outcome::Resolved(_) => {
+            return (
+                Value::Boolean(true),
+                AwaitedValue::Resolved(outcome.clone()),
+            )
+        }
         Outcome::Rejected(failure) => failure.to_string(),
         Outcome::Cancelled => "cancelled".to_owned(),
     };
-    rejected_pair(lua, core, &text)
+    let (rejected, text) = rejected_pair(lua, core, &text);
+    (rejected, AwaitedValue::Value(text))
 }
 
 /// `(false, text)`: the cold half of [`outcome_pair`]. A VM out of memory can't make the text:
@@ -635,7 +637,7 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
             cell.add_waiter(id);
             core.sched.borrow_mut().park_promise(id, pool);
             // `nil`: pending, so `task.await` yields until the settlement resumes it.
-            Ok((Value::Nil, Value::Nil))
+            Ok((Value::Nil, AwaitedValue::Value(Value::Nil)))
         })?,
     )?;
     p.raw_set(

@@ -7,6 +7,7 @@
 pub(crate) mod budget;
 mod core;
 mod failure;
+mod liveness;
 pub(crate) mod loader;
 mod modules;
 mod out_of_memory;
@@ -16,6 +17,7 @@ mod promise;
 mod raised;
 mod scheduler;
 pub(crate) mod source;
+mod stall;
 
 pub(crate) use self::core::{
     close_globals, with_open_globals, FirstRun, FrameClock, Reporter, Vm, VmCore,
@@ -24,13 +26,16 @@ pub(crate) use budget::{
     current_signal, format_seconds, run_left, CancelToken, DeadlineMessage, Signal,
 };
 pub use failure::{FailureKind, JobFailure};
+pub use liveness::STALL_HORIZON;
+pub(crate) use liveness::{Liveness, Still, STALL_QUIET};
 pub(crate) use modules::{check_sources, registered_or_refusing, source_epoch, with_caller_source};
 pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure};
 pub use plan::{Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS};
 pub use promise::UNAWAITED_KEPT;
 pub(crate) use promise::{await_function, promise_of, Cancel, Outcome, PromiseCell, PromiseId};
-pub(crate) use scheduler::TaskId;
+pub(crate) use scheduler::{Resume, TaskId};
 pub use source::MAX_SOURCE_BYTES;
+pub(crate) use stall::{watch as watch_liveness, VmWaits, WaitOn};
 
 /// A promise's Luau handle.
 pub(crate) fn promise_handle(

@@ -8,8 +8,10 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use mlua::state::RawLua;
 use mlua::{
-    AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataFields, UserDataMethods, Value,
+    AnyUserData, Function, IntoLua, Lua, MetaMethod, Table, UserData, UserDataFields,
+    UserDataMethods, Value,
 };
 
 use super::scheduler::TaskId;
@@ -36,6 +38,40 @@ impl Outcome {
             Outcome::Resolved(_) => "resolved",
             Outcome::Rejected(_) => "rejected",
             Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The value `task.await` hands over for a settled promise: a resolution is pushed straight
+/// from its `Message` (so a top-level integer arrives an integer, which no `mlua::Value` can
+/// carry), a rejection's text as a plain value.
+pub(crate) enum AwaitedValue {
+    Value(Value),
+    /// An `Outcome::Resolved`, pushed from its message.
+    Resolved(Rc<Outcome>),
+}
+
+impl IntoLua for AwaitedValue {
+    fn into_lua(self, lua: &Lua) -> mlua::Result<Value> {
+        match self {
+            AwaitedValue::Value(v) => Ok(v),
+            AwaitedValue::Resolved(outcome) => match &*outcome {
+                Outcome::Resolved(message) => message.to_lua(lua),
+                _ => Ok(Value::Nil),
+            },
+        }
+    }
+
+    unsafe fn push_into_stack(self, lua: &RawLua) -> mlua::Result<()> {
+        // SAFETY: forwarded under mlua's contract for this call (one slot is free).
+        unsafe {
+            match self {
+                AwaitedValue::Value(v) => v.push_into_stack(lua),
+                AwaitedValue::Resolved(outcome) => match &*outcome {
+                    Outcome::Resolved(message) => message.push_into_stack(lua),
+                    _ => Value::Nil.push_into_stack(lua),
+                },
+            }
         }
     }
 }
@@ -103,6 +139,14 @@ impl PromiseCell {
         self.observed.set(true);
         if let State::Pending { waiters } = &mut *self.state.borrow_mut() {
             waiters.push(task);
+        }
+    }
+
+    /// The tasks waiting on the promise while it is pending.
+    pub(crate) fn waiters(&self) -> Vec<TaskId> {
+        match &*self.state.borrow() {
+            State::Pending { waiters } => waiters.clone(),
+            State::Settled(_) => Vec::new(),
         }
     }
 
@@ -350,6 +394,11 @@ impl Promises {
             let _ = self.cancel(cell);
         }
         cells.len()
+    }
+
+    /// The promises still pending, in slot order.
+    pub(crate) fn pending_cells(&self) -> impl Iterator<Item = &Rc<PromiseCell>> {
+        self.slots.iter().filter_map(|slot| slot.cell.as_ref())
     }
 
     /// Number of promises still pending.

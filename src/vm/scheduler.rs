@@ -12,18 +12,22 @@
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mlua::state::RawLua;
 use mlua::thread::ThreadStatus;
-use mlua::{Lua, MultiValue, Thread};
+use mlua::{IntoLuaMulti, Lua, MultiValue, Thread, Value};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::budget::{Interruption, RunGuard};
+use super::liveness::Liveness;
 use super::out_of_memory::is_memory_error;
 use super::owner::{Owner, TaskFailure};
-use super::promise::Outcome;
+use super::promise::{AwaitedValue, Outcome};
+use crate::value::{ExactValues, Message};
 
 /// Identifies a task within its VM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -66,16 +70,63 @@ type TimerEntry = (Instant, u64, TaskId, u64, Instant);
 /// frame it parked on).
 type FrameEntry = (u64, u64, TaskId, u64, u64);
 
+/// What a parked task waits on, as [`Scheduler::parked`] answers it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ParkedOn {
+    /// A promise (its waiter list names the task).
+    Promise,
+    /// `task.waitFrames`.
+    Frames,
+    /// A timer: `task.wait`, or a `task.delay` not started yet (`delay`).
+    Timer { delay: bool },
+}
+
 /// The value a task is resumed with.
 pub(crate) enum Resume {
     /// Arguments (a task's first resume, or a plain defer).
     Args(MultiValue),
+    /// One argument pushed straight from its message: a top-level integer, which no
+    /// `mlua::Value` carries as an integer (a job's entry given one).
+    Message(Message),
     /// A timer fired: the task receives the seconds elapsed since this instant.
     Elapsed(Instant),
     /// A promise the task awaited settled.
     Settled(Rc<Outcome>),
     /// The frame a `task.waitFrames` waited for came: the task receives the frames that passed.
     Frames(u64),
+}
+
+/// What a resume hands the task, as [`SchedulerHost::resume_values`] makes it: plain values, or
+/// ones pushed straight from a message (see [`AwaitedValue`]).
+pub(crate) enum ResumeArgs {
+    Values(MultiValue),
+    /// `(resolved, value)` of a settled promise.
+    Settled(Value, AwaitedValue),
+    /// One message, pushed exactly.
+    Message(Message),
+}
+
+impl IntoLuaMulti for ResumeArgs {
+    fn into_lua_multi(self, lua: &Lua) -> mlua::Result<MultiValue> {
+        match self {
+            ResumeArgs::Values(values) => Ok(values),
+            ResumeArgs::Settled(resolved, value) => (resolved, value).into_lua_multi(lua),
+            ResumeArgs::Message(message) => message.into_lua_multi(lua),
+        }
+    }
+
+    unsafe fn push_into_stack_multi(self, lua: &RawLua) -> mlua::Result<c_int> {
+        // SAFETY: forwarded under mlua's contract for this call.
+        unsafe {
+            match self {
+                ResumeArgs::Values(values) => values.push_into_stack_multi(lua),
+                ResumeArgs::Settled(resolved, value) => {
+                    (resolved, value).push_into_stack_multi(lua)
+                }
+                ResumeArgs::Message(message) => message.push_into_stack_multi(lua),
+            }
+        }
+    }
 }
 
 /// The scheduler state of one VM.
@@ -98,6 +149,8 @@ pub(crate) struct Scheduler {
     /// Coroutines of root tasks that returned, kept to run the next job: resetting one costs a
     /// fraction of making a new one.
     idle_threads: Vec<Thread>,
+    /// The principal's evidence of progress, when its host asked for a stall check.
+    liveness: Option<Arc<Liveness>>,
 }
 
 /// How many finished coroutines a VM keeps for reuse.
@@ -179,6 +232,9 @@ impl Scheduler {
 
     /// Queues a task to run on the next step.
     pub(crate) fn make_ready(&mut self, id: TaskId, resume: Resume) {
+        if let Some(live) = &self.liveness {
+            live.touch();
+        }
         if let Some(task) = self.tasks.get_mut(&id) {
             set_parked(&mut self.pool_waits, task, Parked::No);
             task.epoch += 1;
@@ -193,6 +249,9 @@ impl Scheduler {
 
     /// Queues a task for the next deferred batch, resumed with `args`.
     pub(crate) fn defer_with(&mut self, id: TaskId, args: MultiValue) {
+        if let Some(live) = &self.liveness {
+            live.touch();
+        }
         if let Some(task) = self.tasks.get_mut(&id) {
             set_parked(&mut self.pool_waits, task, Parked::No);
             task.epoch += 1;
@@ -209,6 +268,9 @@ impl Scheduler {
     /// Parks a task until `wake_at`; it resumes with the seconds elapsed since `start`.
     pub(crate) fn park_timer(&mut self, id: TaskId, start: Instant, wake_at: Instant) {
         if let Some(task) = self.tasks.get_mut(&id) {
+            if let Some(live) = &self.liveness {
+                live.timer_at(wake_at);
+            }
             set_parked(&mut self.pool_waits, task, Parked::Timer);
             task.epoch += 1;
             self.timer_seq += 1;
@@ -220,6 +282,9 @@ impl Scheduler {
     /// Parks a task until the frame counter reaches `target`; `now` is the frame it parks on.
     pub(crate) fn park_frames(&mut self, id: TaskId, now: u64, target: u64) {
         if let Some(task) = self.tasks.get_mut(&id) {
+            if let Some(live) = &self.liveness {
+                live.frames_at(target.saturating_sub(now));
+            }
             set_parked(&mut self.pool_waits, task, Parked::Frame);
             task.epoch += 1;
             self.timer_seq += 1;
@@ -303,6 +368,33 @@ impl Scheduler {
         None
     }
 
+    /// Reports this VM's progress to `live` from now on (a principal whose host asked for a
+    /// stall check).
+    pub(crate) fn watch(&mut self, live: Arc<Liveness>) {
+        self.liveness = Some(live);
+    }
+
+    /// The tasks parked now and what on, oldest first: what a stall report names.
+    pub(crate) fn parked(&self) -> Vec<(TaskId, Thread, ParkedOn)> {
+        let mut parked: Vec<(TaskId, Thread, ParkedOn)> = self
+            .tasks
+            .iter()
+            .filter_map(|(&id, task)| {
+                let on = match task.parked {
+                    Parked::No => return None,
+                    Parked::Promise | Parked::PoolPromise => ParkedOn::Promise,
+                    Parked::Frame => ParkedOn::Frames,
+                    Parked::Timer => ParkedOn::Timer {
+                        delay: self.delayed_args.contains_key(&id),
+                    },
+                };
+                Some((id, task.thread.clone(), on))
+            })
+            .collect();
+        parked.sort_by_key(|(id, _, _)| *id);
+        parked
+    }
+
     /// Number of live tasks.
     pub(crate) fn len(&self) -> usize {
         self.tasks.len()
@@ -379,7 +471,7 @@ pub(crate) trait SchedulerHost {
     /// The scheduler of this VM.
     fn scheduler(&self) -> &RefCell<Scheduler>;
     /// Turns a resume value into Luau values (promise outcomes are converted here).
-    fn resume_values(&self, lua: &Lua, resume: Resume) -> MultiValue;
+    fn resume_values(&self, lua: &Lua, resume: Resume) -> ResumeArgs;
     /// A root task finished: its owner completes with the values or the failure.
     fn complete(&self, lua: &Lua, owner: &Rc<Owner>, result: Result<MultiValue, TaskFailure>);
     /// A non-root task failed: report it, attributed to its owner.
@@ -426,14 +518,18 @@ pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, res
 }
 
 fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Resume) {
-    let (thread, owner) = {
+    let (thread, owner, liveness) = {
         let mut sched = host.scheduler().borrow_mut();
         let sched = &mut *sched;
         let Some(task) = sched.tasks.get_mut(&id) else {
             return; // cancelled meanwhile
         };
         set_parked(&mut sched.pool_waits, task, Parked::No);
-        let out = (task.thread.clone(), task.owner.clone());
+        let out = (
+            task.thread.clone(),
+            task.owner.clone(),
+            sched.liveness.clone(),
+        );
         sched.running.push(id);
         out
     };
@@ -454,9 +550,15 @@ fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Re
     let authority = owner.authority.as_ref().or_else(|| host.authority());
     let installed = crate::domain::capability::install(authority);
     let guard = RunGuard::start(lua, owner.deadline, owner.cancel_token());
+    if let Some(live) = &liveness {
+        live.enter();
+    }
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        thread.resume::<MultiValue>(args)
+        thread.resume::<ExactValues>(args).map(|v| v.0)
     }));
+    if let Some(live) = &liveness {
+        live.leave();
+    }
     let stopped = guard.stopped();
     drop(guard);
     drop(installed);

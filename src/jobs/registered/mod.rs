@@ -28,7 +28,7 @@ use super::principal::PrincipalCell;
 use super::promise::{HostSlot, Promise};
 use crate::domain::capability::{self, Authority};
 use crate::error::Error;
-use crate::value::Message;
+use crate::value::{ExactValue, Message};
 use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
 
 pub(crate) use descriptor::Executor;
@@ -587,12 +587,13 @@ impl Registry {
         let Some(input) = input else {
             return Some(Message::Nil);
         };
+        // Read with its type kept: a number `input` answers reaches the entry as a number.
         let called = {
             let _authority = capability::install(Some(&job.authority));
-            input.call::<Value>(())
+            input.call::<ExactValue>(())
         };
         let value = match called {
-            Ok(value) => value,
+            Ok(ExactValue(value)) => value,
             Err(e) => {
                 let message = format!("input: {}", vm::error_message(&e));
                 self.fail(job, &message, false);
