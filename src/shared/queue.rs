@@ -496,8 +496,18 @@ impl Queues {
 }
 
 /// Checks that `value` is data a queue holds: not nil, and no resource handle anywhere in it
-/// (a handle stands for a native object of one domain, not for data). Answers its weight.
+/// (a handle stands for a native object of one domain, not for data). Answers its weight, from
+/// the same walk; only a refusal walks again, to name where the handle sits.
 pub(crate) fn check_data(value: &Message) -> Result<usize, PushErrorKind> {
+    if matches!(value, Message::Nil) {
+        return Err(PushErrorKind::Nil);
+    }
+    value.data_weight().ok_or_else(|| resource_refusal(value))
+}
+
+/// The refusal of a value holding a resource handle, naming the handle's path.
+#[cold]
+fn resource_refusal(value: &Message) -> PushErrorKind {
     use crate::value::path::{render, Segment};
     fn walk(value: &Message, trail: &mut Vec<Segment>) -> bool {
         match value {
@@ -523,18 +533,12 @@ pub(crate) fn check_data(value: &Message) -> Result<usize, PushErrorKind> {
             _ => true,
         }
     }
-    if matches!(value, Message::Nil) {
-        return Err(PushErrorKind::Nil);
-    }
     let mut trail = Vec::new();
-    if walk(value, &mut trail) {
-        Ok(value.queue_weight())
-    } else {
-        Err(PushErrorKind::NotData(format!(
-            "{}: a resource handle can't be queued",
-            render("value", &trail)
-        )))
-    }
+    walk(value, &mut trail);
+    PushErrorKind::NotData(format!(
+        "{}: a resource handle can't be queued",
+        render("value", &trail)
+    ))
 }
 
 /// Checks a requested capacity: 1 to [`MAX_QUEUE_CAPACITY`].

@@ -161,23 +161,40 @@ impl Message {
     /// assert_eq!(m.queue_weight(), 3 * Limits::NODE_WEIGHT + 3);
     /// ```
     pub fn queue_weight(&self) -> usize {
-        let own = match self {
-            Message::String(b) | Message::Buffer(b) => b.len(),
-            Message::Resource(h) => h.kind.len(),
-            Message::List(items) => items
+        self.weigh().0
+    }
+
+    /// [`queue_weight`](Self::queue_weight), or `None` when a [`ResourceHandle`] is anywhere in
+    /// the value: what a shared queue needs, in one walk.
+    pub(crate) fn data_weight(&self) -> Option<usize> {
+        match self.weigh() {
+            (weight, false) => Some(weight),
+            (_, true) => None,
+        }
+    }
+
+    /// The weight, and whether a resource handle is inside.
+    fn weigh(&self) -> (usize, bool) {
+        let add =
+            |(sum, any): (usize, bool), (w, r): (usize, bool)| (sum.saturating_add(w), any | r);
+        let (own, resource) = match self {
+            Message::String(b) | Message::Buffer(b) => (b.len(), false),
+            Message::Resource(h) => (h.kind.len(), true),
+            Message::List(items) => items.iter().map(Message::weigh).fold((0, false), add),
+            Message::Map(entries) => entries
                 .iter()
-                .fold(0usize, |sum, m| sum.saturating_add(m.queue_weight())),
-            Message::Map(entries) => entries.iter().fold(0usize, |sum, (k, v)| {
-                sum.saturating_add(k.weight())
-                    .saturating_add(v.queue_weight())
-            }),
+                .map(|(k, v)| {
+                    let (w, r) = v.weigh();
+                    (k.weight().saturating_add(w), r)
+                })
+                .fold((0, false), add),
             Message::Nil
             | Message::Boolean(_)
             | Message::Integer(_)
             | Message::Number(_)
-            | Message::Vector(_) => 0,
+            | Message::Vector(_) => (0, false),
         };
-        Limits::NODE_WEIGHT.saturating_add(own)
+        (Limits::NODE_WEIGHT.saturating_add(own), resource)
     }
 }
 
