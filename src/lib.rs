@@ -91,3 +91,14 @@ pub mod __loom {
     pub use crate::shared::table::loom_support::{new_store, turn_taken};
     pub use crate::vm::budget::{CancelToken, InterruptHook, Interruption, OuterRun, Signal};
 }
+
+/// The Rust blocks of `docs/embedding.md`, compiled and run by `cargo test --doc` from the guide
+/// itself, so the guide cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/embedding.md")]
+pub struct EmbeddingGuide;
+
+/// The Rust block of `README.md`, compiled and run by `cargo test --doc` from the README itself.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct Readme;

@@ -635,44 +635,6 @@ fn stress_rounds_alone() {
     );
 }
 
-/// The example of docs/embedding.md, which no harness compiles.
-#[test]
-fn the_embedding_example_runs() {
-    let grant = RootAuthority::new().grant(CapabilitySet::from_iter([CapabilityId::new(
-        skein::WORKER_SPAWN,
-    )
-    .unwrap()]));
-    let pool = Pool::new(1);
-    let spec = DomainSpec::new("tools")
-        .grant(grant)
-        .worker_failures(FailurePolicy::Continue);
-    let domain = ScriptDomain::new(&pool, spec).unwrap();
-    let replies = domain
-        .eval(
-            r#"
-        local w = require("@skein/worker").spawn { name = "half", source = [[
-            return function(n) assert(n % 2 == 0, "odd") return n // 2 end
-        ]] }
-        w:send(3) w:send(8)
-        local failed = pcall(w.receive, w, 20)
-        return { failed, w:receive(20), w:join(20) }
-    "#,
-        )
-        .unwrap();
-    assert_eq!(
-        replies,
-        Message::List(vec![
-            Message::Boolean(false),
-            Message::Number(4.0),
-            Message::String("stopped".into())
-        ])
-    );
-    assert_eq!(
-        domain.take_worker_failures()[0].stage,
-        skein::WorkerStage::Handler
-    );
-}
-
 /// The example of docs/luau-api.md, which the docs harness can't run (it grants nothing).
 #[test]
 fn the_luau_api_example_runs() {

@@ -631,29 +631,3 @@ fn a_payload_that_cannot_cross_is_refused_naming_its_path() {
     // A refusal that is not about room records no queue-full diagnostic.
     assert!(domain.drain_events().errors.is_empty());
 }
-
-/// The example of docs/embedding.md's "Domain events" section, as it is written there.
-#[test]
-fn the_embedding_example_runs() -> Result<(), Box<dyn std::error::Error>> {
-    let pool = Pool::new(1);
-    let spec = DomainSpec::new("game").context(ContextSpec::new("ui").phases([Phase::Event]))?;
-    let domain = ScriptDomain::new(&pool, spec)?;
-    let hud = ScriptDomain::new(&pool, DomainSpec::new("hud"))?;
-    domain.route("scored", hud.mailbox())?;
-    domain.exec(
-        r#"
-        local events = require("@skein/events")
-        require("@skein/context").bind("ui", { event = function(key) events.emit("scored", 10) end })
-    "#,
-    )?;
-    domain.mailbox().post(
-        EventTarget::Context("ui".into()),
-        Message::String("space".into()),
-    )?;
-    let first = domain.drain_events();
-    assert_eq!((first.delivered, first.pending), (1, 1));
-    let second = domain.drain_events();
-    assert_eq!(second.unhandled, 1);
-    assert_eq!(hud.pending_events(), 1);
-    Ok(())
-}

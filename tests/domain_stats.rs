@@ -138,17 +138,3 @@ fn resources_denials_and_reports_are_seen_and_totals_survive_a_restart() {
     assert_eq!(after.denials, before.denials);
     assert_eq!(after.handler_calls, before.handler_calls);
 }
-
-/// The example of docs/embedding.md's "Profiles, traces and logs" section about `stats`, as
-/// written there.
-#[test]
-fn the_embedding_example_runs() -> Result<(), Box<dyn std::error::Error>> {
-    let pool = Pool::new(1);
-    let domain = ScriptDomain::new(&pool, DomainSpec::new("hud"))?;
-    domain.exec(r#"require("@skein/events").emit("nobody listens", 1)"#)?;
-    assert_eq!(domain.stats().events_pending, 1);
-    domain.drain_events();
-    let stats = domain.stats();
-    assert_eq!((stats.events_pending, stats.events_unhandled), (0, 1));
-    Ok(())
-}

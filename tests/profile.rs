@@ -295,29 +295,6 @@ fn skein_run_trace_is_in_the_help_and_needs_a_path() {
     );
 }
 
-/// The example of docs/embedding.md's "Profiles, traces and logs" section, as written there.
-#[test]
-fn the_embedding_guide_trace_example_runs() -> Result<(), Box<dyn std::error::Error>> {
-    use skein::{ChromeTrace, Plan};
-    let dir = tempfile::tempdir()?;
-    std::fs::write(
-        dir.path().join("sq.luau"),
-        "return { sq = function(x) return x * x end }",
-    )?;
-    let trace = Arc::new(ChromeTrace::new());
-    let pool = Pool::new(2);
-    let spec = DomainSpec::new("main")
-        .plan(Plan::new().root(dir.path()))
-        .profile(trace.clone());
-    let domain = ScriptDomain::new(&pool, spec)?;
-    domain.eval(r#"return jobs.dispatch("./sq", "sq", 4):await()"#)?;
-    drop(domain);
-    let out = dir.path().join("trace.json");
-    trace.write_to(&out)?;
-    assert!(std::fs::read_to_string(&out)?.contains(r#""cat":"pool.item""#));
-    Ok(())
-}
-
 fn worker_grant(names: &[&str]) -> skein::Grant {
     skein::RootAuthority::new().grant(skein::CapabilitySet::from_iter(
         names.iter().map(|n| skein::CapabilityId::new(n).unwrap()),

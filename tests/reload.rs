@@ -546,32 +546,6 @@ fn a_load_bound_of_zero_or_past_the_cap_is_refused() {
     }
 }
 
-/// The reload example of docs/embedding.md, as written there (no harness compiles the guide).
-#[test]
-fn the_embedding_guides_reload_example_runs_as_written() -> Result<(), Box<dyn std::error::Error>> {
-    let pool = Pool::new(2);
-    let mut domain = ScriptDomain::new(&pool, DomainSpec::new("hud"))?;
-    domain.exec("layout = 'v1'")?;
-    let err = domain
-        .reload(Load::source(
-            "hud v2",
-            "layout = 'v2' error('missing font')",
-        ))
-        .unwrap_err();
-    assert!(matches!(
-        err,
-        Error::ReloadFailed {
-            stage: LoadStage::Run,
-            ..
-        }
-    ));
-    assert_eq!(domain.eval("return layout")?, Message::String("v1".into()));
-    domain.reload(Load::source("hud v3", "layout = 'v3'"))?;
-    assert_eq!(domain.eval("return layout")?, Message::String("v3".into()));
-    assert_eq!(domain.generation().get(), 3);
-    Ok(())
-}
-
 #[test]
 fn a_reload_of_a_file_that_cannot_be_read_fails_at_the_read_stage() {
     let pool = Pool::new(1);
