@@ -1,14 +1,15 @@
 //! Every `luau` block in `docs/` and in `README.md` is a complete script: run each one from its
 //! file with `examples/` as the module root, so the documentation cannot drift from what Skein
-//! does. Blocks tagged `luau runner` run the same way through the `skein` runner. (Blocks tagged
-//! `luau no-run` need a host this harness does not build; some are read from the file by the
-//! tests of that host: `contexts`, `logs`, `actors`.)
+//! does. Blocks tagged `luau runner` run the same way through the `skein` runner. Blocks tagged
+//! `luau no-run` need a host of their own: each is read from the file by a test that builds it
+//! (the service, keyed-watcher and HUD blocks here; the context and worker blocks in `contexts`
+//! and `actors`), never copied.
 
 use std::path::{Path, PathBuf};
 
-use skein::{DomainSpec, Plan, Pool, ScriptDomain};
+use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 
-use crate::support::skein_in;
+use crate::support::{assert_contains, skein_in};
 
 /// The blocks of `markdown` whose opening fence is exactly `fence` (```` ```luau ````, ...), each
 /// with the line number of its fence.
@@ -109,4 +110,156 @@ fn every_luau_runner_block_in_the_docs_runs_through_the_runner() {
         }
     }
     assert!(ran >= 1, "no luau runner block found in docs/");
+}
+
+/// The body of the one `luau no-run` block of docs/luau-api.md whose first line starts with
+/// `first`.
+fn no_run_block(first: &str) -> String {
+    let text = std::fs::read_to_string(root().join("docs/luau-api.md")).unwrap();
+    let mut found: Vec<String> = blocks_tagged(&text, "```luau no-run")
+        .into_iter()
+        .map(|(_, body)| body)
+        .filter(|body| body.starts_with(first))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "blocks of docs/luau-api.md starting {first:?}"
+    );
+    found.pop().unwrap()
+}
+
+/// A domain whose module root is `dir`, with `spec`'s contexts.
+fn domain_in(pool: &Pool, dir: &Path, spec: DomainSpec) -> ScriptDomain {
+    ScriptDomain::new(pool, spec.plan(Plan::new().root(dir))).unwrap()
+}
+
+/// The engine-service blocks of docs/luau-api.md (`movers.luau` and the dispatch that awaits
+/// it), with a host whose `world.get` and `world.set` serve a map: the job's forwarded query
+/// sees its own recorded command, and the caller sees it applied once the promise settled.
+#[test]
+fn the_engine_service_blocks_run_with_a_host_world() {
+    use std::{cell::RefCell, collections::HashMap, rc::Rc};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("movers.luau"),
+        no_run_block("-- movers.luau"),
+    )
+    .unwrap();
+    let caller = no_run_block("local p = jobs.dispatch(\"./movers\"");
+    let pool = Pool::new(2);
+    let domain = domain_in(&pool, dir.path(), DomainSpec::new("docs"));
+    let world: Rc<RefCell<HashMap<i64, f64>>> = Rc::new(RefCell::new(HashMap::from([(1, 10.0)])));
+    let id = |args: &[Message]| match args.first() {
+        Some(Message::Number(n)) => Ok(*n as i64),
+        other => Err(format!("an id, got {other:?}")),
+    };
+    let w = world.clone();
+    domain
+        .register_query("world.get", move |args| {
+            let Message::List(args) = args else {
+                return Err("no arguments".into());
+            };
+            Ok(Message::Number(w.borrow()[&id(&args)?]))
+        })
+        .unwrap();
+    let w = world.clone();
+    domain
+        .register_command("world.set", move |args| {
+            let Message::List(args) = args else {
+                return Err("no arguments".into());
+            };
+            let Some(Message::Number(v)) = args.get(1) else {
+                return Err(format!("a number, got {:?}", args.get(1)));
+            };
+            w.borrow_mut().insert(id(&args)?, *v);
+            Ok(())
+        })
+        .unwrap();
+    // The block as written, then what it printed and what its job answered.
+    let seen = domain
+        .eval(&format!("{caller}\nreturn {{ p:await(), world.get(1) }}"))
+        .unwrap();
+    assert_eq!(
+        seen,
+        Message::List(vec![Message::Number(11.0), Message::Number(11.0)])
+    );
+    assert_eq!(world.borrow()[&1], 11.0);
+}
+
+/// The keyed watcher block of docs/luau-api.md (`spawns.luau`): a module a keyed item runs keeps
+/// its watchers between items of the key, and they see the events raised in between.
+#[test]
+fn the_keyed_watcher_block_runs_with_raised_events() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("spawns.luau"),
+        no_run_block("-- spawns.luau"),
+    )
+    .unwrap();
+    let pool = Pool::new(2);
+    let domain = domain_in(&pool, dir.path(), DomainSpec::new("docs"));
+    domain
+        .eval(r#"jobs.dispatch("./spawns", "watch", nil, { key = "ai" }):await()"#)
+        .unwrap();
+    domain
+        .raise_engine_event("spawned", Message::Integer(1))
+        .unwrap();
+    domain
+        .raise_engine_event("spawned", Message::Integer(2))
+        .unwrap();
+    let think = r#"return jobs.dispatch("./spawns", "think", nil, { key = "ai" }):await()"#;
+    assert_eq!(domain.eval(think).unwrap(), Message::Number(2.0));
+    assert_eq!(domain.eval(think).unwrap(), Message::Number(0.0));
+}
+
+/// The self-refusing load of docs/luau-api.md (`hud.luau`): reloaded while the host has no font,
+/// it raises and the running code is kept; with the font it binds its handlers.
+#[test]
+fn the_hud_load_block_refuses_itself_without_its_font() {
+    use skein::{ContextSpec, Error, Load, LoadStage, Phase};
+    use std::{cell::Cell, rc::Rc};
+    let dir = tempfile::tempdir().unwrap();
+    let hud = dir.path().join("hud.luau");
+    std::fs::write(&hud, no_run_block("-- hud.luau")).unwrap();
+    let pool = Pool::new(1);
+    let spec = DomainSpec::new("docs")
+        .context(ContextSpec::new("hud").phases([Phase::Startup, Phase::Update]))
+        .unwrap();
+    let mut domain = domain_in(&pool, dir.path(), spec);
+    let installed = Rc::new(Cell::new(false));
+    let has = installed.clone();
+    domain
+        .register_query("fonts.find", move |_| {
+            Ok(if has.get() {
+                Message::String("Inter.ttf".into())
+            } else {
+                Message::Nil
+            })
+        })
+        .unwrap();
+    domain.exec("running = 'the old HUD'").unwrap();
+    let no_args: [&str; 0] = [];
+    let err = domain.reload(Load::file(&hud, no_args)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ReloadFailed {
+                stage: LoadStage::Run,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_contains(&err.to_string(), "the HUD font is missing");
+    assert_eq!(
+        domain.eval("return running").unwrap(),
+        Message::String("the old HUD".into())
+    );
+    installed.set(true);
+    domain.reload(Load::file(&hud, no_args)).unwrap();
+    let report = domain
+        .run_phase(Phase::Update, &[Message::Number(0.016)])
+        .unwrap();
+    assert_eq!((report.calls, report.errors.len()), (1, 0));
 }
