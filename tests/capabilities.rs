@@ -5,8 +5,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use skein::{
-    CapabilityError, CapabilityId, CapabilitySet, DomainSpec, Message, Plan, Pool, RootAuthority,
-    ScriptDomain, MAX_CAPABILITY_LEN,
+    CapabilityError, CapabilityId, CapabilitySet, ContextSpec, DomainSpec, Message, Phase, Plan,
+    Pool, RootAuthority, ScriptDomain, MAX_CAPABILITY_LEN,
 };
 
 use crate::support::{assert_contains, skein_in, Tree};
@@ -159,25 +159,61 @@ fn a_restart_keeps_the_grant_and_attributes_denials_to_the_new_generation() {
 fn a_grant_holds_in_the_engine_vm_and_in_dispatched_items() {
     let tree = Tree::new(&[("probe.luau", PROBE)]);
     let pool = Pool::new(1);
-    let d = domain(&pool, &tree, "a", &["x.a"]);
+    // The domain holds x.a and x.b; its context `narrow` only x.a, so an item's authority (the
+    // dispatching task's) and the domain's grant answer differently for x.b.
+    let spec = DomainSpec::new("a")
+        .plan(plan(&tree))
+        .grant(RootAuthority::new().grant(set(&["x.a", "x.b"])))
+        .context(
+            ContextSpec::new("narrow")
+                .phases([Phase::OnDemand])
+                .capabilities(set(&["x.a"])),
+        )
+        .unwrap();
+    let d = ScriptDomain::new(&pool, spec).unwrap();
     assert_eq!(
-        d.eval("return need('x.a')").unwrap(),
+        d.eval("return need('x.a') and need('x.b')").unwrap(),
         Message::Boolean(true)
     );
-    // Dispatched from Luau: the item carries the authority of the task that dispatched it.
-    let from_luau = d.eval("return jobs.dispatch('./probe', 'check', 'x.a'):await()");
+    // Dispatched from Luau: the item carries the authority of the task that dispatched it. The
+    // engine VM's own code holds the domain's grant.
+    let from_luau = d.eval("return jobs.dispatch('./probe', 'check', 'x.b'):await()");
     assert_eq!(from_luau.unwrap(), Message::Boolean(true));
+    // A task of the narrow context: its items hold its x.a, not the domain's x.b.
+    d.exec(
+        r#"require('@skein/context').bind('narrow', { onDemand = function()
+            own = jobs.dispatch('./probe', 'check', 'x.a')
+            wider = jobs.dispatch('./probe', 'check', 'x.b')
+        end })"#,
+    )
+    .unwrap();
+    let report = d.run_phase(Phase::OnDemand, &[]).unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(
+        d.eval("return own:await()").unwrap(),
+        Message::Boolean(true)
+    );
+    let err = d
+        .eval("local ok, e = pcall(function() return wider:await() end) assert(not ok) return tostring(e)")
+        .unwrap();
+    assert_contains(
+        &crate::support::text(&err),
+        &format!(
+            "permission denied: capability 'x.b' is not granted to domain 'a' (domain#{}, generation 1, context 'narrow')",
+            d.id().get()
+        ),
+    );
     // Dispatched by the host: the domain's grant.
     let from_host = d
-        .dispatch("./probe", "check", Message::String("x.a".into()))
+        .dispatch("./probe", "check", Message::String("x.b".into()))
         .unwrap();
     assert_eq!(from_host.wait().unwrap(), Message::Boolean(true));
     let denied = d
-        .dispatch("./probe", "check", Message::String("x.b".into()))
+        .dispatch("./probe", "check", Message::String("x.c".into()))
         .unwrap();
     let err = denied.wait().unwrap_err().to_string();
-    assert_contains(&err, &denial_text(&d, "x.b"));
-    assert_eq!(d.denials(), 1);
+    assert_contains(&err, &denial_text(&d, "x.c"));
+    assert_eq!(d.denials(), 2);
 }
 
 #[test]
