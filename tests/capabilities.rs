@@ -9,7 +9,7 @@ use skein::{
     Pool, RootAuthority, ScriptDomain, MAX_CAPABILITY_LEN,
 };
 
-use crate::support::{assert_contains, skein_in, Tree};
+use crate::support::{assert_contains, skein_in, wait_until, Tree};
 
 fn id(name: &str) -> CapabilityId {
     CapabilityId::new(name).expect("valid name")
@@ -39,9 +39,10 @@ return {
     probe = function(args)
         local a = pcall(need, args.own)
         local b = pcall(need, args.other)
-        if mark then mark(args.own .. ":before") end
-        task.wait(0.02)
-        if mark then mark(args.own .. ":after") end
+        mark(args.own .. ":before")
+        -- The yield under test: parked until the host pushes to its domain's queue "go".
+        jobs.shared.queue("go"):pop()
+        mark(args.own .. ":after")
         local c = pcall(need, args.own)
         local d = pcall(need, args.other)
         return { a, b, c, d }
@@ -234,7 +235,7 @@ fn a_forwarded_service_call_runs_under_the_items_authority() {
 }
 
 /// Two domains with different grants share one worker thread; their items interleave across
-/// `task.wait`, and each sees only its own grant before and after every yield. Nothing about
+/// a yield, and each sees only its own grant before and after every yield. Nothing about
 /// authority lives in a process-global.
 #[test]
 fn interleaved_items_of_two_domains_on_one_worker_each_see_their_own_grant() {
@@ -270,6 +271,17 @@ fn interleaved_items_of_two_domains_on_one_worker_each_see_their_own_grant() {
         promises.push(a.dispatch("./probe", "probe", args("x.a", "x.b")).unwrap());
         promises.push(b.dispatch("./probe", "probe", args("x.b", "x.a")).unwrap());
     }
+    // All eight items started and parked on the one worker before any went on: they
+    // interleave by construction, not by timing.
+    let befores = || {
+        let log = log.lock().unwrap();
+        log.iter().filter(|t| t.ends_with(":before")).count()
+    };
+    assert!(wait_until(Duration::from_secs(10), || befores() == 8));
+    for d in [&a, &b] {
+        d.exec(r#"for _ = 1, 4 do jobs.shared.queue("go"):push(true) end"#)
+            .unwrap();
+    }
     let expected = Message::List(vec![
         Message::Boolean(true),
         Message::Boolean(false),
@@ -285,6 +297,7 @@ fn interleaved_items_of_two_domains_on_one_worker_each_see_their_own_grant() {
     let first_a_after = log.iter().position(|t| t == "x.a:after").expect("a ran");
     let b_before = log.iter().position(|t| t == "x.b:before").expect("b ran");
     assert!(b_before < first_a_after, "{log:?}");
+    assert_eq!(log.len(), 16, "{log:?}");
     assert_eq!(a.denials(), 8);
     assert_eq!(b.denials(), 8);
 }
@@ -295,6 +308,7 @@ fn engine_tasks_of_two_domains_keep_their_authority_across_a_wait() {
     let pool = Pool::new(1);
     let a = domain(&pool, &tree, "a", &["x.a"]);
     let b = domain(&pool, &tree, "b", &["x.b"]);
+    // The yield under test is a timer's: both domains' tasks wait across each other's runs.
     let script = |own: &str, other: &str| {
         format!(
             "r1 = pcall(need, '{own}') task.wait(0.02) r2 = pcall(need, '{own}') r3 = pcall(need, '{other}')"
@@ -302,11 +316,12 @@ fn engine_tasks_of_two_domains_keep_their_authority_across_a_wait() {
     };
     a.exec(&script("x.a", "x.b")).unwrap();
     b.exec(&script("x.b", "x.a")).unwrap();
-    while a.tasks() + b.tasks() > 0 {
+    assert_eq!((a.tasks(), b.tasks()), (1, 1), "both wait");
+    assert!(wait_until(Duration::from_secs(10), || {
         a.pump();
         b.pump();
-        std::thread::sleep(Duration::from_millis(1));
-    }
+        a.tasks() + b.tasks() == 0
+    }));
     for d in [&a, &b] {
         let got = d.eval("return { r1, r2, r3 }").unwrap();
         let want = [true, true, false].map(Message::Boolean).to_vec();
