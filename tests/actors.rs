@@ -1,6 +1,5 @@
 //! `@skein/worker`: actors with their own VMs, spawned by a domain's code.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,7 +8,7 @@ use skein::{
     ScriptDomain,
 };
 
-use crate::support::{assert_contains, number, refusal, text};
+use crate::support::{assert_contains, number, refusal, text, wait_until, Gate, Marks, ThreadMark};
 
 /// The first line of an error's text, without mlua's prefix.
 fn clean(full: &str) -> String {
@@ -38,39 +37,6 @@ fn spec(plan: Plan) -> DomainSpec {
 
 fn domain(pool: &Pool) -> ScriptDomain {
     ScriptDomain::new(pool, spec(Plan::new())).expect("domain")
-}
-
-/// A gate the host opens: `gate()` in Luau marks the caller as arrived, then waits (at most
-/// 10 s, so a broken test fails instead of hanging) until the host opens it.
-#[derive(Clone, Default)]
-struct Gate {
-    open: Arc<(Mutex<bool>, Condvar)>,
-    arrived: Arc<AtomicUsize>,
-}
-
-impl Gate {
-    fn plan(&self, plan: Plan) -> Plan {
-        let gate = self.clone();
-        let arrived = self.arrived.clone();
-        plan.function("gate", move |lua, _| {
-            gate.arrived.fetch_add(1, Ordering::AcqRel);
-            let (lock, cv) = &*gate.open;
-            let open = lock.lock().unwrap();
-            let (open, _) = cv
-                .wait_timeout_while(open, Duration::from_secs(10), |o| !*o)
-                .unwrap();
-            lua.pack_multi(*open)
-        })
-        .function("arrived", move |lua, _| {
-            lua.pack_multi(arrived.load(Ordering::Acquire) as f64)
-        })
-    }
-
-    fn open(&self) {
-        let (lock, cv) = &*self.open;
-        *lock.lock().unwrap() = true;
-        cv.notify_all();
-    }
 }
 
 #[test]
@@ -250,14 +216,10 @@ fn the_queue_holds_1024_waiting_then_refuses() {
     )
     .unwrap();
     // The handler holds message 0: from now on every message sent waits.
-    let started = Instant::now();
-    while number(&d.eval("return arrived()").unwrap()) != 1.0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the handler never started"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    assert!(
+        wait_until(Duration::from_secs(10), || gate.arrived() == 1),
+        "the handler never started"
+    );
     let at_limit = d
         .eval("for i = 1, 1024 do w:send(i) end return 'ok'")
         .unwrap();
@@ -294,12 +256,14 @@ fn receive_times_out_with_nil_and_join_can_time_out() {
             r#"
         local quiet = require('@skein/worker').spawn { source = 'return function() end' }
         quiet:send(1)
+        -- The behaviour under test: a receive that times out after 0.1 s.
         local none = quiet:receive(0.1)
         local now = quiet:receive()
         return { tostring(none), tostring(now), quiet:join(20) }
         "#,
         )
         .unwrap();
+    // The timeout under test: the first receive waited its 0.1 s.
     assert!(started.elapsed() >= Duration::from_millis(100));
     let items = crate::support::list(&out);
     assert_eq!(text(&items[0]), "nil");
@@ -349,7 +313,7 @@ fn a_failure_is_read_once_then_join_says_failed() {
     // script may read the reply before the report is drained: pump until it is (an event, not a
     // time window; the bound only keeps a lost report from hanging the test).
     let reports = std::cell::RefCell::new(Vec::new());
-    let reported = crate::support::wait_until(std::time::Duration::from_secs(20), || {
+    let reported = wait_until(std::time::Duration::from_secs(20), || {
         d.pump();
         reports.borrow_mut().extend(d.take_reports());
         reports
@@ -720,7 +684,7 @@ fn a_handler_may_yield_and_its_worker_keeps_its_own_state() {
         local w = require('@skein/worker').spawn { source = [[
             local count = 0
             return function(m)
-                task.wait(0.01)
+                task.wait(0.01) -- the behaviour under test: a handler that yields
                 count += m
                 return { count = count, seen = counter }
             end
@@ -740,11 +704,13 @@ fn a_handler_may_yield_and_its_worker_keeps_its_own_state() {
 }
 
 /// A domain with `world.get` / `world.set` over `world`, and `hostMark()` counting into `marks`.
-fn world_domain(
-    pool: &Pool,
-    marks: &crate::support::Marks,
-) -> (ScriptDomain, crate::support::World) {
-    let d = ScriptDomain::new(pool, spec(marks.plan())).unwrap();
+fn world_domain(pool: &Pool, marks: &Marks) -> (ScriptDomain, crate::support::World) {
+    world_domain_with(pool, marks.plan())
+}
+
+/// As `world_domain`, over `plan`.
+fn world_domain_with(pool: &Pool, plan: Plan) -> (ScriptDomain, crate::support::World) {
+    let d = ScriptDomain::new(pool, spec(plan)).unwrap();
     let world = crate::support::World::default();
     world.borrow_mut().insert(2, Message::Integer(41));
     d.register_query("world.get", crate::support::world_get(&world))
@@ -757,7 +723,7 @@ fn world_domain(
 #[test]
 fn share_services_answers_a_query_from_the_engine_thread() {
     let pool = Pool::new(1);
-    let marks = crate::support::Marks::default();
+    let marks = Marks::default();
     let (d, _world) = world_domain(&pool, &marks);
     let out = d
         .eval(
@@ -781,7 +747,7 @@ fn share_services_answers_a_query_from_the_engine_thread() {
 #[test]
 fn share_services_commands_apply_at_the_next_frame() {
     let pool = Pool::new(1);
-    let marks = crate::support::Marks::default();
+    let marks = Marks::default();
     let (d, world) = world_domain(&pool, &marks);
     d.exec(
         r#"
@@ -793,12 +759,10 @@ fn share_services_commands_apply_at_the_next_frame() {
         "#,
     )
     .unwrap();
-    assert!(crate::support::wait_until(
-        Duration::from_secs(10),
-        || marks.count() == 1
-    ));
-    std::thread::sleep(Duration::from_millis(30));
-    // Recorded, not applied: the engine thread has not drained its mailbox since.
+    // `hostMark` runs after `world.set` returned: the command is recorded.
+    assert!(wait_until(Duration::from_secs(10), || marks.count() == 1));
+    // Recorded, not applied: only the engine thread applies (the world is not `Send`), and it
+    // has not drained its mailbox since.
     assert!(world.borrow().get(&7).is_none());
     let report = d.frame(Duration::from_millis(16));
     assert_eq!(report.commands_applied, 1);
@@ -812,7 +776,7 @@ fn share_services_commands_apply_at_the_next_frame() {
 #[test]
 fn without_share_services_a_worker_has_no_service_names() {
     let pool = Pool::new(1);
-    let marks = crate::support::Marks::default();
+    let marks = Marks::default();
     let (d, _world) = world_domain(&pool, &marks);
     for share in ["", "shareServices = false,"] {
         let out = d
@@ -833,7 +797,7 @@ fn without_share_services_a_worker_has_no_service_names() {
 #[test]
 fn a_service_denies_a_worker_by_the_worker_s_grant() {
     let pool = Pool::new(1);
-    let marks = crate::support::Marks::default();
+    let marks = Marks::default();
     let (d, _world) = world_domain(&pool, &marks);
     d.register_query("input.peek", |_| {
         skein::require_capability("input.observe").map_err(|e| e.to_string())?;
@@ -871,37 +835,29 @@ fn a_service_denies_a_worker_by_the_worker_s_grant() {
 #[test]
 fn a_restart_ends_a_query_wait_and_reports_the_worker_s_failure() {
     let pool = Pool::new(1);
-    let marks = crate::support::Marks::default();
-    let (mut d, _world) = world_domain(&pool, &marks);
+    let mark = ThreadMark::default();
+    let (mut d, _world) = world_domain_with(&pool, mark.plan(Plan::new()));
     let live = d.live_workers();
     d.exec(
         r#"
         local w = require('@skein/worker').spawn {
             name = 'waiter', shareServices = true,
-            source = 'return function(id) hostMark() return world.get(id) end',
+            source = 'return function(id) threadMark() return world.get(id) end',
         }
         w:send(2)
         "#,
     )
     .unwrap();
-    assert!(crate::support::wait_until(
-        Duration::from_secs(10),
-        || marks.count() == 1
-    ));
-    // The worker is blocked on its query: nothing drains the mailbox until the restart.
-    std::thread::sleep(Duration::from_millis(30));
-    let started = Instant::now();
+    // The worker marked, then asked: once its thread sleeps, it is blocked on its query, and
+    // nothing drains the mailbox until the restart.
+    assert!(wait_until(Duration::from_secs(10), || mark.asleep()));
     d.restart(skein::Load::Nothing).unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
     assert_eq!(live.get(), 0);
     let failures = d.take_worker_failures();
     assert_eq!(failures.len(), 1, "{failures:?}");
     assert_eq!(failures[0].attribution.worker.as_deref(), Some("waiter"));
     assert_eq!(failures[0].stage, skein::WorkerStage::Handler);
+    // The restart ended the wait: not an answer, and not the run budget (60 s by default).
     assert_eq!(
         failures[0].message,
         "world.get: worker 'waiter' waited for the engine's answer, but the domain ended it: \
@@ -912,7 +868,7 @@ fn a_restart_ends_a_query_wait_and_reports_the_worker_s_failure() {
 #[test]
 fn a_query_wait_never_outlasts_the_worker_s_run_budget() {
     let pool = Pool::new(1);
-    let marks = crate::support::Marks::default();
+    let marks = Marks::default();
     let d = ScriptDomain::new(
         &pool,
         spec(marks.plan()).worker_budget(Duration::from_millis(100)),
@@ -931,7 +887,7 @@ fn a_query_wait_never_outlasts_the_worker_s_run_budget() {
     .unwrap();
     // Nothing drains the mailbox: the query is never answered, and the budget ends the wait.
     let failures = std::cell::RefCell::new(Vec::new());
-    assert!(crate::support::wait_until(Duration::from_secs(10), || {
+    assert!(wait_until(Duration::from_secs(10), || {
         failures.borrow_mut().extend(d.take_worker_failures());
         !failures.borrow().is_empty()
     }));
@@ -955,19 +911,18 @@ fn budgeted_domain(pool: &Pool, gate: &Gate, budget: Duration) -> ScriptDomain {
     ScriptDomain::new(pool, spec).unwrap()
 }
 
-/// Runs the `waiter` context's handler, then frames until the domain reports something;
-/// answers the reports and how long that took.
+/// Runs the `waiter` context's handler, then frames until the domain reports something (at
+/// most 10 s); answers the reports and how long that took.
 fn run_waiter(d: &ScriptDomain) -> (Vec<skein::Report>, Duration) {
     let started = Instant::now();
     d.run_phase(skein::Phase::OnDemand, &[]).unwrap();
-    loop {
+    let reports = std::cell::RefCell::new(Vec::new());
+    wait_until(Duration::from_secs(10), || {
         d.frame(Duration::from_millis(1));
-        let reports = d.take_reports();
-        if !reports.is_empty() || started.elapsed() > Duration::from_secs(10) {
-            return (reports, started.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+        reports.borrow_mut().extend(d.take_reports());
+        !reports.borrow().is_empty()
+    });
+    (reports.into_inner(), started.elapsed())
 }
 
 #[test]
@@ -985,7 +940,9 @@ fn receive_and_join_never_outlast_the_waiting_code_s_budget() {
         "#,
     )
     .unwrap();
-    for wait in ["quiet:receive(5)", "held:join(5)", "held:join()"] {
+    // Each wait asks for far longer than run_waiter waits for a report (10 s): a report at all
+    // proves the budget ended it.
+    for wait in ["quiet:receive(30)", "held:join(30)", "held:join()"] {
         d.exec(&format!("function wait() {wait} end")).unwrap();
         let (reports, took) = run_waiter(&d);
         assert_eq!(reports.len(), 1, "{wait}: {reports:?}");
@@ -994,8 +951,8 @@ fn receive_and_join_never_outlast_the_waiting_code_s_budget() {
             &reports[0].message,
             "deadline exceeded: one run took longer than 0.05 s",
         );
+        // The behaviour under test: the budget of 50 ms ran out.
         assert!(took >= Duration::from_millis(45), "{wait}: {took:?}");
-        assert!(took < Duration::from_secs(2), "{wait}: {took:?}");
     }
     gate.open();
 }
@@ -1018,10 +975,11 @@ fn a_wait_shorter_than_the_budget_ends_as_before() {
     .unwrap();
     let started = Instant::now();
     d.run_phase(skein::Phase::OnDemand, &[]).unwrap();
-    while d.eval("return joined").unwrap() == Message::Nil {
-        assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(wait_until(Duration::from_secs(10), || {
         d.frame(Duration::from_millis(1));
-    }
+        d.eval("return joined").unwrap() != Message::Nil
+    }));
+    // The behaviour under test: the receive waited its own 0.05 s.
     assert!(started.elapsed() >= Duration::from_millis(50));
     assert_eq!(text(&d.eval("return got").unwrap()), "nil");
     assert!(d.take_reports().is_empty());
@@ -1069,19 +1027,20 @@ fn a_worker_dispatches_jobs_to_the_pool_and_awaits_them() {
 #[test]
 fn a_worker_s_shared_queue_pop_is_woken_by_the_domain_s_push() {
     let pool = Pool::new(1);
-    let d = domain(&pool);
+    let mark = ThreadMark::default();
+    let d = ScriptDomain::new(&pool, spec(mark.plan(Plan::new()))).unwrap();
     d.exec(
         r#"
         popper = require('@skein/worker').spawn {
             name = 'popper',
-            source = 'return function() return jobs.shared.queue("work"):pop() end',
+            source = 'return function() local q = jobs.shared.queue("work") threadMark() return q:pop() end',
         }
         popper:send(1)
         "#,
     )
     .unwrap();
-    // The worker's pop parks until the domain pushes.
-    std::thread::sleep(Duration::from_millis(30));
+    // The worker's pop parks until the domain pushes: it marked, then its thread sleeps.
+    assert!(wait_until(Duration::from_secs(10), || mark.asleep()));
     let out = d
         .eval(
             r#"
@@ -1117,31 +1076,34 @@ fn a_worker_cannot_register_jobs() {
 
 #[test]
 fn a_worker_waiting_on_a_job_is_torn_down_without_waiting_for_it() {
+    // The job holds at the host's gate, and marks once it passes: the gate opens only after
+    // the restart returned, so a restart that waited for the job would wait out the gate's
+    // 10 s and find the job marked.
     let tree = crate::support::Tree::new(&[(
         "slow.luau",
-        "return { nap = function() task.wait(5) return 1 end }",
+        "return { nap = function() gate() hostMark() return 1 end }",
     )]);
     let pool = Pool::new(1);
-    let mut d = ScriptDomain::new(&pool, spec(Plan::new().root(tree.path()))).unwrap();
+    let (gate, marks, mark) = (Gate::default(), Marks::default(), ThreadMark::default());
+    let plan = mark.plan(gate.plan(marks.plan().root(tree.path())));
+    let mut d = ScriptDomain::new(&pool, spec(plan)).unwrap();
     let live = d.live_workers();
     d.exec(
         r#"
         local w = require('@skein/worker').spawn {
-            name = 'waiting', source = "return function() return jobs.dispatch('./slow', 'nap'):await() end",
+            name = 'waiting', source = "return function() local p = jobs.dispatch('./slow', 'nap') threadMark() return p:await() end",
         }
         w:send(1)
         "#,
     )
     .unwrap();
-    std::thread::sleep(Duration::from_millis(30));
-    let started = Instant::now();
+    // The job runs, and the worker that dispatched it sleeps in its await.
+    assert!(wait_until(Duration::from_secs(10), || gate.arrived() == 1
+        && mark.asleep()));
     d.restart(skein::Load::Nothing).unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
     assert_eq!(live.get(), 0);
+    assert_eq!(marks.count(), 0, "the restart waited for the job");
+    gate.open();
 }
 
 #[test]
@@ -1192,6 +1154,7 @@ fn a_worker_whose_vm_reached_its_memory_limit_stops_even_when_failures_continue(
                     -- Spawned tasks keep what they hold alive past the handler's failure.
                     for i = 1, 1e9 do
                         local hold = string.rep("x", 64 * 1024) .. i
+                        -- The wait only keeps `hold` alive: the memory is what is under test.
                         task.spawn(function() task.wait(30) return hold end)
                     end
                 end

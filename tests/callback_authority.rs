@@ -14,14 +14,14 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use skein::{
     CapabilityId, CapabilitySet, ContextSpec, DomainSpec, MapKey, Message, Phase, Plan, Pool,
     RootAuthority, ScriptDomain,
 };
 
-use crate::support::{assert_contains, text, Tree};
+use crate::support::{assert_contains, text, wait_until, Tree};
 
 const SECRET: &str = "the domain's secret";
 
@@ -183,17 +183,16 @@ impl Fixture {
     /// Runs frames until the engine VM's `expr` is true, failing after 10 s.
     #[track_caller]
     fn frames_until(&self, expr: &str) {
-        let end = Instant::now() + Duration::from_secs(10);
         let source = format!("return {expr}");
-        while self.domain.eval(&source).unwrap() != Message::Boolean(true) {
-            assert!(
-                Instant::now() < end,
-                "`{expr}` never held: {:?}",
-                self.domain.take_reports()
-            );
+        let held = wait_until(Duration::from_secs(10), || {
             self.domain.frame(Duration::from_millis(1));
-            std::thread::sleep(Duration::from_millis(1));
-        }
+            self.domain.eval(&source).unwrap() == Message::Boolean(true)
+        });
+        assert!(
+            held,
+            "`{expr}` never held: {:?}",
+            self.domain.take_reports()
+        );
     }
 
     /// The engine VM's `seen[key]`, which must be a string.
@@ -363,12 +362,11 @@ fn jobs_an_item_of_a_context_registers_in_a_worker_vm_run_and_record_as_that_con
         "#,
     );
     f.frames_until("seen.registered == true");
-    let end = Instant::now() + Duration::from_secs(10);
-    while f.notes.borrow().is_empty() || f.worker_seen_opt("remoteApply").is_none() {
-        assert!(Instant::now() < end, "{:?}", f.domain.take_reports());
+    let recorded = wait_until(Duration::from_secs(10), || {
         f.domain.frame(Duration::from_millis(1));
-        std::thread::sleep(Duration::from_millis(1));
-    }
+        !f.notes.borrow().is_empty() && f.worker_seen_opt("remoteApply").is_some()
+    });
+    assert!(recorded, "{:?}", f.domain.take_reports());
     // The luau job's run, and the command it recorded (applied on the engine thread).
     let run = f.worker_seen("remoteRun");
     let read = f.worker_seen("remoteRead");
@@ -395,11 +393,10 @@ fn a_release_watcher_an_item_of_a_context_registers_runs_as_that_context() {
     );
     f.frames_until("seen.watching == true");
     assert!(f.domain.release("k").unwrap());
-    let end = Instant::now() + Duration::from_secs(10);
-    while f.worker_seen_opt("release").is_none() {
-        assert!(Instant::now() < end, "{:?}", f.domain.take_reports());
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let released = wait_until(Duration::from_secs(10), || {
+        f.worker_seen_opt("release").is_some()
+    });
+    assert!(released, "{:?}", f.domain.take_reports());
     let release = f.worker_seen("release");
     let read = f.worker_seen("releaseRead");
     f.assert_denied(&release, &read, 2);

@@ -5,11 +5,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use skein::{
-    CapabilityError, CapabilityId, CapabilitySet, DomainSpec, Message, Plan, Pool, RootAuthority,
-    ScriptDomain, MAX_CAPABILITY_LEN,
+    CapabilityError, CapabilityId, CapabilitySet, ContextSpec, DomainSpec, Message, Phase, Plan,
+    Pool, RootAuthority, ScriptDomain, MAX_CAPABILITY_LEN,
 };
 
-use crate::support::{assert_contains, skein_in, Tree};
+use crate::support::{assert_contains, skein_in, wait_until, Tree};
 
 fn id(name: &str) -> CapabilityId {
     CapabilityId::new(name).expect("valid name")
@@ -39,9 +39,10 @@ return {
     probe = function(args)
         local a = pcall(need, args.own)
         local b = pcall(need, args.other)
-        if mark then mark(args.own .. ":before") end
-        task.wait(0.02)
-        if mark then mark(args.own .. ":after") end
+        mark(args.own .. ":before")
+        -- The yield under test: parked until the host pushes to its domain's queue "go".
+        jobs.shared.queue("go"):pop()
+        mark(args.own .. ":after")
         local c = pcall(need, args.own)
         local d = pcall(need, args.other)
         return { a, b, c, d }
@@ -159,25 +160,61 @@ fn a_restart_keeps_the_grant_and_attributes_denials_to_the_new_generation() {
 fn a_grant_holds_in_the_engine_vm_and_in_dispatched_items() {
     let tree = Tree::new(&[("probe.luau", PROBE)]);
     let pool = Pool::new(1);
-    let d = domain(&pool, &tree, "a", &["x.a"]);
+    // The domain holds x.a and x.b; its context `narrow` only x.a, so an item's authority (the
+    // dispatching task's) and the domain's grant answer differently for x.b.
+    let spec = DomainSpec::new("a")
+        .plan(plan(&tree))
+        .grant(RootAuthority::new().grant(set(&["x.a", "x.b"])))
+        .context(
+            ContextSpec::new("narrow")
+                .phases([Phase::OnDemand])
+                .capabilities(set(&["x.a"])),
+        )
+        .unwrap();
+    let d = ScriptDomain::new(&pool, spec).unwrap();
     assert_eq!(
-        d.eval("return need('x.a')").unwrap(),
+        d.eval("return need('x.a') and need('x.b')").unwrap(),
         Message::Boolean(true)
     );
-    // Dispatched from Luau: the item carries the authority of the task that dispatched it.
-    let from_luau = d.eval("return jobs.dispatch('./probe', 'check', 'x.a'):await()");
+    // Dispatched from Luau: the item carries the authority of the task that dispatched it. The
+    // engine VM's own code holds the domain's grant.
+    let from_luau = d.eval("return jobs.dispatch('./probe', 'check', 'x.b'):await()");
     assert_eq!(from_luau.unwrap(), Message::Boolean(true));
+    // A task of the narrow context: its items hold its x.a, not the domain's x.b.
+    d.exec(
+        r#"require('@skein/context').bind('narrow', { onDemand = function()
+            own = jobs.dispatch('./probe', 'check', 'x.a')
+            wider = jobs.dispatch('./probe', 'check', 'x.b')
+        end })"#,
+    )
+    .unwrap();
+    let report = d.run_phase(Phase::OnDemand, &[]).unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(
+        d.eval("return own:await()").unwrap(),
+        Message::Boolean(true)
+    );
+    let err = d
+        .eval("local ok, e = pcall(function() return wider:await() end) assert(not ok) return tostring(e)")
+        .unwrap();
+    assert_contains(
+        &crate::support::text(&err),
+        &format!(
+            "permission denied: capability 'x.b' is not granted to domain 'a' (domain#{}, generation 1, context 'narrow')",
+            d.id().get()
+        ),
+    );
     // Dispatched by the host: the domain's grant.
     let from_host = d
-        .dispatch("./probe", "check", Message::String("x.a".into()))
+        .dispatch("./probe", "check", Message::String("x.b".into()))
         .unwrap();
     assert_eq!(from_host.wait().unwrap(), Message::Boolean(true));
     let denied = d
-        .dispatch("./probe", "check", Message::String("x.b".into()))
+        .dispatch("./probe", "check", Message::String("x.c".into()))
         .unwrap();
     let err = denied.wait().unwrap_err().to_string();
-    assert_contains(&err, &denial_text(&d, "x.b"));
-    assert_eq!(d.denials(), 1);
+    assert_contains(&err, &denial_text(&d, "x.c"));
+    assert_eq!(d.denials(), 2);
 }
 
 #[test]
@@ -198,7 +235,7 @@ fn a_forwarded_service_call_runs_under_the_items_authority() {
 }
 
 /// Two domains with different grants share one worker thread; their items interleave across
-/// `task.wait`, and each sees only its own grant before and after every yield. Nothing about
+/// a yield, and each sees only its own grant before and after every yield. Nothing about
 /// authority lives in a process-global.
 #[test]
 fn interleaved_items_of_two_domains_on_one_worker_each_see_their_own_grant() {
@@ -234,6 +271,17 @@ fn interleaved_items_of_two_domains_on_one_worker_each_see_their_own_grant() {
         promises.push(a.dispatch("./probe", "probe", args("x.a", "x.b")).unwrap());
         promises.push(b.dispatch("./probe", "probe", args("x.b", "x.a")).unwrap());
     }
+    // All eight items started and parked on the one worker before any went on: they
+    // interleave by construction, not by timing.
+    let befores = || {
+        let log = log.lock().unwrap();
+        log.iter().filter(|t| t.ends_with(":before")).count()
+    };
+    assert!(wait_until(Duration::from_secs(10), || befores() == 8));
+    for d in [&a, &b] {
+        d.exec(r#"for _ = 1, 4 do jobs.shared.queue("go"):push(true) end"#)
+            .unwrap();
+    }
     let expected = Message::List(vec![
         Message::Boolean(true),
         Message::Boolean(false),
@@ -249,6 +297,7 @@ fn interleaved_items_of_two_domains_on_one_worker_each_see_their_own_grant() {
     let first_a_after = log.iter().position(|t| t == "x.a:after").expect("a ran");
     let b_before = log.iter().position(|t| t == "x.b:before").expect("b ran");
     assert!(b_before < first_a_after, "{log:?}");
+    assert_eq!(log.len(), 16, "{log:?}");
     assert_eq!(a.denials(), 8);
     assert_eq!(b.denials(), 8);
 }
@@ -259,6 +308,7 @@ fn engine_tasks_of_two_domains_keep_their_authority_across_a_wait() {
     let pool = Pool::new(1);
     let a = domain(&pool, &tree, "a", &["x.a"]);
     let b = domain(&pool, &tree, "b", &["x.b"]);
+    // The yield under test is a timer's: both domains' tasks wait across each other's runs.
     let script = |own: &str, other: &str| {
         format!(
             "r1 = pcall(need, '{own}') task.wait(0.02) r2 = pcall(need, '{own}') r3 = pcall(need, '{other}')"
@@ -266,11 +316,12 @@ fn engine_tasks_of_two_domains_keep_their_authority_across_a_wait() {
     };
     a.exec(&script("x.a", "x.b")).unwrap();
     b.exec(&script("x.b", "x.a")).unwrap();
-    while a.tasks() + b.tasks() > 0 {
+    assert_eq!((a.tasks(), b.tasks()), (1, 1), "both wait");
+    assert!(wait_until(Duration::from_secs(10), || {
         a.pump();
         b.pump();
-        std::thread::sleep(Duration::from_millis(1));
-    }
+        a.tasks() + b.tasks() == 0
+    }));
     for d in [&a, &b] {
         let got = d.eval("return { r1, r2, r3 }").unwrap();
         let want = [true, true, false].map(Message::Boolean).to_vec();

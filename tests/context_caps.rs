@@ -5,13 +5,14 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Duration;
 
 use skein::{
     CapabilityId, CapabilitySet, ContextSpec, DomainSpec, Error, Message, Phase, Plan, Pool,
     RootAuthority, ScriptDomain,
 };
 
-use crate::support::{assert_contains, Tree};
+use crate::support::{assert_contains, wait_until, Tree};
 
 fn set(names: &[&str]) -> CapabilitySet {
     names
@@ -62,11 +63,14 @@ fn denied_to_ui(domain: &ScriptDomain, capability: &str) -> String {
     )
 }
 
-/// Pumps the domain until the global `done` is set, then answers `expr`.
+/// Pumps the domain until the global `done` is set (at most 10 s), then answers `expr`.
 fn when_done(domain: &ScriptDomain, expr: &str) -> Message {
-    domain
-        .eval(&format!("while not done do task.wait() end return {expr}"))
-        .unwrap()
+    let done = wait_until(Duration::from_secs(10), || {
+        domain.pump();
+        domain.eval("return done == true").unwrap() == Message::Boolean(true)
+    });
+    assert!(done, "`done` was never set: {:?}", domain.take_reports());
+    domain.eval(&format!("return {expr}")).unwrap()
 }
 
 #[test]
@@ -127,6 +131,7 @@ fn a_handler_holds_its_contexts_part_across_yields_and_in_the_tasks_it_starts() 
             require("@skein/context").bind("ui", { input = function()
                 seen.own = try("input.observe")
                 seen.other = try("audio.play")
+                -- The yields under test: the part holds across them and in spawned tasks.
                 task.spawn(function()
                     task.wait()
                     seen.spawned = try("audio.play")

@@ -1,18 +1,22 @@
 //! `jobs.dispatch` end to end: results, refusals at the call, rejections, deadlines, cancel,
 //! memory limits and host panics, each followed by a dispatch that proves the pool still serves.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use skein::{FailureKind, Message, Plan, Pool, PromiseStatus};
 
-use crate::support::{assert_contains, number, refusal, text, Marks, Tree};
+use crate::support::{
+    assert_contains, number, refusal, text, wait_until, Gate, Marks, ThreadMark, Tree,
+};
 
 const MATH: &str = r#"
 local M = {}
 function M.double(x) return x * 2 end
 function M.echo(x) return x end
 function M.spin() while true do end end
-function M.slow(s) task.wait(s) return "slept" end
+function M.slow(s) task.wait(s) return "slept" end -- a timer: parked time is under test
 function M.context() local c = jobs.context() return { worker = c.worker, key = c.key, fresh = c.fresh } end
 function M.fail() error("the entry failed on purpose") end
 function M.giveFunction() return { callback = function() end } end
@@ -20,6 +24,10 @@ function M.hog() local t = {} for i = 1, 1e9 do t[i] = string.rep("x", 1024) .. 
 function M.boom() return hostBoom() end
 function M.nested(n) return jobs.dispatch("./math", "double", n):await() + 1 end
 M.notAFunction = 42
+-- Marks (hostMark, in a plan with Marks) once it runs, then spins.
+function M.markedSpin() hostMark() while true do end end
+-- Holds its worker at the host's gate (in a plan with a Gate).
+function M.held() gate() return "held" end
 return M
 "#;
 
@@ -34,10 +42,15 @@ fn setup_one() -> (Tree, Pool) {
     (Tree::new(&[("math.luau", MATH)]), Pool::new(1))
 }
 
+/// A job dispatched now settles within 10 s (a worker stuck on an earlier item fails the test
+/// instead of hanging it).
 fn still_serves(domain: &skein::ScriptDomain) {
     let v = domain
-        .eval(r#"return jobs.dispatch("./math", "double", 21):await()"#)
-        .expect("the pool still serves");
+        .dispatch("./math", "double", Message::Number(21.0))
+        .unwrap()
+        .wait_timeout(Duration::from_secs(10))
+        .expect("the pool still serves")
+        .unwrap();
     assert_eq!(number(&v), 42.0);
 }
 
@@ -225,7 +238,8 @@ fn a_job_that_loops_forever_is_stopped_by_its_deadline() {
         &err,
         "job 'spinner' failed: deadline exceeded: one run took longer than 0.2 s",
     );
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // A hang guard, not a timing claim: far past the 0.2 s deadline, far short of forever.
+    assert!(started.elapsed() < Duration::from_secs(10));
     still_serves(&domain);
 }
 
@@ -233,6 +247,7 @@ fn a_job_that_loops_forever_is_stopped_by_its_deadline() {
 fn parked_time_does_not_count_toward_the_deadline() {
     let (tree, pool) = setup();
     let domain = tree.domain(&pool);
+    // The behaviour under test: a job parked for 0.3 s under a deadline of 0.1 s.
     let v = domain
         .eval(r#"return jobs.dispatch("./math", "slow", 0.3, { deadline = 0.1 }):await()"#)
         .unwrap();
@@ -301,80 +316,89 @@ fn a_job_may_dispatch_and_await_another_job() {
 
 #[test]
 fn cancelling_a_running_job_halts_it() {
-    let (tree, pool) = setup();
-    let domain = tree.domain(&pool);
+    let (tree, pool) = setup_one();
+    let marks = Marks::default();
+    let domain = tree.domain_with(&pool, marks.plan());
+    domain
+        .exec(r#"spinning = jobs.dispatch("./math", "markedSpin")"#)
+        .unwrap();
+    // Running, not queued: the entry marked before it spins.
+    assert!(wait_until(Duration::from_secs(10), || marks.count() == 1));
     let v = domain
         .eval(
             r#"
-            local p = jobs.dispatch("./math", "spin")
-            task.wait(0.05)
-            local cancelled = p:cancel()
-            local ok, err = pcall(function() return p:await() end)
-            return `{cancelled} {ok} {p:status()} {err}`
+            local cancelled = spinning:cancel()
+            local ok, err = pcall(function() return spinning:await() end)
+            return `{cancelled} {ok} {spinning:status()} {err}`
         "#,
         )
         .unwrap();
     assert_eq!(text(&v), "true false cancelled cancelled");
-    // The pool is not stuck on the spinning entry.
+    // The only worker is not stuck on the spinning entry.
     still_serves(&domain);
     still_serves(&domain);
 }
 
 #[test]
 fn cancelling_a_queued_job_keeps_it_from_running() {
-    let (tree, pool) = setup();
-    tree.write(
+    let tree = Tree::new(&[(
         "mark.luau",
-        "local M = {}\nfunction M.mark() hostMark() return true end\nfunction M.sleep(s) local t = os.clock() while os.clock() - t < s do end return true end\nreturn M\n",
-    );
-    let marks = Marks::default();
-    let plan = marks.plan();
-    let domain = tree.domain_with(&pool, plan);
-    // Both workers busy, then a third item queued and cancelled before it can start.
+        "local M = {}\nfunction M.mark() hostMark() return true end\nfunction M.hold() gate() return true end\nreturn M\n",
+    )]);
+    let pool = Pool::new(1);
+    let (marks, gate) = (Marks::default(), Gate::default());
+    let domain = tree.domain_with(&pool, gate.plan(marks.plan()));
+    domain
+        .exec(r#"held = jobs.dispatch("./mark", "hold")"#)
+        .unwrap();
+    // The only worker is held at the gate: an item dispatched now is queued, not running.
+    assert!(wait_until(Duration::from_secs(10), || gate.arrived() == 1));
     let v = domain
         .eval(
             r#"
-            local a = jobs.dispatch("./mark", "sleep", 0.3)
-            local b = jobs.dispatch("./mark", "sleep", 0.3)
-            local c = jobs.dispatch("./mark", "mark")
-            local was = c:cancel()
-            a:await() b:await()
-            task.wait(0.1)
-            return `{was} {c:status()}`
+            queued = jobs.dispatch("./mark", "mark")
+            return `{queued:cancel()} {queued:status()}`
         "#,
         )
         .unwrap();
     assert_eq!(text(&v), "true cancelled");
-    assert_eq!(marks.count(), 0, "the cancelled item ran");
+    gate.open();
+    // The one worker takes the engine's items in order: the cancelled item comes up before
+    // this one, so by its answer the cancelled item was skipped, not run.
     let v = domain
-        .eval(r#"return jobs.dispatch("./mark", "mark"):await()"#)
+        .eval(r#"assert(held:await()) return jobs.dispatch("./mark", "mark"):await()"#)
         .unwrap();
     assert_eq!(v, Message::Boolean(true));
-    assert_eq!(marks.count(), 1);
+    assert_eq!(marks.count(), 1, "the cancelled item ran");
 }
 
 #[test]
 fn host_promise_wait_try_take_and_cancel() {
-    let (tree, pool) = setup();
-    let domain = tree.domain(&pool);
+    let (tree, pool) = setup_one();
+    let (marks, gate) = (Marks::default(), Gate::default());
+    let domain = tree.domain_with(&pool, gate.plan(marks.plan()));
     let p = domain
         .dispatch("./math", "double", Message::Number(4.0))
         .unwrap();
     assert_eq!(number(&p.wait().unwrap()), 8.0);
 
-    let mut p = domain
-        .dispatch("./math", "slow", Message::Number(0.2))
-        .unwrap();
+    // Pending until the host opens the gate.
+    let mut p = domain.dispatch("./math", "held", Message::Nil).unwrap();
     assert!(p.try_take().is_none());
     assert_eq!(p.status(), PromiseStatus::Pending);
+    gate.open();
     let v = p.wait_timeout(Duration::from_secs(10)).unwrap().unwrap();
-    assert_eq!(text(&v), "slept");
+    assert_eq!(text(&v), "held");
 
-    let p = domain.dispatch("./math", "spin", Message::Nil).unwrap();
-    std::thread::sleep(Duration::from_millis(30));
+    let p = domain
+        .dispatch("./math", "markedSpin", Message::Nil)
+        .unwrap();
+    // Running, not queued, when it is cancelled.
+    assert!(wait_until(Duration::from_secs(10), || marks.count() == 1));
     assert!(p.cancel());
     assert_eq!(p.status(), PromiseStatus::Cancelled);
     assert!(!p.cancel());
+    // The only worker was freed of the spinning entry.
     still_serves(&domain);
 }
 
@@ -443,21 +467,17 @@ fn a_host_promise_rejects_with_a_structured_failure() {
 fn queued_items_of_a_dropped_domain_are_refused_unrun() {
     let tree = Tree::new(&[(
         "mark.luau",
-        "local M = {}\nfunction M.mark() hostMark() return true end\nfunction M.sleep(s) hostMark() local t = os.clock() while os.clock() - t < s do end return true end\nreturn M\n",
+        "local M = {}\nfunction M.mark() hostMark() return true end\nfunction M.hold() gate() return true end\nreturn M\n",
     )]);
     let pool = Pool::new(1);
-    let marks = Marks::default();
-    let plan = marks.plan();
-    let domain = tree.domain_with(&pool, plan);
-    let busy = domain
-        .dispatch("./mark", "sleep", Message::Number(0.3))
-        .unwrap();
+    let (marks, gate) = (Marks::default(), Gate::default());
+    let domain = tree.domain_with(&pool, gate.plan(marks.plan()));
+    let busy = domain.dispatch("./mark", "hold", Message::Nil).unwrap();
     let queued = domain.dispatch("./mark", "mark", Message::Nil).unwrap();
-    // Once the only worker is inside `sleep`, the second item is certainly still queued.
-    while marks.count() == 0 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    // Once the only worker is held at the gate, the second item is certainly still queued.
+    assert!(wait_until(Duration::from_secs(10), || gate.arrived() == 1));
     drop(domain);
+    gate.open();
     assert_eq!(busy.wait().unwrap(), Message::Boolean(true));
     let err = queued.wait().unwrap_err();
     let skein::Error::Job(failure) = err else {
@@ -468,54 +488,76 @@ fn queued_items_of_a_dropped_domain_are_refused_unrun() {
         failure.to_string(),
         "job './mark:mark' was refused unrun: domain 'test' stopped"
     );
-    assert_eq!(marks.count(), 1, "only `sleep` ran");
+    assert_eq!(marks.count(), 0, "the queued item ran");
 }
 
 #[test]
 fn cancelling_a_parked_job_ends_its_task() {
+    // `arrive()` counts jobs that reached their wait, `woke()` those whose wait ended. The
+    // timers are the park under test: the cancelled job's (1 s) would end before the kept
+    // job's (2 s) on the one worker, so once the kept job resolved, a cancelled task that
+    // still waited would have woken.
     let tree = Tree::new(&[(
         "late.luau",
-        "return { run = function(s) task.wait(s) hostMark() return true end }\n",
+        "return { run = function(s) arrive() task.wait(s) woke() return true end }\n",
     )]);
     let pool = Pool::new(1);
-    let marks = Marks::default();
-    let plan = marks.plan();
+    let (arrived, woke) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let count = |counter: &Arc<AtomicUsize>, name: &'static str, plan: Plan| {
+        let counter = counter.clone();
+        plan.function(name, move |_, _| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(skein::mlua::MultiValue::new())
+        })
+    };
+    let plan = count(&woke, "woke", count(&arrived, "arrive", Plan::new()));
     let domain = tree.domain_with(&pool, plan);
-    let v = domain
-        .eval(
+    domain
+        .exec(
             r#"
-            local cancelled = jobs.dispatch("./late", "run", 0.2)
-            local kept = jobs.dispatch("./late", "run", 0.2)
-            task.wait(0.05)
-            cancelled:cancel()
-            kept:await()
-            task.wait(0.2)
-            return `{cancelled:status()} {kept:status()}`
+            cancelled = jobs.dispatch("./late", "run", 1)
+            kept = jobs.dispatch("./late", "run", 2)
         "#,
         )
         .unwrap();
-    assert_eq!(text(&v), "cancelled resolved");
-    // The cancelled job's parked task never woke: only the kept job reached hostMark.
-    assert_eq!(marks.count(), 1);
+    // The one worker started the kept job: the cancelled one is parked in its wait.
+    assert!(wait_until(Duration::from_secs(10), || arrived
+        .load(Ordering::SeqCst)
+        == 2));
+    let v = domain
+        .eval(
+            r#"
+            local was = cancelled:cancel()
+            kept:await()
+            return `{was} {cancelled:status()} {kept:status()}`
+        "#,
+        )
+        .unwrap();
+    assert_eq!(text(&v), "true cancelled resolved");
+    // The cancelled job's parked task never woke: only the kept job did.
+    assert_eq!(woke.load(Ordering::SeqCst), 1);
 }
 
 #[test]
 fn a_failing_task_a_job_left_behind_is_reported_against_the_job() {
     let tree = Tree::new(&[(
         "leaves.luau",
+        // The delay is under test: a task that fails after its job returned.
         "return { run = function()\n  task.delay(0.02, function()\n    error('left behind and failed')\n  end)\n  return 'returned'\nend }\n",
     )]);
     let pool = Pool::new(1);
     let domain = tree.domain(&pool);
     let v = domain
-        .eval(
-            r#"local r = jobs.dispatch("./leaves", "run", nil, { name = "leaver" }):await()
-               task.wait(0.2)
-               return r"#,
-        )
+        .eval(r#"return jobs.dispatch("./leaves", "run", nil, { name = "leaver" }):await()"#)
         .unwrap();
     assert_eq!(text(&v), "returned");
-    let reports = domain.take_reports();
+    let reports = std::cell::RefCell::new(Vec::new());
+    assert!(wait_until(Duration::from_secs(10), || {
+        domain.pump();
+        reports.borrow_mut().extend(domain.take_reports());
+        !reports.borrow().is_empty()
+    }));
+    let reports = reports.into_inner();
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert_eq!(reports[0].source, "job 'leaver'");
     // The message, then the Luau stack of the task that raised it.
@@ -566,22 +608,29 @@ function M.where() return jobs.context().worker end
 -- Dispatches a slow item on another key and returns at once: its promise stays pending in
 -- this VM, which is about to be replaced.
 function M.leave() jobs.dispatch("./reply", "slow", "stale", { key = "b" }) return jobs.context().worker end
-function M.slow(x) task.wait(0.5) return x end
+-- Parked until the host pushes to the queue "go".
+function M.slow(x) jobs.shared.queue("go"):pop() return x end
 function M.fast(x) return x end
--- The new VM's first promise: the same slab slot and generation as the one left behind.
-function M.ask() return jobs.dispatch("./reply", "fast", "fresh", { key = "b" }):await() end
+-- The new VM's first promise: the same slab slot and generation as the one left behind. Its
+-- worker thread marks, then sleeps once the task waits in its await.
+function M.ask()
+    local p = jobs.dispatch("./reply", "fast", "fresh", { key = "b" })
+    threadMark()
+    return p:await()
+end
 return M
 "#;
     let tree = Tree::new(&[("reply.luau", REPLY), ("boom.luau", "rawPanic() return {}")]);
     let pool = Pool::new(2);
-    let plan = Plan::new().setup(|lua| {
+    let mark = ThreadMark::default();
+    let plan = mark.plan(Plan::new().setup(|lua| {
         let f =
             lua.create_function(|_, ()| -> skein::mlua::Result<()> { panic!("raw host panic") })?;
         lua.globals().raw_set("rawPanic", f)
-    });
+    }));
     let domain = tree.domain_with(&pool, plan);
-    let out = domain
-        .eval(
+    domain
+        .exec(
             r#"
             local x = jobs.dispatch("./reply", "leave", nil, { key = "a" }):await()
             -- Requiring a module whose top level panics outside any task drops the VM of key a.
@@ -590,10 +639,23 @@ return M
             assert(not ok)
             local answer = jobs.dispatch("./reply", "ask", nil, { key = "a" }):await()
             local y = jobs.dispatch("./reply", "where", nil, { key = "a" }):await()
-            return { x, y, answer, tostring(err) }
+            out = { x, y, answer, tostring(err) }
         "#,
         )
         .unwrap();
+    // The new VM's promise waits: only now may the stale reply come.
+    assert!(wait_until(Duration::from_secs(10), || {
+        domain.pump();
+        mark.asleep()
+    }));
+    domain
+        .exec(r#"jobs.shared.queue("go"):push(true)"#)
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || {
+        domain.pump();
+        domain.eval("return out ~= nil").unwrap() == Message::Boolean(true)
+    }));
+    let out = domain.eval("return out").unwrap();
     let Message::List(v) = out else {
         panic!("{out:?}")
     };

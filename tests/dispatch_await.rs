@@ -2,11 +2,14 @@
 //! that names them, and `task.await`'s `(resolved, value)` hand-back, on both its settled and
 //! its pending path.
 
+use std::time::Duration;
+
 use skein::{Message, Pool};
 
-use crate::support::{assert_contains, field, list, number, text, Tree};
+use crate::support::{assert_contains, field, list, number, text, wait_until, Tree};
 
-/// Forty entries, each answering its own number, and a few that answer falsy values or fail.
+/// Forty entries, each answering its own number, and a few that answer falsy values or fail;
+/// `heldFalse(name)` answers only once a value is pushed to the shared queue `name`.
 fn entries_module() -> String {
     let mut source = String::from("local M = {}\n");
     for i in 1..=40 {
@@ -16,7 +19,7 @@ fn entries_module() -> String {
         "function M.falsy() return false end\n\
          function M.none() return nil end\n\
          function M.fail() error('failed on purpose') end\n\
-         function M.slowFalse(s) task.wait(s) return false end\n\
+         function M.heldFalse(queue) jobs.shared.queue(queue):pop() return false end\n\
          M.notAFunction = 1\n\
          return M\n",
     );
@@ -72,23 +75,39 @@ fn await_hands_back_falsy_values_failures_and_cancellation_settled_or_pending() 
     let tree = Tree::new(&[("entries.luau", &entries_module())]);
     let pool = Pool::new(2);
     let domain = tree.domain(&pool);
+    // Pending when awaited: the job waits for a push that only a task deferred past the await
+    // makes, so the task yields and the settlement resumes it.
+    domain
+        .exec(
+            r#"
+            out = {}
+            local slow = jobs.dispatch("./entries", "heldFalse", "go")
+            out.pendingAtAwait = slow:status() == "pending"
+            task.defer(function() jobs.shared.queue("go"):push(true) end)
+            out.pendingFalse = slow:await() == false
+            f, n, e = jobs.dispatch("./entries", "falsy"), jobs.dispatch("./entries", "none"),
+                jobs.dispatch("./entries", "fail")
+            "#,
+        )
+        .expect("exec");
+    // Settled before the await: the host pumps until all three settled, then awaits them.
+    assert!(wait_until(Duration::from_secs(10), || {
+        domain.pump();
+        domain
+            .eval("return out.pendingFalse ~= nil and f:status() ~= 'pending' and n:status() ~= 'pending' and e:status() ~= 'pending'")
+            .expect("eval")
+            == Message::Boolean(true)
+    }));
     let v = domain
         .eval(
             r#"
-            local out = {}
-            -- Pending when awaited: the task yields and the settlement resumes it.
-            local slow = jobs.dispatch("./entries", "slowFalse", 0.05)
-            out.pendingFalse = slow:await() == false
-            -- Settled before the await: answered without yielding.
-            local f, n, e = jobs.dispatch("./entries", "falsy"), jobs.dispatch("./entries", "none"),
-                jobs.dispatch("./entries", "fail")
-            task.wait(0.1)
             out.settledFalse = f:await() == false
             out.settledNil = n:await() == nil
             local ok, err = pcall(function() return e:await() end)
             out.failOk = ok
             out.failText = tostring(err)
-            local c = jobs.dispatch("./entries", "slowFalse", 5)
+            -- Nothing is ever pushed to "never": only the cancel settles it.
+            local c = jobs.dispatch("./entries", "heldFalse", "never")
             c:cancel()
             local cok, cerr = pcall(function() return c:await() end)
             out.cancelOk = cok
@@ -97,7 +116,12 @@ fn await_hands_back_falsy_values_failures_and_cancellation_settled_or_pending() 
             "#,
         )
         .expect("eval");
-    for name in ["pendingFalse", "settledFalse", "settledNil"] {
+    for name in [
+        "pendingAtAwait",
+        "pendingFalse",
+        "settledFalse",
+        "settledNil",
+    ] {
         assert!(
             matches!(field(&v, name), Message::Boolean(true)),
             "{name}: {v:?}"

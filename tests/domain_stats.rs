@@ -114,6 +114,7 @@ fn resources_denials_and_reports_are_seen_and_totals_survive_a_restart() {
     assert_eq!(domain.stats().owned_resources, 2);
     let denied = domain.eval(r#"return require("@skein/fs").readFile("x")"#);
     assert!(denied.is_err(), "{denied:?}");
+    // The yield under test: a task that fails after it waited, not at the exec.
     domain
         .exec("task.spawn(function() task.wait() error('later') end)")
         .expect("exec");

@@ -216,3 +216,82 @@ pub fn skein_in(cwd: &Path, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A gate the host opens: `gate()` in Luau marks the caller as arrived, then blocks its thread
+/// (at most 10 s, so a broken test fails instead of hanging) until the host opens it; it answers
+/// whether the gate was open. `arrived()` in Luau answers how many callers arrived so far.
+#[derive(Clone, Default)]
+pub struct Gate {
+    open: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    arrived: Arc<AtomicUsize>,
+}
+
+impl Gate {
+    /// `plan` with `gate()` and `arrived()`.
+    pub fn plan(&self, plan: Plan) -> Plan {
+        let gate = self.clone();
+        let arrived = self.arrived.clone();
+        plan.function("gate", move |lua, _| {
+            gate.arrived.fetch_add(1, Ordering::AcqRel);
+            let (lock, cv) = &*gate.open;
+            let open = lock.lock().unwrap();
+            let (open, _) = cv
+                .wait_timeout_while(open, std::time::Duration::from_secs(10), |o| !*o)
+                .unwrap();
+            lua.pack_multi(*open)
+        })
+        .function("arrived", move |lua, _| {
+            lua.pack_multi(arrived.load(Ordering::Acquire) as f64)
+        })
+    }
+
+    /// How many calls of `gate()` arrived.
+    pub fn arrived(&self) -> usize {
+        self.arrived.load(Ordering::Acquire)
+    }
+
+    pub fn open(&self) {
+        let (lock, cv) = &*self.open;
+        *lock.lock().unwrap() = true;
+        cv.notify_all();
+    }
+}
+
+/// `threadMark()` in Luau: a host mark that remembers the thread that called it, so the test
+/// can tell when that thread sleeps in the kernel (state `S`: blocked on a lock, a condvar or a
+/// park, not running code). Called right before a blocking call, it proves that the thread is
+/// parked in that call, not on its way to it. Linux only (it reads `/proc/thread-self`);
+/// elsewhere `asleep` answers `true` once marked, and the tests that use it prove less.
+#[derive(Clone, Default)]
+pub struct ThreadMark(Arc<std::sync::Mutex<Option<PathBuf>>>);
+
+#[allow(dead_code)]
+impl ThreadMark {
+    /// `plan` with `threadMark()`.
+    pub fn plan(&self, plan: Plan) -> Plan {
+        let last = self.0.clone();
+        plan.function("threadMark", move |_, _| {
+            let here = if cfg!(target_os = "linux") {
+                Path::new("/proc").join(std::fs::read_link("/proc/thread-self")?)
+            } else {
+                PathBuf::new()
+            };
+            *last.lock().unwrap() = Some(here);
+            Ok(mlua::MultiValue::new())
+        })
+    }
+
+    /// Whether `threadMark()` was called and the thread that called it last sleeps now.
+    pub fn asleep(&self) -> bool {
+        let Some(thread) = self.0.lock().unwrap().clone() else {
+            return false;
+        };
+        if !cfg!(target_os = "linux") {
+            return true;
+        }
+        // `pid (comm) state ...`: the state follows the last ')'.
+        let stat = std::fs::read_to_string(thread.join("stat")).unwrap_or_default();
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('S'))
+    }
+}
