@@ -423,6 +423,7 @@ fn atomic_returns_the_stored_value_and_refuses_a_yield() {
         &err,
         "jobs.shared.atomic: the function for 'a'.y yielded; it must return without yielding",
     );
+    // the refusal under test: a wait inside an atomic update
     let err = refusal(
         &domain,
         "local t = jobs.shared.table('a'); jobs.shared.atomic(t, 'y', function(v) task.wait(0) return 1 end)",

@@ -93,7 +93,7 @@ fn cancel_stops_a_parked_task() {
         -- the timers under test: both would have fired at 0.02 s
         local t = task.delay(0.02, function() table.insert(log, "ran") end)
         task.cancel(t)
-        local w = task.spawn(function() task.wait(0.02) table.insert(log, "woke") end)
+        local w = task.spawn(function() task.wait(0.02) table.insert(log, "woke") end) -- under test
         task.cancel(w)
         -- A later timer that is not cancelled: once it fired, so would have the two above.
         local later = false

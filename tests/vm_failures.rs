@@ -147,7 +147,7 @@ function M.bomb()
     -- under test: the waits outlast the test, so only the VM's retirement ends them.
     for i = 1, 1e9 do
         local hold = table.create(1000, i)
-        task.spawn(function() task.wait(60) return hold end)
+        task.spawn(function() task.wait(60) return hold end) -- the behaviour under test
     end
 end
 function M.fresh() return jobs.context().fresh end
@@ -447,7 +447,7 @@ fn a_task_spawn_bomb_whose_tasks_fill_the_vm_is_caught_by_the_pcall_around_it() 
                        -- the behaviour under test: each task holds its table while it waits
                        task.spawn(function()
                            local t = table.create(100000, i)
-                           task.wait(0.05)
+                           task.wait(0.05) -- the behaviour under test: it holds t meanwhile
                            ended += 1
                            return t
                        end)
