@@ -8,7 +8,7 @@
 //! `pop`, one by `popMany`), a task on the engine, and a host thread with `pop_blocking`. At the
 //! end each value must have been popped exactly once (count and sum per producer), every atomic
 //! counter must be exact, and every plain key must hold the last value its producer wrote.
-//! A larger size runs with `cargo test -- --ignored`.
+//! A larger size runs with `cargo test -- --ignored`, as CI's `.ci/run` does, in release.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier};
@@ -324,7 +324,7 @@ fn two_workers_the_engine_and_the_host_hammer_one_table_and_one_queue() {
 }
 
 #[test]
-#[ignore = "large; run with --ignored"]
+#[ignore = "large; run with --ignored (CI does, in release: .ci/run)"]
 fn two_workers_the_engine_and_the_host_hammer_one_table_and_one_queue_at_scale() {
     run(20_000);
 }

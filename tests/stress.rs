@@ -1,5 +1,6 @@
 //! Stress: several domains share one pool, jobs dispatch jobs, some are cancelled; every item that
-//! went in is accounted for on the way out. Larger sizes run with `cargo test -- --ignored`.
+//! went in is accounted for on the way out. Larger sizes run with `cargo test -- --ignored`, as
+//! CI's `.ci/run` does, in release.
 
 use std::time::{Duration, Instant};
 
@@ -105,7 +106,7 @@ fn three_domains_share_a_pool_and_account_for_every_item() {
 }
 
 #[test]
-#[ignore = "large; run with --ignored"]
+#[ignore = "large; run with --ignored (CI does, in release: .ci/run)"]
 fn three_domains_share_a_pool_at_scale() {
     run(3, 20_000);
 }
