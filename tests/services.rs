@@ -6,13 +6,13 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use skein::{Error, Message, Pool, PromiseStatus, ScriptDomain};
+use skein::{Error, JobOptions, Message, Plan, Pool, PromiseStatus, ScriptDomain};
 
 use crate::support::{
-    assert_contains, first_int, map, number, refusal, string, text, world_get, world_set, Tree,
-    World,
+    assert_contains, first_int, map, number, refusal, string, text, wait_until, world_get,
+    world_set, Marks, Tree, World,
 };
 
 const MODULE: &str = r#"
@@ -38,6 +38,11 @@ function M.append(a)
     return a.job
 end
 function M.quick() return "quick" end
+function M.setMarked(a)
+    world.set(a.id, a.v)
+    hostMark()
+    return "set"
+end
 function M.swap()
     local ok, err = pcall(function() world.get = function() return "swapped" end end)
     return tostring(ok) .. " " .. tostring(err)
@@ -71,7 +76,12 @@ const TOP: &str = "local v = world.get(1) return { v = v }";
 /// A domain with `world.get`, `world.set`, `log.append`, `log.count`, `boom.query` and
 /// `boom.command` over host state the test reads back.
 fn setup(tree: &Tree, pool: &Pool) -> (ScriptDomain, World) {
-    let domain = tree.domain(pool);
+    setup_with(tree, pool, Plan::new())
+}
+
+/// [`setup`] over a domain built from `plan`.
+fn setup_with(tree: &Tree, pool: &Pool, plan: Plan) -> (ScriptDomain, World) {
+    let domain = tree.domain_with(pool, plan);
     let world: World = Rc::default();
     domain
         .register_query("world.get", world_get(&world))
@@ -225,37 +235,51 @@ fn a_worker_parked_on_a_query_keeps_serving_another_item() {
     let quick = domain.dispatch("./m", "quick", Message::Nil).unwrap();
     assert_eq!(text(&quick.wait().unwrap()), "quick");
     assert_eq!(parked.status(), PromiseStatus::Pending);
-    let start = Instant::now();
-    while parked.status() == PromiseStatus::Pending {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the query was never answered"
-        );
-        domain.pump();
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            domain.pump();
+            parked.status() != PromiseStatus::Pending
+        }),
+        "the query was never answered"
+    );
     assert_eq!(parked.wait().unwrap(), Message::Integer(7));
+}
+
+/// Dispatches `setMarked` with `args` on a one-worker pool, waits for its mark, then runs a
+/// `quick` job to its end. A job without commands settles without a frame, and the only worker
+/// runs `quick` after `setMarked` has returned: so once `quick` settled, `setMarked` has returned
+/// and its commands wait in the engine's mailbox.
+fn set_then_barrier(domain: &ScriptDomain, marks: &Marks, args: Message) -> skein::Promise {
+    let promise = domain.dispatch("./m", "setMarked", args).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || marks.count() == 1),
+        "setMarked never ran"
+    );
+    let mut after = domain.dispatch("./m", "quick", Message::Nil).unwrap();
+    let quick = after
+        .wait_timeout(Duration::from_secs(10))
+        .expect("a job without commands settles without a frame")
+        .unwrap();
+    assert_eq!(text(&quick), "quick");
+    promise
 }
 
 #[test]
 fn host_dispatch_with_commands_settles_after_the_engine_applies_them() {
-    let (tree, pool) = (tree(), Pool::new(2));
-    let (domain, world) = setup(&tree, &pool);
+    let (tree, pool, marks) = (tree(), Pool::new(1), Marks::default());
+    let (domain, world) = setup_with(&tree, &pool, marks.plan());
     let args = map(&[("id", Message::Integer(3)), ("v", string("x"))]);
-    let mut promise = domain.dispatch("./m", "set", args).unwrap();
-    // Without a frame the commands are not applied, so the promise can't settle.
-    assert!(promise.wait_timeout(Duration::from_millis(100)).is_none());
+    let promise = set_then_barrier(&domain, &marks, args);
+    // `set` has returned, yet without a frame its commands are not applied, so its promise
+    // can't settle.
+    assert_eq!(promise.status(), PromiseStatus::Pending);
     assert!(world.borrow().get(&3).is_none());
-    let start = Instant::now();
-    let report = loop {
-        let report = domain.frame(Duration::from_millis(16));
-        if report.commands_applied > 0 {
-            break report;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(1));
-    };
-    assert_eq!(report.commands_applied, 1);
+    let applied = std::cell::Cell::new(0);
+    assert!(wait_until(Duration::from_secs(10), || {
+        applied.set(applied.get() + domain.frame(Duration::from_millis(16)).commands_applied);
+        applied.get() > 0
+    }));
+    assert_eq!(applied.get(), 1);
     assert_eq!(text(&world.borrow()[&3]), "x");
     assert_eq!(text(&promise.wait().unwrap()), "set");
 }
@@ -268,15 +292,12 @@ fn frames_count_forwarded_calls() {
     let promise = domain
         .dispatch("./m", "get", map(&[("id", Message::Integer(1))]))
         .unwrap();
-    let start = Instant::now();
-    let mut forwarded = 0;
-    while promise.status() == PromiseStatus::Pending {
-        assert!(start.elapsed() < Duration::from_secs(10));
-        let report = domain.frame(Duration::from_millis(16));
-        forwarded += report.forwarded_calls;
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    assert_eq!(forwarded, 1);
+    let forwarded = std::cell::Cell::new(0);
+    assert!(wait_until(Duration::from_secs(10), || {
+        forwarded.set(forwarded.get() + domain.frame(Duration::from_millis(16)).forwarded_calls);
+        promise.status() != PromiseStatus::Pending
+    }));
+    assert_eq!(forwarded.get(), 1);
     assert_eq!(domain.frame(Duration::ZERO).forwarded_calls, 0);
 }
 
@@ -444,17 +465,26 @@ function M.spawned(a)
     task.spawn(function() world.set(a.id, "from a spawned task") end)
     return "ok"
 end
--- A task the entry leaves running records after it returned: sent on its own, later.
+-- A task the entry leaves running records after it returned: sent on its own, later. It waits
+-- for the test to open `gate.open`, so the promise has surely settled before it records.
 function M.lingering(a)
     task.spawn(function()
-        task.wait(0.05)
+        local gate = jobs.shared.table("gate")
+        local start = os.clock()
+        while not gate.open do
+            assert(os.clock() - start < 10, "the gate never opened")
+            task.wait() -- a yield of one batch: the poll for the gate
+        end
         world.set(a.id, "late")
     end)
     return "ok"
 end
 function M.extra() return extra.answer() end
 -- Waits on a query longer than its deadline: parked time does not count.
-function M.parkedPastDeadline() return world.get(1) end
+function M.parkedPastDeadline()
+    hostMark()
+    return world.get(1)
+end
 return M
 "#;
 
@@ -481,15 +511,19 @@ fn commands_of_tasks_the_entry_started_count_and_later_ones_still_apply() {
         )
         .unwrap();
     assert_eq!(read, Message::Nil, "not part of what the promise waits for");
-    let start = Instant::now();
-    while world.borrow().get(&2).is_none() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the late command never applied"
-        );
-        domain.frame(Duration::ZERO);
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    domain
+        .shared()
+        .table("gate")
+        .unwrap()
+        .set("open", Message::Boolean(true))
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            domain.frame(Duration::ZERO);
+            world.borrow().get(&2).is_some()
+        }),
+        "the late command never applied"
+    );
     assert_eq!(text(&world.borrow()[&2]), "late");
 }
 
@@ -517,20 +551,21 @@ fn a_worker_vm_built_before_a_registration_gets_its_stub_at_the_next_item() {
 fn time_parked_on_a_query_never_counts_toward_the_deadline() {
     let tree = Tree::new(&[("m.luau", MODULE), ("top.luau", TOP), ("late.luau", LATE)]);
     let pool = Pool::new(1);
-    let (domain, world) = setup(&tree, &pool);
+    let marks = Marks::default();
+    let (domain, world) = setup_with(&tree, &pool, marks.plan());
     world.borrow_mut().insert(1, Message::Integer(5));
-    let opts = skein::JobOptions::new().deadline(Duration::from_millis(50));
+    let opts = JobOptions::new().deadline(Duration::from_millis(50));
     let promise = domain
         .dispatch_with("./late", "parkedPastDeadline", Message::Nil, &opts)
         .unwrap();
-    // The engine thread answers only after four deadlines have passed.
+    // The job runs, and calls the query, which waits for the engine thread.
+    assert!(wait_until(Duration::from_secs(10), || marks.count() == 1));
+    // the behaviour under test: the engine answers only after four deadlines have passed
     std::thread::sleep(Duration::from_millis(200));
-    let start = Instant::now();
-    while promise.status() == PromiseStatus::Pending {
-        assert!(start.elapsed() < Duration::from_secs(10));
+    assert!(wait_until(Duration::from_secs(10), || {
         domain.frame(Duration::ZERO);
-        std::thread::sleep(Duration::from_millis(1));
-    }
+        promise.status() != PromiseStatus::Pending
+    }));
     assert_eq!(promise.wait().unwrap(), Message::Integer(5));
 }
 
@@ -554,12 +589,12 @@ fn a_keyed_items_query_sees_the_commands_of_the_keys_item_before_it() {
 
 #[test]
 fn a_dropped_domain_applies_nothing_and_rejects_the_held_promise() {
-    let (tree, pool) = (tree(), Pool::new(1));
-    let (domain, world) = setup(&tree, &pool);
+    let (tree, pool, marks) = (tree(), Pool::new(1), Marks::default());
+    let (domain, world) = setup_with(&tree, &pool, marks.plan());
     let args = map(&[("id", Message::Integer(8)), ("v", string("never"))]);
-    let mut promise = domain.dispatch("./m", "set", args).unwrap();
     // The job has returned and its commands wait in the mailbox: no frame applies them.
-    assert!(promise.wait_timeout(Duration::from_millis(200)).is_none());
+    let promise = set_then_barrier(&domain, &marks, args);
+    assert_eq!(promise.status(), PromiseStatus::Pending);
     drop(domain);
     match promise.wait() {
         Err(Error::Job(failure)) => assert_contains(

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use skein::{Message, Pool, PopError, PushErrorKind};
 
-use crate::support::{assert_contains, number, refusal, text, Tree};
+use crate::support::{assert_contains, number, refusal, text, wait_until, Tree};
 
 /// The message of the error `body` raises, without mlua's prefix and the Luau stack.
 #[track_caller]
@@ -44,16 +44,25 @@ function M.drainMany(args)
     end
 end
 
--- Pushes first..last, waiting a moment whenever the queue is full.
+-- Pushes v, retrying while the queue is full and only then, for at most 10 s: any other
+-- refusal, or a queue that stays full, raises instead of spinning.
+function M.pushRetrying(q, v)
+    local start = os.clock()
+    while true do
+        local ok, err = pcall(q.push, q, v)
+        if ok then return end
+        local full = `SharedQueue:push: queue '{q.name}' is full (capacity {q.capacity})`
+        assert(string.find(tostring(err), full, 1, true), tostring(err))
+        assert(os.clock() - start < 10, `{full} for 10 s`)
+        task.wait() -- a yield of one batch: a consumer catches up
+    end
+end
+
+-- Pushes first..last, waiting a batch whenever the queue is full.
 function M.produce(args)
     local q = jobs.shared.queue(args.name)
     for i = args.first, args.last do
-        while true do
-            local ok, err = pcall(q.push, q, i)
-            if ok then break end
-            assert(string.find(tostring(err), "is full", 1, true), tostring(err))
-            task.wait()
-        end
+        M.pushRetrying(q, i)
     end
     return args.last - args.first + 1
 end
@@ -82,17 +91,16 @@ fn setup(workers: usize) -> (Tree, Pool) {
     )
 }
 
-/// Pumps `domain` until `done` or a few seconds pass.
-fn pump_until(domain: &skein::ScriptDomain, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "timed out waiting"
-        );
-        domain.pump();
-        std::thread::sleep(Duration::from_millis(1));
-    }
+/// Pumps `domain` until `done`, failing the test after 10 s.
+#[track_caller]
+fn pump_until(domain: &skein::ScriptDomain, done: impl Fn() -> bool) {
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            domain.pump();
+            done()
+        }),
+        "timed out waiting"
+    );
 }
 
 #[test]
@@ -261,7 +269,7 @@ fn close_drains_then_answers_nil_and_answers_parked_pops() {
             task.spawn(function() parked = q:pop() end)
             assert(parked == "not yet", "the pop parked")
             assert(q:close() == true and q:close() == false)
-            task.wait()
+            task.wait() -- the behaviour under test: the close wakes the parked pop by the next batch
             assert(parked == nil, "a parked pop answers nil on close")
             return parked
             "#,
@@ -333,12 +341,13 @@ fn workers_pop_in_a_loop_while_the_engine_pushes() {
     let v = domain
         .eval(
             r#"
+            local queues = require("./queues")
             local q = jobs.shared.queue("work", { capacity = 64 })
             local a = jobs.dispatch("./queues", "drain", { name = "work" })
             local b = jobs.dispatch("./queues", "drainMany", { name = "work", batch = 7 })
             local pushed = 0
             for i = 1, 500 do
-                while not pcall(q.push, q, i) do task.wait() end
+                queues.pushRetrying(q, i)
                 pushed += 1
             end
             q:close()
@@ -419,7 +428,7 @@ fn a_cancelled_popper_loses_no_value() {
             local t = task.spawn(function() q:pop() error("never resumed") end)
             task.cancel(t)
             q:push("kept")
-            task.wait()
+            task.wait() -- the behaviour under test: the dead pop's VM gives it back by the next batch
             return { q:len(), q:tryPop() }
             "#,
         )
@@ -438,7 +447,11 @@ fn a_cancelled_popper_loses_no_value() {
             local got
             task.spawn(function() got = q:pop() end)
             q:push("live")
-            while got == nil do task.wait() end
+            local start = os.clock()
+            while got == nil do
+                assert(os.clock() - start < 10, "the live pop never got the value")
+                task.wait() -- a yield of one batch: the poll for the pop
+            end
             return { got, q:len() }
             "#,
         )
@@ -450,23 +463,22 @@ fn a_cancelled_popper_loses_no_value() {
     // A worker's pop whose job is cancelled: the value is not lost either.
     let queue = domain.shared().queue("c3", 4).unwrap();
     domain
-        .eval(
-            r#"
-            local p = jobs.dispatch("./queues", "popOne", { name = "c3" })
-            task.wait(0.05)
-            p:cancel()
-            "#,
-        )
+        .exec(r#"popper = jobs.dispatch("./queues", "popOne", { name = "c3" })"#)
         .unwrap();
+    // The worker's pop has parked on the queue: cancel it there.
+    assert!(
+        wait_until(Duration::from_secs(10), || queue.waiters() == 1),
+        "the worker's pop never parked"
+    );
+    assert_eq!(
+        domain.eval("return popper:cancel()").unwrap(),
+        Message::Boolean(true)
+    );
     queue.push(Message::Integer(9)).unwrap();
-    let start = Instant::now();
-    while queue.len() != 1 {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the value came back"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    assert!(
+        wait_until(Duration::from_secs(10), || queue.len() == 1),
+        "the value never came back"
+    );
     assert_eq!(queue.try_pop().unwrap(), Some(Message::Integer(9)));
 }
 
@@ -497,16 +509,22 @@ fn the_rust_handle_pushes_pops_and_times_out() {
         Some(Message::Integer(2))
     );
     let start = Instant::now();
+    // the behaviour under test: a timed-out pop waits its timeout out, then answers None
     assert_eq!(q.pop_blocking(Duration::from_millis(30)).unwrap(), None);
     assert!(start.elapsed() >= Duration::from_millis(30));
     // A timed-out pop leaves no waiter behind: the next push queues.
+    assert_eq!(q.waiters(), 0);
     q.push(Message::Integer(4)).unwrap();
     assert_eq!(q.len(), 1);
     // Another thread's push wakes a blocked pop.
     let other = q.clone();
     q.try_pop().unwrap();
     let pusher = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(20));
+        // Pushes once the pop below has blocked.
+        assert!(
+            wait_until(Duration::from_secs(10), || other.waiters() == 1),
+            "the pop never blocked"
+        );
         other.push(Message::Boolean(true)).unwrap();
     });
     assert_eq!(
@@ -549,7 +567,11 @@ fn dropping_the_domain_rejects_parked_pops_with_the_reason() {
     let q = domain.shared().queue("doomed", 4).unwrap();
     let waiting = q.clone();
     let popper = std::thread::spawn(move || waiting.pop_blocking(Duration::from_secs(30)));
-    std::thread::sleep(Duration::from_millis(50));
+    // The pop has blocked: the drop must wake it, not merely refuse a later pop.
+    assert!(
+        wait_until(Duration::from_secs(10), || q.waiters() == 1),
+        "the pop never blocked"
+    );
     drop(domain);
     let popped = popper.join().unwrap();
     assert_eq!(popped, Err(PopError::Ended("domain 'test' stopped".into())));
@@ -614,6 +636,7 @@ fn stress_producers_and_consumers_on_two_workers_and_the_engine() {
     let v = domain
         .eval(&format!(
             r#"
+            local queues = require("./queues")
             local q = jobs.shared.queue("stress", {{ capacity = 16 }})
             local consumers = {{}}
             for i = 1, 3 do
@@ -637,7 +660,7 @@ fn stress_producers_and_consumers_on_two_workers_and_the_engine() {
             end
             -- The engine produces too.
             for i = {PRODUCERS} * {PER} + 1, ({PRODUCERS} + 1) * {PER} do
-                while not pcall(q.push, q, i) do task.wait() end
+                queues.pushRetrying(q, i)
             end
             local produced = {PER}
             for _, p in producers do produced += p:await() end
@@ -651,7 +674,11 @@ fn stress_producers_and_consumers_on_two_workers_and_the_engine() {
                 end
             end
             for _, c in consumers do take(c:await()) end
-            while not engineDone do task.wait() end
+            local start = os.clock()
+            while not engineDone do
+                assert(os.clock() - start < 10, "the engine's consumer never ended")
+                task.wait() -- a yield of one batch: the poll for the engine's consumer
+            end
             take(engineGot)
             for i = 1, ({PRODUCERS} + 1) * {PER} do
                 assert(seen[i], `value {{i}} was lost`)

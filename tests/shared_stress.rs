@@ -8,7 +8,7 @@
 //! `pop`, one by `popMany`), a task on the engine, and a host thread with `pop_blocking`. At the
 //! end each value must have been popped exactly once (count and sum per producer), every atomic
 //! counter must be exact, and every plain key must hold the last value its producer wrote.
-//! A larger size runs with `cargo test -- --ignored`.
+//! A larger size runs with `cargo test -- --ignored`, as CI's `.ci/run` does, in release.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier};
@@ -46,14 +46,35 @@ function M.touch(t, who: string, i: number, keys: number)
     mine.last = i
 end
 
+-- Pushes v, retrying while the queue is full and only then, for at most 10 s: any other
+-- refusal, or a queue that stays full, raises instead of spinning.
+function M.pushRetrying(q, v)
+    local start = os.clock()
+    while true do
+        local ok, err = pcall(q.push, q, v)
+        if ok then return end
+        local full = `SharedQueue:push: queue '{q.name}' is full (capacity {q.capacity})`
+        assert(string.find(tostring(err), full, 1, true), tostring(err))
+        assert(os.clock() - start < 10, `{full} for 10 s`)
+        task.wait() -- a yield of one batch: a consumer catches up
+    end
+end
+
+-- Waits a batch at a time until done() holds, raising after `limit` seconds.
+function M.waitFor(what: string, limit: number, done)
+    local start = os.clock()
+    while not done() do
+        assert(os.clock() - start < limit, `{what}: not within {limit} s`)
+        task.wait() -- a yield of one batch: the poll
+    end
+end
+
 function M.produce(args)
     local q = jobs.shared.queue("stress.q")
     local t = jobs.shared.table("stress.t")
     for i = 1, args.count do
         local v = args.tag * args.scale + i
-        while not pcall(q.push, q, v) do
-            task.wait() -- full: let a consumer catch up
-        end
+        M.pushRetrying(q, v)
         M.touch(t, args.who, i, args.keys)
     end
     return args.count
@@ -126,16 +147,14 @@ fn engine_script(per: u64) -> String {
         for _, p in producers do
             assert(p:await() == {per})
         end
-        while not (engineProduced and t.hostDone) do
-            task.wait(0.001)
-        end
+        stress.waitFor("the engine's and the host's producers", 120, function()
+            return engineProduced and t.hostDone
+        end)
         q:close()
         for _, c in consumers do
             assert(c:await() == true)
         end
-        while not engineConsumed do
-            task.wait(0.001)
-        end
+        stress.waitFor("the engine's consumer", 120, function() return engineConsumed end)
         "#
     )
 }
@@ -165,10 +184,13 @@ fn host_produce(queue: &SharedQueueRef, t: &SharedTableRef, per: u64) {
     let mine = t.table_at("nested").unwrap().table_at("host").unwrap();
     for i in 1..=per {
         let mut value = num(4 * SCALE + i);
+        let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match queue.push(value) {
                 Ok(()) => break,
+                // Retries while full, and only then, for at most 10 s.
                 Err(refused) if refused.kind == PushErrorKind::Full => {
+                    assert!(Instant::now() < deadline, "host push: {refused} for 10 s");
                     value = refused.into_inner();
                     thread::yield_now();
                 }
@@ -302,7 +324,7 @@ fn two_workers_the_engine_and_the_host_hammer_one_table_and_one_queue() {
 }
 
 #[test]
-#[ignore = "large; run with --ignored"]
+#[ignore = "large; run with --ignored (CI does, in release: .ci/run)"]
 fn two_workers_the_engine_and_the_host_hammer_one_table_and_one_queue_at_scale() {
     run(20_000);
 }

@@ -22,7 +22,7 @@ function M.popper()
     return jobs.shared.queue("inner"):pop()
 end
 function M.nap(x)
-    task.wait(0.6)
+    task.wait(0.6) -- the behaviour under test: a finite wait past the quiet interval
     return x
 end
 return M
@@ -99,7 +99,7 @@ fn every_wait_is_named_oldest_task_first_then_promises_no_task_awaits() {
             "main.luau",
             r#"local q = jobs.shared.queue("a")
 task.spawn(function() q:pop() end)
-task.spawn(function() task.wait(1e9) end)
+task.spawn(function() task.wait(1e9) end) -- the behaviour under test: a wait past the horizon
 local p = jobs.dispatch("./w", "popper")
 "#,
         ),
@@ -138,6 +138,7 @@ fn long_but_finite_waits_complete_normally() {
         ("w.luau", WAITERS),
         (
             "main.luau",
+            // The behaviour under test: every wait here is finite, and lasts past the quiet interval.
             r#"task.spawn(function() task.wait(0.5) print("waited") end)
 print("nap", jobs.dispatch("./w", "nap", 5):await())
 local q = jobs.shared.queue("later")
@@ -160,6 +161,7 @@ print("spun", jobs.dispatch("./w2", "spin", 0.8):await())
         .stdout_has("popped\t7\n")
         .stdout_has("spun\t0.8\n");
     assert_eq!(ended.stderr, "");
+    // A lower bound only: the waits above took their time rather than being cut short.
     assert!(started.elapsed() >= Duration::from_millis(2000));
 }
 
@@ -177,6 +179,7 @@ fn a_host_that_did_not_ask_waits_for_its_own_thread_to_push() {
         .queue("feed", DEFAULT_QUEUE_CAPACITY)
         .unwrap();
     let pusher = std::thread::spawn(move || {
+        // The behaviour under test: a host thread that pushes late, past the quiet interval.
         std::thread::sleep(Duration::from_millis(900));
         queue.push(Message::Integer(3)).unwrap();
     });

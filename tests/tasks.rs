@@ -1,14 +1,26 @@
 //! The task library on the engine VM and on workers: spawn, defer, delay, wait, cancel, await.
 
-use skein::Pool;
+use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 
-use crate::support::{assert_contains, text, Tree};
+use crate::support::{assert_contains, refusal, text, Tree};
+
+/// `waitFor(done)`: yields a batch at a time until `done()` holds, raising after 10 s, so a test
+/// waits for what it observes instead of for a time it guesses.
+const WAIT_FOR: &str = r#"
+local function waitFor(done)
+    local start = os.clock()
+    while not done() do
+        assert(os.clock() - start < 10, "waitFor: timed out")
+        task.wait() -- a yield of one batch: the poll
+    end
+end
+"#;
 
 fn eval(source: &str) -> String {
     let tree = Tree::new(&[]);
     let pool = Pool::new(1);
     let domain = tree.domain(&pool);
-    text(&domain.eval(source).expect("eval"))
+    text(&domain.eval(&format!("{WAIT_FOR}{source}")).expect("eval"))
 }
 
 #[test]
@@ -16,9 +28,10 @@ fn spawn_runs_at_once_until_the_first_yield() {
     let out = eval(
         r#"
         local log = {}
+        -- the yield under test: the spawned task's first task.wait() hands back to its spawner
         task.spawn(function(a) table.insert(log, "spawned " .. a); task.wait(); table.insert(log, "resumed") end, "x")
         table.insert(log, "after spawn")
-        task.wait(0.01)
+        waitFor(function() return #log == 3 end)
         return table.concat(log, ",")
     "#,
     );
@@ -36,7 +49,7 @@ fn defer_runs_in_the_next_batch_and_work_deferred_by_a_batch_waits_for_the_next(
         end, "a")
         task.defer(function() table.insert(log, "d2") end)
         table.insert(log, "main")
-        task.wait(0.02)
+        waitFor(function() return #log == 4 end)
         return table.concat(log, ",")
     "#,
     );
@@ -48,6 +61,7 @@ fn wait_answers_the_elapsed_seconds() {
     let out = eval(
         r#"
         local t = os.clock()
+        -- the behaviour under test: what task.wait answers after a timed wait
         local elapsed = task.wait(0.05)
         local real = os.clock() - t
         return `{elapsed >= 0.05} {math.abs(elapsed - real) < 0.05}`
@@ -61,9 +75,10 @@ fn delay_passes_its_arguments_and_timers_fire_in_order() {
     let out = eval(
         r#"
         local log = {}
+        -- the timers under test: the later one is set first
         task.delay(0.06, function(v) table.insert(log, v) end, "late")
         task.delay(0.02, function(v) table.insert(log, v) end, "early")
-        task.wait(0.1)
+        waitFor(function() return #log == 2 end)
         return table.concat(log, ",")
     "#,
     );
@@ -75,11 +90,15 @@ fn cancel_stops_a_parked_task() {
     let out = eval(
         r#"
         local log = {}
+        -- the timers under test: both would have fired at 0.02 s
         local t = task.delay(0.02, function() table.insert(log, "ran") end)
         task.cancel(t)
-        local w = task.spawn(function() task.wait(0.02) table.insert(log, "woke") end)
+        local w = task.spawn(function() task.wait(0.02) table.insert(log, "woke") end) -- under test
         task.cancel(w)
-        task.wait(0.05)
+        -- A later timer that is not cancelled: once it fired, so would have the two above.
+        local later = false
+        task.delay(0.04, function() later = true end)
+        waitFor(function() return later end)
         return `[{table.concat(log, ",")}]`
     "#,
     );
@@ -88,6 +107,7 @@ fn cancel_stops_a_parked_task() {
 
 #[test]
 fn await_outside_a_task_context_is_refused() {
+    // the refusal under test: a wait at a module's top level
     let tree = Tree::new(&[("m.luau", "task.wait(1)\nreturn {}\n")]);
     let pool = Pool::new(1);
     let domain = tree.domain(&pool);
@@ -104,16 +124,19 @@ fn a_failing_spawned_task_is_reported_with_its_stack() {
     let pool = Pool::new(1);
     let domain = tree.domain(&pool);
     domain
-        .eval(
+        .eval(&format!(
+            "{WAIT_FOR}{}",
             r#"
+            local failing = false
             task.spawn(function()
-                task.wait()
+                task.wait() -- the behaviour under test: it fails after a yield, not at the spawn
+                failing = true
                 error("spawned task failed")
             end)
-            task.wait(0.02)
+            waitFor(function() return failing end)
             return nil
-        "#,
-        )
+        "#
+        ))
         .unwrap();
     let reports = domain.take_reports();
     assert_eq!(reports.len(), 1, "{reports:?}");
@@ -143,13 +166,40 @@ fn promise_status_and_await_on_a_settled_promise() {
 
 #[test]
 fn loadstring_and_filesystem_require_are_gone() {
-    let out = eval(
-        r#"
-        local ok = pcall(require, "/etc/passwd")
-        return `{loadstring == nil} {ok}`
-    "#,
+    // `proj` is the root; `outside.luau` beside it is a valid module, so only the confinement
+    // can refuse it (a parse error or a missing file would refuse it too, with other words).
+    let tree = Tree::new(&[
+        ("proj/.luaurc", "{}"),
+        ("outside.luau", "return 'OUTSIDE'\n"),
+    ]);
+    let pool = Pool::new(1);
+    let root = tree.path().join("proj");
+    let domain = ScriptDomain::new(
+        &pool,
+        DomainSpec::new("test").plan(Plan::new().root(root.clone())),
+    )
+    .expect("domain");
+    assert_eq!(
+        domain.eval("return loadstring == nil").unwrap(),
+        Message::Boolean(true)
     );
-    assert_eq!(out, "true false");
+    assert_contains(
+        &refusal(&domain, r#"return require("/etc/passwd")"#),
+        "invalid require path '/etc/passwd': absolute paths are not allowed; start it with ./, \
+         ../ or @",
+    );
+    let outside = refusal(&domain, r#"return require("../outside")"#);
+    assert_contains(
+        &outside,
+        &format!(
+            "module '../outside' from {} is {}, outside the project root {}: modules are \
+             required only from below it",
+            root.display(),
+            tree.path().join("outside.luau").display(),
+            root.display()
+        ),
+    );
+    assert!(!outside.contains("OUTSIDE"), "{outside}");
 }
 
 #[test]

@@ -1,9 +1,11 @@
 //! How a VM's failures reach a script: out of memory on the engine and on workers, a worker VM
 //! retired after it hit its limit, nested `parallelFor` bounded, raised tables rendered.
 
-use skein::{Plan, Pool};
+use std::time::Duration;
 
-use crate::support::{field, number, text, Tree};
+use skein::{Message, Plan, Pool};
+
+use crate::support::{field, number, string, text, wait_until, Tree};
 
 const M: &str = r#"
 local M = {}
@@ -108,11 +110,21 @@ fn a_task_spawn_bomb_is_caught_by_pcall_with_a_named_out_of_memory_text() {
     let domain = tree.domain_with(&pool, Plan::new().memory_limit(8 * 1024 * 1024));
     let v = domain
         .eval(
-            r#"local ok, err = pcall(function()
-                   while true do task.spawn(function() task.wait(0.05) end) end
+            r#"local spawned, ended = 0, 0
+               local ok, err = pcall(function()
+                   while true do
+                       -- the behaviour under test: each task holds its memory while it waits
+                       task.spawn(function() task.wait(0.05) ended += 1 end)
+                       spawned += 1
+                   end
                end)
-               -- The spawned tasks hold the memory until they end.
-               task.wait(0.2)
+               -- The spawned tasks hold the memory until they end: wait for the last.
+               local start = os.clock()
+               while ended < spawned do
+                   -- no message built unless it fails: the VM is still full
+                   if os.clock() - start > 10 then error("the tasks never ended") end
+                   task.wait() -- a yield of one batch: the poll for the tasks' end
+               end
                return tostring(ok) .. " " .. tostring(err)"#,
         )
         .unwrap();
@@ -131,15 +143,17 @@ fn a_task_spawn_bomb_is_caught_by_pcall_with_a_named_out_of_memory_text() {
 const SPAWNER: &str = r#"
 local M = {}
 function M.bomb()
-    -- Each spawned task keeps a table alive while it waits, until the VM is full.
+    -- Each spawned task keeps a table alive while it waits, until the VM is full. The behaviour
+    -- under test: the waits outlast the test, so only the VM's retirement ends them.
     for i = 1, 1e9 do
         local hold = table.create(1000, i)
-        task.spawn(function() task.wait(5) return hold end)
+        task.spawn(function() task.wait(60) return hold end) -- the behaviour under test
     end
 end
 function M.fresh() return jobs.context().fresh end
 function M.double(x) return x * 2 end
-function M.park() task.wait(5) return "woke" end
+-- The behaviour under test: parked past the test's end, so only the VM's retirement ends it.
+function M.park() task.wait(60) return "woke" end
 return M
 "#;
 
@@ -202,7 +216,8 @@ fn a_worker_vm_that_reached_its_limit_is_retired_and_built_anew() {
         )
         .unwrap();
     assert_eq!(text(&v), "42 true");
-    assert!(started.elapsed() < std::time::Duration::from_secs(4));
+    // Not a performance claim: far short of the 60 s the dead tasks waited, far past any machine.
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
 }
 
 const NESTING: &str = r#"
@@ -301,7 +316,12 @@ fn cancelling_a_job_that_awaits_pool_work_cancels_that_work() {
         "m.luau",
         r#"
 local M = {}
-function M.slowMark() task.wait(0.3) hostMark() end
+-- Tells it runs, then parks on the "gate" queue, then marks.
+function M.slowMark()
+    jobs.shared.table("s").started = true
+    jobs.shared.queue("gate"):pop()
+    hostMark()
+end
 function M.waiter() return jobs.dispatch("./m", "slowMark"):await() end
 function M.double(x) return x * 2 end
 return M
@@ -309,17 +329,32 @@ return M
     )]);
     let pool = Pool::new(2);
     let domain = tree.domain_with(&pool, marks.plan());
-    let v = domain
-        .eval(
-            r#"local p = jobs.dispatch("./m", "waiter")
-               task.wait(0.05)
-               p:cancel()
-               task.wait(0.5)
-               return p:status()"#,
-        )
+    let gate = domain.shared().queue("gate", 4).unwrap();
+    let started = domain.shared().table("s").unwrap();
+    domain
+        .exec(r#"waiter = jobs.dispatch("./m", "waiter")"#)
         .unwrap();
-    assert_eq!(text(&v), "cancelled");
-    // The work the cancelled job waited on was cancelled with it: it never marked.
+    // The work the job awaits runs, and parks on the gate.
+    assert!(wait_until(Duration::from_secs(10), || started
+        .get("started")
+        .unwrap()
+        .is_some()
+        && gate.waiters() == 1));
+    let v = domain
+        .eval("local cancelled = waiter:cancel() return { cancelled, waiter:status() }")
+        .unwrap();
+    assert_eq!(
+        v,
+        Message::List(vec![Message::Boolean(true), string("cancelled")])
+    );
+    // The work the cancelled job waited on was cancelled with it: its pop leaves the gate, and
+    // a value pushed now stays queued, unmarked.
+    assert!(
+        wait_until(Duration::from_secs(10), || gate.waiters() == 0),
+        "the awaited work's pop still waits"
+    );
+    gate.push(Message::Integer(1)).unwrap();
+    assert_eq!(gate.len(), 1);
     assert_eq!(marks.count(), 0);
     still_serves_nesting(&domain);
 }
@@ -406,13 +441,26 @@ fn a_task_spawn_bomb_whose_tasks_fill_the_vm_is_caught_by_the_pcall_around_it() 
     // not in the loop, which would spawn on, each new task failing alone.
     let v = domain
         .eval(
-            r#"local ok, err = pcall(function()
+            r#"local spawned, ended = 0, 0
+               local ok, err = pcall(function()
                    for i = 1, 1e9 do
-                       task.spawn(function() local t = table.create(100000, i) task.wait(0.05) return t end)
+                       -- the behaviour under test: each task holds its table while it waits
+                       task.spawn(function()
+                           local t = table.create(100000, i)
+                           task.wait(0.05) -- the behaviour under test: it holds t meanwhile
+                           ended += 1
+                           return t
+                       end)
+                       spawned += 1
                    end
                end)
-               -- The spawned tasks hold the memory until they end.
-               task.wait(0.2)
+               -- The spawned tasks hold the memory until they end: wait for the last.
+               local start = os.clock()
+               while ended < spawned do
+                   -- no message built unless it fails: the VM is still full
+                   if os.clock() - start > 10 then error("the tasks never ended") end
+                   task.wait() -- a yield of one batch: the poll for the tasks' end
+               end
                return tostring(ok) .. " " .. tostring(err)"#,
         )
         .unwrap();

@@ -780,7 +780,7 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "large: run with --ignored"]
+    #[ignore = "large: run with --ignored (CI does: .ci/run)"]
     fn stress_large() {
         stress(4, 4, 250_000);
     }

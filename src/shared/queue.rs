@@ -200,7 +200,6 @@ impl SharedQueue {
     }
 
     /// Poppers waiting.
-    #[cfg(any(test, loom))]
     pub fn waiters(&self) -> usize {
         self.lock().waiters.len()
     }

@@ -76,6 +76,25 @@ impl SharedQueueRef {
         self.queue.is_closed()
     }
 
+    /// Pops waiting for a value now: parked Luau tasks and blocked host threads. A host (or a
+    /// test) reads it to know a pop has parked before it acts on the queue.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// let queue = domain.shared().queue("events", 16)?;
+    /// assert_eq!(queue.waiters(), 0);
+    /// domain.exec(r#"task.spawn(function() jobs.shared.queue("events"):pop() end)"#)?;
+    /// assert_eq!(queue.waiters(), 1);
+    /// # Ok::<(), skein::Error>(())
+    /// ```
+    pub fn waiters(&self) -> usize {
+        self.queue.waiters()
+    }
+
     /// Puts a copy of `value` at the back, or hands it to a waiting pop.
     ///
     /// # Errors

@@ -225,7 +225,14 @@ fn read_within_stops_early_on_a_huge_table() {
     assert_eq!(err.reason, TransferErrorKind::TooLarge { limit: 160 });
     // A buffer over the limit is refused before it is copied.
     let value = eval(&lua, "buffer.create(1000000)");
-    assert!(Message::read_within(&value, "message", 1000).is_err());
+    let err = Message::read_within(&value, "message", 1000).unwrap_err();
+    assert_eq!(err.path, "message");
+    assert_eq!(err.reason, TransferErrorKind::TooLarge { limit: 1000 });
+    // And inside a table, by the walk.
+    let value = eval(&lua, "{ buffer.create(1000000) }");
+    let err = Message::read_within(&value, "message", 1000).unwrap_err();
+    assert_eq!(err.path, "message[1]");
+    assert_eq!(err.reason, TransferErrorKind::TooLarge { limit: 1000 });
 }
 
 #[test]
