@@ -48,6 +48,7 @@ function M.markedSlowSet(a)
     hostMark()
     return M.slowSet(a)
 end
+-- Marks, then parks on engine frames, which run only when the test runs one.
 function M.nap(frames)
     hostMark()
     task.waitFrames(frames)

@@ -345,7 +345,7 @@ fn a_worker_s_spawn_calls_and_stop_are_profiled_on_its_own_thread() {
                 name = 'echo',
                 source = [[return function(m)
                     if m == 1 then jobs.shared.queue("sent"):pop() end
-                    task.wait(0.02)
+                    task.wait(0.02) -- the behaviour under test: a call's measured duration
                     return m
                 end]],
             }

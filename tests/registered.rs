@@ -192,6 +192,7 @@ fn a_luau_run_that_yields_is_running_and_is_not_started_again() {
             r#"
             n = 0
             job = jobs.register({ phase = "main", executor = { kind = "luau",
+                -- The behaviour under test: a run that yields across frames.
                 run = function() n += 1 task.waitFrames(3) end } })
             "#,
         )
