@@ -19,10 +19,13 @@ use crate::support::{
 const MODULE: &str = r#"
 local M = {}
 local count = 0
--- Records a command, waits, records another: the entry returns only after the wait.
+-- Records a command, waits `a.frames` engine frames, records another: the entry returns only
+-- after the wait. No frame runs unless the test runs one, so the job stays parked till then.
 function M.slowSet(a)
     world.set(a.id, a.v)
-    task.wait(a.wait)
+    if a.frames > 0 then
+        task.waitFrames(a.frames)
+    end
     world.set(a.id + 1, a.v)
     return "done"
 end
@@ -45,10 +48,15 @@ function M.markedSlowSet(a)
     hostMark()
     return M.slowSet(a)
 end
-function M.nap(s)
+-- Marks, then parks on engine frames, which run only when the test runs one.
+function M.nap(frames)
     hostMark()
-    task.wait(s)
+    task.waitFrames(frames)
     return "awake"
+end
+-- Neither records a command nor queries: it settles its host promise straight from the worker.
+function M.mark()
+    hostMark()
 end
 function M.bump()
     count += 1
@@ -102,38 +110,56 @@ fn rejection(result: skein::Result<Message>) -> skein::JobFailure {
     }
 }
 
-/// Runs frames for `span`, a frame every 20 ms.
-fn frames_for(domain: &ScriptDomain, span: Duration) {
-    let end = std::time::Instant::now() + span;
-    while std::time::Instant::now() < end {
+/// The worker VMs the pool's threads hold now.
+fn vms_held(pool: &Pool) -> usize {
+    pool.stats().iter().map(|s| s.vms_held).sum()
+}
+
+/// Waits until the pool's workers have dropped every VM of the domain's ended generations
+/// (nothing of them can run or post any more), then runs frames, which drain and count
+/// whatever those VMs posted before they went. A worker drops an ended generation's VMs when it
+/// next looks at them: the tests that use this park their jobs on frames, which it polls.
+#[track_caller]
+fn settle_ended(pool: &Pool, domain: &ScriptDomain) {
+    assert!(
+        wait_until(Duration::from_secs(10), || vms_held(pool) == 0),
+        "the old generation's worker VMs were never dropped: {:?}",
+        pool.stats()
+    );
+    for _ in 0..3 {
         domain.frame(FRAME);
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 #[test]
 fn a_restart_applies_none_of_the_old_generations_commands_and_rejects_its_promises() {
-    let (tree, pool) = (tree(), Pool::new(2));
+    // One worker runs the items in dispatch order, each to its end or its first yield.
+    let (tree, pool) = (tree(), Pool::new(1));
     let marks = Marks::default();
     let (mut domain, world, _) = setup_marked(&tree, &pool, &marks);
     let slow = map(&[
         ("id", Message::Integer(1)),
         ("v", string("old")),
-        ("wait", Message::Number(0.2)),
+        ("frames", Message::Number(1.0)),
     ]);
     let slow = domain.dispatch("./m", "slowSet", slow).unwrap();
     let quick = map(&[("id", Message::Integer(5)), ("v", string("old"))]);
-    let mut quick = domain.dispatch("./m", "set", quick).unwrap();
-    // The quick job returns right after its mark; its commands then wait in the mailbox for a
-    // frame that never comes.
-    assert!(wait_until(Duration::from_secs(5), || marks.count() == 1));
-    assert!(quick.wait_timeout(Duration::from_millis(50)).is_none());
+    let quick = domain.dispatch("./m", "set", quick).unwrap();
+    // The quick job posts its commands and settlement to the mailbox as it returns, before the
+    // worker takes the next item: once that item has run, they wait there for a frame that
+    // never comes.
+    let marker = domain.dispatch("./m", "mark", Message::Nil).unwrap();
+    assert_eq!(marker.wait().unwrap(), Message::Nil);
+    assert_eq!(marks.count(), 2);
+    assert_eq!(quick.status(), PromiseStatus::Pending);
     assert_eq!(domain.generation().get(), 1);
     assert_eq!(domain.restart(skein::Load::Nothing).unwrap().get(), 2);
     assert_eq!(domain.generation().get(), 2);
     // Its Apply event was already queued: discarded, counted, never applied.
     assert_eq!(domain.stale_events(), 1);
-    frames_for(&domain, Duration::from_millis(400));
+    // The slow job's VM goes with its generation; what it held never applies.
+    settle_ended(&pool, &domain);
+    assert_eq!(domain.stale_events(), 1);
     assert!(world.borrow().is_empty(), "{:?}", world.borrow());
     for (promise, job) in [(slow, "./m:slowSet"), (quick, "./m:set")] {
         let failure = rejection(promise.wait());
@@ -147,12 +173,13 @@ fn a_restart_applies_none_of_the_old_generations_commands_and_rejects_its_promis
 
 #[test]
 fn a_queued_item_of_the_old_generation_is_refused_unrun() {
+    // One worker: keyed items reach it in its inbox, in dispatch order.
     let (tree, pool) = (tree(), Pool::new(1));
     let (mut domain, world, _) = setup(&tree, &pool);
     let busy = map(&[
         ("id", Message::Integer(1)),
         ("v", string("old")),
-        ("wait", Message::Number(0.0)),
+        ("frames", Message::Number(0.0)),
     ]);
     // A keyed item behind a key whose first item is still waiting on its engine frame.
     let opts = JobOptions::new().key("k");
@@ -160,8 +187,19 @@ fn a_queued_item_of_the_old_generation_is_refused_unrun() {
     let second = domain
         .dispatch_with("./m", "bump", Message::Nil, &opts)
         .unwrap();
+    // The first item returns without yielding and posts its commands as it returns, before
+    // the worker starts the marker, keyed elsewhere.
+    let marker = JobOptions::new().key("marker");
+    let marker = domain.dispatch_with("./m", "mark", Message::Nil, &marker);
+    assert_eq!(marker.unwrap().wait().unwrap(), Message::Nil);
+    assert_eq!(first.status(), PromiseStatus::Pending);
     domain.restart(skein::Load::Nothing).unwrap();
-    frames_for(&domain, Duration::from_millis(100));
+    // The first item's commands were waiting in the mailbox: discarded, counted, never applied.
+    assert_eq!(domain.stale_events(), 1);
+    for _ in 0..3 {
+        domain.frame(FRAME);
+    }
+    assert_eq!(domain.stale_events(), 1);
     let failure = rejection(second.wait());
     assert_eq!(failure.kind, FailureKind::Refused);
     assert_eq!(
@@ -195,18 +233,21 @@ fn a_restart_with_forwarded_calls_in_flight_drops_and_counts_their_answers() {
     let host = domain.dispatch("./m", "get", args).unwrap();
     // No frame runs: the queries park their tasks and wait in the mailbox. Each is posted
     // right after its job's mark.
-    assert!(wait_until(Duration::from_secs(5), || marks.count() == 5));
-    std::thread::sleep(Duration::from_millis(50));
+    // A query posted after the restart still lands in its own generation's (old) mailbox, so
+    // each is stale whichever side of the restart it reaches.
+    assert!(wait_until(Duration::from_secs(10), || marks.count() == 5));
     domain.restart(skein::Load::Nothing).unwrap();
     assert!(
-        wait_until(Duration::from_secs(2), || {
+        wait_until(Duration::from_secs(10), || {
             domain.frame(FRAME);
             domain.stale_events() == 5
         }),
         "stale events: {}",
         domain.stale_events()
     );
-    frames_for(&domain, Duration::from_millis(100));
+    for _ in 0..3 {
+        domain.frame(FRAME);
+    }
     assert_eq!(domain.stale_events(), 5);
     assert_eq!(queries.load(Ordering::SeqCst), 0, "no query was answered");
     assert_eq!(world.borrow().len(), 1, "no command was applied");
@@ -225,12 +266,12 @@ fn a_worker_parked_on_a_query_while_the_engine_restarts_is_never_answered() {
     let (mut domain, world, queries) = setup_marked(&tree, &pool, &marks);
     world.borrow_mut().insert(1, string("one"));
     let args = map(&[("id", Message::Integer(1))]);
-    let mut parked = domain.dispatch("./m", "get", args).unwrap();
-    assert!(wait_until(Duration::from_secs(5), || marks.count() == 1));
-    assert!(parked.wait_timeout(Duration::from_millis(50)).is_none());
+    let parked = domain.dispatch("./m", "get", args).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || marks.count() == 1));
+    assert_eq!(parked.status(), PromiseStatus::Pending);
     domain.restart(skein::Load::Nothing).unwrap();
     // The query may reach the old mailbox before or after the restart: either way it is stale.
-    assert!(wait_until(Duration::from_secs(2), || {
+    assert!(wait_until(Duration::from_secs(10), || {
         domain.frame(FRAME);
         domain.stale_events() == 1
     }));
@@ -340,7 +381,9 @@ trait WaitWithFrames {
 
 impl WaitWithFrames for skein::Promise {
     fn unwrap_wait(mut self, domain: &ScriptDomain) -> Message {
-        for _ in 0..500 {
+        // A hang guard, not a performance claim.
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < end {
             domain.frame(FRAME);
             if let Some(result) = self.wait_timeout(Duration::from_millis(5)) {
                 return result.unwrap();
@@ -400,7 +443,7 @@ fn the_old_engine_vm_is_dropped_with_the_tasks_that_awaited_its_promises() {
             r#"
             local keep = held
             held = nil
-            jobs.dispatch("./m", "slowSet", { id = 1, v = "x", wait = 0.05 }):await()
+            jobs.dispatch("./m", "slowSet", { id = 1, v = "x", frames = 1 }):await()
             assert(keep)
             world.set(100, "resumed")
             "#,
@@ -410,7 +453,8 @@ fn the_old_engine_vm_is_dropped_with_the_tasks_that_awaited_its_promises() {
     domain.restart(skein::Load::Nothing).unwrap();
     assert_eq!(domain.tasks(), 0);
     assert_eq!(drops.load(Ordering::SeqCst), 1, "the old engine VM closed");
-    frames_for(&domain, Duration::from_millis(200));
+    // The job that task awaited ends with its worker VM, and frames run after it.
+    settle_ended(&pool, &domain);
     assert!(world.borrow().is_empty(), "the awaiting task never resumed");
 }
 
@@ -421,17 +465,22 @@ fn a_worker_gone_mid_forward_leaves_the_engine_answering_into_nothing() {
     let (domain, world, queries) = setup_marked(&tree, &pool, &marks);
     world.borrow_mut().insert(1, string("one"));
     let args = map(&[("id", Message::Integer(1))]);
-    let mut parked = domain.dispatch("./m", "get", args.clone()).unwrap();
-    assert!(wait_until(Duration::from_secs(5), || marks.count() == 1));
-    assert!(parked.wait_timeout(Duration::from_millis(50)).is_none());
-    // The asking task is cancelled while its query waits on the engine thread.
+    let parked = domain.dispatch("./m", "get", args.clone()).unwrap();
+    // One worker: the marker runs only once the asking job has posted its query and parked.
+    let marker = domain.dispatch("./m", "mark", Message::Nil).unwrap();
+    assert_eq!(marker.wait().unwrap(), Message::Nil);
+    assert_eq!(marks.count(), 2);
+    assert_eq!(parked.status(), PromiseStatus::Pending);
+    // The asking task is cancelled while its query waits on the engine thread. The cancel is
+    // in the worker's inbox before the answer the frame below posts there, so the worker
+    // drops the task before the answer arrives.
     assert!(parked.cancel());
     assert_eq!(parked.status(), PromiseStatus::Cancelled);
-    std::thread::sleep(Duration::from_millis(50));
     // The engine answers it: the reply finds no task, and nothing waits for it.
     let started = std::time::Instant::now();
     let report = domain.frame(FRAME);
-    assert!(started.elapsed() < Duration::from_millis(500));
+    // A hang guard (the frame must not wait on the cancelled task), not a performance claim.
+    assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(report.forwarded_calls, 1);
     assert_eq!(queries.load(Ordering::SeqCst), 1);
     // The domain and the worker go on.
@@ -449,7 +498,7 @@ fn a_stop_answers_host_promises_whose_work_it_drops() {
     let slow = map(&[
         ("id", Message::Integer(1)),
         ("v", string("old")),
-        ("wait", Message::Number(0.2)),
+        ("frames", Message::Number(1.0)),
     ]);
     let keyed = domain
         .dispatch_with("./m", "markedSlowSet", slow, &opts)
@@ -458,9 +507,9 @@ fn a_stop_answers_host_promises_whose_work_it_drops() {
     let behind = domain
         .dispatch_with("./m", "bump", Message::Nil, &opts)
         .unwrap();
-    let napping = domain.dispatch("./m", "nap", Message::Number(0.2)).unwrap();
-    // Both are parked in the worker's VM.
-    assert!(wait_until(Duration::from_secs(5), || marks.count() == 2));
+    let napping = domain.dispatch("./m", "nap", Message::Number(1.0)).unwrap();
+    // Both are parked in the worker's VM, on a frame that never comes.
+    assert!(wait_until(Duration::from_secs(10), || marks.count() == 2));
     drop(domain);
     assert_eq!(
         rejection(behind.wait()).to_string(),

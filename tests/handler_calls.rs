@@ -32,6 +32,7 @@ fn a_task_a_handler_started_fails_later_under_its_own_handlers_label() {
         .exec(
             r#"
             local context = require("@skein/context")
+            -- The behaviour under test: a task the handler started fails a frame later.
             context.bind("ui", { update = function()
                 task.defer(function() task.waitFrames(1) error("late in ui") end)
             end })
@@ -63,6 +64,7 @@ fn named_handlers_that_fail_after_a_yield_are_reported_by_context_and_name() {
         .exec(
             r#"
             local events = require("@skein/events")
+            -- The behaviour under test: handlers that fail after a yield (a frame).
             events.on("hit", function() task.waitFrames(1) error("late hit") end, "ui")
             events.on("hit", function() task.waitFrames(1) error("bare hit") end)
             events.emit("hit", 1)

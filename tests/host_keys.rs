@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use skein::{Error, JobOptions, Message, Pool, ScriptDomain};
 
-use crate::support::{assert_contains, field, text, Tree};
+use crate::support::{assert_contains, field, text, wait_until, Tree};
 
 const MODULE: &str = r#"
 local lists = {}
@@ -15,7 +15,13 @@ return {
         lists[c.key] = (lists[c.key] or "") .. tostring(x)
         return { list = lists[c.key], worker = c.worker, fresh = c.fresh }
     end,
-    slow = function(x) task.wait(0.1) return x end,
+    -- Says it started on the shared queue "started", then holds its key's turn until the test
+    -- pushes to "gate".
+    slow = function(x)
+        jobs.shared.queue("started"):push(x)
+        jobs.shared.queue("gate"):pop()
+        return x
+    end,
 }
 "#;
 
@@ -66,11 +72,11 @@ fn release_answers_whether_the_pool_held_the_key_and_the_next_item_is_fresh() {
     assert!(domain.release("r").unwrap());
     // The item's promise settles just before its lane turn ends, and the release waits for that
     // turn: the binding goes a moment after the call.
-    let until = std::time::Instant::now() + Duration::from_secs(5);
-    while keys_held(&pool) != 0 && std::time::Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    assert_eq!(keys_held(&pool), 0);
+    assert!(
+        wait_until(Duration::from_secs(10), || keys_held(&pool) == 0),
+        "{:?}",
+        pool.stats()
+    );
     assert!(!domain.release("r").unwrap());
     assert!(!domain.release("never bound").unwrap());
     let again = append(&domain, "r", 2).wait().unwrap();
@@ -83,6 +89,8 @@ fn release_answers_whether_the_pool_held_the_key_and_the_next_item_is_fresh() {
 fn supersede_from_rust_rejects_the_queued_items_naming_the_superseding_one() {
     let (tree, pool) = setup(2);
     let domain = tree.domain(&pool);
+    let started = domain.shared().queue("started", 8).unwrap();
+    let gate = domain.shared().queue("gate", 8).unwrap();
     let slow = |x: &str, name: &str, supersede: bool| {
         let opts = JobOptions::new().key("s").name(name).supersede(supersede);
         domain
@@ -95,14 +103,24 @@ fn supersede_from_rust_rejects_the_queued_items_naming_the_superseding_one() {
             .unwrap()
     };
     let running = slow("first", "first", false);
-    let queued = slow("queued", "queued", false);
+    // The first item runs, and holds the key's turn until the test pushes to "gate".
+    let first = started.pop_blocking(Duration::from_secs(10)).unwrap();
+    assert_eq!(first.as_ref().map(text), Some("first".to_owned()));
+    let mut queued = slow("queued", "queued", false);
     let latest = slow("latest", "latest", true);
-    let err = queued.wait().unwrap_err();
+    // A hang guard: an item not superseded would wait on "gate".
+    let err = queued
+        .wait_timeout(Duration::from_secs(10))
+        .expect("the queued item was not refused")
+        .unwrap_err();
     assert!(matches!(err, Error::Job(_)), "{err:?}");
     assert_contains(
         &err.to_string(),
         "job 'queued' was refused unrun: superseded by job 'latest'",
     );
+    for _ in 0..2 {
+        gate.push(Message::Boolean(true)).unwrap();
+    }
     assert_eq!(text(&running.wait().unwrap()), "first");
     assert_eq!(text(&latest.wait().unwrap()), "latest");
 }

@@ -107,6 +107,7 @@ pub fn hostile_run(dir: &Path, args: &[&str]) -> Ended {
             let stderr = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
             panic!("the hostile run hung past {HANG:?}; stderr:\n{stderr}");
         }
+        // The poll interval of the hang guard above, not a wait for a state.
         std::thread::sleep(Duration::from_millis(20));
     };
     use std::os::unix::process::ExitStatusExt;
@@ -429,7 +430,8 @@ const BUSY: &str = r#"
 local M = {}
 function M.echo(x) return x end
 function M.sink(x) end
-function M.spin(s) local t = os.clock() while os.clock() - t < s do end end
+-- Busy without yielding until a value is pushed to the shared queue `name` (it takes one).
+function M.spinUntil(name) local q = jobs.shared.queue(name) while q:tryPop() == nil do end end
 return M
 "#;
 
@@ -438,7 +440,8 @@ return M
 fn queued_work_bomb(opts: &str) -> Ended {
     let main = format!(
         r#"
-local busy = {{ jobs.dispatch("./m", "spin", 1.0), jobs.dispatch("./m", "spin", 1.0) }}
+local go = jobs.shared.queue("go")
+local busy = {{ jobs.dispatch("./m", "spinUntil", "go"), jobs.dispatch("./m", "spinUntil", "go") }}
 local payload = string.rep("x", 100000)
 local sent = 0
 local ok, err = pcall(function()
@@ -446,11 +449,18 @@ local ok, err = pcall(function()
 end)
 print("sent", sent)
 print("caught", ok, err)
+-- The busy workers spin until now.
+go:push(true)
+go:push(true)
 for _, p in busy do p:await() end
+-- Refused at the job bound until the sinks drain: retry on that refusal only, under a deadline.
+local t = os.clock()
 while true do
     local accepted, p = pcall(jobs.dispatch, "./m", "echo", 41)
     if accepted then print("after", p:await() + 1) break end
-    task.wait(0.01)
+    assert(string.find(tostring(p), "past the bound of 268435456", 1, true), tostring(p))
+    assert(os.clock() - t < 60, "the job bound never made room")
+    task.wait(0.01) -- a poll interval under the deadline above
 end
 "#
     );
@@ -981,6 +991,8 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
     let ended = hostile_run(&tree.path(), &["main.luau"]);
     ended.exited(0).stdout_has("after\t42");
     assert!(!ended.stdout.contains("never"), "{}", ended.stdout);
+    // A hang guard, not a performance claim: the run takes milliseconds, and a cancelled timer
+    // that still held it would hold it 20 s (or forever).
     assert!(
         started.elapsed() < Duration::from_secs(15),
         "the run waited {:?} for cancelled timers",
@@ -1132,6 +1144,7 @@ local M = {}
 function M.bomb()
     for i = 1, 1e9 do
         local hold = string.rep("x", 1024 * 1024) .. i
+        -- The behaviour under test: tasks that outlive the job, holding its memory.
         task.spawn(function() task.wait(30) return hold end)
     end
 end
@@ -1192,13 +1205,22 @@ fn a_spawn_bomb_in_the_engine_is_caught_by_the_pcall_around_it() {
         (
             "main.luau",
             r#"
+-- A global, not an upvalue: the spawned function captures nothing, so making it allocates
+-- nothing and the bomb runs out of memory in task.spawn, as the test expects.
+alive = 0
 local ok, err = pcall(function()
     while true do
-        task.spawn(function() task.wait(0.5) end)
+        -- The behaviour under test: spawned tasks that live a while, filling the VM.
+        task.spawn(function() alive += 1 task.wait(0.5) alive -= 1 end)
     end
 end)
--- The spawned tasks hold the VM full until they end: wait for them before printing.
-task.wait(1)
+-- The spawned tasks hold the VM full until they end and the engine collects them (it does
+-- once the VM is above three quarters of its 512 MiB): wait for both before printing.
+local t = os.clock()
+while alive > 0 or gcinfo() > 384 * 1024 do
+    assert(os.clock() - t < 30, `the spawned tasks never went: {alive} alive, {gcinfo()} KiB`)
+    task.wait(0.05) -- a poll interval under the deadline above
+end
 print("caught", ok, err)
 print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
 "#,
@@ -1243,8 +1265,13 @@ fn failures_nobody_handles_make_the_run_exit_one_each_reported_once() {
             r#"
 local _ = jobs.dispatch("./m", "fail")
 task.spawn(function() error("spawned task failed") end)
-task.delay(0.01, function() error("delayed task failed") end)
-task.wait(0.1)
+local delayed = false
+task.delay(0.01, function() delayed = true error("delayed task failed") end)
+local t = os.clock()
+while not delayed do
+    assert(os.clock() - t < 60, "the delayed task never ran")
+    task.wait(0.01) -- a poll interval under the deadline above
+end
 print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
 "#,
         ),

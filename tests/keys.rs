@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use skein::{Message, Pool};
 
-use crate::support::{assert_contains, field, list, number, refusal, text, Tree};
+use crate::support::{assert_contains, field, list, number, refusal, text, wait_until, Tree};
 
 const KEYED: &str = r#"
 local M = {}
@@ -23,14 +23,15 @@ function M.append(x)
     lists[k] = lists[k] or {}
     running[k] = (running[k] or 0) + 1
     assert(running[k] == 1, "two items of one key ran at once")
-    task.wait(0.002)
+    task.wait(0.002) -- the behaviour under test: a yield inside the item, where another could run
     table.insert(lists[k], x)
     running[k] -= 1
     return { list = table.concat(lists[k], ","), worker = c.worker, fresh = c.fresh, key = c.key }
 end
 
+-- Holds its key's turn until the engine pushes to the shared queue "gate".
 function M.slow(x)
-    task.wait(0.1)
+    jobs.shared.queue("gate", { capacity = 16 }):pop()
     return x
 end
 
@@ -187,11 +188,13 @@ fn release_answers_whether_the_pool_held_the_key() {
     let out = domain
         .eval(
             r#"
+            local gate = jobs.shared.queue("gate", { capacity = 16 })
             local never = jobs.release("never-used")
             local p = jobs.dispatch("./keyed", "slow", 1, { key = "busy" })
             local whileRunning = jobs.release("busy")
             -- Only a release is pending for the key now: nothing more to release.
             local again = jobs.release("busy")
+            gate:push(true)
             p:await()
             local afterward = jobs.release("busy")
             return { never, whileRunning, again, afterward, jobs.dispatch("./keyed", "released", nil, { key = "other" }):await() }
@@ -210,15 +213,13 @@ fn release_answers_whether_the_pool_held_the_key() {
     );
     // The release of "busy" reaches its worker as a message after `p` settled: the stats row
     // catches up a moment later. Only "other" stays held.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while pool.stats().iter().map(|s| s.keys_held).sum::<usize>() != 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "keys held: {:?}",
-            pool.stats()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            pool.stats().iter().map(|s| s.keys_held).sum::<usize>() == 1
+        }),
+        "keys held: {:?}",
+        pool.stats()
+    );
 }
 
 #[test]
@@ -295,10 +296,14 @@ fn supersede_rejects_queued_items_naming_the_superseding_one_and_leaves_the_runn
     let out = domain
         .eval(
             r#"
+            local gate = jobs.shared.queue("gate", { capacity = 16 })
             local first = jobs.dispatch("./keyed", "slow", "first", { key = "s", name = "first" })
             local q1 = jobs.dispatch("./keyed", "slow", "q1", { key = "s", name = "q1" })
             local q2 = jobs.dispatch("./keyed", "slow", "q2", { key = "s", name = "q2" })
             local latest = jobs.dispatch("./keyed", "slow", "latest", { key = "s", name = "latest", supersede = true })
+            -- "first" holds the key's turn until now; enough for every item, should one not be
+            -- superseded.
+            for _ = 1, 4 do gate:push(true) end
             local ok1, e1 = pcall(function() return q1:await() end)
             local ok2, e2 = pcall(function() return q2:await() end)
             return { first:await(), tostring(ok1), tostring(e1), tostring(ok2), tostring(e2), latest:await(), q1:status() }
@@ -490,12 +495,15 @@ fn a_cancelled_failed_or_timed_out_item_hands_its_key_on() {
     let out = domain
         .eval(
             r#"
+            local gate = jobs.shared.queue("gate", { capacity = 16 })
             local running = jobs.dispatch("./keyed", "slow", 1, { key = "c" })
             local queued = jobs.dispatch("./keyed", "append", "cancelled", { key = "c" })
             queued:cancel()
             local failed = jobs.dispatch("./keyed", "fail", nil, { key = "c" })
             local spun = jobs.dispatch("./keyed", "spin", nil, { key = "c", deadline = 0.05 })
             local last = jobs.dispatch("./keyed", "append", "last", { key = "c" })
+            -- "running" holds the key's turn until now: the others are all queued behind it.
+            gate:push(true)
             running:await()
             local ok1, e1 = pcall(function() return failed:await() end)
             local ok2, e2 = pcall(function() return spun:await() end)

@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use skein::{Message, Pool};
 
-use crate::support::{assert_contains, number, refusal, text, Marks, Tree};
+use crate::support::{assert_contains, number, refusal, text, wait_until, Marks, Tree};
 
 const LOOP: &str = r#"
 local M = {}
--- Later chunks answer sooner, so completion order is the reverse of chunk order.
+-- Later chunks answer sooner, so completion order is the reverse of chunk order. A timer that
+-- staggers completions, not a wait for a state: a slow machine can only shrink the stagger
+-- (the results' order is what the tests assert, and it must not follow completion).
 function M.bounds(c)
     task.wait((8 - c.index) * 0.01)
     return `{c.index}:{c.first}..{c.last}#{c.count}`
@@ -24,25 +26,29 @@ function M.bytes(c)
     return `{c.index}:{c.first}..{c.last}:{buffer.tostring(c.data)}`
 end
 function M.hasData(c) return c.data == nil end
+-- Marks, parks on the shared queue "hold" until the test pushes to it, and marks again.
 function M.failThird(c)
     if c.index == 3 then error("chunk three fails on purpose") end
     hostMark()
-    task.wait(0.6)
+    jobs.shared.queue("hold"):pop()
     hostMark()
     return c.index
 end
--- Holds the worker without yielding for `seconds`.
-function M.spin(seconds)
-    local t = os.clock()
-    while os.clock() - t < seconds do end
+-- Holds the worker without yielding until a value is pushed to the shared queue `name`.
+function M.spinUntil(name)
+    local q = jobs.shared.queue(name)
+    while q:tryPop() == nil do end
     return true
 end
+-- Marks and says so on the shared queue "started", parks on "hold", and marks again.
 function M.markAndWait(c)
     hostMark()
-    task.wait(0.3)
+    jobs.shared.queue("started"):push(c.index)
+    jobs.shared.queue("hold"):pop()
     hostMark()
     return c.index
 end
+function M.nothing() end
 function M.spinSecond(c)
     if c.index == 2 then while true do end end
     return c.index
@@ -73,6 +79,22 @@ return M
 
 fn setup(workers: usize) -> (Tree, Pool) {
     (Tree::new(&[("loop.luau", LOOP)]), Pool::new(workers))
+}
+
+/// Pushes `n` values to the shared queue "hold", where the chunks of `failThird` and
+/// `markAndWait` park, and asserts that all `n` stay there: no chunk is left to pop them. A
+/// push may reach a pop still parked in a VM whose stop has not landed yet; that VM gives the
+/// value back when the stop sweeps the pop, so the count is waited for.
+#[track_caller]
+fn assert_nothing_pops(hold: &skein::SharedQueueRef, n: usize) {
+    for i in 0..n {
+        hold.push(Message::Integer(i as i64)).unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || hold.len() == n),
+        "a stopped chunk took a value: {} of {n} left",
+        hold.len()
+    );
 }
 
 fn strings(m: &Message) -> Vec<String> {
@@ -172,6 +194,7 @@ fn a_chunk_that_raises_rejects_naming_it_and_stops_the_rest() {
     // One worker takes the chunks in order: 1 and 2 start and park, 3 raises.
     let pool = Pool::new(1);
     let domain = tree.domain_with(&pool, marks.plan());
+    let hold = domain.shared().queue("hold", 16).unwrap();
     let v = domain
         .eval(
             r#"
@@ -188,7 +211,12 @@ fn a_chunk_that_raises_rejects_naming_it_and_stops_the_rest() {
         "false job './loop:failThird' failed: chunk 3 of 8: ",
     );
     assert_contains(&message, "chunk three fails on purpose");
-    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(marks.count(), 2, "chunks 1 and 2 marked before parking");
+    // Chunks 1 and 2 were stopped while parked: what would wake them stays in the queue.
+    assert_nothing_pops(&hold, 2);
+    // One worker takes items in order: a chunk 4 to 8 left queued would run before this one.
+    let after = domain.dispatch("./loop", "nothing", Message::Nil).unwrap();
+    assert_eq!(after.wait().unwrap(), Message::Nil);
     assert_eq!(
         marks.count(),
         2,
@@ -235,11 +263,15 @@ fn cancel_stops_every_chunk() {
     let tree = Tree::new(&[("loop.luau", LOOP)]);
     let pool = Pool::new(2);
     let domain = tree.domain_with(&pool, marks.plan());
+    let hold = domain.shared().queue("hold", 16).unwrap();
+    let _ = domain.shared().queue("started", 16).unwrap();
     let v = domain
         .eval(
             r#"
+            local started = jobs.shared.queue("started")
             local p = jobs.parallelFor("./loop", "markAndWait", 4, nil, { chunks = 4 })
-            task.wait(0.1)
+            -- Every chunk has started, marked and is about to park before the cancel.
+            for _ = 1, 4 do started:pop() end
             local cancelled = p:cancel()
             local ok, err = pcall(function() return p:await() end)
             return `{cancelled} {ok} {p:status()} {err} {p:cancel()}`
@@ -247,7 +279,8 @@ fn cancel_stops_every_chunk() {
         )
         .unwrap();
     assert_eq!(text(&v), "true false cancelled cancelled false");
-    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(marks.count(), 4);
+    assert_nothing_pops(&hold, 4);
     assert_eq!(
         marks.count(),
         4,
@@ -261,21 +294,26 @@ fn cancelled_queued_chunks_never_run() {
     let tree = Tree::new(&[("loop.luau", LOOP)]);
     let pool = Pool::new(1);
     let domain = tree.domain_with(&pool, marks.plan());
-    // The only worker spins on an item queued first, so every chunk is still queued when the
-    // cancel lands, however the threads are scheduled.
+    let _ = domain.shared().queue("go", 1).unwrap();
+    let _ = domain.shared().queue("started", 64).unwrap();
+    let _ = domain.shared().queue("hold", 64).unwrap();
+    // The only worker spins on an item queued first until the cancel has landed, so every chunk
+    // is still queued then, however the threads are scheduled.
     let v = domain
         .eval(
             r#"
-            local busy = jobs.dispatch("./loop", "spin", 0.3)
+            local busy = jobs.dispatch("./loop", "spinUntil", "go")
             local p = jobs.parallelFor("./loop", "markAndWait", 50, nil, { chunks = 50 })
             p:cancel()
-            busy:await()
+            jobs.shared.queue("go"):push(true)
+            assert(busy:await())
+            -- One worker takes items in order: a chunk left queued would run before this one.
+            jobs.dispatch("./loop", "nothing"):await()
             return p:status()
             "#,
         )
         .unwrap();
     assert_eq!(text(&v), "cancelled");
-    std::thread::sleep(Duration::from_millis(300));
     assert_eq!(marks.count(), 0, "a cancelled chunk ran");
 }
 

@@ -38,6 +38,7 @@ return {
         return s
     end,
     chunk = function(c) return c.last - c.first end,
+    -- The behaviour under test: an item whose event must span its wait.
     nap = function(ms) task.wait(ms / 1000) return ms end,
 }
 "#;
@@ -68,6 +69,8 @@ fn context_calls_are_attributed_named_and_timed_on_the_engine_thread() {
         .mailbox()
         .post(EventTarget::All, Message::Integer(1))
         .unwrap();
+    // The behaviour under test: the event waits 20 ms in the queue, and its queue delay must
+    // count that wait.
     std::thread::sleep(Duration::from_millis(20));
     domain.drain_events();
     let calls = recorder.of(ProfileKind::ContextCall);
@@ -312,11 +315,20 @@ fn a_worker_s_spawn_calls_and_stop_are_profiled_on_its_own_thread() {
     let out = domain
         .eval(
             r#"
+            -- The first call ends no sooner than 20 ms after the engine has sent both messages
+            -- (it waits for "sent"), so the second message waits behind it at least that long.
+            -- The 20 ms timer is the behaviour under test: the calls' measured durations.
             local w = require('@skein/worker').spawn {
-                name = 'echo', source = 'return function(m) task.wait(0.02) return m end',
+                name = 'echo',
+                source = [[return function(m)
+                    if m == 1 then jobs.shared.queue("sent"):pop() end
+                    task.wait(0.02) -- the behaviour under test: a call's measured duration
+                    return m
+                end]],
             }
             w:send(1)
             w:send(2)
+            jobs.shared.queue("sent"):push(true)
             local a, b = w:receive(5), w:receive(5)
             return { a, b, w:join(5) }
             "#,
@@ -348,7 +360,7 @@ fn a_worker_s_spawn_calls_and_stop_are_profiled_on_its_own_thread() {
     }
     // The second message waited behind the first call.
     assert!(
-        calls[1].queue_delay.unwrap() >= Duration::from_millis(15),
+        calls[1].queue_delay.unwrap() >= Duration::from_millis(20),
         "{calls:?}"
     );
     assert_eq!(stopped[0].duration, Duration::ZERO);

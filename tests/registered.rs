@@ -2,11 +2,11 @@
 //! driven by `ScriptDomain::frame`, `JobHandle` transitions, failures reported once, the
 //! forwarded-call count, `jobs.find` / `inspect` / `list`, phases, and every refusal.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use skein::{JobStatus, Message, Pool, ScriptDomain};
 
-use crate::support::{assert_contains, field, list, number, text, Tree};
+use crate::support::{assert_contains, field, list, number, text, wait_until, Tree};
 
 /// The first line of the error `body` raises, without mlua's `runtime error: ` prefix.
 #[track_caller]
@@ -28,10 +28,11 @@ const MODULE: &str = r#"
 local M = {}
 local count = 0
 function M.double(x) return x * 2 end
--- Busy for `ms` milliseconds, then answers its input: an item that stays in flight a while.
+-- Busy without yielding until a value is pushed to the shared queue "go" (it takes one), then
+-- answers its input: an item that stays in flight until the test lets it go.
 function M.slow(a)
-    local until_ = os.clock() + a.ms / 1000
-    while os.clock() < until_ do end
+    local go = jobs.shared.queue("go", { capacity = 16 })
+    while go:tryPop() == nil do end
     return a.n
 end
 -- Module state a keyed job keeps between its items.
@@ -51,17 +52,24 @@ fn setup() -> (Tree, Pool) {
 /// Runs frames until `check` (a Luau expression) is true, failing after 10 s.
 #[track_caller]
 fn frames_until(domain: &ScriptDomain, check: &str) {
-    let end = Instant::now() + Duration::from_secs(10);
     let source = format!("return {check}");
-    while domain.eval(&source).unwrap() != Message::Boolean(true) {
-        assert!(
-            Instant::now() < end,
-            "`{check}` never held: {:?} {:?}",
-            domain.jobs(),
-            domain.take_reports()
-        );
+    let held = wait_until(Duration::from_secs(10), || {
         domain.frame(FRAME);
-        std::thread::sleep(Duration::from_millis(1));
+        domain.eval(&source).unwrap() == Message::Boolean(true)
+    });
+    assert!(
+        held,
+        "`{check}` never held: {:?} {:?}",
+        domain.jobs(),
+        domain.take_reports()
+    );
+}
+
+/// Lets `n` items of `slow` go: pushes `n` values to the shared queue "go".
+fn let_go(domain: &ScriptDomain, n: usize) {
+    let go = domain.shared().queue("go", 16).unwrap();
+    for _ in 0..n {
+        go.push(Message::Boolean(true)).unwrap();
     }
 }
 
@@ -184,6 +192,7 @@ fn a_luau_run_that_yields_is_running_and_is_not_started_again() {
             r#"
             n = 0
             job = jobs.register({ phase = "main", executor = { kind = "luau",
+                -- The behaviour under test: a run that yields across frames.
                 run = function() n += 1 task.waitFrames(3) end } })
             "#,
         )
@@ -248,7 +257,7 @@ fn a_worker_job_queues_nothing_for_nil_keeps_one_item_in_flight_and_applies_on_t
                     -- Every earlier item was applied before this input runs: one in flight.
                     if inputs ~= #applied then error("a second item while one was in flight") end
                     inputs += 1
-                    return { ms = 150, n = inputs }
+                    return { n = inputs }
                 end,
                 apply = function(result)
                     table.insert(applied, { result = result, engine = jobs.context() == nil })
@@ -265,22 +274,30 @@ fn a_worker_job_queues_nothing_for_nil_keeps_one_item_in_flight_and_applies_on_t
     domain.frame(FRAME);
     assert_eq!(int(&domain, "inputs"), 1.0);
     assert_eq!(string(&domain, "job:status()"), "running");
+    // While the slow item runs (until the test lets it go), frames start no second item.
     for _ in 0..5 {
         domain.frame(FRAME);
     }
-    // While the slow item runs, frames start no second item.
+    assert_eq!(string(&domain, "job:status()"), "running");
+    assert_eq!(int(&domain, "inputs"), 1.0);
+    assert_eq!(int(&domain, "#applied"), 0.0);
+    let_go(&domain, 1);
     frames_until(&domain, "#applied == 1");
     let first = domain.eval("return applied[1]").unwrap();
     assert_eq!(number(field(&first, "result")), 1.0);
     assert_eq!(field(&first, "engine"), &Message::Boolean(true));
     // The frame that applied the first started the second: never more than one in flight.
     assert!(int(&domain, "inputs") <= 2.0);
+    let_go(&domain, 1);
     frames_until(&domain, "#applied == 2");
     assert_eq!(
         number(field(&domain.eval("return applied[2]").unwrap(), "result")),
         2.0
     );
     assert!(int(&domain, "inputs") <= 3.0);
+    // A third item may have started: let it end, so no item spins past the test.
+    domain.eval("want = false").unwrap();
+    let_go(&domain, 1);
     assert_eq!(int(&domain, "job:info().failed_calls"), 0.0);
     assert!(domain.take_reports().is_empty());
 }
@@ -293,8 +310,9 @@ fn a_keyed_worker_job_keeps_module_state_between_items() {
         .eval(
             r#"
             seen = {}
-            -- An item of the same key holds the key's VM for 200 ms: the job's first item waits.
-            jobs.dispatch("./m", "slow", { ms = 200, n = 0 }, { key = "counter" })
+            -- An item of the same key holds the key's VM until the test lets it go: the job's
+            -- first item waits.
+            jobs.dispatch("./m", "slow", { n = 0 }, { key = "counter" })
             job = jobs.register({ phase = "main", executor = { kind = "worker",
                 module = "./m", entry = "counter", key = "counter", deadline = 60,
                 input = function() return true end,
@@ -302,6 +320,13 @@ fn a_keyed_worker_job_keeps_module_state_between_items() {
             "#,
         )
         .unwrap();
+    // The first frame queues the job's first item, behind the slow one.
+    domain.frame(FRAME);
+    assert_eq!(string(&domain, "job:status()"), "running");
+    // The behaviour under test: the item waits 100 ms for the key's VM, which the job's
+    // `waited_for_vm` must count.
+    std::thread::sleep(Duration::from_millis(100));
+    let_go(&domain, 1);
     frames_until(&domain, "#seen >= 3");
     let seen = domain.eval("return { seen[1], seen[2], seen[3] }").unwrap();
     assert_eq!(numbers(&seen), vec![1.0, 2.0, 3.0]);
@@ -382,14 +407,15 @@ fn a_failing_item_or_apply_errors_the_worker_job_once() {
 
 #[test]
 fn a_cancelled_worker_job_never_applies_its_item_in_flight() {
-    let (tree, pool) = setup();
+    // One worker: an item dispatched after the job's runs only once that one has ended.
+    let (tree, pool) = (Tree::new(&[("m.luau", MODULE)]), Pool::new(1));
     let domain = tree.domain(&pool);
     domain
         .eval(
             r#"
             applied = 0
             job = jobs.register({ phase = "main", executor = { kind = "worker",
-                module = "./m", entry = "slow", input = function() return { ms = 100, n = 1 } end,
+                module = "./m", entry = "slow", input = function() return { n = 1 } end,
                 apply = function() applied += 1 end } })
             "#,
         )
@@ -397,16 +423,16 @@ fn a_cancelled_worker_job_never_applies_its_item_in_flight() {
     domain.frame(FRAME);
     assert_eq!(string(&domain, "job:status()"), "running");
     domain.eval("assert(job:cancel())").unwrap();
-    std::thread::sleep(Duration::from_millis(250));
-    for _ in 0..5 {
-        domain.frame(FRAME);
-    }
-    assert_eq!(int(&domain, "applied"), 0.0);
-    // The pool finished the item: it still serves.
+    let_go(&domain, 1);
+    // The pool finished the item (its result has landed) before it serves the next one.
     let answer = domain
         .eval(r#"return jobs.dispatch("./m", "double", 4):await()"#)
         .unwrap();
     assert_eq!(answer, Message::Number(8.0));
+    for _ in 0..5 {
+        domain.frame(FRAME);
+    }
+    assert_eq!(int(&domain, "applied"), 0.0);
 }
 
 #[test]

@@ -47,6 +47,7 @@ fn run_os(cwd: &Path, args: &[OsString], limit: Duration) -> (i32, Vec<u8>, Stri
             let _ = child.wait();
             panic!("skein {args:?} still running after {limit:?}");
         }
+        // The poll interval of the hang guard above, not a wait for a state.
         std::thread::sleep(Duration::from_millis(10));
     };
     let code = status
@@ -289,6 +290,7 @@ fn failures_nobody_handles_exit_one_each_reported_once() {
             "task.spawn(function() error('spawned broke') end)\nprint('main done')\n",
             "main.luau:1: spawned broke",
         ),
+        // The behaviour under test in the next two: a failure after a yield (a timer).
         (
             "task.spawn after a wait",
             "task.spawn(function() task.wait(0.01) error('later broke') end)\nprint('main done')\n",
@@ -382,10 +384,16 @@ fn a_failing_job_the_script_awaits_or_inspects_is_handled() {
          print((pcall(now.await, now)))\n\
          local later = jobs.dispatch('./m', 'boom')\n\
          local looked = jobs.dispatch('./m', 'boom')\n\
-         task.wait(0.2)\n\
+         -- One worker runs them in order, and the engine learns in order: once 'looked' has\n\
+         -- failed, so has 'later', which is awaited only after it failed.\n\
+         local t = os.clock()\n\
+         while looked:status() == 'pending' do\n\
+           assert(os.clock() - t < 30, 'the job never failed')\n\
+           task.wait(0.01) -- a poll interval under the deadline above\n\
+         end\n\
          print((pcall(later.await, later)), looked:status())\n",
     );
-    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau"]);
+    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau", "--workers", "1"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, "false\nfalse\trejected\n");
     assert_eq!(stderr, "");
