@@ -86,6 +86,7 @@ pub fn wait_until(limit: std::time::Duration, done: impl Fn() -> bool) -> bool {
         if done() {
             return true;
         }
+        // The poll interval, not a wait for a state: `done` is the state.
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     done()
