@@ -118,9 +118,10 @@ fn a_task_spawn_bomb_is_caught_by_pcall_with_a_named_out_of_memory_text() {
                        spawned += 1
                    end
                end)
-               -- The spawned tasks hold the memory until they end: wait for the last.
+               -- The spawned tasks hold the memory until they end and the engine collects
+               -- the full VM: wait for both, or the text below has no room to be built.
                local start = os.clock()
-               while ended < spawned do
+               while ended < spawned or gcinfo() > 6 * 1024 do
                    -- no message built unless it fails: the VM is still full
                    if os.clock() - start > 10 then error("the tasks never ended") end
                    task.wait() -- a yield of one batch: the poll for the tasks' end
@@ -454,9 +455,10 @@ fn a_task_spawn_bomb_whose_tasks_fill_the_vm_is_caught_by_the_pcall_around_it() 
                        spawned += 1
                    end
                end)
-               -- The spawned tasks hold the memory until they end: wait for the last.
+               -- The spawned tasks hold the memory until they end and the engine collects
+               -- the full VM: wait for both, or the text below has no room to be built.
                local start = os.clock()
-               while ended < spawned do
+               while ended < spawned or gcinfo() > 6 * 1024 do
                    -- no message built unless it fails: the VM is still full
                    if os.clock() - start > 10 then error("the tasks never ended") end
                    task.wait() -- a yield of one batch: the poll for the tasks' end
