@@ -16,26 +16,18 @@
 //! built in both runs, so they cancel out. `cargo bench --bench dispatch_cost` runs once with
 //! 10,000 items and prints the wall time, as a smoke test.
 
+mod util;
+
 use std::time::Instant;
 
-use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+use skein::{Message, ScriptDomain};
 
 const WORKERS: usize = 2;
-const ECHO: &str = "local M = {}\nfunction M.run(x) return x end\nreturn M\n";
 
 /// Dispatches `n` echo items and awaits each, checking the sum so nothing is skipped.
 #[inline(never)]
 fn run(domain: &ScriptDomain, n: usize) {
-    let source = format!(
-        r#"
-        local n = {n}
-        local ps = table.create(n)
-        for i = 1, n do ps[i] = jobs.dispatch("./echo", "run", i) end
-        local sum = 0
-        for i = 1, n do sum += ps[i]:await() end
-        return sum
-        "#
-    );
+    let source = util::echo_loop(n);
     let sum = domain.eval(&source).expect("eval");
     let expected = (n as i64) * (n as i64 + 1) / 2;
     // A Luau number sum comes back a number, as nested values always did.
@@ -46,18 +38,15 @@ fn run(domain: &ScriptDomain, n: usize) {
 }
 
 fn main() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("echo.luau"), ECHO).expect("write module");
-    let pool = Pool::new(WORKERS);
-    let plan = Plan::new().root(dir.path().canonicalize().expect("canonical tempdir"));
-    let domain = ScriptDomain::new(&pool, DomainSpec::new("cost").plan(plan)).expect("domain");
+    let fixture = util::module_domain("cost", WORKERS, "echo.luau", util::ECHO);
+    let domain = &fixture.domain;
     // Warm the workers' VMs and the module caches outside the counted call.
-    run(&domain, 64);
+    run(domain, 64);
     let n = std::env::args()
         .nth(1)
         .map(|n| n.parse().expect("a count"))
         .unwrap_or(10_000);
     let t = Instant::now();
-    run(&domain, n);
+    run(domain, n);
     println!("dispatch + await x{n}: {:?}", t.elapsed());
 }
