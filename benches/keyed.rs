@@ -28,28 +28,11 @@ const WORKERS: usize = 2;
 /// Alternating rounds of keyed and unkeyed runs after the criterion groups.
 const ROUNDS: usize = 6;
 
-/// The Luau of one side: `KEYS` option tables made by `option` (an expression of `k`), then
-/// `ITEMS` dispatches passing them in turn, then every await.
-fn source(option: &str) -> String {
-    format!(
-        r#"
-        local opts = table.create({KEYS})
-        for k = 0, {KEYS} - 1 do opts[k + 1] = {option} end
-        local n = {ITEMS}
-        local ps = table.create(n)
-        for i = 1, n do ps[i] = jobs.dispatch("./echo", "run", i, opts[i % {KEYS} + 1]) end
-        local sum = 0
-        for i = 1, n do sum += ps[i]:await() end
-        return sum
-        "#
-    )
-}
-
 fn keyed(c: &mut Criterion) {
     let util::ModuleDomain { domain, pool, .. } =
         &util::module_domain("keyed", WORKERS, "echo.luau", util::ECHO);
-    let keyed_source = source(r#"{ key = "k" .. k }"#);
-    let unkeyed_source = source("{}");
+    let keyed_source = util::echo_loop_with_options(ITEMS, KEYS, r#"{ key = "k" .. k }"#);
+    let unkeyed_source = util::echo_loop_with_options(ITEMS, KEYS, "{}");
     let expected = (ITEMS as f64) * (ITEMS as f64 + 1.0) / 2.0;
     let mut group = c.benchmark_group("keyed");
     group

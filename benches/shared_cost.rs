@@ -17,6 +17,9 @@
 //!
 //! Modes, each on the table `hot`:
 //! - `get N`: `SharedTableRef::get` of the keys in turn, each answering an integer;
+//! - `get_arcswap N` and `get_rwlock N`: the same gets from a `HashMap<String, Message>` behind
+//!   an `ArcSwap` (one `load` a get, as Skein loads a version) and behind a `RwLock`, as
+//!   `shared_native`'s baselines read it;
 //! - `set N`: `set` of the keys in turn to another integer (the key exists: no growth);
 //! - `atomic N`: an uncontended `atomic` increment of one key;
 //! - `luau N`: `s += t.x` in a Luau loop on the engine VM (`t = jobs.shared.table("hot")`): a
@@ -32,8 +35,12 @@
 
 mod util;
 
+use std::collections::HashMap;
 use std::hint::black_box;
+use std::sync::RwLock;
 use std::time::Instant;
+
+use arc_swap::ArcSwap;
 
 use skein::{DomainSpec, MapKey, Message, Pool, ScriptDomain, SharedTableRef};
 
@@ -48,20 +55,24 @@ fn as_int(m: &Message) -> i64 {
     }
 }
 
-/// `n` gets of the keys in turn; the sum is checked so none is skipped.
+/// `n` gets of the keys in turn through `get(key index)`; the sum is checked so none is skipped.
 #[inline(never)]
-fn get(table: &SharedTableRef, keys: &[MapKey], n: usize) {
+fn lookups(n: usize, get: impl Fn(usize) -> Option<Message>) {
     let mut sum = 0;
     for i in 0..n {
-        sum += as_int(
-            &table
-                .get(keys[i % KEYS].clone())
-                .expect("get")
-                .expect("present"),
-        );
+        sum += as_int(&get(i % KEYS).expect("present"));
     }
     let expected: i64 = (0..n).map(|i| (i % KEYS) as i64).sum();
     assert_eq!(black_box(sum), expected);
+}
+
+/// The same 1,000 entries as a `HashMap`, for the baselines of `shared_native`'s read sides.
+fn baseline_map(names: &[&'static str]) -> HashMap<String, Message> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.to_string(), Message::Integer(i as i64)))
+        .collect()
 }
 
 /// `n` sets of the keys in turn; the last value written is checked.
@@ -126,7 +137,7 @@ fn run(mode: &str, n: usize) {
     let pool = Pool::new(1);
     let domain = ScriptDomain::new(&pool, DomainSpec::new("cost")).expect("domain");
     let table = domain.shared().table("hot").expect("table");
-    let (_, keys) = util::static_keys(KEYS);
+    let (names, keys) = util::static_keys(KEYS);
     for (i, key) in keys.iter().enumerate() {
         table
             .set(key.clone(), Message::Integer(i as i64))
@@ -136,14 +147,22 @@ fn run(mode: &str, n: usize) {
     // A number, as Luau's `s` is: a Luau integer does not add to a number.
     table.set("x", Message::Number(1.0)).expect("x");
     match mode {
-        "get" => get(&table, &keys, n),
+        "get" => lookups(n, |k| table.get(keys[k].clone()).expect("get")),
+        "get_arcswap" => {
+            let map = ArcSwap::from_pointee(baseline_map(&names));
+            lookups(n, |k| map.load().get(names[k]).cloned())
+        }
+        "get_rwlock" => {
+            let map = RwLock::new(baseline_map(&names));
+            lookups(n, |k| map.read().unwrap().get(names[k]).cloned())
+        }
         "set" => set(&table, &keys, n),
         "atomic" => atomic(&table, n),
         "luau" => luau(&domain, n),
         "write_big" => write(&domain, 1_000_000, n),
         "write_small" => write(&domain, 10, n),
         other => {
-            panic!("unknown mode {other}: get, set, atomic, luau, write_big or write_small")
+            panic!("unknown mode {other}: get, get_arcswap, get_rwlock, set, atomic, luau, write_big or write_small")
         }
     }
 }
@@ -153,7 +172,16 @@ fn main() {
     match args.as_slice() {
         [mode, n] => run(mode, n.parse().expect("a count")),
         _ => {
-            for mode in ["get", "set", "atomic", "luau", "write_big", "write_small"] {
+            for mode in [
+                "get",
+                "get_arcswap",
+                "get_rwlock",
+                "set",
+                "atomic",
+                "luau",
+                "write_big",
+                "write_small",
+            ] {
                 let t = Instant::now();
                 run(mode, 10_000);
                 println!("{mode} x10000 (with set-up): {:?}", t.elapsed());

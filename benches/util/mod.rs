@@ -232,3 +232,20 @@ pub fn echo_loop(n: usize) -> String {
         "#
     )
 }
+
+/// [`echo_loop`] with an options table on every dispatch: `tables` tables made once before the
+/// loop by `option` (a Luau expression of `k`, 0 to `tables - 1`), passed in turn.
+pub fn echo_loop_with_options(n: usize, tables: usize, option: &str) -> String {
+    format!(
+        r#"
+        local opts = table.create({tables})
+        for k = 0, {tables} - 1 do opts[k + 1] = {option} end
+        local n = {n}
+        local ps = table.create(n)
+        for i = 1, n do ps[i] = jobs.dispatch("./echo", "run", i, opts[i % {tables} + 1]) end
+        local sum = 0
+        for i = 1, n do sum += ps[i]:await() end
+        return sum
+        "#
+    )
+}
