@@ -1,7 +1,7 @@
 //! Deadline cost: a 10^8-iteration Luau loop run as a job under the default deadline (Skein
 //! installs its raw interrupt only once a run must stop, so this run has none) against the same
-//! loop in a plain `mlua::Lua` with no interrupt at all. The two alternate, five runs each; medians and their
-//! ratio are printed. Goal: at most 1.05x.
+//! loop in a plain `mlua::Lua` with no interrupt at all. The sides alternate (`util::alternate`),
+//! seven runs each; medians and their ratio are printed. Goal: at most 1.05x.
 //!
 //! A third, diagnostic side runs the same loop in a plain `mlua::Lua` whose raw interrupt
 //! callback returns at once: it prices Luau's interrupt hook itself, apart from what Skein's
