@@ -1,43 +1,90 @@
 //! Dispatch throughput: 100,000 dispatches of an entry that answers its argument, all awaited,
 //! on 2 workers, beside what a user would hand-roll with rayon and thread-local mlua VMs.
 //!
-//! Both sides are timed with criterion's `iter_custom`; the ratio of the medians (Skein items/s
-//! over baseline items/s) is printed at the end. Goal: at least 1.0x.
+//! Three sides: Skein issuing from a Luau loop (one `domain.eval`), Skein issuing from Rust
+//! (`ScriptDomain::dispatch` and `Promise::wait`, as the baseline issues), and the baseline. Each
+//! is timed with criterion's `iter_custom` and the ratios of the medians are printed at the end.
+//! Then the three run in alternating rounds (`util::alternate`), so a change of load on a shared
+//! machine falls on every side of a round alike, and each round's ratio is printed with their
+//! median: the figure to quote on a noisy machine. Both pools live for the whole bench (each
+//! parks its threads while the other side runs). Goal: Skein at least 1.0x the baseline.
+
+mod util;
 
 use std::cell::RefCell;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode, Throughput};
 use skein::mlua::{self, Lua};
-use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+use skein::{Message, Pool, ScriptDomain};
 
 const ITEMS: usize = 100_000;
 const WORKERS: usize = 2;
-const ECHO: &str = "local M = {}\nfunction M.run(x) return x end\nreturn M\n";
+/// Alternating rounds of the three sides after the criterion groups.
+const ROUNDS: usize = 6;
+const EXPECTED: i64 = (ITEMS as i64) * (ITEMS as i64 + 1) / 2;
 
-/// Per-item durations of each side, every call of `iter_custom` (warm-up included).
-static SKEIN: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
-static BASELINE: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
-static SKEIN_HOST: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+/// Skein's pool and domain with the echo module, and the Luau loop of the Luau-issued side.
+struct SkeinSide {
+    fixture: util::ModuleDomain,
+    source: String,
+}
 
-fn skein_side(c: &mut Criterion) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("echo.luau"), ECHO).expect("write module");
-    let pool = Pool::new(WORKERS);
-    let plan = Plan::new().root(dir.path().canonicalize().expect("canonical tempdir"));
-    let domain = ScriptDomain::new(&pool, DomainSpec::new("bench").plan(plan)).expect("domain");
-    let source = format!(
-        r#"
-        local n = {ITEMS}
-        local ps = table.create(n)
-        for i = 1, n do ps[i] = jobs.dispatch("./echo", "run", i) end
-        local sum = 0
-        for i = 1, n do sum += ps[i]:await() end
-        return sum
-        "#
-    );
-    let expected = (ITEMS as i64) * (ITEMS as i64 + 1) / 2;
+impl SkeinSide {
+    fn new() -> SkeinSide {
+        SkeinSide {
+            fixture: util::module_domain("bench", WORKERS, "echo.luau", util::ECHO),
+            source: util::echo_loop(ITEMS),
+        }
+    }
+
+    /// One run issued from Luau: `ITEMS` dispatches, then every await.
+    fn issue_from_luau(&self) {
+        let sum = self.fixture.domain.eval(&self.source).expect("eval");
+        assert_eq!(as_i64(&sum), EXPECTED);
+    }
+
+    /// The same work issued from Rust, as the hand-rolled baseline issues it: no Luau loop and no
+    /// PromiseHandle on the engine side, a host `Promise` per item instead.
+    fn issue_from_rust(&self) {
+        let promises: Vec<_> = (1..=ITEMS as i64)
+            .map(|i| {
+                self.fixture
+                    .domain
+                    .dispatch("./echo", "run", Message::Integer(i))
+                    .expect("dispatch")
+            })
+            .collect();
+        let sum: i64 = promises
+            .into_iter()
+            .map(|p| as_i64(&p.wait().expect("wait")))
+            .sum();
+        assert_eq!(sum, EXPECTED);
+    }
+}
+
+/// Times `iters` calls of `run` for criterion and keeps the per-run time under `name`.
+fn timed(name: &'static str, iters: u64, run: impl Fn()) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        run();
+    }
+    util::keep(name, start.elapsed(), iters)
+}
+
+/// The time of one call of `run`.
+fn once(run: impl Fn()) -> Duration {
+    let start = Instant::now();
+    run();
+    start.elapsed()
+}
+
+fn dispatch(c: &mut Criterion) {
+    let skein = SkeinSide::new();
+    let rayon = rayon::ThreadPoolBuilder::new()
+        .num_threads(WORKERS)
+        .build()
+        .expect("rayon pool");
     let mut group = c.benchmark_group("dispatch");
     group
         .sample_size(10)
@@ -46,43 +93,35 @@ fn skein_side(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(10))
         .throughput(Throughput::Elements(ITEMS as u64));
     group.bench_function(BenchmarkId::new("skein", ITEMS), |b| {
-        b.iter_custom(|iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                let sum = domain.eval(&source).expect("eval");
-                assert_eq!(as_i64(&sum), expected);
-            }
-            let took = start.elapsed();
-            SKEIN.lock().unwrap().push(took / iters as u32);
-            took
-        })
+        b.iter_custom(|iters| timed("skein", iters, || skein.issue_from_luau()))
     });
-    // The same work issued from Rust, as the hand-rolled baseline issues it: no Luau loop and no
-    // PromiseHandle on the engine side, a host `Promise` per item instead.
     group.bench_function(BenchmarkId::new("skein_host_issued", ITEMS), |b| {
-        b.iter_custom(|iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                let promises: Vec<_> = (1..=ITEMS as i64)
-                    .map(|i| {
-                        domain
-                            .dispatch("./echo", "run", Message::Integer(i))
-                            .expect("dispatch")
-                    })
-                    .collect();
-                let sum: i64 = promises
-                    .into_iter()
-                    .map(|p| as_i64(&p.wait().expect("wait")))
-                    .sum();
-                assert_eq!(sum, expected);
-            }
-            let took = start.elapsed();
-            SKEIN_HOST.lock().unwrap().push(took / iters as u32);
-            took
-        })
+        b.iter_custom(|iters| timed("skein_host", iters, || skein.issue_from_rust()))
+    });
+    group.bench_function(BenchmarkId::new("rayon_mlua_baseline", ITEMS), |b| {
+        b.iter_custom(|iters| timed("baseline", iters, || baseline_run(&rayon)))
     });
     group.finish();
-    phases(&pool, &domain);
+    phases(&skein.fixture.pool, &skein.fixture.domain);
+
+    let [luau, host, base] = util::alternate(
+        ROUNDS,
+        [
+            &mut || once(|| skein.issue_from_luau()),
+            &mut || once(|| skein.issue_from_rust()),
+            &mut || once(|| baseline_run(&rayon)),
+        ],
+    );
+    util::print_rounds(
+        "dispatch: skein (issued from Luau)/baseline throughput",
+        &util::ratio_per_round(&luau, &base),
+        "goal >= 1.00x",
+    );
+    util::print_rounds(
+        "dispatch: skein (issued from Rust)/baseline throughput",
+        &util::ratio_per_round(&host, &base),
+        "informative",
+    );
 }
 
 /// Diagnostic, outside criterion: where one run of the Skein side spends its time (issuing the
@@ -135,7 +174,7 @@ fn baseline_item(x: i64) -> i64 {
         let mut slot = slot.borrow_mut();
         let (_, run) = slot.get_or_insert_with(|| {
             let lua = Lua::new();
-            let module: mlua::Table = lua.load(ECHO).eval().expect("load echo");
+            let module: mlua::Table = lua.load(util::ECHO).eval().expect("load echo");
             let run: mlua::Function = module.get("run").expect("run");
             (lua, run)
         });
@@ -143,40 +182,18 @@ fn baseline_item(x: i64) -> i64 {
     })
 }
 
-fn baseline_side(c: &mut Criterion) {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(WORKERS)
-        .build()
-        .expect("rayon pool");
-    let expected = (ITEMS as i64) * (ITEMS as i64 + 1) / 2;
-    let mut group = c.benchmark_group("dispatch");
-    group
-        .sample_size(10)
-        .sampling_mode(SamplingMode::Flat)
-        .warm_up_time(Duration::from_secs(2))
-        .measurement_time(Duration::from_secs(10))
-        .throughput(Throughput::Elements(ITEMS as u64));
-    group.bench_function(BenchmarkId::new("rayon_mlua_baseline", ITEMS), |b| {
-        b.iter_custom(|iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                let (tx, rx) = crossbeam_channel::unbounded::<i64>();
-                for i in 1..=ITEMS as i64 {
-                    let tx = tx.clone();
-                    pool.spawn(move || {
-                        let _ = tx.send(baseline_item(i));
-                    });
-                }
-                drop(tx);
-                let sum: i64 = (0..ITEMS).map(|_| rx.recv().expect("result")).sum();
-                assert_eq!(sum, expected);
-            }
-            let took = start.elapsed();
-            BASELINE.lock().unwrap().push(took / iters as u32);
-            took
-        })
-    });
-    group.finish();
+/// One baseline run: `ITEMS` spawns on the rayon pool, each answering through a channel.
+fn baseline_run(pool: &rayon::ThreadPool) {
+    let (tx, rx) = crossbeam_channel::unbounded::<i64>();
+    for i in 1..=ITEMS as i64 {
+        let tx = tx.clone();
+        pool.spawn(move || {
+            let _ = tx.send(baseline_item(i));
+        });
+    }
+    drop(tx);
+    let sum: i64 = (0..ITEMS).map(|_| rx.recv().expect("result")).sum();
+    assert_eq!(sum, EXPECTED);
 }
 
 fn as_i64(m: &Message) -> i64 {
@@ -195,33 +212,26 @@ fn as_f64(m: &Message) -> f64 {
     }
 }
 
-/// The median per-run time of one side, or `None` when a filter skipped it.
-fn median(samples: &Mutex<Vec<Duration>>) -> Option<Duration> {
-    let mut v = samples.lock().unwrap().clone();
-    v.sort();
-    v.get(v.len() / 2).copied()
-}
-
-criterion_group!(benches, skein_side, baseline_side);
+criterion_group!(benches, dispatch);
 
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
-    let (Some(skein), Some(base)) = (median(&SKEIN), median(&BASELINE)) else {
+    let (Some(skein), Some(base)) = (util::median("skein"), util::median("baseline")) else {
         println!("dispatch: one side was filtered out; no ratio");
         return;
     };
     let per_s = |d: Duration| ITEMS as f64 / d.as_secs_f64();
     println!(
-        "dispatch: skein {:.0} items/s ({:?} per {ITEMS}), baseline {:.0} items/s ({:?}); \
-         ratio skein/baseline = {:.2}x (goal >= 1.00x)",
+        "dispatch (criterion medians): skein {:.0} items/s ({:?} per {ITEMS}), baseline {:.0} \
+         items/s ({:?}); ratio skein/baseline = {:.2}x (goal >= 1.00x)",
         per_s(skein),
         skein,
         per_s(base),
         base,
         per_s(skein) / per_s(base)
     );
-    if let Some(host) = median(&SKEIN_HOST) {
+    if let Some(host) = util::median("skein_host") {
         println!(
             "dispatch (issued from Rust like the baseline): skein {:.0} items/s ({:?}); \
              ratio = {:.2}x",

@@ -15,27 +15,29 @@
 //! `totals:` between the two runs and divide by 10,000; the domain, the pool and the VMs are
 //! built in both runs, so they cancel out. `cargo bench --bench dispatch_cost` runs once with
 //! 10,000 items and prints the wall time, as a smoke test.
+//!
+//! A second argument passes an options table on every dispatch, as `benches/keyed.rs` does:
+//! `empty` passes `{}`, `keyed` passes `{ key = "k" .. (i % 1000) }` (1,000 tables made before
+//! the loop, so the two differ only in the key). Their difference is what the key machinery
+//! costs per item, free of the machine's load.
+
+mod util;
 
 use std::time::Instant;
 
-use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+use skein::{Message, ScriptDomain};
 
 const WORKERS: usize = 2;
-const ECHO: &str = "local M = {}\nfunction M.run(x) return x end\nreturn M\n";
+/// Option tables (and keys) of the `empty` and `keyed` modes.
+const KEYS: usize = 1_000;
 
 /// Dispatches `n` echo items and awaits each, checking the sum so nothing is skipped.
 #[inline(never)]
-fn run(domain: &ScriptDomain, n: usize) {
-    let source = format!(
-        r#"
-        local n = {n}
-        local ps = table.create(n)
-        for i = 1, n do ps[i] = jobs.dispatch("./echo", "run", i) end
-        local sum = 0
-        for i = 1, n do sum += ps[i]:await() end
-        return sum
-        "#
-    );
+fn run(domain: &ScriptDomain, n: usize, options: Option<&str>) {
+    let source = match options {
+        None => util::echo_loop(n),
+        Some(option) => util::echo_loop_with_options(n, KEYS, option),
+    };
     let sum = domain.eval(&source).expect("eval");
     let expected = (n as i64) * (n as i64 + 1) / 2;
     // A Luau number sum comes back a number, as nested values always did.
@@ -46,18 +48,20 @@ fn run(domain: &ScriptDomain, n: usize) {
 }
 
 fn main() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("echo.luau"), ECHO).expect("write module");
-    let pool = Pool::new(WORKERS);
-    let plan = Plan::new().root(dir.path().canonicalize().expect("canonical tempdir"));
-    let domain = ScriptDomain::new(&pool, DomainSpec::new("cost").plan(plan)).expect("domain");
-    // Warm the workers' VMs and the module caches outside the counted call.
-    run(&domain, 64);
-    let n = std::env::args()
-        .nth(1)
-        .map(|n| n.parse().expect("a count"))
-        .unwrap_or(10_000);
+    let fixture = util::module_domain("cost", WORKERS, "echo.luau", util::ECHO);
+    let domain = &fixture.domain;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n = args.first().and_then(|n| n.parse().ok()).unwrap_or(10_000);
+    let options = match args.get(1).map(String::as_str) {
+        None => None,
+        Some("empty") => Some("{}"),
+        Some("keyed") => Some(r#"{ key = "k" .. k }"#),
+        Some(other) => panic!("unknown options {other}: empty or keyed"),
+    };
+    // Warm the workers' VMs, the module caches and (keyed) every key's binding outside the
+    // counted call.
+    run(domain, KEYS, options);
     let t = Instant::now();
-    run(&domain, n);
+    run(domain, n, options);
     println!("dispatch + await x{n}: {:?}", t.elapsed());
 }

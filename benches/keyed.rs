@@ -3,58 +3,36 @@
 //! workers. Both sides are one `domain.eval` of a Luau loop that dispatches every item and then
 //! awaits every promise, as `benches/dispatch.rs` does.
 //!
-//! The 1,000 option tables are built once per run, before the loop, so the loop itself differs
-//! only in the key it passes: what is measured is the key machinery (lane lookup, binding,
-//! in-order release), not building a string and a table per item. The keys stay bound between
-//! runs, as a long-lived host's keys would: after the first run every key is already held.
+//! Both sides pass an options table on every dispatch, built once per run before the loop: the
+//! keyed side `{ key = "k" .. k }`, the unkeyed side `{}`. So both pay for reading `opts`, and the
+//! loops differ only in the key: what is measured is the key machinery (lane lookup, binding,
+//! in-order release), not building a string and a table per item, nor reading the options. The
+//! keys stay bound between runs, as a long-lived host's keys would: after the first run every
+//! key is already held.
 //!
 //! Each side is timed with criterion's `iter_custom`; the ratio of the medians (keyed items/s over
-//! unkeyed items/s) is printed at the end.
+//! unkeyed items/s) is printed at the end. Then the two run in alternating rounds
+//! (`util::alternate`), and each round's ratio is printed with their median: the figure to quote
+//! on a shared machine.
 
-use std::sync::Mutex;
+mod util;
+
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode, Throughput};
-use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+use skein::{Message, ScriptDomain};
 
 const ITEMS: usize = 100_000;
 const KEYS: usize = 1_000;
 const WORKERS: usize = 2;
-/// Keyed and unkeyed runs timed back to back after the criterion groups.
-const PAIRS: usize = 4;
-const ECHO: &str = "local M = {}\nfunction M.run(x) return x end\nreturn M\n";
-
-static KEYED: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
-static UNKEYED: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+/// Alternating rounds of keyed and unkeyed runs after the criterion groups.
+const ROUNDS: usize = 6;
 
 fn keyed(c: &mut Criterion) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("echo.luau"), ECHO).expect("write module");
-    let pool = Pool::new(WORKERS);
-    let plan = Plan::new().root(dir.path().canonicalize().expect("canonical tempdir"));
-    let domain = ScriptDomain::new(&pool, DomainSpec::new("keyed").plan(plan)).expect("domain");
-    let keyed_source = format!(
-        r#"
-        local opts = table.create({KEYS})
-        for k = 0, {KEYS} - 1 do opts[k + 1] = {{ key = "k" .. k }} end
-        local n = {ITEMS}
-        local ps = table.create(n)
-        for i = 1, n do ps[i] = jobs.dispatch("./echo", "run", i, opts[i % {KEYS} + 1]) end
-        local sum = 0
-        for i = 1, n do sum += ps[i]:await() end
-        return sum
-        "#
-    );
-    let unkeyed_source = format!(
-        r#"
-        local n = {ITEMS}
-        local ps = table.create(n)
-        for i = 1, n do ps[i] = jobs.dispatch("./echo", "run", i) end
-        local sum = 0
-        for i = 1, n do sum += ps[i]:await() end
-        return sum
-        "#
-    );
+    let util::ModuleDomain { domain, pool, .. } =
+        &util::module_domain("keyed", WORKERS, "echo.luau", util::ECHO);
+    let keyed_source = util::echo_loop_with_options(ITEMS, KEYS, r#"{ key = "k" .. k }"#);
+    let unkeyed_source = util::echo_loop_with_options(ITEMS, KEYS, "{}");
     let expected = (ITEMS as f64) * (ITEMS as f64 + 1.0) / 2.0;
     let mut group = c.benchmark_group("keyed");
     group
@@ -64,8 +42,8 @@ fn keyed(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(6))
         .throughput(Throughput::Elements(ITEMS as u64));
     for (name, source, into) in [
-        ("keyed_1000_keys", &keyed_source, &KEYED),
-        ("unkeyed", &unkeyed_source, &UNKEYED),
+        ("keyed_1000_keys", &keyed_source, "keyed"),
+        ("unkeyed", &unkeyed_source, "unkeyed"),
     ] {
         group.bench_function(BenchmarkId::new(name, ITEMS), |b| {
             b.iter_custom(|iters| {
@@ -74,14 +52,12 @@ fn keyed(c: &mut Criterion) {
                     let sum = domain.eval(source).expect("eval");
                     assert_eq!(number(&sum), expected);
                 }
-                let took = start.elapsed();
-                into.lock().unwrap().push(took / iters as u32);
-                took
+                util::keep(into, start.elapsed(), iters)
             })
         });
     }
     group.finish();
-    alternating(&domain, &keyed_source, &unkeyed_source, expected);
+    alternating(domain, &keyed_source, &unkeyed_source, expected);
     println!("keyed: worker stats after both sides:");
     for w in pool.stats() {
         println!(
@@ -91,8 +67,8 @@ fn keyed(c: &mut Criterion) {
     }
 }
 
-/// Diagnostic, outside criterion: a few runs of each side back to back, so that a change of load
-/// on a shared machine hits both sides of a pair alike; prints each pair's ratio.
+/// After criterion: `ROUNDS` alternating rounds of the two sides (`util::alternate`), so that a
+/// change of load on a shared machine hits both sides of a round alike; prints each round's ratio.
 fn alternating(domain: &ScriptDomain, keyed: &str, unkeyed: &str, expected: f64) {
     let run = |source: &str| {
         let start = Instant::now();
@@ -101,16 +77,11 @@ fn alternating(domain: &ScriptDomain, keyed: &str, unkeyed: &str, expected: f64)
         assert_eq!(number(&sum), expected);
         took
     };
-    let ratios: Vec<String> = (0..PAIRS)
-        .map(|_| {
-            let k = run(keyed);
-            let u = run(unkeyed);
-            format!("{:.2}x", u.as_secs_f64() / k.as_secs_f64())
-        })
-        .collect();
-    println!(
-        "keyed: {PAIRS} alternating pairs, keyed/unkeyed throughput of each: {}",
-        ratios.join(", ")
+    let [k, u] = util::alternate(ROUNDS, [&mut || run(keyed), &mut || run(unkeyed)]);
+    util::print_rounds(
+        "keyed: keyed/unkeyed throughput",
+        &util::ratio_per_round(&k, &u),
+        "both sides pass an options table",
     );
 }
 
@@ -122,19 +93,12 @@ fn number(m: &Message) -> f64 {
     }
 }
 
-/// The median per-run time of one side, or `None` when a filter skipped it.
-fn median(samples: &Mutex<Vec<Duration>>) -> Option<Duration> {
-    let mut v = samples.lock().unwrap().clone();
-    v.sort();
-    v.get(v.len() / 2).copied()
-}
-
 criterion_group!(benches, keyed);
 
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
-    let (Some(keyed), Some(unkeyed)) = (median(&KEYED), median(&UNKEYED)) else {
+    let (Some(keyed), Some(unkeyed)) = (util::median("keyed"), util::median("unkeyed")) else {
         println!("keyed: one side was filtered out; no ratio");
         return;
     };

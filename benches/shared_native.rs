@@ -7,8 +7,12 @@
 //! criterion's `iter_custom` and the ratios of the medians are printed at the end. Goals: reads
 //! on 2 threads >= 2x `RwLock<HashMap>`; the contended `atomic` >= 1.0x the mutex.
 //!
-//! A fourth read side, `private`, gives each thread its own unshared `HashMap`: it is the
-//! control for what running a second thread costs on this machine when nothing is shared.
+//! A fourth read side, `arcswap`, reads an `ArcSwap<HashMap>`: a table published the way Skein
+//! publishes a shared table's versions (`arc_swap::ArcSwap`, one `load` per get, no lock and no
+//! shared counter on the read path), so it separates what the publication model gives from
+//! what Skein's own lookup costs. A fifth, `private`, gives each thread its own unshared
+//! `HashMap`: it is the control for what running a second thread costs on this machine when
+//! nothing is shared.
 //!
 //! Keys are built once as `MapKey`s over static bytes, so a get copies no key and bumps no
 //! shared reference count: what is timed is the table, not the key's allocation.
@@ -21,6 +25,7 @@ use std::sync::{Barrier, Mutex, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use skein::{DomainSpec, MapKey, Message, Pool, ScriptDomain, SharedTableRef};
@@ -39,19 +44,15 @@ struct Fixture {
     table: SharedTableRef,
     mutex: Mutex<HashMap<String, Message>>,
     rwlock: RwLock<HashMap<String, Message>>,
+    /// The same map published as Skein publishes a version: readers `load` a guard, take no lock.
+    arcswap: ArcSwap<HashMap<String, Message>>,
     /// One unshared map per thread: the control for what a second thread costs on this machine
     /// when nothing at all is shared.
     private: Vec<HashMap<String, Message>>,
 }
 
 fn fixture(domain: &ScriptDomain) -> Fixture {
-    let names: Vec<&'static str> = (0..KEYS)
-        .map(|i| &*Box::leak(format!("key{i}").into_boxed_str()))
-        .collect();
-    let keys: Vec<MapKey> = names
-        .iter()
-        .map(|n| MapKey::String(Bytes::from_static(n.as_bytes())))
-        .collect();
+    let (names, keys) = util::static_keys(KEYS);
     let table = domain.shared().table("hot").expect("table");
     let mut map = HashMap::new();
     for (i, (name, key)) in names.iter().zip(&keys).enumerate() {
@@ -68,6 +69,7 @@ fn fixture(domain: &ScriptDomain) -> Fixture {
         table,
         mutex: Mutex::new(map.clone()),
         private: vec![map.clone(), map.clone()],
+        arcswap: ArcSwap::from_pointee(map.clone()),
         rwlock: RwLock::new(map),
     }
 }
@@ -119,6 +121,7 @@ fn reads(f: &Fixture, side: &str, t: usize) {
         "skein" => read_loop(t, |k| f.table.get(f.keys[k].clone()).expect("get")),
         "mutex" => read_loop(t, |k| f.mutex.lock().unwrap().get(f.names[k]).cloned()),
         "private" => read_loop(t, |k| f.private[t].get(f.names[k]).cloned()),
+        "arcswap" => read_loop(t, |k| f.arcswap.load().get(f.names[k]).cloned()),
         _ => read_loop(t, |k| f.rwlock.read().unwrap().get(f.names[k]).cloned()),
     }
 }
@@ -147,6 +150,7 @@ fn native(c: &mut Criterion) {
         ("skein", "get/skein", "cpu:get/skein"),
         ("mutex", "get/mutex", "cpu:get/mutex"),
         ("rwlock", "get/rwlock", "cpu:get/rwlock"),
+        ("arcswap", "get/arcswap", "cpu:get/arcswap"),
         ("private", "get/private", "cpu:get/private"),
     ] {
         g.bench_function(BenchmarkId::new(side, "1 thread"), |b| {
@@ -172,6 +176,7 @@ fn native(c: &mut Criterion) {
         ("skein", "get2/skein", "cpu:get2/skein"),
         ("mutex", "get2/mutex", "cpu:get2/mutex"),
         ("rwlock", "get2/rwlock", "cpu:get2/rwlock"),
+        ("arcswap", "get2/arcswap", "cpu:get2/arcswap"),
         ("private", "get2/private", "cpu:get2/private"),
     ] {
         g.bench_function(BenchmarkId::new(side, "2 threads"), |b| {
@@ -313,6 +318,30 @@ fn main() {
         "informative",
     );
     ratio(
+        "get, 1 thread",
+        "get/skein",
+        OPS,
+        "get/arcswap",
+        OPS,
+        "same publication model: what Skein's lookup and answer cost over a HashMap's",
+    );
+    ratio(
+        "get, 2 threads",
+        "get2/skein",
+        2 * OPS,
+        "get2/arcswap",
+        2 * OPS,
+        "same publication model, 2 threads",
+    );
+    ratio(
+        "get, 2 threads",
+        "get2/arcswap",
+        2 * OPS,
+        "get2/rwlock",
+        2 * OPS,
+        "the publication model alone against the lock",
+    );
+    ratio(
         "get scaling",
         "get2/skein",
         2 * OPS,
@@ -325,6 +354,14 @@ fn main() {
         "get2/rwlock",
         2 * OPS,
         "get/rwlock",
+        OPS,
+        "2 threads over 1",
+    );
+    ratio(
+        "get scaling",
+        "get2/arcswap",
+        2 * OPS,
+        "get/arcswap",
         OPS,
         "2 threads over 1",
     );
@@ -369,7 +406,7 @@ fn main() {
         "uncontended; informative",
     );
     println!("CPU time per get (all threads' CPU over all gets; the same on 1 and 2 threads = no contention):");
-    for side in ["skein", "rwlock", "mutex", "private"] {
+    for side in ["skein", "arcswap", "rwlock", "mutex", "private"] {
         let per = |name: String, ops: usize| {
             util::median(&name).map_or(f64::NAN, |d| d.as_secs_f64() * 1e9 / ops as f64)
         };

@@ -1,6 +1,7 @@
 //! What the benches have in common: every measure keeps its per-iteration times (warm-up
-//! included) under a name, so `main` can print ratios of medians taken in the same run; and the
-//! chunks `parallelFor` cuts, for the baselines that cut the same way.
+//! included) under a name, so `main` can print ratios of medians taken in the same run; sides run
+//! in alternating rounds, so a change of load on a shared machine falls on every side of a ratio
+//! alike; and the chunks `parallelFor` cuts, for the baselines that cut the same way.
 
 #![allow(dead_code)]
 
@@ -8,8 +9,10 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use bytes::Bytes;
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
+use skein::{DomainSpec, MapKey, Plan, Pool, ScriptDomain};
 
 /// Per-iteration durations by measure name.
 static SAMPLES: Mutex<BTreeMap<&'static str, Vec<Duration>>> = Mutex::new(BTreeMap::new());
@@ -116,4 +119,133 @@ pub fn split(n: usize, chunks: usize) -> Vec<(usize, usize, usize)> {
             run
         })
         .collect()
+}
+
+/// Runs `rounds` rounds in which every side runs once, and answers each side's times, round by
+/// round. Each side answers the time of its one run. The order turns round every other round
+/// (A B, B A, A B ...), so that no side always runs right after the same other side (after its
+/// garbage, its parked threads, its warm caches).
+///
+/// A criterion group runs one side for seconds before the next starts, so a load that comes and
+/// goes on a shared machine can land on one side only; within a round the sides run
+/// back to back, so a ratio taken within a round sees nearly the same machine on both sides.
+pub fn alternate<const N: usize>(
+    rounds: usize,
+    sides: [&mut dyn FnMut() -> Duration; N],
+) -> [Vec<Duration>; N] {
+    let mut times: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(rounds));
+    for round in 0..rounds {
+        for step in 0..N {
+            let side = if round % 2 == 0 { step } else { N - 1 - step };
+            times[side].push(sides[side]());
+        }
+    }
+    times
+}
+
+/// The throughput of `a` over that of `b`, round by round: `b`'s time over `a`'s, for two sides
+/// that do the same work (scale with [`ratio_per_round_of`] when they do not).
+pub fn ratio_per_round(a: &[Duration], b: &[Duration]) -> Vec<f64> {
+    ratio_per_round_of(a, 1, b, 1)
+}
+
+/// The throughput of `a` (`a_ops` operations a run) over that of `b` (`b_ops` a run), round by
+/// round.
+pub fn ratio_per_round_of(a: &[Duration], a_ops: usize, b: &[Duration], b_ops: usize) -> Vec<f64> {
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| per_s(a_ops, *a) / per_s(b_ops, *b))
+        .collect()
+}
+
+/// The median of some ratios (the upper one of the middle two for an even count, as [`median`]
+/// does for times).
+pub fn median_ratio(ratios: &[f64]) -> f64 {
+    let mut v = ratios.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Prints one line: each round's ratio and their median, e.g.
+/// `keyed/unkeyed throughput, 6 alternating rounds: 0.62x 0.69x ...; median 0.66x (note)`.
+pub fn print_rounds(label: &str, ratios: &[f64], note: &str) {
+    let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}x")).collect();
+    println!(
+        "{label}, {} alternating rounds: {}; median {:.2}x ({note})",
+        ratios.len(),
+        each.join(" "),
+        median_ratio(ratios)
+    );
+}
+
+/// `n` string keys `key0`, `key1` ... as names and as `MapKey`s over static bytes, so a get with
+/// one copies no key and bumps no shared reference count: what is timed or counted is the table,
+/// not the key's allocation.
+pub fn static_keys(n: usize) -> (Vec<&'static str>, Vec<MapKey>) {
+    let names: Vec<&'static str> = (0..n)
+        .map(|i| &*Box::leak(format!("key{i}").into_boxed_str()))
+        .collect();
+    let keys = names
+        .iter()
+        .map(|n| MapKey::String(Bytes::from_static(n.as_bytes())))
+        .collect();
+    (names, keys)
+}
+
+/// A module whose `run` answers its argument: the item of the dispatch benches.
+pub const ECHO: &str = "local M = {}\nfunction M.run(x) return x end\nreturn M\n";
+
+/// A pool and a domain whose plan root is a temporary folder holding one module.
+pub struct ModuleDomain {
+    // Fields drop in order: the domain before its pool, the folder last.
+    pub domain: ScriptDomain,
+    pub pool: Pool,
+    _root: tempfile::TempDir,
+}
+
+/// A pool of `workers` and a domain `name` whose root holds `file` with `source`, so
+/// `jobs.dispatch("./<file's stem>", ...)` reaches it.
+pub fn module_domain(name: &str, workers: usize, file: &str, source: &str) -> ModuleDomain {
+    let root = tempfile::tempdir().expect("tempdir");
+    std::fs::write(root.path().join(file), source).expect("write module");
+    let pool = Pool::new(workers);
+    let plan = Plan::new().root(root.path().canonicalize().expect("canonical tempdir"));
+    let domain = ScriptDomain::new(&pool, DomainSpec::new(name).plan(plan)).expect("domain");
+    ModuleDomain {
+        domain,
+        pool,
+        _root: root,
+    }
+}
+
+/// The Luau of a dispatch run: `n` dispatches of `./echo`'s `run` from one loop, then an await of
+/// each, answering the sum (`n (n + 1) / 2`).
+pub fn echo_loop(n: usize) -> String {
+    format!(
+        r#"
+        local n = {n}
+        local ps = table.create(n)
+        for i = 1, n do ps[i] = jobs.dispatch("./echo", "run", i) end
+        local sum = 0
+        for i = 1, n do sum += ps[i]:await() end
+        return sum
+        "#
+    )
+}
+
+/// [`echo_loop`] with an options table on every dispatch: `tables` tables made once before the
+/// loop by `option` (a Luau expression of `k`, 0 to `tables - 1`), passed in turn.
+pub fn echo_loop_with_options(n: usize, tables: usize, option: &str) -> String {
+    format!(
+        r#"
+        local opts = table.create({tables})
+        for k = 0, {tables} - 1 do opts[k + 1] = {option} end
+        local n = {n}
+        local ps = table.create(n)
+        for i = 1, n do ps[i] = jobs.dispatch("./echo", "run", i, opts[i % {tables} + 1]) end
+        local sum = 0
+        for i = 1, n do sum += ps[i]:await() end
+        return sum
+        "#
+    )
 }

@@ -1,0 +1,207 @@
+//! A driver for counting instructions (not a timed benchmark): runs one shared-table operation N
+//! times on a 1,000-key table built as `benches/shared_native.rs` builds its own (string keys
+//! `key0`.. over static bytes, integer values), so `valgrind --tool=callgrind` can count what one
+//! operation costs. Run it at two counts and divide the difference, so set-up cancels out:
+//!
+//! ```text
+//! for n in 10000 20000; do
+//!     valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=cg.get.$n.%p \
+//!         target/release/deps/shared_cost-* get $n
+//! done
+//! ```
+//!
+//! `--separate-threads=yes` writes one file per thread; every operation runs on the calling
+//! thread, `-01` (the one pool worker only sleeps). Subtract that file's `totals:` between the two
+//! runs and divide by 10,000: the pool, the domain and the table are built in both runs, so they
+//! cancel out, and the loop's own few instructions stay in the figure.
+//!
+//! Modes, each on the table `hot`:
+//! - `get N`: `SharedTableRef::get` of the keys in turn, each answering an integer;
+//! - `get_arcswap N` and `get_rwlock N`: the same gets from a `HashMap<String, Message>` behind
+//!   an `ArcSwap` (one `load` a get, as Skein loads a version) and behind a `RwLock`, as
+//!   `shared_native`'s baselines read it;
+//! - `set N`: `set` of the keys in turn to another integer (the key exists: no growth);
+//! - `atomic N`: an uncontended `atomic` increment of one key;
+//! - `luau N`: `s += t.x` in a Luau loop on the engine VM (`t = jobs.shared.table("hot")`): a
+//!   read of a shared table from Luau, with the loop's bytecode in the figure;
+//! - `write_big N` and `write_small N`: `set` of one integer key of a 1,000,000-entry and of a
+//!   10-entry table, each stored at `data` of its own named table and written through
+//!   `table_at`, as `benches/shared_big.rs` writes them: the write copies the path to the key,
+//!   so the big write's count over the small one's is how the cost grows with the table's depth.
+//!   Building the 1M-entry table costs over a billion instructions, and the hash seed (new each
+//!   run) moves that by hundreds of millions, so these two are not differenced: count only the
+//!   writes, and divide by N:
+//!
+//! ```text
+//! valgrind --tool=callgrind --toggle-collect='shared_cost::writes' \
+//!     --callgrind-out-file=cg.write_big.%p target/release/deps/shared_cost-* write_big 10000
+//! ```
+//!
+//!   The seed also sets how deep a key sits, so `set`, `atomic` and these two move from run to
+//!   run: run each a few times.
+//!
+//! `cargo bench --bench shared_cost` runs each mode once with 10,000 and prints wall time, as a
+//! smoke test.
+
+mod util;
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::RwLock;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+
+use skein::{DomainSpec, MapKey, Message, Pool, ScriptDomain, SharedTableRef};
+
+const KEYS: usize = 1_000;
+const COUNTER: &str = "counter";
+
+fn as_int(m: &Message) -> i64 {
+    match m {
+        Message::Integer(i) => *i,
+        Message::Number(n) => *n as i64,
+        other => panic!("expected a number, got {other:?}"),
+    }
+}
+
+/// `n` gets of the keys in turn through `get(key index)`; the sum is checked so none is skipped.
+#[inline(never)]
+fn lookups(n: usize, get: impl Fn(usize) -> Option<Message>) {
+    let mut sum = 0;
+    for i in 0..n {
+        sum += as_int(&get(i % KEYS).expect("present"));
+    }
+    let expected: i64 = (0..n).map(|i| (i % KEYS) as i64).sum();
+    assert_eq!(black_box(sum), expected);
+}
+
+/// The same 1,000 entries as a `HashMap`, for the baselines of `shared_native`'s read sides.
+fn baseline_map(names: &[&'static str]) -> HashMap<String, Message> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.to_string(), Message::Integer(i as i64)))
+        .collect()
+}
+
+/// `n` sets of the keys in turn; the last value written is checked.
+#[inline(never)]
+fn set(table: &SharedTableRef, keys: &[MapKey], n: usize) {
+    for i in 0..n {
+        table
+            .set(keys[i % KEYS].clone(), Message::Integer(-(i as i64)))
+            .expect("set");
+    }
+    let last = (n - 1) % KEYS;
+    let got = table
+        .get(keys[last].clone())
+        .expect("get")
+        .expect("present");
+    assert_eq!(as_int(&got), -((n - 1) as i64));
+}
+
+/// `n` uncontended `atomic` increments of one key; the count is checked.
+#[inline(never)]
+fn atomic(table: &SharedTableRef, n: usize) {
+    for _ in 0..n {
+        table
+            .atomic(COUNTER, |v| {
+                Some(Message::Integer(as_int(&v.expect("counter")) + 1))
+            })
+            .expect("atomic");
+    }
+    let got = table.get(COUNTER).expect("get").expect("present");
+    assert_eq!(as_int(&got), n as i64);
+}
+
+/// `n` reads `s += t.x` of the shared table from a Luau loop on the engine VM.
+#[inline(never)]
+fn luau(domain: &ScriptDomain, n: usize) {
+    let sum = domain
+        .eval(&format!(
+            "local t = jobs.shared.table('hot') local s = 0 for _ = 1, {n} do s += t.x end return s"
+        ))
+        .expect("eval");
+    assert_eq!(as_int(&sum), n as i64);
+}
+
+/// `n` sets of the middle key of a `size`-entry table held at `data` of its own named table.
+#[inline(never)]
+fn write(domain: &ScriptDomain, size: usize, n: usize) {
+    let root = domain.shared().table(format!("size{size}")).expect("table");
+    let entries = (0..size as i64).map(|i| (MapKey::Integer(i), Message::Integer(i)));
+    root.set("data", Message::Map(entries.collect()))
+        .expect("store");
+    let data = root.table_at("data").expect("handle");
+    let key = MapKey::Integer(size as i64 / 2);
+    writes(&data, &key, n);
+    let got = data.get(key).expect("get").expect("present");
+    assert_eq!(as_int(&got), -((n - 1) as i64));
+}
+
+/// The counted part of `write_big` and `write_small`: `n` sets of `key`.
+#[inline(never)]
+fn writes(data: &SharedTableRef, key: &MapKey, n: usize) {
+    for i in 0..n {
+        data.set(key.clone(), Message::Integer(-(i as i64)))
+            .expect("set");
+    }
+}
+
+fn run(mode: &str, n: usize) {
+    let pool = Pool::new(1);
+    let domain = ScriptDomain::new(&pool, DomainSpec::new("cost")).expect("domain");
+    let table = domain.shared().table("hot").expect("table");
+    let (names, keys) = util::static_keys(KEYS);
+    for (i, key) in keys.iter().enumerate() {
+        table
+            .set(key.clone(), Message::Integer(i as i64))
+            .expect("set");
+    }
+    table.set(COUNTER, Message::Integer(0)).expect("counter");
+    // A number, as Luau's `s` is: a Luau integer does not add to a number.
+    table.set("x", Message::Number(1.0)).expect("x");
+    match mode {
+        "get" => lookups(n, |k| table.get(keys[k].clone()).expect("get")),
+        "get_arcswap" => {
+            let map = ArcSwap::from_pointee(baseline_map(&names));
+            lookups(n, |k| map.load().get(names[k]).cloned())
+        }
+        "get_rwlock" => {
+            let map = RwLock::new(baseline_map(&names));
+            lookups(n, |k| map.read().unwrap().get(names[k]).cloned())
+        }
+        "set" => set(&table, &keys, n),
+        "atomic" => atomic(&table, n),
+        "luau" => luau(&domain, n),
+        "write_big" => write(&domain, 1_000_000, n),
+        "write_small" => write(&domain, 10, n),
+        other => {
+            panic!("unknown mode {other}: get, get_arcswap, get_rwlock, set, atomic, luau, write_big or write_small")
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.as_slice() {
+        [mode, n] => run(mode, n.parse().expect("a count")),
+        _ => {
+            for mode in [
+                "get",
+                "get_arcswap",
+                "get_rwlock",
+                "set",
+                "atomic",
+                "luau",
+                "write_big",
+                "write_small",
+            ] {
+                let t = Instant::now();
+                run(mode, 10_000);
+                println!("{mode} x10000 (with set-up): {:?}", t.elapsed());
+            }
+        }
+    }
+}
