@@ -3,8 +3,9 @@
 //! in it (with the path that names it). Then:
 //!
 //! - the read (`Message::read_within` on the value, or `FromLua` off the stack) must equal the
-//!   truth, or refuse exactly where the recipe made a refusal (a function, a metatable, a cycle, a
-//!   bad key, tables nested past `Limits::MAX_DEPTH`, a weight past the limit), with its text;
+//!   truth, or refuse exactly where the recipe made a refusal (a function, a foreign userdata, a
+//!   metatable, a cycle, a bad key, tables nested past `Limits::MAX_DEPTH`, a weight past the
+//!   limit), with its text and path;
 //! - the read message, built in a second VM (`Message::to_lua` or `IntoLua`) and read back, must
 //!   equal the truth again;
 //! - the codec must round-trip it within exactly its weight, and refuse one byte less.
@@ -22,8 +23,12 @@ use std::fmt::Write as _;
 use std::rc::Rc;
 
 use libfuzzer_sys::fuzz_target;
-use skein::mlua::{self, ffi, state::RawLua, Function, IntoLua, Lua, Table, Value};
-use skein::{DecodeErrorKind, Limits, MapKey, Message, TransferError, TransferErrorKind};
+use skein::mlua::{
+    self, ffi, state::RawLua, AnyUserData, Function, IntoLua, Lua, Table, UserData, Value,
+};
+use skein::{
+    DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError, TransferErrorKind,
+};
 
 /// The root name every read here uses (and the one `FromLua for Message` uses).
 const ROOT: &str = "message";
@@ -32,7 +37,7 @@ const MAX_TABLES: usize = 256;
 /// The recipe stops opening tables this deep (past `Limits::MAX_DEPTH`, so refusals happen).
 const MAX_RECIPE_DEPTH: usize = Limits::MAX_DEPTH + 6;
 /// The weight shared sub-tables may add in one input: sharing doubles, so it is bounded.
-const SHARE_BUDGET: usize = 256 << 10;
+const SHARE_BUDGET: usize = 16 << 10;
 /// `Message::to_lua` refuses a top-level integer past this (a `Value::Integer` goes as a number).
 const MAX_EXACT_INTEGER: i64 = 1 << 53;
 
@@ -47,7 +52,14 @@ struct Vms {
     function: Function,
     /// The metatable of tables that must be refused.
     metatable: Table,
+    /// A userdata that is not a `ResourceHandle`, to be refused.
+    foreign: AnyUserData,
 }
+
+/// The userdata behind `Vms::foreign`.
+struct Foreign;
+
+impl UserData for Foreign {}
 
 impl Vms {
     fn new() -> mlua::Result<Self> {
@@ -60,6 +72,7 @@ impl Vms {
             second_slot: second.create_table()?,
             function: first.create_function(|_, ()| Ok(()))?,
             metatable: first.create_table()?,
+            foreign: first.create_userdata(Foreign)?,
             first,
             second,
         })
@@ -232,8 +245,22 @@ struct Recipe<'a> {
 
 /// Names that exercise the path's quoting: identifiers, reserved words, escapes, bad UTF-8.
 const NAMES: &[&[u8]] = &[
-    b"a", b"b", b"x_1", b"_", b"end", b"nil", b"", b"a b", b"\"q\"", b"\\", b"\n\t\r", b"\x01",
-    b"\xc3\xa9", b"\xff\xfe", b"1", b"items",
+    b"a",
+    b"b",
+    b"x_1",
+    b"_",
+    b"end",
+    b"nil",
+    b"",
+    b"a b",
+    b"\"q\"",
+    b"\\",
+    b"\n\t\r",
+    b"\x01",
+    b"\xc3\xa9",
+    b"\xff\xfe",
+    b"1",
+    b"items",
 ];
 
 impl<'a> Recipe<'a> {
@@ -271,7 +298,7 @@ impl<'a> Recipe<'a> {
     }
 
     fn value(&mut self, depth: usize) -> Node {
-        let op = self.byte() % 16;
+        let op = self.byte() % 18;
         let table_ok = depth < MAX_RECIPE_DEPTH && self.tables < MAX_TABLES;
         match op {
             0 => Node::plain(Made::Value(Value::Nil), Message::Nil),
@@ -298,11 +325,17 @@ impl<'a> Recipe<'a> {
             6 => {
                 let n = usize::from(self.byte());
                 let s = self.bytes(n);
-                Node::plain(Made::Value(self.string(s)), Message::String(s.to_vec().into()))
+                Node::plain(
+                    Made::Value(self.string(s)),
+                    Message::String(s.to_vec().into()),
+                )
             }
             7 => {
                 let s = NAMES[usize::from(self.byte()) % NAMES.len()];
-                Node::plain(Made::Value(self.string(s)), Message::String(s.to_vec().into()))
+                Node::plain(
+                    Made::Value(self.string(s)),
+                    Message::String(s.to_vec().into()),
+                )
             }
             8 => {
                 let mut c = || f32::from_bits(self.u64() as u32);
@@ -316,7 +349,10 @@ impl<'a> Recipe<'a> {
                 let n = usize::from(self.byte());
                 let b = self.bytes(n);
                 let buffer = self.lua().create_buffer(b).expect("buffer");
-                Node::plain(Made::Value(Value::Buffer(buffer)), Message::Buffer(b.to_vec().into()))
+                Node::plain(
+                    Made::Value(Value::Buffer(buffer)),
+                    Message::Buffer(b.to_vec().into()),
+                )
             }
             10 if table_ok => self.list(depth),
             11 if table_ok => self.map(depth),
@@ -334,6 +370,19 @@ impl<'a> Recipe<'a> {
                 // The reader refuses it before it checks its depth.
                 Node::refused(Value::Table(t), TransferErrorKind::Metatable)
             }
+            16 => {
+                let kind = NAMES[usize::from(self.byte()) % NAMES.len()];
+                let handle = ResourceHandle::new(kind.to_vec(), self.u64());
+                let ud = self
+                    .lua()
+                    .create_userdata(handle.clone())
+                    .expect("userdata");
+                Node::plain(Made::Value(Value::UserData(ud)), Message::Resource(handle))
+            }
+            17 => Node::refused(
+                Value::UserData(self.vms.foreign.clone()),
+                TransferErrorKind::UserData,
+            ),
             _ => Node::plain(Made::Value(Value::Nil), Message::Nil),
         }
     }
@@ -368,17 +417,47 @@ impl<'a> Recipe<'a> {
         let n = usize::from(self.byte() % 72).min(MAX_TABLES.saturating_sub(self.tables));
         let use_name = self.byte() & 1 == 1;
         let mut node = self.value(MAX_RECIPE_DEPTH.min(depth + n));
+        // Built directly rather than through `set` and `finish`: chains are most of the tables
+        // a deep input makes, and this is the same truth for a one-entry table.
+        const NEXT: &[u8] = b"next";
+        let key = if use_name {
+            Made::Value(self.string(NEXT))
+        } else {
+            Made::Value(Value::Number(1.0))
+        };
         for _ in 0..n {
             self.tables += 1;
             let t = self.lua().create_table().expect("table");
-            let mut entries = Vec::new();
-            let key = if use_name {
-                Key::String(b"next".to_vec())
+            if node.deletes() {
+                node = Node {
+                    made: Made::Value(Value::Table(t)),
+                    truth: Truth::Table(Rc::new(TableTruth::Map(Vec::new()))),
+                    weight: Limits::NODE_WEIGHT,
+                    levels: 1,
+                    sites: Vec::new(),
+                    cyclic: false,
+                };
+                continue;
+            }
+            t.raw_set(key.clone(), node.made).expect("raw_set");
+            let (seg, truth, key_weight) = if use_name {
+                let entry = vec![(MapKey::String(NEXT.into()), node.truth)];
+                let key_weight = Limits::NODE_WEIGHT + NEXT.len();
+                (Seg::Name(NEXT.to_vec()), TableTruth::Map(entry), key_weight)
             } else {
-                Key::Number(1f64.to_bits())
+                (Seg::Index(1), TableTruth::List(vec![node.truth]), 0)
             };
-            self.set(&t, &mut entries, key, node);
-            node = finish(t, entries);
+            for site in &mut node.sites {
+                site.path.insert(0, seg.clone());
+            }
+            node = Node {
+                made: Made::Value(Value::Table(t)),
+                truth: Truth::Table(Rc::new(truth)),
+                weight: Limits::NODE_WEIGHT + key_weight + node.weight,
+                levels: node.levels + 1,
+                sites: node.sites,
+                cyclic: node.cyclic,
+            };
         }
         node
     }
@@ -463,12 +542,18 @@ impl<'a> Recipe<'a> {
             2 => {
                 self.fresh_keys += 1;
                 let t = lua.create_table().expect("table");
-                (Key::Fresh(self.fresh_keys, "table"), Made::Value(Value::Table(t)))
+                (
+                    Key::Fresh(self.fresh_keys, "table"),
+                    Made::Value(Value::Table(t)),
+                )
             }
             _ => {
                 self.fresh_keys += 1;
                 let b = lua.create_buffer(b"").expect("buffer");
-                (Key::Fresh(self.fresh_keys, "buffer"), Made::Value(Value::Buffer(b)))
+                (
+                    Key::Fresh(self.fresh_keys, "buffer"),
+                    Made::Value(Value::Buffer(b)),
+                )
             }
         }
     }
@@ -519,6 +604,7 @@ fn finish(t: Table, entries: Vec<Entry>) -> Node {
     let mut levels = 0;
     let mut cyclic = false;
     let mut kept: Vec<(Key, Node)> = Vec::with_capacity(entries.len());
+    let mut bad_keys = false;
     for Entry { key, node } in entries {
         cyclic |= node.cyclic;
         match key.segment() {
@@ -530,10 +616,13 @@ fn finish(t: Table, entries: Vec<Entry>) -> Node {
                 levels = levels.max(node.levels);
                 kept.push((key, node));
             }
-            Err((type_name, described)) => sites.push(Site {
-                kind: TransferErrorKind::KeyType { type_name },
-                path: vec![Seg::Described(described)],
-            }),
+            Err((type_name, described)) => {
+                bad_keys = true;
+                sites.push(Site {
+                    kind: TransferErrorKind::KeyType { type_name },
+                    path: vec![Seg::Described(described)],
+                });
+            }
         }
     }
     let n = kept.len();
@@ -547,8 +636,16 @@ fn finish(t: Table, entries: Vec<Entry>) -> Node {
     let node_weight = Limits::NODE_WEIGHT;
     let (truth, weight) = if n > 0 && kept.iter().all(|(k, _)| position(k).is_some()) {
         kept.sort_by_key(|(k, _)| position(k));
-        let weight = kept.iter().map(|(_, v)| v.weight).sum::<usize>();
-        (TableTruth::List(kept.into_iter().map(|(_, v)| v.truth).collect()), weight)
+        let mut weight = kept.iter().map(|(_, v)| v.weight).sum::<usize>();
+        if bad_keys {
+            // The reader meets the bad key as a map's key, after it has charged the list's
+            // keys: the bound counts them.
+            weight += n * node_weight;
+        }
+        (
+            TableTruth::List(kept.into_iter().map(|(_, v)| v.truth).collect()),
+            weight,
+        )
     } else {
         let mut weight = 0;
         let mut map: Vec<(MapKey, Truth)> = kept
@@ -586,6 +683,7 @@ fn weigh_leaf(m: &Message) -> usize {
     Limits::NODE_WEIGHT
         + match m {
             Message::String(b) | Message::Buffer(b) => b.len(),
+            Message::Resource(h) => h.kind.len(),
             _ => 0,
         }
 }
@@ -613,6 +711,7 @@ fn same(m: &Message, truth: &Truth) -> bool {
                 (Number(x), Number(y)) => x.to_bits() == y.to_bits(),
                 (String(x), String(y)) | (Buffer(x), Buffer(y)) => x == y,
                 (Vector(x), Vector(y)) => x.map(f32::to_bits) == y.map(f32::to_bits),
+                (Resource(x), Resource(y)) => x.kind == y.kind && x.id == y.id,
                 _ => false,
             }
         }
@@ -627,9 +726,10 @@ fn same(m: &Message, truth: &Truth) -> bool {
             }
             let mut entries: Vec<_> = entries.iter().collect();
             entries.sort_by(|a, b| key_order(&a.0).cmp(&key_order(&b.0)));
-            entries.iter().zip(truths).all(|((k, m), (tk, t))| {
-                key_order(k) == key_order(tk) && same(m, t)
-            })
+            entries
+                .iter()
+                .zip(truths)
+                .all(|((k, m), (tk, t))| key_order(k) == key_order(tk) && same(m, t))
         }
         _ => false,
     }
@@ -698,6 +798,7 @@ fn reason_text(kind: &TransferErrorKind) -> String {
     let cant = "can't cross a worker or event boundary";
     match kind {
         TransferErrorKind::Function => format!("a function {cant}"),
+        TransferErrorKind::UserData => format!("a userdata {cant}"),
         TransferErrorKind::Metatable => format!("a table with a metatable {cant}"),
         TransferErrorKind::Cycle => format!("a table that contains itself {cant}"),
         TransferErrorKind::TooDeep { max_depth } => {
@@ -856,6 +957,11 @@ fn run(data: &[u8], vms: &Vms) {
                 );
                 None
             }
+            (Ok(_), Message::Integer(i))
+                if !(-MAX_EXACT_INTEGER..=MAX_EXACT_INTEGER).contains(i) =>
+            {
+                panic!("to_lua must refuse the top-level integer {i}: Luau would round it")
+            }
             (Ok(value), _) => Some(Message::from_lua(&value, ROOT)),
             (Err(err), _) => panic!("building {message:?} failed: {err}"),
         }
@@ -879,10 +985,7 @@ fn run(data: &[u8], vms: &Vms) {
     let decoded = Message::decode(&bytes, weight).expect("codec round trip within its weight");
     assert!(same(&decoded, &root.truth), "decoded {decoded:?}");
     let err = Message::decode(&bytes, weight - 1).expect_err("one byte under its weight");
-    assert_eq!(
-        err.kind,
-        DecodeErrorKind::OverLimit { limit: weight - 1 }
-    );
+    assert_eq!(err.kind, DecodeErrorKind::OverLimit { limit: weight - 1 });
 }
 
 /// The one false leak `lsan.supp` explains (mlua's shared reference counts, which the reused
