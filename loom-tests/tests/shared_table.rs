@@ -66,7 +66,7 @@ fn atomic_increments_are_never_lost() {
         plain.join().unwrap();
         // Side 1: an increment lost to the other and ran its function again.
         BRANCHES.hit_if(runs > 2);
-        assert_eq!(t.get("n").unwrap(), Some(int(2)));
+        assert_eq!(t.get("n").unwrap(), Some(int(2)), "an increment was lost");
         assert_eq!(t.get("x").unwrap(), Some(int(7)));
         assert_eq!(t.revision().unwrap(), 3);
     });
