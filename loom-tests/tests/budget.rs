@@ -12,6 +12,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::atomic::AtomicBool;
 use loom::sync::Arc;
 use loom::thread;
+use loom_tests::Branches;
 use skein::__loom::{CancelToken, InterruptHook, Interruption, Signal};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -24,6 +25,10 @@ struct ModelVm {
     installed: AtomicBool,
     /// The VM's memory: `true` until its thread drops it.
     alive: UnsafeCell<bool>,
+    /// The VM's own thread (the one that made it).
+    owner: thread::ThreadId,
+    /// Installs made from another thread (a raiser's), counted outside the model.
+    foreign_installs: std::sync::atomic::AtomicUsize,
 }
 
 impl ModelVm {
@@ -31,6 +36,8 @@ impl ModelVm {
         Arc::new(ModelVm {
             installed: AtomicBool::new(false),
             alive: UnsafeCell::new(true),
+            owner: thread::current().id(),
+            foreign_installs: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -44,6 +51,11 @@ impl ModelVm {
         // SAFETY: only this model's VM thread writes the cell; loom checks the readers.
         self.alive.with_mut(|alive| unsafe { *alive = false });
     }
+
+    /// Whether a raiser's thread installed the interrupt itself (rather than the VM's thread).
+    fn installed_by_a_raiser(&self) -> bool {
+        self.foreign_installs.load(Ordering::Relaxed) > 0
+    }
 }
 
 /// The hook a run registers: the model VM's slot.
@@ -56,6 +68,9 @@ unsafe impl InterruptHook for Hook {
         // SAFETY: a read of the VM's memory; loom reports it if it races the drop.
         let alive = self.0.alive.with(|alive| unsafe { *alive });
         assert!(alive, "a store into a VM that was dropped");
+        if installed && thread::current().id() != self.0.owner {
+            self.0.foreign_installs.fetch_add(1, Ordering::Relaxed);
+        }
         self.0.installed.store(installed, Ordering::Relaxed);
     }
 
@@ -76,6 +91,7 @@ fn signal() -> Arc<Signal<Hook>> {
 /// A watchdog tick for an ended run must not stop the next run, whose deadline is ahead.
 #[test]
 fn a_stale_deadline_never_stops_the_next_run() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let signal = signal();
         let vm = ModelVm::new();
@@ -83,25 +99,27 @@ fn a_stale_deadline_never_stops_the_next_run() {
         let outer = signal.begin_run(Hook(vm.clone()), 100, BUDGET, None);
         let dog = {
             let signal = signal.clone();
-            thread::spawn(move || {
-                signal.tick(150);
-            })
+            thread::spawn(move || signal.tick(150))
         };
         signal.end_run(outer, None);
         // Run 2 starts at 150 with deadline 250: checked at 160 it must go on.
         let outer = signal.begin_run(Hook(vm.clone()), 250, BUDGET, None);
         let stopped = signal.check(160, None);
-        dog.join().unwrap();
+        // Side 1: the tick came before run 2's deadline was set (it raised for run 1, or saw no
+        // run); side 0: it saw run 2's deadline ahead.
+        BRANCHES.hit_if(dog.join().unwrap().is_none());
         assert_eq!(stopped, None, "run 2 was stopped by run 1's deadline");
         // And whatever the interleaving, a check now still does not stop run 2.
         assert_eq!(signal.check(160, None), None);
         signal.end_run(outer, None);
     });
+    BRANCHES.assert_both();
 }
 
 /// A deadline that really passed is never lost: the run is stopped by a check after the tick.
 #[test]
 fn a_passed_deadline_stops_the_run() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let signal = signal();
         let vm = ModelVm::new();
@@ -115,6 +133,8 @@ fn a_passed_deadline_stops_the_run() {
         // The running thread checks (as the interrupt would) at 150, concurrently with the tick.
         let during = signal.check(150, None);
         dog.join().unwrap();
+        // Side 1: the check racing the tick already saw the raise.
+        BRANCHES.hit_if(during.is_some());
         let after = if during.is_none() {
             // A check racing the tick may clear nothing or see nothing; the next tick raises again.
             signal.tick(160);
@@ -128,6 +148,7 @@ fn a_passed_deadline_stops_the_run() {
         );
         signal.end_run(outer, None);
     });
+    BRANCHES.assert_both();
 }
 
 /// A cancel is never lost: not when another job's run on the same thread clears the bit (its own
@@ -135,6 +156,7 @@ fn a_passed_deadline_stops_the_run() {
 /// stops a run whose own token is not set.
 #[test]
 fn a_cancel_reaches_its_run_and_only_its_run() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let signal = signal();
         let vm = ModelVm::new();
@@ -155,16 +177,20 @@ fn a_cancel_reaches_its_run_and_only_its_run() {
         let outer = signal.begin_run(Hook(vm.clone()), 1_000, BUDGET, Some(&token));
         let during = signal.check(20, Some(&token));
         canceller.join().unwrap();
+        // Side 1: the check racing the canceller already saw the cancel.
+        BRANCHES.hit_if(during.is_some());
         let after = during.or_else(|| signal.check(20, Some(&token)));
         assert_eq!(after, Some(Interruption::Cancelled), "the cancel was lost");
         signal.end_run(outer, None);
     });
+    BRANCHES.assert_both();
 }
 
 /// A raise while a run is registered always installs the interrupt on that run's VM, whether it
 /// lands before, during or after `begin_run`; and ending the run removes it.
 #[test]
 fn a_raise_during_a_run_installs_on_its_vm() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let signal = signal();
         let vm = ModelVm::new();
@@ -179,6 +205,9 @@ fn a_raise_during_a_run_installs_on_its_vm() {
         let outer = signal.begin_run(Hook(vm.clone()), 1_000, BUDGET, Some(&token));
         canceller.join().unwrap();
         assert!(vm.installed(), "a cancel during the run was not installed");
+        // Side 1: the canceller found the run registered and installed on its VM itself; side 0:
+        // it raised before the registration and `begin_run` installed.
+        BRANCHES.hit_if(vm.installed_by_a_raiser());
         assert_eq!(
             signal.check(20, Some(&token)),
             Some(Interruption::Cancelled)
@@ -188,6 +217,7 @@ fn a_raise_during_a_run_installs_on_its_vm() {
         assert!(!vm.installed(), "the ended run's VM kept the interrupt");
         vm.drop_vm();
     });
+    BRANCHES.assert_both();
 }
 
 /// A watchdog tick racing the end of a run and the drop of its VM never stores into the dropped
@@ -195,6 +225,7 @@ fn a_raise_during_a_run_installs_on_its_vm() {
 /// removes the interrupt again.
 #[test]
 fn a_raise_racing_the_end_of_a_run_never_writes_into_its_vm() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let signal = signal();
         let first = ModelVm::new();
@@ -210,6 +241,8 @@ fn a_raise_racing_the_end_of_a_run_never_writes_into_its_vm() {
         let second = ModelVm::new();
         let outer = signal.begin_run(Hook(second.clone()), 250, BUDGET, None);
         dog.join().unwrap();
+        // Side 1: the stale raise reached the next run's VM.
+        BRANCHES.hit_if(second.installed());
         if second.installed() {
             assert_eq!(
                 signal.check(160, None),
@@ -229,6 +262,7 @@ fn a_raise_racing_the_end_of_a_run_never_writes_into_its_vm() {
         assert!(!second.installed());
         second.drop_vm();
     });
+    BRANCHES.assert_both();
 }
 
 /// A nested run of another job on another VM: a cancel of the outer job raised at any point
@@ -237,6 +271,7 @@ fn a_raise_racing_the_end_of_a_run_never_writes_into_its_vm() {
 /// written afterwards.
 #[test]
 fn a_nested_run_hands_a_raise_back_to_the_outer_vm() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let signal = signal();
         let outer_vm = ModelVm::new();
@@ -253,8 +288,10 @@ fn a_nested_run_hands_a_raise_back_to_the_outer_vm() {
         let other = CancelToken::new(false);
         let inner = signal.begin_run(Hook(inner_vm.clone()), 2_000, BUDGET, Some(&other));
         // The nested job's interrupt, if the raise reached it: not its cancel, so it goes on
-        // (and clears the bit as stale for its job).
-        if inner_vm.installed() {
+        // (and clears the bit as stale for its job). Side 1: the raise reached the nested VM.
+        let reached = inner_vm.installed();
+        BRANCHES.hit_if(reached);
+        if reached {
             assert_eq!(
                 signal.check(15, Some(&other)),
                 None,
@@ -277,12 +314,14 @@ fn a_nested_run_hands_a_raise_back_to_the_outer_vm() {
         assert!(!outer_vm.installed());
         outer_vm.drop_vm();
     });
+    BRANCHES.assert_both();
 }
 
 /// A nested run on the outer run's own VM (a `task.spawn` inside a run): a watchdog raise at any
 /// point is installed on that VM when the nested run ends, and ending the outer run removes it.
 #[test]
 fn a_nested_run_on_the_same_vm_keeps_a_raise() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let signal = signal();
         let vm = ModelVm::new();
@@ -295,6 +334,8 @@ fn a_nested_run_on_the_same_vm_keeps_a_raise() {
         };
         let inner = signal.begin_run(Hook(vm.clone()), 300, BUDGET, None);
         signal.end_run(inner, None);
+        // Side 1: the raise came before the nested run ended; side 0: after.
+        BRANCHES.hit_if(vm.installed());
         dog.join().unwrap();
         assert!(vm.installed(), "the deadline's raise did not reach the VM");
         assert_eq!(
@@ -305,4 +346,5 @@ fn a_nested_run_on_the_same_vm_keeps_a_raise() {
         assert!(!vm.installed(), "the ended run's VM kept the interrupt");
         vm.drop_vm();
     });
+    BRANCHES.assert_both();
 }

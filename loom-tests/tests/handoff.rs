@@ -4,6 +4,7 @@
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
+use loom_tests::Branches;
 use skein::__loom::{CancelOutcome, Handoff, HandoffState};
 
 /// What happened to one item, counted by both parties.
@@ -26,6 +27,7 @@ fn worker(handoff: &Handoff, ledger: &Ledger) {
 
 #[test]
 fn cancel_racing_start_runs_at_most_once_and_settles_once() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let handoff = Arc::new(Handoff::new());
         let ledger = Arc::new(Ledger::default());
@@ -55,11 +57,15 @@ fn cancel_racing_start_runs_at_most_once_and_settles_once() {
                 assert_eq!(handoff.state(), HandoffState::Done);
             }
         }
+        // Side 1: the cancel won the queued item before the worker could start it.
+        BRANCHES.hit_if(outcome == CancelOutcome::Unstarted);
     });
+    BRANCHES.assert_both();
 }
 
 #[test]
 fn two_cancellers_and_a_worker_settle_once() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let handoff = Arc::new(Handoff::new());
         let ledger = Arc::new(Ledger::default());
@@ -81,12 +87,17 @@ fn two_cancellers_and_a_worker_settle_once() {
         worker_thread.join().unwrap();
         canceller.join().unwrap();
         assert_eq!(ledger.settled.load(Ordering::SeqCst), 1);
-        assert!(ledger.body_runs.load(Ordering::SeqCst) <= 1);
+        let runs = ledger.body_runs.load(Ordering::SeqCst);
+        assert!(runs <= 1);
+        // Side 1: the worker started the body before either canceller.
+        BRANCHES.hit(runs);
     });
+    BRANCHES.assert_both();
 }
 
 #[test]
 fn a_cancel_during_the_run_is_reported_by_finish() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let handoff = Arc::new(Handoff::new());
         assert!(handoff.try_start());
@@ -102,5 +113,8 @@ fn a_cancel_during_the_run_is_reported_by_finish() {
             CancelOutcome::Finished => assert!(!requested),
             CancelOutcome::Unstarted => panic!("the item had started"),
         }
+        // Side 1: the cancel landed while the body ran.
+        BRANCHES.hit_if(outcome == CancelOutcome::Running);
     });
+    BRANCHES.assert_both();
 }

@@ -10,36 +10,10 @@
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
+use loom_tests::Branches;
 use skein::__loom::{Deliver, KeyLanes, Release};
 
 const KEY: u8 = 7;
-
-/// Counts, across every interleaving loom explored, how often each branch of a race was taken:
-/// a model whose race only ever went one way would check nothing. Plain `std` atomics, outside
-/// the model.
-struct Branches([std::sync::atomic::AtomicUsize; 2]);
-
-impl Branches {
-    const fn new() -> Self {
-        Branches([
-            std::sync::atomic::AtomicUsize::new(0),
-            std::sync::atomic::AtomicUsize::new(0),
-        ])
-    }
-    fn hit(&self, i: usize) {
-        self.0[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    fn assert_both(&self) {
-        let seen = self
-            .0
-            .each_ref()
-            .map(|a| a.load(std::sync::atomic::Ordering::Relaxed));
-        assert!(
-            seen[0] > 0 && seen[1] > 0,
-            "a branch was never explored: {seen:?}"
-        );
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Event {
@@ -155,7 +129,8 @@ fn release_ends_the_binding_only_after_earlier_items_settle() {
         };
         let answer = h.lanes.release(&KEY, |d| assert!(h.delivered(d).is_none()));
         assert_ne!(answer, Release::NotHeld, "the key was held");
-        BRANCHES.hit(usize::from(answer == Release::Queued));
+        // Side 1: the release waited in the lane for item 1 to settle.
+        BRANCHES.hit_if(answer == Release::Queued);
         worker.join().unwrap();
         // Dispatched after the release: binds anew and runs.
         h.enqueue(2, false);
@@ -187,7 +162,44 @@ fn supersede_racing_settle_takes_the_queued_item_or_lets_it_run_never_both() {
             [] => assert_eq!(ran, [1, 2, 3]),
             other => panic!("superseded {other:?}"),
         }
+        // Side 1: the supersede took item 2 before the settle delivered it.
         BRANCHES.hit(superseded.len());
+    });
+    BRANCHES.assert_both();
+}
+
+/// A release that ends the binding at once is delivered (under the lanes' lock) before an item
+/// dispatched after it can run in the next binding: a worker never runs the new binding's item
+/// while the old binding's state is still there.
+#[test]
+fn a_release_reaches_the_worker_before_the_next_binding_runs() {
+    static BRANCHES: Branches = Branches::new();
+    loom::model(|| {
+        let h = Harness::new();
+        // Bound, run and settled: the lane is idle.
+        h.enqueue(1, false);
+        let releaser = {
+            let h = h.clone();
+            thread::spawn(move || {
+                let answer = h.lanes.release(&KEY, |d| assert!(h.delivered(d).is_none()));
+                assert_ne!(answer, Release::NotHeld, "the key was held");
+            })
+        };
+        h.enqueue(2, false);
+        releaser.join().unwrap();
+        let log = h.log.lock().unwrap().clone();
+        // Still held at the end: item 2 bound the key anew after the release ended the binding.
+        let rebound = h.lanes.keys_held().iter().sum::<usize>() == 1;
+        if rebound {
+            assert_eq!(
+                log,
+                [Event::Ran(1), Event::Released, Event::Ran(2)],
+                "the next binding's item ran before the release reached the worker"
+            );
+        } else {
+            assert_eq!(log, [Event::Ran(1), Event::Ran(2), Event::Released]);
+        }
+        BRANCHES.hit_if(rebound);
     });
     BRANCHES.assert_both();
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use loom::sync::{Arc, Mutex};
 use loom::thread;
+use loom_tests::Branches;
 use skein::__loom::{pop_blocking, Delivery, PopNow, SharedQueue};
 use skein::Message;
 
@@ -50,6 +51,7 @@ fn wait_for(slot: &Slot) -> Delivery {
 
 #[test]
 fn a_pop_racing_a_push_gets_the_value_exactly_once() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let q = Arc::new(SharedQueue::new("q", 1));
         let pusher = {
@@ -62,6 +64,8 @@ fn a_pop_racing_a_push_gets_the_value_exactly_once() {
         let (deliver, slot) = slot();
         let now = q.pop_or_wait(deliver).expect("open");
         pusher.join().unwrap();
+        // Side 1: the pop found the queue empty and waited for the push.
+        BRANCHES.hit_if(matches!(now, PopNow::Waiting(_)));
         let got = match now {
             PopNow::Value(v) => v,
             PopNow::Waiting(_) => match slot.lock().unwrap().take() {
@@ -80,10 +84,12 @@ fn a_pop_racing_a_push_gets_the_value_exactly_once() {
         assert_eq!(as_int(&got), 1);
         assert_eq!((q.len(), q.held(), q.waiters()), (0, 0, 0));
     });
+    BRANCHES.assert_both();
 }
 
 #[test]
 fn a_gone_popper_gives_its_value_back_and_nothing_is_lost_or_doubled() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let q = Arc::new(SharedQueue::new("q", 2));
         // The popper whose task is gone: its home withdraws it, or gives back what reached it.
@@ -103,7 +109,8 @@ fn a_gone_popper_gives_its_value_back_and_nothing_is_lost_or_doubled() {
         let home = {
             let q = q.clone();
             thread::spawn(move || {
-                if !q.cancel_wait(gone_id) {
+                let withdrawn = q.cancel_wait(gone_id);
+                if !withdrawn {
                     // A push took the waiter: its value is on the way and must go back.
                     match wait_for(&gone_slot) {
                         Delivery::Value(v) => q.give_back(v),
@@ -111,6 +118,7 @@ fn a_gone_popper_gives_its_value_back_and_nothing_is_lost_or_doubled() {
                     }
                 }
                 assert!(q.held() <= 2, "past the capacity");
+                withdrawn
             })
         };
         // A live popper.
@@ -118,7 +126,8 @@ fn a_gone_popper_gives_its_value_back_and_nothing_is_lost_or_doubled() {
         let mut got = Vec::new();
         let live_now = q.pop_or_wait(live).unwrap();
         pusher.join().unwrap();
-        home.join().unwrap();
+        // Side 1: a push reached the gone popper before its home withdrew it.
+        BRANCHES.hit_if(!home.join().unwrap());
         match live_now {
             PopNow::Value(v) => got.push(as_int(&v)),
             PopNow::Waiting(_) => match live_slot.lock().unwrap().take() {
@@ -140,10 +149,12 @@ fn a_gone_popper_gives_its_value_back_and_nothing_is_lost_or_doubled() {
         assert_eq!(got, vec![1, 2], "each value exactly once");
         assert_eq!(q.in_flight(), 0);
     });
+    BRANCHES.assert_both();
 }
 
 #[test]
 fn close_and_push_race_a_parked_pop_which_gets_one_answer() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let q = Arc::new(SharedQueue::new("q", 1));
         let (deliver, slot) = slot();
@@ -163,6 +174,8 @@ fn close_and_push_race_a_parked_pop_which_gets_one_answer() {
             .unwrap()
             .take()
             .expect("the parked pop was answered");
+        // Side 1: the push reached the parked pop before the close.
+        BRANCHES.hit_if(pushed.is_ok());
         match (answer, pushed) {
             (Delivery::Value(v), Ok(())) => {
                 q.delivered();
@@ -174,10 +187,12 @@ fn close_and_push_race_a_parked_pop_which_gets_one_answer() {
         assert!(q.try_pop().is_err(), "closed and drained");
         assert_eq!(q.held(), 0);
     });
+    BRANCHES.assert_both();
 }
 
 #[test]
 fn a_host_pop_that_times_out_never_strands_a_value() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let q = Arc::new(SharedQueue::new("q", 1));
         let pusher = {
@@ -188,16 +203,20 @@ fn a_host_pop_that_times_out_never_strands_a_value() {
         let popped = pop_blocking(&q, Duration::ZERO).unwrap();
         pusher.join().unwrap();
         let left = q.try_pop().unwrap();
+        // Side 1: the push beat the timeout and the pop took the value.
+        BRANCHES.hit_if(popped.is_some());
         match (popped, left) {
             (Some(v), None) | (None, Some(v)) => assert_eq!(as_int(&v), 3),
             other => panic!("lost or doubled: {other:?}"),
         }
         assert_eq!((q.held(), q.waiters()), (0, 0));
     });
+    BRANCHES.assert_both();
 }
 
 #[test]
 fn ending_the_store_answers_a_parked_pop_and_drops_a_value_in_flight() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let q = Arc::new(SharedQueue::new("q", 1));
         let (deliver, slot) = slot();
@@ -212,6 +231,8 @@ fn ending_the_store_answers_a_parked_pop_and_drops_a_value_in_flight() {
         };
         let pushed = pusher.join().unwrap();
         ender.join().unwrap();
+        // Side 1: the push reached the parked pop before the store ended.
+        BRANCHES.hit_if(pushed);
         match slot.lock().unwrap().take().expect("answered") {
             Delivery::Value(v) => {
                 assert!(pushed);
@@ -227,10 +248,12 @@ fn ending_the_store_answers_a_parked_pop_and_drops_a_value_in_flight() {
         assert_eq!(q.in_flight(), 0);
         assert!(q.try_pop().is_err(), "ended");
     });
+    BRANCHES.assert_both();
 }
 
 #[test]
 fn a_give_back_never_takes_the_queue_past_its_capacity() {
+    static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let q = Arc::new(SharedQueue::new("q", 1));
         let (gone, gone_slot) = slot();
@@ -253,17 +276,20 @@ fn a_give_back_never_takes_the_queue_past_its_capacity() {
         let home = {
             let q = q.clone();
             thread::spawn(move || {
-                if !q.cancel_wait(gone_id) {
+                let withdrawn = q.cancel_wait(gone_id);
+                if !withdrawn {
                     match wait_for(&gone_slot) {
                         Delivery::Value(v) => q.give_back(v),
                         other => panic!("unexpected {other:?}"),
                     }
                 }
                 assert!(q.held() <= 1, "past the capacity");
+                withdrawn
             })
         };
         let mut accepted = pusher.join().unwrap();
-        home.join().unwrap();
+        // Side 1: a push reached the gone popper, whose home gave the value back.
+        BRANCHES.hit_if(!home.join().unwrap());
         let mut left = Vec::new();
         while let Some(v) = q.try_pop().unwrap() {
             left.push(as_int(&v));
@@ -272,4 +298,5 @@ fn a_give_back_never_takes_the_queue_past_its_capacity() {
         assert_eq!(left, accepted, "every accepted value is in the queue, once");
         assert_eq!(q.in_flight(), 0);
     });
+    BRANCHES.assert_both();
 }

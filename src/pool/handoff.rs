@@ -99,6 +99,12 @@ impl Handoff {
                 CANCEL_REQUESTED => return CancelOutcome::Running,
                 _ => return CancelOutcome::Finished,
             };
+            // The mutant stores over whatever the worker did since the load (loom-tests/README.md).
+            #[cfg(loom_mutant = "handoff_cancel_blind_store")]
+            {
+                self.0.store(next, Ordering::Release);
+                return outcome;
+            }
             match self
                 .0
                 .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)

@@ -256,6 +256,9 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
             let worker = lane.worker;
             lanes.load[worker].keys -= 1;
             lanes.lanes.remove(key);
+            // The mutant tells the worker after letting the lock go (loom-tests/README.md).
+            #[cfg(loom_mutant = "lanes_release_unlocked")]
+            drop(guard);
             deliver(Deliver::Released { worker });
             return Release::Now;
         }

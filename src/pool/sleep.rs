@@ -114,6 +114,8 @@ impl Sleep {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         // Pairs with the fence in `notify_*`: see the module's `# Memory ordering`.
         fence(Ordering::SeqCst);
+        // The mutant parks without this re-check (loom-tests/README.md).
+        #[cfg(not(loom_mutant = "sleep_no_recheck"))]
         if has_work() {
             self.wake_self(worker);
             return SleepOutcome::WorkFound;
@@ -128,7 +130,9 @@ impl Sleep {
     /// Wakes one sleeping worker, if any, after work every worker may take was pushed. The scan
     /// starts at `start` so that a worker pushing to its own deque prefers a sibling.
     pub fn notify_one(&self, start: usize) {
-        // Pairs with the fence in `sleep`: see the module's `# Memory ordering`.
+        // Pairs with the fence in `sleep`: see the module's `# Memory ordering`. The mutant
+        // leaves it out (loom-tests/README.md).
+        #[cfg(not(loom_mutant = "sleep_no_producer_fence"))]
         fence(Ordering::SeqCst);
         if self.sleepers.load(Ordering::Relaxed) == 0 {
             return;

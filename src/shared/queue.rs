@@ -308,6 +308,13 @@ impl SharedQueue {
         if state.closed {
             return Ok(PopNow::Closed);
         }
+        // The mutant lets the lock go between the check and the registration
+        // (loom-tests/README.md).
+        #[cfg(loom_mutant = "queue_wait_unlocked")]
+        let mut state = {
+            drop(state);
+            self.lock()
+        };
         state.next_waiter += 1;
         let id = state.next_waiter;
         state.waiters.push_back(Waiter { id, deliver });

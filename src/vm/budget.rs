@@ -329,6 +329,8 @@ impl<H: InterruptHook> Signal<H> {
         // raised its bit before that look, and our compare-and-swap read from it, so we see the
         // bit here.
         let outer_word = self.register(word);
+        // The mutant skips this re-check (loom-tests/README.md).
+        #[cfg(not(loom_mutant = "budget_begin_run_no_recheck"))]
         if self.flag.load(Ordering::Acquire) != CLEAR {
             self.set_registered(true, false);
         }
@@ -355,8 +357,12 @@ impl<H: InterruptHook> Signal<H> {
         if outer.deadline_ns == 0 {
             // A read-modify-write, not a store: if it erases a cancel raised meanwhile, it
             // synchronises with that canceller, so the next run's token check sees the token.
-            // (A plain store here loses the cancel; loom found it.)
+            // (A plain store here loses the cancel; loom found it, and the mutant keeps it found:
+            // loom-tests/README.md.)
+            #[cfg(not(loom_mutant = "budget_end_run_store"))]
             self.flag.swap(CLEAR, Ordering::AcqRel);
+            #[cfg(loom_mutant = "budget_end_run_store")]
+            self.flag.store(CLEAR, Ordering::Release);
         }
         // A nested check that erased the outer job's cancel bit did so with a read-modify-write
         // that read the canceller's raise, so the token is visible here.

@@ -347,6 +347,8 @@ impl TableRoot {
                 let version = self.peek();
                 let version = loaded_arc(&version);
                 let (above, target) = self.chain(version, path)?;
+                // The mutant commits without this re-check (loom-tests/README.md).
+                #[cfg(not(loom_mutant = "table_atomic_no_recheck"))]
                 if (target.id, target.rev) != (seen_id, seen_rev) {
                     break;
                 }
