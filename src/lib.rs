@@ -31,35 +31,37 @@ mod domain;
 mod error;
 mod jobs;
 mod pool;
+mod principal;
 mod shared;
 mod sync;
 mod value;
 mod vm;
 
-pub use domain::capability::{
+#[cfg(feature = "tracing")]
+pub use domain::TracingSink;
+pub use domain::{
+    AdvanceReport, ChromeTrace, ContextSpec, DomainSpec, DomainState, DomainStats, EventReport,
+    FailurePolicy, FixedStep, FrameReport, HandlerTiming, InterfaceField, InterfaceInfo,
+    LiveWorkers, Load, LoadStage, PhaseReport, Report, ResourceId, ResourceOwner, ScriptDomain,
+    WorkerError, WorkerStage, DROPPED_REPORTS, LOAD_BOUND, MAX_CONTEXT_NAME, MAX_INTERFACE_NAME,
+    MAX_LIVE_WORKERS, MAX_REPORTS, MAX_WORKER_BYTES, WORKER_SPAWN,
+};
+pub use error::{Error, Result};
+pub use jobs::{
+    DomainMailbox, JobInfo, JobOptions, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls,
+    EVENT_LOG_BOUND, JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES, VM_RETIRED, WARM_BOUND,
+};
+pub use pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
+pub use principal::capability::{
     require_capability, CapabilityDenied, CapabilityError, CapabilityId, CapabilitySet, Grant,
     InvalidCapability, OverDelegation, RootAuthority, FILESYSTEM_READ, FILESYSTEM_WRITE,
     MAX_CAPABILITY_LEN,
 };
-#[cfg(feature = "tracing")]
-pub use domain::TracingSink;
-pub use domain::{
-    AdvanceReport, Attribution, ChromeTrace, ContextSpec, Diagnostic, DiagnosticKind,
-    DiagnosticSink, DomainSpec, DomainState, DomainStats, EventLimits, EventReport, EventTarget,
-    FailurePolicy, FixedStep, FrameReport, HandlerTiming, InterfaceField, InterfaceInfo,
-    LiveWorkers, Load, LoadStage, LogLevel, LogRecord, LogSink, Phase, PhaseReport, PostRefused,
-    ProfileEvent, ProfileKind, ProfileSink, ProfileThread, QueueBound, Report, ResourceId,
-    ResourceOwner, ScriptDomain, Severity, WorkerError, WorkerStage, DROPPED_REPORTS, LOAD_BOUND,
-    MAX_CONTEXT_NAME, MAX_INTERFACE_NAME, MAX_LIVE_WORKERS, MAX_REPORTS, MAX_WORKER_BYTES,
-    WORKER_SPAWN,
+pub use principal::{
+    Attribution, Diagnostic, DiagnosticKind, DiagnosticSink, DomainId, EventLimits, EventTarget,
+    Generation, LogLevel, LogRecord, LogSink, Phase, PostRefused, Principal, ProfileEvent,
+    ProfileKind, ProfileSink, ProfileThread, QueueBound, Severity,
 };
-pub use error::{Error, Result};
-pub use jobs::{
-    DomainId, DomainMailbox, Generation, JobInfo, JobOptions, JobStatus, Pool, Principal, Promise,
-    PromiseStatus, WorkerCalls, EVENT_LOG_BOUND, JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES,
-    VM_RETIRED, WARM_BOUND,
-};
-pub use pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
 pub use shared::{
     FrozenTable, PopError, PushError, PushErrorKind, SharedQueueRef, SharedStore, SharedTableError,
     SharedTableErrorKind, SharedTableRef, DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_BYTES,

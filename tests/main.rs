@@ -23,6 +23,7 @@ mod host_keys;
 mod hostile;
 mod interfaces;
 mod keys;
+mod layers;
 mod logs;
 mod parallel_for;
 mod profile;

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use serde_json::{json, Value};
 
-use super::profile::{ProfileEvent, ProfileKind, ProfileSink};
+use crate::principal::profile::{ProfileEvent, ProfileKind, ProfileSink};
 
 /// A profile sink that buffers events and writes them as Chrome trace-event JSON.
 ///
@@ -184,9 +184,9 @@ fn slice(e: &ProfileEvent) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::profile::this_thread;
-    use crate::domain::Attribution;
-    use crate::jobs::{DomainId, Generation};
+    use crate::principal::profile::this_thread;
+    use crate::principal::Attribution;
+    use crate::principal::{DomainId, Generation};
     use std::time::Duration;
 
     fn event(kind: ProfileKind, name: &str) -> ProfileEvent {

@@ -16,11 +16,11 @@ use std::sync::Arc;
 
 use mlua::{Lua, Value};
 
-use super::capability::{self, Authority};
-use super::diagnostic::{Diagnostic, DiagnosticKind};
 use super::event_handlers::{EVENTS_KEY, WORKER_ON};
-use super::event_queue::{EventQueue, PostRefused, QueueBound};
 use crate::jobs::DomainMailbox;
+use crate::principal::capability::{self, Authority};
+use crate::principal::diagnostic::{Diagnostic, DiagnosticKind};
+use crate::principal::event_queue::{EventQueue, PostRefused, QueueBound};
 use crate::value::{Message, TransferErrorKind};
 use crate::vm;
 

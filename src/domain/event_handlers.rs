@@ -15,16 +15,18 @@ use std::sync::Arc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::capability::{Authority, CapabilitySet};
-use super::context::{ContextSpec, Phase};
-use super::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
+use super::context::ContextSpec;
 use super::emit::{read_emit, EmitRefused};
-use super::event_queue::{EventQueue, QueuedEvent, Routing};
 use super::handler_label::HandlerLabel;
 use super::scheduler::{wider_than_binder, Bindings};
 use super::{Report, ScriptDomain};
 use crate::error::{Error, Result};
-use crate::jobs::{registering_authority, DomainId, DomainMailbox, Generation};
+use crate::jobs::{registering_authority, DomainMailbox};
+use crate::principal::capability::{Authority, CapabilitySet};
+use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
+use crate::principal::event_queue::{EventQueue, QueuedEvent, Routing};
+use crate::principal::Phase;
+use crate::principal::{DomainId, Generation};
 use crate::value::Message;
 use crate::vm::{self, panic_message};
 
@@ -581,8 +583,8 @@ impl ScriptDomain {
             let handled = match envelope.event {
                 QueuedEvent::Raw { target, payload } => {
                     let only = match &target {
-                        super::EventTarget::All => None,
-                        super::EventTarget::Context(name) => {
+                        crate::principal::EventTarget::All => None,
+                        crate::principal::EventTarget::Context(name) => {
                             match self.contexts().iter().position(|c| c.name() == name) {
                                 Some(index) => Some(index),
                                 None => {
@@ -627,10 +629,10 @@ impl ScriptDomain {
         refused.extend(handlers.queue().take_refusals());
         let warnings = std::mem::take(&mut *handlers.warnings.borrow_mut());
         for d in &refused {
-            self.diagnose(super::Severity::Error, d);
+            self.diagnose(crate::principal::Severity::Error, d);
         }
         for d in &warnings {
-            self.diagnose(super::Severity::Warning, d);
+            self.diagnose(crate::principal::Severity::Warning, d);
         }
         report.errors.extend(refused);
         report.warnings = warnings;
@@ -682,7 +684,7 @@ impl ScriptDomain {
                     };
                     if let Some(call) = call {
                         let context = context.map(ContextSpec::name);
-                        let kind = super::profile::ProfileKind::ContextCall;
+                        let kind = crate::principal::profile::ProfileKind::ContextCall;
                         let event = Some(format!("{}.event '{name}'", context.unwrap_or("")));
                         let delay = call.saturating_duration_since(posted);
                         self.profiled_after(kind, context, event, call, Some(delay));
@@ -716,7 +718,7 @@ impl ScriptDomain {
                     Diagnostic::new(DiagnosticKind::HandlerFailed, attribution, message);
                 diagnostic.event = Some(name.to_string());
                 diagnostic.source = source;
-                self.diagnose(super::Severity::Error, &diagnostic);
+                self.diagnose(crate::principal::Severity::Error, &diagnostic);
                 errors.push(diagnostic);
             }
         }

@@ -15,11 +15,12 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, TryRecvError};
 
 use super::{
-    actor, engine_vm, event_handlers, interfaces, scheduler, services, DomainState, Load, Phase,
+    actor, engine_vm, event_handlers, interfaces, scheduler, services, DomainState, Load,
     ScriptDomain,
 };
 use crate::error::{Error, Result};
-use crate::jobs::{self, DomainEvent, DomainMailbox, Generation, PrincipalCell, Registry};
+use crate::jobs::{self, DomainEvent, DomainMailbox, PrincipalCell, Registry};
+use crate::principal::{Generation, Phase};
 use crate::value::Message;
 use crate::vm::Vm;
 use crate::vm::{FailureKind, JobFailure, Outcome};
@@ -302,7 +303,7 @@ impl ScriptDomain {
         // A stop's teardown is part of its `DomainStopped`; a restart's or reload's is its own
         // event, attributed to the generation that ended (still the principal here).
         if self.state.get() != DomainState::Stopping {
-            let kind = super::profile::ProfileKind::GenerationEnded;
+            let kind = crate::principal::profile::ProfileKind::GenerationEnded;
             self.profiled(kind, None, None, ending);
         }
     }
@@ -313,7 +314,12 @@ impl ScriptDomain {
         if self.principal.profile.is_some() {
             let now = std::time::Instant::now();
             for _ in 0..n {
-                self.profiled(super::profile::ProfileKind::StaleEvent, None, None, now);
+                self.profiled(
+                    crate::principal::profile::ProfileKind::StaleEvent,
+                    None,
+                    None,
+                    now,
+                );
             }
         }
     }
@@ -334,5 +340,78 @@ impl ScriptDomain {
                 Err(TryRecvError::Disconnected) => break false,
             }
         });
+    }
+}
+
+/// The shared store a generation ends, seen through its queues' Luau binding (`shared/queue_api.rs`):
+/// a whole domain is needed to reach it, so the test lives here rather than in `shared`.
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::{DomainSpec, Message, Pool, ScriptDomain};
+
+    fn text(domain: &ScriptDomain, source: &str) -> String {
+        match domain.eval(source) {
+            Ok(Message::String(s)) => String::from_utf8_lossy(&s).into_owned(),
+            other => panic!("expected a string, got {other:?}"),
+        }
+    }
+
+    /// The first line of the error `body` raises, without mlua's prefix.
+    fn raised(domain: &ScriptDomain, body: &str) -> String {
+        let full = text(
+            domain,
+            &format!(
+                "local ok, err = pcall(function() {body} end) \
+                 assert(not ok, 'expected an error') return tostring(err)"
+            ),
+        );
+        let line = full.lines().next().unwrap_or_default();
+        line.strip_prefix("runtime error: ")
+            .unwrap_or(line)
+            .to_owned()
+    }
+
+    #[test]
+    fn ending_the_store_rejects_a_parked_pop_and_every_later_use_naming_the_reason() {
+        let pool = Pool::new(1);
+        let domain = ScriptDomain::new(&pool, DomainSpec::new("main")).unwrap();
+        domain
+            .exec(
+                r#"
+                kept = jobs.shared.queue("kept")
+                kept:push(1)
+                parked = nil
+                task.spawn(function()
+                    local ok, err = pcall(function() return jobs.shared.queue("w"):pop() end)
+                    parked = tostring(err)
+                end)
+                "#,
+            )
+            .unwrap();
+        domain.shared().core.end("domain 'main' restarted");
+        let start = std::time::Instant::now();
+        while domain.eval("return parked").unwrap() == Message::Nil {
+            assert!(start.elapsed() < std::time::Duration::from_secs(5));
+            domain.pump();
+        }
+        let parked = text(&domain, "return parked");
+        assert!(
+            parked.contains("SharedQueue:pop: queue 'w' has ended: domain 'main' restarted"),
+            "{parked}"
+        );
+        let ended = |method: &str| {
+            format!("SharedQueue:{method}: queue 'kept' has ended: domain 'main' restarted")
+        };
+        assert_eq!(raised(&domain, "kept:push(2)"), ended("push"));
+        assert_eq!(raised(&domain, "kept:pop()"), ended("pop"));
+        assert_eq!(raised(&domain, "kept:tryPop()"), ended("tryPop"));
+        assert_eq!(raised(&domain, "kept:popMany(1)"), ended("popMany"));
+        assert_eq!(raised(&domain, "kept:len()"), ended("len"));
+        assert_eq!(raised(&domain, "kept:close()"), ended("close"));
+        assert_eq!(
+            raised(&domain, r#"jobs.shared.queue("new")"#),
+            "jobs.shared.queue: the shared store has ended: domain 'main' restarted"
+        );
+        assert_eq!(domain.tasks(), 0, "the parked task finished");
     }
 }

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::context::Phase;
+use crate::principal::Phase;
 use crate::vm::OwnerIdentity;
 
 /// The name of one handler, written out on demand.

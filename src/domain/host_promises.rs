@@ -71,7 +71,8 @@ impl HostPromises {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobs::{DomainId, Generation, Pool, Principal, Promise};
+    use crate::jobs::{Pool, Promise};
+    use crate::principal::{DomainId, Generation, Principal};
     use crate::Error;
 
     fn job(pool: &Pool) -> Arc<JobShared> {

@@ -18,7 +18,7 @@ use std::rc::Rc;
 
 use mlua::{Lua, Table, Value};
 
-use crate::jobs::Generation;
+use crate::principal::Generation;
 use crate::vm;
 
 /// Registry key of the engine VM's `@skein/interfaces` table.
@@ -143,7 +143,7 @@ fn calling_chunk(lua: &Lua) -> String {
 /// Who is calling `provide`: the calling chunk, and the context whose handler runs, if any.
 fn provider(lua: &Lua) -> String {
     let chunk = calling_chunk(lua);
-    let context = crate::domain::capability::current_arc()
+    let context = crate::principal::capability::current_arc()
         .and_then(|authority| authority.attribution().context.clone());
     match context {
         Some(context) => format!("chunk '{chunk}' in context '{context}'"),

@@ -18,31 +18,34 @@ use mlua::{Lua, MultiValue, Value};
 
 use crate::error::{Error, Result};
 use crate::jobs::{
-    self, DomainEvent, DomainId, DomainMailbox, Generation, HomeKind, HostSlot, Item, ItemArgs,
-    JobInfo, JobOptions, JobShared, JobsHome, Pool, Principal, PrincipalCell, Promise, Registry,
-    ReplyTo, MAX_DEADLINE,
+    self, DomainEvent, DomainMailbox, HomeKind, HostSlot, Item, ItemArgs, JobInfo, JobOptions,
+    JobShared, JobsHome, Pool, PrincipalCell, Promise, Registry, ReplyTo, MAX_DEADLINE,
+};
+use crate::principal::diagnostic::DiagnosticSlot;
+use crate::principal::profile::ProfileSlot;
+use crate::principal::{capability, diagnostic, event_queue, profile};
+use crate::principal::{
+    Attribution, Diagnostic, DiagnosticSink, DomainId, EventLimits, Generation, LogSink, LogSlot,
+    Principal, ProfileSink, Severity,
 };
 use crate::shared::SharedStore;
 use crate::value::Message;
 use crate::vm::{self, Owner, Plan, TaskFailure, Vm, UNAWAITED_KEPT};
 
 pub(crate) mod actor;
-pub(crate) mod capability;
 mod chrome_trace;
 mod context;
-mod diagnostic;
 mod emit;
 mod event_handlers;
-pub(crate) mod event_queue;
+pub(crate) mod fs;
 mod generation;
 mod handler_label;
 mod host_promises;
 mod interfaces;
 mod lifecycle;
 mod load;
-pub(crate) mod log;
+pub(crate) mod log_api;
 mod owned;
-pub(crate) mod profile;
 mod reload;
 mod reports;
 mod scheduler;
@@ -58,20 +61,14 @@ pub use actor::{
     WORKER_SPAWN,
 };
 pub use chrome_trace::ChromeTrace;
-pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};
-pub use diagnostic::{Attribution, Diagnostic, DiagnosticKind, DiagnosticSink, Severity};
+pub use context::{ContextSpec, FixedStep, MAX_CONTEXT_NAME};
 pub(crate) use event_handlers::events_module;
 pub use event_handlers::EventReport;
-pub use event_queue::{EventLimits, EventTarget, PostRefused, QueueBound};
 pub(crate) use interfaces::interfaces_module;
 pub use interfaces::{InterfaceField, InterfaceInfo, MAX_INTERFACE_NAME};
 pub use lifecycle::DomainState;
 pub use load::{Load, LoadStage, LOAD_BOUND};
-pub(crate) use log::Logs;
-pub use log::{LogLevel, LogRecord, LogSink};
 pub use owned::{ResourceId, ResourceOwner};
-pub(crate) use profile::Profile;
-pub use profile::{ProfileEvent, ProfileKind, ProfileSink, ProfileThread};
 pub use reports::{DROPPED_REPORTS, MAX_REPORTS};
 pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
 
@@ -110,9 +107,9 @@ pub struct DomainSpec {
     worker_budget: Duration,
     run_deadline: Duration,
     load_bound: Duration,
-    profile: profile::ProfileSlot,
-    logs: log::LogSlot,
-    diagnostics: diagnostic::DiagnosticSlot,
+    profile: ProfileSlot,
+    logs: LogSlot,
+    diagnostics: DiagnosticSlot,
     detect_stalls: bool,
 }
 
@@ -131,9 +128,9 @@ impl DomainSpec {
             worker_budget: MAX_DEADLINE,
             run_deadline: MAX_DEADLINE,
             load_bound: load::LOAD_BOUND,
-            profile: profile::ProfileSlot::default(),
-            logs: log::LogSlot::default(),
-            diagnostics: diagnostic::DiagnosticSlot::default(),
+            profile: ProfileSlot::default(),
+            logs: LogSlot::default(),
+            diagnostics: DiagnosticSlot::default(),
             detect_stalls: false,
         }
     }
@@ -182,21 +179,21 @@ impl DomainSpec {
     /// assert!(spec.has_profile());
     /// ```
     pub fn profile(mut self, sink: Arc<dyn ProfileSink>) -> DomainSpec {
-        self.profile = profile::ProfileSlot(Some(sink));
+        self.profile = ProfileSlot(Some(sink));
         self
     }
 
     /// Sends the `@skein/log` records of the domain's engine and worker VMs to `sink` (see
     /// [`LogSink`]). A restart keeps the sink. Without one each record is a line on stderr.
     pub fn logs(mut self, sink: Arc<dyn LogSink>) -> DomainSpec {
-        self.logs = log::LogSlot(Some(sink));
+        self.logs = LogSlot(Some(sink));
         self
     }
 
     /// Sends every [`Diagnostic`] the domain makes to `sink` as it is made (see
     /// [`DiagnosticSink`]), besides the reports that carry them. A restart keeps the sink.
     pub fn diagnostics(mut self, sink: Arc<dyn DiagnosticSink>) -> DomainSpec {
-        self.diagnostics = diagnostic::DiagnosticSlot(Some(sink));
+        self.diagnostics = DiagnosticSlot(Some(sink));
         self
     }
 

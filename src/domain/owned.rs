@@ -7,7 +7,7 @@ use std::fmt;
 use std::rc::Rc;
 
 use super::ScriptDomain;
-use crate::jobs::Generation;
+use crate::principal::Generation;
 
 /// Names one resource a domain owns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

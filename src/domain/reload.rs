@@ -10,7 +10,7 @@ use super::generation::GenerationParts;
 use super::load::LoadFailure;
 use super::{DomainState, Load, Report, ScriptDomain};
 use crate::error::{Error, Result};
-use crate::jobs::Generation;
+use crate::principal::Generation;
 
 impl ScriptDomain {
     /// Builds the domain's next generation beside the running one, runs `load` in it, and

@@ -22,15 +22,16 @@ use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::capability::{lacking, Authority, CapabilitySet, Grant};
-use super::context::{ContextSpec, Phase};
-use super::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind, Severity};
+use super::context::ContextSpec;
 use super::handler_label::HandlerLabel;
 use super::lifecycle::DomainState;
-use super::profile::ProfileKind;
 use super::{FrameReport, Report, ScriptDomain};
 use crate::error::{Error, Result};
-use crate::jobs::Generation;
+use crate::principal::capability::{lacking, Authority, CapabilitySet, Grant};
+use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind, Severity};
+use crate::principal::profile::ProfileKind;
+use crate::principal::Generation;
+use crate::principal::Phase;
 use crate::value::Message;
 use crate::vm::{self, FirstRun, Owner, OwnerIdentity};
 

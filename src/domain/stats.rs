@@ -7,7 +7,7 @@
 use std::cell::Cell;
 
 use super::{DomainState, ScriptDomain};
-use crate::jobs::Generation;
+use crate::principal::Generation;
 
 /// The running totals of a domain, over its whole life (every generation).
 #[derive(Default)]
@@ -33,10 +33,10 @@ impl Counters {
         bump(&self.events_unhandled, unhandled as u64);
     }
 
-    pub(crate) fn diagnosed(&self, severity: super::Severity) {
+    pub(crate) fn diagnosed(&self, severity: crate::principal::Severity) {
         match severity {
-            super::Severity::Error => bump(&self.errors, 1),
-            super::Severity::Warning => bump(&self.warnings, 1),
+            crate::principal::Severity::Error => bump(&self.errors, 1),
+            crate::principal::Severity::Warning => bump(&self.warnings, 1),
         }
     }
 }

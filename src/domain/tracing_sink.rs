@@ -2,9 +2,9 @@
 //! `tracing` events, for a host whose own telemetry already goes through a `tracing` subscriber.
 //! This module only translates; where the events go is the subscriber's business.
 
-use super::diagnostic::{Diagnostic, DiagnosticSink, Severity};
-use super::log::{LogLevel, LogRecord, LogSink};
-use super::profile::{ProfileEvent, ProfileSink};
+use crate::principal::diagnostic::{Diagnostic, DiagnosticSink, Severity};
+use crate::principal::profile::{ProfileEvent, ProfileSink};
+use crate::principal::{LogLevel, LogRecord, LogSink};
 
 /// Sends what a domain reports to the `tracing` subscriber of the thread it arrives on, under the
 /// target `skein`: `@skein/log` records at their own level, diagnostics at `WARN` or `ERROR`, and

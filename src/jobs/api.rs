@@ -14,8 +14,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::item::{charge_job, Item, ItemArgs, JobShared, ReplyTo, JOB_WEIGHT};
 use super::options::{read_key, DispatchOptions};
 use super::pool::PoolShared;
-use super::principal::PrincipalCell;
-use crate::domain::capability::{current_arc, Authority};
+use super::principal_cell::PrincipalCell;
+use crate::principal::capability::{current_arc, Authority};
 use crate::value::{ExactValue, Held, Message};
 use crate::vm::{promise_handle, watch_liveness, with_caller_source, Owner, PromiseId, Vm, VmCore};
 
@@ -421,7 +421,7 @@ fn dispatch(
     let reply = home.reply_to(cell.id());
     let item = Item {
         principal: home.principal.clone(),
-        authority: crate::domain::capability::current_or(&home.principal.authority),
+        authority: crate::principal::capability::current_or(&home.principal.authority),
         job,
         module: module.path,
         entry,

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use mlua::{Function, Lua, MultiValue, Value};
 
 use super::api::{home, registering_authority};
-use crate::domain::capability::Authority;
+use crate::principal::capability::Authority;
 use crate::value::Message;
 use crate::vm::{Owner, OwnerIdentity, TaskFailure, Vm, VmCore};
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use super::item::{JobShared, ReplyTo};
 use super::pool::PoolShared;
-use super::principal::PrincipalCell;
+use super::principal_cell::PrincipalCell;
 use super::worker::reply;
 use crate::value::Message;
 use crate::vm::{Cancel, JobFailure, Outcome};

@@ -15,9 +15,10 @@ use std::time::Duration;
 use super::chunking::Run;
 use super::gather::Gather;
 use super::pool::PoolShared;
-use super::principal::{Principal, PrincipalCell};
+use super::principal_cell::PrincipalCell;
 use super::promise::HostSlot;
 use crate::pool::handoff::{CancelOutcome, Handoff};
+use crate::principal::Principal;
 use crate::value::{ByteBudget, Charge, Held, Message};
 use crate::vm::{Cancel, Outcome, OwnerIdentity, PromiseId, ServiceCall};
 
@@ -329,7 +330,7 @@ pub(crate) struct Item {
     pub(crate) deadline: Duration,
     pub(crate) reply: ReplyTo,
     /// The authority of the code that dispatched it; its task on the worker runs under it.
-    pub(crate) authority: Arc<crate::domain::capability::Authority>,
+    pub(crate) authority: Arc<crate::principal::capability::Authority>,
     /// When a keyed item was dispatched, to measure how long it waited for its key's VM.
     pub(crate) queued_at: Option<Instant>,
     /// What its arguments hold of the generation's [`MAX_JOB_BYTES`] while it waits and runs
@@ -405,7 +406,7 @@ pub(crate) enum DomainEvent {
         job: Option<u64>,
         /// The authority of the task that made it (its item's): the engine thread installs it
         /// while it applies the commands and runs the service. `None`: the domain's.
-        authority: Option<Arc<crate::domain::capability::Authority>>,
+        authority: Option<Arc<crate::principal::capability::Authority>>,
     },
     /// A worker VM registered a job: add it to the registry.
     Registered(Box<super::registered::RemoteRegistration>),
@@ -417,7 +418,7 @@ pub(crate) enum DomainEvent {
         failure: Option<String>,
         /// The authority the job was registered with, installed while its commands apply.
         /// `None`: the domain's.
-        authority: Option<Arc<crate::domain::capability::Authority>>,
+        authority: Option<Arc<crate::principal::capability::Authority>>,
     },
     /// A handle in a worker VM paused, resumed or cancelled a job.
     RegisteredControl {
@@ -433,7 +434,7 @@ pub(crate) enum DomainEvent {
         then: Option<Settlement>,
         /// The authority of the work that recorded them, installed while they apply. `None`:
         /// the domain's.
-        authority: Option<Arc<crate::domain::capability::Authority>>,
+        authority: Option<Arc<crate::principal::capability::Authority>>,
     },
 }
 

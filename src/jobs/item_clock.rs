@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use super::item::{Item, JobShared};
-use super::principal::PrincipalCell;
-use crate::domain::profile::{self, ProfileKind};
+use super::principal_cell::PrincipalCell;
+use crate::principal::profile::{self, ProfileKind};
 
 /// A started item's clock, finished (and sent to the sink) when the item ends.
 pub(crate) struct ItemClock {

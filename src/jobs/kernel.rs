@@ -45,7 +45,7 @@ pub(super) fn run(item: Item, pool: &Arc<PoolShared>) {
         let kernel = call.kernel;
         let input = call.input;
         // A kernel is native work of its dispatcher: it runs under the item's authority.
-        let installed = crate::domain::capability::install(Some(&authority));
+        let installed = crate::principal::capability::install(Some(&authority));
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || kernel(input)));
         drop(installed);
         match ran {

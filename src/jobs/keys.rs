@@ -104,7 +104,11 @@ pub(crate) struct LaneTurn {
 }
 
 impl LaneTurn {
-    pub(crate) fn new(pool: Arc<PoolShared>, principal: super::Principal, key: Bytes) -> Self {
+    pub(crate) fn new(
+        pool: Arc<PoolShared>,
+        principal: crate::principal::Principal,
+        key: Bytes,
+    ) -> Self {
         LaneTurn {
             pool,
             key: (principal, key),

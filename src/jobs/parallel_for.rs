@@ -127,7 +127,7 @@ pub(super) fn parallel_for(
     for (i, (run, job)) in runs.iter().zip(jobs).enumerate() {
         let item = Item {
             principal: home.principal.clone(),
-            authority: crate::domain::capability::current_or(&home.principal.authority),
+            authority: crate::principal::capability::current_or(&home.principal.authority),
             job,
             module: module.path.clone(),
             entry: entry.clone(),

@@ -297,7 +297,7 @@ fn forward_query(
         reply,
         job: owner.identity.registered_job(),
         // The service runs as the task that called it, not as the domain.
-        authority: crate::domain::capability::current_arc(),
+        authority: crate::principal::capability::current_arc(),
     });
     if !posted {
         core.promises
@@ -328,7 +328,7 @@ fn command_stub(lua: &Lua, name: Arc<str>) -> mlua::Result<Function> {
             home.principal.mailbox.send(DomainEvent::Apply {
                 commands: vec![call],
                 then: None,
-                authority: crate::domain::capability::current_arc(),
+                authority: crate::principal::capability::current_arc(),
             });
         }
         Ok(())

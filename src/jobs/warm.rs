@@ -24,9 +24,9 @@ use mlua::{Lua, Value};
 use super::api::{home, refuse, registering_authority};
 use super::item::{ReplyTo, WorkerMsg};
 use super::pool::PoolShared;
-use super::principal::PrincipalCell;
+use super::principal_cell::PrincipalCell;
 use super::worker::reply;
-use crate::domain::capability::Authority;
+use crate::principal::capability::Authority;
 use crate::vm::{promise_handle, with_caller_source, FailureKind, JobFailure, Outcome, VmCore};
 
 /// The longest a warm entry may take, waits included, from its start to its end. Read between

@@ -28,7 +28,7 @@ use mlua::{MultiValue, Value};
 use super::item::{DomainEvent, Item};
 use super::keys::LaneTurn;
 use super::pool::PoolShared;
-use super::principal::PrincipalCell;
+use super::principal_cell::PrincipalCell;
 use super::warm::WarmEntry;
 use super::worker::entry_function;
 use crate::pool::stats::WarmRun;

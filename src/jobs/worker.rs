@@ -20,10 +20,11 @@ use super::item::{
 };
 use super::keys::LaneTurn;
 use super::pool::{PoolShared, WarmRuns};
-use super::principal::{Principal, PrincipalCell};
+use super::principal_cell::PrincipalCell;
 use super::warm_pass::{ParkedItem, PassContext, WarmPass};
 use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
 use crate::pool::lanes::KeyLanes;
+use crate::principal::Principal;
 use crate::value::Message;
 use crate::vm::{self, FailureKind, JobFailure, Outcome, Owner, Signal, TaskFailure, Vm};
 
@@ -628,7 +629,7 @@ fn settle_after_commands(
     job: Arc<JobShared>,
     (commands, authority): (
         Vec<vm::ServiceCall>,
-        Arc<crate::domain::capability::Authority>,
+        Arc<crate::principal::capability::Authority>,
     ),
     settlement: (ReplyTo, Outcome, Option<LaneTurn>),
     pool: &Arc<PoolShared>,

@@ -33,7 +33,7 @@ pub(crate) struct VmCore {
     ambient: Rc<Owner>,
     /// The authority of tasks whose owner carries none: the grant of the principal the VM
     /// serves. Set once, after the VM is built.
-    authority: std::cell::OnceCell<std::sync::Arc<crate::domain::capability::Authority>>,
+    authority: std::cell::OnceCell<std::sync::Arc<crate::principal::capability::Authority>>,
     /// The owner whose root task [`Vm::call`] is running for its first run, and its result once
     /// it ends there: the end is handed back to the caller instead of a completion.
     catching: RefCell<Option<Catch>>,
@@ -108,7 +108,7 @@ impl Vm {
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
         super::modules::install_require(&lua)?;
-        crate::domain::capability::fs::install(&lua)?;
+        crate::domain::fs::install(&lua)?;
         plan.install(&lua)?;
         install(&lua)?;
         lua.set_memory_limit(plan.memory_limit_bytes())?;
@@ -176,7 +176,7 @@ impl Vm {
     /// one principal for its whole life, so it is set once; a second call changes nothing.
     pub(crate) fn set_authority(
         &self,
-        authority: std::sync::Arc<crate::domain::capability::Authority>,
+        authority: std::sync::Arc<crate::principal::capability::Authority>,
     ) {
         let _ = self.core.authority.set(authority);
     }
@@ -386,7 +386,7 @@ impl SchedulerHost for VmCore {
         self.memory.collect_when_full(lua);
     }
 
-    fn authority(&self) -> Option<&std::sync::Arc<crate::domain::capability::Authority>> {
+    fn authority(&self) -> Option<&std::sync::Arc<crate::principal::capability::Authority>> {
         self.authority.get()
     }
 

@@ -245,10 +245,10 @@ pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
             return crate::domain::actor::module(lua);
         }
         if spec == "@skein/log" {
-            return crate::domain::log::module(lua);
+            return crate::domain::log_api::module(lua);
         }
         if spec == "@skein/fs" {
-            return crate::domain::capability::fs::module(lua).map(Value::Table);
+            return crate::domain::fs::module(lua).map(Value::Table);
         }
         let core = super::core::VmCore::of(lua)?;
         let resolved = with_caller_source(lua, |source| core.modules.resolve(source, &spec))

@@ -70,7 +70,7 @@ pub(crate) struct Owner {
     pub(crate) commands: Option<CommandLog>,
     /// The authority its tasks run under (a pool item's, carried from its dispatcher); `None`
     /// runs them under the VM's own (its principal's grant).
-    pub(crate) authority: Option<Arc<crate::domain::capability::Authority>>,
+    pub(crate) authority: Option<Arc<crate::principal::capability::Authority>>,
 }
 
 /// One engine-service call on its way to the engine thread: the service's name and its
@@ -129,7 +129,7 @@ impl Owner {
     /// Runs the owner's tasks under `authority` instead of the VM's own.
     pub(crate) fn with_authority(
         mut self,
-        authority: Arc<crate::domain::capability::Authority>,
+        authority: Arc<crate::principal::capability::Authority>,
     ) -> Owner {
         self.authority = Some(authority);
         self

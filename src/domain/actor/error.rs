@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::domain::diagnostic::Attribution;
+use crate::principal::diagnostic::Attribution;
 
 /// Where in its life a worker failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -20,10 +20,10 @@ use mlua::{Function, Lua, MultiValue, Value};
 use super::error::{FailurePolicy, WorkerError, WorkerStage};
 use super::services::ServiceLink;
 use super::shared::{ActorShared, Queued, Reply, FAILED, STOPPED};
-use crate::domain::capability::Authority;
-use crate::domain::diagnostic::Attribution;
-use crate::domain::profile::{self, Profile, ProfileKind};
 use crate::jobs::{self, ActorWake, HomeKind, JobsHome, PoolShared, PrincipalCell};
+use crate::principal::capability::Authority;
+use crate::principal::diagnostic::Attribution;
+use crate::principal::profile::{self, Profile, ProfileKind};
 use crate::value::Message;
 use crate::vm::{self, source, CancelToken, Owner, OwnerIdentity, Plan, TaskFailure, Vm};
 

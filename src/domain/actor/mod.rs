@@ -35,9 +35,9 @@ pub use error::{FailurePolicy, WorkerError, WorkerStage};
 use shared::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
 pub use shared::{MAX_LIVE_WORKERS, MAX_WORKER_BYTES};
 
-use super::capability::{self, Authority, CapabilityId, CapabilitySet};
-use super::diagnostic::Attribution;
 use crate::jobs::{PoolShared, PrincipalCell};
+use crate::principal::capability::{self, Authority, CapabilityId, CapabilitySet};
+use crate::principal::diagnostic::Attribution;
 use crate::value::read::Reader;
 use crate::value::{Limits, Message};
 use crate::vm::{self, await_function, promise_of, CancelToken, Outcome, VmCore};

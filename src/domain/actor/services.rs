@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua};
 
-use crate::domain::capability;
 use crate::jobs::{self, DomainEvent, HostSlot, PrincipalCell, ReplyTo, ServiceKind};
+use crate::principal::capability;
 use crate::value::{Message, MessageArgs};
 use crate::vm::{self, CancelToken};
 

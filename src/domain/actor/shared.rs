@@ -212,9 +212,9 @@ impl ActorShared {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::event_queue::EventQueue;
-    use crate::domain::EventLimits;
-    use crate::jobs::Generation;
+    use crate::principal::event_queue::EventQueue;
+    use crate::principal::EventLimits;
+    use crate::principal::Generation;
 
     fn test_mailbox() -> (DomainMailbox, crossbeam_channel::Receiver<DomainEvent>) {
         let generation = Generation(1);

@@ -24,10 +24,10 @@ use mlua::{Function, Lua, MultiValue, Value};
 
 use super::item::{Item, ItemArgs, JobShared, JobTally, Kernel, KernelCall, ReplyTo, WorkerMsg};
 use super::pool::PoolShared;
-use super::principal::PrincipalCell;
+use super::principal_cell::PrincipalCell;
 use super::promise::{HostSlot, Promise};
-use crate::domain::capability::{self, Authority};
 use crate::error::Error;
+use crate::principal::capability::{self, Authority};
 use crate::value::{ExactValue, Message};
 use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
 

@@ -34,10 +34,10 @@ use mlua::{Function, Lua, MultiValue, Value};
 
 use super::descriptor::{self, Executor};
 use super::info::{JobInfo, JobStatus, WorkerCalls};
-use crate::domain::capability::Authority;
 use crate::jobs::api::{registering_authority, HomeKind, JobsHome};
 use crate::jobs::item::DomainEvent;
-use crate::jobs::principal::PrincipalCell;
+use crate::jobs::principal_cell::PrincipalCell;
+use crate::principal::capability::Authority;
 use crate::value::Message;
 use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
 

@@ -8,13 +8,15 @@
 //! process-global, so many domains and workers can check at once and each sees its own.
 
 mod authority;
-pub(crate) mod fs;
 mod grant;
 mod id;
 mod set;
 
-pub(crate) use authority::{current_arc, current_or, install, lacking, Authority, DenialLog};
+pub(crate) use authority::{
+    current_arc, current_or, deny_escape, install, lacking, require_path, Authority, DenialLog,
+};
 pub use authority::{require_capability, Attribution, CapabilityDenied, CapabilityError};
+pub(crate) use grant::lexical_absolute;
 pub use grant::{Grant, RootAuthority, FILESYSTEM_READ, FILESYSTEM_WRITE};
 pub use id::{CapabilityId, InvalidCapability, MAX_CAPABILITY_LEN};
 pub use set::{CapabilitySet, OverDelegation};

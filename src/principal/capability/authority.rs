@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use super::grant::{Grant, Root, FILESYSTEM_READ, FILESYSTEM_WRITE};
 use super::id::{validate, CapabilityId, InvalidCapability};
 use super::set::CapabilitySet;
-pub use crate::domain::diagnostic::Attribution;
-use crate::jobs::Generation;
+pub use crate::principal::diagnostic::Attribution;
+use crate::principal::Generation;
 
 /// How many denial texts a domain keeps for its reports; more are counted, not kept.
 const DENIALS_KEPT: usize = 256;
@@ -132,15 +132,15 @@ impl From<CapabilityError> for mlua::Error {
 pub(crate) struct DenialLog {
     count: AtomicU64,
     recent: Mutex<Vec<String>>,
-    profile: crate::domain::Profile,
-    diagnostics: crate::domain::diagnostic::Diagnostics,
+    profile: crate::principal::Profile,
+    diagnostics: crate::principal::diagnostic::Diagnostics,
 }
 
 impl DenialLog {
     /// A log that also sends each denial to the domain's sinks.
     pub(crate) fn new(
-        profile: crate::domain::Profile,
-        diagnostics: crate::domain::diagnostic::Diagnostics,
+        profile: crate::principal::Profile,
+        diagnostics: crate::principal::diagnostic::Diagnostics,
     ) -> DenialLog {
         DenialLog {
             profile,
@@ -158,21 +158,21 @@ impl DenialLog {
             }
         }
         if let Some(sink) = &self.profile {
-            crate::domain::profile::instant(
+            crate::principal::profile::instant(
                 &**sink,
-                crate::domain::ProfileKind::Denial,
+                crate::principal::ProfileKind::Denial,
                 denied.attribution.clone(),
                 denied.capability.to_string(),
             );
         }
         if let Some(sink) = &self.diagnostics {
-            let mut diagnostic = crate::domain::Diagnostic::new(
-                crate::domain::DiagnosticKind::CapabilityDenied,
+            let mut diagnostic = crate::principal::Diagnostic::new(
+                crate::principal::DiagnosticKind::CapabilityDenied,
                 denied.attribution.clone(),
                 denied.to_string(),
             );
             diagnostic.capability = Some(denied.capability.clone());
-            sink.diagnostic(crate::domain::Severity::Error, &diagnostic);
+            sink.diagnostic(crate::principal::Severity::Error, &diagnostic);
         }
     }
 
@@ -464,8 +464,8 @@ fn known(name: &str) -> CapabilityId {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::capability::{CapabilitySet, RootAuthority};
-    use crate::jobs::DomainId;
+    use crate::principal::capability::{CapabilitySet, RootAuthority};
+    use crate::principal::DomainId;
 
     fn authority(names: &[&str]) -> Arc<Authority> {
         let set = names

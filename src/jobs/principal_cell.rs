@@ -1,4 +1,4 @@
-//! Principals: who the pool runs work for, and the mailbox that reaches them.
+//! A principal's cross-thread state ([`PrincipalCell`]), and the mailbox that reaches its domain.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,57 +8,11 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::item::{DomainEvent, MAX_JOB_BYTES};
-use crate::domain::event_queue::{EventQueue, EventTarget, PostRefused, Routing};
+use crate::principal::event_queue::{EventQueue, Routing};
+use crate::principal::{EventTarget, Generation, PostRefused, Principal};
 use crate::shared::{SharedLimits, StoreCore};
 use crate::value::{ByteBudget, Message};
 use crate::vm::{Liveness, Plan};
-
-/// A script domain's stable identity within the process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DomainId(pub(crate) u64);
-
-impl DomainId {
-    /// The number behind the id.
-    pub fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl fmt::Display for DomainId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "domain#{}", self.0)
-    }
-}
-
-/// How many times a domain has restarted. Work of an older generation is refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Generation(pub(crate) u64);
-
-impl Generation {
-    /// The number behind the generation.
-    pub fn get(self) -> u64 {
-        self.0
-    }
-}
-
-/// What the pool runs work as: one generation of one domain.
-///
-/// Every pool item carries its principal. A worker thread keeps one VM per principal that has used
-/// it; when the principal ends (its domain stops or restarts) those VMs are dropped and its
-/// queued items are refused unrun.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Principal {
-    /// The domain.
-    pub domain: DomainId,
-    /// Its generation.
-    pub generation: Generation,
-}
-
-impl fmt::Display for Principal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (generation {})", self.domain, self.generation.0)
-    }
-}
 
 /// The `Send` handle through which other threads reach a domain's engine thread.
 ///
@@ -227,16 +181,16 @@ pub(crate) struct PrincipalCell {
     pub(crate) frames: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The generation's authority: the domain's grant. Worker VMs of the principal run their
     /// tasks under it, and items dispatched by host code carry it.
-    pub(crate) authority: std::sync::Arc<crate::domain::capability::Authority>,
+    pub(crate) authority: std::sync::Arc<crate::principal::capability::Authority>,
     /// The engine events the host raised on this generation, for `engine.on` watchers.
     pub(crate) events: super::events::EventLog,
     /// The ids and names of the generation's registered jobs, reserved at `jobs.register` in
     /// whichever VM (engine or worker) calls it.
     pub(crate) jobs: super::registered::JobDirectory,
     /// The domain's profile sink: worker threads send their pool-item events to it.
-    pub(crate) profile: crate::domain::Profile,
+    pub(crate) profile: crate::principal::Profile,
     /// The domain's log sink: `@skein/log` in its engine and worker VMs writes to it.
-    pub(crate) logs: crate::domain::Logs,
+    pub(crate) logs: crate::principal::Logs,
     /// The evidence that its VMs still progress, when its host asked for a stall check
     /// ([`DomainSpec::detect_stalls`](crate::DomainSpec::detect_stalls)): every VM of the
     /// principal reports its resumes and timers to it.
@@ -266,9 +220,9 @@ impl PrincipalCell {
             services: super::services::ServiceNames::default(),
             frames: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
             events: super::events::EventLog::default(),
-            authority: std::sync::Arc::new(crate::domain::capability::Authority::new(
-                crate::domain::capability::Grant::default(),
-                crate::domain::capability::Attribution {
+            authority: std::sync::Arc::new(crate::principal::capability::Authority::new(
+                crate::principal::capability::Grant::default(),
+                crate::principal::capability::Attribution {
                     domain_name: String::new(),
                     domain: id.domain,
                     generation: id.generation,

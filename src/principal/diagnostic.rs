@@ -6,8 +6,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::capability::CapabilityId;
-use super::context::Phase;
-use crate::jobs::{DomainId, Generation};
+use super::id::{DomainId, Generation};
+use super::phase::Phase;
 
 /// Who was running: the domain (its name and id), its generation and the context, if there was
 /// one.

@@ -1,17 +1,14 @@
-//! What scripts log: `@skein/log` in every VM of a domain (engine and workers), the
-//! [`LogRecord`]s it makes, and the [`LogSink`] a host sets with
-//! [`DomainSpec::logs`](crate::DomainSpec::logs).
+//! What a principal logs: the [`LogRecord`]s `@skein/log` makes in every VM of a domain (engine
+//! and workers), and the [`LogSink`] a host sets with [`DomainSpec::logs`](crate::DomainSpec::logs).
 //!
 //! The runtime attributes a record (domain and generation, from the VM's principal), never the
 //! script: a script chooses only the level, the message and the fields. A worker's record goes
 //! to the sink from the worker thread, so a sink is `Send + Sync`. A domain without a sink
-//! writes each record as one line on stderr. This module owns the record and the Luau module;
-//! it never buffers records.
+//! writes each record as one line on stderr. The Luau module that makes records is the domain's
+//! (`domain/log_api.rs`); nothing here buffers records.
 
 use std::fmt;
 use std::sync::Arc;
-
-use mlua::{Lua, Value};
 
 use super::diagnostic::Attribution;
 use crate::value::Message;
@@ -57,7 +54,8 @@ pub enum LogLevel {
 }
 
 impl LogLevel {
-    const ALL: [LogLevel; 4] = [
+    /// Every level, lowest first.
+    pub(crate) const ALL: [LogLevel; 4] = [
         LogLevel::Debug,
         LogLevel::Info,
         LogLevel::Warn,
@@ -130,85 +128,4 @@ impl fmt::Debug for LogSlot {
             "None"
         })
     }
-}
-
-/// Registry key of the module table `require("@skein/log")` answers.
-const LOG_KEY: &str = "skein.log";
-
-/// The module table, built on first use in each VM.
-pub(crate) fn module(lua: &Lua) -> mlua::Result<Value> {
-    let cached: Value = lua.named_registry_value(LOG_KEY)?;
-    if !cached.is_nil() {
-        return Ok(cached);
-    }
-    let log = lua.create_table()?;
-    for level in LogLevel::ALL {
-        let f = lua.create_function(move |lua, (message, fields): (Value, Value)| {
-            write(lua, level, message, fields)
-        })?;
-        log.raw_set(level.name(), f)?;
-    }
-    log.set_readonly(true);
-    lua.set_named_registry_value(LOG_KEY, &log)?;
-    Ok(Value::Table(log))
-}
-
-fn write(lua: &Lua, level: LogLevel, message: Value, fields: Value) -> mlua::Result<()> {
-    let message = match message {
-        Value::String(s) => s.to_str()?.to_owned(),
-        other => {
-            return Err(mlua::Error::runtime(format!(
-                "log.{level}: message must be a string, got {}",
-                crate::vm::a_type(&other)
-            )))
-        }
-    };
-    let fields = match &fields {
-        Value::Nil | Value::Table(_) => Message::from_lua(&fields, "fields")
-            .map_err(|e| mlua::Error::runtime(format!("log.{level}: {e}")))?,
-        other => {
-            return Err(mlua::Error::runtime(format!(
-                "log.{level}: fields must be a table or nil, got {}",
-                crate::vm::a_type(other)
-            )))
-        }
-    };
-    let (target, source) = caller(lua);
-    let Some(principal) = crate::jobs::home_principal(lua) else {
-        // A VM outside any domain has no one to attribute the record to.
-        eprintln!("{level} {target}: {message}");
-        return Ok(());
-    };
-    let record = LogRecord {
-        // The running task's authority names the context or worker that wrote the record.
-        attribution: crate::domain::capability::current_or(&principal.authority)
-            .attribution()
-            .clone(),
-        level,
-        target,
-        message,
-        fields,
-        source,
-    };
-    match &principal.logs {
-        Some(sink) => sink.record(&record),
-        None => eprintln!("{record}"),
-    }
-    Ok(())
-}
-
-/// The calling chunk's name and `chunk:line` of the call.
-fn caller(lua: &Lua) -> (String, Option<String>) {
-    lua.inspect_stack(1, |debug| {
-        let source = debug.source();
-        let chunk = source
-            .short_src
-            .as_deref()
-            .unwrap_or("?")
-            .trim_start_matches('@')
-            .to_owned();
-        let at = debug.current_line().map(|line| format!("{chunk}:{line}"));
-        (chunk, at)
-    })
-    .unwrap_or_else(|| ("?".to_owned(), None))
 }

@@ -25,8 +25,8 @@ use std::path::Path;
 use cap_std::fs::{Dir, OpenOptions};
 use mlua::{Lua, Table, Value};
 
-use super::authority::{deny_escape, require_path, CapabilityError};
-use super::grant::lexical_absolute;
+use crate::principal::capability::lexical_absolute;
+use crate::principal::capability::{deny_escape, require_path, CapabilityError};
 use crate::vm::a_type;
 
 /// Registry key of the module table `require("@skein/fs")` answers.

@@ -17,7 +17,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::diagnostic::Diagnostic;
-use crate::jobs::Generation;
+use crate::principal::Generation;
 use crate::value::Message;
 
 /// The most `queue full` refusals of workers' emits kept for the next drain's report; past it
@@ -590,15 +590,15 @@ mod tests {
     fn refusals_are_kept_up_to_their_bound_then_counted() {
         let queue = EventQueue::new(EventLimits::default(), Generation(1));
         let refusal = |n: usize| {
-            let attribution = crate::domain::Attribution {
+            let attribution = crate::principal::Attribution {
                 domain_name: "game".to_owned(),
-                domain: crate::jobs::DomainId(1),
+                domain: crate::principal::DomainId(1),
                 generation: Generation(1),
                 context: None,
                 worker: None,
             };
             Diagnostic::new(
-                crate::domain::DiagnosticKind::QueueFull,
+                crate::principal::DiagnosticKind::QueueFull,
                 attribution,
                 format!("refused {n}"),
             )
