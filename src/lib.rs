@@ -47,9 +47,9 @@ pub use domain::{
     AdvanceReport, Attribution, ChromeTrace, ContextSpec, Diagnostic, DiagnosticKind,
     DiagnosticSink, DomainSpec, DomainState, DomainStats, EventLimits, EventReport, EventTarget,
     FailurePolicy, FixedStep, FrameReport, HandlerTiming, InterfaceField, InterfaceInfo,
-    LiveWorkers, Load, LoadStage, LogLevel, LogRecord, LogSink, Phase, PhaseReport, PostRefused,
-    ProfileEvent, ProfileKind, ProfileSink, ProfileThread, QueueBound, Report, ResourceId,
-    ResourceOwner, ScriptDomain, Severity, WorkerError, WorkerStage, DROPPED_REPORTS, LOAD_BOUND,
+    LiveWorkers, Load, LogLevel, LogRecord, LogSink, Phase, PhaseReport, PostRefused, ProfileEvent,
+    ProfileKind, ProfileSink, ProfileThread, QueueBound, Report, ResourceId, ResourceOwner,
+    ScriptDomain, Severity, WorkerError, WorkerStage, DROPPED_REPORTS, LOAD_BOUND,
     MAX_CONTEXT_NAME, MAX_INTERFACE_NAME, MAX_LIVE_WORKERS, MAX_REPORTS, MAX_WORKER_BYTES,
     WORKER_SPAWN,
 };
@@ -70,8 +70,8 @@ pub use value::{
     TransferErrorKind,
 };
 pub use vm::{
-    FailureKind, JobFailure, Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS, MAX_SOURCE_BYTES,
-    STALL_HORIZON, UNAWAITED_KEPT,
+    FailureKind, JobFailure, LoadStage, Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS,
+    MAX_SOURCE_BYTES, STALL_HORIZON, UNAWAITED_KEPT,
 };
 
 /// Re-exported so hosts use the same mlua as Skein.

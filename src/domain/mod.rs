@@ -66,7 +66,7 @@ pub use event_queue::{EventLimits, EventTarget, PostRefused, QueueBound};
 pub(crate) use interfaces::interfaces_module;
 pub use interfaces::{InterfaceField, InterfaceInfo, MAX_INTERFACE_NAME};
 pub use lifecycle::DomainState;
-pub use load::{Load, LoadStage, LOAD_BOUND};
+pub use load::{Load, LOAD_BOUND};
 pub(crate) use log::Logs;
 pub use log::{LogLevel, LogRecord, LogSink};
 pub use owned::{ResourceId, ResourceOwner};
