@@ -53,7 +53,7 @@ pub use domain::{
     MAX_CONTEXT_NAME, MAX_INTERFACE_NAME, MAX_LIVE_WORKERS, MAX_REPORTS, MAX_WORKER_BYTES,
     WORKER_SPAWN,
 };
-pub use error::{Error, Result};
+pub use error::{DispatchRefusal, Error, Halt, NameRefusal, Result, SpecSetting};
 pub use jobs::{
     DomainId, DomainMailbox, Generation, JobInfo, JobOptions, JobStatus, Pool, Principal, Promise,
     PromiseStatus, WorkerCalls, EVENT_LOG_BOUND, JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES,
@@ -61,9 +61,9 @@ pub use jobs::{
 };
 pub use pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
 pub use shared::{
-    FrozenTable, PopError, PushError, PushErrorKind, SharedQueueRef, SharedStore, SharedTableError,
-    SharedTableErrorKind, SharedTableRef, DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_BYTES,
-    MAX_QUEUE_CAPACITY,
+    FrozenTable, PopError, PushError, PushErrorKind, QueueError, QueueOpenError,
+    QueueOpenErrorKind, SharedQueueRef, SharedStore, SharedTableError, SharedTableErrorKind,
+    SharedTableRef, DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_BYTES, MAX_QUEUE_CAPACITY,
 };
 pub use value::{
     DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,
