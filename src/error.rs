@@ -74,7 +74,28 @@ pub enum Error {
         new_generation: bool,
     },
     /// A shared queue refused to open, take a value or give one; the [`QueueError`] keeps its
-    /// kind and, for a push, the value.
+    /// kind and, for a push, the value. [`source`](std::error::Error::source) answers it.
+    ///
+    /// ```
+    /// use std::error::Error as _;
+    /// use skein::{DomainSpec, Error, Message, Pool, PushErrorKind, QueueError, ScriptDomain};
+    ///
+    /// fn fill(domain: &ScriptDomain) -> skein::Result<()> {
+    ///     let queue = domain.shared().queue("results", 1)?;
+    ///     queue.push(Message::Integer(1))?;
+    ///     queue.push(Message::Integer(2))?;
+    ///     Ok(())
+    /// }
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// let err = fill(&domain).unwrap_err();
+    /// assert!(err.source().is_some_and(|s| s.is::<QueueError>()));
+    /// let Error::Queue(QueueError::Push(refused)) = err else { panic!("{err:?}") };
+    /// assert_eq!(refused.kind, PushErrorKind::Full);
+    /// assert_eq!(refused.into_inner(), Message::Integer(2));
+    /// # Ok::<(), skein::Error>(())
+    /// ```
     Queue(QueueError),
     /// A shared-table operation was refused; its [`kind`](SharedTableError::kind) tells why.
     SharedTable(SharedTableError),
@@ -122,6 +143,17 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The rule a refused host dispatch or release broke ([`Error::Dispatch`]).
+///
+/// ```
+/// use skein::{DispatchRefusal, DomainSpec, Error, Pool, ScriptDomain};
+///
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+/// let err = domain.release("").unwrap_err();
+/// assert!(matches!(err, Error::Dispatch { refusal: DispatchRefusal::Key, .. }));
+/// assert_eq!(err.to_string(), "release: key must be 1 to 256 bytes, got 0 bytes");
+/// # Ok::<(), skein::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DispatchRefusal {
@@ -138,6 +170,14 @@ pub enum DispatchRefusal {
 }
 
 /// The setting of a spec that was refused ([`Error::Spec`]).
+///
+/// ```
+/// use skein::{ContextSpec, DomainSpec, Error, SpecSetting};
+///
+/// let err = DomainSpec::new("game").context(ContextSpec::new("")).unwrap_err();
+/// assert!(matches!(err, Error::Spec { setting: SpecSetting::Context, .. }));
+/// assert_eq!(err.to_string(), "context: a context name is 1 to 64 bytes, got 0 bytes");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum SpecSetting {
@@ -158,6 +198,18 @@ pub enum SpecSetting {
 }
 
 /// What was wrong with a name the host gave ([`Error::Name`]).
+///
+/// ```
+/// use skein::{DomainSpec, Error, Message, NameRefusal, Pool, ScriptDomain};
+///
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+/// domain.register_kernel("sum", |m: Message| Ok(m))?;
+/// let err = domain.register_kernel("sum", |m: Message| Ok(m)).unwrap_err();
+/// assert!(matches!(err, Error::Name { refusal: NameRefusal::KernelTaken, .. }));
+/// assert_eq!(err.to_string(), "register_kernel: kernel 'sum' is registered already");
+/// # Ok::<(), skein::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum NameRefusal {
@@ -177,6 +229,18 @@ pub enum NameRefusal {
 }
 
 /// How far a domain that refused an [`Error::Stopped`] call has stopped.
+///
+/// ```
+/// use skein::{DomainSpec, Error, Halt, Phase, Pool, ScriptDomain};
+///
+/// let pool = Pool::new(1);
+/// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
+/// domain.stop();
+/// let err = domain.run_phase(Phase::Update, &[]).unwrap_err();
+/// assert!(matches!(err, Error::Stopped { state: Halt::Stopped, new_generation: false, .. }));
+/// assert_eq!(err.to_string(), "run_phase: domain 'game' is stopped");
+/// # Ok::<(), skein::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Halt {

@@ -194,26 +194,21 @@ impl From<QueueOpenError> for mlua::Error {
 }
 
 /// Any refusal of a shared queue from the host: opening it, pushing to it or popping from it.
-/// Each keeps its own error, and with it the value a push could not queue.
+/// Each keeps its own error, and with it the value a push could not queue; it is what the
+/// crate's error holds for a queue refusal reached through `?`.
 ///
 /// ```
 /// use std::error::Error as _;
-/// use skein::{DomainSpec, Error, Message, Pool, PushErrorKind, QueueError, ScriptDomain};
-///
-/// fn fill(domain: &ScriptDomain) -> skein::Result<()> {
-///     let queue = domain.shared().queue("results", 1)?;
-///     queue.push(Message::Integer(1))?;
-///     queue.push(Message::Integer(2))?;
-///     Ok(())
-/// }
+/// use skein::{DomainSpec, Message, Pool, PushError, QueueError, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
-/// let err = fill(&domain).unwrap_err();
-/// let Error::Queue(QueueError::Push(refused)) = &err else { panic!("{err:?}") };
-/// assert_eq!(refused.kind, PushErrorKind::Full);
-/// assert!(err.source().is_some_and(|s| s.is::<QueueError>()));
-/// # Ok::<(), skein::Error>(())
+/// let queue = domain.shared().queue("results", 1)?;
+/// queue.push(Message::Integer(1))?;
+/// let refused = QueueError::Push(queue.push(Message::Integer(2)).unwrap_err());
+/// assert_eq!(refused.to_string(), "SharedQueue:push: queue 'results' is full (capacity 1)");
+/// assert!(refused.source().is_some_and(|s| s.is::<PushError>()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
