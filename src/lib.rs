@@ -42,11 +42,11 @@ pub use domain::TracingSink;
 pub use domain::{
     AdvanceReport, ChromeTrace, ContextSpec, DomainSpec, DomainState, DomainStats, EventReport,
     FailurePolicy, FixedStep, FrameReport, HandlerTiming, InterfaceField, InterfaceInfo,
-    LiveWorkers, Load, LoadStage, PhaseReport, Report, ResourceId, ResourceOwner, ScriptDomain,
-    WorkerError, WorkerStage, DROPPED_REPORTS, LOAD_BOUND, MAX_CONTEXT_NAME, MAX_INTERFACE_NAME,
+    LiveWorkers, Load, PhaseReport, Report, ResourceId, ResourceOwner, ScriptDomain, WorkerError,
+    WorkerStage, DROPPED_REPORTS, LOAD_BOUND, MAX_CONTEXT_NAME, MAX_INTERFACE_NAME,
     MAX_LIVE_WORKERS, MAX_REPORTS, MAX_WORKER_BYTES, WORKER_SPAWN,
 };
-pub use error::{Error, Result};
+pub use error::{DispatchRefusal, Error, Halt, NameRefusal, Result, SpecSetting};
 pub use jobs::{
     DomainMailbox, JobInfo, JobOptions, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls,
     EVENT_LOG_BOUND, JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES, VM_RETIRED, WARM_BOUND,
@@ -63,17 +63,17 @@ pub use principal::{
     ProfileKind, ProfileSink, ProfileThread, QueueBound, Severity,
 };
 pub use shared::{
-    FrozenTable, PopError, PushError, PushErrorKind, SharedQueueRef, SharedStore, SharedTableError,
-    SharedTableErrorKind, SharedTableRef, DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_BYTES,
-    MAX_QUEUE_CAPACITY,
+    FrozenTable, PopError, PushError, PushErrorKind, QueueError, QueueOpenError,
+    QueueOpenErrorKind, SharedQueueRef, SharedStore, SharedTableError, SharedTableErrorKind,
+    SharedTableRef, DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_BYTES, MAX_QUEUE_CAPACITY,
 };
 pub use value::{
     DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,
     TransferErrorKind,
 };
 pub use vm::{
-    FailureKind, JobFailure, Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS, MAX_SOURCE_BYTES,
-    STALL_HORIZON, UNAWAITED_KEPT,
+    FailureKind, JobFailure, LoadStage, Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS,
+    MAX_SOURCE_BYTES, STALL_HORIZON, UNAWAITED_KEPT,
 };
 
 /// Re-exported so hosts use the same mlua as Skein.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use skein::{Error, JobOptions, Message, Pool, ScriptDomain, EVENT_LOG_BOUND};
+use skein::{Error, JobOptions, Message, NameRefusal, Pool, ScriptDomain, EVENT_LOG_BOUND};
 
 use crate::support::{assert_contains, field, list, map, number, refusal, string, text, Tree};
 
@@ -192,8 +192,11 @@ fn event_names_are_1_to_256_bytes() {
     let (tree, pool) = (tree(), Pool::new(1));
     let domain = tree.domain(&pool);
     let refused = |name: &str| match domain.raise_engine_event(name, Message::Nil) {
-        Err(Error::Refused(m)) => m,
-        other => panic!("expected a refusal, got {other:?}"),
+        Err(Error::Name {
+            refusal: NameRefusal::EventName,
+            message,
+        }) => message,
+        other => panic!("expected an event name refusal, got {other:?}"),
     };
     assert_eq!(
         refused(""),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use skein::{Error, JobOptions, Message, Pool, ScriptDomain};
+use skein::{DispatchRefusal, Error, JobOptions, Message, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, field, text, wait_until, Tree};
 
@@ -129,37 +129,55 @@ fn supersede_from_rust_rejects_the_queued_items_naming_the_superseding_one() {
 fn bad_options_are_refused_naming_the_rule_and_queue_nothing() {
     let (tree, pool) = setup(1);
     let domain = tree.domain(&pool);
-    let cases: [(JobOptions, &str); 5] = [
+    let cases: [(JobOptions, DispatchRefusal, &str); 5] = [
         (
             JobOptions::new().key(""),
+            DispatchRefusal::Key,
             "dispatch: key must be 1 to 256 bytes, got 0 bytes",
         ),
         (
             JobOptions::new().key("k".repeat(257)),
+            DispatchRefusal::Key,
             "dispatch: key must be 1 to 256 bytes, got 257 bytes",
         ),
         (
             JobOptions::new().supersede(true),
+            DispatchRefusal::Supersede,
             "dispatch: supersede needs a key: only the items of a key can be superseded",
         ),
         (
             JobOptions::new().key("k").deadline(Duration::ZERO),
+            DispatchRefusal::Deadline,
             "dispatch: deadline must be above 0",
         ),
         (
             JobOptions::new().key("k").deadline(Duration::from_secs(61)),
+            DispatchRefusal::Deadline,
             "dispatch: deadline of 61 s is past the cap of 60 s",
         ),
     ];
-    for (opts, expected) in cases {
+    for (opts, rule, expected) in cases {
         let err = domain
             .dispatch_with("./m", "append", Message::Integer(0), &opts)
             .unwrap_err();
-        assert!(matches!(err, Error::Refused(_)), "{err:?}");
+        assert!(
+            matches!(err, Error::Dispatch { refusal, .. } if refusal == rule),
+            "{err:?}"
+        );
         assert_contains(&err.to_string(), expected);
         assert_eq!(keys_held(&pool), 0, "after {expected}");
     }
     let err = domain.release("").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Dispatch {
+                refusal: DispatchRefusal::Key,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(
         err.to_string(),
         "release: key must be 1 to 256 bytes, got 0 bytes"

@@ -15,6 +15,7 @@ mod docs;
 mod domain_events;
 mod domain_stats;
 mod engine_events;
+mod errors;
 mod fixture;
 mod fs_confinement;
 mod generations;

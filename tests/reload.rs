@@ -8,8 +8,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use skein::{
-    CapabilityId, CapabilitySet, ContextSpec, DomainSpec, DomainState, Error, EventTarget, Load,
-    LoadStage, Message, Phase, Plan, Pool, RootAuthority, ScriptDomain,
+    CapabilityId, CapabilitySet, ContextSpec, DomainSpec, DomainState, Error, EventTarget, Halt,
+    Load, LoadStage, Message, Phase, Plan, Pool, RootAuthority, ScriptDomain,
 };
 
 use crate::support::{assert_contains, string, wait_until, Tree};
@@ -616,7 +616,18 @@ fn a_stopped_domain_refuses_restart_and_reload_and_stays_stopped() {
             "reload",
         ),
     ] {
-        assert!(matches!(err, Error::Refused(_)), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                Error::Stopped {
+                    entry: refused,
+                    state: Halt::Stopped,
+                    new_generation: true,
+                    ..
+                } if refused == entry
+            ),
+            "{err:?}"
+        );
         assert_eq!(
             err.to_string(),
             format!(

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use skein::{Error, JobOptions, Message, Plan, Pool, PromiseStatus, ScriptDomain};
+use skein::{Error, JobOptions, Message, NameRefusal, Plan, Pool, PromiseStatus, ScriptDomain};
 
 use crate::support::{
     assert_contains, first_int, map, number, refusal, string, text, wait_until, world_get,
@@ -347,34 +347,61 @@ fn refusals_name_the_function_and_the_reason() {
 fn registration_refuses_a_second_name_and_bad_names() {
     let (tree, pool) = (tree(), Pool::new(1));
     let (domain, _world) = setup(&tree, &pool);
-    let refused = |r: skein::Result<()>| match r {
-        Err(Error::Refused(m)) => m,
-        other => panic!("expected a refusal, got {other:?}"),
+    let refused = |r: skein::Result<()>, expected: NameRefusal| match r {
+        Err(Error::Name { refusal, message }) if refusal == expected => message,
+        other => panic!("expected {expected:?}, got {other:?}"),
     };
-    let e = refused(domain.register_query("world.get", |_| Ok(Message::Nil)));
+    let e = refused(
+        domain.register_query("world.get", |_| Ok(Message::Nil)),
+        NameRefusal::ServiceTaken,
+    );
     assert_eq!(
         e,
         "register: engine service 'world.get' is registered already"
     );
-    let e = refused(domain.register_command("world.get", |_| Ok(())));
+    let e = refused(
+        domain.register_command("world.get", |_| Ok(())),
+        NameRefusal::ServiceTaken,
+    );
     assert_eq!(
         e,
         "register: engine service 'world.get' is registered already"
     );
-    let e = refused(domain.register_query("world.1x", |_| Ok(Message::Nil)));
+    let e = refused(
+        domain.register_query("world.1x", |_| Ok(Message::Nil)),
+        NameRefusal::ServiceName,
+    );
     assert_contains(&e, "'world.1x' is not a dotted Luau path");
-    let e = refused(domain.register_query(&"a".repeat(257), |_| Ok(Message::Nil)));
+    let e = refused(
+        domain.register_query(&"a".repeat(257), |_| Ok(Message::Nil)),
+        NameRefusal::ServiceName,
+    );
     assert_contains(&e, "must be 1 to 256 bytes, got 257");
-    let e = refused(domain.register_query("", |_| Ok(Message::Nil)));
+    let e = refused(
+        domain.register_query("", |_| Ok(Message::Nil)),
+        NameRefusal::ServiceName,
+    );
     assert_contains(&e, "must be 1 to 256 bytes, got 0");
-    let e = refused(domain.register_query("math.extra", |_| Ok(Message::Nil)));
+    let e = refused(
+        domain.register_query("math.extra", |_| Ok(Message::Nil)),
+        NameRefusal::ServicePath,
+    );
     assert_contains(&e, "'math' is a read-only table");
-    let e = refused(domain.register_query("jobs.dispatch", |_| Ok(Message::Nil)));
+    let e = refused(
+        domain.register_query("jobs.dispatch", |_| Ok(Message::Nil)),
+        NameRefusal::ServicePath,
+    );
     assert_contains(&e, "'jobs' is a read-only table");
-    let e = refused(domain.register_query("world.get.x", |_| Ok(Message::Nil)));
+    let e = refused(
+        domain.register_query("world.get.x", |_| Ok(Message::Nil)),
+        NameRefusal::ServicePath,
+    );
     assert_contains(&e, "'get' is a function, not a table");
     domain.exec("taken = 1").unwrap();
-    let e = refused(domain.register_query("taken", |_| Ok(Message::Nil)));
+    let e = refused(
+        domain.register_query("taken", |_| Ok(Message::Nil)),
+        NameRefusal::ServicePath,
+    );
     assert_contains(&e, "'taken' is a number already");
     // A 256-byte name is within the bound.
     let long = "a".repeat(256);

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SpecSetting};
 use crate::jobs::MAX_DEADLINE;
 use crate::principal::capability::CapabilitySet;
 use crate::principal::Phase;
@@ -149,23 +149,32 @@ impl ContextSpec {
     pub(crate) fn check(&self, declared: &[ContextSpec]) -> Result<()> {
         let len = self.name.len();
         if len == 0 || len > MAX_CONTEXT_NAME {
-            return Err(Error::Refused(format!(
-                "context: a context name is 1 to {MAX_CONTEXT_NAME} bytes, got {len} bytes"
-            )));
+            return Err(Error::Spec {
+                setting: SpecSetting::Context,
+                message: format!(
+                    "context: a context name is 1 to {MAX_CONTEXT_NAME} bytes, got {len} bytes"
+                ),
+            });
         }
         if declared.iter().any(|c| c.name == self.name) {
-            return Err(Error::Refused(format!(
-                "context: a context named '{}' is declared already",
-                self.name
-            )));
+            return Err(Error::Spec {
+                setting: SpecSetting::Context,
+                message: format!(
+                    "context: a context named '{}' is declared already",
+                    self.name
+                ),
+            });
         }
         if let Some(budget) = self.budget {
             if budget.is_zero() || budget > MAX_DEADLINE {
-                return Err(Error::Refused(format!(
-                    "context '{}': a budget is more than 0 and at most {} s, got {budget:?}",
-                    self.name,
-                    MAX_DEADLINE.as_secs()
-                )));
+                return Err(Error::Spec {
+                    setting: SpecSetting::Context,
+                    message: format!(
+                        "context '{}': a budget is more than 0 and at most {} s, got {budget:?}",
+                        self.name,
+                        MAX_DEADLINE.as_secs()
+                    ),
+                });
             }
         }
         Ok(())
@@ -204,9 +213,10 @@ impl Default for FixedStep {
 impl FixedStep {
     pub(crate) fn check(&self) -> Result<()> {
         if self.step.is_zero() {
-            return Err(Error::Refused(
-                "fixed_step: the step must be longer than 0".to_owned(),
-            ));
+            return Err(Error::Spec {
+                setting: SpecSetting::FixedStep,
+                message: "fixed_step: the step must be longer than 0".to_owned(),
+            });
         }
         Ok(())
     }

@@ -20,12 +20,13 @@ use super::emit::{read_emit, EmitRefused};
 use super::handler_label::HandlerLabel;
 use super::scheduler::{wider_than_binder, Bindings};
 use super::{Report, ScriptDomain};
-use crate::error::{Error, Result};
+use crate::error::{Error, NameRefusal, Result};
 use crate::jobs::{registering_authority, DomainMailbox};
 use crate::principal::capability::{Authority, CapabilitySet};
 use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
 use crate::principal::event_queue::{EventQueue, QueuedEvent, Routing};
 use crate::principal::Phase;
+use crate::principal::PostRefused;
 use crate::principal::{DomainId, Generation};
 use crate::value::Message;
 use crate::vm::{self, panic_message};
@@ -505,8 +506,8 @@ impl ScriptDomain {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Refused`] when the name is empty or longer than
-    /// [`EventLimits::name`](crate::EventLimits::name).
+    /// [`Error::Name`] ([`NameRefusal::EventName`](crate::NameRefusal::EventName)) when the
+    /// name is empty or longer than [`EventLimits::name`](crate::EventLimits::name).
     pub fn bind_event_handler<F>(&self, name: &str, f: F) -> Result<()>
     where
         F: FnMut(Message) -> std::result::Result<(), String> + 'static,
@@ -515,7 +516,7 @@ impl ScriptDomain {
         handlers
             .queue()
             .check_name(name, Message::Nil)
-            .map_err(|e| Error::Refused(format!("bind_event_handler: {e}")))?;
+            .map_err(|e| event_name_refused("bind_event_handler", &e))?;
         handlers.bind(
             name,
             0,
@@ -550,14 +551,14 @@ impl ScriptDomain {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Refused`] when the name is empty or longer than
-    /// [`EventLimits::name`](crate::EventLimits::name).
+    /// [`Error::Name`] ([`NameRefusal::EventName`](crate::NameRefusal::EventName)) when the
+    /// name is empty or longer than [`EventLimits::name`](crate::EventLimits::name).
     pub fn route(&self, name: &str, mailbox: DomainMailbox) -> Result<()> {
         let handlers = &self.event_handlers;
         handlers
             .queue()
             .check_name(name, Message::Nil)
-            .map_err(|e| Error::Refused(format!("route: {e}")))?;
+            .map_err(|e| event_name_refused("route", &e))?;
         handlers
             .routes
             .borrow_mut()
@@ -751,5 +752,13 @@ impl ScriptDomain {
         values.push_back(payload);
         values.push_back(name_value);
         Ok(values)
+    }
+}
+
+/// The refusal of a host call (`entry`) whose event name the queue refused.
+fn event_name_refused(entry: &str, refused: &PostRefused) -> Error {
+    Error::Name {
+        refusal: NameRefusal::EventName,
+        message: format!("{entry}: {refused}"),
     }
 }

@@ -18,7 +18,7 @@ use super::{
     actor, engine_vm, event_handlers, interfaces, scheduler, services, DomainState, Load,
     ScriptDomain,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Halt, NameRefusal, Result};
 use crate::jobs::{self, DomainEvent, DomainMailbox, PrincipalCell, Registry};
 use crate::principal::{Generation, Phase};
 use crate::value::Message;
@@ -114,10 +114,10 @@ impl ScriptDomain {
     /// # Errors
     /// [`Error::Script`] with the load's error text when the load fails (the generation has
     /// moved on, see above; the failure is also a [`Report`](crate::Report) with source
-    /// `restart`). [`Error::Vm`] when the new engine VM can't be built, and
-    /// [`Error::Refused`] when an engine service can't be installed in it; either way nothing
-    /// has changed and the old generation runs on. [`Error::Refused`] as well for a domain that
-    /// is [`Stopped`](DomainState::Stopped): a stop is final, and nothing changes.
+    /// `restart`). [`Error::Vm`] when the new engine VM can't be built, and [`Error::Name`]
+    /// ([`NameRefusal::ServicePath`]) when an engine service can't be installed in it; either
+    /// way nothing has changed and the old generation runs on. [`Error::Stopped`] for a domain
+    /// that is [`Stopped`](DomainState::Stopped): a stop is final, and nothing changes.
     pub fn restart(&mut self, load: Load) -> Result<Generation> {
         self.refuse_if_stopped("restart")?;
         let was_running = self.state.get() == DomainState::Running;
@@ -145,12 +145,14 @@ impl ScriptDomain {
 
     /// Refuses `entry` on a stopped domain: its event queue is closed and its handlers gone for
     /// good, so a stopped domain is never brought back (make a new one).
-    pub(super) fn refuse_if_stopped(&self, entry: &str) -> Result<()> {
+    pub(super) fn refuse_if_stopped(&self, entry: &'static str) -> Result<()> {
         if self.state.get() == DomainState::Stopped {
-            return Err(Error::Refused(format!(
-                "{entry}: domain '{}' is stopped; a stopped domain stays stopped, make a new one",
-                self.name
-            )));
+            return Err(Error::Stopped {
+                entry,
+                domain: self.name.clone(),
+                state: Halt::Stopped,
+                new_generation: true,
+            });
         }
         Ok(())
     }
@@ -179,8 +181,10 @@ impl ScriptDomain {
         super::actor::install_engine(&vm.lua, &actors)?;
         for (name, _) in principal.services.since(0) {
             let f = services::engine_function(&vm.lua, self.services.clone(), name.clone())?;
-            jobs::install_at(&vm.lua, &name, f)
-                .map_err(|e| Error::Refused(format!("restart: {e}")))?;
+            jobs::install_at(&vm.lua, &name, f).map_err(|e| Error::Name {
+                refusal: NameRefusal::ServicePath,
+                message: format!("restart: {e}"),
+            })?;
         }
         self.last_generation.set(generation);
         Ok(GenerationParts {
@@ -262,9 +266,14 @@ impl ScriptDomain {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Refused`] when `name` is not 1 to 256 bytes.
+    /// [`Error::Name`] ([`NameRefusal::EventName`]) when `name` is not 1 to 256 bytes.
     pub fn raise_engine_event(&self, name: &str, payload: Message) -> Result<()> {
-        jobs::check_event_name(name.as_bytes(), "raise_engine_event").map_err(Error::Refused)?;
+        jobs::check_event_name(name.as_bytes(), "raise_engine_event").map_err(|message| {
+            Error::Name {
+                refusal: NameRefusal::EventName,
+                message,
+            }
+        })?;
         self.principal.events.raise(name, payload);
         Ok(())
     }

@@ -5,7 +5,6 @@
 //! fails, is `generation.rs` (restart) and `reload.rs` (reload).
 
 use std::cell::RefCell;
-use std::fmt;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -14,7 +13,7 @@ use std::time::{Duration, Instant};
 use mlua::{Lua, MultiValue, Value};
 
 use super::ScriptDomain;
-use crate::vm::{self, source, Owner};
+use crate::vm::{self, source, LoadStage, Owner};
 
 /// How long a load may take by default, waits included
 /// ([`DomainSpec::load_bound`](crate::DomainSpec::load_bound) changes it).
@@ -78,38 +77,6 @@ impl Load {
             path: path.into(),
             args: args.into_iter().map(Into::into).collect(),
         }
-    }
-}
-
-/// Where a load failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LoadStage {
-    /// The file of a [`Load::File`] could not be read.
-    Read,
-    /// The chunk does not compile.
-    Compile,
-    /// Its task raised.
-    Run,
-    /// Its task did not end: what it waits on can never come, or the load bound passed.
-    Finish,
-}
-
-impl LoadStage {
-    /// The stage's name, as `Display` writes it (a verb: "failed to compile").
-    pub fn name(self) -> &'static str {
-        match self {
-            LoadStage::Read => "read",
-            LoadStage::Compile => "compile",
-            LoadStage::Run => "run",
-            LoadStage::Finish => "finish",
-        }
-    }
-}
-
-impl fmt::Display for LoadStage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use mlua::{Lua, MultiValue, Value};
 
-use crate::error::{Error, Result};
+use crate::error::{DispatchRefusal, Error, NameRefusal, Result, SpecSetting};
 use crate::jobs::{
     self, DomainEvent, DomainMailbox, HomeKind, HostSlot, Item, ItemArgs, JobInfo, JobOptions,
     JobShared, JobsHome, Pool, PrincipalCell, Promise, Registry, ReplyTo, MAX_DEADLINE,
@@ -67,7 +67,7 @@ pub use event_handlers::EventReport;
 pub(crate) use interfaces::interfaces_module;
 pub use interfaces::{InterfaceField, InterfaceInfo, MAX_INTERFACE_NAME};
 pub use lifecycle::DomainState;
-pub use load::{Load, LoadStage, LOAD_BOUND};
+pub use load::{Load, LOAD_BOUND};
 pub use owned::{ResourceId, ResourceOwner};
 pub use reports::{DROPPED_REPORTS, MAX_REPORTS};
 pub use scheduler::{AdvanceReport, HandlerTiming, PhaseReport};
@@ -234,8 +234,8 @@ impl DomainSpec {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Refused`] when the name is not 1 to 64 bytes or is declared already, or the
-    /// budget is zero or longer than [`MAX_DEADLINE`].
+    /// [`Error::Spec`] ([`SpecSetting::Context`]) when the name is not 1 to 64 bytes or is
+    /// declared already, or the budget is zero or longer than [`MAX_DEADLINE`].
     pub fn context(mut self, context: ContextSpec) -> Result<DomainSpec> {
         context.check(&self.contexts)?;
         self.contexts.push(context);
@@ -499,35 +499,46 @@ impl ScriptDomain {
     /// The domain is [`Ready`](DomainState::Ready) when this returns.
     ///
     /// # Errors
-    /// [`Error::Vm`] when the plan's VM cannot be built; [`Error::Refused`] when the spec's
-    /// fixed step is zero, or its event limits' `per_drain` or `name` is; [`Error::OverDelegation`]
-    /// when a context asks for capabilities the spec's grant does not hold (naming
-    /// `context '<name>'` and what it lacks).
+    /// [`Error::Vm`] when the plan's VM cannot be built; [`Error::Spec`] naming the
+    /// [`SpecSetting`] when the spec's fixed step is zero, its event limits' `per_drain` or
+    /// `name` is, or its worker budget, run deadline or load bound is zero or past
+    /// [`MAX_DEADLINE`]; [`Error::OverDelegation`] when a context asks for capabilities the
+    /// spec's grant does not hold (naming `context '<name>'` and what it lacks).
     pub fn new(pool: &Pool, spec: DomainSpec) -> Result<ScriptDomain> {
         let started = Instant::now();
         spec.fixed_step.check()?;
         if spec.event_limits.per_drain == 0 || spec.event_limits.name == 0 {
-            return Err(Error::Refused(
-                "event_limits: per_drain and name must be at least 1".to_owned(),
-            ));
+            return Err(Error::Spec {
+                setting: SpecSetting::EventLimits,
+                message: "event_limits: per_drain and name must be at least 1".to_owned(),
+            });
         }
         if spec.worker_budget.is_zero() || spec.worker_budget > MAX_DEADLINE {
-            return Err(Error::Refused(format!(
-                "worker budget: must be more than zero and at most {} s",
-                vm::format_seconds(MAX_DEADLINE)
-            )));
+            return Err(Error::Spec {
+                setting: SpecSetting::ActorBudget,
+                message: format!(
+                    "worker budget: must be more than zero and at most {} s",
+                    vm::format_seconds(MAX_DEADLINE)
+                ),
+            });
         }
         if spec.run_deadline.is_zero() || spec.run_deadline > MAX_DEADLINE {
-            return Err(Error::Refused(format!(
-                "run deadline: must be more than zero and at most {} s",
-                vm::format_seconds(MAX_DEADLINE)
-            )));
+            return Err(Error::Spec {
+                setting: SpecSetting::RunDeadline,
+                message: format!(
+                    "run deadline: must be more than zero and at most {} s",
+                    vm::format_seconds(MAX_DEADLINE)
+                ),
+            });
         }
         if spec.load_bound.is_zero() || spec.load_bound > MAX_DEADLINE {
-            return Err(Error::Refused(format!(
-                "load bound: must be more than zero and at most {} s",
-                vm::format_seconds(MAX_DEADLINE)
-            )));
+            return Err(Error::Spec {
+                setting: SpecSetting::LoadBound,
+                message: format!(
+                    "load bound: must be more than zero and at most {} s",
+                    vm::format_seconds(MAX_DEADLINE)
+                ),
+            });
         }
         let bindings = scheduler::Bindings::new(spec.contexts.clone(), &spec.grant)?;
         let id = Principal {
@@ -856,7 +867,7 @@ impl ScriptDomain {
     /// system, so issuing many in a row costs no system call each.
     ///
     /// # Errors
-    /// [`Error::Refused`] when the module can't be resolved.
+    /// [`Error::Dispatch`] ([`DispatchRefusal::Module`]) when the module can't be resolved.
     pub fn dispatch(&self, module: &str, entry: &str, args: Message) -> Result<Promise<Message>> {
         self.dispatch_with(module, entry, args, &JobOptions::new())
     }
@@ -888,10 +899,10 @@ impl ScriptDomain {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Refused`] when the module can't be resolved, when an option breaks its rule
-    /// (a key of 0 or more than 256 bytes, `supersede` without a key, a deadline of zero or past
-    /// the domain's cap), or when the key is new and the pool holds 65,536 keys already. A
-    /// refused dispatch queues nothing.
+    /// [`Error::Dispatch`] naming the [`DispatchRefusal`]: when the module can't be resolved,
+    /// when an option breaks its rule (a key of 0 or more than 256 bytes, `supersede` without a
+    /// key, a deadline of zero or past the domain's cap), or when the key is new and the pool
+    /// holds 65,536 keys already. A refused dispatch queues nothing.
     pub fn dispatch_with(
         &self,
         module: &str,
@@ -899,15 +910,16 @@ impl ScriptDomain {
         args: Message,
         opts: &JobOptions,
     ) -> Result<Promise<Message>> {
-        let opts = opts
-            .check(self.principal.max_deadline)
-            .map_err(Error::Refused)?;
+        let opts = opts.check(self.principal.max_deadline)?;
         let module = self
             .vm
             .core
             .modules
             .resolve(None, module)
-            .map_err(|e| Error::Refused(format!("dispatch: {e}")))?;
+            .map_err(|e| Error::Dispatch {
+                refusal: DispatchRefusal::Module,
+                message: format!("dispatch: {e}"),
+            })?;
         let slot = HostSlot::new();
         let entry: Arc<str> = Arc::from(entry);
         let job = JobShared::new(
@@ -940,7 +952,10 @@ impl ScriptDomain {
                     opts.supersede,
                     "dispatch: key",
                 )
-                .map_err(Error::Refused)?,
+                .map_err(|message| Error::Dispatch {
+                    refusal: DispatchRefusal::KeyLimit,
+                    message,
+                })?,
             None => self.pool.shared().inject(item),
         }
         self.host_promises.borrow_mut().track(&slot, job.clone());
@@ -952,10 +967,10 @@ impl ScriptDomain {
     /// nothing is done.
     ///
     /// # Errors
-    /// [`Error::Refused`] when the key is not 1 to 256 bytes.
+    /// [`Error::Dispatch`] ([`DispatchRefusal::Key`]) when the key is not 1 to 256 bytes.
     pub fn release(&self, key: impl AsRef<[u8]>) -> Result<bool> {
         let key = key.as_ref();
-        jobs::check_key(key, "release: key").map_err(Error::Refused)?;
+        jobs::check_key(key, "release: key")?;
         let key = bytes::Bytes::copy_from_slice(key);
         Ok(self.pool.shared().release_key((self.principal.id, key)))
     }
@@ -1107,9 +1122,9 @@ impl ScriptDomain {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Refused`] when the name is not 1 to 256 bytes of dotted Luau identifiers, is
-    /// registered already, or its path is taken in the engine VM (a global that is not a
-    /// table, a read-only built-in table, or a value at the path itself).
+    /// [`Error::Name`] naming the [`NameRefusal`]: when the name is not 1 to 256 bytes of
+    /// dotted Luau identifiers, is registered already, or its path is taken in the engine VM (a
+    /// global that is not a table, a read-only built-in table, or a value at the path itself).
     pub fn register_query<F>(&self, name: &str, f: F) -> Result<()>
     where
         F: Fn(Message) -> std::result::Result<Message, String> + 'static,
@@ -1152,20 +1167,22 @@ impl ScriptDomain {
     }
 
     fn register(&self, name: &str, kind: jobs::ServiceKind, service: Service) -> Result<()> {
-        jobs::check_service_name(name).map_err(Error::Refused)?;
+        let refused = |refusal, message| Error::Name { refusal, message };
+        jobs::check_service_name(name).map_err(|e| refused(NameRefusal::ServiceName, e))?;
         if self.services.contains(name) {
-            return Err(Error::Refused(format!(
-                "register: engine service '{name}' is registered already"
-            )));
+            return Err(refused(
+                NameRefusal::ServiceTaken,
+                format!("register: engine service '{name}' is registered already"),
+            ));
         }
         let name: Arc<str> = Arc::from(name);
         let f = services::engine_function(&self.vm.lua, self.services.clone(), name.clone())?;
         jobs::install_at(&self.vm.lua, &name, f)
-            .map_err(|e| Error::Refused(format!("register: {e}")))?;
+            .map_err(|e| refused(NameRefusal::ServicePath, format!("register: {e}")))?;
         self.principal
             .services
             .add(&name, kind)
-            .map_err(Error::Refused)?;
+            .map_err(|e| refused(NameRefusal::ServiceTaken, e))?;
         self.services.insert(name, service);
         Ok(())
     }
@@ -1307,14 +1324,13 @@ impl ScriptDomain {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Refused`] when the name is not 1 to 256 bytes or is registered already.
+    /// [`Error::Name`] ([`NameRefusal::KernelName`] or [`NameRefusal::KernelTaken`]) when
+    /// the name is not 1 to 256 bytes or is registered already.
     pub fn register_kernel<F>(&self, name: &str, f: F) -> Result<()>
     where
         F: Fn(Message) -> std::result::Result<Message, String> + Send + Sync + 'static,
     {
-        self.registry
-            .register_kernel(name, Arc::new(f))
-            .map_err(Error::Refused)
+        self.registry.register_kernel(name, Arc::new(f))
     }
 
     /// Snapshots of the jobs registered on this domain, in registration order.

@@ -67,9 +67,9 @@ impl ScriptDomain {
     ///
     /// # Errors
     /// [`Error::ReloadFailed`] naming the stage the load failed at and its error text.
-    /// [`Error::Vm`] or [`Error::Refused`] when the candidate's engine VM can't be built, as
-    /// for `restart`; nothing has changed then either. [`Error::Refused`] for a stopped domain,
-    /// as for `restart`.
+    /// [`Error::Vm`] or [`Error::Name`] when the candidate's engine VM can't be built, as for
+    /// `restart`; nothing has changed then either. [`Error::Stopped`] for a stopped domain, as
+    /// for `restart`.
     pub fn reload(&mut self, load: Load) -> Result<Generation> {
         self.refuse_if_stopped("reload")?;
         let was_running = self.state.get() == DomainState::Running;

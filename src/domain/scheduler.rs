@@ -26,7 +26,7 @@ use super::context::ContextSpec;
 use super::handler_label::HandlerLabel;
 use super::lifecycle::DomainState;
 use super::{FrameReport, Report, ScriptDomain};
-use crate::error::{Error, Result};
+use crate::error::{Error, Halt, Result};
 use crate::principal::capability::{lacking, Authority, CapabilitySet, Grant};
 use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind, Severity};
 use crate::principal::profile::ProfileKind;
@@ -443,7 +443,8 @@ impl ScriptDomain {
     ///
     /// # Errors
     /// [`Error::Reentrant`] when called while a phase, advance or frame of this domain runs
-    /// (from a handler, through a host service); [`Error::Refused`] once the domain is stopped.
+    /// (from a handler, through a host service); [`Error::Stopped`] once the domain is stopping or
+    /// stopped.
     pub fn run_phase(&self, phase: Phase, args: &[Message]) -> Result<PhaseReport> {
         let _entered = self.enter("run_phase")?;
         Ok(self.broadcast(phase, args))
@@ -584,15 +585,18 @@ impl ScriptDomain {
     /// Marks the start of a scheduler entry: refuses a stopped domain and a nested entry, and
     /// moves a loaded domain to `Running`.
     pub(super) fn enter(&self, entry: &'static str) -> Result<Entered<'_>> {
-        if matches!(
-            self.state.get(),
-            DomainState::Stopped | DomainState::Stopping
-        ) {
-            return Err(Error::Refused(format!(
-                "{entry}: domain '{}' is {}",
-                self.name,
-                self.state.get()
-            )));
+        let halted = match self.state.get() {
+            DomainState::Stopping => Some(Halt::Stopping),
+            DomainState::Stopped => Some(Halt::Stopped),
+            _ => None,
+        };
+        if let Some(state) = halted {
+            return Err(Error::Stopped {
+                entry,
+                domain: self.name.clone(),
+                state,
+                new_generation: false,
+            });
         }
         if self.busy.get().is_some() {
             return Err(Error::Reentrant(entry));

@@ -5,13 +5,14 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::options::{DispatchOptions, MAX_KEY_BYTES};
+use crate::error::{DispatchRefusal, Error, Result};
 use crate::vm::format_seconds;
 
 /// Options of one host dispatch ([`ScriptDomain::dispatch_with`](crate::ScriptDomain::dispatch_with)),
 /// with the meaning and the bounds `opts` has in Luau.
 ///
 /// Nothing is checked until the dispatch: a bad option refuses that call with
-/// [`Error::Refused`](crate::Error::Refused) naming the option and its rule, and nothing is queued.
+/// [`Error::Dispatch`] naming the option and its rule, and nothing is queued.
 ///
 /// ```
 /// use std::time::Duration;
@@ -65,26 +66,33 @@ impl JobOptions {
 
     /// Checks the options against the rules `jobs.dispatch` applies, with `cap` as the default
     /// and longest deadline.
-    pub(crate) fn check(&self, cap: Duration) -> Result<DispatchOptions, String> {
+    pub(crate) fn check(&self, cap: Duration) -> Result<DispatchOptions> {
         if let Some(key) = &self.key {
             check_key(key, "dispatch: key")?;
         }
         if self.supersede && self.key.is_none() {
-            return Err(
+            return Err(refused(
+                DispatchRefusal::Supersede,
                 "dispatch: supersede needs a key: only the items of a key can be superseded"
                     .to_owned(),
-            );
+            ));
         }
         let deadline = match self.deadline {
             None => cap,
             Some(d) if d.is_zero() => {
-                return Err("dispatch: deadline must be above 0".to_owned());
+                return Err(refused(
+                    DispatchRefusal::Deadline,
+                    "dispatch: deadline must be above 0".to_owned(),
+                ));
             }
             Some(d) if d > cap => {
-                return Err(format!(
-                    "dispatch: deadline of {} s is past the cap of {} s: a deadline may be lowered, never raised",
-                    format_seconds(d),
-                    format_seconds(cap)
+                return Err(refused(
+                    DispatchRefusal::Deadline,
+                    format!(
+                        "dispatch: deadline of {} s is past the cap of {} s: a deadline may be lowered, never raised",
+                        format_seconds(d),
+                        format_seconds(cap)
+                    ),
                 ));
             }
             Some(d) => d,
@@ -99,15 +107,20 @@ impl JobOptions {
 }
 
 /// Checks a key given from Rust: 1 to [`MAX_KEY_BYTES`] bytes. `what` names it in the refusal.
-pub(crate) fn check_key(key: &[u8], what: &str) -> Result<(), String> {
+pub(crate) fn check_key(key: &[u8], what: &str) -> Result<()> {
     if key.is_empty() || key.len() > MAX_KEY_BYTES {
         let n = key.len();
         let unit = if n == 1 { "byte" } else { "bytes" };
-        return Err(format!(
-            "{what} must be 1 to {MAX_KEY_BYTES} bytes, got {n} {unit}"
+        return Err(refused(
+            DispatchRefusal::Key,
+            format!("{what} must be 1 to {MAX_KEY_BYTES} bytes, got {n} {unit}"),
         ));
     }
     Ok(())
+}
+
+fn refused(refusal: DispatchRefusal, message: String) -> Error {
+    Error::Dispatch { refusal, message }
 }
 
 #[cfg(test)]
@@ -116,25 +129,43 @@ mod tests {
 
     const CAP: Duration = Duration::from_secs(60);
 
+    /// The refusal of `opts` under [`CAP`] and its text.
+    fn refusal(opts: JobOptions) -> (DispatchRefusal, String) {
+        match opts.check(CAP) {
+            Err(Error::Dispatch { refusal, message }) => (refusal, message),
+            other => panic!("not a dispatch refusal: {other:?}"),
+        }
+    }
+
     #[test]
     fn keys_of_1_and_256_bytes_pass_and_0_and_257_are_refused() {
         assert!(JobOptions::new().key("k").check(CAP).is_ok());
         assert!(JobOptions::new().key([b'k'; 256]).check(CAP).is_ok());
         assert_eq!(
-            JobOptions::new().key("").check(CAP).unwrap_err(),
-            "dispatch: key must be 1 to 256 bytes, got 0 bytes"
+            refusal(JobOptions::new().key("")),
+            (
+                DispatchRefusal::Key,
+                "dispatch: key must be 1 to 256 bytes, got 0 bytes".to_owned()
+            )
         );
         assert_eq!(
-            JobOptions::new().key([b'k'; 257]).check(CAP).unwrap_err(),
-            "dispatch: key must be 1 to 256 bytes, got 257 bytes"
+            refusal(JobOptions::new().key([b'k'; 257])),
+            (
+                DispatchRefusal::Key,
+                "dispatch: key must be 1 to 256 bytes, got 257 bytes".to_owned()
+            )
         );
     }
 
     #[test]
     fn supersede_needs_a_key() {
         assert_eq!(
-            JobOptions::new().supersede(true).check(CAP).unwrap_err(),
-            "dispatch: supersede needs a key: only the items of a key can be superseded"
+            refusal(JobOptions::new().supersede(true)),
+            (
+                DispatchRefusal::Supersede,
+                "dispatch: supersede needs a key: only the items of a key can be superseded"
+                    .to_owned()
+            )
         );
         assert!(JobOptions::new().supersede(false).check(CAP).is_ok());
     }
@@ -147,16 +178,14 @@ mod tests {
             CAP
         );
         assert_eq!(
-            JobOptions::new()
-                .deadline(Duration::ZERO)
-                .check(CAP)
-                .unwrap_err(),
-            "dispatch: deadline must be above 0"
+            refusal(JobOptions::new().deadline(Duration::ZERO)),
+            (
+                DispatchRefusal::Deadline,
+                "dispatch: deadline must be above 0".to_owned()
+            )
         );
-        let past = JobOptions::new()
-            .deadline(CAP + Duration::from_millis(1))
-            .check(CAP)
-            .unwrap_err();
+        let (why, past) = refusal(JobOptions::new().deadline(CAP + Duration::from_millis(1)));
+        assert_eq!(why, DispatchRefusal::Deadline);
         assert!(
             past.starts_with("dispatch: deadline of 60.001 s is past the cap of 60 s"),
             "{past}"

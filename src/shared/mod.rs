@@ -22,7 +22,9 @@ use mlua::{Lua, Table};
 
 pub use queue::{DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_BYTES, MAX_QUEUE_CAPACITY};
 pub(crate) use queue_api::{parked_pop_queue, receive_parcel, sweep_parked_pops, Courier, Parcel};
-pub use queue_error::{PopError, PushError, PushErrorKind};
+pub use queue_error::{
+    PopError, PushError, PushErrorKind, QueueError, QueueOpenError, QueueOpenErrorKind,
+};
 pub use queue_ref::SharedQueueRef;
 
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
@@ -182,23 +184,21 @@ impl SharedStore {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Refused`](crate::Error::Refused) when the name is not 1 to 256 bytes, the
-    /// capacity is not 1 to [`MAX_QUEUE_CAPACITY`], the queue exists with another capacity, the
-    /// domain's 4,096 names are taken, or the domain has ended.
-    pub fn queue(&self, name: &str, capacity: usize) -> crate::Result<SharedQueueRef> {
+    /// A [`QueueOpenError`] when the name is not 1 to 256 bytes, the capacity is not 1 to
+    /// [`MAX_QUEUE_CAPACITY`], the queue exists with another capacity, the domain's 4,096 names
+    /// are taken, or the domain has ended; its [`kind`](QueueOpenError::kind) tells which.
+    pub fn queue(&self, name: &str, capacity: usize) -> Result<SharedQueueRef, QueueOpenError> {
         const WHAT: &str = "SharedStore::queue";
         let core = &self.core;
         core.check_name(name.as_bytes(), WHAT)
-            .and_then(|()| {
-                core.queues.get_or_make(
-                    name.as_bytes(),
-                    Some(capacity),
-                    || core.reserve_name(WHAT),
-                    WHAT,
-                )
-            })
-            .map(|queue| SharedQueueRef { queue })
-            .map_err(crate::Error::Refused)
+            .map_err(|e| QueueOpenError::new(QueueOpenErrorKind::BadName, e))?;
+        let queue = core.queues.get_or_make(
+            name.as_bytes(),
+            Some(capacity),
+            || core.reserve_name(WHAT),
+            WHAT,
+        )?;
+        Ok(SharedQueueRef { queue })
     }
 }
 

@@ -39,7 +39,7 @@ use std::fmt;
 
 use bytes::Bytes;
 
-use super::queue_error::{PopError, PushError, PushErrorKind};
+use super::queue_error::{PopError, PushError, PushErrorKind, QueueOpenError, QueueOpenErrorKind};
 use crate::sync::{Arc, Mutex, MutexGuard};
 
 /// Why a store ended: plain immutable text, shared by every message that names it.
@@ -448,25 +448,32 @@ impl Queues {
         capacity: Option<usize>,
         reserve: impl FnOnce() -> Result<(), String>,
         what: &str,
-    ) -> Result<Arc<SharedQueue>, String> {
+    ) -> Result<Arc<SharedQueue>, QueueOpenError> {
         if let Some(c) = capacity {
-            check_capacity(c, what)?;
+            check_capacity(c, what)
+                .map_err(|e| QueueOpenError::new(QueueOpenErrorKind::BadCapacity, e))?;
         }
         let mut registry = self.by_name.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(reason) = &registry.ended {
-            return Err(format!("{what}: the shared store has ended: {reason}"));
+            return Err(QueueOpenError::new(
+                QueueOpenErrorKind::Ended,
+                format!("{what}: the shared store has ended: {reason}"),
+            ));
         }
         if let Some(queue) = registry.queues.get(name) {
             return match capacity {
-                Some(c) if c != queue.capacity => Err(format!(
-                    "{what}: queue '{}' exists with capacity {}, not {c}",
-                    queue.display_name(),
-                    queue.capacity
+                Some(c) if c != queue.capacity => Err(QueueOpenError::new(
+                    QueueOpenErrorKind::OtherCapacity,
+                    format!(
+                        "{what}: queue '{}' exists with capacity {}, not {c}",
+                        queue.display_name(),
+                        queue.capacity
+                    ),
                 )),
                 _ => Ok(queue.clone()),
             };
         }
-        reserve()?;
+        reserve().map_err(|e| QueueOpenError::new(QueueOpenErrorKind::Limit, e))?;
         let name = Bytes::copy_from_slice(name);
         let queue = Arc::new(SharedQueue::in_store(
             name.clone(),

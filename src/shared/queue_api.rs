@@ -585,10 +585,10 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
             store
                 .check_name(&bytes, WHAT)
                 .map_err(mlua::Error::runtime)?;
-            let queue = store
-                .queues
-                .get_or_make(&bytes, capacity, || store.reserve_name(WHAT), WHAT)
-                .map_err(mlua::Error::runtime)?;
+            let queue =
+                store
+                    .queues
+                    .get_or_make(&bytes, capacity, || store.reserve_name(WHAT), WHAT)?;
             let handles: Table = lua.named_registry_value(HANDLES_KEY)?;
             if let Value::UserData(known) = handles.raw_get::<Value>(&name)? {
                 if known

@@ -109,12 +109,6 @@ impl fmt::Display for PushError {
 
 impl std::error::Error for PushError {}
 
-impl From<PushError> for crate::Error {
-    fn from(e: PushError) -> Self {
-        crate::Error::Refused(e.to_string())
-    }
-}
-
 /// Why a pop answered no value.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -136,8 +130,113 @@ impl fmt::Display for PopError {
 
 impl std::error::Error for PopError {}
 
-impl From<PopError> for crate::Error {
-    fn from(e: PopError) -> Self {
-        crate::Error::Refused(e.to_string())
+/// Why a queue could not be opened ([`SharedStore::queue`](super::SharedStore::queue),
+/// `jobs.shared.queue`), with the text a user greps for. Nothing was made.
+///
+/// ```
+/// use skein::{DomainSpec, Pool, QueueOpenErrorKind, ScriptDomain};
+///
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+/// let err = domain.shared().queue("jobs", 0).unwrap_err();
+/// assert_eq!(err.kind(), QueueOpenErrorKind::BadCapacity);
+/// assert_eq!(err.to_string(), "SharedStore::queue: capacity must be 1 to 65536, got 0");
+/// # Ok::<(), skein::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueOpenError {
+    kind: QueueOpenErrorKind,
+    message: String,
+}
+
+/// What kind of refusal a [`QueueOpenError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QueueOpenErrorKind {
+    /// A queue name that is not 1 to 256 bytes.
+    BadName,
+    /// A capacity that is not 1 to [`MAX_QUEUE_CAPACITY`](super::MAX_QUEUE_CAPACITY).
+    BadCapacity,
+    /// The queue exists with another capacity.
+    OtherCapacity,
+    /// The domain's shared names are all taken.
+    Limit,
+    /// The domain generation that owned the store ended.
+    Ended,
+}
+
+impl QueueOpenError {
+    pub(crate) fn new(kind: QueueOpenErrorKind, message: impl Into<String>) -> Self {
+        QueueOpenError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// What kind of refusal this is.
+    pub fn kind(&self) -> QueueOpenErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for QueueOpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for QueueOpenError {}
+
+impl From<QueueOpenError> for mlua::Error {
+    fn from(e: QueueOpenError) -> Self {
+        mlua::Error::runtime(e.message)
+    }
+}
+
+/// Any refusal of a shared queue from the host: opening it, pushing to it or popping from it.
+/// Each keeps its own error, and with it the value a push could not queue; it is what the
+/// crate's error holds for a queue refusal reached through `?`.
+///
+/// ```
+/// use std::error::Error as _;
+/// use skein::{DomainSpec, Message, Pool, PushError, QueueError, ScriptDomain};
+///
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+/// let queue = domain.shared().queue("results", 1)?;
+/// queue.push(Message::Integer(1))?;
+/// let refused = QueueError::Push(queue.push(Message::Integer(2)).unwrap_err());
+/// assert_eq!(refused.to_string(), "SharedQueue:push: queue 'results' is full (capacity 1)");
+/// assert!(refused.source().is_some_and(|s| s.is::<PushError>()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum QueueError {
+    /// The queue could not be opened.
+    Open(QueueOpenError),
+    /// A push was refused; the error holds the value.
+    Push(PushError),
+    /// A pop found the queue closed and empty, or ended.
+    Pop(PopError),
+}
+
+impl fmt::Display for QueueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QueueError::Open(e) => write!(f, "{e}"),
+            QueueError::Push(e) => write!(f, "{e}"),
+            QueueError::Pop(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for QueueError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            QueueError::Open(e) => Some(e),
+            QueueError::Push(e) => Some(e),
+            QueueError::Pop(e) => Some(e),
+        }
     }
 }

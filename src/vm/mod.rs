@@ -8,6 +8,7 @@ pub(crate) mod budget;
 mod core;
 mod failure;
 mod liveness;
+mod load_stage;
 pub(crate) mod loader;
 mod modules;
 mod out_of_memory;
@@ -28,6 +29,7 @@ pub(crate) use budget::{
 pub use failure::{FailureKind, JobFailure};
 pub use liveness::STALL_HORIZON;
 pub(crate) use liveness::{Liveness, Still, STALL_QUIET};
+pub use load_stage::LoadStage;
 pub(crate) use modules::{check_sources, registered_or_refusing, source_epoch, with_caller_source};
 pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure};
 pub use plan::{Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS};

@@ -26,7 +26,7 @@ use super::item::{Item, ItemArgs, JobShared, JobTally, Kernel, KernelCall, Reply
 use super::pool::PoolShared;
 use super::principal_cell::PrincipalCell;
 use super::promise::{HostSlot, Promise};
-use crate::error::Error;
+use crate::error::{Error, NameRefusal, Result};
 use crate::principal::capability::{self, Authority};
 use crate::value::{ExactValue, Message};
 use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
@@ -125,19 +125,23 @@ impl Registry {
     }
 
     /// Registers a kernel under `name`; refused when the name is empty, too long or taken.
-    pub(crate) fn register_kernel(&self, name: &str, kernel: Kernel) -> Result<(), String> {
+    pub(crate) fn register_kernel(&self, name: &str, kernel: Kernel) -> Result<()> {
         if name.is_empty() || name.len() > super::options::MAX_KEY_BYTES {
-            return Err(format!(
-                "register_kernel: a kernel name must be 1 to {} bytes, got {}",
-                super::options::MAX_KEY_BYTES,
-                name.len()
-            ));
+            return Err(Error::Name {
+                refusal: NameRefusal::KernelName,
+                message: format!(
+                    "register_kernel: a kernel name must be 1 to {} bytes, got {}",
+                    super::options::MAX_KEY_BYTES,
+                    name.len()
+                ),
+            });
         }
         let mut kernels = self.kernels.borrow_mut();
         if kernels.contains_key(name) {
-            return Err(format!(
-                "register_kernel: kernel '{name}' is registered already"
-            ));
+            return Err(Error::Name {
+                refusal: NameRefusal::KernelTaken,
+                message: format!("register_kernel: kernel '{name}' is registered already"),
+            });
         }
         kernels.insert(Arc::from(name), kernel);
         Ok(())

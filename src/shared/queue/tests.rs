@@ -268,7 +268,10 @@ fn the_registry_makes_a_name_once_and_refuses_another_capacity() {
     assert!(Arc::ptr_eq(&a, &c));
     assert_eq!(
         queues.get_or_make(b"q", Some(5), reserve, "t").unwrap_err(),
-        "t: queue 'q' exists with capacity 4, not 5"
+        QueueOpenError::new(
+            QueueOpenErrorKind::OtherCapacity,
+            "t: queue 'q' exists with capacity 4, not 5"
+        )
     );
     assert_eq!(reserved.get(), 1, "a name is taken once");
     let d = queues.get_or_make(b"other", None, reserve, "t").unwrap();
@@ -277,12 +280,18 @@ fn the_registry_makes_a_name_once_and_refuses_another_capacity() {
     let refused = queues
         .get_or_make(b"third", None, || Err("t: no names left".to_owned()), "t")
         .unwrap_err();
-    assert_eq!(refused, "t: no names left");
+    assert_eq!(
+        refused,
+        QueueOpenError::new(QueueOpenErrorKind::Limit, "t: no names left")
+    );
     assert_eq!(queues.count(), 2);
     queues.end("restart");
     assert_eq!(
         queues.get_or_make(b"q", None, reserve, "t").unwrap_err(),
-        "t: the shared store has ended: restart"
+        QueueOpenError::new(
+            QueueOpenErrorKind::Ended,
+            "t: the shared store has ended: restart"
+        )
     );
     assert_eq!(a.ended().as_deref(), Some("restart"));
 }

@@ -74,12 +74,6 @@ impl fmt::Display for SharedTableError {
 
 impl std::error::Error for SharedTableError {}
 
-impl From<SharedTableError> for crate::Error {
-    fn from(e: SharedTableError) -> Self {
-        crate::Error::Refused(e.message)
-    }
-}
-
 impl From<SharedTableError> for mlua::Error {
     fn from(e: SharedTableError) -> Self {
         mlua::Error::runtime(e.message)
