@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
 
 use super::budget;
+use super::embedded::Embedded;
 use super::out_of_memory::{is_memory_error, MemoryLabel};
 use super::owner::{Owner, TaskFailure};
 use super::plan::Plan;
@@ -541,17 +542,8 @@ fn as_thread(lua: &Lua, target: Value, what: &str) -> mlua::Result<Thread> {
     }
 }
 
-/// The prelude, compiled once per process: compiling it for every VM was a third of the cost of
-/// a cold VM.
-fn prelude_bytecode() -> &'static [u8] {
-    static BYTECODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    BYTECODE.get_or_init(|| {
-        mlua::chunk::Compiler::new()
-            .set_debug_level(1)
-            .compile(include_str!("prelude.luau"))
-            .expect("Skein's prelude compiles")
-    })
-}
+/// The prelude: the `task` library's Luau half, `error`, and the raised-value table.
+static PRELUDE: Embedded = Embedded::new("=skein prelude", include_str!("prelude.luau"));
 
 fn install_task_library(lua: &Lua) -> mlua::Result<()> {
     let p = lua.create_table()?;
@@ -708,12 +700,7 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
             Ok(())
         })?,
     )?;
-    let prelude: Function = lua
-        .load(prelude_bytecode())
-        .set_name("=skein prelude")
-        .set_mode(mlua::chunk::ChunkMode::Binary)
-        .into_function()?;
-    let (task, error, raised): (Table, Function, Table) = prelude.call(p)?;
+    let (task, error, raised): (Table, Function, Table) = PRELUDE.load(lua)?.call(p)?;
     lua.globals().raw_set("error", error)?;
     lua.set_named_registry_value(RAISED_KEY, raised)?;
     let await_fn: Function = task.raw_get("await")?;

@@ -6,6 +6,7 @@
 
 pub(crate) mod budget;
 mod core;
+mod embedded;
 mod failure;
 mod liveness;
 pub(crate) mod loader;
@@ -25,6 +26,7 @@ pub(crate) use self::core::{
 pub(crate) use budget::{
     current_signal, format_seconds, run_left, CancelToken, DeadlineMessage, Signal,
 };
+pub(crate) use embedded::Embedded;
 pub use failure::{FailureKind, JobFailure};
 pub use liveness::STALL_HORIZON;
 pub(crate) use liveness::{Liveness, Still, STALL_QUIET};
