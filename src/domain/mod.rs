@@ -27,6 +27,7 @@ use crate::value::Message;
 use crate::vm::{self, Owner, Plan, TaskFailure, Vm, UNAWAITED_KEPT};
 
 pub(crate) mod actor;
+mod builtin_modules;
 pub(crate) mod capability;
 mod chrome_trace;
 mod context;
@@ -60,10 +61,8 @@ pub use actor::{
 pub use chrome_trace::ChromeTrace;
 pub use context::{ContextSpec, FixedStep, Phase, MAX_CONTEXT_NAME};
 pub use diagnostic::{Attribution, Diagnostic, DiagnosticKind, DiagnosticSink, Severity};
-pub(crate) use event_handlers::events_module;
 pub use event_handlers::EventReport;
 pub use event_queue::{EventLimits, EventTarget, PostRefused, QueueBound};
-pub(crate) use interfaces::interfaces_module;
 pub use interfaces::{InterfaceField, InterfaceInfo, MAX_INTERFACE_NAME};
 pub use lifecycle::DomainState;
 pub use load::{Load, LoadStage, LOAD_BOUND};
@@ -541,7 +540,7 @@ impl ScriptDomain {
         let (mailbox, rx) = DomainMailbox::new(queue.clone(), id.generation);
         let mut cell = PrincipalCell::new(
             id,
-            spec.plan.clone(),
+            builtin_modules::with_builtins(&spec.plan),
             mailbox,
             spec.run_deadline,
             spec.warm_bound,

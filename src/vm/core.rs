@@ -93,7 +93,10 @@ impl Vm {
         let core = Rc::new(VmCore {
             sched: RefCell::new(Scheduler::default()),
             promises: RefCell::new(Promises::default()),
-            modules: super::modules::Modules::new(plan.root_dir().to_owned()),
+            modules: super::modules::Modules::new(
+                plan.root_dir().to_owned(),
+                plan.builtin_modules().clone(),
+            ),
             reporter,
             traceback,
             ambient: Rc::new(Owner::new(
@@ -109,7 +112,6 @@ impl Vm {
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
         super::modules::install_require(&lua)?;
-        crate::domain::capability::fs::install(&lua)?;
         plan.install(&lua)?;
         install(&lua)?;
         lua.set_memory_limit(plan.memory_limit_bytes())?;
