@@ -4,6 +4,7 @@ mod support;
 
 mod actors;
 mod budget_nesting;
+mod builtin_modules;
 mod callback_authority;
 mod capabilities;
 mod context_caps;

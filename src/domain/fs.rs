@@ -40,19 +40,19 @@ pub(crate) const MAX_READ_BYTES: u64 = 64 * 1024 * 1024;
 /// seen, so the host holds at most this many names (each at most a file-name long) for one call.
 pub(crate) const MAX_LIST_ENTRIES: usize = 65_536;
 
-/// Builds the module table and keeps it in the registry.
-pub(crate) fn install(lua: &Lua) -> mlua::Result<()> {
+/// The module table, built on first use in each VM and kept in its registry.
+pub(crate) fn module(lua: &Lua) -> mlua::Result<Value> {
+    let cached: Value = lua.named_registry_value(FS_KEY)?;
+    if !cached.is_nil() {
+        return Ok(cached);
+    }
     let fs = lua.create_table()?;
     fs.raw_set("readFile", lua.create_function(read_file)?)?;
     fs.raw_set("writeFile", lua.create_function(write_file)?)?;
     fs.raw_set("list", lua.create_function(list)?)?;
     fs.set_readonly(true);
-    lua.set_named_registry_value(FS_KEY, fs)
-}
-
-/// The module table.
-pub(crate) fn module(lua: &Lua) -> mlua::Result<Table> {
-    lua.named_registry_value(FS_KEY)
+    lua.set_named_registry_value(FS_KEY, &fs)?;
+    Ok(Value::Table(fs))
 }
 
 fn path_arg(func: &str, value: Value) -> mlua::Result<String> {

@@ -33,6 +33,7 @@ use crate::value::Message;
 use crate::vm::{self, Owner, Plan, TaskFailure, Vm, UNAWAITED_KEPT};
 
 pub(crate) mod actor;
+mod builtin_modules;
 mod chrome_trace;
 mod context;
 mod emit;
@@ -62,9 +63,7 @@ pub use actor::{
 };
 pub use chrome_trace::ChromeTrace;
 pub use context::{ContextSpec, FixedStep, MAX_CONTEXT_NAME};
-pub(crate) use event_handlers::events_module;
 pub use event_handlers::EventReport;
-pub(crate) use interfaces::interfaces_module;
 pub use interfaces::{InterfaceField, InterfaceInfo, MAX_INTERFACE_NAME};
 pub use lifecycle::DomainState;
 pub use load::{Load, LOAD_BOUND};
@@ -549,7 +548,7 @@ impl ScriptDomain {
         let (mailbox, rx) = DomainMailbox::new(queue.clone(), id.generation);
         let mut cell = PrincipalCell::new(
             id,
-            spec.plan.clone(),
+            builtin_modules::with_builtins(&spec.plan),
             mailbox,
             spec.run_deadline,
             spec.warm_bound,

@@ -38,6 +38,10 @@ use crate::vm::{self, FirstRun, Owner, OwnerIdentity};
 /// Registry key of the engine VM's `@skein/context` table.
 pub(crate) const CONTEXT_KEY: &str = "skein.context";
 
+/// What `context.bind` raises outside the engine VM.
+const WORKER_BIND: &str =
+    "context.bind: handlers bind only in the engine VM; a worker VM runs jobs, not phases";
+
 /// What one [`run_phase`](ScriptDomain::run_phase) did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PhaseReport {
@@ -387,6 +391,13 @@ pub(crate) fn install_context_module(lua: &Lua, bindings: &Rc<Bindings>) -> mlua
     )?;
     module.set_readonly(true);
     lua.set_named_registry_value(CONTEXT_KEY, module)
+}
+
+/// `@skein/context`: the engine VM's module, which its domain keeps in the registry; a VM
+/// without one (a worker VM) answers a module whose `bind` raises, since phases run only on
+/// the engine thread.
+pub(crate) fn context_module(lua: &Lua) -> mlua::Result<Value> {
+    vm::registered_or_refusing(lua, CONTEXT_KEY, &[("bind", WORKER_BIND)])
 }
 
 /// Clears the scheduler's busy flag when an entry ends, however it ends.

@@ -17,7 +17,9 @@ use super::pool::PoolShared;
 use super::principal_cell::PrincipalCell;
 use crate::principal::capability::{current_arc, Authority};
 use crate::value::{ExactValue, Held, Message};
-use crate::vm::{promise_handle, watch_liveness, with_caller_source, Owner, PromiseId, Vm, VmCore};
+use crate::vm::{
+    promise_handle, watch_liveness, with_caller_source, Builtin, Owner, PromiseId, Vm, VmCore,
+};
 
 /// Where the VM that calls `jobs.*` lives.
 pub(crate) enum HomeKind {
@@ -236,6 +238,18 @@ fn stats(lua: &Lua, (): ()) -> mlua::Result<Table> {
 
 /// Registry key of the `jobs` table, which `require("@skein/jobs")` answers.
 pub(crate) const JOBS_KEY: &str = "skein.jobs";
+
+/// The built-in modules of the jobs layer, for a domain's plan: `@skein/jobs`.
+pub(crate) const BUILTINS: &[Builtin] = &[Builtin {
+    name: "@skein/jobs",
+    build: jobs_module,
+}];
+
+/// The VM's `jobs` table: the sandbox hides the real globals behind a per-thread proxy, so
+/// [`install`] keeps it in the registry.
+fn jobs_module(lua: &Lua) -> mlua::Result<Value> {
+    lua.named_registry_value::<Value>(JOBS_KEY)
+}
 
 /// Registry key of this VM's `jobs.onRelease` watchers: a table of watcher -> the authority of
 /// the task that registered it (a [`RegisteredAs`]), or `true` when none was installed.

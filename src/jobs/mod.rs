@@ -21,7 +21,9 @@ mod warm;
 mod warm_pass;
 mod worker;
 
-pub(crate) use api::{home_principal, install, registering_authority, HomeKind, JobsHome};
+pub(crate) use api::{
+    home_principal, install, registering_authority, HomeKind, JobsHome, BUILTINS,
+};
 pub use events::EVENT_LOG_BOUND;
 pub(crate) use events::{check_event_name, deliver as deliver_events};
 pub(crate) use host_options::check_key;

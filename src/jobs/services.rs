@@ -22,7 +22,7 @@ use mlua::{AnyUserData, Function, Lua, Table, Value};
 use super::api::home;
 use super::item::DomainEvent;
 use crate::value::{Message, MessageArg, MessageArgs};
-use crate::vm::{await_function, promise_handle, ServiceCall, VmCore};
+use crate::vm::{await_function, promise_handle, Embedded, ServiceCall, VmCore};
 
 /// The longest service name, in bytes.
 pub(crate) const MAX_SERVICE_NAME: usize = 256;
@@ -191,30 +191,7 @@ pub(crate) fn read_args(service: &str, args: MessageArgs) -> mlua::Result<Messag
 
 /// The Luau half of a query stub (it yields): `P.query` answers a promise, awaited here; the
 /// promise resolves with `{ true, answer }` or `{ false, error }`.
-const STUB_SOURCE: &str = r#"
-local P, await, isyieldable = ...
-local query = P.query
-return function(name)
-	return function(...)
-		local r = await(query(name, isyieldable(), ...))
-		if r[1] then
-			return r[2]
-		end
-		error(r[2], 2)
-	end
-end
-"#;
-
-/// `STUB_SOURCE` compiled once per process.
-fn stub_bytecode() -> &'static [u8] {
-    static BYTECODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    BYTECODE.get_or_init(|| {
-        mlua::chunk::Compiler::new()
-            .set_debug_level(1)
-            .compile(STUB_SOURCE)
-            .expect("the query stub compiles")
-    })
-}
+static STUB: Embedded = Embedded::new("=skein services", include_str!("service_stub.luau"));
 
 /// Registry key of this VM's query-stub maker.
 const STUB_MAKER_KEY: &str = "skein.services.queryStub";
@@ -249,16 +226,13 @@ fn query_stub(lua: &Lua, name: &str) -> mlua::Result<Function> {
         _ => {
             let p = lua.create_table()?;
             p.raw_set("query", lua.create_function(forward_query)?)?;
-            let chunk = lua
-                .load(stub_bytecode())
-                .set_name("=skein services")
-                .set_mode(mlua::chunk::ChunkMode::Binary)
-                .into_function()?;
             let isyieldable: Function = lua
                 .globals()
                 .get::<Table>("coroutine")?
                 .get("isyieldable")?;
-            let maker: Function = chunk.call((p, await_function(lua)?, isyieldable))?;
+            let maker: Function = STUB
+                .load(lua)?
+                .call((p, await_function(lua)?, isyieldable))?;
             lua.set_named_registry_value(STUB_MAKER_KEY, maker.clone())?;
             maker
         }

@@ -4,7 +4,7 @@
 //!
 //! A pop that finds its queue empty must suspend its *task*, never its thread. It makes a promise
 //! homed in the calling VM, registers a waiter on the queue, and awaits the promise with the
-//! prelude's `task.await` (the yield happens in Luau: see `POP_SOURCE`). The waiter's callback
+//! prelude's `task.await` (the yield happens in Luau: see `queue_pop.luau`). The waiter's callback
 //! runs on whichever thread pushes: it wraps the delivery in a [`Parcel`] and hands it to the
 //! VM's [`Courier`], which posts it to the home's inbox (the domain mailbox for the engine VM, the
 //! worker's inbox for a worker VM). There, [`receive_parcel`] keeps the delivery beside the
@@ -29,7 +29,7 @@ use super::queue_error::PopError;
 use super::StoreCore;
 use crate::sync::Arc;
 use crate::value::{Message, MessageArg};
-use crate::vm::{await_function, Outcome, PromiseCell, PromiseId, TaskId, VmCore};
+use crate::vm::{await_function, Embedded, Outcome, PromiseCell, PromiseId, TaskId, VmCore};
 
 /// How the parked pops of one VM reach it: posts a parcel to the VM's home inbox. A parcel it
 /// cannot post is simply dropped, which gives its value back. Set by the `jobs` layer as app data.
@@ -258,41 +258,7 @@ const HANDLES_KEY: &str = "skein.queue.handles";
 
 /// The waiting half of `pop` and `popMany`, in Luau because it yields. `P.pop` answers a value
 /// at once, or a promise to await; `P.finish` then takes what arrived.
-const POP_SOURCE: &str = r#"
-local P, await = ...
-local isyieldable = coroutine.isyieldable
-
-local function pop(self)
-	local value, promise = P.pop(self, isyieldable())
-	if promise == nil then
-		return value
-	end
-	await(promise)
-	return P.finish(self, promise)
-end
-
-local function popMany(self, n)
-	local values, promise = P.popMany(self, n, isyieldable())
-	if promise == nil then
-		return values
-	end
-	await(promise)
-	return P.finishMany(self, promise, n)
-end
-
-return pop, popMany
-"#;
-
-/// `POP_SOURCE` compiled once per process.
-fn pop_bytecode() -> &'static [u8] {
-    static BYTECODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    BYTECODE.get_or_init(|| {
-        mlua::chunk::Compiler::new()
-            .set_debug_level(1)
-            .compile(POP_SOURCE)
-            .expect("the queue's pop compiles")
-    })
-}
+static POP: Embedded = Embedded::new("=skein queue", include_str!("queue_pop.luau"));
 
 /// What `P.pop` answers: a value now, or a promise to await.
 enum Popped {
@@ -301,7 +267,7 @@ enum Popped {
 }
 
 impl Popped {
-    /// `(value, promise)` as `POP_SOURCE` receives them. The value stays a `Message` until
+    /// `(value, promise)` as `queue_pop.luau` receives them. The value stays a `Message` until
     /// mlua pushes it, so a top-level 64-bit integer arrives exact.
     fn into_lua(self) -> (Message, Value) {
         match self {
@@ -436,7 +402,7 @@ fn read_count(queue: &SharedQueue, n: &Value) -> mlua::Result<usize> {
     Ok(n as usize)
 }
 
-/// The primitives `POP_SOURCE` is built on.
+/// The primitives `queue_pop.luau` is built on.
 fn primitives(lua: &Lua) -> mlua::Result<Table> {
     let p = lua.create_table()?;
     p.raw_set(
@@ -558,13 +524,9 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
         token: NEXT_TOKEN.fetch_add(1, Ordering::Relaxed),
         parked: RefCell::new(HashMap::new()),
     }));
-    let chunk: Function = lua
-        .load(pop_bytecode())
-        .set_name("=skein queue")
-        .set_mode(mlua::chunk::ChunkMode::Binary)
-        .into_function()?;
-    let (pop, pop_many): (Function, Function) =
-        chunk.call((primitives(lua)?, await_function(lua)?))?;
+    let (pop, pop_many): (Function, Function) = POP
+        .load(lua)?
+        .call((primitives(lua)?, await_function(lua)?))?;
     lua.set_named_registry_value(POP_KEY, pop)?;
     lua.set_named_registry_value(POP_MANY_KEY, pop_many)?;
     lua.set_named_registry_value(HANDLES_KEY, lua.create_table()?)?;

@@ -28,6 +28,7 @@ use crate::sync::Arc;
 use crate::value::path;
 use crate::value::read::{Reader, Refusal};
 use crate::value::{Limits, Message, TransferErrorKind};
+use crate::vm::Embedded;
 
 /// Registry key of this VM's handles by table name, so one name gives one userdata.
 const HANDLES_KEY: &str = "skein.shared.tables";
@@ -740,6 +741,9 @@ fn remove(_: &Lua, (t, n, pos): (AnyUserData, u32, ValueArg)) -> mlua::Result<An
     })
 }
 
+/// The wrappers that let the base and `table` functions take a handle.
+static TABLE_PRELUDE: Embedded = Embedded::new("=skein.shared", include_str!("table_prelude.luau"));
+
 /// Installs `jobs.shared.table`, `atomic`, `snapshot`, `revision`, `freeze`, and wraps the base
 /// and `table` functions so they accept handles.
 pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua::Result<()> {
@@ -792,10 +796,7 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
             }))
         })?,
     )?;
-    let globals: Table = lua
-        .load(include_str!("table_prelude.luau"))
-        .set_name("=skein.shared")
-        .call(primitives(lua)?)?;
+    let globals: Table = TABLE_PRELUDE.load(lua)?.call(primitives(lua)?)?;
     for pair in globals.pairs::<mlua::LuaString, Function>() {
         let (name, f) = pair?;
         lua.globals().raw_set(name, f)?;

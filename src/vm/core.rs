@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
 
 use super::budget;
+use super::embedded::Embedded;
 use super::out_of_memory::{is_memory_error, MemoryLabel};
 use super::owner::{Owner, TaskFailure};
 use super::plan::Plan;
@@ -92,7 +93,10 @@ impl Vm {
         let core = Rc::new(VmCore {
             sched: RefCell::new(Scheduler::default()),
             promises: RefCell::new(Promises::default()),
-            modules: super::modules::Modules::new(plan.root_dir().to_owned()),
+            modules: super::modules::Modules::new(
+                plan.root_dir().to_owned(),
+                plan.builtin_modules().clone(),
+            ),
             reporter,
             traceback,
             ambient: Rc::new(Owner::new(
@@ -108,7 +112,6 @@ impl Vm {
         lua.set_app_data(core.clone());
         install_task_library(&lua)?;
         super::modules::install_require(&lua)?;
-        crate::domain::fs::install(&lua)?;
         plan.install(&lua)?;
         install(&lua)?;
         lua.set_memory_limit(plan.memory_limit_bytes())?;
@@ -541,17 +544,8 @@ fn as_thread(lua: &Lua, target: Value, what: &str) -> mlua::Result<Thread> {
     }
 }
 
-/// The prelude, compiled once per process: compiling it for every VM was a third of the cost of
-/// a cold VM.
-fn prelude_bytecode() -> &'static [u8] {
-    static BYTECODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    BYTECODE.get_or_init(|| {
-        mlua::chunk::Compiler::new()
-            .set_debug_level(1)
-            .compile(include_str!("prelude.luau"))
-            .expect("Skein's prelude compiles")
-    })
-}
+/// The prelude: the `task` library's Luau half, `error`, and the raised-value table.
+static PRELUDE: Embedded = Embedded::new("=skein prelude", include_str!("prelude.luau"));
 
 fn install_task_library(lua: &Lua) -> mlua::Result<()> {
     let p = lua.create_table()?;
@@ -708,12 +702,7 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
             Ok(())
         })?,
     )?;
-    let prelude: Function = lua
-        .load(prelude_bytecode())
-        .set_name("=skein prelude")
-        .set_mode(mlua::chunk::ChunkMode::Binary)
-        .into_function()?;
-    let (task, error, raised): (Table, Function, Table) = prelude.call(p)?;
+    let (task, error, raised): (Table, Function, Table) = PRELUDE.load(lua)?.call(p)?;
     lua.globals().raw_set("error", error)?;
     lua.set_named_registry_value(RAISED_KEY, raised)?;
     let await_fn: Function = task.raw_get("await")?;

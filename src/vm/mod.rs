@@ -5,7 +5,9 @@
 //! [`Vm::build`]'s `install` step and reaches its own state through the VM's app data.
 
 pub(crate) mod budget;
+mod builtins;
 mod core;
+mod embedded;
 mod failure;
 mod liveness;
 mod load_stage;
@@ -26,11 +28,13 @@ pub(crate) use self::core::{
 pub(crate) use budget::{
     current_signal, format_seconds, run_left, CancelToken, DeadlineMessage, Signal,
 };
+pub(crate) use builtins::{registered_or_refusing, Builtin};
+pub(crate) use embedded::Embedded;
 pub use failure::{FailureKind, JobFailure};
 pub use liveness::STALL_HORIZON;
 pub(crate) use liveness::{Liveness, Still, STALL_QUIET};
 pub use load_stage::LoadStage;
-pub(crate) use modules::{check_sources, registered_or_refusing, source_epoch, with_caller_source};
+pub(crate) use modules::{check_sources, source_epoch, with_caller_source};
 pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure};
 pub use plan::{Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS};
 pub use promise::UNAWAITED_KEPT;

@@ -16,6 +16,8 @@ use std::sync::Arc;
 
 use mlua::{Lua, Value};
 
+use super::builtins::Builtins;
+use super::core::VmCore;
 use super::loader::{self, project, BytecodeCache, ModuleCache};
 
 static SOURCE_EPOCH: AtomicU64 = AtomicU64::new(0);
@@ -48,6 +50,8 @@ pub(crate) struct Resolved {
 /// The modules of one VM.
 pub(crate) struct Modules {
     root: PathBuf,
+    /// The built-in modules, looked up before any file.
+    builtins: Builtins,
     cache: RefCell<ModuleCache>,
     /// Module values by path, valid while `epoch` is the source epoch.
     /// Keyed by the path's bytes: hashing a `Path` walks its components, which showed in the
@@ -60,9 +64,10 @@ pub(crate) struct Modules {
 }
 
 impl Modules {
-    pub(crate) fn new(root: PathBuf) -> Modules {
+    pub(crate) fn new(root: PathBuf, builtins: Builtins) -> Modules {
         Modules {
             root,
+            builtins,
             cache: RefCell::new(ModuleCache::new(BytecodeCache::global())),
             exports: RefCell::new(HashMap::default()),
             resolved: RefCell::new(HashMap::default()),
@@ -185,75 +190,73 @@ pub(crate) fn with_caller_source<R>(lua: &Lua, f: impl FnOnce(Option<&str>) -> R
 /// How far up the stack [`with_caller_source`] looks for the script that called.
 const MAX_CALLER_LEVELS: i32 = 16;
 
-/// `@skein/context`: the engine VM's module, which its domain keeps in the registry; a VM
-/// without one (a worker VM) answers a module whose `bind` raises, since phases run only on
-/// the engine thread.
-fn context_module(lua: &Lua) -> mlua::Result<Value> {
-    registered_or_refusing(lua, "skein.context", &[("bind", WORKER_BIND)])
-}
-
-/// A built-in module that only some VMs serve: the one registered under `key` in this VM, or
-/// else a read-only table whose functions each raise their fixed text (`refusals`), so a VM
-/// without the module learns where it belongs instead of indexing nil.
-pub(crate) fn registered_or_refusing(
-    lua: &Lua,
-    key: &str,
-    refusals: &[(&str, &'static str)],
-) -> mlua::Result<Value> {
-    let module = lua.named_registry_value::<Value>(key)?;
-    if !module.is_nil() {
-        return Ok(module);
-    }
-    let module = lua.create_table()?;
-    for &(name, text) in refusals {
-        module.raw_set(
-            name,
-            lua.create_function(move |_, _: mlua::MultiValue| -> mlua::Result<()> {
-                Err(mlua::Error::runtime(text))
-            })?,
-        )?;
-    }
-    module.set_readonly(true);
-    Ok(Value::Table(module))
-}
-
-/// What `context.bind` raises outside the engine VM.
-pub(crate) const WORKER_BIND: &str =
-    "context.bind: handlers bind only in the engine VM; a worker VM runs jobs, not phases";
-
-/// Installs the `require` global: Luau's require-by-string through Skein's loader, plus the
-/// built-ins `@skein/jobs`, `@skein/context`, `@skein/events`, `@skein/interfaces`,
-/// `@skein/worker`, `@skein/log` and `@skein/fs`.
+/// Installs the `require` global: the plan's built-in modules by name (`@skein/jobs`,
+/// `@skein/events`...), and Luau's require-by-string through Skein's loader for the rest.
 pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
     let require = lua.create_function(|lua, spec: mlua::LuaString| {
         let spec = spec.to_str()?.to_owned();
-        if spec == "@skein/jobs" {
-            // The sandbox hides the real globals behind a per-thread proxy; the jobs layer keeps
-            // its table in the registry.
-            return lua.named_registry_value::<Value>("skein.jobs");
+        let core = VmCore::of(lua)?;
+        if let Some(build) = core.modules.builtins.find(&spec) {
+            return build(lua);
         }
-        if spec == "@skein/context" {
-            return context_module(lua);
-        }
-        if spec == "@skein/events" {
-            return crate::domain::events_module(lua);
-        }
-        if spec == "@skein/interfaces" {
-            return crate::domain::interfaces_module(lua);
-        }
-        if spec == "@skein/worker" {
-            return crate::domain::actor::module(lua);
-        }
-        if spec == "@skein/log" {
-            return crate::domain::log_api::module(lua);
-        }
-        if spec == "@skein/fs" {
-            return crate::domain::fs::module(lua).map(Value::Table);
-        }
-        let core = super::core::VmCore::of(lua)?;
         let resolved = with_caller_source(lua, |source| core.modules.resolve(source, &spec))
             .map_err(mlua::Error::runtime)?;
         core.modules.require_path(lua, &resolved.path)
     })?;
     lua.globals().raw_set("require", require)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use mlua::{Function, Lua, Value};
+
+    use crate::vm::{error_message, Builtin, Plan, Vm};
+
+    fn answer(lua: &Lua) -> mlua::Result<Value> {
+        Ok(Value::String(lua.create_string("built in")?))
+    }
+
+    fn vm(plan: &Plan) -> Vm {
+        Vm::build(
+            plan,
+            Box::new(|_, _| {}),
+            Duration::from_secs(5),
+            |_| Ok(()),
+        )
+        .unwrap()
+    }
+
+    fn require(vm: &Vm, spec: &str) -> mlua::Result<Value> {
+        let require: Function = vm.lua.globals().get("require").unwrap();
+        require.call(spec)
+    }
+
+    #[test]
+    fn require_answers_the_plan_s_built_ins_and_sends_other_names_to_the_loader() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let plan = Plan::new().root(&root).builtins(&[Builtin {
+            name: "@skein/answer",
+            build: answer,
+        }]);
+        let with = vm(&plan);
+        let got = require(&with, "@skein/answer").unwrap();
+        assert_eq!(got.to_string().unwrap(), "built in");
+        // A name no layer registered is not a built-in: the loader refuses it as the alias it
+        // reads as, and a VM whose plan has none refuses a registered name the same way.
+        let unknown = |spec: &str| {
+            format!(
+                "unknown alias '@skein' in require path '{spec}' from {}: no .luaurc above it \
+                 defines it",
+                root.display()
+            )
+        };
+        let err = require(&with, "@skein/nope").unwrap_err();
+        assert_eq!(error_message(&err), unknown("@skein/nope"));
+        let without = vm(&Plan::new().root(&root));
+        let err = require(&without, "@skein/answer").unwrap_err();
+        assert_eq!(error_message(&err), unknown("@skein/answer"));
+    }
 }

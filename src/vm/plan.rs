@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use mlua::{Lua, MultiValue};
 
+use super::builtins::{Builtin, Builtins};
 use super::owner::panic_message;
 
 /// The default memory limit of a VM: 512 MiB.
@@ -46,6 +47,8 @@ struct PlanInner {
     root: PathBuf,
     functions: Vec<(String, HostFn)>,
     setup: Vec<Setup>,
+    /// The built-in modules `require` answers by name, which the layers above register.
+    builtins: Builtins,
 }
 
 impl Plan {
@@ -59,6 +62,7 @@ impl Plan {
                 root: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
                 functions: Vec::new(),
                 setup: Vec::new(),
+                builtins: Builtins::default(),
             }),
         }
     }
@@ -120,6 +124,17 @@ impl Plan {
         F: Fn(&Lua) -> mlua::Result<()> + Send + Sync + 'static,
     {
         self.edit(|p| p.setup.push(Arc::new(f)))
+    }
+
+    /// Adds built-in modules that `require` answers by name in every VM of the plan; a name
+    /// given again takes the later builder. The layers above `vm` register theirs here.
+    pub(crate) fn builtins(self, modules: &[Builtin]) -> Plan {
+        self.edit(|p| p.builtins = p.builtins.with(modules))
+    }
+
+    /// The built-in modules of the plan.
+    pub(crate) fn builtin_modules(&self) -> &Builtins {
+        &self.inner.builtins
     }
 
     /// The memory limit of each VM, in bytes.

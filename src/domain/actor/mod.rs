@@ -40,7 +40,7 @@ use crate::principal::capability::{self, Authority, CapabilityId, CapabilitySet}
 use crate::principal::diagnostic::Attribution;
 use crate::value::read::Reader;
 use crate::value::{Limits, Message};
-use crate::vm::{self, await_function, promise_of, CancelToken, Outcome, VmCore};
+use crate::vm::{self, await_function, promise_of, CancelToken, Embedded, Outcome, VmCore};
 
 /// The capability `worker.spawn` needs.
 pub const WORKER_SPAWN: &str = "worker.spawn";
@@ -476,90 +476,7 @@ fn entry_of(value: &AnyUserData, method: &str) -> mlua::Result<Rc<ActorEntry>> {
 }
 
 /// The waiting halves of `receive` and `join`, in Luau because they yield.
-const WAIT_SOURCE: &str = r#"
-local P, await = ...
-
-local function sleep(self, left, endOnly)
-	local promise = P.park(self, endOnly)
-	if promise == nil then
-		return
-	end
-	local timer = if left == nil then nil else task.delay(left, P.expire, promise)
-	await(promise)
-	if timer ~= nil then
-		task.cancel(timer)
-	end
-end
-
--- The limit of the run that waits: the wait never outlasts it. `limitAt` (on P.now's clock)
--- is nil when the run has none.
-local function receive(self, timeout)
-	local got, value = P.take(self)
-	if got or timeout == nil then
-		return value
-	end
-	local deadline = P.now() + P.seconds("Worker:receive", timeout)
-	local limitAt, limitError = P.limit()
-	while true do
-		if P.state(self) ~= "running" then
-			return nil
-		end
-		local now = P.now()
-		local left = deadline - now
-		if left <= 0 then
-			return nil
-		end
-		if limitAt ~= nil and limitAt < deadline then
-			if limitAt <= now then
-				error(limitError, 0)
-			end
-			left = limitAt - now
-		end
-		sleep(self, left, false)
-		got, value = P.take(self)
-		if got then
-			return value
-		end
-	end
-end
-
-local function join(self, timeout)
-	self:close()
-	local deadline = if timeout == nil then nil else P.now() + P.seconds("Worker:join", timeout)
-	local limitAt, limitError = P.limit()
-	while true do
-		local state = P.state(self)
-		if state ~= "running" then
-			return state
-		end
-		local now = P.now()
-		local left = if deadline == nil then nil else deadline - now
-		if left ~= nil and left <= 0 then
-			error(P.late(self), 0)
-		end
-		if limitAt ~= nil and (deadline == nil or limitAt < deadline) then
-			if limitAt <= now then
-				error(limitError, 0)
-			end
-			left = limitAt - now
-		end
-		sleep(self, left, true)
-	end
-end
-
-return receive, join
-"#;
-
-/// `WAIT_SOURCE` compiled once per process.
-fn wait_bytecode() -> &'static [u8] {
-    static BYTECODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    BYTECODE.get_or_init(|| {
-        mlua::chunk::Compiler::new()
-            .set_debug_level(1)
-            .compile(WAIT_SOURCE)
-            .expect("the worker's waits compile")
-    })
-}
+static WAITS: Embedded = Embedded::new("=skein worker", include_str!("waits.luau"));
 
 /// The time origin `P.now` counts from: any fixed instant will do.
 fn epoch() -> Instant {
@@ -575,7 +492,7 @@ fn state_name(state: u8) -> &'static str {
     }
 }
 
-/// The primitives `WAIT_SOURCE` is built on.
+/// The primitives `waits.luau` is built on.
 fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
     let p = lua.create_table()?;
     p.raw_set(
@@ -671,10 +588,8 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
 
 /// Installs `@skein/worker` in a domain's engine VM.
 pub(crate) fn install_engine(lua: &Lua, actors: &Rc<Actors>) -> mlua::Result<()> {
-    let (receive, join): (Function, Function) = lua
-        .load(wait_bytecode())
-        .set_name("=skein worker")
-        .set_mode(mlua::chunk::ChunkMode::Binary)
+    let (receive, join): (Function, Function) = WAITS
+        .load(lua)?
         .call((wait_primitives(lua)?, await_function(lua)?))?;
     lua.set_named_registry_value(RECEIVE_KEY, receive)?;
     lua.set_named_registry_value(JOIN_KEY, join)?;

@@ -39,7 +39,7 @@ use crate::jobs::item::DomainEvent;
 use crate::jobs::principal_cell::PrincipalCell;
 use crate::principal::capability::Authority;
 use crate::value::Message;
-use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
+use crate::vm::{self, Embedded, Owner, OwnerIdentity, TaskFailure, Vm};
 
 /// What the engine asks of a job's worker VM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -347,14 +347,8 @@ fn done(
 
 /// The Luau half of a `worker` job's call: `input()`, then `entry(value)` unless it is nil,
 /// then `apply(result)`, all in one task so any of them may yield.
-const WORKER_CALL: &str = r#"
-local input, entry, apply = ...
-local value = input()
-if value == nil then
-	return
-end
-apply((entry(value)))
-"#;
+static WORKER_CALL: Embedded =
+    Embedded::new("=skein registered job", include_str!("worker_call.luau"));
 
 const WORKER_CALL_KEY: &str = "skein.registered.workerCall";
 
@@ -362,10 +356,7 @@ fn worker_call(lua: &Lua) -> mlua::Result<Function> {
     if let Value::Function(f) = lua.named_registry_value::<Value>(WORKER_CALL_KEY)? {
         return Ok(f);
     }
-    let f = lua
-        .load(WORKER_CALL)
-        .set_name("=skein registered job")
-        .into_function()?;
+    let f = WORKER_CALL.load(lua)?;
     lua.set_named_registry_value(WORKER_CALL_KEY, f.clone())?;
     Ok(f)
 }
