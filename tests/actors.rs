@@ -39,46 +39,56 @@ fn domain(pool: &Pool) -> ScriptDomain {
     ScriptDomain::new(pool, spec(Plan::new())).expect("domain")
 }
 
+/// A domain's own calls of `@skein/worker` that are refused before any worker starts: the row's
+/// name, the Luau, and the whole error text (`{id}` stands for the domain's id).
+const SPAWN_REFUSALS: &[(&str, &str, &str)] = &[
+    (
+        "an unknown option",
+        "require('@skein/worker').spawn { source = 'return print', size = 3 }",
+        "worker.spawn: unknown option 'size': expected capabilities, name, shareServices, or source",
+    ),
+    (
+        "no source",
+        "require('@skein/worker').spawn { name = 'x' }",
+        "worker.spawn needs source: the worker module's Luau source",
+    ),
+    (
+        "capabilities the domain does not hold",
+        "require('@skein/worker').spawn { source = 'return print', capabilities = { 'net.connect', 'audio.play' } }",
+        "worker.spawn: domain 'actors' ({id}, generation 1) cannot delegate capabilities it does not \
+         hold: audio.play, net.connect",
+    ),
+    (
+        "worker.send from a domain",
+        "require('@skein/worker').send { progress = 1 }",
+        "worker.send is for a worker's own code; a domain sends through the handle worker.spawn returned",
+    ),
+    (
+        "shareServices that is not a boolean",
+        "require('@skein/worker').spawn { source = 'return print', shareServices = 'yes' }",
+        "worker.spawn: shareServices must be a boolean, got a string",
+    ),
+];
+
 #[test]
 fn spawn_errors_carry_their_texts() {
     let pool = Pool::new(1);
     let d = domain(&pool);
-    let worker = "require('@skein/worker')";
-    assert_eq!(
-        raised(&d, &format!("{worker}.spawn {{ source = 'return print', size = 3 }}")),
-        "worker.spawn: unknown option 'size': expected capabilities, name, shareServices, or source"
-    );
-    assert_eq!(
-        raised(&d, &format!("{worker}.spawn {{ name = 'x' }}")),
-        "worker.spawn needs source: the worker module's Luau source"
-    );
-    let over = raised(
-        &d,
-        &format!("{worker}.spawn {{ source = 'return print', capabilities = {{ 'net.connect', 'audio.play' }} }}"),
-    );
-    let id = d.id();
-    assert_eq!(
-        over,
-        format!("worker.spawn: domain 'actors' ({id}, generation 1) cannot delegate capabilities it does not hold: audio.play, net.connect")
-    );
-    assert_eq!(
-        raised(&d, &format!("{worker}.send {{ progress = 1 }}")),
-        "worker.send is for a worker's own code; a domain sends through the handle worker.spawn returned"
-    );
-    assert_eq!(
-        raised(
-            &d,
-            &format!("{worker}.spawn {{ source = 'return print', shareServices = 'yes' }}"),
-        ),
-        "worker.spawn: shareServices must be a boolean, got a string",
-    );
-    // No worker thread was started by any refusal.
-    assert_eq!(d.live_workers().get(), 0);
+    let id = d.id().to_string();
+    for (name, body, expected) in SPAWN_REFUSALS {
+        assert_eq!(
+            raised(&d, body),
+            expected.replace("{id}", &id),
+            "row '{name}'"
+        );
+        // No worker thread was started by the refusal.
+        assert_eq!(d.live_workers().get(), 0, "row '{name}' started a worker");
+    }
 
     let denied = ScriptDomain::new(&pool, DomainSpec::new("plain")).unwrap();
     let err = raised(
         &denied,
-        &format!("{worker}.spawn {{ source = 'return print' }}"),
+        "require('@skein/worker').spawn { source = 'return print' }",
     );
     assert_eq!(
         err,
