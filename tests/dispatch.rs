@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use skein::{FailureKind, Message, Plan, Pool, PromiseStatus};
 
 use crate::support::{
-    assert_contains, number, refusal, text, wait_until, Gate, Marks, ThreadMark, Tree,
+    assert_contains, error_of, number, refusal, text, wait_until, Gate, Marks, ThreadMark, Tree,
 };
 
 const MATH: &str = r#"
@@ -186,7 +186,8 @@ fn each_refusal_and_rejection_names_its_cause_and_the_vm_serves_on() {
     let domain = tree.domain(&pool);
     let root = tree.path().display().to_string();
     for (name, body, expected) in REFUSALS {
-        let err = refusal(&domain, body);
+        let err =
+            error_of(&domain, body).unwrap_or_else(|| panic!("row '{name}': no error was raised"));
         let message = err.split("\nstack traceback:").next().unwrap_or_default();
         let message = message.strip_prefix("runtime error: ").unwrap_or(message);
         assert_eq!(message, expected.replace("{root}", &root), "row '{name}'");
