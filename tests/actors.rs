@@ -8,7 +8,9 @@ use skein::{
     ScriptDomain,
 };
 
-use crate::support::{assert_contains, number, refusal, text, wait_until, Gate, Marks, ThreadMark};
+use crate::support::{
+    assert_contains, error_of, number, refusal, text, wait_until, Gate, Marks, ThreadMark,
+};
 
 /// The first line of an error's text, without mlua's prefix.
 fn clean(full: &str) -> String {
@@ -39,46 +41,53 @@ fn domain(pool: &Pool) -> ScriptDomain {
     ScriptDomain::new(pool, spec(Plan::new())).expect("domain")
 }
 
+/// A domain's own calls of `@skein/worker` that are refused before any worker starts: the row's
+/// name, the Luau, and the whole error text (`{id}` stands for the domain's id).
+const SPAWN_REFUSALS: &[(&str, &str, &str)] = &[
+    (
+        "an unknown option",
+        "require('@skein/worker').spawn { source = 'return print', size = 3 }",
+        "worker.spawn: unknown option 'size': expected capabilities, name, shareServices, or source",
+    ),
+    (
+        "no source",
+        "require('@skein/worker').spawn { name = 'x' }",
+        "worker.spawn needs source: the worker module's Luau source",
+    ),
+    (
+        "capabilities the domain does not hold",
+        "require('@skein/worker').spawn { source = 'return print', capabilities = { 'net.connect', 'audio.play' } }",
+        "worker.spawn: domain 'actors' ({id}, generation 1) cannot delegate capabilities it does not \
+         hold: audio.play, net.connect",
+    ),
+    (
+        "worker.send from a domain",
+        "require('@skein/worker').send { progress = 1 }",
+        "worker.send is for a worker's own code; a domain sends through the handle worker.spawn returned",
+    ),
+    (
+        "shareServices that is not a boolean",
+        "require('@skein/worker').spawn { source = 'return print', shareServices = 'yes' }",
+        "worker.spawn: shareServices must be a boolean, got a string",
+    ),
+];
+
 #[test]
 fn spawn_errors_carry_their_texts() {
     let pool = Pool::new(1);
     let d = domain(&pool);
-    let worker = "require('@skein/worker')";
-    assert_eq!(
-        raised(&d, &format!("{worker}.spawn {{ source = 'return print', size = 3 }}")),
-        "worker.spawn: unknown option 'size': expected capabilities, name, shareServices, or source"
-    );
-    assert_eq!(
-        raised(&d, &format!("{worker}.spawn {{ name = 'x' }}")),
-        "worker.spawn needs source: the worker module's Luau source"
-    );
-    let over = raised(
-        &d,
-        &format!("{worker}.spawn {{ source = 'return print', capabilities = {{ 'net.connect', 'audio.play' }} }}"),
-    );
-    let id = d.id();
-    assert_eq!(
-        over,
-        format!("worker.spawn: domain 'actors' ({id}, generation 1) cannot delegate capabilities it does not hold: audio.play, net.connect")
-    );
-    assert_eq!(
-        raised(&d, &format!("{worker}.send {{ progress = 1 }}")),
-        "worker.send is for a worker's own code; a domain sends through the handle worker.spawn returned"
-    );
-    assert_eq!(
-        raised(
-            &d,
-            &format!("{worker}.spawn {{ source = 'return print', shareServices = 'yes' }}"),
-        ),
-        "worker.spawn: shareServices must be a boolean, got a string",
-    );
-    // No worker thread was started by any refusal.
-    assert_eq!(d.live_workers().get(), 0);
+    let id = d.id().to_string();
+    for (name, body, expected) in SPAWN_REFUSALS {
+        let err = error_of(&d, body).unwrap_or_else(|| panic!("row '{name}': no error was raised"));
+        assert_eq!(clean(&err), expected.replace("{id}", &id), "row '{name}'");
+        // No worker thread was started by the refusal.
+        assert_eq!(d.live_workers().get(), 0, "row '{name}' started a worker");
+    }
 
     let denied = ScriptDomain::new(&pool, DomainSpec::new("plain")).unwrap();
     let err = raised(
         &denied,
-        &format!("{worker}.spawn {{ source = 'return print' }}"),
+        "require('@skein/worker').spawn { source = 'return print' }",
     );
     assert_eq!(
         err,
@@ -326,27 +335,46 @@ fn a_failure_is_read_once_then_join_says_failed() {
     assert_eq!(d.eval("return 1 + 1").unwrap(), Message::Number(2.0));
 }
 
+/// A worker's code that fails, and the failure the domain's `receive` raises for it: the row's
+/// name, the Luau, and the whole first line of the error (`{id}` stands for the domain's id).
+const WORKER_FAILURES: &[(&str, &str, &str)] = &[
+    (
+        "a module that returns no handler fails at load",
+        "local w = require('@skein/worker').spawn { name = 'n', source = 'return 42' } w:receive(20)",
+        "{id} generation 1 worker 'n' (worker:n) failed at load: the module returned a number, \
+         not a handler function(message)",
+    ),
+    (
+        "a module that does not compile fails at load",
+        "local w = require('@skein/worker').spawn { name = 's', source = 'return function(' } w:receive(20)",
+        "{id} generation 1 worker 's' (worker:s) failed at load: worker:s:1: Expected identifier \
+         when parsing variable name, got <eof>",
+    ),
+    (
+        "jobs.register in a handler fails at handler",
+        r#"
+        local w = require('@skein/worker').spawn {
+            name = 'reg',
+            source = 'return function() jobs.register { name = "x", executor = { kind = "luau", run = function() end } } end',
+        }
+        w:send(1)
+        w:receive(5)
+        "#,
+        "{id} generation 1 worker 'reg' (worker:reg) failed at handler: jobs.register: a \
+         @skein/worker worker's VM can't register jobs: its functions would end with the worker; \
+         register them from the domain's own code or a job",
+    ),
+];
+
 #[test]
-fn module_failures_are_at_load() {
+fn a_worker_s_failure_names_its_stage_and_cause() {
     let pool = Pool::new(1);
     let d = domain(&pool);
-    let err = raised(
-        &d,
-        "local w = require('@skein/worker').spawn { name = 'n', source = 'return 42' } w:receive(20)",
-    );
-    assert_eq!(
-        err,
-        format!(
-            "{} generation 1 worker 'n' (worker:n) failed at load: the module returned a number, \
-             not a handler function(message)",
-            d.id()
-        )
-    );
-    let err = raised(
-        &d,
-        "local w = require('@skein/worker').spawn { name = 's', source = 'return function(' } w:receive(20)",
-    );
-    assert_contains(&err, "worker 's' (worker:s) failed at load: ");
+    let id = d.id().to_string();
+    for (name, body, expected) in WORKER_FAILURES {
+        let err = error_of(&d, body).unwrap_or_else(|| panic!("row '{name}': no error was raised"));
+        assert_eq!(clean(&err), expected.replace("{id}", &id), "row '{name}'");
+    }
 }
 
 #[test]
@@ -1051,27 +1079,6 @@ fn a_worker_s_shared_queue_pop_is_woken_by_the_domain_s_push() {
         )
         .unwrap();
     assert_eq!(number(crate::support::field(&out, "job")), 7.0);
-}
-
-#[test]
-fn a_worker_cannot_register_jobs() {
-    let pool = Pool::new(1);
-    let d = domain(&pool);
-    let err = raised(
-        &d,
-        r#"
-        local w = require('@skein/worker').spawn {
-            name = 'reg',
-            source = 'return function() jobs.register { name = "x", executor = { kind = "luau", run = function() end } } end',
-        }
-        w:send(1)
-        w:receive(5)
-        "#,
-    );
-    assert_contains(
-        &err,
-        "jobs.register: a @skein/worker worker's VM can't register jobs",
-    );
 }
 
 #[test]

@@ -136,7 +136,7 @@ fn a_handler_holds_its_contexts_part_across_yields_and_in_the_tasks_it_starts() 
                     task.wait()
                     seen.spawned = try("audio.play")
                 end)
-                task.wait(0.01)
+                task.wait(0.01) -- a yield under test, as above: the part holds across it
                 seen.ownAfter = try("input.observe")
                 seen.otherAfter = try("audio.play")
                 done = true

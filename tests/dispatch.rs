@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use skein::{FailureKind, Message, Plan, Pool, PromiseStatus};
 
 use crate::support::{
-    assert_contains, number, refusal, text, wait_until, Gate, Marks, ThreadMark, Tree,
+    assert_contains, error_of, number, refusal, text, wait_until, Gate, Marks, ThreadMark, Tree,
 };
 
 const MATH: &str = r#"
@@ -88,46 +88,118 @@ fn many_dispatches_in_flight_all_settle() {
     assert!(total >= 2000, "items run: {total}");
 }
 
-#[test]
-fn unknown_option_is_refused_naming_it() {
-    let (tree, pool) = setup();
-    let domain = tree.domain(&pool);
-    let err = refusal(
-        &domain,
+/// Every way one dispatch is refused at the call (no `:await()` in its Luau) or rejects at its
+/// await: the row's name, the Luau that dispatches, and the whole message of its error (without
+/// mlua's `runtime error: ` and the Luau stack after it; `{root}` stands for the module root).
+const REFUSALS: &[(&str, &str, &str)] = &[
+    (
+        "an unknown option is refused naming it",
         r#"jobs.dispatch("./math", "double", 1, { dealine = 2 })"#,
-    );
-    assert_contains(
-        &err,
         "unknown jobs.dispatch option 'dealine': expected deadline, name, key or supersede",
-    );
-    still_serves(&domain);
+    ),
+    (
+        "a deadline of 0 is refused",
+        r#"jobs.dispatch("./math", "double", 1, { deadline = 0 })"#,
+        "jobs.dispatch: opts.deadline must be a number of seconds above 0, got 0",
+    ),
+    (
+        "a negative deadline is refused",
+        r#"jobs.dispatch("./math", "double", 1, { deadline = -1 })"#,
+        "jobs.dispatch: opts.deadline must be a number of seconds above 0, got -1",
+    ),
+    (
+        "a NaN deadline is refused",
+        r#"jobs.dispatch("./math", "double", 1, { deadline = 0/0 })"#,
+        "jobs.dispatch: opts.deadline must be a number of seconds above 0, got nan",
+    ),
+    (
+        "a deadline one past the cap is refused",
+        r#"jobs.dispatch("./math", "double", 1, { deadline = 61 })"#,
+        "jobs.dispatch: opts.deadline of 61 s is past the cap of 60 s: a deadline may be lowered, \
+         never raised",
+    ),
+    (
+        "a deadline just past the cap is refused",
+        r#"jobs.dispatch("./math", "double", 1, { deadline = 60.5 })"#,
+        "jobs.dispatch: opts.deadline of 60.5 s is past the cap of 60 s: a deadline may be \
+         lowered, never raised",
+    ),
+    (
+        "a missing module is refused at the call",
+        r#"jobs.dispatch("./nope", "run")"#,
+        "jobs.dispatch: module './nope' not found from {root} (tried {root}/nope.luau, \
+         {root}/nope.lua, {root}/nope/init.luau, {root}/nope/init.lua)",
+    ),
+    (
+        "a module that fails to compile rejects naming it",
+        r#"jobs.dispatch("./broken", "run"):await()"#,
+        "job './broken:run' failed: module {root}/broken.luau could not be loaded: syntax error \
+         in {root}/broken.luau:2: Expected identifier when parsing variable name, got 'return'",
+    ),
+    (
+        "a module that raises at load rejects with its error",
+        r#"jobs.dispatch("./raises", "run"):await()"#,
+        "job './raises:run' failed: module {root}/raises.luau could not be loaded: \
+         {root}/raises.luau:1: load-time failure",
+    ),
+    (
+        "an entry that is a number rejects",
+        r#"jobs.dispatch("./math", "notAFunction"):await()"#,
+        "job './math:notAFunction' failed: entry 'notAFunction' of module {root}/math.luau is not \
+         a function (it is a number)",
+    ),
+    (
+        "a missing entry rejects",
+        r#"jobs.dispatch("./math", "missing"):await()"#,
+        "job './math:missing' failed: entry 'missing' of module {root}/math.luau is not a \
+         function (it is nil)",
+    ),
+    (
+        "a nested function argument is refused at the call with its path",
+        r#"jobs.dispatch("./math", "echo", { items = { 1, 2, { callback = print } } })"#,
+        "jobs.dispatch: args.items[3].callback: a function can't cross a worker or event boundary",
+    ),
+    (
+        "a coroutine argument is refused at the call with its path",
+        r#"jobs.dispatch("./math", "echo", { co = coroutine.create(print) })"#,
+        "jobs.dispatch: args.co: a coroutine can't cross a worker or event boundary",
+    ),
+    (
+        "a non-transferable result rejects with its path",
+        r#"jobs.dispatch("./math", "giveFunction"):await()"#,
+        "job './math:giveFunction' failed: result.callback: a function can't cross a worker or \
+         event boundary",
+    ),
+    (
+        "an entry's error rejects with its message and where it was raised",
+        r#"jobs.dispatch("./math", "fail", nil, { name = "failing job" }):await()"#,
+        "job 'failing job' failed: {root}/math.luau:8: the entry failed on purpose",
+    ),
+];
+
+#[test]
+fn each_refusal_and_rejection_names_its_cause_and_the_vm_serves_on() {
+    // One worker: after a failure in its VM, that same VM serves the next item.
+    let (tree, pool) = setup_one();
+    tree.write("broken.luau", "local M = {}\nfunction M.run( return M\n");
+    tree.write("raises.luau", "error('load-time failure')\nreturn {}\n");
+    let domain = tree.domain(&pool);
+    let root = tree.path().display().to_string();
+    for (name, body, expected) in REFUSALS {
+        let err =
+            error_of(&domain, body).unwrap_or_else(|| panic!("row '{name}': no error was raised"));
+        let message = err.split("\nstack traceback:").next().unwrap_or_default();
+        let message = message.strip_prefix("runtime error: ").unwrap_or(message);
+        assert_eq!(message, expected.replace("{root}", &root), "row '{name}'");
+        still_serves(&domain);
+    }
 }
 
 #[test]
-fn deadlines_at_and_past_the_bounds() {
+fn deadlines_at_the_cap_and_just_above_zero_are_accepted() {
+    // The deadlines past either bound are rows of REFUSALS.
     let (tree, pool) = setup();
     let domain = tree.domain(&pool);
-    for bad in ["0", "-1", "0/0"] {
-        let err = refusal(
-            &domain,
-            &format!(r#"jobs.dispatch("./math", "double", 1, {{ deadline = {bad} }})"#),
-        );
-        assert_contains(
-            &err,
-            "jobs.dispatch: opts.deadline must be a number of seconds above 0",
-        );
-    }
-    let err = refusal(
-        &domain,
-        r#"jobs.dispatch("./math", "double", 1, { deadline = 61 })"#,
-    );
-    assert_contains(&err, "opts.deadline of 61 s is past the cap of 60 s");
-    let err = refusal(
-        &domain,
-        r#"jobs.dispatch("./math", "double", 1, { deadline = 60.5 })"#,
-    );
-    assert_contains(&err, "past the cap of 60 s");
-    // At the cap, and a small one, are accepted.
     let v = domain
         .eval(
             r#"return jobs.dispatch("./math", "double", 1, { deadline = 60 }):await()
@@ -135,94 +207,6 @@ fn deadlines_at_and_past_the_bounds() {
         )
         .unwrap();
     assert_eq!(number(&v), 4.0);
-}
-
-#[test]
-fn a_missing_module_is_refused_at_the_call() {
-    let (tree, pool) = setup();
-    let domain = tree.domain(&pool);
-    let err = refusal(&domain, r#"jobs.dispatch("./nope", "run")"#);
-    assert_contains(&err, "jobs.dispatch:");
-    assert_contains(&err, "./nope");
-    still_serves(&domain);
-}
-
-#[test]
-fn a_module_that_fails_to_load_rejects_naming_it() {
-    let (tree, pool) = setup_one();
-    tree.write("broken.luau", "local M = {}\nfunction M.run( return M\n");
-    tree.write("raises.luau", "error('load-time failure')\nreturn {}\n");
-    let domain = tree.domain(&pool);
-    let err = refusal(&domain, r#"jobs.dispatch("./broken", "run"):await()"#);
-    assert_contains(&err, "job './broken:run' failed");
-    assert_contains(&err, "broken.luau");
-    let err = refusal(&domain, r#"jobs.dispatch("./raises", "run"):await()"#);
-    assert_contains(&err, "load-time failure");
-    still_serves(&domain);
-}
-
-#[test]
-fn an_entry_that_is_not_a_function_rejects() {
-    let (tree, pool) = setup();
-    let domain = tree.domain(&pool);
-    let err = refusal(
-        &domain,
-        r#"jobs.dispatch("./math", "notAFunction"):await()"#,
-    );
-    assert_contains(&err, "entry 'notAFunction' of module");
-    assert_contains(&err, "is not a function (it is a number)");
-    let err = refusal(&domain, r#"jobs.dispatch("./math", "missing"):await()"#);
-    assert_contains(&err, "is not a function (it is nil)");
-    still_serves(&domain);
-}
-
-#[test]
-fn non_transferable_args_are_refused_at_the_call_with_their_path() {
-    let (tree, pool) = setup();
-    let domain = tree.domain(&pool);
-    let err = refusal(
-        &domain,
-        r#"jobs.dispatch("./math", "echo", { items = { 1, 2, { callback = print } } })"#,
-    );
-    assert_contains(
-        &err,
-        "jobs.dispatch: args.items[3].callback: a function can't cross a worker or event boundary",
-    );
-    let err = refusal(
-        &domain,
-        r#"jobs.dispatch("./math", "echo", { co = coroutine.create(print) })"#,
-    );
-    assert_contains(&err, "args.co: a coroutine can't cross");
-    still_serves(&domain);
-}
-
-#[test]
-fn a_non_transferable_result_rejects_with_its_path() {
-    let (tree, pool) = setup();
-    let domain = tree.domain(&pool);
-    let err = refusal(
-        &domain,
-        r#"jobs.dispatch("./math", "giveFunction"):await()"#,
-    );
-    assert_contains(
-        &err,
-        "result.callback: a function can't cross a worker or event boundary",
-    );
-    still_serves(&domain);
-}
-
-#[test]
-fn an_entry_error_rejects_with_its_message_and_luau_stack() {
-    let (tree, pool) = setup_one();
-    let domain = tree.domain(&pool);
-    let err = refusal(
-        &domain,
-        r#"jobs.dispatch("./math", "fail", nil, { name = "failing job" }):await()"#,
-    );
-    assert_contains(&err, "job 'failing job' failed:");
-    assert_contains(&err, "the entry failed on purpose");
-    assert_contains(&err, "math.luau:8: the entry failed on purpose");
-    still_serves(&domain);
 }
 
 #[test]

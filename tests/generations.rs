@@ -381,15 +381,15 @@ trait WaitWithFrames {
 
 impl WaitWithFrames for skein::Promise {
     fn unwrap_wait(mut self, domain: &ScriptDomain) -> Message {
+        let mut settled = None;
         // A hang guard, not a performance claim.
-        let end = std::time::Instant::now() + Duration::from_secs(10);
-        while std::time::Instant::now() < end {
+        let done = wait_until(Duration::from_secs(10), || {
             domain.frame(FRAME);
-            if let Some(result) = self.wait_timeout(Duration::from_millis(5)) {
-                return result.unwrap();
-            }
-        }
-        panic!("the promise did not settle");
+            settled = self.wait_timeout(Duration::from_millis(5));
+            settled.is_some()
+        });
+        assert!(done, "the promise did not settle within 10 s");
+        settled.expect("settled once done").unwrap()
     }
 }
 

@@ -7,12 +7,12 @@
 //! here for each.
 
 use std::io::Read;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{assert_contains, Tree};
+use crate::support::{assert_contains, exit_within, Tree};
 
 /// The address space a hostile run gets: far below what the attacks of issue 12 reached
 /// (6 GB, 16 GB), far above what a contained run needs.
@@ -96,21 +96,10 @@ pub fn hostile_run(dir: &Path, args: &[&str]) -> Ended {
         let _ = stderr.read_to_end(&mut s);
         s
     });
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for skein") {
-            break status;
-        }
-        if started.elapsed() > HANG {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stderr = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
-            panic!("the hostile run hung past {HANG:?}; stderr:\n{stderr}");
-        }
-        // The poll interval of the hang guard above, not a wait for a state.
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = exit_within(&mut child, HANG) else {
+        let stderr = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
+        panic!("the hostile run hung past {HANG:?}; stderr:\n{stderr}");
     };
-    use std::os::unix::process::ExitStatusExt;
     Ended {
         code: status.code(),
         signal: status.signal(),

@@ -9,9 +9,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::support::{assert_contains, skein_in, Tree};
+use crate::support::{assert_contains, exit_within, skein_in, Tree};
 
 /// How long a refusal may take: each is answered before any script runs, so a run that
 /// takes this long is stuck (on a FIFO, say).
@@ -37,18 +37,8 @@ fn run_os(cwd: &Path, args: &[OsString], limit: Duration) -> (i32, Vec<u8>, Stri
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut stderr, &mut bytes).map(|_| bytes)
     });
-    let end = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("skein {args:?} still running after {limit:?}");
-        }
-        // The poll interval of the hang guard above, not a wait for a state.
-        std::thread::sleep(Duration::from_millis(10));
+    let Some(status) = exit_within(&mut child, limit) else {
+        panic!("skein {args:?} still running after {limit:?}");
     };
     let code = status
         .code()
@@ -301,6 +291,7 @@ fn failures_nobody_handles_exit_one_each_reported_once() {
             "task.delay(0.01, function() error('delayed broke') end)\nprint('main done')\n",
             "main.luau:1: delayed broke",
         ),
+        // The behaviour under test: a failure after a yield (a timer) in a coroutine.
         (
             "a coroutine the scheduler resumes",
             "coroutine.resume(coroutine.create(function()\n  task.wait(0.01)\n  error('co broke')\nend))\nprint('main done')\n",

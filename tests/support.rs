@@ -79,8 +79,9 @@ pub fn list(m: &Message) -> &[Message] {
     }
 }
 
-/// Polls `done` every 2 ms until it holds or `limit` passes; answers its last answer.
-pub fn wait_until(limit: std::time::Duration, done: impl Fn() -> bool) -> bool {
+/// Polls `done` every 2 ms until it holds or `limit` passes; answers its last answer. `done`
+/// may keep what it saw (a status, a report) in the caller's variables.
+pub fn wait_until(limit: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
     let end = std::time::Instant::now() + limit;
     while std::time::Instant::now() < end {
         if done() {
@@ -90,6 +91,24 @@ pub fn wait_until(limit: std::time::Duration, done: impl Fn() -> bool) -> bool {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     done()
+}
+
+/// Waits up to `limit` for `child` to exit and answers its status; a child still running then
+/// is killed and reaped, and the answer is `None`.
+pub fn exit_within(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let mut status = None;
+    let exited = wait_until(limit, || {
+        status = child.try_wait().expect("wait for the child");
+        status.is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    status
 }
 
 /// The text of a string message.
@@ -134,12 +153,22 @@ impl Marks {
 /// raised; fails the test if it raised nothing.
 #[track_caller]
 pub fn refusal(domain: &ScriptDomain, body: &str) -> String {
+    error_of(domain, body).unwrap_or_else(|| panic!("expected an error from\n  {body}"))
+}
+
+/// Runs `body` inside `pcall` in the domain's engine VM and answers the text of the error it
+/// raised, or `None` when it raised nothing (so a table's walk can name the row).
+#[track_caller]
+pub fn error_of(domain: &ScriptDomain, body: &str) -> Option<String> {
     let source = format!(
         "local ok, err = pcall(function() {body} end)\n\
-         assert(not ok, 'expected an error')\n\
+         if ok then return nil end\n\
          return tostring(err)"
     );
-    text(&domain.eval(&source).expect("eval"))
+    match domain.eval(&source).expect("eval") {
+        Message::Nil => None,
+        raised => Some(text(&raised)),
+    }
 }
 
 /// A string message.

@@ -413,6 +413,7 @@ fn spin(round: u32) {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::pool::wait_until;
     use std::sync::atomic::{AtomicU32, AtomicUsize};
     use std::sync::mpsc;
     use std::time::Duration;
@@ -504,18 +505,6 @@ mod tests {
 
     fn total(stats: &[WorkerStats], field: impl Fn(&WorkerStats) -> u64) -> u64 {
         stats.iter().map(field).sum()
-    }
-
-    /// Polls `done` until it holds or `limit` passes; returns whether it held.
-    fn wait_until(limit: Duration, done: impl Fn() -> bool) -> bool {
-        let end = Instant::now() + limit;
-        while Instant::now() < end {
-            if done() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        done()
     }
 
     #[test]

@@ -15,3 +15,19 @@ pub(crate) mod lanes;
 mod queue;
 pub(crate) mod sleep;
 pub(crate) mod stats;
+
+/// Polls `done` every millisecond until it holds or `limit` passes; answers its last answer.
+/// The unit tests of this folder wait with it (`tests/support.rs` has the integration tests'
+/// own), so a broken protocol fails a test instead of hanging it.
+#[cfg(all(test, not(loom)))]
+fn wait_until(limit: std::time::Duration, done: impl Fn() -> bool) -> bool {
+    let end = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < end {
+        if done() {
+            return true;
+        }
+        // The poll interval, not a wait for a state: `done` is the state.
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    done()
+}

@@ -196,6 +196,7 @@ impl Sleep {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::pool::wait_until;
     use std::time::Duration;
 
     #[test]
@@ -235,9 +236,10 @@ mod tests {
                 })
             })
             .collect();
-        while sleep.sleepers() < 2 {
-            std::thread::yield_now();
-        }
+        assert!(
+            wait_until(Duration::from_secs(10), || sleep.sleepers() == 2),
+            "the two workers never went to sleep"
+        );
         sleep.notify_worker(1);
         let mut sleepers = sleepers.into_iter();
         let first = sleepers.next().unwrap();
