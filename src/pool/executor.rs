@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 
-use super::queue::{Inbox, Injector, LocalQueue, Stealer};
+use super::deques::{Inbox, Injector, LocalQueue, Stealer};
 use super::sleep::Sleep;
 use super::stats::{WorkerCounters, WorkerStats};
 use crate::sync::{hint, thread, Arc, AtomicBool, Mutex, Ordering};

@@ -9,10 +9,10 @@
 // A few items (state inspectors, `HandoffState`) exist for the loom models and unit tests only.
 #![cfg_attr(not(any(test, loom)), allow(dead_code))]
 
+mod deques;
 pub(crate) mod executor;
 pub(crate) mod handoff;
 pub(crate) mod lanes;
-mod queue;
 pub(crate) mod sleep;
 pub(crate) mod stats;
 

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::capability::CapabilityId;
-use super::id::{DomainId, Generation};
+use super::identity::{DomainId, Generation};
 use super::phase::Phase;
 
 /// Who was running: the domain (its name and id), its generation and the context, if there was

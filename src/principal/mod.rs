@@ -14,14 +14,14 @@
 pub(crate) mod capability;
 pub(crate) mod diagnostic;
 pub(crate) mod event_queue;
-mod id;
+mod identity;
 mod log;
 pub(crate) mod phase;
 pub(crate) mod profile;
 
 pub use diagnostic::{Attribution, Diagnostic, DiagnosticKind, DiagnosticSink, Severity};
 pub use event_queue::{EventLimits, EventTarget, PostRefused, QueueBound};
-pub use id::{DomainId, Generation, Principal};
+pub use identity::{DomainId, Generation, Principal};
 pub(crate) use log::LogSlot;
 pub(crate) use log::Logs;
 pub use log::{LogLevel, LogRecord, LogSink};

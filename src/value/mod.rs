@@ -9,7 +9,7 @@
 //! `Value::Integer`, and `Value::Integer` goes back as a number), and per-element `Value`
 //! construction costs several times what a raw stack read does.
 
-mod budget;
+mod byte_budget;
 mod codec;
 mod convert;
 mod display;
@@ -22,7 +22,7 @@ mod write;
 
 use bytes::Bytes;
 
-pub(crate) use budget::{ByteBudget, Charge, Held};
+pub(crate) use byte_budget::{ByteBudget, Charge, Held};
 pub(crate) use convert::{ExactValue, ExactValues, MessageArg, MessageArgs};
 pub use error::{DecodeError, DecodeErrorKind, TransferError, TransferErrorKind};
 pub use limits::Limits;

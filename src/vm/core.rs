@@ -13,10 +13,10 @@ use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
 
 use super::budget;
 use super::embedded::Embedded;
+use super::luau_promise::{self, AwaitedValue, Outcome, PromiseCell, Promises};
 use super::out_of_memory::{is_memory_error, MemoryLabel};
 use super::owner::{Owner, TaskFailure};
 use super::plan::Plan;
-use super::promise::{self, AwaitedValue, Outcome, PromiseCell, Promises};
 use super::raised::{raised_text, RAISED_KEY};
 use super::scheduler::{self, Resume, ResumeArgs, Scheduler, SchedulerHost, TaskId, MAX_WAIT};
 
@@ -190,7 +190,7 @@ impl Vm {
     }
 
     /// Settles a promise homed here and queues its waiters.
-    pub(crate) fn settle(&self, id: promise::PromiseId, outcome: Outcome) {
+    pub(crate) fn settle(&self, id: luau_promise::PromiseId, outcome: Outcome) {
         let woken = self.core.promises.borrow_mut().settle(id, outcome);
         if let Some((waiters, outcome)) = woken {
             self.core.wake(waiters, outcome);
@@ -319,7 +319,7 @@ impl VmCore {
     }
 
     /// Settles a promise homed here and queues its waiters; false when it was not pending.
-    pub(crate) fn settle(&self, id: promise::PromiseId, outcome: Outcome) -> bool {
+    pub(crate) fn settle(&self, id: luau_promise::PromiseId, outcome: Outcome) -> bool {
         let woken = self.promises.borrow_mut().settle(id, outcome);
         match woken {
             Some((waiters, outcome)) => {
@@ -583,13 +583,13 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
     p.raw_set(
         "pending",
         lua.create_function(|_, promise: Value| {
-            Ok(promise::promise_of(&promise).is_some_and(|p| p.outcome().is_none()))
+            Ok(luau_promise::promise_of(&promise).is_some_and(|p| p.outcome().is_none()))
         })?,
     )?;
     p.raw_set(
         "await",
         lua.create_function(|lua, value: Value| {
-            let Some(cell) = promise::promise_of(&value) else {
+            let Some(cell) = luau_promise::promise_of(&value) else {
                 return Err(mlua::Error::runtime(format!(
                     "task.await expects a PromiseHandle, got {}",
                     value.type_name()
@@ -706,7 +706,7 @@ fn install_task_library(lua: &Lua) -> mlua::Result<()> {
     lua.globals().raw_set("error", error)?;
     lua.set_named_registry_value(RAISED_KEY, raised)?;
     let await_fn: Function = task.raw_get("await")?;
-    promise::install_methods(lua, await_fn)?;
+    luau_promise::install_methods(lua, await_fn)?;
     lua.globals().raw_set("task", task)?;
     Ok(())
 }
@@ -798,7 +798,7 @@ mod tests {
             .unwrap();
         let awaits = |what: &'static str, owner: Rc<Owner>| {
             let cell = vm.core.promises.borrow_mut().make(what);
-            let handle = promise::handle(&vm.lua, cell.clone()).unwrap();
+            let handle = luau_promise::handle(&vm.lua, cell.clone()).unwrap();
             let args = MultiValue::from_iter([Value::UserData(handle)]);
             (vm.call(awaiter.clone(), args, owner).unwrap(), cell)
         };

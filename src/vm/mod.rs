@@ -12,15 +12,15 @@ mod failure;
 mod liveness;
 mod load_stage;
 pub(crate) mod loader;
+mod luau_promise;
 mod modules;
 mod out_of_memory;
 mod owner;
 mod plan;
-mod promise;
 mod raised;
 mod scheduler;
 pub(crate) mod source;
-mod stall;
+mod stall_report;
 
 pub(crate) use self::core::{
     close_globals, with_open_globals, FirstRun, FrameClock, Reporter, Vm, VmCore,
@@ -34,21 +34,23 @@ pub use failure::{FailureKind, JobFailure};
 pub use liveness::STALL_HORIZON;
 pub(crate) use liveness::{Liveness, Still, STALL_QUIET};
 pub use load_stage::LoadStage;
+pub use luau_promise::UNAWAITED_KEPT;
+pub(crate) use luau_promise::{
+    await_function, promise_of, Cancel, Outcome, PromiseCell, PromiseId,
+};
 pub(crate) use modules::{check_sources, source_epoch, with_caller_source};
 pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure};
 pub use plan::{Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS};
-pub use promise::UNAWAITED_KEPT;
-pub(crate) use promise::{await_function, promise_of, Cancel, Outcome, PromiseCell, PromiseId};
 pub(crate) use scheduler::{Resume, TaskId};
 pub use source::MAX_SOURCE_BYTES;
-pub(crate) use stall::{watch as watch_liveness, VmWaits, WaitOn};
+pub(crate) use stall_report::{watch as watch_liveness, VmWaits, WaitOn};
 
 /// A promise's Luau handle.
 pub(crate) fn promise_handle(
     lua: &mlua::Lua,
-    cell: std::rc::Rc<promise::PromiseCell>,
+    cell: std::rc::Rc<luau_promise::PromiseCell>,
 ) -> mlua::Result<mlua::AnyUserData> {
-    promise::handle(lua, cell)
+    luau_promise::handle(lua, cell)
 }
 
 /// A value's type with its article, as error messages name it: `nil`, `a number`, `an integer`.

@@ -24,9 +24,9 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::budget::{Interruption, RunGuard};
 use super::liveness::Liveness;
+use super::luau_promise::{AwaitedValue, Outcome};
 use super::out_of_memory::is_memory_error;
 use super::owner::{Owner, TaskFailure};
-use super::promise::{AwaitedValue, Outcome};
 use crate::value::{ExactValues, Message};
 
 /// Identifies a task within its VM.

@@ -9,14 +9,14 @@
 mod bytecode;
 mod error;
 mod luaurc;
-mod modules;
+mod module_cache;
 pub(crate) mod project;
 mod resolve;
 
 pub(crate) use bytecode::BytecodeCache;
 #[cfg(test)]
 pub(crate) use error::RequireError;
-pub(crate) use modules::ModuleCache;
+pub(crate) use module_cache::ModuleCache;
 pub(crate) use resolve::resolve;
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use mlua::{Lua, Thread};
 
 use super::liveness::Liveness;
-use super::promise::PromiseId;
+use super::luau_promise::PromiseId;
 use super::scheduler::ParkedOn;
 use super::{Vm, VmCore};
 
