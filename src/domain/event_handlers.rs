@@ -174,7 +174,7 @@ impl EventHandlers {
             domain: self.domain,
             generation,
             context: None,
-            worker: None,
+            actor: None,
         }
     }
 
@@ -712,7 +712,7 @@ impl ScriptDomain {
                     domain: self.id(),
                     generation: self.generation(),
                     context,
-                    worker: None,
+                    actor: None,
                 };
                 let message = format!("event '{name}' handler failed: {text}");
                 let mut diagnostic =

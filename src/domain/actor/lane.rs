@@ -1,10 +1,10 @@
-//! The thread of one worker: it builds the worker's VM from the domain's plan, loads the
-//! worker's module, then calls its handler once per message until the queue closes, the
+//! The thread of one actor: it builds the actor's VM from the domain's plan, loads the
+//! actor's module, then calls its handler once per message until the queue closes, the
 //! handler fails (under [`FailurePolicy::Stop`]), or the domain tears it down.
 //!
 //! The VM is built here and dropped here: `mlua::Lua` never leaves this thread. Only plain
 //! data crosses: `Message`s through the inbox channel and the [`ActorShared`] outbox, and the
-//! replies to the worker's own `jobs` (and its shared-queue deliveries) through its wake
+//! replies to the actor's own `jobs` (and its shared-queue deliveries) through its wake
 //! channel, which the lane reads whenever it would otherwise sleep.
 
 use std::cell::RefCell;
@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use mlua::{Function, Lua, MultiValue, Value};
 
-use super::error::{FailurePolicy, WorkerError, WorkerStage};
-use super::services::ServiceLink;
-use super::shared::{ActorShared, Queued, Reply, FAILED, STOPPED};
+use super::error::{ActorError, ActorStage, FailurePolicy};
+use super::outbox::{ActorShared, Queued, Reply, FAILED, STOPPED};
+use super::service_link::ServiceLink;
 use crate::jobs::{self, ActorWake, HomeKind, JobsHome, PoolShared, PrincipalCell};
 use crate::principal::capability::Authority;
 use crate::principal::diagnostic::Attribution;
@@ -46,19 +46,19 @@ pub(crate) struct LaneSetup {
     pub(crate) policy: FailurePolicy,
     /// Set by the domain's teardown: stop now, dropping what is queued.
     pub(crate) cancel: Arc<CancelToken>,
-    /// The domain's profile sink: the worker's start, calls and end are measured here.
+    /// The domain's profile sink: the actor's start, calls and end are measured here.
     pub(crate) profile: Profile,
-    /// The generation the worker belongs to: its `jobs` run as it, and (with
+    /// The generation the actor belongs to: its `jobs` run as it, and (with
     /// `shareServices = true`) its engine services answer.
     pub(crate) principal: Arc<PrincipalCell>,
-    /// Where the worker's `jobs` items go.
+    /// Where the actor's `jobs` items go.
     pub(crate) pool: Arc<PoolShared>,
     /// `shareServices = true`: the VM gets the domain's engine services.
     pub(crate) share_services: bool,
-    /// The domain's count of live worker threads; this lane holds one until it returns.
+    /// The domain's count of live actor threads; this lane holds one until it returns.
     pub(crate) live: Arc<AtomicUsize>,
     /// Where the host reads structured failures.
-    pub(crate) failures: Arc<Mutex<Vec<WorkerError>>>,
+    pub(crate) failures: Arc<Mutex<Vec<ActorError>>>,
 }
 
 /// Counts the thread out however it ends, panics included.
@@ -70,7 +70,7 @@ impl Drop for LiveGuard {
     }
 }
 
-/// How the worker's tasks are named and cancelled.
+/// How the actor's tasks are named and cancelled.
 struct ActorIdentity {
     name: String,
     cancel: Arc<CancelToken>,
@@ -97,7 +97,7 @@ pub(crate) fn run(setup: LaneSetup) {
         Err(payload) => {
             fail(
                 &setup,
-                WorkerStage::Handler,
+                ActorStage::Handler,
                 format!("host code panicked: {}", vm::panic_message(&payload)),
             );
             FAILED
@@ -107,18 +107,18 @@ pub(crate) fn run(setup: LaneSetup) {
         let attribution = setup.authority.attribution().clone();
         profile::instant(
             &**sink,
-            ProfileKind::WorkerStopped,
+            ProfileKind::ActorStopped,
             attribution,
             shared.name.clone(),
         );
     }
-    // The worker's place among the domain's live workers is given back before its end is
+    // The actor's place among the domain's live actors is given back before its end is
     // published, so code that saw it end (a join) may spawn another at once.
     drop(live);
     shared.finish(state);
 }
 
-/// Measures the worker's start (its VM and module) and sends it to the profile once, when
+/// Measures the actor's start (its VM and module) and sends it to the profile once, when
 /// [`done`](Self::done) is called or, for a start that failed part way, when dropped.
 struct StartClock<'a> {
     setup: &'a LaneSetup,
@@ -134,7 +134,7 @@ impl StartClock<'_> {
         if let Some(sink) = &self.setup.profile {
             profile::emit(
                 &**sink,
-                ProfileKind::WorkerSpawned,
+                ProfileKind::ActorSpawned,
                 self.setup.authority.attribution().clone(),
                 self.setup.shared.name.clone(),
                 self.started,
@@ -150,15 +150,15 @@ impl Drop for StartClock<'_> {
     }
 }
 
-/// The module name failures give: the chunk the worker's source loads as.
+/// The module name failures give: the chunk the actor's source loads as.
 fn module_name(name: &str) -> String {
     format!("worker:{name}")
 }
 
 /// Records and reports a failure, and hands it to the domain's next `receive`.
-fn fail(setup: &LaneSetup, stage: WorkerStage, message: String) {
+fn fail(setup: &LaneSetup, stage: ActorStage, message: String) {
     let attribution: Attribution = setup.authority.attribution().clone();
-    let error = WorkerError {
+    let error = ActorError {
         attribution,
         module: module_name(&setup.shared.name),
         stage,
@@ -200,7 +200,7 @@ fn serve(setup: &LaneSetup) -> u8 {
         )
     });
     let install_link = link.clone();
-    // Replies to the worker's own `jobs` promises, and its shared-queue deliveries.
+    // Replies to the actor's own `jobs` promises, and its shared-queue deliveries.
     let (wake_tx, wakes) = crossbeam_channel::unbounded();
     let home = JobsHome::new(
         setup.principal.clone(),
@@ -220,7 +220,7 @@ fn serve(setup: &LaneSetup) -> u8 {
     let vm = match built {
         Ok(vm) => vm,
         Err(e) => {
-            fail(setup, WorkerStage::Start, vm::error_message(&e));
+            fail(setup, ActorStage::Start, vm::error_message(&e));
             return FAILED;
         }
     };
@@ -243,7 +243,7 @@ fn serve(setup: &LaneSetup) -> u8 {
     let chunk = match chunk {
         Ok(f) => f,
         Err(e) => {
-            fail(setup, WorkerStage::Load, vm::error_message(&e));
+            fail(setup, ActorStage::Load, vm::error_message(&e));
             return FAILED;
         }
     };
@@ -256,7 +256,7 @@ fn serve(setup: &LaneSetup) -> u8 {
     let handler = match lane.run_task(chunk, MultiValue::new(), owner) {
         None => return STOPPED,
         Some(Err(failure)) => {
-            fail(setup, WorkerStage::Load, failure);
+            fail(setup, ActorStage::Load, failure);
             return FAILED;
         }
         Some(Ok(values)) => match values.into_iter().next() {
@@ -265,7 +265,7 @@ fn serve(setup: &LaneSetup) -> u8 {
                 let got = vm::a_type(&other.unwrap_or(Value::Nil));
                 fail(
                     setup,
-                    WorkerStage::Load,
+                    ActorStage::Load,
                     format!("the module returned {got}, not a handler function(message)"),
                 );
                 return FAILED;
@@ -292,7 +292,7 @@ fn serve(setup: &LaneSetup) -> u8 {
     let call = match call {
         Ok(call) => call,
         Err(e) => {
-            fail(setup, WorkerStage::Start, vm::error_message(&e));
+            fail(setup, ActorStage::Start, vm::error_message(&e));
             return FAILED;
         }
     };
@@ -309,7 +309,7 @@ fn serve(setup: &LaneSetup) -> u8 {
         let arg = match message.to_lua(&vm.lua) {
             Ok(v) => v,
             Err(e) => {
-                fail(setup, WorkerStage::Handler, vm::error_message(&e));
+                fail(setup, ActorStage::Handler, vm::error_message(&e));
                 return FAILED;
             }
         };
@@ -321,7 +321,7 @@ fn serve(setup: &LaneSetup) -> u8 {
                 shared.report(format!("worker '{}'", shared.name), refused);
             }
         }
-        // Each message is the worker VM's start point for engine events, as an item is a pool
+        // Each message is the actor VM's start point for engine events, as an item is a pool
         // worker VM's: `engine.on` watchers see what was raised since, before the handler.
         jobs::deliver_events(&vm, &setup.principal.events, setup.deadline);
         let args = MultiValue::from_iter([Value::Function(handler.clone()), arg]);
@@ -331,7 +331,7 @@ fn serve(setup: &LaneSetup) -> u8 {
             let delay = sent.map(|sent| called.saturating_duration_since(sent));
             profile::emit(
                 &**sink,
-                ProfileKind::WorkerCall,
+                ProfileKind::ActorCall,
                 setup.authority.attribution().clone(),
                 shared.name.clone(),
                 called,
@@ -351,11 +351,11 @@ fn serve(setup: &LaneSetup) -> u8 {
                         });
                         None
                     }
-                    Err(e) => Some((WorkerStage::Reply, e)),
+                    Err(e) => Some((ActorStage::Reply, e)),
                 },
-                Some(Err(e)) => Some((WorkerStage::Reply, e.to_string())),
+                Some(Err(e)) => Some((ActorStage::Reply, e.to_string())),
             },
-            Some(Err(failure)) => Some((WorkerStage::Handler, failure)),
+            Some(Err(failure)) => Some((ActorStage::Handler, failure)),
         };
         if let Some((stage, message)) = failed {
             fail(setup, stage, message);
@@ -364,13 +364,13 @@ fn serve(setup: &LaneSetup) -> u8 {
             }
         }
         // A VM that reached its memory limit keeps what filled it (tasks the handler spawned,
-        // module state) and would fail every later message: the worker stops, whatever its
+        // module state) and would fail every later message: the actor stops, whatever its
         // failure policy, as a pool worker's VM is retired. Its VM is its state, so it is not
         // rebuilt behind the domain's back.
         if vm.core.hit_memory_limit() {
             fail(
                 setup,
-                WorkerStage::Handler,
+                ActorStage::Handler,
                 format!(
                     "{}; the worker stops, since its VM can't serve on",
                     vm.core.out_of_memory_text()
@@ -390,7 +390,7 @@ struct Lane<'a> {
 }
 
 impl Lane<'_> {
-    /// Settles a promise or delivers a parcel that reached the worker's VM.
+    /// Settles a promise or delivers a parcel that reached the actor's VM.
     fn wake(&self, wake: ActorWake) {
         match wake {
             ActorWake::Settle { promise, outcome } => self.vm.settle(promise, outcome),
@@ -407,7 +407,7 @@ impl Lane<'_> {
 
     /// The next message, running the VM's background tasks (timers a handler left, tasks
     /// awaiting its jobs) while it waits. `None` once the queue is closed and empty, or the
-    /// domain tears the worker down.
+    /// domain tears the actor down.
     fn next_message(&self) -> Option<Queued> {
         let setup = self.setup;
         loop {
@@ -440,7 +440,7 @@ impl Lane<'_> {
         }
     }
 
-    /// Runs `f(args)` as a task until it ends; `None` when the domain tore the worker down
+    /// Runs `f(args)` as a task until it ends; `None` when the domain tore the actor down
     /// first.
     fn run_task(
         &self,
@@ -489,7 +489,7 @@ impl Lane<'_> {
     }
 }
 
-/// A task failure as the worker reports it: the message, with the Luau stack when there is one.
+/// A task failure as the actor reports it: the message, with the Luau stack when there is one.
 fn failure_text(failure: &TaskFailure) -> String {
     match failure {
         TaskFailure::Raised { message, .. } => message.clone(),

@@ -1,10 +1,12 @@
-//! Workers (`@skein/worker`): actors a domain spawns, each with its own VM built from the
+//! Actors: what a domain spawns with `@skein/worker`, each with its own VM built from the
 //! domain's plan on a thread of its own, reached only through bounded message queues.
 //!
-//! The pool's threads are "workers" in the rest of the code; these are called actors inside
-//! Skein, while scripts know them as workers. This module owns the domain side: the set of
-//! a domain's actors ([`Actors`]), the `@skein/worker` module of the engine VM, and the
-//! `Worker` handle. The thread side is in `lane`; what both see is in `shared`.
+//! Scripts know them as workers (the `@skein/worker` module, its `Worker` handles and its
+//! texts keep that name); in Rust a "worker" is always a pool thread, so every Rust name here
+//! says "actor". This module owns the domain side: the set of a domain's actors ([`Actors`]),
+//! the `@skein/worker` module of the engine VM, and the Luau handle ([`ActorHandle`]). The
+//! thread side is in `lane`; what both threads see of one actor (its outbox, state and byte
+//! bound) is in `outbox`; the actor side of `shareServices` is in `service_link`.
 //!
 //! The engine thread never blocks on an actor: `Worker:receive(timeout)` and `Worker:join`
 //! park the calling task on a promise that the actor settles (through the domain mailbox)
@@ -18,8 +20,8 @@
 
 mod error;
 mod lane;
-mod services;
-mod shared;
+mod outbox;
+mod service_link;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -31,9 +33,9 @@ use std::time::Instant;
 use crossbeam_channel::{Sender, TrySendError};
 use mlua::{AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataMethods, Value};
 
-pub use error::{FailurePolicy, WorkerError, WorkerStage};
-use shared::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
-pub use shared::{MAX_LIVE_WORKERS, MAX_WORKER_BYTES};
+pub use error::{ActorError, ActorStage, FailurePolicy};
+use outbox::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
+pub use outbox::{MAX_ACTOR_BYTES, MAX_LIVE_ACTORS};
 
 use crate::jobs::{PoolShared, PrincipalCell};
 use crate::principal::capability::{self, Authority, CapabilityId, CapabilitySet};
@@ -42,8 +44,8 @@ use crate::value::read::Reader;
 use crate::value::{Limits, Message};
 use crate::vm::{self, await_function, promise_of, CancelToken, Outcome, VmCore};
 
-/// The capability `worker.spawn` needs.
-pub const WORKER_SPAWN: &str = "worker.spawn";
+/// The capability `worker.spawn` needs: spawning an actor.
+pub const ACTOR_SPAWN: &str = "worker.spawn";
 
 /// Registry key of the `@skein/worker` table of a VM that has one (the engine VM, an actor).
 const MODULE_KEY: &str = "skein.worker";
@@ -53,7 +55,7 @@ const JOIN_KEY: &str = "skein.worker.join";
 
 const UNKNOWN_OPTION: &str = "expected capabilities, name, shareServices, or source";
 const NEEDS_SOURCE: &str = "worker.spawn needs source: the worker module's Luau source";
-const SPAWN_IN_WORKER: &str =
+const SPAWN_IN_ACTOR: &str =
     "worker.spawn: this is a worker's code; only a domain's own code spawns workers";
 const SPAWN_OUTSIDE: &str =
     "worker.spawn: this VM is no domain's engine VM; only a domain's own code spawns workers";
@@ -62,14 +64,14 @@ const SEND_OUTSIDE: &str = "worker.send is for a worker's own code; a domain sen
 const SEND_FULL: &str = "worker.send: the domain's queue is full: 1024 messages wait for it to \
                          receive them; send fewer, or reply less often";
 
-/// A count of a domain's live worker threads, for hosts and tests that check none outlives
+/// A count of a domain's live actor threads, for hosts and tests that check none outlives
 /// its domain. Not part of the stable surface.
 #[doc(hidden)]
 #[derive(Clone, Debug, Default)]
-pub struct LiveWorkers(Arc<AtomicUsize>);
+pub struct LiveActors(Arc<AtomicUsize>);
 
-impl LiveWorkers {
-    /// How many worker threads of the domain have not returned yet.
+impl LiveActors {
+    /// How many actor threads of the domain have not returned yet.
     pub fn get(&self) -> usize {
         self.0.load(Ordering::Acquire)
     }
@@ -94,18 +96,18 @@ impl ActorEntry {
 
 /// The actors one generation of a domain spawned. Each generation has its own set (so a
 /// reload's candidate can be torn down alone); the count of live threads, the failures and the
-/// numbering of unnamed workers are the domain's, shared by every set.
+/// numbering of unnamed actors are the domain's, shared by every set.
 pub(crate) struct Actors {
     principal: Arc<PrincipalCell>,
-    /// Where a worker's `jobs.dispatch` and `jobs.parallelFor` send their items.
+    /// Where an actor's `jobs.dispatch` and `jobs.parallelFor` send their items.
     pool: Arc<PoolShared>,
     policy: FailurePolicy,
     /// The per-run budget of a handler; never more than the principal's deadline cap.
     budget: std::time::Duration,
-    live: LiveWorkers,
-    failures: Arc<Mutex<Vec<WorkerError>>>,
+    live: LiveActors,
+    failures: Arc<Mutex<Vec<ActorError>>>,
     entries: RefCell<Vec<Rc<ActorEntry>>>,
-    /// Numbers the workers spawned without a name.
+    /// Numbers the actors spawned without a name.
     spawned: Rc<Cell<u64>>,
 }
 
@@ -121,7 +123,7 @@ impl Actors {
             pool,
             policy,
             budget,
-            live: LiveWorkers::default(),
+            live: LiveActors::default(),
             failures: Arc::default(),
             entries: RefCell::default(),
             spawned: Rc::default(),
@@ -143,11 +145,11 @@ impl Actors {
         })
     }
 
-    pub(crate) fn live(&self) -> LiveWorkers {
+    pub(crate) fn live(&self) -> LiveActors {
         self.live.clone()
     }
 
-    pub(crate) fn take_failures(&self) -> Vec<WorkerError> {
+    pub(crate) fn take_failures(&self) -> Vec<ActorError> {
         std::mem::take(&mut *self.failures.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
@@ -171,7 +173,7 @@ impl Actors {
     }
 
     /// `worker.spawn(options)`.
-    fn spawn(self: &Rc<Self>, lua: &Lua, options: Value) -> mlua::Result<WorkerHandle> {
+    fn spawn(self: &Rc<Self>, lua: &Lua, options: Value) -> mlua::Result<ActorHandle> {
         let principal = self.principal.clone();
         if !principal.is_alive() {
             return Err(mlua::Error::runtime(format!(
@@ -179,7 +181,7 @@ impl Actors {
                 principal.end_reason()
             )));
         }
-        capability::require_capability(WORKER_SPAWN)?;
+        capability::require_capability(ACTOR_SPAWN)?;
         let options = SpawnOptions::read(options)?;
         let current = capability::current_or(&principal.authority);
         let wanted = match options.capabilities {
@@ -209,7 +211,7 @@ impl Actors {
                 domain: principal.id.domain,
                 generation: principal.id.generation,
                 context: None,
-                worker: Some(name.clone()),
+                actor: Some(name.clone()),
             },
             current.denials().clone(),
         ));
@@ -238,11 +240,11 @@ impl Actors {
             .live
             .0
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |live| {
-                (live < MAX_LIVE_WORKERS).then_some(live + 1)
+                (live < MAX_LIVE_ACTORS).then_some(live + 1)
             });
         if taken.is_err() {
             return Err(mlua::Error::runtime(format!(
-                "worker.spawn: the domain has {MAX_LIVE_WORKERS} workers alive, the most it may \
+                "worker.spawn: the domain has {MAX_LIVE_ACTORS} workers alive, the most it may \
                  have; join or close one before spawning '{name}'"
             )));
         }
@@ -266,7 +268,7 @@ impl Actors {
             thread: RefCell::new(Some(thread)),
         });
         self.entries.borrow_mut().push(entry.clone());
-        Ok(WorkerHandle(entry))
+        Ok(ActorHandle(entry))
     }
 }
 
@@ -275,7 +277,7 @@ struct SpawnOptions {
     source: String,
     name: Option<String>,
     capabilities: Option<CapabilitySet>,
-    /// `shareServices`: the worker's VM gets the domain's engine services.
+    /// `shareServices`: the actor's VM gets the domain's engine services.
     share_services: bool,
 }
 
@@ -398,10 +400,10 @@ impl mlua::FromLua for SendArg {
     }
 }
 
-/// The Luau handle of one worker: `Worker:send`, `receive`, `close`, `join`.
-struct WorkerHandle(Rc<ActorEntry>);
+/// The Luau handle of one actor: `Worker:send`, `receive`, `close`, `join`.
+struct ActorHandle(Rc<ActorEntry>);
 
-impl WorkerHandle {
+impl ActorHandle {
     fn send(&self, message: SendArg) -> mlua::Result<()> {
         let message = message
             .read("message")
@@ -440,7 +442,7 @@ impl WorkerHandle {
     }
 }
 
-impl UserData for WorkerHandle {
+impl UserData for ActorHandle {
     fn add_fields<F: mlua::UserDataFields<Self>>(fields: &mut F) {
         fields.add_field_method_get("name", |lua, this| lua.create_string(&this.0.shared.name));
         // The methods that may wait are Luau (a Rust callback cannot yield).
@@ -466,7 +468,7 @@ impl UserData for WorkerHandle {
 
 fn entry_of(value: &AnyUserData, method: &str) -> mlua::Result<Rc<ActorEntry>> {
     value
-        .borrow::<WorkerHandle>()
+        .borrow::<ActorHandle>()
         .map(|h| h.0.clone())
         .map_err(|_| {
             mlua::Error::runtime(format!(
@@ -583,7 +585,7 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
         lua.create_function(|_, this: AnyUserData| {
             let entry = entry_of(&this, "receive")?;
             match entry.shared.take() {
-                // Taken: its place in the worker's byte bound is free (the copy is built in
+                // Taken: its place in the actor's byte bound is free (the copy is built in
                 // this VM at once).
                 Some(Reply::Value {
                     message, charge, ..
@@ -702,7 +704,7 @@ fn install_lane_module(lua: &Lua, shared: Arc<ActorShared>) -> mlua::Result<()> 
     module.raw_set(
         "spawn",
         lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
-            Err(mlua::Error::runtime(SPAWN_IN_WORKER))
+            Err(mlua::Error::runtime(SPAWN_IN_ACTOR))
         })?,
     )?;
     module.raw_set(
