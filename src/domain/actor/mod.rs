@@ -26,22 +26,24 @@ mod service_link;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Instant;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
+use mlua::chunk::{ChunkMode, Compiler};
 use mlua::{AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataMethods, Value};
 
 pub use error::{ActorError, ActorStage, FailurePolicy};
 use outbox::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
 pub use outbox::{MAX_ACTOR_BYTES, MAX_LIVE_ACTORS};
 
+use super::emit::install_off_engine_events;
 use crate::jobs::{PoolShared, PrincipalCell};
 use crate::principal::capability::{self, Authority, CapabilityId, CapabilitySet};
 use crate::principal::diagnostic::Attribution;
-use crate::value::read::Reader;
-use crate::value::{Limits, Message};
+use crate::value::read::{Reader, Refusal};
+use crate::value::{Limits, Message, TransferError};
 use crate::vm::{self, await_function, promise_of, CancelToken, Outcome, VmCore};
 
 /// The capability `worker.spawn` needs: spawning an actor.
@@ -103,7 +105,7 @@ pub(crate) struct Actors {
     pool: Arc<PoolShared>,
     policy: FailurePolicy,
     /// The per-run budget of a handler; never more than the principal's deadline cap.
-    budget: std::time::Duration,
+    budget: Duration,
     live: LiveActors,
     failures: Arc<Mutex<Vec<ActorError>>>,
     entries: RefCell<Vec<Rc<ActorEntry>>>,
@@ -116,7 +118,7 @@ impl Actors {
         principal: Arc<PrincipalCell>,
         pool: Arc<PoolShared>,
         policy: FailurePolicy,
-        budget: std::time::Duration,
+        budget: Duration,
     ) -> Rc<Actors> {
         Rc::new(Actors {
             principal,
@@ -248,7 +250,7 @@ impl Actors {
                  have; join or close one before spawning '{name}'"
             )));
         }
-        let thread = std::thread::Builder::new()
+        let thread = thread::Builder::new()
             .name(format!("skein-actor {name}"))
             .spawn(move || lane::run(setup));
         let thread = match thread {
@@ -376,11 +378,11 @@ impl SpawnOptions {
 
 /// A message argument read off the stack (so a whole number stays a number and an integer an
 /// integer), its refusal kept for [`read`](Self::read) to name.
-struct SendArg(Result<Message, crate::value::read::Refusal>);
+struct SendArg(Result<Message, Refusal>);
 
 impl SendArg {
     /// The message, or the refusal with its path starting at `root`.
-    fn read(self, root: &str) -> Result<Message, crate::value::TransferError> {
+    fn read(self, root: &str) -> Result<Message, TransferError> {
         self.0.map_err(|r| r.into_error(root))
     }
 }
@@ -554,9 +556,9 @@ return receive, join
 
 /// `WAIT_SOURCE` compiled once per process.
 fn wait_bytecode() -> &'static [u8] {
-    static BYTECODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    static BYTECODE: OnceLock<Vec<u8>> = OnceLock::new();
     BYTECODE.get_or_init(|| {
-        mlua::chunk::Compiler::new()
+        Compiler::new()
             .set_debug_level(1)
             .compile(WAIT_SOURCE)
             .expect("the worker's waits compile")
@@ -565,7 +567,7 @@ fn wait_bytecode() -> &'static [u8] {
 
 /// The time origin `P.now` counts from: any fixed instant will do.
 fn epoch() -> Instant {
-    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
     *EPOCH.get_or_init(Instant::now)
 }
 
@@ -676,7 +678,7 @@ pub(crate) fn install_engine(lua: &Lua, actors: &Rc<Actors>) -> mlua::Result<()>
     let (receive, join): (Function, Function) = lua
         .load(wait_bytecode())
         .set_name("=skein worker")
-        .set_mode(mlua::chunk::ChunkMode::Binary)
+        .set_mode(ChunkMode::Binary)
         .call((wait_primitives(lua)?, await_function(lua)?))?;
     lua.set_named_registry_value(RECEIVE_KEY, receive)?;
     lua.set_named_registry_value(JOIN_KEY, join)?;
@@ -699,7 +701,7 @@ pub(crate) fn install_engine(lua: &Lua, actors: &Rc<Actors>) -> mlua::Result<()>
 /// Installs `@skein/worker` in an actor's own VM: `send` reaches the domain, `spawn` refuses.
 fn install_lane_module(lua: &Lua, shared: Arc<ActorShared>) -> mlua::Result<()> {
     // The actor emits domain events through the mailbox of the generation that spawned it.
-    crate::domain::emit::install_worker_events(lua, shared.mailbox().clone(), None)?;
+    install_off_engine_events(lua, shared.mailbox().clone(), None)?;
     let module = lua.create_table()?;
     module.raw_set(
         "spawn",
@@ -730,7 +732,7 @@ fn install_lane_module(lua: &Lua, shared: Arc<ActorShared>) -> mlua::Result<()> 
 /// What `require("@skein/worker")` answers: the VM's own module, or (in a pool worker's VM)
 /// one whose functions say where they belong.
 pub(crate) fn module(lua: &Lua) -> mlua::Result<Value> {
-    crate::vm::registered_or_refusing(
+    vm::registered_or_refusing(
         lua,
         MODULE_KEY,
         &[("spawn", SPAWN_OUTSIDE), ("send", SEND_OUTSIDE)],

@@ -11,12 +11,13 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
 
 use super::error::ActorError;
 use crate::jobs::{DomainEvent, DomainMailbox};
 use crate::value::{ByteBudget, Charge, Message};
-use crate::vm::{Outcome, PromiseId};
+use crate::vm::{Outcome, PromiseId, Signal};
 
 /// How many messages may wait, each way: for the handler, and (sent with `worker.send`) for
 /// the domain.
@@ -45,7 +46,7 @@ pub(crate) struct Queued {
     pub(crate) charge: Charge,
     /// When it was sent, for the handler call's queue delay; stamped only when the domain is
     /// profiled (the clock read is the cost of a send otherwise).
-    pub(crate) sent: Option<std::time::Instant>,
+    pub(crate) sent: Option<Instant>,
 }
 
 /// One thing the actor said to the domain.
@@ -75,7 +76,7 @@ pub(crate) struct ActorShared {
     pub(crate) name: String,
     state: AtomicU8,
     /// The budget signal of the actor's thread, so a teardown can interrupt a running handler.
-    signal: std::sync::OnceLock<std::sync::Arc<crate::vm::Signal>>,
+    signal: OnceLock<Arc<Signal>>,
     outbox: Mutex<Outbox>,
     mailbox: DomainMailbox,
     /// What the messages waiting each way hold together ([`MAX_ACTOR_BYTES`]).
@@ -87,7 +88,7 @@ impl ActorShared {
         ActorShared {
             name,
             state: AtomicU8::new(RUNNING),
-            signal: std::sync::OnceLock::new(),
+            signal: OnceLock::new(),
             outbox: Mutex::default(),
             mailbox,
             bytes: Arc::new(ByteBudget::new(MAX_ACTOR_BYTES)),
@@ -111,12 +112,12 @@ impl ActorShared {
         &self.mailbox
     }
 
-    fn outbox(&self) -> std::sync::MutexGuard<'_, Outbox> {
+    fn outbox(&self) -> MutexGuard<'_, Outbox> {
         self.outbox.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Called on the actor's thread before it runs any Luau.
-    pub(crate) fn set_signal(&self, signal: std::sync::Arc<crate::vm::Signal>) {
+    pub(crate) fn set_signal(&self, signal: Arc<Signal>) {
         let _ = self.signal.set(signal);
     }
 
