@@ -128,7 +128,7 @@ fn round_trips(pool: &Pool) -> (Duration, Duration) {
         Message::Number(s) => Duration::from_secs_f64(s),
         other => panic!("expected seconds, got {other:?}"),
     };
-    let worker = rounds(TRIPS, || {
+    let actor = rounds(TRIPS, || {
         seconds(format!(
             "local t = os.clock() for i = 1, {TRIPS} do echo:send(i) assert(echo:receive(10) == i) end return os.clock() - t"
         ))
@@ -138,7 +138,7 @@ fn round_trips(pool: &Pool) -> (Duration, Duration) {
             "local t = os.clock() for i = 1, {TRIPS} do assert(jobs.dispatch('./echo', 'echo', i):await() == i) end return os.clock() - t"
         ))
     });
-    (worker, dispatch)
+    (actor, dispatch)
 }
 
 /// Per-event costs: (Luau emit + drain, Luau direct call, host post_named + drain, channel +
@@ -231,12 +231,12 @@ fn main() {
         ns(direct) / 1e3,
         ns(frame) / ns(direct)
     );
-    let (worker, dispatch) = round_trips(&pool);
+    let (actor, dispatch) = round_trips(&pool);
     println!(
         "round trip: @skein/worker send+receive {:.2} µs; jobs.dispatch():await() {:.2} µs; ratio {:.2}x",
-        ns(worker) / 1e3,
+        ns(actor) / 1e3,
         ns(dispatch) / 1e3,
-        ns(worker) / ns(dispatch)
+        ns(actor) / ns(dispatch)
     );
     let [emitted, direct, posted, channel] = named_events(&pool);
     println!(

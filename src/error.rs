@@ -189,7 +189,7 @@ pub enum SpecSetting {
     /// The event limits' `per_drain` or `name` is zero.
     EventLimits,
     /// The budget of one run of a `@skein/worker` handler
-    /// ([`DomainSpec::worker_budget`](crate::DomainSpec::worker_budget)).
+    /// ([`DomainSpec::actor_budget`](crate::DomainSpec::actor_budget)).
     ActorBudget,
     /// The run deadline ([`DomainSpec::run_deadline`](crate::DomainSpec::run_deadline)).
     RunDeadline,

@@ -40,11 +40,11 @@ mod vm;
 #[cfg(feature = "tracing")]
 pub use domain::TracingSink;
 pub use domain::{
-    AdvanceReport, ChromeTrace, ContextSpec, DomainSpec, DomainState, DomainStats, EventReport,
-    FailurePolicy, FixedStep, FrameReport, HandlerTiming, InterfaceField, InterfaceInfo,
-    LiveWorkers, Load, PhaseReport, Report, ResourceId, ResourceOwner, ScriptDomain, WorkerError,
-    WorkerStage, DROPPED_REPORTS, LOAD_BOUND, MAX_CONTEXT_NAME, MAX_INTERFACE_NAME,
-    MAX_LIVE_WORKERS, MAX_REPORTS, MAX_WORKER_BYTES, WORKER_SPAWN,
+    ActorError, ActorStage, AdvanceReport, ChromeTrace, ContextSpec, DomainSpec, DomainState,
+    DomainStats, EventReport, FailurePolicy, FixedStep, FrameReport, HandlerTiming, InterfaceField,
+    InterfaceInfo, LiveActors, Load, PhaseReport, Report, ResourceId, ResourceOwner, ScriptDomain,
+    ACTOR_SPAWN, DROPPED_REPORTS, LOAD_BOUND, MAX_ACTOR_BYTES, MAX_CONTEXT_NAME,
+    MAX_INTERFACE_NAME, MAX_LIVE_ACTORS, MAX_REPORTS,
 };
 pub use error::{DispatchRefusal, Error, Halt, NameRefusal, Result, SpecSetting};
 pub use jobs::{

@@ -81,7 +81,7 @@ fn spawn_errors_carry_their_texts() {
         let err = error_of(&d, body).unwrap_or_else(|| panic!("row '{name}': no error was raised"));
         assert_eq!(clean(&err), expected.replace("{id}", &id), "row '{name}'");
         // No worker thread was started by the refusal.
-        assert_eq!(d.live_workers().get(), 0, "row '{name}' started a worker");
+        assert_eq!(d.live_actors().get(), 0, "row '{name}' started a worker");
     }
 
     let denied = ScriptDomain::new(&pool, DomainSpec::new("plain")).unwrap();
@@ -122,10 +122,10 @@ fn a_worker_cannot_spawn_and_its_failure_is_structured() {
             d.id()
         )
     );
-    let failures = d.take_worker_failures();
+    let failures = d.take_actor_failures();
     assert_eq!(failures.len(), 1);
-    assert_eq!(failures[0].stage, skein::WorkerStage::Handler);
-    assert_eq!(failures[0].attribution.worker.as_deref(), Some("nested"));
+    assert_eq!(failures[0].stage, skein::ActorStage::Handler);
+    assert_eq!(failures[0].attribution.actor.as_deref(), Some("nested"));
     assert_eq!(failures[0].module, "worker:nested");
     assert_eq!(failures[0].to_string(), err);
 }
@@ -382,7 +382,7 @@ fn continue_policy_keeps_handling() {
     let pool = Pool::new(1);
     let d = ScriptDomain::new(
         &pool,
-        spec(Plan::new()).worker_failures(FailurePolicy::Continue),
+        spec(Plan::new()).actor_failures(FailurePolicy::Continue),
     )
     .unwrap();
     let out = d
@@ -403,7 +403,7 @@ fn continue_policy_keeps_handling() {
         )
         .unwrap();
     assert_eq!(text(&out), "failed 2 failed 4 stopped");
-    assert_eq!(d.take_worker_failures().len(), 2);
+    assert_eq!(d.take_actor_failures().len(), 2);
 }
 
 #[test]
@@ -530,7 +530,7 @@ fn two_workers_run_at_the_same_time() {
 fn stop_restart_and_drop_join_every_worker() {
     let pool = Pool::new(1);
     let mut d = domain(&pool);
-    let live = d.live_workers();
+    let live = d.live_actors();
     // A handler in an endless loop is interrupted, not waited for.
     d.exec(
         r#"
@@ -552,7 +552,7 @@ fn stop_restart_and_drop_join_every_worker() {
     let refused = d.eval("return 1");
     drop(refused);
     let d = domain(&pool);
-    let live = d.live_workers();
+    let live = d.live_actors();
     d.exec("require('@skein/worker').spawn { source = 'return function() end' }")
         .unwrap();
     assert_eq!(live.get(), 1);
@@ -595,7 +595,7 @@ fn stress_rounds_alone() {
     let pool = Pool::new(1);
     let round = |i: usize| {
         let d = domain(&pool);
-        let live = d.live_workers();
+        let live = d.live_actors();
         let out = d
             .eval(&format!(
                 "local w = require('@skein/worker').spawn {{ source = 'return function(m) return m + 1 end' }} \
@@ -659,7 +659,7 @@ fn a_handler_past_the_host_budget_fails_and_the_domain_goes_on() {
     let pool = Pool::new(1);
     let d = ScriptDomain::new(
         &pool,
-        spec(Plan::new()).worker_budget(Duration::from_millis(100)),
+        spec(Plan::new()).actor_budget(Duration::from_millis(100)),
     )
     .unwrap();
     let err = raised(
@@ -865,7 +865,7 @@ fn a_restart_ends_a_query_wait_and_reports_the_worker_s_failure() {
     let pool = Pool::new(1);
     let mark = ThreadMark::default();
     let (mut d, _world) = world_domain_with(&pool, mark.plan(Plan::new()));
-    let live = d.live_workers();
+    let live = d.live_actors();
     d.exec(
         r#"
         local w = require('@skein/worker').spawn {
@@ -881,10 +881,10 @@ fn a_restart_ends_a_query_wait_and_reports_the_worker_s_failure() {
     assert!(wait_until(Duration::from_secs(10), || mark.asleep()));
     d.restart(skein::Load::Nothing).unwrap();
     assert_eq!(live.get(), 0);
-    let failures = d.take_worker_failures();
+    let failures = d.take_actor_failures();
     assert_eq!(failures.len(), 1, "{failures:?}");
-    assert_eq!(failures[0].attribution.worker.as_deref(), Some("waiter"));
-    assert_eq!(failures[0].stage, skein::WorkerStage::Handler);
+    assert_eq!(failures[0].attribution.actor.as_deref(), Some("waiter"));
+    assert_eq!(failures[0].stage, skein::ActorStage::Handler);
     // The restart ended the wait: not an answer, and not the run budget (60 s by default).
     assert_eq!(
         failures[0].message,
@@ -899,7 +899,7 @@ fn a_query_wait_never_outlasts_the_worker_s_run_budget() {
     let marks = Marks::default();
     let d = ScriptDomain::new(
         &pool,
-        spec(marks.plan()).worker_budget(Duration::from_millis(100)),
+        spec(marks.plan()).actor_budget(Duration::from_millis(100)),
     )
     .unwrap();
     d.register_query("world.get", |_| Ok(Message::Nil)).unwrap();
@@ -916,11 +916,11 @@ fn a_query_wait_never_outlasts_the_worker_s_run_budget() {
     // Nothing drains the mailbox: the query is never answered, and the budget ends the wait.
     let failures = std::cell::RefCell::new(Vec::new());
     assert!(wait_until(Duration::from_secs(10), || {
-        failures.borrow_mut().extend(d.take_worker_failures());
+        failures.borrow_mut().extend(d.take_actor_failures());
         !failures.borrow().is_empty()
     }));
     let failures = failures.into_inner();
-    assert_eq!(failures[0].attribution.worker.as_deref(), Some("patient"));
+    assert_eq!(failures[0].attribution.actor.as_deref(), Some("patient"));
     assert_eq!(
         failures[0].message,
         "deadline exceeded: one run took longer than 0.1 s"
@@ -1094,7 +1094,7 @@ fn a_worker_waiting_on_a_job_is_torn_down_without_waiting_for_it() {
     let (gate, marks, mark) = (Gate::default(), Marks::default(), ThreadMark::default());
     let plan = mark.plan(gate.plan(marks.plan().root(tree.path())));
     let mut d = ScriptDomain::new(&pool, spec(plan)).unwrap();
-    let live = d.live_workers();
+    let live = d.live_actors();
     d.exec(
         r#"
         local w = require('@skein/worker').spawn {
@@ -1148,7 +1148,7 @@ fn a_worker_whose_vm_reached_its_memory_limit_stops_even_when_failures_continue(
     let pool = Pool::new(1);
     let d = ScriptDomain::new(
         &pool,
-        spec(Plan::new().memory_limit(16 * 1024 * 1024)).worker_failures(FailurePolicy::Continue),
+        spec(Plan::new().memory_limit(16 * 1024 * 1024)).actor_failures(FailurePolicy::Continue),
     )
     .unwrap();
     let out = d

@@ -163,7 +163,7 @@ fn a_denial_reaches_the_sink_with_its_capability_and_text() {
             format!("permission denied: capability 'input.observe' is not granted to {who}")
         );
     }
-    assert_eq!(seen[1].1.attribution.worker.as_deref(), Some("peeker"));
+    assert_eq!(seen[1].1.attribution.actor.as_deref(), Some("peeker"));
     // The host's denial log still has both.
     assert_eq!(domain.denials(), 2);
 }

@@ -33,7 +33,7 @@ fn a_fresh_domain_counts_nothing() {
     assert_eq!((stats.events_pending, stats.events_pending_bytes), (0, 0));
     assert_eq!(
         (
-            stats.live_workers,
+            stats.live_actors,
             stats.owned_resources,
             stats.registered_jobs
         ),

@@ -880,9 +880,9 @@ function M.echo(x) return x end
 return M
 "#;
 
-/// Runs `handler_body` as the body of a narrowed worker's handler (it gets `message`) and prints
+/// Runs `handler_body` as the body of a narrowed actor's handler (it gets `message`) and prints
 /// what the handler answered; the domain itself reads the secret first to show it could.
-fn narrowed_worker(handler_body: &str) -> Ended {
+fn narrowed_actor(handler_body: &str) -> Ended {
     let main = format!(
         r#"
 print("domain reads", require("@skein/fs").readFile("d/secret.txt"))
@@ -928,7 +928,7 @@ fn never_read(ended: &Ended) {
 
 #[test]
 fn a_job_a_narrowed_worker_dispatches_runs_with_the_worker_s_grant() {
-    let ended = narrowed_worker(r#"return jobs.dispatch("./m", "tryRead"):await()"#);
+    let ended = narrowed_actor(r#"return jobs.dispatch("./m", "tryRead"):await()"#);
     ended.exited(0);
     never_read(&ended);
     ended.stdout_has("worker answered\tdenied: ");
@@ -936,7 +936,7 @@ fn a_job_a_narrowed_worker_dispatches_runs_with_the_worker_s_grant() {
 
 #[test]
 fn chunks_a_narrowed_worker_asks_for_run_with_the_worker_s_grant() {
-    let ended = narrowed_worker(
+    let ended = narrowed_actor(
         r#"local parts = jobs.parallelFor("./m", "tryRead", 2):await()
             return parts[1] .. " | " .. parts[2]"#,
     );
@@ -947,7 +947,7 @@ fn chunks_a_narrowed_worker_asks_for_run_with_the_worker_s_grant() {
 
 #[test]
 fn a_release_watcher_a_narrowed_worker_s_job_registers_runs_with_the_worker_s_grant() {
-    let ended = narrowed_worker(
+    let ended = narrowed_actor(
         r#"jobs.dispatch("./m", "watch", nil, { key = "k" }):await()
             jobs.release("k")
             return "released""#,
@@ -1032,7 +1032,7 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
 }
 
 #[test]
-fn live_workers_are_bounded_and_a_joined_one_gives_its_place_back() {
+fn live_actors_are_bounded_and_a_joined_one_gives_its_place_back() {
     // Every `@skein/worker` is an OS thread with its own VM: a spawn loop made one per call.
     let tree = Tree::new(&[
         ("m.luau", ECHO),

@@ -298,7 +298,7 @@ fn skein_run_trace_is_in_the_help_and_needs_a_path() {
     );
 }
 
-fn worker_grant(names: &[&str]) -> skein::Grant {
+fn grant_of(names: &[&str]) -> skein::Grant {
     skein::RootAuthority::new().grant(skein::CapabilitySet::from_iter(
         names.iter().map(|n| skein::CapabilityId::new(n).unwrap()),
     ))
@@ -309,7 +309,7 @@ fn a_worker_s_spawn_calls_and_stop_are_profiled_on_its_own_thread() {
     let recorder = Arc::new(Recorder::default());
     let pool = Pool::new(1);
     let spec = DomainSpec::new("game")
-        .grant(worker_grant(&["worker.spawn"]))
+        .grant(grant_of(&["worker.spawn"]))
         .profile(recorder.clone());
     let domain = ScriptDomain::new(&pool, spec).unwrap();
     let out = domain
@@ -338,14 +338,14 @@ fn a_worker_s_spawn_calls_and_stop_are_profiled_on_its_own_thread() {
         crate::support::text(&crate::support::list(&out)[2]),
         "stopped"
     );
-    let spawned = recorder.of(ProfileKind::WorkerSpawned);
-    let calls = recorder.of(ProfileKind::WorkerCall);
-    let stopped = recorder.of(ProfileKind::WorkerStopped);
+    let spawned = recorder.of(ProfileKind::ActorSpawned);
+    let calls = recorder.of(ProfileKind::ActorCall);
+    let stopped = recorder.of(ProfileKind::ActorStopped);
     assert_eq!((spawned.len(), calls.len(), stopped.len()), (1, 2, 1));
     let engine = std::thread::current().name().map(str::to_owned);
     for e in spawned.iter().chain(&calls).chain(&stopped) {
         assert_eq!(e.name, "echo");
-        assert_eq!(e.attribution.worker.as_deref(), Some("echo"));
+        assert_eq!(e.attribution.actor.as_deref(), Some("echo"));
         assert_eq!(e.attribution.domain, domain.id());
         assert_eq!(e.attribution.generation.get(), 1);
         assert_eq!(e.thread.name.as_deref(), Some("skein-actor echo"));
@@ -373,7 +373,7 @@ fn a_restart_profiles_the_end_of_its_generation_and_the_workers_it_stopped() {
     let recorder = Arc::new(Recorder::default());
     let pool = Pool::new(1);
     let spec = DomainSpec::new("game")
-        .grant(worker_grant(&["worker.spawn"]))
+        .grant(grant_of(&["worker.spawn"]))
         .profile(recorder.clone());
     let mut domain = ScriptDomain::new(&pool, spec).unwrap();
     domain
@@ -385,8 +385,8 @@ fn a_restart_profiles_the_end_of_its_generation_and_the_workers_it_stopped() {
     assert_eq!(ended.len(), 1);
     assert_eq!(ended[0].name, "game");
     assert_eq!(ended[0].attribution.generation.get(), 1);
-    assert_eq!(ended[0].attribution.worker, None);
-    let stopped = recorder.of(ProfileKind::WorkerStopped);
+    assert_eq!(ended[0].attribution.actor, None);
+    let stopped = recorder.of(ProfileKind::ActorStopped);
     assert_eq!(stopped.len(), 1);
     assert_eq!(stopped[0].attribution.generation.get(), 1);
     // The worker had stopped before the generation's end was measured as over.
@@ -406,7 +406,7 @@ fn a_denial_is_an_instant_named_for_its_capability_wherever_it_happens() {
     });
     let spec = DomainSpec::new("game")
         .plan(plan)
-        .grant(worker_grant(&["worker.spawn"]))
+        .grant(grant_of(&["worker.spawn"]))
         .profile(recorder.clone());
     let domain = ScriptDomain::new(&pool, spec).unwrap();
     domain.exec("pcall(observe)").unwrap();
@@ -428,12 +428,12 @@ fn a_denial_is_an_instant_named_for_its_capability_wherever_it_happens() {
         assert_eq!(d.duration, Duration::ZERO);
         assert_eq!(d.attribution.domain, domain.id());
     }
-    assert_eq!(denials[0].attribution.worker, None);
+    assert_eq!(denials[0].attribution.actor, None);
     assert_eq!(
         denials[0].thread.name,
         std::thread::current().name().map(Arc::from)
     );
-    assert_eq!(denials[1].attribution.worker.as_deref(), Some("peeker"));
+    assert_eq!(denials[1].attribution.actor.as_deref(), Some("peeker"));
     assert_eq!(
         denials[1].thread.name.as_deref(),
         Some("skein-actor peeker")

@@ -387,7 +387,7 @@ fn assert_old_generation_intact(domain: &ScriptDomain, host: &Host, pool: &Pool)
     assert_eq!(kinds, ["old resource"]);
     assert_eq!(host.released(), ["candidate resource"]);
     // The candidate's worker thread is gone; the old one lives.
-    assert_eq!(domain.live_workers().get(), 1);
+    assert_eq!(domain.live_actors().get(), 1);
     // Its pending pool work settles; the candidate's job never applies its command here.
     let wake = domain.shared().queue("wake", 4).unwrap();
     wake.push(Message::Boolean(true)).unwrap();
@@ -420,7 +420,7 @@ fn running_old(pool: &Pool, tree: &Tree, bound: Duration) -> (ScriptDomain, Host
     domain.exec(OLD).unwrap();
     domain.advance(Duration::from_millis(1)).unwrap();
     assert_eq!(eval(&domain, "return updates"), Message::Number(1.0));
-    assert_eq!(domain.live_workers().get(), 1);
+    assert_eq!(domain.live_actors().get(), 1);
     (domain, host)
 }
 

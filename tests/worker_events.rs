@@ -369,7 +369,7 @@ fn an_actor_emits() {
     // The refusal is reported, attributed to the worker that emitted.
     assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
     assert_eq!(
-        report.errors[0].attribution.worker.as_deref(),
+        report.errors[0].attribution.actor.as_deref(),
         Some("emitter")
     );
 }

@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
         )
         .grant(grant)
         .run_deadline(Duration::from_millis(20))
-        .worker_budget(Duration::from_millis(20));
+        .actor_budget(Duration::from_millis(20));
     let domain = ScriptDomain::new(pool(), spec).expect("a domain");
     let main = dir.path().join("main.luau");
     match mode % 3 {

@@ -128,9 +128,9 @@ fn category(kind: ProfileKind) -> &'static str {
         ProfileKind::ContextCall => "context.call",
         ProfileKind::PoolItem => "pool.item",
         ProfileKind::StaleEvent => "stale.event",
-        ProfileKind::WorkerSpawned => "worker.spawned",
-        ProfileKind::WorkerCall => "worker.call",
-        ProfileKind::WorkerStopped => "worker.stopped",
+        ProfileKind::ActorSpawned => "worker.spawned",
+        ProfileKind::ActorCall => "worker.call",
+        ProfileKind::ActorStopped => "worker.stopped",
         ProfileKind::GenerationEnded => "generation.ended",
         ProfileKind::Denial => "capability.denied",
     }
@@ -138,7 +138,7 @@ fn category(kind: ProfileKind) -> &'static str {
 
 /// Whether a kind is a moment rather than a span: shown as an instant marker on its track.
 fn is_instant(kind: ProfileKind) -> bool {
-    matches!(kind, ProfileKind::WorkerStopped | ProfileKind::Denial)
+    matches!(kind, ProfileKind::ActorStopped | ProfileKind::Denial)
 }
 
 fn slice(e: &ProfileEvent) -> Value {
@@ -149,8 +149,8 @@ fn slice(e: &ProfileEvent) -> Value {
     if let Some(context) = &e.attribution.context {
         args["context"] = json!(context);
     }
-    if let Some(worker) = &e.attribution.worker {
-        args["worker"] = json!(worker);
+    if let Some(actor) = &e.attribution.actor {
+        args["worker"] = json!(actor);
     }
     if let Some(delay) = e.queue_delay {
         args["queue_delay_us"] = json!(delay.as_secs_f64() * 1e6);
@@ -197,7 +197,7 @@ mod tests {
                 domain: DomainId(3),
                 generation: Generation(2),
                 context: Some("ui \"main\"".into()),
-                worker: None,
+                actor: None,
             },
             name: name.into(),
             start: 1500,
@@ -232,10 +232,10 @@ mod tests {
     }
 
     #[test]
-    fn worker_events_carry_the_worker_and_moments_are_instants() {
+    fn actor_events_carry_the_actor_and_moments_are_instants() {
         let trace = ChromeTrace::new();
-        let mut call = event(ProfileKind::WorkerCall, "decoder");
-        call.attribution.worker = Some("decoder".into());
+        let mut call = event(ProfileKind::ActorCall, "decoder");
+        call.attribution.actor = Some("decoder".into());
         trace.event(&call);
         trace.event(&event(ProfileKind::Denial, "input.observe"));
         let json: Value = serde_json::from_str(&trace.to_json()).unwrap();

@@ -101,8 +101,8 @@ pub(crate) fn read_emit(
 /// `emit` in a worker VM or actor: read as the engine reads it, then queued through the
 /// mailbox of the emitter's generation, to be routed at the drain. A `queue full` refusal is
 /// also kept for the next drain's report, as the engine VM's are; it is attributed to the
-/// authority of the running task (its context or worker), else to `fallback`'s.
-fn emit_from_worker(
+/// authority of the running task (its context or actor), else to `fallback`'s.
+fn emit_off_engine(
     mailbox: &DomainMailbox,
     fallback: Option<&Arc<Authority>>,
     name: Value,
@@ -138,7 +138,7 @@ fn emit_from_worker(
 /// domain, or an actor's): `emit` posts to the domain's queue through `mailbox`, `on` raises.
 /// `authority` names who refusals are attributed to when no task's authority is installed.
 /// Answers the module.
-pub(crate) fn install_worker_events(
+pub(crate) fn install_off_engine_events(
     lua: &Lua,
     mailbox: DomainMailbox,
     authority: Option<Arc<Authority>>,
@@ -147,7 +147,7 @@ pub(crate) fn install_worker_events(
     module.raw_set(
         "emit",
         lua.create_function(move |_, (name, payload): (Value, Value)| {
-            emit_from_worker(&mailbox, authority.as_ref(), name, payload)
+            emit_off_engine(&mailbox, authority.as_ref(), name, payload)
         })?,
     )?;
     module.raw_set(

@@ -174,7 +174,7 @@ impl EventHandlers {
             domain: self.domain,
             generation,
             context: None,
-            worker: None,
+            actor: None,
         }
     }
 
@@ -416,7 +416,7 @@ pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
     }
     if let Some(principal) = crate::jobs::home_principal(lua) {
         let authority = Some(principal.authority.clone());
-        return super::emit::install_worker_events(lua, principal.mailbox.clone(), authority);
+        return super::emit::install_off_engine_events(lua, principal.mailbox.clone(), authority);
     }
     crate::vm::registered_or_refusing(
         lua,
@@ -712,7 +712,7 @@ impl ScriptDomain {
                     domain: self.id(),
                     generation: self.generation(),
                     context,
-                    worker: None,
+                    actor: None,
                 };
                 let message = format!("event '{name}' handler failed: {text}");
                 let mut diagnostic =

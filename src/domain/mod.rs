@@ -58,8 +58,8 @@ mod stats;
 mod tracing_sink;
 
 pub use actor::{
-    FailurePolicy, LiveWorkers, WorkerError, WorkerStage, MAX_LIVE_WORKERS, MAX_WORKER_BYTES,
-    WORKER_SPAWN,
+    ActorError, ActorStage, FailurePolicy, LiveActors, ACTOR_SPAWN, MAX_ACTOR_BYTES,
+    MAX_LIVE_ACTORS,
 };
 pub use chrome_trace::ChromeTrace;
 pub use context::{ContextSpec, FixedStep, MAX_CONTEXT_NAME};
@@ -102,8 +102,8 @@ pub struct DomainSpec {
     fixed_step: FixedStep,
     grant: capability::Grant,
     event_limits: EventLimits,
-    worker_failures: FailurePolicy,
-    worker_budget: Duration,
+    actor_failures: FailurePolicy,
+    actor_budget: Duration,
     run_deadline: Duration,
     load_bound: Duration,
     profile: ProfileSlot,
@@ -123,8 +123,8 @@ impl DomainSpec {
             fixed_step: FixedStep::default(),
             grant: capability::Grant::default(),
             event_limits: EventLimits::default(),
-            worker_failures: FailurePolicy::Stop,
-            worker_budget: MAX_DEADLINE,
+            actor_failures: FailurePolicy::Stop,
+            actor_budget: MAX_DEADLINE,
             run_deadline: MAX_DEADLINE,
             load_bound: load::LOAD_BOUND,
             profile: ProfileSlot::default(),
@@ -255,34 +255,34 @@ impl DomainSpec {
         self
     }
 
-    /// Sets what the domain's workers (`@skein/worker`) do after their handler fails on a
+    /// Sets what the domain's actors (`@skein/worker`) do after their handler fails on a
     /// message: [`FailurePolicy::Stop`] (the default) or [`FailurePolicy::Continue`]. Every
     /// failure is reported either way, and none fails the domain. Scripts can't choose it.
     ///
     /// ```
     /// use skein::{DomainSpec, FailurePolicy};
-    /// let spec = DomainSpec::new("tools").worker_failures(FailurePolicy::Continue);
-    /// assert_eq!(spec.worker_failure_policy(), FailurePolicy::Continue);
+    /// let spec = DomainSpec::new("tools").actor_failures(FailurePolicy::Continue);
+    /// assert_eq!(spec.actor_failure_policy(), FailurePolicy::Continue);
     /// ```
-    pub fn worker_failures(mut self, policy: FailurePolicy) -> DomainSpec {
-        self.worker_failures = policy;
+    pub fn actor_failures(mut self, policy: FailurePolicy) -> DomainSpec {
+        self.actor_failures = policy;
         self
     }
 
-    /// Sets the budget of one run of a worker's handler (from a resume to its next yield or
+    /// Sets the budget of one run of an actor's handler (from a resume to its next yield or
     /// return): by default, and at most, [`MAX_DEADLINE`] (60 s). A handler that runs past it
     /// fails at the `handler` stage, as a failure of its own code would.
     ///
     /// ```
     /// use std::time::Duration;
     /// use skein::{DomainSpec, Pool, ScriptDomain};
-    /// let spec = DomainSpec::new("tools").worker_budget(Duration::from_millis(250));
-    /// assert_eq!(spec.worker_run_budget(), Duration::from_millis(250));
-    /// let zero = ScriptDomain::new(&Pool::new(1), DomainSpec::new("z").worker_budget(Duration::ZERO));
+    /// let spec = DomainSpec::new("tools").actor_budget(Duration::from_millis(250));
+    /// assert_eq!(spec.actor_run_budget(), Duration::from_millis(250));
+    /// let zero = ScriptDomain::new(&Pool::new(1), DomainSpec::new("z").actor_budget(Duration::ZERO));
     /// assert_eq!(zero.err().unwrap().to_string(), "worker budget: must be more than zero and at most 60 s");
     /// ```
-    pub fn worker_budget(mut self, budget: Duration) -> DomainSpec {
-        self.worker_budget = budget;
+    pub fn actor_budget(mut self, budget: Duration) -> DomainSpec {
+        self.actor_budget = budget;
         self
     }
 
@@ -336,14 +336,14 @@ impl DomainSpec {
         self.load_bound
     }
 
-    /// The budget of one run of a worker's handler.
-    pub fn worker_run_budget(&self) -> Duration {
-        self.worker_budget
+    /// The budget of one run of an actor's handler.
+    pub fn actor_run_budget(&self) -> Duration {
+        self.actor_budget
     }
 
-    /// What the domain's workers do after a handler failure.
-    pub fn worker_failure_policy(&self) -> FailurePolicy {
-        self.worker_failures
+    /// What the domain's actors do after a handler failure.
+    pub fn actor_failure_policy(&self) -> FailurePolicy {
+        self.actor_failures
     }
 
     /// Grants the domain a part of `parent`'s grant: `wanted`, which must be a subset of what
@@ -512,7 +512,7 @@ impl ScriptDomain {
                 message: "event_limits: per_drain and name must be at least 1".to_owned(),
             });
         }
-        if spec.worker_budget.is_zero() || spec.worker_budget > MAX_DEADLINE {
+        if spec.actor_budget.is_zero() || spec.actor_budget > MAX_DEADLINE {
             return Err(Error::Spec {
                 setting: SpecSetting::ActorBudget,
                 message: format!(
@@ -563,7 +563,7 @@ impl ScriptDomain {
                 domain: id.domain,
                 generation: id.generation,
                 context: None,
-                worker: None,
+                actor: None,
             },
             Arc::new(capability::DenialLog::new(
                 cell.profile.clone(),
@@ -587,8 +587,8 @@ impl ScriptDomain {
         let actors = actor::Actors::new(
             principal.clone(),
             pool.shared().clone(),
-            spec.worker_failures,
-            spec.worker_budget,
+            spec.actor_failures,
+            spec.actor_budget,
         );
         actor::install_engine(&vm.lua, &actors)?;
         let domain = ScriptDomain {
@@ -1546,17 +1546,17 @@ impl ScriptDomain {
         self.principal.authority.grant()
     }
 
-    /// Takes the failures the domain's workers reported, oldest first. Each is also in
+    /// Takes the failures the domain's actors (`@skein/worker`) reported, oldest first. Each is also in
     /// [`take_reports`](Self::take_reports) as text, and reaches the domain's code once
     /// through `Worker:receive`.
-    pub fn take_worker_failures(&self) -> Vec<WorkerError> {
+    pub fn take_actor_failures(&self) -> Vec<ActorError> {
         self.actors.take_failures()
     }
 
-    /// A count of the domain's worker threads still alive, which outlives the domain: after
+    /// A count of the domain's actor threads still alive, which outlives the domain: after
     /// a stop or a drop it reads 0. Not part of the stable surface.
     #[doc(hidden)]
-    pub fn live_workers(&self) -> LiveWorkers {
+    pub fn live_actors(&self) -> LiveActors {
         self.actors.live()
     }
 

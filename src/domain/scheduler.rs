@@ -679,7 +679,7 @@ impl ScriptDomain {
                     domain: self.id(),
                     generation: self.generation(),
                     context: Some(spec.name().to_owned()),
-                    worker: None,
+                    actor: None,
                 };
                 let mut diagnostic =
                     Diagnostic::new(DiagnosticKind::HandlerFailed, attribution, message);

@@ -80,7 +80,7 @@ pub struct DomainStats {
     /// Reports waiting for [`ScriptDomain::take_reports`].
     pub reports_waiting: usize,
     /// `@skein/worker` threads that have not ended.
-    pub live_workers: usize,
+    pub live_actors: usize,
     /// Native resources the current generation owns ([`ScriptDomain::own`]).
     pub owned_resources: usize,
     /// Jobs registered with `jobs.register` or as kernels, live now.
@@ -135,7 +135,7 @@ impl ScriptDomain {
             errors: counters.errors.get(),
             warnings: counters.warnings.get(),
             reports_waiting: self.reports.borrow().len(),
-            live_workers: self.live_workers().get(),
+            live_actors: self.live_actors().get(),
             owned_resources: self.owned_count(),
             registered_jobs: self.registry.len(),
             job_bytes: self.principal.job_bytes.held(),

@@ -138,7 +138,7 @@ mod tests {
             domain: DomainId(4),
             generation: Generation(1),
             context: Some("ui".into()),
-            worker: None,
+            actor: None,
         };
         tracing::subscriber::with_default(capture.clone(), || {
             TracingSink.record(&LogRecord {

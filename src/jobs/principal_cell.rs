@@ -227,7 +227,7 @@ impl PrincipalCell {
                     domain: id.domain,
                     generation: id.generation,
                     context: None,
-                    worker: None,
+                    actor: None,
                 },
                 std::sync::Arc::default(),
             )),

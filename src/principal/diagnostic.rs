@@ -38,8 +38,8 @@ pub struct Attribution {
     pub generation: Generation,
     /// The context whose handler was running, if any.
     pub context: Option<String>,
-    /// The `@skein/worker` worker whose code was running, if any.
-    pub worker: Option<String>,
+    /// The actor (a `@skein/worker` thread) whose code was running, if any.
+    pub actor: Option<String>,
 }
 
 impl fmt::Display for Attribution {
@@ -58,8 +58,8 @@ impl fmt::Display for Attribution {
         if let Some(context) = &self.context {
             write!(f, ", context '{context}'")?;
         }
-        if let Some(worker) = &self.worker {
-            write!(f, ", worker '{worker}'")?;
+        if let Some(actor) = &self.actor {
+            write!(f, ", worker '{actor}'")?;
         }
         f.write_str(")")
     }

@@ -595,7 +595,7 @@ mod tests {
                 domain: crate::principal::DomainId(1),
                 generation: Generation(1),
                 context: None,
-                worker: None,
+                actor: None,
             };
             Diagnostic::new(
                 crate::principal::DiagnosticKind::QueueFull,

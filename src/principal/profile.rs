@@ -63,19 +63,19 @@ pub enum ProfileKind {
     PoolItem,
     /// An event of an ended generation reached the domain and was discarded (an instant).
     StaleEvent,
-    /// A worker (`@skein/worker`) started, on its own thread: the duration is building its VM
+    /// An actor (`@skein/worker`) started, on its own thread: the duration is building its VM
     /// and loading its module, whether or not that succeeded. Named and attributed to the
-    /// worker.
-    WorkerSpawned,
-    /// One call of a worker's handler on the worker's thread, up to its return (waits inside
+    /// actor.
+    ActorSpawned,
+    /// One call of an actor's handler on the actor's thread, up to its return (waits inside
     /// included). The queue delay is the time from the `Worker:send` of its message to the
     /// call's start: a message is measured there and has no event of its own.
-    WorkerCall,
-    /// A worker's thread ended (an instant): its queue closed, it failed, or its domain tore it
+    ActorCall,
+    /// An actor's thread ended (an instant): its queue closed, it failed, or its domain tore it
     /// down.
-    WorkerStopped,
+    ActorStopped,
     /// A restart ended a generation: the duration is the ending (closing and joining its
-    /// workers, refusing its queued items, releasing what it owned), attributed to the
+    /// actors, refusing its queued items, releasing what it owned), attributed to the
     /// generation that ended. A stop's ending is inside [`DomainStopped`](Self::DomainStopped).
     GenerationEnded,
     /// A capability check was denied (an instant), on the thread that asked; the name is the

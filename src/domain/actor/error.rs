@@ -1,13 +1,13 @@
-//! What a worker (`@skein/worker`) reports when it fails, and what it does next.
+//! What an actor (`@skein/worker`) reports when it fails, and what it does next.
 
 use std::fmt;
 
 use crate::principal::diagnostic::Attribution;
 
-/// Where in its life a worker failed.
+/// Where in its life an actor failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum WorkerStage {
+pub enum ActorStage {
     /// Building its VM from the domain's plan.
     Start,
     /// Loading its module: the source did not compile, raised, or returned no function.
@@ -18,33 +18,33 @@ pub enum WorkerStage {
     Reply,
 }
 
-impl WorkerStage {
+impl ActorStage {
     /// The stage's name, as failure texts give it.
     pub fn name(self) -> &'static str {
         match self {
-            WorkerStage::Start => "start",
-            WorkerStage::Load => "load",
-            WorkerStage::Handler => "handler",
-            WorkerStage::Reply => "reply",
+            ActorStage::Start => "start",
+            ActorStage::Load => "load",
+            ActorStage::Handler => "handler",
+            ActorStage::Reply => "reply",
         }
     }
 }
 
-impl fmt::Display for WorkerStage {
+impl fmt::Display for ActorStage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
 }
 
-/// A worker's failure, attributed to its domain, generation and worker. It never fails the
+/// An actor's failure, attributed to its domain, generation and actor. It never fails the
 /// domain: the domain's code reads it once from `Worker:receive`, and the host from
-/// [`ScriptDomain::take_worker_failures`](crate::ScriptDomain::take_worker_failures).
+/// [`ScriptDomain::take_actor_failures`](crate::ScriptDomain::take_actor_failures).
 ///
 /// `Display` gives `<domain> generation <n> worker '<name>' (<module>) failed at <stage>:
 /// <message>`.
 ///
 /// ```
-/// use skein::{DomainSpec, Pool, ScriptDomain, WorkerStage};
+/// use skein::{DomainSpec, Pool, ScriptDomain, ActorStage};
 /// let pool = Pool::new(1);
 /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").grant(skein::RootAuthority::new()
 ///     .grant(skein::CapabilitySet::from_iter([skein::CapabilityId::new("worker.spawn")?]))))?;
@@ -53,31 +53,31 @@ impl fmt::Display for WorkerStage {
 ///     return w:join(20)
 /// "#)?;
 /// assert_eq!(state, skein::Message::String("failed".into()));
-/// let failure = &domain.take_worker_failures()[0];
-/// assert_eq!(failure.stage, WorkerStage::Load);
-/// assert_eq!(failure.attribution.worker.as_deref(), Some("broken"));
+/// let failure = &domain.take_actor_failures()[0];
+/// assert_eq!(failure.stage, ActorStage::Load);
+/// assert_eq!(failure.attribution.actor.as_deref(), Some("broken"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WorkerError {
-    /// The domain, generation and worker.
+pub struct ActorError {
+    /// The domain, generation and actor.
     pub attribution: Attribution,
-    /// The worker's module: the chunk name its source was loaded under.
+    /// The actor's module: the chunk name its source was loaded under.
     pub module: String,
     /// Where it failed.
-    pub stage: WorkerStage,
+    pub stage: ActorStage,
     /// What happened, as the Luau error said it.
     pub message: String,
 }
 
-impl fmt::Display for WorkerError {
+impl fmt::Display for ActorError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "{} generation {} worker '{}' ({}) failed at {}: {}",
             self.attribution.domain,
             self.attribution.generation.get(),
-            self.attribution.worker.as_deref().unwrap_or("?"),
+            self.attribution.actor.as_deref().unwrap_or("?"),
             self.module,
             self.stage,
             self.message
@@ -85,15 +85,15 @@ impl fmt::Display for WorkerError {
     }
 }
 
-impl std::error::Error for WorkerError {}
+impl std::error::Error for ActorError {}
 
-/// What a worker does after its handler fails on a message. The host chooses it for all of a
-/// domain's workers ([`DomainSpec::worker_failures`](crate::DomainSpec::worker_failures)); a
+/// What an actor does after its handler fails on a message. The host chooses it for all of a
+/// domain's actors ([`DomainSpec::actor_failures`](crate::DomainSpec::actor_failures)); a
 /// script can't.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FailurePolicy {
-    /// Report the failure and stop: the worker takes no more messages (the default).
+    /// Report the failure and stop: the actor takes no more messages (the default).
     #[default]
     Stop,
     /// Report the failure and handle the next message.

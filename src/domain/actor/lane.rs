@@ -1,10 +1,10 @@
-//! The thread of one worker: it builds the worker's VM from the domain's plan, loads the
-//! worker's module, then calls its handler once per message until the queue closes, the
+//! The thread of one actor: it builds the actor's VM from the domain's plan, loads the
+//! actor's module, then calls its handler once per message until the queue closes, the
 //! handler fails (under [`FailurePolicy::Stop`]), or the domain tears it down.
 //!
 //! The VM is built here and dropped here: `mlua::Lua` never leaves this thread. Only plain
 //! data crosses: `Message`s through the inbox channel and the [`ActorShared`] outbox, and the
-//! replies to the worker's own `jobs` (and its shared-queue deliveries) through its wake
+//! replies to the actor's own `jobs` (and its shared-queue deliveries) through its wake
 //! channel, which the lane reads whenever it would otherwise sleep.
 
 use std::cell::RefCell;
@@ -14,17 +14,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender};
 use mlua::{Function, Lua, MultiValue, Value};
 
-use super::error::{FailurePolicy, WorkerError, WorkerStage};
-use super::services::ServiceLink;
-use super::shared::{ActorShared, Queued, Reply, FAILED, STOPPED};
+use super::error::{ActorError, ActorStage, FailurePolicy};
+use super::outbox::{ActorShared, Queued, Reply, FAILED, STOPPED};
+use super::service_link::ServiceLink;
+use super::SendArg;
 use crate::jobs::{self, ActorWake, HomeKind, JobsHome, PoolShared, PrincipalCell};
 use crate::principal::capability::Authority;
 use crate::principal::diagnostic::Attribution;
 use crate::principal::profile::{self, Profile, ProfileKind};
-use crate::value::Message;
+use crate::shared::receive_parcel;
+use crate::value::{Message, TransferError};
 use crate::vm::{self, source, CancelToken, Owner, OwnerIdentity, Plan, TaskFailure, Vm};
 
 /// The longest the lane sleeps between looks at its teardown flag while a handler, or a task
@@ -46,19 +48,19 @@ pub(crate) struct LaneSetup {
     pub(crate) policy: FailurePolicy,
     /// Set by the domain's teardown: stop now, dropping what is queued.
     pub(crate) cancel: Arc<CancelToken>,
-    /// The domain's profile sink: the worker's start, calls and end are measured here.
+    /// The domain's profile sink: the actor's start, calls and end are measured here.
     pub(crate) profile: Profile,
-    /// The generation the worker belongs to: its `jobs` run as it, and (with
+    /// The generation the actor belongs to: its `jobs` run as it, and (with
     /// `shareServices = true`) its engine services answer.
     pub(crate) principal: Arc<PrincipalCell>,
-    /// Where the worker's `jobs` items go.
+    /// Where the actor's `jobs` items go.
     pub(crate) pool: Arc<PoolShared>,
     /// `shareServices = true`: the VM gets the domain's engine services.
     pub(crate) share_services: bool,
-    /// The domain's count of live worker threads; this lane holds one until it returns.
+    /// The domain's count of live actor threads; this lane holds one until it returns.
     pub(crate) live: Arc<AtomicUsize>,
     /// Where the host reads structured failures.
-    pub(crate) failures: Arc<Mutex<Vec<WorkerError>>>,
+    pub(crate) failures: Arc<Mutex<Vec<ActorError>>>,
 }
 
 /// Counts the thread out however it ends, panics included.
@@ -70,7 +72,7 @@ impl Drop for LiveGuard {
     }
 }
 
-/// How the worker's tasks are named and cancelled.
+/// How the actor's tasks are named and cancelled.
 struct ActorIdentity {
     name: String,
     cancel: Arc<CancelToken>,
@@ -97,7 +99,7 @@ pub(crate) fn run(setup: LaneSetup) {
         Err(payload) => {
             fail(
                 &setup,
-                WorkerStage::Handler,
+                ActorStage::Handler,
                 format!("host code panicked: {}", vm::panic_message(&payload)),
             );
             FAILED
@@ -107,18 +109,18 @@ pub(crate) fn run(setup: LaneSetup) {
         let attribution = setup.authority.attribution().clone();
         profile::instant(
             &**sink,
-            ProfileKind::WorkerStopped,
+            ProfileKind::ActorStopped,
             attribution,
             shared.name.clone(),
         );
     }
-    // The worker's place among the domain's live workers is given back before its end is
+    // The actor's place among the domain's live actors is given back before its end is
     // published, so code that saw it end (a join) may spawn another at once.
     drop(live);
     shared.finish(state);
 }
 
-/// Measures the worker's start (its VM and module) and sends it to the profile once, when
+/// Measures the actor's start (its VM and module) and sends it to the profile once, when
 /// [`done`](Self::done) is called or, for a start that failed part way, when dropped.
 struct StartClock<'a> {
     setup: &'a LaneSetup,
@@ -134,7 +136,7 @@ impl StartClock<'_> {
         if let Some(sink) = &self.setup.profile {
             profile::emit(
                 &**sink,
-                ProfileKind::WorkerSpawned,
+                ProfileKind::ActorSpawned,
                 self.setup.authority.attribution().clone(),
                 self.setup.shared.name.clone(),
                 self.started,
@@ -150,15 +152,15 @@ impl Drop for StartClock<'_> {
     }
 }
 
-/// The module name failures give: the chunk the worker's source loads as.
+/// The module name failures give: the chunk the actor's source loads as.
 fn module_name(name: &str) -> String {
     format!("worker:{name}")
 }
 
 /// Records and reports a failure, and hands it to the domain's next `receive`.
-fn fail(setup: &LaneSetup, stage: WorkerStage, message: String) {
+fn fail(setup: &LaneSetup, stage: ActorStage, message: String) {
     let attribution: Attribution = setup.authority.attribution().clone();
-    let error = WorkerError {
+    let error = ActorError {
         attribution,
         module: module_name(&setup.shared.name),
         stage,
@@ -175,6 +177,23 @@ fn fail(setup: &LaneSetup, stage: WorkerStage, message: String) {
     setup.shared.reply(Reply::Failed(error));
 }
 
+/// How a step of the lane goes on: `Err(state)` ends the lane in `state` ([`STOPPED`], or
+/// [`FAILED`] with the failure already reported).
+type Step<T> = Result<T, u8>;
+
+/// Reports a failure (see [`fail`]) and answers the state it ends the lane in.
+fn failed(setup: &LaneSetup, stage: ActorStage, message: String) -> u8 {
+    fail(setup, stage, message);
+    FAILED
+}
+
+/// Reports the engine services that could not be installed in the actor's VM.
+fn report_refused(shared: &ActorShared, refused: Vec<String>) {
+    for refused in refused {
+        shared.report(format!("worker '{}'", shared.name), refused);
+    }
+}
+
 /// Builds the VM, loads the module and serves messages; answers the final state.
 fn serve(setup: &LaneSetup) -> u8 {
     let mut start = StartClock {
@@ -182,165 +201,221 @@ fn serve(setup: &LaneSetup) -> u8 {
         started: Instant::now(),
         sent: false,
     };
-    let shared = setup.shared.clone();
-    shared.set_signal(vm::current_signal());
-    let reporter_shared = shared.clone();
+    setup.shared.set_signal(vm::current_signal());
+    let link = setup.share_services.then(|| {
+        ServiceLink::new(
+            setup.principal.clone(),
+            setup.cancel.clone(),
+            setup.shared.name.clone(),
+        )
+    });
+    // Replies to the actor's own `jobs` promises, and its shared-queue deliveries.
+    let (wake_tx, wakes) = crossbeam_channel::unbounded();
+    let vm = match build_vm(setup, link.clone(), wake_tx) {
+        Ok(vm) => vm,
+        Err(state) => return state,
+    };
+    let lane = Lane {
+        setup,
+        vm: &vm,
+        wakes: &wakes,
+        link,
+        identity: Arc::new(ActorIdentity {
+            name: setup.shared.name.clone(),
+            cancel: setup.cancel.clone(),
+        }),
+    };
+    let handler = match lane.load_handler() {
+        Ok(handler) => handler,
+        Err(state) => return state,
+    };
+    let call = match HandlerCall::new(&vm.lua) {
+        Ok(call) => call,
+        Err(e) => return failed(setup, ActorStage::Start, vm::error_message(&e)),
+    };
+    start.done();
+    lane.serve_messages(&handler, &call)
+}
+
+/// Builds the actor's VM from the domain's plan, with its `jobs` (their replies coming back
+/// through `wakes`), its `@skein/worker` module and, with `shareServices`, the engine services
+/// registered so far; then gives it the actor's authority.
+fn build_vm(
+    setup: &LaneSetup,
+    link: Option<Rc<ServiceLink>>,
+    wakes: Sender<ActorWake>,
+) -> Step<Vm> {
+    let reporter_shared = setup.shared.clone();
     let reporter: vm::Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
         reporter_shared.report(
             format!("worker '{}' {label}", reporter_shared.name),
             failure.to_string(),
         );
     });
-    let install_shared = shared.clone();
-    let link = setup.share_services.then(|| {
-        ServiceLink::new(
-            setup.principal.clone(),
-            setup.cancel.clone(),
-            shared.name.clone(),
-        )
-    });
-    let install_link = link.clone();
-    // Replies to the worker's own `jobs` promises, and its shared-queue deliveries.
-    let (wake_tx, wakes) = crossbeam_channel::unbounded();
     let home = JobsHome::new(
         setup.principal.clone(),
         setup.pool.clone(),
-        HomeKind::Actor { wakes: wake_tx },
+        HomeKind::Actor { wakes },
     );
+    let shared = setup.shared.clone();
     let built = Vm::build(&setup.plan, reporter, setup.deadline, move |lua| {
         jobs::install(lua, home)?;
-        super::install_lane_module(lua, install_shared.clone())?;
-        if let Some(link) = install_link {
-            for refused in link.install_new(lua) {
-                install_shared.report(format!("worker '{}'", install_shared.name), refused);
-            }
+        super::install_lane_module(lua, shared.clone())?;
+        if let Some(link) = link {
+            report_refused(&shared, link.install_new(lua));
         }
         Ok(())
     });
-    let vm = match built {
-        Ok(vm) => vm,
-        Err(e) => {
-            fail(setup, WorkerStage::Start, vm::error_message(&e));
-            return FAILED;
-        }
-    };
+    let vm = built.map_err(|e| failed(setup, ActorStage::Start, vm::error_message(&e)))?;
     vm.set_authority(setup.authority.clone());
-    let owner = || {
-        Rc::new(Owner::new(
-            Arc::new(ActorIdentity {
-                name: shared.name.clone(),
-                cancel: setup.cancel.clone(),
-            }),
-            setup.deadline,
-            None,
-        ))
-    };
-    let chunk = source::compile(
-        &vm.lua,
-        setup.source.as_bytes(),
-        &format!("={}", module_name(&shared.name)),
-    );
-    let chunk = match chunk {
-        Ok(f) => f,
-        Err(e) => {
-            fail(setup, WorkerStage::Load, vm::error_message(&e));
-            return FAILED;
-        }
-    };
-    let lane = Lane {
-        setup,
-        vm: &vm,
-        wakes: &wakes,
-        link: link.as_deref(),
-    };
-    let handler = match lane.run_task(chunk, MultiValue::new(), owner) {
-        None => return STOPPED,
-        Some(Err(failure)) => {
-            fail(setup, WorkerStage::Load, failure);
-            return FAILED;
-        }
-        Some(Ok(values)) => match values.into_iter().next() {
-            Some(Value::Function(f)) => f,
-            other => {
-                let got = vm::a_type(&other.unwrap_or(Value::Nil));
-                fail(
-                    setup,
-                    WorkerStage::Load,
-                    format!("the module returned {got}, not a handler function(message)"),
-                );
-                return FAILED;
-            }
-        },
-    };
-    // The reply is read off the Luau stack (as `worker.send` reads its message), so a whole
-    // number stays a number and an integer an integer.
-    type Kept = Rc<RefCell<Option<Result<Message, crate::value::TransferError>>>>;
-    let kept: Kept = Rc::default();
-    let keeper = kept.clone();
-    let call = vm
-        .lua
-        .create_function(move |_, reply: super::SendArg| {
+    Ok(vm)
+}
+
+/// What a handler's reply is kept in until the lane takes it.
+type Kept = Rc<RefCell<Option<Result<Message, TransferError>>>>;
+
+/// The Luau function that calls the handler on one message, and where it keeps the reply.
+///
+/// The reply is read off the Luau stack (as `worker.send` reads its message), so a whole
+/// number stays a number and an integer an integer.
+struct HandlerCall {
+    function: Function,
+    kept: Kept,
+}
+
+impl HandlerCall {
+    fn new(lua: &Lua) -> mlua::Result<HandlerCall> {
+        let kept: Kept = Rc::default();
+        let keeper = kept.clone();
+        let keep = lua.create_function(move |_, reply: SendArg| {
             *keeper.borrow_mut() = Some(reply.read("reply"));
             Ok(())
-        })
-        .and_then(|keep| {
-            vm.lua
-                .load(CALL_SOURCE)
-                .set_name("=skein worker call")
-                .call::<Function>(keep)
-        });
-    let call = match call {
-        Ok(call) => call,
-        Err(e) => {
-            fail(setup, WorkerStage::Start, vm::error_message(&e));
-            return FAILED;
+        })?;
+        let function = lua
+            .load(CALL_SOURCE)
+            .set_name("=skein worker call")
+            .call::<Function>(keep)?;
+        Ok(HandlerCall { function, kept })
+    }
+
+    /// The reply the last call kept, if it kept one.
+    fn take_reply(&self) -> Option<Result<Message, TransferError>> {
+        self.kept.borrow_mut().take()
+    }
+}
+
+/// What the lane's steps need: the VM, where its replies arrive, its services, and the
+/// identity its tasks run under.
+struct Lane<'a> {
+    setup: &'a LaneSetup,
+    vm: &'a Vm,
+    wakes: &'a Receiver<ActorWake>,
+    link: Option<Rc<ServiceLink>>,
+    identity: Arc<ActorIdentity>,
+}
+
+impl Lane<'_> {
+    /// Loads the actor's module and answers the handler function it returns.
+    fn load_handler(&self) -> Step<Function> {
+        let setup = self.setup;
+        let chunk = source::compile(
+            &self.vm.lua,
+            setup.source.as_bytes(),
+            &format!("={}", module_name(&setup.shared.name)),
+        )
+        .map_err(|e| failed(setup, ActorStage::Load, vm::error_message(&e)))?;
+        match self.run_task(chunk, MultiValue::new()) {
+            None => Err(STOPPED),
+            Some(Err(failure)) => Err(failed(setup, ActorStage::Load, failure)),
+            Some(Ok(values)) => match values.into_iter().next() {
+                Some(Value::Function(f)) => Ok(f),
+                other => {
+                    let got = vm::a_type(&other.unwrap_or(Value::Nil));
+                    Err(failed(
+                        setup,
+                        ActorStage::Load,
+                        format!("the module returned {got}, not a handler function(message)"),
+                    ))
+                }
+            },
         }
-    };
-    start.done();
-    loop {
-        let Some(Queued {
+    }
+
+    /// Calls the handler once per message until the queue closes, the domain tears the actor
+    /// down, or a failure stops it; answers the final state.
+    fn serve_messages(&self, handler: &Function, call: &HandlerCall) -> u8 {
+        loop {
+            let Some(queued) = self.next_message() else {
+                return STOPPED;
+            };
+            if let Err(state) = self.handle(handler, call, queued) {
+                return state;
+            }
+        }
+    }
+
+    /// One message: built in the VM, handed to the handler, its reply kept for the domain.
+    fn handle(&self, handler: &Function, call: &HandlerCall, queued: Queued) -> Step<()> {
+        let setup = self.setup;
+        let Queued {
             message,
             charge,
             sent,
-        }) = lane.next_message()
-        else {
-            return STOPPED;
-        };
-        let arg = match message.to_lua(&vm.lua) {
-            Ok(v) => v,
-            Err(e) => {
-                fail(setup, WorkerStage::Handler, vm::error_message(&e));
-                return FAILED;
-            }
-        };
+        } = queued;
+        let arg = message
+            .to_lua(&self.vm.lua)
+            .map_err(|e| failed(setup, ActorStage::Handler, vm::error_message(&e)))?;
         // The message lives in the VM now: its copy and what it held of the bound go.
         drop((message, charge));
-        if let Some(link) = &link {
+        if let Some(link) = &self.link {
             // Services the host registered since the last message.
-            for refused in link.install_new(&vm.lua) {
-                shared.report(format!("worker '{}'", shared.name), refused);
-            }
+            report_refused(&setup.shared, link.install_new(&self.vm.lua));
         }
-        // Each message is the worker VM's start point for engine events, as an item is a pool
+        // Each message is the actor VM's start point for engine events, as an item is a pool
         // worker VM's: `engine.on` watchers see what was raised since, before the handler.
-        jobs::deliver_events(&vm, &setup.principal.events, setup.deadline);
+        jobs::deliver_events(self.vm, &setup.principal.events, setup.deadline);
         let args = MultiValue::from_iter([Value::Function(handler.clone()), arg]);
         let called = Instant::now();
-        let ran = lane.run_task(call.clone(), args, owner);
+        let ran = self.run_task(call.function.clone(), args);
+        self.profile_call(called, sent);
+        let ran = ran.ok_or(STOPPED)?;
+        if let Some((stage, message)) = self.keep_reply(ran, call) {
+            fail(setup, stage, message);
+            if setup.policy == FailurePolicy::Stop {
+                return Err(FAILED);
+            }
+        }
+        self.check_memory()
+    }
+
+    /// Sends the profile's event for one handler call that started at `called`, its queue
+    /// delay counted from the message's `sent` stamp.
+    fn profile_call(&self, called: Instant, sent: Option<Instant>) {
+        let setup = self.setup;
         if let Some(sink) = &setup.profile {
             let delay = sent.map(|sent| called.saturating_duration_since(sent));
             profile::emit(
                 &**sink,
-                ProfileKind::WorkerCall,
+                ProfileKind::ActorCall,
                 setup.authority.attribution().clone(),
-                shared.name.clone(),
+                setup.shared.name.clone(),
                 called,
                 delay,
             );
         }
-        let failed = match ran {
-            None => return STOPPED,
-            Some(Ok(_)) => match kept.borrow_mut().take() {
+    }
+
+    /// Puts a handler's reply (other than nil) in the outbox; answers the stage and text of
+    /// the failure when the handler raised or its reply can't go.
+    fn keep_reply(
+        &self,
+        ran: Result<MultiValue, String>,
+        call: &HandlerCall,
+    ) -> Option<(ActorStage, String)> {
+        let shared = &self.setup.shared;
+        match ran {
+            Err(failure) => Some((ActorStage::Handler, failure)),
+            Ok(_) => match call.take_reply() {
                 Some(Ok(Message::Nil)) | None => None,
                 Some(Ok(message)) => match shared.charge(&message) {
                     Ok(charge) => {
@@ -351,50 +426,36 @@ fn serve(setup: &LaneSetup) -> u8 {
                         });
                         None
                     }
-                    Err(e) => Some((WorkerStage::Reply, e)),
+                    Err(e) => Some((ActorStage::Reply, e)),
                 },
-                Some(Err(e)) => Some((WorkerStage::Reply, e.to_string())),
+                Some(Err(e)) => Some((ActorStage::Reply, e.to_string())),
             },
-            Some(Err(failure)) => Some((WorkerStage::Handler, failure)),
-        };
-        if let Some((stage, message)) = failed {
-            fail(setup, stage, message);
-            if setup.policy == FailurePolicy::Stop {
-                return FAILED;
-            }
-        }
-        // A VM that reached its memory limit keeps what filled it (tasks the handler spawned,
-        // module state) and would fail every later message: the worker stops, whatever its
-        // failure policy, as a pool worker's VM is retired. Its VM is its state, so it is not
-        // rebuilt behind the domain's back.
-        if vm.core.hit_memory_limit() {
-            fail(
-                setup,
-                WorkerStage::Handler,
-                format!(
-                    "{}; the worker stops, since its VM can't serve on",
-                    vm.core.out_of_memory_text()
-                ),
-            );
-            return FAILED;
         }
     }
-}
 
-/// What the lane's waits need: the VM, where its replies arrive, and its services.
-struct Lane<'a> {
-    setup: &'a LaneSetup,
-    vm: &'a Vm,
-    wakes: &'a Receiver<ActorWake>,
-    link: Option<&'a ServiceLink>,
-}
+    /// Stops the actor when its VM reached its memory limit. Such a VM keeps what filled it
+    /// (tasks the handler spawned, module state) and would fail every later message: the
+    /// actor stops, whatever its failure policy, as a pool worker's VM is retired. Its VM is
+    /// its state, so it is not rebuilt behind the domain's back.
+    fn check_memory(&self) -> Step<()> {
+        if !self.vm.core.hit_memory_limit() {
+            return Ok(());
+        }
+        Err(failed(
+            self.setup,
+            ActorStage::Handler,
+            format!(
+                "{}; the worker stops, since its VM can't serve on",
+                self.vm.core.out_of_memory_text()
+            ),
+        ))
+    }
 
-impl Lane<'_> {
-    /// Settles a promise or delivers a parcel that reached the worker's VM.
+    /// Settles a promise or delivers a parcel that reached the actor's VM.
     fn wake(&self, wake: ActorWake) {
         match wake {
             ActorWake::Settle { promise, outcome } => self.vm.settle(promise, outcome),
-            ActorWake::Parcel(parcel) => crate::shared::receive_parcel(&self.vm.lua, parcel),
+            ActorWake::Parcel(parcel) => receive_parcel(&self.vm.lua, parcel),
         }
     }
 
@@ -407,7 +468,7 @@ impl Lane<'_> {
 
     /// The next message, running the VM's background tasks (timers a handler left, tasks
     /// awaiting its jobs) while it waits. `None` once the queue is closed and empty, or the
-    /// domain tears the worker down.
+    /// domain tears the actor down.
     fn next_message(&self) -> Option<Queued> {
         let setup = self.setup;
         loop {
@@ -440,24 +501,18 @@ impl Lane<'_> {
         }
     }
 
-    /// Runs `f(args)` as a task until it ends; `None` when the domain tore the worker down
+    /// Runs `f(args)` as a task until it ends; `None` when the domain tore the actor down
     /// first.
-    fn run_task(
-        &self,
-        f: Function,
-        args: MultiValue,
-        owner: impl Fn() -> Rc<Owner>,
-    ) -> Option<Result<MultiValue, String>> {
+    fn run_task(&self, f: Function, args: MultiValue) -> Option<Result<MultiValue, String>> {
         type Slot = Rc<RefCell<Option<Result<MultiValue, String>>>>;
         let (setup, vm) = (self.setup, self.vm);
         let slot: Slot = Rc::new(RefCell::new(None));
         let out = slot.clone();
-        let base = owner();
         let completion: vm::Completion = Box::new(move |_lua: &Lua, result, _commands| {
             *out.borrow_mut() = Some(result.map_err(|failure| failure_text(&failure)));
         });
         let task_owner = Rc::new(
-            Owner::new(base.identity.clone(), base.deadline, Some(completion))
+            Owner::new(self.identity.clone(), setup.deadline, Some(completion))
                 .with_authority(setup.authority.clone()),
         );
         if let Err(e) = vm.start(f, args, task_owner.clone()) {
@@ -468,7 +523,10 @@ impl Lane<'_> {
             // failure, unless it cut a query short, which the handler was counting on.
             if setup.cancel.load(Ordering::Acquire) {
                 vm.drop_owner(&task_owner);
-                let cut = self.link.and_then(|link| link.cut.borrow_mut().take());
+                let cut = self
+                    .link
+                    .as_ref()
+                    .and_then(|link| link.cut.borrow_mut().take());
                 return cut.map(Err);
             }
             if let Some(result) = slot.borrow_mut().take() {
@@ -489,7 +547,7 @@ impl Lane<'_> {
     }
 }
 
-/// A task failure as the worker reports it: the message, with the Luau stack when there is one.
+/// A task failure as the actor reports it: the message, with the Luau stack when there is one.
 fn failure_text(failure: &TaskFailure) -> String {
     match failure {
         TaskFailure::Raised { message, .. } => message.clone(),

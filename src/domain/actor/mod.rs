@@ -1,10 +1,12 @@
-//! Workers (`@skein/worker`): actors a domain spawns, each with its own VM built from the
+//! Actors: what a domain spawns with `@skein/worker`, each with its own VM built from the
 //! domain's plan on a thread of its own, reached only through bounded message queues.
 //!
-//! The pool's threads are "workers" in the rest of the code; these are called actors inside
-//! Skein, while scripts know them as workers. This module owns the domain side: the set of
-//! a domain's actors ([`Actors`]), the `@skein/worker` module of the engine VM, and the
-//! `Worker` handle. The thread side is in `lane`; what both see is in `shared`.
+//! Scripts know them as workers (the `@skein/worker` module, its `Worker` handles and its
+//! texts keep that name); in Rust a "worker" is always a pool thread, so every Rust name here
+//! says "actor". This module owns the domain side: the set of a domain's actors ([`Actors`]),
+//! the `@skein/worker` module of the engine VM, and the Luau handle ([`ActorHandle`]). The
+//! thread side is in `lane`; what both threads see of one actor (its outbox, state and byte
+//! bound) is in `outbox`; the actor side of `shareServices` is in `service_link`.
 //!
 //! The engine thread never blocks on an actor: `Worker:receive(timeout)` and `Worker:join`
 //! park the calling task on a promise that the actor settles (through the domain mailbox)
@@ -18,32 +20,33 @@
 
 mod error;
 mod lane;
-mod services;
-mod shared;
+mod outbox;
+mod service_link;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Instant;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
 use mlua::{AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataMethods, Value};
 
-pub use error::{FailurePolicy, WorkerError, WorkerStage};
-use shared::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
-pub use shared::{MAX_LIVE_WORKERS, MAX_WORKER_BYTES};
+pub use error::{ActorError, ActorStage, FailurePolicy};
+use outbox::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
+pub use outbox::{MAX_ACTOR_BYTES, MAX_LIVE_ACTORS};
 
+use super::emit::install_off_engine_events;
 use crate::jobs::{PoolShared, PrincipalCell};
 use crate::principal::capability::{self, Authority, CapabilityId, CapabilitySet};
 use crate::principal::diagnostic::Attribution;
-use crate::value::read::Reader;
-use crate::value::{Limits, Message};
+use crate::value::read::{Reader, Refusal};
+use crate::value::{Limits, Message, TransferError};
 use crate::vm::{self, await_function, promise_of, CancelToken, Embedded, Outcome, VmCore};
 
-/// The capability `worker.spawn` needs.
-pub const WORKER_SPAWN: &str = "worker.spawn";
+/// The capability `worker.spawn` needs: spawning an actor.
+pub const ACTOR_SPAWN: &str = "worker.spawn";
 
 /// Registry key of the `@skein/worker` table of a VM that has one (the engine VM, an actor).
 const MODULE_KEY: &str = "skein.worker";
@@ -53,7 +56,7 @@ const JOIN_KEY: &str = "skein.worker.join";
 
 const UNKNOWN_OPTION: &str = "expected capabilities, name, shareServices, or source";
 const NEEDS_SOURCE: &str = "worker.spawn needs source: the worker module's Luau source";
-const SPAWN_IN_WORKER: &str =
+const SPAWN_IN_ACTOR: &str =
     "worker.spawn: this is a worker's code; only a domain's own code spawns workers";
 const SPAWN_OUTSIDE: &str =
     "worker.spawn: this VM is no domain's engine VM; only a domain's own code spawns workers";
@@ -62,14 +65,14 @@ const SEND_OUTSIDE: &str = "worker.send is for a worker's own code; a domain sen
 const SEND_FULL: &str = "worker.send: the domain's queue is full: 1024 messages wait for it to \
                          receive them; send fewer, or reply less often";
 
-/// A count of a domain's live worker threads, for hosts and tests that check none outlives
+/// A count of a domain's live actor threads, for hosts and tests that check none outlives
 /// its domain. Not part of the stable surface.
 #[doc(hidden)]
 #[derive(Clone, Debug, Default)]
-pub struct LiveWorkers(Arc<AtomicUsize>);
+pub struct LiveActors(Arc<AtomicUsize>);
 
-impl LiveWorkers {
-    /// How many worker threads of the domain have not returned yet.
+impl LiveActors {
+    /// How many actor threads of the domain have not returned yet.
     pub fn get(&self) -> usize {
         self.0.load(Ordering::Acquire)
     }
@@ -94,18 +97,18 @@ impl ActorEntry {
 
 /// The actors one generation of a domain spawned. Each generation has its own set (so a
 /// reload's candidate can be torn down alone); the count of live threads, the failures and the
-/// numbering of unnamed workers are the domain's, shared by every set.
+/// numbering of unnamed actors are the domain's, shared by every set.
 pub(crate) struct Actors {
     principal: Arc<PrincipalCell>,
-    /// Where a worker's `jobs.dispatch` and `jobs.parallelFor` send their items.
+    /// Where an actor's `jobs.dispatch` and `jobs.parallelFor` send their items.
     pool: Arc<PoolShared>,
     policy: FailurePolicy,
     /// The per-run budget of a handler; never more than the principal's deadline cap.
-    budget: std::time::Duration,
-    live: LiveWorkers,
-    failures: Arc<Mutex<Vec<WorkerError>>>,
+    budget: Duration,
+    live: LiveActors,
+    failures: Arc<Mutex<Vec<ActorError>>>,
     entries: RefCell<Vec<Rc<ActorEntry>>>,
-    /// Numbers the workers spawned without a name.
+    /// Numbers the actors spawned without a name.
     spawned: Rc<Cell<u64>>,
 }
 
@@ -114,14 +117,14 @@ impl Actors {
         principal: Arc<PrincipalCell>,
         pool: Arc<PoolShared>,
         policy: FailurePolicy,
-        budget: std::time::Duration,
+        budget: Duration,
     ) -> Rc<Actors> {
         Rc::new(Actors {
             principal,
             pool,
             policy,
             budget,
-            live: LiveWorkers::default(),
+            live: LiveActors::default(),
             failures: Arc::default(),
             entries: RefCell::default(),
             spawned: Rc::default(),
@@ -143,11 +146,11 @@ impl Actors {
         })
     }
 
-    pub(crate) fn live(&self) -> LiveWorkers {
+    pub(crate) fn live(&self) -> LiveActors {
         self.live.clone()
     }
 
-    pub(crate) fn take_failures(&self) -> Vec<WorkerError> {
+    pub(crate) fn take_failures(&self) -> Vec<ActorError> {
         std::mem::take(&mut *self.failures.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
@@ -171,7 +174,7 @@ impl Actors {
     }
 
     /// `worker.spawn(options)`.
-    fn spawn(self: &Rc<Self>, lua: &Lua, options: Value) -> mlua::Result<WorkerHandle> {
+    fn spawn(self: &Rc<Self>, lua: &Lua, options: Value) -> mlua::Result<ActorHandle> {
         let principal = self.principal.clone();
         if !principal.is_alive() {
             return Err(mlua::Error::runtime(format!(
@@ -179,7 +182,7 @@ impl Actors {
                 principal.end_reason()
             )));
         }
-        capability::require_capability(WORKER_SPAWN)?;
+        capability::require_capability(ACTOR_SPAWN)?;
         let options = SpawnOptions::read(options)?;
         let current = capability::current_or(&principal.authority);
         let wanted = match options.capabilities {
@@ -209,7 +212,7 @@ impl Actors {
                 domain: principal.id.domain,
                 generation: principal.id.generation,
                 context: None,
-                worker: Some(name.clone()),
+                actor: Some(name.clone()),
             },
             current.denials().clone(),
         ));
@@ -238,15 +241,15 @@ impl Actors {
             .live
             .0
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |live| {
-                (live < MAX_LIVE_WORKERS).then_some(live + 1)
+                (live < MAX_LIVE_ACTORS).then_some(live + 1)
             });
         if taken.is_err() {
             return Err(mlua::Error::runtime(format!(
-                "worker.spawn: the domain has {MAX_LIVE_WORKERS} workers alive, the most it may \
+                "worker.spawn: the domain has {MAX_LIVE_ACTORS} workers alive, the most it may \
                  have; join or close one before spawning '{name}'"
             )));
         }
-        let thread = std::thread::Builder::new()
+        let thread = thread::Builder::new()
             .name(format!("skein-actor {name}"))
             .spawn(move || lane::run(setup));
         let thread = match thread {
@@ -266,7 +269,7 @@ impl Actors {
             thread: RefCell::new(Some(thread)),
         });
         self.entries.borrow_mut().push(entry.clone());
-        Ok(WorkerHandle(entry))
+        Ok(ActorHandle(entry))
     }
 }
 
@@ -275,7 +278,7 @@ struct SpawnOptions {
     source: String,
     name: Option<String>,
     capabilities: Option<CapabilitySet>,
-    /// `shareServices`: the worker's VM gets the domain's engine services.
+    /// `shareServices`: the actor's VM gets the domain's engine services.
     share_services: bool,
 }
 
@@ -374,11 +377,11 @@ impl SpawnOptions {
 
 /// A message argument read off the stack (so a whole number stays a number and an integer an
 /// integer), its refusal kept for [`read`](Self::read) to name.
-struct SendArg(Result<Message, crate::value::read::Refusal>);
+struct SendArg(Result<Message, Refusal>);
 
 impl SendArg {
     /// The message, or the refusal with its path starting at `root`.
-    fn read(self, root: &str) -> Result<Message, crate::value::TransferError> {
+    fn read(self, root: &str) -> Result<Message, TransferError> {
         self.0.map_err(|r| r.into_error(root))
     }
 }
@@ -398,10 +401,10 @@ impl mlua::FromLua for SendArg {
     }
 }
 
-/// The Luau handle of one worker: `Worker:send`, `receive`, `close`, `join`.
-struct WorkerHandle(Rc<ActorEntry>);
+/// The Luau handle of one actor: `Worker:send`, `receive`, `close`, `join`.
+struct ActorHandle(Rc<ActorEntry>);
 
-impl WorkerHandle {
+impl ActorHandle {
     fn send(&self, message: SendArg) -> mlua::Result<()> {
         let message = message
             .read("message")
@@ -440,7 +443,7 @@ impl WorkerHandle {
     }
 }
 
-impl UserData for WorkerHandle {
+impl UserData for ActorHandle {
     fn add_fields<F: mlua::UserDataFields<Self>>(fields: &mut F) {
         fields.add_field_method_get("name", |lua, this| lua.create_string(&this.0.shared.name));
         // The methods that may wait are Luau (a Rust callback cannot yield).
@@ -466,7 +469,7 @@ impl UserData for WorkerHandle {
 
 fn entry_of(value: &AnyUserData, method: &str) -> mlua::Result<Rc<ActorEntry>> {
     value
-        .borrow::<WorkerHandle>()
+        .borrow::<ActorHandle>()
         .map(|h| h.0.clone())
         .map_err(|_| {
             mlua::Error::runtime(format!(
@@ -480,7 +483,7 @@ static WAITS: Embedded = Embedded::new("=skein worker", include_str!("waits.luau
 
 /// The time origin `P.now` counts from: any fixed instant will do.
 fn epoch() -> Instant {
-    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
     *EPOCH.get_or_init(Instant::now)
 }
 
@@ -500,7 +503,7 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
         lua.create_function(|_, this: AnyUserData| {
             let entry = entry_of(&this, "receive")?;
             match entry.shared.take() {
-                // Taken: its place in the worker's byte bound is free (the copy is built in
+                // Taken: its place in the actor's byte bound is free (the copy is built in
                 // this VM at once).
                 Some(Reply::Value {
                     message, charge, ..
@@ -612,12 +615,12 @@ pub(crate) fn install_engine(lua: &Lua, actors: &Rc<Actors>) -> mlua::Result<()>
 /// Installs `@skein/worker` in an actor's own VM: `send` reaches the domain, `spawn` refuses.
 fn install_lane_module(lua: &Lua, shared: Arc<ActorShared>) -> mlua::Result<()> {
     // The actor emits domain events through the mailbox of the generation that spawned it.
-    crate::domain::emit::install_worker_events(lua, shared.mailbox().clone(), None)?;
+    install_off_engine_events(lua, shared.mailbox().clone(), None)?;
     let module = lua.create_table()?;
     module.raw_set(
         "spawn",
         lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
-            Err(mlua::Error::runtime(SPAWN_IN_WORKER))
+            Err(mlua::Error::runtime(SPAWN_IN_ACTOR))
         })?,
     )?;
     module.raw_set(
@@ -643,7 +646,7 @@ fn install_lane_module(lua: &Lua, shared: Arc<ActorShared>) -> mlua::Result<()> 
 /// What `require("@skein/worker")` answers: the VM's own module, or (in a pool worker's VM)
 /// one whose functions say where they belong.
 pub(crate) fn module(lua: &Lua) -> mlua::Result<Value> {
-    crate::vm::registered_or_refusing(
+    vm::registered_or_refusing(
         lua,
         MODULE_KEY,
         &[("spawn", SPAWN_OUTSIDE), ("send", SEND_OUTSIDE)],

@@ -478,7 +478,7 @@ mod tests {
             domain: DomainId(7),
             generation: Generation(2),
             context: None,
-            worker: None,
+            actor: None,
         };
         Arc::new(Authority::new(grant, attribution, Arc::default()))
     }

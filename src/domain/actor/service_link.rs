@@ -1,19 +1,19 @@
-//! The domain's engine services inside a worker spawned with `shareServices = true`.
+//! The domain's engine services inside an actor spawned with `shareServices = true`.
 //!
 //! A pool worker's VM parks the calling task on a promise and the pool thread runs other work
-//! meanwhile. A worker (actor) has a thread of its own and nothing else to run, so its query
+//! meanwhile. An actor has a thread of its own and nothing else to run, so its query
 //! stub is a plain Rust function that posts the query to the domain's mailbox and blocks the
-//! worker's thread until the engine thread answers. The block is bounded twice over: never
+//! actor's thread until the engine thread answers. The block is bounded twice over: never
 //! past what is left of the calling run's budget (the error is the one a loop past its budget
 //! gets), and never past the end of the generation (the domain stops or restarts, or tears the
-//! worker down), so a join at teardown always finishes.
+//! actor down), so a join at teardown always finishes.
 //!
-//! A command is posted at once, in call order behind the worker's earlier queries and
+//! A command is posted at once, in call order behind the actor's earlier queries and
 //! commands; the engine thread applies it when it next drains its mailbox (its next frame).
-//! Both carry the authority of the running handler (the worker's grant, attributed to the
-//! worker), so a service's `require_capability` answers for the worker.
+//! Both carry the authority of the running handler (the actor's grant, attributed to the
+//! actor), so a service's `require_capability` answers for the actor.
 //!
-//! This module owns only the worker side; the engine side is `domain::services`.
+//! This module owns only the actor side; the engine side is `domain::services`.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -31,13 +31,13 @@ use crate::vm::{self, CancelToken};
 /// How often a blocked query looks at the teardown flag and the generation.
 const LOOK: Duration = Duration::from_millis(10);
 
-/// What a worker's service stubs share: the generation they reach and how they learn that the
-/// worker is being torn down.
+/// What an actor's service stubs share: the generation they reach and how they learn that the
+/// actor is being torn down.
 pub(crate) struct ServiceLink {
     pub(crate) principal: Arc<PrincipalCell>,
     pub(crate) cancel: Arc<CancelToken>,
-    pub(crate) worker: String,
-    /// Set when a query was cut short by the end of the generation: the text the worker's
+    pub(crate) actor: String,
+    /// Set when a query was cut short by the end of the generation: the text the actor's
     /// failure reports (a teardown is otherwise no failure).
     pub(crate) cut: RefCell<Option<String>>,
     /// How many of the principal's service names this VM has installed.
@@ -48,12 +48,12 @@ impl ServiceLink {
     pub(crate) fn new(
         principal: Arc<PrincipalCell>,
         cancel: Arc<CancelToken>,
-        worker: String,
+        actor: String,
     ) -> Rc<ServiceLink> {
         Rc::new(ServiceLink {
             principal,
             cancel,
-            worker,
+            actor,
             cut: RefCell::default(),
             installed: Cell::new(0),
         })
@@ -92,7 +92,7 @@ impl ServiceLink {
         }
         Some(format!(
             "{service}: worker '{}' waited for the engine's answer, but the domain ended it: {}",
-            self.worker,
+            self.actor,
             self.principal.end_reason()
         ))
     }

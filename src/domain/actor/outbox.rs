@@ -1,22 +1,23 @@
-//! The part of one worker that both of its threads see: its replies on their way to the
+//! The part of one actor that both of its threads see: its replies on their way to the
 //! domain, its final state, and the domain tasks parked waiting for either.
 //!
 //! # Lost wakeups
 //!
 //! A domain task that finds nothing to receive parks on a promise and leaves its id here. The
 //! check ("nothing waiting, still running") and the parking happen under the same lock the
-//! worker takes to add a reply or to end, and the worker takes the parked ids under that lock
+//! actor takes to add a reply or to end, and the actor takes the parked ids under that lock
 //! too: so a reply or an end either comes before the check (the task sees it and does not
-//! park) or after the park (the worker settles the promise). Nothing falls between.
+//! park) or after the park (the actor settles the promise). Nothing falls between.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
 
-use super::error::WorkerError;
+use super::error::ActorError;
 use crate::jobs::{DomainEvent, DomainMailbox};
 use crate::value::{ByteBudget, Charge, Message};
-use crate::vm::{Outcome, PromiseId};
+use crate::vm::{Outcome, PromiseId, Signal};
 
 /// How many messages may wait, each way: for the handler, and (sent with `worker.send`) for
 /// the domain.
@@ -24,41 +25,41 @@ pub(crate) const MAX_WAITING: usize = 1024;
 
 /// How many `@skein/worker` threads one domain may have alive at once, over all its
 /// generations: 64. Each is an OS thread with its own VM, so the count is bounded before one is
-/// started; a worker that ended (joined, closed and drained, failed) gives its place back.
-pub const MAX_LIVE_WORKERS: usize = 64;
+/// started; an actor that ended (joined, closed and drained, failed) gives its place back.
+pub const MAX_LIVE_ACTORS: usize = 64;
 
-/// How much the messages waiting for one worker's handler and for its domain (replies and
+/// How much the messages waiting for one actor's handler and for its domain (replies and
 /// `worker.send` messages) may weigh together, by `Message::queue_weight`: 64 MiB.
-pub const MAX_WORKER_BYTES: usize = 64 << 20;
+pub const MAX_ACTOR_BYTES: usize = 64 << 20;
 
-/// The worker runs (or has not ended yet).
+/// The actor runs (or has not ended yet).
 pub(crate) const RUNNING: u8 = 0;
-/// The worker ended after its queue closed, or was torn down with its domain.
+/// The actor ended after its queue closed, or was torn down with its domain.
 pub(crate) const STOPPED: u8 = 1;
-/// The worker ended on a failure.
+/// The actor ended on a failure.
 pub(crate) const FAILED: u8 = 2;
 
-/// One message on its way to the worker's handler.
+/// One message on its way to the actor's handler.
 pub(crate) struct Queued {
     pub(crate) message: Message,
-    /// What it holds of the worker's [`MAX_WORKER_BYTES`] until the lane built it in its VM.
+    /// What it holds of the actor's [`MAX_ACTOR_BYTES`] until the lane built it in its VM.
     pub(crate) charge: Charge,
     /// When it was sent, for the handler call's queue delay; stamped only when the domain is
     /// profiled (the clock read is the cost of a send otherwise).
-    pub(crate) sent: Option<std::time::Instant>,
+    pub(crate) sent: Option<Instant>,
 }
 
-/// One thing the worker said to the domain.
+/// One thing the actor said to the domain.
 pub(crate) enum Reply {
     /// A handler's return value, or a `worker.send` (`progress`), with what it holds of the
-    /// worker's [`MAX_WORKER_BYTES`] until the domain takes it.
+    /// actor's [`MAX_ACTOR_BYTES`] until the domain takes it.
     Value {
         message: Message,
         progress: bool,
         charge: Charge,
     },
     /// A failure, read once by `Worker:receive`.
-    Failed(WorkerError),
+    Failed(ActorError),
 }
 
 #[derive(Default)]
@@ -70,15 +71,15 @@ struct Outbox {
     waiters: Vec<PromiseId>,
 }
 
-/// What the engine thread and the worker's own thread share of one worker.
+/// What the engine thread and the actor's own thread share of one actor.
 pub(crate) struct ActorShared {
     pub(crate) name: String,
     state: AtomicU8,
-    /// The budget signal of the worker's thread, so a teardown can interrupt a running handler.
-    signal: std::sync::OnceLock<std::sync::Arc<crate::vm::Signal>>,
+    /// The budget signal of the actor's thread, so a teardown can interrupt a running handler.
+    signal: OnceLock<Arc<Signal>>,
     outbox: Mutex<Outbox>,
     mailbox: DomainMailbox,
-    /// What the messages waiting each way hold together ([`MAX_WORKER_BYTES`]).
+    /// What the messages waiting each way hold together ([`MAX_ACTOR_BYTES`]).
     bytes: Arc<ByteBudget>,
 }
 
@@ -87,36 +88,36 @@ impl ActorShared {
         ActorShared {
             name,
             state: AtomicU8::new(RUNNING),
-            signal: std::sync::OnceLock::new(),
+            signal: OnceLock::new(),
             outbox: Mutex::default(),
             mailbox,
-            bytes: Arc::new(ByteBudget::new(MAX_WORKER_BYTES)),
+            bytes: Arc::new(ByteBudget::new(MAX_ACTOR_BYTES)),
         }
     }
 
-    /// Takes what `message` weighs of the worker's [`MAX_WORKER_BYTES`], or answers the
+    /// Takes what `message` weighs of the actor's [`MAX_ACTOR_BYTES`], or answers the
     /// refusal's end (`would weigh N bytes, past the bound of M`) for the caller to begin.
     pub(crate) fn charge(&self, message: &Message) -> Result<Charge, String> {
         Charge::take(&self.bytes, message.queue_weight()).map_err(|would| {
             format!(
                 "the messages waiting for and from worker '{}' would weigh {would} bytes, past \
-                 the bound of {MAX_WORKER_BYTES}",
+                 the bound of {MAX_ACTOR_BYTES}",
                 self.name
             )
         })
     }
 
-    /// The mailbox of the generation that spawned the worker.
+    /// The mailbox of the generation that spawned the actor.
     pub(crate) fn mailbox(&self) -> &DomainMailbox {
         &self.mailbox
     }
 
-    fn outbox(&self) -> std::sync::MutexGuard<'_, Outbox> {
+    fn outbox(&self) -> MutexGuard<'_, Outbox> {
         self.outbox.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Called on the worker's thread before it runs any Luau.
-    pub(crate) fn set_signal(&self, signal: std::sync::Arc<crate::vm::Signal>) {
+    /// Called on the actor's thread before it runs any Luau.
+    pub(crate) fn set_signal(&self, signal: Arc<Signal>) {
         let _ = self.signal.set(signal);
     }
 
@@ -127,7 +128,7 @@ impl ActorShared {
         }
     }
 
-    /// The worker's state: [`RUNNING`], [`STOPPED`] or [`FAILED`].
+    /// The actor's state: [`RUNNING`], [`STOPPED`] or [`FAILED`].
     pub(crate) fn state(&self) -> u8 {
         self.state.load(Ordering::Acquire)
     }
@@ -183,7 +184,7 @@ impl ActorShared {
         true
     }
 
-    /// The worker has ended in `state`.
+    /// The actor has ended in `state`.
     pub(crate) fn finish(&self, state: u8) {
         let waiters = {
             let mut outbox = self.outbox();
@@ -312,19 +313,19 @@ mod tests {
         let (mailbox, _rx) = test_mailbox();
         let shared = ActorShared::new("w".to_owned(), mailbox);
         let big = |bytes: usize| Message::String(vec![b'x'; bytes - 16].into());
-        let half = big(MAX_WORKER_BYTES / 2);
+        let half = big(MAX_ACTOR_BYTES / 2);
         let first = shared.charge(&half).unwrap();
         shared
             .progress(half.clone(), first)
             .expect("room for one message");
         let second = shared.charge(&half).unwrap();
-        assert_eq!(shared.bytes.held(), MAX_WORKER_BYTES);
+        assert_eq!(shared.bytes.held(), MAX_ACTOR_BYTES);
         assert_eq!(
             shared.charge(&Message::Nil).unwrap_err(),
             format!(
                 "the messages waiting for and from worker 'w' would weigh {} bytes, past the \
-                 bound of {MAX_WORKER_BYTES}",
-                MAX_WORKER_BYTES + 16
+                 bound of {MAX_ACTOR_BYTES}",
+                MAX_ACTOR_BYTES + 16
             )
         );
         drop(second);
