@@ -209,6 +209,16 @@ pub(crate) struct Envelope {
     pub(crate) posted: std::time::Instant,
 }
 
+/// What [`Inner::admits`] says of a post.
+enum Admit {
+    /// The queue has stopped: the post is refused with its payload.
+    Stopped,
+    /// The post belongs to a generation the queue no longer takes: dropped, counted.
+    Stale,
+    /// The post may go in, if it fits.
+    Open,
+}
+
 /// Whether the queue still takes events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum QueueState {
@@ -254,6 +264,30 @@ impl Inner {
     /// Whether an envelope of `generation` may queue.
     fn takes(&self, generation: Generation) -> bool {
         generation == self.generation || Some(generation) == self.candidate
+    }
+
+    /// Whether a post of `generation` goes in; a post of an older generation is counted as
+    /// discarded here.
+    fn admits(&mut self, generation: Generation) -> Admit {
+        if self.state == QueueState::Stopped {
+            Admit::Stopped
+        } else if self.takes(generation) {
+            Admit::Open
+        } else {
+            self.discarded += 1;
+            Admit::Stale
+        }
+    }
+
+    /// Queues `event` at the back, its `weight` counted.
+    fn enqueue(&mut self, generation: Generation, event: QueuedEvent, weight: usize) {
+        self.bytes = self.bytes.saturating_add(weight);
+        self.envelopes.push_back(Envelope {
+            generation,
+            event,
+            weight,
+            posted: std::time::Instant::now(),
+        });
     }
 
     /// Drops (and counts) every envelope whose generation `which` selects, keeping the order
@@ -328,20 +362,12 @@ impl EventQueue {
     ) -> Result<(), PostRefused> {
         let weight = payload.queue_weight();
         let mut inner = self.lock();
-        if inner.state == QueueState::Stopped {
-            return Err(PostRefused::Stopped { payload });
+        match inner.admits(generation) {
+            Admit::Stopped => return Err(PostRefused::Stopped { payload }),
+            Admit::Stale => return Ok(()),
+            Admit::Open => {}
         }
-        if !inner.takes(generation) {
-            inner.discarded += 1;
-            return Ok(());
-        }
-        inner.bytes = inner.bytes.saturating_add(weight);
-        inner.envelopes.push_back(Envelope {
-            generation,
-            event: QueuedEvent::Raw { target, payload },
-            weight,
-            posted: std::time::Instant::now(),
-        });
+        inner.enqueue(generation, QueuedEvent::Raw { target, payload }, weight);
         Ok(())
     }
 
@@ -366,12 +392,10 @@ impl EventQueue {
         let payload = self.check_name(name, payload)?;
         let weight = payload.queue_weight().saturating_add(name.len());
         let mut inner = self.lock();
-        if inner.state == QueueState::Stopped {
-            return Err(PostRefused::Stopped { payload });
-        }
-        if !inner.takes(generation) {
-            inner.discarded += 1;
-            return Ok(());
+        match inner.admits(generation) {
+            Admit::Stopped => return Err(PostRefused::Stopped { payload }),
+            Admit::Stale => return Ok(()),
+            Admit::Open => {}
         }
         if inner.envelopes.len() >= self.limits.pending {
             return Err(PostRefused::Full {
@@ -387,18 +411,13 @@ impl EventQueue {
                 payload,
             });
         }
-        inner.bytes += weight;
         let name = inner.intern(name);
-        inner.envelopes.push_back(Envelope {
-            generation,
-            event: QueuedEvent::Named {
-                name,
-                payload,
-                routing,
-            },
-            weight,
-            posted: std::time::Instant::now(),
-        });
+        let event = QueuedEvent::Named {
+            name,
+            payload,
+            routing,
+        };
+        inner.enqueue(generation, event, weight);
         Ok(())
     }
 

@@ -87,29 +87,32 @@ fn strip_comments_and_trailing_commas(text: &str) -> String {
     drop_trailing_commas(&strip_comments(text.as_bytes()))
 }
 
+/// Copies the JSON string whose opening quote is at `bytes[start]`, through its closing quote
+/// (escapes included), and answers the index after it: both passes below leave strings as they
+/// are, since a `//` or a `,}` inside one is text.
+fn copy_string(bytes: &[u8], start: usize, out: &mut Vec<u8>) -> usize {
+    out.push(bytes[start]);
+    let mut i = start + 1;
+    while i < bytes.len() {
+        let b = bytes[i];
+        out.push(b);
+        i += 1;
+        if b == b'\\' && i < bytes.len() {
+            out.push(bytes[i]);
+            i += 1;
+        } else if b == b'"' {
+            break;
+        }
+    }
+    i
+}
+
 fn strip_comments(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
-    let mut in_string = false;
     while i < bytes.len() {
-        let b = bytes[i];
-        if in_string {
-            out.push(b);
-            if b == b'\\' && i + 1 < bytes.len() {
-                out.push(bytes[i + 1]);
-                i += 1;
-            } else if b == b'"' {
-                in_string = false;
-            }
-            i += 1;
-            continue;
-        }
-        match (b, bytes.get(i + 1).copied()) {
-            (b'"', _) => {
-                in_string = true;
-                out.push(b);
-                i += 1;
-            }
+        match (bytes[i], bytes.get(i + 1).copied()) {
+            (b'"', _) => i = copy_string(bytes, i, &mut out),
             (b'/', Some(b'/')) | (b'-', Some(b'-')) => {
                 while i < bytes.len() && bytes[i] != b'\n' {
                     i += 1;
@@ -126,7 +129,7 @@ fn strip_comments(bytes: &[u8]) -> Vec<u8> {
                 }
                 i += 2;
             }
-            _ => {
+            (b, _) => {
                 out.push(b);
                 i += 1;
             }
@@ -137,28 +140,22 @@ fn strip_comments(bytes: &[u8]) -> Vec<u8> {
 
 fn drop_trailing_commas(bytes: &[u8]) -> String {
     let mut out = Vec::with_capacity(bytes.len());
-    let mut in_string = false;
     let mut i = 0;
     while i < bytes.len() {
-        let b = bytes[i];
-        if in_string {
-            out.push(b);
-            if b == b'\\' && i + 1 < bytes.len() {
-                out.push(bytes[i + 1]);
+        match bytes[i] {
+            b'"' => i = copy_string(bytes, i, &mut out),
+            b',' => {
+                let next = bytes[i + 1..].iter().find(|c| !c.is_ascii_whitespace());
+                if !matches!(next, Some(b'}' | b']')) {
+                    out.push(b',');
+                }
                 i += 1;
-            } else if b == b'"' {
-                in_string = false;
             }
-        } else if b == b',' {
-            let next = bytes[i + 1..].iter().find(|c| !c.is_ascii_whitespace());
-            if !matches!(next, Some(b'}' | b']')) {
+            b => {
                 out.push(b);
+                i += 1;
             }
-        } else {
-            in_string = b == b'"';
-            out.push(b);
         }
-        i += 1;
     }
     // Only whole ASCII bytes were removed, so the text is still UTF-8.
     String::from_utf8(out).unwrap_or_default()
