@@ -21,10 +21,9 @@ mod raised;
 mod scheduler;
 pub(crate) mod source;
 mod stall_report;
+mod task_library;
 
-pub(crate) use self::core::{
-    close_globals, with_open_globals, FirstRun, FrameClock, Reporter, Vm, VmCore,
-};
+pub(crate) use self::core::{close_globals, with_open_globals, FirstRun, Reporter, Vm, VmCore};
 pub(crate) use budget::{
     current_signal, format_seconds, run_left, CancelToken, DeadlineMessage, Signal,
 };
@@ -44,6 +43,7 @@ pub use plan::{Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS};
 pub(crate) use scheduler::{Resume, TaskId};
 pub use source::MAX_SOURCE_BYTES;
 pub(crate) use stall_report::{watch as watch_liveness, VmWaits, WaitOn};
+pub(crate) use task_library::FrameClock;
 
 /// A promise's Luau handle.
 pub(crate) fn promise_handle(

@@ -1,0 +1,289 @@
+//! The `task` library: the native primitives each `task` function parks or starts a task
+//! through, and the prelude (`prelude.luau`) that builds the Luau-facing library around them.
+//!
+//! Every primitive finds its VM's scheduler through [`VmCore::of`]; none holds state of its own.
+
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
+
+use super::a_type;
+use super::core::{cancel_promise, VmCore};
+use super::embedded::Embedded;
+use super::luau_promise::{self, AwaitedValue, Outcome};
+use super::raised::RAISED_KEY;
+use super::scheduler::{self, Resume, MAX_WAIT};
+
+/// The kinds of promise the pool settles (their `what`): a warm entry may not await them.
+pub(super) const POOL_PROMISES: [&str; 3] = ["jobs.dispatch", "jobs.parallelFor", "jobs.warm"];
+
+/// `(resolved, value)` as `task.await` receives them: `true` and the value, or `false` and the
+/// error text. A boolean, not the status name, so an await makes no Luau string for the status
+/// (each `create_string` from Rust is a protected call; about 1,900 instructions per await). The
+/// value is pushed straight from its message, so a top-level integer stays an integer.
+pub(super) fn outcome_pair(
+    lua: &Lua,
+    core: &VmCore,
+    outcome: &Rc<Outcome>,
+) -> (Value, AwaitedValue) {
+    let text = match &**outcome {
+        Outcome::Resolved(_) => {
+            return (
+                Value::Boolean(true),
+                AwaitedValue::Resolved(outcome.clone()),
+            )
+        }
+        Outcome::Rejected(failure) => failure.to_string(),
+        Outcome::Cancelled => "cancelled".to_owned(),
+    };
+    let (rejected, text) = rejected_pair(lua, core, &text);
+    (rejected, AwaitedValue::Value(text))
+}
+
+/// `(false, text)`: the cold half of [`outcome_pair`]. A VM out of memory can't make the text:
+/// the await raises the out-of-memory text the VM made while it had memory.
+#[cold]
+fn rejected_pair(lua: &Lua, core: &VmCore, text: &str) -> (Value, Value) {
+    let text = match lua.create_string(text) {
+        Ok(text) => text,
+        Err(_) => core.memory.outcome_text(),
+    };
+    (Value::Boolean(false), Value::String(text))
+}
+
+/// Refuses an await of pool work when as many of this VM's tasks wait on pool work as its
+/// limit allows: a job that awaits work of its own kind without end stops here, and its failure
+/// settles every promise above it. The caller cancels the work it refused to wait on.
+fn refuse_past_pool_wait_limit(core: &VmCore) -> mlua::Result<()> {
+    let Some(limit) = core.pool_wait_limit.get() else {
+        return Ok(());
+    };
+    let waiting = core.sched.borrow().pool_waits();
+    if waiting < limit {
+        return Ok(());
+    }
+    Err(mlua::Error::runtime(format!(
+        "task.await: nested waits past the limit: {waiting} tasks of {} already wait on pool \
+         work, and {limit} may (Plan::nested_wait_limit); work that awaits work of its own kind \
+         without end stops here",
+        core.memory.vm_name()
+    )))
+}
+
+/// Reads a wait time in seconds: nil is 0; negative and NaN are 0; huge values are clamped.
+fn wait_duration(seconds: Option<f64>) -> Duration {
+    match seconds {
+        Some(s) if s > 0.0 => Duration::try_from_secs_f64(s)
+            .unwrap_or(MAX_WAIT)
+            .min(MAX_WAIT),
+        _ => Duration::ZERO,
+    }
+}
+
+/// The frame counter `task.waitFrames` counts: the domain's, bumped by its engine thread once per
+/// frame. The `jobs` layer sets it as app data of every VM of a domain; a VM without it refuses
+/// `task.waitFrames`.
+#[derive(Clone)]
+pub(crate) struct FrameClock(pub(crate) Arc<AtomicU64>);
+
+/// Reads `task.waitFrames`'s count: a whole number of at least 1.
+fn read_frame_count(n: &Value) -> mlua::Result<u64> {
+    let refuse = |what: String| {
+        mlua::Error::runtime(format!(
+            "task.waitFrames: n must be a whole number of frames, 1 or more, got {what}"
+        ))
+    };
+    match n {
+        Value::Integer(i) if *i >= 1 => Ok(*i as u64),
+        Value::Number(x) if x.fract() == 0.0 && *x >= 1.0 && *x < 9.0e15 => Ok(*x as u64),
+        Value::Integer(i) => Err(refuse(i.to_string())),
+        Value::Number(x) => Err(refuse(x.to_string())),
+        other => Err(refuse(a_type(other))),
+    }
+}
+
+/// A function or a thread, as `task.spawn` and friends take them.
+fn as_thread(lua: &Lua, target: Value, what: &str) -> mlua::Result<Thread> {
+    match target {
+        Value::Function(f) => lua.create_thread(f),
+        Value::Thread(t) => Ok(t),
+        other => Err(mlua::Error::runtime(format!(
+            "{what} expects a function or a thread, got {}",
+            other.type_name()
+        ))),
+    }
+}
+
+/// The prelude: the `task` library's Luau half, `error`, and the raised-value table.
+static PRELUDE: Embedded = Embedded::new("=skein prelude", include_str!("prelude.luau"));
+
+/// Installs `task`, `error` and the promise methods: the native primitives below go to the
+/// prelude, which builds the Luau-facing library around them.
+pub(super) fn install(lua: &Lua) -> mlua::Result<()> {
+    let p = lua.create_table()?;
+    p.raw_set("parkTimer", lua.create_function(park_timer)?)?;
+    p.raw_set("parkFrames", lua.create_function(park_frames)?)?;
+    p.raw_set("pending", lua.create_function(pending)?)?;
+    p.raw_set("await", lua.create_function(await_promise)?)?;
+    p.raw_set("spawn", lua.create_function(spawn)?)?;
+    p.raw_set("defer", lua.create_function(defer)?)?;
+    p.raw_set("delay", lua.create_function(delay)?)?;
+    p.raw_set("cancel", lua.create_function(cancel)?)?;
+    let (task, error, raised): (Table, Function, Table) = PRELUDE.load(lua)?.call(p)?;
+    lua.globals().raw_set("error", error)?;
+    lua.set_named_registry_value(RAISED_KEY, raised)?;
+    let await_fn: Function = task.raw_get("await")?;
+    luau_promise::install_methods(lua, await_fn)?;
+    lua.globals().raw_set("task", task)?;
+    Ok(())
+}
+
+/// `task.wait`'s park: the running task sleeps for `seconds` on the wall clock.
+fn park_timer(lua: &Lua, seconds: Option<f64>) -> mlua::Result<()> {
+    let core = VmCore::of(lua)?;
+    let id = core.task_for(&lua.current_thread());
+    let now = Instant::now();
+    core.sched
+        .borrow_mut()
+        .park_timer(id, now, now + wait_duration(seconds));
+    Ok(())
+}
+
+/// `task.waitFrames`'s park: the running task sleeps for `n` frames of the domain's clock.
+fn park_frames(lua: &Lua, n: Value) -> mlua::Result<()> {
+    let frames = read_frame_count(&n)?;
+    let clock = lua
+        .app_data_ref::<FrameClock>()
+        .map(|c| c.0.clone())
+        .ok_or_else(|| mlua::Error::runtime("task.waitFrames: this VM has no frame clock"))?;
+    let core = VmCore::of(lua)?;
+    let id = core.task_for(&lua.current_thread());
+    let now = clock.load(Ordering::Acquire);
+    core.sched
+        .borrow_mut()
+        .park_frames(id, now, now.saturating_add(frames));
+    Ok(())
+}
+
+/// Whether `promise` is a promise that has not settled.
+fn pending(_: &Lua, promise: Value) -> mlua::Result<bool> {
+    Ok(luau_promise::promise_of(&promise).is_some_and(|p| p.outcome().is_none()))
+}
+
+/// `task.await`'s native half: the settled outcome at once, or `nil` after parking the running
+/// task on the promise (the prelude then yields until the settlement resumes it). Refuses the
+/// waits that could never end: pool work inside a warm, an item of the caller's own key, and
+/// pool work past the VM's nested-wait limit.
+fn await_promise(lua: &Lua, value: Value) -> mlua::Result<(Value, AwaitedValue)> {
+    let Some(cell) = luau_promise::promise_of(&value) else {
+        return Err(mlua::Error::runtime(format!(
+            "task.await expects a PromiseHandle, got {}",
+            value.type_name()
+        )));
+    };
+    let core = VmCore::of(lua)?;
+    let pool = POOL_PROMISES.contains(&cell.what);
+    if pool {
+        // Refused whether or not it has settled: a warm must not depend on the pool's
+        // timing, so the same code fails the same way every time.
+        if let Some(warm) = core.current_owner().identity.warm() {
+            return Err(mlua::Error::runtime(format!(
+                "jobs.warm {warm}: awaiting a {} promise inside a warm would wait on the pool \
+                 it is warming",
+                cell.what
+            )));
+        }
+    }
+    if let Some(outcome) = cell.outcome() {
+        return Ok(outcome_pair(lua, &core, &outcome));
+    }
+    if let Some(key) = cell.key() {
+        if core.current_owner().identity.key() == Some(&key[..]) {
+            return Err(mlua::Error::runtime(format!(
+                "task.await: this item runs as key '{}' and awaits an item of the same key, \
+                 which starts only after this one settles: it would wait forever",
+                String::from_utf8_lossy(&key)
+            )));
+        }
+    }
+    if pool {
+        if let Err(refused) = refuse_past_pool_wait_limit(&core) {
+            // The work refused a waiter would nest further with no one to wait on it.
+            cancel_promise(lua, &cell)?;
+            return Err(refused);
+        }
+    }
+    let id = core.task_for(&lua.current_thread());
+    cell.add_waiter(id);
+    core.sched.borrow_mut().park_promise(id, pool);
+    // `nil`: pending, so `task.await` yields until the settlement resumes it.
+    Ok((Value::Nil, AwaitedValue::Value(Value::Nil)))
+}
+
+/// `task.spawn`: runs `target` now, until it first yields.
+fn spawn(lua: &Lua, (target, args): (Value, Variadic<Value>)) -> mlua::Result<Thread> {
+    let core = VmCore::of(lua)?;
+    let thread = as_thread(lua, target, "task.spawn")
+        .map_err(|e| core.named_error(e, "a task for task.spawn"))?;
+    let owner = core.current_owner();
+    let id = core.sched.borrow_mut().add(thread.clone(), owner, false);
+    let hits = core.memory.hits();
+    scheduler::resume_task(&*core, lua, id, Resume::Args(MultiValue::from_iter(args)));
+    if core.memory.hits() != hits {
+        // The VM ran out of memory in the spawned task's first run: that is the spawner's
+        // condition too (a spawn bomb fills the VM through its tasks), so it raises here, where
+        // a pcall around the spawning loop catches it.
+        return Err(mlua::Error::runtime(format!(
+            "{} in the first run of a task it started",
+            core.memory.hit(None)
+        )));
+    }
+    Ok(thread)
+}
+
+/// `task.defer`: runs `target` at the end of this resumption cycle.
+fn defer(lua: &Lua, (target, args): (Value, Variadic<Value>)) -> mlua::Result<Thread> {
+    let core = VmCore::of(lua)?;
+    let thread = as_thread(lua, target, "task.defer")
+        .map_err(|e| core.named_error(e, "a task for task.defer"))?;
+    let owner = core.current_owner();
+    let mut sched = core.sched.borrow_mut();
+    let id = sched.add(thread.clone(), owner, false);
+    sched.defer_with(id, MultiValue::from_iter(args));
+    Ok(thread)
+}
+
+/// `task.delay`: runs `target` after `seconds`.
+fn delay(
+    lua: &Lua,
+    (seconds, target, args): (Option<f64>, Value, Variadic<Value>),
+) -> mlua::Result<Thread> {
+    let core = VmCore::of(lua)?;
+    let thread = as_thread(lua, target, "task.delay")
+        .map_err(|e| core.named_error(e, "a task for task.delay"))?;
+    let owner = core.current_owner();
+    let now = Instant::now();
+    let mut sched = core.sched.borrow_mut();
+    let id = sched.add(thread.clone(), owner, false);
+    sched.delay_with(
+        id,
+        now + wait_duration(seconds),
+        MultiValue::from_iter(args),
+    );
+    Ok(thread)
+}
+
+/// `task.cancel`: forgets a task that is not running.
+fn cancel(lua: &Lua, thread: Thread) -> mlua::Result<()> {
+    let core = VmCore::of(lua)?;
+    if thread.to_pointer() == lua.current_thread().to_pointer() {
+        return Err(mlua::Error::runtime(
+            "task.cancel can't cancel the running task",
+        ));
+    }
+    core.sched.borrow_mut().remove_thread(&thread);
+    Ok(())
+}
