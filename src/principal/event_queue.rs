@@ -518,6 +518,7 @@ impl EventQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::principal::{Attribution, DiagnosticKind, DomainId};
 
     fn name_of(envelope: &Envelope) -> Arc<str> {
         match &envelope.event {
@@ -609,15 +610,15 @@ mod tests {
     fn refusals_are_kept_up_to_their_bound_then_counted() {
         let queue = EventQueue::new(EventLimits::default(), Generation(1));
         let refusal = |n: usize| {
-            let attribution = crate::principal::Attribution {
+            let attribution = Attribution {
                 domain_name: "game".to_owned(),
-                domain: crate::principal::DomainId(1),
+                domain: DomainId(1),
                 generation: Generation(1),
                 context: None,
                 actor: None,
             };
             Diagnostic::new(
-                crate::principal::DiagnosticKind::QueueFull,
+                DiagnosticKind::QueueFull,
                 attribution,
                 format!("refused {n}"),
             )

@@ -28,7 +28,9 @@ use super::queue::{Delivery, PopNow, SharedQueue, WaiterId, MAX_QUEUE_CAPACITY};
 use super::queue_error::PopError;
 use super::StoreCore;
 use crate::sync::Arc;
+use crate::value::path::number_text;
 use crate::value::{Message, MessageArg};
+use crate::vm::{a_type, promise_handle, promise_of};
 use crate::vm::{await_function, Embedded, Outcome, PromiseCell, PromiseId, TaskId, VmCore};
 
 /// How the parked pops of one VM reach it: posts a parcel to the VM's home inbox. A parcel it
@@ -334,7 +336,7 @@ fn pop_or_park(
                     arrived: None,
                 },
             );
-            return Ok(Popped::Parked(crate::vm::promise_handle(lua, cell)?));
+            return Ok(Popped::Parked(promise_handle(lua, cell)?));
         }
         // A push came between the look and the wait: no need to park after all.
         Ok(PopNow::Value(value)) => Ok(Popped::Now(wrap(value))),
@@ -351,7 +353,7 @@ fn take_arrival(
     promise: &Value,
     method: &str,
 ) -> mlua::Result<(Arc<SharedQueue>, Delivery)> {
-    let id = crate::vm::promise_of(promise)
+    let id = promise_of(promise)
         .map(|cell| cell.id())
         .ok_or_else(|| mlua::Error::runtime(format!("SharedQueue:{method}: no parked pop")))?;
     let pop = poppers(lua)?.parked.borrow_mut().remove(&id);
@@ -389,14 +391,14 @@ fn read_count(queue: &SharedQueue, n: &Value) -> mlua::Result<usize> {
         other => {
             return Err(mlua::Error::runtime(format!(
                 "SharedQueue:popMany: n must be a number from 1 to {max}, got {}",
-                crate::vm::a_type(other)
+                a_type(other)
             )))
         }
     };
     if n.fract() != 0.0 || n < 1.0 || n > max as f64 {
         return Err(mlua::Error::runtime(format!(
             "SharedQueue:popMany: n must be a whole number from 1 to {max}, got {}",
-            crate::value::path::number_text(n)
+            number_text(n)
         )));
     }
     Ok(n as usize)
@@ -488,7 +490,7 @@ fn read_capacity(opts: &Value) -> mlua::Result<Option<usize>> {
         other => {
             return Err(mlua::Error::runtime(format!(
                 "{WHAT}: opts must be a table, got {}",
-                crate::vm::a_type(other)
+                a_type(other)
             )))
         }
     };
@@ -499,20 +501,20 @@ fn read_capacity(opts: &Value) -> mlua::Result<Option<usize>> {
         other => {
             return Err(mlua::Error::runtime(format!(
                 "{WHAT}: opts.capacity must be a number, got {}",
-                crate::vm::a_type(&other)
+                a_type(&other)
             )))
         }
     };
     if n.fract() != 0.0 || !n.is_finite() {
         return Err(mlua::Error::runtime(format!(
             "{WHAT}: opts.capacity must be a whole number, got {}",
-            crate::value::path::number_text(n)
+            number_text(n)
         )));
     }
     if !(1.0..=MAX_QUEUE_CAPACITY as f64).contains(&n) {
         return Err(mlua::Error::runtime(format!(
             "{WHAT}: capacity must be 1 to {MAX_QUEUE_CAPACITY}, got {}",
-            crate::value::path::number_text(n)
+            number_text(n)
         )));
     }
     Ok(Some(n as usize))
@@ -539,7 +541,7 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
             let Value::String(name) = name else {
                 return Err(mlua::Error::runtime(format!(
                     "{WHAT}: name must be a string, got {}",
-                    crate::vm::a_type(&name)
+                    a_type(&name)
                 )));
             };
             let capacity = read_capacity(&opts)?;

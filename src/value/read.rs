@@ -549,7 +549,7 @@ fn type_name(ty: c_int) -> &'static str {
 mod tests {
     use mlua::{Lua, Value};
 
-    use crate::value::{MapKey, Message};
+    use crate::value::{Limits, MapKey, Message};
 
     fn read(lua: &Lua, code: &str) -> Message {
         let value: Value = lua.load(code).eval().expect("eval");
@@ -675,7 +675,7 @@ mod tests {
     fn an_array_is_charged_per_element_and_refused_one_byte_past() {
         let lua = Lua::new();
         let value: Value = lua.load("{ 1, 2, 3, 4 }").eval().unwrap();
-        let exact = 5 * crate::Limits::NODE_WEIGHT;
+        let exact = 5 * Limits::NODE_WEIGHT;
         assert_eq!(
             Message::read_within(&value, "m", exact).unwrap(),
             Message::List(numbers(1..=4))

@@ -65,6 +65,7 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 /// The flag that, once true, stops the runs of one job. Checked by the interrupt's slow path.
 pub type CancelToken = AtomicBool;
 
+use crate::sync::{hint, thread};
 use mlua::ffi;
 
 /// No reason to interrupt.
@@ -457,9 +458,9 @@ impl<H: InterruptHook> Drop for Signal<H> {
 fn back_off(spins: &mut u32) {
     *spins += 1;
     if *spins < 64 {
-        crate::sync::hint::spin_loop();
+        hint::spin_loop();
     } else {
-        crate::sync::thread::yield_now();
+        thread::yield_now();
     }
 }
 

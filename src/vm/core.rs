@@ -5,8 +5,9 @@
 //! the VM's app data, so the `task` primitives and the `jobs` bindings find their scheduler without
 //! any global.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Table, Thread, Value};
@@ -19,6 +20,7 @@ use super::plan::Plan;
 use super::raised::raised_text;
 use super::scheduler::{self, Resume, ResumeArgs, Scheduler, SchedulerHost, TaskId};
 use super::task_library::{self, outcome_pair, POOL_PROMISES};
+use crate::principal::capability::Authority;
 
 /// Where a VM sends failures of tasks that have no one awaiting them.
 pub(crate) type Reporter = Box<dyn Fn(&str, &TaskFailure)>;
@@ -34,7 +36,7 @@ pub(crate) struct VmCore {
     ambient: Rc<Owner>,
     /// The authority of tasks whose owner carries none: the grant of the principal the VM
     /// serves. Set once, after the VM is built.
-    authority: std::cell::OnceCell<std::sync::Arc<crate::principal::capability::Authority>>,
+    authority: OnceCell<Arc<Authority>>,
     /// The owner whose root task [`Vm::call`] is running for its first run, and its result once
     /// it ends there: the end is handed back to the caller instead of a completion.
     catching: RefCell<Option<Catch>>,
@@ -177,10 +179,7 @@ impl Vm {
 
     /// Sets the authority the VM's tasks run under when their owner carries none. A VM serves
     /// one principal for its whole life, so it is set once; a second call changes nothing.
-    pub(crate) fn set_authority(
-        &self,
-        authority: std::sync::Arc<crate::principal::capability::Authority>,
-    ) {
+    pub(crate) fn set_authority(&self, authority: Arc<Authority>) {
         let _ = self.core.authority.set(authority);
     }
 
@@ -389,7 +388,7 @@ impl SchedulerHost for VmCore {
         self.memory.collect_when_full(lua);
     }
 
-    fn authority(&self) -> Option<&std::sync::Arc<crate::principal::capability::Authority>> {
+    fn authority(&self) -> Option<&Arc<Authority>> {
         self.authority.get()
     }
 

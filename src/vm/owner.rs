@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use mlua::{Lua, MultiValue};
 
 use super::budget::{CancelToken, DeadlineMessage};
+use crate::principal::capability::Authority;
 use crate::sync::Ordering;
+use crate::value::Message;
 
 /// Called once when the owner's root task ends.
 /// Runs when an owner's root task ends, with its result and the engine-service commands the
@@ -70,12 +72,12 @@ pub(crate) struct Owner {
     pub(crate) commands: Option<CommandLog>,
     /// The authority its tasks run under (a pool item's, carried from its dispatcher); `None`
     /// runs them under the VM's own (its principal's grant).
-    pub(crate) authority: Option<Arc<crate::principal::capability::Authority>>,
+    pub(crate) authority: Option<Arc<Authority>>,
 }
 
 /// One engine-service call on its way to the engine thread: the service's name and its
 /// arguments.
-pub(crate) type ServiceCall = (Arc<str>, crate::value::Message);
+pub(crate) type ServiceCall = (Arc<str>, Message);
 
 /// The engine-service commands one job recorded and has not yet sent to its engine thread, in
 /// the order its tasks recorded them. Lives on the worker thread that runs the job.
@@ -127,10 +129,7 @@ impl Owner {
     }
 
     /// Runs the owner's tasks under `authority` instead of the VM's own.
-    pub(crate) fn with_authority(
-        mut self,
-        authority: Arc<crate::principal::capability::Authority>,
-    ) -> Owner {
+    pub(crate) fn with_authority(mut self, authority: Arc<Authority>) -> Owner {
         self.authority = Some(authority);
         self
     }

@@ -27,6 +27,7 @@ use super::liveness::Liveness;
 use super::luau_promise::{AwaitedValue, Outcome};
 use super::out_of_memory::is_memory_error;
 use super::owner::{Owner, TaskFailure};
+use crate::principal::capability::{self, Authority};
 use crate::value::{ExactValues, Message};
 
 /// Identifies a task within its VM.
@@ -488,7 +489,7 @@ pub(crate) trait SchedulerHost {
     /// `MemoryLabel::collect_when_full`).
     fn collect_when_full(&self, lua: &Lua);
     /// The authority of tasks whose owner carries none (the VM's principal's grant).
-    fn authority(&self) -> Option<&std::sync::Arc<crate::principal::capability::Authority>>;
+    fn authority(&self) -> Option<&Arc<Authority>>;
 }
 
 /// Runs one step: the timers due now, the deferred batch, then the ready queue, each task once.
@@ -548,7 +549,7 @@ fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Re
     // Authority follows the task: its owner's (a pool item's, from its dispatcher), or the
     // VM's own. Installed for this resume only, and removed when it yields or returns.
     let authority = owner.authority.as_ref().or_else(|| host.authority());
-    let installed = crate::principal::capability::install(authority);
+    let installed = capability::install(authority);
     let guard = RunGuard::start(lua, owner.deadline, owner.cancel_token());
     if let Some(live) = &liveness {
         live.enter();

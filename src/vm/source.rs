@@ -147,6 +147,7 @@ fn not_a_file(kind: std::fs::FileType) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vm::error_message;
 
     #[test]
     fn bytecode_is_refused_before_the_loader_sees_it() {
@@ -155,7 +156,7 @@ mod tests {
         let hostile = [6u8, 3, 1, 0, 0, 0, 0, 0, 0, 0];
         let err = compile(&lua, &hostile, "@/tmp/evil.luau").unwrap_err();
         assert_eq!(
-            crate::vm::error_message(&err),
+            error_message(&err),
             "'/tmp/evil.luau' is not Luau source text: it starts with byte 0x06, which marks \
              precompiled bytecode; Skein loads only source it compiles itself"
         );
@@ -163,7 +164,7 @@ mod tests {
         let real = compiler().compile("return 1").unwrap();
         let err = compile(&lua, &real, "=worker").unwrap_err();
         assert!(
-            crate::vm::error_message(&err).starts_with("'worker' is not Luau source text"),
+            error_message(&err).starts_with("'worker' is not Luau source text"),
             "{err}"
         );
         for first in 0..b'\t' {
@@ -183,7 +184,7 @@ mod tests {
         assert_eq!(f.call::<i64>(()).unwrap(), 42);
         let err = compile(&lua, b"return +", "=broken").unwrap_err();
         assert_eq!(
-            crate::vm::error_message(&err),
+            error_message(&err),
             "broken:1: Expected identifier when parsing expression, got '+'"
         );
     }

@@ -21,7 +21,10 @@ use super::grant::{Grant, Root, FILESYSTEM_READ, FILESYSTEM_WRITE};
 use super::id::{validate, CapabilityId, InvalidCapability};
 use super::set::CapabilitySet;
 pub use crate::principal::diagnostic::Attribution;
+use crate::principal::diagnostic::Diagnostics;
+use crate::principal::profile::{self, Profile};
 use crate::principal::Generation;
+use crate::principal::{Diagnostic, DiagnosticKind, ProfileKind, Severity};
 
 /// How many denial texts a domain keeps for its reports; more are counted, not kept.
 const DENIALS_KEPT: usize = 256;
@@ -132,16 +135,13 @@ impl From<CapabilityError> for mlua::Error {
 pub(crate) struct DenialLog {
     count: AtomicU64,
     recent: Mutex<Vec<String>>,
-    profile: crate::principal::Profile,
-    diagnostics: crate::principal::diagnostic::Diagnostics,
+    profile: Profile,
+    diagnostics: Diagnostics,
 }
 
 impl DenialLog {
     /// A log that also sends each denial to the domain's sinks.
-    pub(crate) fn new(
-        profile: crate::principal::Profile,
-        diagnostics: crate::principal::diagnostic::Diagnostics,
-    ) -> DenialLog {
+    pub(crate) fn new(profile: Profile, diagnostics: Diagnostics) -> DenialLog {
         DenialLog {
             profile,
             diagnostics,
@@ -158,21 +158,21 @@ impl DenialLog {
             }
         }
         if let Some(sink) = &self.profile {
-            crate::principal::profile::instant(
+            profile::instant(
                 &**sink,
-                crate::principal::ProfileKind::Denial,
+                ProfileKind::Denial,
                 denied.attribution.clone(),
                 denied.capability.to_string(),
             );
         }
         if let Some(sink) = &self.diagnostics {
-            let mut diagnostic = crate::principal::Diagnostic::new(
-                crate::principal::DiagnosticKind::CapabilityDenied,
+            let mut diagnostic = Diagnostic::new(
+                DiagnosticKind::CapabilityDenied,
                 denied.attribution.clone(),
                 denied.to_string(),
             );
             diagnostic.capability = Some(denied.capability.clone());
-            sink.diagnostic(crate::principal::Severity::Error, &diagnostic);
+            sink.diagnostic(Severity::Error, &diagnostic);
         }
     }
 

@@ -2,6 +2,7 @@ use std::sync::mpsc;
 
 use super::*;
 use crate::shared::queue_error::PushErrorKind;
+use crate::value::{Limits, ResourceHandle};
 
 fn int(n: i64) -> Message {
     Message::Integer(n)
@@ -225,7 +226,7 @@ fn nil_and_resource_handles_are_refused_naming_the_path() {
         err.to_string(),
         "SharedQueue:push: value: a queue value can't be nil"
     );
-    let handle = crate::value::ResourceHandle::new("mesh", 1);
+    let handle = ResourceHandle::new("mesh", 1);
     let nested = Message::Map(vec![(
         MapKey::String("items".into()),
         Message::List(vec![int(1), Message::Resource(handle)]),
@@ -298,7 +299,7 @@ fn the_registry_makes_a_name_once_and_refuses_another_capacity() {
 
 /// A string message of exactly `weight` bytes of queue weight.
 fn weighing(weight: usize) -> Message {
-    Message::String(vec![b'x'; weight - crate::Limits::NODE_WEIGHT].into())
+    Message::String(vec![b'x'; weight - Limits::NODE_WEIGHT].into())
 }
 
 #[test]

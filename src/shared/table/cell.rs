@@ -9,6 +9,8 @@
 use std::sync::Arc;
 
 use super::node::Node;
+#[cfg(loom)]
+use crate::sync::Mutex;
 
 /// A version as loaded: cheap to hold for one operation, derefs to the node.
 #[cfg(not(loom))]
@@ -43,12 +45,12 @@ impl VersionCell {
 }
 
 #[cfg(loom)]
-pub(crate) struct VersionCell(crate::sync::Mutex<Arc<Node>>);
+pub(crate) struct VersionCell(Mutex<Arc<Node>>);
 
 #[cfg(loom)]
 impl VersionCell {
     pub(crate) fn new(node: Arc<Node>) -> VersionCell {
-        VersionCell(crate::sync::Mutex::new(node))
+        VersionCell(Mutex::new(node))
     }
 
     pub(crate) fn load(&self) -> Loaded {

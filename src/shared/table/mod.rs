@@ -18,6 +18,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
+use crate::shared::StoreCore;
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
 use error::{SharedTableError, SharedTableErrorKind};
 pub(crate) use root::{TableLimits, TableRoot};
@@ -50,7 +51,7 @@ impl Tables {
     /// of (for the name count and the byte budget).
     pub(crate) fn open(
         &self,
-        store: &crate::shared::StoreCore,
+        store: &StoreCore,
         name: &[u8],
     ) -> Result<Arc<TableRoot>, SharedTableError> {
         const WHAT: &str = "jobs.shared.table";

@@ -291,6 +291,7 @@ pub(crate) fn entry_message(entry: &Entry) -> Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::value::{path, ResourceHandle};
 
     fn s(text: &str) -> Key {
         Key::String(bytes::Bytes::copy_from_slice(text.as_bytes()))
@@ -346,14 +347,12 @@ mod tests {
         assert_eq!(node.height, 2);
         let bad = Message::Map(vec![(
             MapKey::String("r".into()),
-            Message::List(vec![Message::Resource(crate::value::ResourceHandle::new(
-                "q", 1,
-            ))]),
+            Message::List(vec![Message::Resource(ResourceHandle::new("q", 1))]),
         )]);
         let err = Node::from_message(&bad, 0).unwrap_err();
         assert_eq!(err.what, "a resource handle");
         assert_eq!(
-            crate::value::path::render("t", &err.segments),
+            path::render("t", &err.segments),
             "t.r[1]",
             "the path names the value"
         );

@@ -1,8 +1,10 @@
 //! The core without Luau: versions, paths, detaching, bounds, `atomic`'s losses and end.
 
 use super::*;
-use crate::shared::{SharedLimits, SharedStore, SharedTableErrorKind, SharedTableRef, StoreCore};
-use crate::value::{Limits, MapKey, Message};
+use crate::shared::{
+    FrozenTable, SharedLimits, SharedStore, SharedTableErrorKind, SharedTableRef, StoreCore,
+};
+use crate::value::{Limits, MapKey, Message, ResourceHandle};
 
 fn store_with(limits: SharedLimits, tables: TableLimits) -> SharedStore {
     let mut core = StoreCore::new(limits);
@@ -289,10 +291,7 @@ fn resources_and_nan_keys_are_refused() {
     let err = t
         .set(
             "a",
-            map(&[(
-                "r",
-                Message::Resource(crate::value::ResourceHandle::new("q", 1)),
-            )]),
+            map(&[("r", Message::Resource(ResourceHandle::new("q", 1)))]),
         )
         .unwrap_err();
     assert_eq!(err.kind(), SharedTableErrorKind::NotData);
@@ -482,7 +481,7 @@ fn a_held_table_after_the_end_names_the_reason() {
 fn handles_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<SharedTableRef>();
-    assert_send_sync::<crate::shared::FrozenTable>();
+    assert_send_sync::<FrozenTable>();
 }
 
 #[test]
