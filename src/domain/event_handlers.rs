@@ -658,7 +658,7 @@ impl ScriptDomain {
             return false;
         };
         self.counters.handler_calls(due.len());
-        let profiling = self.principal.profile.is_some();
+        let profiling = self.current.principal.profile.is_some();
         for binding in due.iter() {
             let (context, failed, source) = match &binding.handler {
                 NamedHandler::Luau {
@@ -671,10 +671,14 @@ impl ScriptDomain {
                     let context = context.map(|i| &self.contexts()[i]);
                     let deadline = context
                         .and_then(ContextSpec::get_budget)
-                        .unwrap_or(self.principal.max_deadline);
+                        .unwrap_or(self.current.principal.max_deadline);
                     let call = profiling.then(std::time::Instant::now);
                     let authority = match context_index {
-                        Some(i) => Some(self.bindings.authority(i, &self.principal.authority)),
+                        Some(i) => Some(
+                            self.current
+                                .bindings
+                                .authority(i, &self.current.principal.authority),
+                        ),
                         None => authority.clone(),
                     };
                     let failed = match self.named_args(name, name_string, &payload) {
@@ -736,7 +740,7 @@ impl ScriptDomain {
     ) -> std::result::Result<MultiValue, String> {
         let unreadable =
             |e: mlua::Error| format!("its arguments could not be read: {}", vm::error_message(&e));
-        let lua = &self.vm.lua;
+        let lua = &self.current.vm.lua;
         let payload = payload.to_lua(lua).map_err(unreadable)?;
         let name_value = match name_string {
             Some((cached, value)) if Arc::ptr_eq(cached, name) || **cached == **name => {

@@ -1,4 +1,4 @@
-//! Generations: the parts one generation owns (`GenerationParts`), building and installing the
+//! Generations: the parts one generation owns (`GenerationState`), building and installing the
 //! next one, `ScriptDomain::restart`, the end of a generation (restart, reload or stop), the
 //! mailboxes of ended generations, and engine events raised by the host.
 //!
@@ -9,14 +9,15 @@
 //! drains, discards what they hold unapplied and unanswered, counting it
 //! ([`ScriptDomain::stale_events`]); a receiver is let go once its last sender is gone.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
 use super::{
-    actor, engine_vm, event_handlers, interfaces, scheduler, services, DomainState, Load,
-    ScriptDomain,
+    actor, engine_vm, event_handlers, host_promises, interfaces, scheduler, services, DomainState,
+    Load, ScriptDomain,
 };
 use crate::error::{Error, Halt, NameRefusal, Result};
 use crate::jobs::{self, DomainEvent, DomainMailbox, PrincipalCell, Registry};
@@ -27,28 +28,47 @@ use crate::vm::{FailureKind, JobFailure, Outcome};
 
 /// Everything one generation of a domain has of its own: its principal (id, mailbox, shared
 /// store), its engine VM, the receiving end of its mailbox, its registered jobs, the handlers
-/// its scripts bound to contexts, and the workers it spawned. The rest of a
-/// [`ScriptDomain`] is the host's and outlives generations.
+/// its scripts bound to contexts, the workers it spawned and the host promises it handed out.
+/// The rest of a [`ScriptDomain`] is the host's and outlives generations.
 ///
-/// A domain holds the current generation's parts in its own fields;
-/// [`swap_generation`](ScriptDomain::swap_generation) trades them with a `GenerationParts`, so
-/// a reload can install a candidate, pump it as the domain, and take it out again. A part added
-/// to a generation belongs here and in that swap.
-pub(super) struct GenerationParts {
-    principal: Arc<PrincipalCell>,
-    vm: Vm,
-    rx: Receiver<DomainEvent>,
-    registry: Rc<Registry>,
-    bindings: Rc<scheduler::Bindings>,
-    actors: Rc<actor::Actors>,
+/// Not called `Generation`: that is the public generation *number*
+/// ([`principal::Generation`](crate::Generation)), which this value carries in its principal.
+///
+/// A domain holds exactly one, its current generation; a restart or reload replaces it whole
+/// ([`install_generation`](ScriptDomain::install_generation)), and a reload trades it with its
+/// candidate for the length of the candidate's load
+/// ([`swap_generation`](ScriptDomain::swap_generation)). A part added to a generation is a field
+/// here and nothing more.
+///
+/// # Drop order
+/// What a generation owns must not outlive it. [`ScriptDomain::end_generation`] ends the
+/// principal, joins the actors, refuses the queued items and rejects the host promises while
+/// the value is still in place; [`install_generation`](ScriptDomain::install_generation) then
+/// drops the ended engine VM first (its tasks end, and the promises they held may post to the
+/// ended mailbox), keeps the receiver among the stale ones so that what those drops posted is
+/// discarded and counted, and drops the rest after that drain. The fields drop in the order
+/// they are declared when the whole value goes (the domain's own drop, a discarded candidate).
+pub(super) struct GenerationState {
+    pub(super) principal: Arc<PrincipalCell>,
+    pub(super) vm: Vm,
+    pub(super) rx: Receiver<DomainEvent>,
+    /// The jobs its scripts registered (`jobs.register`) and the host's kernels.
+    pub(super) registry: Rc<Registry>,
+    /// The host's contexts and the handlers scripts bound to them.
+    pub(super) bindings: Rc<scheduler::Bindings>,
+    /// The workers (`@skein/worker`) its code spawned; torn down when it ends.
+    pub(super) actors: Rc<actor::Actors>,
+    /// Host promises of this generation that may be pending: rejected when it ends.
+    pub(super) host_promises: RefCell<host_promises::HostPromises>,
 }
 
-impl GenerationParts {
+impl GenerationState {
     pub(super) fn generation(&self) -> Generation {
         self.principal.id.generation
     }
 
-    /// Drops the generation's parts but the receiving end of its mailbox, which is answered.
+    /// Drops the generation but the receiving end of its mailbox, which is answered: the rest
+    /// goes now, in declaration order, so what its drops post is in the receiver.
     pub(super) fn into_rx(self) -> Receiver<DomainEvent> {
         self.rx
     }
@@ -164,20 +184,20 @@ impl ScriptDomain {
     ///
     /// # Errors
     /// As [`restart`](Self::restart) when the VM can't be built.
-    pub(super) fn build_generation(&self) -> Result<GenerationParts> {
+    pub(super) fn build_generation(&self) -> Result<GenerationState> {
         let queue = self.event_handlers.queue().clone();
         let generation = Generation(self.last_generation.get().get() + 1);
         let (mailbox, rx) = DomainMailbox::new(queue, generation);
-        let principal = Arc::new(self.principal.next_generation(mailbox));
+        let principal = Arc::new(self.current.principal.next_generation(mailbox));
         debug_assert_eq!(principal.id.generation, generation);
         let vm = engine_vm(&principal, &self.pool, &self.reports)?;
-        let registry = self.registry.next_generation(principal.clone());
+        let registry = self.current.registry.next_generation(principal.clone());
         vm.lua.set_app_data(registry.clone());
-        let bindings = self.bindings.next_generation();
+        let bindings = self.current.bindings.next_generation();
         scheduler::install_context_module(&vm.lua, &bindings)?;
         event_handlers::install_events_module(&vm.lua, &self.event_handlers, generation)?;
         interfaces::install_interfaces_module(&vm.lua, &self.name, generation)?;
-        let actors = self.actors.next_generation(principal.clone());
+        let actors = self.current.actors.next_generation(principal.clone());
         super::actor::install_engine(&vm.lua, &actors)?;
         for (name, _) in principal.services.since(0) {
             let f = services::engine_function(&vm.lua, self.services.clone(), name.clone())?;
@@ -187,38 +207,36 @@ impl ScriptDomain {
             })?;
         }
         self.last_generation.set(generation);
-        Ok(GenerationParts {
+        Ok(GenerationState {
             principal,
             vm,
             rx,
             registry,
             bindings,
             actors,
+            host_promises: RefCell::default(),
         })
     }
 
-    /// Trades the domain's current generation parts with `parts`: after it, the domain runs
-    /// as the generation `parts` held, and `parts` holds the one it ran as.
-    pub(super) fn swap_generation(&mut self, parts: &mut GenerationParts) {
-        std::mem::swap(&mut self.principal, &mut parts.principal);
-        std::mem::swap(&mut self.vm, &mut parts.vm);
-        std::mem::swap(&mut self.rx, &mut parts.rx);
-        std::mem::swap(&mut self.registry, &mut parts.registry);
-        std::mem::swap(&mut self.bindings, &mut parts.bindings);
-        std::mem::swap(&mut self.actors, &mut parts.actors);
+    /// Trades the domain's current generation with `other` in one move: after it, the domain
+    /// runs as the generation `other` held, and `other` holds the one it ran as.
+    pub(super) fn swap_generation(&mut self, other: &mut GenerationState) {
+        std::mem::swap(&mut self.current, other);
         self.owned.set_running(self.generation());
     }
 
     /// Makes `next` the current generation for good, after the current one has ended: its
     /// mailbox joins the ended ones (drained into `stale_events`), its engine VM is dropped
     /// with its tasks, and what waits in the event queue for it is discarded and counted.
-    pub(super) fn install_generation(&mut self, mut next: GenerationParts) {
-        self.swap_generation(&mut next);
+    pub(super) fn install_generation(&mut self, next: GenerationState) {
+        let ended = std::mem::replace(&mut self.current, next);
+        self.owned.set_running(self.generation());
         let generation = self.generation();
-        let GenerationParts { rx, vm, .. } = next;
-        self.stale_rx.get_mut().push(rx);
-        // Dropping the old engine VM ends its tasks and the promises they awaited.
-        drop(vm);
+        // The order below is the generation's drop order (see `GenerationState`): the
+        // receiver first joins the stale ones, then the engine VM goes, ending its tasks and
+        // the promises they awaited, and what that posted is drained before the rest goes.
+        self.stale_rx.get_mut().push(ended.rx);
+        drop(ended.vm);
         self.event_handlers.queue().advance(generation);
         self.event_handlers.next_generation(generation);
         self.drain_stale();
@@ -274,7 +292,7 @@ impl ScriptDomain {
                 message,
             }
         })?;
-        self.principal.events.raise(name, payload);
+        self.current.principal.events.raise(name, payload);
         Ok(())
     }
 
@@ -284,10 +302,10 @@ impl ScriptDomain {
     /// worker that drops the job's VM fails it, naming the reason); a restart rejects it now.
     pub(super) fn end_generation(&self, reason: &str, reject_pending: bool) {
         let ending = std::time::Instant::now();
-        self.principal.end(reason);
+        self.current.principal.end(reason);
         // No worker outlives its generation: each is closed, interrupted and joined.
-        self.actors.teardown();
-        let id = self.principal.id;
+        self.current.actors.teardown();
+        let id = self.current.principal.id;
         let pool = self.pool.shared();
         for item in pool.lanes.forget(|(principal, _)| *principal == id) {
             let failure = JobFailure {
@@ -302,7 +320,7 @@ impl ScriptDomain {
             jobs::reply(&item.principal, item.reply, outcome, pool);
         }
         if reject_pending {
-            self.host_promises.borrow_mut().reject_all(reason);
+            self.current.host_promises.borrow_mut().reject_all(reason);
         }
         // What the generation owns is released last, newest first, after everything that might
         // still have used it has stopped.
@@ -320,7 +338,7 @@ impl ScriptDomain {
     /// Counts `n` stale events, and profiles each as an instant.
     pub(super) fn count_stale(&self, n: u64) {
         self.stale.set(self.stale.get() + n);
-        if self.principal.profile.is_some() {
+        if self.current.principal.profile.is_some() {
             let now = std::time::Instant::now();
             for _ in 0..n {
                 self.profiled(

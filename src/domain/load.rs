@@ -99,7 +99,7 @@ type LoadSlot = Rc<RefCell<Option<Result<(), String>>>>;
 impl ScriptDomain {
     /// Runs `load` in the generation installed now and pumps the domain until its task ends.
     pub(super) fn run_load(&self, load: &Load) -> Result<(), LoadFailure> {
-        let lua = &self.vm.lua;
+        let lua = &self.current.vm.lua;
         let (source, chunk_name, label, args) = match load {
             Load::Nothing => return Ok(()),
             Load::Source { name, source } => (
@@ -142,10 +142,11 @@ impl ScriptDomain {
         });
         let owner = Rc::new(Owner::new(
             Arc::new(format!("script {label}")),
-            self.principal.max_deadline,
+            self.current.principal.max_deadline,
             Some(completion),
         ));
-        self.vm
+        self.current
+            .vm
             .start(function, args, owner)
             .map_err(|e| LoadFailure::new(LoadStage::Run, vm::error_message(&e)))?;
         let until = Instant::now() + self.load_bound;

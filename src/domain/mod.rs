@@ -448,16 +448,13 @@ pub struct ScriptDomain {
     last_generation: std::cell::Cell<Generation>,
     /// How long a restart's or reload's load may take.
     load_bound: Duration,
-    principal: Arc<PrincipalCell>,
     pool: Pool,
-    vm: Vm,
-    rx: Receiver<DomainEvent>,
+    /// What the current generation owns; a restart or reload replaces it whole.
+    current: generation::GenerationState,
     /// The mailboxes of ended generations, drained into `stale` until their last sender goes.
     stale_rx: RefCell<Vec<Receiver<DomainEvent>>>,
     /// Events of ended generations that arrived and were discarded unapplied.
     stale: std::cell::Cell<u64>,
-    /// Host promises of this generation that may be pending: rejected when it ends.
-    host_promises: RefCell<host_promises::HostPromises>,
     reports: Rc<RefCell<reports::Reports>>,
     /// Failures of scripts the host started: `run_until_idle` answers the first.
     failures: Rc<RefCell<Vec<String>>>,
@@ -465,12 +462,8 @@ pub struct ScriptDomain {
     services: Rc<EngineServices>,
     /// The sum of the `dt` given to [`frame`](Self::frame).
     frame_time: std::cell::Cell<Duration>,
-    /// The jobs its scripts registered (`jobs.register`) and the host's kernels.
-    registry: Rc<Registry>,
     /// Where the domain is in its life; shared with the completion of a loading script.
     state: Rc<std::cell::Cell<DomainState>>,
-    /// The host's contexts and the handlers scripts bound to them.
-    bindings: Rc<scheduler::Bindings>,
     /// The scheduler entry running now, if any: a second one is `Reentrant`.
     busy: std::cell::Cell<Option<&'static str>>,
     fixed_step: FixedStep,
@@ -481,8 +474,6 @@ pub struct ScriptDomain {
     /// When `run_until_idle` last ran the registered jobs: they run at most once per
     /// [`FRAME_INTERVAL`] there.
     jobs_ran: std::cell::Cell<Option<Instant>>,
-    /// The workers (`@skein/worker`) its code spawned; torn down with each generation.
-    actors: Rc<actor::Actors>,
     /// Where every diagnostic goes as it is made, if anywhere.
     diagnostics: diagnostic::Diagnostics,
     /// Running totals for [`stats`](Self::stats).
@@ -597,26 +588,28 @@ impl ScriptDomain {
             last_generation: std::cell::Cell::new(id.generation),
             load_bound: spec.load_bound,
             name: spec.name,
-            principal,
             pool: pool.clone(),
-            vm,
-            rx,
+            current: generation::GenerationState {
+                principal,
+                vm,
+                rx,
+                registry,
+                bindings,
+                actors,
+                host_promises: RefCell::default(),
+            },
             stale_rx: RefCell::new(Vec::new()),
             stale: std::cell::Cell::new(0),
-            host_promises: RefCell::default(),
             reports,
             failures: Rc::new(RefCell::new(Vec::new())),
             services: Rc::new(EngineServices::default()),
             frame_time: std::cell::Cell::new(Duration::ZERO),
-            registry,
             state: Rc::new(std::cell::Cell::new(DomainState::Ready)),
-            bindings,
             busy: std::cell::Cell::new(None),
             fixed_step: spec.fixed_step,
             accumulator: std::cell::Cell::new(Duration::ZERO),
             jobs_ran: std::cell::Cell::new(None),
             event_handlers,
-            actors,
             diagnostics: spec.diagnostics.0,
             counters: stats::Counters::default(),
             spare_owner: std::cell::Cell::new(None),
@@ -655,10 +648,10 @@ impl ScriptDomain {
         started: Instant,
         queue_delay: Option<Duration>,
     ) {
-        if let Some(sink) = &self.principal.profile {
+        if let Some(sink) = &self.current.principal.profile {
             let attribution = Attribution {
                 context: context.map(str::to_owned),
-                ..self.principal.authority.attribution().clone()
+                ..self.current.principal.authority.attribution().clone()
             };
             let name = name.unwrap_or_else(|| self.name.clone());
             profile::emit(&**sink, kind, attribution, name, started, queue_delay);
@@ -672,22 +665,22 @@ impl ScriptDomain {
 
     /// The principal the pool runs this domain's work as.
     pub fn principal(&self) -> Principal {
-        self.principal.id
+        self.current.principal.id
     }
 
     /// The domain's stable id.
     pub fn id(&self) -> DomainId {
-        self.principal.id.domain
+        self.current.principal.id.domain
     }
 
     /// The current generation.
     pub fn generation(&self) -> Generation {
-        self.principal.id.generation
+        self.current.principal.id.generation
     }
 
     /// The `Send` handle other threads reach this domain through.
     pub fn mailbox(&self) -> DomainMailbox {
-        self.principal.mailbox.clone()
+        self.current.principal.mailbox.clone()
     }
 
     /// The pool serving this domain.
@@ -705,7 +698,7 @@ impl ScriptDomain {
     /// assert_send::<skein::mlua::Lua>();
     /// ```
     pub fn lua(&self) -> &Lua {
-        &self.vm.lua
+        &self.current.vm.lua
     }
 
     /// Starts the script at `path` as a task of the engine VM, with `args` as its `...`.
@@ -743,7 +736,7 @@ impl ScriptDomain {
         let name = format!("@{}", path.display());
         let args: Vec<Value> = args
             .iter()
-            .map(|a| self.vm.lua.create_string(a).map(Value::String))
+            .map(|a| self.current.vm.lua.create_string(a).map(Value::String))
             .collect::<mlua::Result<_>>()?;
         self.start_chunk(
             &source,
@@ -816,7 +809,7 @@ impl ScriptDomain {
     ) -> Result<Rc<RefCell<Option<Result<Message>>>>> {
         // The chunk may dispatch before its first yield: edits must be seen before it runs.
         vm::check_sources();
-        let lua = &self.vm.lua;
+        let lua = &self.current.vm.lua;
         let function = vm::source::compile(lua, source, chunk_name).map_err(|e| {
             if loads {
                 self.state.set(DomainState::Failed);
@@ -851,10 +844,10 @@ impl ScriptDomain {
         });
         let owner = Rc::new(Owner::new(
             Arc::new(format!("script {label}")),
-            self.principal.max_deadline,
+            self.current.principal.max_deadline,
             Some(completion),
         ));
-        self.vm.start(function, args, owner)?;
+        self.current.vm.start(function, args, owner)?;
         Ok(slot)
     }
 
@@ -910,8 +903,9 @@ impl ScriptDomain {
         args: Message,
         opts: &JobOptions,
     ) -> Result<Promise<Message>> {
-        let opts = opts.check(self.principal.max_deadline)?;
+        let opts = opts.check(self.current.principal.max_deadline)?;
         let module = self
+            .current
             .vm
             .core
             .modules
@@ -927,19 +921,20 @@ impl ScriptDomain {
             module.spec,
             entry.clone(),
             self.pool.shared().clone(),
-            self.principal.id,
+            self.current.principal.id,
             opts.key.clone(),
         );
         let item = Item {
-            principal: self.principal.clone(),
-            authority: self.principal.authority.clone(),
+            principal: self.current.principal.clone(),
+            authority: self.current.principal.authority.clone(),
             job: job.clone(),
             module: module.path,
             entry,
             args: ItemArgs::Plain(args),
             deadline: opts.deadline,
             reply: ReplyTo::Host(slot.clone()),
-            queued_at: (opts.key.is_some() || self.principal.profile.is_some()).then(Instant::now),
+            queued_at: (opts.key.is_some() || self.current.principal.profile.is_some())
+                .then(Instant::now),
             charge: None,
         };
         match opts.key {
@@ -947,7 +942,7 @@ impl ScriptDomain {
                 .pool
                 .shared()
                 .dispatch_keyed(
-                    (self.principal.id, key),
+                    (self.current.principal.id, key),
                     item,
                     opts.supersede,
                     "dispatch: key",
@@ -958,7 +953,10 @@ impl ScriptDomain {
                 })?,
             None => self.pool.shared().inject(item),
         }
-        self.host_promises.borrow_mut().track(&slot, job.clone());
+        self.current
+            .host_promises
+            .borrow_mut()
+            .track(&slot, job.clone());
         Ok(Promise::new(slot, Some(job)))
     }
 
@@ -972,13 +970,16 @@ impl ScriptDomain {
         let key = key.as_ref();
         jobs::check_key(key, "release: key")?;
         let key = bytes::Bytes::copy_from_slice(key);
-        Ok(self.pool.shared().release_key((self.principal.id, key)))
+        Ok(self
+            .pool
+            .shared()
+            .release_key((self.current.principal.id, key)))
     }
 
     /// The domain's shared store: the tables and queues its scripts reach as `jobs.shared`.
     /// The store belongs to this generation of the domain and ends with it.
     pub fn shared(&self) -> SharedStore {
-        SharedStore::new(self.principal.shared.clone())
+        SharedStore::new(self.current.principal.shared.clone())
     }
 
     /// Drains the mailbox once, after discarding what reached the mailboxes of ended
@@ -986,23 +987,29 @@ impl ScriptDomain {
     fn drain(&self) -> bool {
         self.drain_stale();
         let mut any = false;
-        while let Ok(event) = self.rx.try_recv() {
+        while let Ok(event) = self.current.rx.try_recv() {
             self.handle(event);
             any = true;
         }
         // The drain is the engine VM's start point for engine events.
-        let events = &self.principal.events;
-        any | jobs::deliver_events(&self.vm, events, self.principal.max_deadline)
+        let events = &self.current.principal.events;
+        any | jobs::deliver_events(
+            &self.current.vm,
+            events,
+            self.current.principal.max_deadline,
+        )
     }
 
     fn handle(&self, event: DomainEvent) {
         match event {
-            DomainEvent::Settle { promise, outcome } => self.vm.settle(promise, outcome),
+            DomainEvent::Settle { promise, outcome } => self.current.vm.settle(promise, outcome),
             DomainEvent::Report { label, failure } => self.reports.borrow_mut().push(Report {
                 source: label,
                 message: failure,
             }),
-            DomainEvent::Parcel(parcel) => crate::shared::receive_parcel(&self.vm.lua, parcel),
+            DomainEvent::Parcel(parcel) => {
+                crate::shared::receive_parcel(&self.current.vm.lua, parcel)
+            }
             DomainEvent::Query {
                 service,
                 args,
@@ -1015,16 +1022,20 @@ impl ScriptDomain {
                 // `require_capability` sees the item's authority (a context's part, when a
                 // handler dispatched it), not the domain's whole grant.
                 let _authority = capability::install(Some(
-                    authority.as_ref().unwrap_or(&self.principal.authority),
+                    authority
+                        .as_ref()
+                        .unwrap_or(&self.current.principal.authority),
                 ));
                 self.apply(commands, None);
                 let answer = self.services.answer(&service, args);
                 if let Some(job) = job {
-                    self.registry.count_forwarded(job);
+                    self.current.registry.count_forwarded(job);
                 }
                 self.deliver(reply, vm::Outcome::Resolved(answer));
             }
-            DomainEvent::Registered(registration) => self.registry.add_remote(*registration),
+            DomainEvent::Registered(registration) => {
+                self.current.registry.add_remote(*registration)
+            }
             DomainEvent::RegisteredDone {
                 job,
                 commands,
@@ -1034,21 +1045,27 @@ impl ScriptDomain {
                 if !commands.is_empty() {
                     // As the job's call ran: under the authority it was registered with.
                     let _authority = capability::install(Some(
-                        authority.as_ref().unwrap_or(&self.principal.authority),
+                        authority
+                            .as_ref()
+                            .unwrap_or(&self.current.principal.authority),
                     ));
-                    let source = self.registry.source(job);
+                    let source = self.current.registry.source(job);
                     self.apply_as(commands, &source);
                 }
-                self.registry.remote_done(job, failure);
+                self.current.registry.remote_done(job, failure);
             }
-            DomainEvent::RegisteredControl { job, control } => self.registry.control(job, control),
+            DomainEvent::RegisteredControl { job, control } => {
+                self.current.registry.control(job, control)
+            }
             DomainEvent::Apply {
                 commands,
                 then,
                 authority,
             } => {
                 let _authority = capability::install(Some(
-                    authority.as_ref().unwrap_or(&self.principal.authority),
+                    authority
+                        .as_ref()
+                        .unwrap_or(&self.current.principal.authority),
                 ));
                 self.apply(commands, then.as_ref().map(|s| s.job()));
                 if let Some(mut settlement) = then {
@@ -1089,8 +1106,8 @@ impl ScriptDomain {
     /// the way a worker replies.
     fn deliver(&self, to: ReplyTo, outcome: vm::Outcome) {
         match to {
-            ReplyTo::Engine(promise) => self.vm.settle(promise, outcome),
-            other => jobs::reply(&self.principal, other, outcome, self.pool.shared()),
+            ReplyTo::Engine(promise) => self.current.vm.settle(promise, outcome),
+            other => jobs::reply(&self.current.principal, other, outcome, self.pool.shared()),
         }
     }
 
@@ -1176,10 +1193,12 @@ impl ScriptDomain {
             ));
         }
         let name: Arc<str> = Arc::from(name);
-        let f = services::engine_function(&self.vm.lua, self.services.clone(), name.clone())?;
-        jobs::install_at(&self.vm.lua, &name, f)
+        let f =
+            services::engine_function(&self.current.vm.lua, self.services.clone(), name.clone())?;
+        jobs::install_at(&self.current.vm.lua, &name, f)
             .map_err(|e| refused(NameRefusal::ServicePath, format!("register: {e}")))?;
-        self.principal
+        self.current
+            .principal
             .services
             .add(&name, kind)
             .map_err(|e| refused(NameRefusal::ServiceTaken, e))?;
@@ -1251,17 +1270,17 @@ impl ScriptDomain {
     /// round of [`pump`](Self::pump), [`eval`](Self::eval) and
     /// [`run_until_idle`](Self::run_until_idle)).
     pub fn frames(&self) -> u64 {
-        self.principal.frames.load(Ordering::Acquire)
+        self.current.principal.frames.load(Ordering::Acquire)
     }
 
     /// One frame's work: drain, count the frame, wake frame waits, run the registered jobs
     /// phase by phase, step. Answers the frame.
     fn round(&self) -> u64 {
         self.drain();
-        let frame = self.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
-        self.vm.wake_frames(frame);
-        self.registry.run(&self.vm, None);
-        self.vm.step();
+        let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
+        self.current.vm.wake_frames(frame);
+        self.current.registry.run(&self.current.vm, None);
+        self.current.vm.step();
         frame
     }
 
@@ -1291,8 +1310,8 @@ impl ScriptDomain {
     pub fn run_job_phase(&self, name: &str) -> bool {
         vm::check_sources();
         self.drain();
-        let known = self.registry.run(&self.vm, Some(name));
-        self.vm.step();
+        let known = self.current.registry.run(&self.current.vm, Some(name));
+        self.current.vm.step();
         known
     }
 
@@ -1330,12 +1349,12 @@ impl ScriptDomain {
     where
         F: Fn(Message) -> std::result::Result<Message, String> + Send + Sync + 'static,
     {
-        self.registry.register_kernel(name, Arc::new(f))
+        self.current.registry.register_kernel(name, Arc::new(f))
     }
 
     /// Snapshots of the jobs registered on this domain, in registration order.
     pub fn jobs(&self) -> Vec<JobInfo> {
-        self.registry.list(None)
+        self.current.registry.list(None)
     }
 
     /// One round on the engine thread: drain the mailbox, then run the tasks that are ready.
@@ -1343,9 +1362,9 @@ impl ScriptDomain {
     pub fn pump(&self) -> bool {
         vm::check_sources();
         let drained = self.drain();
-        let frame = self.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
-        let woke = self.vm.wake_frames(frame);
-        let ran = self.vm.step();
+        let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
+        let woke = self.current.vm.wake_frames(frame);
+        let ran = self.current.vm.step();
         drained || woke || ran
     }
 
@@ -1362,9 +1381,9 @@ impl ScriptDomain {
     /// [`pump_once`](Self::pump_once), never waiting past `until` when it is given.
     fn pump_once_until(&self, block: bool, jobs: bool, until: Option<Instant>) -> bool {
         let drained = self.drain();
-        let frame = self.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
-        let woke = self.vm.wake_frames(frame);
-        let live_jobs = jobs && self.registry.has_work();
+        let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
+        let woke = self.current.vm.wake_frames(frame);
+        let live_jobs = jobs && self.current.registry.has_work();
         let jobs_due = live_jobs.then(|| match self.jobs_ran.get() {
             Some(at) => at + FRAME_INTERVAL,
             None => Instant::now(),
@@ -1372,19 +1391,22 @@ impl ScriptDomain {
         let ran_jobs = match jobs_due {
             Some(due) if due <= Instant::now() => {
                 self.jobs_ran.set(Some(Instant::now()));
-                self.registry.run(&self.vm, None);
+                self.current.registry.run(&self.current.vm, None);
                 true
             }
             _ => false,
         };
-        if drained | woke | ran_jobs | self.vm.step() || self.vm.has_ready() {
+        if drained | woke | ran_jobs | self.current.vm.step() || self.current.vm.has_ready() {
             return true;
         }
         // A pop parked by a task that has since ended would otherwise count as pending forever.
-        crate::shared::sweep_parked_pops(&self.vm.lua);
-        let pending = self.vm.core.promises.borrow().pending();
-        let next = [self.vm.next_wake(), jobs_due].into_iter().flatten().min();
-        let frame_waits = self.vm.has_frame_waits();
+        crate::shared::sweep_parked_pops(&self.current.vm.lua);
+        let pending = self.current.vm.core.promises.borrow().pending();
+        let next = [self.current.vm.next_wake(), jobs_due]
+            .into_iter()
+            .flatten()
+            .min();
+        let frame_waits = self.current.vm.has_frame_waits();
         if pending == 0 && next.is_none() && !frame_waits {
             return false;
         }
@@ -1407,6 +1429,7 @@ impl ScriptDomain {
             None => wait,
         };
         let received = self
+            .current
             .rx
             .recv_timeout(wait)
             .map_err(|_| RecvTimeoutError::Timeout);
@@ -1455,16 +1478,16 @@ impl ScriptDomain {
         let round = |live: &Option<Arc<vm::Liveness>>| {
             live.as_ref().map(|_| Instant::now() + stall::STALL_ROUND)
         };
-        while self.pump_once_until(true, true, round(&self.principal.liveness)) {
+        while self.pump_once_until(true, true, round(&self.current.principal.liveness)) {
             // A script can run for minutes without returning to the host: look for edited
             // sources now and then, so an edit still reaches its next dispatch.
             if checked.elapsed() >= SOURCE_CHECK_INTERVAL {
                 vm::check_sources();
                 checked = Instant::now();
             }
-            if let Some(live) = &self.principal.liveness {
+            if let Some(live) = &self.current.principal.liveness {
                 if stall.stalled(live, self.engine_still()) {
-                    let waits = stall::describe(&self.vm);
+                    let waits = stall::describe(&self.current.vm);
                     // Still, with no task waiting and no promise pending: only a timer of a
                     // cancelled task was left, which nothing waits for. The run is over.
                     if waits.is_empty() {
@@ -1484,10 +1507,10 @@ impl ScriptDomain {
     /// The engine thread's part of a stall verdict: nothing ready in the engine VM, nothing in
     /// its mailbox, no registered job live and no `@skein/worker` thread alive.
     fn engine_still(&self) -> bool {
-        !self.vm.has_ready()
-            && self.rx.is_empty()
-            && !self.registry.has_work()
-            && self.actors.live().get() == 0
+        !self.current.vm.has_ready()
+            && self.current.rx.is_empty()
+            && !self.current.registry.has_work()
+            && self.current.actors.live().get() == 0
     }
 
     /// Ends a stalled `run_until_idle`: a failure already seen comes first, as it would have
@@ -1505,7 +1528,7 @@ impl ScriptDomain {
     /// end of a run no task is left that could still await them, so each is a failure nobody
     /// handled (a `jobs.dispatch` whose promise was dropped, say).
     fn report_unhandled_rejections(&self) {
-        let unhandled = self.vm.core.promises.borrow_mut().take_unhandled();
+        let unhandled = self.current.vm.core.promises.borrow_mut().take_unhandled();
         let mut reports = self.reports.borrow_mut();
         for (what, failure) in unhandled.kept {
             reports.push(Report {
@@ -1529,7 +1552,7 @@ impl ScriptDomain {
     /// (source `capability`), oldest first within each.
     pub fn take_reports(&self) -> Vec<Report> {
         let mut reports = self.reports.borrow_mut().take();
-        let denials = self.principal.authority.denials().take();
+        let denials = self.current.principal.authority.denials().take();
         reports.extend(denials.into_iter().map(|message| Report {
             source: "capability".to_owned(),
             message,
@@ -1539,26 +1562,26 @@ impl ScriptDomain {
 
     /// How many capability checks the domain's code failed, in every VM and generation.
     pub fn denials(&self) -> u64 {
-        self.principal.authority.denials().count()
+        self.current.principal.authority.denials().count()
     }
 
     /// What the domain's code may do.
     pub fn grant(&self) -> &capability::Grant {
-        self.principal.authority.grant()
+        self.current.principal.authority.grant()
     }
 
     /// Takes the failures the domain's workers reported, oldest first. Each is also in
     /// [`take_reports`](Self::take_reports) as text, and reaches the domain's code once
     /// through `Worker:receive`.
     pub fn take_worker_failures(&self) -> Vec<WorkerError> {
-        self.actors.take_failures()
+        self.current.actors.take_failures()
     }
 
     /// A count of the domain's worker threads still alive, which outlives the domain: after
     /// a stop or a drop it reads 0. Not part of the stable surface.
     #[doc(hidden)]
     pub fn live_workers(&self) -> LiveWorkers {
-        self.actors.live()
+        self.current.actors.live()
     }
 
     /// A spec for a child domain named `name` holding `wanted`, a part of this domain's grant:
@@ -1576,7 +1599,7 @@ impl ScriptDomain {
 
     /// Live tasks in the engine VM.
     pub fn tasks(&self) -> usize {
-        self.vm.tasks()
+        self.current.vm.tasks()
     }
 }
 

@@ -406,7 +406,7 @@ impl ScriptDomain {
 
     /// The contexts the host declared, in declaration order.
     pub fn contexts(&self) -> &[ContextSpec] {
-        self.bindings.contexts()
+        self.current.bindings.contexts()
     }
 
     /// Runs every handler bound to `phase` now, each called with a copy of `args`, and answers
@@ -563,7 +563,7 @@ impl ScriptDomain {
     /// context) and drops every bound handler: what a stop and a restart both do first.
     pub(super) fn shut_down(&self) {
         self.broadcast_reporting(Phase::Shutdown);
-        self.bindings.clear();
+        self.current.bindings.clear();
     }
 
     /// Runs every handler of `phase` with no arguments; each failure becomes a
@@ -631,11 +631,11 @@ impl ScriptDomain {
     ) -> PhaseReport {
         let started = Instant::now();
         let queued = queued.unwrap_or(started);
-        let due = self.bindings.snapshot(phase);
+        let due = self.current.bindings.snapshot(phase);
         let wanted = |b: &&Binding| only.is_none_or(|only| b.context == only);
         let calls = due.iter().filter(wanted).count();
         self.counters.handler_calls(calls);
-        let profiling = self.principal.profile.is_some();
+        let profiling = self.current.principal.profile.is_some();
         let mut errors = Vec::new();
         let mut timings = Vec::with_capacity(calls);
         // One clock read per call: a call's end is the next one's start, unless a profile
@@ -643,12 +643,15 @@ impl ScriptDomain {
         let mut call = started;
         for binding in due.iter().filter(wanted) {
             let context = binding.context;
-            let spec = &self.bindings.contexts()[context];
-            let authority = self.bindings.authority(context, &self.principal.authority);
+            let spec = &self.current.bindings.contexts()[context];
+            let authority = self
+                .current
+                .bindings
+                .authority(context, &self.current.principal.authority);
             let failed = self.call_handler(spec, context, authority, phase, &binding.handler, args);
             let ended = Instant::now();
             timings.push(HandlerTiming {
-                context: self.bindings.names[context].clone(),
+                context: self.current.bindings.names[context].clone(),
                 elapsed: ended.saturating_duration_since(call),
             });
             if profiling {
@@ -699,8 +702,10 @@ impl ScriptDomain {
         handler: &Function,
         args: &[Message],
     ) -> Option<String> {
-        let label = self.bindings.label(context, phase);
-        let deadline = spec.get_budget().unwrap_or(self.principal.max_deadline);
+        let label = self.current.bindings.label(context, phase);
+        let deadline = spec
+            .get_budget()
+            .unwrap_or(self.current.principal.max_deadline);
         let values = match self.lua_args(args) {
             Ok(values) => values,
             Err(text) => return Some(text),
@@ -710,7 +715,7 @@ impl ScriptDomain {
 
     /// Copies `args` into the engine VM; answers the failure's text when one can't be read.
     pub(super) fn lua_args(&self, args: &[Message]) -> std::result::Result<MultiValue, String> {
-        let lua = &self.vm.lua;
+        let lua = &self.current.vm.lua;
         let mut values = MultiValue::with_capacity(args.len());
         for arg in args {
             match arg.to_lua(lua) {
@@ -747,7 +752,7 @@ impl ScriptDomain {
             owner = owner.with_authority(authority);
         }
         let owner = self.fresh_owner(owner);
-        match self.vm.call(handler.clone(), values, owner.clone()) {
+        match self.current.vm.call(handler.clone(), values, owner.clone()) {
             Err(e) => Some(vm::error_message(&e)),
             Ok(FirstRun::Ended(result)) => {
                 // Whatever the call started (a spawned task, a deferred one) holds the owner

@@ -137,9 +137,9 @@ impl ScriptDomain {
             reports_waiting: self.reports.borrow().len(),
             live_workers: self.live_workers().get(),
             owned_resources: self.owned_count(),
-            registered_jobs: self.registry.len(),
-            job_bytes: self.principal.job_bytes.held(),
-            shared_bytes: self.principal.shared.bytes(),
+            registered_jobs: self.current.registry.len(),
+            job_bytes: self.current.principal.job_bytes.held(),
+            shared_bytes: self.current.principal.shared.bytes(),
         }
     }
 }
