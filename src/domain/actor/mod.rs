@@ -697,7 +697,7 @@ pub(crate) fn install_engine(lua: &Lua, actors: &Rc<Actors>) -> mlua::Result<()>
 /// Installs `@skein/worker` in an actor's own VM: `send` reaches the domain, `spawn` refuses.
 fn install_lane_module(lua: &Lua, shared: Arc<ActorShared>) -> mlua::Result<()> {
     // The actor emits domain events through the mailbox of the generation that spawned it.
-    crate::domain::emit::install_worker_events(lua, shared.mailbox().clone(), None)?;
+    crate::domain::events::emit::install_worker_events(lua, shared.mailbox().clone(), None)?;
     let module = lua.create_table()?;
     module.raw_set(
         "spawn",

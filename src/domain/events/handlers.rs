@@ -15,11 +15,12 @@ use std::sync::Arc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::context::ContextSpec;
-use super::emit::{read_emit, EmitRefused};
-use super::handler_label::HandlerLabel;
-use super::scheduler::{wider_than_binder, Bindings};
-use super::{Report, ScriptDomain};
+use crate::domain::events::emit::install_worker_events;
+use crate::domain::events::emit::{read_emit, EmitRefused};
+use crate::domain::frame::context::ContextSpec;
+use crate::domain::frame::handler_label::HandlerLabel;
+use crate::domain::frame::phases::{wider_than_binder, Bindings};
+use crate::domain::{Report, ScriptDomain};
 use crate::error::{Error, NameRefusal, Result};
 use crate::jobs::{registering_authority, DomainMailbox};
 use crate::principal::capability::{Authority, CapabilitySet};
@@ -416,7 +417,7 @@ pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
     }
     if let Some(principal) = crate::jobs::home_principal(lua) {
         let authority = Some(principal.authority.clone());
-        return super::emit::install_worker_events(lua, principal.mailbox.clone(), authority);
+        return install_worker_events(lua, principal.mailbox.clone(), authority);
     }
     crate::vm::registered_or_refusing(
         lua,
@@ -567,7 +568,7 @@ impl ScriptDomain {
     }
 
     /// One drain, inside a scheduler entry.
-    pub(super) fn run_event_drain(&self) -> EventReport {
+    pub(crate) fn run_event_drain(&self) -> EventReport {
         let handlers = self.event_handlers.clone();
         self.drain_stale();
         let batch = handlers.queue().take(handlers.queue().limits().per_drain);

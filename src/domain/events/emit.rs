@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use mlua::{Lua, Value};
 
-use super::event_handlers::{EVENTS_KEY, WORKER_ON};
+use crate::domain::events::handlers::{EVENTS_KEY, WORKER_ON};
 use crate::jobs::DomainMailbox;
 use crate::principal::capability::{self, Authority};
 use crate::principal::diagnostic::{Diagnostic, DiagnosticKind};

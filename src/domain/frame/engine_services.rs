@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use mlua::Lua;
 
+use crate::domain::ScriptDomain;
+use crate::error::{Error, NameRefusal, Result};
+use crate::jobs;
 use crate::value::Message;
 use crate::vm::{panic_message, ServiceCall};
 
@@ -125,4 +128,105 @@ pub(crate) fn engine_function(
             Err(e) => Err(mlua::Error::runtime(e)),
         }
     })
+}
+
+impl ScriptDomain {
+    /// Registers a query: a function of the host that answers a value, reached from Luau at
+    /// the dotted global path `name` (`world.get`). In the engine VM the path calls `f`
+    /// directly; in a worker VM it forwards the call to this thread and the calling task waits
+    /// for the answer, after every command its job recorded before it has applied.
+    ///
+    /// `f` receives the call's arguments as one `Message::List`; an `Err` is raised to the
+    /// caller naming the service, and so is a panic, which is contained.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// // Arguments arrive as one list; a Luau number is a `Message::Number`.
+    /// domain.register_query("world.double", |args| match args {
+    ///     Message::List(a) => match a.first() {
+    ///         Some(Message::Number(n)) => Ok(Message::Number(n * 2.0)),
+    ///         other => Err(format!("expected a number, got {other:?}")),
+    ///     },
+    ///     _ => unreachable!("arguments arrive as a list"),
+    /// })?;
+    /// assert_eq!(domain.eval("return world.double(21)")?, Message::Number(42.0));
+    /// let err = domain.eval("return world.double('x')").unwrap_err().to_string();
+    /// assert!(err.contains("engine service 'world.double' failed: expected a number"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Name`] naming the [`NameRefusal`]: when the name is not 1 to 256 bytes of
+    /// dotted Luau identifiers, is registered already, or its path is taken in the engine VM (a
+    /// global that is not a table, a read-only built-in table, or a value at the path itself).
+    pub fn register_query<F>(&self, name: &str, f: F) -> Result<()>
+    where
+        F: Fn(Message) -> std::result::Result<Message, String> + 'static,
+    {
+        self.register(name, jobs::ServiceKind::Query, Service::Query(Box::new(f)))
+    }
+
+    /// Registers a command: a function of the host that changes host state and answers
+    /// nothing, reached from Luau at the dotted global path `name` (`world.set`). In the engine
+    /// VM the path calls `f` directly; in a worker VM the call is recorded and returns at once,
+    /// and this thread applies the job's commands in the order it recorded them, before the
+    /// job's promise settles.
+    ///
+    /// ```
+    /// use std::{cell::RefCell, rc::Rc};
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// let log = Rc::new(RefCell::new(Vec::new()));
+    /// let sink = log.clone();
+    /// domain.register_command("log.write", move |args| {
+    ///     sink.borrow_mut().push(args);
+    ///     Ok(())
+    /// })?;
+    /// domain.eval("log.write('a', 1.5)")?;
+    /// let text = Message::String("a".into());
+    /// assert_eq!(*log.borrow(), vec![Message::List(vec![text, Message::Number(1.5)])]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`register_query`](Self::register_query).
+    pub fn register_command<F>(&self, name: &str, f: F) -> Result<()>
+    where
+        F: FnMut(Message) -> std::result::Result<(), String> + 'static,
+    {
+        let service = Service::Command(RefCell::new(Box::new(f)));
+        self.register(name, jobs::ServiceKind::Command, service)
+    }
+
+    pub(crate) fn register(
+        &self,
+        name: &str,
+        kind: jobs::ServiceKind,
+        service: Service,
+    ) -> Result<()> {
+        let refused = |refusal, message| Error::Name { refusal, message };
+        jobs::check_service_name(name).map_err(|e| refused(NameRefusal::ServiceName, e))?;
+        if self.services.contains(name) {
+            return Err(refused(
+                NameRefusal::ServiceTaken,
+                format!("register: engine service '{name}' is registered already"),
+            ));
+        }
+        let name: Arc<str> = Arc::from(name);
+        let f = engine_function(&self.current.vm.lua, self.services.clone(), name.clone())?;
+        jobs::install_at(&self.current.vm.lua, &name, f)
+            .map_err(|e| refused(NameRefusal::ServicePath, format!("register: {e}")))?;
+        self.current
+            .principal
+            .services
+            .add(&name, kind)
+            .map_err(|e| refused(NameRefusal::ServiceTaken, e))?;
+        self.services.insert(name, service);
+        Ok(())
+    }
 }

@@ -22,10 +22,11 @@ use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::context::ContextSpec;
-use super::handler_label::HandlerLabel;
-use super::lifecycle::DomainState;
-use super::{FrameReport, Report, ScriptDomain};
+use crate::domain::frame::context::ContextSpec;
+use crate::domain::frame::handler_label::HandlerLabel;
+use crate::domain::lifecycle::DomainState;
+use crate::domain::EventReport;
+use crate::domain::{FrameReport, Report, ScriptDomain};
 use crate::error::{Error, Halt, Result};
 use crate::principal::capability::{lacking, Authority, CapabilitySet, Grant};
 use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind, Severity};
@@ -73,7 +74,7 @@ pub struct AdvanceReport {
     pub phases: Vec<PhaseReport>,
     /// The event drain that opened the advance (see
     /// [`drain_events`](ScriptDomain::drain_events)).
-    pub events: super::EventReport,
+    pub events: EventReport,
     /// The engine frame that ended the advance.
     pub frame: FrameReport,
     /// How long the advance took, wall time.
@@ -390,7 +391,7 @@ pub(crate) fn install_context_module(lua: &Lua, bindings: &Rc<Bindings>) -> mlua
 }
 
 /// Clears the scheduler's busy flag when an entry ends, however it ends.
-pub(super) struct Entered<'a>(&'a Cell<Option<&'static str>>);
+pub(crate) struct Entered<'a>(&'a Cell<Option<&'static str>>);
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
@@ -561,14 +562,14 @@ impl ScriptDomain {
 
     /// Runs the generation's `shutdown` handlers (their failures become reports, labelled by
     /// context) and drops every bound handler: what a stop and a restart both do first.
-    pub(super) fn shut_down(&self) {
+    pub(crate) fn shut_down(&self) {
         self.broadcast_reporting(Phase::Shutdown);
         self.current.bindings.clear();
     }
 
     /// Runs every handler of `phase` with no arguments; each failure becomes a
     /// [`Report`](crate::Report) labelled by its context, as nobody reads a phase report here.
-    pub(super) fn broadcast_reporting(&self, phase: Phase) {
+    pub(crate) fn broadcast_reporting(&self, phase: Phase) {
         let report = self.broadcast(phase, &[]);
         for error in report.errors {
             self.reports.borrow_mut().push(Report {
@@ -584,7 +585,7 @@ impl ScriptDomain {
 
     /// Marks the start of a scheduler entry: refuses a stopped domain and a nested entry, and
     /// moves a loaded domain to `Running`.
-    pub(super) fn enter(&self, entry: &'static str) -> Result<Entered<'_>> {
+    pub(crate) fn enter(&self, entry: &'static str) -> Result<Entered<'_>> {
         let halted = match self.state.get() {
             DomainState::Stopping => Some(Halt::Stopping),
             DomainState::Stopped => Some(Halt::Stopped),
@@ -607,7 +608,7 @@ impl ScriptDomain {
     }
 
     /// The first phase or frame moves a ready (or still loading) domain to `Running`.
-    pub(super) fn mark_running(&self) {
+    pub(crate) fn mark_running(&self) {
         if matches!(self.state.get(), DomainState::Ready | DomainState::Loading) {
             self.state.set(DomainState::Running);
             self.profiled(ProfileKind::DomainStarted, None, None, Instant::now());
@@ -622,7 +623,7 @@ impl ScriptDomain {
     /// Calls the handlers of `phase` in run order: every context's, or only those of the
     /// context at index `only` (a raw event's target). A handler's queue delay (for the
     /// profile) runs from `queued` (when a raw event was posted), else from the phase's start.
-    pub(super) fn broadcast_in(
+    pub(crate) fn broadcast_in(
         &self,
         phase: Phase,
         only: Option<usize>,
@@ -714,7 +715,7 @@ impl ScriptDomain {
     }
 
     /// Copies `args` into the engine VM; answers the failure's text when one can't be read.
-    pub(super) fn lua_args(&self, args: &[Message]) -> std::result::Result<MultiValue, String> {
+    pub(crate) fn lua_args(&self, args: &[Message]) -> std::result::Result<MultiValue, String> {
         let lua = &self.current.vm.lua;
         let mut values = MultiValue::with_capacity(args.len());
         for arg in args {
@@ -737,7 +738,7 @@ impl ScriptDomain {
     ///
     /// A call that ends in its first run (the common case) hands its end straight back; only
     /// a call that yields gets a completion, which turns a later failure into that report.
-    pub(super) fn call_task(
+    pub(crate) fn call_task(
         &self,
         label: Arc<HandlerLabel>,
         deadline: Duration,

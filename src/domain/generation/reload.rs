@@ -6,9 +6,9 @@
 //! (`swap_generation`), so it is pumped by the same code that pumps any generation, and the
 //! running generation's frames, phases, mailbox and tasks wait untouched meanwhile.
 
-use super::generation::GenerationState;
-use super::load::LoadFailure;
-use super::{DomainState, Load, Report, ScriptDomain};
+use crate::domain::generation::load::LoadFailure;
+use crate::domain::generation::GenerationState;
+use crate::domain::{DomainState, Load, Report, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::principal::Generation;
 
