@@ -16,7 +16,7 @@ use crossbeam_channel::Receiver;
 use mlua::Lua;
 
 use crate::error::Result;
-use crate::jobs::{DomainEvent, DomainMailbox, Pool, Registry};
+use crate::jobs::{DomainEvent, Pool, Registry};
 use crate::principal::event_queue::EventQueue;
 use crate::principal::{capability, diagnostic, profile};
 use crate::principal::{DomainId, Generation, Principal};
@@ -54,6 +54,7 @@ pub use domain_stats::DomainStats;
 pub(crate) use events::handlers::events_module;
 use events::handlers::EventHandlers;
 pub use events::handlers::EventReport;
+pub use events::mailbox::DomainMailbox;
 pub use frame::context::{ContextSpec, FixedStep, MAX_CONTEXT_NAME};
 use frame::engine_services::EngineServices;
 pub use frame::engine_services::FrameReport;
@@ -161,7 +162,7 @@ impl ScriptDomain {
         };
         let queue = EventQueue::new(spec.event_limits, id.generation);
         let (mailbox, rx) = DomainMailbox::new(queue.clone(), id.generation);
-        let principal = Arc::new(spec.first_principal(id, mailbox));
+        let principal = Arc::new(spec.first_principal(id, &mailbox));
         let reports = Rc::new(RefCell::new(Reports::default()));
         let event_handlers = EventHandlers::new(queue, &spec.name, id.domain, &bindings);
         let registry = Registry::new(
@@ -232,7 +233,7 @@ impl ScriptDomain {
 
     /// The `Send` handle other threads reach this domain through.
     pub fn mailbox(&self) -> DomainMailbox {
-        self.current.principal.mailbox.clone()
+        DomainMailbox::of(&self.current.principal)
     }
 
     /// The pool serving this domain.

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::domain::DomainMailbox;
 use crate::domain::ScriptDomain;
 use crate::domain::{generation::load, ContextSpec, FailurePolicy, FixedStep};
 use crate::error::{Error, Result, SpecSetting};
-use crate::jobs::DomainMailbox;
 use crate::jobs::{self, PrincipalCell, MAX_DEADLINE};
 use crate::principal::capability;
 use crate::principal::diagnostic::DiagnosticSlot;
@@ -378,11 +378,12 @@ impl DomainSpec {
     /// The principal of the domain's first generation, `id`, posting through `mailbox`: the
     /// spec's plan, bounds and sinks, and an authority holding its grant, attributed to the
     /// domain.
-    pub(crate) fn first_principal(&self, id: Principal, mailbox: DomainMailbox) -> PrincipalCell {
+    pub(crate) fn first_principal(&self, id: Principal, mailbox: &DomainMailbox) -> PrincipalCell {
         let mut cell = PrincipalCell::new(
             id,
             self.plan.clone(),
-            mailbox,
+            mailbox.sender().clone(),
+            mailbox.event_queue().clone(),
             self.run_deadline,
             self.warm_bound,
         );

@@ -35,6 +35,7 @@ pub use error::{FailurePolicy, WorkerError, WorkerStage};
 use shared::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
 pub use shared::{MAX_LIVE_WORKERS, MAX_WORKER_BYTES};
 
+use crate::domain::DomainMailbox;
 use crate::jobs::{PoolShared, PrincipalCell};
 use crate::principal::capability::{self, Authority, CapabilityId, CapabilitySet};
 use crate::principal::diagnostic::Attribution;
@@ -213,7 +214,10 @@ impl Actors {
             },
             current.denials().clone(),
         ));
-        let shared = Arc::new(ActorShared::new(name.clone(), principal.mailbox.clone()));
+        let shared = Arc::new(ActorShared::new(
+            name.clone(),
+            DomainMailbox::of(&principal),
+        ));
         let (tx, rx) = crossbeam_channel::bounded(MAX_WAITING);
         let cancel = Arc::new(CancelToken::new(false));
         let setup = lane::LaneSetup {

@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::error::WorkerError;
-use crate::jobs::{DomainEvent, DomainMailbox};
+use crate::domain::DomainMailbox;
+use crate::jobs::DomainEvent;
 use crate::value::{ByteBudget, Charge, Message};
 use crate::vm::{Outcome, PromiseId};
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use mlua::{Lua, Value};
 
 use crate::domain::events::handlers::{EVENTS_KEY, WORKER_ON};
-use crate::jobs::DomainMailbox;
+use crate::domain::DomainMailbox;
 use crate::principal::capability::{self, Authority};
 use crate::principal::diagnostic::{Diagnostic, DiagnosticKind};
 use crate::principal::event_queue::{EventQueue, PostRefused, QueueBound};

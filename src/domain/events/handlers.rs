@@ -20,9 +20,10 @@ use crate::domain::events::emit::{read_emit, EmitRefused};
 use crate::domain::frame::context::ContextSpec;
 use crate::domain::frame::handler_label::HandlerLabel;
 use crate::domain::frame::phases::{wider_than_binder, Bindings};
+use crate::domain::DomainMailbox;
 use crate::domain::{Report, ScriptDomain};
 use crate::error::{Error, NameRefusal, Result};
-use crate::jobs::{registering_authority, DomainMailbox};
+use crate::jobs::registering_authority;
 use crate::principal::capability::{Authority, CapabilitySet};
 use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
 use crate::principal::event_queue::{EventQueue, QueuedEvent, Routing};
@@ -417,7 +418,7 @@ pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
     }
     if let Some(principal) = crate::jobs::home_principal(lua) {
         let authority = Some(principal.authority.clone());
-        return install_worker_events(lua, principal.mailbox.clone(), authority);
+        return install_worker_events(lua, DomainMailbox::of(&principal), authority);
     }
     crate::vm::registered_or_refusing(
         lua,

@@ -30,7 +30,7 @@ use crate::domain::reports::Reports;
 use crate::domain::{actor, interfaces, DomainState, Load, Report, ScriptDomain};
 use crate::error::{Error, Halt, NameRefusal, Result};
 use crate::jobs::{
-    self, DomainEvent, DomainMailbox, HomeKind, JobsHome, Pool, PrincipalCell, Registry,
+    self, DomainEvent, HomeKind, JobsHome, MailboxSender, Pool, PrincipalCell, Registry,
     MAX_DEADLINE,
 };
 use crate::principal::{Generation, Phase};
@@ -240,10 +240,9 @@ impl ScriptDomain {
     /// # Errors
     /// As [`restart`](Self::restart) when the VM can't be built.
     pub(crate) fn build_generation(&self) -> Result<GenerationState> {
-        let queue = self.event_handlers.queue().clone();
         let generation = Generation(self.last_generation.get().get() + 1);
-        let (mailbox, rx) = DomainMailbox::new(queue, generation);
-        let principal = Arc::new(self.current.principal.next_generation(mailbox));
+        let (mailbox, rx) = MailboxSender::new();
+        let principal = Arc::new(self.current.principal.next_generation(generation, mailbox));
         debug_assert_eq!(principal.id.generation, generation);
         let registry = self.current.registry.next_generation(principal.clone());
         let bindings = self.current.bindings.next_generation();
