@@ -1,9 +1,27 @@
 //! `ScriptDomain`: an isolated Luau authority living on its engine thread.
 //!
-//! A domain owns its engine VM, its principal (id and generation) and the receiving end of its
-//! mailbox. It is `!Send`: it lives on the thread that made it, and other threads reach it only
-//! through its [`DomainMailbox`]. Pumping the domain drains the mailbox (settling promises homed
-//! in the engine VM), then resumes the tasks that became ready.
+//! A domain is two things: what the host owns and keeps for the domain's whole life (its name,
+//! pool handle, engine services, contexts and fixed step, sinks, reports, event queue and
+//! routes: the fields of [`ScriptDomain`]), and what one *generation* owns (its principal,
+//! engine VM, mailbox receiver, registered jobs, handler bindings, actors and host promises:
+//! one `GenerationState` value, which a restart or reload replaces whole). It is `!Send`: it
+//! lives on the thread that made it, and other threads reach it only through its
+//! [`DomainMailbox`]. Pumping the domain drains the mailbox (settling promises homed in the
+//! engine VM), then resumes the tasks that became ready.
+//!
+//! This file holds the struct, [`ScriptDomain::new`] and the plain accessors. The rest, by
+//! concern:
+//!
+//! | where | what |
+//! | --- | --- |
+//! | `spec.rs` | [`DomainSpec`], the settings `new` checks |
+//! | `generation/` | the generation value, restart, the load step, reload, host promises, owned resources |
+//! | `events/` | the mailbox, its drain, named-event handlers and routes, `emit` |
+//! | `frame/` | `frame` and registered-job phases, contexts, phase handlers (`phases.rs`), engine services |
+//! | `pump.rs` | `pump`, the blocking round, `run_until_idle` and its stall verdict (`stall_watch.rs`) |
+//! | `scripts.rs`, `host_dispatch.rs` | main scripts, `exec`, `eval`; host dispatch and keys |
+//! | `reports.rs`, `sinks.rs`, `domain_stats.rs`, `lifecycle.rs` | what the host reads back: reports, diagnostics and profile events, stats, state |
+//! | `actor/`, `interfaces.rs`, `fs.rs`, `log_api.rs` | `@skein/worker`, `@skein/interfaces`, `@skein/fs`, `@skein/log` |
 
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
@@ -105,6 +123,8 @@ pub struct ScriptDomain {
     last_generation: Cell<Generation>,
     /// How long a restart's or reload's load may take.
     load_bound: Duration,
+    /// Declared before `current`, so a dropped domain lets go of its pool handle before its
+    /// last generation's engine VM, the order it has always dropped in.
     pool: Pool,
     /// What the current generation owns; a restart or reload replaces it whole.
     current: GenerationState,
@@ -128,8 +148,8 @@ pub struct ScriptDomain {
     accumulator: Cell<Duration>,
     /// Handlers bound to event names, routes, and the event queue's engine-side state.
     event_handlers: Rc<EventHandlers>,
-    /// When `run_until_idle` last ran the registered jobs: they run at most once per
-    /// [`FRAME_INTERVAL`] there.
+    /// When `run_until_idle` last ran the registered jobs: they run at most once per frame
+    /// interval there (`pump::FRAME_INTERVAL`).
     jobs_ran: Cell<Option<Instant>>,
     /// Where every diagnostic goes as it is made, if anywhere.
     diagnostics: diagnostic::Diagnostics,
