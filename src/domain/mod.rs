@@ -167,10 +167,11 @@ impl ScriptDomain {
     /// The domain is [`Ready`](DomainState::Ready) when this returns.
     ///
     /// # Errors
-    /// [`Error::Vm`] when the plan's VM cannot be built; [`Error::Spec`] naming the
-    /// [`SpecSetting`] when the spec's fixed step is zero, its event limits' `per_drain` or
-    /// `name` is, or its worker budget, run deadline or load bound is zero or past
-    /// [`MAX_DEADLINE`]; [`Error::OverDelegation`] when a context asks for capabilities the
+    /// [`Error::Vm`](crate::Error::Vm) when the plan's VM cannot be built;
+    /// [`Error::Spec`](crate::Error::Spec) naming the [`SpecSetting`](crate::SpecSetting) when
+    /// the spec's fixed step is zero, its event limits' `per_drain` or `name` is, or its worker
+    /// budget, run deadline or load bound is zero or past [`MAX_DEADLINE`](crate::MAX_DEADLINE);
+    /// [`Error::OverDelegation`](crate::Error::OverDelegation) when a context asks for capabilities the
     /// spec's grant does not hold (naming `context '<name>'` and what it lacks).
     pub fn new(pool: &Pool, spec: DomainSpec) -> Result<ScriptDomain> {
         let started = Instant::now();

@@ -10,7 +10,8 @@ use crossbeam_channel::RecvTimeoutError;
 
 use crate::domain::{stall_watch, ScriptDomain};
 use crate::error::{Error, Result};
-use crate::vm::{self};
+use crate::shared;
+use crate::vm;
 
 /// The longest `run_until_idle` waits between two frames while work is in flight, so tasks
 /// waiting on frames (in the engine VM or on workers) see frames pass.
@@ -37,12 +38,12 @@ impl ScriptDomain {
     /// ran. Answers false when nothing is outstanding at all (idle): no task, no pending
     /// promise, no timer, and (with `jobs`) no registered job that is neither paused nor
     /// errored.
-    pub(crate) fn pump_once(&self, block: bool, jobs: bool) -> bool {
+    pub(super) fn pump_once(&self, block: bool, jobs: bool) -> bool {
         self.pump_once_until(block, jobs, None)
     }
 
     /// [`pump_once`](Self::pump_once), never waiting past `until` when it is given.
-    pub(crate) fn pump_once_until(&self, block: bool, jobs: bool, until: Option<Instant>) -> bool {
+    pub(super) fn pump_once_until(&self, block: bool, jobs: bool, until: Option<Instant>) -> bool {
         let drained = self.drain();
         let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
         let woke = self.current.vm.wake_frames(frame);
@@ -63,7 +64,7 @@ impl ScriptDomain {
             return true;
         }
         // A pop parked by a task that has since ended would otherwise count as pending forever.
-        crate::shared::sweep_parked_pops(&self.current.vm.lua);
+        shared::sweep_parked_pops(&self.current.vm.lua);
         let pending = self.current.vm.core.promises.borrow().pending();
         let next = [self.current.vm.next_wake(), jobs_due]
             .into_iter()
@@ -170,7 +171,7 @@ impl ScriptDomain {
 
     /// The engine thread's part of a stall verdict: nothing ready in the engine VM, nothing in
     /// its mailbox, no registered job live and no `@skein/worker` thread alive.
-    pub(crate) fn engine_still(&self) -> bool {
+    pub(super) fn engine_still(&self) -> bool {
         !self.current.vm.has_ready()
             && self.current.rx.is_empty()
             && !self.current.registry.has_work()
@@ -180,7 +181,7 @@ impl ScriptDomain {
     /// Ends a stalled `run_until_idle`: a failure already seen comes first, as it would have
     /// had the run ended; else [`Error::Stalled`] naming what the engine VM's tasks wait on.
     #[cold]
-    pub(crate) fn end_stalled(&self, waits: Vec<String>) -> Result<()> {
+    pub(super) fn end_stalled(&self, waits: Vec<String>) -> Result<()> {
         self.report_unhandled_rejections();
         if let Some(text) = self.failures.borrow_mut().drain(..).next() {
             return Err(Error::Script(text));

@@ -82,7 +82,7 @@ impl ScriptDomain {
     /// Reports the engine VM's promises that were rejected with no code observing them: at the
     /// end of a run no task is left that could still await them, so each is a failure nobody
     /// handled (a `jobs.dispatch` whose promise was dropped, say).
-    pub(crate) fn report_unhandled_rejections(&self) {
+    pub(super) fn report_unhandled_rejections(&self) {
         let unhandled = self.current.vm.core.promises.borrow_mut().take_unhandled();
         let mut reports = self.reports.borrow_mut();
         for (what, failure) in unhandled.kept {

@@ -64,7 +64,7 @@ impl ScriptDomain {
 
     /// A main script starts: a domain that is not running yet is `Loading` until it ends.
     /// Answers whether this script decides the state.
-    pub(crate) fn begin_load(&self) -> bool {
+    pub(super) fn begin_load(&self) -> bool {
         let loads = matches!(
             self.state.get(),
             DomainState::Ready | DomainState::Failed | DomainState::Created
@@ -113,7 +113,7 @@ impl ScriptDomain {
         }
     }
 
-    pub(crate) fn start_chunk(
+    pub(super) fn start_chunk(
         &self,
         source: &[u8],
         chunk_name: &str,
@@ -166,7 +166,7 @@ impl ScriptDomain {
     }
 }
 
-pub(crate) fn display_name(path: &Path) -> String {
+pub(super) fn display_name(path: &Path) -> String {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     path.strip_prefix(&cwd)
         .unwrap_or(path)

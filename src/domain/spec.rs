@@ -4,18 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::domain::DomainMailbox;
-use crate::domain::ScriptDomain;
-use crate::domain::{generation::load, ContextSpec, FailurePolicy, FixedStep};
+use crate::domain::generation::load;
+use crate::domain::{ContextSpec, DomainMailbox, FailurePolicy, FixedStep, ScriptDomain};
 use crate::error::{Error, Result, SpecSetting};
 use crate::jobs::{self, PrincipalCell, MAX_DEADLINE};
 use crate::principal::capability;
 use crate::principal::diagnostic::DiagnosticSlot;
 use crate::principal::profile::ProfileSlot;
-use crate::principal::Principal;
-use crate::principal::{DiagnosticSink, EventLimits, LogSink, LogSlot, ProfileSink};
-use crate::vm::Plan;
-use crate::vm::{self};
+use crate::principal::{DiagnosticSink, EventLimits, LogSink, LogSlot, Principal, ProfileSink};
+use crate::vm::{self, Plan};
 
 /// How to make a [`ScriptDomain`].
 ///
@@ -100,7 +97,7 @@ impl DomainSpec {
 
     /// Sends the domain's costs to `sink`: its creation, start and stop, every context handler
     /// call, every pool item its code dispatched (on the worker that ran it), and every stale
-    /// event (see [`ProfileKind`]). A restart keeps the sink. Without one nothing is measured.
+    /// event (see [`ProfileKind`](crate::ProfileKind)). A restart keeps the sink. Without one nothing is measured.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -120,7 +117,7 @@ impl DomainSpec {
         self
     }
 
-    /// Sends every [`Diagnostic`] the domain makes to `sink` as it is made (see
+    /// Sends every [`Diagnostic`](crate::Diagnostic) the domain makes to `sink` as it is made (see
     /// [`DiagnosticSink`]), besides the reports that carry them. A restart keeps the sink.
     pub fn diagnostics(mut self, sink: Arc<dyn DiagnosticSink>) -> DomainSpec {
         self.diagnostics = DiagnosticSlot(Some(sink));
@@ -247,7 +244,7 @@ impl DomainSpec {
 
     /// Sets how long the load of a [`restart`](ScriptDomain::restart) or
     /// [`reload`](ScriptDomain::reload) may take, waits included, before it fails: by default
-    /// [`LOAD_BOUND`] (30 s), at most [`MAX_DEADLINE`] (60 s).
+    /// [`LOAD_BOUND`](crate::LOAD_BOUND) (30 s), at most [`MAX_DEADLINE`] (60 s).
     ///
     /// ```
     /// use std::time::Duration;

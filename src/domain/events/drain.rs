@@ -6,7 +6,8 @@
 use crate::domain::{Report, ScriptDomain};
 use crate::jobs::{self, DomainEvent, JobShared, ReplyTo};
 use crate::principal::capability;
-use crate::vm::{self};
+use crate::shared;
+use crate::vm;
 
 impl ScriptDomain {
     /// Drains the mailbox once, after discarding what reached the mailboxes of ended
@@ -34,9 +35,7 @@ impl ScriptDomain {
                 source: label,
                 message: failure,
             }),
-            DomainEvent::Parcel(parcel) => {
-                crate::shared::receive_parcel(&self.current.vm.lua, parcel)
-            }
+            DomainEvent::Parcel(parcel) => shared::receive_parcel(&self.current.vm.lua, parcel),
             DomainEvent::Query {
                 service,
                 args,

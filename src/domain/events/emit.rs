@@ -10,7 +10,7 @@
 //! before `emit` returns.
 //!
 //! Routes are the engine thread's: a worker's event is routed by the drain that delivers it
-//! ([`Routing::AtDrain`]). Binding handlers (`events.on`) stays the engine VM's alone.
+//! ([`Routing::AtDrain`](crate::principal::event_queue::Routing::AtDrain)). Binding handlers (`events.on`) stays the engine VM's alone.
 
 use std::sync::Arc;
 

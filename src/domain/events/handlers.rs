@@ -15,21 +15,18 @@ use std::sync::Arc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use crate::domain::events::emit::install_worker_events;
-use crate::domain::events::emit::{read_emit, EmitRefused};
+use crate::domain::events::emit::{install_worker_events, read_emit, EmitRefused};
 use crate::domain::frame::context::ContextSpec;
 use crate::domain::frame::handler_label::HandlerLabel;
 use crate::domain::frame::phases::{wider_than_binder, Bindings};
-use crate::domain::DomainMailbox;
-use crate::domain::{Report, ScriptDomain};
+use crate::domain::{DomainMailbox, Report, ScriptDomain};
 use crate::error::{Error, NameRefusal, Result};
-use crate::jobs::registering_authority;
+use crate::jobs::{home_principal, registering_authority};
 use crate::principal::capability::{Authority, CapabilitySet};
 use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
 use crate::principal::event_queue::{EventQueue, QueuedEvent, Routing};
-use crate::principal::Phase;
-use crate::principal::PostRefused;
-use crate::principal::{DomainId, Generation};
+use crate::principal::profile::ProfileKind;
+use crate::principal::{DomainId, EventTarget, Generation, Phase, PostRefused, Severity};
 use crate::value::Message;
 use crate::vm::{self, panic_message};
 
@@ -416,11 +413,11 @@ pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
     if !module.is_nil() {
         return Ok(module);
     }
-    if let Some(principal) = crate::jobs::home_principal(lua) {
+    if let Some(principal) = home_principal(lua) {
         let authority = Some(principal.authority.clone());
         return install_worker_events(lua, DomainMailbox::of(&principal), authority);
     }
-    crate::vm::registered_or_refusing(
+    vm::registered_or_refusing(
         lua,
         EVENTS_KEY,
         &[("on", WORKER_ON), ("emit", NO_DOMAIN_EMIT)],
@@ -586,8 +583,8 @@ impl ScriptDomain {
             let handled = match envelope.event {
                 QueuedEvent::Raw { target, payload } => {
                     let only = match &target {
-                        crate::principal::EventTarget::All => None,
-                        crate::principal::EventTarget::Context(name) => {
+                        EventTarget::All => None,
+                        EventTarget::Context(name) => {
                             match self.contexts().iter().position(|c| c.name() == name) {
                                 Some(index) => Some(index),
                                 None => {
@@ -632,10 +629,10 @@ impl ScriptDomain {
         refused.extend(handlers.queue().take_refusals());
         let warnings = std::mem::take(&mut *handlers.warnings.borrow_mut());
         for d in &refused {
-            self.diagnose(crate::principal::Severity::Error, d);
+            self.diagnose(Severity::Error, d);
         }
         for d in &warnings {
-            self.diagnose(crate::principal::Severity::Warning, d);
+            self.diagnose(Severity::Warning, d);
         }
         report.errors.extend(refused);
         report.warnings = warnings;
@@ -691,7 +688,7 @@ impl ScriptDomain {
                     };
                     if let Some(call) = call {
                         let context = context.map(ContextSpec::name);
-                        let kind = crate::principal::profile::ProfileKind::ContextCall;
+                        let kind = ProfileKind::ContextCall;
                         let event = Some(format!("{}.event '{name}'", context.unwrap_or("")));
                         let delay = call.saturating_duration_since(posted);
                         self.profiled_after(kind, context, event, call, Some(delay));
@@ -725,7 +722,7 @@ impl ScriptDomain {
                     Diagnostic::new(DiagnosticKind::HandlerFailed, attribution, message);
                 diagnostic.event = Some(name.to_string());
                 diagnostic.source = source;
-                self.diagnose(crate::principal::Severity::Error, &diagnostic);
+                self.diagnose(Severity::Error, &diagnostic);
                 errors.push(diagnostic);
             }
         }

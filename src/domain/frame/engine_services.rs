@@ -15,7 +15,7 @@ use mlua::Lua;
 use crate::domain::ScriptDomain;
 use crate::error::{Error, NameRefusal, Result};
 use crate::jobs;
-use crate::value::Message;
+use crate::value::{Message, MessageArgs};
 use crate::vm::{panic_message, ServiceCall};
 
 type QueryFn = Box<dyn Fn(Message) -> Result<Message, String>>;
@@ -121,8 +121,8 @@ pub(crate) fn engine_function(
     services: Rc<EngineServices>,
     name: Arc<str>,
 ) -> mlua::Result<mlua::Function> {
-    lua.create_function(move |_, args: crate::value::MessageArgs| {
-        let args = crate::jobs::read_args(&name, args)?;
+    lua.create_function(move |_, args: MessageArgs| {
+        let args = jobs::read_args(&name, args)?;
         match services.call(&name, args) {
             Ok(answer) => Ok(answer.unwrap_or(Message::Nil)),
             Err(e) => Err(mlua::Error::runtime(e)),

@@ -12,7 +12,7 @@ use crate::domain::{FrameReport, Report, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::jobs::JobInfo;
 use crate::value::Message;
-use crate::vm::{self};
+use crate::vm;
 
 pub(crate) mod context;
 pub(crate) mod engine_services;
@@ -41,7 +41,7 @@ impl ScriptDomain {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
-    /// A frame moves a ready domain to [`Running`](DomainState::Running). A stopped domain's
+    /// A frame moves a ready domain to [`Running`](crate::DomainState::Running). A stopped domain's
     /// frame does nothing; so does a frame asked for while a phase, advance or frame of the
     /// same domain runs (a handler reaching back through a host service): that is recorded as
     /// a [`Report`] naming [`Error::Reentrant`], and the report answered counts nothing.
@@ -119,7 +119,7 @@ impl ScriptDomain {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
-    /// Registered jobs' phases are their own names, apart from the scheduler's [`Phase`]s:
+    /// Registered jobs' phases are their own names, apart from the scheduler's [`Phase`](crate::Phase)s:
     /// [`run_phase`](Self::run_phase) runs context handlers, this runs jobs.
     pub fn run_job_phase(&self, name: &str) -> bool {
         vm::check_sources();
@@ -157,7 +157,8 @@ impl ScriptDomain {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Name`] ([`NameRefusal::KernelName`] or [`NameRefusal::KernelTaken`]) when
+    /// [`Error::Name`] ([`NameRefusal::KernelName`](crate::NameRefusal::KernelName) or
+    /// [`NameRefusal::KernelTaken`](crate::NameRefusal::KernelTaken)) when
     /// the name is not 1 to 256 bytes or is registered already.
     pub fn register_kernel<F>(&self, name: &str, f: F) -> Result<()>
     where

@@ -33,6 +33,7 @@ use crate::jobs::{
     self, DomainEvent, HomeKind, JobsHome, MailboxSender, Pool, PrincipalCell, Registry,
     MAX_DEADLINE,
 };
+use crate::principal::profile::ProfileKind;
 use crate::principal::{Generation, Phase};
 use crate::value::Message;
 use crate::vm::{self, FailureKind, JobFailure, Outcome, TaskFailure, Vm};
@@ -381,7 +382,7 @@ impl ScriptDomain {
         // A stop's teardown is part of its `DomainStopped`; a restart's or reload's is its own
         // event, attributed to the generation that ended (still the principal here).
         if self.state.get() != DomainState::Stopping {
-            let kind = crate::principal::profile::ProfileKind::GenerationEnded;
+            let kind = ProfileKind::GenerationEnded;
             self.profiled(kind, None, None, ending);
         }
     }
@@ -392,12 +393,7 @@ impl ScriptDomain {
         if self.current.principal.profile.is_some() {
             let now = std::time::Instant::now();
             for _ in 0..n {
-                self.profiled(
-                    crate::principal::profile::ProfileKind::StaleEvent,
-                    None,
-                    None,
-                    now,
-                );
+                self.profiled(ProfileKind::StaleEvent, None, None, now);
             }
         }
     }

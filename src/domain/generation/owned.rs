@@ -6,9 +6,9 @@ use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::rc::Rc;
 
-use crate::domain::Report;
-use crate::domain::ScriptDomain;
+use crate::domain::{Report, ScriptDomain};
 use crate::principal::Generation;
+use crate::vm::panic_message;
 
 /// Names one resource a domain owns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -95,7 +95,7 @@ impl OwnedResources {
             {
                 failures.push(format!(
                     "releasing {id} ({kind}) panicked: {}",
-                    crate::vm::panic_message(&panic)
+                    panic_message(&panic)
                 ));
             }
         }
