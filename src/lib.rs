@@ -40,16 +40,16 @@ mod vm;
 #[cfg(feature = "tracing")]
 pub use domain::TracingSink;
 pub use domain::{
-    ActorError, ActorStage, AdvanceReport, ChromeTrace, ContextSpec, DomainSpec, DomainState,
-    DomainStats, EventReport, FailurePolicy, FixedStep, FrameReport, HandlerTiming, InterfaceField,
-    InterfaceInfo, LiveActors, Load, PhaseReport, Report, ResourceId, ResourceOwner, ScriptDomain,
-    ACTOR_SPAWN, DROPPED_REPORTS, LOAD_BOUND, MAX_ACTOR_BYTES, MAX_CONTEXT_NAME,
-    MAX_INTERFACE_NAME, MAX_LIVE_ACTORS, MAX_REPORTS,
+    ActorError, ActorStage, AdvanceReport, ChromeTrace, ContextSpec, DomainMailbox, DomainSpec,
+    DomainState, DomainStats, EventReport, FailurePolicy, FixedStep, FrameReport, HandlerTiming,
+    InterfaceField, InterfaceInfo, LiveActors, Load, PhaseReport, Report, ResourceId,
+    ResourceOwner, ScriptDomain, ACTOR_SPAWN, DROPPED_REPORTS, LOAD_BOUND, MAX_ACTOR_BYTES,
+    MAX_CONTEXT_NAME, MAX_INTERFACE_NAME, MAX_LIVE_ACTORS, MAX_REPORTS,
 };
 pub use error::{DispatchRefusal, Error, Halt, NameRefusal, Result, SpecSetting};
 pub use jobs::{
-    DomainMailbox, JobInfo, JobOptions, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls,
-    EVENT_LOG_BOUND, JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES, VM_RETIRED, WARM_BOUND,
+    JobInfo, JobOptions, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls, EVENT_LOG_BOUND,
+    JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES, VM_RETIRED, WARM_BOUND,
 };
 pub use pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
 pub use principal::capability::{

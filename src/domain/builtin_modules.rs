@@ -6,11 +6,11 @@
 //! not serve it (a worker VM's `@skein/context` refuses `bind`).
 
 use super::actor;
-use super::event_handlers::events_module;
+use super::events::handlers::events_module;
+use super::frame::phases::context_module;
 use super::fs;
 use super::interfaces::interfaces_module;
 use super::log_api;
-use super::scheduler::context_module;
 use crate::jobs;
 use crate::vm::{Builtin, Plan};
 

@@ -342,7 +342,7 @@ impl super::ScriptDomain {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn interfaces(&self) -> Vec<InterfaceInfo> {
-        infos(&self.vm.lua)
+        infos(&self.current.vm.lua)
     }
 }
 

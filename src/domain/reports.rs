@@ -2,8 +2,9 @@
 //! within a bound: a script that makes failures in a loop (a spawn bomb's tasks each raising)
 //! must not make the host keep every one of them.
 
-use super::Report;
+use super::ScriptDomain;
 use crate::jobs::VM_RETIRED;
+use crate::vm::UNAWAITED_KEPT;
 
 /// How many reports a domain keeps between two `take_reports`: 1,024. Past it each one is
 /// counted, not kept, and `take_reports` ends with one report saying how many were dropped.
@@ -11,6 +12,15 @@ pub const MAX_REPORTS: usize = 1_024;
 
 /// The source of the report that says how many were dropped.
 pub const DROPPED_REPORTS: &str = "reports dropped";
+
+/// A failure that reached no awaiting code: a task that raised, attributed to its job or script.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// What it ran for: `job 'solver'`, `script main.luau`.
+    pub source: String,
+    /// The error, with its Luau stack.
+    pub message: String,
+}
 
 /// Reports waiting to be taken, at most [`MAX_REPORTS`] of them.
 #[derive(Debug, Default)]
@@ -65,6 +75,49 @@ impl Report {
     /// ```
     pub fn is_failure(&self) -> bool {
         self.source != "capability" && self.source != VM_RETIRED
+    }
+}
+
+impl ScriptDomain {
+    /// Reports the engine VM's promises that were rejected with no code observing them: at the
+    /// end of a run no task is left that could still await them, so each is a failure nobody
+    /// handled (a `jobs.dispatch` whose promise was dropped, say).
+    pub(super) fn report_unhandled_rejections(&self) {
+        let unhandled = self.current.vm.core.promises.borrow_mut().take_unhandled();
+        let mut reports = self.reports.borrow_mut();
+        for (what, failure) in unhandled.kept {
+            reports.push(Report {
+                source: format!("{what} promise nobody awaited"),
+                message: failure.to_string(),
+            });
+        }
+        if unhandled.past_bound > 0 {
+            reports.push(Report {
+                source: "promises nobody awaited".to_owned(),
+                message: format!(
+                    "{} more rejected promises nobody awaited (the first {UNAWAITED_KEPT} are \
+                     reported in full)",
+                    unhandled.past_bound
+                ),
+            });
+        }
+    }
+
+    /// Takes the failures no code awaited (tasks that raised) and the capability denials
+    /// (source `capability`), oldest first within each.
+    pub fn take_reports(&self) -> Vec<Report> {
+        let mut reports = self.reports.borrow_mut().take();
+        let denials = self.current.principal.authority.denials().take();
+        reports.extend(denials.into_iter().map(|message| Report {
+            source: "capability".to_owned(),
+            message,
+        }));
+        reports
+    }
+
+    /// How many capability checks the domain's code failed, in every VM and generation.
+    pub fn denials(&self) -> u64 {
+        self.current.principal.authority.denials().count()
     }
 }
 

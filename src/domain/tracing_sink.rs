@@ -94,8 +94,7 @@ mod tests {
     use tracing::{Event, Level, Metadata, Subscriber};
 
     use super::*;
-    use crate::domain::{Attribution, DiagnosticKind};
-    use crate::jobs::{DomainId, Generation};
+    use crate::principal::{Attribution, DiagnosticKind, DomainId, Generation};
     use crate::value::Message;
 
     /// Keeps each event's level, target and fields as text.

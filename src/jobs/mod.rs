@@ -33,7 +33,7 @@ pub use item::{JOB_WEIGHT, MAX_JOB_BYTES};
 pub use options::MAX_DEADLINE;
 pub use pool::Pool;
 pub(crate) use pool::PoolShared;
-pub use principal_cell::DomainMailbox;
+pub(crate) use principal_cell::MailboxSender;
 pub(crate) use principal_cell::PrincipalCell;
 pub(crate) use promise::HostSlot;
 pub use promise::{Promise, PromiseStatus};

@@ -1,4 +1,5 @@
-//! A principal's cross-thread state ([`PrincipalCell`]), and the mailbox that reaches its domain.
+//! A principal's cross-thread state ([`PrincipalCell`]), and the sending end of the mailbox that
+//! reaches its domain's engine thread.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,50 +9,26 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::item::{DomainEvent, MAX_JOB_BYTES};
-use crate::principal::event_queue::{EventQueue, Routing};
-use crate::principal::{EventTarget, Generation, PostRefused, Principal};
+use crate::principal::event_queue::EventQueue;
+use crate::principal::{Generation, Principal};
 use crate::shared::{SharedLimits, StoreCore};
-use crate::value::{ByteBudget, Message};
+use crate::value::ByteBudget;
 use crate::vm::{Liveness, Plan};
 
-/// The `Send` handle through which other threads reach a domain's engine thread.
-///
-/// Workers post replies (settled promises, reports) here; the domain drains it when it pumps.
-/// A host posts domain events here too: raw ones ([`post`](Self::post)) for a context's
-/// `event` phase handlers, named ones ([`post_named`](Self::post_named)) for the handlers bound
-/// to a name. Both wait in the domain's one event queue until its next
-/// [`drain_events`](crate::ScriptDomain::drain_events) or [`advance`](crate::ScriptDomain::advance).
-///
-/// A mailbox belongs to one generation of its domain: what it posts after a restart is
-/// discarded and counted in [`stale_events`](crate::ScriptDomain::stale_events).
-///
-/// ```
-/// fn assert_send<T: Send + Sync>() {}
-/// assert_send::<skein::DomainMailbox>();
-/// ```
+/// The sending end of one generation's mailbox: what a pool thread, a worker VM or an actor
+/// uses to reach the engine thread of the principal's domain (settled promises, reports,
+/// forwarded queries, recorded commands). The domain's public
+/// [`DomainMailbox`](crate::DomainMailbox) wraps it with the event queue.
 #[derive(Clone)]
-pub struct DomainMailbox {
-    pub(crate) tx: Sender<DomainEvent>,
-    /// The domain's event queue, shared by the mailboxes of all its generations.
-    events: Arc<EventQueue>,
-    /// The generation this mailbox posts for: the stamp on its envelopes.
-    generation: Generation,
+pub(crate) struct MailboxSender {
+    tx: Sender<DomainEvent>,
 }
 
-impl DomainMailbox {
-    pub(crate) fn new(
-        events: Arc<EventQueue>,
-        generation: Generation,
-    ) -> (DomainMailbox, Receiver<DomainEvent>) {
+impl MailboxSender {
+    /// A new mailbox: its sending end and the receiving end the engine thread drains.
+    pub(crate) fn new() -> (MailboxSender, Receiver<DomainEvent>) {
         let (tx, rx) = crossbeam_channel::unbounded();
-        (
-            DomainMailbox {
-                tx,
-                events,
-                generation,
-            },
-            rx,
-        )
+        (MailboxSender { tx }, rx)
     }
 
     /// Sends an engine-thread event; answers false when the domain is gone.
@@ -63,97 +40,11 @@ impl DomainMailbox {
     pub(crate) fn post_or_return(&self, event: DomainEvent) -> Result<(), Box<DomainEvent>> {
         self.tx.send(event).map_err(|e| Box::new(e.into_inner()))
     }
-
-    /// Queues a raw event for the `event` phase handlers of `target`.
-    ///
-    /// A raw post is the host's own: it always queues, and counts toward the queue's
-    /// [`EventLimits`](crate::EventLimits) (so named events may be refused after it) without
-    /// being held to them.
-    ///
-    /// ```
-    /// use skein::{ContextSpec, DomainSpec, EventTarget, Message, Phase, Pool, ScriptDomain};
-    ///
-    /// let pool = Pool::new(1);
-    /// let spec = DomainSpec::new("game").context(ContextSpec::new("ui").phases([Phase::Event]))?;
-    /// let domain = ScriptDomain::new(&pool, spec)?;
-    /// domain.exec(r#"require("@skein/context").bind("ui", { event = function(e) got = e end })"#)?;
-    /// domain.mailbox().post(EventTarget::Context("ui".into()), Message::Integer(7))?;
-    /// assert_eq!(domain.drain_events().delivered, 1);
-    /// assert_eq!(domain.eval("return got")?, Message::Number(7.0));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`PostRefused::Stopped`] once the domain is stopped.
-    pub fn post(&self, target: EventTarget, payload: Message) -> Result<(), PostRefused> {
-        self.events.push_raw(self.generation, target, payload)
-    }
-
-    /// Queues the named event `name` for every handler bound to it, if it fits.
-    ///
-    /// # Errors
-    /// [`PostRefused::Name`] when the name is empty or longer than
-    /// [`EventLimits::name`](crate::EventLimits::name); [`PostRefused::Full`] when one more event
-    /// or its bytes would pass the queue's limits; [`PostRefused::Stopped`] once the domain is
-    /// stopped. A refused event is not queued, and comes back in the error.
-    pub fn post_named(&self, name: &str, payload: Message) -> Result<(), PostRefused> {
-        self.events.push_named(self.generation, name, payload)
-    }
-
-    /// Queues the named event `name` as emitted by a worker VM or actor of this mailbox's
-    /// generation: as [`post_named`](Self::post_named), and the drain that delivers it also
-    /// posts its copies to the domain's routes (the engine VM's `emit` does that itself).
-    pub(crate) fn emit_named(&self, name: &str, payload: Message) -> Result<(), PostRefused> {
-        self.events
-            .push_routed(self.generation, name, payload, Routing::AtDrain)
-    }
-
-    /// The domain's event queue, for the limits and room an emit reads its payload within.
-    pub(crate) fn event_queue(&self) -> &Arc<EventQueue> {
-        &self.events
-    }
-
-    /// Queues a raw event on behalf of work that `generation` asked for: a host service that
-    /// captured the generation when the work was requested posts its late completion here, and
-    /// if the domain has restarted since, the event is discarded and counted as stale instead of
-    /// reaching code that never asked for it.
-    ///
-    /// ```
-    /// use skein::{DomainSpec, EventTarget, Message, Pool, ScriptDomain};
-    ///
-    /// let pool = Pool::new(1);
-    /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
-    /// let asked = domain.generation();
-    /// let mailbox = domain.mailbox();
-    /// domain.restart(skein::Load::Nothing)?;
-    /// // The work finishes after the restart: its completion goes nowhere.
-    /// mailbox.post_for(asked, EventTarget::All, Message::Nil)?;
-    /// assert_eq!(domain.pending_events(), 0);
-    /// domain.mailbox().post_for(domain.generation(), EventTarget::All, Message::Nil)?;
-    /// assert_eq!(domain.pending_events(), 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`PostRefused::Stopped`] once the domain is stopped.
-    pub fn post_for(
-        &self,
-        generation: Generation,
-        target: EventTarget,
-        payload: Message,
-    ) -> Result<(), PostRefused> {
-        self.events.push_raw(generation, target, payload)
-    }
-
-    /// The generation this mailbox posts for.
-    pub fn generation(&self) -> Generation {
-        self.generation
-    }
 }
 
-impl fmt::Debug for DomainMailbox {
+impl fmt::Debug for MailboxSender {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DomainMailbox").finish_non_exhaustive()
+        f.debug_struct("MailboxSender").finish_non_exhaustive()
     }
 }
 
@@ -161,7 +52,11 @@ impl fmt::Debug for DomainMailbox {
 pub(crate) struct PrincipalCell {
     pub(crate) id: Principal,
     pub(crate) plan: Plan,
-    pub(crate) mailbox: DomainMailbox,
+    pub(crate) mailbox: MailboxSender,
+    /// The domain's event queue, which the mailboxes of all its generations post to: with
+    /// `mailbox` and `id.generation` it makes the domain's
+    /// [`DomainMailbox`](crate::DomainMailbox) for this principal.
+    pub(crate) event_queue: Arc<EventQueue>,
     /// The default (and longest) deadline of one run of one of its items.
     pub(crate) max_deadline: Duration,
     /// The principal's shared tables and queues (`jobs.shared`).
@@ -204,7 +99,8 @@ impl PrincipalCell {
     pub(crate) fn new(
         id: Principal,
         plan: Plan,
-        mailbox: DomainMailbox,
+        mailbox: MailboxSender,
+        event_queue: Arc<EventQueue>,
         max_deadline: Duration,
         warm_bound: Duration,
     ) -> Self {
@@ -212,6 +108,7 @@ impl PrincipalCell {
             id,
             plan,
             mailbox,
+            event_queue,
             max_deadline,
             shared: crate::sync::Arc::new(StoreCore::new(SharedLimits::DEFAULT)),
             job_bytes: Arc::new(ByteBudget::new(MAX_JOB_BYTES)),
@@ -240,20 +137,25 @@ impl PrincipalCell {
         }
     }
 
-    /// The principal of a later generation of the domain, the one `mailbox` posts for (a
-    /// failed reload may have used a number in between): the same domain, plan, bounds and
+    /// The principal of a later generation of the domain, `generation`, posting through
+    /// `mailbox` (a failed reload may have used a number in between): the same domain, plan, bounds and
     /// frame counter, the same engine-service names (services belong to the host, not to a
     /// generation), and everything else fresh: an empty shared store, no warm entries, an
     /// empty event log.
-    pub(crate) fn next_generation(&self, mailbox: DomainMailbox) -> PrincipalCell {
+    pub(crate) fn next_generation(
+        &self,
+        generation: Generation,
+        mailbox: MailboxSender,
+    ) -> PrincipalCell {
         let id = Principal {
             domain: self.id.domain,
-            generation: mailbox.generation(),
+            generation,
         };
         let mut next = PrincipalCell::new(
             id,
             self.plan.clone(),
             mailbox,
+            self.event_queue.clone(),
             self.max_deadline,
             self.warm_bound,
         );

@@ -3,7 +3,7 @@
 //!
 //! This is the `Send` half of domain events: any thread posts through a
 //! [`DomainMailbox`](crate::DomainMailbox), which holds the queue; the engine thread takes a
-//! drain's worth at a time (`event_handlers.rs` delivers them). It never touches a Luau value
+//! drain's worth at a time (`domain/events/handlers.rs` delivers them). It never touches a Luau value
 //! and never runs a handler.
 //!
 //! The queue outlives generations, but it only ever holds envelopes of the current one: each

@@ -1,6 +1,6 @@
 //! [`LoadStage`]: the steps a chunk goes through when a VM loads it (read, compile, run,
 //! finish), so a failed load can say where it failed. It names no domain: the domain's load
-//! (`domain/load.rs`) and the crate's `Error::ReloadFailed` both use it.
+//! (`domain/generation/load.rs`) and the crate's `Error::ReloadFailed` both use it.
 
 use std::fmt;
 

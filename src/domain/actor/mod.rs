@@ -37,7 +37,8 @@ pub use error::{ActorError, ActorStage, FailurePolicy};
 use outbox::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
 pub use outbox::{MAX_ACTOR_BYTES, MAX_LIVE_ACTORS};
 
-use super::emit::install_off_engine_events;
+use crate::domain::events::emit::install_off_engine_events;
+use crate::domain::DomainMailbox;
 use crate::jobs::{PoolShared, PrincipalCell};
 use crate::principal::capability::{self, Authority, CapabilityId, CapabilitySet};
 use crate::principal::diagnostic::Attribution;
@@ -216,7 +217,10 @@ impl Actors {
             },
             current.denials().clone(),
         ));
-        let shared = Arc::new(ActorShared::new(name.clone(), principal.mailbox.clone()));
+        let shared = Arc::new(ActorShared::new(
+            name.clone(),
+            DomainMailbox::of(&principal),
+        ));
         let (tx, rx) = crossbeam_channel::bounded(MAX_WAITING);
         let cancel = Arc::new(CancelToken::new(false));
         let setup = lane::LaneSetup {

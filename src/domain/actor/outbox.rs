@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use super::error::ActorError;
-use crate::jobs::{DomainEvent, DomainMailbox};
+use crate::domain::DomainMailbox;
+use crate::jobs::DomainEvent;
 use crate::value::{ByteBudget, Charge, Message};
 use crate::vm::{Outcome, PromiseId, Signal};
 

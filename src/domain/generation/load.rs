@@ -2,7 +2,7 @@
 //! runs as a task of the generation's engine VM and the domain is pumped until that task ends.
 //!
 //! This file owns only the load; choosing the generation it runs in, and what happens when it
-//! fails, is `generation.rs` (restart) and `reload.rs` (reload).
+//! fails, is `generation/mod.rs` (restart) and `reload.rs` (reload).
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use mlua::{Lua, MultiValue, Value};
 
-use super::ScriptDomain;
+use crate::domain::scripts::display_name;
+use crate::domain::ScriptDomain;
 use crate::vm::{self, source, LoadStage, Owner};
 
 /// How long a load may take by default, waits included
@@ -82,9 +83,9 @@ impl Load {
 
 /// A load that failed: where, and its text.
 #[derive(Debug)]
-pub(super) struct LoadFailure {
-    pub(super) stage: LoadStage,
-    pub(super) message: String,
+pub(crate) struct LoadFailure {
+    pub(crate) stage: LoadStage,
+    pub(crate) message: String,
 }
 
 impl LoadFailure {
@@ -98,8 +99,8 @@ type LoadSlot = Rc<RefCell<Option<Result<(), String>>>>;
 
 impl ScriptDomain {
     /// Runs `load` in the generation installed now and pumps the domain until its task ends.
-    pub(super) fn run_load(&self, load: &Load) -> Result<(), LoadFailure> {
-        let lua = &self.vm.lua;
+    pub(crate) fn run_load(&self, load: &Load) -> Result<(), LoadFailure> {
+        let lua = &self.current.vm.lua;
         let (source, chunk_name, label, args) = match load {
             Load::Nothing => return Ok(()),
             Load::Source { name, source } => (
@@ -122,7 +123,7 @@ impl ScriptDomain {
                 (
                     bytes,
                     format!("@{}", full.display()),
-                    super::display_name(&full),
+                    display_name(&full),
                     args,
                 )
             }
@@ -142,10 +143,11 @@ impl ScriptDomain {
         });
         let owner = Rc::new(Owner::new(
             Arc::new(format!("script {label}")),
-            self.principal.max_deadline,
+            self.current.principal.max_deadline,
             Some(completion),
         ));
-        self.vm
+        self.current
+            .vm
             .start(function, args, owner)
             .map_err(|e| LoadFailure::new(LoadStage::Run, vm::error_message(&e)))?;
         let until = Instant::now() + self.load_bound;

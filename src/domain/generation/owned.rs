@@ -6,8 +6,9 @@ use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::rc::Rc;
 
-use super::ScriptDomain;
+use crate::domain::{Report, ScriptDomain};
 use crate::principal::Generation;
+use crate::vm::panic_message;
 
 /// Names one resource a domain owns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -46,7 +47,7 @@ pub(crate) struct OwnedResources {
 }
 
 impl OwnedResources {
-    pub(super) fn new(running: Generation) -> Rc<OwnedResources> {
+    pub(crate) fn new(running: Generation) -> Rc<OwnedResources> {
         Rc::new(OwnedResources {
             list: RefCell::default(),
             next: Cell::new(0),
@@ -56,7 +57,7 @@ impl OwnedResources {
     }
 
     /// The code of `generation` runs from now on.
-    pub(super) fn set_running(&self, generation: Generation) {
+    pub(crate) fn set_running(&self, generation: Generation) {
         self.running.set(generation);
     }
 
@@ -94,7 +95,7 @@ impl OwnedResources {
             {
                 failures.push(format!(
                     "releasing {id} ({kind}) panicked: {}",
-                    crate::vm::panic_message(&panic)
+                    panic_message(&panic)
                 ));
             }
         }
@@ -103,12 +104,12 @@ impl OwnedResources {
 
     /// Releases what `generation` owns. Every earlier generation released its own when it
     /// ended, and a later one (a reload's candidate) keeps its own.
-    pub(super) fn end_generation(&self, generation: Generation) -> Vec<String> {
+    pub(crate) fn end_generation(&self, generation: Generation) -> Vec<String> {
         self.release_where(|o| o.generation == generation)
     }
 
     /// Releases everything, and releases at once whatever is taken later.
-    pub(super) fn close(&self) -> Vec<String> {
+    pub(crate) fn close(&self) -> Vec<String> {
         self.closed.set(true);
         self.release_where(|_| true)
     }
@@ -212,12 +213,12 @@ impl ScriptDomain {
 
     /// How many resources [`owned_resources`](Self::owned_resources) would list, without
     /// copying their kinds.
-    pub(super) fn owned_count(&self) -> usize {
+    pub(crate) fn owned_count(&self) -> usize {
         self.owned.list.borrow().len()
     }
 
-    pub(super) fn report_release_failure(&self, message: String) {
-        self.reports.borrow_mut().push(super::Report {
+    pub(crate) fn report_release_failure(&self, message: String) {
+        self.reports.borrow_mut().push(Report {
             source: "owned resources".to_owned(),
             message,
         });

@@ -2,7 +2,7 @@
 //! [`Phase`] names they use are in `principal/phase.rs`, low enough for diagnostics to name).
 //!
 //! These are plain declarations: the bindings scripts make and the scheduler that runs them
-//! live in `scheduler.rs`. A context is *when*; what its code may do is its part of the
+//! live in `phases.rs`. A context is *when*; what its code may do is its part of the
 //! domain's grant ([`ContextSpec::capabilities`]), checked and installed by the scheduler.
 
 use std::time::Duration;

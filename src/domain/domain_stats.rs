@@ -7,7 +7,7 @@
 use std::cell::Cell;
 
 use super::{DomainState, ScriptDomain};
-use crate::principal::Generation;
+use crate::principal::{Generation, Severity};
 
 /// The running totals of a domain, over its whole life (every generation).
 #[derive(Default)]
@@ -33,10 +33,10 @@ impl Counters {
         bump(&self.events_unhandled, unhandled as u64);
     }
 
-    pub(crate) fn diagnosed(&self, severity: crate::principal::Severity) {
+    pub(crate) fn diagnosed(&self, severity: Severity) {
         match severity {
-            crate::principal::Severity::Error => bump(&self.errors, 1),
-            crate::principal::Severity::Warning => bump(&self.warnings, 1),
+            Severity::Error => bump(&self.errors, 1),
+            Severity::Warning => bump(&self.warnings, 1),
         }
     }
 }
@@ -137,9 +137,9 @@ impl ScriptDomain {
             reports_waiting: self.reports.borrow().len(),
             live_actors: self.live_actors().get(),
             owned_resources: self.owned_count(),
-            registered_jobs: self.registry.len(),
-            job_bytes: self.principal.job_bytes.held(),
-            shared_bytes: self.principal.shared.bytes(),
+            registered_jobs: self.current.registry.len(),
+            job_bytes: self.current.principal.job_bytes.held(),
+            shared_bytes: self.current.principal.shared.bytes(),
         }
     }
 }

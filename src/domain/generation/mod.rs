@@ -1,4 +1,4 @@
-//! Generations: the parts one generation owns (`GenerationParts`), building and installing the
+//! Generations: the parts one generation owns (`GenerationState`), building and installing the
 //! next one, `ScriptDomain::restart`, the end of a generation (restart, reload or stop), the
 //! mailboxes of ended generations, and engine events raised by the host.
 //!
@@ -8,49 +8,125 @@
 //! old mailbox, never in the new one. The domain keeps the old receivers and, each time it
 //! drains, discards what they hold unapplied and unanswered, counting it
 //! ([`ScriptDomain::stale_events`]); a receiver is let go once its last sender is gone.
+//!
+//! Beside it: what a new generation runs (`load.rs`), reload beside the running generation
+//! (`reload.rs`), the host promises a generation rejects when it ends (`host_promises.rs`),
+//! and what host services own for the domain's code, released per generation (`owned.rs`).
 
+pub(crate) mod host_promises;
+pub(crate) mod load;
+pub(crate) mod owned;
+mod reload;
+
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
-use super::{
-    actor, engine_vm, event_handlers, interfaces, scheduler, services, DomainState, Load,
-    ScriptDomain,
-};
+use crate::domain::events::handlers as event_handlers;
+use crate::domain::frame::{engine_services, phases};
+use crate::domain::reports::Reports;
+use crate::domain::{actor, interfaces, DomainState, Load, Report, ScriptDomain};
 use crate::error::{Error, Halt, NameRefusal, Result};
-use crate::jobs::{self, DomainEvent, DomainMailbox, PrincipalCell, Registry};
+use crate::jobs::{
+    self, DomainEvent, HomeKind, JobsHome, MailboxSender, Pool, PrincipalCell, Registry,
+    MAX_DEADLINE,
+};
+use crate::principal::profile::ProfileKind;
 use crate::principal::{Generation, Phase};
 use crate::value::Message;
-use crate::vm::Vm;
-use crate::vm::{FailureKind, JobFailure, Outcome};
+use crate::vm::{self, FailureKind, JobFailure, Outcome, TaskFailure, Vm};
 
 /// Everything one generation of a domain has of its own: its principal (id, mailbox, shared
 /// store), its engine VM, the receiving end of its mailbox, its registered jobs, the handlers
-/// its scripts bound to contexts, and the workers it spawned. The rest of a
-/// [`ScriptDomain`] is the host's and outlives generations.
+/// its scripts bound to contexts, the workers it spawned and the host promises it handed out.
+/// The rest of a [`ScriptDomain`] is the host's and outlives generations.
 ///
-/// A domain holds the current generation's parts in its own fields;
-/// [`swap_generation`](ScriptDomain::swap_generation) trades them with a `GenerationParts`, so
-/// a reload can install a candidate, pump it as the domain, and take it out again. A part added
-/// to a generation belongs here and in that swap.
-pub(super) struct GenerationParts {
-    principal: Arc<PrincipalCell>,
-    vm: Vm,
-    rx: Receiver<DomainEvent>,
-    registry: Rc<Registry>,
-    bindings: Rc<scheduler::Bindings>,
-    actors: Rc<actor::Actors>,
+/// Not called `Generation`: that is the public generation *number*
+/// ([`principal::Generation`](crate::Generation)), which this value carries in its principal.
+///
+/// A domain holds exactly one, its current generation; a restart or reload replaces it whole
+/// ([`install_generation`](ScriptDomain::install_generation)), and a reload trades it with its
+/// candidate for the length of the candidate's load
+/// ([`swap_generation`](ScriptDomain::swap_generation)). A part added to a generation is a field
+/// here and nothing more.
+///
+/// # Drop order
+/// What a generation owns must not outlive it. [`ScriptDomain::end_generation`] ends the
+/// principal, joins the actors, refuses the queued items and rejects the host promises while
+/// the value is still in place; [`install_generation`](ScriptDomain::install_generation) then
+/// drops the ended engine VM first (its tasks end, and the promises they held may post to the
+/// ended mailbox), keeps the receiver among the stale ones so that what those drops posted is
+/// discarded and counted, and drops the rest after that drain. The fields drop in the order
+/// they are declared when the whole value goes (the domain's own drop, a discarded candidate).
+pub(crate) struct GenerationState {
+    pub(crate) principal: Arc<PrincipalCell>,
+    pub(crate) vm: Vm,
+    pub(crate) rx: Receiver<DomainEvent>,
+    /// The jobs its scripts registered (`jobs.register`) and the host's kernels.
+    pub(crate) registry: Rc<Registry>,
+    /// The host's contexts and the handlers scripts bound to them.
+    pub(crate) bindings: Rc<phases::Bindings>,
+    /// The workers (`@skein/worker`) its code spawned; torn down when it ends.
+    pub(crate) actors: Rc<actor::Actors>,
+    /// Host promises of this generation that may be pending: rejected when it ends.
+    pub(crate) host_promises: RefCell<host_promises::HostPromises>,
 }
 
-impl GenerationParts {
-    pub(super) fn generation(&self) -> Generation {
+/// The host's parts of a domain that a generation's engine VM is built against.
+pub(crate) struct EngineSetup<'a> {
+    pub(crate) pool: &'a Pool,
+    /// Where the VM's unawaited failures and its registered jobs' failures go.
+    pub(crate) reports: &'a Rc<RefCell<Reports>>,
+    /// The named-event handlers, routes and event queue its `@skein/events` reaches.
+    pub(crate) event_handlers: &'a Rc<event_handlers::EventHandlers>,
+    pub(crate) domain_name: &'a str,
+}
+
+impl GenerationState {
+    pub(crate) fn generation(&self) -> Generation {
         self.principal.id.generation
     }
 
-    /// Drops the generation's parts but the receiving end of its mailbox, which is answered.
-    pub(super) fn into_rx(self) -> Receiver<DomainEvent> {
+    /// Drops the generation but the receiving end of its mailbox, which is answered: the rest
+    /// goes now, in declaration order, so what its drops post is in the receiver.
+    pub(crate) fn into_rx(self) -> Receiver<DomainEvent> {
         self.rx
+    }
+
+    /// Builds the engine VM of `principal` and installs in it what every generation has: its
+    /// registry (`jobs.register`, as app data), `@skein/context` over `bindings`,
+    /// `@skein/events`, `@skein/interfaces` and `@skein/worker` over `actors`. The first
+    /// generation's parts come from the spec ([`ScriptDomain::new`]), a later one's from the
+    /// generation before it ([`build_generation`](ScriptDomain::build_generation)).
+    ///
+    /// # Errors
+    /// [`Error::Vm`] when the VM can't be built.
+    pub(crate) fn assemble(
+        host: &EngineSetup<'_>,
+        principal: Arc<PrincipalCell>,
+        rx: Receiver<DomainEvent>,
+        registry: Rc<Registry>,
+        bindings: Rc<phases::Bindings>,
+        actors: Rc<actor::Actors>,
+    ) -> Result<GenerationState> {
+        let generation = principal.id.generation;
+        let vm = engine_vm(&principal, host.pool, host.reports)?;
+        vm.lua.set_app_data(registry.clone());
+        phases::install_context_module(&vm.lua, &bindings)?;
+        event_handlers::install_events_module(&vm.lua, host.event_handlers, generation)?;
+        interfaces::install_interfaces_module(&vm.lua, host.domain_name, generation)?;
+        actor::install_engine(&vm.lua, &actors)?;
+        Ok(GenerationState {
+            principal,
+            vm,
+            rx,
+            registry,
+            bindings,
+            actors,
+            host_promises: RefCell::default(),
+        })
     }
 }
 
@@ -134,7 +210,7 @@ impl ScriptDomain {
             }
             Err(failure) => {
                 self.state.set(DomainState::Failed);
-                self.reports.borrow_mut().push(super::Report {
+                self.reports.borrow_mut().push(Report {
                     source: "restart".to_owned(),
                     message: failure.message.clone(),
                 });
@@ -145,7 +221,7 @@ impl ScriptDomain {
 
     /// Refuses `entry` on a stopped domain: its event queue is closed and its handlers gone for
     /// good, so a stopped domain is never brought back (make a new one).
-    pub(super) fn refuse_if_stopped(&self, entry: &'static str) -> Result<()> {
+    pub(crate) fn refuse_if_stopped(&self, entry: &'static str) -> Result<()> {
         if self.state.get() == DomainState::Stopped {
             return Err(Error::Stopped {
                 entry,
@@ -164,61 +240,55 @@ impl ScriptDomain {
     ///
     /// # Errors
     /// As [`restart`](Self::restart) when the VM can't be built.
-    pub(super) fn build_generation(&self) -> Result<GenerationParts> {
-        let queue = self.event_handlers.queue().clone();
+    pub(crate) fn build_generation(&self) -> Result<GenerationState> {
         let generation = Generation(self.last_generation.get().get() + 1);
-        let (mailbox, rx) = DomainMailbox::new(queue, generation);
-        let principal = Arc::new(self.principal.next_generation(mailbox));
+        let (mailbox, rx) = MailboxSender::new();
+        let principal = Arc::new(self.current.principal.next_generation(generation, mailbox));
         debug_assert_eq!(principal.id.generation, generation);
-        let vm = engine_vm(&principal, &self.pool, &self.reports)?;
-        let registry = self.registry.next_generation(principal.clone());
-        vm.lua.set_app_data(registry.clone());
-        let bindings = self.bindings.next_generation();
-        scheduler::install_context_module(&vm.lua, &bindings)?;
-        event_handlers::install_events_module(&vm.lua, &self.event_handlers, generation)?;
-        interfaces::install_interfaces_module(&vm.lua, &self.name, generation)?;
-        let actors = self.actors.next_generation(principal.clone());
-        super::actor::install_engine(&vm.lua, &actors)?;
-        for (name, _) in principal.services.since(0) {
-            let f = services::engine_function(&vm.lua, self.services.clone(), name.clone())?;
-            jobs::install_at(&vm.lua, &name, f).map_err(|e| Error::Name {
+        let registry = self.current.registry.next_generation(principal.clone());
+        let bindings = self.current.bindings.next_generation();
+        let actors = self.current.actors.next_generation(principal.clone());
+        let host = EngineSetup {
+            pool: &self.pool,
+            reports: &self.reports,
+            event_handlers: &self.event_handlers,
+            domain_name: &self.name,
+        };
+        let next = GenerationState::assemble(&host, principal, rx, registry, bindings, actors)?;
+        for (name, _) in next.principal.services.since(0) {
+            let f = engine_services::engine_function(
+                &next.vm.lua,
+                self.services.clone(),
+                name.clone(),
+            )?;
+            jobs::install_at(&next.vm.lua, &name, f).map_err(|e| Error::Name {
                 refusal: NameRefusal::ServicePath,
                 message: format!("restart: {e}"),
             })?;
         }
         self.last_generation.set(generation);
-        Ok(GenerationParts {
-            principal,
-            vm,
-            rx,
-            registry,
-            bindings,
-            actors,
-        })
+        Ok(next)
     }
 
-    /// Trades the domain's current generation parts with `parts`: after it, the domain runs
-    /// as the generation `parts` held, and `parts` holds the one it ran as.
-    pub(super) fn swap_generation(&mut self, parts: &mut GenerationParts) {
-        std::mem::swap(&mut self.principal, &mut parts.principal);
-        std::mem::swap(&mut self.vm, &mut parts.vm);
-        std::mem::swap(&mut self.rx, &mut parts.rx);
-        std::mem::swap(&mut self.registry, &mut parts.registry);
-        std::mem::swap(&mut self.bindings, &mut parts.bindings);
-        std::mem::swap(&mut self.actors, &mut parts.actors);
+    /// Trades the domain's current generation with `other` in one move: after it, the domain
+    /// runs as the generation `other` held, and `other` holds the one it ran as.
+    pub(crate) fn swap_generation(&mut self, other: &mut GenerationState) {
+        std::mem::swap(&mut self.current, other);
         self.owned.set_running(self.generation());
     }
 
     /// Makes `next` the current generation for good, after the current one has ended: its
     /// mailbox joins the ended ones (drained into `stale_events`), its engine VM is dropped
     /// with its tasks, and what waits in the event queue for it is discarded and counted.
-    pub(super) fn install_generation(&mut self, mut next: GenerationParts) {
-        self.swap_generation(&mut next);
+    pub(crate) fn install_generation(&mut self, next: GenerationState) {
+        let ended = std::mem::replace(&mut self.current, next);
+        self.owned.set_running(self.generation());
         let generation = self.generation();
-        let GenerationParts { rx, vm, .. } = next;
-        self.stale_rx.get_mut().push(rx);
-        // Dropping the old engine VM ends its tasks and the promises they awaited.
-        drop(vm);
+        // The order below is the generation's drop order (see `GenerationState`): the
+        // receiver first joins the stale ones, then the engine VM goes, ending its tasks and
+        // the promises they awaited, and what that posted is drained before the rest goes.
+        self.stale_rx.get_mut().push(ended.rx);
+        drop(ended.vm);
         self.event_handlers.queue().advance(generation);
         self.event_handlers.next_generation(generation);
         self.drain_stale();
@@ -226,7 +296,7 @@ impl ScriptDomain {
 
     /// A generation has loaded: a domain that was running runs `startup` and is `Running`
     /// again; any other is `Ready`.
-    pub(super) fn start_again(&self, was_running: bool) {
+    pub(crate) fn start_again(&self, was_running: bool) {
         self.state.set(DomainState::Ready);
         if was_running {
             if let Ok(_entered) = self.enter("startup") {
@@ -274,7 +344,7 @@ impl ScriptDomain {
                 message,
             }
         })?;
-        self.principal.events.raise(name, payload);
+        self.current.principal.events.raise(name, payload);
         Ok(())
     }
 
@@ -282,12 +352,12 @@ impl ScriptDomain {
     /// refused unrun, naming `reason`), when `reject_pending` every host promise of the
     /// generation still pending, and then the resources it owns ([`ScriptDomain::own`]). A stop leaves a job that is running to settle as it ends (a
     /// worker that drops the job's VM fails it, naming the reason); a restart rejects it now.
-    pub(super) fn end_generation(&self, reason: &str, reject_pending: bool) {
+    pub(crate) fn end_generation(&self, reason: &str, reject_pending: bool) {
         let ending = std::time::Instant::now();
-        self.principal.end(reason);
+        self.current.principal.end(reason);
         // No worker outlives its generation: each is closed, interrupted and joined.
-        self.actors.teardown();
-        let id = self.principal.id;
+        self.current.actors.teardown();
+        let id = self.current.principal.id;
         let pool = self.pool.shared();
         for item in pool.lanes.forget(|(principal, _)| *principal == id) {
             let failure = JobFailure {
@@ -302,7 +372,7 @@ impl ScriptDomain {
             jobs::reply(&item.principal, item.reply, outcome, pool);
         }
         if reject_pending {
-            self.host_promises.borrow_mut().reject_all(reason);
+            self.current.host_promises.borrow_mut().reject_all(reason);
         }
         // What the generation owns is released last, newest first, after everything that might
         // still have used it has stopped.
@@ -312,30 +382,25 @@ impl ScriptDomain {
         // A stop's teardown is part of its `DomainStopped`; a restart's or reload's is its own
         // event, attributed to the generation that ended (still the principal here).
         if self.state.get() != DomainState::Stopping {
-            let kind = crate::principal::profile::ProfileKind::GenerationEnded;
+            let kind = ProfileKind::GenerationEnded;
             self.profiled(kind, None, None, ending);
         }
     }
 
     /// Counts `n` stale events, and profiles each as an instant.
-    pub(super) fn count_stale(&self, n: u64) {
+    pub(crate) fn count_stale(&self, n: u64) {
         self.stale.set(self.stale.get() + n);
-        if self.principal.profile.is_some() {
+        if self.current.principal.profile.is_some() {
             let now = std::time::Instant::now();
             for _ in 0..n {
-                self.profiled(
-                    crate::principal::profile::ProfileKind::StaleEvent,
-                    None,
-                    None,
-                    now,
-                );
+                self.profiled(ProfileKind::StaleEvent, None, None, now);
             }
         }
     }
 
     /// Discards what reached the mailboxes of ended generations, counting it. Dropping a held
     /// settlement rejects its promise, which is how a job's host promise learns why.
-    pub(super) fn drain_stale(&self) {
+    pub(crate) fn drain_stale(&self) {
         let discarded = self.event_handlers.queue().take_discarded();
         self.count_stale(discarded);
         let mut receivers = self.stale_rx.borrow_mut();
@@ -350,6 +415,35 @@ impl ScriptDomain {
             }
         });
     }
+}
+
+/// Builds the engine VM of `principal` on this thread, with the `jobs` API installed and the
+/// failures of its unawaited tasks going to `reports`.
+pub(crate) fn engine_vm(
+    principal: &Arc<PrincipalCell>,
+    pool: &Pool,
+    reports: &Rc<RefCell<Reports>>,
+) -> Result<Vm> {
+    let sink = reports.clone();
+    let reporter: vm::Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
+        sink.borrow_mut().push(Report {
+            source: label.to_owned(),
+            message: failure.to_string(),
+        });
+    });
+    let home = JobsHome::new(principal.clone(), pool.shared().clone(), HomeKind::Engine);
+    let vm = Vm::build(&principal.plan, reporter, MAX_DEADLINE, |lua| {
+        jobs::install(lua, home)
+    })
+    .map_err(|e| Error::Vm(vm::error_message(&e)))?;
+    vm.set_authority(principal.authority.clone());
+    Ok(vm)
+}
+
+/// Where a registered job's failures go: the domain's reports.
+pub(crate) fn report_sink(reports: &Rc<RefCell<Reports>>) -> jobs::FailureSink {
+    let sink = reports.clone();
+    Rc::new(move |source, message| sink.borrow_mut().push(Report { source, message }))
 }
 
 /// The shared store a generation ends, seen through its queues' Luau binding (`shared/queue_api.rs`):

@@ -15,19 +15,18 @@ use std::sync::Arc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::context::ContextSpec;
-use super::emit::{read_emit, EmitRefused};
-use super::handler_label::HandlerLabel;
-use super::scheduler::{wider_than_binder, Bindings};
-use super::{Report, ScriptDomain};
+use crate::domain::events::emit::{install_off_engine_events, read_emit, EmitRefused};
+use crate::domain::frame::context::ContextSpec;
+use crate::domain::frame::handler_label::HandlerLabel;
+use crate::domain::frame::phases::{wider_than_binder, Bindings};
+use crate::domain::{DomainMailbox, Report, ScriptDomain};
 use crate::error::{Error, NameRefusal, Result};
-use crate::jobs::{registering_authority, DomainMailbox};
+use crate::jobs::{home_principal, registering_authority};
 use crate::principal::capability::{Authority, CapabilitySet};
 use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
 use crate::principal::event_queue::{EventQueue, QueuedEvent, Routing};
-use crate::principal::Phase;
-use crate::principal::PostRefused;
-use crate::principal::{DomainId, Generation};
+use crate::principal::profile::ProfileKind;
+use crate::principal::{DomainId, EventTarget, Generation, Phase, PostRefused, Severity};
 use crate::value::Message;
 use crate::vm::{self, panic_message};
 
@@ -414,11 +413,11 @@ pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
     if !module.is_nil() {
         return Ok(module);
     }
-    if let Some(principal) = crate::jobs::home_principal(lua) {
+    if let Some(principal) = home_principal(lua) {
         let authority = Some(principal.authority.clone());
-        return super::emit::install_off_engine_events(lua, principal.mailbox.clone(), authority);
+        return install_off_engine_events(lua, DomainMailbox::of(&principal), authority);
     }
-    crate::vm::registered_or_refusing(
+    vm::registered_or_refusing(
         lua,
         EVENTS_KEY,
         &[("on", WORKER_ON), ("emit", NO_DOMAIN_EMIT)],
@@ -567,7 +566,7 @@ impl ScriptDomain {
     }
 
     /// One drain, inside a scheduler entry.
-    pub(super) fn run_event_drain(&self) -> EventReport {
+    pub(crate) fn run_event_drain(&self) -> EventReport {
         let handlers = self.event_handlers.clone();
         self.drain_stale();
         let batch = handlers.queue().take(handlers.queue().limits().per_drain);
@@ -584,8 +583,8 @@ impl ScriptDomain {
             let handled = match envelope.event {
                 QueuedEvent::Raw { target, payload } => {
                     let only = match &target {
-                        crate::principal::EventTarget::All => None,
-                        crate::principal::EventTarget::Context(name) => {
+                        EventTarget::All => None,
+                        EventTarget::Context(name) => {
                             match self.contexts().iter().position(|c| c.name() == name) {
                                 Some(index) => Some(index),
                                 None => {
@@ -630,10 +629,10 @@ impl ScriptDomain {
         refused.extend(handlers.queue().take_refusals());
         let warnings = std::mem::take(&mut *handlers.warnings.borrow_mut());
         for d in &refused {
-            self.diagnose(crate::principal::Severity::Error, d);
+            self.diagnose(Severity::Error, d);
         }
         for d in &warnings {
-            self.diagnose(crate::principal::Severity::Warning, d);
+            self.diagnose(Severity::Warning, d);
         }
         report.errors.extend(refused);
         report.warnings = warnings;
@@ -658,7 +657,7 @@ impl ScriptDomain {
             return false;
         };
         self.counters.handler_calls(due.len());
-        let profiling = self.principal.profile.is_some();
+        let profiling = self.current.principal.profile.is_some();
         for binding in due.iter() {
             let (context, failed, source) = match &binding.handler {
                 NamedHandler::Luau {
@@ -671,10 +670,14 @@ impl ScriptDomain {
                     let context = context.map(|i| &self.contexts()[i]);
                     let deadline = context
                         .and_then(ContextSpec::get_budget)
-                        .unwrap_or(self.principal.max_deadline);
+                        .unwrap_or(self.current.principal.max_deadline);
                     let call = profiling.then(std::time::Instant::now);
                     let authority = match context_index {
-                        Some(i) => Some(self.bindings.authority(i, &self.principal.authority)),
+                        Some(i) => Some(
+                            self.current
+                                .bindings
+                                .authority(i, &self.current.principal.authority),
+                        ),
                         None => authority.clone(),
                     };
                     let failed = match self.named_args(name, name_string, &payload) {
@@ -685,7 +688,7 @@ impl ScriptDomain {
                     };
                     if let Some(call) = call {
                         let context = context.map(ContextSpec::name);
-                        let kind = crate::principal::profile::ProfileKind::ContextCall;
+                        let kind = ProfileKind::ContextCall;
                         let event = Some(format!("{}.event '{name}'", context.unwrap_or("")));
                         let delay = call.saturating_duration_since(posted);
                         self.profiled_after(kind, context, event, call, Some(delay));
@@ -719,7 +722,7 @@ impl ScriptDomain {
                     Diagnostic::new(DiagnosticKind::HandlerFailed, attribution, message);
                 diagnostic.event = Some(name.to_string());
                 diagnostic.source = source;
-                self.diagnose(crate::principal::Severity::Error, &diagnostic);
+                self.diagnose(Severity::Error, &diagnostic);
                 errors.push(diagnostic);
             }
         }
@@ -736,7 +739,7 @@ impl ScriptDomain {
     ) -> std::result::Result<MultiValue, String> {
         let unreadable =
             |e: mlua::Error| format!("its arguments could not be read: {}", vm::error_message(&e));
-        let lua = &self.vm.lua;
+        let lua = &self.current.vm.lua;
         let payload = payload.to_lua(lua).map_err(unreadable)?;
         let name_value = match name_string {
             Some((cached, value)) if Arc::ptr_eq(cached, name) || **cached == **name => {

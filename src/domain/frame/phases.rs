@@ -22,10 +22,11 @@ use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::context::ContextSpec;
-use super::handler_label::HandlerLabel;
-use super::lifecycle::DomainState;
-use super::{FrameReport, Report, ScriptDomain};
+use crate::domain::frame::context::ContextSpec;
+use crate::domain::frame::handler_label::HandlerLabel;
+use crate::domain::lifecycle::DomainState;
+use crate::domain::EventReport;
+use crate::domain::{FrameReport, Report, ScriptDomain};
 use crate::error::{Error, Halt, Result};
 use crate::principal::capability::{lacking, Authority, CapabilitySet, Grant};
 use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind, Severity};
@@ -77,7 +78,7 @@ pub struct AdvanceReport {
     pub phases: Vec<PhaseReport>,
     /// The event drain that opened the advance (see
     /// [`drain_events`](ScriptDomain::drain_events)).
-    pub events: super::EventReport,
+    pub events: EventReport,
     /// The engine frame that ended the advance.
     pub frame: FrameReport,
     /// How long the advance took, wall time.
@@ -401,7 +402,7 @@ pub(crate) fn context_module(lua: &Lua) -> mlua::Result<Value> {
 }
 
 /// Clears the scheduler's busy flag when an entry ends, however it ends.
-pub(super) struct Entered<'a>(&'a Cell<Option<&'static str>>);
+pub(crate) struct Entered<'a>(&'a Cell<Option<&'static str>>);
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
@@ -417,7 +418,7 @@ impl ScriptDomain {
 
     /// The contexts the host declared, in declaration order.
     pub fn contexts(&self) -> &[ContextSpec] {
-        self.bindings.contexts()
+        self.current.bindings.contexts()
     }
 
     /// Runs every handler bound to `phase` now, each called with a copy of `args`, and answers
@@ -572,14 +573,14 @@ impl ScriptDomain {
 
     /// Runs the generation's `shutdown` handlers (their failures become reports, labelled by
     /// context) and drops every bound handler: what a stop and a restart both do first.
-    pub(super) fn shut_down(&self) {
+    pub(crate) fn shut_down(&self) {
         self.broadcast_reporting(Phase::Shutdown);
-        self.bindings.clear();
+        self.current.bindings.clear();
     }
 
     /// Runs every handler of `phase` with no arguments; each failure becomes a
     /// [`Report`](crate::Report) labelled by its context, as nobody reads a phase report here.
-    pub(super) fn broadcast_reporting(&self, phase: Phase) {
+    pub(crate) fn broadcast_reporting(&self, phase: Phase) {
         let report = self.broadcast(phase, &[]);
         for error in report.errors {
             self.reports.borrow_mut().push(Report {
@@ -595,7 +596,7 @@ impl ScriptDomain {
 
     /// Marks the start of a scheduler entry: refuses a stopped domain and a nested entry, and
     /// moves a loaded domain to `Running`.
-    pub(super) fn enter(&self, entry: &'static str) -> Result<Entered<'_>> {
+    pub(crate) fn enter(&self, entry: &'static str) -> Result<Entered<'_>> {
         let halted = match self.state.get() {
             DomainState::Stopping => Some(Halt::Stopping),
             DomainState::Stopped => Some(Halt::Stopped),
@@ -618,7 +619,7 @@ impl ScriptDomain {
     }
 
     /// The first phase or frame moves a ready (or still loading) domain to `Running`.
-    pub(super) fn mark_running(&self) {
+    pub(crate) fn mark_running(&self) {
         if matches!(self.state.get(), DomainState::Ready | DomainState::Loading) {
             self.state.set(DomainState::Running);
             self.profiled(ProfileKind::DomainStarted, None, None, Instant::now());
@@ -633,7 +634,7 @@ impl ScriptDomain {
     /// Calls the handlers of `phase` in run order: every context's, or only those of the
     /// context at index `only` (a raw event's target). A handler's queue delay (for the
     /// profile) runs from `queued` (when a raw event was posted), else from the phase's start.
-    pub(super) fn broadcast_in(
+    pub(crate) fn broadcast_in(
         &self,
         phase: Phase,
         only: Option<usize>,
@@ -642,11 +643,11 @@ impl ScriptDomain {
     ) -> PhaseReport {
         let started = Instant::now();
         let queued = queued.unwrap_or(started);
-        let due = self.bindings.snapshot(phase);
+        let due = self.current.bindings.snapshot(phase);
         let wanted = |b: &&Binding| only.is_none_or(|only| b.context == only);
         let calls = due.iter().filter(wanted).count();
         self.counters.handler_calls(calls);
-        let profiling = self.principal.profile.is_some();
+        let profiling = self.current.principal.profile.is_some();
         let mut errors = Vec::new();
         let mut timings = Vec::with_capacity(calls);
         // One clock read per call: a call's end is the next one's start, unless a profile
@@ -654,12 +655,15 @@ impl ScriptDomain {
         let mut call = started;
         for binding in due.iter().filter(wanted) {
             let context = binding.context;
-            let spec = &self.bindings.contexts()[context];
-            let authority = self.bindings.authority(context, &self.principal.authority);
+            let spec = &self.current.bindings.contexts()[context];
+            let authority = self
+                .current
+                .bindings
+                .authority(context, &self.current.principal.authority);
             let failed = self.call_handler(spec, context, authority, phase, &binding.handler, args);
             let ended = Instant::now();
             timings.push(HandlerTiming {
-                context: self.bindings.names[context].clone(),
+                context: self.current.bindings.names[context].clone(),
                 elapsed: ended.saturating_duration_since(call),
             });
             if profiling {
@@ -710,8 +714,10 @@ impl ScriptDomain {
         handler: &Function,
         args: &[Message],
     ) -> Option<String> {
-        let label = self.bindings.label(context, phase);
-        let deadline = spec.get_budget().unwrap_or(self.principal.max_deadline);
+        let label = self.current.bindings.label(context, phase);
+        let deadline = spec
+            .get_budget()
+            .unwrap_or(self.current.principal.max_deadline);
         let values = match self.lua_args(args) {
             Ok(values) => values,
             Err(text) => return Some(text),
@@ -720,8 +726,8 @@ impl ScriptDomain {
     }
 
     /// Copies `args` into the engine VM; answers the failure's text when one can't be read.
-    pub(super) fn lua_args(&self, args: &[Message]) -> std::result::Result<MultiValue, String> {
-        let lua = &self.vm.lua;
+    pub(crate) fn lua_args(&self, args: &[Message]) -> std::result::Result<MultiValue, String> {
+        let lua = &self.current.vm.lua;
         let mut values = MultiValue::with_capacity(args.len());
         for arg in args {
             match arg.to_lua(lua) {
@@ -743,7 +749,7 @@ impl ScriptDomain {
     ///
     /// A call that ends in its first run (the common case) hands its end straight back; only
     /// a call that yields gets a completion, which turns a later failure into that report.
-    pub(super) fn call_task(
+    pub(crate) fn call_task(
         &self,
         label: Arc<HandlerLabel>,
         deadline: Duration,
@@ -758,7 +764,7 @@ impl ScriptDomain {
             owner = owner.with_authority(authority);
         }
         let owner = self.fresh_owner(owner);
-        match self.vm.call(handler.clone(), values, owner.clone()) {
+        match self.current.vm.call(handler.clone(), values, owner.clone()) {
             Err(e) => Some(vm::error_message(&e)),
             Ok(FirstRun::Ended(result)) => {
                 // Whatever the call started (a spawned task, a deferred one) holds the owner

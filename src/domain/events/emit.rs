@@ -10,14 +10,14 @@
 //! before `emit` returns.
 //!
 //! Routes are the engine thread's: a worker's event is routed by the drain that delivers it
-//! ([`Routing::AtDrain`]). Binding handlers (`events.on`) stays the engine VM's alone.
+//! ([`Routing::AtDrain`](crate::principal::event_queue::Routing::AtDrain)). Binding handlers (`events.on`) stays the engine VM's alone.
 
 use std::sync::Arc;
 
 use mlua::{Lua, Value};
 
-use super::event_handlers::{EVENTS_KEY, WORKER_ON};
-use crate::jobs::DomainMailbox;
+use crate::domain::events::handlers::{EVENTS_KEY, WORKER_ON};
+use crate::domain::DomainMailbox;
 use crate::principal::capability::{self, Authority};
 use crate::principal::diagnostic::{Diagnostic, DiagnosticKind};
 use crate::principal::event_queue::{EventQueue, PostRefused, QueueBound};

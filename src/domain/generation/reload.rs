@@ -6,9 +6,9 @@
 //! (`swap_generation`), so it is pumped by the same code that pumps any generation, and the
 //! running generation's frames, phases, mailbox and tasks wait untouched meanwhile.
 
-use super::generation::GenerationParts;
-use super::load::LoadFailure;
-use super::{DomainState, Load, Report, ScriptDomain};
+use crate::domain::generation::load::LoadFailure;
+use crate::domain::generation::GenerationState;
+use crate::domain::{DomainState, Load, Report, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::principal::Generation;
 
@@ -106,7 +106,7 @@ impl ScriptDomain {
     /// candidate is swapped in only to be ended as a generation ends (without its shutdown
     /// handlers, and without touching the host's promises, which are the running
     /// generation's), then dropped.
-    fn discard_candidate(&mut self, mut candidate: GenerationParts, failure: &LoadFailure) {
+    fn discard_candidate(&mut self, mut candidate: GenerationState, failure: &LoadFailure) {
         let generation = candidate.generation();
         let reason = format!(
             "domain '{}' discarded generation {}: its reload failed to {}",

@@ -1,0 +1,174 @@
+//! The domain's frame: what runs on the engine thread once per frame, and the parts that decide
+//! it. [`ScriptDomain::frame`] and the registered jobs' phases are here; the host's contexts
+//! and fixed step (`context.rs`), the phase handlers scripts bind and the scheduler that runs
+//! them (`phases.rs`), the engine services a frame answers (`engine_services.rs`) and the
+//! labels of handler calls (`handler_label.rs`) are its files.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::domain::{FrameReport, Report, ScriptDomain};
+use crate::error::{Error, Result};
+use crate::jobs::JobInfo;
+use crate::value::Message;
+use crate::vm;
+
+pub(crate) mod context;
+pub(crate) mod engine_services;
+pub(crate) mod handler_label;
+pub(crate) mod phases;
+
+impl ScriptDomain {
+    /// One engine frame: drains the mailbox (applying recorded commands, answering forwarded
+    /// queries, settling promises), moves the frame counter on (waking the tasks whose
+    /// `task.waitFrames` it reached, here and on workers), then resumes the tasks that are
+    /// ready. Never blocks. `dt` is what the host says the frame covers; task timers follow
+    /// the wall clock, and `dt` only adds up in [`FrameReport::time`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// domain.exec("task.waitFrames(2) done = true")?;
+    /// let first = domain.frame(Duration::from_millis(16));
+    /// assert_eq!(domain.eval("return done")?, Message::Nil);
+    /// let later = domain.frame(Duration::from_millis(16));
+    /// assert!(later.frame > first.frame);
+    /// assert_eq!(later.time, Duration::from_millis(32));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// A frame moves a ready domain to [`Running`](crate::DomainState::Running). A stopped domain's
+    /// frame does nothing; so does a frame asked for while a phase, advance or frame of the
+    /// same domain runs (a handler reaching back through a host service): that is recorded as
+    /// a [`Report`] naming [`Error::Reentrant`], and the report answered counts nothing.
+    pub fn frame(&self, dt: Duration) -> FrameReport {
+        match self.enter("frame") {
+            Ok(_entered) => self.run_frame(dt),
+            Err(e) => {
+                if matches!(e, Error::Reentrant(_)) {
+                    self.reports.borrow_mut().push(Report {
+                        source: "frame".to_owned(),
+                        message: e.to_string(),
+                    });
+                }
+                FrameReport {
+                    frame: self.frames(),
+                    forwarded_calls: 0,
+                    commands_applied: 0,
+                    time: self.frame_time.get(),
+                }
+            }
+        }
+    }
+
+    /// One frame, inside a scheduler entry.
+    pub(crate) fn run_frame(&self, dt: Duration) -> FrameReport {
+        vm::check_sources();
+        self.services.forwarded.set(0);
+        self.services.applied.set(0);
+        self.frame_time.set(self.frame_time.get() + dt);
+        let frame = self.round();
+        FrameReport {
+            frame,
+            forwarded_calls: self.services.forwarded.get(),
+            commands_applied: self.services.applied.get(),
+            time: self.frame_time.get(),
+        }
+    }
+
+    /// The frame counter: how many frames the domain has run ([`frame`](Self::frame), and each
+    /// round of [`pump`](Self::pump), [`eval`](Self::eval) and
+    /// [`run_until_idle`](Self::run_until_idle)).
+    pub fn frames(&self) -> u64 {
+        self.current.principal.frames.load(Ordering::Acquire)
+    }
+
+    /// One frame's work: drain, count the frame, wake frame waits, run the registered jobs
+    /// phase by phase, step. Answers the frame.
+    pub(crate) fn round(&self) -> u64 {
+        self.drain();
+        let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
+        self.current.vm.wake_frames(frame);
+        self.current.registry.run(&self.current.vm, None);
+        self.current.vm.step();
+        frame
+    }
+
+    /// Runs the jobs of one phase now, and only them: each applies a result that landed, then
+    /// starts its next run or item, as in [`frame`](Self::frame). The mailbox is drained first
+    /// (so results and their commands are in) and ready tasks run after; the frame counter does
+    /// not move. Answers false, doing nothing else, for a phase no job has registered in.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// domain.eval(r#"
+    ///     n = 0
+    ///     jobs.register({ phase = "physics", executor = { kind = "luau", run = function() n += 1 end } })
+    /// "#)?;
+    /// assert!(domain.run_job_phase("physics"));
+    /// assert!(domain.run_job_phase("physics"));
+    /// assert!(!domain.run_job_phase("render"));
+    /// assert_eq!(domain.eval("return n")?, Message::Number(2.0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// Registered jobs' phases are their own names, apart from the scheduler's [`Phase`](crate::Phase)s:
+    /// [`run_phase`](Self::run_phase) runs context handlers, this runs jobs.
+    pub fn run_job_phase(&self, name: &str) -> bool {
+        vm::check_sources();
+        self.drain();
+        let known = self.current.registry.run(&self.current.vm, Some(name));
+        self.current.vm.step();
+        known
+    }
+
+    /// Registers a kernel: a native function that `kernel` jobs name (`executor = { kind =
+    /// "kernel", kernel = name }`). Each frame such a job runs `f` on a pool worker, over a
+    /// copy of its `input()` (or nil), with no Luau VM involved; the result goes to the job's
+    /// `apply` on the engine thread. An `Err` or a panic errors the job (the panic is contained
+    /// and the worker goes on serving).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// domain.register_kernel("double", |m| match m {
+    ///     Message::Number(n) => Ok(Message::Number(n * 2.0)),
+    ///     other => Err(format!("expected a number, got {other:?}")),
+    /// })?;
+    /// domain.eval(r#"
+    ///     jobs.register({ phase = "main", executor = { kind = "kernel", kernel = "double",
+    ///         input = function() return 21 end, apply = function(r) answer = r end } })
+    /// "#)?;
+    /// while domain.eval("return answer")? == Message::Nil {
+    ///     domain.frame(Duration::from_millis(1));
+    /// }
+    /// assert_eq!(domain.eval("return answer")?, Message::Number(42.0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Name`] ([`NameRefusal::KernelName`](crate::NameRefusal::KernelName) or
+    /// [`NameRefusal::KernelTaken`](crate::NameRefusal::KernelTaken)) when
+    /// the name is not 1 to 256 bytes or is registered already.
+    pub fn register_kernel<F>(&self, name: &str, f: F) -> Result<()>
+    where
+        F: Fn(Message) -> std::result::Result<Message, String> + Send + Sync + 'static,
+    {
+        self.current.registry.register_kernel(name, Arc::new(f))
+    }
+
+    /// Snapshots of the jobs registered on this domain, in registration order.
+    pub fn jobs(&self) -> Vec<JobInfo> {
+        self.current.registry.list(None)
+    }
+}

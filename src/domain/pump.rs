@@ -1,0 +1,191 @@
+//! Pumping the domain on its engine thread: [`ScriptDomain::pump`] (one round, never blocks),
+//! the blocking round the load, `eval` and [`ScriptDomain::run_until_idle`] are made of, and the
+//! stall verdict that ends a run nothing can wake.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::RecvTimeoutError;
+
+use crate::domain::{stall_watch, ScriptDomain};
+use crate::error::{Error, Result};
+use crate::shared;
+use crate::vm;
+
+/// The longest `run_until_idle` waits between two frames while work is in flight, so tasks
+/// waiting on frames (in the engine VM or on workers) see frames pass.
+const FRAME_INTERVAL: Duration = Duration::from_millis(16);
+
+/// How often `run_until_idle` looks for edited module sources while a script keeps it busy.
+const SOURCE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+
+impl ScriptDomain {
+    /// One round on the engine thread: drain the mailbox, then run the tasks that are ready.
+    /// Never blocks. Answers whether anything happened.
+    pub fn pump(&self) -> bool {
+        vm::check_sources();
+        let drained = self.drain();
+        let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
+        let woke = self.current.vm.wake_frames(frame);
+        let ran = self.current.vm.step();
+        drained || woke || ran
+    }
+
+    /// Pumps once; when `block` and nothing is ready, waits for the mailbox, the next timer or
+    /// (with `jobs`) the next time registered jobs are due. With `jobs` the round runs the
+    /// registered jobs as a frame does, when [`FRAME_INTERVAL`] has passed since they last
+    /// ran. Answers false when nothing is outstanding at all (idle): no task, no pending
+    /// promise, no timer, and (with `jobs`) no registered job that is neither paused nor
+    /// errored.
+    pub(super) fn pump_once(&self, block: bool, jobs: bool) -> bool {
+        self.pump_once_until(block, jobs, None)
+    }
+
+    /// [`pump_once`](Self::pump_once), never waiting past `until` when it is given.
+    pub(super) fn pump_once_until(&self, block: bool, jobs: bool, until: Option<Instant>) -> bool {
+        let drained = self.drain();
+        let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
+        let woke = self.current.vm.wake_frames(frame);
+        let live_jobs = jobs && self.current.registry.has_work();
+        let jobs_due = live_jobs.then(|| match self.jobs_ran.get() {
+            Some(at) => at + FRAME_INTERVAL,
+            None => Instant::now(),
+        });
+        let ran_jobs = match jobs_due {
+            Some(due) if due <= Instant::now() => {
+                self.jobs_ran.set(Some(Instant::now()));
+                self.current.registry.run(&self.current.vm, None);
+                true
+            }
+            _ => false,
+        };
+        if drained | woke | ran_jobs | self.current.vm.step() || self.current.vm.has_ready() {
+            return true;
+        }
+        // A pop parked by a task that has since ended would otherwise count as pending forever.
+        shared::sweep_parked_pops(&self.current.vm.lua);
+        let pending = self.current.vm.core.promises.borrow().pending();
+        let next = [self.current.vm.next_wake(), jobs_due]
+            .into_iter()
+            .flatten()
+            .min();
+        let frame_waits = self.current.vm.has_frame_waits();
+        if pending == 0 && next.is_none() && !frame_waits {
+            return false;
+        }
+        if !block {
+            return true;
+        }
+        // Tasks here or work in flight may wait on frames: the next round (the next frame)
+        // comes within one frame interval.
+        let wait = match next {
+            Some(at) => at.saturating_duration_since(Instant::now()),
+            None => Duration::from_secs(3600),
+        };
+        let wait = if pending > 0 || frame_waits {
+            wait.min(FRAME_INTERVAL)
+        } else {
+            wait
+        };
+        let wait = match until {
+            Some(until) => wait.min(until.saturating_duration_since(Instant::now())),
+            None => wait,
+        };
+        let received = self
+            .current
+            .rx
+            .recv_timeout(wait)
+            .map_err(|_| RecvTimeoutError::Timeout);
+        if let Ok(event) = received {
+            self.handle(event);
+        }
+        true
+    }
+
+    /// Pumps until every task and every promise the domain's scripts started has settled, and no
+    /// registered job is left to run.
+    ///
+    /// Each round is a frame, and the registered jobs run in it too, at most once per frame
+    /// interval (16 ms): so a job that runs every frame runs about 60 times a second here, and
+    /// while only such jobs keep the domain busy it sleeps between their frames (handling the
+    /// mailbox meanwhile) rather than spinning. A live registered job that is neither paused
+    /// nor errored keeps the run going; cancelling the last one (say, from its own `run`) ends
+    /// it.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// domain.exec(r#"
+    ///     runs = 0
+    ///     local job
+    ///     job = jobs.register({ phase = "main", executor = { kind = "luau", run = function()
+    ///         runs += 1
+    ///         if runs == 3 then job:cancel() end
+    ///     end } })
+    /// "#)?;
+    /// domain.run_until_idle()?;
+    /// assert_eq!(domain.eval("return runs")?, Message::Number(3.0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The first failure of a script the host started ([`Error::Script`], with its Luau stack).
+    pub fn run_until_idle(&self) -> Result<()> {
+        vm::check_sources();
+        let mut checked = Instant::now();
+        let mut stall = stall_watch::StallWatch::default();
+        // With a stall check, a round never waits long, so the check runs while the engine
+        // VM waits on a far timer alone.
+        let round = |live: &Option<Arc<vm::Liveness>>| {
+            live.as_ref()
+                .map(|_| Instant::now() + stall_watch::STALL_ROUND)
+        };
+        while self.pump_once_until(true, true, round(&self.current.principal.liveness)) {
+            // A script can run for minutes without returning to the host: look for edited
+            // sources now and then, so an edit still reaches its next dispatch.
+            if checked.elapsed() >= SOURCE_CHECK_INTERVAL {
+                vm::check_sources();
+                checked = Instant::now();
+            }
+            if let Some(live) = &self.current.principal.liveness {
+                if stall.stalled(live, self.engine_still()) {
+                    let waits = stall_watch::describe(&self.current.vm);
+                    // Still, with no task waiting and no promise pending: only a timer of a
+                    // cancelled task was left, which nothing waits for. The run is over.
+                    if waits.is_empty() {
+                        break;
+                    }
+                    return self.end_stalled(waits);
+                }
+            }
+        }
+        self.report_unhandled_rejections();
+        match self.failures.borrow_mut().drain(..).next() {
+            Some(text) => Err(Error::Script(text)),
+            None => Ok(()),
+        }
+    }
+
+    /// The engine thread's part of a stall verdict: nothing ready in the engine VM, nothing in
+    /// its mailbox, no registered job live and no `@skein/worker` thread alive.
+    pub(super) fn engine_still(&self) -> bool {
+        !self.current.vm.has_ready()
+            && self.current.rx.is_empty()
+            && !self.current.registry.has_work()
+            && self.current.actors.live().get() == 0
+    }
+
+    /// Ends a stalled `run_until_idle`: a failure already seen comes first, as it would have
+    /// had the run ended; else [`Error::Stalled`] naming what the engine VM's tasks wait on.
+    #[cold]
+    pub(super) fn end_stalled(&self, waits: Vec<String>) -> Result<()> {
+        self.report_unhandled_rejections();
+        if let Some(text) = self.failures.borrow_mut().drain(..).next() {
+            return Err(Error::Script(text));
+        }
+        Err(Error::Stalled { waits })
+    }
+}
