@@ -43,19 +43,17 @@ pub use domain::{
     ActorError, ActorStage, AdvanceReport, ChromeTrace, ContextSpec, DomainMailbox, DomainSpec,
     DomainState, DomainStats, EventReport, FailurePolicy, FixedStep, FrameReport, HandlerTiming,
     InterfaceField, InterfaceInfo, LiveActors, Load, PhaseReport, Report, ResourceId,
-    ResourceOwner, ScriptDomain, ACTOR_SPAWN, DROPPED_REPORTS, LOAD_BOUND, MAX_ACTOR_BYTES,
-    MAX_CONTEXT_NAME, MAX_INTERFACE_NAME, MAX_LIVE_ACTORS, MAX_REPORTS,
+    ResourceOwner, ScriptDomain, ACTOR_SPAWN,
 };
 pub use error::{DispatchRefusal, Error, Halt, NameRefusal, Result, SpecSetting};
 pub use jobs::{
     JobInfo, JobOptions, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls, EVENT_LOG_BOUND,
     JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES, VM_RETIRED, WARM_BOUND,
 };
-pub use pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
+pub use pool::stats::{WarmRun, WorkerStats};
 pub use principal::capability::{
     require_capability, CapabilityDenied, CapabilityError, CapabilityId, CapabilitySet, Grant,
     InvalidCapability, OverDelegation, RootAuthority, FILESYSTEM_READ, FILESYSTEM_WRITE,
-    MAX_CAPABILITY_LEN,
 };
 pub use principal::{
     Attribution, Diagnostic, DiagnosticKind, DiagnosticSink, DomainId, EventLimits, EventTarget,
@@ -65,16 +63,38 @@ pub use principal::{
 pub use shared::{
     FrozenTable, PopError, PushError, PushErrorKind, QueueError, QueueOpenError,
     QueueOpenErrorKind, SharedQueueRef, SharedStore, SharedTableError, SharedTableErrorKind,
-    SharedTableRef, DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_BYTES, MAX_QUEUE_CAPACITY,
+    SharedTableRef,
 };
 pub use value::{
     DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,
     TransferErrorKind,
 };
-pub use vm::{
-    FailureKind, JobFailure, LoadStage, Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS,
-    MAX_SOURCE_BYTES, STALL_HORIZON, UNAWAITED_KEPT,
-};
+pub use vm::{FailureKind, JobFailure, LoadStage, Plan};
+
+/// The usual embedding set, for `use skein::prelude::*;`: what a host that builds a pool and a
+/// domain, grants it capabilities, runs its scripts and trades values with them names most often.
+/// Everything else is reached by its own name at the crate root (`skein::ChromeTrace`,
+/// `skein::EventLimits`, ...); each bound is a constant of the type it bounds
+/// (`SharedQueueRef::MAX_CAPACITY`, `Plan::MAX_SOURCE_BYTES`).
+///
+/// ```
+/// use skein::prelude::*;
+///
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("game").plan(Plan::new()))?;
+/// let inbox = domain.shared().queue("inbox", SharedQueueRef::DEFAULT_CAPACITY)?;
+/// inbox.push(Message::Boolean(true))?;
+/// let got = domain.eval("return jobs.shared.queue('inbox'):tryPop() == true")?;
+/// assert_eq!(got, Message::Boolean(true));
+/// # Ok::<(), Error>(())
+/// ```
+pub mod prelude {
+    pub use crate::{
+        CapabilitySet, ContextSpec, DomainMailbox, DomainSpec, Error, Grant, JobOptions, Message,
+        Phase, Plan, Pool, Promise, PromiseStatus, Report, Result, RootAuthority, ScriptDomain,
+        SharedQueueRef, SharedTableRef,
+    };
+}
 
 /// Re-exported so hosts use the same mlua as Skein.
 pub use mlua;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use skein::{
     CapabilityError, CapabilityId, CapabilitySet, ContextSpec, DomainSpec, Message, Phase, Plan,
-    Pool, RootAuthority, ScriptDomain, MAX_CAPABILITY_LEN,
+    Pool, RootAuthority, ScriptDomain,
 };
 
 use crate::support::{assert_contains, skein_in, wait_until, Tree};
@@ -63,9 +63,9 @@ fn denial_text(domain: &ScriptDomain, capability: &str) -> String {
 #[test]
 fn names_are_checked_and_a_bad_one_is_named() {
     assert_eq!(id("filesystem.read").as_str(), "filesystem.read");
-    let at = "a".repeat(MAX_CAPABILITY_LEN);
+    let at = "a".repeat(CapabilityId::MAX_LEN);
     assert!(CapabilityId::new(&at).is_ok());
-    let past = "a".repeat(MAX_CAPABILITY_LEN + 1);
+    let past = "a".repeat(CapabilityId::MAX_LEN + 1);
     assert_eq!(
         CapabilityId::new(&past).unwrap_err().to_string(),
         format!("invalid capability name '{past}': a name is 1 to 128 bytes")

@@ -39,7 +39,7 @@ fn help_is_clear_and_exits_zero() {
     );
     assert_contains(&stdout, "FILE must be a regular file of at most 16 MiB;");
     assert_eq!(
-        skein::MAX_SOURCE_BYTES,
+        skein::Plan::MAX_SOURCE_BYTES,
         16 * 1024 * 1024,
         "the help says 16 MiB"
     );

@@ -158,7 +158,7 @@ fn a_script_that_is_not_a_regular_file_is_refused_quickly_naming_it() {
 
 #[test]
 fn a_script_at_the_size_bound_runs_and_one_byte_past_is_refused() {
-    let bound = skein::MAX_SOURCE_BYTES;
+    let bound = skein::Plan::MAX_SOURCE_BYTES;
     let tree = Tree::new(&[]);
     let dir = tree.path();
     // A line that prints, then a comment that fills the file to exactly the bound.
@@ -392,7 +392,7 @@ fn a_failing_job_the_script_awaits_or_inspects_is_handled() {
 
 #[test]
 fn unhandled_rejections_are_reported_in_full_up_to_the_bound_then_counted() {
-    let kept = skein::UNAWAITED_KEPT;
+    let kept = skein::Plan::UNAWAITED_KEPT;
     for (n, more) in [(kept, None), (kept + 1, Some(1))] {
         let tree = with_failing_job(&format!(
             "for i = 1, {n} do jobs.dispatch('./m', 'boom', nil, {{ name = `j{{i}}` }}) end\n"

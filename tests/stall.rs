@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use skein::{DomainSpec, Error, Message, Pool, ScriptDomain, DEFAULT_QUEUE_CAPACITY};
+use skein::{DomainSpec, Error, Message, Pool, ScriptDomain, SharedQueueRef};
 
 use crate::hostile::hostile_run;
 use crate::support::Tree;
@@ -176,7 +176,7 @@ fn a_host_that_did_not_ask_waits_for_its_own_thread_to_push() {
         .unwrap();
     let queue = domain
         .shared()
-        .queue("feed", DEFAULT_QUEUE_CAPACITY)
+        .queue("feed", SharedQueueRef::DEFAULT_CAPACITY)
         .unwrap();
     let pusher = std::thread::spawn(move || {
         // The behaviour under test: a host thread that pushes late, past the quiet interval.

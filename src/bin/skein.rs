@@ -14,7 +14,7 @@ use std::sync::Arc;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use skein::{
     CapabilityId, CapabilitySet, ChromeTrace, DomainSpec, Grant, Plan, Pool, RootAuthority,
-    ScriptDomain, MAX_SOURCE_BYTES,
+    ScriptDomain,
 };
 
 // The runner's own modules sit in `src/bin/skein/`, so Cargo does not take them for binaries.
@@ -67,7 +67,7 @@ refused naming the path, with exit code 1. Its bytes are Luau source: they need 
 EXAMPLES:
     skein run --allow-write . examples/mandelbrot.luau   writes mandelbrot.png
     skein run examples/primes.luau --workers 2 -- 20000",
-        MAX_SOURCE_BYTES >> 20
+        Plan::MAX_SOURCE_BYTES >> 20
     )
 }
 

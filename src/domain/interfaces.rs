@@ -25,7 +25,7 @@ use crate::vm;
 pub(crate) const INTERFACES_KEY: &str = "skein.interfaces";
 
 /// The longest interface name, in bytes.
-pub const MAX_INTERFACE_NAME: usize = 256;
+pub(crate) const MAX_INTERFACE_NAME: usize = 256;
 
 /// What `interfaces.provide` raises outside the engine VM.
 pub(crate) const OUTSIDE_PROVIDE: &str =
@@ -47,6 +47,11 @@ pub struct InterfaceInfo {
     pub name: String,
     /// Its fields, sorted by name, each with who provided it.
     pub fields: Vec<InterfaceField>,
+}
+
+impl InterfaceInfo {
+    /// The longest interface name, in bytes: 256.
+    pub const MAX_NAME: usize = MAX_INTERFACE_NAME;
 }
 
 /// One field of an effective interface table.

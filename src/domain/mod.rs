@@ -63,29 +63,26 @@ mod stall_watch;
 mod tracing_sink;
 
 use actor::Actors;
-pub use actor::{
-    ActorError, ActorStage, FailurePolicy, LiveActors, ACTOR_SPAWN, MAX_ACTOR_BYTES,
-    MAX_LIVE_ACTORS,
-};
+pub use actor::{ActorError, ActorStage, FailurePolicy, LiveActors, ACTOR_SPAWN};
 pub use chrome_trace::ChromeTrace;
 use domain_stats::Counters;
 pub use domain_stats::DomainStats;
 use events::handlers::EventHandlers;
 pub use events::handlers::EventReport;
 pub use events::mailbox::DomainMailbox;
-pub use frame::context::{ContextSpec, FixedStep, MAX_CONTEXT_NAME};
+pub use frame::context::{ContextSpec, FixedStep};
 use frame::engine_services::EngineServices;
 pub use frame::engine_services::FrameReport;
 use frame::phases;
 pub use frame::phases::{AdvanceReport, HandlerTiming, PhaseReport};
-pub use generation::load::{Load, LOAD_BOUND};
+pub use generation::load::Load;
 use generation::owned::OwnedResources;
 pub use generation::owned::{ResourceId, ResourceOwner};
 use generation::{report_sink, EngineSetup, GenerationState};
-pub use interfaces::{InterfaceField, InterfaceInfo, MAX_INTERFACE_NAME};
+pub use interfaces::{InterfaceField, InterfaceInfo};
 pub use lifecycle::DomainState;
+pub use reports::Report;
 use reports::Reports;
-pub use reports::{Report, DROPPED_REPORTS, MAX_REPORTS};
 pub use spec::DomainSpec;
 #[cfg(feature = "tracing")]
 pub use tracing_sink::TracingSink;

@@ -8,10 +8,10 @@ use crate::vm::UNAWAITED_KEPT;
 
 /// How many reports a domain keeps between two `take_reports`: 1,024. Past it each one is
 /// counted, not kept, and `take_reports` ends with one report saying how many were dropped.
-pub const MAX_REPORTS: usize = 1_024;
+pub(crate) const MAX_REPORTS: usize = 1_024;
 
 /// The source of the report that says how many were dropped.
-pub const DROPPED_REPORTS: &str = "reports dropped";
+pub(crate) const DROPPED_REPORTS: &str = "reports dropped";
 
 /// A failure that reached no awaiting code: a task that raised, attributed to its job or script.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +62,12 @@ impl Reports {
 }
 
 impl Report {
+    /// The source of the report that says how many were dropped.
+    pub const DROPPED_SOURCE: &'static str = DROPPED_REPORTS;
+
+    /// How many reports a domain keeps between two `take_reports`: 1,024. Past it each one is counted, not kept, and `take_reports` ends with one report (of source [`DROPPED_SOURCE`](Self::DROPPED_SOURCE)) saying how many were dropped.
+    pub const MAX_KEPT: usize = MAX_REPORTS;
+
     /// Whether this report is a failure nobody handled. Capability denials (source
     /// `capability`; the code may have caught them) and notes that a worker VM was retired
     /// (source [`VM_RETIRED`]; its failed jobs are reported or answered on their own) are not.

@@ -1,4 +1,4 @@
-//! Reading a main script from disk: a regular file of at most [`MAX_SOURCE_BYTES`](crate::MAX_SOURCE_BYTES) bytes.
+//! Reading a main script from disk: a regular file of at most [`MAX_SOURCE_BYTES`](crate::Plan::MAX_SOURCE_BYTES) bytes.
 //!
 //! The path comes from whoever starts the script (a user at a shell, a host's config), so what is
 //! there may be a directory, a device that never ends (`/dev/zero`), a FIFO that blocks until a
@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::vm;
 
 /// The canonical path of the script at `path` and its bytes: a regular file of at most
-/// [`MAX_SOURCE_BYTES`](crate::MAX_SOURCE_BYTES), read as [`vm::source::read_bounded`] reads every source file.
+/// [`MAX_SOURCE_BYTES`](crate::Plan::MAX_SOURCE_BYTES), read as [`vm::source::read_bounded`] reads every source file.
 ///
 /// A file past the bound, or one that is not a regular file, is refused naming the path:
 ///
@@ -33,7 +33,7 @@ use crate::vm;
 ///
 /// # Errors
 /// [`Error::Io`] naming `path` when it is missing, unreadable, not a regular file, or longer
-/// than [`MAX_SOURCE_BYTES`](crate::MAX_SOURCE_BYTES).
+/// than [`MAX_SOURCE_BYTES`](crate::Plan::MAX_SOURCE_BYTES).
 pub(super) fn read(path: &Path) -> Result<(PathBuf, Vec<u8>)> {
     let named = |e: io::Error| {
         Error::Io(io::Error::new(

@@ -20,7 +20,7 @@ impl ScriptDomain {
     ///
     /// # Errors
     /// [`Error::Io`] naming the path when the file can't be read, is not a regular file or is
-    /// longer than [`MAX_SOURCE_BYTES`](crate::MAX_SOURCE_BYTES); [`Error::Script`] when it
+    /// longer than [`MAX_SOURCE_BYTES`](crate::Plan::MAX_SOURCE_BYTES); [`Error::Script`] when it
     /// does not compile.
     pub fn run_file(&self, path: impl AsRef<Path>, args: &[String]) -> Result<()> {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::domain::actor::{MAX_ACTOR_BYTES, MAX_LIVE_ACTORS};
 use crate::domain::builtin_modules::with_builtins;
 use crate::domain::generation::load;
 use crate::domain::{ContextSpec, DomainMailbox, FailurePolicy, FixedStep, ScriptDomain};
@@ -13,6 +14,7 @@ use crate::principal::capability;
 use crate::principal::diagnostic::DiagnosticSlot;
 use crate::principal::profile::ProfileSlot;
 use crate::principal::{DiagnosticSink, EventLimits, LogSink, LogSlot, Principal, ProfileSink};
+use crate::vm::STALL_HORIZON;
 use crate::vm::{self, Plan};
 
 /// How to make a [`ScriptDomain`].
@@ -42,6 +44,18 @@ pub struct DomainSpec {
 }
 
 impl DomainSpec {
+    /// How much the messages waiting for one actor's handler and for its domain may weigh together: 64 MiB.
+    pub const MAX_ACTOR_BYTES: usize = MAX_ACTOR_BYTES;
+
+    /// How many `@skein/worker` actors one domain may have alive at once, over all its generations: 64.
+    pub const MAX_LIVE_ACTORS: usize = MAX_LIVE_ACTORS;
+
+    /// The longest wait a stall check ([`detect_stalls`](Self::detect_stalls)) counts as ever ending: a timer due later than a day is counted as never coming due.
+    pub const STALL_HORIZON: Duration = STALL_HORIZON;
+
+    /// How long a load may take, waits included, unless [`load_bound`](Self::load_bound) says otherwise: 30 s.
+    pub const DEFAULT_LOAD_BOUND: Duration = load::LOAD_BOUND;
+
     /// A spec with the default [`Plan`].
     pub fn new(name: impl Into<String>) -> DomainSpec {
         DomainSpec {
@@ -77,7 +91,7 @@ impl DomainSpec {
     /// resume under way or made in any VM of the domain (the engine VM and its worker VMs),
     /// nothing ready in the engine VM and its mailbox empty, no registered job live, no
     /// `@skein/worker` thread alive, and no timer of any of those VMs due within
-    /// [`STALL_HORIZON`](crate::STALL_HORIZON) (a day): a longer wait, such as
+    /// [`STALL_HORIZON`](crate::DomainSpec::STALL_HORIZON) (a day): a longer wait, such as
     /// `task.delay(math.huge)`, counts as never. Every VM reports its resumes to a few shared
     /// counters while this is on (two atomic adds per resume); without it nothing is counted.
     ///
@@ -245,7 +259,7 @@ impl DomainSpec {
 
     /// Sets how long the load of a [`restart`](ScriptDomain::restart) or
     /// [`reload`](ScriptDomain::reload) may take, waits included, before it fails: by default
-    /// [`LOAD_BOUND`](crate::LOAD_BOUND) (30 s), at most [`MAX_DEADLINE`] (60 s).
+    /// [`LOAD_BOUND`](crate::DomainSpec::DEFAULT_LOAD_BOUND) (30 s), at most [`MAX_DEADLINE`] (60 s).
     ///
     /// ```
     /// use std::time::Duration;

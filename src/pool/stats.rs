@@ -39,12 +39,17 @@ pub struct WorkerStats {
     /// Time spent inside the worker's logic (items, messages, polls).
     pub busy: Duration,
     /// The `jobs.warm` entries this worker's VMs ran, oldest first: the most recent
-    /// [`WARM_RUNS_KEPT`](crate::WARM_RUNS_KEPT) of them, failed ones with why.
+    /// [`WARM_RUNS_KEPT`](crate::WorkerStats::WARM_RUNS_KEPT) of them, failed ones with why.
     pub warm_runs: Vec<WarmRun>,
 }
 
+impl WorkerStats {
+    /// How many warm runs each worker's row keeps; older ones are dropped first: 64.
+    pub const WARM_RUNS_KEPT: usize = WARM_RUNS_KEPT;
+}
+
 /// How many warm runs each worker's row keeps; older ones are dropped first.
-pub const WARM_RUNS_KEPT: usize = 64;
+pub(crate) const WARM_RUNS_KEPT: usize = 64;
 
 /// One run of a `jobs.warm` entry in one worker VM.
 ///

@@ -20,7 +20,7 @@ pub use table::handle::{FrozenTable, SharedTableRef};
 
 use mlua::{Lua, Table};
 
-pub use queue::{DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_BYTES, MAX_QUEUE_CAPACITY};
+pub(crate) use queue::MAX_QUEUE_BYTES;
 pub(crate) use queue_api::{parked_pop_queue, receive_parcel, sweep_parked_pops, Courier, Parcel};
 pub use queue_error::{
     PopError, PushError, PushErrorKind, QueueError, QueueOpenError, QueueOpenErrorKind,

@@ -47,12 +47,12 @@ pub type Reason = std::sync::Arc<str>;
 use crate::value::{ByteBudget, MapKey, Message};
 
 /// The capacity a queue gets when none is asked for.
-pub const DEFAULT_QUEUE_CAPACITY: usize = 1_024;
+pub(crate) const DEFAULT_QUEUE_CAPACITY: usize = 1_024;
 /// The largest capacity a queue may have.
-pub const MAX_QUEUE_CAPACITY: usize = 65_536;
+pub(crate) const MAX_QUEUE_CAPACITY: usize = 65_536;
 /// The most bytes (by [`Message::queue_weight`]) the values waiting in one queue may weigh
 /// together: 64 MiB.
-pub const MAX_QUEUE_BYTES: usize = 64 << 20;
+pub(crate) const MAX_QUEUE_BYTES: usize = 64 << 20;
 
 /// Identifies a waiter within its queue.
 pub type WaiterId = u64;

@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::queue::{Delivery, PopNow, SharedQueue};
+use super::queue::{DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_BYTES, MAX_QUEUE_CAPACITY};
 use super::queue_error::{PopError, PushError};
 use crate::sync::{park_until, thread, Arc, Mutex};
 use crate::value::Message;
@@ -51,6 +52,15 @@ struct HostSlot {
 }
 
 impl SharedQueueRef {
+    /// How much what waits in one queue may weigh (by `Message::queue_weight`): 64 MiB.
+    pub const MAX_BYTES: usize = MAX_QUEUE_BYTES;
+
+    /// The largest capacity a queue may be opened with: 65,536 values.
+    pub const MAX_CAPACITY: usize = MAX_QUEUE_CAPACITY;
+
+    /// The capacity of a queue opened without one: 1,024 values.
+    pub const DEFAULT_CAPACITY: usize = DEFAULT_QUEUE_CAPACITY;
+
     /// The queue's name (invalid UTF-8 replaced).
     pub fn name(&self) -> String {
         self.queue.display_name()

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 /// The longest wait a stall check counts as ever ending: a timer due later than this (a
 /// `task.delay(math.huge)`, a `task.wait(1e9)`) is counted as never coming due.
-pub const STALL_HORIZON: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const STALL_HORIZON: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// How long every VM of the principal must have stayed still before a stall is declared: it
 /// covers the hand-offs between threads (an item queued and not yet taken, a parcel posted and

@@ -210,7 +210,7 @@ struct Slot {
 /// assert!(reports[0].message.starts_with("job 'dropped' failed: "));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub const UNAWAITED_KEPT: usize = 64;
+pub(crate) const UNAWAITED_KEPT: usize = 64;
 
 /// A rejected promise that had no waiter when it settled: unhandled unless code observes it
 /// while its handle lives. Held strongly, so a handle the script dropped is seen as the last

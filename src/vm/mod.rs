@@ -30,18 +30,17 @@ pub(crate) use budget::{
 pub(crate) use builtins::{registered_or_refusing, Builtin};
 pub(crate) use embedded::Embedded;
 pub use failure::{FailureKind, JobFailure};
-pub use liveness::STALL_HORIZON;
+pub(crate) use liveness::STALL_HORIZON;
 pub(crate) use liveness::{Liveness, Still, STALL_QUIET};
 pub use load_stage::LoadStage;
-pub use luau_promise::UNAWAITED_KEPT;
+pub(crate) use luau_promise::UNAWAITED_KEPT;
 pub(crate) use luau_promise::{
     await_function, promise_of, Cancel, Outcome, PromiseCell, PromiseId,
 };
 pub(crate) use modules::{check_sources, source_epoch, with_caller_source};
 pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure};
-pub use plan::{Plan, DEFAULT_MEMORY_LIMIT, DEFAULT_NESTED_WAITS};
+pub use plan::Plan;
 pub(crate) use scheduler::{Resume, TaskId};
-pub use source::MAX_SOURCE_BYTES;
 pub(crate) use stall_report::{watch as watch_liveness, VmWaits, WaitOn};
 pub(crate) use task_library::FrameClock;
 

@@ -7,13 +7,15 @@ use std::sync::Arc;
 use mlua::{Lua, MultiValue};
 
 use super::builtins::{Builtin, Builtins};
+use super::luau_promise::UNAWAITED_KEPT;
 use super::owner::panic_message;
+use super::source::MAX_SOURCE_BYTES;
 
 /// The default memory limit of a VM: 512 MiB.
-pub const DEFAULT_MEMORY_LIMIT: usize = 512 * 1024 * 1024;
+pub(crate) const DEFAULT_MEMORY_LIMIT: usize = 512 * 1024 * 1024;
 
 /// The default number of tasks of one pool worker's VM that may wait on pool work at once.
-pub const DEFAULT_NESTED_WAITS: usize = 1024;
+pub(crate) const DEFAULT_NESTED_WAITS: usize = 1024;
 
 type HostFn = Arc<dyn Fn(&Lua, MultiValue) -> mlua::Result<MultiValue> + Send + Sync>;
 type Setup = Arc<dyn Fn(&Lua) -> mlua::Result<()> + Send + Sync>;
@@ -52,6 +54,18 @@ struct PlanInner {
 }
 
 impl Plan {
+    /// How many failures of promises nobody awaited one VM keeps in full until the end of `run_until_idle`; the rest are counted: 64.
+    pub const UNAWAITED_KEPT: usize = UNAWAITED_KEPT;
+
+    /// The largest source text a VM compiles (main script, module, load or actor source): 16 MiB, regular files only.
+    pub const MAX_SOURCE_BYTES: usize = MAX_SOURCE_BYTES;
+
+    /// How many tasks of one pool worker's VM may wait on pool work at once, unless [`nested_wait_limit`](Self::nested_wait_limit) says otherwise: 1,024.
+    pub const DEFAULT_NESTED_WAITS: usize = DEFAULT_NESTED_WAITS;
+
+    /// The memory limit of a VM built from a plan that sets none: 512 MiB.
+    pub const DEFAULT_MEMORY_LIMIT: usize = DEFAULT_MEMORY_LIMIT;
+
     /// A plan with the default memory limit (512 MiB), the current directory as module root and
     /// no host functions.
     pub fn new() -> Plan {
@@ -87,9 +101,9 @@ impl Plan {
     /// The engine VM and `@skein/worker` VMs have no such limit: their waits hold no pool thread.
     ///
     /// ```
-    /// use skein::{Plan, DEFAULT_NESTED_WAITS};
+    /// use skein::Plan;
     ///
-    /// assert_eq!(Plan::new().nested_wait_limit_tasks(), DEFAULT_NESTED_WAITS);
+    /// assert_eq!(Plan::new().nested_wait_limit_tasks(), Plan::DEFAULT_NESTED_WAITS);
     /// let plan = Plan::new().nested_wait_limit(64);
     /// assert_eq!(plan.nested_wait_limit_tasks(), 64);
     /// ```

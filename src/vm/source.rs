@@ -20,7 +20,7 @@ use mlua::{ffi, Function, Lua};
 
 /// The largest source text Skein compiles: 16 MiB. Hand-written Luau is far smaller; the bound
 /// keeps a script that names a huge or endless file from making the host read it all.
-pub const MAX_SOURCE_BYTES: usize = 16 << 20;
+pub(crate) const MAX_SOURCE_BYTES: usize = 16 << 20;
 
 /// Luau's default optimisation level: inlining and unrolling within a module.
 pub(crate) const OPTIMIZATION_LEVEL: u8 = 1;

@@ -35,7 +35,7 @@ use mlua::{AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataMeth
 
 pub use error::{ActorError, ActorStage, FailurePolicy};
 use outbox::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
-pub use outbox::{MAX_ACTOR_BYTES, MAX_LIVE_ACTORS};
+pub(crate) use outbox::{MAX_ACTOR_BYTES, MAX_LIVE_ACTORS};
 
 use crate::domain::events::emit::install_off_engine_events;
 use crate::domain::DomainMailbox;

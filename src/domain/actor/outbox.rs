@@ -27,11 +27,11 @@ pub(crate) const MAX_WAITING: usize = 1024;
 /// How many `@skein/worker` threads one domain may have alive at once, over all its
 /// generations: 64. Each is an OS thread with its own VM, so the count is bounded before one is
 /// started; an actor that ended (joined, closed and drained, failed) gives its place back.
-pub const MAX_LIVE_ACTORS: usize = 64;
+pub(crate) const MAX_LIVE_ACTORS: usize = 64;
 
 /// How much the messages waiting for one actor's handler and for its domain (replies and
 /// `worker.send` messages) may weigh together, by `Message::queue_weight`: 64 MiB.
-pub const MAX_ACTOR_BYTES: usize = 64 << 20;
+pub(crate) const MAX_ACTOR_BYTES: usize = 64 << 20;
 
 /// The actor runs (or has not ended yet).
 pub(crate) const RUNNING: u8 = 0;

@@ -13,7 +13,7 @@ use crate::principal::capability::CapabilitySet;
 use crate::principal::Phase;
 
 /// The longest context name, in bytes.
-pub const MAX_CONTEXT_NAME: usize = 64;
+pub(crate) const MAX_CONTEXT_NAME: usize = 64;
 
 /// A context the host declares: a name scripts bind to, the phases it schedules, its priority
 /// and its budget.
@@ -49,6 +49,9 @@ pub struct ContextSpec {
 }
 
 impl ContextSpec {
+    /// The longest context name, in bytes: 64.
+    pub const MAX_NAME: usize = MAX_CONTEXT_NAME;
+
     /// A context named `name` that schedules no phase yet, at priority 0, with no budget of
     /// its own (each handler run is held to the domain's deadline cap,
     /// [`MAX_DEADLINE`](crate::MAX_DEADLINE)).

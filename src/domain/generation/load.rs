@@ -18,7 +18,7 @@ use crate::vm::{self, source, LoadStage, Owner};
 
 /// How long a load may take by default, waits included
 /// ([`DomainSpec::load_bound`](crate::DomainSpec::load_bound) changes it).
-pub const LOAD_BOUND: Duration = Duration::from_secs(30);
+pub(crate) const LOAD_BOUND: Duration = Duration::from_secs(30);
 
 /// What a new generation runs when [`restart`](ScriptDomain::restart) or
 /// [`reload`](ScriptDomain::reload) builds it.

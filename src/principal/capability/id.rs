@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 /// The longest capability name, in bytes.
-pub const MAX_CAPABILITY_LEN: usize = 128;
+pub(crate) const MAX_CAPABILITY_LEN: usize = 128;
 
 /// A capability's name: dotted lowercase segments, each `[a-z][a-z0-9_]*`, 1 to 128 bytes in
 /// all (`filesystem.read`, `worker.spawn`).
@@ -24,6 +24,9 @@ pub const MAX_CAPABILITY_LEN: usize = 128;
 pub struct CapabilityId(Arc<str>);
 
 impl CapabilityId {
+    /// The longest capability name, in bytes: 128.
+    pub const MAX_LEN: usize = MAX_CAPABILITY_LEN;
+
     /// Checks and makes a capability name.
     ///
     /// # Errors

@@ -18,5 +18,5 @@ pub(crate) use authority::{
 pub use authority::{require_capability, Attribution, CapabilityDenied, CapabilityError};
 pub(crate) use grant::lexical_absolute;
 pub use grant::{Grant, RootAuthority, FILESYSTEM_READ, FILESYSTEM_WRITE};
-pub use id::{CapabilityId, InvalidCapability, MAX_CAPABILITY_LEN};
+pub use id::{CapabilityId, InvalidCapability};
 pub use set::{CapabilitySet, OverDelegation};
