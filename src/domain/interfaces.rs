@@ -20,6 +20,7 @@ use mlua::{Lua, Table, Value};
 
 use crate::principal::Generation;
 use crate::vm;
+use crate::principal::capability::current_arc;
 
 /// Registry key of the engine VM's `@skein/interfaces` table.
 pub(crate) const INTERFACES_KEY: &str = "skein.interfaces";
@@ -148,7 +149,7 @@ fn calling_chunk(lua: &Lua) -> String {
 /// Who is calling `provide`: the calling chunk, and the context whose handler runs, if any.
 fn provider(lua: &Lua) -> String {
     let chunk = calling_chunk(lua);
-    let context = crate::principal::capability::current_arc()
+    let context = current_arc()
         .and_then(|authority| authority.attribution().context.clone());
     match context {
         Some(context) => format!("chunk '{chunk}' in context '{context}'"),
