@@ -392,7 +392,7 @@ fn a_failing_job_the_script_awaits_or_inspects_is_handled() {
 
 #[test]
 fn unhandled_rejections_are_reported_in_full_up_to_the_bound_then_counted() {
-    let kept = skein::Plan::UNAWAITED_KEPT;
+    let kept = skein::Report::UNAWAITED_KEPT;
     for (n, more) in [(kept, None), (kept + 1, Some(1))] {
         let tree = with_failing_job(&format!(
             "for i = 1, {n} do jobs.dispatch('./m', 'boom', nil, {{ name = `j{{i}}` }}) end\n"

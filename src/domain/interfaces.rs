@@ -18,9 +18,9 @@ use std::rc::Rc;
 
 use mlua::{Lua, Table, Value};
 
+use crate::principal::capability::current_arc;
 use crate::principal::Generation;
 use crate::vm;
-use crate::principal::capability::current_arc;
 
 /// Registry key of the engine VM's `@skein/interfaces` table.
 pub(crate) const INTERFACES_KEY: &str = "skein.interfaces";
@@ -149,8 +149,7 @@ fn calling_chunk(lua: &Lua) -> String {
 /// Who is calling `provide`: the calling chunk, and the context whose handler runs, if any.
 fn provider(lua: &Lua) -> String {
     let chunk = calling_chunk(lua);
-    let context = current_arc()
-        .and_then(|authority| authority.attribution().context.clone());
+    let context = current_arc().and_then(|authority| authority.attribution().context.clone());
     match context {
         Some(context) => format!("chunk '{chunk}' in context '{context}'"),
         None => format!("chunk '{chunk}'"),

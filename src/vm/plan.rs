@@ -7,7 +7,6 @@ use std::sync::Arc;
 use mlua::{Lua, MultiValue};
 
 use super::builtins::{Builtin, Builtins};
-use super::luau_promise::UNAWAITED_KEPT;
 use super::owner::panic_message;
 use super::source::MAX_SOURCE_BYTES;
 
@@ -54,9 +53,6 @@ struct PlanInner {
 }
 
 impl Plan {
-    /// How many failures of promises nobody awaited one VM keeps in full until the end of `run_until_idle`; the rest are counted: 64.
-    pub const UNAWAITED_KEPT: usize = UNAWAITED_KEPT;
-
     /// The largest source text a VM compiles (main script, module, load or actor source): 16 MiB, regular files only.
     pub const MAX_SOURCE_BYTES: usize = MAX_SOURCE_BYTES;
 
