@@ -8,34 +8,40 @@
 //! never waits for a worker.
 
 mod descriptor;
-mod directory;
+pub(super) mod directory;
 mod info;
-mod lua;
-mod remote;
+pub(super) mod lua;
+pub(super) mod remote;
+pub(super) mod remote_job;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Value};
 
-use super::item::{Item, ItemArgs, JobShared, JobTally, Kernel, KernelCall, ReplyTo, WorkerMsg};
-use super::pool::PoolShared;
+use super::host::host_promise::Promise;
+use super::host_slot::HostSlot;
+use super::item::{Item, ItemArgs, Kernel, KernelCall};
+use super::job::{JobShared, JobTally};
+use super::messages::WorkerMsg;
+use super::options::MAX_KEY_BYTES;
+use super::pool_shared::PoolShared;
 use super::principal_cell::PrincipalCell;
-use super::promise::{HostSlot, Promise};
+use super::reply::ReplyTo;
 use crate::error::{Error, NameRefusal, Result};
 use crate::principal::capability::{self, Authority};
 use crate::value::{ExactValue, Message};
 use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
 
 pub(crate) use descriptor::Executor;
-pub(crate) use directory::JobDirectory;
 pub use info::{JobInfo, JobStatus, WorkerCalls};
-pub(crate) use lua::install;
-pub(crate) use remote::{on_op as run_remote_op, vm_lost, Control, RemoteOp, RemoteRegistration};
+use remote_job::{Control, RemoteOp, RemoteRegistration};
 
 /// Where a registered job's failures go: the domain's reports, as (source, message).
 pub(crate) type FailureSink = Rc<dyn Fn(String, String)>;
@@ -49,7 +55,7 @@ pub(crate) struct Registry {
     kernels: RefCell<HashMap<Arc<str>, Kernel>>,
     /// Worker-registered jobs their own VM cancelled while a call ran: that call's end (and
     /// its writes) is still to come, which `run_until_idle` waits for.
-    draining: RefCell<std::collections::HashSet<u64>>,
+    draining: RefCell<HashSet<u64>>,
     principal: Arc<PrincipalCell>,
     pool: Arc<PoolShared>,
     sink: FailureSink,
@@ -126,12 +132,12 @@ impl Registry {
 
     /// Registers a kernel under `name`; refused when the name is empty, too long or taken.
     pub(crate) fn register_kernel(&self, name: &str, kernel: Kernel) -> Result<()> {
-        if name.is_empty() || name.len() > super::options::MAX_KEY_BYTES {
+        if name.is_empty() || name.len() > MAX_KEY_BYTES {
             return Err(Error::Name {
                 refusal: NameRefusal::KernelName,
                 message: format!(
                     "register_kernel: a kernel name must be 1 to {} bytes, got {}",
-                    super::options::MAX_KEY_BYTES,
+                    MAX_KEY_BYTES,
                     name.len()
                 ),
             });
@@ -192,10 +198,7 @@ impl Registry {
     /// Adds a job a worker VM registered (its id and name were reserved at the call). One that
     /// VM cancelled before it got here is dropped.
     pub(crate) fn add_remote(&self, r: RemoteRegistration) {
-        if r.shared
-            .cancelled
-            .load(std::sync::atomic::Ordering::Acquire)
-        {
+        if r.shared.cancelled.load(Ordering::Acquire) {
             return;
         }
         let id = r.shared.id;
@@ -297,9 +300,7 @@ impl Registry {
             worker, vm, shared, ..
         } = &job.executor
         {
-            shared
-                .cancelled
-                .store(true, std::sync::atomic::Ordering::Release);
+            shared.cancelled.store(true, Ordering::Release);
             self.pool.exec.post(
                 *worker,
                 WorkerMsg::Registered {
@@ -339,7 +340,7 @@ impl Registry {
 
     /// A snapshot of job `id`.
     fn info(&self, id: u64) -> Option<JobInfo> {
-        self.get(id).map(|j| info::of(&j))
+        self.get(id).map(|j| info_of(&j))
     }
 
     /// How many jobs are live.
@@ -353,7 +354,7 @@ impl Registry {
             .borrow()
             .iter()
             .filter(|j| phase.is_none_or(|p| &*j.phase == p))
-            .map(|j| info::of(j))
+            .map(|j| info_of(j))
             .collect()
     }
 
@@ -545,7 +546,7 @@ impl Registry {
         job: Arc<JobShared>,
         module: Arc<Path>,
         entry: Arc<str>,
-        deadline: std::time::Duration,
+        deadline: Duration,
     ) -> impl FnOnce(ItemArgs) -> (Item, Arc<HostSlot>) + '_ {
         let authority = registered.authority.clone();
         move |args| {
@@ -671,12 +672,44 @@ impl Registry {
 /// Publishes a worker-registered job's info for the handles in its VM.
 fn mirror(job: &RegisteredJob) {
     if let Executor::Remote { shared, .. } = &job.executor {
-        shared.publish(info::of(job));
+        shared.publish(info_of(job));
     }
 }
 
-impl std::fmt::Debug for Registry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+/// The job's info as the registry sees it now.
+fn info_of(job: &RegisteredJob) -> JobInfo {
+    let state = job.state.borrow();
+    let status = if state.errored {
+        JobStatus::Errored
+    } else if state.task_running || state.in_flight.is_some() || state.remote_in_flight {
+        JobStatus::Running
+    } else {
+        JobStatus::Pending
+    };
+    JobInfo {
+        id: job.id,
+        name: job.name.clone(),
+        phase: job.phase.to_string(),
+        kind: job.executor.kind(),
+        status,
+        paused: state.paused,
+        origin: job.origin.clone(),
+        metadata: job.metadata.clone(),
+        last_error: state.last_error.clone(),
+        forwarded_calls: state.forwarded,
+        waited_for_vm: Duration::from_nanos(job.tally.waited_ns.load(Ordering::Relaxed)),
+        calls: state.calls,
+        failed_calls: state.failed,
+        worker: matches!(job.executor, Executor::Remote { .. }).then_some(WorkerCalls {
+            calls: state.calls,
+            late_calls: state.late,
+            failed_calls: state.failed,
+        }),
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Registry")
             .field("jobs", &self.jobs.borrow().len())
             .finish_non_exhaustive()

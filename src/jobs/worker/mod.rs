@@ -1,5 +1,6 @@
 //! The Luau side of a pool thread: its VMs (one per principal), and how it runs items.
 
+use std::any::Any;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::path::Path;
@@ -11,22 +12,39 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 // Fx, not SipHash: these maps are read and written on every item (the entry's key, the
 // running job's pointer), where SipHash cost about 400 instructions an item.
-use mlua::{Function, Lua, MultiValue, Table, Value};
+use mlua::{Lua, MultiValue, Value};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use super::api::{self, HomeKind, JobsHome};
-use super::item::{
-    DomainEvent, Item, ItemArgs, JobShared, LaneKey, ReplyTo, Settlement, WorkerMsg,
-};
+mod item_clock;
+mod kernel;
+mod warm_pass;
+
+use super::api::{install, run_release_watchers};
+use super::engine_events::deliver as deliver_events;
+use super::entry::entry_function;
+use super::home::{HomeKind, JobsHome};
+use super::item::{Item, ItemArgs, LaneKey};
+use super::job::JobShared;
 use super::keys::LaneTurn;
-use super::pool::{PoolShared, WarmRuns};
+use super::messages::{DomainEvent, WorkerMsg};
+use super::pool_shared::{PoolShared, WarmRuns};
 use super::principal_cell::PrincipalCell;
-use super::warm_pass::{ParkedItem, PassContext, WarmPass};
+use super::registered::remote::{on_op as run_remote_op, vm_lost};
+use super::registered::remote_job::RemoteOp;
+use super::reply::{reply, ReplyTo, Settlement};
+use super::service_stubs::install_stubs;
+use super::warm::WarmEntry;
 use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
 use crate::pool::lanes::KeyLanes;
+use crate::principal::capability::Authority;
 use crate::principal::Principal;
+use crate::shared::{receive_parcel, sweep_parked_pops};
 use crate::value::Message;
-use crate::vm::{self, FailureKind, JobFailure, Outcome, Owner, Signal, TaskFailure, Vm};
+use crate::vm::{
+    self, FailureKind, JobFailure, Outcome, Owner, ServiceCall, Signal, TaskFailure, Vm,
+};
+use item_clock::{count_wait, ItemClock};
+use warm_pass::{ParkedItem, PassContext, WarmPass};
 
 /// The source of a report that a worker VM was retired (it reached its memory limit): what
 /// failed there is answered or reported on its own, so the note is not a failure
@@ -70,7 +88,7 @@ impl WorkerVm {
     fn sync_services(&mut self) {
         if self.principal.services.len() != self.services_installed {
             self.services_installed = vm::with_open_globals(&self.vm.lua, || {
-                super::services::install_stubs(
+                install_stubs(
                     &self.vm.lua,
                     &self.principal.services,
                     self.services_installed,
@@ -219,7 +237,7 @@ impl LuauWorker {
         let plan = &principal.plan;
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             Vm::build(plan, reporter, principal.max_deadline, |lua| {
-                api::install(lua, home)
+                install(lua, home)
             })
         }));
         let vm = match built {
@@ -348,7 +366,7 @@ impl LuauWorker {
         }
         // Jobs registered from this VM lived in it: each is errored, naming why.
         let lost = format!("the worker VM that registered it was {}", why.replaced());
-        super::registered::vm_lost(&wvm.vm.lua, &wvm.principal, &lost);
+        vm_lost(&wvm.vm.lua, &wvm.principal, &lost);
         let keys = dropped_keys(&wvm.keys_seen);
         wvm.principal.mailbox.send(DomainEvent::Report {
             label: VM_RETIRED.to_owned(),
@@ -366,7 +384,7 @@ impl LuauWorker {
         if matches!(item.args, ItemArgs::Kernel(_)) {
             let pool = self.pool(cx);
             item.job.worker.store(self.index, Ordering::Release);
-            super::kernel::run(item, &pool);
+            kernel::run(item, &pool);
             drop(turn);
             return;
         }
@@ -405,8 +423,8 @@ impl LuauWorker {
             let reason = item.principal.end_reason();
             return fail(item, FailureKind::Refused, reason);
         }
-        super::kernel::count_wait(&item);
-        let clock = super::item_clock::ItemClock::start(&item);
+        count_wait(&item);
+        let clock = ItemClock::start(&item);
         item.job.worker.store(self.index, Ordering::Release);
         let slot = match found_slot.map_or_else(|| self.vm_for(&item.principal, cx), Ok) {
             Ok(slot) => slot,
@@ -415,7 +433,7 @@ impl LuauWorker {
         let wvm = &mut self.vms[slot];
         wvm.sync_services();
         // The item is this VM's start point for engine events: watchers run before its entry.
-        super::events::deliver(&wvm.vm, &wvm.principal.events, wvm.principal.max_deadline);
+        deliver_events(&wvm.vm, &wvm.principal.events, wvm.principal.max_deadline);
         if let Some(key) = &item.job.key {
             let fresh = wvm.keys_seen.insert(key.clone());
             item.job.fresh.store(fresh, Ordering::Relaxed);
@@ -544,42 +562,6 @@ fn dropped_keys(keys: &HashSet<Bytes>) -> String {
     format!("; the state of keys {list} was dropped with it")
 }
 
-/// Requires `module` in the VM and finds its function `entry`.
-pub(super) fn entry_function(
-    lua: &Lua,
-    vm: &Vm,
-    module: &std::path::Path,
-    entry: &str,
-    key: mlua::LuaString,
-) -> Result<Function, String> {
-    let exports = vm.core.modules.require_path(lua, module).map_err(|e| {
-        format!(
-            "module {} could not be loaded: {}",
-            module.display(),
-            vm::error_message(&e)
-        )
-    })?;
-    let table: Table = match exports {
-        Value::Table(t) => t,
-        other => {
-            return Err(format!(
-                "module {} returned a {}, not a table of functions",
-                module.display(),
-                other.type_name()
-            ))
-        }
-    };
-    match table.raw_get::<Value>(key) {
-        Ok(Value::Function(f)) => Ok(f),
-        Ok(other) => Err(format!(
-            "entry '{entry}' of module {} is not a function (it is {})",
-            module.display(),
-            crate::vm::a_type(&other)
-        )),
-        Err(e) => Err(vm::error_message(&e)),
-    }
-}
-
 /// Turns a finished job's result into the outcome its promise settles with.
 fn job_outcome(
     job: &JobShared,
@@ -627,10 +609,7 @@ fn job_outcome(
 fn settle_after_commands(
     principal: &Arc<PrincipalCell>,
     job: Arc<JobShared>,
-    (commands, authority): (
-        Vec<vm::ServiceCall>,
-        Arc<crate::principal::capability::Authority>,
-    ),
+    (commands, authority): (Vec<ServiceCall>, Arc<Authority>),
     settlement: (ReplyTo, Outcome, Option<LaneTurn>),
     pool: &Arc<PoolShared>,
 ) {
@@ -656,47 +635,12 @@ fn settle_after_commands(
     }));
 }
 
-/// Sends a job's outcome to the promise's home.
-pub(crate) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, pool: &PoolShared) {
-    match to {
-        ReplyTo::Engine(promise) => {
-            // An ended generation's engine VM is gone, and its promises with it.
-            if principal.is_alive() {
-                principal
-                    .mailbox
-                    .send(DomainEvent::Settle { promise, outcome });
-            }
-        }
-        ReplyTo::Worker {
-            worker,
-            vm,
-            promise,
-        } => pool.exec.post(
-            worker,
-            WorkerMsg::Settle {
-                principal: principal.id,
-                vm,
-                promise,
-                outcome,
-            },
-        ),
-        ReplyTo::Host(slot) => {
-            slot.settle(outcome);
-        }
-        ReplyTo::Chunk { gather, index } => gather.deposit(index, outcome),
-        ReplyTo::Actor { wakes, promise } => {
-            // A worker that has ended dropped its end: its VM and the promise are gone.
-            let _ = wakes.send(super::item::ActorWake::Settle { promise, outcome });
-        }
-    }
-}
-
 impl LuauWorker {
     /// A new warm entry for `principal`: queue it in this worker's VM (built if need be).
     fn warm(
         &mut self,
         principal: &Arc<PrincipalCell>,
-        entry: Arc<super::warm::WarmEntry>,
+        entry: Arc<WarmEntry>,
         cx: &WorkerContext<'_, Self>,
     ) {
         if !principal.is_alive() {
@@ -768,7 +712,7 @@ impl WorkerLogic for LuauWorker {
                     if let Some(owner) = owner {
                         wvm.vm.drop_owner(&owner);
                         job.handoff.finish();
-                        crate::shared::sweep_parked_pops(&wvm.vm.lua);
+                        sweep_parked_pops(&wvm.vm.lua);
                     }
                 }
             }
@@ -782,7 +726,7 @@ impl WorkerLogic for LuauWorker {
             WorkerMsg::Parcel { principal, parcel } => {
                 // No VM for the principal (any more): the parcel drops, giving its value back.
                 if let Some(i) = self.vm_index(principal) {
-                    crate::shared::receive_parcel(&self.vms[i].vm.lua, parcel);
+                    receive_parcel(&self.vms[i].vm.lua, parcel);
                 }
             }
             WorkerMsg::Registered {
@@ -798,10 +742,10 @@ impl WorkerLogic for LuauWorker {
                     Some(i) if self.vms[i].serial == vm => {
                         let wvm = &mut self.vms[i];
                         wvm.sync_services();
-                        super::registered::run_remote_op(&wvm.vm, &principal, job, op);
+                        run_remote_op(&wvm.vm, &principal, job, op);
                     }
                     // The VM that held the job was dropped (after a panic): the job can't run.
-                    _ if op == super::registered::RemoteOp::Run => {
+                    _ if op == RemoteOp::Run => {
                         principal.mailbox.send(DomainEvent::RegisteredDone {
                             job,
                             commands: Vec::new(),
@@ -820,7 +764,7 @@ impl WorkerLogic for LuauWorker {
                 if let Some(i) = self.vm_index(principal) {
                     let wvm = &mut self.vms[i];
                     wvm.keys_seen.remove(&key);
-                    api::run_release_watchers(&wvm.vm, &key, wvm.principal.max_deadline);
+                    run_release_watchers(&wvm.vm, &key, wvm.principal.max_deadline);
                 }
             }
         }
@@ -870,7 +814,7 @@ impl WorkerLogic for LuauWorker {
         }
     }
 
-    fn on_panic(&mut self, payload: Box<dyn std::any::Any + Send>, cx: &WorkerContext<'_, Self>) {
+    fn on_panic(&mut self, payload: Box<dyn Any + Send>, cx: &WorkerContext<'_, Self>) {
         // Scheduler code contains panics from Luau callbacks itself; one reaching here escaped
         // Skein's own bookkeeping, so the VMs it touched can't be trusted: rebuild them lazily.
         let message = vm::panic_message(&payload);
