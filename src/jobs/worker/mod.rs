@@ -1,158 +1,49 @@
-//! The Luau side of a pool thread: its VMs (one per principal), and how it runs items.
+//! The Luau side of a pool thread ([`LuauWorker`], the executor's [`WorkerLogic`]): its VMs (one
+//! per principal, `worker_vm.rs`), how it starts an item (the steps in `start.rs`, the end in
+//! `completion.rs`; kernels in `kernel.rs`), how it lets a VM go (`retire.rs`), and the warm
+//! passes that gate a new VM's items (`warm_pass.rs`).
 
 use std::any::Any;
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::path::Path;
+use std::panic::resume_unwind;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-// Fx, not SipHash: these maps are read and written on every item (the entry's key, the
-// running job's pointer), where SipHash cost about 400 instructions an item.
-use mlua::{Lua, MultiValue, Value};
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-
+mod completion;
 mod item_clock;
 mod kernel;
+mod retire;
+mod start;
 mod warm_pass;
+mod worker_vm;
 
-use super::api::{install, run_release_watchers};
-use super::engine_events::deliver as deliver_events;
-use super::entry::entry_function;
-use super::home::{HomeKind, JobsHome};
+use super::api::run_release_watchers;
 use super::item::{Item, ItemArgs, LaneKey};
-use super::job::JobShared;
 use super::keys::LaneTurn;
 use super::messages::{DomainEvent, WorkerMsg};
 use super::pool_shared::{PoolShared, WarmRuns};
 use super::principal_cell::PrincipalCell;
-use super::registered::remote::{on_op as run_remote_op, vm_lost};
+use super::registered::remote::on_op as run_remote_op;
 use super::registered::remote_job::RemoteOp;
-use super::reply::{reply, ReplyTo, Settlement};
-use super::service_stubs::install_stubs;
 use super::warm::WarmEntry;
 use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
 use crate::pool::lanes::KeyLanes;
-use crate::principal::capability::Authority;
 use crate::principal::Principal;
 use crate::shared::{receive_parcel, sweep_parked_pops};
-use crate::value::Message;
-use crate::vm::{
-    self, FailureKind, JobFailure, Outcome, Owner, ServiceCall, Signal, TaskFailure, Vm,
-};
+use crate::vm::{self, FailureKind, Signal, TaskFailure};
 use item_clock::{count_wait, ItemClock};
-use warm_pass::{ParkedItem, PassContext, WarmPass};
+use retire::{end_of_principal, retire, VmEnd};
 
-/// The source of a report that a worker VM was retired (it reached its memory limit): what
-/// failed there is answered or reported on its own, so the note is not a failure
-/// ([`Report::is_failure`](crate::Report::is_failure)).
-pub const VM_RETIRED: &str = "worker VM retired";
-
-/// How many entry names a worker VM keeps as Luau strings.
-const ENTRY_KEYS: usize = 256;
+pub use retire::VM_RETIRED;
+use start::EntryMissing;
+use warm_pass::ParkedItem;
+use worker_vm::WorkerVm;
 
 /// How often a worker whose VMs have tasks waiting on frames looks at the domain's frame counter.
 const FRAME_POLL: Duration = Duration::from_millis(2);
-
-/// Serials of worker VMs, process-wide.
-static NEXT_VM_SERIAL: AtomicU64 = AtomicU64::new(1);
-
-/// One VM a worker keeps for one principal.
-struct WorkerVm {
-    principal: Arc<PrincipalCell>,
-    /// Unique in the process: replies to this VM's promises carry it.
-    serial: u64,
-    vm: Vm,
-    /// The jobs running in this VM, so a cancel can end their parked tasks.
-    running: Rc<RefCell<HashMap<*const JobShared, Rc<Owner>>>>,
-    /// The source epoch this VM's module cache last checked.
-    sources_seen: u64,
-    /// Entry names as Luau strings, so looking up an entry does not intern its name each time.
-    /// The lookup itself still reads the module table: a module may replace its functions.
-    entry_keys: HashMap<Arc<str>, mlua::LuaString>,
-    /// Keys that ran an item in this VM since they bound here: `jobs.context().fresh` is true
-    /// for a key not in it.
-    keys_seen: HashSet<Bytes>,
-    /// The `jobs.warm` entries this VM runs before its principal's items, and the items that
-    /// wait for them.
-    warm: WarmPass,
-    /// How many of the principal's engine-service names have their stubs in this VM.
-    services_installed: usize,
-}
-
-impl WorkerVm {
-    /// Installs the stubs of engine services registered since this VM last looked.
-    fn sync_services(&mut self) {
-        if self.principal.services.len() != self.services_installed {
-            self.services_installed = vm::with_open_globals(&self.vm.lua, || {
-                install_stubs(
-                    &self.vm.lua,
-                    &self.principal.services,
-                    self.services_installed,
-                )
-            });
-        }
-    }
-}
-
-impl WorkerVm {
-    /// Moves the VM's warm pass on; answers the items it held back once the pass is over.
-    fn drive_warm(&mut self, pool: &PoolShared, worker: usize) -> VecDeque<ParkedItem> {
-        if !self.warm.is_warming() {
-            return VecDeque::new();
-        }
-        let cx = PassContext {
-            vm: &self.vm,
-            principal: &self.principal,
-            pool,
-            worker,
-        };
-        if self.warm.advance(&cx) {
-            self.warm.take_parked()
-        } else {
-            VecDeque::new()
-        }
-    }
-}
-
-/// Why a worker drops one of its VMs and builds it anew.
-enum VmEnd<'a> {
-    /// Host code panicked outside the scheduler's containment (the panic's message).
-    Panicked(&'a str),
-    /// The VM reached its memory limit (the out-of-memory text naming the VM and the limit).
-    OutOfMemory(&'a str),
-}
-
-impl VmEnd<'_> {
-    /// How a job that was running in the VM fails.
-    fn failure(&self) -> TaskFailure {
-        match self {
-            VmEnd::Panicked(message) => TaskFailure::Panicked((*message).to_owned()),
-            VmEnd::OutOfMemory(text) => {
-                TaskFailure::raised(format!("its worker VM was retired: {text}"), String::new())
-            }
-        }
-    }
-
-    /// The end of "the worker VM that registered it was ...".
-    fn replaced(&self) -> String {
-        match self {
-            VmEnd::Panicked(message) => format!("replaced after host code panicked: {message}"),
-            VmEnd::OutOfMemory(text) => format!("retired: {text}"),
-        }
-    }
-
-    /// What the domain's report says happened.
-    fn report(&self) -> String {
-        match self {
-            VmEnd::Panicked(message) => format!("host code panicked: {message}"),
-            VmEnd::OutOfMemory(text) => text.to_string(),
-        }
-    }
-}
 
 /// The per-thread logic of a pool worker.
 pub(crate) struct LuauWorker {
@@ -217,68 +108,11 @@ impl LuauWorker {
             return Ok(i);
         }
         let pool = self.pool(cx);
-        let mailbox = principal.mailbox.clone();
-        let reporter: vm::Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
-            mailbox.send(DomainEvent::Report {
-                label: label.to_owned(),
-                failure: failure.to_string(),
-            });
-        });
-        let serial = NEXT_VM_SERIAL.fetch_add(1, Ordering::Relaxed);
-        let home = JobsHome::new(
-            principal.clone(),
-            pool,
-            HomeKind::Worker {
-                index: self.index,
-                vm: serial,
-                outbox: self.outbox.clone(),
-            },
-        );
-        let plan = &principal.plan;
-        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            Vm::build(plan, reporter, principal.max_deadline, |lua| {
-                install(lua, home)
-            })
-        }));
-        let vm = match built {
-            Ok(Ok(vm)) => {
-                vm.set_authority(principal.authority.clone());
-                vm::close_globals(&vm.lua);
-                vm
-            }
-            Ok(Err(e)) => {
-                return Err(format!(
-                    "could not build a worker VM: {}",
-                    vm::error_message(&e)
-                ))
-            }
-            Err(panic) => {
-                return Err(format!(
-                    "could not build a worker VM: the plan panicked: {}",
-                    vm::panic_message(&panic)
-                ))
-            }
-        };
-        self.vms.push(WorkerVm {
-            principal: principal.clone(),
-            serial,
-            vm,
-            running: Rc::new(RefCell::new(HashMap::default())),
-            sources_seen: vm::source_epoch(),
-            entry_keys: HashMap::default(),
-            keys_seen: HashSet::default(),
-            warm: WarmPass::default(),
-            services_installed: 0,
-        });
-        self.vms.last_mut().expect("just pushed").sync_services();
+        let wvm = WorkerVm::build(principal, pool.clone(), self.index, &self.outbox)?;
+        self.vms.push(wvm);
         cx.set_vms_held(self.vms.len());
         let slot = self.vms.len() - 1;
-        let wvm = &mut self.vms[slot];
-        for entry in principal.warms.active() {
-            wvm.warm.enqueue(entry);
-        }
         // Nothing is parked in a VM this new: whatever the pass holds back comes later.
-        let pool = self.pool(cx);
         let none = self.vms[slot].drive_warm(&pool, self.index);
         debug_assert!(none.is_empty());
         Ok(slot)
@@ -301,15 +135,7 @@ impl LuauWorker {
         self.vms.retain_mut(|v| {
             let alive = v.principal.is_alive();
             if !alive {
-                replay.extend(v.warm.take_parked());
-                let owners: Vec<Rc<Owner>> =
-                    v.running.borrow_mut().drain().map(|(_, o)| o).collect();
-                let reason = v.principal.end_reason();
-                for owner in owners {
-                    v.vm.drop_owner(&owner);
-                    let failure = TaskFailure::raised(reason.clone(), String::new());
-                    owner.complete(&v.vm.lua, Err(failure));
-                }
+                replay.extend(end_of_principal(v));
             }
             alive
         });
@@ -329,57 +155,18 @@ impl LuauWorker {
             .into_iter()
             .partition(|v| v.vm.core.hit_memory_limit());
         self.vms = kept;
+        let pool = self.pool(cx);
         for wvm in exhausted {
             let text = wvm.vm.core.out_of_memory_text();
-            self.retire(wvm, &VmEnd::OutOfMemory(&text), cx);
+            let parked = retire(wvm, &VmEnd::OutOfMemory(&text), self.index, &pool);
+            self.replay.extend(parked);
         }
         cx.set_vms_held(self.vms.len());
     }
 
-    /// Drops a worker VM taken out of `self.vms`, answering everything that lived in it: its
-    /// running jobs and its registered jobs fail naming `why`; a warm entry running in it fails
-    /// too, and the items the pass held back and the entries it had yet to run go to the VM
-    /// built next. The keys bound here stay bound to this worker: the next VM has seen none of
-    /// them, so each key's next item runs with `jobs.context().fresh` true.
-    fn retire(&mut self, mut wvm: WorkerVm, why: &VmEnd<'_>, cx: &WorkerContext<'_, Self>) {
-        let pool = self.pool(cx);
-        let pass = PassContext {
-            vm: &wvm.vm,
-            principal: &wvm.principal,
-            pool: &pool,
-            worker: self.index,
-        };
-        let (parked, unrun) = wvm.warm.abandon(&pass, why.failure());
-        self.replay.extend(parked);
-        for entry in unrun {
-            pool.exec.post(
-                self.index,
-                WorkerMsg::Warm {
-                    principal: wvm.principal.clone(),
-                    entry,
-                },
-            );
-        }
-        let owners: Vec<Rc<Owner>> = wvm.running.borrow_mut().drain().map(|(_, o)| o).collect();
-        for owner in owners {
-            owner.complete(&wvm.vm.lua, Err(why.failure()));
-        }
-        // Jobs registered from this VM lived in it: each is errored, naming why.
-        let lost = format!("the worker VM that registered it was {}", why.replaced());
-        vm_lost(&wvm.vm.lua, &wvm.principal, &lost);
-        let keys = dropped_keys(&wvm.keys_seen);
-        wvm.principal.mailbox.send(DomainEvent::Report {
-            label: VM_RETIRED.to_owned(),
-            failure: format!(
-                "worker {}: {}; the worker's VM was replaced{keys}",
-                self.index,
-                why.report()
-            ),
-        });
-    }
-
-    /// Starts `item` as the root task of a new owner. A keyed item brings its lane `turn`, which
-    /// is dropped (settling the lane) after the item's reply, however the item ends.
+    /// Starts `item` as the root task of a new owner in its principal's VM, step by step (each
+    /// step is a function of `start.rs`). A keyed item brings its lane `turn`, which is dropped
+    /// (settling the lane) after the item's reply, however the item ends.
     fn start(&mut self, item: Item, cx: &WorkerContext<'_, Self>, turn: Option<LaneTurn>) {
         if matches!(item.args, ItemArgs::Kernel(_)) {
             let pool = self.pool(cx);
@@ -403,236 +190,36 @@ impl LuauWorker {
             }
         }
         let pool = self.pool(cx);
-        let fail = |item: Item, kind: FailureKind, message: String| {
-            let failure = JobFailure {
-                job: item.job.label(),
-                module: Some(item.module.to_path_buf()),
-                entry: Some(item.entry.to_string()),
-                kind,
-                message,
-                traceback: None,
-            };
-            item.job.handoff.finish();
-            let outcome = Outcome::Rejected(Arc::new(failure));
-            reply(&item.principal, item.reply, outcome, &pool);
+        let Some(item) = start::claim(item, &pool) else {
+            return;
         };
-        if !item.job.handoff.try_start() {
-            return; // cancelled while queued: the canceller settled the promise
-        }
-        if !item.principal.is_alive() {
-            let reason = item.principal.end_reason();
-            return fail(item, FailureKind::Refused, reason);
-        }
         count_wait(&item);
         let clock = ItemClock::start(&item);
         item.job.worker.store(self.index, Ordering::Release);
         let slot = match found_slot.map_or_else(|| self.vm_for(&item.principal, cx), Ok) {
             Ok(slot) => slot,
-            Err(e) => return fail(item, FailureKind::Load, e),
+            Err(e) => return start::reject(item, FailureKind::Load, e, &pool),
         };
         let wvm = &mut self.vms[slot];
-        wvm.sync_services();
-        // The item is this VM's start point for engine events: watchers run before its entry.
-        deliver_events(&wvm.vm, &wvm.principal.events, wvm.principal.max_deadline);
-        if let Some(key) = &item.job.key {
-            let fresh = wvm.keys_seen.insert(key.clone());
-            item.job.fresh.store(fresh, Ordering::Relaxed);
-        }
-        let epoch = vm::source_epoch();
-        if wvm.sources_seen != epoch {
-            wvm.sources_seen = epoch;
-            wvm.vm.core.modules.invalidate_changed();
-        }
-        let lua = &wvm.vm.lua;
-        let key = match wvm.entry_keys.get(&item.entry) {
-            Some(key) => key.clone(),
-            None => match lua.create_string(&*item.entry) {
-                Ok(key) => {
-                    if wvm.entry_keys.len() >= ENTRY_KEYS {
-                        wvm.entry_keys.clear();
-                    }
-                    wvm.entry_keys.insert(item.entry.clone(), key.clone());
-                    key
-                }
-                Err(e) => return fail(item, FailureKind::Load, vm::error_message(&e)),
-            },
-        };
-        // Requiring the module runs its top level outside any task, where the scheduler can't
-        // contain a panic: answer the item first, then let the panic end the VM (`on_panic`).
-        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            entry_function(lua, &wvm.vm, &item.module, &item.entry, key)
-        }));
-        let function = match found {
-            Ok(Ok(f)) => f,
-            Ok(Err(e)) => return fail(item, FailureKind::Load, e),
-            Err(payload) => {
+        start::prepare(wvm, &item);
+        let function = match start::find_entry(wvm, &item) {
+            Ok(f) => f,
+            Err(EntryMissing::Refused(kind, message)) => {
+                return start::reject(item, kind, message, &pool)
+            }
+            Err(EntryMissing::Panicked(payload)) => {
+                // Answer the item first, then let the panic end the VM (`on_panic`).
                 let message = TaskFailure::Panicked(vm::panic_message(&payload)).to_string();
-                fail(item, FailureKind::Panicked, message);
-                std::panic::resume_unwind(payload);
+                start::reject(item, FailureKind::Panicked, message, &pool);
+                resume_unwind(payload);
             }
         };
-        let args = match &item.args {
-            // No `mlua::Value` carries a Luau integer: a top-level one is pushed straight when
-            // the task starts (a scalar, so the push allocates nothing and cannot fail).
-            ItemArgs::Plain(integer @ Message::Integer(_)) => vm::Resume::Message(integer.clone()),
-            args => match args.to_lua(lua) {
-                Ok(v) => vm::Resume::Args(MultiValue::from_iter([v])),
-                Err(e) => {
-                    let message =
-                        format!("its arguments could not be read: {}", vm::error_message(&e));
-                    return fail(item, FailureKind::Transfer, message);
-                }
-            },
+        let args = match start::entry_args(&wvm.vm.lua, &item.args) {
+            Ok(args) => args,
+            Err(message) => return start::reject(item, FailureKind::Transfer, message, &pool),
         };
-        let Item {
-            principal,
-            job,
-            module,
-            entry,
-            deadline,
-            reply: reply_to,
-            authority,
-            args: spent_args,
-            charge: spent_charge,
-            ..
-        } = item;
-        // The arguments live in the VM now: their copy, and what it held of the job budget,
-        // go before the job runs (its result is charged when it returns).
-        drop((spent_args, spent_charge));
-        let running = wvm.running.clone();
-        let key = Arc::as_ptr(&job);
-        let owner_label: Arc<dyn vm::OwnerIdentity> = job.clone();
-        let (completion_job, completion_running) = (job.clone(), running.clone());
-        // The commands the job recorded apply as the job: under the authority it ran with.
-        let command_authority = authority.clone();
-        let completion: vm::Completion = Box::new(move |_lua: &Lua, result, commands| {
-            completion_running.borrow_mut().remove(&key);
-            completion_job.handoff.finish();
-            let outcome = job_outcome(&completion_job, &module, &entry, result);
-            if let Some(clock) = clock {
-                clock.finish(&principal, &completion_job);
-            }
-            if commands.is_empty() {
-                reply(&principal, reply_to, outcome, &pool);
-                drop(turn);
-            } else {
-                let settlement = (reply_to, outcome, turn);
-                settle_after_commands(
-                    &principal,
-                    completion_job,
-                    (commands, command_authority),
-                    settlement,
-                    &pool,
-                );
-            }
-        });
-        let owner = Rc::new(
-            Owner::new(owner_label, deadline, Some(completion))
-                .with_commands()
-                .with_authority(authority),
-        );
-        running.borrow_mut().insert(key, owner.clone());
-        if let Err(e) = wvm.vm.start_with(function, args, owner.clone()) {
-            running.borrow_mut().remove(&key);
-            let failure = TaskFailure::raised(vm::error_message(&e), String::new());
-            owner.complete(lua, Err(failure));
-        }
+        start::launch(wvm, item, function, args, (clock, turn), pool);
     }
-}
-
-/// How many keys a retirement report names; the rest it counts.
-const REPORTED_KEYS: usize = 8;
-
-/// `; the state of keys 'a', 'b' and 3 more was dropped with it`, or nothing without keys.
-fn dropped_keys(keys: &HashSet<Bytes>) -> String {
-    if keys.is_empty() {
-        return String::new();
-    }
-    let mut names: Vec<String> = keys
-        .iter()
-        .map(|k| format!("'{}'", String::from_utf8_lossy(k)))
-        .collect();
-    names.sort();
-    let more = names.len().saturating_sub(REPORTED_KEYS);
-    names.truncate(REPORTED_KEYS);
-    let mut list = names.join(", ");
-    if more > 0 {
-        list.push_str(&format!(" and {more} more"));
-    }
-    format!("; the state of keys {list} was dropped with it")
-}
-
-/// Turns a finished job's result into the outcome its promise settles with.
-fn job_outcome(
-    job: &JobShared,
-    module: &Path,
-    entry: &str,
-    result: Result<MultiValue, TaskFailure>,
-) -> Outcome {
-    let failure = |kind, message, traceback| {
-        Outcome::Rejected(Arc::new(JobFailure {
-            job: job.label(),
-            module: Some(module.to_path_buf()),
-            entry: Some(entry.to_owned()),
-            kind,
-            message,
-            traceback,
-        }))
-    };
-    match result {
-        Ok(values) => {
-            let first = values.into_iter().next().unwrap_or(Value::Nil);
-            match Message::read_weighed(&first, "result") {
-                Ok((message, weight)) => match job.charge_result(weight) {
-                    Ok(()) => Outcome::Resolved(message),
-                    Err(refusal) => {
-                        failure(FailureKind::Transfer, format!("result: {refusal}"), None)
-                    }
-                },
-                Err(e) => failure(FailureKind::Transfer, e.to_string(), None),
-            }
-        }
-        Err(TaskFailure::Cancelled) => Outcome::Cancelled,
-        Err(TaskFailure::Raised { message, traceback }) => {
-            failure(FailureKind::Raised, message, Some(traceback))
-        }
-        Err(f @ (TaskFailure::Deadline(_) | TaskFailure::Bound(_))) => {
-            failure(FailureKind::Deadline, f.to_string(), None)
-        }
-        Err(f @ TaskFailure::Panicked(_)) => failure(FailureKind::Panicked, f.to_string(), None),
-    }
-}
-
-/// Sends a job that recorded commands to its engine thread, which applies them and only then
-/// delivers the outcome. When the domain is gone nothing is applied, and the settlement, dropped
-/// undelivered, rejects the promise.
-fn settle_after_commands(
-    principal: &Arc<PrincipalCell>,
-    job: Arc<JobShared>,
-    (commands, authority): (Vec<ServiceCall>, Arc<Authority>),
-    settlement: (ReplyTo, Outcome, Option<LaneTurn>),
-    pool: &Arc<PoolShared>,
-) {
-    let (reply_to, outcome, turn) = settlement;
-    let then = Settlement::new(
-        reply_to,
-        outcome,
-        job,
-        principal.clone(),
-        pool.clone(),
-        turn,
-    );
-    if !principal.is_alive() {
-        // The generation has ended: its commands are never applied, and the settlement,
-        // dropped here, rejects the promise saying so.
-        return drop(then);
-    }
-    // A refused post hands the event back; dropping it rejects the promise.
-    drop(principal.mailbox.post_or_return(DomainEvent::Apply {
-        commands,
-        then: Some(then),
-        authority: Some(authority),
-    }));
 }
 
 impl LuauWorker {
@@ -819,8 +406,10 @@ impl WorkerLogic for LuauWorker {
         // Skein's own bookkeeping, so the VMs it touched can't be trusted: rebuild them lazily.
         let message = vm::panic_message(&payload);
         let why = VmEnd::Panicked(&message);
+        let pool = self.pool(cx);
         for wvm in std::mem::take(&mut self.vms) {
-            self.retire(wvm, &why, cx);
+            let parked = retire(wvm, &why, self.index, &pool);
+            self.replay.extend(parked);
         }
         cx.set_vms_held(0);
         self.outbox.borrow_mut().clear();
@@ -828,39 +417,5 @@ impl WorkerLogic for LuauWorker {
 
     fn on_shutdown(&mut self) {
         self.vms.clear();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn keys(names: &[&str]) -> HashSet<Bytes> {
-        names
-            .iter()
-            .map(|n| Bytes::copy_from_slice(n.as_bytes()))
-            .collect()
-    }
-
-    #[test]
-    fn a_retirement_names_up_to_eight_keys_sorted_and_counts_the_rest() {
-        assert_eq!(dropped_keys(&keys(&[])), "");
-        assert_eq!(
-            dropped_keys(&keys(&["b", "a"])),
-            "; the state of keys 'a', 'b' was dropped with it"
-        );
-        let eight: Vec<String> = (1..=8).map(|i| format!("k{i}")).collect();
-        let eight: Vec<&str> = eight.iter().map(String::as_str).collect();
-        assert_eq!(
-            dropped_keys(&keys(&eight)),
-            "; the state of keys 'k1', 'k2', 'k3', 'k4', 'k5', 'k6', 'k7', 'k8' was dropped with it"
-        );
-        let nine: Vec<String> = (1..=9).map(|i| format!("k{i}")).collect();
-        let nine: Vec<&str> = nine.iter().map(String::as_str).collect();
-        assert_eq!(
-            dropped_keys(&keys(&nine)),
-            "; the state of keys 'k1', 'k2', 'k3', 'k4', 'k5', 'k6', 'k7', 'k8' and 1 more was \
-             dropped with it"
-        );
     }
 }
