@@ -387,8 +387,35 @@ impl Registry {
         true
     }
 
-    /// One frame of one job.
+    /// One frame of one job: takes the result of its last call ([`land`](Self::land)), then
+    /// starts this frame's call unless the job is paused or errored or its last call still
+    /// runs.
     fn tick(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>) {
+        self.land(vm, job);
+        if let Executor::Remote { worker, vm, .. } = &job.executor {
+            return self.tick_remote(job, *worker, *vm);
+        }
+        {
+            let state = job.state.borrow();
+            if state.paused || state.errored || state.task_running || state.in_flight.is_some() {
+                return;
+            }
+        }
+        match &job.executor {
+            Executor::Remote { .. } => {}
+            Executor::Luau { run } => {
+                job.state.borrow_mut().calls += 1;
+                self.start_task(vm, job, run.clone(), Value::Nil);
+            }
+            Executor::Worker { .. } => self.queue_worker_call(job),
+            Executor::Kernel { .. } => self.queue_kernel_call(job),
+        }
+    }
+
+    /// Takes the result of the job's call in the pool, if it has landed: runs `apply` over a
+    /// value (a worker job's, or a kernel job's that has one), or errors the job with a
+    /// failure. A cancelled call (the domain is ending) is dropped.
+    fn land(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>) {
         let landed = {
             let mut state = job.state.borrow_mut();
             match state.in_flight.as_mut().map(Promise::try_take) {
@@ -423,92 +450,90 @@ impl Registry {
             // Cancelled: the domain is ending; nothing to apply or report.
             Some(Err(_)) | None => {}
         }
-        if let Executor::Remote { worker, vm, .. } = &job.executor {
-            return self.tick_remote(job, *worker, *vm);
-        }
-        {
-            let state = job.state.borrow();
-            if state.paused || state.errored || state.task_running || state.in_flight.is_some() {
-                return;
-            }
-        }
-        match &job.executor {
-            Executor::Remote { .. } => {}
-            Executor::Luau { run } => {
-                job.state.borrow_mut().calls += 1;
-                self.start_task(vm, job, run.clone(), Value::Nil);
-            }
-            Executor::Worker {
-                path,
-                spec,
-                entry,
-                input,
-                key,
-                deadline,
-                ..
-            } => {
-                let Some(input) = self.input(job, Some(input)) else {
-                    return;
-                };
-                let shared = JobShared::registered(
-                    job.label(),
-                    spec.clone(),
-                    entry.clone(),
-                    self.pool.clone(),
-                    self.principal.id,
-                    key.clone(),
-                    job.tally.clone(),
-                );
-                let item = self.item(job, shared.clone(), path.clone(), entry.clone(), *deadline);
-                let (item, slot) = item(ItemArgs::Plain(input));
-                let queued = match key {
-                    Some(key) => self.pool.dispatch_keyed(
-                        (self.principal.id, key.clone()),
-                        item,
-                        false,
-                        "jobs.register: executor.key",
-                    ),
-                    None => {
-                        self.pool.inject(item);
-                        Ok(())
-                    }
-                };
-                self.queued(job, queued, slot, shared);
-            }
-            Executor::Kernel {
-                name,
-                kernel,
-                input,
-                ..
-            } => {
-                let Some(input) = self.input(job, input.as_ref()) else {
-                    return;
-                };
-                let shared = JobShared::registered(
-                    job.label(),
-                    name.clone(),
-                    name.clone(),
-                    self.pool.clone(),
-                    self.principal.id,
-                    None,
-                    job.tally.clone(),
-                );
-                let path: Arc<Path> = Arc::from(Path::new(&format!("kernel:{name}")));
-                let item = self.item(
-                    job,
-                    shared.clone(),
-                    path,
-                    name.clone(),
-                    self.principal.max_deadline,
-                );
-                let (item, slot) = item(ItemArgs::Kernel(KernelCall {
-                    kernel: kernel.clone(),
-                    input,
-                }));
+    }
+
+    /// This frame's call of a worker job: runs `input()` here, then queues an item of the
+    /// module's entry over its value (in its key's lane when it has a key).
+    fn queue_worker_call(&self, job: &Rc<RegisteredJob>) {
+        let Executor::Worker {
+            path,
+            spec,
+            entry,
+            input,
+            key,
+            deadline,
+            ..
+        } = &job.executor
+        else {
+            return;
+        };
+        let Some(input) = self.input(job, Some(input)) else {
+            return;
+        };
+        let shared = JobShared::registered(
+            job.label(),
+            spec.clone(),
+            entry.clone(),
+            self.pool.clone(),
+            self.principal.id,
+            key.clone(),
+            job.tally.clone(),
+        );
+        let item = self.item(job, shared.clone(), path.clone(), entry.clone(), *deadline);
+        let (item, slot) = item(ItemArgs::Plain(input));
+        let queued = match key {
+            Some(key) => self.pool.dispatch_keyed(
+                (self.principal.id, key.clone()),
+                item,
+                false,
+                "jobs.register: executor.key",
+            ),
+            None => {
                 self.pool.inject(item);
-                self.queued(job, Ok(()), slot, shared);
+                Ok(())
             }
-        }
+        };
+        self.queued(job, queued, slot, shared);
+    }
+
+    /// This frame's call of a kernel job: runs `input()` here (when it has one), then queues
+    /// the kernel over its value.
+    fn queue_kernel_call(&self, job: &Rc<RegisteredJob>) {
+        let Executor::Kernel {
+            name,
+            kernel,
+            input,
+            ..
+        } = &job.executor
+        else {
+            return;
+        };
+        let Some(input) = self.input(job, input.as_ref()) else {
+            return;
+        };
+        let shared = JobShared::registered(
+            job.label(),
+            name.clone(),
+            name.clone(),
+            self.pool.clone(),
+            self.principal.id,
+            None,
+            job.tally.clone(),
+        );
+        let path: Arc<Path> = Arc::from(Path::new(&format!("kernel:{name}")));
+        let item = self.item(
+            job,
+            shared.clone(),
+            path,
+            name.clone(),
+            self.principal.max_deadline,
+        );
+        let (item, slot) = item(ItemArgs::Kernel(KernelCall {
+            kernel: kernel.clone(),
+            input,
+        }));
+        self.pool.inject(item);
+        self.queued(job, Ok(()), slot, shared);
     }
 
     /// One frame of a job registered from a worker VM: post its call to that VM and go on, or
