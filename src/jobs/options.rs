@@ -6,7 +6,7 @@ use bytes::Bytes;
 use mlua::{Table, Value};
 
 use super::chunking::whole;
-use crate::vm::format_seconds;
+use crate::vm::{a_type, format_seconds};
 
 /// The longest one run of an item may take, and the default: 60 seconds.
 pub const MAX_DEADLINE: Duration = Duration::from_secs(60);
@@ -38,7 +38,7 @@ pub(crate) fn read_key(value: &Value, what: &str) -> Result<Bytes, String> {
             }
             Ok(Bytes::copy_from_slice(&bytes))
         }
-        other => Err(format!("{rule}, got {}", crate::vm::a_type(other))),
+        other => Err(format!("{rule}, got {}", a_type(other))),
     }
 }
 
