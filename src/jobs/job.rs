@@ -83,6 +83,7 @@ pub(crate) struct JobTally {
 }
 
 impl JobShared {
+    /// The state of a job a script or the host dispatched.
     pub(crate) fn new(
         name: Option<String>,
         module: Arc<str>,
@@ -90,6 +91,39 @@ impl JobShared {
         pool: Arc<PoolShared>,
         principal: Principal,
         key: Option<Bytes>,
+    ) -> Arc<JobShared> {
+        Self::make(name, (module, entry), pool, principal, key, None)
+    }
+
+    /// As [`new`](Self::new), for an item of a registered job: it carries the job's tally.
+    pub(crate) fn registered(
+        name: String,
+        module: Arc<str>,
+        entry: Arc<str>,
+        pool: Arc<PoolShared>,
+        principal: Principal,
+        key: Option<Bytes>,
+        tally: Arc<JobTally>,
+    ) -> Arc<JobShared> {
+        Self::make(
+            Some(name),
+            (module, entry),
+            pool,
+            principal,
+            key,
+            Some(tally),
+        )
+    }
+
+    /// The one allocation of a job: not started, not cancelled, holding no charge yet.
+    #[inline]
+    fn make(
+        name: Option<String>,
+        (module, entry): (Arc<str>, Arc<str>),
+        pool: Arc<PoolShared>,
+        principal: Principal,
+        key: Option<Bytes>,
+        tally: Option<Arc<JobTally>>,
     ) -> Arc<JobShared> {
         Arc::new(JobShared {
             handoff: Handoff::new(),
@@ -102,7 +136,7 @@ impl JobShared {
             principal,
             key,
             fresh: AtomicBool::new(false),
-            tally: None,
+            tally,
             charge: OnceLock::new(),
         })
     }
@@ -126,32 +160,6 @@ impl JobShared {
                 )
             }),
         }
-    }
-
-    /// As [`new`](Self::new), for an item of a registered job: it carries the job's tally.
-    pub(crate) fn registered(
-        name: String,
-        module: Arc<str>,
-        entry: Arc<str>,
-        pool: Arc<PoolShared>,
-        principal: Principal,
-        key: Option<Bytes>,
-        tally: Arc<JobTally>,
-    ) -> Arc<JobShared> {
-        Arc::new(JobShared {
-            handoff: Handoff::new(),
-            cancel: CancelToken::new(false),
-            worker: AtomicUsize::new(NOT_STARTED),
-            name: Some(name),
-            module,
-            entry,
-            pool,
-            principal,
-            key,
-            fresh: AtomicBool::new(false),
-            tally: Some(tally),
-            charge: OnceLock::new(),
-        })
     }
 
     /// Stops the job: a queued one never runs (the hand-off refuses it); a running one has its
