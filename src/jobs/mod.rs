@@ -1,17 +1,18 @@
 //! The Luau `jobs` API on top of `vm` and `pool`: dispatch, the worker side of a pool thread,
 //! principals and promises for host code.
 //!
-//! The files, lowest first (a file imports only files above it in this list, except the
-//! protocol's own cycle, named in `docs/architecture.md`):
+//! The files by row, lowest first; a file imports only files of its own row or an earlier one
+//! (the rows and why the protocol row is one cycle: `docs/architecture.md`, "Inside `jobs`"):
 //!
-//! - leaves: `chunking`, `options`, `entry`, `host_slot`, `service_names`, `event_log`;
+//! - leaves: `chunking`, `options`, `entry`, `host_slot`, `service_names`, `event_log`, and
+//!   `registered/`'s `directory`, `info`, `remote_job`;
 //! - the protocol: `job` (a job's shared state and budget), `item` (what travels to a worker),
 //!   `messages` (what travels between threads), `reply` (where an outcome goes, and `reply()`),
 //!   `gather` (a `parallelFor`'s collector), `pool_shared` (the executor's queues and inboxes),
 //!   `keys` (key lanes), `warm` (the warm registry), `principal_cell`;
 //! - the Luau API: `home` (a VM's jobs home), `service_stubs`, `engine_events`, `registered/`,
 //!   `parallel_for`, `warm_api`, `api` (installs `jobs`);
-//! - `worker/`: the Luau side of a pool thread, its per-item steps;
+//! - `worker/`: the Luau side of a pool thread, and the steps of starting an item;
 //! - `host/`: `Pool`, `Promise`, `JobOptions`.
 
 mod api;

@@ -25,8 +25,7 @@ use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Value};
 
-use super::host::host_promise::Promise;
-use super::host_slot::HostSlot;
+use super::host_slot::{HostSlot, SlotState};
 use super::item::{Item, ItemArgs, Kernel, KernelCall};
 use super::job::{JobShared, JobTally};
 use super::messages::WorkerMsg;
@@ -37,7 +36,7 @@ use super::reply::ReplyTo;
 use crate::error::{Error, NameRefusal, Result};
 use crate::principal::capability::{self, Authority};
 use crate::value::{ExactValue, Message};
-use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
+use crate::vm::{self, Outcome, Owner, OwnerIdentity, TaskFailure, Vm};
 
 pub(crate) use descriptor::Executor;
 pub use info::{JobInfo, JobStatus, WorkerCalls};
@@ -91,8 +90,10 @@ struct JobState {
     remote_in_flight: bool,
     /// A task of the job (a luau `run`, or an `apply`) has started and not ended.
     task_running: bool,
-    /// The item on a worker whose result `apply` waits for.
-    in_flight: Option<Promise>,
+    /// The slot of the item on a worker whose result `apply` waits for. The registry polls it
+    /// each frame and never waits on it; cancelling the job drops it, and the item's late
+    /// result with it.
+    in_flight: Option<Arc<HostSlot>>,
 }
 
 impl RegisteredJob {
@@ -418,16 +419,21 @@ impl Registry {
     fn land(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>) {
         let landed = {
             let mut state = job.state.borrow_mut();
-            match state.in_flight.as_mut().map(Promise::try_take) {
-                Some(Some(result)) => {
+            match state.in_flight.as_ref().map(|slot| slot.take()) {
+                None | Some(SlotState::Pending) => None,
+                Some(SlotState::Settled(outcome)) => {
                     state.in_flight = None;
-                    Some(result)
+                    Some(outcome)
                 }
-                _ => None,
+                // Only the registry takes from the slot: an emptied one ends the call unread.
+                Some(SlotState::Taken) => {
+                    state.in_flight = None;
+                    None
+                }
             }
         };
         match landed {
-            Some(Ok(result)) => {
+            Some(Outcome::Resolved(result)) => {
                 let apply = match &job.executor {
                     Executor::Worker { apply, .. } => Some(apply.clone()),
                     Executor::Kernel { apply, .. } => apply.clone(),
@@ -440,7 +446,7 @@ impl Registry {
                     }
                 }
             }
-            Some(Err(Error::Job(failure))) => {
+            Some(Outcome::Rejected(failure)) => {
                 let mut message = failure.message.clone();
                 if let Some(tb) = failure.traceback.as_deref().filter(|t| !t.is_empty()) {
                     message = format!("{message}\n{tb}");
@@ -448,7 +454,7 @@ impl Registry {
                 self.fail(job, &message, true);
             }
             // Cancelled: the domain is ending; nothing to apply or report.
-            Some(Err(_)) | None => {}
+            Some(Outcome::Cancelled) | None => {}
         }
     }
 
@@ -479,7 +485,7 @@ impl Registry {
             key.clone(),
             job.tally.clone(),
         );
-        let item = self.item(job, shared.clone(), path.clone(), entry.clone(), *deadline);
+        let item = self.item(job, shared, path.clone(), entry.clone(), *deadline);
         let (item, slot) = item(ItemArgs::Plain(input));
         let queued = match key {
             Some(key) => self.pool.dispatch_keyed(
@@ -493,7 +499,7 @@ impl Registry {
                 Ok(())
             }
         };
-        self.queued(job, queued, slot, shared);
+        self.queued(job, queued, slot);
     }
 
     /// This frame's call of a kernel job: runs `input()` here (when it has one), then queues
@@ -521,19 +527,13 @@ impl Registry {
             job.tally.clone(),
         );
         let path: Arc<Path> = Arc::from(Path::new(&format!("kernel:{name}")));
-        let item = self.item(
-            job,
-            shared.clone(),
-            path,
-            name.clone(),
-            self.principal.max_deadline,
-        );
+        let item = self.item(job, shared, path, name.clone(), self.principal.max_deadline);
         let (item, slot) = item(ItemArgs::Kernel(KernelCall {
             kernel: kernel.clone(),
             input,
         }));
         self.pool.inject(item);
-        self.queued(job, Ok(()), slot, shared);
+        self.queued(job, Ok(()), slot);
     }
 
     /// One frame of a job registered from a worker VM: post its call to that VM and go on, or
@@ -593,18 +593,12 @@ impl Registry {
     }
 
     /// Records an item handed to the pool (or its refusal, which errors the job).
-    fn queued(
-        &self,
-        job: &RegisteredJob,
-        queued: Result<(), String>,
-        slot: Arc<HostSlot>,
-        shared: Arc<JobShared>,
-    ) {
+    fn queued(&self, job: &RegisteredJob, queued: Result<(), String>, slot: Arc<HostSlot>) {
         match queued {
             Ok(()) => {
                 let mut state = job.state.borrow_mut();
                 state.calls += 1;
-                state.in_flight = Some(Promise::new(slot, Some(shared)));
+                state.in_flight = Some(slot);
             }
             Err(refusal) => self.fail(job, &refusal, false),
         }

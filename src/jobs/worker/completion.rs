@@ -42,6 +42,7 @@ pub(super) struct Finish {
 
 /// The completion of an item's root task: forgets the job in `running`, finishes its
 /// hand-off, sends its profile event, and replies (or settles after its commands).
+#[inline]
 pub(super) fn completion(finish: Finish) -> Completion {
     let Finish {
         principal,

@@ -3,6 +3,7 @@
 //! engine events, the key's freshness, changed modules), [`find_entry`], build its arguments
 //! ([`entry_args`]), and [`launch`] its root task. Any step that fails answers the item with
 //! [`reject`]. `LuauWorker::start` (in `mod.rs`) runs them; the VM is found or built there.
+//! The steps are `#[inline]`: they were one function, and the item moves through them by value.
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -48,6 +49,7 @@ pub(super) fn reject(item: Item, kind: FailureKind, message: String, pool: &Pool
 
 /// Moves the item's hand-off to running. Answers `None` when it will not run: cancelled while
 /// queued (the canceller settled the promise), or its principal has ended (refused here).
+#[inline]
 pub(super) fn claim(item: Item, pool: &PoolShared) -> Option<Item> {
     if !item.job.handoff.try_start() {
         return None; // cancelled while queued: the canceller settled the promise
@@ -63,6 +65,7 @@ pub(super) fn claim(item: Item, pool: &PoolShared) -> Option<Item> {
 /// Brings the VM up to date for the item: stubs of engine services registered since, engine
 /// events raised since (the item is this VM's start point: watchers run before its entry), the
 /// key's freshness, and modules whose sources changed.
+#[inline]
 pub(super) fn prepare(wvm: &mut WorkerVm, item: &Item) {
     wvm.sync_services();
     deliver_events(&wvm.vm, &wvm.principal.events, wvm.principal.max_deadline);
@@ -86,6 +89,7 @@ pub(super) enum EntryMissing {
 }
 
 /// The entry name as a Luau string, kept per VM so a lookup does not intern it each time.
+#[inline]
 fn entry_key(wvm: &mut WorkerVm, entry: &Arc<str>) -> mlua::Result<LuaString> {
     if let Some(key) = wvm.entry_keys.get(entry) {
         return Ok(key.clone());
@@ -99,6 +103,7 @@ fn entry_key(wvm: &mut WorkerVm, entry: &Arc<str>) -> mlua::Result<LuaString> {
 }
 
 /// Requires the item's module in the VM and finds its entry function.
+#[inline]
 pub(super) fn find_entry(wvm: &mut WorkerVm, item: &Item) -> Result<Function, EntryMissing> {
     let key = entry_key(wvm, &item.entry)
         .map_err(|e| EntryMissing::Refused(FailureKind::Load, error_message(&e)))?;
@@ -115,6 +120,7 @@ pub(super) fn find_entry(wvm: &mut WorkerVm, item: &Item) -> Result<Function, En
 }
 
 /// Builds the entry's arguments in the VM; refuses naming why they could not be read.
+#[inline]
 pub(super) fn entry_args(lua: &Lua, args: &ItemArgs) -> Result<Resume, String> {
     match args {
         // No `mlua::Value` carries a Luau integer: a top-level one is pushed straight when
@@ -134,6 +140,7 @@ pub(super) fn entry_args(lua: &Lua, args: &ItemArgs) -> Result<Resume, String> {
 /// authority), whose completion replies. The item's copy of its arguments, and what it held of
 /// the job budget, go first: the arguments live in the VM now, and its result is charged when
 /// it returns.
+#[inline]
 pub(super) fn launch(
     wvm: &mut WorkerVm,
     item: Item,
