@@ -14,7 +14,7 @@ use super::home::{home, refuse, registering_authority, HomeKind, JobsHome};
 use super::item::{Item, ItemArgs};
 use super::job::{charge_job, JobShared, JOB_WEIGHT};
 use super::messages::{ActorWake, DomainEvent, WorkerMsg};
-use super::options::{read_key, DispatchOptions};
+use super::options::{read_key, read_target, DispatchOptions};
 use super::parallel_for::parallel_for;
 use super::registered::lua::install as install_registered;
 use super::warm_api::warm;
@@ -241,18 +241,7 @@ fn dispatch(
     (module, entry, ExactValue(args), opts): (Value, Value, ExactValue, Value),
 ) -> mlua::Result<Value> {
     let core = VmCore::of(lua)?;
-    let Value::String(module) = module else {
-        return Err(refuse(format!(
-            "jobs.dispatch: module must be a require path string, got {}",
-            module.type_name()
-        )));
-    };
-    let Value::String(entry) = entry else {
-        return Err(refuse(format!(
-            "jobs.dispatch: entry must be the name of a function, got {}",
-            entry.type_name()
-        )));
-    };
+    let (module, entry) = read_target("jobs.dispatch", module, entry).map_err(refuse)?;
     let opts = DispatchOptions::read(&opts, home.principal.max_deadline).map_err(refuse)?;
     // Both names are read in place and interned: a dispatch to a known module and entry
     // allocates nothing for them.

@@ -23,7 +23,7 @@ use super::gather::Gather;
 use super::home::{home, refuse, HomeKind};
 use super::item::{ChunkArgs, Item, ItemArgs};
 use super::job::{charge_job, JobShared, JOB_WEIGHT};
-use super::options::ParallelForOptions;
+use super::options::{read_target, ParallelForOptions};
 use super::reply::ReplyTo;
 use crate::principal::capability::current_or;
 use crate::value::{ExactValue, Held, Message};
@@ -64,18 +64,7 @@ pub(super) fn parallel_for(
 ) -> mlua::Result<Value> {
     let home = home(lua)?;
     let core = VmCore::of(lua)?;
-    let Value::String(module) = module else {
-        return Err(refuse(format!(
-            "jobs.parallelFor: module must be a require path string, got {}",
-            module.type_name()
-        )));
-    };
-    let Value::String(entry) = entry else {
-        return Err(refuse(format!(
-            "jobs.parallelFor: entry must be the name of a function, got {}",
-            entry.type_name()
-        )));
-    };
+    let (module, entry) = read_target("jobs.parallelFor", module, entry).map_err(refuse)?;
     let opts = ParallelForOptions::read(&opts, home.principal.max_deadline).map_err(refuse)?;
     let over = read_over(&over, opts.stride).map_err(refuse)?;
     let chunks = chunking::chunk_count(opts.chunks, over.elements(), home.pool.exec.threads())

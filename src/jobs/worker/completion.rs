@@ -42,7 +42,7 @@ pub(super) struct Finish {
 
 /// The completion of an item's root task: forgets the job in `running`, finishes its
 /// hand-off, sends its profile event, and replies (or settles after its commands).
-#[inline]
+#[inline(always)]
 pub(super) fn completion(finish: Finish) -> Completion {
     let Finish {
         principal,
@@ -81,6 +81,7 @@ pub(super) fn completion(finish: Finish) -> Completion {
 }
 
 /// Turns a finished job's result into the outcome its promise settles with.
+#[inline]
 pub(super) fn job_outcome(
     job: &JobShared,
     module: &Path,

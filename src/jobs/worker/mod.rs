@@ -38,7 +38,7 @@ use item_clock::{count_wait, ItemClock};
 use retire::{end_of_principal, retire, VmEnd};
 
 pub use retire::VM_RETIRED;
-use start::EntryMissing;
+use start::{Claim, EntryMissing};
 use warm_pass::ParkedItem;
 use worker_vm::WorkerVm;
 
@@ -190,9 +190,13 @@ impl LuauWorker {
             }
         }
         let pool = self.pool(cx);
-        let Some(item) = start::claim(item, &pool) else {
-            return;
-        };
+        match start::claim(&item) {
+            Claim::Run => {}
+            Claim::Cancelled => return,
+            Claim::Ended(reason) => {
+                return start::reject(item, FailureKind::Refused, reason, &pool)
+            }
+        }
         count_wait(&item);
         let clock = ItemClock::start(&item);
         item.job.worker.store(self.index, Ordering::Release);

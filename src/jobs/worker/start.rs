@@ -3,7 +3,8 @@
 //! engine events, the key's freshness, changed modules), [`find_entry`], build its arguments
 //! ([`entry_args`]), and [`launch`] its root task. Any step that fails answers the item with
 //! [`reject`]. `LuauWorker::start` (in `mod.rs`) runs them; the VM is found or built there.
-//! The steps are `#[inline]`: they were one function, and the item moves through them by value.
+//! The steps are `#[inline]`, and [`launch`] `#[inline(always)]`: they were one function, and
+//! an item moved through a call costs a copy of it on every item.
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -47,19 +48,27 @@ pub(super) fn reject(item: Item, kind: FailureKind, message: String, pool: &Pool
     reply(&item.principal, item.reply, outcome, pool);
 }
 
-/// Moves the item's hand-off to running. Answers `None` when it will not run: cancelled while
-/// queued (the canceller settled the promise), or its principal has ended (refused here).
+/// What [`claim`] found.
+pub(super) enum Claim {
+    /// The item is running now: start it.
+    Run,
+    /// Cancelled while queued: the canceller settled the promise.
+    Cancelled,
+    /// Its principal has ended, for this reason: refuse it.
+    Ended(String),
+}
+
+/// Moves the item's hand-off to running, unless it was cancelled while queued or its
+/// principal has ended. Reads the item in place: it is moved only once, into its task.
 #[inline]
-pub(super) fn claim(item: Item, pool: &PoolShared) -> Option<Item> {
+pub(super) fn claim(item: &Item) -> Claim {
     if !item.job.handoff.try_start() {
-        return None; // cancelled while queued: the canceller settled the promise
+        return Claim::Cancelled;
     }
     if !item.principal.is_alive() {
-        let reason = item.principal.end_reason();
-        reject(item, FailureKind::Refused, reason, pool);
-        return None;
+        return Claim::Ended(item.principal.end_reason());
     }
-    Some(item)
+    Claim::Run
 }
 
 /// Brings the VM up to date for the item: stubs of engine services registered since, engine
@@ -140,7 +149,7 @@ pub(super) fn entry_args(lua: &Lua, args: &ItemArgs) -> Result<Resume, String> {
 /// authority), whose completion replies. The item's copy of its arguments, and what it held of
 /// the job budget, go first: the arguments live in the VM now, and its result is charged when
 /// it returns.
-#[inline]
+#[inline(always)]
 pub(super) fn launch(
     wvm: &mut WorkerVm,
     item: Item,
