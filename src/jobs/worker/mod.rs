@@ -22,6 +22,7 @@ mod worker_vm;
 
 use super::api::run_release_watchers;
 use super::item::{Item, ItemArgs, LaneKey};
+use super::job::JobShared;
 use super::keys::LaneTurn;
 use super::messages::{DomainEvent, WorkerMsg};
 use super::pool_shared::{PoolShared, WarmRuns};
@@ -272,6 +273,46 @@ impl LuauWorker {
     }
 }
 
+impl LuauWorker {
+    /// A job running in this worker's VM for `principal` was cancelled: end its parked tasks.
+    fn cancel_running(&mut self, principal: Principal, job: &Arc<JobShared>) {
+        if let Some(i) = self.vm_index(principal) {
+            let wvm = &self.vms[i];
+            let owner = wvm.running.borrow_mut().remove(&Arc::as_ptr(job));
+            if let Some(owner) = owner {
+                wvm.vm.drop_owner(&owner);
+                job.handoff.finish();
+                sweep_parked_pops(&wvm.vm.lua);
+            }
+        }
+    }
+
+    /// Runs (or forgets) registered job `job`, which lives in this worker's VM of serial `vm`.
+    /// A VM that was dropped after a panic took the job with it: a run is answered as failed.
+    fn run_registered(&mut self, principal: &Arc<PrincipalCell>, vm: u64, job: u64, op: RemoteOp) {
+        match self.vm_index(principal.id) {
+            Some(i) if self.vms[i].serial == vm => {
+                let wvm = &mut self.vms[i];
+                wvm.sync_services();
+                run_remote_op(&wvm.vm, principal, job, op);
+            }
+            _ if op == RemoteOp::Run => {
+                principal.mailbox.send(DomainEvent::RegisteredDone {
+                    job,
+                    commands: Vec::new(),
+                    failure: Some(format!(
+                        "the worker VM that registered it is gone (worker {} replaced it after \
+                         host code panicked)",
+                        self.index
+                    )),
+                    authority: None,
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
 impl WorkerLogic for LuauWorker {
     type Item = Item;
     type Message = WorkerMsg;
@@ -296,17 +337,7 @@ impl WorkerLogic for LuauWorker {
                     }
                 }
             }
-            WorkerMsg::Cancel { principal, job } => {
-                if let Some(i) = self.vm_index(principal) {
-                    let wvm = &self.vms[i];
-                    let owner = wvm.running.borrow_mut().remove(&Arc::as_ptr(&job));
-                    if let Some(owner) = owner {
-                        wvm.vm.drop_owner(&owner);
-                        job.handoff.finish();
-                        sweep_parked_pops(&wvm.vm.lua);
-                    }
-                }
-            }
+            WorkerMsg::Cancel { principal, job } => self.cancel_running(principal, &job),
             WorkerMsg::RunKeyed(item) => {
                 let key = item.job.key.clone().unwrap_or_default();
                 let turn = LaneTurn::new(self.pool(cx), item.principal.id, key);
@@ -329,27 +360,7 @@ impl WorkerLogic for LuauWorker {
                 if !principal.is_alive() {
                     return; // the job ended with its generation
                 }
-                match self.vm_index(principal.id) {
-                    Some(i) if self.vms[i].serial == vm => {
-                        let wvm = &mut self.vms[i];
-                        wvm.sync_services();
-                        run_remote_op(&wvm.vm, &principal, job, op);
-                    }
-                    // The VM that held the job was dropped (after a panic): the job can't run.
-                    _ if op == RemoteOp::Run => {
-                        principal.mailbox.send(DomainEvent::RegisteredDone {
-                            job,
-                            commands: Vec::new(),
-                            failure: Some(format!(
-                                "the worker VM that registered it is gone (worker {} replaced \
-                                 it after host code panicked)",
-                                self.index
-                            )),
-                            authority: None,
-                        });
-                    }
-                    _ => {}
-                }
+                self.run_registered(&principal, vm, job, op);
             }
             WorkerMsg::Released { principal, key } => {
                 if let Some(i) = self.vm_index(principal) {
