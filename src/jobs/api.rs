@@ -1,135 +1,30 @@
 //! The Luau `jobs` library: `jobs.dispatch`, `jobs.context`, `jobs.release` and
 //! `jobs.onRelease`; `jobs.parallelFor` and `jobs.warm` are installed here and live in
-//! `parallel_for` and `warm`.
+//! `parallel_for.rs` and `warm_api.rs`. The VM's home (who it runs as, where replies go) is
+//! `home.rs`.
 
-use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
-
 use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Table, UserData, Value};
-use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::item::{charge_job, Item, ItemArgs, JobShared, ReplyTo, JOB_WEIGHT};
-use super::options::{read_key, DispatchOptions};
-use super::pool::PoolShared;
-use super::principal_cell::PrincipalCell;
-use crate::principal::capability::{current_arc, Authority};
+use super::engine_events::install as install_engine_events;
+use super::home::{home, refuse, registering_authority, HomeKind, JobsHome};
+use super::item::{Item, ItemArgs};
+use super::job::{charge_job, JobShared, JOB_WEIGHT};
+use super::messages::{ActorWake, DomainEvent, WorkerMsg};
+use super::options::{read_key, read_target, DispatchOptions};
+use super::parallel_for::parallel_for;
+use super::registered::lua::install as install_registered;
+use super::warm_api::warm;
+use crate::principal::capability::{current_or, Authority};
+use crate::shared::{self, Courier};
 use crate::value::{ExactValue, Held, Message};
 use crate::vm::{
-    promise_handle, watch_liveness, with_caller_source, Builtin, Owner, PromiseId, Vm, VmCore,
+    a_type, error_message, promise_handle, watch_liveness, with_caller_source, Builtin, FrameClock,
+    Outcome, Owner, OwnerIdentity, Vm, VmCore,
 };
-
-/// Where the VM that calls `jobs.*` lives.
-pub(crate) enum HomeKind {
-    /// A domain's engine thread.
-    Engine,
-    /// A pool worker; items it dispatches go to its own deque through `outbox`.
-    Worker {
-        index: usize,
-        /// This VM's serial: replies carry it, so a reply meant for a VM the worker has since
-        /// replaced (after a panic) can't settle a promise of the new one that reuses its id.
-        vm: u64,
-        outbox: Rc<RefCell<Vec<Item>>>,
-    },
-    /// A `@skein/worker` worker's VM, on the worker's own thread: its items go to the pool's
-    /// injector, and replies and shared-queue deliveries come back through `wakes`.
-    Actor {
-        wakes: crossbeam_channel::Sender<super::item::ActorWake>,
-    },
-}
-
-impl HomeKind {
-    /// How out-of-memory texts name the VM: "the engine VM", "the VM of worker 2".
-    fn vm_name(&self) -> String {
-        match self {
-            HomeKind::Engine => "the engine VM".to_owned(),
-            HomeKind::Worker { index, .. } => format!("the VM of worker {index}"),
-            HomeKind::Actor { .. } => "the VM of a @skein/worker".to_owned(),
-        }
-    }
-}
-
-/// What the `jobs` bindings of one VM need: who they run as and how they reach the pool.
-pub(crate) struct JobsHome {
-    pub(crate) principal: Arc<PrincipalCell>,
-    pub(crate) pool: Arc<PoolShared>,
-    pub(crate) kind: HomeKind,
-    /// Entry names this VM dispatched, shared by every item that names them.
-    entries: RefCell<FxHashSet<Arc<str>>>,
-    /// The same names by the address of the Luau string that named them, so a dispatch finds its
-    /// entry without copying the string out of the VM (`to_str` clones a reference into the
-    /// VM and allocates). The map holds each string, so no other string can take its address
-    /// while it is a key.
-    entry_strings: RefCell<FxHashMap<usize, (mlua::LuaString, Arc<str>)>>,
-}
-
-/// How many entry names a VM interns before it starts over.
-const INTERNED_ENTRIES: usize = 1024;
-
-impl JobsHome {
-    pub(crate) fn new(
-        principal: Arc<PrincipalCell>,
-        pool: Arc<PoolShared>,
-        kind: HomeKind,
-    ) -> Self {
-        JobsHome {
-            principal,
-            pool,
-            kind,
-            entries: RefCell::new(FxHashSet::default()),
-            entry_strings: RefCell::new(FxHashMap::default()),
-        }
-    }
-
-    /// Where a reply settling promise `promise` of this VM goes.
-    pub(crate) fn reply_to(&self, promise: PromiseId) -> ReplyTo {
-        match &self.kind {
-            HomeKind::Engine => ReplyTo::Engine(promise),
-            HomeKind::Worker { index, vm, .. } => ReplyTo::Worker {
-                worker: *index,
-                vm: *vm,
-                promise,
-            },
-            HomeKind::Actor { wakes } => ReplyTo::Actor {
-                wakes: wakes.clone(),
-                promise,
-            },
-        }
-    }
-
-    /// [`JobsHome::intern_entry`] for a Luau string, found by its address once it was seen.
-    fn intern_entry_string(&self, name: &mlua::LuaString) -> Arc<str> {
-        let address = name.to_pointer() as usize;
-        if let Some((_, known)) = self.entry_strings.borrow().get(&address) {
-            return known.clone();
-        }
-        let interned = match name.to_str() {
-            Ok(text) => self.intern_entry(&text),
-            Err(_) => self.intern_entry(&name.to_string_lossy()),
-        };
-        let mut strings = self.entry_strings.borrow_mut();
-        if strings.len() >= INTERNED_ENTRIES {
-            strings.clear();
-        }
-        strings.insert(address, (name.clone(), interned.clone()));
-        interned
-    }
-
-    pub(super) fn intern_entry(&self, name: &str) -> Arc<str> {
-        let mut entries = self.entries.borrow_mut();
-        if let Some(known) = entries.get(name) {
-            return known.clone();
-        }
-        if entries.len() >= INTERNED_ENTRIES {
-            entries.clear();
-        }
-        let name: Arc<str> = name.into();
-        entries.insert(name.clone());
-        name
-    }
-}
 
 /// Installs the `jobs` global (also `require("@skein/jobs")`).
 pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
@@ -149,18 +44,15 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
         lua.create_function(move |lua, args| dispatch(lua, &dispatch_home, args))?,
     )?;
     jobs.raw_set("context", lua.create_function(context)?)?;
-    jobs.raw_set(
-        "parallelFor",
-        lua.create_function(super::parallel_for::parallel_for)?,
-    )?;
+    jobs.raw_set("parallelFor", lua.create_function(parallel_for)?)?;
     jobs.raw_set("release", lua.create_function(release)?)?;
     jobs.raw_set("onRelease", lua.create_function(on_release)?)?;
     jobs.raw_set("stats", lua.create_function(stats)?)?;
-    crate::shared::install(lua, &jobs, home.principal.shared.clone())?;
-    jobs.raw_set("warm", lua.create_function(super::warm::warm)?)?;
-    super::registered::install(lua, &jobs)?;
+    shared::install(lua, &jobs, home.principal.shared.clone())?;
+    jobs.raw_set("warm", lua.create_function(warm)?)?;
+    install_registered(lua, &jobs)?;
     lua.set_app_data(queue_courier(&home));
-    lua.set_app_data(crate::vm::FrameClock(home.principal.frames.clone()));
+    lua.set_app_data(FrameClock(home.principal.frames.clone()));
     if let Some(live) = &home.principal.liveness {
         watch_liveness(lua, live.clone())?;
     }
@@ -168,34 +60,34 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     lua.set_named_registry_value(JOBS_KEY, jobs.clone())?;
     lua.globals().raw_set("jobs", jobs)?;
     let engine = lua.create_table()?;
-    super::events::install(lua, &engine, &home.principal.events)?;
+    install_engine_events(lua, &engine, &home.principal.events)?;
     lua.globals().raw_set("engine", engine)?;
     Ok(())
 }
 
 /// How this VM's parked shared-queue pops receive their deliveries: through the home's inbox,
 /// as replies do (`reply()`), so a delivery is handled on the VM's own thread.
-fn queue_courier(home: &JobsHome) -> crate::shared::Courier {
+fn queue_courier(home: &JobsHome) -> Courier {
     match &home.kind {
         HomeKind::Engine => {
             let mailbox = home.principal.mailbox.clone();
             Arc::new(move |parcel| {
                 // A domain that is gone drops the parcel, which gives its value back.
-                let _ = mailbox.send(super::item::DomainEvent::Parcel(parcel));
+                let _ = mailbox.send(DomainEvent::Parcel(parcel));
             })
         }
         HomeKind::Worker { index, .. } => {
             let (pool, worker, principal) = (home.pool.clone(), *index, home.principal.id);
             Arc::new(move |parcel| {
                 pool.exec
-                    .post(worker, super::item::WorkerMsg::Parcel { principal, parcel });
+                    .post(worker, WorkerMsg::Parcel { principal, parcel });
             })
         }
         HomeKind::Actor { wakes } => {
             let wakes = wakes.clone();
             Arc::new(move |parcel| {
                 // A worker that has ended drops the parcel, which gives its value back.
-                let _ = wakes.send(super::item::ActorWake::Parcel(parcel));
+                let _ = wakes.send(ActorWake::Parcel(parcel));
             })
         }
     }
@@ -208,7 +100,7 @@ fn stats(lua: &Lua, (): ()) -> mlua::Result<Table> {
     let rows = home.pool.stats();
     let out = lua.create_table_with_capacity(rows.len(), 0)?;
     for row in rows {
-        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         let t = lua.create_table_with_capacity(0, 12)?;
         t.raw_set("worker", row.worker as f64)?;
         t.raw_set("items_run", row.items_run as f64)?;
@@ -279,29 +171,6 @@ fn authority_of(value: &Value) -> Option<Arc<Authority>> {
     }
 }
 
-/// The principal of the VM's home, when the VM belongs to a domain.
-pub(crate) fn home_principal(lua: &Lua) -> Option<Arc<PrincipalCell>> {
-    lua.app_data_ref::<Rc<JobsHome>>()
-        .map(|h| h.principal.clone())
-}
-
-/// The authority a callback registered now keeps for its calls: the running task's, or `None`
-/// when that is the VM's own (the principal's), so a callback the domain's own code registers
-/// runs exactly as before, with no reference count moved per call.
-pub(crate) fn registering_authority(lua: &Lua) -> Option<Arc<Authority>> {
-    let current = current_arc()?;
-    match home_principal(lua) {
-        Some(principal) if Arc::ptr_eq(&current, &principal.authority) => None,
-        _ => Some(current),
-    }
-}
-
-pub(super) fn home(lua: &Lua) -> mlua::Result<Rc<JobsHome>> {
-    lua.app_data_ref::<Rc<JobsHome>>()
-        .map(|h| h.clone())
-        .ok_or_else(|| mlua::Error::runtime("jobs: this VM is not attached to a pool"))
-}
-
 fn context(lua: &Lua, (): ()) -> mlua::Result<Value> {
     let home = home(lua)?;
     match &home.kind {
@@ -333,7 +202,7 @@ fn on_release(lua: &Lua, watcher: Value) -> mlua::Result<Function> {
     let Value::Function(watcher) = watcher else {
         return Err(refuse(format!(
             "jobs.onRelease: watcher must be a function, got {}",
-            crate::vm::a_type(&watcher)
+            a_type(&watcher)
         )));
     };
     let watchers: Table = lua.named_registry_value(RELEASE_WATCHERS_KEY)?;
@@ -356,7 +225,7 @@ pub(crate) fn run_release_watchers(vm: &Vm, key: &[u8], deadline: Duration) {
         }
         let key = vm.lua.create_string(key)?;
         for (watcher, authority) in list {
-            let identity: Arc<dyn crate::vm::OwnerIdentity> = Arc::new(WATCHER_LABEL);
+            let identity: Arc<dyn OwnerIdentity> = Arc::new(WATCHER_LABEL);
             let mut owner = Owner::new(identity, deadline, None);
             if let Some(authority) = authority {
                 owner = owner.with_authority(authority);
@@ -371,17 +240,12 @@ pub(crate) fn run_release_watchers(vm: &Vm, key: &[u8], deadline: Duration) {
         Ok(())
     };
     if let Err(e) = run() {
-        vm.core
-            .report_failure(WATCHER_LABEL, &crate::vm::error_message(&e));
+        vm.core.report_failure(WATCHER_LABEL, &error_message(&e));
     }
 }
 
 /// How reports name a release watcher's task.
 const WATCHER_LABEL: &str = "jobs.onRelease watcher";
-
-pub(super) fn refuse(message: String) -> mlua::Error {
-    mlua::Error::runtime(message)
-}
 
 fn dispatch(
     lua: &Lua,
@@ -389,18 +253,7 @@ fn dispatch(
     (module, entry, ExactValue(args), opts): (Value, Value, ExactValue, Value),
 ) -> mlua::Result<Value> {
     let core = VmCore::of(lua)?;
-    let Value::String(module) = module else {
-        return Err(refuse(format!(
-            "jobs.dispatch: module must be a require path string, got {}",
-            module.type_name()
-        )));
-    };
-    let Value::String(entry) = entry else {
-        return Err(refuse(format!(
-            "jobs.dispatch: entry must be the name of a function, got {}",
-            entry.type_name()
-        )));
-    };
+    let (module, entry) = read_target("jobs.dispatch", module, entry).map_err(refuse)?;
     let opts = DispatchOptions::read(&opts, home.principal.max_deadline).map_err(refuse)?;
     // Both names are read in place and interned: a dispatch to a known module and entry
     // allocates nothing for them.
@@ -435,7 +288,7 @@ fn dispatch(
     let reply = home.reply_to(cell.id());
     let item = Item {
         principal: home.principal.clone(),
-        authority: crate::principal::capability::current_or(&home.principal.authority),
+        authority: current_or(&home.principal.authority),
         job,
         module: module.path,
         entry,
@@ -455,7 +308,7 @@ fn dispatch(
                 // Nobody holds the promise yet: take it out of the pending table unsettled.
                 core.promises
                     .borrow_mut()
-                    .settle(cell.id(), crate::vm::Outcome::Cancelled);
+                    .settle(cell.id(), Outcome::Cancelled);
                 return Err(refuse(refusal));
             }
         }

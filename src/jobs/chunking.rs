@@ -6,6 +6,8 @@
 
 use bytes::Bytes;
 
+use crate::vm::a_type;
+
 /// The largest index a chunk may name: past it a Luau number no longer holds every whole number.
 pub(crate) const MAX_INDEX: i64 = 1 << 53;
 
@@ -89,7 +91,7 @@ pub(crate) fn whole(value: &mlua::Value, what: &str) -> Result<i64, String> {
         other => {
             return Err(format!(
                 "{what} must be a whole number, got {}",
-                crate::vm::a_type(other)
+                a_type(other)
             ))
         }
     };

@@ -10,10 +10,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::item::{JobShared, ReplyTo};
-use super::pool::PoolShared;
+use super::job::JobShared;
+use super::pool_shared::PoolShared;
 use super::principal_cell::PrincipalCell;
-use super::worker::reply;
+use super::reply::{reply, ReplyTo};
 use crate::value::Message;
 use crate::vm::{Cancel, JobFailure, Outcome};
 

@@ -9,10 +9,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::item::{Item, LaneKey, WorkerMsg};
-use super::pool::PoolShared;
-use super::worker::reply;
+use super::item::{Item, LaneKey};
+use super::messages::WorkerMsg;
+use super::pool_shared::PoolShared;
+use super::reply::reply;
 use crate::pool::lanes::{Deliver, Release, TooManyKeys, MAX_KEYS};
+use crate::principal::Principal;
 use crate::vm::{FailureKind, JobFailure, Outcome};
 
 impl PoolShared {
@@ -104,11 +106,7 @@ pub(crate) struct LaneTurn {
 }
 
 impl LaneTurn {
-    pub(crate) fn new(
-        pool: Arc<PoolShared>,
-        principal: crate::principal::Principal,
-        key: Bytes,
-    ) -> Self {
+    pub(crate) fn new(pool: Arc<PoolShared>, principal: Principal, key: Bytes) -> Self {
         LaneTurn {
             pool,
             key: (principal, key),

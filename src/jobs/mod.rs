@@ -1,45 +1,65 @@
 //! The Luau `jobs` API on top of `vm` and `pool`: dispatch, the worker side of a pool thread,
 //! principals and promises for host code.
+//!
+//! The files by row, lowest first; a file imports only files of its own row or an earlier one
+//! (the rows and why the protocol row is one cycle: `docs/architecture.md`, "Inside `jobs`"):
+//!
+//! - leaves: `chunking`, `options`, `entry`, `host_slot`, `service_names`, `event_log`, and
+//!   `registered/`'s `directory`, `info`, `remote_job`;
+//! - the protocol: `job` (a job's shared state and budget), `item` (what travels to a worker),
+//!   `messages` (what travels between threads), `reply` (where an outcome goes, and `reply()`),
+//!   `gather` (a `parallelFor`'s collector), `pool_shared` (the executor's queues and inboxes),
+//!   `keys` (key lanes), `warm` (the warm registry), `principal_cell`;
+//! - the Luau API: `home` (a VM's jobs home), `service_stubs`, `engine_events`, `registered/`,
+//!   `parallel_for`, `warm_api`, `api` (installs `jobs`);
+//! - `worker/`: the Luau side of a pool thread, and the steps of starting an item;
+//! - `host/`: `Pool`, `Promise`, `JobOptions`.
 
 mod api;
 mod chunking;
-mod events;
+mod engine_events;
+mod entry;
+mod event_log;
 mod gather;
-mod host_options;
+mod home;
+mod host;
+mod host_slot;
 mod item;
-mod item_clock;
-mod kernel;
+mod job;
 mod keys;
+mod messages;
 mod options;
 mod parallel_for;
-mod pool;
+mod pool_shared;
 mod principal_cell;
-mod promise;
 mod registered;
-mod services;
+mod reply;
+mod service_names;
+mod service_stubs;
 mod warm;
-mod warm_pass;
+mod warm_api;
 mod worker;
 
-pub(crate) use api::{
-    home_principal, install, registering_authority, HomeKind, JobsHome, BUILTINS,
-};
-pub use events::EVENT_LOG_BOUND;
-pub(crate) use events::{check_event_name, deliver as deliver_events};
-pub(crate) use host_options::check_key;
-pub use host_options::JobOptions;
-pub(crate) use item::{ActorWake, DomainEvent, Item, ItemArgs, JobShared, ReplyTo, NOT_STARTED};
-pub use item::{JOB_WEIGHT, MAX_JOB_BYTES};
+pub(crate) use api::{install, BUILTINS};
+pub(crate) use engine_events::deliver as deliver_events;
+pub(crate) use event_log::check_event_name;
+pub use event_log::EVENT_LOG_BOUND;
+pub(crate) use home::{home_principal, registering_authority, HomeKind, JobsHome};
+pub(crate) use host::check_key;
+pub use host::{JobOptions, Pool, Promise, PromiseStatus};
+pub(crate) use host_slot::HostSlot;
+pub(crate) use item::{Item, ItemArgs};
+pub(crate) use job::{JobShared, NOT_STARTED};
+pub use job::{JOB_WEIGHT, MAX_JOB_BYTES};
+pub(crate) use messages::{ActorWake, DomainEvent};
 pub use options::MAX_DEADLINE;
-pub use pool::Pool;
-pub(crate) use pool::PoolShared;
+pub(crate) use pool_shared::PoolShared;
 pub(crate) use principal_cell::MailboxSender;
 pub(crate) use principal_cell::PrincipalCell;
-pub(crate) use promise::HostSlot;
-pub use promise::{Promise, PromiseStatus};
 pub(crate) use registered::{FailureSink, Registry};
 pub use registered::{JobInfo, JobStatus, WorkerCalls};
-pub(crate) use services::{check_name as check_service_name, install_at, read_args, ServiceKind};
+pub(crate) use reply::{reply, ReplyTo};
+pub(crate) use service_names::{check_name as check_service_name, ServiceKind};
+pub(crate) use service_stubs::{install_at, read_args};
 pub use warm::WARM_BOUND;
-pub(crate) use worker::reply;
 pub use worker::VM_RETIRED;

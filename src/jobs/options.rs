@@ -1,15 +1,39 @@
-//! `opts` of `jobs.dispatch` and `jobs.parallelFor`: read, checked and refused at the call.
+//! The arguments of `jobs.dispatch` and `jobs.parallelFor` that say what runs and how: the
+//! module and entry, and `opts`; read, checked and refused at the call.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use mlua::{Table, Value};
+use mlua::{LuaString, Table, Value};
 
 use super::chunking::whole;
-use crate::vm::format_seconds;
+use crate::vm::{a_type, format_seconds};
 
 /// The longest one run of an item may take, and the default: 60 seconds.
 pub const MAX_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Reads the `module` and `entry` arguments of `call`: a require path string and the name of a
+/// function, both kept as the Luau strings they are.
+#[inline]
+pub(crate) fn read_target(
+    call: &str,
+    module: Value,
+    entry: Value,
+) -> Result<(LuaString, LuaString), String> {
+    let Value::String(module) = module else {
+        return Err(format!(
+            "{call}: module must be a require path string, got {}",
+            module.type_name()
+        ));
+    };
+    let Value::String(entry) = entry else {
+        return Err(format!(
+            "{call}: entry must be the name of a function, got {}",
+            entry.type_name()
+        ));
+    };
+    Ok((module, entry))
+}
 
 /// The checked options of one dispatch.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,7 +62,7 @@ pub(crate) fn read_key(value: &Value, what: &str) -> Result<Bytes, String> {
             }
             Ok(Bytes::copy_from_slice(&bytes))
         }
-        other => Err(format!("{rule}, got {}", crate::vm::a_type(other))),
+        other => Err(format!("{rule}, got {}", a_type(other))),
     }
 }
 

@@ -18,13 +18,16 @@ use std::sync::Arc;
 use bytes::Bytes;
 use mlua::{Lua, Table, Value};
 
-use super::api::{home, refuse, HomeKind};
 use super::chunking::{self, whole, Over};
 use super::gather::Gather;
-use super::item::{charge_job, ChunkArgs, Item, ItemArgs, JobShared, ReplyTo, JOB_WEIGHT};
-use super::options::ParallelForOptions;
+use super::home::{home, refuse, HomeKind};
+use super::item::{ChunkArgs, Item, ItemArgs};
+use super::job::{charge_job, JobShared, JOB_WEIGHT};
+use super::options::{read_target, ParallelForOptions};
+use super::reply::ReplyTo;
+use crate::principal::capability::current_or;
 use crate::value::{ExactValue, Held, Message};
-use crate::vm::{promise_handle, with_caller_source, VmCore};
+use crate::vm::{a_type, promise_handle, with_caller_source, VmCore};
 
 /// Reads `over`, once `opts.stride` is known.
 fn read_over(over: &Value, stride: Option<usize>) -> Result<Over, String> {
@@ -35,7 +38,7 @@ fn read_over(over: &Value, stride: Option<usize>) -> Result<Over, String> {
         other => {
             return Err(format!(
             "jobs.parallelFor: over must be a count, a {{ first, last }} range or a buffer, got {}",
-            crate::vm::a_type(other)
+            a_type(other)
         ))
         }
     };
@@ -61,18 +64,7 @@ pub(super) fn parallel_for(
 ) -> mlua::Result<Value> {
     let home = home(lua)?;
     let core = VmCore::of(lua)?;
-    let Value::String(module) = module else {
-        return Err(refuse(format!(
-            "jobs.parallelFor: module must be a require path string, got {}",
-            module.type_name()
-        )));
-    };
-    let Value::String(entry) = entry else {
-        return Err(refuse(format!(
-            "jobs.parallelFor: entry must be the name of a function, got {}",
-            entry.type_name()
-        )));
-    };
+    let (module, entry) = read_target("jobs.parallelFor", module, entry).map_err(refuse)?;
     let opts = ParallelForOptions::read(&opts, home.principal.max_deadline).map_err(refuse)?;
     let over = read_over(&over, opts.stride).map_err(refuse)?;
     let chunks = chunking::chunk_count(opts.chunks, over.elements(), home.pool.exec.threads())
@@ -127,7 +119,7 @@ pub(super) fn parallel_for(
     for (i, (run, job)) in runs.iter().zip(jobs).enumerate() {
         let item = Item {
             principal: home.principal.clone(),
-            authority: crate::principal::capability::current_or(&home.principal.authority),
+            authority: current_or(&home.principal.authority),
             job,
             module: module.path.clone(),
             entry: entry.clone(),

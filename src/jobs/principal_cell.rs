@@ -2,16 +2,23 @@
 //! reaches its domain's engine thread.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::item::{DomainEvent, MAX_JOB_BYTES};
+use super::event_log::EventLog;
+use super::job::MAX_JOB_BYTES;
+use super::messages::DomainEvent;
+use super::registered::directory::JobDirectory;
+use super::service_names::ServiceNames;
+use super::warm::WarmRegistry;
+use crate::principal::capability::{Attribution, Authority, Grant};
 use crate::principal::event_queue::EventQueue;
-use crate::principal::{Generation, Principal};
+use crate::principal::{Generation, Logs, Principal, Profile};
 use crate::shared::{SharedLimits, StoreCore};
+use crate::sync::Arc as SyncArc;
 use crate::value::ByteBudget;
 use crate::vm::{Liveness, Plan};
 
@@ -60,7 +67,7 @@ pub(crate) struct PrincipalCell {
     /// The default (and longest) deadline of one run of one of its items.
     pub(crate) max_deadline: Duration,
     /// The principal's shared tables and queues (`jobs.shared`).
-    pub(crate) shared: crate::sync::Arc<StoreCore>,
+    pub(crate) shared: SyncArc<StoreCore>,
     /// What the principal's jobs hold in the host: their arguments and results
     /// ([`MAX_JOB_BYTES`]).
     pub(crate) job_bytes: Arc<ByteBudget>,
@@ -68,31 +75,31 @@ pub(crate) struct PrincipalCell {
     /// unless a test shortened it).
     pub(crate) warm_bound: Duration,
     /// The principal's `jobs.warm` entries: they end with it.
-    pub(crate) warms: super::warm::WarmRegistry,
+    pub(crate) warms: WarmRegistry,
     /// The names and kinds of the domain's engine services, for the stubs of worker VMs.
-    pub(crate) services: super::services::ServiceNames,
+    pub(crate) services: ServiceNames,
     /// The domain's frame counter, bumped by its engine thread once per frame; what
     /// `task.waitFrames` counts in every VM of the principal.
-    pub(crate) frames: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    pub(crate) frames: Arc<AtomicU64>,
     /// The generation's authority: the domain's grant. Worker VMs of the principal run their
     /// tasks under it, and items dispatched by host code carry it.
-    pub(crate) authority: std::sync::Arc<crate::principal::capability::Authority>,
+    pub(crate) authority: Arc<Authority>,
     /// The engine events the host raised on this generation, for `engine.on` watchers.
-    pub(crate) events: super::events::EventLog,
+    pub(crate) events: EventLog,
     /// The ids and names of the generation's registered jobs, reserved at `jobs.register` in
     /// whichever VM (engine or worker) calls it.
-    pub(crate) jobs: super::registered::JobDirectory,
+    pub(crate) jobs: JobDirectory,
     /// The domain's profile sink: worker threads send their pool-item events to it.
-    pub(crate) profile: crate::principal::Profile,
+    pub(crate) profile: Profile,
     /// The domain's log sink: `@skein/log` in its engine and worker VMs writes to it.
-    pub(crate) logs: crate::principal::Logs,
+    pub(crate) logs: Logs,
     /// The evidence that its VMs still progress, when its host asked for a stall check
     /// ([`DomainSpec::detect_stalls`](crate::DomainSpec::detect_stalls)): every VM of the
     /// principal reports its resumes and timers to it.
     pub(crate) liveness: Option<Arc<Liveness>>,
     alive: AtomicBool,
     /// Why the principal ended, once it has.
-    ended: std::sync::Mutex<Option<String>>,
+    ended: Mutex<Option<String>>,
 }
 
 impl PrincipalCell {
@@ -110,30 +117,30 @@ impl PrincipalCell {
             mailbox,
             event_queue,
             max_deadline,
-            shared: crate::sync::Arc::new(StoreCore::new(SharedLimits::DEFAULT)),
+            shared: SyncArc::new(StoreCore::new(SharedLimits::DEFAULT)),
             job_bytes: Arc::new(ByteBudget::new(MAX_JOB_BYTES)),
             warm_bound,
-            warms: super::warm::WarmRegistry::default(),
-            services: super::services::ServiceNames::default(),
-            frames: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
-            events: super::events::EventLog::default(),
-            authority: std::sync::Arc::new(crate::principal::capability::Authority::new(
-                crate::principal::capability::Grant::default(),
-                crate::principal::capability::Attribution {
+            warms: WarmRegistry::default(),
+            services: ServiceNames::default(),
+            frames: Arc::new(AtomicU64::new(0)),
+            events: EventLog::default(),
+            authority: Arc::new(Authority::new(
+                Grant::default(),
+                Attribution {
                     domain_name: String::new(),
                     domain: id.domain,
                     generation: id.generation,
                     context: None,
                     actor: None,
                 },
-                std::sync::Arc::default(),
+                Arc::default(),
             )),
-            jobs: super::registered::JobDirectory::default(),
+            jobs: JobDirectory::default(),
             profile: None,
             logs: None,
             liveness: None,
             alive: AtomicBool::new(true),
-            ended: std::sync::Mutex::new(None),
+            ended: Mutex::new(None),
         }
     }
 
@@ -163,7 +170,7 @@ impl PrincipalCell {
         next.profile = self.profile.clone();
         next.logs = self.logs.clone();
         next.liveness = self.liveness.as_ref().map(|_| Arc::default());
-        next.authority = std::sync::Arc::new(self.authority.for_generation(id.generation));
+        next.authority = Arc::new(self.authority.for_generation(id.generation));
         for (name, kind) in self.services.since(0) {
             // The names were unique in the old list, so none is refused here.
             let _ = next.services.add(&name, kind);

@@ -1,4 +1,5 @@
-//! `jobs.warm(module, entry)`: the domain's warm registry and the call that adds to it.
+//! The domain's `jobs.warm` registry: its entries, their waiting promises and each worker's
+//! result. The Luau call that adds to it is `warm_api.rs`.
 //!
 //! A warm entry is kept per principal (one generation of one domain) for as long as the principal
 //! lives: every worker VM of the principal runs each active entry once, before any item of the
@@ -19,15 +20,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mlua::{Lua, Value};
-
-use super::api::{home, refuse, registering_authority};
-use super::item::{ReplyTo, WorkerMsg};
-use super::pool::PoolShared;
+use super::pool_shared::PoolShared;
 use super::principal_cell::PrincipalCell;
-use super::worker::reply;
+use super::reply::{reply, ReplyTo};
 use crate::principal::capability::Authority;
-use crate::vm::{promise_handle, with_caller_source, FailureKind, JobFailure, Outcome, VmCore};
+use crate::value::Message;
+use crate::vm::{FailureKind, JobFailure, Outcome};
 
 /// The longest a warm entry may take, waits included, from its start to its end. Read between
 /// runs: a run in progress when it passes goes on to its next yield (or its own deadline).
@@ -50,7 +48,7 @@ pub(crate) struct WarmRegistry {
 impl WarmRegistry {
     /// The entry for `module`'s `entry`, added when new (the answer's flag), to run under
     /// `authority` (the first caller's).
-    fn find_or_add(
+    pub(crate) fn find_or_add(
         &self,
         module: Arc<Path>,
         spec: Arc<str>,
@@ -188,7 +186,7 @@ impl WarmEntry {
             })
             .collect();
         if failures.is_empty() {
-            return Outcome::Resolved(crate::value::Message::Nil);
+            return Outcome::Resolved(Message::Nil);
         }
         Outcome::Rejected(Arc::new(JobFailure {
             job: format!("jobs.warm {}", self.quoted()),
@@ -202,7 +200,7 @@ impl WarmEntry {
 
     /// Adds a promise to settle with the call's outcome; answers the outcome instead when it is
     /// known already.
-    fn wait(&self, to: ReplyTo) -> Result<(), (Outcome, ReplyTo)> {
+    pub(crate) fn wait(&self, to: ReplyTo) -> Result<(), (Outcome, ReplyTo)> {
         let mut state = self.state();
         match &state.settled {
             Some(outcome) => Err((outcome.clone(), to)),
@@ -212,57 +210,6 @@ impl WarmEntry {
             }
         }
     }
-}
-
-/// `jobs.warm(module, entry) -> PromiseHandle`.
-pub(super) fn warm(lua: &Lua, (module, entry): (Value, Value)) -> mlua::Result<Value> {
-    let home = home(lua)?;
-    let core = VmCore::of(lua)?;
-    let Value::String(module) = module else {
-        return Err(refuse(format!(
-            "jobs.warm: module must be a require path string, got {}",
-            crate::vm::a_type(&module)
-        )));
-    };
-    let Value::String(entry) = entry else {
-        return Err(refuse(format!(
-            "jobs.warm: entry must be the name of a function, got {}",
-            crate::vm::a_type(&entry)
-        )));
-    };
-    let module = with_caller_source(lua, |source| {
-        core.modules.resolve(source, &module.to_string_lossy())
-    })
-    .map_err(|e| refuse(format!("jobs.warm: {e}")))?;
-    let workers = home.pool.exec.threads();
-    let (entry, added) = home.principal.warms.find_or_add(
-        module.path,
-        module.spec,
-        &entry.to_string_lossy(),
-        workers,
-        registering_authority(lua),
-    );
-
-    let cell = core.promises.borrow_mut().make("jobs.warm");
-    let to = home.reply_to(cell.id());
-    if let Err((outcome, _)) = entry.wait(to) {
-        // Settled by an earlier call: this handle answers the same, now. Nobody waits on the
-        // new promise yet, so there is no task to wake.
-        core.promises.borrow_mut().settle(cell.id(), outcome);
-    }
-    if added {
-        // Inbox messages are never stolen: each worker warms its own VM.
-        for worker in 0..workers {
-            home.pool.exec.post(
-                worker,
-                WorkerMsg::Warm {
-                    principal: home.principal.clone(),
-                    entry: entry.clone(),
-                },
-            );
-        }
-    }
-    Ok(Value::UserData(promise_handle(lua, cell)?))
 }
 
 #[cfg(test)]
@@ -303,7 +250,7 @@ mod tests {
         );
         assert_eq!(
             e.outcome(&[Some(Ok(())), Some(Ok(())), Some(Ok(()))]),
-            Outcome::Resolved(crate::value::Message::Nil)
+            Outcome::Resolved(Message::Nil)
         );
     }
 

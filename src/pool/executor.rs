@@ -89,29 +89,34 @@ const INBOX_BATCH: usize = 256;
 /// `Send + Sync`; shared as an `Arc`. The worker threads hold clones of that `Arc` until
 /// [`shutdown`](Self::shutdown), so its owner must call `shutdown` (the pool's `Drop` does) or
 /// the threads live on.
-pub struct Executor<W: WorkerLogic> {
-    injector: Injector<W::Item>,
-    stealers: Box<[Stealer<W::Item>]>,
-    inboxes: Box<[CachePadded<Inbox<W::Message>>]>,
+///
+/// Generic over what it carries (items `I`, messages `M`), not over the logic that runs them:
+/// code that only injects or posts names the executor without naming the logic. The worker
+/// threads' logic is chosen once, by [`start`](Self::start).
+pub struct Executor<I, M> {
+    injector: Injector<I>,
+    stealers: Box<[Stealer<I>]>,
+    inboxes: Box<[CachePadded<Inbox<M>>]>,
     sleep: Sleep,
     stats: Box<[CachePadded<WorkerCounters>]>,
     shutdown: AtomicBool,
     handles: Mutex<Vec<thread::JoinHandle<()>>>,
 }
 
-impl<W: WorkerLogic> Executor<W> {
+impl<I: Send + 'static, M: Send + 'static> Executor<I, M> {
     /// Starts `threads` workers, named `skein-worker-{i}`. `make(i)` runs on worker `i`'s new
     /// thread to build its logic.
     ///
     /// # Panics
     ///
     /// If `threads` is 0, or the OS refuses to start a thread.
-    pub fn start<F>(threads: usize, make: F) -> Arc<Self>
+    pub fn start<W, F>(threads: usize, make: F) -> Arc<Self>
     where
+        W: WorkerLogic<Item = I, Message = M>,
         F: Fn(usize) -> W + Send + Sync + 'static,
     {
         assert!(threads > 0, "an executor needs at least one worker thread");
-        let locals: Vec<LocalQueue<W::Item>> = (0..threads).map(|_| LocalQueue::new()).collect();
+        let locals: Vec<LocalQueue<I>> = (0..threads).map(|_| LocalQueue::new()).collect();
         let executor = Arc::new(Self {
             injector: Injector::new(),
             stealers: locals.iter().map(LocalQueue::stealer).collect(),
@@ -147,7 +152,7 @@ impl<W: WorkerLogic> Executor<W> {
     }
 
     /// Queues `item` for any worker, from any thread, and wakes a sleeping worker to take it.
-    pub fn inject(&self, item: W::Item) {
+    pub fn inject(&self, item: I) {
         self.injector.push(item);
         self.sleep.notify_one(0);
     }
@@ -157,7 +162,7 @@ impl<W: WorkerLogic> Executor<W> {
     /// # Panics
     ///
     /// If `worker >= self.threads()`.
-    pub fn post(&self, worker: usize, msg: W::Message) {
+    pub fn post(&self, worker: usize, msg: M) {
         self.inboxes[worker].push(msg);
         self.sleep.notify_worker(worker);
     }
@@ -198,7 +203,7 @@ impl<W: WorkerLogic> Executor<W> {
 
     /// Whether worker `index` has anything it could take, or should stop. The sleep protocol's
     /// re-check: it must cover every source the worker loop takes from.
-    fn has_work_for(&self, index: usize, local: &LocalQueue<W::Item>) -> bool {
+    fn has_work_for(&self, index: usize, local: &LocalQueue<I>) -> bool {
         self.shutdown.load(Ordering::SeqCst)
             || !self.inboxes[index].is_empty()
             || !local.is_empty()
@@ -214,7 +219,7 @@ impl<W: WorkerLogic> Executor<W> {
 /// What the logic sees of its worker while it runs.
 pub struct WorkerContext<'a, W: WorkerLogic> {
     index: usize,
-    executor: &'a Arc<Executor<W>>,
+    executor: &'a Arc<Executor<W::Item, W::Message>>,
     local: &'a LocalQueue<W::Item>,
 }
 
@@ -232,7 +237,7 @@ impl<W: WorkerLogic> WorkerContext<'_, W> {
     }
 
     /// The executor this worker belongs to, to inject or post from inside the logic.
-    pub fn executor(&self) -> &Arc<Executor<W>> {
+    pub fn executor(&self) -> &Arc<Executor<W::Item, W::Message>> {
         self.executor
     }
 
@@ -256,7 +261,7 @@ impl<W: WorkerLogic> WorkerContext<'_, W> {
 
 /// A worker thread's whole life: register, build the logic, serve, shut down.
 fn run_worker<W: WorkerLogic>(
-    executor: Arc<Executor<W>>,
+    executor: Arc<Executor<W::Item, W::Message>>,
     index: usize,
     local: LocalQueue<W::Item>,
     make: &(impl Fn(usize) -> W + ?Sized),
@@ -471,7 +476,7 @@ mod tests {
     }
 
     struct Harness {
-        executor: Arc<Executor<Closures>>,
+        executor: Arc<Executor<Item, Message>>,
         panics: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
         shutdowns: std::sync::Arc<AtomicUsize>,
     }

@@ -8,10 +8,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use mlua::{Function, Lua, Table, Value};
 
-use super::super::item::Kernel;
-use super::super::options::{read_deadline, read_key};
+use super::remote_job::RemoteJob;
+use crate::jobs::item::Kernel;
+use crate::jobs::options::{read_deadline, read_key};
 use crate::value::Message;
-use crate::vm::{a_type, with_caller_source, VmCore};
+use crate::vm::{a_type, error_message, with_caller_source, VmCore};
 
 /// The longest phase name, in bytes.
 pub(crate) const MAX_PHASE_BYTES: usize = 64;
@@ -46,7 +47,7 @@ pub(crate) enum Executor {
         /// The pool worker that holds the VM, and the VM's serial.
         worker: usize,
         vm: u64,
-        shared: Arc<super::remote::RemoteJob>,
+        shared: Arc<RemoteJob>,
     },
 }
 
@@ -199,7 +200,7 @@ fn read_executor(
                 Value::Nil => cap,
                 v => read_deadline(&v, &format!("{WHAT}: executor.deadline"), cap)?,
             };
-            let core = VmCore::of(lua).map_err(|e| crate::vm::error_message(&e))?;
+            let core = VmCore::of(lua).map_err(|e| error_message(&e))?;
             let spec = module.to_string_lossy().to_string();
             let resolved = with_caller_source(lua, |source| core.modules.resolve(source, &spec))
                 .map_err(|e| format!("{WHAT}: executor.module: {e}"))?;
@@ -262,13 +263,13 @@ fn caller_origin(lua: &Lua) -> String {
 }
 
 fn field(t: &Table, name: &str) -> Result<Value, String> {
-    t.raw_get(name).map_err(|e| crate::vm::error_message(&e))
+    t.raw_get(name).map_err(|e| error_message(&e))
 }
 
 /// Refuses any key of `t` not in `allowed`, naming it: a misspelt field is never ignored.
 fn only_fields(t: &Table, allowed: &[&str], what: &str) -> Result<(), String> {
     for pair in t.clone().pairs::<Value, Value>() {
-        let (key, _) = pair.map_err(|e| crate::vm::error_message(&e))?;
+        let (key, _) = pair.map_err(|e| error_message(&e))?;
         let known = match &key {
             Value::String(s) => allowed
                 .iter()

@@ -1,12 +1,10 @@
 //! `JobInfo`: a snapshot of one registered job, as `job:info()`, `jobs.inspect` and
 //! `jobs.list` answer it in Luau and `ScriptDomain::jobs` in Rust.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use mlua::{Lua, Table};
 
-use super::RegisteredJob;
 use crate::value::Message;
 
 /// Where a registered job stands.
@@ -111,37 +109,6 @@ pub struct WorkerCalls {
     pub late_calls: u64,
     /// Calls that raised (or ended any other way than returning).
     pub failed_calls: u64,
-}
-
-pub(super) fn of(job: &RegisteredJob) -> JobInfo {
-    let state = job.state.borrow();
-    let status = if state.errored {
-        JobStatus::Errored
-    } else if state.task_running || state.in_flight.is_some() || state.remote_in_flight {
-        JobStatus::Running
-    } else {
-        JobStatus::Pending
-    };
-    JobInfo {
-        id: job.id,
-        name: job.name.clone(),
-        phase: job.phase.to_string(),
-        kind: job.executor.kind(),
-        status,
-        paused: state.paused,
-        origin: job.origin.clone(),
-        metadata: job.metadata.clone(),
-        last_error: state.last_error.clone(),
-        forwarded_calls: state.forwarded,
-        waited_for_vm: Duration::from_nanos(job.tally.waited_ns.load(Ordering::Relaxed)),
-        calls: state.calls,
-        failed_calls: state.failed,
-        worker: matches!(job.executor, super::Executor::Remote { .. }).then_some(WorkerCalls {
-            calls: state.calls,
-            late_calls: state.late,
-            failed_calls: state.failed,
-        }),
-    }
 }
 
 /// The Luau table of a snapshot; times in milliseconds.

@@ -13,9 +13,10 @@ use std::rc::Rc;
 
 use mlua::{AnyUserData, Lua, Table, UserData, UserDataMethods, Value};
 
-use super::remote::{self, Control};
+use super::remote;
+use super::remote_job::Control;
 use super::{info, Registry};
-use crate::jobs::api::home;
+use crate::jobs::home::home;
 use crate::vm::a_type;
 
 /// A registered job, as Luau holds it.

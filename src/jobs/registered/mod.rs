@@ -8,34 +8,39 @@
 //! never waits for a worker.
 
 mod descriptor;
-mod directory;
+pub(super) mod directory;
 mod info;
-mod lua;
-mod remote;
+pub(super) mod lua;
+pub(super) mod remote;
+pub(super) mod remote_job;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Value};
 
-use super::item::{Item, ItemArgs, JobShared, JobTally, Kernel, KernelCall, ReplyTo, WorkerMsg};
-use super::pool::PoolShared;
+use super::host_slot::{HostSlot, SlotState};
+use super::item::{Item, ItemArgs, Kernel, KernelCall};
+use super::job::{JobShared, JobTally};
+use super::messages::WorkerMsg;
+use super::options::MAX_KEY_BYTES;
+use super::pool_shared::PoolShared;
 use super::principal_cell::PrincipalCell;
-use super::promise::{HostSlot, Promise};
+use super::reply::ReplyTo;
 use crate::error::{Error, NameRefusal, Result};
 use crate::principal::capability::{self, Authority};
 use crate::value::{ExactValue, Message};
-use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
+use crate::vm::{self, Outcome, Owner, OwnerIdentity, TaskFailure, Vm};
 
 pub(crate) use descriptor::Executor;
-pub(crate) use directory::JobDirectory;
 pub use info::{JobInfo, JobStatus, WorkerCalls};
-pub(crate) use lua::install;
-pub(crate) use remote::{on_op as run_remote_op, vm_lost, Control, RemoteOp, RemoteRegistration};
+use remote_job::{Control, RemoteOp, RemoteRegistration};
 
 /// Where a registered job's failures go: the domain's reports, as (source, message).
 pub(crate) type FailureSink = Rc<dyn Fn(String, String)>;
@@ -49,7 +54,7 @@ pub(crate) struct Registry {
     kernels: RefCell<HashMap<Arc<str>, Kernel>>,
     /// Worker-registered jobs their own VM cancelled while a call ran: that call's end (and
     /// its writes) is still to come, which `run_until_idle` waits for.
-    draining: RefCell<std::collections::HashSet<u64>>,
+    draining: RefCell<HashSet<u64>>,
     principal: Arc<PrincipalCell>,
     pool: Arc<PoolShared>,
     sink: FailureSink,
@@ -85,8 +90,10 @@ struct JobState {
     remote_in_flight: bool,
     /// A task of the job (a luau `run`, or an `apply`) has started and not ended.
     task_running: bool,
-    /// The item on a worker whose result `apply` waits for.
-    in_flight: Option<Promise>,
+    /// The slot of the item on a worker whose result `apply` waits for. The registry polls it
+    /// each frame and never waits on it; cancelling the job drops it, and the item's late
+    /// result with it.
+    in_flight: Option<Arc<HostSlot>>,
 }
 
 impl RegisteredJob {
@@ -126,12 +133,12 @@ impl Registry {
 
     /// Registers a kernel under `name`; refused when the name is empty, too long or taken.
     pub(crate) fn register_kernel(&self, name: &str, kernel: Kernel) -> Result<()> {
-        if name.is_empty() || name.len() > super::options::MAX_KEY_BYTES {
+        if name.is_empty() || name.len() > MAX_KEY_BYTES {
             return Err(Error::Name {
                 refusal: NameRefusal::KernelName,
                 message: format!(
                     "register_kernel: a kernel name must be 1 to {} bytes, got {}",
-                    super::options::MAX_KEY_BYTES,
+                    MAX_KEY_BYTES,
                     name.len()
                 ),
             });
@@ -192,10 +199,7 @@ impl Registry {
     /// Adds a job a worker VM registered (its id and name were reserved at the call). One that
     /// VM cancelled before it got here is dropped.
     pub(crate) fn add_remote(&self, r: RemoteRegistration) {
-        if r.shared
-            .cancelled
-            .load(std::sync::atomic::Ordering::Acquire)
-        {
+        if r.shared.cancelled.load(Ordering::Acquire) {
             return;
         }
         let id = r.shared.id;
@@ -297,9 +301,7 @@ impl Registry {
             worker, vm, shared, ..
         } = &job.executor
         {
-            shared
-                .cancelled
-                .store(true, std::sync::atomic::Ordering::Release);
+            shared.cancelled.store(true, Ordering::Release);
             self.pool.exec.post(
                 *worker,
                 WorkerMsg::Registered {
@@ -339,7 +341,7 @@ impl Registry {
 
     /// A snapshot of job `id`.
     fn info(&self, id: u64) -> Option<JobInfo> {
-        self.get(id).map(|j| info::of(&j))
+        self.get(id).map(|j| info_of(&j))
     }
 
     /// How many jobs are live.
@@ -353,7 +355,7 @@ impl Registry {
             .borrow()
             .iter()
             .filter(|j| phase.is_none_or(|p| &*j.phase == p))
-            .map(|j| info::of(j))
+            .map(|j| info_of(j))
             .collect()
     }
 
@@ -386,42 +388,11 @@ impl Registry {
         true
     }
 
-    /// One frame of one job.
+    /// One frame of one job: takes the result of its last call ([`land`](Self::land)), then
+    /// starts this frame's call unless the job is paused or errored or its last call still
+    /// runs.
     fn tick(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>) {
-        let landed = {
-            let mut state = job.state.borrow_mut();
-            match state.in_flight.as_mut().map(Promise::try_take) {
-                Some(Some(result)) => {
-                    state.in_flight = None;
-                    Some(result)
-                }
-                _ => None,
-            }
-        };
-        match landed {
-            Some(Ok(result)) => {
-                let apply = match &job.executor {
-                    Executor::Worker { apply, .. } => Some(apply.clone()),
-                    Executor::Kernel { apply, .. } => apply.clone(),
-                    Executor::Luau { .. } | Executor::Remote { .. } => None,
-                };
-                if let Some(apply) = apply {
-                    match result.to_lua(&vm.lua) {
-                        Ok(value) => self.start_task(vm, job, apply, value),
-                        Err(e) => self.fail(job, &vm::error_message(&e), true),
-                    }
-                }
-            }
-            Some(Err(Error::Job(failure))) => {
-                let mut message = failure.message.clone();
-                if let Some(tb) = failure.traceback.as_deref().filter(|t| !t.is_empty()) {
-                    message = format!("{message}\n{tb}");
-                }
-                self.fail(job, &message, true);
-            }
-            // Cancelled: the domain is ending; nothing to apply or report.
-            Some(Err(_)) | None => {}
-        }
+        self.land(vm, job);
         if let Executor::Remote { worker, vm, .. } = &job.executor {
             return self.tick_remote(job, *worker, *vm);
         }
@@ -437,77 +408,132 @@ impl Registry {
                 job.state.borrow_mut().calls += 1;
                 self.start_task(vm, job, run.clone(), Value::Nil);
             }
-            Executor::Worker {
-                path,
-                spec,
-                entry,
-                input,
-                key,
-                deadline,
-                ..
-            } => {
-                let Some(input) = self.input(job, Some(input)) else {
-                    return;
-                };
-                let shared = JobShared::registered(
-                    job.label(),
-                    spec.clone(),
-                    entry.clone(),
-                    self.pool.clone(),
-                    self.principal.id,
-                    key.clone(),
-                    job.tally.clone(),
-                );
-                let item = self.item(job, shared.clone(), path.clone(), entry.clone(), *deadline);
-                let (item, slot) = item(ItemArgs::Plain(input));
-                let queued = match key {
-                    Some(key) => self.pool.dispatch_keyed(
-                        (self.principal.id, key.clone()),
-                        item,
-                        false,
-                        "jobs.register: executor.key",
-                    ),
-                    None => {
-                        self.pool.inject(item);
-                        Ok(())
-                    }
-                };
-                self.queued(job, queued, slot, shared);
-            }
-            Executor::Kernel {
-                name,
-                kernel,
-                input,
-                ..
-            } => {
-                let Some(input) = self.input(job, input.as_ref()) else {
-                    return;
-                };
-                let shared = JobShared::registered(
-                    job.label(),
-                    name.clone(),
-                    name.clone(),
-                    self.pool.clone(),
-                    self.principal.id,
-                    None,
-                    job.tally.clone(),
-                );
-                let path: Arc<Path> = Arc::from(Path::new(&format!("kernel:{name}")));
-                let item = self.item(
-                    job,
-                    shared.clone(),
-                    path,
-                    name.clone(),
-                    self.principal.max_deadline,
-                );
-                let (item, slot) = item(ItemArgs::Kernel(KernelCall {
-                    kernel: kernel.clone(),
-                    input,
-                }));
-                self.pool.inject(item);
-                self.queued(job, Ok(()), slot, shared);
-            }
+            Executor::Worker { .. } => self.queue_worker_call(job),
+            Executor::Kernel { .. } => self.queue_kernel_call(job),
         }
+    }
+
+    /// Takes the result of the job's call in the pool, if it has landed: runs `apply` over a
+    /// value (a worker job's, or a kernel job's that has one), or errors the job with a
+    /// failure. A cancelled call (the domain is ending) is dropped.
+    fn land(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>) {
+        let landed = {
+            let mut state = job.state.borrow_mut();
+            match state.in_flight.as_ref().map(|slot| slot.take()) {
+                None | Some(SlotState::Pending) => None,
+                Some(SlotState::Settled(outcome)) => {
+                    state.in_flight = None;
+                    Some(outcome)
+                }
+                // Only the registry takes from the slot: an emptied one ends the call unread.
+                Some(SlotState::Taken) => {
+                    state.in_flight = None;
+                    None
+                }
+            }
+        };
+        match landed {
+            Some(Outcome::Resolved(result)) => {
+                let apply = match &job.executor {
+                    Executor::Worker { apply, .. } => Some(apply.clone()),
+                    Executor::Kernel { apply, .. } => apply.clone(),
+                    Executor::Luau { .. } | Executor::Remote { .. } => None,
+                };
+                if let Some(apply) = apply {
+                    match result.to_lua(&vm.lua) {
+                        Ok(value) => self.start_task(vm, job, apply, value),
+                        Err(e) => self.fail(job, &vm::error_message(&e), true),
+                    }
+                }
+            }
+            Some(Outcome::Rejected(failure)) => {
+                let mut message = failure.message.clone();
+                if let Some(tb) = failure.traceback.as_deref().filter(|t| !t.is_empty()) {
+                    message = format!("{message}\n{tb}");
+                }
+                self.fail(job, &message, true);
+            }
+            // Cancelled: the domain is ending; nothing to apply or report.
+            Some(Outcome::Cancelled) | None => {}
+        }
+    }
+
+    /// This frame's call of a worker job: runs `input()` here, then queues an item of the
+    /// module's entry over its value (in its key's lane when it has a key).
+    fn queue_worker_call(&self, job: &Rc<RegisteredJob>) {
+        let Executor::Worker {
+            path,
+            spec,
+            entry,
+            input,
+            key,
+            deadline,
+            ..
+        } = &job.executor
+        else {
+            return;
+        };
+        let Some(input) = self.input(job, Some(input)) else {
+            return;
+        };
+        let shared = JobShared::registered(
+            job.label(),
+            spec.clone(),
+            entry.clone(),
+            self.pool.clone(),
+            self.principal.id,
+            key.clone(),
+            job.tally.clone(),
+        );
+        let item = self.item(job, shared, path.clone(), entry.clone(), *deadline);
+        let (item, slot) = item(ItemArgs::Plain(input));
+        let queued = match key {
+            Some(key) => self.pool.dispatch_keyed(
+                (self.principal.id, key.clone()),
+                item,
+                false,
+                "jobs.register: executor.key",
+            ),
+            None => {
+                self.pool.inject(item);
+                Ok(())
+            }
+        };
+        self.queued(job, queued, slot);
+    }
+
+    /// This frame's call of a kernel job: runs `input()` here (when it has one), then queues
+    /// the kernel over its value.
+    fn queue_kernel_call(&self, job: &Rc<RegisteredJob>) {
+        let Executor::Kernel {
+            name,
+            kernel,
+            input,
+            ..
+        } = &job.executor
+        else {
+            return;
+        };
+        let Some(input) = self.input(job, input.as_ref()) else {
+            return;
+        };
+        let shared = JobShared::registered(
+            job.label(),
+            name.clone(),
+            name.clone(),
+            self.pool.clone(),
+            self.principal.id,
+            None,
+            job.tally.clone(),
+        );
+        let path: Arc<Path> = Arc::from(Path::new(&format!("kernel:{name}")));
+        let item = self.item(job, shared, path, name.clone(), self.principal.max_deadline);
+        let (item, slot) = item(ItemArgs::Kernel(KernelCall {
+            kernel: kernel.clone(),
+            input,
+        }));
+        self.pool.inject(item);
+        self.queued(job, Ok(()), slot);
     }
 
     /// One frame of a job registered from a worker VM: post its call to that VM and go on, or
@@ -545,7 +571,7 @@ impl Registry {
         job: Arc<JobShared>,
         module: Arc<Path>,
         entry: Arc<str>,
-        deadline: std::time::Duration,
+        deadline: Duration,
     ) -> impl FnOnce(ItemArgs) -> (Item, Arc<HostSlot>) + '_ {
         let authority = registered.authority.clone();
         move |args| {
@@ -567,18 +593,12 @@ impl Registry {
     }
 
     /// Records an item handed to the pool (or its refusal, which errors the job).
-    fn queued(
-        &self,
-        job: &RegisteredJob,
-        queued: Result<(), String>,
-        slot: Arc<HostSlot>,
-        shared: Arc<JobShared>,
-    ) {
+    fn queued(&self, job: &RegisteredJob, queued: Result<(), String>, slot: Arc<HostSlot>) {
         match queued {
             Ok(()) => {
                 let mut state = job.state.borrow_mut();
                 state.calls += 1;
-                state.in_flight = Some(Promise::new(slot, Some(shared)));
+                state.in_flight = Some(slot);
             }
             Err(refusal) => self.fail(job, &refusal, false),
         }
@@ -671,12 +691,44 @@ impl Registry {
 /// Publishes a worker-registered job's info for the handles in its VM.
 fn mirror(job: &RegisteredJob) {
     if let Executor::Remote { shared, .. } = &job.executor {
-        shared.publish(info::of(job));
+        shared.publish(info_of(job));
     }
 }
 
-impl std::fmt::Debug for Registry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+/// The job's info as the registry sees it now.
+fn info_of(job: &RegisteredJob) -> JobInfo {
+    let state = job.state.borrow();
+    let status = if state.errored {
+        JobStatus::Errored
+    } else if state.task_running || state.in_flight.is_some() || state.remote_in_flight {
+        JobStatus::Running
+    } else {
+        JobStatus::Pending
+    };
+    JobInfo {
+        id: job.id,
+        name: job.name.clone(),
+        phase: job.phase.to_string(),
+        kind: job.executor.kind(),
+        status,
+        paused: state.paused,
+        origin: job.origin.clone(),
+        metadata: job.metadata.clone(),
+        last_error: state.last_error.clone(),
+        forwarded_calls: state.forwarded,
+        waited_for_vm: Duration::from_nanos(job.tally.waited_ns.load(Ordering::Relaxed)),
+        calls: state.calls,
+        failed_calls: state.failed,
+        worker: matches!(job.executor, Executor::Remote { .. }).then_some(WorkerCalls {
+            calls: state.calls,
+            late_calls: state.late,
+            failed_calls: state.failed,
+        }),
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Registry")
             .field("jobs", &self.jobs.borrow().len())
             .finish_non_exhaustive()

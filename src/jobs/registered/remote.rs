@@ -26,76 +26,21 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mlua::{Function, Lua, MultiValue, Value};
 
 use super::descriptor::{self, Executor};
 use super::info::{JobInfo, JobStatus, WorkerCalls};
-use crate::jobs::api::{registering_authority, HomeKind, JobsHome};
-use crate::jobs::item::DomainEvent;
+use super::remote_job::{Control, RemoteJob, RemoteOp, RemoteRegistration};
+use crate::jobs::entry::entry_function;
+use crate::jobs::home::{registering_authority, HomeKind, JobsHome};
+use crate::jobs::messages::DomainEvent;
 use crate::jobs::principal_cell::PrincipalCell;
 use crate::principal::capability::Authority;
-use crate::value::Message;
 use crate::vm::{self, Embedded, Owner, OwnerIdentity, TaskFailure, Vm};
-
-/// What the engine asks of a job's worker VM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RemoteOp {
-    /// Start this frame's call.
-    Run,
-    /// The job was cancelled on the engine: forget its functions and end a call still running.
-    Forget,
-}
-
-/// What a handle in a worker VM asks of the engine's registry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Control {
-    Pause,
-    Resume,
-    Cancel,
-}
-
-/// The `Send + Sync` part of a job registered from a worker VM.
-pub(crate) struct RemoteJob {
-    pub(crate) id: u64,
-    /// Set once the job is cancelled, from either side.
-    pub(crate) cancelled: AtomicBool,
-    /// The job's info as the engine last published it.
-    snapshot: Mutex<JobInfo>,
-}
-
-impl RemoteJob {
-    /// The engine's view changed: publish it for handles in the worker VM.
-    pub(crate) fn publish(&self, info: JobInfo) {
-        *self.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = info;
-    }
-
-    fn snapshot(&self) -> JobInfo {
-        self.snapshot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Acquire)
-    }
-}
-
-/// A job a worker VM registered, on its way to the engine's registry.
-pub(crate) struct RemoteRegistration {
-    pub(crate) shared: Arc<RemoteJob>,
-    pub(crate) name: Option<String>,
-    pub(crate) phase: Arc<str>,
-    pub(crate) origin: String,
-    pub(crate) metadata: Option<Message>,
-    pub(crate) kind: &'static str,
-    pub(crate) worker: usize,
-    pub(crate) vm: u64,
-}
 
 /// What a worker VM runs for one of its jobs.
 enum LocalCall {
@@ -213,10 +158,9 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
     };
     let id = principal.jobs.reserve(d.name.as_deref())?;
     let label = d.name.clone().unwrap_or_else(|| format!("#{id}"));
-    let shared = Arc::new(RemoteJob {
+    let shared = Arc::new(RemoteJob::new(
         id,
-        cancelled: AtomicBool::new(false),
-        snapshot: Mutex::new(JobInfo {
+        JobInfo {
             id,
             name: d.name.clone(),
             phase: d.phase.to_string(),
@@ -231,8 +175,8 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
             calls: 0,
             failed_calls: 0,
             worker: Some(WorkerCalls::default()),
-        }),
-    });
+        },
+    ));
     let registration = RemoteRegistration {
         shared: shared.clone(),
         name: d.name.clone(),
@@ -445,7 +389,7 @@ fn worker_args(
     let key = lua
         .create_string(entry)
         .map_err(|e| vm::error_message(&e))?;
-    let entry = crate::jobs::worker::entry_function(lua, vm, path, entry, key)?;
+    let entry = entry_function(lua, vm, path, entry, key)?;
     let f = worker_call(lua).map_err(|e| vm::error_message(&e))?;
     let args = MultiValue::from_iter([
         Value::Function(input.clone()),

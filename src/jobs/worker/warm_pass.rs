@@ -25,12 +25,13 @@ use std::time::{Duration, Instant};
 
 use mlua::{MultiValue, Value};
 
-use super::item::{DomainEvent, Item};
-use super::keys::LaneTurn;
-use super::pool::PoolShared;
-use super::principal_cell::PrincipalCell;
-use super::warm::WarmEntry;
-use super::worker::entry_function;
+use crate::jobs::entry::entry_function;
+use crate::jobs::item::Item;
+use crate::jobs::keys::LaneTurn;
+use crate::jobs::messages::DomainEvent;
+use crate::jobs::pool_shared::PoolShared;
+use crate::jobs::principal_cell::PrincipalCell;
+use crate::jobs::warm::WarmEntry;
 use crate::pool::stats::WarmRun;
 use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
 

@@ -2,63 +2,14 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::item::JobShared;
 use crate::error::{Error, Result};
+use crate::jobs::host_slot::{HostSlot, SlotState};
+use crate::jobs::job::JobShared;
 use crate::value::Message;
 use crate::vm::Outcome;
-
-/// Where a worker delivers the outcome of work that host code awaits.
-pub(crate) struct HostSlot {
-    state: Mutex<Slot>,
-    ready: Condvar,
-}
-
-/// The slot's state and how many threads sleep on it: a settle wakes the condvar (a system
-/// call) only when somebody waits.
-struct Slot {
-    value: SlotState,
-    waiters: u32,
-}
-
-enum SlotState {
-    Pending,
-    Settled(Outcome),
-    Taken,
-}
-
-impl HostSlot {
-    pub(crate) fn new() -> Arc<HostSlot> {
-        Arc::new(HostSlot {
-            state: Mutex::new(Slot {
-                value: SlotState::Pending,
-                waiters: 0,
-            }),
-            ready: Condvar::new(),
-        })
-    }
-
-    /// Whether the slot still waits for its outcome.
-    pub(crate) fn is_pending(&self) -> bool {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        matches!(state.value, SlotState::Pending)
-    }
-
-    /// Settles the slot; a second settlement (a late reply after a cancel) is dropped.
-    pub(crate) fn settle(&self, outcome: Outcome) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if !matches!(state.value, SlotState::Pending) {
-            return false;
-        }
-        state.value = SlotState::Settled(outcome);
-        if state.waiters > 0 {
-            self.ready.notify_all();
-        }
-        true
-    }
-}
 
 /// A value the pool will produce: the Rust counterpart of Luau's `PromiseHandle`.
 ///
@@ -129,17 +80,7 @@ impl Promise<Message> {
 
     /// Blocks until the slot is no longer pending, then takes its outcome.
     fn wait_on_slot(&mut self) -> Result<Message> {
-        let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
-        while matches!(state.value, SlotState::Pending) {
-            state.waiters += 1;
-            state = self
-                .slot
-                .ready
-                .wait(state)
-                .unwrap_or_else(|e| e.into_inner());
-            state.waiters -= 1;
-        }
-        drop(state);
+        self.slot.wait_settled();
         self.try_take()
             .expect("a slot that is no longer pending answers try_take: settled or taken")
     }
@@ -150,33 +91,16 @@ impl Promise<Message> {
         let Some(until) = Instant::now().checked_add(timeout) else {
             return Some(self.wait_on_slot());
         };
-        let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
-        while matches!(state.value, SlotState::Pending) {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return None;
-            }
-            state.waiters += 1;
-            state = self
-                .slot
-                .ready
-                .wait_timeout(state, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-            state.waiters -= 1;
+        if self.slot.wait_settled_until(until) {
+            return None;
         }
-        drop(state);
         self.try_take()
     }
 
     /// Takes the value if the promise has settled, without waiting.
     pub fn try_take(&mut self) -> Option<Result<Message>> {
-        let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
-        match std::mem::replace(&mut state.value, SlotState::Taken) {
-            SlotState::Pending => {
-                state.value = SlotState::Pending;
-                None
-            }
+        match self.slot.take() {
+            SlotState::Pending => None,
             SlotState::Taken => Some(Err(Error::PromiseTaken)),
             SlotState::Settled(outcome) => Some(match outcome {
                 Outcome::Resolved(message) => Ok(message),
@@ -200,19 +124,13 @@ impl Promise<Message> {
 
     /// Where the promise stands.
     pub fn status(&self) -> PromiseStatus {
-        match &self
-            .slot
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .value
-        {
+        self.slot.inspect(|state| match state {
             SlotState::Pending => PromiseStatus::Pending,
             SlotState::Taken => PromiseStatus::Taken,
             SlotState::Settled(Outcome::Resolved(_)) => PromiseStatus::Resolved,
             SlotState::Settled(Outcome::Rejected(_)) => PromiseStatus::Rejected,
             SlotState::Settled(Outcome::Cancelled) => PromiseStatus::Cancelled,
-        }
+        })
     }
 }
 

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::options::{DispatchOptions, MAX_KEY_BYTES};
 use crate::error::{DispatchRefusal, Error, Result};
+use crate::jobs::options::{DispatchOptions, MAX_KEY_BYTES};
 use crate::vm::format_seconds;
 
 /// Options of one host dispatch ([`ScriptDomain::dispatch_with`](crate::ScriptDomain::dispatch_with)),

@@ -1,11 +1,14 @@
-//! The profile of one pool item on its worker thread: when it started there, and how long it
-//! had waited since its dispatch. Kept only when the item's domain has a profile sink, so a
-//! domain without one pays one branch on an `Option` per item and reads no clock.
+//! The clocks of one pool item on its worker thread: the wait a registered job's tally counts
+//! ([`count_wait`]), and the profile of the item: when it started there, and how long it had
+//! waited since its dispatch. The profile is kept only when the item's domain has a profile
+//! sink, so a domain without one pays one branch on an `Option` per item and reads no clock.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::item::{Item, JobShared};
-use super::principal_cell::PrincipalCell;
+use crate::jobs::item::Item;
+use crate::jobs::job::JobShared;
+use crate::jobs::principal_cell::PrincipalCell;
 use crate::principal::profile::{self, ProfileKind};
 
 /// A started item's clock, finished (and sent to the sink) when the item ends.
@@ -41,5 +44,13 @@ impl ItemClock {
                 self.queue_delay,
             );
         }
+    }
+}
+
+/// Adds the time a registered job's item waited, from queueing to its start, to the job's tally.
+pub(super) fn count_wait(item: &Item) {
+    if let (Some(tally), Some(at)) = (&item.job.tally, item.queued_at) {
+        let waited = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        tally.waited_ns.fetch_add(waited, Ordering::Relaxed);
     }
 }

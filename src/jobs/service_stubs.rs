@@ -1,11 +1,5 @@
-//! Engine services seen from Luau: their names, how a name becomes a global path, and the stubs
-//! a worker VM calls in place of the host's functions.
-//!
-//! The host registers services on its engine thread (`ScriptDomain::register_query` and
-//! `register_command`); the functions themselves never leave that thread. What every other
-//! thread needs is only the list of names and kinds, kept here in the principal's
-//! [`ServiceNames`]. A worker VM installs a stub for each name it has not installed yet when it
-//! starts an item (the list only grows, so its length is its version):
+//! Engine services seen from Luau: how a name becomes a global path of a VM, and the stubs a
+//! worker VM calls in place of the host's functions.
 //!
 //! - a **query** stub copies its arguments, parks the calling task on a promise homed in its VM
 //!   and posts a [`DomainEvent::Query`] carrying the commands the job recorded before it, so the
@@ -14,91 +8,18 @@
 //!
 //! Arguments cross as one list: the service receives `Message::List` of the call's arguments.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use mlua::{AnyUserData, Function, Lua, Table, Value};
 
-use super::api::home;
-use super::item::DomainEvent;
+use super::home::home;
+use super::messages::DomainEvent;
+use super::service_names::{ServiceKind, ServiceNames};
+use crate::principal::capability::current_arc;
 use crate::value::{Message, MessageArg, MessageArgs};
-use crate::vm::{await_function, promise_handle, Embedded, ServiceCall, VmCore};
-
-/// The longest service name, in bytes.
-pub(crate) const MAX_SERVICE_NAME: usize = 256;
-
-/// What a service does, as the worker side needs to know it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ServiceKind {
-    /// Answers a value; forwarded from a worker.
-    Query,
-    /// Changes host state and answers nothing; recorded on a worker and applied later.
-    Command,
-}
-
-/// The names and kinds of a principal's engine services: `Send + Sync`, append-only.
-#[derive(Default)]
-pub(crate) struct ServiceNames {
-    names: RwLock<Vec<(Arc<str>, ServiceKind)>>,
-    /// The list's length, read without the lock on every item start.
-    len: AtomicUsize,
-}
-
-impl ServiceNames {
-    /// Adds a name; refused when it is taken.
-    pub(crate) fn add(&self, name: &str, kind: ServiceKind) -> Result<(), String> {
-        let mut names = self.names.write().unwrap_or_else(|e| e.into_inner());
-        if names.iter().any(|(n, _)| &**n == name) {
-            return Err(format!(
-                "register: engine service '{name}' is registered already"
-            ));
-        }
-        names.push((Arc::from(name), kind));
-        self.len.store(names.len(), Ordering::Release);
-        Ok(())
-    }
-
-    /// How many names there are: a VM that installed this many has every stub.
-    pub(crate) fn len(&self) -> usize {
-        self.len.load(Ordering::Acquire)
-    }
-
-    /// The names from position `from` on.
-    pub(crate) fn since(&self, from: usize) -> Vec<(Arc<str>, ServiceKind)> {
-        let names = self.names.read().unwrap_or_else(|e| e.into_inner());
-        names.get(from..).map(<[_]>::to_vec).unwrap_or_default()
-    }
-}
-
-/// Luau's reserved words: a path segment that is one can't be written `a.end`.
-const RESERVED: &[&str] = &[
-    "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if", "in", "local",
-    "nil", "not", "or", "repeat", "return", "then", "true", "until", "while",
-];
-
-/// Checks a service name: 1 to 256 bytes of dotted Luau identifiers (`world.get`).
-pub(crate) fn check_name(name: &str) -> Result<(), String> {
-    let bad = |why: &str| Err(format!("register: engine service name '{name}' {why}"));
-    if name.is_empty() || name.len() > MAX_SERVICE_NAME {
-        return bad(&format!(
-            "must be 1 to {MAX_SERVICE_NAME} bytes, got {}",
-            name.len()
-        ));
-    }
-    for segment in name.split('.') {
-        let mut bytes = segment.bytes();
-        let identifier = bytes
-            .next()
-            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-            && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        if !identifier || RESERVED.contains(&segment) {
-            return bad(&format!(
-                "is not a dotted Luau path: '{segment}' is not an identifier"
-            ));
-        }
-    }
-    Ok(())
-}
+use crate::vm::{
+    a_type, await_function, error_message, promise_handle, Embedded, Outcome, ServiceCall, VmCore,
+};
 
 /// Sets `f` at the dotted global path `name` of `lua`, making the tables on the way. Refused when
 /// a segment on the way is not a table (or is a read-only built-in one) or the last is taken.
@@ -117,10 +38,7 @@ pub(crate) fn install_at(lua: &Lua, name: &str, f: Function) -> Result<(), Strin
             let value: Value = table.get(segment).map_err(|e| taken(&e.to_string()))?;
             if segments.peek().is_none() {
                 if !value.is_nil() {
-                    return Err(taken(&format!(
-                        "'{name}' is {} already",
-                        crate::vm::a_type(&value)
-                    )));
+                    return Err(taken(&format!("'{name}' is {} already", a_type(&value))));
                 }
                 return table.raw_set(segment, f).map_err(|e| taken(&e.to_string()));
             }
@@ -145,7 +63,7 @@ pub(crate) fn install_at(lua: &Lua, name: &str, f: Function) -> Result<(), Strin
                 other => {
                     return Err(taken(&format!(
                         "'{segment}' is {}, not a table",
-                        crate::vm::a_type(&other)
+                        a_type(&other)
                     )))
                 }
             };
@@ -211,7 +129,7 @@ pub(crate) fn install_stubs(lua: &Lua, names: &ServiceNames, from: usize) -> usi
             ServiceKind::Command => command_stub(lua, name.clone()),
         };
         let installed = made
-            .map_err(|e| crate::vm::error_message(&e))
+            .map_err(|e| error_message(&e))
             .and_then(|f| install_at(lua, name, f));
         if let (Err(e), Some(core)) = (installed, &core) {
             core.report_failure("engine services", &e);
@@ -271,12 +189,12 @@ fn forward_query(
         reply,
         job: owner.identity.registered_job(),
         // The service runs as the task that called it, not as the domain.
-        authority: crate::principal::capability::current_arc(),
+        authority: current_arc(),
     });
     if !posted {
         core.promises
             .borrow_mut()
-            .settle(cell.id(), crate::vm::Outcome::Cancelled);
+            .settle(cell.id(), Outcome::Cancelled);
         return Err(mlua::Error::runtime(format!(
             "{name}: the domain has stopped: {}",
             home.principal.end_reason()
@@ -302,55 +220,9 @@ fn command_stub(lua: &Lua, name: Arc<str>) -> mlua::Result<Function> {
             home.principal.mailbox.send(DomainEvent::Apply {
                 commands: vec![call],
                 then: None,
-                authority: crate::principal::capability::current_arc(),
+                authority: current_arc(),
             });
         }
         Ok(())
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_dotted_identifiers_of_1_to_256_bytes() {
-        assert!(check_name("world.get").is_ok());
-        assert!(check_name("log").is_ok());
-        assert!(check_name(&"a".repeat(256)).is_ok());
-        let e = check_name(&"a".repeat(257)).unwrap_err();
-        assert!(e.contains("must be 1 to 256 bytes, got 257"), "{e}");
-        assert!(check_name("").unwrap_err().contains("got 0"));
-        for bad in [
-            "world.",
-            ".get",
-            "world..get",
-            "1world",
-            "world.end",
-            "wo-rld",
-        ] {
-            let e = check_name(bad).unwrap_err();
-            assert!(e.contains("is not a dotted Luau path"), "{bad}: {e}");
-        }
-    }
-
-    #[test]
-    fn a_name_is_registered_once_and_the_list_only_grows() {
-        let names = ServiceNames::default();
-        names.add("world.get", ServiceKind::Query).unwrap();
-        names.add("world.set", ServiceKind::Command).unwrap();
-        let e = names.add("world.get", ServiceKind::Command).unwrap_err();
-        assert_eq!(
-            e,
-            "register: engine service 'world.get' is registered already"
-        );
-        assert_eq!(names.len(), 2);
-        let since: Vec<_> = names
-            .since(1)
-            .into_iter()
-            .map(|(n, k)| (n.to_string(), k))
-            .collect();
-        assert_eq!(since, vec![("world.set".to_owned(), ServiceKind::Command)]);
-        assert!(names.since(5).is_empty());
-    }
 }

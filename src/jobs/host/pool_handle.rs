@@ -1,63 +1,14 @@
 //! `Pool`: the public handle on the work-stealing executor running Luau workers.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::item::{Item, LaneKey};
-use super::worker::LuauWorker;
+use crate::jobs::pool_shared::{PoolShared, WarmRuns};
+use crate::jobs::worker::LuauWorker;
 use crate::pool::executor::Executor;
 use crate::pool::lanes::KeyLanes;
-use crate::pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
+use crate::pool::stats::WorkerStats;
 use crate::vm::Signal;
-
-/// What the pool's threads and its users share.
-pub(crate) struct PoolShared {
-    /// `crate::sync::Arc`: the executor is built on the loom-checked primitives.
-    pub(crate) exec: crate::sync::Arc<Executor<LuauWorker>>,
-    /// Each worker's interrupt signal, registered by the worker when it starts.
-    pub(crate) signals: Arc<[OnceLock<Arc<Signal>>]>,
-    /// The key lanes: which worker each key is bound to, and its items in order. One per pool,
-    /// shared with each worker's copy of this struct.
-    pub(crate) lanes: Arc<KeyLanes<LaneKey, Item>>,
-    /// Each worker's recent `jobs.warm` runs. Kept apart from the executor's counters: a warm
-    /// run is rare, and a lock here costs the hot counters nothing.
-    pub(crate) warm_runs: WarmRuns,
-}
-
-/// Per worker, its most recent warm runs.
-pub(crate) type WarmRuns = Arc<[Mutex<VecDeque<WarmRun>>]>;
-
-impl PoolShared {
-    /// The per-worker rows, with the keys each worker holds from the key lanes.
-    pub(crate) fn stats(&self) -> Vec<WorkerStats> {
-        let mut rows = self.exec.stats();
-        for (row, keys) in rows.iter_mut().zip(self.lanes.keys_held()) {
-            row.keys_held = keys;
-        }
-        for (row, runs) in rows.iter_mut().zip(self.warm_runs.iter()) {
-            let runs = runs.lock().unwrap_or_else(|e| e.into_inner());
-            row.warm_runs = runs.iter().cloned().collect();
-        }
-        rows
-    }
-
-    /// Records one warm run of worker `worker`, dropping its oldest past [`WARM_RUNS_KEPT`].
-    pub(crate) fn record_warm_run(&self, worker: usize, run: WarmRun) {
-        if let Some(runs) = self.warm_runs.get(worker) {
-            let mut runs = runs.lock().unwrap_or_else(|e| e.into_inner());
-            if runs.len() >= WARM_RUNS_KEPT {
-                runs.pop_front();
-            }
-            runs.push_back(run);
-        }
-    }
-
-    /// Queues an item for any worker.
-    pub(crate) fn inject(&self, item: Item) {
-        self.exec.inject(item);
-    }
-}
 
 /// A work-stealing pool of worker threads, each owning isolated Luau VMs.
 ///

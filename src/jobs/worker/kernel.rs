@@ -2,11 +2,13 @@
 //! no VM involved. A kernel is an item like any other (stolen, counted, refused once its
 //! principal ended); only its body is Rust.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::item::{Item, ItemArgs};
-use super::pool::PoolShared;
+use super::item_clock::{count_wait, ItemClock};
+use crate::jobs::item::{Item, ItemArgs};
+use crate::jobs::pool_shared::PoolShared;
+use crate::jobs::reply::reply;
+use crate::principal::capability::install;
 use crate::vm::{panic_message, FailureKind, JobFailure, Outcome};
 
 /// Runs a kernel item on this thread and replies with its result. A panic in the kernel is
@@ -16,13 +18,13 @@ pub(super) fn run(item: Item, pool: &Arc<PoolShared>) {
         return; // cancelled while queued: the canceller settled the promise
     }
     count_wait(&item);
-    let clock = super::item_clock::ItemClock::start(&item);
+    let clock = ItemClock::start(&item);
     let Item {
         principal,
         job,
         entry,
         args,
-        reply,
+        reply: reply_to,
         authority,
         ..
     } = item;
@@ -45,7 +47,7 @@ pub(super) fn run(item: Item, pool: &Arc<PoolShared>) {
         let kernel = call.kernel;
         let input = call.input;
         // A kernel is native work of its dispatcher: it runs under the item's authority.
-        let installed = crate::principal::capability::install(Some(&authority));
+        let installed = install(Some(&authority));
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || kernel(input)));
         drop(installed);
         match ran {
@@ -61,13 +63,5 @@ pub(super) fn run(item: Item, pool: &Arc<PoolShared>) {
     if let Some(clock) = clock {
         clock.finish(&principal, &job);
     }
-    super::worker::reply(&principal, reply, outcome, pool);
-}
-
-/// Adds the time a registered job's item waited, from queueing to its start, to the job's tally.
-pub(super) fn count_wait(item: &Item) {
-    if let (Some(tally), Some(at)) = (&item.job.tally, item.queued_at) {
-        let waited = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        tally.waited_ns.fetch_add(waited, Ordering::Relaxed);
-    }
+    reply(&principal, reply_to, outcome, pool);
 }

@@ -18,84 +18,17 @@
 //! watchers of the old generation go with their VMs.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::fmt;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
-use mlua::{Function, Lua, MultiValue, Value};
+use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::api::{home, registering_authority};
+use super::event_log::{check_event_name, EventLog, EVENT_LOG_BOUND};
+use super::home::{home, registering_authority};
 use crate::principal::capability::Authority;
-use crate::value::Message;
-use crate::vm::{Owner, OwnerIdentity, TaskFailure, Vm, VmCore};
-
-/// How many events the log holds: a VM that has not reached a start point for more events than
-/// this misses the oldest ones.
-pub const EVENT_LOG_BOUND: usize = 4_096;
-
-/// The longest event name, in bytes.
-pub(crate) const MAX_EVENT_NAME: usize = 256;
-
-/// One raised event.
-pub(crate) struct EngineEvent {
-    seq: u64,
-    name: Arc<str>,
-    payload: Message,
-}
-
-/// The principal's events: `Send + Sync`, shared by the engine thread (which raises and
-/// delivers) and every worker VM of the principal (which deliver).
-#[derive(Default)]
-pub(crate) struct EventLog {
-    /// The sequence number the next event gets; read without the lock on every item start.
-    next: AtomicU64,
-    ring: Mutex<VecDeque<Arc<EngineEvent>>>,
-}
-
-impl EventLog {
-    /// Appends an event, dropping the oldest when the ring is full.
-    pub(crate) fn raise(&self, name: &str, payload: Message) {
-        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        let seq = self.next.load(Ordering::Relaxed);
-        ring.push_back(Arc::new(EngineEvent {
-            seq,
-            name: Arc::from(name),
-            payload,
-        }));
-        if ring.len() > EVENT_LOG_BOUND {
-            ring.pop_front();
-        }
-        // Published under the lock, so a reader that sees `next` finds the event in the ring.
-        self.next.store(seq + 1, Ordering::Release);
-    }
-
-    /// The sequence number the next event will get.
-    pub(crate) fn next_seq(&self) -> u64 {
-        self.next.load(Ordering::Acquire)
-    }
-
-    /// The events from sequence number `from` on that the ring still holds, oldest first.
-    fn since(&self, from: u64) -> Vec<Arc<EngineEvent>> {
-        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(first) = ring.front().map(|e| e.seq) else {
-            return Vec::new();
-        };
-        let skip = usize::try_from(from.saturating_sub(first)).unwrap_or(usize::MAX);
-        ring.iter().skip(skip).cloned().collect()
-    }
-}
-
-/// Checks an event name: 1 to 256 bytes. `what` names the call in the refusal.
-pub(crate) fn check_event_name(name: &[u8], what: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > MAX_EVENT_NAME {
-        return Err(format!(
-            "{what}: event name must be 1 to {MAX_EVENT_NAME} bytes, got {}",
-            name.len()
-        ));
-    }
-    Ok(())
-}
+use crate::vm::{a_type, error_message, Completion, Owner, OwnerIdentity, TaskFailure, Vm, VmCore};
 
 /// One `engine.on` watcher of a VM.
 struct Watcher {
@@ -120,7 +53,7 @@ struct Watchers {
 type WatchersCell = Rc<RefCell<Watchers>>;
 
 /// Installs `engine.on` into `engine`, a table the caller publishes as the `engine` global.
-pub(crate) fn install(lua: &Lua, engine: &mlua::Table, log: &EventLog) -> mlua::Result<()> {
+pub(crate) fn install(lua: &Lua, engine: &Table, log: &EventLog) -> mlua::Result<()> {
     let watchers: WatchersCell = Rc::new(RefCell::new(Watchers {
         cursor: log.next_seq(),
         next_id: 1,
@@ -136,7 +69,7 @@ fn on(lua: &Lua, (name, watcher): (Value, Value)) -> mlua::Result<Function> {
     let Value::String(name) = name else {
         return Err(mlua::Error::runtime(format!(
             "engine.on: event name must be a string, got {}",
-            crate::vm::a_type(&name)
+            a_type(&name)
         )));
     };
     let name = name.as_bytes().to_vec();
@@ -144,7 +77,7 @@ fn on(lua: &Lua, (name, watcher): (Value, Value)) -> mlua::Result<Function> {
     let Value::Function(f) = watcher else {
         return Err(mlua::Error::runtime(format!(
             "engine.on: watcher must be a function, got {}",
-            crate::vm::a_type(&watcher)
+            a_type(&watcher)
         )));
     };
     let home = home(lua)?;
@@ -178,8 +111,8 @@ fn watchers(lua: &Lua) -> mlua::Result<WatchersCell> {
 /// How reports name a watcher's task: `engine event 'name' watcher`.
 struct WatcherLabel(Arc<str>);
 
-impl std::fmt::Display for WatcherLabel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Display for WatcherLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "engine event '{}' watcher", self.0)
     }
 }
@@ -193,7 +126,7 @@ const MISSED_LABEL: &str = "engine events";
 /// (watcher, event) pair, in raise order and then registration order, starts as a task of its
 /// own, under the authority of the task that registered the watcher, and runs to its first
 /// yield here. Answers whether any watcher started.
-pub(crate) fn deliver(vm: &Vm, log: &EventLog, deadline: std::time::Duration) -> bool {
+pub(crate) fn deliver(vm: &Vm, log: &EventLog, deadline: Duration) -> bool {
     let Some(cell) = vm.lua.app_data_ref::<WatchersCell>().map(|w| w.clone()) else {
         return false;
     };
@@ -238,7 +171,7 @@ pub(crate) fn deliver(vm: &Vm, log: &EventLog, deadline: std::time::Duration) ->
         let label = Arc::new(WatcherLabel(event.name.clone()));
         let reported = label.clone();
         // A root task's failure goes to its completion: report it, naming the event.
-        let completion: crate::vm::Completion = Box::new(move |lua: &Lua, result, _commands| {
+        let completion: Completion = Box::new(move |lua: &Lua, result, _commands| {
             if let Err(failure) = result {
                 if !failure.is_cancelled() {
                     if let Ok(core) = VmCore::of(lua) {
@@ -257,48 +190,9 @@ pub(crate) fn deliver(vm: &Vm, log: &EventLog, deadline: std::time::Duration) ->
             .to_lua(&vm.lua)
             .and_then(|payload| vm.start(f, MultiValue::from_iter([payload]), owner));
         if let Err(e) = started {
-            let failure = TaskFailure::raised(crate::vm::error_message(&e), String::new());
+            let failure = TaskFailure::raised(error_message(&e), String::new());
             vm.core.report(&label.to_string(), &failure);
         }
     }
     started
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_ring_keeps_the_last_bound_events_in_order() {
-        let log = EventLog::default();
-        for i in 0..(EVENT_LOG_BOUND as i64 + 3) {
-            log.raise("tick", Message::Integer(i));
-        }
-        assert_eq!(log.next_seq(), EVENT_LOG_BOUND as u64 + 3);
-        let held = log.since(0);
-        assert_eq!(held.len(), EVENT_LOG_BOUND);
-        assert_eq!(held[0].seq, 3);
-        assert_eq!(held[0].payload, Message::Integer(3));
-        let tail = log.since(EVENT_LOG_BOUND as u64 + 1);
-        let seqs: Vec<u64> = tail.iter().map(|e| e.seq).collect();
-        assert_eq!(
-            seqs,
-            [EVENT_LOG_BOUND as u64 + 1, EVENT_LOG_BOUND as u64 + 2]
-        );
-        assert!(log.since(log.next_seq()).is_empty());
-    }
-
-    #[test]
-    fn names_are_1_to_256_bytes() {
-        assert!(check_event_name(b"a", "x").is_ok());
-        assert!(check_event_name(&[b'a'; 256], "x").is_ok());
-        assert_eq!(
-            check_event_name(b"", "x").unwrap_err(),
-            "x: event name must be 1 to 256 bytes, got 0"
-        );
-        assert_eq!(
-            check_event_name(&[b'a'; 257], "x").unwrap_err(),
-            "x: event name must be 1 to 256 bytes, got 257"
-        );
-    }
 }

@@ -1,0 +1,45 @@
+//! Finding an item's entry: requiring its module in a VM and reading the function out of the
+//! module's table. Worker items, warm entries and the worker calls of registered jobs all start
+//! this way.
+
+use std::path::Path;
+
+use mlua::{Function, Lua, LuaString, Table, Value};
+
+use crate::vm::{a_type, error_message, Vm};
+
+/// Requires `module` in the VM and finds its function `entry`.
+pub(crate) fn entry_function(
+    lua: &Lua,
+    vm: &Vm,
+    module: &Path,
+    entry: &str,
+    key: LuaString,
+) -> Result<Function, String> {
+    let exports = vm.core.modules.require_path(lua, module).map_err(|e| {
+        format!(
+            "module {} could not be loaded: {}",
+            module.display(),
+            error_message(&e)
+        )
+    })?;
+    let table: Table = match exports {
+        Value::Table(t) => t,
+        other => {
+            return Err(format!(
+                "module {} returned a {}, not a table of functions",
+                module.display(),
+                other.type_name()
+            ))
+        }
+    };
+    match table.raw_get::<Value>(key) {
+        Ok(Value::Function(f)) => Ok(f),
+        Ok(other) => Err(format!(
+            "entry '{entry}' of module {} is not a function (it is {})",
+            module.display(),
+            a_type(&other)
+        )),
+        Err(e) => Err(error_message(&e)),
+    }
+}

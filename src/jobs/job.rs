@@ -1,0 +1,237 @@
+//! A job's shared state: what a pool item and whoever holds its promise share (the hand-off,
+//! the cancel token, the name, the job budget's charge), and the budget itself.
+//!
+//! One [`JobShared`] per dispatch (or per `parallelFor` chunk) is the item's identity on the
+//! worker, the worker-side owner's label and cancel token, and the promise's canceller.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+
+use super::messages::WorkerMsg;
+use super::pool_shared::PoolShared;
+use crate::pool::handoff::{CancelOutcome, Handoff};
+use crate::principal::Principal;
+use crate::sync::Ordering;
+use crate::value::{ByteBudget, Charge, Held};
+use crate::vm::{Cancel, CancelToken, OwnerIdentity};
+
+/// No worker has started the job yet.
+pub(crate) const NOT_STARTED: usize = usize::MAX;
+
+/// The most a domain generation's jobs may hold in the host, in bytes: 256 MiB. A job that a
+/// script dispatched (or one chunk of a `parallelFor`) holds the weight of its arguments while
+/// its item waits and runs, and [`JOB_WEIGHT`] plus its result's weight until its promise is
+/// gone (settled and collected by Luau's garbage collector). A dispatch past the bound is
+/// refused at the call, and a result past it rejects its promise; nothing is queued or kept
+/// beyond it.
+pub const MAX_JOB_BYTES: usize = 256 << 20;
+
+/// What one job weighs against [`MAX_JOB_BYTES`] besides its arguments and result: its item,
+/// its shared state and its promise.
+pub const JOB_WEIGHT: usize = 256;
+
+/// Takes `n` bytes of a generation's job budget for a call (its jobs' weight, or its
+/// arguments'), or refuses naming the call and what would have been held.
+pub(crate) fn charge_job(budget: &Arc<ByteBudget>, n: usize, what: &str) -> Result<Charge, String> {
+    Charge::take(budget, n).map_err(|would| {
+        format!(
+            "{what}: the domain's jobs would hold {would} bytes of arguments and results, past \
+             the bound of {MAX_JOB_BYTES}; await some before dispatching more"
+        )
+    })
+}
+
+/// What the item and whoever holds its promise share: the hand-off state, the cancel token and
+/// the job's name. One allocation per dispatch serves as the item's identity, the worker-side
+/// owner's label and token, and the promise's canceller.
+pub(crate) struct JobShared {
+    pub(crate) handoff: Handoff,
+    /// Read by the raw interrupt while the job runs.
+    pub(crate) cancel: CancelToken,
+    /// The worker that started the job, or [`NOT_STARTED`].
+    pub(crate) worker: AtomicUsize,
+    /// Its `opts.name`, if it has one.
+    name: Option<String>,
+    /// The module as the caller wrote it, and the entry: the name of a job without `opts.name`.
+    module: Arc<str>,
+    entry: Arc<str>,
+    /// Who to tell when the job is cancelled while it runs.
+    pool: Arc<PoolShared>,
+    principal: Principal,
+    /// `opts.key`, if the item has one.
+    pub(crate) key: Option<Bytes>,
+    /// Set by the worker that starts a keyed item: the key's first item in that VM since it
+    /// bound. Written and read on that worker's thread only.
+    pub(crate) fresh: AtomicBool,
+    /// For an item of a registered job (`jobs.register`): the job's tally, so its forwarded
+    /// queries and its items' waits are counted for it.
+    pub(crate) tally: Option<Arc<JobTally>>,
+    /// What the job holds of its generation's [`MAX_JOB_BYTES`], for the jobs scripts dispatch:
+    /// given back when the last holder (the item, the promise's canceller) lets go.
+    charge: OnceLock<Held>,
+}
+
+/// What a registered job's items count on worker threads: its id, which forwarded queries carry
+/// back to the engine thread, and the time its items waited from queueing to start.
+#[derive(Debug, Default)]
+pub(crate) struct JobTally {
+    pub(crate) id: u64,
+    pub(crate) waited_ns: AtomicU64,
+}
+
+impl JobShared {
+    /// The state of a job a script or the host dispatched.
+    pub(crate) fn new(
+        name: Option<String>,
+        module: Arc<str>,
+        entry: Arc<str>,
+        pool: Arc<PoolShared>,
+        principal: Principal,
+        key: Option<Bytes>,
+    ) -> Arc<JobShared> {
+        Self::make(name, (module, entry), pool, principal, key, None)
+    }
+
+    /// As [`new`](Self::new), for an item of a registered job: it carries the job's tally.
+    pub(crate) fn registered(
+        name: String,
+        module: Arc<str>,
+        entry: Arc<str>,
+        pool: Arc<PoolShared>,
+        principal: Principal,
+        key: Option<Bytes>,
+        tally: Arc<JobTally>,
+    ) -> Arc<JobShared> {
+        Self::make(
+            Some(name),
+            (module, entry),
+            pool,
+            principal,
+            key,
+            Some(tally),
+        )
+    }
+
+    /// The one allocation of a job: not started, not cancelled, holding no charge yet.
+    #[inline]
+    fn make(
+        name: Option<String>,
+        (module, entry): (Arc<str>, Arc<str>),
+        pool: Arc<PoolShared>,
+        principal: Principal,
+        key: Option<Bytes>,
+        tally: Option<Arc<JobTally>>,
+    ) -> Arc<JobShared> {
+        Arc::new(JobShared {
+            handoff: Handoff::new(),
+            cancel: CancelToken::new(false),
+            worker: AtomicUsize::new(NOT_STARTED),
+            name,
+            module,
+            entry,
+            pool,
+            principal,
+            key,
+            fresh: AtomicBool::new(false),
+            tally,
+            charge: OnceLock::new(),
+        })
+    }
+
+    /// Makes the job hold `charge` until it is dropped (once; a second charge is dropped). The
+    /// chunks of one `parallelFor` share one charge.
+    pub(crate) fn hold(&self, charge: Held) {
+        let _ = self.charge.set(charge);
+    }
+
+    /// Adds a result's weight to what the job holds. Answers what would have been held when
+    /// that passes the bound; a job that holds no charge (the host's) takes any result.
+    pub(crate) fn charge_result(&self, weight: usize) -> Result<(), String> {
+        match self.charge.get() {
+            None => Ok(()),
+            Some(charge) => charge.grow(weight).map_err(|would| {
+                format!(
+                    "the domain's jobs would hold {would} bytes of arguments and results, past \
+                     the bound of {}; await and drop some results before dispatching more",
+                    charge.budget().max()
+                )
+            }),
+        }
+    }
+
+    /// Stops the job: a queued one never runs (the hand-off refuses it); a running one has its
+    /// token set, its worker's current run interrupted, and its parked tasks ended.
+    pub(crate) fn request_cancel(self: &Arc<Self>) {
+        if let Some(worker) = self.claim_cancel() {
+            if let Some(signal) = self.pool.signals.get(worker).and_then(|s| s.get()) {
+                signal.request_cancel();
+            }
+            self.pool.exec.post(
+                worker,
+                WorkerMsg::Cancel {
+                    principal: self.principal,
+                    job: self.clone(),
+                },
+            );
+        }
+    }
+
+    /// How rejections name the job: its `opts.name`, or `module:entry`. Built only when a
+    /// failure needs it, so the dispatch path formats nothing.
+    pub(crate) fn label(&self) -> String {
+        match &self.name {
+            Some(name) => name.clone(),
+            None => format!("{}:{}", self.module, self.entry),
+        }
+    }
+
+    /// Moves the hand-off to cancelled. Answers the worker that must be told, when the job had
+    /// started.
+    fn claim_cancel(&self) -> Option<usize> {
+        match self.handoff.cancel() {
+            CancelOutcome::Running => {
+                self.cancel.store(true, Ordering::Release);
+                let worker = self.worker.load(Ordering::Acquire);
+                (worker != NOT_STARTED).then_some(worker)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl OwnerIdentity for JobShared {
+    fn cancel_token(&self) -> Option<&CancelToken> {
+        Some(&self.cancel)
+    }
+
+    fn key(&self) -> Option<&[u8]> {
+        self.key.as_deref()
+    }
+
+    fn fresh(&self) -> bool {
+        self.fresh.load(Ordering::Relaxed)
+    }
+
+    fn registered_job(&self) -> Option<u64> {
+        self.tally.as_ref().map(|t| t.id)
+    }
+}
+
+impl Cancel for JobShared {
+    fn cancel(self: Arc<Self>) {
+        self.request_cancel();
+    }
+}
+
+/// `job 'name'`: how reports attribute a failed task of the job.
+impl fmt::Display for JobShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.name {
+            Some(name) => write!(f, "job '{name}'"),
+            None => write!(f, "job '{}:{}'", self.module, self.entry),
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! `jobs.warm(module, entry)`: resolves the module as `jobs.dispatch` does, adds the entry to
+//! the principal's warm registry (`warm.rs`) and posts it to every worker's inbox.
+
+use mlua::{Lua, Value};
+
+use super::home::{home, refuse, registering_authority};
+use super::messages::WorkerMsg;
+use crate::vm::{a_type, promise_handle, with_caller_source, VmCore};
+
+/// `jobs.warm(module, entry) -> PromiseHandle`.
+pub(crate) fn warm(lua: &Lua, (module, entry): (Value, Value)) -> mlua::Result<Value> {
+    let home = home(lua)?;
+    let core = VmCore::of(lua)?;
+    let Value::String(module) = module else {
+        return Err(refuse(format!(
+            "jobs.warm: module must be a require path string, got {}",
+            a_type(&module)
+        )));
+    };
+    let Value::String(entry) = entry else {
+        return Err(refuse(format!(
+            "jobs.warm: entry must be the name of a function, got {}",
+            a_type(&entry)
+        )));
+    };
+    let module = with_caller_source(lua, |source| {
+        core.modules.resolve(source, &module.to_string_lossy())
+    })
+    .map_err(|e| refuse(format!("jobs.warm: {e}")))?;
+    let workers = home.pool.exec.threads();
+    let (entry, added) = home.principal.warms.find_or_add(
+        module.path,
+        module.spec,
+        &entry.to_string_lossy(),
+        workers,
+        registering_authority(lua),
+    );
+
+    let cell = core.promises.borrow_mut().make("jobs.warm");
+    let to = home.reply_to(cell.id());
+    if let Err((outcome, _)) = entry.wait(to) {
+        // Settled by an earlier call: this handle answers the same, now. Nobody waits on the
+        // new promise yet, so there is no task to wake.
+        core.promises.borrow_mut().settle(cell.id(), outcome);
+    }
+    if added {
+        // Inbox messages are never stolen: each worker warms its own VM.
+        for worker in 0..workers {
+            home.pool.exec.post(
+                worker,
+                WorkerMsg::Warm {
+                    principal: home.principal.clone(),
+                    entry: entry.clone(),
+                },
+            );
+        }
+    }
+    Ok(Value::UserData(promise_handle(lua, cell)?))
+}

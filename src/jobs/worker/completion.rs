@@ -1,0 +1,155 @@
+//! What happens when an item's root task ends on its worker: the outcome its promise settles
+//! with ([`job_outcome`]), and either the reply or, for a job that recorded engine-service
+//! commands, a [`Settlement`] the engine thread delivers once it has applied them.
+
+use std::cell::RefCell;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use mlua::{Lua, MultiValue, Value};
+use rustc_hash::FxHashMap as HashMap;
+
+use super::item_clock::ItemClock;
+use crate::jobs::job::JobShared;
+use crate::jobs::keys::LaneTurn;
+use crate::jobs::messages::DomainEvent;
+use crate::jobs::pool_shared::PoolShared;
+use crate::jobs::principal_cell::PrincipalCell;
+use crate::jobs::reply::{reply, ReplyTo, Settlement};
+use crate::principal::capability::Authority;
+use crate::value::Message;
+use crate::vm::{Completion, FailureKind, JobFailure, Outcome, Owner, ServiceCall, TaskFailure};
+
+/// The jobs running in one worker VM, by their shared state's address.
+pub(super) type Running = Rc<RefCell<HashMap<*const JobShared, Rc<Owner>>>>;
+
+/// What an item's completion needs once its entry has started: who it ran for, how to name it,
+/// where its outcome goes, and what it holds until it replies.
+pub(super) struct Finish {
+    pub(super) principal: Arc<PrincipalCell>,
+    pub(super) job: Arc<JobShared>,
+    pub(super) module: Arc<Path>,
+    pub(super) entry: Arc<str>,
+    pub(super) reply_to: ReplyTo,
+    /// The authority its recorded commands apply under: the one it ran with.
+    pub(super) command_authority: Arc<Authority>,
+    pub(super) clock: Option<ItemClock>,
+    pub(super) turn: Option<LaneTurn>,
+    pub(super) pool: Arc<PoolShared>,
+    pub(super) running: Running,
+}
+
+/// The completion of an item's root task: forgets the job in `running`, finishes its
+/// hand-off, sends its profile event, and replies (or settles after its commands).
+#[inline(always)]
+pub(super) fn completion(finish: Finish) -> Completion {
+    let Finish {
+        principal,
+        job,
+        module,
+        entry,
+        reply_to,
+        command_authority,
+        clock,
+        turn,
+        pool,
+        running,
+    } = finish;
+    let key = Arc::as_ptr(&job);
+    Box::new(move |_lua: &Lua, result, commands| {
+        running.borrow_mut().remove(&key);
+        job.handoff.finish();
+        let outcome = job_outcome(&job, &module, &entry, result);
+        if let Some(clock) = clock {
+            clock.finish(&principal, &job);
+        }
+        if commands.is_empty() {
+            reply(&principal, reply_to, outcome, &pool);
+            drop(turn);
+        } else {
+            let settlement = (reply_to, outcome, turn);
+            settle_after_commands(
+                &principal,
+                job,
+                (commands, command_authority),
+                settlement,
+                &pool,
+            );
+        }
+    })
+}
+
+/// Turns a finished job's result into the outcome its promise settles with.
+#[inline]
+pub(super) fn job_outcome(
+    job: &JobShared,
+    module: &Path,
+    entry: &str,
+    result: Result<MultiValue, TaskFailure>,
+) -> Outcome {
+    let failure = |kind, message, traceback| {
+        Outcome::Rejected(Arc::new(JobFailure {
+            job: job.label(),
+            module: Some(module.to_path_buf()),
+            entry: Some(entry.to_owned()),
+            kind,
+            message,
+            traceback,
+        }))
+    };
+    match result {
+        Ok(values) => {
+            let first = values.into_iter().next().unwrap_or(Value::Nil);
+            match Message::read_weighed(&first, "result") {
+                Ok((message, weight)) => match job.charge_result(weight) {
+                    Ok(()) => Outcome::Resolved(message),
+                    Err(refusal) => {
+                        failure(FailureKind::Transfer, format!("result: {refusal}"), None)
+                    }
+                },
+                Err(e) => failure(FailureKind::Transfer, e.to_string(), None),
+            }
+        }
+        Err(TaskFailure::Cancelled) => Outcome::Cancelled,
+        Err(TaskFailure::Raised { message, traceback }) => {
+            failure(FailureKind::Raised, message, Some(traceback))
+        }
+        Err(f @ (TaskFailure::Deadline(_) | TaskFailure::Bound(_))) => {
+            failure(FailureKind::Deadline, f.to_string(), None)
+        }
+        Err(f @ TaskFailure::Panicked(_)) => failure(FailureKind::Panicked, f.to_string(), None),
+    }
+}
+
+/// Sends a job that recorded commands to its engine thread, which applies them and only then
+/// delivers the outcome. When the domain is gone nothing is applied, and the settlement, dropped
+/// undelivered, rejects the promise.
+fn settle_after_commands(
+    principal: &Arc<PrincipalCell>,
+    job: Arc<JobShared>,
+    (commands, authority): (Vec<ServiceCall>, Arc<Authority>),
+    settlement: (ReplyTo, Outcome, Option<LaneTurn>),
+    pool: &Arc<PoolShared>,
+) {
+    let (reply_to, outcome, turn) = settlement;
+    let then = Settlement::new(
+        reply_to,
+        outcome,
+        job,
+        principal.clone(),
+        pool.clone(),
+        turn,
+    );
+    if !principal.is_alive() {
+        // The generation has ended: its commands are never applied, and the settlement,
+        // dropped here, rejects the promise saying so.
+        return drop(then);
+    }
+    // A refused post hands the event back; dropping it rejects the promise.
+    drop(principal.mailbox.post_or_return(DomainEvent::Apply {
+        commands,
+        then: Some(then),
+        authority: Some(authority),
+    }));
+}

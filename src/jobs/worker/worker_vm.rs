@@ -1,0 +1,165 @@
+//! One VM a worker keeps for one principal ([`WorkerVm`]): how it is built, and what the worker
+//! keeps beside it (the jobs running in it, the keys seen, the entry names, its warm pass).
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use mlua::LuaString;
+// Fx, not SipHash: these maps are read and written on every item (the entry's key, the
+// running job's pointer), where SipHash cost about 400 instructions an item.
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+use super::warm_pass::{ParkedItem, PassContext, WarmPass};
+use crate::jobs::api::install;
+use crate::jobs::home::{HomeKind, JobsHome};
+use crate::jobs::item::Item;
+use crate::jobs::job::JobShared;
+use crate::jobs::messages::DomainEvent;
+use crate::jobs::pool_shared::PoolShared;
+use crate::jobs::principal_cell::PrincipalCell;
+use crate::jobs::service_stubs::install_stubs;
+use crate::vm::{
+    close_globals, error_message, panic_message, source_epoch, with_open_globals, Owner, Reporter,
+    TaskFailure, Vm,
+};
+
+/// Serials of worker VMs, process-wide.
+static NEXT_VM_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// One VM a worker keeps for one principal.
+pub(super) struct WorkerVm {
+    pub(super) principal: Arc<PrincipalCell>,
+    /// Unique in the process: replies to this VM's promises carry it.
+    pub(super) serial: u64,
+    pub(super) vm: Vm,
+    /// The jobs running in this VM, so a cancel can end their parked tasks.
+    pub(super) running: Rc<RefCell<HashMap<*const JobShared, Rc<Owner>>>>,
+    /// The source epoch this VM's module cache last checked.
+    pub(super) sources_seen: u64,
+    /// Entry names as Luau strings, so looking up an entry does not intern its name each time.
+    /// The lookup itself still reads the module table: a module may replace its functions.
+    pub(super) entry_keys: HashMap<Arc<str>, LuaString>,
+    /// Keys that ran an item in this VM since they bound here: `jobs.context().fresh` is true
+    /// for a key not in it.
+    pub(super) keys_seen: HashSet<Bytes>,
+    /// The `jobs.warm` entries this VM runs before its principal's items, and the items that
+    /// wait for them.
+    pub(super) warm: WarmPass,
+    /// How many of the principal's engine-service names have their stubs in this VM.
+    pub(super) services_installed: usize,
+}
+
+impl WorkerVm {
+    /// Installs the stubs of engine services registered since this VM last looked.
+    pub(super) fn sync_services(&mut self) {
+        if self.principal.services.len() != self.services_installed {
+            self.services_installed = with_open_globals(&self.vm.lua, || {
+                install_stubs(
+                    &self.vm.lua,
+                    &self.principal.services,
+                    self.services_installed,
+                )
+            });
+        }
+    }
+
+    /// Moves the VM's warm pass on; answers the items it held back once the pass is over.
+    pub(super) fn drive_warm(&mut self, pool: &PoolShared, worker: usize) -> VecDeque<ParkedItem> {
+        if !self.warm.is_warming() {
+            return VecDeque::new();
+        }
+        let cx = PassContext {
+            vm: &self.vm,
+            principal: &self.principal,
+            pool,
+            worker,
+        };
+        if self.warm.advance(&cx) {
+            self.warm.take_parked()
+        } else {
+            VecDeque::new()
+        }
+    }
+}
+
+impl WorkerVm {
+    /// Builds worker `worker`'s VM for `principal` through the principal's plan, with the
+    /// `jobs` bindings homed on this worker (items it dispatches go to `outbox`) and the stubs
+    /// of the principal's engine services. A panic in the plan is answered as a refusal. Its
+    /// warm pass starts with every active warm entry of the principal.
+    pub(super) fn build(
+        principal: &Arc<PrincipalCell>,
+        pool: Arc<PoolShared>,
+        worker: usize,
+        outbox: &Rc<RefCell<Vec<Item>>>,
+    ) -> Result<WorkerVm, String> {
+        let mailbox = principal.mailbox.clone();
+        let reporter: Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
+            mailbox.send(DomainEvent::Report {
+                label: label.to_owned(),
+                failure: failure.to_string(),
+            });
+        });
+        let serial = NEXT_VM_SERIAL.fetch_add(1, Ordering::Relaxed);
+        let home = JobsHome::new(
+            principal.clone(),
+            pool,
+            HomeKind::Worker {
+                index: worker,
+                vm: serial,
+                outbox: outbox.clone(),
+            },
+        );
+        let plan = &principal.plan;
+        let built = catch_unwind(AssertUnwindSafe(|| {
+            Vm::build(plan, reporter, principal.max_deadline, |lua| {
+                install(lua, home)
+            })
+        }));
+        let vm = match built {
+            Ok(Ok(vm)) => {
+                vm.set_authority(principal.authority.clone());
+                close_globals(&vm.lua);
+                vm
+            }
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "could not build a worker VM: {}",
+                    error_message(&e)
+                ))
+            }
+            Err(panic) => {
+                return Err(format!(
+                    "could not build a worker VM: the plan panicked: {}",
+                    panic_message(&panic)
+                ))
+            }
+        };
+        let mut wvm = WorkerVm {
+            principal: principal.clone(),
+            serial,
+            vm,
+            running: Rc::new(RefCell::new(HashMap::default())),
+            sources_seen: source_epoch(),
+            entry_keys: HashMap::default(),
+            keys_seen: HashSet::default(),
+            warm: WarmPass::default(),
+            services_installed: 0,
+        };
+        wvm.sync_services();
+        for entry in principal.warms.active() {
+            wvm.warm.enqueue(entry);
+        }
+        Ok(wvm)
+    }
+
+    /// Takes the jobs running in this VM out of its table, to be ended.
+    pub(super) fn take_running(&self) -> Vec<Rc<Owner>> {
+        self.running.borrow_mut().drain().map(|(_, o)| o).collect()
+    }
+}
