@@ -3,13 +3,26 @@
 //! reports kept, forwarded queries answered and recorded commands applied under the authority
 //! of the work that made them, registered jobs' traffic handed to the registry).
 
+use std::sync::Arc;
+
 use crate::domain::{Report, ScriptDomain};
 use crate::jobs::{self, DomainEvent, JobShared, ReplyTo};
-use crate::principal::capability;
+use crate::principal::capability::{self, Authority, Installed};
 use crate::shared;
 use crate::vm;
 
 impl ScriptDomain {
+    /// Installs the authority a message from another thread was sent under, or the generation's
+    /// whole grant when it carries none, for as long as the guard lives: what the message makes
+    /// the engine thread do runs as the work that sent it.
+    fn install_sent<'a>(&'a self, authority: &'a Option<Arc<Authority>>) -> Installed<'a> {
+        capability::install(Some(
+            authority
+                .as_ref()
+                .unwrap_or(&self.current.principal.authority),
+        ))
+    }
+
     /// Drains the mailbox once, after discarding what reached the mailboxes of ended
     /// generations. Answers whether it handled anything.
     pub(crate) fn drain(&self) -> bool {
@@ -47,11 +60,7 @@ impl ScriptDomain {
                 // A forwarded call runs as the work that made it: a service's
                 // `require_capability` sees the item's authority (a context's part, when a
                 // handler dispatched it), not the domain's whole grant.
-                let _authority = capability::install(Some(
-                    authority
-                        .as_ref()
-                        .unwrap_or(&self.current.principal.authority),
-                ));
+                let _authority = self.install_sent(&authority);
                 self.apply(commands, None);
                 let answer = self.services.answer(&service, args);
                 if let Some(job) = job {
@@ -70,11 +79,7 @@ impl ScriptDomain {
             } => {
                 if !commands.is_empty() {
                     // As the job's call ran: under the authority it was registered with.
-                    let _authority = capability::install(Some(
-                        authority
-                            .as_ref()
-                            .unwrap_or(&self.current.principal.authority),
-                    ));
+                    let _authority = self.install_sent(&authority);
                     let source = self.current.registry.source(job);
                     self.apply_as(commands, &source);
                 }
@@ -88,11 +93,7 @@ impl ScriptDomain {
                 then,
                 authority,
             } => {
-                let _authority = capability::install(Some(
-                    authority
-                        .as_ref()
-                        .unwrap_or(&self.current.principal.authority),
-                ));
+                let _authority = self.install_sent(&authority);
                 self.apply(commands, then.as_ref().map(|s| s.job()));
                 if let Some(mut settlement) = then {
                     if let Some((to, outcome)) = settlement.take() {

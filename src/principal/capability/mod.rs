@@ -14,6 +14,7 @@ mod set;
 
 pub(crate) use authority::{
     current_arc, current_or, deny_escape, install, lacking, require_path, Authority, DenialLog,
+    Installed,
 };
 pub use authority::{require_capability, Attribution, CapabilityDenied, CapabilityError};
 pub(crate) use grant::lexical_absolute;

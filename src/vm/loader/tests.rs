@@ -39,6 +39,24 @@ impl Tree {
         resolve(&self.p(caller), spec)
     }
 
+    /// Asserts that `spec`, required from `caller`, resolves to `expected`.
+    fn resolves(&self, caller: &str, spec: &str, expected: &str) {
+        match self.resolve(caller, spec) {
+            Ok(found) => assert_eq!(found, self.p(expected), "require('{spec}') from {caller}"),
+            Err(e) => panic!("require('{spec}') from {caller} was refused: {e}"),
+        }
+    }
+
+    /// Asserts that `spec`, required from `caller`, is refused with `expected` (`$R` standing for
+    /// the root).
+    fn refuses(&self, caller: &str, spec: &str, expected: &str) {
+        assert_eq!(
+            self.err(caller, spec),
+            expected,
+            "require('{spec}') from {caller}"
+        );
+    }
+
     fn err(&self, caller: &str, spec: &str) -> String {
         self.resolve(caller, spec)
             .unwrap_err()
@@ -58,12 +76,12 @@ fn relative_paths_from_a_file() {
         ("a/c/d.lua", ""),
         ("up.luau", ""),
     ]);
-    assert_eq!(t.resolve("main.luau", "./x").unwrap(), t.p("x.luau"));
-    assert_eq!(t.resolve("main.luau", "./a/b").unwrap(), t.p("a/b.luau"));
-    assert_eq!(t.resolve("main.luau", "./a/c/d").unwrap(), t.p("a/c/d.lua"));
-    assert_eq!(t.resolve("a/b.luau", "../up").unwrap(), t.p("up.luau"));
-    assert_eq!(t.resolve("a/c/d.lua", "../../x").unwrap(), t.p("x.luau"));
-    assert_eq!(t.resolve("a/c/d.lua", "./../b").unwrap(), t.p("a/b.luau"));
+    t.resolves("main.luau", "./x", "x.luau");
+    t.resolves("main.luau", "./a/b", "a/b.luau");
+    t.resolves("main.luau", "./a/c/d", "a/c/d.lua");
+    t.resolves("a/b.luau", "../up", "up.luau");
+    t.resolves("a/c/d.lua", "../../x", "x.luau");
+    t.resolves("a/c/d.lua", "./../b", "a/b.luau");
     assert_eq!(
         t.resolve("main.luau", ".\\a\\b").unwrap(),
         t.p("a/b.luau"),
@@ -82,43 +100,19 @@ fn init_folders_and_self() {
         ("m/child.luau", ""),
         ("legacy/init.lua", ""),
     ]);
-    assert_eq!(
-        t.resolve("main.luau", "./pkg").unwrap(),
-        t.p("pkg/init.luau")
-    );
-    assert_eq!(
-        t.resolve("main.luau", "./legacy").unwrap(),
-        t.p("legacy/init.lua")
-    );
+    t.resolves("main.luau", "./pkg", "pkg/init.luau");
+    t.resolves("main.luau", "./legacy", "legacy/init.lua");
     // From an init file, ./ is beside the folder, and @self is inside it.
-    assert_eq!(
-        t.resolve("pkg/init.luau", "./sib").unwrap(),
-        t.p("sib.luau")
-    );
-    assert_eq!(
-        t.resolve("pkg/init.luau", "@self/inner").unwrap(),
-        t.p("pkg/inner.luau")
-    );
+    t.resolves("pkg/init.luau", "./sib", "sib.luau");
+    t.resolves("pkg/init.luau", "@self/inner", "pkg/inner.luau");
     // `init` is never named directly: the folder is the module.
-    assert_eq!(
-        t.err("pkg/inner.luau", "./init"),
-        "module './init' not found from $R/pkg/inner.luau: an init file is its folder's module, so require $R/pkg instead"
-    );
-    assert_eq!(
-        t.resolve("pkg/inner.luau", "@self/..").unwrap(),
-        t.p("pkg/init.luau")
-    );
+    t.refuses("pkg/inner.luau", "./init", "module './init' not found from $R/pkg/inner.luau: an init file is its folder's module, so require $R/pkg instead");
+    t.resolves("pkg/inner.luau", "@self/..", "pkg/init.luau");
     // From a plain file, @self is the module's own folder of children.
-    assert_eq!(
-        t.resolve("m.luau", "@SELF/child").unwrap(),
-        t.p("m/child.luau")
-    );
+    t.resolves("m.luau", "@SELF/child", "m/child.luau");
     // A folder caller (an inline chunk) resolves from inside the folder.
-    assert_eq!(t.resolve("pkg", "./inner").unwrap(), t.p("pkg/inner.luau"));
-    assert_eq!(
-        t.resolve("pkg", "@self/inner").unwrap(),
-        t.p("pkg/inner.luau")
-    );
+    t.resolves("pkg", "./inner", "pkg/inner.luau");
+    t.resolves("pkg", "@self/inner", "pkg/inner.luau");
 }
 
 #[test]
@@ -130,30 +124,27 @@ fn ambiguity_names_both_files() {
         ("y.luau", ""),
         ("y/init.luau", ""),
     ]);
-    assert_eq!(
-        t.err("main.luau", "./x"),
-        "module './x' from $R/main.luau is ambiguous: both $R/x.luau and $R/x.lua exist"
+    t.refuses(
+        "main.luau",
+        "./x",
+        "module './x' from $R/main.luau is ambiguous: both $R/x.luau and $R/x.lua exist",
     );
-    assert_eq!(
-        t.err("main.luau", "./y"),
-        "module './y' from $R/main.luau is ambiguous: both $R/y.luau and $R/y/init.luau exist"
+    t.refuses(
+        "main.luau",
+        "./y",
+        "module './y' from $R/main.luau is ambiguous: both $R/y.luau and $R/y/init.luau exist",
     );
 }
 
 #[test]
 fn not_found_texts() {
     let t = Tree::new(&[("main.luau", ""), ("empty/.keep", "")]);
-    assert_eq!(
-        t.err("main.luau", "./x"),
-        "module './x' not found from $R/main.luau (tried $R/x.luau, $R/x.lua, $R/x/init.luau, $R/x/init.lua)"
-    );
-    assert_eq!(
-        t.err("main.luau", "./empty"),
-        "module './empty' not found from $R/main.luau (tried $R/empty.luau, $R/empty.lua, $R/empty/init.luau, $R/empty/init.lua)"
-    );
-    assert_eq!(
-        t.err("main.luau", "./nope/x"),
-        "module './nope/x' not found from $R/main.luau: no module or folder at $R/nope"
+    t.refuses("main.luau", "./x", "module './x' not found from $R/main.luau (tried $R/x.luau, $R/x.lua, $R/x/init.luau, $R/x/init.lua)");
+    t.refuses("main.luau", "./empty", "module './empty' not found from $R/main.luau (tried $R/empty.luau, $R/empty.lua, $R/empty/init.luau, $R/empty/init.lua)");
+    t.refuses(
+        "main.luau",
+        "./nope/x",
+        "module './nope/x' not found from $R/main.luau: no module or folder at $R/nope",
     );
 }
 
@@ -192,23 +183,11 @@ fn aliases_nearest_wins_case_insensitive_relative_to_rc() {
         ("app/main.luau", ""),
         ("top.luau", ""),
     ]);
-    assert_eq!(
-        t.resolve("app/main.luau", "@lib/x").unwrap(),
-        t.p("inner/x.luau")
-    );
-    assert_eq!(
-        t.resolve("app/main.luau", "@LIB/x").unwrap(),
-        t.p("inner/x.luau")
-    );
-    assert_eq!(
-        t.resolve("top.luau", "@lib/x").unwrap(),
-        t.p("outer/x.luau")
-    );
+    t.resolves("app/main.luau", "@lib/x", "inner/x.luau");
+    t.resolves("app/main.luau", "@LIB/x", "inner/x.luau");
+    t.resolves("top.luau", "@lib/x", "outer/x.luau");
     // Not defined nearby: inherited from the folder above, relative to that .luaurc.
-    assert_eq!(
-        t.resolve("app/main.luau", "@shared").unwrap(),
-        t.p("common/init.luau")
-    );
+    t.resolves("app/main.luau", "@shared", "common/init.luau");
 }
 
 #[test]
@@ -222,8 +201,8 @@ fn alias_values_may_chain_and_be_absolute() {
             lib.display()
         ),
     );
-    assert_eq!(t.resolve("main.luau", "@abs/x").unwrap(), t.p("lib/x.luau"));
-    assert_eq!(t.resolve("main.luau", "@via/x").unwrap(), t.p("lib/x.luau"));
+    t.resolves("main.luau", "@abs/x", "lib/x.luau");
+    t.resolves("main.luau", "@via/x", "lib/x.luau");
     let err = t.err("main.luau", "@loop/x");
     assert!(
         err.starts_with("invalid .luaurc at $R/.luaurc: alias \"loop\" refers to aliases"),
@@ -238,10 +217,7 @@ fn unknown_alias_and_bad_config_texts() {
         ("sub/.luaurc", "{ \"aliases\": "),
         ("sub/m.luau", ""),
     ]);
-    assert_eq!(
-        t.err("main.luau", "@nope/x"),
-        "unknown alias '@nope' in require path '@nope/x' from $R/main.luau: no .luaurc above it defines it"
-    );
+    t.refuses("main.luau", "@nope/x", "unknown alias '@nope' in require path '@nope/x' from $R/main.luau: no .luaurc above it defines it");
     let err = t.err("sub/m.luau", "@x");
     assert!(
         err.starts_with("invalid .luaurc at $R/sub/.luaurc: "),
