@@ -182,7 +182,7 @@ pub enum DispatchRefusal {
 #[non_exhaustive]
 pub enum SpecSetting {
     /// A context: its name is not 1 to 64 bytes or is declared already, or its budget is zero
-    /// or past [`MAX_DEADLINE`](crate::MAX_DEADLINE).
+    /// or past [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE).
     Context,
     /// The fixed step is zero ([`DomainSpec::fixed_step`](crate::DomainSpec::fixed_step)).
     FixedStep,

@@ -46,10 +46,7 @@ pub use domain::{
     ResourceOwner, ScriptDomain, ACTOR_SPAWN,
 };
 pub use error::{DispatchRefusal, Error, Halt, NameRefusal, Result, SpecSetting};
-pub use jobs::{
-    JobInfo, JobOptions, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls, EVENT_LOG_BOUND,
-    JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES, VM_RETIRED, WARM_BOUND,
-};
+pub use jobs::{JobInfo, JobOptions, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls};
 pub use pool::stats::{WarmRun, WorkerStats};
 pub use principal::capability::{
     require_capability, CapabilityDenied, CapabilityError, CapabilityId, CapabilitySet, Grant,

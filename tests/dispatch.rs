@@ -654,7 +654,8 @@ return M
 
 #[test]
 fn jobs_hold_their_arguments_and_results_against_max_job_bytes_until_their_promises_are_gone() {
-    use skein::{JOB_WEIGHT, MAX_JOB_BYTES};
+    const JOB_WEIGHT: usize = skein::DomainSpec::JOB_WEIGHT;
+    const MAX_JOB_BYTES: usize = skein::DomainSpec::MAX_JOB_BYTES;
     let tree = Tree::new(&[(
         "math.luau",
         "local M = {}\nfunction M.make(n) return string.rep('x', n) end\n\
@@ -718,7 +719,8 @@ for i = 1, 4 do assert(#held[i]:await() == {len}) end
 
 #[test]
 fn a_result_past_max_job_bytes_rejects_its_promise_and_the_pool_serves_on() {
-    use skein::{JOB_WEIGHT, MAX_JOB_BYTES};
+    const JOB_WEIGHT: usize = skein::DomainSpec::JOB_WEIGHT;
+    const MAX_JOB_BYTES: usize = skein::DomainSpec::MAX_JOB_BYTES;
     let tree = Tree::new(&[(
         "math.luau",
         "local M = {}\nfunction M.make(n) return string.rep('x', n) end\n\

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use skein::{Error, JobOptions, Message, NameRefusal, Pool, ScriptDomain, EVENT_LOG_BOUND};
+use skein::{DomainSpec, Error, JobOptions, Message, NameRefusal, Pool, ScriptDomain};
+
+const EVENT_LOG_BOUND: usize = DomainSpec::EVENT_LOG_BOUND;
 
 use crate::support::{assert_contains, field, list, map, number, refusal, string, text, Tree};
 

@@ -199,7 +199,7 @@ fn a_worker_vm_that_reached_its_limit_is_retired_and_built_anew() {
     domain.run_until_idle().expect("idle");
     let reports = domain.take_reports();
     assert!(
-        reports.iter().any(|r| r.source == skein::VM_RETIRED
+        reports.iter().any(|r| r.source == skein::Report::VM_RETIRED
             && !r.is_failure()
             && r.message
                 == "worker 0: out of memory: the VM of worker 0 reached its memory limit of 16 \

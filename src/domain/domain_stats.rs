@@ -86,8 +86,8 @@ pub struct DomainStats {
     /// Jobs registered with `jobs.register` or as kernels, live now.
     pub registered_jobs: usize,
     /// Bytes the current generation's dispatched jobs hold in the host now (their arguments
-    /// and results, and [`JOB_WEIGHT`](crate::JOB_WEIGHT) each), of at most
-    /// [`MAX_JOB_BYTES`](crate::MAX_JOB_BYTES).
+    /// and results, and [`JOB_WEIGHT`](crate::DomainSpec::JOB_WEIGHT) each), of at most
+    /// [`MAX_JOB_BYTES`](crate::DomainSpec::MAX_JOB_BYTES).
     pub job_bytes: usize,
     /// Bytes the current generation's shared tables and queues hold now.
     pub shared_bytes: usize,

@@ -62,6 +62,9 @@ impl Reports {
 }
 
 impl Report {
+    /// The source of a report that a worker VM was retired (it reached its memory limit); a note, not a failure.
+    pub const VM_RETIRED: &'static str = VM_RETIRED;
+
     /// How many failures of promises nobody awaited one VM keeps in full until the end of `run_until_idle`; the rest are counted: 64.
     pub const UNAWAITED_KEPT: usize = UNAWAITED_KEPT;
 

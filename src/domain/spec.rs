@@ -9,7 +9,9 @@ use crate::domain::builtin_modules::with_builtins;
 use crate::domain::generation::load;
 use crate::domain::{ContextSpec, DomainMailbox, FailurePolicy, FixedStep, ScriptDomain};
 use crate::error::{Error, Result, SpecSetting};
-use crate::jobs::{self, PrincipalCell, MAX_DEADLINE};
+use crate::jobs::{
+    self, PrincipalCell, EVENT_LOG_BOUND, JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES, WARM_BOUND,
+};
 use crate::principal::capability;
 use crate::principal::diagnostic::DiagnosticSlot;
 use crate::principal::profile::ProfileSlot;
@@ -44,6 +46,18 @@ pub struct DomainSpec {
 }
 
 impl DomainSpec {
+    /// How many engine events (`ScriptDomain::raise_engine_event`) the log a generation's VMs read from holds: 4,096; a VM that has not reached a start point for more than that misses the oldest.
+    pub const EVENT_LOG_BOUND: usize = EVENT_LOG_BOUND;
+
+    /// How long one `jobs.warm` entry may take, waits included, unless [`warm_bound`](Self::warm_bound) says otherwise: 60 s.
+    pub const DEFAULT_WARM_BOUND: Duration = WARM_BOUND;
+
+    /// What one job weighs against [`MAX_JOB_BYTES`](Self::MAX_JOB_BYTES) besides its arguments and result: 256 bytes.
+    pub const JOB_WEIGHT: usize = JOB_WEIGHT;
+
+    /// How much the jobs a domain's generation has in flight may weigh together (arguments while queued, [`JOB_WEIGHT`](Self::JOB_WEIGHT) and the result until the promise is collected): 256 MiB. A dispatch past it is refused at the call.
+    pub const MAX_JOB_BYTES: usize = MAX_JOB_BYTES;
+
     /// How much the messages waiting for one actor's handler and for its domain may weigh together: 64 MiB.
     pub const MAX_ACTOR_BYTES: usize = MAX_ACTOR_BYTES;
 
@@ -331,7 +345,7 @@ impl DomainSpec {
         &self.grant
     }
 
-    /// Shortens the bound on one `jobs.warm` entry's run ([`WARM_BOUND`](crate::WARM_BOUND)),
+    /// Shortens the bound on one `jobs.warm` entry's run ([`WARM_BOUND`](crate::DomainSpec::DEFAULT_WARM_BOUND)),
     /// so tests can reach it. Not part of the stable surface.
     #[doc(hidden)]
     pub fn warm_bound(mut self, bound: Duration) -> DomainSpec {

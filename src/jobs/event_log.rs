@@ -10,7 +10,7 @@ use crate::value::Message;
 
 /// How many events the log holds: a VM that has not reached a start point for more events than
 /// this misses the oldest ones.
-pub const EVENT_LOG_BOUND: usize = 4_096;
+pub(crate) const EVENT_LOG_BOUND: usize = 4_096;
 
 /// The longest event name, in bytes.
 pub(crate) const MAX_EVENT_NAME: usize = 256;

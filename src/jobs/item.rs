@@ -82,7 +82,7 @@ pub(crate) struct Item {
     pub(crate) authority: Arc<Authority>,
     /// When a keyed item was dispatched, to measure how long it waited for its key's VM.
     pub(crate) queued_at: Option<Instant>,
-    /// What its arguments hold of the generation's [`MAX_JOB_BYTES`](crate::MAX_JOB_BYTES) while it waits and runs
+    /// What its arguments hold of the generation's [`MAX_JOB_BYTES`](crate::DomainSpec::MAX_JOB_BYTES) while it waits and runs
     /// (shared by the chunks of one `parallelFor`, which share their arguments); given back
     /// when the item is dropped, or when a worker has built its arguments in a VM. `None` for
     /// the host's own items.

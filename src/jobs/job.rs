@@ -27,11 +27,11 @@ pub(crate) const NOT_STARTED: usize = usize::MAX;
 /// gone (settled and collected by Luau's garbage collector). A dispatch past the bound is
 /// refused at the call, and a result past it rejects its promise; nothing is queued or kept
 /// beyond it.
-pub const MAX_JOB_BYTES: usize = 256 << 20;
+pub(crate) const MAX_JOB_BYTES: usize = 256 << 20;
 
 /// What one job weighs against [`MAX_JOB_BYTES`] besides its arguments and result: its item,
 /// its shared state and its promise.
-pub const JOB_WEIGHT: usize = 256;
+pub(crate) const JOB_WEIGHT: usize = 256;
 
 /// Takes `n` bytes of a generation's job budget for a call (its jobs' weight, or its
 /// arguments'), or refuses naming the call and what would have been held.

@@ -10,7 +10,7 @@ use super::chunking::whole;
 use crate::vm::{a_type, format_seconds};
 
 /// The longest one run of an item may take, and the default: 60 seconds.
-pub const MAX_DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const MAX_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Reads the `module` and `entry` arguments of `call`: a require path string and the name of a
 /// function, both kept as the Luau strings they are.

@@ -31,9 +31,9 @@ use crate::vm::{FailureKind, JobFailure, Outcome};
 /// runs: a run in progress when it passes goes on to its next yield (or its own deadline).
 ///
 /// ```
-/// assert_eq!(skein::WARM_BOUND, std::time::Duration::from_secs(60));
+/// assert_eq!(skein::DomainSpec::DEFAULT_WARM_BOUND, std::time::Duration::from_secs(60));
 /// ```
-pub const WARM_BOUND: Duration = Duration::from_secs(60);
+pub(crate) const WARM_BOUND: Duration = Duration::from_secs(60);
 
 /// How one worker's run of an entry ended, as the aggregation keeps it.
 pub(crate) type WorkerResult = Result<(), String>;

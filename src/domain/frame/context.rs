@@ -54,7 +54,7 @@ impl ContextSpec {
 
     /// A context named `name` that schedules no phase yet, at priority 0, with no budget of
     /// its own (each handler run is held to the domain's deadline cap,
-    /// [`MAX_DEADLINE`](crate::MAX_DEADLINE)).
+    /// [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE)).
     pub fn new(name: impl Into<String>) -> ContextSpec {
         ContextSpec {
             name: name.into(),

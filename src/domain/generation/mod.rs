@@ -318,7 +318,7 @@ impl ScriptDomain {
     /// value, when its VM next reaches its start point: a worker VM when it starts its next
     /// item, the engine VM at its next frame or pump.
     ///
-    /// The log holds the last [`EVENT_LOG_BOUND`](crate::EVENT_LOG_BOUND) events; a VM that
+    /// The log holds the last [`EVENT_LOG_BOUND`](crate::DomainSpec::EVENT_LOG_BOUND) events; a VM that
     /// reaches its start point later than that delivers the ones still held and reports
     /// (source `engine events`) how many it missed.
     ///

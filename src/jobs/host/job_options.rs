@@ -5,7 +5,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::error::{DispatchRefusal, Error, Result};
-use crate::jobs::options::{DispatchOptions, MAX_KEY_BYTES};
+use crate::jobs::options::{DispatchOptions, MAX_DEADLINE, MAX_KEY_BYTES};
 use crate::vm::format_seconds;
 
 /// Options of one host dispatch ([`ScriptDomain::dispatch_with`](crate::ScriptDomain::dispatch_with)),
@@ -34,6 +34,9 @@ pub struct JobOptions {
 }
 
 impl JobOptions {
+    /// The longest one run of an item may take, and the default: 60 seconds.
+    pub const MAX_DEADLINE: Duration = MAX_DEADLINE;
+
     /// No name, no key, the domain's longest deadline.
     pub fn new() -> JobOptions {
         JobOptions::default()
@@ -58,7 +61,7 @@ impl JobOptions {
     }
 
     /// The longest one run of the entry may take (`opts.deadline`): above zero and at most the
-    /// domain's cap, [`MAX_DEADLINE`](crate::MAX_DEADLINE) unless the plan lowered it.
+    /// domain's cap, [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE) unless the plan lowered it.
     pub fn deadline(mut self, deadline: Duration) -> JobOptions {
         self.deadline = Some(deadline);
         self

@@ -38,7 +38,7 @@ use crate::vm::{self, FailureKind, Signal, TaskFailure};
 use item_clock::{count_wait, ItemClock};
 use retire::{end_of_principal, retire, VmEnd};
 
-pub use retire::VM_RETIRED;
+pub(crate) use retire::VM_RETIRED;
 use start::{Claim, EntryMissing};
 use warm_pass::ParkedItem;
 use worker_vm::WorkerVm;

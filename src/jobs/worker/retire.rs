@@ -19,7 +19,7 @@ use crate::vm::TaskFailure;
 /// The source of a report that a worker VM was retired (it reached its memory limit): what
 /// failed there is answered or reported on its own, so the note is not a failure
 /// ([`Report::is_failure`](crate::Report::is_failure)).
-pub const VM_RETIRED: &str = "worker VM retired";
+pub(crate) const VM_RETIRED: &str = "worker VM retired";
 
 /// Why a worker drops one of its VMs and builds it anew.
 pub(super) enum VmEnd<'a> {
