@@ -16,13 +16,19 @@ use std::sync::Arc;
 
 use mlua::{Lua, Value};
 
-use crate::domain::events::handlers::{EVENTS_KEY, WORKER_ON};
 use crate::domain::DomainMailbox;
 use crate::principal::capability::{self, Authority};
 use crate::principal::diagnostic::{Diagnostic, DiagnosticKind};
 use crate::principal::event_queue::{EventQueue, PostRefused, QueueBound};
 use crate::value::{Message, TransferErrorKind};
 use crate::vm;
+
+/// Registry key of a VM's `@skein/events` table (the engine VM's is made in `handlers.rs`).
+pub(crate) const EVENTS_KEY: &str = "skein.events";
+
+/// What `events.on` raises outside the engine VM.
+pub(crate) const WORKER_ON: &str =
+    "events.on: handlers bind only in the engine VM; a worker VM runs jobs, not event handlers";
 
 /// Why an emit was refused: the text after `events.emit: `.
 pub(crate) enum EmitRefused {

@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use crate::domain::events::emit::{install_off_engine_events, read_emit, EmitRefused};
+use crate::domain::events::emit::{
+    install_off_engine_events, read_emit, EmitRefused, EVENTS_KEY, WORKER_ON,
+};
 use crate::domain::frame::context::ContextSpec;
 use crate::domain::frame::handler_label::HandlerLabel;
 use crate::domain::frame::phases::{wider_than_binder, Bindings};
@@ -29,13 +31,6 @@ use crate::principal::profile::ProfileKind;
 use crate::principal::{DomainId, EventTarget, Generation, Phase, PostRefused, Severity};
 use crate::value::Message;
 use crate::vm::{self, panic_message};
-
-/// Registry key of the engine VM's `@skein/events` table.
-pub(crate) const EVENTS_KEY: &str = "skein.events";
-
-/// What `events.on` raises outside the engine VM.
-pub(crate) const WORKER_ON: &str =
-    "events.on: handlers bind only in the engine VM; a worker VM runs jobs, not event handlers";
 
 /// What `events.emit` raises in a VM that belongs to no domain: there is no queue to post to.
 pub(crate) const NO_DOMAIN_EMIT: &str =
