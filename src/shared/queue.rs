@@ -566,4 +566,4 @@ pub(crate) fn check_capacity(capacity: usize, what: &str) -> Result<(), String> 
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests;
+mod queue_tests;

@@ -121,7 +121,7 @@ impl Tables {
 }
 
 #[cfg(test)]
-mod tests;
+mod table_tests;
 
 /// What the loom models need beyond the public API: a store without a domain, and a look at the
 /// turn.

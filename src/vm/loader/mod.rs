@@ -20,4 +20,4 @@ pub(crate) use module_cache::ModuleCache;
 pub(crate) use resolve::resolve;
 
 #[cfg(test)]
-mod tests;
+mod loader_tests;
