@@ -1,0 +1,36 @@
+#!/bin/bash
+# Per-item instructions of one dispatch + await, engine thread and workers, from
+# benches/dispatch_cost.rs under callgrind (see that file's header for what it runs).
+#   benches/dispatch_cost.sh [empty|keyed]
+# Builds the release driver, runs it at N = 2,000 and 12,000 with one callgrind file per thread,
+# and prints each thread's difference over 10,000: thread 1 is the engine, the others are the
+# workers (and the executor's idle threads, which count next to nothing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+cargo build --release --bench dispatch_cost >/dev/null 2>&1
+bin=$(ls -t target/release/deps/dispatch_cost-* | grep -v '\.d$' | head -1)
+out=$(mktemp -d)
+for n in 2000 12000; do
+    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$out/cg.$n.%p" \
+        "$bin" "$n" $mode >/dev/null 2>&1
+done
+python3 - "$out" <<'PY'
+import glob, re, sys
+d = sys.argv[1]
+def totals(n):
+    found = {}
+    for f in glob.glob(f"{d}/cg.{n}.*"):
+        m = re.search(r"-(\d+)$", f)
+        thread = int(m.group(1)) if m else 0
+        for line in open(f):
+            if line.startswith(("totals:", "summary:")):
+                found[thread] = int(line.split()[1])
+                break
+    return found
+a, b = totals(2000), totals(12000)
+per = {t: (b[t] - a.get(t, 0)) / 10000 for t in b}
+engine = per.get(1, 0)
+workers = sum(v for t, v in per.items() if t != 1 and v > 100)
+print(f"engine {engine:.0f} workers {workers:.0f} total {engine + workers:.0f}")
+PY
