@@ -163,7 +163,7 @@ fn a_restart_applies_none_of_the_old_generations_commands_and_rejects_its_promis
     assert!(world.borrow().is_empty(), "{:?}", world.borrow());
     for (promise, job) in [(slow, "./m:slowSet"), (quick, "./m:set")] {
         let failure = rejection(promise.wait());
-        assert_eq!(failure.kind, FailureKind::Ended);
+        assert_eq!(failure.kind, FailureKind::Ended, "{job}: {failure}");
         assert_eq!(
             failure.to_string(),
             format!("job '{job}' ended with its domain's generation: domain 'test' restarted")
