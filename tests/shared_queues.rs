@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use skein::{Message, Pool, PopError, PushErrorKind};
 
-use crate::support::{assert_contains, number, refusal, text, wait_until, Tree};
+use crate::support::{assert_contains, number, refusal, text, wait_until, Tree, PUSH_RETRYING};
 
 /// The message of the error `body` raises, without mlua's prefix and the Luau stack.
 #[track_caller]
@@ -44,19 +44,8 @@ function M.drainMany(args)
     end
 end
 
--- Pushes v, retrying while the queue is full and only then, for at most 10 s: any other
--- refusal, or a queue that stays full, raises instead of spinning.
-function M.pushRetrying(q, v)
-    local start = os.clock()
-    while true do
-        local ok, err = pcall(q.push, q, v)
-        if ok then return end
-        local full = `SharedQueue:push: queue '{q.name}' is full (capacity {q.capacity})`
-        assert(string.find(tostring(err), full, 1, true), tostring(err))
-        assert(os.clock() - start < 10, `{full} for 10 s`)
-        task.wait() -- a yield of one batch: a consumer catches up
-    end
-end
+-- Pushes v, retrying while the queue is full (support::PUSH_RETRYING).
+M.pushRetrying = require("./push_retrying")
 
 -- Pushes first..last, waiting a batch whenever the queue is full.
 function M.produce(args)
@@ -86,7 +75,11 @@ const TOP_LEVEL_POP: &str = r#"return jobs.shared.queue("top"):pop()"#;
 
 fn setup(workers: usize) -> (Tree, Pool) {
     (
-        Tree::new(&[("queues.luau", QUEUES), ("top.luau", TOP_LEVEL_POP)]),
+        Tree::new(&[
+            ("queues.luau", QUEUES),
+            ("top.luau", TOP_LEVEL_POP),
+            PUSH_RETRYING,
+        ]),
         Pool::new(workers),
     )
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use skein::{MapKey, Message, Pool, PopError, PushErrorKind, SharedQueueRef, SharedTableRef};
 
-use crate::support::{number, Tree};
+use crate::support::{number, Tree, PUSH_RETRYING};
 
 /// A producer's tag times `SCALE`, plus its index, is the value it pushes: a consumer reads who
 /// pushed a value from the value alone.
@@ -46,19 +46,8 @@ function M.touch(t, who: string, i: number, keys: number)
     mine.last = i
 end
 
--- Pushes v, retrying while the queue is full and only then, for at most 10 s: any other
--- refusal, or a queue that stays full, raises instead of spinning.
-function M.pushRetrying(q, v)
-    local start = os.clock()
-    while true do
-        local ok, err = pcall(q.push, q, v)
-        if ok then return end
-        local full = `SharedQueue:push: queue '{q.name}' is full (capacity {q.capacity})`
-        assert(string.find(tostring(err), full, 1, true), tostring(err))
-        assert(os.clock() - start < 10, `{full} for 10 s`)
-        task.wait() -- a yield of one batch: a consumer catches up
-    end
-end
+-- Pushes v, retrying while the queue is full (support::PUSH_RETRYING).
+M.pushRetrying = require("./push_retrying")
 
 -- Waits a batch at a time until done() holds, raising after `limit` seconds.
 function M.waitFor(what: string, limit: number, done)
@@ -233,7 +222,7 @@ fn host_consume(queue: &SharedQueueRef, t: &SharedTableRef) -> BTreeMap<u64, (u6
 }
 
 fn run(per: u64) {
-    let tree = Tree::new(&[("stress.luau", STRESS)]);
+    let tree = Tree::new(&[("stress.luau", STRESS), PUSH_RETRYING]);
     let pool = Pool::new(2);
     let domain = tree.domain(&pool);
     let store = domain.shared();

@@ -325,3 +325,22 @@ impl ThreadMark {
             .is_some_and(|(_, rest)| rest.trim_start().starts_with('S'))
     }
 }
+
+/// A module file for a test tree, `push_retrying.luau`: a function that pushes `v` to a shared
+/// queue, retrying while the queue is full and only then, for at most 10 s. Any other refusal,
+/// or a queue that stays full, raises instead of spinning.
+pub const PUSH_RETRYING: (&str, &str) = (
+    "push_retrying.luau",
+    r#"return function(q, v)
+    local start = os.clock()
+    while true do
+        local ok, err = pcall(q.push, q, v)
+        if ok then return end
+        local full = `SharedQueue:push: queue '{q.name}' is full (capacity {q.capacity})`
+        assert(string.find(tostring(err), full, 1, true), tostring(err))
+        assert(os.clock() - start < 10, `{full} for 10 s`)
+        task.wait() -- a yield of one batch: a consumer catches up
+    end
+end
+"#,
+);

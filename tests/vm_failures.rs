@@ -103,6 +103,18 @@ fn a_job_past_the_limit_names_the_worker_vm_and_its_limit() {
     assert_eq!(number(&v), 42.0);
 }
 
+/// The end of both spawn-bomb scripts: the spawned tasks hold the memory until they end and
+/// the engine collects the full VM, so wait for both (at most 10 s) before building the verdict
+/// `"<ok> <err>"`, which needs room in the VM.
+const AWAIT_SPAWNED: &str = r#"
+               local start = os.clock()
+               while ended < spawned or gcinfo() > 6 * 1024 do
+                   -- no message built unless it fails: the VM is still full
+                   if os.clock() - start > 10 then error("the tasks never ended") end
+                   task.wait() -- a yield of one batch: the poll for the tasks' end
+               end
+               return tostring(ok) .. " " .. tostring(err)"#;
+
 #[test]
 fn a_task_spawn_bomb_is_caught_by_pcall_with_a_named_out_of_memory_text() {
     let tree = Tree::new(&[("m.luau", M)]);
@@ -110,23 +122,18 @@ fn a_task_spawn_bomb_is_caught_by_pcall_with_a_named_out_of_memory_text() {
     let domain = tree.domain_with(&pool, Plan::new().memory_limit(8 * 1024 * 1024));
     let v = domain
         .eval(
-            r#"local spawned, ended = 0, 0
+            &[
+                r#"local spawned, ended = 0, 0
                local ok, err = pcall(function()
                    while true do
                        -- the behaviour under test: each task holds its memory while it waits
                        task.spawn(function() task.wait(0.05) ended += 1 end)
                        spawned += 1
                    end
-               end)
-               -- The spawned tasks hold the memory until they end and the engine collects
-               -- the full VM: wait for both, or the text below has no room to be built.
-               local start = os.clock()
-               while ended < spawned or gcinfo() > 6 * 1024 do
-                   -- no message built unless it fails: the VM is still full
-                   if os.clock() - start > 10 then error("the tasks never ended") end
-                   task.wait() -- a yield of one batch: the poll for the tasks' end
-               end
-               return tostring(ok) .. " " .. tostring(err)"#,
+               end)"#,
+                AWAIT_SPAWNED,
+            ]
+            .concat(),
         )
         .unwrap();
     let caught = text(&v);
@@ -442,7 +449,8 @@ fn a_task_spawn_bomb_whose_tasks_fill_the_vm_is_caught_by_the_pcall_around_it() 
     // not in the loop, which would spawn on, each new task failing alone.
     let v = domain
         .eval(
-            r#"local spawned, ended = 0, 0
+            &[
+                r#"local spawned, ended = 0, 0
                local ok, err = pcall(function()
                    for i = 1, 1e9 do
                        -- the behaviour under test: each task holds its table while it waits
@@ -454,16 +462,10 @@ fn a_task_spawn_bomb_whose_tasks_fill_the_vm_is_caught_by_the_pcall_around_it() 
                        end)
                        spawned += 1
                    end
-               end)
-               -- The spawned tasks hold the memory until they end and the engine collects
-               -- the full VM: wait for both, or the text below has no room to be built.
-               local start = os.clock()
-               while ended < spawned or gcinfo() > 6 * 1024 do
-                   -- no message built unless it fails: the VM is still full
-                   if os.clock() - start > 10 then error("the tasks never ended") end
-                   task.wait() -- a yield of one batch: the poll for the tasks' end
-               end
-               return tostring(ok) .. " " .. tostring(err)"#,
+               end)"#,
+                AWAIT_SPAWNED,
+            ]
+            .concat(),
         )
         .unwrap();
     // The first task that can't make its table stops the loop: the pcall around it catches.
