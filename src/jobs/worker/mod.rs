@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 mod completion;
 mod item_clock;
 mod kernel;
+mod map_chunk;
 mod retire;
 mod start;
 mod warm_pass;
@@ -219,11 +220,15 @@ impl LuauWorker {
                 resume_unwind(payload);
             }
         };
-        let args = match start::entry_args(&wvm.vm.lua, &item.args) {
-            Ok(args) => args,
+        let started = match &item.args {
+            ItemArgs::Map(chunk) => map_chunk::start(&wvm.vm.lua, function, chunk),
+            args => start::entry_args(&wvm.vm.lua, args).map(|args| (function, args, None)),
+        };
+        let (function, args, map) = match started {
+            Ok(started) => started,
             Err(message) => return start::reject(item, FailureKind::Transfer, message, &pool),
         };
-        start::launch(wvm, item, function, args, (clock, turn), pool);
+        start::launch(wvm, item, (function, args, map), (clock, turn), pool);
     }
 }
 
