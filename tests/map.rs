@@ -10,7 +10,9 @@ use skein::{
     RootAuthority, ScriptDomain,
 };
 
-use crate::support::{assert_contains, number, refusal, text, wait_until, Marks, Tree};
+use crate::support::{
+    assert_contains, assert_nothing_pops, number, refusal, text, wait_until, Marks, Tree,
+};
 
 const MAP: &str = r#"
 local M = {}
@@ -149,21 +151,6 @@ fn elements_and_results_cross_as_dispatch_arguments_do() {
             Message::Boolean(true),
             Message::Number(4.0)
         ])
-    );
-}
-
-/// Pushes `n` values to the shared queue "hold" and waits until all `n` stay there: no element
-/// is left parked to pop them. A push may reach a pop still parked in a VM whose cancel has not
-/// landed yet; that VM gives the value back when the cancel sweeps the pop.
-#[track_caller]
-fn assert_nothing_pops(hold: &skein::SharedQueueRef, n: usize) {
-    for i in 0..n {
-        hold.push(Message::Integer(i as i64)).unwrap();
-    }
-    assert!(
-        wait_until(Duration::from_secs(10), || hold.len() == n),
-        "a stopped element took a value: {} of {n} left",
-        hold.len()
     );
 }
 

@@ -66,7 +66,12 @@ pub(super) fn completion(finish: Finish) -> Completion {
         job.handoff.finish();
         let outcome = match map {
             None => job_outcome(&job, &module, &entry, result),
-            Some(map) => map.outcome(&job, &module, &entry, result),
+            Some(map) => {
+                let ran = result
+                    .map(drop)
+                    .map_err(|failure| job_outcome(&job, &module, &entry, Err(failure)));
+                map.outcome(&job, &module, &entry, ran)
+            }
         };
         if let Some(clock) = clock {
             clock.finish(&principal, &job);

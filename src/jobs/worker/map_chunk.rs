@@ -18,9 +18,7 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 use crate::jobs::item::{name_element, MapChunk};
 use crate::jobs::job::JobShared;
 use crate::value::Message;
-use crate::vm::{error_message, Embedded, FailureKind, JobFailure, Outcome, Resume, TaskFailure};
-
-use super::completion::job_outcome;
+use crate::vm::{error_message, Embedded, FailureKind, JobFailure, Outcome, Resume};
 
 /// The runner, compiled once per process and loaded once per VM.
 static RUNNER: Embedded = Embedded::new("=skein map", include_str!("map_chunk.luau"));
@@ -89,17 +87,18 @@ pub(super) fn start(
 
 impl MapRun {
     /// The chunk's outcome: its results in element order, or its failure named by the element
-    /// it happened in.
+    /// it happened in. `ran` is how the runner's task ended: a failure comes as the outcome a
+    /// dispatch's task would have settled with (`job_outcome`'s), to be named here.
     pub(super) fn outcome(
         self,
         job: &JobShared,
         module: &Path,
         entry: &str,
-        result: Result<MultiValue, TaskFailure>,
+        ran: Result<(), Outcome>,
     ) -> Outcome {
-        if let Err(failure) = result {
+        if let Err(failure) = ran {
             let at = self.running();
-            return self.named(at, job_outcome(job, module, entry, Err(failure)));
+            return self.named(at, failure);
         }
         let (results, weight) = match Message::read_slots(&self.elements, self.count, "result") {
             Ok(read) => read,
