@@ -98,21 +98,24 @@ impl Message {
     ) -> Result<(Vec<Message>, usize), (usize, TransferError)> {
         let lua = table.weak_lua().upgrade();
         let value = Value::Table(table.clone());
-        let too_deep = || {
-            Refusal::new(TransferErrorKind::TooDeep {
-                max_depth: Limits::MAX_DEPTH,
-            })
-        };
         lua.exec_raw_lua(|raw| {
-            // SAFETY: two checked slots hold the table and one slot's value at a time; each
-            // value is read (the reader restores the top) and popped, and the table is popped
-            // after, so the stack is as it was.
+            let mut reader = Reader::new(raw, Limits::MAX_MESSAGE_BYTES);
+            // SAFETY: one checked slot holds the table; the reader's reservation, taken above
+            // it with one slot more, holds one slot's value at a time and the reading of it.
+            // Each value is read and popped, and the table is popped after, so the stack is as
+            // it was.
             unsafe {
                 let state = raw.state();
-                if ffi::lua_checkstack(state, 2) == 0 {
-                    return Err((1, too_deep().into_error(root)));
-                }
                 let top = ffi::lua_gettop(state);
+                let too_deep = || {
+                    let refusal = Refusal::new(TransferErrorKind::TooDeep {
+                        max_depth: Limits::MAX_DEPTH,
+                    });
+                    Err((1, refusal.into_error(root)))
+                };
+                if ffi::lua_checkstack(state, 1) == 0 {
+                    return too_deep();
+                }
                 if raw.push_value(&value).is_err() {
                     ffi::lua_settop(state, top);
                     let closed = Refusal::new(TransferErrorKind::Unsupported {
@@ -120,25 +123,27 @@ impl Message {
                     });
                     return Err((1, closed.into_error(root)));
                 }
+                if !reader.reserve(1) {
+                    ffi::lua_settop(state, top);
+                    return too_deep();
+                }
                 let at = ffi::lua_gettop(state);
                 // A Luau array holds fewer than 2^31 slots.
                 let n = c_int::try_from(n).unwrap_or(c_int::MAX);
                 let mut out = Vec::with_capacity(n as usize);
                 let mut weight = 0usize;
                 for i in 1..=n {
-                    let slot = i as usize;
                     ffi::lua_rawgeti_(state, at, i);
-                    let mut reader = Reader::new(raw, Limits::MAX_MESSAGE_BYTES);
-                    let read = reader.read_at(-1);
+                    let read = reader.read_fresh();
                     ffi::lua_settop(state, at);
                     match read {
-                        Ok(message) => {
-                            weight = weight.saturating_add(reader.weight());
+                        Ok((message, w)) => {
+                            weight = weight.saturating_add(w);
                             out.push(message);
                         }
                         Err(refusal) => {
                             ffi::lua_settop(state, top);
-                            return Err((slot, refusal.into_error(root)));
+                            return Err((i as usize, refusal.into_error(root)));
                         }
                     }
                 }
