@@ -1,6 +1,7 @@
 //! `jobs.map` end to end: results in list order, chunks cut as `parallelFor` cuts a range and
 //! run in one task each, failures naming the element, cancel, the empty list, the copy bounds on
-//! the list and on each result, yielding and nested elements, every refusal at the call with its
+//! the list and on each result, the job budget at its bound and one past, yielding and nested
+//! elements, every refusal at the call with its
 //! text, and authority that follows the caller as it does for `jobs.dispatch`.
 
 use std::time::Duration;
@@ -541,4 +542,79 @@ fn elements_run_under_the_callers_authority_as_dispatched_items_do() {
         .dispatch("./map", "check", Message::String("x.b".into()))
         .unwrap();
     assert_eq!(from_host.wait().unwrap(), Message::Boolean(true));
+}
+
+#[test]
+fn a_map_holds_its_chunks_and_results_against_max_job_bytes_and_names_the_element_past_it() {
+    const JOB_WEIGHT: usize = skein::DomainSpec::JOB_WEIGHT;
+    const MAX_JOB_BYTES: usize = skein::DomainSpec::MAX_JOB_BYTES;
+    let (tree, pool) = setup(2);
+    let domain = tree.domain(&pool);
+    // Three dispatches hold three quarters of the bound once they return (each JOB_WEIGHT and
+    // its result, 16 + its length).
+    let quarter = MAX_JOB_BYTES / 4;
+    let len = quarter - JOB_WEIGHT - Limits::NODE_WEIGHT;
+    domain
+        .exec(&format!(
+            r#"
+held = {{}}
+for i = 1, 3 do held[i] = jobs.dispatch("./map", "sized", {len}) end
+for i = 1, 3 do held[i]:await() end
+"#
+        ))
+        .unwrap();
+    domain.run_until_idle().unwrap();
+    assert_eq!(domain.stats().job_bytes, 3 * quarter);
+    // A map of two elements in one chunk whose results fill the last quarter exactly: the chunk
+    // holds JOB_WEIGHT, and each result 16 + its length, as long as the promise lives.
+    let a = 100;
+    let b = quarter - JOB_WEIGHT - (Limits::NODE_WEIGHT + a) - Limits::NODE_WEIGHT;
+    domain
+        .exec(&format!(
+            r#"mapped = jobs.map("./map", "sized", {{ {a}, {b} }}, {{ chunks = 1 }})
+               assert(#mapped:await()[2] == {b})"#
+        ))
+        .unwrap();
+    domain.run_until_idle().unwrap();
+    assert_eq!(domain.stats().job_bytes, MAX_JOB_BYTES);
+    // Any more is refused at the call, naming the bound, and nothing changed.
+    let message = refusal(&domain, r#"jobs.map("./map", "square", { 1 })"#);
+    assert_contains(
+        &message,
+        &format!(
+            "jobs.map: the domain's jobs would hold {} bytes of arguments and results, past the \
+             bound of {MAX_JOB_BYTES}; await some before dispatching more",
+            MAX_JOB_BYTES + JOB_WEIGHT
+        ),
+    );
+    assert_eq!(domain.stats().job_bytes, MAX_JOB_BYTES);
+    // With the map's promise gone its quarter is free; the same map with its second result one
+    // byte longer passes the bound there, and that element is named.
+    domain.exec("mapped = nil").unwrap();
+    domain.lua().gc_collect().unwrap();
+    assert_eq!(domain.stats().job_bytes, 3 * quarter);
+    let message = refusal(
+        &domain,
+        &format!(
+            r#"jobs.map("./map", "sized", {{ {a}, {} }}, {{ chunks = 1 }}):await()"#,
+            b + 1
+        ),
+    );
+    assert_contains(
+        &message,
+        &format!(
+            "job './map:sized' failed: element 2 of 2: result: the domain's jobs would hold {} \
+             bytes of arguments and results, past the bound of {MAX_JOB_BYTES}; await and drop \
+             some results before dispatching more",
+            MAX_JOB_BYTES + 1
+        ),
+    );
+    // Everything is given back once the promises are gone.
+    domain.exec("held = nil").unwrap();
+    domain.lua().gc_collect().unwrap();
+    assert_eq!(domain.stats().job_bytes, 0);
+    let v = domain
+        .eval(r#"return jobs.map("./map", "square", { 2, 3 }):await()"#)
+        .unwrap();
+    assert_eq!(numbers(&v), [4.0, 9.0]);
 }
