@@ -1,8 +1,8 @@
 //! `jobs.map` end to end: results in list order, chunks cut as `parallelFor` cuts a range and
 //! run in one task each, failures naming the element, cancel, the empty list, the copy bounds on
 //! the list and on each result, the job budget at its bound and one past, yielding and nested
-//! elements, every refusal at the call with its
-//! text, and authority that follows the caller as it does for `jobs.dispatch`.
+//! elements, every refusal at the call with its text, and authority that follows the caller as
+//! it does for `jobs.dispatch`.
 
 use std::time::Duration;
 
