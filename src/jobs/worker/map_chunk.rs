@@ -26,15 +26,6 @@ static RUNNER: Embedded = Embedded::new("=skein map", include_str!("map_chunk.lu
 /// Where a VM keeps its loaded runner.
 const RUNNER_KEY: &str = "skein.jobs.mapRunner";
 
-fn runner(lua: &Lua) -> mlua::Result<Function> {
-    if let Value::Function(f) = lua.named_registry_value::<Value>(RUNNER_KEY)? {
-        return Ok(f);
-    }
-    let f = RUNNER.load(lua)?;
-    lua.set_named_registry_value(RUNNER_KEY, f.clone())?;
-    Ok(f)
-}
-
 /// What the completion of a map chunk needs: the chunk's table in the VM, which holds the
 /// results (and the running element) once the runner has been at it.
 pub(super) struct MapRun {
@@ -59,7 +50,7 @@ pub(super) fn start(
                 "a map chunk's elements are not a list",
             ));
         };
-        Ok((runner(lua)?, elements))
+        Ok((RUNNER.load_kept(lua, RUNNER_KEY)?, elements))
     })();
     let (runner, elements) = built.map_err(|e| {
         format!(
