@@ -1,7 +1,7 @@
 //! The Luau side of a pool thread ([`LuauWorker`], the executor's [`WorkerLogic`]): its VMs (one
 //! per principal, `worker_vm.rs`), how it starts an item (the steps in `start.rs`, the end in
-//! `completion.rs`; kernels in `kernel.rs`), how it lets a VM go (`retire.rs`), and the warm
-//! passes that gate a new VM's items (`warm_pass.rs`).
+//! `completion.rs`; kernels in `kernel.rs`, `jobs.map` chunks in `map_chunk.rs`), how it lets a
+//! VM go (`retire.rs`), and the warm passes that gate a new VM's items (`warm_pass.rs`).
 
 use std::any::Any;
 use std::cell::RefCell;
