@@ -60,6 +60,12 @@ function M.parkFirst(x)
     end
     return x
 end
+-- Every element yields before it answers; element 4 fails after its yield.
+function M.waitThenFail(x)
+    task.wait(0)
+    if x == 4 then error("four fails after a wait") end
+    return x
+end
 function M.waitOdd(x)
     if x % 2 == 1 then task.wait(0) end
     return x * 2
@@ -226,6 +232,13 @@ fn a_failing_element_rejects_naming_its_index_and_stops_the_rest() {
     );
     assert_contains(&message, "job 'pairs' failed: element 3 of 4: ");
     assert_contains(&message, ": three");
+    // An element that fails after its chunk yielded and resumed is named all the same.
+    let message = refusal(
+        &domain,
+        r#"jobs.map("./map", "waitThenFail", { 1, 2, 3, 4, 5 }, { chunks = 1 }):await()"#,
+    );
+    assert_contains(&message, "element 4 of 5: ");
+    assert_contains(&message, "four fails after a wait");
 }
 
 #[test]
