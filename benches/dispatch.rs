@@ -11,11 +11,9 @@
 
 mod util;
 
-use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode, Throughput};
-use skein::mlua::{self, Lua};
 use skein::{Message, Pool, ScriptDomain};
 
 const ITEMS: usize = 100_000;
@@ -164,36 +162,9 @@ fn phases(pool: &Pool, domain: &ScriptDomain) {
     }
 }
 
-thread_local! {
-    /// The hand-rolled worker VM: built once per rayon thread, with the entry loaded once.
-    static VM: RefCell<Option<(Lua, mlua::Function)>> = const { RefCell::new(None) };
-}
-
-fn baseline_item(x: i64) -> i64 {
-    VM.with(|slot| {
-        let mut slot = slot.borrow_mut();
-        let (_, run) = slot.get_or_insert_with(|| {
-            let lua = Lua::new();
-            let module: mlua::Table = lua.load(util::ECHO).eval().expect("load echo");
-            let run: mlua::Function = module.get("run").expect("run");
-            (lua, run)
-        });
-        run.call::<i64>(x).expect("call")
-    })
-}
-
 /// One baseline run: `ITEMS` spawns on the rayon pool, each answering through a channel.
 fn baseline_run(pool: &rayon::ThreadPool) {
-    let (tx, rx) = crossbeam_channel::unbounded::<i64>();
-    for i in 1..=ITEMS as i64 {
-        let tx = tx.clone();
-        pool.spawn(move || {
-            let _ = tx.send(baseline_item(i));
-        });
-    }
-    drop(tx);
-    let sum: i64 = (0..ITEMS).map(|_| rx.recv().expect("result")).sum();
-    assert_eq!(sum, EXPECTED);
+    assert_eq!(util::baseline::spawn_each(pool, ITEMS), EXPECTED);
 }
 
 fn as_i64(m: &Message) -> i64 {

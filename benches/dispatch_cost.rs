@@ -19,7 +19,9 @@
 //! A second argument passes an options table on every dispatch, as `benches/keyed.rs` does:
 //! `empty` passes `{}`, `keyed` passes `{ key = "k" .. (i % 1000) }` (1,000 tables made before
 //! the loop, so the two differ only in the key). Their difference is what the key machinery
-//! costs per item, free of the machine's load.
+//! costs per item, free of the machine's load. `map` runs one `jobs.map` over a list of N
+//! elements instead (`util::echo_map`, list made in Luau and results summed as the loop does),
+//! so the counts are per element of a map.
 
 mod util;
 
@@ -30,12 +32,16 @@ use skein::{Message, ScriptDomain};
 const WORKERS: usize = 2;
 /// Option tables (and keys) of the `empty` and `keyed` modes.
 const KEYS: usize = 1_000;
+/// The `map` mode: not options but one `jobs.map` over the N elements instead of N dispatches
+/// (`util::echo_map`), so the counts are per element of a map.
+const MAP: &str = "map";
 
 /// Dispatches `n` echo items and awaits each, checking the sum so nothing is skipped.
 #[inline(never)]
 fn run(domain: &ScriptDomain, n: usize, options: Option<&str>) {
     let source = match options {
         None => util::echo_loop(n),
+        Some(MAP) => util::echo_map(n),
         Some(option) => util::echo_loop_with_options(n, KEYS, option),
     };
     let sum = domain.eval(&source).expect("eval");
@@ -56,12 +62,16 @@ fn main() {
         None => None,
         Some("empty") => Some("{}"),
         Some("keyed") => Some(r#"{ key = "k" .. k }"#),
-        Some(other) => panic!("unknown options {other}: empty or keyed"),
+        Some("map") => Some(MAP),
+        Some(other) => panic!("unknown options {other}: empty, keyed or map"),
     };
     // Warm the workers' VMs, the module caches and (keyed) every key's binding outside the
     // counted call.
     run(domain, KEYS, options);
     let t = Instant::now();
     run(domain, n, options);
-    println!("dispatch + await x{n}: {:?}", t.elapsed());
+    match options {
+        Some(MAP) => println!("jobs.map over {n} elements: {:?}", t.elapsed()),
+        _ => println!("dispatch + await x{n}: {:?}", t.elapsed()),
+    }
 }

@@ -27,6 +27,7 @@ mod interfaces;
 mod keys;
 mod layers;
 mod logs;
+mod map;
 mod parallel_for;
 mod profile;
 mod registered;

@@ -2,11 +2,9 @@
 //! naming the chunk and stopping the rest, cancel, deadlines, nested calls with every worker
 //! inside a chunk, and each refusal at the call with its text.
 
-use std::time::Duration;
-
 use skein::{Message, Pool};
 
-use crate::support::{assert_contains, number, refusal, text, wait_until, Marks, Tree};
+use crate::support::{assert_contains, assert_nothing_pops, number, refusal, text, Marks, Tree};
 
 const LOOP: &str = r#"
 local M = {}
@@ -79,22 +77,6 @@ return M
 
 fn setup(workers: usize) -> (Tree, Pool) {
     (Tree::new(&[("loop.luau", LOOP)]), Pool::new(workers))
-}
-
-/// Pushes `n` values to the shared queue "hold", where the chunks of `failThird` and
-/// `markAndWait` park, and asserts that all `n` stay there: no chunk is left to pop them. A
-/// push may reach a pop still parked in a VM whose stop has not landed yet; that VM gives the
-/// value back when the stop sweeps the pop, so the count is waited for.
-#[track_caller]
-fn assert_nothing_pops(hold: &skein::SharedQueueRef, n: usize) {
-    for i in 0..n {
-        hold.push(Message::Integer(i as i64)).unwrap();
-    }
-    assert!(
-        wait_until(Duration::from_secs(10), || hold.len() == n),
-        "a stopped chunk took a value: {} of {n} left",
-        hold.len()
-    );
 }
 
 fn strings(m: &Message) -> Vec<String> {

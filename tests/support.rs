@@ -344,3 +344,19 @@ pub const PUSH_RETRYING: (&str, &str) = (
 end
 "#,
 );
+
+/// Pushes `n` values to `hold`, a shared queue where stopped work (cancelled chunks, elements of
+/// a failed map) was parked, and asserts that all `n` stay there: nothing is left to pop them. A
+/// push may reach a pop still parked in a VM whose stop has not landed yet; that VM gives the
+/// value back when the stop sweeps the pop, so the count is waited for.
+#[track_caller]
+pub fn assert_nothing_pops(hold: &skein::SharedQueueRef, n: usize) {
+    for i in 0..n {
+        hold.push(Message::Integer(i as i64)).unwrap();
+    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), || hold.len() == n),
+        "stopped work took a value: {} of {n} left",
+        hold.len()
+    );
+}

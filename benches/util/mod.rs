@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod baseline;
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -245,6 +247,22 @@ pub fn echo_loop_with_options(n: usize, tables: usize, option: &str) -> String {
         for i = 1, n do ps[i] = jobs.dispatch("./echo", "run", i, opts[i % {tables} + 1]) end
         local sum = 0
         for i = 1, n do sum += ps[i]:await() end
+        return sum
+        "#
+    )
+}
+
+/// The Luau of a map run: a list of `1..n` made in Luau, one `jobs.map` of `./echo`'s `run` over
+/// it, awaited, and the sum of the results (`n (n + 1) / 2`).
+pub fn echo_map(n: usize) -> String {
+    format!(
+        r#"
+        local n = {n}
+        local list = table.create(n)
+        for i = 1, n do list[i] = i end
+        local out = jobs.map("./echo", "run", list):await()
+        local sum = 0
+        for i = 1, n do sum += out[i] end
         return sum
         "#
     )

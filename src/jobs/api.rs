@@ -1,6 +1,6 @@
 //! The Luau `jobs` library: `jobs.dispatch`, `jobs.context`, `jobs.release` and
-//! `jobs.onRelease`; `jobs.parallelFor` and `jobs.warm` are installed here and live in
-//! `parallel_for.rs` and `warm_api.rs`. The VM's home (who it runs as, where replies go) is
+//! `jobs.onRelease`; `jobs.parallelFor`, `jobs.map` and `jobs.warm` are installed here and live
+//! in `parallel_for.rs`, `map.rs` and `warm_api.rs`. The VM's home (who it runs as, where replies go) is
 //! `home.rs`.
 
 use std::rc::Rc;
@@ -13,6 +13,7 @@ use super::engine_events::install as install_engine_events;
 use super::home::{home, refuse, registering_authority, HomeKind, JobsHome};
 use super::item::{Item, ItemArgs};
 use super::job::{charge_job, JobShared, JOB_WEIGHT};
+use super::map::map;
 use super::messages::{ActorWake, DomainEvent, WorkerMsg};
 use super::options::{read_key, read_target, DispatchOptions};
 use super::parallel_for::parallel_for;
@@ -45,6 +46,7 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     )?;
     jobs.raw_set("context", lua.create_function(context)?)?;
     jobs.raw_set("parallelFor", lua.create_function(parallel_for)?)?;
+    jobs.raw_set("map", lua.create_function(map)?)?;
     jobs.raw_set("release", lua.create_function(release)?)?;
     jobs.raw_set("onRelease", lua.create_function(on_release)?)?;
     jobs.raw_set("stats", lua.create_function(stats)?)?;

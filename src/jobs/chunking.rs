@@ -153,22 +153,21 @@ pub(crate) fn buffer(bytes: Bytes, stride: usize) -> Result<Over, String> {
 pub(crate) const MAX_CHUNKS: u64 = 1 << 16;
 
 /// The number of chunks: `asked`, or four per worker, never more than the elements nor
-/// [`MAX_CHUNKS`].
+/// [`MAX_CHUNKS`]. `call` (`jobs.parallelFor`, `jobs.map`) names the function in a refusal.
 pub(crate) fn chunk_count(
+    call: &str,
     asked: Option<i64>,
     elements: u64,
     workers: usize,
 ) -> Result<u64, String> {
     match asked {
         None => Ok((4 * workers as u64).clamp(1, elements).min(MAX_CHUNKS)),
-        Some(n) if n < 1 => Err(format!(
-            "jobs.parallelFor: opts.chunks must be at least 1, got {n}"
-        )),
+        Some(n) if n < 1 => Err(format!("{call}: opts.chunks must be at least 1, got {n}")),
         Some(n) if n as u64 > MAX_CHUNKS => Err(format!(
-            "jobs.parallelFor: opts.chunks of {n} is past the bound of {MAX_CHUNKS} chunks; a chunk may hold many elements"
+            "{call}: opts.chunks of {n} is past the bound of {MAX_CHUNKS} chunks; a chunk may hold many elements"
         )),
         Some(n) if n as u64 > elements => Err(format!(
-            "jobs.parallelFor: opts.chunks of {n} is more than the {elements} elements: a chunk holds at least one"
+            "{call}: opts.chunks of {n} is more than the {elements} elements: a chunk holds at least one"
         )),
         Some(n) => Ok(n as u64),
     }
@@ -177,6 +176,8 @@ pub(crate) fn chunk_count(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PF: &str = "jobs.parallelFor";
 
     fn runs(over: &Over, chunks: u64) -> Vec<(i64, i64)> {
         cut(over, chunks)
@@ -189,19 +190,19 @@ mod tests {
     fn chunks_are_bounded_at_max_chunks_and_refused_one_past() {
         let many = 1u64 << 40;
         assert_eq!(
-            chunk_count(Some(MAX_CHUNKS as i64), many, 2).unwrap(),
+            chunk_count(PF, Some(MAX_CHUNKS as i64), many, 2).unwrap(),
             MAX_CHUNKS
         );
         assert_eq!(
-            chunk_count(Some(MAX_CHUNKS as i64 + 1), many, 2).unwrap_err(),
+            chunk_count(PF, Some(MAX_CHUNKS as i64 + 1), many, 2).unwrap_err(),
             "jobs.parallelFor: opts.chunks of 65537 is past the bound of 65536 chunks; a chunk may hold many elements"
         );
         assert_eq!(
-            chunk_count(Some(1_000_000_000), many, 2).unwrap_err(),
+            chunk_count(PF, Some(1_000_000_000), many, 2).unwrap_err(),
             "jobs.parallelFor: opts.chunks of 1000000000 is past the bound of 65536 chunks; a chunk may hold many elements"
         );
         // The default never passes it either, however many workers.
-        assert_eq!(chunk_count(None, many, 1 << 20).unwrap(), MAX_CHUNKS);
+        assert_eq!(chunk_count(PF, None, many, 1 << 20).unwrap(), MAX_CHUNKS);
     }
 
     #[test]
@@ -237,15 +238,15 @@ mod tests {
             "jobs.parallelFor: a buffer of 3 bytes is not a whole number of 2-byte elements (opts.stride)"
         );
         assert_eq!(
-            chunk_count(Some(0), 5, 2).unwrap_err(),
+            chunk_count(PF, Some(0), 5, 2).unwrap_err(),
             "jobs.parallelFor: opts.chunks must be at least 1, got 0"
         );
         assert_eq!(
-            chunk_count(None, 3, 2).unwrap(),
+            chunk_count(PF, None, 3, 2).unwrap(),
             3,
             "at most one per element"
         );
-        assert_eq!(chunk_count(None, 100, 2).unwrap(), 8, "four per worker");
+        assert_eq!(chunk_count(PF, None, 100, 2).unwrap(), 8, "four per worker");
         assert!(whole(&mlua::Value::Number(2.0f64.powi(54)), "x")
             .unwrap_err()
             .contains("past ±2^53"));

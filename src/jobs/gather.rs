@@ -1,4 +1,4 @@
-//! The collector of one `jobs.parallelFor`: chunk outcomes in, one settlement out.
+//! The collector of one `jobs.parallelFor` or `jobs.map`: chunk outcomes in, one settlement out.
 //!
 //! Each chunk is an ordinary pool item whose reply is `ReplyTo::Chunk`: the worker that ran it
 //! deposits the outcome here, on its own thread, instead of posting it to the promise's home.
@@ -7,6 +7,10 @@
 //! settle, with the results already in chunk order. Whoever takes the reply settles; everyone
 //! after finds it gone and drops their outcome, which is how a failure, a cancel and late
 //! chunk replies stay exactly-once without any state on the home.
+//!
+//! A `parallelFor` answers one result per chunk and names a failing chunk; a `map` answers one
+//! result per element, its chunks' lists joined in order, and its chunks name the failing
+//! element themselves (only the worker knows which element was running).
 
 use std::sync::{Arc, Mutex};
 
@@ -25,9 +29,19 @@ struct Collected {
     reply: Option<ReplyTo>,
 }
 
-/// One `parallelFor`'s chunks and where their gathered outcome goes.
+/// What the chunks of a call answer, and so how their outcomes are put together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gathered {
+    /// A `parallelFor`: one value per chunk; a failure is named by its chunk here.
+    Chunks,
+    /// A `map`: a list per chunk, joined; a failure arrives named by its element.
+    Elements,
+}
+
+/// One `parallelFor`'s (or `map`'s) chunks and where their gathered outcome goes.
 pub(crate) struct Gather {
     collected: Mutex<Collected>,
+    kind: Gathered,
     /// Every chunk's job, in chunk order, so a failure or a cancel can stop the rest.
     chunks: Vec<Arc<JobShared>>,
     principal: Arc<PrincipalCell>,
@@ -36,6 +50,7 @@ pub(crate) struct Gather {
 
 impl Gather {
     pub(crate) fn new(
+        kind: Gathered,
         chunks: Vec<Arc<JobShared>>,
         reply: ReplyTo,
         principal: Arc<PrincipalCell>,
@@ -48,6 +63,7 @@ impl Gather {
                 remaining: n,
                 reply: Some(reply),
             }),
+            kind,
             chunks,
             principal,
             pool,
@@ -69,13 +85,15 @@ impl Gather {
                     return;
                 }
                 let results = std::mem::take(&mut collected.results);
-                let list = results.into_iter().map(|r| r.unwrap_or(Message::Nil));
-                Outcome::Resolved(Message::List(list.collect()))
+                Outcome::Resolved(Message::List(self.join(results)))
             }
-            Outcome::Rejected(failure) => Outcome::Rejected(Arc::new(JobFailure {
-                message: format!("chunk {} of {n}: {}", index + 1, failure.message),
-                ..(*failure).clone()
-            })),
+            Outcome::Rejected(failure) if self.kind == Gathered::Chunks => {
+                Outcome::Rejected(Arc::new(JobFailure {
+                    message: format!("chunk {} of {n}: {}", index + 1, failure.message),
+                    ..(*failure).clone()
+                }))
+            }
+            rejected @ Outcome::Rejected(_) => rejected,
             Outcome::Cancelled => Outcome::Cancelled,
         };
         let to = collected.reply.take();
@@ -85,6 +103,30 @@ impl Gather {
         }
         if let Some(to) = to {
             reply(&self.principal, to, settle, &self.pool);
+        }
+    }
+
+    /// The call's list: the chunks' results in chunk order, or (a map) the elements of their
+    /// lists in chunk order.
+    fn join(&self, results: Vec<Option<Message>>) -> Vec<Message> {
+        let results = results.into_iter().map(|r| r.unwrap_or(Message::Nil));
+        match self.kind {
+            Gathered::Chunks => results.collect(),
+            Gathered::Elements => {
+                let chunks: Vec<Message> = results.collect();
+                let len = chunks.iter().map(|c| match c {
+                    Message::List(elements) => elements.len(),
+                    _ => 1,
+                });
+                let mut joined = Vec::with_capacity(len.sum());
+                for chunk in chunks {
+                    match chunk {
+                        Message::List(elements) => joined.extend(elements),
+                        other => joined.push(other),
+                    }
+                }
+                joined
+            }
         }
     }
 

@@ -1,5 +1,5 @@
-//! A pool item: one `jobs.dispatch`, one `jobs.parallelFor` chunk, one registered job's call or
-//! one kernel call, on its way to a worker; and what its entry is called with.
+//! A pool item: one `jobs.dispatch`, one `jobs.parallelFor` or `jobs.map` chunk, one registered
+//! job's call or one kernel call, on its way to a worker; and what its entry is called with.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -22,6 +22,8 @@ pub(crate) enum ItemArgs {
     /// A `parallelFor` chunk: its table is built in the worker VM, around `args` that every
     /// chunk of the call shares (one copy at the call) and its own slice of a buffer.
     Chunk(ChunkArgs),
+    /// A `jobs.map` chunk: its elements, each passed to the entry in turn.
+    Map(MapChunk),
     /// A kernel job's call: a native function of the host over its copied input. The worker
     /// runs it without touching any VM.
     Kernel(KernelCall),
@@ -45,6 +47,23 @@ pub(crate) struct ChunkArgs {
     pub(crate) data: Option<Bytes>,
 }
 
+/// One chunk of a `jobs.map`: a run of the list's elements, moved out of the one copy made at
+/// the call (each element is copied once, into the chunk that runs it).
+pub(crate) struct MapChunk {
+    /// The list index of its first element, from 1.
+    pub(crate) first: usize,
+    /// The length of the whole list, which failures name.
+    pub(crate) total: usize,
+    /// The chunk's elements, as one [`Message::List`] (built in the worker VM as one table).
+    pub(crate) elements: Message,
+}
+
+/// How a failure of a `jobs.map` is named: by the list index of the element it happened in, of
+/// the list's length (`element 7 of 100: <why>`), as a `parallelFor` names a chunk.
+pub(crate) fn name_element(at: usize, total: usize, why: &str) -> String {
+    format!("element {at} of {total}: {why}")
+}
+
 impl ItemArgs {
     /// Builds the entry's argument in the worker VM.
     pub(crate) fn to_lua(&self, lua: &mlua::Lua) -> mlua::Result<mlua::Value> {
@@ -64,6 +83,9 @@ impl ItemArgs {
                 }
                 Ok(mlua::Value::Table(t))
             }
+            // The elements' table: the map's runner (`worker/map_chunk.rs`) calls the entry
+            // with each and writes its result back in its place.
+            ItemArgs::Map(chunk) => chunk.elements.to_lua(lua),
             ItemArgs::Kernel(call) => call.input.to_lua(lua),
         }
     }

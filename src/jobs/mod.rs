@@ -11,7 +11,7 @@
 //!   `gather` (a `parallelFor`'s collector), `pool_shared` (the executor's queues and inboxes),
 //!   `keys` (key lanes), `warm` (the warm registry), `principal_cell`;
 //! - the Luau API: `home` (a VM's jobs home), `service_stubs`, `engine_events`, `registered/`,
-//!   `parallel_for`, `warm_api`, `api` (installs `jobs`);
+//!   `parallel_for`, `map`, `warm_api`, `api` (installs `jobs`);
 //! - `worker/`: the Luau side of a pool thread, and the steps of starting an item;
 //! - `host/`: `Pool`, `Promise`, `JobOptions`.
 
@@ -27,6 +27,7 @@ mod host_slot;
 mod item;
 mod job;
 mod keys;
+mod map;
 mod messages;
 mod options;
 mod parallel_for;

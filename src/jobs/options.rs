@@ -1,5 +1,5 @@
-//! The arguments of `jobs.dispatch` and `jobs.parallelFor` that say what runs and how: the
-//! module and entry, and `opts`; read, checked and refused at the call.
+//! The arguments of `jobs.dispatch`, `jobs.parallelFor` and `jobs.map` that say what runs and
+//! how: the module and entry, and `opts`; read, checked and refused at the call.
 
 use std::time::Duration;
 
@@ -230,6 +230,48 @@ impl ParallelForOptions {
                 _ => {
                     return Err(format!(
                         "unknown jobs.parallelFor option '{key}': expected deadline, name, chunks or stride"
+                    ))
+                }
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+}
+
+/// The checked options of one `jobs.map`: those of `jobs.parallelFor` that apply to a list.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct MapOptions {
+    pub(crate) deadline: Duration,
+    pub(crate) name: Option<String>,
+    /// `opts.chunks` as given; checked against the list's length once the list is read.
+    pub(crate) chunks: Option<i64>,
+}
+
+impl MapOptions {
+    /// Reads `opts` (nil or a table) with `cap` as the default and longest deadline. `key` and
+    /// `supersede` are refused by name: a map's chunks run on any worker, and a key would bind
+    /// them all to one.
+    pub(crate) fn read(opts: &Value, cap: Duration) -> Result<MapOptions, String> {
+        let mut out = MapOptions {
+            deadline: cap,
+            name: None,
+            chunks: None,
+        };
+        for_each_option(opts, "jobs.map", |key, value| {
+            match key {
+                "deadline" => out.deadline = read_deadline(&value, "jobs.map: opts.deadline", cap)?,
+                "name" => out.name = Some(read_name(value, "jobs.map")?),
+                "chunks" => out.chunks = Some(whole(&value, "jobs.map: opts.chunks")?),
+                "key" | "supersede" => {
+                    return Err(format!(
+                        "jobs.map: opts.{key} does not apply to a map: its chunks run on every \
+                         worker, and a key binds items to one; dispatch keyed items with jobs.dispatch"
+                    ))
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown jobs.map option '{key}': expected deadline, name or chunks"
                     ))
                 }
             }

@@ -1,4 +1,5 @@
-//! `jobs.parallelFor(module, entry, over, args?, opts?)`: one loop cut into chunk items.
+//! `jobs.parallelFor(module, entry, over, args?, opts?)`: one loop cut into chunk items; and
+//! [`queue_chunks`], which queues the chunks of a `parallelFor` or a `jobs.map` (`map.rs`).
 //!
 //! Everything is checked and copied at the call: `args` once into a `Message` every chunk shares,
 //! a buffer once into `Bytes` every chunk slices. Each chunk is an ordinary, stealable pool item
@@ -13,14 +14,16 @@
 //! chunks itself (siblings may steal some). No thread ever waits on another, so however many
 //! workers are parked inside chunks, every queued chunk still has a thread that will take it.
 
+use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mlua::{Lua, Table, Value};
+use mlua::{Lua, LuaString, Table, Value};
 
 use super::chunking::{self, whole, Over};
-use super::gather::Gather;
-use super::home::{home, refuse, HomeKind};
+use super::gather::{Gather, Gathered};
+use super::home::{home, refuse, HomeKind, JobsHome};
 use super::item::{ChunkArgs, Item, ItemArgs};
 use super::job::{charge_job, JobShared, JOB_WEIGHT};
 use super::options::{read_target, ParallelForOptions};
@@ -67,38 +70,113 @@ pub(super) fn parallel_for(
     let (module, entry) = read_target("jobs.parallelFor", module, entry).map_err(refuse)?;
     let opts = ParallelForOptions::read(&opts, home.principal.max_deadline).map_err(refuse)?;
     let over = read_over(&over, opts.stride).map_err(refuse)?;
-    let chunks = chunking::chunk_count(opts.chunks, over.elements(), home.pool.exec.threads())
-        .map_err(refuse)?;
-    let module = with_caller_source(lua, |source| {
-        core.modules.resolve(source, &module.to_string_lossy())
-    })
-    .map_err(|e| refuse(format!("jobs.parallelFor: {e}")))?;
-    let entry = home.intern_entry(&entry.to_string_lossy());
+    let chunks = chunking::chunk_count(
+        "jobs.parallelFor",
+        opts.chunks,
+        over.elements(),
+        home.pool.exec.threads(),
+    )
+    .map_err(refuse)?;
+    let target = ChunkTarget::resolve(lua, &home, &core, "jobs.parallelFor", &module, &entry)?;
     let (args, weight) = Message::read_weighed(&args, "args")
         .map_err(|e| refuse(format!("jobs.parallelFor: {e}")))?;
+    // The arguments are one copy every chunk shares.
     let args = Arc::new(args);
-    // The arguments are one copy every chunk shares: the chunk items share its charge, given
-    // back when the last of them is dropped. The chunks' jobs share one charge too (each
-    // chunk's weight, and their results as they come in), held until the promise is gone.
-    // Both are taken before anything is queued.
-    let runs = chunking::cut(&over, chunks);
+    let chunks = chunking::cut(&over, chunks)
+        .iter()
+        .enumerate()
+        .map(|(i, run)| {
+            ItemArgs::Chunk(ChunkArgs {
+                index: i + 1,
+                run: *run,
+                args: args.clone(),
+                data: over.data(run),
+            })
+        })
+        .collect();
+    let call = ChunkedCall {
+        call: "jobs.parallelFor",
+        kind: Gathered::Chunks,
+        target,
+        name: opts.name,
+        deadline: opts.deadline,
+    };
+    queue_chunks(lua, &home, &core, call, chunks, weight)
+}
+
+/// The module and entry every chunk of a call runs, resolved and interned once.
+pub(super) struct ChunkTarget {
+    /// The module as the caller wrote it, and where it resolved.
+    spec: Arc<str>,
+    path: Arc<Path>,
+    entry: Arc<str>,
+}
+
+impl ChunkTarget {
+    /// Resolves `module` from the calling script, as `require` would; `call` names the function
+    /// in a refusal.
+    pub(super) fn resolve(
+        lua: &Lua,
+        home: &JobsHome,
+        core: &VmCore,
+        call: &str,
+        module: &LuaString,
+        entry: &LuaString,
+    ) -> mlua::Result<ChunkTarget> {
+        let module = with_caller_source(lua, |source| {
+            core.modules.resolve(source, &module.to_string_lossy())
+        })
+        .map_err(|e| refuse(format!("{call}: {e}")))?;
+        Ok(ChunkTarget {
+            spec: module.spec,
+            path: module.path,
+            entry: home.intern_entry(&entry.to_string_lossy()),
+        })
+    }
+}
+
+/// What every chunk of one `parallelFor` or `map` shares besides its arguments.
+pub(super) struct ChunkedCall {
+    /// `jobs.parallelFor` or `jobs.map`: the promise's kind, and the name in refusals.
+    pub(super) call: &'static str,
+    pub(super) kind: Gathered,
+    pub(super) target: ChunkTarget,
+    pub(super) name: Option<String>,
+    pub(super) deadline: Duration,
+}
+
+/// Queues one chunk item per element of `chunks`, all replying to one collector, and answers
+/// the call's promise. `weight` is what the chunks' arguments weigh together: a charge they
+/// share, given back when the last chunk item is dropped. The chunks' jobs share one charge too
+/// (each chunk's weight, and their results as they come in), held until the promise is gone.
+/// Both are taken before anything is made, so a refusal leaves nothing queued.
+pub(super) fn queue_chunks(
+    lua: &Lua,
+    home: &JobsHome,
+    core: &VmCore,
+    call: ChunkedCall,
+    chunks: Vec<ItemArgs>,
+    weight: usize,
+) -> mlua::Result<Value> {
+    let ChunkedCall {
+        call,
+        kind,
+        target,
+        name,
+        deadline,
+    } = call;
     let budget = &home.principal.job_bytes;
     let charge = Arc::new(
-        charge_job(
-            budget,
-            runs.len().saturating_mul(JOB_WEIGHT),
-            "jobs.parallelFor",
-        )
-        .map_err(refuse)?,
+        charge_job(budget, chunks.len().saturating_mul(JOB_WEIGHT), call).map_err(refuse)?,
     );
-    let carried = Arc::new(charge_job(budget, weight, "jobs.parallelFor").map_err(refuse)?);
-    let jobs: Vec<Arc<JobShared>> = runs
+    let carried = Arc::new(charge_job(budget, weight, call).map_err(refuse)?);
+    let jobs: Vec<Arc<JobShared>> = chunks
         .iter()
         .map(|_| {
             let job = JobShared::new(
-                opts.name.clone(),
-                module.spec.clone(),
-                entry.clone(),
+                name.clone(),
+                target.spec.clone(),
+                target.entry.clone(),
                 home.pool.clone(),
                 home.principal.id,
                 None,
@@ -107,38 +185,30 @@ pub(super) fn parallel_for(
             job
         })
         .collect();
-    let cell = core.promises.borrow_mut().make("jobs.parallelFor");
+    let cell = core.promises.borrow_mut().make(call);
     let reply = home.reply_to(cell.id());
     let gather = Gather::new(
+        kind,
         jobs.clone(),
         reply,
         home.principal.clone(),
         home.pool.clone(),
     );
     cell.set_canceller(gather.clone());
-    for (i, (run, job)) in runs.iter().zip(jobs).enumerate() {
+    for (i, (args, job)) in chunks.into_iter().zip(jobs).enumerate() {
         let item = Item {
             principal: home.principal.clone(),
             authority: current_or(&home.principal.authority),
             job,
-            module: module.path.clone(),
-            entry: entry.clone(),
-            args: ItemArgs::Chunk(ChunkArgs {
-                index: i + 1,
-                run: *run,
-                args: args.clone(),
-                data: over.data(run),
-            }),
-            deadline: opts.deadline,
+            module: target.path.clone(),
+            entry: target.entry.clone(),
+            args,
+            deadline,
             reply: ReplyTo::Chunk {
                 gather: gather.clone(),
                 index: i,
             },
-            queued_at: home
-                .principal
-                .profile
-                .is_some()
-                .then(std::time::Instant::now),
+            queued_at: home.principal.profile.is_some().then(Instant::now),
             charge: Some(Held::Shared(carried.clone())),
         };
         match &home.kind {

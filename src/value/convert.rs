@@ -5,7 +5,7 @@ use std::ffi::c_int;
 
 use bytes::Bytes;
 use mlua::state::RawLua;
-use mlua::{ffi, FromLua, IntoLua, Lua, MultiValue, Value};
+use mlua::{ffi, FromLua, IntoLua, Lua, MultiValue, Table, Value};
 
 use super::read::{Reader, Refusal};
 use super::{write, Limits, Message, ResourceHandle, TransferErrorKind};
@@ -85,6 +85,72 @@ impl Message {
         root: &str,
     ) -> Result<(Message, usize), TransferError> {
         read_value_weighed(value, Limits::MAX_MESSAGE_BYTES).map_err(|r| r.into_error(root))
+    }
+
+    /// Reads the slots `1..=n` of `table` (nil where a slot is empty), each as its own copy
+    /// under the bound of one copy ([`Limits::MAX_MESSAGE_BYTES`]), as `jobs.map` reads the
+    /// results of a chunk: each is one result. Answers them with their total weight; a refusal
+    /// answers the slot (from 1) and the error, its path starting at `root`.
+    pub(crate) fn read_slots(
+        table: &Table,
+        n: usize,
+        root: &str,
+    ) -> Result<(Vec<Message>, usize), (usize, TransferError)> {
+        let lua = table.weak_lua().upgrade();
+        let value = Value::Table(table.clone());
+        lua.exec_raw_lua(|raw| {
+            let mut reader = Reader::new(raw, Limits::MAX_MESSAGE_BYTES);
+            // SAFETY: one checked slot holds the table; the reader's reservation, taken above
+            // it with one slot more, holds one slot's value at a time and the reading of it.
+            // Each value is read and popped, and the table is popped after, so the stack is as
+            // it was.
+            unsafe {
+                let state = raw.state();
+                let top = ffi::lua_gettop(state);
+                let too_deep = || {
+                    let refusal = Refusal::new(TransferErrorKind::TooDeep {
+                        max_depth: Limits::MAX_DEPTH,
+                    });
+                    Err((1, refusal.into_error(root)))
+                };
+                if ffi::lua_checkstack(state, 1) == 0 {
+                    return too_deep();
+                }
+                if raw.push_value(&value).is_err() {
+                    ffi::lua_settop(state, top);
+                    let closed = Refusal::new(TransferErrorKind::Unsupported {
+                        type_name: "table from a closed VM",
+                    });
+                    return Err((1, closed.into_error(root)));
+                }
+                if !reader.reserve(1) {
+                    ffi::lua_settop(state, top);
+                    return too_deep();
+                }
+                let at = ffi::lua_gettop(state);
+                // A Luau array holds fewer than 2^31 slots.
+                let n = c_int::try_from(n).unwrap_or(c_int::MAX);
+                let mut out = Vec::with_capacity(n as usize);
+                let mut weight = 0usize;
+                for i in 1..=n {
+                    ffi::lua_rawgeti_(state, at, i);
+                    let read = reader.read_fresh();
+                    ffi::lua_settop(state, at);
+                    match read {
+                        Ok((message, w)) => {
+                            weight = weight.saturating_add(w);
+                            out.push(message);
+                        }
+                        Err(refusal) => {
+                            ffi::lua_settop(state, top);
+                            return Err((i as usize, refusal.into_error(root)));
+                        }
+                    }
+                }
+                ffi::lua_settop(state, top);
+                Ok((out, weight))
+            }
+        })
     }
 
     /// Builds this message as a value of `lua`.

@@ -92,6 +92,37 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Reserves the stack one read needs plus `extra` slots (for the values a caller pushes to
+    /// read them), once for many [`Reader::read_fresh`] calls: a list of values read one by one.
+    /// Answers false when Luau could not grow the stack.
+    ///
+    /// # Safety
+    /// `raw`'s state must be the running thread of its VM, as for [`Reader::read_at`].
+    pub(crate) unsafe fn reserve(&self, extra: c_int) -> bool {
+        let slots = SLOTS_PER_LEVEL * (Limits::MAX_DEPTH as c_int + 1) + SLOT_MARGIN;
+        // SAFETY: forwarded contract; checkstack only grows the stack.
+        unsafe { ffi::lua_checkstack(self.state, slots + extra) != 0 }
+    }
+
+    /// Reads the value on top of the stack as a value of its own (its weight starts again from
+    /// 0, under the same limit) and answers it with its weight, leaving the stack as it was:
+    /// one of many values a caller reads one by one after one [`Reader::reserve`].
+    ///
+    /// # Safety
+    /// The stack holds at least one value, and [`Reader::reserve`] answered true with the
+    /// value's slot among its `extra` ones (nothing else pushed since but what `extra` counts).
+    pub(crate) unsafe fn read_fresh(&mut self) -> Result<(Message, usize), Refusal> {
+        self.weight = 0;
+        // SAFETY: the top is a valid absolute index (caller), and the reserved stack is above
+        // it; `read` restores nothing itself, so the top is put back after.
+        unsafe {
+            let top = ffi::lua_gettop(self.state);
+            let result = self.read(top);
+            ffi::lua_settop(self.state, top);
+            result.map(|m| (m, self.weight))
+        }
+    }
+
     /// What the walk has weighed so far: after a whole read, the value's
     /// [`queue_weight`](Message::queue_weight).
     pub(crate) fn weight(&self) -> usize {
@@ -721,6 +752,53 @@ mod tests {
             TransferErrorKind::TooLarge {
                 limit: Limits::MAX_MESSAGE_BYTES
             }
+        );
+    }
+
+    #[test]
+    fn slots_are_read_each_under_its_own_bound_with_nil_for_an_empty_one() {
+        let lua = Lua::new();
+        let half = Limits::MAX_MESSAGE_BYTES / 2;
+        let table: mlua::Table = lua
+            .load(format!(
+                "local t = table.create(4) t[1] = string.rep('a', {half}) \
+                 t[2] = string.rep('b', {half}) t[4] = {{ 1 }} return t"
+            ))
+            .eval()
+            .unwrap();
+        // Together past one copy's bound, each within it; slot 3 is empty.
+        let (slots, weight) = Message::read_slots(&table, 4, "result").unwrap();
+        assert_eq!(slots.len(), 4);
+        assert!(matches!(&slots[2], Message::Nil));
+        assert_eq!(slots[3].queue_weight(), 2 * Limits::NODE_WEIGHT);
+        assert_eq!(
+            weight,
+            2 * (half + Limits::NODE_WEIGHT) + 3 * Limits::NODE_WEIGHT,
+            "the total weight is every slot's"
+        );
+        let past: mlua::Table = lua
+            .load(format!(
+                "return {{ 1, string.rep('c', {}), print }}",
+                Limits::MAX_MESSAGE_BYTES - Limits::NODE_WEIGHT + 1
+            ))
+            .eval()
+            .unwrap();
+        let (slot, err) = Message::read_slots(&past, 3, "result").unwrap_err();
+        assert_eq!(slot, 2, "the first refused slot is named");
+        assert_eq!(
+            err.to_string(),
+            "result: a value weighing more than its limit of 67108864 bytes can't cross a worker \
+             or event boundary"
+        );
+        // Only the slots asked for are read.
+        let (first, _) = Message::read_slots(&past, 1, "result").unwrap();
+        assert!(matches!(first[..], [Message::Number(n)] if n == 1.0));
+        let bad: mlua::Table = lua.load("return { 1, print }").eval().unwrap();
+        let (slot, err) = Message::read_slots(&bad, 2, "result").unwrap_err();
+        assert_eq!(slot, 2);
+        assert_eq!(
+            err.to_string(),
+            "result: a function can't cross a worker or event boundary"
         );
     }
 }

@@ -10,7 +10,7 @@
 use std::sync::OnceLock;
 
 use mlua::chunk::ChunkMode;
-use mlua::{Function, Lua};
+use mlua::{Function, Lua, Value};
 
 use super::source;
 
@@ -52,6 +52,21 @@ impl Embedded {
             .set_name(self.name)
             .set_mode(ChunkMode::Binary)
             .into_function()
+    }
+
+    /// [`load`](Self::load) once per VM: the function is kept in the VM's registry under `key`
+    /// and answered from there on later calls, for a chunk that is itself the function a site
+    /// calls again and again (a runner, a call wrapper).
+    ///
+    /// # Errors
+    /// As [`load`](Self::load), or the VM's error reading or writing its registry.
+    pub(crate) fn load_kept(&self, lua: &Lua, key: &str) -> mlua::Result<Function> {
+        if let Value::Function(f) = lua.named_registry_value::<Value>(key)? {
+            return Ok(f);
+        }
+        let f = self.load(lua)?;
+        lua.set_named_registry_value(key, f.clone())?;
+        Ok(f)
     }
 }
 

@@ -297,12 +297,7 @@ static WORKER_CALL: Embedded =
 const WORKER_CALL_KEY: &str = "skein.registered.workerCall";
 
 fn worker_call(lua: &Lua) -> mlua::Result<Function> {
-    if let Value::Function(f) = lua.named_registry_value::<Value>(WORKER_CALL_KEY)? {
-        return Ok(f);
-    }
-    let f = WORKER_CALL.load(lua)?;
-    lua.set_named_registry_value(WORKER_CALL_KEY, f.clone())?;
-    Ok(f)
+    WORKER_CALL.load_kept(lua, WORKER_CALL_KEY)
 }
 
 /// Starts this frame's call of job `id` as a task of the VM. A job this VM no longer holds (it

@@ -11,6 +11,7 @@ use mlua::{Lua, MultiValue, Value};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::item_clock::ItemClock;
+use super::map_chunk::MapRun;
 use crate::jobs::job::JobShared;
 use crate::jobs::keys::LaneTurn;
 use crate::jobs::messages::DomainEvent;
@@ -38,6 +39,8 @@ pub(super) struct Finish {
     pub(super) turn: Option<LaneTurn>,
     pub(super) pool: Arc<PoolShared>,
     pub(super) running: Running,
+    /// A `jobs.map` chunk's results and running element, read when it ends.
+    pub(super) map: Option<MapRun>,
 }
 
 /// The completion of an item's root task: forgets the job in `running`, finishes its
@@ -55,12 +58,21 @@ pub(super) fn completion(finish: Finish) -> Completion {
         turn,
         pool,
         running,
+        map,
     } = finish;
     let key = Arc::as_ptr(&job);
     Box::new(move |_lua: &Lua, result, commands| {
         running.borrow_mut().remove(&key);
         job.handoff.finish();
-        let outcome = job_outcome(&job, &module, &entry, result);
+        let outcome = match map {
+            None => job_outcome(&job, &module, &entry, result),
+            Some(map) => {
+                let ran = result
+                    .map(drop)
+                    .map_err(|failure| job_outcome(&job, &module, &entry, Err(failure)));
+                map.outcome(&job, &module, &entry, ran)
+            }
+        };
         if let Some(clock) = clock {
             clock.finish(&principal, &job);
         }

@@ -1,7 +1,7 @@
 //! The Luau side of a pool thread ([`LuauWorker`], the executor's [`WorkerLogic`]): its VMs (one
 //! per principal, `worker_vm.rs`), how it starts an item (the steps in `start.rs`, the end in
-//! `completion.rs`; kernels in `kernel.rs`), how it lets a VM go (`retire.rs`), and the warm
-//! passes that gate a new VM's items (`warm_pass.rs`).
+//! `completion.rs`; kernels in `kernel.rs`, `jobs.map` chunks in `map_chunk.rs`), how it lets a
+//! VM go (`retire.rs`), and the warm passes that gate a new VM's items (`warm_pass.rs`).
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 mod completion;
 mod item_clock;
 mod kernel;
+mod map_chunk;
 mod retire;
 mod start;
 mod warm_pass;
@@ -219,11 +220,15 @@ impl LuauWorker {
                 resume_unwind(payload);
             }
         };
-        let args = match start::entry_args(&wvm.vm.lua, &item.args) {
-            Ok(args) => args,
+        let started = match &item.args {
+            ItemArgs::Map(chunk) => map_chunk::start(&wvm.vm.lua, function, chunk),
+            args => start::entry_args(&wvm.vm.lua, args).map(|args| (function, args, None)),
+        };
+        let (function, args, map) = match started {
+            Ok(started) => started,
             Err(message) => return start::reject(item, FailureKind::Transfer, message, &pool),
         };
-        start::launch(wvm, item, function, args, (clock, turn), pool);
+        start::launch(wvm, item, (function, args, map), (clock, turn), pool);
     }
 }
 

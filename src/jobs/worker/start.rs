@@ -16,10 +16,11 @@ use mlua::{Function, Lua, LuaString, MultiValue};
 
 use super::completion::{completion, Finish};
 use super::item_clock::ItemClock;
+use super::map_chunk::MapRun;
 use super::worker_vm::WorkerVm;
 use crate::jobs::engine_events::deliver as deliver_events;
 use crate::jobs::entry::entry_function;
-use crate::jobs::item::{Item, ItemArgs};
+use crate::jobs::item::{name_element, Item, ItemArgs};
 use crate::jobs::keys::LaneTurn;
 use crate::jobs::pool_shared::PoolShared;
 use crate::jobs::reply::reply;
@@ -35,6 +36,12 @@ const ENTRY_KEYS: usize = 256;
 /// Answers an item that will not run: finishes its hand-off and rejects its promise with a
 /// failure of `kind` naming the job, its module and its entry.
 pub(super) fn reject(item: Item, kind: FailureKind, message: String, pool: &PoolShared) {
+    // A map chunk that never ran is named by its first element, as one that ran is by the
+    // element it was in.
+    let message = match &item.args {
+        ItemArgs::Map(chunk) => name_element(chunk.first, chunk.total, &message),
+        _ => message,
+    };
     let failure = JobFailure {
         job: item.job.label(),
         module: Some(item.module.to_path_buf()),
@@ -146,15 +153,15 @@ pub(super) fn entry_args(lua: &Lua, args: &ItemArgs) -> Result<Resume, String> {
 }
 
 /// Starts the item's root task under a new owner (the job, with a command log and the item's
-/// authority), whose completion replies. The item's copy of its arguments, and what it held of
+/// authority), whose completion replies; a map chunk starts its runner, whose completion reads
+/// the results (`map`). The item's copy of its arguments, and what it held of
 /// the job budget, go first: the arguments live in the VM now, and its result is charged when
 /// it returns.
 #[inline(always)]
 pub(super) fn launch(
     wvm: &mut WorkerVm,
     item: Item,
-    function: Function,
-    args: Resume,
+    (function, args, map): (Function, Resume, Option<MapRun>),
     (clock, turn): (Option<ItemClock>, Option<LaneTurn>),
     pool: Arc<PoolShared>,
 ) {
@@ -186,6 +193,7 @@ pub(super) fn launch(
         turn,
         pool,
         running: running.clone(),
+        map,
     });
     let owner = Rc::new(
         Owner::new(owner_label, deadline, Some(completion))
