@@ -13,6 +13,7 @@ mod deques;
 pub(crate) mod executor;
 pub(crate) mod handoff;
 pub(crate) mod lanes;
+pub(crate) mod one_shot;
 pub(crate) mod sleep;
 pub(crate) mod stats;
 pub(crate) mod wake_queue;

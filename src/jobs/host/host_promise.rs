@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::jobs::host_slot::{HostSlot, SlotState};
+use crate::jobs::host_slot::{HostSlot, SlotState, SlotStatus};
 use crate::jobs::job::JobShared;
 use crate::value::Message;
 use crate::vm::Outcome;
@@ -124,13 +124,13 @@ impl Promise<Message> {
 
     /// Where the promise stands.
     pub fn status(&self) -> PromiseStatus {
-        self.slot.inspect(|state| match state {
-            SlotState::Pending => PromiseStatus::Pending,
-            SlotState::Taken => PromiseStatus::Taken,
-            SlotState::Settled(Outcome::Resolved(_)) => PromiseStatus::Resolved,
-            SlotState::Settled(Outcome::Rejected(_)) => PromiseStatus::Rejected,
-            SlotState::Settled(Outcome::Cancelled) => PromiseStatus::Cancelled,
-        })
+        match self.slot.status() {
+            SlotStatus::Pending => PromiseStatus::Pending,
+            SlotStatus::Taken => PromiseStatus::Taken,
+            SlotStatus::Resolved => PromiseStatus::Resolved,
+            SlotStatus::Rejected => PromiseStatus::Rejected,
+            SlotStatus::Cancelled => PromiseStatus::Cancelled,
+        }
     }
 }
 
