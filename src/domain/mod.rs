@@ -47,7 +47,7 @@ mod events;
 mod frame;
 pub(crate) mod fs;
 mod generation;
-mod host_dispatch;
+pub(crate) mod host_dispatch;
 mod interfaces;
 mod lifecycle;
 pub(crate) mod log_api;

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use crate::domain::events::handlers as event_handlers;
 use crate::domain::frame::{engine_services, phases};
+use crate::domain::host_dispatch::HostTargets;
 use crate::domain::reports::Reports;
 use crate::domain::{actor, interfaces, DomainState, Load, Report, ScriptDomain};
 use crate::error::{Error, Halt, NameRefusal, Result};
@@ -70,6 +71,8 @@ pub(crate) struct GenerationState {
     pub(crate) actors: Rc<actor::Actors>,
     /// Host promises of this generation that may be pending: rejected when it ends.
     pub(crate) host_promises: RefCell<host_promises::HostPromises>,
+    /// The `(module, entry)` pairs host dispatch resolved in its engine VM's modules.
+    pub(crate) host_targets: RefCell<HostTargets>,
 }
 
 /// The host's parts of a domain that a generation's engine VM is built against.
@@ -124,6 +127,7 @@ impl GenerationState {
             bindings,
             actors,
             host_promises: RefCell::default(),
+            host_targets: RefCell::default(),
         })
     }
 }
