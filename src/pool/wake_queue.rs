@@ -338,6 +338,32 @@ mod tests {
     }
 
     #[test]
+    fn a_send_while_the_consumer_is_parked_wakes_it_long_before_its_deadline() {
+        let (tx, rx) = wake_queue::<u32>();
+        // The sender waits for the consumer's announcement, not for a time: the value then
+        // reaches a consumer that parks (or is about to), and only the send can wake it.
+        let sender = {
+            let shared = rx.shared.clone();
+            std::thread::spawn(move || {
+                while !shared.lock().sleeping {
+                    std::thread::yield_now();
+                }
+                tx.send(1).unwrap();
+            })
+        };
+        let start = Instant::now();
+        let waited = rx.wait_until(Some(start + Duration::from_secs(30)));
+        assert_eq!(waited, Waited::Woken);
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(rx.take_all(), [1]);
+        sender.join().unwrap();
+    }
+
+    #[test]
     fn two_senders_stampede_and_every_value_arrives_once_in_each_senders_order() {
         const EACH: u64 = 20_000;
         let (tx, rx) = wake_queue::<(u64, u64)>();
