@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::domain::ScriptDomain;
 use crate::error::{DispatchRefusal, Error, Result};
-use crate::jobs::{self, HostSlot, Item, ItemArgs, JobOptions, JobShared, Promise, ReplyTo};
+use crate::jobs::{self, Item, ItemArgs, JobOptions, JobShared, Promise, ReplyTo};
 use crate::shared::SharedStore;
 use crate::value::Message;
 use crate::vm;
@@ -110,7 +110,6 @@ impl ScriptDomain {
     ) -> Result<Promise<Message>> {
         let opts = opts.check(self.current.principal.max_deadline)?;
         let (spec, path, entry) = self.host_target(module, entry)?;
-        let slot = HostSlot::new();
         let job = JobShared::new(
             opts.name,
             spec,
@@ -127,7 +126,7 @@ impl ScriptDomain {
             entry,
             args: ItemArgs::Plain(args),
             deadline: opts.deadline,
-            reply: ReplyTo::Host(slot.clone()),
+            reply: ReplyTo::HostJob(job.clone()),
             queued_at: (opts.key.is_some() || self.current.principal.profile.is_some())
                 .then(Instant::now),
             charge: None,
@@ -148,11 +147,8 @@ impl ScriptDomain {
                 })?,
             None => self.pool.shared().inject(item),
         }
-        self.current
-            .host_promises
-            .borrow_mut()
-            .track(&slot, job.clone());
-        Ok(Promise::new(slot, Some(job)))
+        self.current.host_promises.borrow_mut().track(&job);
+        Ok(Promise::of_job(job))
     }
 
     /// The resolved module and the shared entry name of `module.entry`: kept from an earlier
