@@ -32,12 +32,16 @@ fn a_send_racing_the_consumer_going_to_sleep_is_never_lost() {
     static BRANCHES: Branches = Branches::new();
     loom::model(|| {
         let (tx, rx) = wake_queue();
+        // A sender held here outlives the consumer's waits: the last sender's drop wakes a
+        // waiting consumer too, which would hide a lost wake of the sends themselves.
+        let keep = tx.clone();
         let sender = thread::spawn(move || {
             tx.send((0, 0)).unwrap();
             tx.send((0, 1)).unwrap();
         });
         let (got, woken) = consume(&rx, 2);
         sender.join().unwrap();
+        drop(keep);
         assert_eq!(got, [(0, 0), (0, 1)]);
         assert!(rx.take_all().is_empty(), "a value arrived twice");
         BRANCHES.hit_if(woken);
@@ -58,7 +62,8 @@ fn two_senders_each_value_taken_exactly_once() {
                 thread::spawn(move || tx.send((who, 0)).unwrap())
             })
             .collect();
-        drop(tx);
+        // Kept past the waits, as above: only the sends may wake the consumer.
+        let keep = tx;
         let mut got = Vec::new();
         let mut takes = 0;
         while got.len() < 2 {
@@ -70,6 +75,7 @@ fn two_senders_each_value_taken_exactly_once() {
         for sender in senders {
             sender.join().unwrap();
         }
+        drop(keep);
         got.sort();
         assert_eq!(got, [(0, 0), (1, 0)]);
         BRANCHES.hit_if(takes == 1);
