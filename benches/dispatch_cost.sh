@@ -1,8 +1,9 @@
 #!/bin/bash
 # Per-item instructions of one dispatch + await, engine thread and workers, from
 # benches/dispatch_cost.rs under callgrind (see that file's header for what it runs).
-#   benches/dispatch_cost.sh [empty|keyed|map]
-# (map: one jobs.map over N elements instead of N dispatches, so the figures are per element)
+#   benches/dispatch_cost.sh [empty|keyed|map|rust]
+# (map: one jobs.map over N elements instead of N dispatches, so the figures are per element;
+# rust: issued from Rust, ScriptDomain::dispatch, then Promise::wait on each)
 # Builds the release driver, runs it at N = 2,000 and 12,000 with one callgrind file per thread,
 # and prints each thread's difference over 10,000: thread 1 is the engine, the others are the
 # workers (and the executor's idle threads, which count next to nothing).

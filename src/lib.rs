@@ -103,8 +103,10 @@ pub mod __loom {
     pub use crate::pool::executor::{Executor, Poll, WorkerContext, WorkerLogic};
     pub use crate::pool::handoff::{CancelOutcome, Handoff, HandoffState};
     pub use crate::pool::lanes::{Deliver, KeyLanes, Release, TooManyKeys, MAX_KEYS};
+    pub use crate::pool::one_shot::{OneShot, Standing, Took};
     pub use crate::pool::sleep::{Sleep, SleepOutcome, AWAKE, SLEEPING};
     pub use crate::pool::stats::WorkerStats;
+    pub use crate::pool::wake_queue::{wake_queue, Waited, WakeReceiver, WakeSender};
     pub use crate::shared::queue::{Delivery, PopNow, SharedQueue};
     pub use crate::shared::queue_ref::pop_blocking;
     pub use crate::shared::table::loom_support::{new_store, turn_taken};

@@ -32,6 +32,7 @@ mod parallel_for;
 mod profile;
 mod registered;
 mod reload;
+mod reply_transport;
 mod require_confinement;
 mod runner;
 mod runner_io;

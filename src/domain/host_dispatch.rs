@@ -2,14 +2,58 @@
 //! key release, and the domain's shared store as the host sees it. Host promises are tracked by
 //! the current generation, which rejects them when it ends.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::domain::ScriptDomain;
 use crate::error::{DispatchRefusal, Error, Result};
-use crate::jobs::{self, HostSlot, Item, ItemArgs, JobOptions, JobShared, Promise, ReplyTo};
+use crate::jobs::{self, Item, ItemArgs, JobOptions, JobShared, Promise, ReplyTo};
 use crate::shared::SharedStore;
 use crate::value::Message;
+use crate::vm;
+
+/// How many `(module, entry)` pairs a generation keeps resolved for host dispatch.
+const HOST_TARGETS_KEPT: usize = 8;
+
+/// A `(module, entry)` pair the host dispatched to, resolved: what an item names.
+struct HostTarget {
+    /// The module as the host wrote it, shared with the items' job names.
+    spec: Arc<str>,
+    path: Arc<Path>,
+    entry: Arc<str>,
+}
+
+/// The pairs the host dispatched to lately, so issuing many items to one entry resolves the
+/// module and allocates the entry's name once, not once per item. Trusted while the source
+/// epoch is the one they were resolved in, as the engine VM's own resolutions are.
+#[derive(Default)]
+pub(crate) struct HostTargets {
+    epoch: u64,
+    /// Most recently added last; at most [`HOST_TARGETS_KEPT`].
+    kept: Vec<HostTarget>,
+}
+
+impl HostTargets {
+    fn find(&mut self, module: &str, entry: &str) -> Option<&HostTarget> {
+        let epoch = vm::source_epoch();
+        if self.epoch != epoch {
+            self.epoch = epoch;
+            self.kept.clear();
+        }
+        self.kept
+            .iter()
+            .rev()
+            .find(|t| &*t.spec == module && &*t.entry == entry)
+    }
+
+    fn keep(&mut self, target: HostTarget) {
+        if self.kept.len() == HOST_TARGETS_KEPT {
+            self.kept.remove(0);
+        }
+        self.kept.push(target);
+    }
+}
 
 impl ScriptDomain {
     /// Hands `module.entry(args)` to the pool from host code; `module` resolves from the plan's
@@ -65,21 +109,10 @@ impl ScriptDomain {
         opts: &JobOptions,
     ) -> Result<Promise<Message>> {
         let opts = opts.check(self.current.principal.max_deadline)?;
-        let module = self
-            .current
-            .vm
-            .core
-            .modules
-            .resolve(None, module)
-            .map_err(|e| Error::Dispatch {
-                refusal: DispatchRefusal::Module,
-                message: format!("dispatch: {e}"),
-            })?;
-        let slot = HostSlot::new();
-        let entry: Arc<str> = Arc::from(entry);
+        let (spec, path, entry) = self.host_target(module, entry)?;
         let job = JobShared::new(
             opts.name,
-            module.spec,
+            spec,
             entry.clone(),
             self.pool.shared().clone(),
             self.current.principal.id,
@@ -89,11 +122,11 @@ impl ScriptDomain {
             principal: self.current.principal.clone(),
             authority: self.current.principal.authority.clone(),
             job: job.clone(),
-            module: module.path,
+            module: path,
             entry,
             args: ItemArgs::Plain(args),
             deadline: opts.deadline,
-            reply: ReplyTo::Host(slot.clone()),
+            reply: ReplyTo::HostJob(job.clone()),
             queued_at: (opts.key.is_some() || self.current.principal.profile.is_some())
                 .then(Instant::now),
             charge: None,
@@ -114,11 +147,39 @@ impl ScriptDomain {
                 })?,
             None => self.pool.shared().inject(item),
         }
-        self.current
-            .host_promises
-            .borrow_mut()
-            .track(&slot, job.clone());
-        Ok(Promise::new(slot, Some(job)))
+        self.current.host_promises.borrow_mut().track(&job);
+        Ok(Promise::of_job(job))
+    }
+
+    /// The resolved module and the shared entry name of `module.entry`: kept from an earlier
+    /// dispatch to the same pair, or resolved from the plan's root now.
+    fn host_target(&self, module: &str, entry: &str) -> Result<(Arc<str>, Arc<Path>, Arc<str>)> {
+        let mut targets = self.current.host_targets.borrow_mut();
+        if let Some(t) = targets.find(module, entry) {
+            return Ok((t.spec.clone(), t.path.clone(), t.entry.clone()));
+        }
+        let resolved = self
+            .current
+            .vm
+            .core
+            .modules
+            .resolve(None, module)
+            .map_err(|e| Error::Dispatch {
+                refusal: DispatchRefusal::Module,
+                message: format!("dispatch: {e}"),
+            })?;
+        let target = HostTarget {
+            spec: resolved.spec,
+            path: resolved.path,
+            entry: Arc::from(entry),
+        };
+        let found = (
+            target.spec.clone(),
+            target.path.clone(),
+            target.entry.clone(),
+        );
+        targets.keep(target);
+        Ok(found)
     }
 
     /// Ends the binding of `key` after the items of the key dispatched before this call have

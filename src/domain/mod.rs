@@ -30,11 +30,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
 use mlua::Lua;
 
 use crate::error::Result;
-use crate::jobs::{DomainEvent, Pool, Registry};
+use crate::jobs::{MailboxReceiver, Pool, Registry};
 use crate::principal::event_queue::EventQueue;
 use crate::principal::{capability, diagnostic, profile};
 use crate::principal::{DomainId, Generation, Principal};
@@ -48,7 +47,7 @@ mod events;
 mod frame;
 pub(crate) mod fs;
 mod generation;
-mod host_dispatch;
+pub(crate) mod host_dispatch;
 mod interfaces;
 mod lifecycle;
 pub(crate) mod log_api;
@@ -125,7 +124,7 @@ pub struct ScriptDomain {
     /// What the current generation owns; a restart or reload replaces it whole.
     current: GenerationState,
     /// The mailboxes of ended generations, drained into `stale` until their last sender goes.
-    stale_rx: RefCell<Vec<Receiver<DomainEvent>>>,
+    stale_rx: RefCell<Vec<MailboxReceiver>>,
     /// Events of ended generations that arrived and were discarded unapplied.
     stale: Cell<u64>,
     reports: Rc<RefCell<Reports>>,

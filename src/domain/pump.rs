@@ -6,10 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::RecvTimeoutError;
-
 use crate::domain::{stall_watch, ScriptDomain};
 use crate::error::{Error, Result};
+use crate::pool::wake_queue::Waited;
 use crate::shared;
 use crate::vm;
 
@@ -92,13 +91,10 @@ impl ScriptDomain {
             Some(until) => wait.min(until.saturating_duration_since(Instant::now())),
             None => wait,
         };
-        let received = self
-            .current
-            .rx
-            .recv_timeout(wait)
-            .map_err(|_| RecvTimeoutError::Timeout);
-        if let Ok(event) = received {
-            self.handle(event);
+        // One wake for everything that arrived: the first event sent while the engine thread
+        // sleeps wakes it, and the drain takes the rest with it.
+        if self.current.rx.wait_until(Instant::now().checked_add(wait)) != Waited::TimedOut {
+            self.drain_mailbox();
         }
         true
     }

@@ -1,22 +1,29 @@
 //! The cell a host [`Promise`](crate::Promise) waits on: a worker settles it in place (a
-//! [`ReplyTo::Host`](super::reply::ReplyTo::Host) reply), and any host thread may block on it.
+//! [`ReplyTo::Host`](super::reply::ReplyTo::Host) or
+//! [`ReplyTo::HostJob`](super::reply::ReplyTo::HostJob) reply), and any host thread may block
+//! on it.
+//!
+//! It is a [`OneShot`] (`pool/one_shot.rs`, loom-checked): a settle with nobody waiting is two
+//! atomic operations, and only a settle that finds a thread parked on the slot unparks it.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
+use crate::pool::one_shot::{OneShot, Standing, Took};
+use crate::pool::wake_queue::Waited;
 use crate::vm::Outcome;
 
-/// Where a worker delivers the outcome of work that host code awaits.
-pub(crate) struct HostSlot {
-    state: Mutex<Slot>,
-    ready: Condvar,
-}
+/// The kinds an outcome is settled as, so the slot answers where it stands without reading it.
+const RESOLVED: u8 = 0;
+const REJECTED: u8 = 1;
+const CANCELLED: u8 = 2;
 
-/// The slot's state and how many threads sleep on it: a settle wakes the condvar (a system
-/// call) only when somebody waits.
-struct Slot {
-    value: SlotState,
-    waiters: u32,
+/// Where a worker delivers the outcome of work that host code awaits: alone behind an `Arc`
+/// ([`ReplyTo::Host`](super::reply::ReplyTo::Host)), or inside the job the host dispatched
+/// ([`ReplyTo::HostJob`](super::reply::ReplyTo::HostJob)).
+#[derive(Default)]
+pub(crate) struct HostSlot {
+    cell: OneShot<Outcome>,
 }
 
 /// Where a slot stands: waiting, holding its outcome, or emptied by the promise that took it.
@@ -26,80 +33,66 @@ pub(crate) enum SlotState {
     Taken,
 }
 
+/// Where a slot stands, without its outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlotStatus {
+    Pending,
+    Resolved,
+    Rejected,
+    Cancelled,
+    Taken,
+}
+
 impl HostSlot {
     pub(crate) fn new() -> Arc<HostSlot> {
         Arc::new(HostSlot {
-            state: Mutex::new(Slot {
-                value: SlotState::Pending,
-                waiters: 0,
-            }),
-            ready: Condvar::new(),
+            cell: OneShot::new(),
         })
     }
 
     /// Whether the slot still waits for its outcome.
     pub(crate) fn is_pending(&self) -> bool {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        matches!(state.value, SlotState::Pending)
+        self.cell.standing() == Standing::Pending
     }
 
     /// Settles the slot; a second settlement (a late reply after a cancel) is dropped.
     pub(crate) fn settle(&self, outcome: Outcome) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if !matches!(state.value, SlotState::Pending) {
-            return false;
-        }
-        state.value = SlotState::Settled(outcome);
-        if state.waiters > 0 {
-            self.ready.notify_all();
-        }
-        true
+        let kind = match outcome {
+            Outcome::Resolved(_) => RESOLVED,
+            Outcome::Rejected(_) => REJECTED,
+            Outcome::Cancelled => CANCELLED,
+        };
+        self.cell.settle(outcome, kind).is_ok()
     }
 
     /// Blocks until the slot is no longer pending.
     pub(crate) fn wait_settled(&self) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while matches!(state.value, SlotState::Pending) {
-            state.waiters += 1;
-            state = self.ready.wait(state).unwrap_or_else(|e| e.into_inner());
-            state.waiters -= 1;
-        }
+        self.cell.wait_until(None);
     }
 
     /// Blocks until the slot is no longer pending or `until` passes; answers whether it is
     /// still pending.
     pub(crate) fn wait_settled_until(&self, until: Instant) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while matches!(state.value, SlotState::Pending) {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return true;
-            }
-            state.waiters += 1;
-            state = self
-                .ready
-                .wait_timeout(state, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-            state.waiters -= 1;
-        }
-        false
+        self.cell.wait_until(Some(until)) == Waited::TimedOut
     }
 
     /// Takes the outcome out of a settled slot, leaving it taken; a pending slot stays pending.
     pub(crate) fn take(&self) -> SlotState {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        match std::mem::replace(&mut state.value, SlotState::Taken) {
-            SlotState::Pending => {
-                state.value = SlotState::Pending;
-                SlotState::Pending
-            }
-            taken => taken,
+        match self.cell.take() {
+            Took::Pending => SlotState::Pending,
+            Took::Value(outcome) => SlotState::Settled(outcome),
+            Took::Taken => SlotState::Taken,
         }
     }
 
-    /// Reads the slot's state in place.
-    pub(crate) fn inspect<R>(&self, read: impl FnOnce(&SlotState) -> R) -> R {
-        read(&self.state.lock().unwrap_or_else(|e| e.into_inner()).value)
+    /// Where the slot stands.
+    pub(crate) fn status(&self) -> SlotStatus {
+        match self.cell.standing() {
+            Standing::Pending => SlotStatus::Pending,
+            Standing::Taken => SlotStatus::Taken,
+            Standing::Settled(RESOLVED) => SlotStatus::Resolved,
+            Standing::Settled(REJECTED) => SlotStatus::Rejected,
+            Standing::Settled(_) => SlotStatus::Cancelled,
+        }
     }
 }

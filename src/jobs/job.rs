@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
+use super::host_slot::HostSlot;
 use super::messages::WorkerMsg;
 use super::pool_shared::PoolShared;
 use crate::pool::handoff::{CancelOutcome, Handoff};
@@ -72,6 +73,9 @@ pub(crate) struct JobShared {
     /// What the job holds of its generation's [`MAX_JOB_BYTES`], for the jobs scripts dispatch:
     /// given back when the last holder (the item, the promise's canceller) lets go.
     charge: OnceLock<Held>,
+    /// Where the outcome goes when the host dispatched the job (`ReplyTo::HostJob`): in the
+    /// job's own allocation, so a host dispatch allocates once. Unused by other jobs.
+    host: HostSlot,
 }
 
 /// What a registered job's items count on worker threads: its id, which forwarded queries carry
@@ -83,6 +87,11 @@ pub(crate) struct JobTally {
 }
 
 impl JobShared {
+    /// The slot a host [`Promise`](crate::Promise) of this job waits on.
+    pub(crate) fn host_slot(&self) -> &HostSlot {
+        &self.host
+    }
+
     /// The state of a job a script or the host dispatched.
     pub(crate) fn new(
         name: Option<String>,
@@ -138,6 +147,7 @@ impl JobShared {
             fresh: AtomicBool::new(false),
             tally,
             charge: OnceLock::new(),
+            host: HostSlot::default(),
         })
     }
 

@@ -6,14 +6,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
-
 use super::event_log::EventLog;
 use super::job::MAX_JOB_BYTES;
 use super::messages::DomainEvent;
 use super::registered::directory::JobDirectory;
 use super::service_names::ServiceNames;
 use super::warm::WarmRegistry;
+use crate::pool::wake_queue::{wake_queue, WakeReceiver, WakeSender};
 use crate::principal::capability::{Attribution, Authority, Grant};
 use crate::principal::event_queue::EventQueue;
 use crate::principal::{Generation, Logs, Principal, Profile};
@@ -26,15 +25,24 @@ use crate::vm::{Liveness, Plan};
 /// uses to reach the engine thread of the principal's domain (settled promises, reports,
 /// forwarded queries, recorded commands). The domain's public
 /// [`DomainMailbox`](crate::DomainMailbox) wraps it with the event queue.
+///
+/// The transport is a [`WakeSender`] (`pool/wake_queue.rs`): a send is a short critical section
+/// that pushes the event, and only the send that finds the engine thread asleep wakes it; the
+/// engine takes every event that arrived with one swap ([`MailboxReceiver`]). All events of a
+/// generation travel in one queue, so they are handled in the order they were sent: a
+/// settlement's commands before its reply, a report before what followed it.
 #[derive(Clone)]
 pub(crate) struct MailboxSender {
-    tx: Sender<DomainEvent>,
+    tx: WakeSender<DomainEvent>,
 }
+
+/// The receiving end of one generation's mailbox, which the engine thread drains.
+pub(crate) type MailboxReceiver = WakeReceiver<DomainEvent>;
 
 impl MailboxSender {
     /// A new mailbox: its sending end and the receiving end the engine thread drains.
-    pub(crate) fn new() -> (MailboxSender, Receiver<DomainEvent>) {
-        let (tx, rx) = crossbeam_channel::unbounded();
+    pub(crate) fn new() -> (MailboxSender, MailboxReceiver) {
+        let (tx, rx) = wake_queue();
         (MailboxSender { tx }, rx)
     }
 
@@ -45,7 +53,7 @@ impl MailboxSender {
 
     /// Sends an engine-thread event; hands it back when the domain is gone.
     pub(crate) fn post_or_return(&self, event: DomainEvent) -> Result<(), Box<DomainEvent>> {
-        self.tx.send(event).map_err(|e| Box::new(e.into_inner()))
+        self.tx.send(event).map_err(Box::new)
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! A reply travels as the message its home reads: a [`DomainEvent::Settle`] for the engine VM, a
 //! [`WorkerMsg::Settle`] for a worker VM, an [`ActorWake::Settle`] for an actor's VM; a host
-//! slot is settled in place, and a `parallelFor` chunk deposits into its collector, which
+//! slot (alone, or inside the job the host dispatched) is settled in place, and a `parallelFor` chunk deposits into its collector, which
 //! replies once for the whole call.
 
 use std::sync::Arc;
@@ -31,8 +31,11 @@ pub(crate) enum ReplyTo {
         vm: u64,
         promise: PromiseId,
     },
-    /// A Rust [`Promise`](crate::Promise) held by host code.
+    /// A Rust [`Promise`](crate::Promise) held by host code, on a slot of its own (a forwarded
+    /// query's answer, a registered job's call).
     Host(Arc<HostSlot>),
+    /// A Rust [`Promise`](crate::Promise) of a job the host dispatched: the slot inside the job.
+    HostJob(Arc<JobShared>),
     /// Chunk `index` (from 0) of a `jobs.parallelFor`: its collector settles the promise.
     Chunk { gather: Arc<Gather>, index: usize },
     /// A promise homed in a `@skein/worker` worker's VM: its lane reads `wakes` between runs.
@@ -68,6 +71,9 @@ pub(crate) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, po
         ),
         ReplyTo::Host(slot) => {
             slot.settle(outcome);
+        }
+        ReplyTo::HostJob(job) => {
+            job.host_slot().settle(outcome);
         }
         ReplyTo::Chunk { gather, index } => gather.deposit(index, outcome),
         ReplyTo::Actor { wakes, promise } => {

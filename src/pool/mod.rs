@@ -13,8 +13,10 @@ mod deques;
 pub(crate) mod executor;
 pub(crate) mod handoff;
 pub(crate) mod lanes;
+pub(crate) mod one_shot;
 pub(crate) mod sleep;
 pub(crate) mod stats;
+pub(crate) mod wake_queue;
 
 /// Polls `done` every millisecond until it holds or `limit` passes; answers its last answer.
 /// The unit tests of this folder wait with it (`tests/support.rs` has the integration tests'

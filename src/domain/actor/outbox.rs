@@ -214,11 +214,12 @@ impl ActorShared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jobs::MailboxReceiver;
     use crate::principal::event_queue::EventQueue;
     use crate::principal::EventLimits;
     use crate::principal::Generation;
 
-    fn test_mailbox() -> (DomainMailbox, crossbeam_channel::Receiver<DomainEvent>) {
+    fn test_mailbox() -> (DomainMailbox, MailboxReceiver) {
         let generation = Generation(1);
         DomainMailbox::new(
             EventQueue::new(EventLimits::default(), generation),
@@ -226,8 +227,9 @@ mod tests {
         )
     }
 
-    fn settled(rx: &crossbeam_channel::Receiver<DomainEvent>) -> Vec<PromiseId> {
-        rx.try_iter()
+    fn settled(rx: &MailboxReceiver) -> Vec<PromiseId> {
+        rx.take_all()
+            .into_iter()
             .filter_map(|event| match event {
                 DomainEvent::Settle { promise, .. } => Some(promise),
                 _ => None,

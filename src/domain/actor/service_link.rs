@@ -124,7 +124,7 @@ impl ServiceLink {
                 self.principal.end_reason()
             )));
         }
-        let mut answer = jobs::Promise::new(slot, None);
+        let mut answer = jobs::Promise::new(slot);
         loop {
             if let Some(text) = self.ended(name) {
                 *self.cut.borrow_mut() = Some(text.clone());

@@ -27,11 +27,7 @@ impl ScriptDomain {
     /// generations. Answers whether it handled anything.
     pub(crate) fn drain(&self) -> bool {
         self.drain_stale();
-        let mut any = false;
-        while let Ok(event) = self.current.rx.try_recv() {
-            self.handle(event);
-            any = true;
-        }
+        let any = self.drain_mailbox();
         // The drain is the engine VM's start point for engine events.
         let events = &self.current.principal.events;
         any | jobs::deliver_events(
@@ -39,6 +35,13 @@ impl ScriptDomain {
             events,
             self.current.principal.max_deadline,
         )
+    }
+
+    /// Handles every event in the current generation's mailbox, in the order sent: each take
+    /// is one swap of the whole queue, repeated until one finds nothing. Answers whether it
+    /// handled anything.
+    pub(crate) fn drain_mailbox(&self) -> bool {
+        self.current.rx.drain(|event| self.handle(event)) > 0
     }
 
     pub(crate) fn handle(&self, event: DomainEvent) {

@@ -8,9 +8,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crossbeam_channel::Receiver;
-
-use crate::jobs::{DomainEvent, MailboxSender, PrincipalCell};
+use crate::jobs::{DomainEvent, MailboxReceiver, MailboxSender, PrincipalCell};
 use crate::principal::event_queue::{EventQueue, Routing};
 use crate::principal::{EventTarget, Generation, PostRefused};
 use crate::value::Message;
@@ -46,7 +44,7 @@ impl DomainMailbox {
     pub(crate) fn new(
         events: Arc<EventQueue>,
         generation: Generation,
-    ) -> (DomainMailbox, Receiver<DomainEvent>) {
+    ) -> (DomainMailbox, MailboxReceiver) {
         let (sender, rx) = MailboxSender::new();
         let mailbox = DomainMailbox {
             sender,

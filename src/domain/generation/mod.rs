@@ -22,15 +22,14 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, TryRecvError};
-
 use crate::domain::events::handlers as event_handlers;
 use crate::domain::frame::{engine_services, phases};
+use crate::domain::host_dispatch::HostTargets;
 use crate::domain::reports::Reports;
 use crate::domain::{actor, interfaces, DomainState, Load, Report, ScriptDomain};
 use crate::error::{Error, Halt, NameRefusal, Result};
 use crate::jobs::{
-    self, DomainEvent, HomeKind, JobsHome, MailboxSender, Pool, PrincipalCell, Registry,
+    self, HomeKind, JobsHome, MailboxReceiver, MailboxSender, Pool, PrincipalCell, Registry,
     MAX_DEADLINE,
 };
 use crate::principal::profile::ProfileKind;
@@ -63,7 +62,7 @@ use crate::vm::{self, FailureKind, JobFailure, Outcome, TaskFailure, Vm};
 pub(crate) struct GenerationState {
     pub(crate) principal: Arc<PrincipalCell>,
     pub(crate) vm: Vm,
-    pub(crate) rx: Receiver<DomainEvent>,
+    pub(crate) rx: MailboxReceiver,
     /// The jobs its scripts registered (`jobs.register`) and the host's kernels.
     pub(crate) registry: Rc<Registry>,
     /// The host's contexts and the handlers scripts bound to them.
@@ -72,6 +71,8 @@ pub(crate) struct GenerationState {
     pub(crate) actors: Rc<actor::Actors>,
     /// Host promises of this generation that may be pending: rejected when it ends.
     pub(crate) host_promises: RefCell<host_promises::HostPromises>,
+    /// The `(module, entry)` pairs host dispatch resolved in its engine VM's modules.
+    pub(crate) host_targets: RefCell<HostTargets>,
 }
 
 /// The host's parts of a domain that a generation's engine VM is built against.
@@ -91,7 +92,7 @@ impl GenerationState {
 
     /// Drops the generation but the receiving end of its mailbox, which is answered: the rest
     /// goes now, in declaration order, so what its drops post is in the receiver.
-    pub(crate) fn into_rx(self) -> Receiver<DomainEvent> {
+    pub(crate) fn into_rx(self) -> MailboxReceiver {
         self.rx
     }
 
@@ -106,7 +107,7 @@ impl GenerationState {
     pub(crate) fn assemble(
         host: &EngineSetup<'_>,
         principal: Arc<PrincipalCell>,
-        rx: Receiver<DomainEvent>,
+        rx: MailboxReceiver,
         registry: Rc<Registry>,
         bindings: Rc<phases::Bindings>,
         actors: Rc<actor::Actors>,
@@ -126,6 +127,7 @@ impl GenerationState {
             bindings,
             actors,
             host_promises: RefCell::default(),
+            host_targets: RefCell::default(),
         })
     }
 }
@@ -404,15 +406,14 @@ impl ScriptDomain {
         let discarded = self.event_handlers.queue().take_discarded();
         self.count_stale(discarded);
         let mut receivers = self.stale_rx.borrow_mut();
-        receivers.retain(|rx| loop {
-            match rx.try_recv() {
-                Ok(event) => {
-                    self.count_stale(1);
-                    drop(event);
-                }
-                Err(TryRecvError::Empty) => break true,
-                Err(TryRecvError::Disconnected) => break false,
+        receivers.retain(|rx| {
+            let mut events = Vec::new();
+            let connected = rx.take_into(&mut events);
+            for event in events {
+                self.count_stale(1);
+                drop(event);
             }
+            connected
         });
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::jobs::host_slot::{HostSlot, SlotState};
+use crate::jobs::host_slot::{HostSlot, SlotState, SlotStatus};
 use crate::jobs::job::JobShared;
 use crate::value::Message;
 use crate::vm::Outcome;
@@ -36,9 +36,16 @@ use crate::vm::Outcome;
 /// ```
 #[must_use = "a promise does nothing unless waited on or cancelled"]
 pub struct Promise<T = Message> {
-    slot: Arc<HostSlot>,
-    job: Option<Arc<JobShared>>,
+    slot: PromiseSlot,
     _value: PhantomData<fn() -> T>,
+}
+
+/// Where a promise's outcome lands.
+enum PromiseSlot {
+    /// A slot of its own: nothing to cancel beyond settling it.
+    Alone(Arc<HostSlot>),
+    /// The slot inside a job the host dispatched, which a cancel also stops.
+    Job(Arc<JobShared>),
 }
 
 /// What [`Promise::status`] answers.
@@ -57,11 +64,26 @@ pub enum PromiseStatus {
 }
 
 impl Promise<Message> {
-    pub(crate) fn new(slot: Arc<HostSlot>, job: Option<Arc<JobShared>>) -> Self {
+    /// A promise of `slot`, which nothing else cancels.
+    pub(crate) fn new(slot: Arc<HostSlot>) -> Self {
         Promise {
-            slot,
-            job,
+            slot: PromiseSlot::Alone(slot),
             _value: PhantomData,
+        }
+    }
+
+    /// A promise of the job the host dispatched: its outcome lands in the job's own slot.
+    pub(crate) fn of_job(job: Arc<JobShared>) -> Self {
+        Promise {
+            slot: PromiseSlot::Job(job),
+            _value: PhantomData,
+        }
+    }
+
+    fn slot(&self) -> &HostSlot {
+        match &self.slot {
+            PromiseSlot::Alone(slot) => slot,
+            PromiseSlot::Job(job) => job.host_slot(),
         }
     }
 
@@ -80,7 +102,7 @@ impl Promise<Message> {
 
     /// Blocks until the slot is no longer pending, then takes its outcome.
     fn wait_on_slot(&mut self) -> Result<Message> {
-        self.slot.wait_settled();
+        self.slot().wait_settled();
         self.try_take()
             .expect("a slot that is no longer pending answers try_take: settled or taken")
     }
@@ -91,7 +113,7 @@ impl Promise<Message> {
         let Some(until) = Instant::now().checked_add(timeout) else {
             return Some(self.wait_on_slot());
         };
-        if self.slot.wait_settled_until(until) {
+        if self.slot().wait_settled_until(until) {
             return None;
         }
         self.try_take()
@@ -99,7 +121,7 @@ impl Promise<Message> {
 
     /// Takes the value if the promise has settled, without waiting.
     pub fn try_take(&mut self) -> Option<Result<Message>> {
-        match self.slot.take() {
+        match self.slot().take() {
             SlotState::Pending => None,
             SlotState::Taken => Some(Err(Error::PromiseTaken)),
             SlotState::Settled(outcome) => Some(match outcome {
@@ -113,10 +135,10 @@ impl Promise<Message> {
     /// Cancels the work: a queued job never runs, a running one stops at its next interrupt or
     /// yield. Answers false when the promise had already settled.
     pub fn cancel(&self) -> bool {
-        if !self.slot.settle(Outcome::Cancelled) {
+        if !self.slot().settle(Outcome::Cancelled) {
             return false;
         }
-        if let Some(job) = &self.job {
+        if let PromiseSlot::Job(job) = &self.slot {
             job.request_cancel();
         }
         true
@@ -124,13 +146,13 @@ impl Promise<Message> {
 
     /// Where the promise stands.
     pub fn status(&self) -> PromiseStatus {
-        self.slot.inspect(|state| match state {
-            SlotState::Pending => PromiseStatus::Pending,
-            SlotState::Taken => PromiseStatus::Taken,
-            SlotState::Settled(Outcome::Resolved(_)) => PromiseStatus::Resolved,
-            SlotState::Settled(Outcome::Rejected(_)) => PromiseStatus::Rejected,
-            SlotState::Settled(Outcome::Cancelled) => PromiseStatus::Cancelled,
-        })
+        match self.slot().status() {
+            SlotStatus::Pending => PromiseStatus::Pending,
+            SlotStatus::Taken => PromiseStatus::Taken,
+            SlotStatus::Resolved => PromiseStatus::Resolved,
+            SlotStatus::Rejected => PromiseStatus::Rejected,
+            SlotStatus::Cancelled => PromiseStatus::Cancelled,
+        }
     }
 }
 

@@ -99,12 +99,8 @@ pub(super) fn retire(
             },
         );
     }
-    for owner in wvm.take_running() {
-        owner.complete(&wvm.vm.lua, Err(why.failure()));
-    }
-    // Jobs registered from this VM lived in it: each is errored, naming why.
-    let lost = format!("the worker VM that registered it was {}", why.replaced());
-    vm_lost(&wvm.vm.lua, &wvm.principal, &lost);
+    // The report goes first: the mailbox keeps each sender's order, so an engine that sees a
+    // job of this VM rejected (and may stop pumping then) has the report already.
     let keys = dropped_keys(&wvm.keys_seen);
     wvm.principal.mailbox.send(DomainEvent::Report {
         label: VM_RETIRED.to_owned(),
@@ -113,6 +109,12 @@ pub(super) fn retire(
             why.report()
         ),
     });
+    for owner in wvm.take_running() {
+        owner.complete(&wvm.vm.lua, Err(why.failure()));
+    }
+    // Jobs registered from this VM lived in it: each is errored, naming why.
+    let lost = format!("the worker VM that registered it was {}", why.replaced());
+    vm_lost(&wvm.vm.lua, &wvm.principal, &lost);
     parked
 }
 
