@@ -62,8 +62,15 @@ pub(crate) struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     pub(crate) fn new(raw: &'a RawLua, limit: usize) -> Self {
+        Self::on(raw, raw.state(), limit)
+    }
+
+    /// A reader of another thread's stack (a coroutine of the same VM that just returned): the
+    /// worker reads a job's result in place this way. A userdata met on the way is moved to
+    /// `raw`'s own stack to be taken off as an mlua value.
+    pub(crate) fn on(raw: &'a RawLua, state: *mut ffi::lua_State, limit: usize) -> Self {
         Reader {
-            state: raw.state(),
+            state,
             raw,
             limit,
             weight: 0,
@@ -80,7 +87,14 @@ impl<'a> Reader<'a> {
         unsafe {
             let top = ffi::lua_gettop(self.state);
             let idx = ffi::lua_absindex(self.state, idx);
-            let slots = SLOTS_PER_LEVEL * (Limits::MAX_DEPTH as c_int + 1) + SLOT_MARGIN;
+            // Only a table's walk uses the stack below it; anything else needs at most the
+            // margin (a userdata's probe), so a scalar read never grows a small stack (a
+            // worker's coroutine, read in place).
+            let slots = if ffi::lua_type(self.state, idx) == ffi::LUA_TTABLE {
+                SLOTS_PER_LEVEL * (Limits::MAX_DEPTH as c_int + 1) + SLOT_MARGIN
+            } else {
+                SLOT_MARGIN
+            };
             if ffi::lua_checkstack(self.state, slots) == 0 {
                 return Err(Refusal::new(TransferErrorKind::TooDeep {
                     max_depth: Limits::MAX_DEPTH,
@@ -187,9 +201,18 @@ impl<'a> Reader<'a> {
     /// `idx` is a valid index of a userdata.
     #[cold]
     unsafe fn read_userdata(&mut self, idx: c_int) -> Result<Message, Refusal> {
-        // SAFETY: one slot of the reserved margin holds the copy that pop_value takes off.
+        // SAFETY: one slot of the reserved margin holds the copy that pop_value takes off; read
+        // on another thread's stack, the copy moves to `raw`'s (one slot checked there).
         let value = unsafe {
             ffi::lua_pushvalue(self.state, idx);
+            let own = self.raw.state();
+            if own != self.state {
+                if ffi::lua_checkstack(own, 1) == 0 {
+                    ffi::lua_pop(self.state, 1);
+                    return Err(Refusal::new(TransferErrorKind::UserData));
+                }
+                ffi::lua_xmove(self.state, own, 1);
+            }
             self.raw.pop_value()
         };
         let handle = match value {

@@ -34,6 +34,34 @@ pub(crate) fn build(lua: &Lua, message: &Message) -> mlua::Result<Value> {
     }
 }
 
+/// Builds one message on `state`, for a caller that is already inside a protected call there
+/// (the worker's per-VM push function, `vm/coroutine.rs`): the value is left on top and `true`
+/// answered, or the Rust-side refusal recorded in `failure` and `false` answered. A Luau memory
+/// error raises, to the caller's protected call.
+///
+/// # Safety
+/// Runs inside a protected call on `state`, which is `lua`'s current state.
+pub(crate) unsafe fn write_protected(
+    lua: &Lua,
+    state: *mut ffi::lua_State,
+    message: &Message,
+    failure: &mut Option<mlua::Error>,
+) -> bool {
+    // SAFETY: the caller's contract: allocations here raise to its protected call.
+    if unsafe { ffi::lua_checkstack(state, SLOTS_PER_LEVEL) } == 0 {
+        *failure = Some(mlua::Error::runtime(
+            "Luau stack overflow while building a message",
+        ));
+        return false;
+    }
+    let mut builder = Builder {
+        lua,
+        state,
+        failure,
+    };
+    builder.push(message, 0)
+}
+
 struct Builder<'a> {
     lua: &'a Lua,
     state: *mut ffi::lua_State,

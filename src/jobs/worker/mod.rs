@@ -207,8 +207,8 @@ impl LuauWorker {
         };
         let wvm = &mut self.vms[slot];
         start::prepare(wvm, &item);
-        let function = match start::find_entry(wvm, &item) {
-            Ok(f) => f,
+        let entry = match start::find_entry(wvm, &item) {
+            Ok(entry) => entry,
             Err(EntryMissing::Refused(kind, message)) => {
                 return start::reject(item, kind, message, &pool)
             }
@@ -219,11 +219,7 @@ impl LuauWorker {
                 resume_unwind(payload);
             }
         };
-        let args = match start::entry_args(&wvm.vm.lua, &item.args) {
-            Ok(args) => args,
-            Err(message) => return start::reject(item, FailureKind::Transfer, message, &pool),
-        };
-        start::launch(wvm, item, function, args, (clock, turn), pool);
+        start::launch(wvm, item, entry, (clock, turn), pool);
     }
 }
 
