@@ -85,12 +85,16 @@ impl<'a> Reader<'a> {
     pub(crate) unsafe fn read_at(&mut self, idx: c_int) -> Result<Message, Refusal> {
         // SAFETY: the caller guarantees the state and index; these calls only inspect the stack.
         unsafe {
+            let ty = ffi::lua_type(self.state, idx);
+            if ty != ffi::LUA_TTABLE && ty != ffi::LUA_TUSERDATA {
+                // A scalar, a string or a buffer: read in place, using no stack.
+                return self.read_typed(ty, idx);
+            }
             let top = ffi::lua_gettop(self.state);
             let idx = ffi::lua_absindex(self.state, idx);
-            // Only a table's walk uses the stack below it; anything else needs at most the
-            // margin (a userdata's probe), so a scalar read never grows a small stack (a
-            // worker's coroutine, read in place).
-            let slots = if ffi::lua_type(self.state, idx) == ffi::LUA_TTABLE {
+            // Only a table's walk uses the stack below it; a userdata needs the margin for
+            // its probe, so reading one never grows a small stack (a worker's coroutine).
+            let slots = if ty == ffi::LUA_TTABLE {
                 SLOTS_PER_LEVEL * (Limits::MAX_DEPTH as c_int + 1) + SLOT_MARGIN
             } else {
                 SLOT_MARGIN
@@ -136,10 +140,20 @@ impl<'a> Reader<'a> {
     /// # Safety
     /// `idx` is an absolute, valid index with the reserved stack available above the top.
     unsafe fn read(&mut self, idx: c_int) -> Result<Message, Refusal> {
+        // SAFETY: idx is valid (caller); reading its type only reads the slot.
+        unsafe { self.read_typed(ffi::lua_type(self.state, idx), idx) }
+    }
+
+    /// [`read`](Self::read) of a value whose type `ty` was read already.
+    ///
+    /// # Safety
+    /// As for `read`; `ty` is the type of the value at `idx`.
+    #[inline]
+    unsafe fn read_typed(&mut self, ty: c_int, idx: c_int) -> Result<Message, Refusal> {
         let state = self.state;
         // SAFETY: idx is valid (caller); every call below only reads the value at idx.
         unsafe {
-            match ffi::lua_type(state, idx) {
+            match ty {
                 ffi::LUA_TNIL => self.charge(0).map(|()| Message::Nil),
                 ffi::LUA_TBOOLEAN => {
                     self.charge(0)?;

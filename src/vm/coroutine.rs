@@ -161,7 +161,7 @@ pub(crate) unsafe fn push_field(thread: &Thread, table: &RegistryKey, key: &Regi
             ffi::lua_settop(co, 0);
             return false;
         }
-        ffi::lua_remove(co, -2);
+        ffi::lua_replace(co, -2);
     }
     true
 }

@@ -121,6 +121,9 @@ impl LuauWorker {
 
     /// Hands items dispatched by this thread's VMs to its own deque, where idle siblings steal.
     fn flush_outbox(&self, cx: &WorkerContext<'_, Self>) {
+        if self.outbox.borrow().is_empty() {
+            return; // the common case: the items run dispatched nothing
+        }
         let items = std::mem::take(&mut *self.outbox.borrow_mut());
         for item in items {
             cx.push_local(item);

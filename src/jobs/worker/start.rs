@@ -77,7 +77,13 @@ pub(super) fn claim(item: &Item) -> Claim {
 #[inline]
 pub(super) fn prepare(wvm: &mut WorkerVm, item: &Item) {
     wvm.sync_services();
-    deliver_events(&wvm.vm, &wvm.principal.events, wvm.principal.max_deadline);
+    // Read before the delivery: it takes every event up to at least this sequence number, so
+    // while the log stays there, there is nothing new to deliver.
+    let events = wvm.principal.events.next_seq();
+    if events != wvm.events_seen {
+        deliver_events(&wvm.vm, &wvm.principal.events, wvm.principal.max_deadline);
+        wvm.events_seen = events;
+    }
     if let Some(key) = &item.job.key {
         let fresh = wvm.keys_seen.insert(key.clone());
         item.job.fresh.store(fresh, Ordering::Relaxed);
@@ -275,7 +281,7 @@ pub(super) fn launch(
             return reject(item, FailureKind::Transfer, message, &pool);
         }
     };
-    let (finish, owner) = owned(item, (clock, turn), pool);
+    let (finish, owner) = owned(item, (clock, turn), pool, wvm.spare_owner.take());
     let lua = &wvm.vm.lua;
     let ended = start_root(&*wvm.vm.core, lua, thread, nargs, &owner, |end| match end {
         RootEnd::Returned { thread, count } => first_value(lua, thread, count),
@@ -285,6 +291,13 @@ pub(super) fn launch(
         Some(result) => {
             let commands = owner.commands.as_ref().map(CommandLog::close);
             finish.end(result, commands.unwrap_or_default());
+            let mut owner = owner;
+            // Nothing the job made holds its owner (no task it spawned is alive): keep the
+            // allocation for the next job, holding nothing of this one.
+            if let Some(spare) = Rc::get_mut(&mut owner) {
+                spare.release(wvm.idle_identity.clone());
+                wvm.spare_owner = Some(owner);
+            }
         }
         None => {
             let key = Arc::as_ptr(&finish.job);
@@ -301,6 +314,7 @@ fn owned(
     item: Item,
     (clock, turn): (Option<ItemClock>, Option<LaneTurn>),
     pool: Arc<PoolShared>,
+    spare: Option<Rc<Owner>>,
 ) -> (Finish, Rc<Owner>) {
     let Item {
         principal,
@@ -316,11 +330,17 @@ fn owned(
     } = item;
     drop((spent_args, spent_charge));
     let owner_label: Arc<dyn OwnerIdentity> = job.clone();
-    let owner = Rc::new(
-        Owner::new(owner_label, deadline, None)
-            .with_commands()
-            .with_authority(authority.clone()),
-    );
+    let made = Owner::job(owner_label, deadline, authority.clone());
+    let owner = match spare {
+        Some(mut spare) => match Rc::get_mut(&mut spare) {
+            Some(slot) => {
+                *slot = made;
+                spare
+            }
+            None => Rc::new(made),
+        },
+        None => Rc::new(made),
+    };
     let finish = Finish {
         principal,
         job,
@@ -344,7 +364,7 @@ fn unstarted(
     pool: Arc<PoolShared>,
     message: String,
 ) {
-    let (finish, owner) = owned(item, clock_turn, pool);
+    let (finish, owner) = owned(item, clock_turn, pool, None);
     let commands = owner.commands.as_ref().map(CommandLog::close);
     let failure = TaskFailure::raised(message, String::new());
     finish.end(Err(failure), commands.unwrap_or_default());

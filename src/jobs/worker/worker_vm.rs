@@ -26,8 +26,8 @@ use crate::jobs::pool_shared::PoolShared;
 use crate::jobs::principal_cell::PrincipalCell;
 use crate::jobs::service_stubs::install_stubs;
 use crate::vm::{
-    close_globals, error_message, panic_message, source_epoch, with_open_globals, Owner, Reporter,
-    TaskFailure, Vm,
+    close_globals, error_message, panic_message, source_epoch, with_open_globals, Owner,
+    OwnerIdentity, Reporter, TaskFailure, Vm,
 };
 
 /// One `(module, entry)` pair an item named, kept per VM so an item finds its entry without
@@ -140,6 +140,14 @@ pub(super) struct WorkerVm {
     pub(super) warm: WarmPass,
     /// How many of the principal's engine-service names have their stubs in this VM.
     pub(super) services_installed: usize,
+    /// The engine-event log's next sequence number when an item last delivered events here
+    /// (`u64::MAX` before the first): an item skips the delivery while the log stays there.
+    pub(super) events_seen: u64,
+    /// The owner of a job that ended in its first run and that nothing else held: the next
+    /// job's owner is made in its allocation ([`Owner::release`]).
+    pub(super) spare_owner: Option<Rc<Owner>>,
+    /// What a spare owner is named while it waits (it owns no task).
+    pub(super) idle_identity: Arc<dyn OwnerIdentity>,
 }
 
 impl WorkerVm {
@@ -239,6 +247,9 @@ impl WorkerVm {
             keys_seen: HashSet::default(),
             warm: WarmPass::default(),
             services_installed: 0,
+            events_seen: u64::MAX,
+            spare_owner: None,
+            idle_identity: Arc::new("a finished job"),
         };
         wvm.sync_services();
         for entry in principal.warms.active() {
