@@ -110,6 +110,26 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// [`read_at`](Self::read_at) of a value whose type `ty` the caller has read already
+    /// (a worker checks a job's result for a userdata first): a scalar, string or buffer is
+    /// read in place without a second type read.
+    ///
+    /// # Safety
+    /// As for `read_at`; `ty` is the type of the value at `idx`.
+    pub(crate) unsafe fn read_typed_at(
+        &mut self,
+        ty: c_int,
+        idx: c_int,
+    ) -> Result<Message, Refusal> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if ty != ffi::LUA_TTABLE && ty != ffi::LUA_TUSERDATA {
+                return self.read_typed(ty, idx);
+            }
+            self.read_at(idx)
+        }
+    }
+
     /// What the walk has weighed so far: after a whole read, the value's
     /// [`queue_weight`](Message::queue_weight).
     pub(crate) fn weight(&self) -> usize {

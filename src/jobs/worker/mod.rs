@@ -120,10 +120,16 @@ impl LuauWorker {
     }
 
     /// Hands items dispatched by this thread's VMs to its own deque, where idle siblings steal.
+    #[inline]
     fn flush_outbox(&self, cx: &WorkerContext<'_, Self>) {
-        if self.outbox.borrow().is_empty() {
-            return; // the common case: the items run dispatched nothing
+        // The common case, checked inline: the items run dispatched nothing.
+        if !self.outbox.borrow().is_empty() {
+            self.push_outbox(cx);
         }
+    }
+
+    #[cold]
+    fn push_outbox(&self, cx: &WorkerContext<'_, Self>) {
         let items = std::mem::take(&mut *self.outbox.borrow_mut());
         for item in items {
             cx.push_local(item);
@@ -151,10 +157,15 @@ impl LuauWorker {
     /// Retires the VMs that reached their memory limit: what keeps their memory (tasks the
     /// failed job spawned, module state) would fail every later item on them. A VM for the
     /// principal is built anew on its next item.
+    #[inline]
     fn retire_exhausted(&mut self, cx: &WorkerContext<'_, Self>) {
-        if !self.vms.iter().any(|v| v.vm.core.hit_memory_limit()) {
-            return;
+        if self.vms.iter().any(|v| v.vm.core.hit_memory_limit()) {
+            self.retire_now(cx);
         }
+    }
+
+    #[cold]
+    fn retire_now(&mut self, cx: &WorkerContext<'_, Self>) {
         let (exhausted, kept): (Vec<WorkerVm>, Vec<WorkerVm>) = std::mem::take(&mut self.vms)
             .into_iter()
             .partition(|v| v.vm.core.hit_memory_limit());

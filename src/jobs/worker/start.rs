@@ -199,13 +199,15 @@ fn first_value(lua: &Lua, thread: &Thread, count: c_int) -> JobResult {
         return Ok(Ok((Message::Nil, Limits::NODE_WEIGHT)));
     }
     // SAFETY: index 1 is the first returned value; reading its type can't raise.
-    if unsafe { ffi::lua_type(co, 1) } == ffi::LUA_TUSERDATA {
+    let ty = unsafe { ffi::lua_type(co, 1) };
+    if ty == ffi::LUA_TUSERDATA {
         return first_userdata(lua, co);
     }
     lua.exec_raw_lua(|raw| {
         let mut reader = Reader::on(raw, co, Limits::MAX_MESSAGE_BYTES);
-        // SAFETY: index 1 is valid on the coroutine; the reader restores its top.
-        let read = unsafe { reader.read_at(1) };
+        // SAFETY: index 1 is valid on the coroutine and of type `ty`; the reader restores its
+        // top.
+        let read = unsafe { reader.read_typed_at(ty, 1) };
         Ok(read
             .map(|message| (message, reader.weight()))
             .map_err(|r| r.into_error("result")))
