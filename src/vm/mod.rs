@@ -43,7 +43,9 @@ pub(crate) use owner::{
     panic_message, CommandLog, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure,
 };
 pub use plan::Plan;
-pub(crate) use scheduler::{return_coroutine, root_coroutine, start_root, RootEnd, TaskId};
+pub(crate) use scheduler::{
+    return_coroutine, root_coroutine, start_root, RootEnd, SchedulerHost, TaskId,
+};
 pub(crate) use stall_report::{watch as watch_liveness, VmWaits, WaitOn};
 pub(crate) use task_library::FrameClock;
 

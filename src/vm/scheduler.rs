@@ -381,6 +381,12 @@ impl Scheduler {
         self.ready.is_empty() && self.deferred.is_empty() && self.timers.is_empty()
     }
 
+    /// Whether a poll of this VM has nothing to do: nothing queued, deferred, timed or waiting
+    /// on frames (a step would run nothing and no wake time would come of it).
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.is_idle() && self.frame_waits.is_empty()
+    }
+
     /// Whether something can run right now.
     pub(crate) fn has_ready(&self, now: impl FnOnce() -> Instant) -> bool {
         !self.ready.is_empty()

@@ -34,7 +34,7 @@ use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
 use crate::pool::lanes::KeyLanes;
 use crate::principal::Principal;
 use crate::shared::{receive_parcel, sweep_parked_pops};
-use crate::vm::{self, FailureKind, Signal, TaskFailure};
+use crate::vm::{self, FailureKind, SchedulerHost, Signal, TaskFailure};
 use item_clock::{count_wait, ItemClock};
 use retire::{end_of_principal, retire, VmEnd};
 
@@ -140,6 +140,9 @@ impl LuauWorker {
     /// replayed, to be refused unrun like any other queued item of an ended principal. A job
     /// still running in such a VM fails now, naming why, so whoever awaits it is answered.
     fn drop_ended(&mut self, cx: &WorkerContext<'_, Self>) {
+        if self.vms.iter().all(|v| v.principal.is_alive()) {
+            return; // the common case, checked without rebuilding the list
+        }
         let before = self.vms.len();
         let replay = &mut self.replay;
         self.vms.retain_mut(|v| {
@@ -396,6 +399,15 @@ impl WorkerLogic for LuauWorker {
         let mut wake_at: Option<Instant> = None;
         let mut warming = false;
         for wvm in &self.vms {
+            warming |= wvm.warm.is_warming();
+            if let Some(at) = wvm.warm.next_wake() {
+                wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
+            }
+            // A VM with nothing queued, timed or waiting on frames has nothing to step and no
+            // wake time: one borrow instead of five on a busy worker's every round.
+            if wvm.vm.core.scheduler().borrow().is_quiet() {
+                continue;
+            }
             if wvm.vm.has_frame_waits() {
                 // Frames are the domain's: nothing tells this thread one passed, so a VM with
                 // tasks waiting on frames looks again after FRAME_POLL.
@@ -408,11 +420,9 @@ impl WorkerLogic for LuauWorker {
             if wvm.vm.has_ready() {
                 busy = true;
             }
-            let next = [wvm.vm.next_wake(), wvm.warm.next_wake()];
-            for at in next.into_iter().flatten() {
+            if let Some(at) = wvm.vm.next_wake() {
                 wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
             }
-            warming |= wvm.warm.is_warming();
         }
         if warming {
             busy |= self.drive_warm_passes(cx);
