@@ -34,7 +34,7 @@ use std::ptr;
 
 use mlua::{ffi, Lua, LuaString, RegistryKey, Thread, Value};
 
-use crate::value::{write_protected, Message};
+use crate::value::{self, write_protected, Message};
 
 /// How a raw resume ended.
 pub(crate) enum Resumed {
@@ -172,19 +172,8 @@ pub(crate) unsafe fn push_field(thread: &Thread, table: &RegistryKey, key: &Regi
 /// # Safety
 /// The coroutine is not running and has a free slot (an empty one has 40).
 pub(crate) unsafe fn push_scalar(thread: &Thread, message: &Message) -> bool {
-    let co = thread.state();
-    // SAFETY: the caller's contract; none of these pushes allocates, so none can raise.
-    unsafe {
-        match message {
-            Message::Nil => ffi::lua_pushnil(co),
-            Message::Boolean(b) => ffi::lua_pushboolean(co, c_int::from(*b)),
-            Message::Integer(i) => ffi::lua_pushinteger64(co, *i),
-            Message::Number(n) => ffi::lua_pushnumber(co, *n),
-            Message::Vector([x, y, z]) => ffi::lua_pushvector(co, *x, *y, *z),
-            _ => return false,
-        }
-    }
-    true
+    // SAFETY: the caller's contract: a free slot on a coroutine that is not running.
+    unsafe { value::push_scalar(thread.state(), message) }
 }
 
 /// What the protected push is handed through its light userdata.
