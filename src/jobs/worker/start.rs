@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use mlua::{ffi, Lua, RegistryKey, Thread, Value};
+use mlua::{ffi, Lua, RegistryKey, Thread};
 
 use super::completion::{completion, Finish, JobResult};
 use super::item_clock::ItemClock;
@@ -24,8 +24,8 @@ use crate::jobs::item::{Item, ItemArgs};
 use crate::jobs::keys::LaneTurn;
 use crate::jobs::pool_shared::PoolShared;
 use crate::jobs::reply::reply;
-use crate::value::read::Reader;
-use crate::value::{Limits, Message};
+use crate::value::read::{Reader, Refusal};
+use crate::value::{Limits, Message, TransferErrorKind};
 use crate::vm::coroutine;
 use crate::vm::{
     error_message, panic_message, return_coroutine, root_coroutine, source_epoch, start_root,
@@ -182,7 +182,9 @@ fn push_value(lua: &Lua, thread: &Thread, args: &ItemArgs) -> mlua::Result<()> {
         // SAFETY: the value is pushed on the calling state under mlua's contract, then moved
         // to the coroutine, which has room for it (it holds only its function).
         unsafe {
-            ffi::lua_checkstack(raw.state(), 1);
+            if ffi::lua_checkstack(raw.state(), 1) == 0 {
+                return Err(mlua::Error::StackError);
+            }
             raw.push(value)?;
             ffi::lua_xmove(raw.state(), thread.state(), 1);
         }
@@ -223,16 +225,21 @@ fn first_userdata(lua: &Lua, co: *mut ffi::lua_State) -> JobResult {
             // pop_value takes it off.
             unsafe {
                 if ffi::lua_checkstack(raw.state(), 1) == 0 {
-                    return Value::Nil;
+                    return None;
                 }
                 ffi::lua_pushvalue(co, 1);
                 ffi::lua_xmove(co, raw.state(), 1);
-                raw.pop_value()
+                Some(raw.pop_value())
             }
         })
     }));
     match taken {
-        Ok(value) => Ok(Message::read_weighed(&value, "result")),
+        Ok(Some(value)) => Ok(Message::read_weighed(&value, "result")),
+        // No room to take it: refused as the reader refuses a value it has no stack for.
+        Ok(None) => Ok(Err(Refusal::new(TransferErrorKind::TooDeep {
+            max_depth: Limits::MAX_DEPTH,
+        })
+        .into_error("result"))),
         Err(panic) => Err(TaskFailure::panicked(&panic)),
     }
 }
