@@ -48,6 +48,7 @@ mod top_level;
 mod value;
 mod vm_failures;
 mod warm;
+mod worker_entry;
 mod worker_events;
 mod worker_registered;
 mod world_example;

@@ -16,6 +16,12 @@ pub(crate) fn entry_function(
     entry: &str,
     key: LuaString,
 ) -> Result<Function, String> {
+    let table = module_table(lua, vm, module)?;
+    entry_in(&table, module, entry, key)
+}
+
+/// Requires `module` in the VM: the table of functions it returned.
+pub(crate) fn module_table(lua: &Lua, vm: &Vm, module: &Path) -> Result<Table, String> {
     let exports = vm.core.modules.require_path(lua, module).map_err(|e| {
         format!(
             "module {} could not be loaded: {}",
@@ -23,16 +29,23 @@ pub(crate) fn entry_function(
             error_message(&e)
         )
     })?;
-    let table: Table = match exports {
-        Value::Table(t) => t,
-        other => {
-            return Err(format!(
-                "module {} returned a {}, not a table of functions",
-                module.display(),
-                other.type_name()
-            ))
-        }
-    };
+    match exports {
+        Value::Table(t) => Ok(t),
+        other => Err(format!(
+            "module {} returned a {}, not a table of functions",
+            module.display(),
+            other.type_name()
+        )),
+    }
+}
+
+/// The function `entry` (named by `key`) of a module's `table`.
+pub(crate) fn entry_in(
+    table: &Table,
+    module: &Path,
+    entry: &str,
+    key: LuaString,
+) -> Result<Function, String> {
     match table.raw_get::<Value>(key) {
         Ok(Value::Function(f)) => Ok(f),
         Ok(other) => Err(format!(

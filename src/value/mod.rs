@@ -27,6 +27,7 @@ pub(crate) use convert::{ExactValue, ExactValues, MessageArg, MessageArgs};
 pub use error::{DecodeError, DecodeErrorKind, TransferError, TransferErrorKind};
 pub use limits::Limits;
 pub use resource_handle::ResourceHandle;
+pub(crate) use write::{push_scalar, write_protected};
 
 /// A value that can cross a worker or event boundary: plain data, copied once each way.
 ///

@@ -62,8 +62,15 @@ pub(crate) struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     pub(crate) fn new(raw: &'a RawLua, limit: usize) -> Self {
+        Self::on(raw, raw.state(), limit)
+    }
+
+    /// A reader of another thread's stack (a coroutine of the same VM that just returned): the
+    /// worker reads a job's result in place this way. A userdata met on the way is moved to
+    /// `raw`'s own stack to be taken off as an mlua value.
+    pub(crate) fn on(raw: &'a RawLua, state: *mut ffi::lua_State, limit: usize) -> Self {
         Reader {
-            state: raw.state(),
+            state,
             raw,
             limit,
             weight: 0,
@@ -78,9 +85,20 @@ impl<'a> Reader<'a> {
     pub(crate) unsafe fn read_at(&mut self, idx: c_int) -> Result<Message, Refusal> {
         // SAFETY: the caller guarantees the state and index; these calls only inspect the stack.
         unsafe {
+            let ty = ffi::lua_type(self.state, idx);
+            if ty != ffi::LUA_TTABLE && ty != ffi::LUA_TUSERDATA {
+                // A scalar, a string or a buffer: read in place, using no stack.
+                return self.read_typed(ty, idx);
+            }
             let top = ffi::lua_gettop(self.state);
             let idx = ffi::lua_absindex(self.state, idx);
-            let slots = SLOTS_PER_LEVEL * (Limits::MAX_DEPTH as c_int + 1) + SLOT_MARGIN;
+            // Only a table's walk uses the stack below it; a userdata needs the margin for
+            // its probe, so reading one never grows a small stack (a worker's coroutine).
+            let slots = if ty == ffi::LUA_TTABLE {
+                SLOTS_PER_LEVEL * (Limits::MAX_DEPTH as c_int + 1) + SLOT_MARGIN
+            } else {
+                SLOT_MARGIN
+            };
             if ffi::lua_checkstack(self.state, slots) == 0 {
                 return Err(Refusal::new(TransferErrorKind::TooDeep {
                     max_depth: Limits::MAX_DEPTH,
@@ -123,6 +141,26 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// [`read_at`](Self::read_at) of a value whose type `ty` the caller has read already
+    /// (a worker checks a job's result for a userdata first): a scalar, string or buffer is
+    /// read in place without a second type read.
+    ///
+    /// # Safety
+    /// As for `read_at`; `ty` is the type of the value at `idx`.
+    pub(crate) unsafe fn read_typed_at(
+        &mut self,
+        ty: c_int,
+        idx: c_int,
+    ) -> Result<Message, Refusal> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if ty != ffi::LUA_TTABLE && ty != ffi::LUA_TUSERDATA {
+                return self.read_typed(ty, idx);
+            }
+            self.read_at(idx)
+        }
+    }
+
     /// What the walk has weighed so far: after a whole read, the value's
     /// [`queue_weight`](Message::queue_weight).
     pub(crate) fn weight(&self) -> usize {
@@ -153,10 +191,20 @@ impl<'a> Reader<'a> {
     /// # Safety
     /// `idx` is an absolute, valid index with the reserved stack available above the top.
     unsafe fn read(&mut self, idx: c_int) -> Result<Message, Refusal> {
+        // SAFETY: idx is valid (caller); reading its type only reads the slot.
+        unsafe { self.read_typed(ffi::lua_type(self.state, idx), idx) }
+    }
+
+    /// [`read`](Self::read) of a value whose type `ty` was read already.
+    ///
+    /// # Safety
+    /// As for `read`; `ty` is the type of the value at `idx`.
+    #[inline]
+    unsafe fn read_typed(&mut self, ty: c_int, idx: c_int) -> Result<Message, Refusal> {
         let state = self.state;
         // SAFETY: idx is valid (caller); every call below only reads the value at idx.
         unsafe {
-            match ffi::lua_type(state, idx) {
+            match ty {
                 ffi::LUA_TNIL => self.charge(0).map(|()| Message::Nil),
                 ffi::LUA_TBOOLEAN => {
                     self.charge(0)?;
@@ -218,9 +266,18 @@ impl<'a> Reader<'a> {
     /// `idx` is a valid index of a userdata.
     #[cold]
     unsafe fn read_userdata(&mut self, idx: c_int) -> Result<Message, Refusal> {
-        // SAFETY: one slot of the reserved margin holds the copy that pop_value takes off.
+        // SAFETY: one slot of the reserved margin holds the copy that pop_value takes off; read
+        // on another thread's stack, the copy moves to `raw`'s (one slot checked there).
         let value = unsafe {
             ffi::lua_pushvalue(self.state, idx);
+            let own = self.raw.state();
+            if own != self.state {
+                if ffi::lua_checkstack(own, 1) == 0 {
+                    ffi::lua_pop(self.state, 1);
+                    return Err(Refusal::new(TransferErrorKind::UserData));
+                }
+                ffi::lua_xmove(self.state, own, 1);
+            }
             self.raw.pop_value()
         };
         let handle = match value {

@@ -34,6 +34,55 @@ pub(crate) fn build(lua: &Lua, message: &Message) -> mlua::Result<Value> {
     }
 }
 
+/// Builds one message on `state`, for a caller that is already inside a protected call there
+/// (the worker's per-VM push function, `vm/coroutine.rs`): the value is left on top and `true`
+/// answered, or the Rust-side refusal recorded in `failure` and `false` answered. A Luau memory
+/// error raises, to the caller's protected call.
+///
+/// # Safety
+/// Runs inside a protected call on `state`, which is `lua`'s current state.
+pub(crate) unsafe fn write_protected(
+    lua: &Lua,
+    state: *mut ffi::lua_State,
+    message: &Message,
+    failure: &mut Option<mlua::Error>,
+) -> bool {
+    // SAFETY: the caller's contract: allocations here raise to its protected call.
+    if unsafe { ffi::lua_checkstack(state, SLOTS_PER_LEVEL) } == 0 {
+        *failure = Some(mlua::Error::runtime(
+            "Luau stack overflow while building a message",
+        ));
+        return false;
+    }
+    let mut builder = Builder {
+        lua,
+        state,
+        failure,
+    };
+    builder.push(message, 0)
+}
+
+/// Pushes a message that allocates nothing (nil, a boolean, an integer, a number, a vector)
+/// onto `state`, outside any protected call if need be: none of these pushes can raise.
+/// Answers `false`, pushing nothing, for any other message.
+///
+/// # Safety
+/// `state` has a free slot.
+pub(crate) unsafe fn push_scalar(state: *mut ffi::lua_State, message: &Message) -> bool {
+    // SAFETY: the caller's contract; none of these pushes allocates.
+    unsafe {
+        match message {
+            Message::Nil => ffi::lua_pushnil(state),
+            Message::Boolean(b) => ffi::lua_pushboolean(state, c_int::from(*b)),
+            Message::Integer(i) => ffi::lua_pushinteger64(state, *i),
+            Message::Number(n) => ffi::lua_pushnumber(state, *n),
+            Message::Vector([x, y, z]) => ffi::lua_pushvector(state, *x, *y, *z),
+            _ => return false,
+        }
+    }
+    true
+}
+
 struct Builder<'a> {
     lua: &'a Lua,
     state: *mut ffi::lua_State,
@@ -48,12 +97,10 @@ impl Builder<'_> {
         // SAFETY: we run inside exec_raw's protected call on `state`; each arm pushes one value
         // after check_stack made room for it.
         unsafe {
+            if push_scalar(state, message) {
+                return true;
+            }
             match message {
-                Message::Nil => ffi::lua_pushnil(state),
-                Message::Boolean(b) => ffi::lua_pushboolean(state, c_int::from(*b)),
-                Message::Integer(i) => ffi::lua_pushinteger64(state, *i),
-                Message::Number(n) => ffi::lua_pushnumber(state, *n),
-                Message::Vector([x, y, z]) => ffi::lua_pushvector(state, *x, *y, *z),
                 Message::String(s) => {
                     ffi::lua_pushlstring(state, s.as_ptr().cast(), s.len());
                 }
@@ -74,6 +121,12 @@ impl Builder<'_> {
                         return self.fail(err);
                     }
                 }
+                // Pushed by push_scalar above.
+                Message::Nil
+                | Message::Boolean(_)
+                | Message::Integer(_)
+                | Message::Number(_)
+                | Message::Vector(_) => {}
             }
         }
         true

@@ -131,8 +131,7 @@ impl Vm {
         self.start_with(f, Resume::Args(args), owner)
     }
 
-    /// [`start`](Self::start) with its first resume given: [`Resume::Message`] pushes a
-    /// top-level integer exactly.
+    /// [`start`](Self::start) with its first resume given.
     pub(crate) fn start_with(
         &self,
         f: Function,
@@ -332,7 +331,7 @@ impl VmCore {
     /// The task of `thread`, registering a coroutine the scheduler has not seen (one made with
     /// `coroutine.create` inside a task) under the running task's owner.
     pub(super) fn task_for(&self, thread: &Thread) -> TaskId {
-        if let Some(id) = self.sched.borrow().task_of(thread) {
+        if let Some(id) = self.sched.borrow_mut().task_of(thread) {
             return id;
         }
         let owner = self.current_owner();
@@ -348,7 +347,6 @@ impl SchedulerHost for VmCore {
     fn resume_values(&self, lua: &Lua, resume: Resume) -> ResumeArgs {
         match resume {
             Resume::Args(args) => ResumeArgs::Values(args),
-            Resume::Message(message) => ResumeArgs::Message(message),
             Resume::Elapsed(start) => {
                 let secs = scheduler::elapsed_secs(start, Instant::now());
                 ResumeArgs::Values(MultiValue::from_iter([Value::Number(secs)]))

@@ -7,6 +7,7 @@
 pub(crate) mod budget;
 mod builtins;
 mod core;
+pub(crate) mod coroutine;
 mod embedded;
 mod failure;
 mod liveness;
@@ -38,9 +39,13 @@ pub(crate) use luau_promise::{
     await_function, promise_of, Cancel, Outcome, PromiseCell, PromiseId,
 };
 pub(crate) use modules::{check_sources, source_epoch, with_caller_source};
-pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure};
+pub(crate) use owner::{
+    panic_message, CommandLog, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure,
+};
 pub use plan::Plan;
-pub(crate) use scheduler::{Resume, TaskId};
+pub(crate) use scheduler::{
+    return_coroutine, root_coroutine, start_root, Resume, RootEnd, SchedulerHost, TaskId,
+};
 pub(crate) use stall_report::{watch as watch_liveness, VmWaits, WaitOn};
 pub(crate) use task_library::FrameClock;
 

@@ -128,6 +128,35 @@ impl Owner {
         }
     }
 
+    /// The owner of one pool job: its tasks run under `authority` and record engine-service
+    /// commands in its log. The same as `new(..).with_commands().with_authority(..)`, made in
+    /// one piece (an item makes one per job).
+    pub(crate) fn job(
+        identity: Arc<dyn OwnerIdentity>,
+        deadline: Duration,
+        authority: Arc<Authority>,
+    ) -> Owner {
+        Owner {
+            identity,
+            deadline,
+            bound: Cell::new(None),
+            completion: RefCell::new(None),
+            commands: Some(CommandLog::default()),
+            authority: Some(authority),
+        }
+    }
+
+    /// Lets go of what a finished owner holds (its identity becomes `idle`, its authority, its
+    /// completion and commands go), so that an allocation nothing else holds can be made the
+    /// next job's owner in place without keeping this one's job alive meanwhile.
+    pub(crate) fn release(&mut self, idle: Arc<dyn OwnerIdentity>) {
+        self.identity = idle;
+        self.authority = None;
+        self.completion = RefCell::new(None);
+        self.commands = None;
+        self.bound.set(None);
+    }
+
     /// Runs the owner's tasks under `authority` instead of the VM's own.
     pub(crate) fn with_authority(mut self, authority: Arc<Authority>) -> Owner {
         self.authority = Some(authority);

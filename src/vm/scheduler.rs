@@ -8,6 +8,12 @@
 //!
 //! The scheduler never holds a borrow of its own state while Luau runs: a running task may spawn
 //! or cancel tasks, which re-enters it.
+//!
+//! Coroutines are resumed with the raw API (`coroutine.rs`). A root task started with
+//! [`start_root`] (a pool worker's job) runs its first run *fresh*: outside the task table, on
+//! the running stack only, and enters the table only when something asks for it (it parks,
+//! spawns a coroutine, is named by `task.cancel`) or it stays suspended. A job that returns in
+//! its first run so costs no table insert or removal, no index, no completion closure.
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -18,17 +24,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlua::state::RawLua;
-use mlua::thread::ThreadStatus;
-use mlua::{IntoLuaMulti, Lua, MultiValue, Thread, Value};
+use mlua::{ffi, FromLuaMulti, IntoLuaMulti, Lua, MultiValue, Thread, Value};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::budget::{Interruption, RunGuard};
+use super::coroutine::{self, Resumed};
 use super::liveness::Liveness;
 use super::luau_promise::{AwaitedValue, Outcome};
 use super::out_of_memory::is_memory_error;
 use super::owner::{Owner, TaskFailure};
 use crate::principal::capability::{self, Authority};
-use crate::value::{ExactValues, Message};
+use crate::value::ExactValues;
 
 /// Identifies a task within its VM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -63,6 +69,16 @@ struct TaskEntry {
     root: bool,
 }
 
+/// A root task in its first run, not in the task table yet (see [`start_root`]).
+struct FreshTask {
+    id: TaskId,
+    /// The coroutine, owned by `start_root`'s frame for the whole run: entering the table
+    /// clones it from there.
+    thread: *const Thread,
+    address: *const c_void,
+    owner: Rc<Owner>,
+}
+
 /// A timed wait in the heap: (wake time, insertion order, task, the task's park epoch, start).
 /// The epoch tells a stale entry (the task was cancelled or re-parked) from a live one.
 type TimerEntry = (Instant, u64, TaskId, u64, Instant);
@@ -86,9 +102,6 @@ pub(crate) enum ParkedOn {
 pub(crate) enum Resume {
     /// Arguments (a task's first resume, or a plain defer).
     Args(MultiValue),
-    /// One argument pushed straight from its message: a top-level integer, which no
-    /// `mlua::Value` carries as an integer (a job's entry given one).
-    Message(Message),
     /// A timer fired: the task receives the seconds elapsed since this instant.
     Elapsed(Instant),
     /// A promise the task awaited settled.
@@ -103,8 +116,6 @@ pub(crate) enum ResumeArgs {
     Values(MultiValue),
     /// `(resolved, value)` of a settled promise.
     Settled(Value, AwaitedValue),
-    /// One message, pushed exactly.
-    Message(Message),
 }
 
 impl IntoLuaMulti for ResumeArgs {
@@ -112,7 +123,6 @@ impl IntoLuaMulti for ResumeArgs {
         match self {
             ResumeArgs::Values(values) => Ok(values),
             ResumeArgs::Settled(resolved, value) => (resolved, value).into_lua_multi(lua),
-            ResumeArgs::Message(message) => message.into_lua_multi(lua),
         }
     }
 
@@ -124,7 +134,6 @@ impl IntoLuaMulti for ResumeArgs {
                 ResumeArgs::Settled(resolved, value) => {
                     (resolved, value).push_into_stack_multi(lua)
                 }
-                ResumeArgs::Message(message) => message.push_into_stack_multi(lua),
             }
         }
     }
@@ -145,6 +154,8 @@ pub(crate) struct Scheduler {
     delayed_args: HashMap<TaskId, MultiValue>,
     /// The task being resumed, innermost last (resumes nest when a task spawns another).
     running: Vec<TaskId>,
+    /// Root tasks in their first run that nothing has asked for yet (see [`start_root`]).
+    fresh: Vec<FreshTask>,
     /// Tasks parked as [`Parked::PoolPromise`].
     pool_waits: usize,
     /// Coroutines of root tasks that returned, kept to run the next job: resetting one costs a
@@ -195,11 +206,29 @@ impl Scheduler {
         id
     }
 
-    /// The task a Luau thread belongs to.
-    pub(crate) fn task_of(&self, thread: &Thread) -> Option<TaskId> {
+    /// The task a Luau thread belongs to. A fresh root task (see [`start_root`]) enters the
+    /// task table here: whoever asks will park it, cancel it or spawn under it by its id.
+    pub(crate) fn task_of(&mut self, thread: &Thread) -> Option<TaskId> {
         let address = thread.to_pointer();
         if let Some(id) = self.by_thread.get(&address) {
             return Some(*id);
+        }
+        if let Some(i) = self.fresh.iter().position(|f| f.address == address) {
+            let fresh = self.fresh.swap_remove(i);
+            // SAFETY: `start_root` holds the thread for as long as its entry is fresh.
+            let thread = unsafe { (*fresh.thread).clone() };
+            self.tasks.insert(
+                fresh.id,
+                TaskEntry {
+                    thread,
+                    address,
+                    owner: fresh.owner,
+                    parked: Parked::No,
+                    epoch: 0,
+                    root: true,
+                },
+            );
+            return Some(fresh.id);
         }
         // A root task in its first run is not indexed yet (see `add`); it is on the stack.
         self.running
@@ -218,7 +247,7 @@ impl Scheduler {
 
     /// Whether a task is still live (not finished, failed or cancelled). Ids are never reused.
     pub(crate) fn is_live(&self, id: TaskId) -> bool {
-        self.tasks.contains_key(&id)
+        self.tasks.contains_key(&id) || self.fresh.iter().any(|f| f.id == id)
     }
 
     /// The task running now (innermost).
@@ -228,7 +257,14 @@ impl Scheduler {
 
     /// The owner of a task.
     pub(crate) fn owner(&self, id: TaskId) -> Option<Rc<Owner>> {
-        self.tasks.get(&id).map(|t| t.owner.clone())
+        match self.tasks.get(&id) {
+            Some(t) => Some(t.owner.clone()),
+            None => self
+                .fresh
+                .iter()
+                .find(|f| f.id == id)
+                .map(|f| f.owner.clone()),
+        }
     }
 
     /// Queues a task to run on the next step.
@@ -345,6 +381,12 @@ impl Scheduler {
         self.ready.is_empty() && self.deferred.is_empty() && self.timers.is_empty()
     }
 
+    /// Whether a poll of this VM has nothing to do: nothing queued, deferred, timed or waiting
+    /// on frames (a step would run nothing and no wake time would come of it).
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.is_idle() && self.frame_waits.is_empty()
+    }
+
     /// Whether something can run right now.
     pub(crate) fn has_ready(&self, now: impl FnOnce() -> Instant) -> bool {
         !self.ready.is_empty()
@@ -398,7 +440,7 @@ impl Scheduler {
 
     /// Number of live tasks.
     pub(crate) fn len(&self) -> usize {
-        self.tasks.len()
+        self.tasks.len() + self.fresh.len()
     }
 
     /// Takes the batch of work due now: timers due, the deferred batch, then the ready queue.
@@ -431,6 +473,13 @@ impl Scheduler {
         self.idle_threads.pop()
     }
 
+    /// Keeps a finished coroutine (its stack empty) for the next root task, up to the bound.
+    fn keep_idle_thread(&mut self, thread: Thread) {
+        if self.idle_threads.len() < IDLE_THREADS {
+            self.idle_threads.push(thread);
+        }
+    }
+
     /// Removes a task (finished, failed or cancelled).
     fn remove(&mut self, id: TaskId) -> Option<TaskEntry> {
         let entry = self.tasks.remove(&id)?;
@@ -445,6 +494,8 @@ impl Scheduler {
     /// Removes every task of `owner`, answering their ids and threads so the caller can close
     /// them.
     pub(crate) fn remove_owner(&mut self, owner: &Rc<Owner>) -> (Vec<TaskId>, Vec<Thread>) {
+        // A fresh root of the owner is forgotten too: its run files nothing when it ends.
+        self.fresh.retain(|f| !Rc::ptr_eq(&f.owner, owner));
         let ids: Vec<TaskId> = self
             .tasks
             .iter()
@@ -546,23 +597,9 @@ fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Re
         }
     }
     let args = host.resume_values(lua, resume);
-    // Authority follows the task: its owner's (a pool item's, from its dispatcher), or the
-    // VM's own. Installed for this resume only, and removed when it yields or returns.
-    let authority = owner.authority.as_ref().or_else(|| host.authority());
-    let installed = capability::install(authority);
-    let guard = RunGuard::start(lua, owner.deadline, owner.cancel_token());
-    if let Some(live) = &liveness {
-        live.enter();
-    }
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        thread.resume::<ExactValues>(args).map(|v| v.0)
-    }));
-    if let Some(live) = &liveness {
-        live.leave();
-    }
-    let stopped = guard.stopped();
-    drop(guard);
-    drop(installed);
+    let (result, stopped) = run_guarded(host, lua, &owner, liveness.as_deref(), || {
+        resume_with(lua, &thread, args)
+    });
     host.scheduler().borrow_mut().running.pop();
     match result {
         Err(panic) => {
@@ -570,47 +607,341 @@ fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Re
             finish(host, lua, id, &owner, Err(failure), false);
         }
         Ok(Err(err)) => {
-            let failure = match stopped {
-                Some(Interruption::Deadline(d)) => TaskFailure::deadline(d),
-                Some(Interruption::Cancelled) => TaskFailure::cancelled(),
-                None if is_memory_error(&err) => {
-                    TaskFailure::raised(host.out_of_memory(), host.traceback(&thread))
-                }
-                None => {
-                    // mlua appends the stack of the failed coroutine to a runtime error; keep
-                    // the two apart, and ask Luau for the stack when mlua gave none.
-                    let full = super::error_message(&err);
-                    let (message, stack) = match full.split_once("\nstack traceback:\n") {
-                        Some((message, stack)) => (
-                            message.to_owned(),
-                            format!("stack traceback:\n{}", stack.trim_end()),
-                        ),
-                        None => (full, host.traceback(&thread)),
-                    };
-                    let message = host.raised_text(lua, &thread, &message).unwrap_or(message);
-                    TaskFailure::raised(message, without_error_wrapper(stack))
-                }
-            };
+            let failure = failure_of(host, lua, &thread, &err, stopped);
             finish(host, lua, id, &owner, Err(failure), false);
         }
-        Ok(Ok(values)) => match thread.status() {
-            ThreadStatus::Resumable => {
-                let mut sched = host.scheduler().borrow_mut();
-                sched.index(id);
-                let bare_yield = sched.tasks.get(&id).is_some_and(|t| t.parked == Parked::No)
-                    && !sched.ready.iter().any(|(r, _)| *r == id)
-                    && !sched.deferred.iter().any(|(r, _)| *r == id);
-                if bare_yield {
-                    // A plain coroutine.yield from a task: run it again on the next step.
-                    sched.defer(id);
+        Ok(Ok(None)) => stays_suspended(host, id),
+        // Returned: the coroutine is finished, so it can run the next root task.
+        Ok(Ok(Some(values))) => finish(host, lua, id, &owner, Ok(values), true),
+    }
+}
+
+/// Runs `body` (a resume) as a run of `owner`'s: under its authority (or the VM's), its
+/// deadline and cancel token, counted by the liveness watch; a panic is caught and answered.
+/// Answers what the interrupt stopped the run for, if it did.
+#[inline(always)]
+fn run_guarded<H: SchedulerHost, T>(
+    host: &H,
+    lua: &Lua,
+    owner: &Owner,
+    liveness: Option<&Liveness>,
+    body: impl FnOnce() -> T,
+) -> (std::thread::Result<T>, Option<Interruption>) {
+    // Authority follows the task: its owner's (a pool item's, from its dispatcher), or the
+    // VM's own. Installed for this resume only, and removed when it yields or returns.
+    let authority = owner.authority.as_ref().or_else(|| host.authority());
+    let installed = capability::install(authority);
+    let guard = RunGuard::start(lua, owner.deadline, owner.cancel_token());
+    if let Some(live) = liveness {
+        live.enter();
+    }
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+    if let Some(live) = liveness {
+        live.leave();
+    }
+    let stopped = guard.stopped();
+    drop(guard);
+    drop(installed);
+    (result, stopped)
+}
+
+/// Resumes a task's coroutine with `args`, as `Thread::resume` did: refuses a coroutine that
+/// can't be resumed, pushes the arguments on the calling state and moves them over, and
+/// answers the values it returned (read as [`ExactValues`]), or `None` when it yielded.
+fn resume_with(lua: &Lua, thread: &Thread, args: ResumeArgs) -> mlua::Result<Option<MultiValue>> {
+    coroutine::check_resumable(lua, thread)?;
+    let co = thread.state();
+    let nargs = lua.exec_raw_lua(|raw| {
+        let state = raw.state();
+        // SAFETY: the arguments are pushed on the calling state under mlua's contract for
+        // `push_into_stack_multi` (what `Thread::resume` did), then moved to the coroutine
+        // after room was made there; on failure the calling state's top is put back.
+        unsafe {
+            let top = ffi::lua_gettop(state);
+            let pushed = args.push_into_stack_multi(raw).and_then(|n| {
+                if n > 0 && ffi::lua_checkstack(co, n) == 0 {
+                    return Err(mlua::Error::StackError);
+                }
+                Ok(n)
+            });
+            match pushed {
+                Ok(n) => {
+                    ffi::lua_xmove(state, co, n);
+                    Ok(n)
+                }
+                Err(e) => {
+                    ffi::lua_settop(state, top);
+                    Err(e)
                 }
             }
-            status => {
-                let reusable = status == ThreadStatus::Finished;
-                finish(host, lua, id, &owner, Ok(values), reusable);
-            }
-        },
+        }
+    })?;
+    // SAFETY: the coroutine belongs to this VM, is resumable (checked) and holds its
+    // arguments on top.
+    match unsafe { coroutine::resume(lua, thread, nargs) } {
+        Resumed::Returned(n) => returned_values(lua, co, n).map(Some),
+        Resumed::Yielded => Ok(None),
+        Resumed::Raised(err) => Err(err),
     }
+}
+
+/// The `n` values a coroutine returned, read as [`ExactValues`] after moving them to the
+/// calling state (as `Thread::resume` read them); both stacks are left as they were before.
+fn returned_values(
+    lua: &Lua,
+    co: *mut ffi::lua_State,
+    n: std::ffi::c_int,
+) -> mlua::Result<MultiValue> {
+    lua.exec_raw_lua(|raw| {
+        let state = raw.state();
+        // SAFETY: the values sit at the coroutine's top; room for them is made on the calling
+        // state before they move, and both tops are restored after the read.
+        unsafe {
+            let top = ffi::lua_gettop(state);
+            let read = if ffi::lua_checkstack(state, n + 1) == 0 {
+                Err(mlua::Error::StackError)
+            } else {
+                ffi::lua_xmove(co, state, n);
+                ExactValues::from_stack_multi(n, raw).map(|v| v.0)
+            };
+            ffi::lua_settop(state, top);
+            ffi::lua_settop(co, 0);
+            read
+        }
+    })
+}
+
+/// The failure a run that raised `err` ends with: the interrupt's reason when it stopped the
+/// run, the VM's out-of-memory text, or the raised message with its stack.
+#[cold]
+fn failure_of<H: SchedulerHost>(
+    host: &H,
+    lua: &Lua,
+    thread: &Thread,
+    err: &mlua::Error,
+    stopped: Option<Interruption>,
+) -> TaskFailure {
+    match stopped {
+        Some(Interruption::Deadline(d)) => TaskFailure::deadline(d),
+        Some(Interruption::Cancelled) => TaskFailure::cancelled(),
+        None if is_memory_error(err) => {
+            TaskFailure::raised(host.out_of_memory(), host.traceback(thread))
+        }
+        None => {
+            // mlua appends the stack of the failed coroutine to a runtime error; keep the two
+            // apart, and ask Luau for the stack when mlua gave none.
+            let full = super::error_message(err);
+            let (message, stack) = match full.split_once("\nstack traceback:\n") {
+                Some((message, stack)) => (
+                    message.to_owned(),
+                    format!("stack traceback:\n{}", stack.trim_end()),
+                ),
+                None => (full, host.traceback(thread)),
+            };
+            let message = host.raised_text(lua, thread, &message).unwrap_or(message);
+            TaskFailure::raised(message, without_error_wrapper(stack))
+        }
+    }
+}
+
+/// A task that yielded: indexed by its thread, and run again on the next step when nothing
+/// parked it (a plain `coroutine.yield`).
+fn stays_suspended<H: SchedulerHost>(host: &H, id: TaskId) {
+    let mut sched = host.scheduler().borrow_mut();
+    sched.index(id);
+    let bare_yield = sched.tasks.get(&id).is_some_and(|t| t.parked == Parked::No)
+        && !sched.ready.iter().any(|(r, _)| *r == id)
+        && !sched.deferred.iter().any(|(r, _)| *r == id);
+    if bare_yield {
+        sched.defer(id);
+    }
+}
+
+/// A coroutine for a new root task, its stack empty: a finished one kept for reuse, or a new
+/// one (see [`start_root`]).
+pub(crate) fn root_coroutine<H: SchedulerHost>(host: &H, lua: &Lua) -> mlua::Result<Thread> {
+    let idle = host.scheduler().borrow_mut().take_idle_thread();
+    match idle {
+        Some(thread) => Ok(thread),
+        None => coroutine::new_coroutine(lua),
+    }
+}
+
+/// Gives back a coroutine from [`root_coroutine`] that was not started; its stack is empty.
+pub(crate) fn return_coroutine<H: SchedulerHost>(host: &H, thread: Thread) {
+    host.scheduler().borrow_mut().keep_idle_thread(thread);
+}
+
+/// How the first run of a root task started with [`start_root`] ended.
+pub(crate) enum RootEnd<'a> {
+    /// It returned `count` values, at indices `1..=count` of `thread`'s stack (read them in
+    /// place; the stack is cleared after).
+    Returned {
+        thread: &'a Thread,
+        count: std::ffi::c_int,
+    },
+    /// It failed, was cancelled, or passed its deadline.
+    Failed(TaskFailure),
+}
+
+/// Runs the first run of a root task of `owner` on `thread` (from [`root_coroutine`]), whose
+/// stack holds its function and `nargs` arguments, and hands how it ended to `end` while the
+/// values it returned are still on its stack. Answers `None` when the task stays suspended
+/// (it goes on as any task; the caller sets the owner's completion now, which its end runs)
+/// or was removed while it ran.
+///
+/// The task runs *fresh*: it is on the running stack but in no table, and enters the task
+/// table only when something asks for it (see [`Scheduler::task_of`]); so a task that returns
+/// in its first run costs no table insert or removal. Everything else is as for any task's
+/// resume: the owner's authority, deadline, cancel token and bound, the liveness watch, a
+/// panic contained, failures worded the same.
+pub(crate) fn start_root<H: SchedulerHost, R>(
+    host: &H,
+    lua: &Lua,
+    thread: Thread,
+    nargs: std::ffi::c_int,
+    owner: &Rc<Owner>,
+    end: impl FnOnce(RootEnd<'_>) -> R,
+) -> Option<R> {
+    let address = thread.state() as *const c_void;
+    let (id, liveness) = {
+        let mut sched = host.scheduler().borrow_mut();
+        sched.next_id += 1;
+        let id = TaskId(sched.next_id);
+        sched.fresh.push(FreshTask {
+            id,
+            thread: &thread,
+            address,
+            owner: owner.clone(),
+        });
+        sched.running.push(id);
+        (id, sched.liveness.clone())
+    };
+    let early = if owner.is_cancelled() {
+        Some(TaskFailure::cancelled())
+    } else if owner.is_bounded() {
+        owner.bound_passed(Instant::now()).map(TaskFailure::Bound)
+    } else {
+        None
+    };
+    if let Some(failure) = early {
+        let mut sched = host.scheduler().borrow_mut();
+        sched.running.pop();
+        sched.fresh.retain(|f| f.id != id);
+        drop(sched);
+        return Some(end(RootEnd::Failed(failure)));
+    }
+    let (result, stopped) = run_guarded(host, lua, owner, liveness.as_deref(), || {
+        // SAFETY: the coroutine is this VM's, not running, and holds its function and
+        // arguments (the caller's contract).
+        unsafe { coroutine::resume(lua, &thread, nargs) }
+    });
+    let was_fresh = {
+        let mut sched = host.scheduler().borrow_mut();
+        sched.running.pop();
+        match sched.fresh.iter().rposition(|f| f.id == id) {
+            Some(i) => {
+                sched.fresh.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    };
+    let ended = if was_fresh {
+        end_fresh(host, lua, id, thread, owner, (result, stopped), end)
+    } else {
+        end_filed(host, lua, id, thread, (result, stopped), end)
+    };
+    if host.scheduler().borrow().running.is_empty() {
+        host.collect_when_full(lua);
+    }
+    ended
+}
+
+/// What a run answered: the resume (or the panic it raised) and why the interrupt stopped it.
+type RunResult = (std::thread::Result<Resumed>, Option<Interruption>);
+
+/// The end of a first run that nothing asked for: it never entered the task table.
+fn end_fresh<H: SchedulerHost, R>(
+    host: &H,
+    lua: &Lua,
+    id: TaskId,
+    thread: Thread,
+    owner: &Rc<Owner>,
+    (result, stopped): RunResult,
+    end: impl FnOnce(RootEnd<'_>) -> R,
+) -> Option<R> {
+    match result {
+        Err(panic) => Some(end(RootEnd::Failed(TaskFailure::panicked(&panic)))),
+        Ok(Resumed::Raised(err)) => {
+            let failure = failure_of(host, lua, &thread, &err, stopped);
+            Some(end(RootEnd::Failed(failure)))
+        }
+        Ok(Resumed::Returned(count)) => {
+            let ended = end(RootEnd::Returned {
+                thread: &thread,
+                count,
+            });
+            // SAFETY: the coroutine has returned; clearing its stack frees it for reuse.
+            unsafe { ffi::lua_settop(thread.state(), 0) };
+            host.scheduler().borrow_mut().keep_idle_thread(thread);
+            Some(ended)
+        }
+        Ok(Resumed::Yielded) => {
+            // Nothing parked it (parking asks for the task, which files it): a plain
+            // `coroutine.yield`. It enters the table now and runs again on the next step.
+            let address = thread.state() as *const c_void;
+            let mut sched = host.scheduler().borrow_mut();
+            sched.tasks.insert(
+                id,
+                TaskEntry {
+                    thread,
+                    address,
+                    owner: owner.clone(),
+                    parked: Parked::No,
+                    epoch: 0,
+                    root: true,
+                },
+            );
+            drop(sched);
+            stays_suspended(host, id);
+            None
+        }
+    }
+}
+
+/// The end of a first run that entered the task table while it ran: filed as any task's,
+/// except that its end goes to `end` (the owner has no completion yet). A task removed while
+/// it ran ends with nothing filed.
+fn end_filed<H: SchedulerHost, R>(
+    host: &H,
+    lua: &Lua,
+    id: TaskId,
+    thread: Thread,
+    (result, stopped): RunResult,
+    end: impl FnOnce(RootEnd<'_>) -> R,
+) -> Option<R> {
+    let failure = match result {
+        Ok(Resumed::Yielded) => {
+            stays_suspended(host, id);
+            return None;
+        }
+        Ok(Resumed::Returned(count)) => {
+            host.scheduler().borrow_mut().remove(id)?;
+            let ended = end(RootEnd::Returned {
+                thread: &thread,
+                count,
+            });
+            // SAFETY: the coroutine has returned; clearing its stack frees it for reuse.
+            unsafe { ffi::lua_settop(thread.state(), 0) };
+            host.scheduler().borrow_mut().keep_idle_thread(thread);
+            return Some(ended);
+        }
+        Err(panic) => TaskFailure::panicked(&panic),
+        Ok(Resumed::Raised(err)) => failure_of(host, lua, &thread, &err, stopped),
+    };
+    host.scheduler().borrow_mut().remove(id)?;
+    Some(end(RootEnd::Failed(failure)))
 }
 
 /// A stack without the frame of the prelude's `error` (which keeps raised values, see
@@ -665,10 +996,7 @@ fn finish<H: SchedulerHost>(
     // once already; reading it again costs a Luau call).
     let root = entry.root;
     if root && reusable {
-        let mut sched = host.scheduler().borrow_mut();
-        if sched.idle_threads.len() < IDLE_THREADS {
-            sched.idle_threads.push(entry.thread);
-        }
+        host.scheduler().borrow_mut().keep_idle_thread(entry.thread);
     }
     if root {
         host.complete(lua, owner, result);

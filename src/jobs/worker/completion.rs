@@ -7,7 +7,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use mlua::{Lua, MultiValue, Value};
+use mlua::{Lua, Value};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::item_clock::ItemClock;
@@ -19,13 +19,13 @@ use crate::jobs::pool_shared::PoolShared;
 use crate::jobs::principal_cell::PrincipalCell;
 use crate::jobs::reply::{reply, ReplyTo, Settlement};
 use crate::principal::capability::Authority;
-use crate::value::Message;
+use crate::value::{Message, TransferError};
 use crate::vm::{Completion, FailureKind, JobFailure, Outcome, Owner, ServiceCall, TaskFailure};
 
 /// The jobs running in one worker VM, by their shared state's address.
 pub(super) type Running = Rc<RefCell<HashMap<*const JobShared, Rc<Owner>>>>;
 
-/// What an item's completion needs once its entry has started: who it ran for, how to name it,
+/// What an item's end needs once its entry has started: who it ran for, how to name it,
 /// where its outcome goes, and what it holds until it replies.
 pub(super) struct Finish {
     pub(super) principal: Arc<PrincipalCell>,
@@ -38,35 +38,36 @@ pub(super) struct Finish {
     pub(super) clock: Option<ItemClock>,
     pub(super) turn: Option<LaneTurn>,
     pub(super) pool: Arc<PoolShared>,
-    pub(super) running: Running,
     /// A `jobs.map` chunk's results and running element, read when it ends.
     pub(super) map: Option<MapRun>,
 }
 
-/// The completion of an item's root task: forgets the job in `running`, finishes its
-/// hand-off, sends its profile event, and replies (or settles after its commands).
-#[inline(always)]
-pub(super) fn completion(finish: Finish) -> Completion {
-    let Finish {
-        principal,
-        job,
-        module,
-        entry,
-        reply_to,
-        command_authority,
-        clock,
-        turn,
-        pool,
-        running,
-        map,
-    } = finish;
-    let key = Arc::as_ptr(&job);
-    Box::new(move |_lua: &Lua, result, commands| {
-        running.borrow_mut().remove(&key);
+/// How a job's root task ended, its first value already read: the copy of what it returned
+/// (or why that could not be copied), or why it failed.
+pub(super) type JobResult = Result<Result<(Message, usize), TransferError>, TaskFailure>;
+
+impl Finish {
+    /// The item's end: finishes its hand-off, sends its profile event, and replies (or settles
+    /// after the commands its tasks recorded).
+    #[inline(always)]
+    pub(super) fn end(self, result: JobResult, commands: Vec<ServiceCall>) {
+        let Finish {
+            principal,
+            job,
+            module,
+            entry,
+            reply_to,
+            command_authority,
+            clock,
+            turn,
+            pool,
+            map,
+        } = self;
         job.handoff.finish();
         let outcome = match map {
             None => job_outcome(&job, &module, &entry, result),
             Some(map) => {
+                // The runner answers nothing: the results are in the chunk's table.
                 let ran = result
                     .map(drop)
                     .map_err(|failure| job_outcome(&job, &module, &entry, Err(failure)));
@@ -89,6 +90,20 @@ pub(super) fn completion(finish: Finish) -> Completion {
                 &pool,
             );
         }
+    }
+}
+
+/// The completion of an item whose root task stayed suspended after its first run: forgets the
+/// job in `running` and ends the item ([`Finish::end`]) with the first value it returns.
+pub(super) fn completion(finish: Finish, running: Running) -> Completion {
+    let key = Arc::as_ptr(&finish.job);
+    Box::new(move |_lua: &Lua, result, commands| {
+        running.borrow_mut().remove(&key);
+        let result = result.map(|values| {
+            let first = values.into_iter().next().unwrap_or(Value::Nil);
+            Message::read_weighed(&first, "result")
+        });
+        finish.end(result, commands);
     })
 }
 
@@ -98,7 +113,7 @@ pub(super) fn job_outcome(
     job: &JobShared,
     module: &Path,
     entry: &str,
-    result: Result<MultiValue, TaskFailure>,
+    result: JobResult,
 ) -> Outcome {
     let failure = |kind, message, traceback| {
         Outcome::Rejected(Arc::new(JobFailure {
@@ -111,18 +126,11 @@ pub(super) fn job_outcome(
         }))
     };
     match result {
-        Ok(values) => {
-            let first = values.into_iter().next().unwrap_or(Value::Nil);
-            match Message::read_weighed(&first, "result") {
-                Ok((message, weight)) => match job.charge_result(weight) {
-                    Ok(()) => Outcome::Resolved(message),
-                    Err(refusal) => {
-                        failure(FailureKind::Transfer, format!("result: {refusal}"), None)
-                    }
-                },
-                Err(e) => failure(FailureKind::Transfer, e.to_string(), None),
-            }
-        }
+        Ok(Ok((message, weight))) => match job.charge_result(weight) {
+            Ok(()) => Outcome::Resolved(message),
+            Err(refusal) => failure(FailureKind::Transfer, format!("result: {refusal}"), None),
+        },
+        Ok(Err(e)) => failure(FailureKind::Transfer, e.to_string(), None),
         Err(TaskFailure::Cancelled) => Outcome::Cancelled,
         Err(TaskFailure::Raised { message, traceback }) => {
             failure(FailureKind::Raised, message, Some(traceback))

@@ -35,7 +35,7 @@ use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
 use crate::pool::lanes::KeyLanes;
 use crate::principal::Principal;
 use crate::shared::{receive_parcel, sweep_parked_pops};
-use crate::vm::{self, FailureKind, Signal, TaskFailure};
+use crate::vm::{self, FailureKind, SchedulerHost, Signal, TaskFailure};
 use item_clock::{count_wait, ItemClock};
 use retire::{end_of_principal, retire, VmEnd};
 
@@ -121,7 +121,16 @@ impl LuauWorker {
     }
 
     /// Hands items dispatched by this thread's VMs to its own deque, where idle siblings steal.
+    #[inline]
     fn flush_outbox(&self, cx: &WorkerContext<'_, Self>) {
+        // The common case, checked inline: the items run dispatched nothing.
+        if !self.outbox.borrow().is_empty() {
+            self.push_outbox(cx);
+        }
+    }
+
+    #[cold]
+    fn push_outbox(&self, cx: &WorkerContext<'_, Self>) {
         let items = std::mem::take(&mut *self.outbox.borrow_mut());
         for item in items {
             cx.push_local(item);
@@ -132,6 +141,9 @@ impl LuauWorker {
     /// replayed, to be refused unrun like any other queued item of an ended principal. A job
     /// still running in such a VM fails now, naming why, so whoever awaits it is answered.
     fn drop_ended(&mut self, cx: &WorkerContext<'_, Self>) {
+        if self.vms.iter().all(|v| v.principal.is_alive()) {
+            return; // the common case, checked without rebuilding the list
+        }
         let before = self.vms.len();
         let replay = &mut self.replay;
         self.vms.retain_mut(|v| {
@@ -149,10 +161,15 @@ impl LuauWorker {
     /// Retires the VMs that reached their memory limit: what keeps their memory (tasks the
     /// failed job spawned, module state) would fail every later item on them. A VM for the
     /// principal is built anew on its next item.
+    #[inline]
     fn retire_exhausted(&mut self, cx: &WorkerContext<'_, Self>) {
-        if !self.vms.iter().any(|v| v.vm.core.hit_memory_limit()) {
-            return;
+        if self.vms.iter().any(|v| v.vm.core.hit_memory_limit()) {
+            self.retire_now(cx);
         }
+    }
+
+    #[cold]
+    fn retire_now(&mut self, cx: &WorkerContext<'_, Self>) {
         let (exhausted, kept): (Vec<WorkerVm>, Vec<WorkerVm>) = std::mem::take(&mut self.vms)
             .into_iter()
             .partition(|v| v.vm.core.hit_memory_limit());
@@ -208,8 +225,8 @@ impl LuauWorker {
         };
         let wvm = &mut self.vms[slot];
         start::prepare(wvm, &item);
-        let function = match start::find_entry(wvm, &item) {
-            Ok(f) => f,
+        let entry = match start::find_entry(wvm, &item) {
+            Ok(entry) => entry,
             Err(EntryMissing::Refused(kind, message)) => {
                 return start::reject(item, kind, message, &pool)
             }
@@ -220,15 +237,7 @@ impl LuauWorker {
                 resume_unwind(payload);
             }
         };
-        let started = match &item.args {
-            ItemArgs::Map(chunk) => map_chunk::start(&wvm.vm.lua, function, chunk),
-            args => start::entry_args(&wvm.vm.lua, args).map(|args| (function, args, None)),
-        };
-        let (function, args, map) = match started {
-            Ok(started) => started,
-            Err(message) => return start::reject(item, FailureKind::Transfer, message, &pool),
-        };
-        start::launch(wvm, item, (function, args, map), (clock, turn), pool);
+        start::launch(wvm, item, entry, (clock, turn), pool);
     }
 }
 
@@ -391,6 +400,15 @@ impl WorkerLogic for LuauWorker {
         let mut wake_at: Option<Instant> = None;
         let mut warming = false;
         for wvm in &self.vms {
+            warming |= wvm.warm.is_warming();
+            if let Some(at) = wvm.warm.next_wake() {
+                wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
+            }
+            // A VM with nothing queued, timed or waiting on frames has nothing to step and no
+            // wake time: one borrow instead of five on a busy worker's every round.
+            if wvm.vm.core.scheduler().borrow().is_quiet() {
+                continue;
+            }
             if wvm.vm.has_frame_waits() {
                 // Frames are the domain's: nothing tells this thread one passed, so a VM with
                 // tasks waiting on frames looks again after FRAME_POLL.
@@ -403,11 +421,9 @@ impl WorkerLogic for LuauWorker {
             if wvm.vm.has_ready() {
                 busy = true;
             }
-            let next = [wvm.vm.next_wake(), wvm.warm.next_wake()];
-            for at in next.into_iter().flatten() {
+            if let Some(at) = wvm.vm.next_wake() {
                 wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
             }
-            warming |= wvm.warm.is_warming();
         }
         if warming {
             busy |= self.drive_warm_passes(cx);
