@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Table, UserData, Value};
 
+use super::dispatch_raw::dispatch_function;
 use super::engine_events::install as install_engine_events;
-use super::home::{home, refuse, registering_authority, HomeKind, JobsHome};
+use super::home::{charge_or_reclaim, home, refuse, registering_authority, HomeKind, JobsHome};
 use super::item::{Item, ItemArgs};
-use super::job::{charge_job, JobShared, JOB_WEIGHT};
+use super::job::{JobShared, JOB_WEIGHT};
 use super::messages::{ActorWake, DomainEvent, WorkerMsg};
 use super::options::{read_key, read_target, DispatchOptions};
 use super::parallel_for::parallel_for;
@@ -32,6 +33,11 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     core.name_vm(lua, home.kind.vm_name())?;
     if let HomeKind::Worker { .. } = home.kind {
         core.limit_pool_waits(home.principal.plan.nested_wait_limit_tasks());
+        // A worker runs `jobs.warm` entries, whose awaits of pool work are refused even when
+        // settled: every await there goes through Rust.
+        if let Some(handles) = core.handles.get() {
+            handles.keep_reads_in_rust(lua)?;
+        }
     }
     let home = Rc::new(home);
     lua.set_app_data(home.clone());
@@ -39,9 +45,10 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     // `dispatch` holds its home: looking it up in the app data on every call cost a borrow and
     // a type-map lookup per dispatch.
     let dispatch_home = home.clone();
+    let slow = lua.create_function(move |lua, args| dispatch(lua, &dispatch_home, args))?;
     jobs.raw_set(
         "dispatch",
-        lua.create_function(move |lua, args| dispatch(lua, &dispatch_home, args))?,
+        dispatch_function(lua, home.clone(), core.clone(), slow)?,
     )?;
     jobs.raw_set("context", lua.create_function(context)?)?;
     jobs.raw_set("parallelFor", lua.create_function(parallel_for)?)?;
@@ -268,8 +275,9 @@ fn dispatch(
     // The job's own weight lasts as long as its promise; its arguments' only while its item
     // waits and runs. Both are taken before anything is made, so a refusal leaves nothing.
     let budget = &home.principal.job_bytes;
-    let held = charge_job(budget, JOB_WEIGHT, "jobs.dispatch").map_err(refuse)?;
-    let carried = charge_job(budget, weight, "jobs.dispatch").map_err(refuse)?;
+    let held =
+        charge_or_reclaim(lua, &core, budget, JOB_WEIGHT, "jobs.dispatch").map_err(refuse)?;
+    let carried = charge_or_reclaim(lua, &core, budget, weight, "jobs.dispatch").map_err(refuse)?;
 
     let job = JobShared::new(
         opts.name,
@@ -315,5 +323,5 @@ fn dispatch(
         (None, HomeKind::Engine | HomeKind::Actor { .. }) => home.pool.inject(item),
         (None, HomeKind::Worker { outbox, .. }) => outbox.borrow_mut().push(item),
     }
-    Ok(Value::UserData(promise_handle(lua, cell)?))
+    promise_handle(lua, cell)
 }

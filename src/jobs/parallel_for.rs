@@ -20,9 +20,9 @@ use mlua::{Lua, Table, Value};
 
 use super::chunking::{self, whole, Over};
 use super::gather::Gather;
-use super::home::{home, refuse, HomeKind};
+use super::home::{charge_or_reclaim, home, refuse, HomeKind};
 use super::item::{ChunkArgs, Item, ItemArgs};
-use super::job::{charge_job, JobShared, JOB_WEIGHT};
+use super::job::{JobShared, JOB_WEIGHT};
 use super::options::{read_target, ParallelForOptions};
 use super::reply::ReplyTo;
 use crate::principal::capability::current_or;
@@ -84,14 +84,18 @@ pub(super) fn parallel_for(
     let runs = chunking::cut(&over, chunks);
     let budget = &home.principal.job_bytes;
     let charge = Arc::new(
-        charge_job(
+        charge_or_reclaim(
+            lua,
+            &core,
             budget,
             runs.len().saturating_mul(JOB_WEIGHT),
             "jobs.parallelFor",
         )
         .map_err(refuse)?,
     );
-    let carried = Arc::new(charge_job(budget, weight, "jobs.parallelFor").map_err(refuse)?);
+    let carried = Arc::new(
+        charge_or_reclaim(lua, &core, budget, weight, "jobs.parallelFor").map_err(refuse)?,
+    );
     let jobs: Vec<Arc<JobShared>> = runs
         .iter()
         .map(|_| {
@@ -146,5 +150,5 @@ pub(super) fn parallel_for(
             HomeKind::Worker { outbox, .. } => outbox.borrow_mut().push(item),
         }
     }
-    Ok(Value::UserData(promise_handle(lua, cell)?))
+    promise_handle(lua, cell)
 }

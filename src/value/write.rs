@@ -34,6 +34,26 @@ pub(crate) fn build(lua: &Lua, message: &Message) -> mlua::Result<Value> {
     }
 }
 
+/// Pushes `message` onto `state` (one slot), for a caller that already runs inside a protected
+/// call on the state `lua` pushes to (a resource handle is made through `lua`). A Rust-side
+/// failure (a limit) is left in `failure` and nothing is pushed; a memory error raises.
+///
+/// # Safety
+/// `state` is `lua`'s current state, inside a protected call, with one free stack slot.
+pub(crate) unsafe fn push_within(
+    lua: &Lua,
+    state: *mut ffi::lua_State,
+    message: &Message,
+    failure: &mut Option<mlua::Error>,
+) -> bool {
+    let mut builder = Builder {
+        lua,
+        state,
+        failure,
+    };
+    builder.push(message, 0)
+}
+
 struct Builder<'a> {
     lua: &'a Lua,
     state: *mut ffi::lua_State,

@@ -156,11 +156,22 @@ impl Modules {
 /// `Lua::inspect_stack` followed by `Debug::source` made two queries and copied the short
 /// source and the kind too (about 1,200 instructions on every `jobs.dispatch`).
 pub(crate) fn with_caller_source<R>(lua: &Lua, f: impl FnOnce(Option<&str>) -> R) -> R {
-    lua.exec_raw_lua(|raw| {
-        let state = raw.state();
-        // SAFETY: `state` is the running thread of this VM, borrowed for this call only;
-        // `lua_getinfo` with "s" only reads the frame at `level` (or answers 0 when there is
-        // none) and fills `ar`, which lives on this stack. It raises no error and pushes nothing.
+    // SAFETY: `raw.state()` is the running thread of this VM, borrowed for this call only.
+    lua.exec_raw_lua(|raw| unsafe { caller_source_of(raw.state(), f) })
+}
+
+/// [`with_caller_source`] on the thread `state`, for a raw C function running on it.
+///
+/// # Safety
+/// `state` is a running thread of the VM. `lua_getinfo` with "s" only reads the frame at
+/// `level` (or answers 0 when there is none) and fills `ar`, which lives on this stack: it
+/// raises no error and pushes nothing.
+pub(crate) unsafe fn caller_source_of<R>(
+    state: *mut mlua::ffi::lua_State,
+    f: impl FnOnce(Option<&str>) -> R,
+) -> R {
+    {
+        // SAFETY: see above.
         let mut ar = unsafe { std::mem::zeroed::<mlua::ffi::lua_Debug>() };
         // The nearest Luau function that is not Skein's own: `pcall(require, "./x")` has
         // `pcall` at level 1, and the file that called it above; Skein's prelude and bindings
@@ -184,7 +195,7 @@ pub(crate) fn with_caller_source<R>(lua: &Lua, f: impl FnOnce(Option<&str>) -> R
             };
         }
         f(None)
-    })
+    }
 }
 
 /// How far up the stack [`with_caller_source`] looks for the script that called.

@@ -19,12 +19,11 @@ use std::time::{Duration, Instant};
 
 use mlua::state::RawLua;
 use mlua::thread::ThreadStatus;
-use mlua::{IntoLuaMulti, Lua, MultiValue, Thread, Value};
+use mlua::{IntoLuaMulti, Lua, MultiValue, Thread};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::budget::{Interruption, RunGuard};
 use super::liveness::Liveness;
-use super::luau_promise::{AwaitedValue, Outcome};
 use super::out_of_memory::is_memory_error;
 use super::owner::{Owner, TaskFailure};
 use crate::principal::capability::{self, Authority};
@@ -91,18 +90,14 @@ pub(crate) enum Resume {
     Message(Message),
     /// A timer fired: the task receives the seconds elapsed since this instant.
     Elapsed(Instant),
-    /// A promise the task awaited settled.
-    Settled(Rc<Outcome>),
     /// The frame a `task.waitFrames` waited for came: the task receives the frames that passed.
     Frames(u64),
 }
 
 /// What a resume hands the task, as [`SchedulerHost::resume_values`] makes it: plain values, or
-/// ones pushed straight from a message (see [`AwaitedValue`]).
+/// one pushed straight from a message.
 pub(crate) enum ResumeArgs {
     Values(MultiValue),
-    /// `(resolved, value)` of a settled promise.
-    Settled(Value, AwaitedValue),
     /// One message, pushed exactly.
     Message(Message),
 }
@@ -111,7 +106,6 @@ impl IntoLuaMulti for ResumeArgs {
     fn into_lua_multi(self, lua: &Lua) -> mlua::Result<MultiValue> {
         match self {
             ResumeArgs::Values(values) => Ok(values),
-            ResumeArgs::Settled(resolved, value) => (resolved, value).into_lua_multi(lua),
             ResumeArgs::Message(message) => message.into_lua_multi(lua),
         }
     }
@@ -121,9 +115,6 @@ impl IntoLuaMulti for ResumeArgs {
         unsafe {
             match self {
                 ResumeArgs::Values(values) => values.push_into_stack_multi(lua),
-                ResumeArgs::Settled(resolved, value) => {
-                    (resolved, value).push_into_stack_multi(lua)
-                }
                 ResumeArgs::Message(message) => message.push_into_stack_multi(lua),
             }
         }
@@ -197,7 +188,12 @@ impl Scheduler {
 
     /// The task a Luau thread belongs to.
     pub(crate) fn task_of(&self, thread: &Thread) -> Option<TaskId> {
-        let address = thread.to_pointer();
+        self.task_at(thread.to_pointer())
+    }
+
+    /// The task of the Luau thread at `address` (its `lua_State`, as `Thread::to_pointer`
+    /// answers it).
+    pub(crate) fn task_at(&self, address: *const c_void) -> Option<TaskId> {
         if let Some(id) = self.by_thread.get(&address) {
             return Some(*id);
         }
