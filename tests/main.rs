@@ -29,6 +29,7 @@ mod layers;
 mod logs;
 mod parallel_for;
 mod profile;
+mod promise_handles;
 mod registered;
 mod reload;
 mod require_confinement;
