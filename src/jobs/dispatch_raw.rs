@@ -1,8 +1,11 @@
 //! `jobs.dispatch` as a raw C function: the common call (module and entry strings, arguments,
-//! no `opts`) read straight off the Luau stack, its promise's handle made in place, no `mlua`
-//! callback wrapper and no `mlua::Value` per argument. Every other call (options, a refusal, an
-//! entry string this VM has not interned yet, a userdata among the arguments) is handed whole
-//! to the `mlua` function in upvalue 2 (`api.rs`), which answers or raises exactly as before.
+//! `opts` nil or a table of valid options, `key` included) read straight off the Luau stack,
+//! its promise's handle made in place, no `mlua` callback wrapper and no `mlua::Value` per
+//! argument or option. Every other call (an option to refuse, a refusal of any kind, an entry
+//! string this VM has not interned yet, a userdata among the arguments) is handed whole to the
+//! `mlua` function in upvalue 2 (`api.rs`), which answers or raises exactly as before. A keyed
+//! item its lane refuses (too many keys) is taken back and the call handed over the same way:
+//! the lane refused it whole, so the second try meets the same state.
 //!
 //! # Safety
 //!
@@ -16,18 +19,20 @@
 
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use mlua::{ffi, Function, Lua};
 
 use super::home::{HomeKind, JobsHome};
 use super::item::{Item, ItemArgs};
 use super::job::{charge_job, JobShared, JOB_WEIGHT};
+use super::options::{DispatchOptions, MAX_KEY_BYTES};
 use crate::principal::capability::current_or;
 use crate::value::read::Reader;
 use crate::value::{Held, Limits};
 use crate::vm::promise_handle::{self, bind, enter_slot, leave_slot, push_handle};
-use crate::vm::{caller_source_of, VmCore};
+use crate::vm::{caller_source_of, Outcome, VmCore};
 
 /// What the raw `jobs.dispatch` reaches through its first upvalue: the VM's home and core.
 pub(crate) struct DispatchContext {
@@ -71,7 +76,10 @@ unsafe extern "C-unwind" fn raw_dispatch(state: *mut ffi::lua_State) -> c_int {
         (2..=4).contains(&nargs)
             && ffi::lua_type(state, 1) == ffi::LUA_TSTRING
             && ffi::lua_type(state, 2) == ffi::LUA_TSTRING
-            && ffi::lua_type(state, 4) <= ffi::LUA_TNIL
+            && matches!(
+                ffi::lua_type(state, 4),
+                ffi::LUA_TNONE | ffi::LUA_TNIL | ffi::LUA_TTABLE
+            )
     };
     let Some(tables) = promise_handle::tables(&context.core).filter(|_| common) else {
         // SAFETY: no Rust value is alive.
@@ -123,14 +131,16 @@ unsafe fn dispatch_common(
     let (home, core) = (&*context.home, &*context.core);
     // SAFETY: strings at 1 and 2 (checked by the caller), read in place.
     let (spec, entry_address) = unsafe {
-        let mut len = 0usize;
-        let data = ffi::lua_tolstring(state, 1, &mut len);
-        let spec = std::slice::from_raw_parts(data.cast::<u8>(), len);
+        let spec = string_at(state, 1);
         // The entry is known by its text's address, as `LuaString::to_pointer` answers it.
         let entry = ffi::lua_tolstring(state, 2, std::ptr::null_mut());
         (spec, entry as usize)
     };
     let Some(entry) = home.known_entry(entry_address) else {
+        return false;
+    };
+    // SAFETY: index 4 is nil or a table (checked by the caller); read without allocating.
+    let Some(opts) = (unsafe { read_options(state, 4, home.principal.max_deadline) }) else {
         return false;
     };
     let Ok(spec) = std::str::from_utf8(spec) else {
@@ -155,22 +165,20 @@ unsafe fn dispatch_common(
         return false;
     };
     let job = JobShared::new(
-        None,
+        opts.name,
         module.spec,
         entry.clone(),
         home.pool.clone(),
         home.principal.id,
-        None,
+        opts.key.clone(),
     );
     job.hold(Held::Own(held));
-    let cell = {
-        let mut promises = core.promises.borrow_mut();
-        let cell = promises.make("jobs.dispatch");
-        promises.mark_handle(cell.index());
-        cell
-    };
+    let cell = core.promises.borrow_mut().make("jobs.dispatch");
     debug_assert_eq!(cell.index(), index, "the slot the handle was entered under");
     cell.set_canceller(job.clone());
+    if let Some(key) = &opts.key {
+        cell.set_key(key.clone());
+    }
     let item = Item {
         principal: home.principal.clone(),
         authority: current_or(&home.principal.authority),
@@ -178,16 +186,130 @@ unsafe fn dispatch_common(
         module: module.path,
         entry,
         args: ItemArgs::Plain(args),
-        deadline: home.principal.max_deadline,
+        deadline: opts.deadline,
         reply: home.reply_to(cell.id()),
-        queued_at: home.principal.profile.is_some().then(Instant::now),
+        queued_at: (opts.key.is_some() || home.principal.profile.is_some()).then(Instant::now),
         charge: Some(Held::Own(carried)),
     };
-    match &home.kind {
-        HomeKind::Engine | HomeKind::Actor { .. } => home.pool.inject(item),
-        HomeKind::Worker { outbox, .. } => outbox.borrow_mut().push(item),
+    match (opts.key, &home.kind) {
+        (Some(key), _) => {
+            let lane = (home.principal.id, key);
+            let queued =
+                home.pool
+                    .dispatch_keyed(lane, item, opts.supersede, "jobs.dispatch: opts.key");
+            if queued.is_err() {
+                // Nobody holds the promise: it leaves unsettled, its slot freed, and the slow
+                // path words the refusal.
+                core.promises
+                    .borrow_mut()
+                    .settle(cell.id(), Outcome::Cancelled);
+                return false;
+            }
+        }
+        (None, HomeKind::Engine | HomeKind::Actor { .. }) => home.pool.inject(item),
+        (None, HomeKind::Worker { outbox, .. }) => outbox.borrow_mut().push(item),
     }
+    core.promises.borrow_mut().mark_handle(cell.index());
     // SAFETY: the handle is at `at`; binding allocates nothing.
     unsafe { bind(state, at, cell.index()) };
     true
+}
+
+/// Reads `opts` (nil or a table at `idx`) when every option in it is valid; `None` when the
+/// slow path must read it (and word the refusal): an unknown option, a key that is not a
+/// string, a value of the wrong kind or out of its range, `supersede` without `key`.
+///
+/// # Safety
+/// `idx` is a valid index of `state` holding nil or a table; two free slots. Raw iteration and
+/// reads only: nothing allocates in Luau.
+unsafe fn read_options(
+    state: *mut ffi::lua_State,
+    idx: c_int,
+    cap: Duration,
+) -> Option<DispatchOptions> {
+    let mut out = DispatchOptions {
+        deadline: cap,
+        name: None,
+        key: None,
+        supersede: false,
+    };
+    // SAFETY: as documented.
+    if unsafe { ffi::lua_type(state, idx) } != ffi::LUA_TTABLE {
+        return Some(out);
+    }
+    let mut supersede_given = false;
+    let mut iter: c_int = 0;
+    loop {
+        // SAFETY: a table; rawiter pushes a key and a value (two free slots), popped below.
+        iter = unsafe { ffi::lua_rawiter(state, idx, iter) };
+        if iter < 0 {
+            break;
+        }
+        // SAFETY: the key at -2 and the value at -1, read in place, then popped.
+        let read = unsafe {
+            let read = read_option(state, &mut out, &mut supersede_given, cap);
+            ffi::lua_settop(state, -3);
+            read
+        };
+        read?;
+    }
+    (!supersede_given || out.key.is_some()).then_some(out)
+}
+
+/// Reads the option whose key is at -2 and value at -1 into `out`.
+///
+/// # Safety
+/// A key and a value on top of `state`'s stack.
+unsafe fn read_option(
+    state: *mut ffi::lua_State,
+    out: &mut DispatchOptions,
+    supersede_given: &mut bool,
+    cap: Duration,
+) -> Option<()> {
+    // SAFETY: as documented; strings are read in place (a string key is never converted).
+    unsafe {
+        if ffi::lua_type(state, -2) != ffi::LUA_TSTRING {
+            return None;
+        }
+        let key = string_at(state, -2);
+        let kind = ffi::lua_type(state, -1);
+        match key {
+            b"deadline" if matches!(kind, ffi::LUA_TNUMBER | ffi::LUA_TINTEGER) => {
+                let seconds = ffi::lua_tonumberx(state, -1, std::ptr::null_mut());
+                if seconds.is_nan() || seconds <= 0.0 || seconds > cap.as_secs_f64() {
+                    return None;
+                }
+                out.deadline = Duration::from_secs_f64(seconds);
+            }
+            b"name" if kind == ffi::LUA_TSTRING => {
+                out.name = Some(String::from_utf8_lossy(string_at(state, -1)).into_owned());
+            }
+            b"key" if kind == ffi::LUA_TSTRING => {
+                let key = string_at(state, -1);
+                if key.is_empty() || key.len() > MAX_KEY_BYTES {
+                    return None;
+                }
+                out.key = Some(Bytes::copy_from_slice(key));
+            }
+            b"supersede" if kind == ffi::LUA_TBOOLEAN => {
+                out.supersede = ffi::lua_toboolean(state, -1) != 0;
+                *supersede_given = true;
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
+/// The bytes of the string at `idx`, in place.
+///
+/// # Safety
+/// `idx` holds a string, alive while the slice is used.
+unsafe fn string_at<'a>(state: *mut ffi::lua_State, idx: c_int) -> &'a [u8] {
+    let mut len = 0usize;
+    // SAFETY: as documented: a string is read without conversion or allocation.
+    unsafe {
+        let data = ffi::lua_tolstring(state, idx, &mut len);
+        std::slice::from_raw_parts(data.cast::<u8>(), len)
+    }
 }
