@@ -17,6 +17,7 @@
 //! allocate nor raise; then, with every Rust value dropped, it answers the handle or hands the
 //! call to the slow path. A Rust panic is caught before it reaches Luau.
 
+use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -32,12 +33,24 @@ use crate::principal::capability::current_or;
 use crate::value::read::Reader;
 use crate::value::{Held, Limits};
 use crate::vm::promise_handle::{self, bind, enter_slot, leave_slot, push_handle};
-use crate::vm::{caller_source_of, Outcome, VmCore};
+use crate::vm::{caller_chunk, Outcome, Resolved, VmCore};
 
 /// What the raw `jobs.dispatch` reaches through its first upvalue: the VM's home and core.
 pub(crate) struct DispatchContext {
     home: Rc<JobsHome>,
     core: Rc<VmCore>,
+    /// The last module this VM's dispatches resolved: a loop that dispatches to one module
+    /// from one file finds it by comparing two short byte strings, not hashing them.
+    last: RefCell<Option<LastModule>>,
+}
+
+/// A resolution kept by [`DispatchContext`]: the calling chunk's name and the specifier as
+/// bytes, under the module generation it was made in (an edit moves it).
+struct LastModule {
+    source: Option<Box<[u8]>>,
+    spec: Box<[u8]>,
+    generation: u64,
+    resolved: Resolved,
 }
 
 /// Makes `jobs.dispatch`: the raw function with `slow` (the `mlua` dispatch) behind it. The
@@ -49,7 +62,11 @@ pub(crate) fn dispatch_function(
     core: Rc<VmCore>,
     slow: Function,
 ) -> mlua::Result<Function> {
-    let context = Rc::new(DispatchContext { home, core });
+    let context = Rc::new(DispatchContext {
+        home,
+        core,
+        last: RefCell::new(None),
+    });
     let pointer = Rc::as_ptr(&context).cast_mut().cast::<c_void>();
     lua.set_app_data(context);
     // SAFETY: pushes the two upvalues and the closure inside exec_raw's protected call.
@@ -143,12 +160,9 @@ unsafe fn dispatch_common(
     let Some(opts) = (unsafe { read_options(state, 4, home.principal.max_deadline) }) else {
         return false;
     };
-    let Ok(spec) = std::str::from_utf8(spec) else {
-        return false;
-    };
-    // SAFETY: `state` is the running thread; level 1 is the script that called.
-    let module = unsafe { caller_source_of(state, |source| core.modules.resolve(source, spec)) };
-    let Ok(module) = module else {
+    // SAFETY: `state` is the running thread; the name is used before this call returns.
+    let source = unsafe { caller_chunk(state) };
+    let Some(module) = resolve(context, source, spec) else {
         return false;
     };
     let mut reader = Reader::on_state(state, Limits::MAX_MESSAGE_BYTES);
@@ -312,4 +326,31 @@ unsafe fn string_at<'a>(state: *mut ffi::lua_State, idx: c_int) -> &'a [u8] {
         let data = ffi::lua_tolstring(state, idx, &mut len);
         std::slice::from_raw_parts(data.cast::<u8>(), len)
     }
+}
+
+/// The module `spec` names from the chunk `source`: the kept resolution when it is the same
+/// call site's, else the VM's resolver (which keeps its own per-VM cache), kept for next time.
+fn resolve(context: &DispatchContext, source: Option<&[u8]>, spec: &[u8]) -> Option<Resolved> {
+    let modules = &context.core.modules;
+    let generation = modules.generation();
+    if let Some(last) = &*context.last.borrow() {
+        if last.generation == generation && *last.spec == *spec && last.source.as_deref() == source
+        {
+            return Some(last.resolved.clone());
+        }
+    }
+    let text = std::str::from_utf8(spec).ok()?;
+    let resolved = match source.map(std::str::from_utf8) {
+        None => modules.resolve(None, text),
+        Some(Ok(source)) => modules.resolve(Some(source), text),
+        Some(Err(_)) => return None,
+    }
+    .ok()?;
+    *context.last.borrow_mut() = Some(LastModule {
+        source: source.map(Box::from),
+        spec: Box::from(spec),
+        generation: modules.generation(),
+        resolved: resolved.clone(),
+    });
+    Some(resolved)
 }

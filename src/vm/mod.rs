@@ -36,7 +36,7 @@ pub(crate) use liveness::{Liveness, Still, STALL_QUIET};
 pub use load_stage::LoadStage;
 pub(crate) use luau_promise::UNAWAITED_KEPT;
 pub(crate) use luau_promise::{Cancel, Outcome, PromiseCell, PromiseId};
-pub(crate) use modules::{caller_source_of, check_sources, source_epoch, with_caller_source};
+pub(crate) use modules::{caller_chunk, check_sources, source_epoch, with_caller_source, Resolved};
 pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure};
 pub use plan::Plan;
 pub(crate) use promise_handle::{await_function, free_collected, promise_of};
