@@ -5,26 +5,25 @@
 
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mlua::{Function, Lua, MultiValue, Table, UserData, Value};
 
-use super::dispatch_raw::dispatch_function;
+use super::dispatch_raw::{dispatch_function, queue, Dispatch};
 use super::engine_events::install as install_engine_events;
 use super::home::{charge_or_reclaim, home, refuse, registering_authority, HomeKind, JobsHome};
-use super::item::{Item, ItemArgs};
-use super::job::{JobShared, JOB_WEIGHT};
+use super::job::JOB_WEIGHT;
 use super::messages::{ActorWake, DomainEvent, WorkerMsg};
 use super::options::{read_key, read_target, DispatchOptions};
 use super::parallel_for::parallel_for;
 use super::registered::lua::install as install_registered;
 use super::warm_api::warm;
-use crate::principal::capability::{current_or, Authority};
+use crate::principal::capability::Authority;
 use crate::shared::{self, Courier};
-use crate::value::{ExactValue, Held, Message};
+use crate::value::{ExactValue, Message};
 use crate::vm::{
     a_type, error_message, promise_handle, watch_liveness, with_caller_source, Builtin, FrameClock,
-    Outcome, Owner, OwnerIdentity, Vm, VmCore,
+    Owner, OwnerIdentity, Vm, VmCore,
 };
 
 /// Installs the `jobs` global (also `require("@skein/jobs")`).
@@ -279,49 +278,14 @@ fn dispatch(
         charge_or_reclaim(lua, &core, budget, JOB_WEIGHT, "jobs.dispatch").map_err(refuse)?;
     let carried = charge_or_reclaim(lua, &core, budget, weight, "jobs.dispatch").map_err(refuse)?;
 
-    let job = JobShared::new(
-        opts.name,
-        module.spec,
-        entry.clone(),
-        home.pool.clone(),
-        home.principal.id,
-        opts.key.clone(),
-    );
-    job.hold(Held::Own(held));
-    let cell = core.promises.borrow_mut().make("jobs.dispatch");
-    cell.set_canceller(job.clone());
-    if let Some(key) = &opts.key {
-        cell.set_key(key.clone());
-    }
-    let reply = home.reply_to(cell.id());
-    let item = Item {
-        principal: home.principal.clone(),
-        authority: current_or(&home.principal.authority),
-        job,
-        module: module.path,
+    let call = Dispatch {
+        opts,
+        module,
         entry,
-        args: ItemArgs::Plain(args),
-        deadline: opts.deadline,
-        reply,
-        queued_at: (opts.key.is_some() || home.principal.profile.is_some()).then(Instant::now),
-        charge: Some(Held::Own(carried)),
+        args,
+        held,
+        carried,
     };
-    match (opts.key, &home.kind) {
-        (Some(key), _) => {
-            let lane = (home.principal.id, key);
-            if let Err(refusal) =
-                home.pool
-                    .dispatch_keyed(lane, item, opts.supersede, "jobs.dispatch: opts.key")
-            {
-                // Nobody holds the promise yet: take it out of the pending table unsettled.
-                core.promises
-                    .borrow_mut()
-                    .settle(cell.id(), Outcome::Cancelled);
-                return Err(refuse(refusal));
-            }
-        }
-        (None, HomeKind::Engine | HomeKind::Actor { .. }) => home.pool.inject(item),
-        (None, HomeKind::Worker { outbox, .. }) => outbox.borrow_mut().push(item),
-    }
+    let cell = queue(home, &core, call).map_err(refuse)?;
     promise_handle(lua, cell)
 }

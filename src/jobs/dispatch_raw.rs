@@ -20,6 +20,7 @@
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -31,9 +32,9 @@ use super::job::{charge_job, JobShared, JOB_WEIGHT};
 use super::options::{DispatchOptions, MAX_KEY_BYTES};
 use crate::principal::capability::current_or;
 use crate::value::read::Reader;
-use crate::value::{Held, Limits};
+use crate::value::{Charge, Held, Limits, Message};
 use crate::vm::promise_handle::{self, bind, enter_slot, leave_slot, push_handle};
-use crate::vm::{caller_chunk, Outcome, Resolved, VmCore};
+use crate::vm::{caller_chunk, Outcome, PromiseCell, Resolved, VmCore};
 
 /// What the raw `jobs.dispatch` reaches through its first upvalue: the VM's home and core.
 pub(crate) struct DispatchContext {
@@ -178,51 +179,18 @@ unsafe fn dispatch_common(
     let Ok(carried) = charge_job(budget, weight, "jobs.dispatch") else {
         return false;
     };
-    let job = JobShared::new(
-        opts.name,
-        module.spec,
-        entry.clone(),
-        home.pool.clone(),
-        home.principal.id,
-        opts.key.clone(),
-    );
-    job.hold(Held::Own(held));
-    let cell = core.promises.borrow_mut().make("jobs.dispatch");
-    debug_assert_eq!(cell.index(), index, "the slot the handle was entered under");
-    cell.set_canceller(job.clone());
-    if let Some(key) = &opts.key {
-        cell.set_key(key.clone());
-    }
-    let item = Item {
-        principal: home.principal.clone(),
-        authority: current_or(&home.principal.authority),
-        job,
-        module: module.path,
+    let call = Dispatch {
+        opts,
+        module,
         entry,
-        args: ItemArgs::Plain(args),
-        deadline: opts.deadline,
-        reply: home.reply_to(cell.id()),
-        queued_at: (opts.key.is_some() || home.principal.profile.is_some()).then(Instant::now),
-        charge: Some(Held::Own(carried)),
+        args,
+        held,
+        carried,
     };
-    match (opts.key, &home.kind) {
-        (Some(key), _) => {
-            let lane = (home.principal.id, key);
-            let queued =
-                home.pool
-                    .dispatch_keyed(lane, item, opts.supersede, "jobs.dispatch: opts.key");
-            if queued.is_err() {
-                // Nobody holds the promise: it leaves unsettled, its slot freed, and the slow
-                // path words the refusal.
-                core.promises
-                    .borrow_mut()
-                    .settle(cell.id(), Outcome::Cancelled);
-                return false;
-            }
-        }
-        (None, HomeKind::Engine | HomeKind::Actor { .. }) => home.pool.inject(item),
-        (None, HomeKind::Worker { outbox, .. }) => outbox.borrow_mut().push(item),
-    }
+    let Ok(cell) = queue(home, core, call) else {
+        return false;
+    };
+    debug_assert_eq!(cell.index(), index, "the slot the handle was entered under");
     core.promises.borrow_mut().mark_handle(cell.index());
     // SAFETY: the handle is at `at`; binding allocates nothing.
     unsafe { bind(state, at, cell.index()) };
@@ -353,4 +321,79 @@ fn resolve(context: &DispatchContext, source: Option<&[u8]>, spec: &[u8]) -> Opt
         resolved: resolved.clone(),
     });
     Some(resolved)
+}
+
+/// One dispatch, read and checked, its charges taken: what [`queue`] makes the job, the
+/// promise and the item from.
+pub(crate) struct Dispatch {
+    pub(crate) opts: DispatchOptions,
+    pub(crate) module: Resolved,
+    pub(crate) entry: Arc<str>,
+    pub(crate) args: Message,
+    /// The job's own weight, held as long as its promise.
+    pub(crate) held: Charge,
+    /// The arguments' weight, held while the item waits and runs.
+    pub(crate) carried: Charge,
+}
+
+/// Makes the job and its promise and queues the item (into its key's lane, the injector, or
+/// this worker's deque), for the raw path and the `mlua` one alike. A key lane's refusal takes
+/// the promise back out of the pending table unsettled (nobody holds it yet) and answers the
+/// refusal's text.
+pub(crate) fn queue(
+    home: &JobsHome,
+    core: &VmCore,
+    call: Dispatch,
+) -> Result<Rc<PromiseCell>, String> {
+    let Dispatch {
+        opts,
+        module,
+        entry,
+        args,
+        held,
+        carried,
+    } = call;
+    let job = JobShared::new(
+        opts.name,
+        module.spec,
+        entry.clone(),
+        home.pool.clone(),
+        home.principal.id,
+        opts.key.clone(),
+    );
+    job.hold(Held::Own(held));
+    let cell = core.promises.borrow_mut().make("jobs.dispatch");
+    cell.set_canceller(job.clone());
+    if let Some(key) = &opts.key {
+        cell.set_key(key.clone());
+    }
+    let item = Item {
+        principal: home.principal.clone(),
+        authority: current_or(&home.principal.authority),
+        job,
+        module: module.path,
+        entry,
+        args: ItemArgs::Plain(args),
+        deadline: opts.deadline,
+        reply: home.reply_to(cell.id()),
+        queued_at: (opts.key.is_some() || home.principal.profile.is_some()).then(Instant::now),
+        charge: Some(Held::Own(carried)),
+    };
+    match (opts.key, &home.kind) {
+        (Some(key), _) => {
+            let lane = (home.principal.id, key);
+            if let Err(refusal) =
+                home.pool
+                    .dispatch_keyed(lane, item, opts.supersede, "jobs.dispatch: opts.key")
+            {
+                core.promises
+                    .borrow_mut()
+                    .settle(cell.id(), Outcome::Cancelled);
+                return Err(refusal);
+            }
+        }
+        (None, HomeKind::Engine | HomeKind::Actor { .. }) => home.pool.inject(item),
+        (None, HomeKind::Worker { outbox, .. }) => outbox.borrow_mut().push(item),
+    }
+    Ok(cell)
 }
