@@ -30,6 +30,7 @@ mod logs;
 mod map;
 mod parallel_for;
 mod profile;
+mod promise_handles;
 mod registered;
 mod reload;
 mod reply_transport;

@@ -138,7 +138,11 @@ impl ScriptDomain {
             live_actors: self.live_actors().get(),
             owned_resources: self.owned_count(),
             registered_jobs: self.current.registry.len(),
-            job_bytes: self.current.principal.job_bytes.held(),
+            job_bytes: {
+                // Promises whose handles were collected give their jobs' charges back.
+                self.current.vm.free_collected_promises();
+                self.current.principal.job_bytes.held()
+            },
             shared_bytes: self.current.principal.shared.bytes(),
         }
     }

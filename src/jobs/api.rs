@@ -5,26 +5,26 @@
 
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mlua::{Function, Lua, MultiValue, Table, UserData, Value};
 
+use super::dispatch_raw::{dispatch_function, queue, Dispatch};
 use super::engine_events::install as install_engine_events;
-use super::home::{home, refuse, registering_authority, HomeKind, JobsHome};
-use super::item::{Item, ItemArgs};
-use super::job::{charge_job, JobShared, JOB_WEIGHT};
+use super::home::{charge_or_reclaim, home, refuse, registering_authority, HomeKind, JobsHome};
+use super::job::JOB_WEIGHT;
 use super::map::map;
 use super::messages::{ActorWake, DomainEvent, WorkerMsg};
 use super::options::{read_key, read_target, DispatchOptions};
 use super::parallel_for::parallel_for;
 use super::registered::lua::install as install_registered;
 use super::warm_api::warm;
-use crate::principal::capability::{current_or, Authority};
+use crate::principal::capability::Authority;
 use crate::shared::{self, Courier};
-use crate::value::{ExactValue, Held, Message};
+use crate::value::{ExactValue, Message};
 use crate::vm::{
     a_type, error_message, promise_handle, watch_liveness, with_caller_source, Builtin, FrameClock,
-    Outcome, Owner, OwnerIdentity, Vm, VmCore,
+    Owner, OwnerIdentity, Vm, VmCore,
 };
 
 /// Installs the `jobs` global (also `require("@skein/jobs")`).
@@ -33,6 +33,11 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     core.name_vm(lua, home.kind.vm_name())?;
     if let HomeKind::Worker { .. } = home.kind {
         core.limit_pool_waits(home.principal.plan.nested_wait_limit_tasks());
+        // A worker runs `jobs.warm` entries, whose awaits of pool work are refused even when
+        // settled: every await there goes through Rust.
+        if let Some(handles) = core.handles.get() {
+            handles.keep_reads_in_rust(lua)?;
+        }
     }
     let home = Rc::new(home);
     lua.set_app_data(home.clone());
@@ -40,9 +45,10 @@ pub(crate) fn install(lua: &Lua, home: JobsHome) -> mlua::Result<()> {
     // `dispatch` holds its home: looking it up in the app data on every call cost a borrow and
     // a type-map lookup per dispatch.
     let dispatch_home = home.clone();
+    let slow = lua.create_function(move |lua, args| dispatch(lua, &dispatch_home, args))?;
     jobs.raw_set(
         "dispatch",
-        lua.create_function(move |lua, args| dispatch(lua, &dispatch_home, args))?,
+        dispatch_function(lua, home.clone(), core.clone(), slow)?,
     )?;
     jobs.raw_set("context", lua.create_function(context)?)?;
     jobs.raw_set("parallelFor", lua.create_function(parallel_for)?)?;
@@ -270,52 +276,18 @@ fn dispatch(
     // The job's own weight lasts as long as its promise; its arguments' only while its item
     // waits and runs. Both are taken before anything is made, so a refusal leaves nothing.
     let budget = &home.principal.job_bytes;
-    let held = charge_job(budget, JOB_WEIGHT, "jobs.dispatch").map_err(refuse)?;
-    let carried = charge_job(budget, weight, "jobs.dispatch").map_err(refuse)?;
+    let held =
+        charge_or_reclaim(lua, &core, budget, JOB_WEIGHT, "jobs.dispatch").map_err(refuse)?;
+    let carried = charge_or_reclaim(lua, &core, budget, weight, "jobs.dispatch").map_err(refuse)?;
 
-    let job = JobShared::new(
-        opts.name,
-        module.spec,
-        entry.clone(),
-        home.pool.clone(),
-        home.principal.id,
-        opts.key.clone(),
-    );
-    job.hold(Held::Own(held));
-    let cell = core.promises.borrow_mut().make("jobs.dispatch");
-    cell.set_canceller(job.clone());
-    if let Some(key) = &opts.key {
-        cell.set_key(key.clone());
-    }
-    let reply = home.reply_to(cell.id());
-    let item = Item {
-        principal: home.principal.clone(),
-        authority: current_or(&home.principal.authority),
-        job,
-        module: module.path,
+    let call = Dispatch {
+        opts,
+        module,
         entry,
-        args: ItemArgs::Plain(args),
-        deadline: opts.deadline,
-        reply,
-        queued_at: (opts.key.is_some() || home.principal.profile.is_some()).then(Instant::now),
-        charge: Some(Held::Own(carried)),
+        args,
+        held,
+        carried,
     };
-    match (opts.key, &home.kind) {
-        (Some(key), _) => {
-            let lane = (home.principal.id, key);
-            if let Err(refusal) =
-                home.pool
-                    .dispatch_keyed(lane, item, opts.supersede, "jobs.dispatch: opts.key")
-            {
-                // Nobody holds the promise yet: take it out of the pending table unsettled.
-                core.promises
-                    .borrow_mut()
-                    .settle(cell.id(), Outcome::Cancelled);
-                return Err(refuse(refusal));
-            }
-        }
-        (None, HomeKind::Engine | HomeKind::Actor { .. }) => home.pool.inject(item),
-        (None, HomeKind::Worker { outbox, .. }) => outbox.borrow_mut().push(item),
-    }
-    Ok(Value::UserData(promise_handle(lua, cell)?))
+    let cell = queue(home, &core, call).map_err(refuse)?;
+    promise_handle(lua, cell)
 }

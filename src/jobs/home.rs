@@ -10,12 +10,14 @@ use mlua::{Lua, LuaString};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::item::Item;
+use super::job::charge_job;
 use super::messages::ActorWake;
 use super::pool_shared::PoolShared;
 use super::principal_cell::PrincipalCell;
 use super::reply::ReplyTo;
 use crate::principal::capability::{current_arc, Authority};
-use crate::vm::PromiseId;
+use crate::value::{ByteBudget, Charge};
+use crate::vm::{free_collected, PromiseId, VmCore};
 
 /// Where the VM that calls `jobs.*` lives.
 pub(crate) enum HomeKind {
@@ -93,6 +95,15 @@ impl JobsHome {
         }
     }
 
+    /// The entry name interned for the Luau string at `address`, if one was (the map holds
+    /// the string, so the address is still that string's).
+    pub(crate) fn known_entry(&self, address: usize) -> Option<Arc<str>> {
+        self.entry_strings
+            .borrow()
+            .get(&address)
+            .map(|(_, known)| known.clone())
+    }
+
     /// [`JobsHome::intern_entry`] for a Luau string, found by its address once it was seen.
     pub(crate) fn intern_entry_string(&self, name: &LuaString) -> Arc<str> {
         let address = name.to_pointer() as usize;
@@ -146,6 +157,22 @@ pub(crate) fn home(lua: &Lua) -> mlua::Result<Rc<JobsHome>> {
     lua.app_data_ref::<Rc<JobsHome>>()
         .map(|h| h.clone())
         .ok_or_else(|| mlua::Error::runtime("jobs: this VM is not attached to a pool"))
+}
+
+/// Takes `n` bytes of the job budget for `what`; when the budget would refuse, first frees the
+/// promises of this VM whose handles were collected (a handle is a table, so its promise's
+/// charge goes back when the VM sees it gone, not at the collection itself).
+pub(crate) fn charge_or_reclaim(
+    lua: &Lua,
+    core: &VmCore,
+    budget: &Arc<ByteBudget>,
+    n: usize,
+    what: &str,
+) -> Result<Charge, String> {
+    charge_job(budget, n, what).or_else(|_| {
+        free_collected(lua, core);
+        charge_job(budget, n, what)
+    })
 }
 
 /// A refusal of a `jobs` call, raised as a Luau error.

@@ -37,7 +37,7 @@ pub(super) fn map(
         let cell = core.promises.borrow_mut().make("jobs.map");
         let answer = Outcome::Resolved(Message::List(Vec::new()));
         let _none_waits = core.promises.borrow_mut().settle(cell.id(), answer);
-        return Ok(Value::UserData(promise_handle(lua, cell)?));
+        return promise_handle(lua, cell);
     }
     let chunks = chunking::chunk_count(
         "jobs.map",

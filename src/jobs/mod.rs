@@ -17,6 +17,7 @@
 
 mod api;
 mod chunking;
+mod dispatch_raw;
 mod engine_events;
 mod entry;
 mod event_log;

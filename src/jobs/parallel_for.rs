@@ -23,9 +23,9 @@ use mlua::{Lua, LuaString, Table, Value};
 
 use super::chunking::{self, whole, Over};
 use super::gather::{Gather, Gathered};
-use super::home::{home, refuse, HomeKind, JobsHome};
+use super::home::{charge_or_reclaim, home, refuse, HomeKind, JobsHome};
 use super::item::{ChunkArgs, Item, ItemArgs};
-use super::job::{charge_job, JobShared, JOB_WEIGHT};
+use super::job::{JobShared, JOB_WEIGHT};
 use super::options::{read_target, ParallelForOptions};
 use super::reply::ReplyTo;
 use crate::principal::capability::current_or;
@@ -167,9 +167,16 @@ pub(super) fn queue_chunks(
     } = call;
     let budget = &home.principal.job_bytes;
     let charge = Arc::new(
-        charge_job(budget, chunks.len().saturating_mul(JOB_WEIGHT), call).map_err(refuse)?,
+        charge_or_reclaim(
+            lua,
+            core,
+            budget,
+            chunks.len().saturating_mul(JOB_WEIGHT),
+            call,
+        )
+        .map_err(refuse)?,
     );
-    let carried = Arc::new(charge_job(budget, weight, call).map_err(refuse)?);
+    let carried = Arc::new(charge_or_reclaim(lua, core, budget, weight, call).map_err(refuse)?);
     let jobs: Vec<Arc<JobShared>> = chunks
         .iter()
         .map(|_| {
@@ -216,5 +223,5 @@ pub(super) fn queue_chunks(
             HomeKind::Worker { outbox, .. } => outbox.borrow_mut().push(item),
         }
     }
-    Ok(Value::UserData(promise_handle(lua, cell)?))
+    promise_handle(lua, cell)
 }

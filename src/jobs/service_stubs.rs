@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use mlua::{AnyUserData, Function, Lua, Table, Value};
+use mlua::{Function, Lua, Table, Value};
 
 use super::home::home;
 use super::messages::DomainEvent;
@@ -163,7 +163,7 @@ fn query_stub(lua: &Lua, name: &str) -> mlua::Result<Function> {
 fn forward_query(
     lua: &Lua,
     (name, yieldable, args): (mlua::LuaString, bool, MessageArgs),
-) -> mlua::Result<AnyUserData> {
+) -> mlua::Result<Value> {
     let name = name.to_str()?.to_owned();
     if !yieldable {
         return Err(mlua::Error::runtime(format!(

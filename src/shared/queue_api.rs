@@ -118,12 +118,12 @@ pub(crate) fn receive_parcel(lua: &Lua, mut parcel: Parcel) {
         let pop = parked.remove(&parcel.promise);
         drop(parked);
         drop(pop);
-        core.settle(parcel.promise, Outcome::Cancelled);
+        core.settle(lua, parcel.promise, Outcome::Cancelled);
         return; // dropped: gives back
     }
     pop.arrived = parcel.delivery.take();
     drop(parked);
-    core.settle(parcel.promise, Outcome::Resolved(Message::Nil));
+    core.settle(lua, parcel.promise, Outcome::Resolved(Message::Nil));
 }
 
 /// The name of the queue the pop parked on promise `promise` of this VM waits on, if it is a
@@ -168,7 +168,7 @@ pub(crate) fn sweep_parked_pops(lua: &Lua) {
         if let Some(Delivery::Value(value)) = pop.arrived.take() {
             pop.queue.give_back(value);
         }
-        core.settle(id, Outcome::Cancelled);
+        core.settle(lua, id, Outcome::Cancelled);
     }
 }
 
@@ -265,7 +265,7 @@ static POP: Embedded = Embedded::new("=skein queue", include_str!("queue_pop.lua
 /// What `P.pop` answers: a value now, or a promise to await.
 enum Popped {
     Now(Message),
-    Parked(AnyUserData),
+    Parked(Value),
 }
 
 impl Popped {
@@ -274,7 +274,7 @@ impl Popped {
     fn into_lua(self) -> (Message, Value) {
         match self {
             Popped::Now(value) => (value, Value::Nil),
-            Popped::Parked(promise) => (Message::Nil, Value::UserData(promise)),
+            Popped::Parked(promise) => (Message::Nil, promise),
         }
     }
 }
@@ -343,7 +343,7 @@ fn pop_or_park(
         Ok(PopNow::Closed) => Ok(Popped::Now(on_closed)),
         Err(e) => Err(refuse(e)),
     };
-    core.settle(promise, Outcome::Cancelled); // out of the pending table, never awaited
+    core.settle(lua, promise, Outcome::Cancelled); // out of the pending table, never awaited
     popped
 }
 
@@ -353,8 +353,8 @@ fn take_arrival(
     promise: &Value,
     method: &str,
 ) -> mlua::Result<(Arc<SharedQueue>, Delivery)> {
-    let id = promise_of(promise)
-        .map(|cell| cell.id())
+    let id = promise_of(lua, promise)
+        .map(|handle| handle.id())
         .ok_or_else(|| mlua::Error::runtime(format!("SharedQueue:{method}: no parked pop")))?;
     let pop = poppers(lua)?.parked.borrow_mut().remove(&id);
     match pop {

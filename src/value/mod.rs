@@ -18,7 +18,7 @@ mod limits;
 pub(crate) mod path;
 pub(crate) mod read;
 mod resource_handle;
-mod write;
+pub(crate) mod write;
 
 use bytes::Bytes;
 

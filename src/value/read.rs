@@ -52,7 +52,9 @@ impl Refusal {
 /// The state of one walk: the budget and the tables on the current path.
 pub(crate) struct Reader<'a> {
     state: *mut ffi::lua_State,
-    raw: &'a RawLua,
+    /// The VM's handle, to read a resource handle (a userdata) through; `None` for a reader on
+    /// a bare state, which refuses userdata (its caller reads them the slow way).
+    raw: Option<&'a RawLua>,
     limit: usize,
     weight: usize,
     /// Tables from the root to the one being read: a table met again here is a cycle. A table
@@ -71,7 +73,26 @@ impl<'a> Reader<'a> {
     pub(crate) fn on(raw: &'a RawLua, state: *mut ffi::lua_State, limit: usize) -> Self {
         Reader {
             state,
-            raw,
+            raw: Some(raw),
+            limit,
+            weight: 0,
+            open_tables: Vec::new(),
+        }
+    }
+
+    /// The stack slots one read may use: what a caller reserves ahead when the reader's own
+    /// check must not grow the stack.
+    pub(crate) const STACK_NEEDED: c_int =
+        SLOTS_PER_LEVEL * (Limits::MAX_DEPTH as c_int + 1) + SLOT_MARGIN + 2;
+
+    /// A reader on `state` alone, for a raw C function (mlua's current state may be another
+    /// thread's): it refuses every userdata, resource handles included, with
+    /// [`TransferErrorKind::UserData`], so its caller hands such values to a reader made with
+    /// [`Reader::new`].
+    pub(crate) fn on_state(state: *mut ffi::lua_State, limit: usize) -> Reader<'static> {
+        Reader {
+            state,
+            raw: None,
             limit,
             weight: 0,
             open_tables: Vec::new(),
@@ -266,11 +287,14 @@ impl<'a> Reader<'a> {
     /// `idx` is a valid index of a userdata.
     #[cold]
     unsafe fn read_userdata(&mut self, idx: c_int) -> Result<Message, Refusal> {
+        let raw = self
+            .raw
+            .ok_or_else(|| Refusal::new(TransferErrorKind::UserData))?;
         // SAFETY: one slot of the reserved margin holds the copy that pop_value takes off; read
         // on another thread's stack, the copy moves to `raw`'s (one slot checked there).
         let value = unsafe {
             ffi::lua_pushvalue(self.state, idx);
-            let own = self.raw.state();
+            let own = raw.state();
             if own != self.state {
                 if ffi::lua_checkstack(own, 1) == 0 {
                     ffi::lua_pop(self.state, 1);
@@ -278,7 +302,7 @@ impl<'a> Reader<'a> {
                 }
                 ffi::lua_xmove(self.state, own, 1);
             }
-            self.raw.pop_value()
+            raw.pop_value()
         };
         let handle = match value {
             Value::UserData(ud) => ud.borrow::<ResourceHandle>().map(|h| h.clone()).ok(),

@@ -35,9 +35,9 @@ pub(crate) fn build(lua: &Lua, message: &Message) -> mlua::Result<Value> {
 }
 
 /// Builds one message on `state`, for a caller that is already inside a protected call there
-/// (the worker's per-VM push function, `vm/coroutine.rs`): the value is left on top and `true`
-/// answered, or the Rust-side refusal recorded in `failure` and `false` answered. A Luau memory
-/// error raises, to the caller's protected call.
+/// (the worker's per-VM push function, `vm/coroutine.rs`; the engine's settle of a promise
+/// handle): the value is left on top and `true` answered, or the Rust-side refusal recorded in
+/// `failure` and `false` answered. A Luau memory error raises, to the caller's protected call.
 ///
 /// # Safety
 /// Runs inside a protected call on `state`, which is `lua`'s current state.

@@ -6,6 +6,7 @@
 //! any global.
 
 use std::cell::{Cell, OnceCell, RefCell};
+use std::ffi::c_void;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,9 +18,10 @@ use super::luau_promise::{self, Outcome, PromiseCell, Promises};
 use super::out_of_memory::{is_memory_error, MemoryLabel};
 use super::owner::{Owner, TaskFailure};
 use super::plan::Plan;
+use super::promise_handle::{self, HandleTables};
 use super::raised::raised_text;
-use super::scheduler::{self, Resume, ResumeArgs, Scheduler, SchedulerHost, TaskId};
-use super::task_library::{self, outcome_pair, POOL_PROMISES};
+use super::scheduler::{self, Resume, Scheduler, SchedulerHost, TaskId};
+use super::task_library::{self, POOL_PROMISES};
 use crate::principal::capability::Authority;
 
 /// Where a VM sends failures of tasks that have no one awaiting them.
@@ -45,6 +47,8 @@ pub(crate) struct VmCore {
     /// How many tasks may wait on pool work at once: set for pool workers' VMs, whose waiting
     /// jobs are nested on their thread (see `Plan::nested_wait_limit`).
     pub(super) pool_wait_limit: Cell<Option<usize>>,
+    /// The tables behind this VM's promise handles, set when the `task` library is installed.
+    pub(crate) handles: OnceCell<HandleTables>,
 }
 
 /// The root task a [`Vm::call`] watches through its first run.
@@ -110,6 +114,7 @@ impl Vm {
             catching: RefCell::new(None),
             memory,
             pool_wait_limit: Cell::new(None),
+            handles: OnceCell::new(),
         });
         lua.set_app_data(core.clone());
         task_library::install(&lua)?;
@@ -187,12 +192,14 @@ impl Vm {
         scheduler::step(&*self.core, &self.lua)
     }
 
-    /// Settles a promise homed here and queues its waiters.
+    /// Settles a promise homed here, writes its handle and queues its waiters.
     pub(crate) fn settle(&self, id: luau_promise::PromiseId, outcome: Outcome) {
-        let woken = self.core.promises.borrow_mut().settle(id, outcome);
-        if let Some((waiters, outcome)) = woken {
-            self.core.wake(waiters, outcome);
-        }
+        self.core.settle(&self.lua, id, outcome);
+    }
+
+    /// Frees the promises whose handles were collected (their jobs' charges go back).
+    pub(crate) fn free_collected_promises(&self) {
+        promise_handle::free_collected(&self.lua, &self.core);
     }
 
     /// Whether a task can run now.
@@ -228,10 +235,15 @@ impl Vm {
         let (ids, threads) = self.core.sched.borrow_mut().remove_owner(owner);
         drop(threads);
         if !ids.is_empty() {
-            self.core
+            let cancelled = self
+                .core
                 .promises
                 .borrow_mut()
                 .cancel_awaited_only_by(&ids, &POOL_PROMISES);
+            for settled in cancelled {
+                // Their waiters are the tasks just ended: waking them finds nothing to run.
+                promise_handle::publish(&self.lua, &self.core, settled);
+            }
         }
     }
 }
@@ -289,12 +301,28 @@ impl VmCore {
         (self.reporter)(label, failure);
     }
 
-    /// Queues the tasks that awaited a promise.
-    pub(crate) fn wake(&self, waiters: Vec<TaskId>, outcome: Rc<Outcome>) {
+    /// Queues the tasks that awaited a promise: each reads the outcome from the promise's
+    /// handle when it resumes.
+    pub(crate) fn wake(&self, waiters: Vec<TaskId>) {
+        if waiters.is_empty() {
+            return;
+        }
         let mut sched = self.sched.borrow_mut();
         for waiter in waiters {
-            sched.make_ready(waiter, Resume::Settled(outcome.clone()));
+            sched.make_ready(waiter, Resume::Args(MultiValue::new()));
         }
+    }
+
+    /// The task of the Luau thread at `address`, if the scheduler knows it.
+    pub(crate) fn task_at(&self, address: *const c_void) -> Option<TaskId> {
+        self.sched.borrow_mut().task_at(address)
+    }
+
+    /// Whether this VM's tasks wait on pool work as many times as its limit allows.
+    pub(crate) fn pool_wait_limited(&self) -> bool {
+        self.pool_wait_limit
+            .get()
+            .is_some_and(|limit| self.sched.borrow().pool_waits() >= limit)
     }
 
     /// The owner of the running task, or the ambient owner outside tasks.
@@ -316,12 +344,13 @@ impl VmCore {
         self.sched.borrow().is_live(id)
     }
 
-    /// Settles a promise homed here and queues its waiters; false when it was not pending.
-    pub(crate) fn settle(&self, id: luau_promise::PromiseId, outcome: Outcome) -> bool {
-        let woken = self.promises.borrow_mut().settle(id, outcome);
-        match woken {
-            Some((waiters, outcome)) => {
-                self.wake(waiters, outcome);
+    /// Settles a promise homed here, writes its outcome into its handle and queues its
+    /// waiters; false when it was not pending.
+    pub(crate) fn settle(&self, lua: &Lua, id: luau_promise::PromiseId, outcome: Outcome) -> bool {
+        let settled = self.promises.borrow_mut().settle(id, outcome);
+        match settled {
+            Some(settled) => {
+                promise_handle::publish(lua, self, settled);
                 true
             }
             None => false,
@@ -344,20 +373,14 @@ impl SchedulerHost for VmCore {
         &self.sched
     }
 
-    fn resume_values(&self, lua: &Lua, resume: Resume) -> ResumeArgs {
+    fn resume_values(&self, _lua: &Lua, resume: Resume) -> MultiValue {
         match resume {
-            Resume::Args(args) => ResumeArgs::Values(args),
+            Resume::Args(args) => args,
             Resume::Elapsed(start) => {
                 let secs = scheduler::elapsed_secs(start, Instant::now());
-                ResumeArgs::Values(MultiValue::from_iter([Value::Number(secs)]))
+                MultiValue::from_iter([Value::Number(secs)])
             }
-            Resume::Settled(outcome) => {
-                let (resolved, value) = outcome_pair(lua, self, &outcome);
-                ResumeArgs::Settled(resolved, value)
-            }
-            Resume::Frames(n) => {
-                ResumeArgs::Values(MultiValue::from_iter([Value::Number(n as f64)]))
-            }
+            Resume::Frames(n) => MultiValue::from_iter([Value::Number(n as f64)]),
         }
     }
 
@@ -435,10 +458,10 @@ pub(crate) fn with_open_globals<R>(lua: &Lua, f: impl FnOnce() -> R) -> R {
 /// `PromiseHandle:cancel()`: settles the promise as cancelled and stops its work.
 pub(crate) fn cancel_promise(lua: &Lua, cell: &Rc<PromiseCell>) -> mlua::Result<bool> {
     let core = VmCore::of(lua)?;
-    let woken = core.promises.borrow_mut().cancel(cell);
-    match woken {
-        Some((waiters, outcome)) => {
-            core.wake(waiters, outcome);
+    let settled = core.promises.borrow_mut().cancel(cell);
+    match settled {
+        Some(settled) => {
+            promise_handle::publish(lua, &core, settled);
             Ok(true)
         }
         None => Ok(false),
@@ -532,8 +555,8 @@ mod tests {
             .unwrap();
         let awaits = |what: &'static str, owner: Rc<Owner>| {
             let cell = vm.core.promises.borrow_mut().make(what);
-            let handle = luau_promise::handle(&vm.lua, cell.clone()).unwrap();
-            let args = MultiValue::from_iter([Value::UserData(handle)]);
+            let handle = promise_handle::handle(&vm.lua, cell.clone()).unwrap();
+            let args = MultiValue::from_iter([handle]);
             (vm.call(awaiter.clone(), args, owner).unwrap(), cell)
         };
         let first = owner();

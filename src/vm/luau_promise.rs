@@ -8,12 +8,6 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use mlua::state::RawLua;
-use mlua::{
-    AnyUserData, Function, IntoLua, Lua, MetaMethod, Table, UserData, UserDataFields,
-    UserDataMethods, Value,
-};
-
 use super::scheduler::TaskId;
 use crate::value::Message;
 
@@ -38,40 +32,6 @@ impl Outcome {
             Outcome::Resolved(_) => "resolved",
             Outcome::Rejected(_) => "rejected",
             Outcome::Cancelled => "cancelled",
-        }
-    }
-}
-
-/// The value `task.await` hands over for a settled promise: a resolution is pushed straight
-/// from its `Message` (so a top-level integer arrives an integer, which no `mlua::Value` can
-/// carry), a rejection's text as a plain value.
-pub(crate) enum AwaitedValue {
-    Value(Value),
-    /// An `Outcome::Resolved`, pushed from its message.
-    Resolved(Rc<Outcome>),
-}
-
-impl IntoLua for AwaitedValue {
-    fn into_lua(self, lua: &Lua) -> mlua::Result<Value> {
-        match self {
-            AwaitedValue::Value(v) => Ok(v),
-            AwaitedValue::Resolved(outcome) => match &*outcome {
-                Outcome::Resolved(message) => message.to_lua(lua),
-                _ => Ok(Value::Nil),
-            },
-        }
-    }
-
-    unsafe fn push_into_stack(self, lua: &RawLua) -> mlua::Result<()> {
-        // SAFETY: forwarded under mlua's contract for this call (one slot is free).
-        unsafe {
-            match self {
-                AwaitedValue::Value(v) => v.push_into_stack(lua),
-                AwaitedValue::Resolved(outcome) => match &*outcome {
-                    Outcome::Resolved(message) => message.push_into_stack(lua),
-                    _ => Value::Nil.push_into_stack(lua),
-                },
-            }
         }
     }
 }
@@ -103,6 +63,9 @@ pub(crate) struct PromiseCell {
     /// Whether code has awaited the promise or seen it rejected: a rejection nobody observed
     /// is a failure nobody handled.
     observed: Cell<bool>,
+    /// Why its resolved value could not be built in the VM, when it could not: what an await
+    /// raises instead.
+    unbuilt: RefCell<Option<String>>,
 }
 
 impl PromiseCell {
@@ -134,11 +97,14 @@ impl PromiseCell {
         }
     }
 
-    /// Adds a task to wake when the promise settles: that task observes the outcome.
+    /// Adds a task to wake when the promise settles: that task observes the outcome. A task
+    /// already waiting is not added twice (its await resumed early and parked again).
     pub(crate) fn add_waiter(&self, task: TaskId) {
         self.observed.set(true);
         if let State::Pending { waiters } = &mut *self.state.borrow_mut() {
-            waiters.push(task);
+            if !waiters.contains(&task) {
+                waiters.push(task);
+            }
         }
     }
 
@@ -165,6 +131,34 @@ impl PromiseCell {
         *self.canceller.borrow_mut() = Some(canceller);
     }
 
+    /// The slab slot the promise was made in.
+    pub(crate) fn index(&self) -> u32 {
+        self.id as u32
+    }
+
+    /// Records that its resolved value could not be built in the VM, and why.
+    pub(crate) fn unbuildable(&self, why: String) {
+        *self.unbuilt.borrow_mut() = Some(why);
+    }
+
+    /// Why its resolved value could not be built, if it could not.
+    pub(crate) fn unbuilt(&self) -> Option<String> {
+        self.unbuilt.borrow().clone()
+    }
+
+    /// Whether the promise has not settled.
+    pub(crate) fn is_pending(&self) -> bool {
+        matches!(&*self.state.borrow(), State::Pending { .. })
+    }
+
+    /// The outcome once settled, without counting as observed (its handle is being made).
+    pub(crate) fn settled_outcome(&self) -> Option<Rc<Outcome>> {
+        match &*self.state.borrow() {
+            State::Pending { .. } => None,
+            State::Settled(outcome) => Some(outcome.clone()),
+        }
+    }
+
     /// Settles the promise; answers the waiters to wake, or `None` when it had settled already.
     fn settle(&self, outcome: Outcome) -> Option<(Vec<TaskId>, Rc<Outcome>)> {
         let mut state = self.state.borrow_mut();
@@ -180,12 +174,17 @@ impl PromiseCell {
     }
 }
 
-/// One slot of the pending table: the promise in it and the generation that tells a reused slot
-/// from the promise that held it before.
+/// One slot of the table of promises: the promise in it and the generation that tells a reused
+/// slot from the promise that held it before. A promise with a Luau handle keeps its slot after
+/// it settles, for as long as the handle lives (the handle finds it by its index): its outcome,
+/// its job's charge and whether code observed it stay in the cell until the VM sees the handle
+/// collected (`promise_handle::free_collected`).
 #[derive(Default)]
 struct Slot {
     generation: u32,
     cell: Option<Rc<PromiseCell>>,
+    /// A handle was made for the promise in this slot.
+    handle: bool,
 }
 
 /// The most unhandled rejections a VM keeps the failure of, to report; past it they are
@@ -214,7 +213,8 @@ pub(crate) const UNAWAITED_KEPT: usize = 64;
 
 /// A rejected promise that had no waiter when it settled: unhandled unless code observes it
 /// while its handle lives. Held strongly, so a handle the script dropped is seen as the last
-/// holder going, without a flag allocated beside every promise.
+/// holder going (its slot is freed once the VM sees the handle collected), without a flag
+/// allocated beside every promise.
 struct Unawaited {
     cell: Rc<PromiseCell>,
     failure: Arc<super::JobFailure>,
@@ -238,7 +238,15 @@ impl Unhandled {
     }
 }
 
-/// The promises of one VM that are still pending.
+/// A promise that just settled: what its home does next (write its handle, wake its waiters).
+pub(crate) struct Settled {
+    /// Its slot, when it keeps it for its handle.
+    pub(crate) held: Option<u32>,
+    pub(crate) waiters: Vec<TaskId>,
+    pub(crate) outcome: Rc<Outcome>,
+}
+
+/// The promises of one VM: pending ones, and settled ones whose handle may still be alive.
 ///
 /// A slab, not a map: an id is a slot index (low 32 bits) and the slot's generation (high 32
 /// bits), so making and settling a promise costs no hashing, and a late reply for a slot that
@@ -248,6 +256,10 @@ pub(crate) struct Promises {
     slots: Vec<Slot>,
     free: Vec<u32>,
     pending: usize,
+    /// Settled promises whose slot waits for its handle to be collected.
+    held: usize,
+    /// How many may wait so before the VM looks for collected handles again.
+    free_at: usize,
     /// Rejections that settled with no waiter and whose handle may still be observed.
     unawaited: Vec<Unawaited>,
     /// How long `unawaited` may grow before it is swept again.
@@ -256,18 +268,23 @@ pub(crate) struct Promises {
     unhandled: Unhandled,
 }
 
+/// Settled promises a VM keeps for live handles before it first looks for collected ones.
+const HELD_BEFORE_FREEING: usize = 256;
+
 impl Promises {
+    /// The slot the next [`make`](Self::make) takes: a raw caller enters its handle in the
+    /// VM's table of handles before it makes the promise.
+    pub(crate) fn next_index(&self) -> u32 {
+        match self.free.last() {
+            Some(index) => *index,
+            None => self.slots.len() as u32,
+        }
+    }
+
     /// Makes a pending promise homed here.
     pub(crate) fn make(&mut self, what: &'static str) -> Rc<PromiseCell> {
-        let index = match self.free.pop() {
-            Some(index) => index,
-            None => {
-                self.slots.push(Slot::default());
-                (self.slots.len() - 1) as u32
-            }
-        };
+        let index = self.take_slot();
         let slot = &mut self.slots[index as usize];
-        slot.generation = slot.generation.wrapping_add(1);
         let cell = Rc::new(PromiseCell {
             id: (u64::from(slot.generation) << 32) | u64::from(index),
             state: RefCell::new(State::Pending {
@@ -277,41 +294,122 @@ impl Promises {
             key: RefCell::new(None),
             what,
             observed: Cell::new(false),
+            unbuilt: RefCell::new(None),
         });
         slot.cell = Some(cell.clone());
         self.pending += 1;
         cell
     }
 
-    /// Takes promise `id` out of the pending table, if it is still there.
-    fn take(&mut self, id: PromiseId) -> Option<Rc<PromiseCell>> {
+    /// A free slot under a new generation.
+    fn take_slot(&mut self) -> u32 {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                self.slots.push(Slot::default());
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.slots[index as usize];
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.handle = false;
+        index
+    }
+
+    /// Notes that a handle was made for the promise in slot `index`: the slot is kept after
+    /// the promise settles, until the handle is collected.
+    pub(crate) fn mark_handle(&mut self, index: u32) {
+        if let Some(slot) = self.slots.get_mut(index as usize) {
+            slot.handle = true;
+        }
+    }
+
+    /// Gives a promise that settled before its handle was made (and so lost its slot) a slot
+    /// to be found from its handle by; answers the slot's index.
+    pub(crate) fn adopt(&mut self, cell: &Rc<PromiseCell>) -> u32 {
+        let index = self.take_slot();
+        let slot = &mut self.slots[index as usize];
+        slot.cell = Some(cell.clone());
+        slot.handle = true;
+        self.held += 1;
+        index
+    }
+
+    /// The promise a handle names by its slot: pending, or settled with the handle alive.
+    pub(crate) fn at_slot(&self, index: u32) -> Option<&Rc<PromiseCell>> {
+        self.slots.get(index as usize)?.cell.as_ref()
+    }
+
+    /// Takes promise `id` out of the pending promises, if it is still pending: its slot is
+    /// freed, or kept for its handle.
+    fn take(&mut self, id: PromiseId) -> Option<(Rc<PromiseCell>, Option<u32>)> {
         let index = id as u32;
         let generation = (id >> 32) as u32;
         let slot = self.slots.get_mut(index as usize)?;
-        if slot.generation != generation {
+        if slot.generation != generation || !slot.cell.as_ref()?.is_pending() {
             return None;
+        }
+        self.pending -= 1;
+        if slot.handle {
+            self.held += 1;
+            return Some((slot.cell.clone()?, Some(index)));
         }
         let cell = slot.cell.take()?;
         self.free.push(index);
-        self.pending -= 1;
-        Some(cell)
+        Some((cell, None))
+    }
+
+    /// Frees slot `index` of a settled promise whose handle was collected.
+    pub(crate) fn free_held(&mut self, index: u32) {
+        let Some(slot) = self.slots.get_mut(index as usize) else {
+            return;
+        };
+        if slot.handle && slot.cell.as_ref().is_some_and(|cell| !cell.is_pending()) {
+            slot.cell = None;
+            slot.handle = false;
+            self.free.push(index);
+            self.held -= 1;
+        }
+    }
+
+    /// Whether enough settled promises wait for their handles that the VM should look for
+    /// collected ones.
+    pub(crate) fn freeing_due(&self) -> bool {
+        self.held >= self.free_at.max(HELD_BEFORE_FREEING)
+    }
+
+    /// The slots of settled promises kept for their handles.
+    pub(crate) fn held_slots(&self) -> Vec<u32> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| {
+                slot.handle && slot.cell.as_ref().is_some_and(|cell| !cell.is_pending())
+            })
+            .map(|(index, _)| index as u32)
+            .collect()
+    }
+
+    /// After a look for collected handles: the next comes when twice as many are held.
+    pub(crate) fn freed(&mut self) {
+        self.free_at = 2 * self.held;
     }
 
     /// Settles promise `id`; answers the tasks to wake and the shared outcome. An unknown or
     /// already settled promise (a cancelled one whose work answered late) answers `None`.
-    pub(crate) fn settle(
-        &mut self,
-        id: PromiseId,
-        outcome: Outcome,
-    ) -> Option<(Vec<TaskId>, Rc<Outcome>)> {
-        let cell = self.take(id)?;
-        let settled = cell.settle(outcome)?;
-        if let (Outcome::Rejected(failure), true) = (&*settled.1, settled.0.is_empty()) {
+    pub(crate) fn settle(&mut self, id: PromiseId, outcome: Outcome) -> Option<Settled> {
+        let (cell, held) = self.take(id)?;
+        let (waiters, outcome) = cell.settle(outcome)?;
+        if let (Outcome::Rejected(failure), true) = (&*outcome, waiters.is_empty()) {
             if !cell.observed.get() {
                 self.keep_unawaited(&cell, failure.clone());
             }
         }
-        Some(settled)
+        Some(Settled {
+            held,
+            waiters,
+            outcome,
+        })
     }
 
     #[cold]
@@ -359,28 +457,30 @@ impl Promises {
 
     /// Cancels a pending promise: it settles as cancelled and its work is told to stop.
     /// Answers the tasks to wake, or `None` if it had settled already.
-    pub(crate) fn cancel(&mut self, cell: &PromiseCell) -> Option<(Vec<TaskId>, Rc<Outcome>)> {
-        self.take(cell.id)?;
+    pub(crate) fn cancel(&mut self, cell: &PromiseCell) -> Option<Settled> {
+        let (_, held) = self.take(cell.id)?;
         let woken = cell.settle(Outcome::Cancelled);
         let canceller = cell.canceller.borrow_mut().take();
         if let Some(canceller) = canceller {
             canceller.cancel();
         }
-        woken
+        woken.map(|(waiters, outcome)| Settled {
+            held,
+            waiters,
+            outcome,
+        })
     }
 
     /// Cancels the pending promises of the kinds `whats` that only tasks in `tasks` await, as
     /// [`cancel`](Self::cancel) does; their waiters are not woken (the caller ends them).
-    /// Answers how many it cancelled.
+    /// Answers what it cancelled, for the VM to write into their handles.
     pub(crate) fn cancel_awaited_only_by(
         &mut self,
         tasks: &[TaskId],
         whats: &[&'static str],
-    ) -> usize {
+    ) -> Vec<Settled> {
         let cells: Vec<Rc<PromiseCell>> = self
-            .slots
-            .iter()
-            .filter_map(|slot| slot.cell.as_ref())
+            .pending_cells()
             .filter(|cell| whats.contains(&cell.what))
             .filter(|cell| match &*cell.state.borrow() {
                 State::Pending { waiters } => {
@@ -390,87 +490,21 @@ impl Promises {
             })
             .cloned()
             .collect();
-        for cell in &cells {
-            let _ = self.cancel(cell);
-        }
-        cells.len()
+        cells.iter().filter_map(|cell| self.cancel(cell)).collect()
     }
 
     /// The promises still pending, in slot order.
     pub(crate) fn pending_cells(&self) -> impl Iterator<Item = &Rc<PromiseCell>> {
-        self.slots.iter().filter_map(|slot| slot.cell.as_ref())
+        self.slots
+            .iter()
+            .filter_map(|slot| slot.cell.as_ref())
+            .filter(|cell| cell.is_pending())
     }
 
     /// Number of promises still pending.
     pub(crate) fn pending(&self) -> usize {
         self.pending
     }
-}
-
-/// The Luau `PromiseHandle`: `await`, `cancel`, `status`.
-///
-/// Its `__index` is a plain Luau table of methods (built once per VM by [`install_methods`]),
-/// so `p:await()` is a native table lookup rather than a call into Rust to find the method.
-/// `await` is written in Luau because it yields.
-#[derive(Clone)]
-pub(crate) struct PromiseHandle(pub(crate) Rc<PromiseCell>);
-
-impl UserData for PromiseHandle {
-    fn add_fields<F: UserDataFields<Self>>(fields: &mut F) {
-        fields.add_meta_field_with(MetaMethod::Index, |lua| {
-            lua.named_registry_value::<Table>(METHODS_KEY)
-        });
-    }
-
-    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        methods.add_meta_method(MetaMethod::ToString, |_, this, ()| {
-            Ok(format!(
-                "PromiseHandle({}, {})",
-                this.0.what,
-                this.0.status()
-            ))
-        });
-    }
-}
-
-/// Registry key of the `PromiseHandle` method table.
-const METHODS_KEY: &str = "skein.promise.methods";
-
-/// Builds the `PromiseHandle` method table; `await` is the prelude's `task.await`.
-pub(crate) fn install_methods(lua: &Lua, await_fn: Function) -> mlua::Result<()> {
-    let methods = lua.create_table()?;
-    methods.raw_set("await", await_fn)?;
-    methods.raw_set(
-        "status",
-        lua.create_function(|_, this: AnyUserData| Ok(this.borrow::<PromiseHandle>()?.0.status()))?,
-    )?;
-    methods.raw_set(
-        "cancel",
-        lua.create_function(|lua, this: AnyUserData| {
-            let cell = this.borrow::<PromiseHandle>()?.0.clone();
-            super::core::cancel_promise(lua, &cell)
-        })?,
-    )?;
-    methods.set_readonly(true);
-    lua.set_named_registry_value(METHODS_KEY, methods)
-}
-
-/// The `await` the prelude defines (`task.await`), for bindings that park a task on a promise
-/// from Luau code of their own.
-pub(crate) fn await_function(lua: &Lua) -> mlua::Result<Function> {
-    lua.named_registry_value::<Table>(METHODS_KEY)?
-        .raw_get("await")
-}
-
-/// The promise behind a Luau value, if it is a `PromiseHandle`.
-pub(crate) fn promise_of(value: &Value) -> Option<Rc<PromiseCell>> {
-    let ud: &AnyUserData = value.as_userdata()?;
-    ud.borrow::<PromiseHandle>().ok().map(|h| h.0.clone())
-}
-
-/// Makes the Luau handle of a promise.
-pub(crate) fn handle(lua: &Lua, cell: Rc<PromiseCell>) -> mlua::Result<AnyUserData> {
-    lua.create_userdata(PromiseHandle(cell))
 }
 
 #[cfg(test)]

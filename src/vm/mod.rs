@@ -18,6 +18,7 @@ mod modules;
 mod out_of_memory;
 mod owner;
 mod plan;
+pub(crate) mod promise_handle;
 mod raised;
 mod scheduler;
 pub(crate) mod source;
@@ -35,26 +36,25 @@ pub(crate) use liveness::STALL_HORIZON;
 pub(crate) use liveness::{Liveness, Still, STALL_QUIET};
 pub use load_stage::LoadStage;
 pub(crate) use luau_promise::UNAWAITED_KEPT;
-pub(crate) use luau_promise::{
-    await_function, promise_of, Cancel, Outcome, PromiseCell, PromiseId,
-};
-pub(crate) use modules::{check_sources, source_epoch, with_caller_source};
+pub(crate) use luau_promise::{Cancel, Outcome, PromiseCell, PromiseId};
+pub(crate) use modules::{caller_chunk, check_sources, source_epoch, with_caller_source, Resolved};
 pub(crate) use owner::{
     panic_message, CommandLog, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure,
 };
 pub use plan::Plan;
+pub(crate) use promise_handle::{await_function, free_collected, promise_of};
 pub(crate) use scheduler::{
     return_coroutine, root_coroutine, start_root, Resume, RootEnd, SchedulerHost, TaskId,
 };
 pub(crate) use stall_report::{watch as watch_liveness, VmWaits, WaitOn};
 pub(crate) use task_library::FrameClock;
 
-/// A promise's Luau handle.
+/// A promise's Luau handle (a table: see `promise_handle.rs`).
 pub(crate) fn promise_handle(
     lua: &mlua::Lua,
     cell: std::rc::Rc<luau_promise::PromiseCell>,
-) -> mlua::Result<mlua::AnyUserData> {
-    luau_promise::handle(lua, cell)
+) -> mlua::Result<mlua::Value> {
+    promise_handle::handle(lua, cell)
 }
 
 /// A value's type with its article, as error messages name it: `nil`, `a number`, `an integer`.

@@ -61,6 +61,9 @@ pub(crate) struct Modules {
     /// by specifier: looked up with borrowed strings, so a hit allocates nothing.
     resolved: RefCell<HashMap<Box<str>, Resolutions>>,
     epoch: Cell<u64>,
+    /// Bumped whenever `resolved` is cleared: a resolution kept outside is valid while it is
+    /// unchanged ([`Modules::generation`]).
+    generation: Cell<u64>,
 }
 
 impl Modules {
@@ -72,6 +75,7 @@ impl Modules {
             exports: RefCell::new(HashMap::default()),
             resolved: RefCell::new(HashMap::default()),
             epoch: Cell::new(source_epoch()),
+            generation: Cell::new(0),
         }
     }
 
@@ -82,6 +86,7 @@ impl Modules {
             self.epoch.set(now);
             self.exports.borrow_mut().clear();
             self.resolved.borrow_mut().clear();
+            self.generation.set(self.generation.get() + 1);
             self.cache.borrow_mut().invalidate_changed();
         }
     }
@@ -90,7 +95,15 @@ impl Modules {
     pub(crate) fn invalidate_changed(&self) {
         self.exports.borrow_mut().clear();
         self.resolved.borrow_mut().clear();
+        self.generation.set(self.generation.get() + 1);
         self.cache.borrow_mut().invalidate_changed();
+    }
+
+    /// Which resolutions hold: a resolution kept from [`resolve`](Self::resolve) is what it
+    /// would answer again while this is unchanged (an edit moves it).
+    pub(crate) fn generation(&self) -> u64 {
+        self.sync_epoch();
+        self.generation.get()
     }
 
     /// Resolves `spec` as `require` would from the chunk named `source` (`@/abs/file.luau`;
@@ -156,35 +169,56 @@ impl Modules {
 /// `Lua::inspect_stack` followed by `Debug::source` made two queries and copied the short
 /// source and the kind too (about 1,200 instructions on every `jobs.dispatch`).
 pub(crate) fn with_caller_source<R>(lua: &Lua, f: impl FnOnce(Option<&str>) -> R) -> R {
-    lua.exec_raw_lua(|raw| {
-        let state = raw.state();
-        // SAFETY: `state` is the running thread of this VM, borrowed for this call only;
-        // `lua_getinfo` with "s" only reads the frame at `level` (or answers 0 when there is
-        // none) and fills `ar`, which lives on this stack. It raises no error and pushes nothing.
-        let mut ar = unsafe { std::mem::zeroed::<mlua::ffi::lua_Debug>() };
-        // The nearest Luau function that is not Skein's own: `pcall(require, "./x")` has
-        // `pcall` at level 1, and the file that called it above; Skein's prelude and bindings
-        // (chunks named `=skein...`) call on behalf of the script below them.
-        for level in 1..=MAX_CALLER_LEVELS {
-            // SAFETY: as above.
-            let found =
-                unsafe { mlua::ffi::lua_getinfo(state, level, c"s".as_ptr(), &mut ar) } != 0;
-            if !found || ar.source.is_null() {
-                return f(None);
-            }
-            // SAFETY: a non-null `source` points at the NUL-terminated chunk name of that
-            // frame's function, which the frame keeps alive while this callback runs.
-            let bytes = unsafe { std::ffi::CStr::from_ptr(ar.source) }.to_bytes();
-            if bytes == b"=[C]" || bytes.starts_with(b"=skein") {
-                continue;
-            }
-            return match std::str::from_utf8(bytes) {
-                Ok(source) => f(Some(source)),
-                Err(_) => f(Some(&String::from_utf8_lossy(bytes))),
-            };
+    // SAFETY: `raw.state()` is the running thread of this VM, borrowed for this call only.
+    lua.exec_raw_lua(|raw| unsafe { caller_source_of(raw.state(), f) })
+}
+
+/// [`with_caller_source`] on the thread `state`, for a raw C function running on it.
+///
+/// # Safety
+/// `state` is a running thread of the VM (see [`caller_chunk`]).
+pub(crate) unsafe fn caller_source_of<R>(
+    state: *mut mlua::ffi::lua_State,
+    f: impl FnOnce(Option<&str>) -> R,
+) -> R {
+    // SAFETY: forwarded; the bytes are used before this call returns.
+    match unsafe { caller_chunk(state) } {
+        None => f(None),
+        Some(bytes) => match std::str::from_utf8(bytes) {
+            Ok(source) => f(Some(source)),
+            Err(_) => f(Some(&String::from_utf8_lossy(bytes))),
+        },
+    }
+}
+
+/// The chunk name of the nearest script function on `state`'s stack, as bytes read in place.
+///
+/// # Safety
+/// `state` is a running thread of the VM. `lua_getinfo` with "s" only reads the frame at
+/// `level` (or answers 0 when there is none) and fills `ar`, which lives on this stack: it
+/// raises no error and pushes nothing. The bytes live as long as that frame's function: the
+/// caller uses them before the running call returns.
+pub(crate) unsafe fn caller_chunk<'a>(state: *mut mlua::ffi::lua_State) -> Option<&'a [u8]> {
+    // SAFETY: see above.
+    let mut ar = unsafe { std::mem::zeroed::<mlua::ffi::lua_Debug>() };
+    // The nearest Luau function that is not Skein's own: `pcall(require, "./x")` has
+    // `pcall` at level 1, and the file that called it above; Skein's prelude and bindings
+    // (chunks named `=skein...`) call on behalf of the script below them.
+    for level in 1..=MAX_CALLER_LEVELS {
+        // SAFETY: as above.
+        let found = unsafe { mlua::ffi::lua_getinfo(state, level, c"s".as_ptr(), &mut ar) } != 0;
+        if !found || ar.source.is_null() {
+            return None;
         }
-        f(None)
-    })
+        // SAFETY: a non-null `source` points at the NUL-terminated chunk name of that
+        // frame's function, which the frame keeps alive while the running call runs.
+        let bytes = unsafe { std::ffi::CStr::from_ptr(ar.source) }.to_bytes();
+        if bytes == b"=[C]" || bytes.starts_with(b"=skein") {
+            continue;
+        }
+        return Some(bytes);
+    }
+    None
 }
 
 /// How far up the stack [`with_caller_source`] looks for the script that called.

@@ -18,19 +18,17 @@
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mlua::state::RawLua;
-use mlua::{ffi, FromLuaMulti, IntoLuaMulti, Lua, MultiValue, Thread, Value};
+use mlua::{ffi, FromLuaMulti, IntoLuaMulti, Lua, MultiValue, Thread};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::budget::{Interruption, RunGuard};
 use super::coroutine::{self, Resumed};
 use super::liveness::Liveness;
-use super::luau_promise::{AwaitedValue, Outcome};
 use super::out_of_memory::is_memory_error;
 use super::owner::{Owner, TaskFailure};
 use crate::principal::capability::{self, Authority};
@@ -104,39 +102,8 @@ pub(crate) enum Resume {
     Args(MultiValue),
     /// A timer fired: the task receives the seconds elapsed since this instant.
     Elapsed(Instant),
-    /// A promise the task awaited settled.
-    Settled(Rc<Outcome>),
     /// The frame a `task.waitFrames` waited for came: the task receives the frames that passed.
     Frames(u64),
-}
-
-/// What a resume hands the task, as [`SchedulerHost::resume_values`] makes it: plain values, or
-/// ones pushed straight from a message (see [`AwaitedValue`]).
-pub(crate) enum ResumeArgs {
-    Values(MultiValue),
-    /// `(resolved, value)` of a settled promise.
-    Settled(Value, AwaitedValue),
-}
-
-impl IntoLuaMulti for ResumeArgs {
-    fn into_lua_multi(self, lua: &Lua) -> mlua::Result<MultiValue> {
-        match self {
-            ResumeArgs::Values(values) => Ok(values),
-            ResumeArgs::Settled(resolved, value) => (resolved, value).into_lua_multi(lua),
-        }
-    }
-
-    unsafe fn push_into_stack_multi(self, lua: &RawLua) -> mlua::Result<c_int> {
-        // SAFETY: forwarded under mlua's contract for this call.
-        unsafe {
-            match self {
-                ResumeArgs::Values(values) => values.push_into_stack_multi(lua),
-                ResumeArgs::Settled(resolved, value) => {
-                    (resolved, value).push_into_stack_multi(lua)
-                }
-            }
-        }
-    }
 }
 
 /// The scheduler state of one VM.
@@ -209,7 +176,12 @@ impl Scheduler {
     /// The task a Luau thread belongs to. A fresh root task (see [`start_root`]) enters the
     /// task table here: whoever asks will park it, cancel it or spawn under it by its id.
     pub(crate) fn task_of(&mut self, thread: &Thread) -> Option<TaskId> {
-        let address = thread.to_pointer();
+        self.task_at(thread.to_pointer())
+    }
+
+    /// The task of the Luau thread at `address` (its `lua_State`, as `Thread::to_pointer`
+    /// answers it); a fresh root task enters the task table, as in [`task_of`](Self::task_of).
+    pub(crate) fn task_at(&mut self, address: *const c_void) -> Option<TaskId> {
         if let Some(id) = self.by_thread.get(&address) {
             return Some(*id);
         }
@@ -523,7 +495,7 @@ pub(crate) trait SchedulerHost {
     /// The scheduler of this VM.
     fn scheduler(&self) -> &RefCell<Scheduler>;
     /// Turns a resume value into Luau values (promise outcomes are converted here).
-    fn resume_values(&self, lua: &Lua, resume: Resume) -> ResumeArgs;
+    fn resume_values(&self, lua: &Lua, resume: Resume) -> MultiValue;
     /// A root task finished: its owner completes with the values or the failure.
     fn complete(&self, lua: &Lua, owner: &Rc<Owner>, result: Result<MultiValue, TaskFailure>);
     /// A non-root task failed: report it, attributed to its owner.
@@ -648,7 +620,7 @@ fn run_guarded<H: SchedulerHost, T>(
 /// Resumes a task's coroutine with `args`, as `Thread::resume` did: refuses a coroutine that
 /// can't be resumed, pushes the arguments on the calling state and moves them over, and
 /// answers the values it returned (read as [`ExactValues`]), or `None` when it yielded.
-fn resume_with(lua: &Lua, thread: &Thread, args: ResumeArgs) -> mlua::Result<Option<MultiValue>> {
+fn resume_with(lua: &Lua, thread: &Thread, args: MultiValue) -> mlua::Result<Option<MultiValue>> {
     coroutine::check_resumable(lua, thread)?;
     let co = thread.state();
     let nargs = lua.exec_raw_lua(|raw| {

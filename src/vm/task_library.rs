@@ -3,7 +3,6 @@
 //!
 //! Every primitive finds its VM's scheduler through [`VmCore::of`]; none holds state of its own.
 
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,46 +12,13 @@ use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
 use super::a_type;
 use super::core::{cancel_promise, VmCore};
 use super::embedded::Embedded;
-use super::luau_promise::{self, AwaitedValue, Outcome};
+use super::luau_promise::Outcome;
+use super::promise_handle;
 use super::raised::RAISED_KEY;
 use super::scheduler::{self, Resume, MAX_WAIT};
 
 /// The kinds of promise the pool settles (their `what`): a warm entry may not await them.
-pub(super) const POOL_PROMISES: [&str; 3] = ["jobs.dispatch", "jobs.parallelFor", "jobs.warm"];
-
-/// `(resolved, value)` as `task.await` receives them: `true` and the value, or `false` and the
-/// error text. A boolean, not the status name, so an await makes no Luau string for the status
-/// (each `create_string` from Rust is a protected call; about 1,900 instructions per await). The
-/// value is pushed straight from its message, so a top-level integer stays an integer.
-pub(super) fn outcome_pair(
-    lua: &Lua,
-    core: &VmCore,
-    outcome: &Rc<Outcome>,
-) -> (Value, AwaitedValue) {
-    let text = match &**outcome {
-        Outcome::Resolved(_) => {
-            return (
-                Value::Boolean(true),
-                AwaitedValue::Resolved(outcome.clone()),
-            )
-        }
-        Outcome::Rejected(failure) => failure.to_string(),
-        Outcome::Cancelled => "cancelled".to_owned(),
-    };
-    let (rejected, text) = rejected_pair(lua, core, &text);
-    (rejected, AwaitedValue::Value(text))
-}
-
-/// `(false, text)`: the cold half of [`outcome_pair`]. A VM out of memory can't make the text:
-/// the await raises the out-of-memory text the VM made while it had memory.
-#[cold]
-fn rejected_pair(lua: &Lua, core: &VmCore, text: &str) -> (Value, Value) {
-    let text = match lua.create_string(text) {
-        Ok(text) => text,
-        Err(_) => core.memory.outcome_text(),
-    };
-    (Value::Boolean(false), Value::String(text))
-}
+pub(crate) const POOL_PROMISES: [&str; 3] = ["jobs.dispatch", "jobs.parallelFor", "jobs.warm"];
 
 /// Refuses an await of pool work when as many of this VM's tasks wait on pool work as its
 /// limit allows: a job that awaits work of its own kind without end stops here, and its failure
@@ -123,11 +89,19 @@ static PRELUDE: Embedded = Embedded::new("=skein prelude", include_str!("prelude
 /// Installs `task`, `error` and the promise methods: the native primitives below go to the
 /// prelude, which builds the Luau-facing library around them.
 pub(super) fn install(lua: &Lua) -> mlua::Result<()> {
+    let core = VmCore::of(lua)?;
     let p = lua.create_table()?;
     p.raw_set("parkTimer", lua.create_function(park_timer)?)?;
     p.raw_set("parkFrames", lua.create_function(park_frames)?)?;
     p.raw_set("pending", lua.create_function(pending)?)?;
-    p.raw_set("await", lua.create_function(await_promise)?)?;
+    let slow_await = lua.create_function(await_promise)?;
+    p.raw_set(
+        "await",
+        promise_handle::raw_await_function(lua, &core, slow_await)?,
+    )?;
+    let tables = promise_handle::prelude_tables(lua)?;
+    p.raw_set("handles", tables.slots.clone())?;
+    p.raw_set("reads", tables.reads.clone())?;
     p.raw_set("spawn", lua.create_function(spawn)?)?;
     p.raw_set("defer", lua.create_function(defer)?)?;
     p.raw_set("delay", lua.create_function(delay)?)?;
@@ -136,7 +110,7 @@ pub(super) fn install(lua: &Lua) -> mlua::Result<()> {
     lua.globals().raw_set("error", error)?;
     lua.set_named_registry_value(RAISED_KEY, raised)?;
     let await_fn: Function = task.raw_get("await")?;
-    luau_promise::install_methods(lua, await_fn)?;
+    promise_handle::install(lua, &core, tables, await_fn)?;
     lua.globals().raw_set("task", task)?;
     Ok(())
 }
@@ -169,36 +143,67 @@ fn park_frames(lua: &Lua, n: Value) -> mlua::Result<()> {
 }
 
 /// Whether `promise` is a promise that has not settled.
-fn pending(_: &Lua, promise: Value) -> mlua::Result<bool> {
-    Ok(luau_promise::promise_of(&promise).is_some_and(|p| p.outcome().is_none()))
+fn pending(lua: &Lua, promise: Value) -> mlua::Result<bool> {
+    Ok(promise_handle::promise_of(lua, &promise).is_some_and(|p| p.is_pending()))
 }
 
-/// `task.await`'s native half: the settled outcome at once, or `nil` after parking the running
-/// task on the promise (the prelude then yields until the settlement resumes it). Refuses the
-/// waits that could never end: pool work inside a warm, an item of the caller's own key, and
-/// pool work past the VM's nested-wait limit.
-fn await_promise(lua: &Lua, value: Value) -> mlua::Result<(Value, AwaitedValue)> {
-    let Some(cell) = luau_promise::promise_of(&value) else {
+/// `(resolved, value)` of a settled promise as `task.await` receives them: `true` and the value
+/// (written into its handle when it settled), or `false` and the error text, made now. A VM out
+/// of memory can't make the text: the await raises the out-of-memory text the VM made while it
+/// had memory.
+fn settled_pair(
+    lua: &Lua,
+    core: &VmCore,
+    handle: &Value,
+    outcome: &Outcome,
+    unbuilt: Option<String>,
+) -> mlua::Result<(Value, Value)> {
+    let text = match (outcome, unbuilt) {
+        (_, Some(why)) => why,
+        (Outcome::Resolved(_), None) => {
+            let Value::Table(handle) = handle else {
+                return Ok((Value::Boolean(true), Value::Nil));
+            };
+            return Ok((Value::Boolean(true), handle.raw_get(3)?));
+        }
+        (Outcome::Rejected(failure), None) => failure.to_string(),
+        (Outcome::Cancelled, None) => "cancelled".to_owned(),
+    };
+    let text = match lua.create_string(&text) {
+        Ok(text) => text,
+        Err(_) => core.memory.outcome_text(),
+    };
+    Ok((Value::Boolean(false), Value::String(text)))
+}
+
+/// `task.await`'s native half, the slow path behind the raw `P.await`
+/// (`promise_handle::raw_await`), which hands over whatever is not its common case: the settled
+/// outcome at once, or `nil` after parking the running task on the promise (the prelude then
+/// yields until the settlement resumes it). Refuses the waits that could never end: pool work
+/// inside a warm, an item of the caller's own key, and pool work past the VM's nested-wait
+/// limit.
+fn await_promise(lua: &Lua, value: Value) -> mlua::Result<(Value, Value)> {
+    let Some(cell) = promise_handle::promise_of(lua, &value) else {
         return Err(mlua::Error::runtime(format!(
             "task.await expects a PromiseHandle, got {}",
             value.type_name()
         )));
     };
     let core = VmCore::of(lua)?;
-    let pool = POOL_PROMISES.contains(&cell.what);
+    let what = cell.what;
+    let pool = POOL_PROMISES.contains(&what);
     if pool {
         // Refused whether or not it has settled: a warm must not depend on the pool's
         // timing, so the same code fails the same way every time.
         if let Some(warm) = core.current_owner().identity.warm() {
             return Err(mlua::Error::runtime(format!(
-                "jobs.warm {warm}: awaiting a {} promise inside a warm would wait on the pool \
-                 it is warming",
-                cell.what
+                "jobs.warm {warm}: awaiting a {what} promise inside a warm would wait on the pool \
+                 it is warming"
             )));
         }
     }
     if let Some(outcome) = cell.outcome() {
-        return Ok(outcome_pair(lua, &core, &outcome));
+        return settled_pair(lua, &core, &value, &outcome, cell.unbuilt());
     }
     if let Some(key) = cell.key() {
         if core.current_owner().identity.key() == Some(&key[..]) {
@@ -220,7 +225,7 @@ fn await_promise(lua: &Lua, value: Value) -> mlua::Result<(Value, AwaitedValue)>
     cell.add_waiter(id);
     core.sched.borrow_mut().park_promise(id, pool);
     // `nil`: pending, so `task.await` yields until the settlement resumes it.
-    Ok((Value::Nil, AwaitedValue::Value(Value::Nil)))
+    Ok((Value::Nil, Value::Nil))
 }
 
 /// `task.spawn`: runs `target` now, until it first yields.

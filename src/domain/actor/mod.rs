@@ -527,17 +527,17 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
             let core = VmCore::of(lua)?;
             let cell = core.promises.borrow_mut().make("Worker:receive");
             if entry.shared.park(cell.id(), end_only) {
-                return Ok(Value::UserData(vm::promise_handle(lua, cell)?));
+                return vm::promise_handle(lua, cell);
             }
-            core.settle(cell.id(), Outcome::Cancelled); // never awaited: out of the pending table
+            core.settle(lua, cell.id(), Outcome::Cancelled); // never awaited: out of the pending table
             Ok(Value::Nil)
         })?,
     )?;
     p.raw_set(
         "expire",
         lua.create_function(|lua, promise: Value| {
-            if let Some(cell) = promise_of(&promise) {
-                VmCore::of(lua)?.settle(cell.id(), Outcome::Resolved(Message::Nil));
+            if let Some(handle) = promise_of(lua, &promise) {
+                VmCore::of(lua)?.settle(lua, handle.id(), Outcome::Resolved(Message::Nil));
             }
             Ok(())
         })?,

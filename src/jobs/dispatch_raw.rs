@@ -1,0 +1,399 @@
+//! `jobs.dispatch` as a raw C function: the common call (module and entry strings, arguments,
+//! `opts` nil or a table of valid options, `key` included) read straight off the Luau stack,
+//! its promise's handle made in place, no `mlua` callback wrapper and no `mlua::Value` per
+//! argument or option. Every other call (an option to refuse, a refusal of any kind, an entry
+//! string this VM has not interned yet, a userdata among the arguments) is handed whole to the
+//! `mlua` function in upvalue 2 (`api.rs`), which answers or raises exactly as before. A keyed
+//! item its lane refuses (too many keys) is taken back and the call handed over the same way:
+//! the lane refused it whole, so the second try meets the same state.
+//!
+//! # Safety
+//!
+//! The rule of `vm/promise_handle.rs` holds here: no Rust value that needs dropping is alive
+//! across a Luau call that can raise. The call runs in three phases: the handle is made and
+//! entered in the VM's table of handles first, while no Rust value exists (a memory error
+//! unwinds through this function's plain frame to the script's caller, as any Luau error
+//! does); then Rust reads, checks and queues the item, calling only Luau functions that neither
+//! allocate nor raise; then, with every Rust value dropped, it answers the handle or hands the
+//! call to the slow path. A Rust panic is caught before it reaches Luau.
+
+use std::cell::RefCell;
+use std::ffi::{c_int, c_void};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mlua::{ffi, Function, Lua};
+
+use super::home::{HomeKind, JobsHome};
+use super::item::{Item, ItemArgs};
+use super::job::{charge_job, JobShared, JOB_WEIGHT};
+use super::options::{DispatchOptions, MAX_KEY_BYTES};
+use crate::principal::capability::current_or;
+use crate::value::read::Reader;
+use crate::value::{Charge, Held, Limits, Message};
+use crate::vm::promise_handle::{self, bind, enter_slot, leave_slot, push_handle};
+use crate::vm::{caller_chunk, Outcome, PromiseCell, Resolved, VmCore};
+
+/// What the raw `jobs.dispatch` reaches through its first upvalue: the VM's home and core.
+pub(crate) struct DispatchContext {
+    home: Rc<JobsHome>,
+    core: Rc<VmCore>,
+    /// The last module this VM's dispatches resolved: a loop that dispatches to one module
+    /// from one file finds it by comparing two short byte strings, not hashing them.
+    last: RefCell<Option<LastModule>>,
+}
+
+/// A resolution kept by [`DispatchContext`]: the calling chunk's name and the specifier as
+/// bytes, under the module generation it was made in (an edit moves it).
+struct LastModule {
+    source: Option<Box<[u8]>>,
+    spec: Box<[u8]>,
+    generation: u64,
+    resolved: Resolved,
+}
+
+/// Makes `jobs.dispatch`: the raw function with `slow` (the `mlua` dispatch) behind it. The
+/// context is kept in the VM's app data, so the pointer the function holds lives as long as the
+/// VM.
+pub(crate) fn dispatch_function(
+    lua: &Lua,
+    home: Rc<JobsHome>,
+    core: Rc<VmCore>,
+    slow: Function,
+) -> mlua::Result<Function> {
+    let context = Rc::new(DispatchContext {
+        home,
+        core,
+        last: RefCell::new(None),
+    });
+    let pointer = Rc::as_ptr(&context).cast_mut().cast::<c_void>();
+    lua.set_app_data(context);
+    // SAFETY: pushes the two upvalues and the closure inside exec_raw's protected call.
+    unsafe {
+        lua.exec_raw::<Function>(slow, |state| {
+            ffi::lua_pushlightuserdata(state, pointer);
+            ffi::lua_insert(state, -2);
+            ffi::lua_pushcclosurek(state, raw_dispatch, c"dispatch".as_ptr(), 2, None);
+        })
+    }
+}
+
+/// The raw `jobs.dispatch`.
+///
+/// # Safety
+/// Called by Luau only, with upvalue 1 the VM's [`DispatchContext`] and upvalue 2 the slow path.
+unsafe extern "C-unwind" fn raw_dispatch(state: *mut ffi::lua_State) -> c_int {
+    // SAFETY: as documented; the context outlives every call (the VM's app data holds it).
+    let context =
+        unsafe { &*ffi::lua_touserdata(state, ffi::lua_upvalueindex(1)).cast::<DispatchContext>() };
+    // SAFETY: type tests of this call's own arguments.
+    let common = unsafe {
+        let nargs = ffi::lua_gettop(state);
+        (2..=4).contains(&nargs)
+            && ffi::lua_type(state, 1) == ffi::LUA_TSTRING
+            && ffi::lua_type(state, 2) == ffi::LUA_TSTRING
+            && matches!(
+                ffi::lua_type(state, 4),
+                ffi::LUA_TNONE | ffi::LUA_TNIL | ffi::LUA_TTABLE
+            )
+    };
+    let Some(tables) = promise_handle::tables(&context.core).filter(|_| common) else {
+        // SAFETY: no Rust value is alive.
+        return unsafe { promise_handle::call_slow(state) };
+    };
+    let index = context.core.promises.borrow().next_index();
+    // SAFETY: phase one: the handle, made while no Rust value is alive (it may raise), and the
+    // stack the argument reader needs, reserved now so that its own check allocates nothing.
+    let at = unsafe {
+        if ffi::lua_checkstack(state, Reader::STACK_NEEDED) == 0 {
+            return promise_handle::call_slow(state);
+        }
+        ffi::lua_settop(state, 4);
+        push_handle(state, tables);
+        let at = ffi::lua_gettop(state);
+        enter_slot(state, tables, at, index);
+        at
+    };
+    let queued = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: phase two: this call's own stack, the handle at `at`.
+        unsafe { dispatch_common(state, context, at, index) }
+    }))
+    .unwrap_or(false);
+    if queued {
+        return 1;
+    }
+    // SAFETY: phase three of a call the fast path did not take: nothing was made for the entry
+    // it cleared, and no Rust value is alive.
+    unsafe {
+        leave_slot(state, tables, index);
+        ffi::lua_settop(state, 4);
+        promise_handle::call_slow(state)
+    }
+}
+
+/// Reads, checks and queues the common call; false hands it to the slow path, with nothing
+/// made or taken.
+///
+/// # Safety
+/// A raw C function's stack: the module at 1, the entry at 2, the arguments at 3, the unbound
+/// handle at `at`, entered under slot `index`. Calls only Luau functions that neither allocate
+/// nor raise.
+unsafe fn dispatch_common(
+    state: *mut ffi::lua_State,
+    context: &DispatchContext,
+    at: c_int,
+    index: u32,
+) -> bool {
+    let (home, core) = (&*context.home, &*context.core);
+    // SAFETY: strings at 1 and 2 (checked by the caller), read in place.
+    let (spec, entry_address) = unsafe {
+        let spec = string_at(state, 1);
+        // The entry is known by its text's address, as `LuaString::to_pointer` answers it.
+        let entry = ffi::lua_tolstring(state, 2, std::ptr::null_mut());
+        (spec, entry as usize)
+    };
+    let Some(entry) = home.known_entry(entry_address) else {
+        return false;
+    };
+    // SAFETY: index 4 is nil or a table (checked by the caller); read without allocating.
+    let Some(opts) = (unsafe { read_options(state, 4, home.principal.max_deadline) }) else {
+        return false;
+    };
+    // SAFETY: `state` is the running thread; the name is used before this call returns.
+    let source = unsafe { caller_chunk(state) };
+    let Some(module) = resolve(context, source, spec) else {
+        return false;
+    };
+    let mut reader = Reader::on_state(state, Limits::MAX_MESSAGE_BYTES);
+    // SAFETY: index 3 is the arguments' slot (nil when none were given).
+    let Ok(args) = (unsafe { reader.read_at(3) }) else {
+        return false;
+    };
+    let weight = reader.weight();
+    let budget = &home.principal.job_bytes;
+    let Ok(held) = charge_job(budget, JOB_WEIGHT, "jobs.dispatch") else {
+        return false;
+    };
+    let Ok(carried) = charge_job(budget, weight, "jobs.dispatch") else {
+        return false;
+    };
+    let call = Dispatch {
+        opts,
+        module,
+        entry,
+        args,
+        held,
+        carried,
+    };
+    let Ok(cell) = queue(home, core, call) else {
+        return false;
+    };
+    debug_assert_eq!(cell.index(), index, "the slot the handle was entered under");
+    core.promises.borrow_mut().mark_handle(cell.index());
+    // SAFETY: the handle is at `at`; binding allocates nothing.
+    unsafe { bind(state, at, cell.index()) };
+    true
+}
+
+/// Reads `opts` (nil or a table at `idx`) when every option in it is valid; `None` when the
+/// slow path must read it (and word the refusal): an unknown option, a key that is not a
+/// string, a value of the wrong kind or out of its range, `supersede` without `key`.
+///
+/// # Safety
+/// `idx` is a valid index of `state` holding nil or a table; two free slots. Raw iteration and
+/// reads only: nothing allocates in Luau.
+unsafe fn read_options(
+    state: *mut ffi::lua_State,
+    idx: c_int,
+    cap: Duration,
+) -> Option<DispatchOptions> {
+    let mut out = DispatchOptions {
+        deadline: cap,
+        name: None,
+        key: None,
+        supersede: false,
+    };
+    // SAFETY: as documented.
+    if unsafe { ffi::lua_type(state, idx) } != ffi::LUA_TTABLE {
+        return Some(out);
+    }
+    let mut supersede_given = false;
+    let mut iter: c_int = 0;
+    loop {
+        // SAFETY: a table; rawiter pushes a key and a value (two free slots), popped below.
+        iter = unsafe { ffi::lua_rawiter(state, idx, iter) };
+        if iter < 0 {
+            break;
+        }
+        // SAFETY: the key at -2 and the value at -1, read in place, then popped.
+        let read = unsafe {
+            let read = read_option(state, &mut out, &mut supersede_given, cap);
+            ffi::lua_settop(state, -3);
+            read
+        };
+        read?;
+    }
+    (!supersede_given || out.key.is_some()).then_some(out)
+}
+
+/// Reads the option whose key is at -2 and value at -1 into `out`.
+///
+/// # Safety
+/// A key and a value on top of `state`'s stack.
+unsafe fn read_option(
+    state: *mut ffi::lua_State,
+    out: &mut DispatchOptions,
+    supersede_given: &mut bool,
+    cap: Duration,
+) -> Option<()> {
+    // SAFETY: as documented; strings are read in place (a string key is never converted).
+    unsafe {
+        if ffi::lua_type(state, -2) != ffi::LUA_TSTRING {
+            return None;
+        }
+        let key = string_at(state, -2);
+        let kind = ffi::lua_type(state, -1);
+        match key {
+            b"deadline" if matches!(kind, ffi::LUA_TNUMBER | ffi::LUA_TINTEGER) => {
+                let seconds = ffi::lua_tonumberx(state, -1, std::ptr::null_mut());
+                if seconds.is_nan() || seconds <= 0.0 || seconds > cap.as_secs_f64() {
+                    return None;
+                }
+                out.deadline = Duration::from_secs_f64(seconds);
+            }
+            b"name" if kind == ffi::LUA_TSTRING => {
+                out.name = Some(String::from_utf8_lossy(string_at(state, -1)).into_owned());
+            }
+            b"key" if kind == ffi::LUA_TSTRING => {
+                let key = string_at(state, -1);
+                if key.is_empty() || key.len() > MAX_KEY_BYTES {
+                    return None;
+                }
+                out.key = Some(Bytes::copy_from_slice(key));
+            }
+            b"supersede" if kind == ffi::LUA_TBOOLEAN => {
+                out.supersede = ffi::lua_toboolean(state, -1) != 0;
+                *supersede_given = true;
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
+/// The bytes of the string at `idx`, in place.
+///
+/// # Safety
+/// `idx` holds a string, alive while the slice is used.
+unsafe fn string_at<'a>(state: *mut ffi::lua_State, idx: c_int) -> &'a [u8] {
+    let mut len = 0usize;
+    // SAFETY: as documented: a string is read without conversion or allocation.
+    unsafe {
+        let data = ffi::lua_tolstring(state, idx, &mut len);
+        std::slice::from_raw_parts(data.cast::<u8>(), len)
+    }
+}
+
+/// The module `spec` names from the chunk `source`: the kept resolution when it is the same
+/// call site's, else the VM's resolver (which keeps its own per-VM cache), kept for next time.
+fn resolve(context: &DispatchContext, source: Option<&[u8]>, spec: &[u8]) -> Option<Resolved> {
+    let modules = &context.core.modules;
+    let generation = modules.generation();
+    if let Some(last) = &*context.last.borrow() {
+        if last.generation == generation && *last.spec == *spec && last.source.as_deref() == source
+        {
+            return Some(last.resolved.clone());
+        }
+    }
+    let text = std::str::from_utf8(spec).ok()?;
+    let resolved = match source.map(std::str::from_utf8) {
+        None => modules.resolve(None, text),
+        Some(Ok(source)) => modules.resolve(Some(source), text),
+        Some(Err(_)) => return None,
+    }
+    .ok()?;
+    *context.last.borrow_mut() = Some(LastModule {
+        source: source.map(Box::from),
+        spec: Box::from(spec),
+        generation: modules.generation(),
+        resolved: resolved.clone(),
+    });
+    Some(resolved)
+}
+
+/// One dispatch, read and checked, its charges taken: what [`queue`] makes the job, the
+/// promise and the item from.
+pub(crate) struct Dispatch {
+    pub(crate) opts: DispatchOptions,
+    pub(crate) module: Resolved,
+    pub(crate) entry: Arc<str>,
+    pub(crate) args: Message,
+    /// The job's own weight, held as long as its promise.
+    pub(crate) held: Charge,
+    /// The arguments' weight, held while the item waits and runs.
+    pub(crate) carried: Charge,
+}
+
+/// Makes the job and its promise and queues the item (into its key's lane, the injector, or
+/// this worker's deque), for the raw path and the `mlua` one alike. A key lane's refusal takes
+/// the promise back out of the pending table unsettled (nobody holds it yet) and answers the
+/// refusal's text.
+pub(crate) fn queue(
+    home: &JobsHome,
+    core: &VmCore,
+    call: Dispatch,
+) -> Result<Rc<PromiseCell>, String> {
+    let Dispatch {
+        opts,
+        module,
+        entry,
+        args,
+        held,
+        carried,
+    } = call;
+    let job = JobShared::new(
+        opts.name,
+        module.spec,
+        entry.clone(),
+        home.pool.clone(),
+        home.principal.id,
+        opts.key.clone(),
+    );
+    job.hold(Held::Own(held));
+    let cell = core.promises.borrow_mut().make("jobs.dispatch");
+    cell.set_canceller(job.clone());
+    if let Some(key) = &opts.key {
+        cell.set_key(key.clone());
+    }
+    let item = Item {
+        principal: home.principal.clone(),
+        authority: current_or(&home.principal.authority),
+        job,
+        module: module.path,
+        entry,
+        args: ItemArgs::Plain(args),
+        deadline: opts.deadline,
+        reply: home.reply_to(cell.id()),
+        queued_at: (opts.key.is_some() || home.principal.profile.is_some()).then(Instant::now),
+        charge: Some(Held::Own(carried)),
+    };
+    match (opts.key, &home.kind) {
+        (Some(key), _) => {
+            let lane = (home.principal.id, key);
+            if let Err(refusal) =
+                home.pool
+                    .dispatch_keyed(lane, item, opts.supersede, "jobs.dispatch: opts.key")
+            {
+                core.promises
+                    .borrow_mut()
+                    .settle(cell.id(), Outcome::Cancelled);
+                return Err(refusal);
+            }
+        }
+        (None, HomeKind::Engine | HomeKind::Actor { .. }) => home.pool.inject(item),
+        (None, HomeKind::Worker { outbox, .. }) => outbox.borrow_mut().push(item),
+    }
+    Ok(cell)
+}
