@@ -14,6 +14,8 @@ mod load_stage;
 pub(crate) mod loader;
 mod luau_promise;
 mod modules;
+mod native;
+mod native_hint;
 mod out_of_memory;
 mod owner;
 mod plan;
@@ -38,6 +40,8 @@ pub(crate) use luau_promise::{
     await_function, promise_of, Cancel, Outcome, PromiseCell, PromiseId,
 };
 pub(crate) use modules::{check_sources, source_epoch, with_caller_source};
+pub(crate) use native::mode_of;
+pub use native::NativeMode;
 pub(crate) use owner::{panic_message, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure};
 pub use plan::Plan;
 pub(crate) use scheduler::{Resume, TaskId};
