@@ -1,5 +1,6 @@
 //! Skein's integration tests: one binary, one module per area, because each test binary relinks Luau.
 
+#[macro_use]
 mod support;
 
 mod actors;
@@ -27,6 +28,7 @@ mod interfaces;
 mod keys;
 mod layers;
 mod logs;
+mod native;
 mod parallel_for;
 mod profile;
 mod registered;
