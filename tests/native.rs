@@ -99,12 +99,17 @@ fn each_mode_runs_native_what_it_names_on_workers_and_the_engine() {
 }
 
 #[test]
-fn a_worker_keeps_running_native_after_later_modules_load_and_stops_if_one_sets_a_global() {
+fn a_worker_keeps_running_native_as_modules_load_and_add_globals_and_stops_once_one_shadows_a_library(
+) {
     let generator = NativeMode::code_generator().is_some();
     let mut files = MODULES.to_vec();
     files.push((
         "setter.luau",
         "shared = 1\nreturn { nothing = function() end }\n",
+    ));
+    files.push((
+        "shadow.luau",
+        "type = type\nreturn { nothing = function() end }\n",
     ));
     files.push((
         "quiet.luau",
@@ -130,12 +135,23 @@ fn a_worker_keeps_running_native_after_later_modules_load_and_stops_if_one_sets_
         answers,
         [Message::Boolean(generator), Message::Boolean(generator)]
     );
-    // A top level that sets a global gives up the safe environment for the VM's life: Luau
-    // runs it all interpreted from there, correct but slower.
+    // A top level that adds a global changes no value Luau resolved when it loaded a chunk:
+    // native code keeps running.
     let v = domain
         .eval(
             r#"
             jobs.dispatch("./setter", "nothing"):await()
+            return jobs.dispatch("./hot", "probe"):await()
+            "#,
+        )
+        .expect("jobs");
+    assert_eq!(v, Message::Boolean(generator));
+    // One that shadows a library global gives up the safe environment for the VM's life: Luau
+    // runs it all interpreted from there, correct but slower.
+    let v = domain
+        .eval(
+            r#"
+            jobs.dispatch("./shadow", "nothing"):await()
             return jobs.dispatch("./hot", "probe"):await()
             "#,
         )

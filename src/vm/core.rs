@@ -422,9 +422,11 @@ pub(crate) fn close_globals(lua: &Lua) {
 ///
 /// Opening the globals costs them Luau's *safe environment* flag (mlua clears it with the
 /// read-only flag), and without it a VM runs neither builtin fast calls nor native code. So the
-/// flag comes back when the globals are closed again, if `f` left every global as it found it:
-/// the sandbox's promise (no builtin was replaced) still holds then. A module top level that does
-/// set a global leaves the flag off for the rest of the VM's life, as before.
+/// flag comes back when the globals are closed again, if `f` only added globals (a service
+/// stub, a module's new global) and changed none: what the flag promises Luau (a global it
+/// resolved when a chunk loaded still has that value) holds then, and a global that was nil at
+/// load is looked up when it runs. A body that replaced or removed a global, or shadowed a
+/// library (`math = ...`), leaves the flag off for the rest of the VM's life.
 pub(crate) fn with_open_globals<R>(lua: &Lua, f: impl FnOnce() -> R) -> R {
     struct Reclose<'a> {
         lua: &'a Lua,
@@ -434,9 +436,10 @@ pub(crate) fn with_open_globals<R>(lua: &Lua, f: impl FnOnce() -> R) -> R {
         fn drop(&mut self) {
             if let Some((globals, before)) = self.opened.take() {
                 globals.set_readonly(true);
-                let unchanged = before.is_some_and(|before| pairs_of(&globals) == Some(before));
-                if unchanged {
+                if before.is_some_and(|before| only_added(&globals, &before)) {
                     restore_safe_env(self.lua, &globals);
+                } else {
+                    self.lua.remove_app_data::<SafeGlobals>();
                 }
             }
         }
@@ -464,19 +467,49 @@ pub(crate) fn with_open_globals<R>(lua: &Lua, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// The globals' own entries, to see whether opening them let anything change.
+/// The globals' own entries, to see what opening them changed.
 type GlobalPairs = Vec<(Value, Value)>;
 
 /// Present (as app data) while the VM's closed globals still carry the sandbox's safe flag.
 struct SafeGlobals;
 
+/// The most globals whose change is checked; a VM with more gives up the safe environment.
+const MAX_CHECKED_GLOBALS: usize = 512;
+
+/// Whether the globals hold every entry of `before` unchanged (same type, same value) and
+/// whatever else they hold is new: a name the sandbox's libraries behind them do not have.
+fn only_added(globals: &Table, before: &GlobalPairs) -> bool {
+    let Some(after) = pairs_of(globals) else {
+        return false;
+    };
+    let same = |a: &Value, b: &Value| a.type_name() == b.type_name() && a == b;
+    let libraries: Option<Table> = globals
+        .metatable()
+        .and_then(|mt| mt.raw_get::<Option<Table>>("__index").ok().flatten());
+    let kept = before
+        .iter()
+        .all(|(k, v)| after.iter().any(|(k2, v2)| same(k, k2) && same(v, v2)));
+    let added_are_new = after
+        .iter()
+        .filter(|(k, _)| !before.iter().any(|(k2, _)| same(k, k2)))
+        .all(|(k, _)| match &libraries {
+            Some(libraries) => libraries
+                .raw_get::<Value>(k.clone())
+                .is_ok_and(|v| v.is_nil()),
+            None => true,
+        });
+    kept && added_are_new
+}
+
 /// The globals' own entries (not the sandbox's libraries behind them), or `None` if they could
-/// not be read.
+/// not be read or are too many to compare.
 fn pairs_of(globals: &Table) -> Option<GlobalPairs> {
-    globals
+    let pairs = globals
         .pairs::<Value, Value>()
+        .take(MAX_CHECKED_GLOBALS + 1)
         .collect::<mlua::Result<Vec<_>>>()
-        .ok()
+        .ok()?;
+    (pairs.len() <= MAX_CHECKED_GLOBALS).then_some(pairs)
 }
 
 /// Sets Luau's safe-environment flag on the globals again.
