@@ -51,6 +51,9 @@ fn chunks(c: &mut Criterion) {
     let domain = ScriptDomain::new(&pool, DomainSpec::new("chunks").plan(plan)).expect("domain");
 
     let lua = Lua::new();
+    // Interpreted, as Skein runs a module without `--!native` (mlua's luau-jit would
+    // compile every chunk it loads).
+    lua.enable_jit(false);
     let module: mlua::Table = lua.load(EMPTY).eval().expect("load entry");
     let run: mlua::Function = module.get("run").expect("run");
 

@@ -91,6 +91,9 @@ fn empty_updates(pool: &Pool) -> (Duration, Duration) {
         t.elapsed()
     });
     let lua = mlua::Lua::new();
+    // Interpreted, as Skein runs a module without `--!native` (mlua's luau-jit would
+    // compile every chunk it loads).
+    lua.enable_jit(false);
     let functions: Vec<mlua::Function> = (0..CONTEXTS)
         .map(|_| lua.load("return function() end").eval().expect("fn"))
         .collect();
@@ -191,6 +194,9 @@ fn named_events(pool: &Pool) -> [Duration; 4] {
         t.elapsed()
     });
     let lua = mlua::Lua::new();
+    // Interpreted, as Skein runs a module without `--!native` (mlua's luau-jit would
+    // compile every chunk it loads).
+    lua.enable_jit(false);
     let handler: mlua::Function = lua
         .load("local total = 0 return function(x) total += x end")
         .eval()

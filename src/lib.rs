@@ -66,7 +66,7 @@ pub use value::{
     DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,
     TransferErrorKind,
 };
-pub use vm::{FailureKind, JobFailure, LoadStage, Plan};
+pub use vm::{FailureKind, JobFailure, LoadStage, NativeMode, Plan};
 
 /// The usual embedding set, for `use skein::prelude::*;`: what a host that builds a pool and a
 /// domain, grants it capabilities, runs its scripts and trades values with them names most often.

@@ -6,7 +6,7 @@ use std::rc::{Rc, Weak};
 use std::time::Duration;
 
 use skein::{
-    ContextSpec, DomainSpec, DomainState, Error, FixedStep, Message, Phase, Plan, Pool,
+    ContextSpec, DomainSpec, DomainState, Error, FixedStep, Message, NativeMode, Phase, Plan, Pool,
     ScriptDomain,
 };
 
@@ -325,8 +325,8 @@ fn a_failing_handler_is_a_diagnostic_and_the_next_handler_runs() {
     assert_eq!(domain.state(), DomainState::Running);
 }
 
-#[test]
-fn a_handler_past_its_context_budget_is_stopped_and_reported() {
+in_both_modes!(a_handler_past_its_context_budget_is_stopped_and_reported);
+fn a_handler_past_its_context_budget_is_stopped_and_reported(mode: NativeMode) {
     let pool = Pool::new(1);
     let spec = DomainSpec::new("game")
         .context(
@@ -337,7 +337,8 @@ fn a_handler_past_its_context_budget_is_stopped_and_reported() {
         )
         .unwrap()
         .context(ContextSpec::new("after").phases([Phase::OnDemand]))
-        .unwrap();
+        .unwrap()
+        .plan(Plan::new().native(mode));
     let domain = ScriptDomain::new(&pool, spec).unwrap();
     domain
         .exec(

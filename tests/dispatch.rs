@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use skein::{FailureKind, Message, Plan, Pool, PromiseStatus};
+use skein::{FailureKind, Message, NativeMode, Plan, Pool, PromiseStatus};
 
 use crate::support::{
     assert_contains, error_of, number, refusal, text, wait_until, Gate, Marks, ThreadMark, Tree,
@@ -209,10 +209,10 @@ fn deadlines_at_the_cap_and_just_above_zero_are_accepted() {
     assert_eq!(number(&v), 4.0);
 }
 
-#[test]
-fn a_job_that_loops_forever_is_stopped_by_its_deadline() {
+in_both_modes!(a_job_that_loops_forever_is_stopped_by_its_deadline);
+fn a_job_that_loops_forever_is_stopped_by_its_deadline(mode: NativeMode) {
     let (tree, pool) = setup_one();
-    let domain = tree.domain(&pool);
+    let domain = tree.domain_with(&pool, Plan::new().native(mode));
     let started = Instant::now();
     let err = refusal(
         &domain,
@@ -238,10 +238,11 @@ fn parked_time_does_not_count_toward_the_deadline() {
     assert_eq!(text(&v), "slept");
 }
 
-#[test]
-fn a_job_past_the_memory_limit_fails_and_the_vm_serves_on() {
+in_both_modes!(a_job_past_the_memory_limit_fails_and_the_vm_serves_on);
+fn a_job_past_the_memory_limit_fails_and_the_vm_serves_on(mode: NativeMode) {
     let (tree, pool) = setup_one();
-    let domain = tree.domain_with(&pool, Plan::new().memory_limit(32 * 1024 * 1024));
+    let plan = Plan::new().memory_limit(32 * 1024 * 1024).native(mode);
+    let domain = tree.domain_with(&pool, plan);
     let err = refusal(&domain, r#"jobs.dispatch("./math", "hog"):await()"#);
     assert_contains(
         &err,
@@ -298,11 +299,11 @@ fn a_job_may_dispatch_and_await_another_job() {
     assert_eq!(number(&v), 41.0);
 }
 
-#[test]
-fn cancelling_a_running_job_halts_it() {
+in_both_modes!(cancelling_a_running_job_halts_it);
+fn cancelling_a_running_job_halts_it(mode: NativeMode) {
     let (tree, pool) = setup_one();
     let marks = Marks::default();
-    let domain = tree.domain_with(&pool, marks.plan());
+    let domain = tree.domain_with(&pool, marks.plan().native(mode));
     domain
         .exec(r#"spinning = jobs.dispatch("./math", "markedSpin")"#)
         .unwrap();

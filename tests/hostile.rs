@@ -12,7 +12,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{assert_contains, exit_within, Tree};
+use crate::support::{assert_contains, exit_within, mode_flag, Tree};
+use skein::NativeMode;
 
 /// The address space a hostile run gets: far below what the attacks of issue 12 reached
 /// (6 GB, 16 GB), far above what a contained run needs.
@@ -1121,8 +1122,8 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
 // small memory limit from the host's side.)
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn a_job_that_runs_out_of_memory_leaves_a_fresh_vm_for_the_next_job() {
+in_both_modes!(a_job_that_runs_out_of_memory_leaves_a_fresh_vm_for_the_next_job);
+fn a_job_that_runs_out_of_memory_leaves_a_fresh_vm_for_the_next_job(mode: NativeMode) {
     // After one job ran out of memory, the tasks it spawned stayed alive and every later job on
     // that worker VM failed "out of memory" for as long as they lived.
     let tree = Tree::new(&[
@@ -1150,7 +1151,10 @@ for i = 1, 3 do print("after", i, jobs.dispatch("./m", "echo", 41):await() + 1) 
 "#,
         ),
     ]);
-    let ended = hostile_run(&tree.path(), &["--workers", "1", "main.luau"]);
+    let ended = hostile_run(
+        &tree.path(),
+        &["--workers", "1", mode_flag(mode), "main.luau"],
+    );
     ended
         .exited(0)
         .stdout_has("caught\tfalse\t")

@@ -1,5 +1,6 @@
 //! Skein's integration tests: one binary, one module per area, because each test binary relinks Luau.
 
+#[macro_use]
 mod support;
 
 mod actors;
@@ -28,6 +29,7 @@ mod keys;
 mod layers;
 mod logs;
 mod map;
+mod native;
 mod parallel_for;
 mod profile;
 mod promise_handles;

@@ -2,7 +2,7 @@
 //! naming the chunk and stopping the rest, cancel, deadlines, nested calls with every worker
 //! inside a chunk, and each refusal at the call with its text.
 
-use skein::{Message, Pool};
+use skein::{Message, NativeMode, Plan, Pool};
 
 use crate::support::{assert_contains, assert_nothing_pops, number, refusal, text, Marks, Tree};
 
@@ -218,10 +218,10 @@ fn a_named_call_is_named_in_its_rejection_and_a_bad_result_names_the_chunk() {
     assert_contains(&message, "a function can't cross");
 }
 
-#[test]
-fn a_chunk_past_its_deadline_rejects_naming_it() {
+in_both_modes!(a_chunk_past_its_deadline_rejects_naming_it);
+fn a_chunk_past_its_deadline_rejects_naming_it(mode: NativeMode) {
     let (tree, pool) = setup(2);
-    let domain = tree.domain(&pool);
+    let domain = tree.domain_with(&pool, Plan::new().native(mode));
     let message = refusal(
         &domain,
         r#"jobs.parallelFor("./loop", "spinSecond", 2, nil, { chunks = 2, deadline = 0.1 }):await()"#,
@@ -239,12 +239,12 @@ fn a_chunk_past_its_deadline_rejects_naming_it() {
     assert_eq!(numbers(&v), [3.0, 7.0]);
 }
 
-#[test]
-fn cancel_stops_every_chunk() {
+in_both_modes!(cancel_stops_every_chunk);
+fn cancel_stops_every_chunk(mode: NativeMode) {
     let marks = Marks::default();
     let tree = Tree::new(&[("loop.luau", LOOP)]);
     let pool = Pool::new(2);
-    let domain = tree.domain_with(&pool, marks.plan());
+    let domain = tree.domain_with(&pool, marks.plan().native(mode));
     let hold = domain.shared().queue("hold", 16).unwrap();
     let _ = domain.shared().queue("started", 16).unwrap();
     let v = domain

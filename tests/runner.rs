@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use crate::support::{assert_contains, skein, skein_in, Tree};
+use skein::NativeMode;
 
 #[test]
 fn the_primes_example_runs_and_agrees_with_one_thread() {
@@ -53,7 +54,14 @@ fn help_is_clear_and_exits_zero() {
     assert_contains(&stdout, "Usage: skein [COMMAND]");
     let (code, stdout, _) = skein(&["--version"]);
     assert_eq!(code, 0);
-    assert_eq!(stdout, format!("skein {}\n", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        stdout,
+        format!(
+            "skein {}, {}\n",
+            env!("CARGO_PKG_VERSION"),
+            NativeMode::Annotated.in_use()
+        )
+    );
 }
 
 #[test]
@@ -87,6 +95,30 @@ fn bad_arguments_exit_two_with_a_reason() {
         "error: invalid value 'Not A Name' for '--allow <NAME>': invalid capability name \
          'Not A Name': each dotted segment must be a lowercase letter followed by lowercase \
          letters, digits or '_'",
+    );
+}
+
+#[test]
+fn native_and_no_native_choose_the_mode_jobs_stats_reports_and_conflict() {
+    let tree = Tree::new(&[("stats.luau", "print(jobs.stats()[1].native)")]);
+    let script = tree.path().join("stats.luau");
+    let script = script.to_str().expect("utf-8 path");
+    for (flag, mode) in [
+        (None, NativeMode::Annotated),
+        (Some("--native"), NativeMode::All),
+        (Some("--no-native"), NativeMode::Off),
+    ] {
+        let mut args = vec!["run", "--workers", "1", script];
+        args.extend(flag);
+        let (code, stdout, stderr) = skein(&args);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{flag:?}");
+        assert_eq!(stdout, format!("{}\n", mode.in_use()), "{flag:?}");
+    }
+    let (code, _, stderr) = skein(&["run", script, "--native", "--no-native"]);
+    assert_eq!(code, 2);
+    assert_contains(
+        &stderr,
+        "error: the argument '--native' cannot be used with '--no-native'",
     );
 }
 

@@ -6,6 +6,37 @@ use std::sync::Arc;
 
 use skein::{mlua, DomainSpec, Message, Plan, Pool, ScriptDomain};
 
+/// Runs each named test body in both code modes, as a test matrix: `in_both_modes!(name)` over
+/// `fn name(mode: NativeMode)` makes the tests `name::interpreted` (`NativeMode::Off`) and
+/// `name::native` (`NativeMode::All`: every module compiled to native code, where the platform
+/// has a code generator). Deadlines, cancel and the memory limit must hold the same in both.
+macro_rules! in_both_modes {
+    ($($body:ident),* $(,)?) => {
+        $(
+            mod $body {
+                #[test]
+                fn interpreted() {
+                    super::$body(skein::NativeMode::Off)
+                }
+
+                #[test]
+                fn native() {
+                    super::$body(skein::NativeMode::All)
+                }
+            }
+        )*
+    };
+}
+
+/// The runner's flag for `mode`: `--native` or `--no-native`.
+pub fn mode_flag(mode: skein::NativeMode) -> &'static str {
+    if mode == skein::NativeMode::Off {
+        "--no-native"
+    } else {
+        "--native"
+    }
+}
+
 /// A temporary folder of Luau modules.
 pub struct Tree {
     pub dir: tempfile::TempDir,

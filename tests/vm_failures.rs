@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use skein::{Message, Plan, Pool};
+use skein::{Message, NativeMode, Plan, Pool};
 
 use crate::support::{field, number, string, text, wait_until, Tree};
 
@@ -60,11 +60,12 @@ function M.double(x) return x * 2 end
 return M
 "#;
 
-#[test]
-fn an_engine_allocation_past_the_limit_names_the_engine_vm_and_its_limit() {
+in_both_modes!(an_engine_allocation_past_the_limit_names_the_engine_vm_and_its_limit);
+fn an_engine_allocation_past_the_limit_names_the_engine_vm_and_its_limit(mode: NativeMode) {
     let tree = Tree::new(&[("m.luau", M)]);
     let pool = Pool::new(1);
-    let domain = tree.domain_with(&pool, Plan::new().memory_limit(8 * 1024 * 1024));
+    let plan = Plan::new().memory_limit(8 * 1024 * 1024).native(mode);
+    let domain = tree.domain_with(&pool, plan);
     let err = domain
         .eval(r#"local t = {} for i = 1, 1e9 do t[i] = string.rep("x", 1024) .. i end"#)
         .unwrap_err()
@@ -77,11 +78,12 @@ fn an_engine_allocation_past_the_limit_names_the_engine_vm_and_its_limit() {
     still_serves(&domain);
 }
 
-#[test]
-fn a_job_past_the_limit_names_the_worker_vm_and_its_limit() {
+in_both_modes!(a_job_past_the_limit_names_the_worker_vm_and_its_limit);
+fn a_job_past_the_limit_names_the_worker_vm_and_its_limit(mode: NativeMode) {
     let tree = Tree::new(&[("m.luau", HOG)]);
     let pool = Pool::new(1);
-    let domain = tree.domain_with(&pool, Plan::new().memory_limit(16 * 1024 * 1024));
+    let plan = Plan::new().memory_limit(16 * 1024 * 1024).native(mode);
+    let domain = tree.domain_with(&pool, plan);
     let v = domain
         .eval(
             r#"local ok, err = pcall(function() return jobs.dispatch("./m", "hog"):await() end)
@@ -165,11 +167,12 @@ function M.park() task.wait(60) return "woke" end
 return M
 "#;
 
-#[test]
-fn a_worker_vm_that_reached_its_limit_is_retired_and_built_anew() {
+in_both_modes!(a_worker_vm_that_reached_its_limit_is_retired_and_built_anew);
+fn a_worker_vm_that_reached_its_limit_is_retired_and_built_anew(mode: NativeMode) {
     let tree = Tree::new(&[("m.luau", SPAWNER)]);
     let pool = Pool::new(1);
-    let domain = tree.domain_with(&pool, Plan::new().memory_limit(16 * 1024 * 1024));
+    let plan = Plan::new().memory_limit(16 * 1024 * 1024).native(mode);
+    let domain = tree.domain_with(&pool, plan);
     let v = domain
         .eval(
             r#"local a = jobs.dispatch("./m", "fresh", nil, { key = "k" }):await()
@@ -481,8 +484,8 @@ fn a_task_spawn_bomb_whose_tasks_fill_the_vm_is_caught_by_the_pcall_around_it() 
     still_serves(&domain);
 }
 
-#[test]
-fn a_job_that_catches_its_own_out_of_memory_leaves_a_vm_the_next_job_can_use() {
+in_both_modes!(a_job_that_catches_its_own_out_of_memory_leaves_a_vm_the_next_job_can_use);
+fn a_job_that_catches_its_own_out_of_memory_leaves_a_vm_the_next_job_can_use(mode: NativeMode) {
     let tree = Tree::new(&[(
         "m.luau",
         r#"
@@ -499,7 +502,8 @@ return M
 "#,
     )]);
     let pool = Pool::new(1);
-    let domain = tree.domain_with(&pool, Plan::new().memory_limit(16 * 1024 * 1024));
+    let plan = Plan::new().memory_limit(16 * 1024 * 1024).native(mode);
+    let domain = tree.domain_with(&pool, plan);
     let v = domain
         .eval(r#"return jobs.dispatch("./m", "fill"):await()"#)
         .unwrap();

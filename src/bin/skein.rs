@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use skein::{
-    CapabilityId, CapabilitySet, ChromeTrace, DomainSpec, Grant, Plan, Pool, RootAuthority,
-    ScriptDomain,
+    CapabilityId, CapabilitySet, ChromeTrace, DomainSpec, Grant, NativeMode, Plan, Pool,
+    RootAuthority, ScriptDomain,
 };
 
 // The runner's own modules sit in `src/bin/skein/`, so Cargo does not take them for binaries.
@@ -76,9 +76,21 @@ fn workers_help() -> String {
     format!("Number of worker threads, 1 to {MAX_WORKERS} [default: the number of available cores]")
 }
 
+/// `skein --version`: the version and the code a run uses by default, native or interpreted.
+fn version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| {
+        format!(
+            "{}, {}",
+            env!("CARGO_PKG_VERSION"),
+            NativeMode::Annotated.in_use()
+        )
+    })
+}
+
 /// skein: run Luau in parallel
 #[derive(Parser)]
-#[command(name = "skein", version, after_help = AFTER_HELP)]
+#[command(name = "skein", version = version(), after_help = AFTER_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -103,6 +115,16 @@ struct RunArgs {
 
     #[arg(long, value_name = "N", help = workers_help(), value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_WORKERS)))]
     workers: Option<u16>,
+
+    /// Compile every module and script to native code, not only those that start with
+    /// `--!native` and the functions marked `@native` (the default). Where the platform has no
+    /// code generator everything runs interpreted
+    #[arg(long, conflicts_with = "no_native")]
+    native: bool,
+
+    /// Run everything interpreted, `--!native` modules too
+    #[arg(long)]
+    no_native: bool,
 
     /// Write a Chrome trace-event timeline of the run to OUT.json when it ends (also when the
     /// script fails): every job on the worker thread that ran it, and the engine thread's work.
@@ -146,7 +168,14 @@ fn run(args: RunArgs) -> Result<(), Failed> {
     // Code with no file of its own (a task spawned straight onto `require`) resolves from the
     // script's folder, as the script's own requires do, not from wherever the runner started.
     let root = script_folder(&args.file);
-    let plan = Plan::new().setup(print::install).root(root);
+    let native = if args.native {
+        NativeMode::All
+    } else if args.no_native {
+        NativeMode::Off
+    } else {
+        NativeMode::Annotated
+    };
+    let plan = Plan::new().setup(print::install).root(root).native(native);
     // The runner has no host code: nothing but the script's own tasks can wake the domain, so
     // a run whose tasks all wait on what nothing can settle ends (exit 1) instead of hanging.
     let mut spec = DomainSpec::new("main")

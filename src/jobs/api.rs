@@ -23,8 +23,8 @@ use crate::principal::capability::Authority;
 use crate::shared::{self, Courier};
 use crate::value::{ExactValue, Message};
 use crate::vm::{
-    a_type, error_message, promise_handle, watch_liveness, with_caller_source, Builtin, FrameClock,
-    Owner, OwnerIdentity, Vm, VmCore,
+    a_type, error_message, mode_of, promise_handle, watch_liveness, with_caller_source, Builtin,
+    FrameClock, Owner, OwnerIdentity, Vm, VmCore,
 };
 
 /// Installs the `jobs` global (also `require("@skein/jobs")`).
@@ -107,9 +107,11 @@ fn stats(lua: &Lua, (): ()) -> mlua::Result<Table> {
     let home = home(lua)?;
     let rows = home.pool.stats();
     let out = lua.create_table_with_capacity(rows.len(), 0)?;
+    // The domain's VMs share one plan, so the caller's mode is the workers' mode too.
+    let native = mode_of(lua).in_use();
     for row in rows {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-        let t = lua.create_table_with_capacity(0, 12)?;
+        let t = lua.create_table_with_capacity(0, 13)?;
         t.raw_set("worker", row.worker as f64)?;
         t.raw_set("items_run", row.items_run as f64)?;
         t.raw_set("steals", row.steals as f64)?;
@@ -131,6 +133,7 @@ fn stats(lua: &Lua, (): ()) -> mlua::Result<Table> {
             warm.raw_push(r)?;
         }
         t.raw_set("warm", warm)?;
+        t.raw_set("native", native.as_str())?;
         out.raw_push(t)?;
     }
     Ok(out)

@@ -11,7 +11,7 @@ use crate::pool::executor::Executor;
 use crate::pool::lanes::KeyLanes;
 use crate::pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
 use crate::sync::Arc as SyncArc;
-use crate::vm::Signal;
+use crate::vm::{NativeMode, Signal};
 
 /// What the pool's threads and its users share.
 pub(crate) struct PoolShared {
@@ -33,11 +33,13 @@ pub(crate) struct PoolShared {
 pub(crate) type WarmRuns = Arc<[Mutex<VecDeque<WarmRun>>]>;
 
 impl PoolShared {
-    /// The per-worker rows, with the keys each worker holds from the key lanes.
+    /// The per-worker rows, with the keys each worker holds from the key lanes and the code
+    /// generator its VMs compile with.
     pub(crate) fn stats(&self) -> Vec<WorkerStats> {
         let mut rows = self.exec.stats();
         for (row, keys) in rows.iter_mut().zip(self.lanes.keys_held()) {
             row.keys_held = keys;
+            row.code_generator = NativeMode::code_generator();
         }
         for (row, runs) in rows.iter_mut().zip(self.warm_runs.iter()) {
             let runs = runs.lock().unwrap_or_else(|e| e.into_inner());

@@ -41,6 +41,10 @@ pub struct WorkerStats {
     /// The `jobs.warm` entries this worker's VMs ran, oldest first: the most recent
     /// [`WARM_RUNS_KEPT`](crate::WorkerStats::WARM_RUNS_KEPT) of them, failed ones with why.
     pub warm_runs: Vec<WarmRun>,
+    /// The code generator this worker's VMs compile native code with (`"x86_64"`, `"aarch64"`),
+    /// as each domain's plan asks (`Plan::native`); `None` where the platform has none and every
+    /// VM runs the interpreter.
+    pub code_generator: Option<&'static str>,
 }
 
 impl WorkerStats {
@@ -139,6 +143,8 @@ impl WorkerCounters {
             busy: Duration::from_nanos(self.busy_nanos.load(Ordering::Relaxed)),
             // Warm runs are recorded by the Luau workers, not the executor; the pool fills this in.
             warm_runs: Vec::new(),
+            // The executor runs no Luau; the pool fills this in.
+            code_generator: None,
         }
     }
 }
@@ -177,6 +183,7 @@ mod tests {
                 key_wait_max: Duration::from_micros(5),
                 busy: Duration::from_micros(7),
                 warm_runs: Vec::new(),
+                code_generator: None,
             }
         );
     }

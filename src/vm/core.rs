@@ -15,6 +15,7 @@ use mlua::{Function, Lua, MultiValue, Table, Thread, Value};
 
 use super::budget;
 use super::luau_promise::{self, Outcome, PromiseCell, Promises};
+use super::native;
 use super::out_of_memory::{is_memory_error, MemoryLabel};
 use super::owner::{Owner, TaskFailure};
 use super::plan::Plan;
@@ -82,6 +83,7 @@ impl Vm {
         install: impl FnOnce(&Lua) -> mlua::Result<()>,
     ) -> mlua::Result<Vm> {
         let lua = Lua::new();
+        native::install(&lua, plan.native_mode());
         budget::prepare();
         let globals = lua.globals();
         // mlua adds these; Skein loads modules only through its own loader and never runs
@@ -432,27 +434,117 @@ impl SchedulerHost for VmCore {
 /// that VM computes; state that should last lives in modules.
 pub(crate) fn close_globals(lua: &Lua) {
     lua.globals().set_readonly(true);
+    // The sandbox made the globals a safe environment, and no script has run in them yet.
+    lua.set_app_data(SafeGlobals);
 }
 
 /// Runs `f` with the VM's globals open if they were closed, closing them again after, even if
 /// `f` unwinds. `f` must not yield to other tasks (a module body and an install never do).
+///
+/// Opening the globals costs them Luau's *safe environment* flag (mlua clears it with the
+/// read-only flag), and without it a VM runs neither builtin fast calls nor native code. So the
+/// flag comes back when the globals are closed again, if `f` only added globals (a service
+/// stub, a module's new global) and changed none: what the flag promises Luau (a global it
+/// resolved when a chunk loaded still has that value) holds then, and a global that was nil at
+/// load is looked up when it runs. A body that replaced or removed a global, or shadowed a
+/// library (`math = ...`), leaves the flag off for the rest of the VM's life.
 pub(crate) fn with_open_globals<R>(lua: &Lua, f: impl FnOnce() -> R) -> R {
-    struct Reclose(Option<Table>);
-    impl Drop for Reclose {
+    struct Reclose<'a> {
+        lua: &'a Lua,
+        opened: Option<(Table, Option<GlobalPairs>)>,
+    }
+    impl Drop for Reclose<'_> {
         fn drop(&mut self) {
-            if let Some(globals) = &self.0 {
+            if let Some((globals, before)) = self.opened.take() {
                 globals.set_readonly(true);
+                if before.is_some_and(|before| only_added(&globals, &before)) {
+                    restore_safe_env(self.lua, &globals);
+                } else {
+                    self.lua.remove_app_data::<SafeGlobals>();
+                }
             }
         }
     }
     let globals = lua.globals();
     let _reclose = if globals.is_readonly() {
+        // Only globals the sandbox left safe are worth remembering: once a global was set, the
+        // flag stays off.
+        let before = lua
+            .app_data_ref::<SafeGlobals>()
+            .is_some()
+            .then(|| pairs_of(&globals))
+            .flatten();
+        if before.is_none() {
+            lua.remove_app_data::<SafeGlobals>();
+        }
         globals.set_readonly(false);
-        Reclose(Some(globals))
+        Reclose {
+            lua,
+            opened: Some((globals, before)),
+        }
     } else {
-        Reclose(None)
+        Reclose { lua, opened: None }
     };
     f()
+}
+
+/// The globals' own entries, to see what opening them changed.
+type GlobalPairs = Vec<(Value, Value)>;
+
+/// Present (as app data) while the VM's closed globals still carry the sandbox's safe flag.
+struct SafeGlobals;
+
+/// The most globals whose change is checked; a VM with more gives up the safe environment.
+const MAX_CHECKED_GLOBALS: usize = 512;
+
+/// Whether the globals hold every entry of `before` unchanged (same type, same value) and
+/// whatever else they hold is new: a name the sandbox's libraries behind them do not have.
+fn only_added(globals: &Table, before: &GlobalPairs) -> bool {
+    let Some(after) = pairs_of(globals) else {
+        return false;
+    };
+    let same = |a: &Value, b: &Value| a.type_name() == b.type_name() && a == b;
+    let libraries: Option<Table> = globals
+        .metatable()
+        .and_then(|mt| mt.raw_get::<Option<Table>>("__index").ok().flatten());
+    let kept = before
+        .iter()
+        .all(|(k, v)| after.iter().any(|(k2, v2)| same(k, k2) && same(v, v2)));
+    let added_are_new = after
+        .iter()
+        .filter(|(k, _)| !before.iter().any(|(k2, _)| same(k, k2)))
+        .all(|(k, _)| match &libraries {
+            Some(libraries) => libraries
+                .raw_get::<Value>(k.clone())
+                .is_ok_and(|v| v.is_nil()),
+            None => true,
+        });
+    kept && added_are_new
+}
+
+/// The globals' own entries (not the sandbox's libraries behind them), or `None` if they could
+/// not be read or are too many to compare.
+fn pairs_of(globals: &Table) -> Option<GlobalPairs> {
+    let pairs = globals
+        .pairs::<Value, Value>()
+        .take(MAX_CHECKED_GLOBALS + 1)
+        .collect::<mlua::Result<Vec<_>>>()
+        .ok()?;
+    (pairs.len() <= MAX_CHECKED_GLOBALS).then_some(pairs)
+}
+
+/// Sets Luau's safe-environment flag on the globals again.
+fn restore_safe_env(lua: &Lua, globals: &Table) {
+    // SAFETY: `exec_raw` pushes `globals` (a table) on a stack it restores; `lua_setsafeenv`
+    // only sets a flag of the table at the index.
+    let restored = unsafe {
+        lua.exec_raw::<()>(globals, |state| {
+            mlua::ffi::lua_setsafeenv(state, -1, 1);
+        })
+    };
+    if restored.is_err() {
+        lua.remove_app_data::<SafeGlobals>();
+    }
 }
 
 /// `PromiseHandle:cancel()`: settles the promise as cancelled and stops its work.

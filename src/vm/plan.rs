@@ -7,6 +7,7 @@ use std::sync::Arc;
 use mlua::{Lua, MultiValue};
 
 use super::builtins::{Builtin, Builtins};
+use super::native::NativeMode;
 use super::owner::panic_message;
 use super::source::MAX_SOURCE_BYTES;
 
@@ -45,6 +46,7 @@ pub struct Plan {
 struct PlanInner {
     memory_limit: usize,
     nested_waits: usize,
+    native: NativeMode,
     root: PathBuf,
     functions: Vec<(String, HostFn)>,
     setup: Vec<Setup>,
@@ -69,6 +71,7 @@ impl Plan {
             inner: Arc::new(PlanInner {
                 memory_limit: DEFAULT_MEMORY_LIMIT,
                 nested_waits: DEFAULT_NESTED_WAITS,
+                native: NativeMode::Annotated,
                 root: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
                 functions: Vec::new(),
                 setup: Vec::new(),
@@ -110,6 +113,27 @@ impl Plan {
     /// How many tasks of one pool worker's VM may wait on pool work at once.
     pub fn nested_wait_limit_tasks(&self) -> usize {
         self.inner.nested_waits
+    }
+
+    /// Sets which code the plan's VMs compile to native machine code: by default
+    /// [`NativeMode::Annotated`], the modules and scripts that start with `--!native` and the
+    /// functions marked `@native`. Each VM compiles a module once, when it first runs it; the
+    /// bytecode stays shared. Where the platform has no code generator every mode runs the
+    /// interpreter ([`NativeMode::code_generator`]).
+    ///
+    /// ```
+    /// use skein::{NativeMode, Plan};
+    ///
+    /// let plan = Plan::new().native(NativeMode::Off);
+    /// assert_eq!(plan.native_mode(), NativeMode::Off);
+    /// ```
+    pub fn native(self, mode: NativeMode) -> Plan {
+        self.edit(|p| p.native = mode)
+    }
+
+    /// Which code the plan's VMs compile to native machine code.
+    pub fn native_mode(&self) -> NativeMode {
+        self.inner.native
     }
 
     /// Sets the directory that code with no file of its own (host snippets) requires from.
@@ -192,6 +216,7 @@ impl fmt::Debug for Plan {
         f.debug_struct("Plan")
             .field("memory_limit", &self.inner.memory_limit)
             .field("nested_waits", &self.inner.nested_waits)
+            .field("native", &self.inner.native)
             .field("root", &self.inner.root)
             .field(
                 "functions",

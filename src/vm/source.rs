@@ -18,6 +18,8 @@ use std::path::Path;
 use mlua::chunk::{ChunkMode, Compiler};
 use mlua::{ffi, Function, Lua};
 
+use super::{native, native_hint};
+
 /// The largest source text Skein compiles: 16 MiB. Hand-written Luau is far smaller; the bound
 /// keeps a script that names a huge or endless file from making the host read it all.
 pub(crate) const MAX_SOURCE_BYTES: usize = 16 << 20;
@@ -74,7 +76,7 @@ pub(crate) fn check(source: &[u8]) -> Result<(), SourceRefusal> {
 }
 
 /// Compiles `source` (text) with Skein's compiler and loads the result into `lua` as a function
-/// named `chunk_name`.
+/// named `chunk_name`, compiled on to native code when the VM's native mode asks for it.
 ///
 /// # Errors
 /// A runtime error naming the chunk when the text looks like bytecode or is too large, and the
@@ -83,11 +85,16 @@ pub(crate) fn check(source: &[u8]) -> Result<(), SourceRefusal> {
 pub(crate) fn compile(lua: &Lua, source: &[u8], chunk_name: &str) -> mlua::Result<Function> {
     check(source).map_err(|refusal| mlua::Error::runtime(refusal.message(chunk_name)))?;
     match compiler().compile(source) {
-        Ok(bytecode) => lua
-            .load(bytecode)
-            .set_name(chunk_name)
-            .set_mode(ChunkMode::Binary)
-            .into_function(),
+        Ok(bytecode) => {
+            let function = lua
+                .load(&bytecode)
+                .set_name(chunk_name)
+                .set_mode(ChunkMode::Binary)
+                .into_function()?;
+            let annotation = native_hint::annotation(&bytecode);
+            native::compile_loaded(lua, &function, annotation, bytecode.len());
+            Ok(function)
+        }
         // The compiler's own text lacks the chunk name; Luau's loader adds it to the same
         // message when handed the text in text mode, and refuses it there (it does not
         // compile), so what the user reads is what Luau itself prints.

@@ -23,7 +23,8 @@ use std::time::SystemTime;
 use mlua::chunk::ChunkMode;
 use mlua::{Function, Lua};
 
-use super::super::source;
+use super::super::native_hint::{self, Annotation};
+use super::super::{native, source};
 use super::error::RequireError;
 
 /// The most module files whose bytecode the process keeps: 4,096. Past it a new file's bytecode
@@ -60,15 +61,22 @@ pub(crate) struct CompiledModule {
     pub(crate) bytecode: Arc<[u8]>,
     /// `@` and the path: the chunk name errors and tracebacks show.
     pub(crate) chunk_name: String,
+    /// What the bytecode asks of the code generator, read once when it was compiled.
+    pub(crate) annotation: Annotation,
 }
 
 impl CompiledModule {
-    /// Loads the bytecode into `lua` as a function, named after the file.
+    /// Loads the bytecode into `lua` as a function, named after the file, and compiles it to
+    /// native code when the VM's native mode asks for it. The module cache runs a body once per
+    /// VM and version, so this is once per module per VM.
     pub(crate) fn load(&self, lua: &Lua) -> mlua::Result<Function> {
-        lua.load(&self.bytecode[..])
+        let function = lua
+            .load(&self.bytecode[..])
             .set_name(self.chunk_name.as_str())
             .set_mode(ChunkMode::Binary)
-            .into_function()
+            .into_function()?;
+        native::compile_loaded(lua, &function, self.annotation, self.bytecode.len());
+        Ok(function)
     }
 }
 
@@ -168,6 +176,7 @@ impl BytecodeCache {
                     stamp,
                     bytecode: cached.bytecode.clone(),
                     chunk_name: cached.chunk_name.clone(),
+                    annotation: cached.annotation,
                 });
                 *slot = Some(refreshed.clone());
                 return Ok(refreshed);
@@ -183,6 +192,7 @@ impl BytecodeCache {
         let compiled = Arc::new(CompiledModule {
             path: path.to_owned(),
             stamp,
+            annotation: native_hint::annotation(&bytecode),
             bytecode: bytecode.into(),
             chunk_name: format!("@{}", path.display()),
         });

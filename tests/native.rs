@@ -1,0 +1,177 @@
+//! Native code: which modules a VM runs as machine code in each `NativeMode`, on the engine and
+//! on workers, and what the stats say. (The deadline, cancel and memory tests run in both modes
+//! where they stand, through `in_both_modes!`.)
+
+use std::ffi::c_int;
+
+use skein::{mlua, Message, NativeMode, Plan, Pool};
+
+use crate::support::{list, text, Tree};
+
+extern "C-unwind" {
+    /// Luau's `lua_incustomexecution`: whether the call frame `level` runs native code.
+    fn lua_incustomexecution(state: *mut mlua::ffi::lua_State, level: c_int) -> c_int;
+}
+
+/// A plan with `inNative()`: whether the Luau function that calls it runs as native code.
+fn probing(mode: NativeMode) -> Plan {
+    Plan::new().native(mode).function("inNative", |lua, _| {
+        // SAFETY: `exec_raw` hands the running state; the query reads call frames only. The
+        // levels cover the caller behind mlua's own frames for the host function.
+        let native = unsafe {
+            lua.exec_raw::<bool>((), |state| {
+                let any = (0..4).any(|level| lua_incustomexecution(state, level) != 0);
+                mlua::ffi::lua_pushboolean(state, c_int::from(any));
+            })
+        }?;
+        lua.pack_multi(native)
+    })
+}
+
+/// Each module answers from `probe()` whether it ran native, from a loop (Luau leaves a
+/// function without loops at the top level interpreted).
+const MODULES: &[(&str, &str)] = &[
+    (
+        "plain.luau",
+        "local M = {}\nfunction M.probe() local n = 0 for i = 1, 3 do n += i end return inNative() end\nreturn M\n",
+    ),
+    (
+        "hot.luau",
+        "--!native\nlocal M = {}\nfunction M.probe() local n = 0 for i = 1, 3 do n += i end return inNative() end\nreturn M\n",
+    ),
+    (
+        "marked.luau",
+        "local M = {}\n@native\nfunction M.probe() local n = 0 for i = 1, 3 do n += i end return inNative() end\nfunction M.other() return inNative() end\nreturn M\n",
+    ),
+    (
+        // Mentions of the annotations in strings and comments below the code are not annotations.
+        "mentions.luau",
+        "local M = {}\nM.text = '@native --!native'\n--!native\nfunction M.probe() local n = 0 for i = 1, 3 do n += i end return inNative() end\nreturn M\n",
+    ),
+];
+
+/// Whether `module.probe` (or `module.entry`) runs native in a job and in the engine VM.
+fn native_in(mode: NativeMode, module: &str, entry: &str) -> (bool, bool) {
+    let tree = Tree::new(MODULES);
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, probing(mode));
+    let worker = domain
+        .eval(&format!(
+            r#"return jobs.dispatch("./{module}", "{entry}"):await()"#
+        ))
+        .expect("job");
+    let engine = domain
+        .eval(&format!(r#"return require("./{module}").{entry}()"#))
+        .expect("engine");
+    (
+        worker == Message::Boolean(true),
+        engine == Message::Boolean(true),
+    )
+}
+
+#[test]
+fn each_mode_runs_native_what_it_names_on_workers_and_the_engine() {
+    let generator = NativeMode::code_generator().is_some();
+    let rows = [
+        (NativeMode::Off, "plain", "probe", false),
+        (NativeMode::Off, "hot", "probe", false),
+        (NativeMode::Off, "marked", "probe", false),
+        (NativeMode::Annotated, "plain", "probe", false),
+        (NativeMode::Annotated, "hot", "probe", true),
+        (NativeMode::Annotated, "marked", "probe", true),
+        // Only the marked function of a module that marks functions.
+        (NativeMode::Annotated, "marked", "other", false),
+        (NativeMode::Annotated, "mentions", "probe", false),
+        (NativeMode::All, "plain", "probe", true),
+        (NativeMode::All, "mentions", "probe", true),
+        (NativeMode::All, "hot", "probe", true),
+        // As Luau decides: a module that marks functions has only those compiled.
+        (NativeMode::All, "marked", "other", false),
+    ];
+    for (mode, module, entry, native) in rows {
+        let expected = native && generator;
+        assert_eq!(
+            native_in(mode, module, entry),
+            (expected, expected),
+            "{mode} {module}.{entry}"
+        );
+    }
+}
+
+#[test]
+fn a_worker_keeps_running_native_as_modules_load_and_add_globals_and_stops_once_one_shadows_a_library(
+) {
+    let generator = NativeMode::code_generator().is_some();
+    let mut files = MODULES.to_vec();
+    files.push((
+        "setter.luau",
+        "shared = 1\nreturn { nothing = function() end }\n",
+    ));
+    files.push((
+        "shadow.luau",
+        "type = type\nreturn { nothing = function() end }\n",
+    ));
+    files.push((
+        "quiet.luau",
+        "local x = 1\nreturn { nothing = function() return x end }\n",
+    ));
+    let tree = Tree::new(&files);
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, probing(NativeMode::Annotated));
+    // Each module's top level runs with the worker's globals opened; one that leaves them as
+    // it found them keeps the VM a safe environment, so native code keeps running.
+    let v = domain
+        .eval(
+            r#"
+            local first = jobs.dispatch("./hot", "probe"):await()
+            jobs.dispatch("./quiet", "nothing"):await()
+            local after = jobs.dispatch("./hot", "probe"):await()
+            return { first, after }
+            "#,
+        )
+        .expect("jobs");
+    let answers: Vec<_> = list(&v).to_vec();
+    assert_eq!(
+        answers,
+        [Message::Boolean(generator), Message::Boolean(generator)]
+    );
+    // A top level that adds a global changes no value Luau resolved when it loaded a chunk:
+    // native code keeps running.
+    let v = domain
+        .eval(
+            r#"
+            jobs.dispatch("./setter", "nothing"):await()
+            return jobs.dispatch("./hot", "probe"):await()
+            "#,
+        )
+        .expect("jobs");
+    assert_eq!(v, Message::Boolean(generator));
+    // One that shadows a library global gives up the safe environment for the VM's life: Luau
+    // runs it all interpreted from there, correct but slower.
+    let v = domain
+        .eval(
+            r#"
+            jobs.dispatch("./shadow", "nothing"):await()
+            return jobs.dispatch("./hot", "probe"):await()
+            "#,
+        )
+        .expect("jobs");
+    assert_eq!(v, Message::Boolean(false));
+}
+
+#[test]
+fn jobs_stats_and_pool_stats_say_which_code_runs() {
+    let tree = Tree::new(&[]);
+    let pool = Pool::new(2);
+    for mode in [NativeMode::Off, NativeMode::Annotated, NativeMode::All] {
+        let domain = tree.domain_with(&pool, Plan::new().native(mode));
+        let v = domain
+            .eval("local rows = jobs.stats() return { rows[1].native, rows[2].native }")
+            .expect("stats");
+        let said: Vec<String> = list(&v).iter().map(text).collect();
+        assert_eq!(said, [mode.in_use(), mode.in_use()]);
+    }
+    for row in pool.stats() {
+        assert_eq!(row.code_generator, NativeMode::code_generator());
+    }
+}
