@@ -24,9 +24,12 @@
 
 use std::cell::Cell;
 use std::fmt;
+#[cfg(feature = "native")]
 use std::sync::OnceLock;
 
-use mlua::{ffi, Function, Lua};
+#[cfg(feature = "native")]
+use mlua::ffi;
+use mlua::{Function, Lua};
 
 use super::native_hint::Annotation;
 
@@ -79,6 +82,9 @@ impl NativeMode {
     pub fn in_use(self) -> String {
         match (self, NativeMode::code_generator()) {
             (NativeMode::Off, _) => "interpreter (native code off)".to_owned(),
+            _ if !cfg!(feature = "native") => {
+                "interpreter (built without the `native` feature)".to_owned()
+            }
             (mode, Some(arch)) => format!("native: {mode} ({arch} code generator)"),
             (_, None) => "interpreter (no code generator on this platform)".to_owned(),
         }
@@ -96,10 +102,17 @@ impl fmt::Display for NativeMode {
 }
 
 /// Whether Luau has a code generator on this platform (asked once).
+#[cfg(feature = "native")]
 fn supported() -> bool {
     static SUPPORTED: OnceLock<bool> = OnceLock::new();
     // SAFETY: a pure query of the build's target, with no state.
     *SUPPORTED.get_or_init(|| unsafe { ffi::luau_codegen_supported() } != 0)
+}
+
+/// Built without the `native` feature: no code generator.
+#[cfg(not(feature = "native"))]
+fn supported() -> bool {
+    false
 }
 
 /// A VM's native-code setting and what it has handed the generator so far (its app data).
@@ -111,6 +124,7 @@ struct NativeSetting {
 
 /// Sets up a new VM: mlua's compile-on-every-load goes off, and `mode` decides from here.
 pub(crate) fn install(lua: &Lua, mode: NativeMode) {
+    #[cfg(feature = "native")]
     lua.enable_jit(false);
     lua.set_app_data(NativeSetting {
         mode,
@@ -151,6 +165,12 @@ pub(crate) fn compile_loaded(
     }
     setting.compiled.set(total);
     drop(setting);
+    compile(lua, function)
+}
+
+/// Hands `function` to the code generator; answers whether that went through.
+#[cfg(feature = "native")]
+fn compile(lua: &Lua, function: &Function) -> bool {
     // SAFETY: `exec_raw` pushes `function` (a Luau function loaded from bytecode, which is
     // what `luau_codegen_compile` asserts) on a stack it restores afterwards; the generator reads
     // the function's prototypes and raises no Lua error.
@@ -162,7 +182,13 @@ pub(crate) fn compile_loaded(
     compiled.is_ok()
 }
 
-#[cfg(test)]
+/// Built without the `native` feature: [`supported`] is false, so nothing gets here.
+#[cfg(not(feature = "native"))]
+fn compile(_lua: &Lua, _function: &Function) -> bool {
+    false
+}
+
+#[cfg(all(test, feature = "native"))]
 mod tests {
     use mlua::chunk::ChunkMode;
 
