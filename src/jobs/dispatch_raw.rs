@@ -29,7 +29,7 @@ use mlua::{ffi, Function, Lua};
 use super::home::{HomeKind, JobsHome};
 use super::item::{Item, ItemArgs};
 use super::job::{charge_job, JobShared, JOB_WEIGHT};
-use super::options::{DispatchOptions, MAX_KEY_BYTES};
+use super::options::{deadline_fits, key_fits, DispatchOptions};
 use crate::principal::capability::current_or;
 use crate::value::read::Reader;
 use crate::value::{Charge, Held, Limits, Message};
@@ -258,7 +258,7 @@ unsafe fn read_option(
         match key {
             b"deadline" if matches!(kind, ffi::LUA_TNUMBER | ffi::LUA_TINTEGER) => {
                 let seconds = ffi::lua_tonumberx(state, -1, std::ptr::null_mut());
-                if seconds.is_nan() || seconds <= 0.0 || seconds > cap.as_secs_f64() {
+                if !deadline_fits(seconds, cap) {
                     return None;
                 }
                 out.deadline = Duration::from_secs_f64(seconds);
@@ -268,7 +268,7 @@ unsafe fn read_option(
             }
             b"key" if kind == ffi::LUA_TSTRING => {
                 let key = string_at(state, -1);
-                if key.is_empty() || key.len() > MAX_KEY_BYTES {
+                if !key_fits(key) {
                     return None;
                 }
                 out.key = Some(Bytes::copy_from_slice(key));

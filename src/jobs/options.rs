@@ -55,7 +55,7 @@ pub(crate) fn read_key(value: &Value, what: &str) -> Result<Bytes, String> {
     match value {
         Value::String(s) => {
             let bytes = s.as_bytes();
-            if bytes.is_empty() || bytes.len() > MAX_KEY_BYTES {
+            if !key_fits(&bytes) {
                 let n = bytes.len();
                 let unit = if n == 1 { "byte" } else { "bytes" };
                 return Err(format!("{rule}, got a string of {n} {unit}"));
@@ -64,6 +64,18 @@ pub(crate) fn read_key(value: &Value, what: &str) -> Result<Bytes, String> {
         }
         other => Err(format!("{rule}, got {}", a_type(other))),
     }
+}
+
+/// Whether `key` is a key's length: 1 to [`MAX_KEY_BYTES`] bytes. The rule [`read_key`] words
+/// and the raw dispatch path checks in place.
+pub(crate) fn key_fits(key: &[u8]) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_BYTES
+}
+
+/// Whether `seconds` is a deadline `cap` allows: above 0 and at most `cap`. The rule
+/// [`read_deadline`] words and the raw dispatch path checks in place.
+pub(crate) fn deadline_fits(seconds: f64, cap: Duration) -> bool {
+    !seconds.is_nan() && seconds > 0.0 && seconds <= cap.as_secs_f64()
 }
 
 /// Reads a deadline in seconds: above 0 and at most `cap`.
@@ -78,20 +90,20 @@ pub(crate) fn read_deadline(value: &Value, what: &str, cap: Duration) -> Result<
             ))
         }
     };
+    if deadline_fits(seconds, cap) {
+        return Ok(Duration::from_secs_f64(seconds));
+    }
     if seconds.is_nan() || seconds <= 0.0 {
         return Err(format!(
             "{what} must be a number of seconds above 0, got {}",
             luau_number(seconds)
         ));
     }
-    if seconds > cap.as_secs_f64() {
-        return Err(format!(
-            "{what} of {} s is past the cap of {} s: a deadline may be lowered, never raised",
-            luau_number(seconds),
-            format_seconds(cap)
-        ));
-    }
-    Ok(Duration::from_secs_f64(seconds))
+    Err(format!(
+        "{what} of {} s is past the cap of {} s: a deadline may be lowered, never raised",
+        luau_number(seconds),
+        format_seconds(cap)
+    ))
 }
 
 /// A number as Luau prints it.
