@@ -318,6 +318,9 @@ fn refusal_what(kind: &TransferErrorKind) -> String {
         TransferErrorKind::KeyType { type_name } => format!("a {type_name} key"),
         TransferErrorKind::NanKey => "a NaN key".into(),
         TransferErrorKind::TooLarge { limit } => format!("a value over {limit} bytes"),
+        TransferErrorKind::NoStack => {
+            "a value read while its VM couldn't grow its stack (out of memory)".into()
+        }
     }
 }
 

@@ -107,14 +107,10 @@ impl Message {
             unsafe {
                 let state = raw.state();
                 let top = ffi::lua_gettop(state);
-                let too_deep = || {
-                    let refusal = Refusal::new(TransferErrorKind::TooDeep {
-                        max_depth: Limits::MAX_DEPTH,
-                    });
-                    Err((1, refusal.into_error(root)))
-                };
+                let no_stack =
+                    || Err((1, Refusal::new(TransferErrorKind::NoStack).into_error(root)));
                 if ffi::lua_checkstack(state, 1) == 0 {
-                    return too_deep();
+                    return no_stack();
                 }
                 if raw.push_value(&value).is_err() {
                     ffi::lua_settop(state, top);
@@ -125,7 +121,7 @@ impl Message {
                 }
                 if !reader.reserve(1) {
                     ffi::lua_settop(state, top);
-                    return too_deep();
+                    return no_stack();
                 }
                 let at = ffi::lua_gettop(state);
                 // A Luau array holds fewer than 2^31 slots.
@@ -232,9 +228,7 @@ fn read_value_weighed(value: &Value, limit: usize) -> Result<(Message, usize), R
                 unsafe {
                     let state = raw.state();
                     if ffi::lua_checkstack(state, 1) == 0 {
-                        return Err(Refusal::new(TransferErrorKind::TooDeep {
-                            max_depth: Limits::MAX_DEPTH,
-                        }));
+                        return Err(Refusal::new(TransferErrorKind::NoStack));
                     }
                     let top = ffi::lua_gettop(state);
                     let pushed = raw.push_value(value);

@@ -64,6 +64,10 @@ pub enum TransferErrorKind {
     },
     /// A NaN number used as a key.
     NanKey,
+    /// The VM could not grow its stack to read the value: it is out of memory, or its stack
+    /// is already near its limit of slots for one call. Nothing was read; the same read can
+    /// succeed once the VM has room again.
+    NoStack,
     /// The running weight passed the byte budget the caller gave.
     TooLarge {
         /// The budget, in bytes of [`Message::queue_weight`](super::Message::queue_weight).
@@ -89,6 +93,11 @@ impl fmt::Display for TransferErrorKind {
             }
             Self::KeyType { type_name } => write!(f, "a {type_name} key {CANT_CROSS}"),
             Self::NanKey => write!(f, "a NaN key {CANT_CROSS}"),
+            Self::NoStack => write!(
+                f,
+                "a value can't be read while its VM can't grow its stack (out of memory, or \
+                 near the stack's limit)"
+            ),
             Self::TooLarge { limit } => {
                 write!(
                     f,

@@ -121,9 +121,9 @@ impl<'a> Reader<'a> {
                 SLOT_MARGIN
             };
             if ffi::lua_checkstack(self.state, slots) == 0 {
-                return Err(Refusal::new(TransferErrorKind::TooDeep {
-                    max_depth: Limits::MAX_DEPTH,
-                }));
+                // Our reservation is far below the stack's limit, so this is almost always
+                // memory: not a property of the value, which may read fine a moment later.
+                return Err(Refusal::new(TransferErrorKind::NoStack));
             }
             let result = self.read(idx);
             ffi::lua_settop(self.state, top);
@@ -659,9 +659,10 @@ fn type_name(ty: c_int) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use mlua::{Lua, Value};
+    use mlua::{ffi, Lua, Value};
 
-    use crate::value::{Limits, MapKey, Message};
+    use super::Reader;
+    use crate::value::{Limits, MapKey, Message, TransferErrorKind};
 
     fn read(lua: &Lua, code: &str) -> Message {
         let value: Value = lua.load(code).eval().expect("eval");
@@ -670,6 +671,46 @@ mod tests {
 
     fn numbers(range: std::ops::RangeInclusive<i64>) -> Vec<Message> {
         range.map(|i| Message::Number(i as f64)).collect()
+    }
+
+    #[test]
+    fn a_table_read_where_the_stack_cannot_grow_is_refused_as_no_stack_and_the_stack_is_kept() {
+        // Luau refuses to grow a C function's stack past LUAI_MAXCSTACK slots (1,000,000 as
+        // mlua builds it): fill this one to within the reader's reservation of the limit (the
+        // same refusal a VM out of memory gives; 16 MB of stack) and read a table.
+        let lua = Lua::new();
+        let (refusal, scalar, top_kept) = lua.exec_raw_lua(|raw| {
+            // SAFETY: the stack is grown with checkstack before each push and reset after.
+            unsafe {
+                let state = raw.state();
+                let base = ffi::lua_gettop(state);
+                // Ten slots short of the limit: far fewer than one read reserves.
+                let fill = 1_000_000 - 10 - base;
+                assert!(ffi::lua_checkstack(state, fill + 1) != 0);
+                for _ in 0..fill - 1 {
+                    ffi::lua_pushnil(state);
+                }
+                ffi::lua_createtable(state, 0, 0);
+                let top = ffi::lua_gettop(state);
+                let refusal = Reader::new(raw, Limits::MAX_MESSAGE_BYTES)
+                    .read_at(-1)
+                    .err();
+                let top_kept = ffi::lua_gettop(state) == top;
+                // A scalar needs no stack and still reads.
+                ffi::lua_pushinteger(state, 7);
+                let scalar = Reader::new(raw, Limits::MAX_MESSAGE_BYTES).read_at(-1).ok();
+                ffi::lua_settop(state, base);
+                (refusal.map(|r| r.kind), scalar, top_kept)
+            }
+        });
+        assert_eq!(refusal, Some(TransferErrorKind::NoStack));
+        assert_eq!(
+            TransferErrorKind::NoStack.to_string(),
+            "a value can't be read while its VM can't grow its stack (out of memory, or near the \
+             stack's limit)"
+        );
+        assert_eq!(scalar, Some(Message::Number(7.0)));
+        assert!(top_kept);
     }
 
     #[test]
