@@ -442,7 +442,12 @@ print("caught", ok, err)
 -- The busy workers spin until now.
 go:push(true)
 go:push(true)
-for _, p in busy do p:await() end
+-- A spinner's own result is charged too: with the bound filled to within a few bytes, it can be
+-- refused with the same text (seen once in a CI run). Any other failure fails the test.
+for _, p in busy do
+    local ok, e = pcall(p.await, p)
+    assert(ok or string.find(tostring(e), "past the bound of 268435456", 1, true), tostring(e))
+end
 -- Refused at the job bound until the sinks drain: retry on that refusal only, under a deadline.
 local t = os.clock()
 while true do
