@@ -1,11 +1,17 @@
 //! Native code: which Luau functions a VM compiles to machine code, and the one place it does.
 //!
-//! mlua's `luau-jit` feature gives every VM Luau's code generator (`luau_codegen_create`, on
-//! platforms that have one: x86-64 and AArch64) and would compile every chunk as it loads.
-//! Skein turns that off when it builds a VM and compiles here instead, after each load of a
-//! script or a module version (once per module per VM: the module cache runs a body once), as
-//! the plan's [`NativeMode`] says. The bytecode itself stays shared by every VM; only the machine
-//! code is each VM's own.
+//! The crate's `native` feature builds Luau with its code generator (mlua-sys's `luau-codegen`,
+//! on platforms that have one: x86-64 and AArch64), and not mlua's `luau-jit`, which would make
+//! a code generator inside every `Lua::new` and compile every chunk as it loads. Skein compiles
+//! here instead, after each load of a script or a module version (once per module per VM: the
+//! module cache runs a body once), as the plan's [`NativeMode`] says, and makes the VM's code
+//! generator (`luau_codegen_create`) only when it first compiles something: a VM that never runs
+//! native code pays nothing for it. The bytecode itself stays shared by every VM; only the
+//! machine code is each VM's own.
+//!
+//! Making the generator after the VM has run code is legal: `luau_codegen_create` only fills the
+//! VM's execution callbacks (`lua_ExecutionCallbacks`), which the interpreter consults for
+//! functions that have native code, and every function loaded before it has none.
 //!
 //! What the generator is given is Luau's choice from there: `luau_codegen_compile` compiles
 //! every function of the chunk but those Luau deems cold (a top level without loops), unless
@@ -15,12 +21,12 @@
 //!
 //! The machine code lives outside the VM's heap, so the VM's memory limit does not count it.
 //! Luau's code allocator (`CodeAllocator.cpp`) gives each VM its own executable blocks of
-//! 4 MiB (`LuauCodeGenBlockSize`), reserved as needed, at most 256 MiB of them per VM
-//! (`LuauCodeGenMaxTotalSize`); past that a chunk's compile fails and it runs interpreted. Freed
-//! code is not reused within a VM, so a VM that reloads native modules again and again grows
-//! towards that bound until it is retired. Neither number can be set through Luau's C API
-//! (`luau_setfflag` sets only boolean flags), so Skein bounds what it hands the generator
-//! instead: see [`NATIVE_BYTECODE_PER_VM`].
+//! 4 MiB (`LuauCodeGenBlockSize`), reserved as needed (the first when the generator is made, for
+//! its entry gate), at most 256 MiB of them per VM (`LuauCodeGenMaxTotalSize`); past that a
+//! chunk's compile fails and it runs interpreted. Freed code is not reused within a VM, so a VM
+//! that reloads native modules again and again grows towards that bound until it is retired.
+//! Neither number can be set through Luau's C API (`luau_setfflag` sets only boolean flags), so
+//! Skein bounds what it hands the generator instead: see [`NATIVE_BYTECODE_PER_VM`].
 
 use std::cell::Cell;
 use std::fmt;
@@ -120,15 +126,17 @@ struct NativeSetting {
     mode: NativeMode,
     /// Bytecode bytes compiled so far, against [`NATIVE_BYTECODE_PER_VM`].
     compiled: Cell<usize>,
+    /// Whether the VM's code generator was made (on its first compile).
+    generator_made: Cell<bool>,
 }
 
-/// Sets up a new VM: mlua's compile-on-every-load goes off, and `mode` decides from here.
+/// Sets up a new VM: `mode` decides what it compiles. Its code generator waits for the first
+/// compile.
 pub(crate) fn install(lua: &Lua, mode: NativeMode) {
-    #[cfg(feature = "native")]
-    lua.enable_jit(false);
     lua.set_app_data(NativeSetting {
         mode,
         compiled: Cell::new(0),
+        generator_made: Cell::new(false),
     });
 }
 
@@ -164,18 +172,26 @@ pub(crate) fn compile_loaded(
         return false;
     }
     setting.compiled.set(total);
+    let make_generator = !setting.generator_made.replace(true);
     drop(setting);
-    compile(lua, function)
+    compile(lua, function, make_generator)
 }
 
-/// Hands `function` to the code generator; answers whether that went through.
+/// Hands `function` to the code generator, making the VM's generator first when
+/// `make_generator`; answers whether that went through.
 #[cfg(feature = "native")]
-fn compile(lua: &Lua, function: &Function) -> bool {
+fn compile(lua: &Lua, function: &Function, make_generator: bool) -> bool {
     // SAFETY: `exec_raw` pushes `function` (a Luau function loaded from bytecode, which is
-    // what `luau_codegen_compile` asserts) on a stack it restores afterwards; the generator reads
-    // the function's prototypes and raises no Lua error.
+    // what `luau_codegen_compile` asserts) on a stack it restores afterwards. Neither call raises
+    // a Lua error: `luau_codegen_create` fills the VM's execution callbacks (once per VM:
+    // `generator_made`), and the generator reads the function's prototypes. A VM whose
+    // generator could not be made (no memory for its first block) compiles nothing: Luau's
+    // compile answers "not initialized" and the function runs interpreted.
     let compiled = unsafe {
         lua.exec_raw::<()>(function, |state| {
+            if make_generator {
+                ffi::luau_codegen_create(state);
+            }
             ffi::luau_codegen_compile(state, -1);
         })
     };
@@ -184,7 +200,7 @@ fn compile(lua: &Lua, function: &Function) -> bool {
 
 /// Built without the `native` feature: [`supported`] is false, so nothing gets here.
 #[cfg(not(feature = "native"))]
-fn compile(_lua: &Lua, _function: &Function) -> bool {
+fn compile(_lua: &Lua, _function: &Function, _make_generator: bool) -> bool {
     false
 }
 
