@@ -175,3 +175,51 @@ fn jobs_stats_and_pool_stats_say_which_code_runs() {
         assert_eq!(row.code_generator, NativeMode::code_generator());
     }
 }
+
+/// `Pool::stats()` and `jobs.stats()` count the native code a worker's VMs hold: nothing until
+/// a VM compiles a module natively, then the module, its bytecode and one block of executable
+/// memory; nothing at all in `NativeMode::Off` or where there is no code generator.
+#[test]
+fn stats_count_the_native_code_a_worker_holds_and_nothing_when_none_runs() {
+    const BLOCK: usize = 4 << 20;
+    let tree = Tree::new(&[(
+        "kernel.luau",
+        "--!native\nlocal M = {}\nfunction M.run() local s = 0 for i = 1, 10 do s += i end return s end\nreturn M\n",
+    )]);
+    for mode in [NativeMode::Off, NativeMode::Annotated, NativeMode::All] {
+        let pool = Pool::new(1);
+        let domain = tree.domain_with(&pool, Plan::new().native(mode));
+        let figures = |row: &skein::WorkerStats| {
+            (
+                row.native_modules,
+                row.native_bytecode_bytes,
+                row.native_code_bytes,
+            )
+        };
+        assert_eq!(figures(&pool.stats()[0]), (0, 0, 0), "{mode}: no VM yet");
+        let sum = domain
+            .dispatch("./kernel", "run", Message::Nil)
+            .expect("dispatch")
+            .wait()
+            .expect("job");
+        assert_eq!(sum, Message::Number(55.0));
+        let row = pool.stats()[0].clone();
+        assert_eq!(row.vms_held, 1);
+        let (modules, bytecode, code) = figures(&row);
+        if mode == NativeMode::Off || NativeMode::code_generator().is_none() {
+            assert_eq!((modules, bytecode, code), (0, 0, 0), "{mode}");
+        } else {
+            assert_eq!(modules, 1, "{mode}: the kernel module");
+            assert!(bytecode > 0 && bytecode < 1024, "{mode}: {bytecode} bytes");
+            assert_eq!(code, BLOCK, "{mode}: one block for the gate and the kernel");
+        }
+        let said = domain
+            .eval(
+                "local r = jobs.stats()[1] \
+                 return { r.native_modules, r.native_bytecode_bytes, r.native_code_bytes }",
+            )
+            .expect("jobs.stats");
+        let numbers = [modules, bytecode, code].map(|n| Message::Number(n as f64));
+        assert_eq!(list(&said), numbers, "{mode}");
+    }
+}
