@@ -59,10 +59,12 @@ pub(crate) const NATIVE_BYTECODE_PER_VM: usize = 4 << 20;
 
 /// The size of one block of executable memory a VM's code generator maps: 4 MiB, Luau's own
 /// default (`LuauCodeGenBlockSize`). A module's machine code must fit in one block.
+#[cfg(feature = "native")]
 pub(crate) const NATIVE_CODE_BLOCK: usize = 4 << 20;
 
 /// The most executable memory (in bytes) one VM's code generator maps: 16 MiB, four blocks.
 /// Luau's allocator refuses a block past it, and the module that needed it runs interpreted.
+#[cfg(feature = "native")]
 pub(crate) const NATIVE_CODE_PER_VM: usize = 4 * NATIVE_CODE_BLOCK;
 
 /// Which Luau code a VM compiles to native machine code.
@@ -195,6 +197,7 @@ struct CodeMemory {
     tally: OnceCell<Arc<NativeTally>>,
 }
 
+#[cfg(feature = "native")]
 impl CodeMemory {
     /// The generator unmapped `unmapped` bytes and mapped `mapped` (one of them is zero).
     fn moved(&self, unmapped: usize, mapped: usize) {
@@ -394,16 +397,22 @@ mod tests {
     use super::super::{native_hint, source};
     use super::*;
 
-    /// A VM in `mode` and a loaded chunk of `text`, with its annotation and length.
-    fn loaded(mode: NativeMode, text: &str) -> (Lua, Function, Annotation, usize) {
-        let lua = Lua::new();
-        install(&lua, mode);
+    /// `text` compiled by Skein's compiler and loaded into `lua`, with its bytecode.
+    fn load(lua: &Lua, text: &str) -> (Function, Vec<u8>) {
         let bytecode = source::compiler().compile(text).expect("compiles");
         let f = lua
             .load(&bytecode[..])
             .set_mode(ChunkMode::Binary)
             .into_function()
             .expect("loads");
+        (f, bytecode)
+    }
+
+    /// A VM in `mode` and a loaded chunk of `text`, with its annotation and length.
+    fn loaded(mode: NativeMode, text: &str) -> (Lua, Function, Annotation, usize) {
+        let lua = Lua::new();
+        install(&lua, mode);
+        let (f, bytecode) = load(&lua, text);
         (lua, f, native_hint::annotation(&bytecode), bytecode.len())
     }
 
@@ -451,14 +460,7 @@ mod tests {
         assert!(compile_loaded(&lua, &f, annotation, len));
         assert_eq!(compiled(&lua), NATIVE_BYTECODE_PER_VM);
         // One byte past it: refused, counted as nothing, and the chunk still runs.
-        let bytecode = source::compiler()
-            .compile("return 2 + ...")
-            .expect("compiles");
-        let g = lua
-            .load(&bytecode[..])
-            .set_mode(ChunkMode::Binary)
-            .into_function()
-            .expect("loads");
+        let (g, _) = load(&lua, "return 2 + ...");
         assert!(!compile_loaded(&lua, &g, annotation, 1));
         assert_eq!(compiled(&lua), NATIVE_BYTECODE_PER_VM);
         assert_eq!(g.call::<f64>(1).expect("runs interpreted"), 3.0);
@@ -466,12 +468,7 @@ mod tests {
 
     /// Loads `text` into `lua` and hands it to the generator as a chunk asking for native code.
     fn load_native(lua: &Lua, text: &str) -> (Function, bool) {
-        let bytecode = source::compiler().compile(text).expect("compiles");
-        let f = lua
-            .load(&bytecode[..])
-            .set_mode(ChunkMode::Binary)
-            .into_function()
-            .expect("loads");
+        let (f, bytecode) = load(lua, text);
         let handed = compile_loaded(lua, &f, Annotation::Module, bytecode.len());
         (f, handed)
     }
