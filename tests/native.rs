@@ -3,10 +3,11 @@
 //! where they stand, through `in_both_modes!`.)
 
 use std::ffi::c_int;
+use std::time::Duration;
 
 use skein::{mlua, Message, NativeMode, Plan, Pool};
 
-use crate::support::{list, text, Tree};
+use crate::support::{list, text, wait_until, Tree};
 
 extern "C-unwind" {
     /// Luau's `lua_incustomexecution`: whether the call frame `level` runs native code.
@@ -222,4 +223,49 @@ fn stats_count_the_native_code_a_worker_holds_and_nothing_when_none_runs() {
         let numbers = [modules, bytecode, code].map(|n| Message::Number(n as f64));
         assert_eq!(list(&said), numbers, "{mode}");
     }
+}
+
+/// A worker VM retired past its memory limit takes its native code off the worker's row; the
+/// VM built in its place counts only what it compiles itself.
+#[test]
+fn a_retired_worker_vm_takes_its_native_code_off_the_row() {
+    if NativeMode::code_generator().is_none() {
+        return;
+    }
+    const BLOCK: usize = 4 << 20;
+    let tree = Tree::new(&[(
+        "kernel.luau",
+        "--!native\nlocal M = {}\n\
+         function M.run() local s = 0 for i = 1, 10 do s += i end return s end\n\
+         function M.bomb() local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 1024) .. i end end\n\
+         return M\n",
+    )]);
+    let pool = Pool::new(1);
+    let plan = Plan::new().memory_limit(16 * 1024 * 1024);
+    let domain = tree.domain_with(&pool, plan);
+    let figures = |pool: &Pool| {
+        let row = &pool.stats()[0];
+        (row.native_modules, row.native_code_bytes)
+    };
+    let run = || {
+        domain
+            .dispatch("./kernel", "run", Message::Nil)
+            .expect("dispatch")
+            .wait()
+            .expect("job")
+    };
+    assert_eq!(run(), Message::Number(55.0));
+    assert_eq!(figures(&pool), (1, BLOCK));
+    let bomb = domain
+        .dispatch("./kernel", "bomb", Message::Nil)
+        .expect("dispatch")
+        .wait();
+    assert!(bomb.is_err(), "{bomb:?}");
+    assert!(
+        wait_until(Duration::from_secs(10), || figures(&pool) == (0, 0)),
+        "the retired VM's native code stayed on the row: {:?}",
+        pool.stats()
+    );
+    assert_eq!(run(), Message::Number(55.0));
+    assert_eq!(figures(&pool), (1, BLOCK), "the new VM's own module only");
 }
