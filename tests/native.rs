@@ -269,3 +269,68 @@ fn a_retired_worker_vm_takes_its_native_code_off_the_row() {
     assert_eq!(run(), Message::Number(55.0));
     assert_eq!(figures(&pool), (1, BLOCK), "the new VM's own module only");
 }
+
+/// Hostile: a job that requires native modules by the thousand. Luau starts each module's code
+/// on a fresh page, so small modules fill a VM's 16 MiB of executable memory long before its
+/// 4 MiB of bytecode; at the bound the worker VM maps nothing more, the modules past it run
+/// interpreted and right, and the row says 16 MiB.
+#[test]
+fn native_modules_past_a_vms_code_bound_run_interpreted() {
+    if NativeMode::code_generator().is_none() {
+        return;
+    }
+    const MODULES: usize = 3_000;
+    let tree = Tree::new(&[(
+        "many/run.luau",
+        "local M = {}\n\
+         function M.run(count)\n\
+           local natives, last = 0, nil\n\
+           for n = 0, count - 1 do\n\
+             local native, sum = require('./m' .. n).probe()\n\
+             assert(sum == n + 6, 'module ' .. n .. ' answered ' .. sum)\n\
+             if native then natives += 1 end\n\
+             last = native\n\
+           end\n\
+           return { natives, last }\n\
+         end\n\
+         return M\n",
+    )]);
+    for n in 0..MODULES {
+        tree.write(
+            &format!("many/m{n}.luau"),
+            &format!(
+                "--!native\nlocal M = {{}}\n\
+                 function M.probe() local s = {n} for i = 1, 3 do s += i end return inNative(), s end\n\
+                 return M\n"
+            ),
+        );
+    }
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, probing(NativeMode::Annotated));
+    let v = domain
+        .dispatch("./many/run", "run", Message::Number(MODULES as f64))
+        .expect("dispatch")
+        .wait()
+        .expect("job");
+    let (natives, last) = match list(&v) {
+        [Message::Number(natives), Message::Boolean(last)] => (*natives as usize, *last),
+        other => panic!("the job answered {other:?}"),
+    };
+    assert!(
+        (1_000..MODULES).contains(&natives),
+        "{natives} of {MODULES} modules ran native: {:?}",
+        pool.stats()
+    );
+    assert!(!last, "the last module, past the bound, runs interpreted");
+    let row = &pool.stats()[0];
+    assert_eq!(
+        row.native_code_bytes,
+        16 << 20,
+        "at the bound, never past it"
+    );
+    assert_eq!(
+        row.native_modules, MODULES,
+        "each was handed to the generator"
+    );
+    assert!(row.native_bytecode_bytes < 4 << 20);
+}
