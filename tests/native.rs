@@ -177,11 +177,12 @@ fn jobs_stats_and_pool_stats_say_which_code_runs() {
     }
 }
 
-/// `Pool::stats()` and `jobs.stats()` count the native code a worker's VMs hold: nothing until
-/// a VM compiles a module natively, then the module, its bytecode and one block of executable
-/// memory; nothing at all in `NativeMode::Off` or where there is no code generator.
+/// `Pool::stats()` and `jobs.stats()` count the native code a worker's VMs hold, and
+/// `ScriptDomain::stats()` the engine VM's: nothing until a VM compiles a module natively, then
+/// the module, its bytecode and one block of executable memory; nothing at all in
+/// `NativeMode::Off` or where there is no code generator.
 #[test]
-fn stats_count_the_native_code_a_worker_holds_and_nothing_when_none_runs() {
+fn stats_count_the_native_code_workers_and_the_engine_hold_and_nothing_when_none_runs() {
     const BLOCK: usize = 4 << 20;
     let tree = Tree::new(&[(
         "kernel.luau",
@@ -222,6 +223,24 @@ fn stats_count_the_native_code_a_worker_holds_and_nothing_when_none_runs() {
             .expect("jobs.stats");
         let numbers = [modules, bytecode, code].map(|n| Message::Number(n as f64));
         assert_eq!(list(&said), numbers, "{mode}");
+        // The engine VM counts in the domain's stats, not the pool's.
+        let sum = domain
+            .eval("return require('./kernel').run()")
+            .expect("engine");
+        assert_eq!(sum, Message::Number(55.0));
+        let engine = domain.stats();
+        let engine = (
+            engine.engine_native_modules,
+            engine.engine_native_code_bytes,
+        );
+        if mode == NativeMode::Off || NativeMode::code_generator().is_none() {
+            assert_eq!(engine, (0, 0), "{mode}");
+        } else {
+            // (`All` compiles the snippets `eval` runs too.)
+            assert!(engine.0 >= 1, "{mode}: {engine:?}");
+            assert_eq!(engine.1, BLOCK, "{mode}");
+        }
+        assert_eq!(figures(&pool.stats()[0]), (modules, bytecode, code));
     }
 }
 

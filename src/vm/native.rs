@@ -277,7 +277,6 @@ pub(crate) fn report_to(lua: &Lua, tally: &Arc<NativeTally>) {
 }
 
 /// What the VM `lua` holds in native code now.
-#[cfg(test)]
 pub(crate) fn used_by(lua: &Lua) -> NativeUse {
     lua.app_data_ref::<NativeSetting>()
         .map_or(NativeUse::default(), |s| s.used())
