@@ -72,9 +72,8 @@ unsafe extern "C-unwind" fn noop_interrupt(_state: *mut ffi::lua_State, _gc: c_i
 /// A plain VM with the spin module loaded; with `hook`, a no-op raw interrupt is installed.
 fn plain_vm(hook: bool) -> (Lua, mlua::Function) {
     let lua = Lua::new();
-    // Interpreted, as Skein runs a module without `--!native` (mlua's luau-jit would
-    // compile every chunk it loads).
-    lua.enable_jit(false);
+    // Interpreted, as Skein runs a module without `--!native`: Skein builds mlua without
+    // `luau-jit`, so this VM has no code generator.
     if hook {
         // SAFETY: `lua_callbacks` answers the callbacks of this VM's global state, valid while
         // `lua` lives; only the `interrupt` slot is replaced, mlua's own interrupt is never set
@@ -267,9 +266,8 @@ fn fires(domain: &ScriptDomain, skein_run: &dyn Fn(f64) -> Duration, about_the_d
 /// A plain VM with the spin module loaded, answering its `forever` and `run`.
 fn stoppable_vm() -> (Lua, mlua::Function, mlua::Function) {
     let lua = Lua::new();
-    // Interpreted, as Skein runs a module without `--!native` (mlua's luau-jit would
-    // compile every chunk it loads).
-    lua.enable_jit(false);
+    // Interpreted, as Skein runs a module without `--!native`: Skein builds mlua without
+    // `luau-jit`, so this VM has no code generator.
     let module: mlua::Table = lua.load(SPIN).eval().expect("load spin");
     let forever: mlua::Function = module.get("forever").expect("forever");
     let run: mlua::Function = module.get("run").expect("run");

@@ -63,9 +63,8 @@ fn ping_pong() -> Histogram<u64> {
     let (rep_tx, rep_rx) = crossbeam_channel::unbounded::<i64>();
     let far = thread::spawn(move || {
         let lua = Lua::new();
-        // Interpreted, as Skein runs a module without `--!native` (mlua's luau-jit would
-        // compile every chunk it loads).
-        lua.enable_jit(false);
+        // Interpreted, as Skein runs a module without `--!native`: Skein builds mlua without
+        // `luau-jit`, so this VM has no code generator.
         let module: mlua::Table = lua.load(ECHO).eval().expect("load echo");
         let run: mlua::Function = module.get("run").expect("run");
         while let Ok(x) = req_rx.recv() {

@@ -76,9 +76,8 @@ unsafe extern "C-unwind" fn noop_interrupt(_state: *mut ffi::lua_State, _gc: c_i
 /// Skein worker VM always has one for its deadlines.
 fn kernel_vm(hook: bool) -> (Lua, mlua::Function) {
     let lua = Lua::new();
-    // Interpreted, as Skein runs a module without `--!native` (mlua's luau-jit would
-    // compile every chunk it loads).
-    lua.enable_jit(false);
+    // Interpreted, as Skein runs a module without `--!native`: Skein builds mlua without
+    // `luau-jit`, so this VM has no code generator.
     if hook {
         // SAFETY: `lua_callbacks` answers the callbacks of this VM's global state, valid while
         // `lua` lives; only the `interrupt` slot is replaced, mlua's own interrupt is never set

@@ -93,9 +93,8 @@ fn transfer(c: &mut Criterion) {
         })
     });
     let lua = Lua::new();
-    // Interpreted, as Skein runs a module without `--!native` (mlua's luau-jit would
-    // compile every chunk it loads).
-    lua.enable_jit(false);
+    // Interpreted, as Skein runs a module without `--!native`: Skein builds mlua without
+    // `luau-jit`, so this VM has no code generator.
     let array: Vec<f64> = (1..=NUMBERS).map(|i| i as f64 + 0.5).collect();
     g.bench_function(BenchmarkId::new("mlua_vec_into_from", NUMBERS), |b| {
         b.iter_custom(|iters| {

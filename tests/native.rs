@@ -3,10 +3,11 @@
 //! where they stand, through `in_both_modes!`.)
 
 use std::ffi::c_int;
+use std::time::Duration;
 
 use skein::{mlua, Message, NativeMode, Plan, Pool};
 
-use crate::support::{list, text, Tree};
+use crate::support::{list, text, wait_until, Tree};
 
 extern "C-unwind" {
     /// Luau's `lua_incustomexecution`: whether the call frame `level` runs native code.
@@ -174,4 +175,181 @@ fn jobs_stats_and_pool_stats_say_which_code_runs() {
     for row in pool.stats() {
         assert_eq!(row.code_generator, NativeMode::code_generator());
     }
+}
+
+/// `Pool::stats()` and `jobs.stats()` count the native code a worker's VMs hold, and
+/// `ScriptDomain::stats()` the engine VM's: nothing until a VM compiles a module natively, then
+/// the module, its bytecode and one block of executable memory; nothing at all in
+/// `NativeMode::Off` or where there is no code generator.
+#[test]
+fn stats_count_the_native_code_workers_and_the_engine_hold_and_nothing_when_none_runs() {
+    const BLOCK: usize = 4 << 20;
+    let tree = Tree::new(&[(
+        "kernel.luau",
+        "--!native\nlocal M = {}\nfunction M.run() local s = 0 for i = 1, 10 do s += i end return s end\nreturn M\n",
+    )]);
+    for mode in [NativeMode::Off, NativeMode::Annotated, NativeMode::All] {
+        let pool = Pool::new(1);
+        let domain = tree.domain_with(&pool, Plan::new().native(mode));
+        let figures = |row: &skein::WorkerStats| {
+            (
+                row.native_modules,
+                row.native_bytecode_bytes,
+                row.native_code_bytes,
+            )
+        };
+        assert_eq!(figures(&pool.stats()[0]), (0, 0, 0), "{mode}: no VM yet");
+        let sum = domain
+            .dispatch("./kernel", "run", Message::Nil)
+            .expect("dispatch")
+            .wait()
+            .expect("job");
+        assert_eq!(sum, Message::Number(55.0));
+        let row = pool.stats()[0].clone();
+        assert_eq!(row.vms_held, 1);
+        let (modules, bytecode, code) = figures(&row);
+        if mode == NativeMode::Off || NativeMode::code_generator().is_none() {
+            assert_eq!((modules, bytecode, code), (0, 0, 0), "{mode}");
+        } else {
+            assert_eq!(modules, 1, "{mode}: the kernel module");
+            assert!(bytecode > 0 && bytecode < 1024, "{mode}: {bytecode} bytes");
+            assert_eq!(code, BLOCK, "{mode}: one block for the gate and the kernel");
+        }
+        let said = domain
+            .eval(
+                "local r = jobs.stats()[1] \
+                 return { r.native_modules, r.native_bytecode_bytes, r.native_code_bytes }",
+            )
+            .expect("jobs.stats");
+        let numbers = [modules, bytecode, code].map(|n| Message::Number(n as f64));
+        assert_eq!(list(&said), numbers, "{mode}");
+        // The engine VM counts in the domain's stats, not the pool's.
+        let sum = domain
+            .eval("return require('./kernel').run()")
+            .expect("engine");
+        assert_eq!(sum, Message::Number(55.0));
+        let engine = domain.stats();
+        let engine = (
+            engine.engine_native_modules,
+            engine.engine_native_code_bytes,
+        );
+        if mode == NativeMode::Off || NativeMode::code_generator().is_none() {
+            assert_eq!(engine, (0, 0), "{mode}");
+        } else {
+            // (`All` compiles the snippets `eval` runs too.)
+            assert!(engine.0 >= 1, "{mode}: {engine:?}");
+            assert_eq!(engine.1, BLOCK, "{mode}");
+        }
+        assert_eq!(figures(&pool.stats()[0]), (modules, bytecode, code));
+    }
+}
+
+/// A worker VM retired past its memory limit takes its native code off the worker's row; the
+/// VM built in its place counts only what it compiles itself.
+#[test]
+fn a_retired_worker_vm_takes_its_native_code_off_the_row() {
+    if NativeMode::code_generator().is_none() {
+        return;
+    }
+    const BLOCK: usize = 4 << 20;
+    let tree = Tree::new(&[(
+        "kernel.luau",
+        "--!native\nlocal M = {}\n\
+         function M.run() local s = 0 for i = 1, 10 do s += i end return s end\n\
+         function M.bomb() local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 1024) .. i end end\n\
+         return M\n",
+    )]);
+    let pool = Pool::new(1);
+    let plan = Plan::new().memory_limit(16 * 1024 * 1024);
+    let domain = tree.domain_with(&pool, plan);
+    let figures = |pool: &Pool| {
+        let row = &pool.stats()[0];
+        (row.native_modules, row.native_code_bytes)
+    };
+    let run = || {
+        domain
+            .dispatch("./kernel", "run", Message::Nil)
+            .expect("dispatch")
+            .wait()
+            .expect("job")
+    };
+    assert_eq!(run(), Message::Number(55.0));
+    assert_eq!(figures(&pool), (1, BLOCK));
+    let bomb = domain
+        .dispatch("./kernel", "bomb", Message::Nil)
+        .expect("dispatch")
+        .wait();
+    assert!(bomb.is_err(), "{bomb:?}");
+    assert!(
+        wait_until(Duration::from_secs(10), || figures(&pool) == (0, 0)),
+        "the retired VM's native code stayed on the row: {:?}",
+        pool.stats()
+    );
+    assert_eq!(run(), Message::Number(55.0));
+    assert_eq!(figures(&pool), (1, BLOCK), "the new VM's own module only");
+}
+
+/// Hostile: a job that requires native modules by the thousand. Luau starts each module's code
+/// on a fresh page, so small modules fill a VM's 16 MiB of executable memory long before its
+/// 4 MiB of bytecode; at the bound the worker VM maps nothing more, the modules past it run
+/// interpreted and right, and the row says 16 MiB.
+#[test]
+fn native_modules_past_a_vms_code_bound_run_interpreted() {
+    if NativeMode::code_generator().is_none() {
+        return;
+    }
+    const MODULES: usize = 3_000;
+    let tree = Tree::new(&[(
+        "many/run.luau",
+        "local M = {}\n\
+         function M.run(count)\n\
+           local natives, last = 0, nil\n\
+           for n = 0, count - 1 do\n\
+             local native, sum = require('./m' .. n).probe()\n\
+             assert(sum == n + 6, 'module ' .. n .. ' answered ' .. sum)\n\
+             if native then natives += 1 end\n\
+             last = native\n\
+           end\n\
+           return { natives, last }\n\
+         end\n\
+         return M\n",
+    )]);
+    for n in 0..MODULES {
+        tree.write(
+            &format!("many/m{n}.luau"),
+            &format!(
+                "--!native\nlocal M = {{}}\n\
+                 function M.probe() local s = {n} for i = 1, 3 do s += i end return inNative(), s end\n\
+                 return M\n"
+            ),
+        );
+    }
+    let pool = Pool::new(1);
+    let domain = tree.domain_with(&pool, probing(NativeMode::Annotated));
+    let v = domain
+        .dispatch("./many/run", "run", Message::Number(MODULES as f64))
+        .expect("dispatch")
+        .wait()
+        .expect("job");
+    let (natives, last) = match list(&v) {
+        [Message::Number(natives), Message::Boolean(last)] => (*natives as usize, *last),
+        other => panic!("the job answered {other:?}"),
+    };
+    assert!(
+        (1_000..MODULES).contains(&natives),
+        "{natives} of {MODULES} modules ran native: {:?}",
+        pool.stats()
+    );
+    assert!(!last, "the last module, past the bound, runs interpreted");
+    let row = &pool.stats()[0];
+    assert_eq!(
+        row.native_code_bytes,
+        16 << 20,
+        "at the bound, never past it"
+    );
+    assert_eq!(
+        row.native_modules, MODULES,
+        "each was handed to the generator"
+    );
+    assert!(row.native_bytecode_bytes < 4 << 20);
 }

@@ -20,9 +20,8 @@ pub fn item(x: i64) -> i64 {
         let mut slot = slot.borrow_mut();
         let (_, run) = slot.get_or_insert_with(|| {
             let lua = Lua::new();
-            // Interpreted, as Skein runs a module without `--!native` (mlua's luau-jit would
-            // compile every chunk it loads).
-            lua.enable_jit(false);
+            // Interpreted, as Skein runs a module without `--!native`: Skein builds mlua without
+            // `luau-jit`, so this VM has no code generator.
             let module: mlua::Table = lua.load(super::ECHO).eval().expect("load echo");
             let run: mlua::Function = module.get("run").expect("run");
             (lua, run)

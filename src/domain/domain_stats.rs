@@ -8,6 +8,7 @@ use std::cell::Cell;
 
 use super::{DomainState, ScriptDomain};
 use crate::principal::{Generation, Severity};
+use crate::vm::native_used_by;
 
 /// The running totals of a domain, over its whole life (every generation).
 #[derive(Default)]
@@ -91,6 +92,12 @@ pub struct DomainStats {
     pub job_bytes: usize,
     /// Bytes the current generation's shared tables and queues hold now.
     pub shared_bytes: usize,
+    /// Chunks the current generation's engine VM handed to the code generator (its workers'
+    /// VMs count in [`Pool::stats`](crate::Pool::stats)).
+    pub engine_native_modules: usize,
+    /// Executable memory the engine VM's code generator has mapped, in bytes: 4 MiB blocks, at
+    /// most 16 MiB (0 until the VM first compiles a module natively).
+    pub engine_native_code_bytes: usize,
 }
 
 impl ScriptDomain {
@@ -118,6 +125,7 @@ impl ScriptDomain {
     /// ```
     pub fn stats(&self) -> DomainStats {
         let counters = &self.counters;
+        let engine_native = native_used_by(&self.current.vm.lua);
         let (events_pending, events_pending_bytes) = self.event_handlers.queue().pending();
         DomainStats {
             generation: self.generation(),
@@ -144,6 +152,8 @@ impl ScriptDomain {
                 self.current.principal.job_bytes.held()
             },
             shared_bytes: self.current.principal.shared.bytes(),
+            engine_native_modules: engine_native.modules,
+            engine_native_code_bytes: engine_native.code,
         }
     }
 }

@@ -111,7 +111,7 @@ fn stats(lua: &Lua, (): ()) -> mlua::Result<Table> {
     let native = mode_of(lua).in_use();
     for row in rows {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-        let t = lua.create_table_with_capacity(0, 13)?;
+        let t = lua.create_table_with_capacity(0, 16)?;
         t.raw_set("worker", row.worker as f64)?;
         t.raw_set("items_run", row.items_run as f64)?;
         t.raw_set("steals", row.steals as f64)?;
@@ -134,6 +134,9 @@ fn stats(lua: &Lua, (): ()) -> mlua::Result<Table> {
         }
         t.raw_set("warm", warm)?;
         t.raw_set("native", native.as_str())?;
+        t.raw_set("native_modules", row.native_modules as f64)?;
+        t.raw_set("native_bytecode_bytes", row.native_bytecode_bytes as f64)?;
+        t.raw_set("native_code_bytes", row.native_code_bytes as f64)?;
         out.raw_push(t)?;
     }
     Ok(out)

@@ -11,7 +11,7 @@ use crate::pool::executor::Executor;
 use crate::pool::lanes::KeyLanes;
 use crate::pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
 use crate::sync::Arc as SyncArc;
-use crate::vm::{NativeMode, Signal};
+use crate::vm::{NativeMode, NativeTally, Signal};
 
 /// What the pool's threads and its users share.
 pub(crate) struct PoolShared {
@@ -27,19 +27,30 @@ pub(crate) struct PoolShared {
     /// Each worker's recent `jobs.warm` runs. Kept apart from the executor's counters: a warm
     /// run is rare, and a lock here costs the hot counters nothing.
     pub(crate) warm_runs: WarmRuns,
+    /// Each worker's native code: what its VMs compiled and the executable memory they hold.
+    pub(crate) native: NativeTallies,
 }
 
 /// Per worker, its most recent warm runs.
 pub(crate) type WarmRuns = Arc<[Mutex<VecDeque<WarmRun>>]>;
 
+/// Per worker, the native code its VMs hold (each VM holds its worker's tally until it ends).
+pub(crate) type NativeTallies = Arc<[Arc<NativeTally>]>;
+
 impl PoolShared {
-    /// The per-worker rows, with the keys each worker holds from the key lanes and the code
-    /// generator its VMs compile with.
+    /// The per-worker rows, with the keys each worker holds from the key lanes, the code
+    /// generator its VMs compile with and the native code they hold.
     pub(crate) fn stats(&self) -> Vec<WorkerStats> {
         let mut rows = self.exec.stats();
         for (row, keys) in rows.iter_mut().zip(self.lanes.keys_held()) {
             row.keys_held = keys;
             row.code_generator = NativeMode::code_generator();
+        }
+        for (row, tally) in rows.iter_mut().zip(self.native.iter()) {
+            let used = tally.read();
+            row.native_modules = used.modules;
+            row.native_bytecode_bytes = used.bytecode;
+            row.native_code_bytes = used.code;
         }
         for (row, runs) in rows.iter_mut().zip(self.warm_runs.iter()) {
             let runs = runs.lock().unwrap_or_else(|e| e.into_inner());

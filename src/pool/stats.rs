@@ -45,6 +45,16 @@ pub struct WorkerStats {
     /// as each domain's plan asks (`Plan::native`); `None` where the platform has none and every
     /// VM runs the interpreter.
     pub code_generator: Option<&'static str>,
+    /// Chunks (module versions and scripts) that the VMs this worker holds now handed to the
+    /// code generator; zero in `NativeMode::Off` and where there is no code generator.
+    pub native_modules: usize,
+    /// The bytecode of those chunks, in bytes: at most 4 MiB per VM (past that a module runs
+    /// interpreted).
+    pub native_bytecode_bytes: usize,
+    /// The executable memory the code generators of those VMs have mapped, in bytes: blocks of
+    /// 4 MiB, the first when a VM first compiles, at most 16 MiB per VM (past that a module
+    /// runs interpreted). It lies outside the VMs' heaps and their memory limits.
+    pub native_code_bytes: usize,
 }
 
 impl WorkerStats {
@@ -143,8 +153,11 @@ impl WorkerCounters {
             busy: Duration::from_nanos(self.busy_nanos.load(Ordering::Relaxed)),
             // Warm runs are recorded by the Luau workers, not the executor; the pool fills this in.
             warm_runs: Vec::new(),
-            // The executor runs no Luau; the pool fills this in.
+            // The executor runs no Luau; the pool fills these in.
             code_generator: None,
+            native_modules: 0,
+            native_bytecode_bytes: 0,
+            native_code_bytes: 0,
         }
     }
 }
@@ -184,6 +197,9 @@ mod tests {
                 busy: Duration::from_micros(7),
                 warm_runs: Vec::new(),
                 code_generator: None,
+                native_modules: 0,
+                native_bytecode_bytes: 0,
+                native_code_bytes: 0,
             }
         );
     }

@@ -40,8 +40,8 @@ pub use load_stage::LoadStage;
 pub(crate) use luau_promise::UNAWAITED_KEPT;
 pub(crate) use luau_promise::{Cancel, Outcome, PromiseCell, PromiseId};
 pub(crate) use modules::{caller_chunk, check_sources, source_epoch, with_caller_source, Resolved};
-pub(crate) use native::mode_of;
 pub use native::NativeMode;
+pub(crate) use native::{mode_of, report_to, used_by as native_used_by, NativeTally};
 pub(crate) use owner::{
     panic_message, CommandLog, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure,
 };

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::jobs::pool_shared::{PoolShared, WarmRuns};
+use crate::jobs::pool_shared::{NativeTallies, PoolShared, WarmRuns};
 use crate::jobs::worker::LuauWorker;
 use crate::pool::executor::Executor;
 use crate::pool::lanes::KeyLanes;
@@ -43,10 +43,21 @@ impl Pool {
         let signals: Arc<[OnceLock<Arc<Signal>>]> = (0..threads).map(|_| OnceLock::new()).collect();
         let lanes = Arc::new(KeyLanes::new(threads));
         let warm_runs: WarmRuns = (0..threads).map(|_| Mutex::default()).collect();
-        let (for_workers, lanes_for_workers, warm_for_workers) =
-            (signals.clone(), lanes.clone(), warm_runs.clone());
+        let native: NativeTallies = (0..threads).map(|_| Arc::default()).collect();
+        let (for_workers, lanes_for_workers, warm_for_workers, native_for_workers) = (
+            signals.clone(),
+            lanes.clone(),
+            warm_runs.clone(),
+            native.clone(),
+        );
         let exec = Executor::start(threads, move |index| {
-            LuauWorker::new(index, &for_workers, &lanes_for_workers, &warm_for_workers)
+            LuauWorker::new(
+                index,
+                &for_workers,
+                &lanes_for_workers,
+                &warm_for_workers,
+                &native_for_workers,
+            )
         });
         Pool {
             inner: Arc::new(PoolHandle {
@@ -55,6 +66,7 @@ impl Pool {
                     signals,
                     lanes,
                     warm_runs,
+                    native,
                 }),
             }),
         }

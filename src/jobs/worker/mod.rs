@@ -26,7 +26,7 @@ use super::item::{Item, ItemArgs, LaneKey};
 use super::job::JobShared;
 use super::keys::LaneTurn;
 use super::messages::{DomainEvent, WorkerMsg};
-use super::pool_shared::{PoolShared, WarmRuns};
+use super::pool_shared::{NativeTallies, PoolShared, WarmRuns};
 use super::principal_cell::PrincipalCell;
 use super::registered::remote::on_op as run_remote_op;
 use super::registered::remote_job::RemoteOp;
@@ -56,6 +56,7 @@ pub(crate) struct LuauWorker {
     signals: Arc<[OnceLock<Arc<Signal>>]>,
     lanes: Arc<KeyLanes<LaneKey, Item>>,
     warm_runs: WarmRuns,
+    native: NativeTallies,
     /// Items a VM held back for its warm pass when a panic dropped the VM: started again (in
     /// the VM built next) on the next poll.
     replay: VecDeque<ParkedItem>,
@@ -68,6 +69,7 @@ impl LuauWorker {
         signals: &Arc<[OnceLock<Arc<Signal>>]>,
         lanes: &Arc<KeyLanes<LaneKey, Item>>,
         warm_runs: &WarmRuns,
+        native: &NativeTallies,
     ) -> LuauWorker {
         let _ = signals[index].set(vm::current_signal());
         LuauWorker {
@@ -78,6 +80,7 @@ impl LuauWorker {
             signals: signals.clone(),
             lanes: lanes.clone(),
             warm_runs: warm_runs.clone(),
+            native: native.clone(),
             replay: VecDeque::new(),
         }
     }
@@ -90,6 +93,7 @@ impl LuauWorker {
                     signals: self.signals.clone(),
                     lanes: self.lanes.clone(),
                     warm_runs: self.warm_runs.clone(),
+                    native: self.native.clone(),
                 })
             })
             .clone()

@@ -26,7 +26,7 @@ use crate::jobs::pool_shared::PoolShared;
 use crate::jobs::principal_cell::PrincipalCell;
 use crate::jobs::service_stubs::install_stubs;
 use crate::vm::{
-    close_globals, error_message, panic_message, source_epoch, with_open_globals, Owner,
+    close_globals, error_message, panic_message, report_to, source_epoch, with_open_globals, Owner,
     OwnerIdentity, Reporter, TaskFailure, Vm,
 };
 
@@ -202,6 +202,7 @@ impl WorkerVm {
             });
         });
         let serial = NEXT_VM_SERIAL.fetch_add(1, Ordering::Relaxed);
+        let native = pool.native.get(worker).cloned();
         let home = JobsHome::new(
             principal.clone(),
             pool,
@@ -219,6 +220,9 @@ impl WorkerVm {
         }));
         let vm = match built {
             Ok(Ok(vm)) => {
+                if let Some(tally) = &native {
+                    report_to(&vm.lua, tally);
+                }
                 vm.set_authority(principal.authority.clone());
                 close_globals(&vm.lua);
                 vm
