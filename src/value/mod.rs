@@ -9,6 +9,7 @@
 //! `Value::Integer`, and `Value::Integer` goes back as a number), and per-element `Value`
 //! construction costs several times what a raw stack read does.
 
+mod access;
 mod byte_budget;
 mod codec;
 mod convert;
@@ -18,16 +19,27 @@ mod limits;
 pub(crate) mod path;
 pub(crate) mod read;
 mod resource_handle;
+#[cfg(feature = "serde")]
+mod serde_convert;
+mod typed;
 pub(crate) mod write;
 
 use bytes::Bytes;
 
 pub(crate) use byte_budget::{ByteBudget, Charge, Held};
 pub(crate) use convert::{ExactValue, ExactValues, MessageArg, MessageArgs};
-pub use error::{DecodeError, DecodeErrorKind, TransferError, TransferErrorKind};
+pub use error::{
+    ConvertError, ConvertErrorKind, DecodeError, DecodeErrorKind, TransferError, TransferErrorKind,
+};
 pub use limits::Limits;
 pub use resource_handle::ResourceHandle;
+#[cfg(feature = "serde")]
+pub use serde_convert::Serde;
+pub use typed::{FromMessage, IntoMessage};
 pub(crate) use write::{push_scalar, write_protected};
+
+/// The largest magnitude an f64 holds every whole number up to: 2^53.
+pub(crate) const MAX_EXACT_INTEGER: i64 = 1 << 53;
 
 /// A value that can cross a worker or event boundary: plain data, copied once each way.
 ///

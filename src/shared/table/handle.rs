@@ -385,10 +385,3 @@ impl From<f64> for MapKey {
         MapKey::Number(n)
     }
 }
-
-/// A Luau integer key (kept apart from the number key of the same value, as Luau does).
-impl From<i64> for MapKey {
-    fn from(i: i64) -> MapKey {
-        MapKey::Integer(i)
-    }
-}
