@@ -16,8 +16,11 @@
 //! | `None`, `()`, unit struct | `Nil` |
 //! | `Some(v)`, newtype struct | `v` |
 //! | sequence, tuple, tuple struct | `List` (a `Vector` reads as a sequence of three `f32`) |
-//! | map, struct | `Map` (keys: strings, integers or numbers) |
+//! | map, struct | `Map` (keys: strings, integers or numbers; an entry whose value is `nil` is left out, as a Luau table leaves it) |
 //! | unit variant / other variants | `String(name)` / `Map { name: value }` |
+//!
+//! A `None` inside a sequence is a `Nil` item, which a Luau table can't hold: past Luau, the
+//! list has a hole and reads back as a map. Give such a field `Option`-free items, or a map.
 
 mod de;
 mod ser;

@@ -363,7 +363,10 @@ impl<'a> MapBuilder<'a> {
                 None => e,
             }
         })?;
-        self.entries.push((key, value));
+        // A Luau table holds no nil: the entry is left out, as Luau would leave it.
+        if !value.is_nil() {
+            self.entries.push((key, value));
+        }
         Ok(())
     }
 
