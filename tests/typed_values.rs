@@ -1,5 +1,6 @@
 //! Issue 19, typed values: every scalar form crosses every path (a service's argument and
-//! answer, in the engine VM and forwarded from a worker; a shared table; a promise; `eval`)
+//! answer, in the engine VM and forwarded from a worker; a shared table and queue; a promise;
+//! `eval`)
 //! and comes back as it went, and typed services read their arguments by position, naming a
 //! mismatch.
 
@@ -113,6 +114,14 @@ impl Paths {
             .wait()
             .unwrap();
         assert_eq!(table_value(&table), *sent, "shared table, worker");
+        // Shared queue: host → engine VM → host (a queue holds no nil).
+        if !sent.is_nil() {
+            let queue = d.shared().queue("paths.q", 4).unwrap();
+            queue.push(sent.clone()).unwrap();
+            d.eval("local q = jobs.shared.queue('paths.q') q:push(q:tryPop())")
+                .unwrap();
+            assert_eq!(queue.try_pop().unwrap(), Some(sent.clone()), "shared queue");
+        }
         // A nested table reads as a handle on the shared one: a snapshot copies it out.
         assert_eq!(
             d.eval("return jobs.shared.snapshot(jobs.shared.table('paths')).given")

@@ -203,7 +203,7 @@ impl std::error::Error for DecodeError {}
 /// let err = <(i64, [f32; 3])>::from_args(args).unwrap_err();
 /// assert_eq!(err.to_string(), "args[2]: expected a vector, got a string");
 /// let err = u8::try_from(Message::from(300)).unwrap_err();
-/// assert_eq!(err.to_string(), "value: expected an integer from 0 to 255, got 300");
+/// assert_eq!(err.to_string(), "value: expected an integer from 0 to 255, got the number 300");
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConvertError {
