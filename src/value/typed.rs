@@ -327,7 +327,7 @@ impl<T: IntoMessage> IntoMessage for Vec<T> {
         let items = self
             .into_iter()
             .enumerate()
-            .map(|(i, v)| v.into_message().map_err(|e| e.at(list_segment(i))))
+            .map(|(i, v)| v.into_message().map_err(|e| e.at(Segment::position(i))))
             .collect::<Result<_, _>>()?;
         Ok(Message::List(items))
     }
@@ -354,24 +354,11 @@ fn map_into_message<K: Into<MapKey>, V: IntoMessage>(
             let key = k.into();
             match v.into_message() {
                 Ok(value) => Ok((key, value)),
-                Err(e) => Err(e.at(key_segment(&key))),
+                Err(e) => Err(e.at(Segment::key(&key))),
             }
         })
         .collect::<Result<_, _>>()?;
     Ok(Message::Map(entries))
-}
-
-/// The path segment of the 0-based list position `i`.
-fn list_segment(i: usize) -> Segment {
-    Segment::Index(i64::try_from(i).map_or(i64::MAX, |i| i.saturating_add(1)))
-}
-
-fn key_segment(key: &MapKey) -> Segment {
-    match key {
-        MapKey::Integer(i) => Segment::Index(*i),
-        MapKey::Number(n) => Segment::Number(*n),
-        MapKey::String(s) => Segment::Name(s.to_vec()),
-    }
 }
 
 impl FromMessage for Message {
@@ -507,7 +494,7 @@ impl<T: FromMessage> FromMessage for Vec<T> {
             Message::List(items) => items
                 .into_iter()
                 .enumerate()
-                .map(|(i, v)| T::from_message(v).map_err(|e| e.at(list_segment(i))))
+                .map(|(i, v)| T::from_message(v).map_err(|e| e.at(Segment::position(i))))
                 .collect(),
             Message::Map(entries) if entries.is_empty() => Ok(Vec::new()),
             other => Err(ConvertError::mismatch("a list", &other)),
@@ -548,7 +535,7 @@ fn table_entries<K: FromMessage, V: FromMessage>(
         other => return Err(ConvertError::mismatch("a table", &other)),
     };
     Ok(entries.into_iter().map(|(k, v)| {
-        let segment = key_segment(&k);
+        let segment = Segment::key(&k);
         let key = K::from_message(Message::from(k)).map_err(|e| {
             ConvertError::new(e.kind().clone()).at(Segment::Described(match segment.clone() {
                 Segment::Name(n) => format!("key {:?}", String::from_utf8_lossy(&n)),

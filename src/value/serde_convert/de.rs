@@ -35,6 +35,20 @@ fn visit_whole<'de, V: Visitor<'de>>(i: i128, visitor: V) -> Result<V::Value, Co
 /// The deserializer methods for integers: a whole number of either form, anything else as it
 /// is (so the visitor words the mismatch).
 macro_rules! integers {
+    () => {
+        integers!(
+            deserialize_i8,
+            deserialize_i16,
+            deserialize_i32,
+            deserialize_i64,
+            deserialize_i128,
+            deserialize_u8,
+            deserialize_u16,
+            deserialize_u32,
+            deserialize_u64,
+            deserialize_u128
+        );
+    };
     ($($method:ident),*) => {$(
         fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ConvertError> {
             match Whole::whole(self.0) {
@@ -70,18 +84,7 @@ impl<'de> de::Deserializer<'de> for Reader<'de> {
         }
     }
 
-    integers!(
-        deserialize_i8,
-        deserialize_i16,
-        deserialize_i32,
-        deserialize_i64,
-        deserialize_i128,
-        deserialize_u8,
-        deserialize_u16,
-        deserialize_u32,
-        deserialize_u64,
-        deserialize_u128
-    );
+    integers!();
 
     fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ConvertError> {
         self.deserialize_f64(visitor)
@@ -216,18 +219,7 @@ impl<'de> de::Deserializer<'de> for KeyRef<'de> {
         }
     }
 
-    integers!(
-        deserialize_i8,
-        deserialize_i16,
-        deserialize_i32,
-        deserialize_i64,
-        deserialize_i128,
-        deserialize_u8,
-        deserialize_u16,
-        deserialize_u32,
-        deserialize_u64,
-        deserialize_u128
-    );
+    integers!();
 
     fn deserialize_enum<V: Visitor<'de>>(
         self,
@@ -376,13 +368,9 @@ impl<'de> de::MapAccess<'de> for MapAccess<'de> {
                 .map_err(|e| e.at(Segment::Index(at as i64 + 1)));
         }
         match self.entries.get(at) {
-            Some((key, value)) => seed.deserialize(Reader(value)).map_err(|e| {
-                e.at(match key {
-                    MapKey::Integer(i) => Segment::Index(*i),
-                    MapKey::Number(n) => Segment::Number(*n),
-                    MapKey::String(s) => Segment::Name(s.to_vec()),
-                })
-            }),
+            Some((key, value)) => seed
+                .deserialize(Reader(value))
+                .map_err(|e| e.at(Segment::key(key))),
             None => seed.deserialize(Reader(&Message::Nil)),
         }
     }
@@ -423,6 +411,15 @@ impl<'de> de::EnumAccess<'de> for VariantAccess<'de, KeyRef<'de>> {
     }
 }
 
+/// A variant with data given by its name alone.
+#[cold]
+fn named_only() -> ConvertError {
+    de::Error::invalid_type(
+        de::Unexpected::UnitVariant,
+        &"a table of one entry under the variant's name",
+    )
+}
+
 /// A variant given by name alone: a unit variant.
 struct UnitOnly;
 
@@ -437,10 +434,7 @@ impl<'de> de::VariantAccess<'de> for UnitOnly {
         self,
         _seed: T,
     ) -> Result<T::Value, ConvertError> {
-        Err(de::Error::invalid_type(
-            de::Unexpected::UnitVariant,
-            &"a table of one entry under the variant's name",
-        ))
+        Err(named_only())
     }
 
     fn tuple_variant<V: Visitor<'de>>(
@@ -448,10 +442,7 @@ impl<'de> de::VariantAccess<'de> for UnitOnly {
         _len: usize,
         _visitor: V,
     ) -> Result<V::Value, ConvertError> {
-        Err(de::Error::invalid_type(
-            de::Unexpected::UnitVariant,
-            &"a table of one entry under the variant's name",
-        ))
+        Err(named_only())
     }
 
     fn struct_variant<V: Visitor<'de>>(
@@ -459,10 +450,7 @@ impl<'de> de::VariantAccess<'de> for UnitOnly {
         _fields: &'static [&'static str],
         _visitor: V,
     ) -> Result<V::Value, ConvertError> {
-        Err(de::Error::invalid_type(
-            de::Unexpected::UnitVariant,
-            &"a table of one entry under the variant's name",
-        ))
+        Err(named_only())
     }
 }
 

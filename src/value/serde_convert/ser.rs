@@ -74,19 +74,6 @@ impl Builder {
     }
 }
 
-/// The segment of the 0-based position `i`.
-fn position(i: usize) -> Segment {
-    Segment::Index(i64::try_from(i).map_or(i64::MAX, |i| i.saturating_add(1)))
-}
-
-fn key_segment(key: &MapKey) -> Segment {
-    match key {
-        MapKey::Integer(i) => Segment::Index(*i),
-        MapKey::Number(n) => Segment::Number(*n),
-        MapKey::String(s) => Segment::Name(s.to_vec()),
-    }
-}
-
 impl<'a> ser::Serializer for &'a mut Builder {
     type Ok = Message;
     type Error = ConvertError;
@@ -188,7 +175,7 @@ impl<'a> ser::Serializer for &'a mut Builder {
         let key = self.open_variant(variant)?;
         let inner = value
             .serialize(&mut *self)
-            .map_err(|e| e.at(key_segment(&key)))?;
+            .map_err(|e| e.at(Segment::key(&key)))?;
         self.close();
         Ok(Message::Map(vec![(key, inner)]))
     }
@@ -276,9 +263,9 @@ impl<'a> ListBuilder<'a> {
     fn push<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ConvertError> {
         let at = self.items.len();
         let item = value.serialize(&mut *self.builder).map_err(|e| {
-            let e = e.at(position(at));
+            let e = e.at(Segment::position(at));
             match &self.variant {
-                Some(key) => e.at(key_segment(key)),
+                Some(key) => e.at(Segment::key(key)),
                 None => e,
             }
         })?;
@@ -291,49 +278,27 @@ impl<'a> ListBuilder<'a> {
     }
 }
 
-impl ser::SerializeSeq for ListBuilder<'_> {
-    type Ok = Message;
-    type Error = ConvertError;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ConvertError> {
-        self.push(value)
-    }
-    fn end(self) -> Result<Message, ConvertError> {
-        Ok(ListBuilder::end(self))
-    }
+/// The four list-shaped compounds all push an item and end with the list.
+macro_rules! list_compound {
+    ($($trait:ident :: $method:ident),*) => {$(
+        impl ser::$trait for ListBuilder<'_> {
+            type Ok = Message;
+            type Error = ConvertError;
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ConvertError> {
+                self.push(value)
+            }
+            fn end(self) -> Result<Message, ConvertError> {
+                Ok(ListBuilder::end(self))
+            }
+        }
+    )*};
 }
-
-impl ser::SerializeTuple for ListBuilder<'_> {
-    type Ok = Message;
-    type Error = ConvertError;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ConvertError> {
-        self.push(value)
-    }
-    fn end(self) -> Result<Message, ConvertError> {
-        Ok(ListBuilder::end(self))
-    }
-}
-
-impl ser::SerializeTupleStruct for ListBuilder<'_> {
-    type Ok = Message;
-    type Error = ConvertError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ConvertError> {
-        self.push(value)
-    }
-    fn end(self) -> Result<Message, ConvertError> {
-        Ok(ListBuilder::end(self))
-    }
-}
-
-impl ser::SerializeTupleVariant for ListBuilder<'_> {
-    type Ok = Message;
-    type Error = ConvertError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ConvertError> {
-        self.push(value)
-    }
-    fn end(self) -> Result<Message, ConvertError> {
-        Ok(ListBuilder::end(self))
-    }
-}
+list_compound!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
 
 /// A map being built.
 pub(super) struct MapBuilder<'a> {
@@ -357,9 +322,9 @@ impl<'a> MapBuilder<'a> {
     fn value<T: Serialize + ?Sized>(&mut self, key: MapKey, value: &T) -> Result<(), ConvertError> {
         let key = self.builder.key(key)?;
         let value = value.serialize(&mut *self.builder).map_err(|e| {
-            let e = e.at(key_segment(&key));
+            let e = e.at(Segment::key(&key));
             match &self.variant {
-                Some(outer) => e.at(key_segment(outer)),
+                Some(outer) => e.at(Segment::key(outer)),
                 None => e,
             }
         })?;
@@ -407,32 +372,23 @@ impl ser::SerializeMap for MapBuilder<'_> {
     }
 }
 
-impl ser::SerializeStruct for MapBuilder<'_> {
-    type Ok = Message;
-    type Error = ConvertError;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), ConvertError> {
-        self.value(MapKey::from(key), value)
-    }
-    fn end(self) -> Result<Message, ConvertError> {
-        Ok(MapBuilder::end(self))
-    }
+/// A struct and a struct variant both add named fields and end with the map.
+macro_rules! struct_compound {
+    ($($trait:ident),*) => {$(
+        impl ser::$trait for MapBuilder<'_> {
+            type Ok = Message;
+            type Error = ConvertError;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Result<(), ConvertError> {
+                self.value(MapKey::from(key), value)
+            }
+            fn end(self) -> Result<Message, ConvertError> {
+                Ok(MapBuilder::end(self))
+            }
+        }
+    )*};
 }
-
-impl ser::SerializeStructVariant for MapBuilder<'_> {
-    type Ok = Message;
-    type Error = ConvertError;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), ConvertError> {
-        self.value(MapKey::from(key), value)
-    }
-    fn end(self) -> Result<Message, ConvertError> {
-        Ok(MapBuilder::end(self))
-    }
-}
+struct_compound!(SerializeStruct, SerializeStructVariant);
