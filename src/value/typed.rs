@@ -30,7 +30,7 @@ use super::{ConvertError, MapKey, Message, ResourceHandle, MAX_EXACT_INTEGER};
 /// Implemented for `Message` itself, `()`, `bool`, the integer and float types, `String`,
 /// `Bytes`, `[f32; 3]` (a Luau vector), [`ResourceHandle`], `Option<T>`, `Vec<T>`,
 /// `HashMap`/`BTreeMap`, and tuples of up to eight of these, which read a list position by
-/// position. Numbers are read by the rule in the [module docs](self): an `i64` accepts
+/// position. Numbers are read by the rule for whole numbers ([`Message`]'s docs): an `i64` accepts
 /// `Number(2.0)` and `Integer(2)` alike, and refuses `2.5`.
 ///
 /// ```
