@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
-use skein::{DomainSpec, MapKey, Message, Plan, Pool, ScriptDomain};
+use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 
 /// The side of the square world: positions wrap around at this size.
 pub const SIZE: u32 = 64;
@@ -115,76 +115,46 @@ pub fn run(entities: usize, jobs: usize, steps: usize) -> Result<Summary, Box<dy
 }
 
 /// `world.count()`, `world.get(id)`, `world.set(id, pos)` and `sim.finished(moved, checksum)`.
+/// Each takes its arguments typed: a call with the wrong kind of argument is raised to the
+/// script naming it (`args[2]: expected a vector, got a string`), before the closure runs.
 fn register_services(
     domain: &ScriptDomain,
     world: &Rc<RefCell<Vec<Entity>>>,
     finished: &Rc<Cell<Option<(u64, f64)>>>,
 ) -> skein::Result<()> {
     let w = world.clone();
-    // Luau numbers are f64: answer a number, not a Luau integer.
-    domain.register_query("world.count", move |_| {
-        Ok(Message::Number(w.borrow().len() as f64))
-    })?;
+    // A Rust count becomes a Luau number, which the script can compute with.
+    domain.register_query("world.count", move |()| Ok(w.borrow().len()))?;
 
     let w = world.clone();
-    domain.register_query("world.get", move |args| {
-        let args = list(args)?;
+    domain.register_query("world.get", move |id: i64| {
         let world = w.borrow();
-        let entity = world[index(&args, 0, world.len())?];
-        Ok(Message::Map(vec![
-            (key("pos"), Message::Vector(entity.pos)),
-            (key("vel"), Message::Vector(entity.vel)),
-        ]))
+        let entity = world[slot(id, world.len())?];
+        Ok(Message::map([("pos", entity.pos), ("vel", entity.vel)]))
     })?;
 
     let w = world.clone();
-    domain.register_command("world.set", move |args| {
-        let args = list(args)?;
+    domain.register_command("world.set", move |(id, pos): (i64, [f32; 3])| {
         let mut world = w.borrow_mut();
-        let i = index(&args, 0, world.len())?;
-        match args.get(1) {
-            Some(Message::Vector(pos)) => world[i].pos = *pos,
-            other => return Err(format!("a position is a vector, got {other:?}")),
-        }
+        let i = slot(id, world.len())?;
+        world[i].pos = pos;
         Ok(())
     })?;
 
     let done = finished.clone();
-    domain.register_command("sim.finished", move |args| {
-        let args = list(args)?;
-        let (moved, checksum) = (number(args.first())?, number(args.get(1))?);
-        done.set(Some((moved as u64, checksum)));
+    domain.register_command("sim.finished", move |(moved, checksum): (u64, f64)| {
+        done.set(Some((moved, checksum)));
         Ok(())
     })
 }
 
-/// A service's arguments: always one list of the call's arguments.
-fn list(args: Message) -> Result<Vec<Message>, String> {
-    match args {
-        Message::List(args) => Ok(args),
-        other => Err(format!("expected the arguments as a list, got {other:?}")),
-    }
-}
-
-fn number(m: Option<&Message>) -> Result<f64, String> {
-    match m {
-        Some(Message::Number(n)) => Ok(*n),
-        Some(Message::Integer(i)) => Ok(*i as f64),
-        other => Err(format!("expected a number, got {other:?}")),
-    }
-}
-
-/// The 0-based index of the 1-based entity id at `args[at]`, checked against `len`.
-fn index(args: &[Message], at: usize, len: usize) -> Result<usize, String> {
-    let id = number(args.get(at))?;
-    if id.fract() != 0.0 || id < 1.0 || id > len as f64 {
-        return Err(format!("no entity {id} (ids are 1 to {len})"));
-    }
-    Ok(id as usize - 1)
-}
-
-fn key(name: &str) -> MapKey {
-    MapKey::String(name.as_bytes().to_vec().into())
+/// The 0-based slot of the 1-based entity `id`, checked against `len`.
+fn slot(id: i64, len: usize) -> Result<usize, String> {
+    usize::try_from(id)
+        .ok()
+        .filter(|&id| (1..=len).contains(&id))
+        .map(|id| id - 1)
+        .ok_or_else(|| format!("no entity {id} (ids are 1 to {len})"))
 }
 
 fn main() -> Result<(), Box<dyn Error>> {

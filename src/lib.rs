@@ -62,9 +62,11 @@ pub use shared::{
     QueueOpenErrorKind, SharedQueueRef, SharedStore, SharedTableError, SharedTableErrorKind,
     SharedTableRef,
 };
+#[cfg(feature = "serde")]
+pub use value::Serde;
 pub use value::{
-    DecodeError, DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError,
-    TransferErrorKind,
+    ConvertError, ConvertErrorKind, DecodeError, DecodeErrorKind, FromMessage, IntoMessage, Limits,
+    MapKey, Message, ResourceHandle, TransferError, TransferErrorKind,
 };
 pub use vm::{FailureKind, JobFailure, LoadStage, NativeMode, Plan};
 
@@ -87,9 +89,9 @@ pub use vm::{FailureKind, JobFailure, LoadStage, NativeMode, Plan};
 /// ```
 pub mod prelude {
     pub use crate::{
-        CapabilitySet, ContextSpec, DomainMailbox, DomainSpec, Error, Grant, JobOptions, Message,
-        Phase, Plan, Pool, Promise, PromiseStatus, Report, Result, RootAuthority, ScriptDomain,
-        SharedQueueRef, SharedTableRef,
+        CapabilitySet, ContextSpec, DomainMailbox, DomainSpec, Error, FromMessage, Grant,
+        IntoMessage, JobOptions, MapKey, Message, Phase, Plan, Pool, Promise, PromiseStatus,
+        Report, Result, RootAuthority, ScriptDomain, SharedQueueRef, SharedTableRef,
     };
 }
 

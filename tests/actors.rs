@@ -827,7 +827,7 @@ fn a_service_denies_a_worker_by_the_worker_s_grant() {
     let pool = Pool::new(1);
     let marks = Marks::default();
     let (d, _world) = world_domain(&pool, &marks);
-    d.register_query("input.peek", |_| {
+    d.register_query("input.peek", |()| {
         skein::require_capability("input.observe").map_err(|e| e.to_string())?;
         Ok(Message::Boolean(true))
     })
@@ -902,7 +902,8 @@ fn a_query_wait_never_outlasts_the_worker_s_run_budget() {
         spec(marks.plan()).actor_budget(Duration::from_millis(100)),
     )
     .unwrap();
-    d.register_query("world.get", |_| Ok(Message::Nil)).unwrap();
+    d.register_query("world.get", |()| Ok(Message::Nil))
+        .unwrap();
     d.exec(
         r#"
         local w = require('@skein/worker').spawn {

@@ -25,7 +25,7 @@ fn an_outer_run_failing_after_a_nested_run_was_stopped_reports_its_own_failure()
     let outer = ScriptDomain::new(&pool, DomainSpec::new("outer")).unwrap();
     let nested = inner.clone();
     outer
-        .register_query("inner.spin", move |_| {
+        .register_query("inner.spin", move |()| {
             let report = nested
                 .run_phase(Phase::OnDemand, &[])
                 .map_err(|e| e.to_string())?;

@@ -143,7 +143,7 @@ impl Fixture {
         let notes = Rc::new(RefCell::new(Vec::new()));
         let seen = notes.clone();
         domain
-            .register_command("world.note", move |_| {
+            .register_command("world.note", move |()| {
                 seen.borrow_mut()
                     .push(skein::require_capability("audio.play").is_ok());
                 Ok(())

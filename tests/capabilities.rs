@@ -223,7 +223,7 @@ fn a_forwarded_service_call_runs_under_the_items_authority() {
     let pool = Pool::new(1);
     for (name, granted, expected) in [("yes", &["x.a"][..], true), ("no", &[][..], false)] {
         let d = domain(&pool, &tree, name, granted);
-        d.register_query("world.check", |_| {
+        d.register_query("world.check", |()| {
             Ok(Message::Boolean(skein::require_capability("x.a").is_ok()))
         })
         .unwrap();

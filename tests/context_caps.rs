@@ -222,7 +222,7 @@ fn a_forwarded_query_and_a_recorded_command_run_as_the_item_that_made_them() {
     let pool = Pool::new(2);
     let domain = game(&pool, &tree);
     domain
-        .register_query("world.check", |_| {
+        .register_query("world.check", |()| {
             Ok(Message::Boolean(
                 skein::require_capability("audio.play").is_ok(),
             ))
@@ -231,7 +231,7 @@ fn a_forwarded_query_and_a_recorded_command_run_as_the_item_that_made_them() {
     let notes = Rc::new(RefCell::new(Vec::new()));
     let seen = notes.clone();
     domain
-        .register_command("world.note", move |_| {
+        .register_command("world.note", move |()| {
             seen.borrow_mut()
                 .push(skein::require_capability("audio.play").is_ok());
             Ok(())

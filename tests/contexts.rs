@@ -453,7 +453,7 @@ fn stop_and_restart_run_shutdown_handlers_and_drop_bindings() {
     let log = Rc::new(std::cell::RefCell::new(Vec::new()));
     let sink = log.clone();
     domain
-        .register_command("host.note", move |m| {
+        .register_command("host.note", move |m: Message| {
             sink.borrow_mut().push(m);
             Ok(())
         })
@@ -511,7 +511,7 @@ fn a_handler_re_entering_the_scheduler_gets_reentrant() {
     let domain = Rc::new(ScriptDomain::new(&pool, game_spec()).unwrap());
     let weak: Weak<ScriptDomain> = Rc::downgrade(&domain);
     domain
-        .register_query("host.tick", move |_| {
+        .register_query("host.tick", move |()| -> Result<Message, String> {
             let domain = weak.upgrade().expect("domain alive");
             let a = domain.run_phase(Phase::Input, &[]).unwrap_err();
             let b = domain.advance(Duration::from_millis(1)).unwrap_err();

@@ -230,7 +230,7 @@ fn the_hud_load_block_refuses_itself_without_its_font() {
     let installed = Rc::new(Cell::new(false));
     let has = installed.clone();
     domain
-        .register_query("fonts.find", move |_| {
+        .register_query("fonts.find", move |()| {
             Ok(if has.get() {
                 Message::String("Inter.ttf".into())
             } else {

@@ -365,10 +365,10 @@ fn the_new_generation_runs_dispatch_and_engine_services() {
     assert_eq!(queries.load(Ordering::SeqCst), 2);
     assert_eq!(domain.stale_events(), 0);
     // The names carried over: registering one again is refused, a new one is installed.
-    let again = domain.register_query("world.get", |_| Ok(Message::Nil));
+    let again = domain.register_query("world.get", |()| Ok(Message::Nil));
     assert_contains(&again.unwrap_err().to_string(), "registered already");
     domain
-        .register_query("world.size", |_| Ok(Message::Integer(7)))
+        .register_query("world.size", |()| Ok(Message::Integer(7)))
         .unwrap();
     let size = domain.eval("return world.size()").unwrap();
     assert_eq!(size, Message::Integer(7));

@@ -48,6 +48,7 @@ mod stall;
 mod stress;
 mod tasks;
 mod top_level;
+mod typed_values;
 mod value;
 mod vm_failures;
 mod warm;

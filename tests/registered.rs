@@ -518,7 +518,7 @@ fn forwarded_calls_count_a_worker_jobs_queries() {
     let (tree, pool) = setup();
     let domain = tree.domain(&pool);
     domain
-        .register_query("world.get", |_| Ok(Message::Number(5.0)))
+        .register_query("world.get", |()| Ok(Message::Number(5.0)))
         .unwrap();
     domain
         .eval(

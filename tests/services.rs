@@ -116,10 +116,12 @@ fn setup_with(tree: &Tree, pool: &Pool, plan: Plan) -> (ScriptDomain, World) {
         })
         .unwrap();
     domain
-        .register_query("boom.query", |_| panic!("the query blew up"))
+        .register_query("boom.query", |()| -> Result<Message, String> {
+            panic!("the query blew up")
+        })
         .unwrap();
     domain
-        .register_command("boom.command", |_| panic!("the command blew up"))
+        .register_command("boom.command", |()| panic!("the command blew up"))
         .unwrap();
     (domain, world)
 }
@@ -164,7 +166,7 @@ fn a_script_cannot_swap_a_service_for_later_jobs_or_the_engine() {
     assert_eq!(text(&engine), "false one");
     // A service added later still lands in the same (read-only) namespace.
     domain
-        .register_query("world.count", |_| Ok(Message::Integer(1)))
+        .register_query("world.count", |()| Ok(Message::Integer(1)))
         .unwrap();
     assert_eq!(
         domain.eval("return world.count()").unwrap(),
@@ -352,7 +354,7 @@ fn registration_refuses_a_second_name_and_bad_names() {
         other => panic!("expected {expected:?}, got {other:?}"),
     };
     let e = refused(
-        domain.register_query("world.get", |_| Ok(Message::Nil)),
+        domain.register_query("world.get", |()| Ok(Message::Nil)),
         NameRefusal::ServiceTaken,
     );
     assert_eq!(
@@ -360,7 +362,7 @@ fn registration_refuses_a_second_name_and_bad_names() {
         "register: engine service 'world.get' is registered already"
     );
     let e = refused(
-        domain.register_command("world.get", |_| Ok(())),
+        domain.register_command("world.get", |()| Ok(())),
         NameRefusal::ServiceTaken,
     );
     assert_eq!(
@@ -368,45 +370,45 @@ fn registration_refuses_a_second_name_and_bad_names() {
         "register: engine service 'world.get' is registered already"
     );
     let e = refused(
-        domain.register_query("world.1x", |_| Ok(Message::Nil)),
+        domain.register_query("world.1x", |()| Ok(Message::Nil)),
         NameRefusal::ServiceName,
     );
     assert_contains(&e, "'world.1x' is not a dotted Luau path");
     let e = refused(
-        domain.register_query(&"a".repeat(257), |_| Ok(Message::Nil)),
+        domain.register_query(&"a".repeat(257), |()| Ok(Message::Nil)),
         NameRefusal::ServiceName,
     );
     assert_contains(&e, "must be 1 to 256 bytes, got 257");
     let e = refused(
-        domain.register_query("", |_| Ok(Message::Nil)),
+        domain.register_query("", |()| Ok(Message::Nil)),
         NameRefusal::ServiceName,
     );
     assert_contains(&e, "must be 1 to 256 bytes, got 0");
     let e = refused(
-        domain.register_query("math.extra", |_| Ok(Message::Nil)),
+        domain.register_query("math.extra", |()| Ok(Message::Nil)),
         NameRefusal::ServicePath,
     );
     assert_contains(&e, "'math' is a read-only table");
     let e = refused(
-        domain.register_query("jobs.dispatch", |_| Ok(Message::Nil)),
+        domain.register_query("jobs.dispatch", |()| Ok(Message::Nil)),
         NameRefusal::ServicePath,
     );
     assert_contains(&e, "'jobs' is a read-only table");
     let e = refused(
-        domain.register_query("world.get.x", |_| Ok(Message::Nil)),
+        domain.register_query("world.get.x", |()| Ok(Message::Nil)),
         NameRefusal::ServicePath,
     );
     assert_contains(&e, "'get' is a function, not a table");
     domain.exec("taken = 1").unwrap();
     let e = refused(
-        domain.register_query("taken", |_| Ok(Message::Nil)),
+        domain.register_query("taken", |()| Ok(Message::Nil)),
         NameRefusal::ServicePath,
     );
     assert_contains(&e, "'taken' is a number already");
     // A 256-byte name is within the bound.
     let long = "a".repeat(256);
     domain
-        .register_query(&long, |_| Ok(Message::Integer(1)))
+        .register_query(&long, |()| Ok(Message::Integer(1)))
         .unwrap();
     assert_eq!(
         domain.eval(&format!("return {long}()")).unwrap(),
@@ -562,7 +564,7 @@ fn a_worker_vm_built_before_a_registration_gets_its_stub_at_the_next_item() {
     let e = refusal(&domain, r#"jobs.dispatch("./late", "extra"):await()"#);
     assert_contains(&e, "attempt to index nil");
     domain
-        .register_query("extra.answer", |_| Ok(Message::Integer(42)))
+        .register_query("extra.answer", |()| Ok(Message::Integer(42)))
         .unwrap();
     let answer = domain
         .eval(r#"return jobs.dispatch("./late", "extra"):await()"#)

@@ -16,7 +16,7 @@ use super::home::home;
 use super::messages::DomainEvent;
 use super::service_names::{ServiceKind, ServiceNames};
 use crate::principal::capability::current_arc;
-use crate::value::{Message, MessageArg, MessageArgs};
+use crate::value::{Message, MessageArgs};
 use crate::vm::{
     a_type, await_function, error_message, promise_handle, Embedded, Outcome, ServiceCall, VmCore,
 };
@@ -95,16 +95,9 @@ fn namespace_tables(lua: &Lua) -> mlua::Result<Table> {
 /// Copies a service call's arguments (read off the stack, so a whole number stays a number and
 /// an integer an integer): one list of them, each named `args[i]` in a refusal.
 pub(crate) fn read_args(service: &str, args: MessageArgs) -> mlua::Result<Message> {
-    let mut list = Vec::with_capacity(args.0.len());
-    for (i, arg) in args.0.into_iter().enumerate() {
-        let message = arg.0.map_err(|mut e| {
-            let rest = e.path.strip_prefix(MessageArg::ROOT).unwrap_or(&e.path);
-            e.path = format!("args[{}]{rest}", i + 1);
-            mlua::Error::runtime(format!("{service}: {e}"))
-        })?;
-        list.push(message);
-    }
-    Ok(Message::List(list))
+    args.into_list()
+        .map(Message::List)
+        .map_err(|e| mlua::Error::runtime(format!("{service}: {e}")))
 }
 
 /// The Luau half of a query stub (it yields): `P.query` answers a promise, awaited here; the

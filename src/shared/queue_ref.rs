@@ -105,13 +105,14 @@ impl SharedQueueRef {
         self.queue.waiters()
     }
 
-    /// Puts a copy of `value` at the back, or hands it to a waiting pop.
+    /// Puts a copy of `value` at the back, or hands it to a waiting pop. `value` is a
+    /// [`Message`] or anything with a `From` impl into one (`q.push("job")`).
     ///
     /// # Errors
     /// The queue is full, closed or ended, or the value is not queue data (nil anywhere is
     /// refused at the top; a resource handle anywhere): the error hands the value back.
-    pub fn push(&self, value: Message) -> Result<(), PushError> {
-        self.queue.push(value)
+    pub fn push(&self, value: impl Into<Message>) -> Result<(), PushError> {
+        self.queue.push(value.into())
     }
 
     /// Takes the front value without waiting; `Ok(None)` when the queue is open and empty.

@@ -8,14 +8,11 @@ use mlua::state::RawLua;
 use mlua::{ffi, FromLua, IntoLua, Lua, MultiValue, Table, Value};
 
 use super::read::{Reader, Refusal};
-use super::{write, Limits, Message, ResourceHandle, TransferErrorKind};
+use super::{write, Limits, Message, ResourceHandle, TransferErrorKind, MAX_EXACT_INTEGER};
 use crate::value::TransferError;
 
 /// The root name `FromLua` uses in its paths.
 const DEFAULT_ROOT: &str = "message";
-
-/// The largest magnitude an f64 holds every integer up to.
-const MAX_EXACT_INTEGER: i64 = 1 << 53;
 
 impl Message {
     /// Copies a Luau value into a `Message`, refusing what can't cross.
@@ -304,6 +301,23 @@ impl FromLua for MessageArg {
 /// a number and each integer an integer (`Variadic<MessageArg>` would read them through
 /// `mlua::Value`, which makes every whole number an integer).
 pub(crate) struct MessageArgs(pub(crate) Vec<MessageArg>);
+
+impl MessageArgs {
+    /// The arguments as one list, or the first refusal, its path naming the argument
+    /// (`args[2].cb`).
+    pub(crate) fn into_list(self) -> Result<Vec<Message>, TransferError> {
+        let mut list = Vec::with_capacity(self.0.len());
+        for (i, arg) in self.0.into_iter().enumerate() {
+            let message = arg.0.map_err(|mut e| {
+                let rest = e.path.strip_prefix(MessageArg::ROOT).unwrap_or(&e.path);
+                e.path = format!("args[{}]{rest}", i + 1);
+                e
+            })?;
+            list.push(message);
+        }
+        Ok(list)
+    }
+}
 
 impl mlua::FromLuaMulti for MessageArgs {
     fn from_lua_multi(values: mlua::MultiValue, lua: &Lua) -> mlua::Result<Self> {

@@ -197,3 +197,125 @@ impl fmt::Display for DecodeError {
 }
 
 impl std::error::Error for DecodeError {}
+
+/// A [`Message`](super::Message) that is not the Rust value asked of it, or a Rust value that
+/// can't become a `Message`: what [`FromMessage`](super::FromMessage),
+/// [`IntoMessage`](super::IntoMessage), the `TryFrom` impls and the `serde` conversions answer.
+///
+/// The path names the value the way Luau code reaches it, from a root: `args` for a host
+/// function's or service's arguments (`args[2]` is the second argument), `value` otherwise.
+///
+/// ```
+/// use skein::{FromMessage, Message};
+///
+/// let args = vec![Message::from(7), Message::from("north")];
+/// let err = <(i64, [f32; 3])>::from_args(args).unwrap_err();
+/// assert_eq!(err.to_string(), "args[2]: expected a vector, got a string");
+/// let err = u8::try_from(Message::from(300)).unwrap_err();
+/// assert_eq!(err.to_string(), "value: expected an integer from 0 to 255, got the number 300");
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvertError {
+    /// Where the value sits, innermost first, so each level adds its segment as it unwinds.
+    pub(crate) segments: Vec<super::path::Segment>,
+    pub(crate) root: &'static str,
+    kind: ConvertErrorKind,
+}
+
+/// Why a conversion to or from a [`Message`](super::Message) failed.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum ConvertErrorKind {
+    /// The value is of another type, or outside the range of the Rust type, or a number that the
+    /// Rust type can't hold exactly (`2.5` as an `i64`).
+    Mismatch {
+        /// What was asked for: `an integer`, `a vector`, `an integer from 0 to 255`…
+        expected: std::borrow::Cow<'static, str>,
+        /// What was there: `a string`, `nil`, `2.5`…
+        found: String,
+    },
+    /// Building the `Message` would pass its bound: a weight past the limit (in bytes of
+    /// [`Message::queue_weight`](super::Message::queue_weight)), as every copy is refused.
+    TooLarge {
+        /// The bound that was passed.
+        limit: usize,
+    },
+    /// Building the `Message` would nest tables deeper than
+    /// [`Limits::MAX_DEPTH`](super::Limits::MAX_DEPTH).
+    TooDeep {
+        /// The bound that was passed.
+        max_depth: usize,
+    },
+    /// A message from a `Serialize` or `Deserialize` implementation.
+    Custom(String),
+}
+
+impl ConvertError {
+    /// An error of `kind` at the root.
+    #[cold]
+    pub(crate) fn new(kind: ConvertErrorKind) -> Self {
+        ConvertError {
+            segments: Vec::new(),
+            root: "value",
+            kind,
+        }
+    }
+
+    /// A mismatch: `expected` was asked for, `found` describes what was there.
+    #[cold]
+    pub(crate) fn mismatch(
+        expected: impl Into<std::borrow::Cow<'static, str>>,
+        found: &super::Message,
+    ) -> Self {
+        Self::new(ConvertErrorKind::Mismatch {
+            expected: expected.into(),
+            found: found.describe(),
+        })
+    }
+
+    /// The same error one level further out: `segment` leads to where it was.
+    #[cold]
+    pub(crate) fn at(mut self, segment: super::path::Segment) -> Self {
+        self.segments.push(segment);
+        self
+    }
+
+    /// The same error, its path starting at `args` (a function's or service's arguments).
+    pub(crate) fn in_args(mut self) -> Self {
+        self.root = "args";
+        self
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> &ConvertErrorKind {
+        &self.kind
+    }
+
+    /// Where: `value`, `args[2]`, `value.pos[1]`…
+    pub fn path(&self) -> String {
+        super::path::render(self.root, &self.segments)
+    }
+}
+
+impl fmt::Display for ConvertErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Mismatch { expected, found } => write!(f, "expected {expected}, got {found}"),
+            Self::TooLarge { limit } => {
+                write!(f, "a value weighing more than its limit of {limit} bytes")
+            }
+            Self::TooDeep { max_depth } => {
+                write!(f, "a table nested deeper than {max_depth} tables")
+            }
+            Self::Custom(text) => f.write_str(text),
+        }
+    }
+}
+
+impl fmt::Display for ConvertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path(), self.kind)
+    }
+}
+
+impl std::error::Error for ConvertError {}

@@ -9,6 +9,7 @@
 //! `Value::Integer`, and `Value::Integer` goes back as a number), and per-element `Value`
 //! construction costs several times what a raw stack read does.
 
+mod access;
 mod byte_budget;
 mod codec;
 mod convert;
@@ -18,25 +19,83 @@ mod limits;
 pub(crate) mod path;
 pub(crate) mod read;
 mod resource_handle;
+#[cfg(feature = "serde")]
+mod serde_convert;
+mod typed;
 pub(crate) mod write;
 
 use bytes::Bytes;
 
 pub(crate) use byte_budget::{ByteBudget, Charge, Held};
 pub(crate) use convert::{ExactValue, ExactValues, MessageArg, MessageArgs};
-pub use error::{DecodeError, DecodeErrorKind, TransferError, TransferErrorKind};
+pub use error::{
+    ConvertError, ConvertErrorKind, DecodeError, DecodeErrorKind, TransferError, TransferErrorKind,
+};
 pub use limits::Limits;
 pub use resource_handle::ResourceHandle;
+#[cfg(feature = "serde")]
+pub use serde_convert::Serde;
+pub use typed::{FromMessage, IntoMessage};
 pub(crate) use write::{push_scalar, write_protected};
+
+/// The largest magnitude an f64 holds every whole number up to: 2^53.
+pub(crate) const MAX_EXACT_INTEGER: i64 = 1 << 53;
 
 /// A value that can cross a worker or event boundary: plain data, copied once each way.
 ///
 /// A Luau table becomes a [`Message::List`] when its keys are exactly `1..n` (`n >= 1`), and a
 /// [`Message::Map`] otherwise; the empty table `{}` is `Map(vec![])`.
 ///
-/// Equality compares floats bit for bit, so a NaN equals itself (with the same payload) and
-/// `-0.0` differs from `0.0`: it is the equality a round trip should keep. Maps compare as
-/// sets of entries, whatever their order, because Luau tables have no order.
+/// # Whole numbers: one rule on every path
+///
+/// A Luau number (`2`, `2.5`: an f64) is a [`Message::Number`], and a Luau integer
+/// (`integer.create(2)`, Luau's separate i64 type) is a [`Message::Integer`], wherever the value
+/// crosses: a service's arguments and answer, a shared table or queue, a job's arguments and
+/// result ([`Promise::wait`](crate::Promise::wait)), `eval`, at the top level as nested. So a
+/// `Message` that goes into Luau and back is the one that went in. A Rust whole number becomes
+/// a `Number` when an f64 holds it exactly (within ±2^53), which is what a script computes
+/// with, and an `Integer` past that (`Message::from(i64)`); the
+/// accessors ([`as_i64`](Self::as_i64), [`as_f64`](Self::as_f64)) and [`FromMessage`] accept
+/// either form when the value is exact in the Rust type. So a Rust value that goes into Luau
+/// and back is the one that went in, too.
+///
+/// # Equality
+///
+/// `PartialEq` is the equality a round trip keeps: structural and exact. `Number(2.0)` and
+/// `Integer(2)` differ (Luau's `==` says they differ too); compare through
+/// [`as_i64`](Self::as_i64) or [`as_f64`](Self::as_f64) to take either form. Floats compare bit
+/// for bit, so a NaN equals itself (with the same payload) and `-0.0` differs from `0.0`. Maps
+/// compare as sets of entries, whatever their order, because Luau tables have no order, and the
+/// empty list equals the empty map (both are `{}` in Luau).
+///
+/// ```
+/// use skein::Message;
+///
+/// assert_eq!(Message::from(2), Message::Number(2.0));
+/// assert_ne!(Message::Number(2.0), Message::Integer(2));
+/// assert_eq!(Message::Number(2.0).as_i64(), Message::Integer(2).as_i64());
+/// assert_eq!(Message::from(1i64 << 60), Message::Integer(1 << 60));
+/// ```
+///
+/// # Building and reading
+///
+/// `From` impls build a message from Rust values (`Message::from("text")`, `Message::from(2)`,
+/// `Message::from([1.0, 2.0, 3.0])` for a vector, a `Vec` or map of such), [`Message::list`] and
+/// [`Message::map`] build tables from iterators, and `TryFrom`/[`FromMessage`] read one back
+/// with an error that names where it did not fit. With the `serde` feature,
+/// [`Message::from_serde`] and [`Message::to_serde`] take any `Serialize`/`Deserialize` type.
+///
+/// ```
+/// use skein::Message;
+///
+/// let m = Message::map([("name", Message::from("crate")), ("pos", Message::from([1.0, 0.0, 2.0]))]);
+/// assert_eq!(m.get("name").and_then(Message::as_str), Some("crate"));
+/// let pos: [f32; 3] = m.get("pos").cloned().unwrap_or(Message::Nil).try_into()?;
+/// assert_eq!(pos, [1.0, 0.0, 2.0]);
+/// # Ok::<(), skein::ConvertError>(())
+/// ```
+///
+/// # Copying to and from Luau
 ///
 /// ```
 /// use mlua::Lua;

@@ -19,6 +19,22 @@ pub(crate) enum Segment {
     Described(String),
 }
 
+impl Segment {
+    /// The step into the entry under `key`.
+    pub(crate) fn key(key: &super::MapKey) -> Segment {
+        match key {
+            super::MapKey::Integer(i) => Segment::Index(*i),
+            super::MapKey::Number(n) => Segment::Number(*n),
+            super::MapKey::String(s) => Segment::Name(s.to_vec()),
+        }
+    }
+
+    /// The step into the list item at 0-based `position` (named 1-based, as Luau counts).
+    pub(crate) fn position(position: usize) -> Segment {
+        Segment::Index(i64::try_from(position).map_or(i64::MAX, |i| i.saturating_add(1)))
+    }
+}
+
 /// Luau's reserved words: `t.end` is not how Luau code reaches key "end".
 const RESERVED: &[&str] = &[
     "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if", "in", "local",

@@ -10,6 +10,7 @@ use super::builtins::{Builtin, Builtins};
 use super::native::NativeMode;
 use super::owner::panic_message;
 use super::source::MAX_SOURCE_BYTES;
+use crate::value::{FromMessage, IntoMessage, Message, MessageArgs};
 
 /// The default memory limit of a VM: 512 MiB.
 pub(crate) const DEFAULT_MEMORY_LIMIT: usize = 512 * 1024 * 1024;
@@ -18,6 +19,17 @@ pub(crate) const DEFAULT_MEMORY_LIMIT: usize = 512 * 1024 * 1024;
 pub(crate) const DEFAULT_NESTED_WAITS: usize = 1024;
 
 type HostFn = Arc<dyn Fn(&Lua, MultiValue) -> mlua::Result<MultiValue> + Send + Sync>;
+/// A typed host function, behind the conversions: the call's arguments in, its answer out.
+type TypedFn = Arc<dyn Fn(Vec<Message>) -> Result<Message, String> + Send + Sync>;
+
+/// A host function as the embedder gave it.
+#[derive(Clone)]
+enum HostFunction {
+    /// Takes and answers mlua values.
+    Raw(HostFn),
+    /// Takes its arguments copied as messages (each number in its own form) and answers one.
+    Typed(TypedFn),
+}
 type Setup = Arc<dyn Fn(&Lua) -> mlua::Result<()> + Send + Sync>;
 
 /// A `Send + Sync` recipe for a sandboxed Luau VM, run on the thread that needs the VM.
@@ -48,7 +60,7 @@ struct PlanInner {
     nested_waits: usize,
     native: NativeMode,
     root: PathBuf,
-    functions: Vec<(String, HostFn)>,
+    functions: Vec<(String, HostFunction)>,
     setup: Vec<Setup>,
     /// The built-in modules `require` answers by name, which the layers above register.
     builtins: Builtins,
@@ -149,7 +161,47 @@ impl Plan {
         F: Fn(&Lua, MultiValue) -> mlua::Result<MultiValue> + Send + Sync + 'static,
     {
         let name = name.to_owned();
-        self.edit(|p| p.functions.push((name, Arc::new(f))))
+        self.edit(|p| p.functions.push((name, HostFunction::Raw(Arc::new(f)))))
+    }
+
+    /// Adds a global function implemented by the host that takes typed arguments and answers a
+    /// typed value, as [`ScriptDomain::register_query`](crate::ScriptDomain::register_query)
+    /// does: the arguments are copied as [`Message`]s (within the bound of one copy,
+    /// [`Limits::MAX_MESSAGE_BYTES`](crate::Limits::MAX_MESSAGE_BYTES)) and read as `A`, a
+    /// tuple by position; the answer is made a `Message` and copied into the caller's VM. An
+    /// argument that does not convert is raised naming it, and so are an `Err` and a contained
+    /// panic. Unlike [`function`](Self::function), it never sees a VM: it suits a pure
+    /// function of plain data.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+    ///
+    /// let plan = Plan::new().typed_function("lerp", |(a, b, t): (f64, f64, f64)| {
+    ///     Ok(a + (b - a) * t)
+    /// });
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").plan(plan))?;
+    /// assert_eq!(domain.eval("return lerp(0, 10, 0.25)")?, Message::Number(2.5));
+    /// let err = domain.eval("return lerp(0, 10)").unwrap_err().to_string();
+    /// assert!(err.contains(
+    ///     "host function 'lerp' failed: args[3]: expected a number (or an integer within ±2^53), got nil"
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn typed_function<A, R, F>(self, name: &str, f: F) -> Plan
+    where
+        A: FromMessage,
+        R: IntoMessage,
+        F: Fn(A) -> Result<R, String> + Send + Sync + 'static,
+    {
+        let name = name.to_owned();
+        let typed: TypedFn = Arc::new(move |args: Vec<Message>| {
+            let args = A::from_args(args).map_err(|e| e.to_string())?;
+            f(args)?
+                .into_message()
+                .map_err(|e| format!("its answer: {e}"))
+        });
+        self.edit(|p| p.functions.push((name, HostFunction::Typed(typed))))
     }
 
     /// Adds a step run on each new VM after the prelude, before the sandbox closes the globals.
@@ -185,17 +237,38 @@ impl Plan {
     pub(crate) fn install(&self, lua: &Lua) -> mlua::Result<()> {
         let globals = lua.globals();
         for (name, f) in &self.inner.functions {
-            let f = f.clone();
             let fname = name.clone();
-            let function = lua.create_function(move |lua, args: MultiValue| {
-                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(lua, args))) {
-                    Ok(result) => result,
-                    Err(payload) => Err(mlua::Error::runtime(format!(
-                        "host function '{fname}' panicked: {}",
-                        panic_message(&payload)
-                    ))),
+            let panicked = move |payload| {
+                mlua::Error::runtime(format!(
+                    "host function '{fname}' panicked: {}",
+                    panic_message(&payload)
+                ))
+            };
+            let function = match f {
+                HostFunction::Raw(f) => {
+                    let f = f.clone();
+                    lua.create_function(move |lua, args: MultiValue| {
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(lua, args)))
+                            .unwrap_or_else(|payload| Err(panicked(payload)))
+                    })?
                 }
-            })?;
+                HostFunction::Typed(f) => {
+                    let f = f.clone();
+                    let fname = name.clone();
+                    lua.create_function(move |_, args: MessageArgs| {
+                        let args = args
+                            .into_list()
+                            .map_err(|e| mlua::Error::runtime(format!("{fname}: {e}")))?;
+                        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(args))) {
+                            Ok(Ok(answer)) => Ok(answer),
+                            Ok(Err(e)) => Err(mlua::Error::runtime(format!(
+                                "host function '{fname}' failed: {e}"
+                            ))),
+                            Err(payload) => Err(panicked(payload)),
+                        }
+                    })?
+                }
+            };
             globals.raw_set(name.as_str(), function)?;
         }
         for setup in &self.inner.setup {

@@ -15,7 +15,7 @@ use mlua::Lua;
 use crate::domain::ScriptDomain;
 use crate::error::{Error, NameRefusal, Result};
 use crate::jobs;
-use crate::value::{Message, MessageArgs};
+use crate::value::{FromMessage, IntoMessage, Message, MessageArgs};
 use crate::vm::{panic_message, ServiceCall};
 
 type QueryFn = Box<dyn Fn(Message) -> Result<Message, String>>;
@@ -130,31 +130,42 @@ pub(crate) fn engine_function(
     })
 }
 
+/// A service's arguments (one list of them) as the type its function takes.
+fn typed_args<A: FromMessage>(args: Message) -> std::result::Result<A, String> {
+    let args = match args {
+        Message::List(items) => items,
+        Message::Map(entries) if entries.is_empty() => Vec::new(),
+        other => vec![other],
+    };
+    A::from_args(args).map_err(|e| e.to_string())
+}
+
 impl ScriptDomain {
     /// Registers a query: a function of the host that answers a value, reached from Luau at
     /// the dotted global path `name` (`world.get`). In the engine VM the path calls `f`
     /// directly; in a worker VM it forwards the call to this thread and the calling task waits
     /// for the answer, after every command its job recorded before it has applied.
     ///
-    /// `f` receives the call's arguments as one `Message::List`; an `Err` is raised to the
-    /// caller naming the service, and so is a panic, which is contained.
+    /// `f` takes the call's arguments as any [`FromMessage`] type: a tuple reads them by
+    /// position (`|(id, pos): (i64, [f32; 3])|`), `()` ignores them, a [`Message`] takes them
+    /// all as one list. Its answer is any [`IntoMessage`] type. An argument that does not
+    /// convert is raised to the caller naming it (`args[2]: expected a vector, got a string`);
+    /// an `Err` is raised naming the service, and so is a panic, which is contained.
     ///
     /// ```
     /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
     ///
     /// let pool = Pool::new(1);
     /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
-    /// // Arguments arrive as one list; a Luau number is a `Message::Number`.
-    /// domain.register_query("world.double", |args| match args {
-    ///     Message::List(a) => match a.first() {
-    ///         Some(Message::Number(n)) => Ok(Message::Number(n * 2.0)),
-    ///         other => Err(format!("expected a number, got {other:?}")),
-    ///     },
-    ///     _ => unreachable!("arguments arrive as a list"),
+    /// domain.register_query("world.scale", |(by, pos): (f64, [f32; 3])| {
+    ///     Ok(pos.map(|c| c * by as f32))
     /// })?;
-    /// assert_eq!(domain.eval("return world.double(21)")?, Message::Number(42.0));
-    /// let err = domain.eval("return world.double('x')").unwrap_err().to_string();
-    /// assert!(err.contains("engine service 'world.double' failed: expected a number"));
+    /// let moved = domain.eval("return world.scale(2, vector.create(1, 2, 3))")?;
+    /// assert_eq!(moved, Message::Vector([2.0, 4.0, 6.0]));
+    /// let err = domain.eval("return world.scale('x', vector.zero)").unwrap_err().to_string();
+    /// assert!(err.contains(
+    ///     "engine service 'world.scale' failed: args[1]: expected a number (or an integer within ±2^53), got a string"
+    /// ));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -162,11 +173,23 @@ impl ScriptDomain {
     /// [`Error::Name`] naming the [`NameRefusal`]: when the name is not 1 to 256 bytes of
     /// dotted Luau identifiers, is registered already, or its path is taken in the engine VM (a
     /// global that is not a table, a read-only built-in table, or a value at the path itself).
-    pub fn register_query<F>(&self, name: &str, f: F) -> Result<()>
+    pub fn register_query<A, R, F>(&self, name: &str, f: F) -> Result<()>
     where
-        F: Fn(Message) -> std::result::Result<Message, String> + 'static,
+        A: FromMessage,
+        R: IntoMessage,
+        F: Fn(A) -> std::result::Result<R, String> + 'static,
     {
-        self.register(name, jobs::ServiceKind::Query, Service::Query(Box::new(f)))
+        let query = move |args: Message| {
+            let answer = f(typed_args(args)?)?;
+            answer
+                .into_message()
+                .map_err(|e| format!("its answer: {e}"))
+        };
+        self.register(
+            name,
+            jobs::ServiceKind::Query,
+            Service::Query(Box::new(query)),
+        )
     }
 
     /// Registers a command: a function of the host that changes host state and answers
@@ -174,6 +197,8 @@ impl ScriptDomain {
     /// VM the path calls `f` directly; in a worker VM the call is recorded and returns at once,
     /// and this thread applies the job's commands in the order it recorded them, before the
     /// job's promise settles.
+    ///
+    /// `f` takes the call's arguments as [`register_query`](Self::register_query)'s does.
     ///
     /// ```
     /// use std::{cell::RefCell, rc::Rc};
@@ -183,23 +208,24 @@ impl ScriptDomain {
     /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
     /// let log = Rc::new(RefCell::new(Vec::new()));
     /// let sink = log.clone();
-    /// domain.register_command("log.write", move |args| {
-    ///     sink.borrow_mut().push(args);
+    /// domain.register_command("log.write", move |(text, weight): (String, f64)| {
+    ///     sink.borrow_mut().push((text, weight));
     ///     Ok(())
     /// })?;
     /// domain.eval("log.write('a', 1.5)")?;
-    /// let text = Message::String("a".into());
-    /// assert_eq!(*log.borrow(), vec![Message::List(vec![text, Message::Number(1.5)])]);
+    /// assert_eq!(*log.borrow(), vec![("a".to_owned(), 1.5)]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
     /// # Errors
     /// As [`register_query`](Self::register_query).
-    pub fn register_command<F>(&self, name: &str, f: F) -> Result<()>
+    pub fn register_command<A, F>(&self, name: &str, mut f: F) -> Result<()>
     where
-        F: FnMut(Message) -> std::result::Result<(), String> + 'static,
+        A: FromMessage,
+        F: FnMut(A) -> std::result::Result<(), String> + 'static,
     {
-        let service = Service::Command(RefCell::new(Box::new(f)));
+        let command = move |args: Message| f(typed_args(args)?);
+        let service = Service::Command(RefCell::new(Box::new(command)));
         self.register(name, jobs::ServiceKind::Command, service)
     }
 

@@ -132,7 +132,7 @@ impl OwnedResources {
 /// let owner = domain.resource_owner();
 /// let closed = Rc::new(RefCell::new(0));
 /// let count = closed.clone();
-/// domain.register_command("gpu.texture", move |_| {
+/// domain.register_command("gpu.texture", move |()| {
 ///     let count = count.clone();
 ///     owner.own("texture", move || *count.borrow_mut() += 1);
 ///     Ok(())

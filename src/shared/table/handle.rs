@@ -49,18 +49,16 @@ impl SharedStore {
 /// that table is later replaced or removed, every use of the handle is refused.
 ///
 /// ```
-/// use skein::{DomainSpec, MapKey, Message, Pool, ScriptDomain};
+/// use skein::{DomainSpec, Message, Pool, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
 /// let players = domain.shared().table("players")?;
-/// players.set("alice", Message::Map(vec![(MapKey::from("hp"), Message::Integer(10))]))?;
+/// players.set("alice", Message::map([("hp", 10)]))?;
 /// let alice = players.table_at("alice")?;
-/// alice.atomic("hp", |hp| match hp {
-///     Some(Message::Integer(n)) => Some(Message::Integer(n - 3)),
-///     other => other,
-/// })?;
-/// assert_eq!(alice.get("hp")?, Some(Message::Integer(7)));
+/// alice.atomic("hp", |hp| hp?.as_i64().map(|n| Message::from(n - 3)))?;
+/// assert_eq!(alice.get("hp")?.and_then(|hp| hp.as_i64()), Some(7));
+/// assert_eq!(domain.eval("return jobs.shared.table('players').alice.hp + 1")?, Message::from(8));
 /// players.set("alice", Message::Nil)?;
 /// assert_eq!(alice.get("hp").unwrap_err().to_string(), "shared table 'players'.alice was removed");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -185,15 +183,20 @@ impl SharedTableRef {
         self.with_target(|node| node.get_ref(key).map(entry_message))
     }
 
-    /// Sets `key` to a copy of `value`; [`Message::Nil`] removes the key. The write is atomic on
-    /// this table, and a refused write changes nothing.
+    /// Sets `key` to a copy of `value` (a [`Message`], or anything with a `From` impl into
+    /// one: `t.set("hp", 10)`); [`Message::Nil`] removes the key. The write is atomic on this
+    /// table, and a refused write changes nothing.
     ///
     /// # Errors
     /// A value that is not data (a [`Message::Resource`]); a bound passed (entries, bytes,
     /// nesting, the domain's bytes); the table was replaced or removed; the store ended.
-    pub fn set(&self, key: impl Into<MapKey>, value: Message) -> Result<(), SharedTableError> {
+    pub fn set(
+        &self,
+        key: impl Into<MapKey>,
+        value: impl Into<Message>,
+    ) -> Result<(), SharedTableError> {
         let key = key_of(|| self.location(), key.into())?;
-        let value = value_of(|| self.key_location(&key), &value)?;
+        let value = value_of(|| self.key_location(&key), &value.into())?;
         self.set_entry(&key, value.as_ref())
     }
 
@@ -383,12 +386,5 @@ impl From<String> for MapKey {
 impl From<f64> for MapKey {
     fn from(n: f64) -> MapKey {
         MapKey::Number(n)
-    }
-}
-
-/// A Luau integer key (kept apart from the number key of the same value, as Luau does).
-impl From<i64> for MapKey {
-    fn from(i: i64) -> MapKey {
-        MapKey::Integer(i)
     }
 }
