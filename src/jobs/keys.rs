@@ -33,10 +33,9 @@ impl PoolShared {
         option: &str,
     ) -> Result<(), String> {
         let superseding = supersede.then(|| item.job.clone());
-        let delivered_key = key.clone();
         let superseded = self
             .lanes
-            .enqueue(key, item, supersede, |d| self.deliver(d, &delivered_key))
+            .enqueue(&key, item, supersede, |d| self.deliver(d, &key))
             .map_err(|TooManyKeys(_)| {
                 format!(
                     "{option}: the pool holds at most {MAX_KEYS} keys at once; \
