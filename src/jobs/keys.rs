@@ -5,9 +5,12 @@
 //! turn ends. A keyed item reaches its worker only as [`WorkerMsg::RunKeyed`] in that worker's
 //! inbox, which no sibling reads, so it is never stolen.
 
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use foldhash::fast::RandomState;
 
 use super::item::{Item, LaneKey};
 use super::messages::WorkerMsg;
@@ -93,6 +96,34 @@ impl PoolShared {
             ),
         }
     }
+}
+
+/// How many keys [`key_bytes`] keeps per thread; one more empties its cache first. Keys are at
+/// most 256 bytes, so a thread keeps at most about 1 MiB of key bytes.
+const KEPT_KEYS: usize = 4_096;
+
+thread_local! {
+    /// The keys this thread's dispatches named lately, shared: see [`key_bytes`].
+    static KEPT: RefCell<HashSet<Bytes, RandomState>> = RefCell::new(HashSet::default());
+}
+
+/// The key of a keyed dispatch as [`Bytes`]: a key this thread named lately is the same
+/// allocation again (one lookup and a reference count), not a new copy. A keyed item's key is
+/// held by its job, its promise and its lane, and a fresh copy cost an allocation, another when
+/// it was first shared, and their frees: about 800 instructions on every keyed dispatch.
+pub(crate) fn key_bytes(key: &[u8]) -> Bytes {
+    KEPT.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        if let Some(found) = kept.get(key) {
+            return found.clone();
+        }
+        if kept.len() >= KEPT_KEYS {
+            kept.clear();
+        }
+        let made = Bytes::copy_from_slice(key);
+        kept.insert(made.clone());
+        made
+    })
 }
 
 /// A keyed item's turn in its lane. Dropping it settles the lane, so whichever way the item
