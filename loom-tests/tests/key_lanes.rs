@@ -71,7 +71,7 @@ impl Harness {
         let mut run = None;
         let superseded = self
             .lanes
-            .enqueue(KEY, item, supersede, |d| run = self.delivered(d))
+            .enqueue(&KEY, item, supersede, |d| run = self.delivered(d))
             .unwrap();
         (superseded, run)
     }

@@ -23,12 +23,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use mlua::{ffi, Function, Lua};
 
 use super::home::{HomeKind, JobsHome};
 use super::item::{Item, ItemArgs};
 use super::job::{charge_job, JobShared, JOB_WEIGHT};
+use super::keys::key_bytes;
 use super::options::{deadline_fits, key_fits, DispatchOptions};
 use crate::principal::capability::current_or;
 use crate::value::read::Reader;
@@ -271,7 +271,7 @@ unsafe fn read_option(
                 if !key_fits(key) {
                     return None;
                 }
-                out.key = Some(Bytes::copy_from_slice(key));
+                out.key = Some(key_bytes(key));
             }
             b"supersede" if kind == ffi::LUA_TBOOLEAN => {
                 out.supersede = ffi::lua_toboolean(state, -1) != 0;

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use mlua::{LuaString, Table, Value};
 
 use super::chunking::whole;
+use super::keys::key_bytes;
 use crate::vm::{a_type, format_seconds};
 
 /// The longest one run of an item may take, and the default: 60 seconds.
@@ -60,7 +61,7 @@ pub(crate) fn read_key(value: &Value, what: &str) -> Result<Bytes, String> {
                 let unit = if n == 1 { "byte" } else { "bytes" };
                 return Err(format!("{rule}, got a string of {n} {unit}"));
             }
-            Ok(Bytes::copy_from_slice(&bytes))
+            Ok(key_bytes(&bytes))
         }
         other => Err(format!("{rule}, got {}", a_type(other))),
     }

@@ -296,10 +296,16 @@ struct WorkerLoop<'a, W: WorkerLogic> {
 impl<W: WorkerLogic> WorkerLoop<'_, W> {
     fn serve(&mut self, logic: &mut W) {
         let executor = self.cx.executor;
+        // The start of the last round, while that round did work: it is counted busy up to the
+        // start of the next, so a round reads the clock once, not once at each end.
+        let mut busy_since: Option<Instant> = None;
         while !executor.shutdown.load(Ordering::Acquire) {
-            // Busy time is counted per round that did work: two clock reads a round, not two
-            // per call into the logic.
             let round = Instant::now();
+            if let Some(since) = busy_since.take() {
+                self.cx
+                    .counters()
+                    .add_busy(round.saturating_duration_since(since));
+            }
             let mut progressed = false;
 
             for _ in 0..INBOX_BATCH {
@@ -323,7 +329,7 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
             }
 
             if progressed {
-                self.cx.counters().add_busy(round.elapsed());
+                busy_since = Some(round);
                 self.idle_rounds = 0;
             } else if self.idle_rounds < SPIN_ROUNDS {
                 self.idle_rounds += 1;
@@ -332,6 +338,9 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
                 self.idle_rounds = 0;
                 self.sleep(wake_at);
             }
+        }
+        if let Some(since) = busy_since {
+            self.cx.counters().add_busy(since.elapsed());
         }
     }
 

@@ -92,7 +92,11 @@ pub(super) fn prepare(wvm: &mut WorkerVm, item: &Item) {
         wvm.events_seen = events;
     }
     if let Some(key) = &item.job.key {
-        let fresh = wvm.keys_seen.insert(key.clone());
+        // Looked up before it is cloned: a key seen before (the common case) costs no clone.
+        let fresh = !wvm.keys_seen.contains(key);
+        if fresh {
+            wvm.keys_seen.insert(key.clone());
+        }
         item.job.fresh.store(fresh, Ordering::Relaxed);
     }
     let epoch = source_epoch();
