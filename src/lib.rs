@@ -110,7 +110,9 @@ pub mod __loom {
     pub use crate::shared::queue::{Delivery, PopNow, SharedQueue};
     pub use crate::shared::queue_ref::pop_blocking;
     pub use crate::shared::table::loom_support::{new_store, turn_taken};
-    pub use crate::vm::budget::{CancelToken, InterruptHook, Interruption, OuterRun, Signal};
+    pub use crate::vm::budget::{
+        CancelToken, InterruptHook, Interruption, OuterRun, RunTokens, Signal,
+    };
 }
 
 /// The Rust blocks of `docs/embedding.md`, compiled and run by `cargo test --doc` from the guide

@@ -45,6 +45,7 @@ mod shared_stress;
 mod shared_tables;
 mod shared_trie;
 mod stall;
+mod stopping;
 mod stress;
 mod tasks;
 mod top_level;

@@ -352,11 +352,17 @@ impl ScriptDomain {
 
     /// Ends the current generation: its principal, its key bindings (their queued items are
     /// refused unrun, naming `reason`), when `reject_pending` every host promise of the
-    /// generation still pending, and then the resources it owns ([`ScriptDomain::own`]). A stop leaves a job that is running to settle as it ends (a
-    /// worker that drops the job's VM fails it, naming the reason); a restart rejects it now.
+    /// generation still pending, and then the resources it owns ([`ScriptDomain::own`]). A job
+    /// of the generation that is running on a worker is interrupted at its next interrupt
+    /// check (its VM runs with the principal's token, and every worker's signal is raised), and
+    /// a stop leaves it to settle as it ends (a worker that drops the job's VM fails it, naming
+    /// the reason); a restart rejects it now.
     pub(crate) fn end_generation(&self, reason: &str, reject_pending: bool) {
         let ending = std::time::Instant::now();
         self.current.principal.end(reason);
+        // After the end above, so every run of the principal's worker VMs reads its token as
+        // set; other domains' runs take one slow path and go on.
+        self.pool.shared().interrupt_runs();
         // No worker outlives its generation: each is closed, interrupted and joined.
         self.current.actors.teardown();
         let id = self.current.principal.id;

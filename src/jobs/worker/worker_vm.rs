@@ -220,6 +220,8 @@ impl WorkerVm {
         let vm = match built {
             Ok(Ok(vm)) => {
                 vm.set_authority(principal.authority.clone());
+                // Every run here stops once the principal ends (`PrincipalCell::end`).
+                vm.set_halt(principal.halt_token());
                 close_globals(&vm.lua);
                 vm
             }
