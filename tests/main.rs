@@ -39,6 +39,7 @@ mod reply_transport;
 mod require_confinement;
 mod runner;
 mod runner_io;
+mod runner_signals;
 mod services;
 mod shared_queues;
 mod shared_stress;

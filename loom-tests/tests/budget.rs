@@ -185,7 +185,7 @@ fn a_cancel_reaches_its_run_and_only_its_run() {
         };
         // Another job's run on the thread: its interrupt must not stop it.
         let outer = signal.begin_run(Hook(vm.clone()), 1_000, BUDGET, job(&other));
-        assert_eq!(signal.check(10, job(&other)), NONE);
+        assert_eq!(signal.check(10, job(&other)), None);
         signal.end_run(outer, NONE);
         // The cancelled job's run: stopped by a check once the canceller is done.
         let outer = signal.begin_run(Hook(vm.clone()), 1_000, BUDGET, job(&token));
