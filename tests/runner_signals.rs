@@ -3,12 +3,11 @@
 //! output intact; a second signal exits at once. The runner is the real binary, a child
 //! process.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::support::{exit_within, Tree};
+use crate::support::{exit_within, runner_lines, Tree};
 
 /// How long the run may take to reach the point the test signals at (a debug build).
 const START: Duration = Duration::from_secs(20);
@@ -29,28 +28,6 @@ fn runaway() -> Tree {
             "return { go = function() print('spinning') while true do end end }\n",
         ),
     ])
-}
-
-/// The runner on `main.luau` of `tree`, its stdout read line by line into the receiver.
-fn start(tree: &Tree) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_skein"))
-        .args(["run", "main.luau", "--workers", "2"])
-        .current_dir(tree.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run skein");
-    let stdout = child.stdout.take().unwrap();
-    let (lines, received) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (child, received)
 }
 
 /// Takes lines until each of `lines` came, in any order; answers every line taken.
@@ -76,7 +53,7 @@ fn send(child: &Child, signal: i32) {
 /// `128 + signal`, every line printed before still there and nothing after.
 fn cancels_on(signal: i32) {
     let tree = runaway();
-    let (mut child, received) = start(&tree);
+    let (mut child, received) = runner_lines(&tree);
     let mut seen = lines_until(&received, &["dispatched", "spinning"]);
     let sent = Instant::now();
     send(&child, signal);
@@ -103,7 +80,7 @@ fn sigterm_cancels_a_runaway_job_and_exits_143_within_a_second() {
 #[test]
 fn a_runaway_main_script_is_cancelled_too() {
     let tree = Tree::new(&[("main.luau", "print('looping')\nwhile true do end\n")]);
-    let (mut child, received) = start(&tree);
+    let (mut child, received) = runner_lines(&tree);
     lines_until(&received, &["looping"]);
     send(&child, libc::SIGINT);
     let status = exit_within(&mut child, BOUND).expect("the runner exited");
@@ -127,7 +104,7 @@ fn a_second_signal_exits_at_once_while_the_first_cannot_stop_the_run() {
              print('stuck') table.sort(t) print('sorted') end }\n",
         ),
     ]);
-    let (mut child, received) = start(&tree);
+    let (mut child, received) = runner_lines(&tree);
     lines_until(&received, &["stuck"]);
     let sent = Instant::now();
     send(&child, libc::SIGINT);
