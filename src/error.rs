@@ -105,6 +105,14 @@ pub enum Error {
     Job(Box<JobFailure>),
     /// The promise was cancelled before it settled.
     Cancelled,
+    /// An [`InterruptHandle`](crate::InterruptHandle) stopped the domain's work while the call
+    /// ran: `<entry>: domain '<name>' was interrupted`.
+    Interrupted {
+        /// The call that was cut short (`run_until_idle`).
+        entry: &'static str,
+        /// The domain's name.
+        domain: String,
+    },
     /// The value of a [`Promise`](crate::Promise) was taken already.
     PromiseTaken,
     /// The pool has shut down.
@@ -283,6 +291,9 @@ impl fmt::Display for Error {
             Error::Script(m) => f.write_str(m),
             Error::Job(failure) => write!(f, "{failure}"),
             Error::Cancelled => write!(f, "cancelled"),
+            Error::Interrupted { entry, domain } => {
+                write!(f, "{entry}: domain '{domain}' was interrupted")
+            }
             Error::PromiseTaken => write!(f, "the promise's value was already taken"),
             Error::PoolShutDown => write!(f, "the pool has shut down"),
             Error::Vm(m) => write!(f, "could not build a VM: {m}"),

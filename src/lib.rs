@@ -42,8 +42,8 @@ pub use domain::TracingSink;
 pub use domain::{
     ActorError, ActorStage, AdvanceReport, ChromeTrace, ContextSpec, DomainMailbox, DomainSpec,
     DomainState, DomainStats, EventReport, FailurePolicy, FixedStep, FrameReport, HandlerTiming,
-    InterfaceField, InterfaceInfo, LiveActors, Load, PhaseReport, Report, ResourceId,
-    ResourceOwner, ScriptDomain, ACTOR_SPAWN,
+    InterfaceField, InterfaceInfo, InterruptHandle, LiveActors, Load, PhaseReport, Report,
+    ResourceId, ResourceOwner, ScriptDomain, ACTOR_SPAWN,
 };
 pub use error::{DispatchRefusal, Error, Halt, NameRefusal, Result, SpecSetting};
 pub use jobs::{JobInfo, JobOptions, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls};
@@ -112,7 +112,9 @@ pub mod __loom {
     pub use crate::shared::queue::{Delivery, PopNow, SharedQueue};
     pub use crate::shared::queue_ref::pop_blocking;
     pub use crate::shared::table::loom_support::{new_store, turn_taken};
-    pub use crate::vm::budget::{CancelToken, InterruptHook, Interruption, OuterRun, Signal};
+    pub use crate::vm::budget::{
+        CancelToken, InterruptHook, Interruption, OuterRun, RunTokens, Signal,
+    };
 }
 
 /// The Rust blocks of `docs/embedding.md`, compiled and run by `cargo test --doc` from the guide

@@ -3,15 +3,13 @@
 //! code of failures nobody handled.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::support::{assert_contains, exit_within, skein_in, Tree};
+use crate::support::{assert_contains, exit_within, runner_lines, skein_in, Tree};
 
 /// How long a refusal may take: each is answered before any script runs, so a run that
 /// takes this long is stuck (on a FIFO, say).
@@ -217,35 +215,24 @@ fn file_errors_name_the_path() {
 
 /// Starts `main.luau` of `tree` with stdout on a pipe, waits until `line` comes through it,
 /// then sends `signal`: the line must have come out while the runner still ran, and the
-/// runner must die of that signal (it was still running, not ended by itself).
+/// runner must end by that signal: die of `SIGKILL`, or cancel the run on `SIGTERM` and exit
+/// 143 (it was still running, not ended by itself).
 fn line_survives_signal(tree: &Tree, line: &str, signal: i32) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_skein"))
-        .args(["run", "main.luau", "--workers", "2"])
-        .current_dir(tree.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run skein");
-    let stdout = child.stdout.take().unwrap();
-    let (lines, received) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines() {
-            if lines.send(l).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut child, received) = runner_lines(tree);
     let got = received.recv_timeout(QUICK);
     let pid = i32::try_from(child.id()).unwrap();
     // SAFETY: `pid` is our own child, not yet waited for, so the id is still its.
     unsafe { libc::kill(pid, signal) };
     let status = child.wait().unwrap();
     match got {
-        Ok(Ok(got)) => assert_eq!(got, line),
+        Ok(got) => assert_eq!(got, line),
         other => panic!("the line printed never came through the pipe: {other:?}"),
     }
-    assert_eq!(status.signal(), Some(signal), "{status:?}");
+    if signal == libc::SIGKILL {
+        assert_eq!(status.signal(), Some(signal), "{status:?}");
+    } else {
+        assert_eq!(status.code(), Some(128 + signal), "{status:?}");
+    }
 }
 
 #[test]

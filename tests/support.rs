@@ -124,6 +124,33 @@ pub fn wait_until(limit: std::time::Duration, mut done: impl FnMut() -> bool) ->
     done()
 }
 
+/// Starts the runner on `main.luau` of `tree` with two workers, stdout on a pipe read line by
+/// line into the receiver (which ends when the runner closes it), stderr dropped.
+pub fn runner_lines(tree: &Tree) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_skein"))
+        .args(["run", "main.luau", "--workers", "2"])
+        .current_dir(tree.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run skein");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, received)
+}
+
 /// Waits up to `limit` for `child` to exit and answers its status; a child still running then
 /// is killed and reaped, and the answer is `None`.
 pub fn exit_within(

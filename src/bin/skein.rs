@@ -3,7 +3,8 @@
 //! The runner is thin: it parses the command line (`clap`, from `OsString`, so no argument can
 //! make it panic), writes `print` output line by line, and reports what the library answers.
 //! Exit codes: 0 when the run succeeded, 1 when the script, a task or a job failed (or the
-//! script file could not be read), 2 for a usage error.
+//! script file could not be read), 2 for a usage error, 130 or 143 when `SIGINT` or `SIGTERM`
+//! cancelled the run (`skein/signals.rs`).
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -24,6 +25,9 @@ mod print;
 mod runner_global;
 #[path = "skein/script_args.rs"]
 mod script_args;
+#[cfg(unix)]
+#[path = "skein/signals.rs"]
+mod signals;
 
 /// The most worker threads `--workers` accepts.
 ///
@@ -42,6 +46,10 @@ EXIT CODES:
        nothing can settle, such as a queue no task pushes: each wait is named), or the script
        file could not be read
     2  a usage error (the message says which argument)
+    130, 143
+       SIGINT (Ctrl-C) or SIGTERM cancelled the run: every job and task stopped at its next
+       interrupt check, the domain stopped and the output printed so far is intact; a second
+       signal exits at once
 
 Run `skein run --help` for the options of `run`.";
 
@@ -155,8 +163,21 @@ fn capability(name: &str) -> Result<CapabilityId, String> {
     CapabilityId::new(name).map_err(|e| e.to_string())
 }
 
-/// Whether the run failed; what to say is already on stderr.
-struct Failed;
+/// How a run that did not succeed ended; what to say is already on stderr.
+enum Failed {
+    /// The script, a task or a job failed, or the run could not start.
+    Error,
+    /// A signal cancelled the run: it exits `128 + signal`.
+    Signal(i32),
+}
+
+/// The first `SIGINT`/`SIGTERM` the run took, if any.
+fn signalled() -> Option<i32> {
+    #[cfg(unix)]
+    return signals::received();
+    #[cfg(not(unix))]
+    return None;
+}
 
 fn run(args: RunArgs) -> Result<(), Failed> {
     let script_args = script_args::bytes(&args.script_args).map_err(|e| fail(&e))?;
@@ -187,6 +208,11 @@ fn run(args: RunArgs) -> Result<(), Failed> {
         spec = spec.profile(trace.clone());
     }
     let result = run_script(&pool, spec, &args, &script_args);
+    // A signal outranks what the cancelled run answered (its jobs failed as cancelled).
+    let result = match signalled() {
+        Some(signal) => Err(Failed::Signal(signal)),
+        None => result,
+    };
     // Written after the domain has stopped (its stop is on the timeline), and whether or not
     // the script failed: a failing run is the one a timeline helps most with.
     if let (Some(trace), Some(path)) = (trace, &args.trace) {
@@ -213,7 +239,7 @@ fn script_folder(file: &Path) -> PathBuf {
 /// Says `message` on stderr as the runner's.
 fn fail(message: &dyn std::fmt::Display) -> Failed {
     eprintln!("skein: {message}");
-    Failed
+    Failed::Error
 }
 
 /// Runs the script in a domain made from `spec` until it and its work are done; the domain
@@ -227,18 +253,28 @@ fn run_script(
     script_args: &[&[u8]],
 ) -> Result<(), Failed> {
     let domain = ScriptDomain::new(pool, spec).map_err(|e| fail(&e))?;
+    #[cfg(unix)]
+    signals::watch(domain.interrupt_handle());
+    // After a signal, what the cancel made fail is not the run's failure: nothing more is said.
+    let said = |e: skein::Error| match signalled() {
+        Some(signal) => Failed::Signal(signal),
+        None => fail(&e),
+    };
     runner_global::install(domain.lua(), script_args).map_err(|e| fail(&e))?;
     domain
         .run_file_bytes(&args.file, script_args)
-        .map_err(|e| fail(&e))?;
-    let result = domain.run_until_idle().map_err(|e| fail(&e));
+        .map_err(said)?;
+    let result = domain.run_until_idle().map_err(said);
+    if let Some(signal) = signalled() {
+        return Err(Failed::Signal(signal));
+    }
     let mut unhandled = false;
     for report in domain.take_reports() {
         eprintln!("skein: {}: {}", report.source, report.message);
         unhandled |= report.is_failure();
     }
     match result {
-        Ok(()) if unhandled => Err(Failed),
+        Ok(()) if unhandled => Err(Failed::Error),
         other => other,
     }
 }
@@ -261,6 +297,9 @@ fn grant(args: &RunArgs) -> Result<Grant, String> {
 }
 
 fn main() -> ExitCode {
+    // First, while this is the only thread: every thread started later inherits the mask.
+    #[cfg(unix)]
+    signals::block();
     // Parsed from `OsString`: an argument that is not UTF-8 is a usage error clap names (or,
     // for FILE and script arguments, simply bytes), never a panic.
     let cli = Cli::parse_from(std::env::args_os());
@@ -271,7 +310,8 @@ fn main() -> ExitCode {
         }
         Some(Command::Run(args)) => match run(args) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(Failed) => ExitCode::FAILURE,
+            Err(Failed::Error) => ExitCode::FAILURE,
+            Err(Failed::Signal(signal)) => ExitCode::from(u8::try_from(128 + signal).unwrap_or(1)),
         },
     };
     let _ = std::io::stdout().flush();

@@ -21,6 +21,7 @@
 //! | `pump.rs` | `pump`, the blocking round, `run_until_idle` and its stall verdict (`stall_watch.rs`) |
 //! | `scripts.rs`, `host_dispatch.rs` | main scripts, `exec`, `eval`; host dispatch and keys |
 //! | `reports.rs`, `sinks.rs`, `domain_stats.rs`, `lifecycle.rs` | what the host reads back: reports, diagnostics and profile events, stats, state |
+//! | `interrupt.rs` | [`InterruptHandle`]: a domain's running work stopped from another thread |
 //! | `actor/`, `interfaces.rs`, `fs.rs`, `log_api.rs` | `@skein/worker`, `@skein/interfaces`, `@skein/fs`, `@skein/log` |
 
 use std::cell::{Cell, RefCell};
@@ -49,6 +50,7 @@ pub(crate) mod fs;
 mod generation;
 pub(crate) mod host_dispatch;
 mod interfaces;
+mod interrupt;
 mod lifecycle;
 pub(crate) mod log_api;
 mod pump;
@@ -79,6 +81,8 @@ use generation::owned::OwnedResources;
 pub use generation::owned::{ResourceId, ResourceOwner};
 use generation::{report_sink, EngineSetup, GenerationState};
 pub use interfaces::{InterfaceField, InterfaceInfo};
+pub use interrupt::InterruptHandle;
+use interrupt::InterruptTarget;
 pub use lifecycle::DomainState;
 pub use reports::Report;
 use reports::Reports;
@@ -123,6 +127,8 @@ pub struct ScriptDomain {
     pool: Pool,
     /// What the current generation owns; a restart or reload replaces it whole.
     current: GenerationState,
+    /// What an [`InterruptHandle`] stops from another thread: kept on the current generation.
+    interrupt: Arc<InterruptTarget>,
     /// The mailboxes of ended generations, drained into `stale` until their last sender goes.
     stale_rx: RefCell<Vec<MailboxReceiver>>,
     /// Events of ended generations that arrived and were discarded unapplied.
@@ -192,11 +198,13 @@ impl ScriptDomain {
             spec.actor_failures,
             spec.actor_budget,
         );
+        let interrupt = InterruptTarget::new(&spec.name, pool.shared().clone(), principal.clone());
         let host = EngineSetup {
             pool,
             reports: &reports,
             event_handlers: &event_handlers,
             domain_name: &spec.name,
+            interrupt: &interrupt,
         };
         let current = GenerationState::assemble(&host, principal, rx, registry, bindings, actors)?;
         let domain = ScriptDomain {
@@ -206,6 +214,7 @@ impl ScriptDomain {
             name: spec.name,
             pool: pool.clone(),
             current,
+            interrupt,
             stale_rx: RefCell::new(Vec::new()),
             stale: Cell::new(0),
             reports,

@@ -128,7 +128,10 @@ impl ScriptDomain {
     /// ```
     ///
     /// # Errors
-    /// The first failure of a script the host started ([`Error::Script`], with its Luau stack).
+    /// The first failure of a script the host started ([`Error::Script`], with its Luau stack);
+    /// [`Error::Interrupted`] once an [`InterruptHandle`](crate::InterruptHandle) interrupted
+    /// the domain (it returns at its next round, at most one frame interval after the
+    /// interrupt when it waits).
     pub fn run_until_idle(&self) -> Result<()> {
         vm::check_sources();
         let mut checked = Instant::now();
@@ -140,6 +143,9 @@ impl ScriptDomain {
                 .map(|_| Instant::now() + stall_watch::STALL_ROUND)
         };
         while self.pump_once_until(true, true, round(&self.current.principal.liveness)) {
+            if self.interrupt.requested() {
+                break;
+            }
             // A script can run for minutes without returning to the host: look for edited
             // sources now and then, so an edit still reaches its next dispatch.
             if checked.elapsed() >= SOURCE_CHECK_INTERVAL {
@@ -157,6 +163,12 @@ impl ScriptDomain {
                     return self.end_stalled(waits);
                 }
             }
+        }
+        if self.interrupt.requested() {
+            return Err(Error::Interrupted {
+                entry: "run_until_idle",
+                domain: self.name.clone(),
+            });
         }
         self.report_unhandled_rejections();
         match self.failures.borrow_mut().drain(..).next() {

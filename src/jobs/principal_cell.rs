@@ -2,7 +2,7 @@
 //! reaches its domain's engine thread.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use crate::principal::{Generation, Logs, Principal, Profile};
 use crate::shared::{SharedLimits, StoreCore};
 use crate::sync::Arc as SyncArc;
 use crate::value::ByteBudget;
-use crate::vm::{Liveness, Plan};
+use crate::vm::{CancelToken, Liveness, Plan};
 
 /// The sending end of one generation's mailbox: what a pool thread, a worker VM or an actor
 /// uses to reach the engine thread of the principal's domain (settled promises, reports,
@@ -105,7 +105,10 @@ pub(crate) struct PrincipalCell {
     /// ([`DomainSpec::detect_stalls`](crate::DomainSpec::detect_stalls)): every VM of the
     /// principal reports its resumes and timers to it.
     pub(crate) liveness: Option<Arc<Liveness>>,
-    alive: AtomicBool,
+    /// False while the principal runs work; set once when it ends. Its worker VMs run with it
+    /// as their token ([`RunTokens::vm`](crate::vm::RunTokens)), so setting it and raising
+    /// every worker's signal stops their runs at the next interrupt check.
+    halt: Arc<CancelToken>,
     /// Why the principal ended, once it has.
     ended: Mutex<Option<String>>,
 }
@@ -147,7 +150,7 @@ impl PrincipalCell {
             profile: None,
             logs: None,
             liveness: None,
-            alive: AtomicBool::new(true),
+            halt: Arc::new(CancelToken::new(false)),
             ended: Mutex::new(None),
         }
     }
@@ -188,13 +191,20 @@ impl PrincipalCell {
 
     /// Whether the principal still runs work.
     pub(crate) fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire)
+        !self.halt.load(Ordering::Acquire)
     }
 
-    /// Ends the principal; its queued items will be refused with `reason`.
+    /// The token a worker VM of the principal runs with: set when the principal ends.
+    pub(crate) fn halt_token(&self) -> Arc<CancelToken> {
+        self.halt.clone()
+    }
+
+    /// Ends the principal; its queued items will be refused with `reason`. Its running items
+    /// stop at their next interrupt check once the caller raises the workers' signals
+    /// ([`PoolShared::interrupt_runs`](super::pool_shared::PoolShared::interrupt_runs)).
     pub(crate) fn end(&self, reason: &str) {
         *self.ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
-        self.alive.store(false, Ordering::Release);
+        self.halt.store(true, Ordering::Release);
         self.shared.end(reason);
     }
 

@@ -65,6 +65,28 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 /// The flag that, once true, stops the runs of one job. Checked by the interrupt's slow path.
 pub type CancelToken = AtomicBool;
 
+/// What cancels one run: the token of the job it belongs to, and the token of the VM it runs on
+/// (a pool worker's VM has its principal's: set when the domain's generation ends, it stops every
+/// run of every job of that generation, whatever job it is). The run stops when either is set and
+/// a raiser raised [`Signal::request_cancel`] after setting it, or it was set when the run began.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunTokens<'a> {
+    /// The job's own token (`None` for owners that can't be cancelled one by one).
+    pub job: Option<&'a CancelToken>,
+    /// The token of the VM the run executes on, shared by all its runs.
+    pub vm: Option<&'a CancelToken>,
+}
+
+impl RunTokens<'_> {
+    /// Whether either token is set. The loads are `Acquire`, paired with the `Release` stores
+    /// (or the read-modify-writes after them) of whoever set them.
+    #[inline]
+    fn cancelled(&self) -> bool {
+        let set = |t: Option<&CancelToken>| t.is_some_and(|t| t.load(Ordering::Acquire));
+        set(self.job) || set(self.vm)
+    }
+}
+
 use crate::sync::{hint, thread};
 use mlua::ffi;
 
@@ -308,7 +330,7 @@ impl<H: InterruptHook> Signal<H> {
         hook: H,
         deadline_ns: u64,
         budget_ns: u64,
-        token: Option<&CancelToken>,
+        tokens: RunTokens<'_>,
     ) -> OuterRun<H> {
         let (outer_deadline, outer_budget) = (
             self.deadline_ns.load(Ordering::Relaxed),
@@ -318,7 +340,7 @@ impl<H: InterruptHook> Signal<H> {
             self.budget_ns.store(budget_ns, Ordering::Release);
             self.deadline_ns.store(deadline_ns, Ordering::Release);
         }
-        if token.is_some_and(|t| t.load(Ordering::Acquire)) {
+        if tokens.cancelled() {
             self.flag.fetch_or(CANCEL, Ordering::Release);
         }
         let word = hook.into_word();
@@ -352,7 +374,7 @@ impl<H: InterruptHook> Signal<H> {
     /// A nested run of another job finds a cancel of the outer job stale and clears its bit, so
     /// ending a nested run raises the bit again when the outer job's token is set: the outer run
     /// stops at its next interrupt, as it would have without the nested run.
-    pub fn end_run(&self, outer: OuterRun<H>, outer_token: Option<&CancelToken>) {
+    pub fn end_run(&self, outer: OuterRun<H>, outer_tokens: RunTokens<'_>) {
         self.budget_ns.store(outer.budget_ns, Ordering::Release);
         self.deadline_ns.store(outer.deadline_ns, Ordering::Release);
         if outer.deadline_ns == 0 {
@@ -367,7 +389,7 @@ impl<H: InterruptHook> Signal<H> {
         }
         // A nested check that erased the outer job's cancel bit did so with a read-modify-write
         // that read the canceller's raise, so the token is visible here.
-        if outer_token.is_some_and(|t| t.load(Ordering::Acquire)) {
+        if outer_tokens.cancelled() {
             self.flag.fetch_or(CANCEL, Ordering::Release);
         }
         let outer_word = outer.hook.map_or(NO_RUN, H::into_word);
@@ -407,9 +429,9 @@ impl<H: InterruptHook> Signal<H> {
     /// the run must stop, if it must. A raised bit whose reason does not hold (it was meant for a
     /// run that has ended) is cleared; the watchdog and cancellers raise theirs again. When that
     /// leaves the flag clear, the interrupt is removed from the running VM again.
-    pub fn check(&self, now_ns: u64, token: Option<&CancelToken>) -> Option<Interruption> {
+    pub fn check(&self, now_ns: u64, tokens: RunTokens<'_>) -> Option<Interruption> {
         let flag = self.flag.load(Ordering::Acquire);
-        if flag & CANCEL != 0 && token.is_some_and(|t| t.load(Ordering::Acquire)) {
+        if flag & CANCEL != 0 && tokens.cancelled() {
             return Some(Interruption::Cancelled);
         }
         if flag & DEADLINE != 0 {
@@ -422,8 +444,14 @@ impl<H: InterruptHook> Signal<H> {
         self.flag
             .fetch_and(!(flag & (CANCEL | DEADLINE)), Ordering::AcqRel);
         // The clear may have erased a cancel of this very run raised since the token was read;
-        // it then read that raise, so the token is visible now.
-        if flag & CANCEL != 0 && token.is_some_and(|t| t.load(Ordering::Acquire)) {
+        // it then read that raise, so the token is visible now. The VM's token counts as much
+        // as the job's: a generation's end raises every worker's signal once, and a stale
+        // clear here must not lose it (the mutant reads only the job's token here).
+        #[cfg(not(loom_mutant = "budget_check_job_token_only"))]
+        let cancelled = tokens.cancelled();
+        #[cfg(loom_mutant = "budget_check_job_token_only")]
+        let cancelled = tokens.job.is_some_and(|t| t.load(Ordering::Acquire));
+        if flag & CANCEL != 0 && cancelled {
             self.flag.fetch_or(CANCEL, Ordering::Release);
             return Some(Interruption::Cancelled);
         }
@@ -483,6 +511,9 @@ thread_local! {
     static SIGNAL_PTR: Cell<*const Signal> = const { Cell::new(std::ptr::null()) };
     /// Set while a run on this thread may be cancelled: the cancel token of the running item.
     static CANCEL_TOKEN: Cell<*const CancelToken> = const { Cell::new(std::ptr::null()) };
+    /// Set while a run on this thread executes on a VM with a token of its own (a pool
+    /// worker's VM: its principal's, set when the generation ends).
+    static VM_TOKEN: Cell<*const CancelToken> = const { Cell::new(std::ptr::null()) };
     /// What the run in progress on this thread was stopped for. Each run starts with `None`
     /// and its guard gives the outer run's value back when it ends, so a nested run's stop never
     /// labels the outer run's own failure.
@@ -569,11 +600,16 @@ unsafe fn interrupt_slow(state: *mut ffi::lua_State, signal: &Signal) {
 
 /// Decides whether the run must stop; clears a stale flag otherwise.
 fn stop_reason(signal: &Signal) -> Option<Interruption> {
-    let token = CANCEL_TOKEN.with(Cell::get);
-    // SAFETY: the token pointer is set by a live `RunGuard`, which borrows the token for its
-    // whole life, and is restored when the guard drops.
-    let token = unsafe { token.as_ref() };
-    signal.check(now_ns(), token)
+    let (job, vm) = (CANCEL_TOKEN.with(Cell::get), VM_TOKEN.with(Cell::get));
+    // SAFETY: the token pointers are set by a live `RunGuard`, which borrows the tokens for its
+    // whole life, and are restored when the guard drops.
+    let tokens = unsafe {
+        RunTokens {
+            job: job.as_ref(),
+            vm: vm.as_ref(),
+        }
+    };
+    signal.check(now_ns(), tokens)
 }
 
 /// Formats a deadline as the rejection text names it.
@@ -603,39 +639,42 @@ pub(crate) fn format_seconds(d: Duration) -> String {
 pub(crate) struct RunGuard<'a> {
     signal: Arc<Signal>,
     outer_token: *const CancelToken,
+    outer_vm_token: *const CancelToken,
     /// What the outer run (if any) was stopped for when this one began.
     outer_stopped: Option<Interruption>,
     /// Taken by `drop`; `Some` for the guard's whole life.
     outer: Option<OuterRun<VmHook>>,
-    /// The token is read by the interrupt through a raw pointer while the guard lives, and the
+    /// The tokens are read by the interrupt through raw pointers while the guard lives, and the
     /// signal may store into the VM's interrupt slot until the guard drops.
     _borrows: std::marker::PhantomData<(&'a CancelToken, &'a mlua::Lua)>,
 }
 
 impl<'a> RunGuard<'a> {
-    /// Starts a run on `lua` with `deadline`; `cancel` is the token that, once true, stops the
-    /// run. The VM must have been built on this thread (see [`prepare`]).
+    /// Starts a run on `lua` with `deadline`; once either of `tokens` is true the run stops.
+    /// The VM must have been built on this thread (see [`prepare`]).
     pub(crate) fn start(
         lua: &'a mlua::Lua,
         deadline: Duration,
-        cancel: Option<&'a CancelToken>,
+        tokens: RunTokens<'a>,
     ) -> RunGuard<'a> {
         let signal = current_signal();
         let budget = deadline.as_nanos() as u64;
-        // The token goes in first: once `begin_run` registers the VM, a raise may install the
-        // interrupt, whose slow path reads the token.
-        let token_ptr = cancel.map_or(std::ptr::null(), |t| t as *const CancelToken);
-        let outer_token = CANCEL_TOKEN.with(|t| t.replace(token_ptr));
+        // The tokens go in first: once `begin_run` registers the VM, a raise may install the
+        // interrupt, whose slow path reads them.
+        let ptr = |t: Option<&CancelToken>| t.map_or(std::ptr::null(), |t| t as *const _);
+        let outer_token = CANCEL_TOKEN.with(|t| t.replace(ptr(tokens.job)));
+        let outer_vm_token = VM_TOKEN.with(|t| t.replace(ptr(tokens.vm)));
         let outer = signal.begin_run(
             VmHook::of(lua),
             now_ns().saturating_add(budget),
             budget,
-            cancel,
+            tokens,
         );
         let outer_stopped = STOPPED.with(|s| s.replace(None));
         RunGuard {
             signal,
             outer_token,
+            outer_vm_token,
             outer_stopped,
             outer: Some(outer),
             _borrows: std::marker::PhantomData,
@@ -651,12 +690,18 @@ impl<'a> RunGuard<'a> {
 impl Drop for RunGuard<'_> {
     fn drop(&mut self) {
         if let Some(outer) = self.outer.take() {
-            // SAFETY: the outer token was set by the outer run's guard, which borrows it and
+            // SAFETY: the outer tokens were set by the outer run's guard, which borrows them and
             // outlives this one (guards nest on the thread's stack).
-            let outer_token = unsafe { self.outer_token.as_ref() };
-            self.signal.end_run(outer, outer_token);
+            let outer_tokens = unsafe {
+                RunTokens {
+                    job: self.outer_token.as_ref(),
+                    vm: self.outer_vm_token.as_ref(),
+                }
+            };
+            self.signal.end_run(outer, outer_tokens);
         }
         CANCEL_TOKEN.with(|t| t.set(self.outer_token));
+        VM_TOKEN.with(|t| t.set(self.outer_vm_token));
         STOPPED.with(|s| s.set(self.outer_stopped));
     }
 }
@@ -730,7 +775,7 @@ mod tests {
     fn a_loop_past_its_deadline_is_stopped_with_the_deadline_named() {
         let lua = vm();
         let f: mlua::Function = lua.load("while true do end").into_function().unwrap();
-        let guard = RunGuard::start(&lua, Duration::from_millis(30), None);
+        let guard = RunGuard::start(&lua, Duration::from_millis(30), RunTokens::default());
         let started = Instant::now();
         let err = f.call::<()>(()).unwrap_err().to_string();
         assert!(
@@ -744,7 +789,7 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_millis(30));
         drop(guard);
         // The next run on the thread is not hit by the old flag.
-        let g2 = RunGuard::start(&lua, Duration::from_secs(5), None);
+        let g2 = RunGuard::start(&lua, Duration::from_secs(5), RunTokens::default());
         let n: i64 = lua
             .load("local n = 0 for i = 1, 100000 do n += 1 end return n")
             .eval()
@@ -760,7 +805,7 @@ mod tests {
             .load("while true do pcall(function() while true do end end) end")
             .into_function()
             .unwrap();
-        let _guard = RunGuard::start(&lua, Duration::from_millis(20), None);
+        let _guard = RunGuard::start(&lua, Duration::from_millis(20), RunTokens::default());
         let err = f.call::<()>(()).unwrap_err().to_string();
         assert!(err.contains("deadline exceeded"), "{err}");
     }
@@ -777,7 +822,14 @@ mod tests {
             signal.request_cancel();
         });
         let f: mlua::Function = lua.load("while true do end").into_function().unwrap();
-        let guard = RunGuard::start(&lua, Duration::from_secs(10), Some(&token));
+        let guard = RunGuard::start(
+            &lua,
+            Duration::from_secs(10),
+            RunTokens {
+                job: Some(&token),
+                vm: None,
+            },
+        );
         let err = f.call::<()>(()).unwrap_err().to_string();
         stopper.join().unwrap();
         assert!(err.contains("cancelled"), "{err}");
@@ -788,7 +840,7 @@ mod tests {
     fn a_stale_cancel_flag_without_a_token_is_ignored() {
         let lua = vm();
         current_signal().request_cancel();
-        let _guard = RunGuard::start(&lua, Duration::from_secs(10), None);
+        let _guard = RunGuard::start(&lua, Duration::from_secs(10), RunTokens::default());
         // The run began with the flag up, so the interrupt went in at once ...
         assert!(installed(&lua));
         let n: i64 = lua
@@ -804,7 +856,7 @@ mod tests {
     fn the_interrupt_is_installed_only_from_a_raise_to_the_end_of_the_run() {
         let lua = vm();
         assert!(!installed(&lua), "a new VM has no interrupt");
-        let guard = RunGuard::start(&lua, Duration::from_millis(20), None);
+        let guard = RunGuard::start(&lua, Duration::from_millis(20), RunTokens::default());
         assert!(
             !installed(&lua),
             "a run that nothing asked to stop has no interrupt"
@@ -827,8 +879,8 @@ mod tests {
     fn a_nested_run_on_another_vm_is_stopped_and_the_outer_run_goes_on() {
         let outer_vm = vm();
         let inner_vm = vm();
-        let outer = RunGuard::start(&outer_vm, Duration::from_secs(10), None);
-        let inner = RunGuard::start(&inner_vm, Duration::from_millis(20), None);
+        let outer = RunGuard::start(&outer_vm, Duration::from_secs(10), RunTokens::default());
+        let inner = RunGuard::start(&inner_vm, Duration::from_millis(20), RunTokens::default());
         let err = inner_vm
             .load("while true do end")
             .exec()
@@ -854,8 +906,8 @@ mod tests {
     fn an_outer_run_failing_for_its_own_reason_is_not_labelled_with_a_nested_stop() {
         let outer_vm = vm();
         let inner_vm = vm();
-        let outer = RunGuard::start(&outer_vm, Duration::from_secs(10), None);
-        let inner = RunGuard::start(&inner_vm, Duration::from_millis(20), None);
+        let outer = RunGuard::start(&outer_vm, Duration::from_secs(10), RunTokens::default());
+        let inner = RunGuard::start(&inner_vm, Duration::from_millis(20), RunTokens::default());
         let err = inner_vm.load("while true do end").exec().unwrap_err();
         assert!(err.to_string().contains("0.02 s"), "{err}");
         assert_eq!(
@@ -882,10 +934,24 @@ mod tests {
         let inner_vm = vm();
         let outer_token = CancelToken::new(false);
         let inner_token = CancelToken::new(false);
-        let outer = RunGuard::start(&outer_vm, Duration::from_secs(3), Some(&outer_token));
+        let outer = RunGuard::start(
+            &outer_vm,
+            Duration::from_secs(3),
+            RunTokens {
+                job: Some(&outer_token),
+                vm: None,
+            },
+        );
         // The outer job is cancelled while the nested run is active (here from the same
         // thread, as a canceller racing the nested run would).
-        let inner = RunGuard::start(&inner_vm, Duration::from_secs(3), Some(&inner_token));
+        let inner = RunGuard::start(
+            &inner_vm,
+            Duration::from_secs(3),
+            RunTokens {
+                job: Some(&inner_token),
+                vm: None,
+            },
+        );
         outer_token.store(true, Ordering::Release);
         current_signal().request_cancel();
         assert!(installed(&inner_vm));

@@ -40,6 +40,10 @@ pub(crate) struct VmCore {
     /// The authority of tasks whose owner carries none: the grant of the principal the VM
     /// serves. Set once, after the VM is built.
     authority: OnceCell<Arc<Authority>>,
+    /// The token that, once set, stops every run of this VM (see [`budget::RunTokens`]): a pool
+    /// worker's VM has its principal's, set when the generation ends. Set once, after the VM
+    /// is built.
+    halt: OnceCell<Arc<budget::CancelToken>>,
     /// The owner whose root task [`Vm::call`] is running for its first run, and its result once
     /// it ends there: the end is handed back to the caller instead of a completion.
     catching: RefCell<Option<Catch>>,
@@ -113,6 +117,7 @@ impl Vm {
                 None,
             )),
             authority: std::cell::OnceCell::new(),
+            halt: OnceCell::new(),
             catching: RefCell::new(None),
             memory,
             pool_wait_limit: Cell::new(None),
@@ -187,6 +192,12 @@ impl Vm {
     /// one principal for its whole life, so it is set once; a second call changes nothing.
     pub(crate) fn set_authority(&self, authority: Arc<Authority>) {
         let _ = self.core.authority.set(authority);
+    }
+
+    /// Sets the token that stops every run of the VM once it is set, whichever job the run
+    /// belongs to. Set once; a second call changes nothing.
+    pub(crate) fn set_halt(&self, halt: Arc<budget::CancelToken>) {
+        let _ = self.core.halt.set(halt);
     }
 
     /// Runs one scheduler step; answers whether any task ran.
@@ -413,6 +424,10 @@ impl SchedulerHost for VmCore {
 
     fn authority(&self) -> Option<&Arc<Authority>> {
         self.authority.get()
+    }
+
+    fn halt(&self) -> Option<&budget::CancelToken> {
+        self.halt.get().map(|t| &**t)
     }
 
     fn raised_text(&self, lua: &Lua, thread: &Thread, message: &str) -> Option<String> {

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use mlua::{ffi, FromLuaMulti, IntoLuaMulti, Lua, MultiValue, Thread};
 use rustc_hash::FxHashMap as HashMap;
 
-use super::budget::{Interruption, RunGuard};
+use super::budget::{CancelToken, Interruption, RunGuard, RunTokens};
 use super::coroutine::{self, Resumed};
 use super::liveness::Liveness;
 use super::out_of_memory::is_memory_error;
@@ -513,6 +513,8 @@ pub(crate) trait SchedulerHost {
     fn collect_when_full(&self, lua: &Lua);
     /// The authority of tasks whose owner carries none (the VM's principal's grant).
     fn authority(&self) -> Option<&Arc<Authority>>;
+    /// The token that stops every run of the VM once set (a pool worker VM's principal's).
+    fn halt(&self) -> Option<&CancelToken>;
 }
 
 /// Runs one step: the timers due now, the deferred batch, then the ready queue, each task once.
@@ -603,7 +605,11 @@ fn run_guarded<H: SchedulerHost, T>(
     // VM's own. Installed for this resume only, and removed when it yields or returns.
     let authority = owner.authority.as_ref().or_else(|| host.authority());
     let installed = capability::install(authority);
-    let guard = RunGuard::start(lua, owner.deadline, owner.cancel_token());
+    let tokens = RunTokens {
+        job: owner.cancel_token(),
+        vm: host.halt(),
+    };
+    let guard = RunGuard::start(lua, owner.deadline, tokens);
     if let Some(live) = liveness {
         live.enter();
     }

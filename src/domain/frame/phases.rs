@@ -534,8 +534,11 @@ impl ScriptDomain {
 
     /// Ends the domain: runs the `shutdown` phase (its failures become
     /// [`Report`](crate::Report)s), drops every bound handler, then ends the generation as a
-    /// restart does (queued pool items are refused unrun naming `domain '<name>' stopped`, the
-    /// shared store and key bindings end). The domain is then [`Stopped`](DomainState::Stopped):
+    /// restart does (queued pool items are refused unrun naming `domain '<name>' stopped`, its
+    /// running pool jobs are interrupted at their next interrupt check, so a host
+    /// [`Promise`](crate::Promise) of one settles as [`Error::Cancelled`](crate::Error::Cancelled)
+    /// within microseconds even for `while true do end`; the shared store and key bindings
+    /// end). The domain is then [`Stopped`](DomainState::Stopped):
     /// `run_phase`, `advance` and `frame` do nothing more. Stopping twice does nothing;
     /// dropping a domain stops it.
     ///

@@ -26,7 +26,7 @@ use crate::domain::events::handlers as event_handlers;
 use crate::domain::frame::{engine_services, phases};
 use crate::domain::host_dispatch::HostTargets;
 use crate::domain::reports::Reports;
-use crate::domain::{actor, interfaces, DomainState, Load, Report, ScriptDomain};
+use crate::domain::{actor, interfaces, DomainState, InterruptTarget, Load, Report, ScriptDomain};
 use crate::error::{Error, Halt, NameRefusal, Result};
 use crate::jobs::{
     self, HomeKind, JobsHome, MailboxReceiver, MailboxSender, Pool, PrincipalCell, Registry,
@@ -83,6 +83,8 @@ pub(crate) struct EngineSetup<'a> {
     /// The named-event handlers, routes and event queue its `@skein/events` reaches.
     pub(crate) event_handlers: &'a Rc<event_handlers::EventHandlers>,
     pub(crate) domain_name: &'a str,
+    /// Gives the engine VM the domain's interrupt token.
+    pub(crate) interrupt: &'a InterruptTarget,
 }
 
 impl GenerationState {
@@ -114,6 +116,8 @@ impl GenerationState {
     ) -> Result<GenerationState> {
         let generation = principal.id.generation;
         let vm = engine_vm(&principal, host.pool, host.reports)?;
+        // An `InterruptHandle` stops every run of the domain's engine VMs with this token.
+        vm.set_halt(host.interrupt.engine_token());
         vm.lua.set_app_data(registry.clone());
         phases::install_context_module(&vm.lua, &bindings)?;
         event_handlers::install_events_module(&vm.lua, host.event_handlers, generation)?;
@@ -255,6 +259,7 @@ impl ScriptDomain {
             reports: &self.reports,
             event_handlers: &self.event_handlers,
             domain_name: &self.name,
+            interrupt: &self.interrupt,
         };
         let next = GenerationState::assemble(&host, principal, rx, registry, bindings, actors)?;
         for (name, _) in next.principal.services.since(0) {
@@ -277,6 +282,7 @@ impl ScriptDomain {
     pub(crate) fn swap_generation(&mut self, other: &mut GenerationState) {
         std::mem::swap(&mut self.current, other);
         self.owned.set_running(self.generation());
+        self.interrupt.follow(&self.current.principal);
     }
 
     /// Makes `next` the current generation for good, after the current one has ended: its
@@ -285,6 +291,7 @@ impl ScriptDomain {
     pub(crate) fn install_generation(&mut self, next: GenerationState) {
         let ended = std::mem::replace(&mut self.current, next);
         self.owned.set_running(self.generation());
+        self.interrupt.follow(&self.current.principal);
         let generation = self.generation();
         // The order below is the generation's drop order (see `GenerationState`): the
         // receiver first joins the stale ones, then the engine VM goes, ending its tasks and
@@ -352,11 +359,17 @@ impl ScriptDomain {
 
     /// Ends the current generation: its principal, its key bindings (their queued items are
     /// refused unrun, naming `reason`), when `reject_pending` every host promise of the
-    /// generation still pending, and then the resources it owns ([`ScriptDomain::own`]). A stop leaves a job that is running to settle as it ends (a
-    /// worker that drops the job's VM fails it, naming the reason); a restart rejects it now.
+    /// generation still pending, and then the resources it owns ([`ScriptDomain::own`]). A job
+    /// of the generation that is running on a worker is interrupted at its next interrupt
+    /// check (its VM runs with the principal's token, and every worker's signal is raised), and
+    /// a stop leaves it to settle as it ends (a worker that drops the job's VM fails it, naming
+    /// the reason); a restart rejects it now.
     pub(crate) fn end_generation(&self, reason: &str, reject_pending: bool) {
         let ending = std::time::Instant::now();
         self.current.principal.end(reason);
+        // After the end above, so every run of the principal's worker VMs reads its token as
+        // set; other domains' runs take one slow path and go on.
+        self.pool.shared().interrupt_runs();
         // No worker outlives its generation: each is closed, interrupted and joined.
         self.current.actors.teardown();
         let id = self.current.principal.id;

@@ -224,6 +224,8 @@ impl WorkerVm {
                     report_to(&vm.lua, tally);
                 }
                 vm.set_authority(principal.authority.clone());
+                // Every run here stops once the principal ends (`PrincipalCell::end`).
+                vm.set_halt(principal.halt_token());
                 close_globals(&vm.lua);
                 vm
             }
