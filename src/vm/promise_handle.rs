@@ -67,8 +67,9 @@ pub(crate) const CANCELLED: i32 = 3;
 
 /// The tables behind one VM's handles, reached through registry references.
 pub(crate) struct HandleTables {
-    /// The handles' metatable.
-    metatable: RegistryKey,
+    /// A pending handle with the handles' metatable, read-only: each handle is a clone of it
+    /// (one table copy instead of a table built field by field and given its metatable).
+    template: RegistryKey,
     /// Its address: a value is a handle when its metatable is this one.
     metatable_ptr: *const c_void,
     /// Slot + 1 → handle, weak-valued.
@@ -133,9 +134,13 @@ pub(super) fn install(
     metatable.set_readonly(true);
     // SAFETY: `run_op` is a C function that takes one light userdata, as `protected` calls it.
     let run_op = unsafe { lua.create_c_function(run_op) }?;
+    let template = lua.create_table_with_capacity(SLOTS as usize, 0)?;
+    template.raw_set(STATE, f64::from(PENDING))?;
+    template.set_metatable(Some(metatable.clone()))?;
+    template.set_readonly(true);
     let tables = HandleTables {
         metatable_ptr: metatable.to_pointer(),
-        metatable: lua.create_registry_value(metatable)?,
+        template: lua.create_registry_value(template)?,
         slots: lua.create_registry_value(prelude.slots)?,
         reads: lua.create_registry_value(prelude.reads)?,
         run_op: lua.create_registry_value(run_op)?,
@@ -293,13 +298,36 @@ pub(crate) fn handle(lua: &Lua, cell: Rc<PromiseCell>) -> mlua::Result<Value> {
 /// `state` is a thread of the VM `tables` belongs to, with two free slots. Allocates: may raise
 /// a memory error, so no Rust value that needs dropping may be alive in the caller.
 pub(crate) unsafe fn push_handle(state: *mut ffi::lua_State, tables: &HandleTables) {
-    // SAFETY: as documented; each call pushes at most one slot above the handle.
+    // SAFETY: as documented; the template is read from the registry, cloned, and dropped.
     unsafe {
-        ffi::lua_createtable(state, SLOTS, 0);
-        ffi::lua_pushnumber(state, f64::from(PENDING));
-        ffi::lua_rawseti_(state, -2, STATE);
-        ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.metatable.id());
-        ffi::lua_setmetatable(state, -2);
+        ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.template.id());
+        clone_handle(state, -1);
+        ffi::lua_replace(state, -2);
+    }
+}
+
+/// Pushes a new, unbound handle cloned from the template at `template` (an index that
+/// [`push_templates`] filled, or one of a C function's upvalues).
+///
+/// # Safety
+/// As [`push_handle`], with one free slot; `template` holds the template.
+pub(crate) unsafe fn clone_handle(state: *mut ffi::lua_State, template: c_int) {
+    // SAFETY: as documented; a clone is writable (`luaH_clone` clears `readonly`) and keeps
+    // the template's metatable and array part, so [`bind`] and a settle write into slots that
+    // exist and allocate nothing.
+    unsafe { ffi::lua_clonetable(state, template) }
+}
+
+/// Pushes the handle template and the table of handles by slot, in that order: the upvalues a
+/// raw C function that makes handles keeps, so it reads neither from the registry.
+///
+/// # Safety
+/// `state` is a thread of the VM `tables` belongs to, with two free slots. Raw reads only.
+pub(crate) unsafe fn push_templates(state: *mut ffi::lua_State, tables: &HandleTables) {
+    // SAFETY: as documented.
+    unsafe {
+        ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.template.id());
+        ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.slots.id());
     }
 }
 
@@ -316,23 +344,39 @@ pub(crate) unsafe fn enter_slot(
     // SAFETY: as documented; two slots.
     unsafe {
         ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.slots.id());
-        ffi::lua_pushvalue(state, at);
-        ffi::lua_rawseti_(state, -2, slot_key(index));
+        enter_slot_in(state, ffi::lua_gettop(state), at, index);
         ffi::lua_settop(state, -2);
     }
 }
 
-/// Takes back an entry [`enter_slot`] made, when no promise was made for it.
+/// Enters the handle at `at` in the table of handles at `slots` (an absolute or pseudo-index,
+/// not one relative to the top) under slot `index`.
 ///
 /// # Safety
-/// `index` was entered (its key exists, so clearing it allocates nothing); two free slots.
-pub(crate) unsafe fn leave_slot(state: *mut ffi::lua_State, tables: &HandleTables, index: u32) {
+/// As [`push_handle`], with one free slot: may raise a memory error (the table may grow).
+pub(crate) unsafe fn enter_slot_in(
+    state: *mut ffi::lua_State,
+    slots: c_int,
+    at: c_int,
+    index: u32,
+) {
     // SAFETY: as documented.
     unsafe {
-        ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.slots.id());
+        ffi::lua_pushvalue(state, at);
+        ffi::lua_rawseti_(state, slots, slot_key(index));
+    }
+}
+
+/// Takes back an entry [`enter_slot_in`] made in the table of handles at `slots` (an absolute
+/// or pseudo-index), when no promise was made for it.
+///
+/// # Safety
+/// `index` was entered (its key exists, so clearing it allocates nothing); one free slot.
+pub(crate) unsafe fn leave_slot_in(state: *mut ffi::lua_State, slots: c_int, index: u32) {
+    // SAFETY: as documented.
+    unsafe {
         ffi::lua_pushnil(state);
-        ffi::lua_rawseti_(state, -2, slot_key(index));
-        ffi::lua_settop(state, -2);
+        ffi::lua_rawseti_(state, slots, slot_key(index));
     }
 }
 
@@ -474,14 +518,15 @@ fn write_without_allocating(
             ffi::lua_pushnumber(state, f64::from(code));
             ffi::lua_rawseti_(state, at, STATE);
             ffi::lua_setreadonly(state, at, 1);
-            ffi::lua_settop(state, at - 1);
+            ffi::lua_settop(state, at - 2);
             Some(true)
         }
     })
 }
 
-/// Pushes the handle of slot `index`: answers its index, or `None` (nothing pushed) when the
-/// handle was collected.
+/// Pushes the table of handles, then the handle of slot `index` above it: answers the
+/// handle's index, or `None` (nothing pushed) when the handle was collected. The caller pops
+/// both (`lua_settop(state, at - 2)`, or its protected call's end).
 ///
 /// # Safety
 /// Two free slots. Raw reads: allocates nothing.
@@ -497,7 +542,6 @@ unsafe fn find_handle(
             ffi::lua_settop(state, -3);
             return None;
         }
-        ffi::lua_remove(state, -2);
         Some(ffi::lua_gettop(state))
     }
 }
