@@ -42,7 +42,7 @@ use std::rc::Rc;
 use mlua::{ffi, Error, Function, Lua, RegistryKey, Table, Value};
 
 use super::core::VmCore;
-use super::luau_promise::{Outcome, PromiseCell, Settled};
+use super::luau_promise::{Outcome, PromiseCell, PromiseId, Settled};
 use super::task_library::POOL_PROMISES;
 use crate::value::write::write_protected;
 use crate::value::Message;
@@ -471,6 +471,23 @@ fn write_settled(lua: &Lua, core: &VmCore, tables: &HandleTables, index: u32, ou
     }
 }
 
+/// The state code of an outcome that needs no allocation to write into its handle (a scalar
+/// value, or only a state), or `None` when its value must be built.
+fn scalar_code(outcome: &Outcome) -> Option<i32> {
+    match outcome {
+        Outcome::Resolved(
+            Message::Nil
+            | Message::Boolean(_)
+            | Message::Integer(_)
+            | Message::Number(_)
+            | Message::Vector(_),
+        ) => Some(RESOLVED),
+        Outcome::Resolved(_) => None,
+        Outcome::Rejected(_) => Some(REJECTED),
+        Outcome::Cancelled => Some(CANCELLED),
+    }
+}
+
 /// Writes an outcome that needs no allocation (a scalar value, or only a state) straight into
 /// its handle, without a protected call: nothing in it can raise. Answers whether the handle
 /// was found, or `None` when the outcome needs building.
@@ -480,46 +497,121 @@ fn write_without_allocating(
     index: u32,
     outcome: &Outcome,
 ) -> Option<bool> {
-    let code = match outcome {
-        Outcome::Resolved(
-            Message::Nil
-            | Message::Boolean(_)
-            | Message::Integer(_)
-            | Message::Number(_)
-            | Message::Vector(_),
-        ) => RESOLVED,
-        Outcome::Resolved(_) => return None,
-        Outcome::Rejected(_) => REJECTED,
-        Outcome::Cancelled => CANCELLED,
-    };
+    let code = scalar_code(outcome)?;
     lua.exec_raw_lua(|raw| {
         let state = raw.state();
         // SAFETY: three checked slots (checking can grow the stack, as mlua's own pushes do
-        // outside protected calls); raw reads, scalar pushes and writes into the handle's
-        // preallocated array part allocate nothing, so nothing here can raise.
+        // outside protected calls); `write_scalar` allocates nothing, and the top is restored.
         unsafe {
             if ffi::lua_checkstack(state, 3) == 0 {
                 return None;
             }
-            let Some(at) = find_handle(state, tables, index) else {
-                return Some(false);
-            };
-            ffi::lua_setreadonly(state, at, 0);
-            if let Outcome::Resolved(message) = outcome {
-                match message {
-                    Message::Boolean(b) => ffi::lua_pushboolean(state, c_int::from(*b)),
-                    Message::Integer(i) => ffi::lua_pushinteger64(state, *i),
-                    Message::Number(n) => ffi::lua_pushnumber(state, *n),
-                    Message::Vector([x, y, z]) => ffi::lua_pushvector(state, *x, *y, *z),
-                    _ => ffi::lua_pushnil(state),
-                }
-                ffi::lua_rawseti_(state, at, VALUE);
+            ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.slots.id());
+            let slots = ffi::lua_gettop(state);
+            let found = write_scalar(state, slots, index, code, outcome);
+            ffi::lua_settop(state, slots - 1);
+            Some(found)
+        }
+    })
+}
+
+/// Writes `outcome` (whose [`scalar_code`] is `code`) into the handle of slot `index`, found in
+/// the table of handles at `slots`; answers false when the handle was collected. The stack is
+/// left as it was.
+///
+/// # Safety
+/// `slots` is an absolute index holding the table of handles; two free slots. Raw reads,
+/// scalar pushes and writes into the handle's preallocated array part: nothing allocates, so
+/// nothing can raise.
+unsafe fn write_scalar(
+    state: *mut ffi::lua_State,
+    slots: c_int,
+    index: u32,
+    code: i32,
+    outcome: &Outcome,
+) -> bool {
+    // SAFETY: as documented.
+    unsafe {
+        if ffi::lua_rawgeti_(state, slots, slot_key(index)) != ffi::LUA_TTABLE {
+            ffi::lua_settop(state, slots);
+            return false;
+        }
+        let at = slots + 1;
+        ffi::lua_setreadonly(state, at, 0);
+        if let Outcome::Resolved(message) = outcome {
+            match message {
+                Message::Boolean(b) => ffi::lua_pushboolean(state, c_int::from(*b)),
+                Message::Integer(i) => ffi::lua_pushinteger64(state, *i),
+                Message::Number(n) => ffi::lua_pushnumber(state, *n),
+                Message::Vector([x, y, z]) => ffi::lua_pushvector(state, *x, *y, *z),
+                _ => ffi::lua_pushnil(state),
             }
-            ffi::lua_pushnumber(state, f64::from(code));
-            ffi::lua_rawseti_(state, at, STATE);
-            ffi::lua_setreadonly(state, at, 1);
-            ffi::lua_settop(state, at - 2);
-            Some(true)
+            ffi::lua_rawseti_(state, at, VALUE);
+        }
+        ffi::lua_pushnumber(state, f64::from(code));
+        ffi::lua_rawseti_(state, at, STATE);
+        ffi::lua_setreadonly(state, at, 1);
+        ffi::lua_settop(state, slots);
+        true
+    }
+}
+
+/// Settles each promise of `batch` in order, as [`VmCore::settle`] does one by one, and
+/// empties it. Runs of outcomes that need nothing built are written under one raw call and one
+/// read of the table of handles; an outcome that needs building takes the one-by-one path, in
+/// its turn, so the tasks woken are queued in the order the outcomes came.
+pub(crate) fn settle_batch(lua: &Lua, core: &VmCore, batch: &mut Vec<(PromiseId, Outcome)>) {
+    let mut rest = batch.drain(..);
+    loop {
+        let next = match core.handles.get() {
+            Some(tables) => settle_scalars(lua, core, tables, &mut rest),
+            None => rest.next(),
+        };
+        let Some((id, outcome)) = next else {
+            return;
+        };
+        core.settle(lua, id, outcome);
+    }
+}
+
+/// Settles outcomes from `rest` while each needs nothing built; answers the first that does
+/// (or any, when the stack can't be checked), for the caller to settle one by one.
+fn settle_scalars(
+    lua: &Lua,
+    core: &VmCore,
+    tables: &HandleTables,
+    rest: &mut impl Iterator<Item = (PromiseId, Outcome)>,
+) -> Option<(PromiseId, Outcome)> {
+    lua.exec_raw_lua(|raw| {
+        let state = raw.state();
+        // SAFETY: three checked slots: the table of handles, a handle and a value. Nothing
+        // here allocates in the VM or raises (see `write_scalar`); the top is restored.
+        unsafe {
+            if ffi::lua_checkstack(state, 3) == 0 {
+                return rest.next();
+            }
+            ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.slots.id());
+            let slots = ffi::lua_gettop(state);
+            let mut slow = None;
+            for (id, outcome) in rest.by_ref() {
+                let Some(code) = scalar_code(&outcome) else {
+                    slow = Some((id, outcome));
+                    break;
+                };
+                let settled = core.promises.borrow_mut().settle(id, outcome);
+                let Some(settled) = settled else {
+                    continue;
+                };
+                if let Some(index) = settled.held {
+                    if !write_scalar(state, slots, index, code, &settled.outcome) {
+                        // The handle was collected before the promise settled.
+                        core.promises.borrow_mut().free_held(index);
+                    }
+                }
+                core.wake(settled.waiters);
+            }
+            ffi::lua_settop(state, slots - 1);
+            slow
         }
     })
 }
