@@ -44,16 +44,25 @@ impl ScriptDomain {
     /// handled anything.
     pub(crate) fn drain_mailbox(&self) -> bool {
         let vm = &self.current.vm;
-        let mut settles = vm.settle_buffer();
+        // The kept buffer is taken at the first settlement: a drain that finds none costs
+        // nothing more.
+        let mut settles = Vec::new();
         let handled = self.current.rx.drain(|event| match event {
-            DomainEvent::Settle { promise, outcome } => settles.push((promise, outcome)),
+            DomainEvent::Settle { promise, outcome } => {
+                if settles.capacity() == 0 {
+                    settles = vm.settle_buffer();
+                }
+                settles.push((promise, outcome));
+            }
             other => {
                 vm.settle_all(&mut settles);
                 self.handle(other);
             }
         });
-        vm.settle_all(&mut settles);
-        vm.keep_settle_buffer(settles);
+        if settles.capacity() > 0 {
+            vm.settle_all(&mut settles);
+            vm.keep_settle_buffer(settles);
+        }
         handled > 0
     }
 
