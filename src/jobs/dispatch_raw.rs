@@ -375,15 +375,15 @@ pub(crate) fn queue(
         held,
         carried,
     } = call;
-    let job = JobShared::new(
+    let job = JobShared::holding(
         opts.name,
         module.spec,
         entry.clone(),
         home.pool.clone(),
         home.principal.id,
         opts.key.clone(),
+        Held::Own(held),
     );
-    job.hold(Held::Own(held));
     let cell = core.promises.borrow_mut().make("jobs.dispatch");
     cell.set_canceller(job.clone());
     if let Some(key) = &opts.key {
