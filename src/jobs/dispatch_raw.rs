@@ -375,14 +375,14 @@ pub(crate) fn queue(
         held,
         carried,
     } = call;
-    let job = JobShared::holding(
+    let job = JobShared::new(
         opts.name,
         module.spec,
         entry.clone(),
         home.pool.clone(),
         home.principal.id,
         opts.key.clone(),
-        Held::Own(held),
+        Some(Held::Own(held)),
     );
     let cell = core.promises.borrow_mut().make("jobs.dispatch");
     cell.set_canceller(job.clone());

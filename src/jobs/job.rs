@@ -92,7 +92,8 @@ impl JobShared {
         &self.host
     }
 
-    /// The state of a job a script or the host dispatched.
+    /// The state of a job a script or the host dispatched, holding `charge` (a script's job's
+    /// weight; the chunks of one `parallelFor` share one) until it is dropped.
     pub(crate) fn new(
         name: Option<String>,
         module: Arc<str>,
@@ -100,30 +101,9 @@ impl JobShared {
         pool: Arc<PoolShared>,
         principal: Principal,
         key: Option<Bytes>,
+        charge: Option<Held>,
     ) -> Arc<JobShared> {
-        Self::make(name, (module, entry), pool, principal, key, None, None)
-    }
-
-    /// As [`new`](Self::new), holding `charge` until the job is dropped (the chunks of one
-    /// `parallelFor` share one charge).
-    pub(crate) fn holding(
-        name: Option<String>,
-        module: Arc<str>,
-        entry: Arc<str>,
-        pool: Arc<PoolShared>,
-        principal: Principal,
-        key: Option<Bytes>,
-        charge: Held,
-    ) -> Arc<JobShared> {
-        Self::make(
-            name,
-            (module, entry),
-            pool,
-            principal,
-            key,
-            None,
-            Some(charge),
-        )
+        Self::make(name, (module, entry), pool, principal, key, None, charge)
     }
 
     /// As [`new`](Self::new), for an item of a registered job: it carries the job's tally.

@@ -180,14 +180,14 @@ pub(super) fn queue_chunks(
     let jobs: Vec<Arc<JobShared>> = chunks
         .iter()
         .map(|_| {
-            JobShared::holding(
+            JobShared::new(
                 name.clone(),
                 target.spec.clone(),
                 target.entry.clone(),
                 home.pool.clone(),
                 home.principal.id,
                 None,
-                Held::Shared(charge.clone()),
+                Some(Held::Shared(charge.clone())),
             )
         })
         .collect();
