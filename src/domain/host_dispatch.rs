@@ -117,6 +117,7 @@ impl ScriptDomain {
             self.pool.shared().clone(),
             self.current.principal.id,
             opts.key.clone(),
+            None,
         );
         let item = Item {
             principal: self.current.principal.clone(),

@@ -33,7 +33,9 @@ use super::options::{deadline_fits, key_fits, DispatchOptions};
 use crate::principal::capability::current_or;
 use crate::value::read::Reader;
 use crate::value::{Charge, Held, Limits, Message};
-use crate::vm::promise_handle::{self, bind, enter_slot, leave_slot, push_handle};
+use crate::vm::promise_handle::{
+    self, bind, clone_handle, enter_slot_in, leave_slot_in, push_templates,
+};
 use crate::vm::{caller_chunk, Outcome, PromiseCell, Resolved, VmCore};
 
 /// What the raw `jobs.dispatch` reaches through its first upvalue: the VM's home and core.
@@ -43,7 +45,15 @@ pub(crate) struct DispatchContext {
     /// The last module this VM's dispatches resolved: a loop that dispatches to one module
     /// from one file finds it by comparing two short byte strings, not hashing them.
     last: RefCell<Option<LastModule>>,
+    /// Whether upvalues 3 and 4 hold the handle template and the table of handles (the VM had
+    /// its handle tables when the function was made): the fast path needs them.
+    handles: bool,
 }
+
+/// The upvalue holding the handle template (`promise_handle::push_templates`).
+const TEMPLATE: c_int = 3;
+/// The upvalue holding the table of handles by slot.
+const SLOTS: c_int = 4;
 
 /// A resolution kept by [`DispatchContext`]: the calling chunk's name and the specifier as
 /// bytes, under the module generation it was made in (an edit moves it).
@@ -64,18 +74,29 @@ pub(crate) fn dispatch_function(
     slow: Function,
 ) -> mlua::Result<Function> {
     let context = Rc::new(DispatchContext {
+        handles: promise_handle::tables(&core).is_some(),
         home,
         core,
         last: RefCell::new(None),
     });
     let pointer = Rc::as_ptr(&context).cast_mut().cast::<c_void>();
+    let core = context.core.clone();
     lua.set_app_data(context);
-    // SAFETY: pushes the two upvalues and the closure inside exec_raw's protected call.
+    // SAFETY: pushes the four upvalues and the closure inside exec_raw's protected call (two
+    // free slots past the ones mlua reserved for the argument).
     unsafe {
         lua.exec_raw::<Function>(slow, |state| {
+            ffi::lua_rawcheckstack(state, 3);
             ffi::lua_pushlightuserdata(state, pointer);
             ffi::lua_insert(state, -2);
-            ffi::lua_pushcclosurek(state, raw_dispatch, c"dispatch".as_ptr(), 2, None);
+            match promise_handle::tables(&core) {
+                Some(tables) => push_templates(state, tables),
+                None => {
+                    ffi::lua_pushnil(state);
+                    ffi::lua_pushnil(state);
+                }
+            }
+            ffi::lua_pushcclosurek(state, raw_dispatch, c"dispatch".as_ptr(), 4, None);
         })
     }
 }
@@ -83,7 +104,8 @@ pub(crate) fn dispatch_function(
 /// The raw `jobs.dispatch`.
 ///
 /// # Safety
-/// Called by Luau only, with upvalue 1 the VM's [`DispatchContext`] and upvalue 2 the slow path.
+/// Called by Luau only, with upvalue 1 the VM's [`DispatchContext`], upvalue 2 the slow path,
+/// and upvalues [`TEMPLATE`] and [`SLOTS`] as [`dispatch_function`] set them.
 unsafe extern "C-unwind" fn raw_dispatch(state: *mut ffi::lua_State) -> c_int {
     // SAFETY: as documented; the context outlives every call (the VM's app data holds it).
     let context =
@@ -99,10 +121,10 @@ unsafe extern "C-unwind" fn raw_dispatch(state: *mut ffi::lua_State) -> c_int {
                 ffi::LUA_TNONE | ffi::LUA_TNIL | ffi::LUA_TTABLE
             )
     };
-    let Some(tables) = promise_handle::tables(&context.core).filter(|_| common) else {
+    if !(common && context.handles) {
         // SAFETY: no Rust value is alive.
         return unsafe { promise_handle::call_slow(state) };
-    };
+    }
     let index = context.core.promises.borrow().next_index();
     // SAFETY: phase one: the handle, made while no Rust value is alive (it may raise), and the
     // stack the argument reader needs, reserved now so that its own check allocates nothing.
@@ -111,9 +133,9 @@ unsafe extern "C-unwind" fn raw_dispatch(state: *mut ffi::lua_State) -> c_int {
             return promise_handle::call_slow(state);
         }
         ffi::lua_settop(state, 4);
-        push_handle(state, tables);
+        clone_handle(state, ffi::lua_upvalueindex(TEMPLATE));
         let at = ffi::lua_gettop(state);
-        enter_slot(state, tables, at, index);
+        enter_slot_in(state, ffi::lua_upvalueindex(SLOTS), at, index);
         at
     };
     let queued = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -127,7 +149,7 @@ unsafe extern "C-unwind" fn raw_dispatch(state: *mut ffi::lua_State) -> c_int {
     // SAFETY: phase three of a call the fast path did not take: nothing was made for the entry
     // it cleared, and no Rust value is alive.
     unsafe {
-        leave_slot(state, tables, index);
+        leave_slot_in(state, ffi::lua_upvalueindex(SLOTS), index);
         ffi::lua_settop(state, 4);
         promise_handle::call_slow(state)
     }
@@ -360,8 +382,8 @@ pub(crate) fn queue(
         home.pool.clone(),
         home.principal.id,
         opts.key.clone(),
+        Some(Held::Own(held)),
     );
-    job.hold(Held::Own(held));
     let cell = core.promises.borrow_mut().make("jobs.dispatch");
     cell.set_canceller(job.clone());
     if let Some(key) = &opts.key {

@@ -161,7 +161,10 @@ pub(crate) fn home(lua: &Lua) -> mlua::Result<Rc<JobsHome>> {
 
 /// Takes `n` bytes of the job budget for `what`; when the budget would refuse, first frees the
 /// promises of this VM whose handles were collected (a handle is a table, so its promise's
-/// charge goes back when the VM sees it gone, not at the collection itself).
+/// charge goes back when the VM sees it gone, not at the collection itself), and if that is
+/// not enough, runs one full collection and looks again: handles the script let go of but the
+/// incremental collector has not reached yet (a loop that dispatched a burst, dropped it and
+/// dispatches the next) must not count against the bound.
 pub(crate) fn charge_or_reclaim(
     lua: &Lua,
     core: &VmCore,
@@ -169,10 +172,17 @@ pub(crate) fn charge_or_reclaim(
     n: usize,
     what: &str,
 ) -> Result<Charge, String> {
-    charge_job(budget, n, what).or_else(|_| {
-        free_collected(lua, core);
-        charge_job(budget, n, what)
-    })
+    charge_job(budget, n, what)
+        .or_else(|_| {
+            free_collected(lua, core);
+            charge_job(budget, n, what)
+        })
+        .or_else(|_| {
+            // A collection that fails (out of memory) frees what it can; the charge decides.
+            let _ = lua.gc_collect();
+            free_collected(lua, core);
+            charge_job(budget, n, what)
+        })
 }
 
 /// A refusal of a `jobs` call, raised as a Luau error.

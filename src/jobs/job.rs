@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -72,7 +72,7 @@ pub(crate) struct JobShared {
     pub(crate) tally: Option<Arc<JobTally>>,
     /// What the job holds of its generation's [`MAX_JOB_BYTES`], for the jobs scripts dispatch:
     /// given back when the last holder (the item, the promise's canceller) lets go.
-    charge: OnceLock<Held>,
+    charge: Option<Held>,
     /// Where the outcome goes when the host dispatched the job (`ReplyTo::HostJob`): in the
     /// job's own allocation, so a host dispatch allocates once. Unused by other jobs.
     host: HostSlot,
@@ -92,7 +92,8 @@ impl JobShared {
         &self.host
     }
 
-    /// The state of a job a script or the host dispatched.
+    /// The state of a job a script or the host dispatched, holding `charge` (a script's job's
+    /// weight; the chunks of one `parallelFor` share one) until it is dropped.
     pub(crate) fn new(
         name: Option<String>,
         module: Arc<str>,
@@ -100,8 +101,9 @@ impl JobShared {
         pool: Arc<PoolShared>,
         principal: Principal,
         key: Option<Bytes>,
+        charge: Option<Held>,
     ) -> Arc<JobShared> {
-        Self::make(name, (module, entry), pool, principal, key, None)
+        Self::make(name, (module, entry), pool, principal, key, None, charge)
     }
 
     /// As [`new`](Self::new), for an item of a registered job: it carries the job's tally.
@@ -121,10 +123,11 @@ impl JobShared {
             principal,
             key,
             Some(tally),
+            None,
         )
     }
 
-    /// The one allocation of a job: not started, not cancelled, holding no charge yet.
+    /// The one allocation of a job: not started, not cancelled, holding `charge`, if any.
     #[inline]
     fn make(
         name: Option<String>,
@@ -133,6 +136,7 @@ impl JobShared {
         principal: Principal,
         key: Option<Bytes>,
         tally: Option<Arc<JobTally>>,
+        charge: Option<Held>,
     ) -> Arc<JobShared> {
         Arc::new(JobShared {
             handoff: Handoff::new(),
@@ -146,21 +150,15 @@ impl JobShared {
             key,
             fresh: AtomicBool::new(false),
             tally,
-            charge: OnceLock::new(),
+            charge,
             host: HostSlot::default(),
         })
-    }
-
-    /// Makes the job hold `charge` until it is dropped (once; a second charge is dropped). The
-    /// chunks of one `parallelFor` share one charge.
-    pub(crate) fn hold(&self, charge: Held) {
-        let _ = self.charge.set(charge);
     }
 
     /// Adds a result's weight to what the job holds. Answers what would have been held when
     /// that passes the bound; a job that holds no charge (the host's) takes any result.
     pub(crate) fn charge_result(&self, weight: usize) -> Result<(), String> {
-        match self.charge.get() {
+        match &self.charge {
             None => Ok(()),
             Some(charge) => charge.grow(weight).map_err(|would| {
                 format!(

@@ -180,16 +180,15 @@ pub(super) fn queue_chunks(
     let jobs: Vec<Arc<JobShared>> = chunks
         .iter()
         .map(|_| {
-            let job = JobShared::new(
+            JobShared::new(
                 name.clone(),
                 target.spec.clone(),
                 target.entry.clone(),
                 home.pool.clone(),
                 home.principal.id,
                 None,
-            );
-            job.hold(Held::Shared(charge.clone()));
-            job
+                Some(Held::Shared(charge.clone())),
+            )
         })
         .collect();
     let cell = core.promises.borrow_mut().make(call);

@@ -54,7 +54,12 @@ pub(crate) struct VmCore {
     pub(super) pool_wait_limit: Cell<Option<usize>>,
     /// The tables behind this VM's promise handles, set when the `task` library is installed.
     pub(crate) handles: OnceCell<HandleTables>,
+    /// The buffer a drain collects settlements in ([`Vm::settle_buffer`]).
+    settle_spare: Cell<Vec<(luau_promise::PromiseId, Outcome)>>,
 }
+
+/// The capacity of the settle buffer kept between drains.
+const SETTLE_BUFFER_KEPT: usize = 256;
 
 /// The root task a [`Vm::call`] watches through its first run.
 struct Catch {
@@ -122,6 +127,7 @@ impl Vm {
             memory,
             pool_wait_limit: Cell::new(None),
             handles: OnceCell::new(),
+            settle_spare: Cell::new(Vec::new()),
         });
         lua.set_app_data(core.clone());
         task_library::install(&lua)?;
@@ -208,6 +214,29 @@ impl Vm {
     /// Settles a promise homed here, writes its handle and queues its waiters.
     pub(crate) fn settle(&self, id: luau_promise::PromiseId, outcome: Outcome) {
         self.core.settle(&self.lua, id, outcome);
+    }
+
+    /// Settles each promise of `batch` in order, as [`settle`](Self::settle) would one by one,
+    /// and empties it: the outcomes that need nothing built in the VM (scalars, rejections,
+    /// cancellations) are written into their handles under one look-up of the table of
+    /// handles.
+    pub(crate) fn settle_all(&self, batch: &mut Vec<(luau_promise::PromiseId, Outcome)>) {
+        if !batch.is_empty() {
+            promise_handle::settle_batch(&self.lua, &self.core, batch);
+        }
+    }
+
+    /// A buffer for [`settle_all`](Self::settle_all), reused across drains; give it back with
+    /// [`keep_settle_buffer`](Self::keep_settle_buffer).
+    pub(crate) fn settle_buffer(&self) -> Vec<(luau_promise::PromiseId, Outcome)> {
+        self.core.settle_spare.take()
+    }
+
+    /// Keeps an emptied buffer for the next drain (a small one: a burst's is let go).
+    pub(crate) fn keep_settle_buffer(&self, mut buffer: Vec<(luau_promise::PromiseId, Outcome)>) {
+        buffer.clear();
+        buffer.shrink_to(SETTLE_BUFFER_KEPT);
+        self.core.settle_spare.set(buffer);
     }
 
     /// Frees the promises whose handles were collected (their jobs' charges go back).

@@ -36,9 +36,59 @@ impl Outcome {
     }
 }
 
+impl Outcome {
+    /// Whether a copy costs no allocation: a scalar value, a rejection (its failure is shared)
+    /// or a cancellation. Such an outcome is kept inline once settled.
+    fn copies_cheaply(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Resolved(
+                Message::Nil
+                    | Message::Boolean(_)
+                    | Message::Integer(_)
+                    | Message::Number(_)
+                    | Message::Vector(_)
+            ) | Outcome::Rejected(_)
+                | Outcome::Cancelled
+        )
+    }
+}
+
+/// A settled promise's outcome as its cell keeps and hands it out: inline when copying it is
+/// cheap (the common echo of a number costs no allocation per promise), shared behind an `Rc`
+/// when its value would be copied deep (a string, a table).
+#[derive(Clone)]
+pub(crate) enum SettledOutcome {
+    /// An outcome whose copy allocates nothing.
+    Inline(Outcome),
+    /// Any other outcome.
+    Shared(Rc<Outcome>),
+}
+
+impl SettledOutcome {
+    fn new(outcome: Outcome) -> Self {
+        if outcome.copies_cheaply() {
+            SettledOutcome::Inline(outcome)
+        } else {
+            SettledOutcome::Shared(Rc::new(outcome))
+        }
+    }
+}
+
+impl std::ops::Deref for SettledOutcome {
+    type Target = Outcome;
+
+    fn deref(&self) -> &Outcome {
+        match self {
+            SettledOutcome::Inline(outcome) => outcome,
+            SettledOutcome::Shared(outcome) => outcome,
+        }
+    }
+}
+
 enum State {
     Pending { waiters: Vec<TaskId> },
-    Settled(Rc<Outcome>),
+    Settled(SettledOutcome),
 }
 
 /// Stops the work behind a promise when the promise is cancelled.
@@ -87,7 +137,7 @@ impl PromiseCell {
     }
 
     /// The outcome, once settled: whoever asks has observed it.
-    pub(crate) fn outcome(&self) -> Option<Rc<Outcome>> {
+    pub(crate) fn outcome(&self) -> Option<SettledOutcome> {
         match &*self.state.borrow() {
             State::Pending { .. } => None,
             State::Settled(outcome) => {
@@ -152,7 +202,7 @@ impl PromiseCell {
     }
 
     /// The outcome once settled, without counting as observed (its handle is being made).
-    pub(crate) fn settled_outcome(&self) -> Option<Rc<Outcome>> {
+    pub(crate) fn settled_outcome(&self) -> Option<SettledOutcome> {
         match &*self.state.borrow() {
             State::Pending { .. } => None,
             State::Settled(outcome) => Some(outcome.clone()),
@@ -160,13 +210,13 @@ impl PromiseCell {
     }
 
     /// Settles the promise; answers the waiters to wake, or `None` when it had settled already.
-    fn settle(&self, outcome: Outcome) -> Option<(Vec<TaskId>, Rc<Outcome>)> {
+    fn settle(&self, outcome: Outcome) -> Option<(Vec<TaskId>, SettledOutcome)> {
         let mut state = self.state.borrow_mut();
         match &mut *state {
             State::Settled(_) => None,
             State::Pending { waiters } => {
                 let waiters = std::mem::take(waiters);
-                let outcome = Rc::new(outcome);
+                let outcome = SettledOutcome::new(outcome);
                 *state = State::Settled(outcome.clone());
                 Some((waiters, outcome))
             }
@@ -243,7 +293,7 @@ pub(crate) struct Settled {
     /// Its slot, when it keeps it for its handle.
     pub(crate) held: Option<u32>,
     pub(crate) waiters: Vec<TaskId>,
-    pub(crate) outcome: Rc<Outcome>,
+    pub(crate) outcome: SettledOutcome,
 }
 
 /// The promises of one VM: pending ones, and settled ones whose handle may still be alive.

@@ -42,7 +42,7 @@ use std::rc::Rc;
 use mlua::{ffi, Error, Function, Lua, RegistryKey, Table, Value};
 
 use super::core::VmCore;
-use super::luau_promise::{Outcome, PromiseCell, Settled};
+use super::luau_promise::{Outcome, PromiseCell, PromiseId, Settled};
 use super::task_library::POOL_PROMISES;
 use crate::value::write::write_protected;
 use crate::value::Message;
@@ -67,8 +67,9 @@ pub(crate) const CANCELLED: i32 = 3;
 
 /// The tables behind one VM's handles, reached through registry references.
 pub(crate) struct HandleTables {
-    /// The handles' metatable.
-    metatable: RegistryKey,
+    /// A pending handle with the handles' metatable, read-only: each handle is a clone of it
+    /// (one table copy instead of a table built field by field and given its metatable).
+    template: RegistryKey,
     /// Its address: a value is a handle when its metatable is this one.
     metatable_ptr: *const c_void,
     /// Slot + 1 → handle, weak-valued.
@@ -133,9 +134,13 @@ pub(super) fn install(
     metatable.set_readonly(true);
     // SAFETY: `run_op` is a C function that takes one light userdata, as `protected` calls it.
     let run_op = unsafe { lua.create_c_function(run_op) }?;
+    let template = lua.create_table_with_capacity(SLOTS as usize, 0)?;
+    template.raw_set(STATE, f64::from(PENDING))?;
+    template.set_metatable(Some(metatable.clone()))?;
+    template.set_readonly(true);
     let tables = HandleTables {
         metatable_ptr: metatable.to_pointer(),
-        metatable: lua.create_registry_value(metatable)?,
+        template: lua.create_registry_value(template)?,
         slots: lua.create_registry_value(prelude.slots)?,
         reads: lua.create_registry_value(prelude.reads)?,
         run_op: lua.create_registry_value(run_op)?,
@@ -293,13 +298,36 @@ pub(crate) fn handle(lua: &Lua, cell: Rc<PromiseCell>) -> mlua::Result<Value> {
 /// `state` is a thread of the VM `tables` belongs to, with two free slots. Allocates: may raise
 /// a memory error, so no Rust value that needs dropping may be alive in the caller.
 pub(crate) unsafe fn push_handle(state: *mut ffi::lua_State, tables: &HandleTables) {
-    // SAFETY: as documented; each call pushes at most one slot above the handle.
+    // SAFETY: as documented; the template is read from the registry, cloned, and dropped.
     unsafe {
-        ffi::lua_createtable(state, SLOTS, 0);
-        ffi::lua_pushnumber(state, f64::from(PENDING));
-        ffi::lua_rawseti_(state, -2, STATE);
-        ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.metatable.id());
-        ffi::lua_setmetatable(state, -2);
+        ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.template.id());
+        clone_handle(state, -1);
+        ffi::lua_replace(state, -2);
+    }
+}
+
+/// Pushes a new, unbound handle cloned from the template at `template` (an index that
+/// [`push_templates`] filled, or one of a C function's upvalues).
+///
+/// # Safety
+/// As [`push_handle`], with one free slot; `template` holds the template.
+pub(crate) unsafe fn clone_handle(state: *mut ffi::lua_State, template: c_int) {
+    // SAFETY: as documented; a clone is writable (`luaH_clone` clears `readonly`) and keeps
+    // the template's metatable and array part, so [`bind`] and a settle write into slots that
+    // exist and allocate nothing.
+    unsafe { ffi::lua_clonetable(state, template) }
+}
+
+/// Pushes the handle template and the table of handles by slot, in that order: the upvalues a
+/// raw C function that makes handles keeps, so it reads neither from the registry.
+///
+/// # Safety
+/// `state` is a thread of the VM `tables` belongs to, with two free slots. Raw reads only.
+pub(crate) unsafe fn push_templates(state: *mut ffi::lua_State, tables: &HandleTables) {
+    // SAFETY: as documented.
+    unsafe {
+        ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.template.id());
+        ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.slots.id());
     }
 }
 
@@ -316,23 +344,39 @@ pub(crate) unsafe fn enter_slot(
     // SAFETY: as documented; two slots.
     unsafe {
         ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.slots.id());
-        ffi::lua_pushvalue(state, at);
-        ffi::lua_rawseti_(state, -2, slot_key(index));
+        enter_slot_in(state, ffi::lua_gettop(state), at, index);
         ffi::lua_settop(state, -2);
     }
 }
 
-/// Takes back an entry [`enter_slot`] made, when no promise was made for it.
+/// Enters the handle at `at` in the table of handles at `slots` (an absolute or pseudo-index,
+/// not one relative to the top) under slot `index`.
 ///
 /// # Safety
-/// `index` was entered (its key exists, so clearing it allocates nothing); two free slots.
-pub(crate) unsafe fn leave_slot(state: *mut ffi::lua_State, tables: &HandleTables, index: u32) {
+/// As [`push_handle`], with one free slot: may raise a memory error (the table may grow).
+pub(crate) unsafe fn enter_slot_in(
+    state: *mut ffi::lua_State,
+    slots: c_int,
+    at: c_int,
+    index: u32,
+) {
     // SAFETY: as documented.
     unsafe {
-        ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.slots.id());
+        ffi::lua_pushvalue(state, at);
+        ffi::lua_rawseti_(state, slots, slot_key(index));
+    }
+}
+
+/// Takes back an entry [`enter_slot_in`] made in the table of handles at `slots` (an absolute
+/// or pseudo-index), when no promise was made for it.
+///
+/// # Safety
+/// `index` was entered (its key exists, so clearing it allocates nothing); one free slot.
+pub(crate) unsafe fn leave_slot_in(state: *mut ffi::lua_State, slots: c_int, index: u32) {
+    // SAFETY: as documented.
+    unsafe {
         ffi::lua_pushnil(state);
-        ffi::lua_rawseti_(state, -2, slot_key(index));
-        ffi::lua_settop(state, -2);
+        ffi::lua_rawseti_(state, slots, slot_key(index));
     }
 }
 
@@ -427,6 +471,23 @@ fn write_settled(lua: &Lua, core: &VmCore, tables: &HandleTables, index: u32, ou
     }
 }
 
+/// The state code of an outcome that needs no allocation to write into its handle (a scalar
+/// value, or only a state), or `None` when its value must be built.
+fn scalar_code(outcome: &Outcome) -> Option<i32> {
+    match outcome {
+        Outcome::Resolved(
+            Message::Nil
+            | Message::Boolean(_)
+            | Message::Integer(_)
+            | Message::Number(_)
+            | Message::Vector(_),
+        ) => Some(RESOLVED),
+        Outcome::Resolved(_) => None,
+        Outcome::Rejected(_) => Some(REJECTED),
+        Outcome::Cancelled => Some(CANCELLED),
+    }
+}
+
 /// Writes an outcome that needs no allocation (a scalar value, or only a state) straight into
 /// its handle, without a protected call: nothing in it can raise. Answers whether the handle
 /// was found, or `None` when the outcome needs building.
@@ -436,52 +497,128 @@ fn write_without_allocating(
     index: u32,
     outcome: &Outcome,
 ) -> Option<bool> {
-    let code = match outcome {
-        Outcome::Resolved(
-            Message::Nil
-            | Message::Boolean(_)
-            | Message::Integer(_)
-            | Message::Number(_)
-            | Message::Vector(_),
-        ) => RESOLVED,
-        Outcome::Resolved(_) => return None,
-        Outcome::Rejected(_) => REJECTED,
-        Outcome::Cancelled => CANCELLED,
-    };
+    let code = scalar_code(outcome)?;
     lua.exec_raw_lua(|raw| {
         let state = raw.state();
         // SAFETY: three checked slots (checking can grow the stack, as mlua's own pushes do
-        // outside protected calls); raw reads, scalar pushes and writes into the handle's
-        // preallocated array part allocate nothing, so nothing here can raise.
+        // outside protected calls); `write_scalar` allocates nothing, and the top is restored.
         unsafe {
             if ffi::lua_checkstack(state, 3) == 0 {
                 return None;
             }
-            let Some(at) = find_handle(state, tables, index) else {
-                return Some(false);
-            };
-            ffi::lua_setreadonly(state, at, 0);
-            if let Outcome::Resolved(message) = outcome {
-                match message {
-                    Message::Boolean(b) => ffi::lua_pushboolean(state, c_int::from(*b)),
-                    Message::Integer(i) => ffi::lua_pushinteger64(state, *i),
-                    Message::Number(n) => ffi::lua_pushnumber(state, *n),
-                    Message::Vector([x, y, z]) => ffi::lua_pushvector(state, *x, *y, *z),
-                    _ => ffi::lua_pushnil(state),
-                }
-                ffi::lua_rawseti_(state, at, VALUE);
-            }
-            ffi::lua_pushnumber(state, f64::from(code));
-            ffi::lua_rawseti_(state, at, STATE);
-            ffi::lua_setreadonly(state, at, 1);
-            ffi::lua_settop(state, at - 1);
-            Some(true)
+            ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.slots.id());
+            let slots = ffi::lua_gettop(state);
+            let found = write_scalar(state, slots, index, code, outcome);
+            ffi::lua_settop(state, slots - 1);
+            Some(found)
         }
     })
 }
 
-/// Pushes the handle of slot `index`: answers its index, or `None` (nothing pushed) when the
-/// handle was collected.
+/// Writes `outcome` (whose [`scalar_code`] is `code`) into the handle of slot `index`, found in
+/// the table of handles at `slots`; answers false when the handle was collected. The stack is
+/// left as it was.
+///
+/// # Safety
+/// `slots` is an absolute index holding the table of handles; two free slots. Raw reads,
+/// scalar pushes and writes into the handle's preallocated array part: nothing allocates, so
+/// nothing can raise.
+unsafe fn write_scalar(
+    state: *mut ffi::lua_State,
+    slots: c_int,
+    index: u32,
+    code: i32,
+    outcome: &Outcome,
+) -> bool {
+    // SAFETY: as documented.
+    unsafe {
+        if ffi::lua_rawgeti_(state, slots, slot_key(index)) != ffi::LUA_TTABLE {
+            ffi::lua_settop(state, slots);
+            return false;
+        }
+        let at = slots + 1;
+        ffi::lua_setreadonly(state, at, 0);
+        if let Outcome::Resolved(message) = outcome {
+            match message {
+                Message::Boolean(b) => ffi::lua_pushboolean(state, c_int::from(*b)),
+                Message::Integer(i) => ffi::lua_pushinteger64(state, *i),
+                Message::Number(n) => ffi::lua_pushnumber(state, *n),
+                Message::Vector([x, y, z]) => ffi::lua_pushvector(state, *x, *y, *z),
+                _ => ffi::lua_pushnil(state),
+            }
+            ffi::lua_rawseti_(state, at, VALUE);
+        }
+        ffi::lua_pushnumber(state, f64::from(code));
+        ffi::lua_rawseti_(state, at, STATE);
+        ffi::lua_setreadonly(state, at, 1);
+        ffi::lua_settop(state, slots);
+        true
+    }
+}
+
+/// Settles each promise of `batch` in order, as [`VmCore::settle`] does one by one, and
+/// empties it. Runs of outcomes that need nothing built are written under one raw call and one
+/// read of the table of handles; an outcome that needs building takes the one-by-one path, in
+/// its turn, so the tasks woken are queued in the order the outcomes came.
+pub(crate) fn settle_batch(lua: &Lua, core: &VmCore, batch: &mut Vec<(PromiseId, Outcome)>) {
+    let mut rest = batch.drain(..);
+    loop {
+        let next = match core.handles.get() {
+            Some(tables) => settle_scalars(lua, core, tables, &mut rest),
+            None => rest.next(),
+        };
+        let Some((id, outcome)) = next else {
+            return;
+        };
+        core.settle(lua, id, outcome);
+    }
+}
+
+/// Settles outcomes from `rest` while each needs nothing built; answers the first that does
+/// (or any, when the stack can't be checked), for the caller to settle one by one.
+fn settle_scalars(
+    lua: &Lua,
+    core: &VmCore,
+    tables: &HandleTables,
+    rest: &mut impl Iterator<Item = (PromiseId, Outcome)>,
+) -> Option<(PromiseId, Outcome)> {
+    lua.exec_raw_lua(|raw| {
+        let state = raw.state();
+        // SAFETY: three checked slots: the table of handles, a handle and a value. Nothing
+        // here allocates in the VM or raises (see `write_scalar`); the top is restored.
+        unsafe {
+            if ffi::lua_checkstack(state, 3) == 0 {
+                return rest.next();
+            }
+            ffi::lua_rawgeti_(state, ffi::LUA_REGISTRYINDEX, tables.slots.id());
+            let slots = ffi::lua_gettop(state);
+            let mut slow = None;
+            for (id, outcome) in rest.by_ref() {
+                let Some(code) = scalar_code(&outcome) else {
+                    slow = Some((id, outcome));
+                    break;
+                };
+                let settled = core.promises.borrow_mut().settle(id, outcome);
+                let Some(settled) = settled else {
+                    continue;
+                };
+                if let Some(index) = settled.held {
+                    if !write_scalar(state, slots, index, code, &settled.outcome) {
+                        // The handle was collected before the promise settled.
+                        core.promises.borrow_mut().free_held(index);
+                    }
+                }
+                core.wake(settled.waiters);
+            }
+            ffi::lua_settop(state, slots - 1);
+            slow
+        }
+    })
+}
+
+/// Pushes the table of handles, then the handle of slot `index` above it: answers the
+/// handle's index, or `None` (nothing pushed) when the handle was collected. The caller pops
+/// both (`lua_settop(state, at - 2)`, or its protected call's end).
 ///
 /// # Safety
 /// Two free slots. Raw reads: allocates nothing.
@@ -497,7 +634,6 @@ unsafe fn find_handle(
             ffi::lua_settop(state, -3);
             return None;
         }
-        ffi::lua_remove(state, -2);
         Some(ffi::lua_gettop(state))
     }
 }

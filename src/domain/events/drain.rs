@@ -38,10 +38,32 @@ impl ScriptDomain {
     }
 
     /// Handles every event in the current generation's mailbox, in the order sent: each take
-    /// is one swap of the whole queue, repeated until one finds nothing. Answers whether it
+    /// is one swap of the whole queue, repeated until one finds nothing. Settlements in a row
+    /// are settled together, before the next event of another kind and at the end (settling
+    /// runs no Luau, so nothing can tell them from settlements one by one). Answers whether it
     /// handled anything.
     pub(crate) fn drain_mailbox(&self) -> bool {
-        self.current.rx.drain(|event| self.handle(event)) > 0
+        let vm = &self.current.vm;
+        // The kept buffer is taken at the first settlement: a drain that finds none costs
+        // nothing more.
+        let mut settles = Vec::new();
+        let handled = self.current.rx.drain(|event| match event {
+            DomainEvent::Settle { promise, outcome } => {
+                if settles.capacity() == 0 {
+                    settles = vm.settle_buffer();
+                }
+                settles.push((promise, outcome));
+            }
+            other => {
+                vm.settle_all(&mut settles);
+                self.handle(other);
+            }
+        });
+        if settles.capacity() > 0 {
+            vm.settle_all(&mut settles);
+            vm.keep_settle_buffer(settles);
+        }
+        handled > 0
     }
 
     pub(crate) fn handle(&self, event: DomainEvent) {

@@ -89,6 +89,7 @@ mod tests {
             pool.shared().clone(),
             principal,
             None,
+            None,
         )
     }
 
