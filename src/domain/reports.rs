@@ -76,7 +76,7 @@ impl Report {
 
     /// Whether this report is a failure nobody handled. Capability denials (source
     /// `capability`; the code may have caught them) and notes that a worker VM was retired
-    /// (source [`VM_RETIRED`]; its failed jobs are reported or answered on their own) are not.
+    /// (source [`Report::VM_RETIRED`]; its failed jobs are reported or answered on their own) are not.
     ///
     /// ```
     /// use skein::Report;

@@ -191,7 +191,7 @@ impl DomainSpec {
     ///
     /// # Errors
     /// [`Error::Spec`] ([`SpecSetting::Context`]) when the name is not 1 to 64 bytes or is
-    /// declared already, or the budget is zero or longer than [`MAX_DEADLINE`].
+    /// declared already, or the budget is zero or longer than [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE).
     pub fn context(mut self, context: ContextSpec) -> Result<DomainSpec> {
         context.check(&self.contexts)?;
         self.contexts.push(context);
@@ -227,7 +227,7 @@ impl DomainSpec {
     }
 
     /// Sets the budget of one run of a worker's handler (from a resume to its next yield or
-    /// return): by default, and at most, [`MAX_DEADLINE`] (60 s). A handler that runs past it
+    /// return): by default, and at most, [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE) (60 s). A handler that runs past it
     /// fails at the `handler` stage, as a failure of its own code would.
     ///
     /// ```
@@ -245,7 +245,7 @@ impl DomainSpec {
 
     /// Sets the longest one run of the domain's code may take (from a resume to its next yield
     /// or return): its engine tasks, and its jobs, whose `opts.deadline` may not ask for more.
-    /// By default, and at most, [`MAX_DEADLINE`] (60 s). A host that runs scripts it does not
+    /// By default, and at most, [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE) (60 s). A host that runs scripts it does not
     /// trust in a frame loop sets it to what a frame can spare.
     ///
     /// ```
@@ -273,7 +273,7 @@ impl DomainSpec {
 
     /// Sets how long the load of a [`restart`](ScriptDomain::restart) or
     /// [`reload`](ScriptDomain::reload) may take, waits included, before it fails: by default
-    /// [`LOAD_BOUND`](crate::DomainSpec::DEFAULT_LOAD_BOUND) (30 s), at most [`MAX_DEADLINE`] (60 s).
+    /// [`LOAD_BOUND`](crate::DomainSpec::DEFAULT_LOAD_BOUND) (30 s), at most [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE) (60 s).
     ///
     /// ```
     /// use std::time::Duration;

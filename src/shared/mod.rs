@@ -185,7 +185,7 @@ impl SharedStore {
     ///
     /// # Errors
     /// A [`QueueOpenError`] when the name is not 1 to 256 bytes, the capacity is not 1 to
-    /// [`MAX_QUEUE_CAPACITY`], the queue exists with another capacity, the domain's 4,096 names
+    /// 65,536 (`MAX_QUEUE_CAPACITY`), the queue exists with another capacity, the domain's 4,096 names
     /// are taken, or the domain has ended; its [`kind`](QueueOpenError::kind) tells which.
     pub fn queue(&self, name: &str, capacity: usize) -> Result<SharedQueueRef, QueueOpenError> {
         const WHAT: &str = "SharedStore::queue";

@@ -21,7 +21,7 @@ pub enum PushErrorKind {
     /// A part of the value is not data a shared queue holds; the text names its path.
     NotData(String),
     /// The values waiting in the queue would weigh `would` bytes, past
-    /// [`MAX_QUEUE_BYTES`](super::MAX_QUEUE_BYTES).
+    /// `MAX_QUEUE_BYTES` (64 MiB).
     TooManyBytes {
         /// What the queue would hold with the value.
         would: usize,
@@ -155,7 +155,7 @@ pub struct QueueOpenError {
 pub enum QueueOpenErrorKind {
     /// A queue name that is not 1 to 256 bytes.
     BadName,
-    /// A capacity that is not 1 to [`MAX_QUEUE_CAPACITY`](super::MAX_QUEUE_CAPACITY).
+    /// A capacity that is not 1 to `MAX_QUEUE_CAPACITY` (65,536).
     BadCapacity,
     /// The queue exists with another capacity.
     OtherCapacity,
