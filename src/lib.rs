@@ -42,8 +42,8 @@ pub use domain::TracingSink;
 pub use domain::{
     ActorError, ActorStage, AdvanceReport, ChromeTrace, ContextSpec, DomainMailbox, DomainSpec,
     DomainState, DomainStats, EventReport, FailurePolicy, FixedStep, FrameReport, HandlerTiming,
-    InterfaceField, InterfaceInfo, LiveActors, Load, PhaseReport, Report, ResourceId,
-    ResourceOwner, ScriptDomain, ACTOR_SPAWN,
+    InterfaceField, InterfaceInfo, LiveActors, Load, PhaseReport, Report, ReportKind, ResourceId,
+    ResourceOwner, ScriptDomain, ScriptHandle, ScriptStatus, ACTOR_SPAWN,
 };
 pub use error::{DispatchRefusal, Error, Halt, NameRefusal, Result, SpecSetting};
 pub use jobs::{JobInfo, JobOptions, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls};

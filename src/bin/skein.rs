@@ -14,7 +14,7 @@ use std::sync::Arc;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use skein::{
     CapabilityId, CapabilitySet, ChromeTrace, DomainSpec, Grant, NativeMode, Plan, Pool,
-    RootAuthority, ScriptDomain,
+    ReportKind, RootAuthority, ScriptDomain,
 };
 
 // The runner's own modules sit in `src/bin/skein/`, so Cargo does not take them for binaries.
@@ -234,6 +234,10 @@ fn run_script(
     let result = domain.run_until_idle().map_err(|e| fail(&e));
     let mut unhandled = false;
     for report in domain.take_reports() {
+        // The main script's failure is the run's error, said above already.
+        if result.is_err() && report.kind == ReportKind::Script {
+            continue;
+        }
         eprintln!("skein: {}: {}", report.source, report.message);
         unhandled |= report.is_failure();
     }
