@@ -175,12 +175,13 @@ fn run(args: RunArgs) -> Result<(), Failed> {
     } else {
         NativeMode::Annotated
     };
-    let plan = Plan::new().setup(print::install).root(root).native(native);
+    let plan = Plan::new().root(root).native(native);
     // The runner has no host code: nothing but the script's own tasks can wake the domain, so
     // a run whose tasks all wait on what nothing can settle ends (exit 1) instead of hanging.
     let mut spec = DomainSpec::new("main")
         .plan(plan)
         .grant(grant)
+        .logs(Arc::new(print::Lines))
         .detect_stalls();
     let trace = args.trace.as_ref().map(|_| Arc::new(ChromeTrace::new()));
     if let Some(trace) = &trace {

@@ -19,6 +19,7 @@ pub(crate) const DEFAULT_NESTED_WAITS: usize = 1024;
 
 type HostFn = Arc<dyn Fn(&Lua, MultiValue) -> mlua::Result<MultiValue> + Send + Sync>;
 type Setup = Arc<dyn Fn(&Lua) -> mlua::Result<()> + Send + Sync>;
+type BaseSetup = fn(&Lua) -> mlua::Result<()>;
 
 /// A `Send + Sync` recipe for a sandboxed Luau VM, run on the thread that needs the VM.
 ///
@@ -50,6 +51,9 @@ struct PlanInner {
     root: PathBuf,
     functions: Vec<(String, HostFn)>,
     setup: Vec<Setup>,
+    /// Globals the layers above install in every VM before the host's functions and setup
+    /// steps (so a host can still replace them), by name, each once.
+    base: Vec<(&'static str, BaseSetup)>,
     /// The built-in modules `require` answers by name, which the layers above register.
     builtins: Builtins,
 }
@@ -75,6 +79,7 @@ impl Plan {
                 root: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
                 functions: Vec::new(),
                 setup: Vec::new(),
+                base: Vec::new(),
                 builtins: Builtins::default(),
             }),
         }
@@ -160,6 +165,16 @@ impl Plan {
         self.edit(|p| p.setup.push(Arc::new(f)))
     }
 
+    /// Adds a step, named `name`, that runs in every VM of the plan before the host's
+    /// functions and setup steps, so those can replace what it installs; a name given again
+    /// keeps the first. The layers above `vm` install their globals here (the domain's `print`).
+    pub(crate) fn base_setup(self, name: &'static str, f: BaseSetup) -> Plan {
+        if self.inner.base.iter().any(|(n, _)| *n == name) {
+            return self;
+        }
+        self.edit(|p| p.base.push((name, f)))
+    }
+
     /// Adds built-in modules that `require` answers by name in every VM of the plan; a name
     /// given again takes the later builder. The layers above `vm` register theirs here.
     pub(crate) fn builtins(self, modules: &[Builtin]) -> Plan {
@@ -183,6 +198,9 @@ impl Plan {
 
     /// Installs the host functions and setup steps into `lua`.
     pub(crate) fn install(&self, lua: &Lua) -> mlua::Result<()> {
+        for (_, base) in &self.inner.base {
+            base(lua)?;
+        }
         let globals = lua.globals();
         for (name, f) in &self.inner.functions {
             let f = f.clone();
