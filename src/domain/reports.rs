@@ -337,8 +337,10 @@ impl ScriptDomain {
         }
     }
 
-    /// Takes the failures no code awaited (tasks that raised) and the capability denials
-    /// (source `capability`), oldest first within each.
+    /// Takes the failures no code awaited (main scripts, `exec` chunks, tasks, handlers and
+    /// registered jobs that raised, jobs whose promise nobody awaited) and the capability
+    /// denials (source `capability`), oldest first within each. Each frame's and advance's
+    /// result holds copies of the reports made during it.
     pub fn take_reports(&self) -> Vec<Report> {
         let mut reports = self.reports.borrow_mut().take();
         let denials = self.current.principal.authority.denials().take();
