@@ -179,13 +179,16 @@ fn tasks_and_registered_jobs_give_structured_reports_without_internal_frames() {
             jobs.register({ name = "w", phase = "main", executor = { kind = "worker", module = "./m",
                 entry = "fail", input = function() return 1 end, apply = function() end } })
             task.spawn(function() task.wait(0.001) error("spawned") end)
+            jobs.register({ name = "a", phase = "main", executor = { kind = "luau", run = function()
+                jobs.dispatch("./m", "fail"):await()
+            end } })
             "#,
         )
         .unwrap();
     let mut seen = Vec::new();
     frames_until(&domain, || {
         seen.extend(domain.take_reports());
-        seen.len() >= 3
+        seen.len() >= 4
     });
     assert_eq!(
         domain.state(),
@@ -220,11 +223,30 @@ fn tasks_and_registered_jobs_give_structured_reports_without_internal_frames() {
         "{}",
         failure.message
     );
+    // Raised through the awaited promise: the job's stack, not the prelude's.
+    let awaited = seen.iter().find(|r| r.job.as_deref() == Some("a")).unwrap();
+    let first = awaited.message.lines().next().unwrap();
+    assert!(first.starts_with("job 'a' failed: "), "{first}");
+    assert!(first.ends_with("m.luau:2: the entry failed"), "{first}");
+    let failure = awaited.job_failure.as_ref().unwrap();
+    assert!(
+        failure.message.starts_with("job './m:fail' failed: "),
+        "{}",
+        failure.message
+    );
     for report in &seen {
         assert!(
             !report.message.contains("skein "),
             "internal frame: {}",
             report.message
+        );
+        let tb = report
+            .job_failure
+            .as_ref()
+            .and_then(|f| f.traceback.as_deref());
+        assert!(
+            !tb.unwrap_or("").contains("skein "),
+            "internal frame: {tb:?}"
         );
     }
 }

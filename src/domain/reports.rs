@@ -244,8 +244,10 @@ impl Report {
         }
     }
 
-    /// This report with `failure` as its structured job failure (and its job's name).
-    pub fn with_job_failure(mut self, failure: JobFailure) -> Report {
+    /// This report with `failure` as its structured job failure (and its job's name), its
+    /// stack without Skein's internal frames.
+    pub fn with_job_failure(mut self, mut failure: JobFailure) -> Report {
+        failure.traceback = failure.traceback.map(|tb| without_internal_frames(&tb));
         self.job = Some(failure.job.clone());
         self.job_failure = Some(failure);
         self
@@ -269,9 +271,10 @@ impl Report {
 }
 
 /// Whether a stack line is a frame of Skein's own Luau (a chunk named `=skein ...`, which
-/// Luau writes without the `=`).
+/// Luau writes without the `=`, or quoted as `[string "skein ..."]`).
 fn is_internal_frame(line: &str) -> bool {
     let frame = line.trim_start();
+    let frame = frame.strip_prefix("[string \"").unwrap_or(frame);
     frame.starts_with("skein ") || frame.starts_with("skein.")
 }
 
@@ -392,6 +395,29 @@ mod tests {
         );
         assert!(last.is_failure());
         assert!(reports.take().is_empty(), "the count starts again");
+    }
+
+    #[test]
+    fn internal_frames_are_left_out_and_the_location_is_read_from_the_first_line() {
+        let report = Report::new(
+            ReportKind::Job,
+            "job 'j'",
+            "job 'j' failed: exec:3: broke\nstack traceback:\n\t[C]: in function 'error'\n\t\
+             skein prelude:57: in function 'await'\n\t[string \"skein.shared\"]:2: in function \
+             'f'\n\texec:3: in function 'run'",
+        );
+        assert_eq!(
+            report.message,
+            "job 'j' failed: exec:3: broke\nstack traceback:\n\t[C]: in function 'error'\n\t\
+             exec:3: in function 'run'"
+        );
+        assert_eq!(
+            (report.module.as_deref(), report.line),
+            (Some("exec"), Some(3))
+        );
+        assert_eq!(report.job.as_deref(), Some("j"));
+        let plain = Report::new(ReportKind::Note, "note", "no location: here 12:");
+        assert_eq!((plain.module, plain.line, plain.stack), (None, None, None));
     }
 
     #[test]
