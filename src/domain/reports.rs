@@ -74,7 +74,10 @@ pub enum ReportKind {
     /// A task a script started (`task.spawn`, `task.defer`, a coroutine) raised, and no code
     /// awaited it.
     Task,
-    /// A phase or event handler, or a route, raised.
+    /// A phase or event handler raised where no result carries it: after it yielded, or in
+    /// a phase nobody reads the report of (`stop`'s `shutdown`). One that raises before it
+    /// yields is in the result of the call that ran it
+    /// ([`PhaseReport::errors`](crate::PhaseReport::errors)).
     Handler,
     /// A registered job, a job's promise nobody awaited, or a warm pass failed.
     Job,

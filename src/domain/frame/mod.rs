@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use crate::domain::{FrameReport, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::jobs::JobInfo;
-use crate::pool::wake_queue::Waited;
 use crate::value::Message;
 use crate::vm;
 
@@ -135,9 +134,15 @@ impl ScriptDomain {
                 return;
             }
             seen = now;
-            let until = *until.get_or_insert_with(|| Instant::now().checked_add(FOLLOW_UP_WAIT));
-            if self.current.rx.wait_until(until) == Waited::TimedOut {
-                return;
+            let until = *until.get_or_insert_with(|| Instant::now() + FOLLOW_UP_WAIT);
+            // Yield rather than park: the follow-up is a worker's next step, microseconds
+            // away, and a parked engine thread would make its sender pay a wake and then
+            // wait to be scheduled again.
+            while self.current.rx.is_empty() {
+                if Instant::now() >= until {
+                    return;
+                }
+                std::thread::yield_now();
             }
             self.drain_mailbox();
         }
