@@ -14,6 +14,13 @@
 //!    timed (asserted to have applied every one). Baselines: the same command closure called
 //!    100,000 times from a Rust loop, and `world.set` called 100,000 times from the engine VM.
 //!
+//! 4. **Frames per query → commands → settle.** `SETTLE_JOBS` items, one at a time, each make
+//!    one forwarded `world.get` and then record two `world.set` commands, while the host runs
+//!    `frame()` every `SETTLE_PACE` (a host's frame loop, not a spin): how many frames pass from
+//!    the frame that answered the query to the one its promise settled in (0: the same frame).
+//!    Baseline: an item that records the same commands without the query, counted from the
+//!    frame that first sees it done.
+//!
 //! Hand-timed rounds (medians printed), hdrhistogram for the per-call percentiles, as
 //! `benches/latency.rs` does.
 
@@ -36,6 +43,10 @@ const LOOP_CALLS: usize = 10_000;
 const COMMANDS: usize = 100_000;
 const COMMAND_JOBS: usize = 8;
 const COMMAND_ROUNDS: usize = 15;
+/// Items of the query → commands → settle count, one at a time.
+const SETTLE_JOBS: usize = 200;
+/// How long the host sleeps between two frames in that count.
+const SETTLE_PACE: Duration = Duration::from_millis(1);
 /// How long the host waits after the last job said it is done recording, so its completion
 /// (posted just after the entry returns) is in the mailbox before the timed frame.
 const SETTLE_MARGIN: Duration = Duration::from_millis(20);
@@ -64,6 +75,19 @@ function M.record(a)
     for i = a.first, a.last do world.set(i, i * 2) end
     jobs.shared.queue("recorded"):push(a.first)
     return a.last - a.first + 1
+end
+-- One query, then two commands: the shape a job that reads the world and writes it back has.
+function M.queryThenRecord(i)
+    local v = world.get(i)
+    world.set(i, v)
+    world.set(i + 1, v)
+    return v
+end
+-- The same commands, no query.
+function M.recordOnly(i)
+    world.set(i, 2 * i)
+    world.set(i + 1, 2 * i)
+    return 2 * i
 end
 return M
 "#;
@@ -389,6 +413,66 @@ fn recorded_commands(domain: &ScriptDomain, world: &Rc<RefCell<Vec<f64>>>) {
     );
 }
 
+/// Runs `entry(i)` for i in 1..=SETTLE_JOBS, one item at a time, under a paced frame loop;
+/// answers, per item, the frames from the first frame that saw its work (its query answered,
+/// or for an item without a query the frame that applied its commands) to the frame its
+/// promise settled in, and the frames from dispatch to settle.
+fn frames_to_settle(domain: &ScriptDomain, entry: &str) -> (Vec<u64>, Vec<u64>) {
+    let (mut after, mut total) = (Vec::new(), Vec::new());
+    for i in 1..=SETTLE_JOBS {
+        let promise = domain
+            .dispatch("./svc", entry, Message::Number(i as f64))
+            .expect("dispatch");
+        let start = Instant::now();
+        let (mut frames, mut first_seen) = (0u64, None);
+        while promise.status() == PromiseStatus::Pending {
+            std::thread::sleep(SETTLE_PACE);
+            let report = domain.frame(SETTLE_PACE);
+            frames += 1;
+            if first_seen.is_none() && (report.forwarded_calls > 0 || report.commands_applied > 0) {
+                first_seen = Some(frames);
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "never settled");
+        }
+        assert_eq!(number(&promise.wait().expect("item")), 2.0 * i as f64);
+        after.push(frames - first_seen.unwrap_or(frames));
+        total.push(frames);
+    }
+    (after, total)
+}
+
+fn settle_frames(domain: &ScriptDomain) {
+    let summary = |v: &[u64]| {
+        let mut s = v.to_vec();
+        s.sort_unstable();
+        let at_most_one = s.iter().filter(|f| **f <= 1).count();
+        format!(
+            "median {}, max {}, {}/{} within one frame",
+            s[s.len() / 2],
+            s[s.len() - 1],
+            at_most_one,
+            s.len()
+        )
+    };
+    frames_to_settle(domain, "queryThenRecord"); // warm-up
+    let (after, total) = frames_to_settle(domain, "queryThenRecord");
+    let (base_after, base_total) = frames_to_settle(domain, "recordOnly");
+    println!(
+        "--- query -> 2 commands -> settle, {SETTLE_JOBS} items one at a time, a frame every {} ms ---",
+        SETTLE_PACE.as_millis()
+    );
+    println!("  frames after the answering frame:   {}", summary(&after));
+    println!("  frames from dispatch to settle:     {}", summary(&total));
+    println!(
+        "  baseline, commands only, after the applying frame: {}",
+        summary(&base_after)
+    );
+    println!(
+        "  baseline, commands only, dispatch to settle:       {}",
+        summary(&base_total)
+    );
+}
+
 fn main() {
     // Criterion-style flags (`--bench`) are passed by cargo; nothing here reads them.
     let dir = tempfile::tempdir().expect("tempdir");
@@ -405,5 +489,6 @@ fn main() {
     round_trips(&domain);
     busy_frame_loop(&domain);
     recorded_commands(&domain, &world);
+    settle_frames(&domain);
     assert!(domain.take_reports().is_empty());
 }

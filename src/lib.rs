@@ -43,7 +43,7 @@ pub use domain::{
     ActorError, ActorStage, AdvanceReport, ChromeTrace, ContextSpec, DomainMailbox, DomainSpec,
     DomainState, DomainStats, EventReport, FailurePolicy, FixedStep, FrameReport, HandlerTiming,
     InterfaceField, InterfaceInfo, InterruptHandle, LiveActors, Load, PhaseReport, Report,
-    ResourceId, ResourceOwner, ScriptDomain, ACTOR_SPAWN,
+    ReportKind, ResourceId, ResourceOwner, ScriptDomain, ScriptHandle, ScriptStatus, ACTOR_SPAWN,
 };
 pub use error::{DispatchRefusal, Error, Halt, NameRefusal, Result, SpecSetting};
 pub use jobs::{JobInfo, JobOptions, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls};

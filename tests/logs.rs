@@ -155,3 +155,64 @@ fn the_luau_api_log_example_runs() {
         ]
     );
 }
+
+#[test]
+fn print_in_the_engine_and_worker_vms_reaches_the_sink_as_printed_records() {
+    let sink = Arc::new(Collected::default());
+    let tree = Tree::new(&[(
+        "say.luau",
+        "return { run = function(n) print('from the job', n) return n end }",
+    )]);
+    let pool = Pool::new(1);
+    let spec = DomainSpec::new("main")
+        .plan(Plan::new().root(tree.path()))
+        .logs(sink.clone());
+    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    domain
+        .eval(
+            r#"print("first", 1, true, nil)
+jobs.dispatch("./say", "run", 2):await()
+print("last")"#,
+        )
+        .unwrap();
+    let records = sink.0.lock().unwrap();
+    let lines: Vec<_> = records
+        .iter()
+        .map(|(r, _)| (r.printed.is_some(), r.level, r.message.as_str()))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            (true, LogLevel::Info, "first\t1\ttrue\tnil"),
+            (true, LogLevel::Info, "from the job\t2"),
+            (true, LogLevel::Info, "last"),
+        ]
+    );
+    let (job, worker_thread) = &records[1];
+    assert_eq!(job.attribution.domain, domain.id());
+    assert!(job.target.ends_with("say.luau"), "{}", job.target);
+    assert!(
+        job.source.as_deref().unwrap().ends_with("say.luau:1"),
+        "{:?}",
+        job.source
+    );
+    assert_ne!(worker_thread.as_deref(), std::thread::current().name());
+    assert_eq!(records[0].0.fields, Message::Nil);
+}
+
+#[test]
+fn a_host_print_function_still_replaces_the_domain_s_print() {
+    let sink = Arc::new(Collected::default());
+    let said = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = said.clone();
+    let plan = Plan::new().function("print", move |_, args: skein::mlua::MultiValue| {
+        seen.lock().unwrap().push(format!("{} args", args.len()));
+        Ok(skein::mlua::MultiValue::new())
+    });
+    let pool = Pool::new(1);
+    let domain =
+        ScriptDomain::new(&pool, DomainSpec::new("main").plan(plan).logs(sink.clone())).unwrap();
+    domain.eval("print('a', 'b')").unwrap();
+    assert_eq!(*said.lock().unwrap(), ["2 args"]);
+    assert!(sink.0.lock().unwrap().is_empty());
+}

@@ -3,6 +3,7 @@
 //! code of failures nobody handled.
 
 use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -433,4 +434,46 @@ fn lines_printed_by_jobs_at_once_never_interleave() {
             .collect();
         assert_eq!(mine, want, "{who}'s lines, whole and in order");
     }
+}
+
+#[test]
+fn print_log_records_and_the_runner_s_own_report_keep_their_order_in_one_pipe() {
+    let tree = Tree::new(&[
+        (
+            "main.luau",
+            "local log = require('@skein/log')\n\
+             print('one')\n\
+             log.warn('two')\n\
+             jobs.dispatch('./p', 'say', 'three'):await()\n\
+             print('four')\n\
+             error('five')\n",
+        ),
+        ("p.luau", "return { say = function(s) print(s) end }\n"),
+    ]);
+    // stdout and stderr into one pipe, as a host capturing both (or a terminal) sees them.
+    let (reader, writer) = std::io::pipe().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skein"))
+        .args(["run", "main.luau"])
+        .current_dir(tree.path())
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone().unwrap())
+        .stderr(writer)
+        .spawn()
+        .expect("run skein");
+    let lines = std::thread::spawn(move || {
+        BufReader::new(reader)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    let status = exit_within(&mut child, Duration::from_secs(60)).expect("skein still running");
+    assert_eq!(status.code(), Some(1));
+    let lines = lines.join().unwrap();
+    assert_eq!(lines[..2], ["one".to_owned(), lines[1].clone()]);
+    assert!(lines[1].starts_with("warn "), "{lines:?}");
+    assert!(lines[1].contains("main.luau domain 'main'"), "{lines:?}");
+    assert!(lines[1].ends_with(": two"), "{lines:?}");
+    assert_eq!(lines[2..4], ["three", "four"], "{lines:?}");
+    assert!(lines[4].starts_with("skein: "), "{lines:?}");
+    assert!(lines[4].contains("main.luau:6: five"), "{lines:?}");
 }

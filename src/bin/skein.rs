@@ -15,7 +15,7 @@ use std::sync::Arc;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use skein::{
     CapabilityId, CapabilitySet, ChromeTrace, DomainSpec, Grant, NativeMode, Plan, Pool,
-    RootAuthority, ScriptDomain,
+    ReportKind, RootAuthority, ScriptDomain,
 };
 
 // The runner's own modules sit in `src/bin/skein/`, so Cargo does not take them for binaries.
@@ -196,12 +196,13 @@ fn run(args: RunArgs) -> Result<(), Failed> {
     } else {
         NativeMode::Annotated
     };
-    let plan = Plan::new().setup(print::install).root(root).native(native);
+    let plan = Plan::new().root(root).native(native);
     // The runner has no host code: nothing but the script's own tasks can wake the domain, so
     // a run whose tasks all wait on what nothing can settle ends (exit 1) instead of hanging.
     let mut spec = DomainSpec::new("main")
         .plan(plan)
         .grant(grant)
+        .logs(Arc::new(print::Lines))
         .detect_stalls();
     let trace = args.trace.as_ref().map(|_| Arc::new(ChromeTrace::new()));
     if let Some(trace) = &trace {
@@ -270,6 +271,10 @@ fn run_script(
     }
     let mut unhandled = false;
     for report in domain.take_reports() {
+        // The main script's failure is the run's error, said above already.
+        if result.is_err() && report.kind == ReportKind::Script {
+            continue;
+        }
         eprintln!("skein: {}: {}", report.source, report.message);
         unhandled |= report.is_failure();
     }

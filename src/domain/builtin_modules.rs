@@ -43,7 +43,10 @@ const BUILTINS: &[Builtin] = &[
 ];
 
 /// The host's `plan` with the built-in modules of the layers a domain stands on (`@skein/jobs`)
-/// and its own.
+/// and its own, and the `print` that writes to the domain's log sink.
 pub(crate) fn with_builtins(plan: &Plan) -> Plan {
-    plan.clone().builtins(jobs::BUILTINS).builtins(BUILTINS)
+    plan.clone()
+        .builtins(jobs::BUILTINS)
+        .builtins(BUILTINS)
+        .base_setup("print", log_api::install_print)
 }

@@ -16,6 +16,7 @@ use std::fmt;
 /// | `Loading` | `Ready` | that script's task returns |
 /// | `Loading` | `Failed` | that script does not compile, or its task raises |
 /// | `Ready`, `Loading` | `Running` | the first [`run_phase`](crate::ScriptDomain::run_phase), [`advance`](crate::ScriptDomain::advance) or [`frame`](crate::ScriptDomain::frame) |
+/// | `Running` | `Failed` | the main script that made the domain `Loading` raises after frames began (it had yielded) |
 /// | any but `Stopped` | `Stopping` | [`stop`](crate::ScriptDomain::stop) (or `Drop`) begins: the `shutdown` phase runs |
 /// | `Stopping` | `Stopped` | the generation has ended and the handlers are dropped |
 /// | any but `Stopped` | `Loading` | [`restart`](crate::ScriptDomain::restart): the old generation has ended, the new one's load runs (a stopped domain refuses a restart or reload: a stop is final) |
@@ -27,7 +28,9 @@ use std::fmt;
 /// A script started while the domain is `Running` (more code for a live domain) leaves the
 /// state alone. `Failed` is sticky until another main script loads or the domain restarts or
 /// reloads:
-/// handlers bound before the failure still run in their phases.
+/// handlers bound before the failure still run in their phases. Every main script's failure,
+/// whether it decides the state or not, is a [`Report`](crate::Report) of kind
+/// [`Script`](crate::ReportKind::Script).
 ///
 /// ```
 /// use skein::{DomainSpec, DomainState, Pool, ScriptDomain};

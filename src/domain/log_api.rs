@@ -1,8 +1,15 @@
 //! `@skein/log`, the Luau module every VM of a domain (engine and workers) logs through: it
 //! builds a [`LogRecord`] attributed by the runtime and hands it to the domain's [`LogSink`](crate::LogSink), or
-//! writes it on stderr when the domain has none.
+//! writes it on stderr when the domain has none. Luau's global `print` goes the same way, as
+//! records marked `printed`, or to stdout when the domain has no sink.
+//!
+//! Luau's own `print` writes through C's `stdout`, which is block-buffered when stdout is a
+//! pipe: a host's own output and the script's lines would come out of order, the script's at
+//! exit. This `print` writes each line with one locked write and a flush instead.
 
-use mlua::{Lua, Value};
+use std::io::Write;
+
+use mlua::{Function, Lua, MultiValue, Value};
 
 use crate::jobs::home_principal;
 use crate::principal::capability::current_or;
@@ -29,6 +36,51 @@ pub(crate) fn module(lua: &Lua) -> mlua::Result<Value> {
     log.set_readonly(true);
     lua.set_named_registry_value(LOG_KEY, &log)?;
     Ok(Value::Table(log))
+}
+
+/// Replaces the global `print` of `lua` (a base step of the domain's plan, run before the
+/// host's functions and setup steps and before the sandbox closes the globals).
+pub(crate) fn install_print(lua: &Lua) -> mlua::Result<()> {
+    let globals = lua.globals();
+    // `tostring` as the VM has it now: the conversion Luau's `print` makes (`__tostring`,
+    // `__name`), and one a script can't swap later, as the sandbox makes globals read-only.
+    let tostring: Function = globals.raw_get("tostring")?;
+    let print = lua.create_function(move |lua, args: MultiValue| {
+        let mut line = Vec::new();
+        for (at, arg) in args.into_iter().enumerate() {
+            if at > 0 {
+                line.push(b'\t');
+            }
+            let text: mlua::LuaString = tostring.call(arg)?;
+            line.extend_from_slice(&text.as_bytes());
+        }
+        print_line(lua, line);
+        Ok(())
+    })?;
+    globals.raw_set("print", print)
+}
+
+/// One `print` line: a record for the domain's sink, or a line on stdout without one.
+fn print_line(lua: &Lua, mut line: Vec<u8>) {
+    let principal = home_principal(lua);
+    if let Some((principal, sink)) = principal.as_ref().and_then(|p| Some((p, p.logs.as_ref()?))) {
+        let (target, source) = caller(lua);
+        sink.record(&LogRecord {
+            attribution: current_or(&principal.authority).attribution().clone(),
+            level: LogLevel::Info,
+            target,
+            message: String::from_utf8_lossy(&line).into_owned(),
+            fields: Message::Nil,
+            source,
+            printed: Some(line),
+        });
+        return;
+    }
+    line.push(b'\n');
+    let mut out = std::io::stdout().lock();
+    // As Luau's `print` does, a line that can't be written (stdout closed) is dropped rather
+    // than failing the script.
+    let _ = out.write_all(&line).and_then(|()| out.flush());
 }
 
 fn write(lua: &Lua, level: LogLevel, message: Value, fields: Value) -> mlua::Result<()> {
@@ -65,6 +117,7 @@ fn write(lua: &Lua, level: LogLevel, message: Value, fields: Value) -> mlua::Res
         message,
         fields,
         source,
+        printed: None,
     };
     match &principal.logs {
         Some(sink) => sink.record(&record),

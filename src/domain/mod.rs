@@ -19,7 +19,7 @@
 //! | `events/` | the mailbox, its drain, named-event handlers and routes, `emit` |
 //! | `frame/` | `frame` and registered-job phases, contexts, phase handlers (`phases.rs`), engine services |
 //! | `pump.rs` | `pump`, the blocking round, `run_until_idle` and its stall verdict (`stall_watch.rs`) |
-//! | `scripts.rs`, `host_dispatch.rs` | main scripts, `exec`, `eval`; host dispatch and keys |
+//! | `scripts.rs`, `script_handle.rs`, `host_dispatch.rs` | main scripts, `exec`, `eval` and the handle `run_file` answers; host dispatch and keys |
 //! | `reports.rs`, `sinks.rs`, `domain_stats.rs`, `lifecycle.rs` | what the host reads back: reports, diagnostics and profile events, stats, state |
 //! | `interrupt.rs` | [`InterruptHandle`]: a domain's running work stopped from another thread |
 //! | `actor/`, `interfaces.rs`, `fs.rs`, `log_api.rs` | `@skein/worker`, `@skein/interfaces`, `@skein/fs`, `@skein/log` |
@@ -56,6 +56,7 @@ pub(crate) mod log_api;
 mod pump;
 mod reports;
 mod script_file;
+mod script_handle;
 mod scripts;
 mod sinks;
 mod spec;
@@ -84,8 +85,9 @@ pub use interfaces::{InterfaceField, InterfaceInfo};
 pub use interrupt::InterruptHandle;
 use interrupt::InterruptTarget;
 pub use lifecycle::DomainState;
-pub use reports::Report;
 use reports::Reports;
+pub use reports::{Report, ReportKind};
+pub use script_handle::{ScriptHandle, ScriptStatus};
 pub use spec::DomainSpec;
 #[cfg(feature = "tracing")]
 pub use tracing_sink::TracingSink;

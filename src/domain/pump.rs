@@ -20,8 +20,14 @@ const FRAME_INTERVAL: Duration = Duration::from_millis(16);
 const SOURCE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
 impl ScriptDomain {
-    /// One round on the engine thread: drain the mailbox, then run the tasks that are ready.
-    /// Never blocks. Answers whether anything happened.
+    /// One round on the engine thread: drain the mailbox, move the frame counter on (waking
+    /// frame waits), then run the tasks that are ready. Never blocks. Answers whether anything
+    /// happened.
+    ///
+    /// It runs no registered job and no phase: a host's frame loop calls
+    /// [`frame`](Self::frame) or [`advance`](Self::advance), and `pump` is for settling
+    /// promises between frames. Since it counts a frame, pumping inside a frame loop makes
+    /// `task.waitFrames` end early (docs/embedding.md, "Driving a domain", compares the calls).
     pub fn pump(&self) -> bool {
         vm::check_sources();
         let drained = self.drain();
@@ -129,6 +135,7 @@ impl ScriptDomain {
     ///
     /// # Errors
     /// The first failure of a script the host started ([`Error::Script`], with its Luau stack);
+    /// it is also in [`take_reports`](Self::take_reports), as every failure is;
     /// [`Error::Interrupted`] once an [`InterruptHandle`](crate::InterruptHandle) interrupted
     /// the domain (it returns at its next round, at most one frame interval after the
     /// interrupt when it waits).

@@ -147,6 +147,7 @@ mod tests {
                 message: "low on fuel".into(),
                 fields: Message::Nil,
                 source: Some("main.luau:3".into()),
+                printed: None,
             });
             TracingSink.diagnostic(
                 Severity::Error,

@@ -97,6 +97,10 @@ pub struct LogRecord {
     pub fields: Message,
     /// `chunk:line` of the call, when Luau knows it.
     pub source: Option<String>,
+    /// For a line of Luau's `print` (level `Info`, no fields), the line's bytes as printed,
+    /// without its newline: Luau strings need not be UTF-8, and `message` is the same line
+    /// with invalid UTF-8 replaced. `None` for an `@skein/log` call.
+    pub printed: Option<Vec<u8>>,
 }
 
 impl fmt::Display for LogRecord {

@@ -28,7 +28,7 @@ pub enum FailureKind {
 ///
 /// `Display` gives the text Luau code sees when it awaits the job:
 /// `job 'solver' failed: solve.luau:12: no solution` followed by the stack.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct JobFailure {
     /// How the job is named: its `opts.name`, or `module:entry`.

@@ -31,6 +31,7 @@ enum HostFunction {
     Typed(TypedFn),
 }
 type Setup = Arc<dyn Fn(&Lua) -> mlua::Result<()> + Send + Sync>;
+type BaseSetup = fn(&Lua) -> mlua::Result<()>;
 
 /// A `Send + Sync` recipe for a sandboxed Luau VM, run on the thread that needs the VM.
 ///
@@ -62,6 +63,9 @@ struct PlanInner {
     root: PathBuf,
     functions: Vec<(String, HostFunction)>,
     setup: Vec<Setup>,
+    /// Globals the layers above install in every VM before the host's functions and setup
+    /// steps (so a host can still replace them), by name, each once.
+    base: Vec<(&'static str, BaseSetup)>,
     /// The built-in modules `require` answers by name, which the layers above register.
     builtins: Builtins,
 }
@@ -87,6 +91,7 @@ impl Plan {
                 root: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
                 functions: Vec::new(),
                 setup: Vec::new(),
+                base: Vec::new(),
                 builtins: Builtins::default(),
             }),
         }
@@ -212,6 +217,16 @@ impl Plan {
         self.edit(|p| p.setup.push(Arc::new(f)))
     }
 
+    /// Adds a step, named `name`, that runs in every VM of the plan before the host's
+    /// functions and setup steps, so those can replace what it installs; a name given again
+    /// keeps the first. The layers above `vm` install their globals here (the domain's `print`).
+    pub(crate) fn base_setup(self, name: &'static str, f: BaseSetup) -> Plan {
+        if self.inner.base.iter().any(|(n, _)| *n == name) {
+            return self;
+        }
+        self.edit(|p| p.base.push((name, f)))
+    }
+
     /// Adds built-in modules that `require` answers by name in every VM of the plan; a name
     /// given again takes the later builder. The layers above `vm` register theirs here.
     pub(crate) fn builtins(self, modules: &[Builtin]) -> Plan {
@@ -235,6 +250,9 @@ impl Plan {
 
     /// Installs the host functions and setup steps into `lua`.
     pub(crate) fn install(&self, lua: &Lua) -> mlua::Result<()> {
+        for (_, base) in &self.inner.base {
+            base(lua)?;
+        }
         let globals = lua.globals();
         for (name, f) in &self.inner.functions {
             let fname = name.clone();

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::domain::{Report, ScriptDomain};
+use crate::domain::{Report, ReportKind, ScriptDomain};
 use crate::jobs::{self, DomainEvent, JobShared, ReplyTo};
 use crate::principal::capability::{self, Authority, Installed};
 use crate::shared;
@@ -69,10 +69,11 @@ impl ScriptDomain {
     pub(crate) fn handle(&self, event: DomainEvent) {
         match event {
             DomainEvent::Settle { promise, outcome } => self.current.vm.settle(promise, outcome),
-            DomainEvent::Report { label, failure } => self.reports.borrow_mut().push(Report {
-                source: label,
-                message: failure,
-            }),
+            DomainEvent::Report { label, failure } => self.reports.borrow_mut().push(Report::new(
+                ReportKind::of_label(&label),
+                label,
+                failure,
+            )),
             DomainEvent::Parcel(parcel) => shared::receive_parcel(&self.current.vm.lua, parcel),
             DomainEvent::Query {
                 service,
@@ -147,10 +148,9 @@ impl ScriptDomain {
     /// Applies commands in order, reporting each failure as `source`'s.
     pub(crate) fn apply_as(&self, commands: Vec<vm::ServiceCall>, source: &str) {
         for failure in self.services.apply(commands) {
-            self.reports.borrow_mut().push(Report {
-                source: source.to_owned(),
-                message: failure,
-            });
+            self.reports
+                .borrow_mut()
+                .push(Report::new(ReportKind::Service, source, failure));
         }
     }
 

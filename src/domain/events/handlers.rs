@@ -21,7 +21,7 @@ use crate::domain::events::emit::{
 use crate::domain::frame::context::ContextSpec;
 use crate::domain::frame::handler_label::HandlerLabel;
 use crate::domain::frame::phases::{wider_than_binder, Bindings};
-use crate::domain::{DomainMailbox, Report, ScriptDomain};
+use crate::domain::{DomainMailbox, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, NameRefusal, Result};
 use crate::jobs::{home_principal, registering_authority};
 use crate::principal::capability::{Authority, CapabilitySet};
@@ -456,10 +456,11 @@ impl ScriptDomain {
             Ok(_entered) => self.run_event_drain(),
             Err(e) => {
                 if matches!(e, Error::Reentrant(_)) {
-                    self.reports.borrow_mut().push(Report {
-                        source: "drain_events".to_owned(),
-                        message: e.to_string(),
-                    });
+                    self.reports.borrow_mut().push(Report::new(
+                        ReportKind::Service,
+                        "drain_events",
+                        e.to_string(),
+                    ));
                 }
                 EventReport {
                     pending: self.pending_events(),

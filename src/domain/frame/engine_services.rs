@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use mlua::Lua;
 
-use crate::domain::ScriptDomain;
+use crate::domain::{Report, ScriptDomain};
 use crate::error::{Error, NameRefusal, Result};
 use crate::jobs;
 use crate::value::{FromMessage, IntoMessage, Message, MessageArgs};
@@ -28,7 +28,7 @@ pub(crate) enum Service {
 }
 
 /// What one frame did, as [`ScriptDomain::frame`](crate::ScriptDomain::frame) answers it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FrameReport {
     /// The frame's number: the domain's frame counter after this frame (the first is 1).
     pub frame: u64,
@@ -38,6 +38,22 @@ pub struct FrameReport {
     pub commands_applied: u64,
     /// The sum of the `dt` the host passed to `frame` so far.
     pub time: Duration,
+    /// The reports made during this frame (a main script or task that raised, a registered
+    /// job that failed, ...), oldest first. They are copies: the same reports wait in
+    /// [`take_reports`](crate::ScriptDomain::take_reports) until taken, so a host reads one or
+    /// the other. Past [`Report::MAX_KEPT`](crate::Report::MAX_KEPT) waiting, new ones are
+    /// counted, not kept, and not here either.
+    pub reports: Vec<Report>,
+}
+
+impl FrameReport {
+    /// How many more mailbox drains a frame makes, at most, after one that answered forwarded
+    /// queries: 16 (see [`ScriptDomain::frame`](crate::ScriptDomain::frame)).
+    pub const FOLLOW_UP_DRAINS: u32 = super::FOLLOW_UP_DRAINS;
+
+    /// The longest a frame waits, in all, for the follow-ups of the forwarded queries it
+    /// answered: 2 ms. A frame that answered none never waits.
+    pub const FOLLOW_UP_WAIT: Duration = super::FOLLOW_UP_WAIT;
 }
 
 /// The host's services on one domain, and this frame's counts.

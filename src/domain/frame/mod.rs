@@ -6,13 +6,20 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::domain::{FrameReport, Report, ScriptDomain};
+use crate::domain::{FrameReport, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::jobs::JobInfo;
 use crate::value::Message;
 use crate::vm;
+
+/// How many more drains a frame makes after one that answered forwarded queries, at most: 16.
+pub(crate) const FOLLOW_UP_DRAINS: u32 = 16;
+
+/// The longest a frame waits for the follow-ups of the forwarded queries it answered, in all:
+/// 2 ms. A frame that answered no query never waits.
+pub(crate) const FOLLOW_UP_WAIT: Duration = Duration::from_millis(2);
 
 pub(crate) mod context;
 pub(crate) mod engine_services;
@@ -23,8 +30,15 @@ impl ScriptDomain {
     /// One engine frame: drains the mailbox (applying recorded commands, answering forwarded
     /// queries, settling promises), moves the frame counter on (waking the tasks whose
     /// `task.waitFrames` it reached, here and on workers), then resumes the tasks that are
-    /// ready. Never blocks. `dt` is what the host says the frame covers; task timers follow
-    /// the wall clock, and `dt` only adds up in [`FrameReport::time`].
+    /// ready. `dt` is what the host says the frame covers; task timers follow the wall clock,
+    /// and `dt` only adds up in [`FrameReport::time`].
+    ///
+    /// A frame that answered no forwarded query never blocks. One that did waits for what
+    /// the jobs that asked do next (another query, or their completion and the commands they
+    /// recorded) and serves it in the same frame, until a drain brings no new query, at most
+    /// [`FrameReport::FOLLOW_UP_DRAINS`] more drains and [`FrameReport::FOLLOW_UP_WAIT`] in
+    /// all: so a job that makes a query and then records commands settles in the frame it
+    /// returned in.
     ///
     /// ```
     /// use std::time::Duration;
@@ -50,16 +64,18 @@ impl ScriptDomain {
             Ok(_entered) => self.run_frame(dt),
             Err(e) => {
                 if matches!(e, Error::Reentrant(_)) {
-                    self.reports.borrow_mut().push(Report {
-                        source: "frame".to_owned(),
-                        message: e.to_string(),
-                    });
+                    self.reports.borrow_mut().push(Report::new(
+                        ReportKind::Service,
+                        "frame",
+                        e.to_string(),
+                    ));
                 }
                 FrameReport {
                     frame: self.frames(),
                     forwarded_calls: 0,
                     commands_applied: 0,
                     time: self.frame_time.get(),
+                    reports: Vec::new(),
                 }
             }
         }
@@ -71,12 +87,14 @@ impl ScriptDomain {
         self.services.forwarded.set(0);
         self.services.applied.set(0);
         self.frame_time.set(self.frame_time.get() + dt);
+        let mark = self.reports.borrow().mark();
         let frame = self.round();
         FrameReport {
             frame,
             forwarded_calls: self.services.forwarded.get(),
             commands_applied: self.services.applied.get(),
             time: self.frame_time.get(),
+            reports: self.reports.borrow().since(mark),
         }
     }
 
@@ -87,15 +105,47 @@ impl ScriptDomain {
         self.current.principal.frames.load(Ordering::Acquire)
     }
 
-    /// One frame's work: drain, count the frame, wake frame waits, run the registered jobs
-    /// phase by phase, step. Answers the frame.
+    /// One frame's work: drain (and the follow-ups of the queries it answered), count the
+    /// frame, wake frame waits, run the registered jobs phase by phase, step. Answers the frame.
     pub(crate) fn round(&self) -> u64 {
+        let answered = self.services.forwarded.get();
         self.drain();
+        self.drain_follow_ups(answered);
         let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
         self.current.vm.wake_frames(frame);
         self.current.registry.run(&self.current.vm, None);
         self.current.vm.step();
         frame
+    }
+
+    /// After a drain that answered forwarded queries, waits for what the jobs that asked do
+    /// next and drains it: another query is answered in this frame too, and the completion of
+    /// a job that went on to record commands and return is applied in this frame, so a job
+    /// that queries and then records settles in the frame it returned in. It stops at the
+    /// first drain that answers no new query, after [`FOLLOW_UP_DRAINS`] drains, or when
+    /// [`FOLLOW_UP_WAIT`] has passed since it began, whichever comes first. `answered`: the
+    /// count of forwarded queries before the frame's first drain.
+    fn drain_follow_ups(&self, answered: u64) {
+        let mut seen = answered;
+        let mut until = None;
+        for _ in 0..FOLLOW_UP_DRAINS {
+            let now = self.services.forwarded.get();
+            if now == seen {
+                return;
+            }
+            seen = now;
+            let until = *until.get_or_insert_with(|| Instant::now() + FOLLOW_UP_WAIT);
+            // Yield rather than park: the follow-up is a worker's next step, microseconds
+            // away, and a parked engine thread would make its sender pay a wake and then
+            // wait to be scheduled again.
+            while self.current.rx.is_empty() {
+                if Instant::now() >= until {
+                    return;
+                }
+                std::thread::yield_now();
+            }
+            self.drain_mailbox();
+        }
     }
 
     /// Runs the jobs of one phase now, and only them: each applies a result that landed, then

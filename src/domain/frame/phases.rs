@@ -26,7 +26,7 @@ use crate::domain::frame::context::ContextSpec;
 use crate::domain::frame::handler_label::HandlerLabel;
 use crate::domain::lifecycle::DomainState;
 use crate::domain::EventReport;
-use crate::domain::{FrameReport, Report, ScriptDomain};
+use crate::domain::{FrameReport, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, Halt, Result};
 use crate::principal::capability::{lacking, Authority, CapabilitySet, Grant};
 use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind, Severity};
@@ -83,6 +83,10 @@ pub struct AdvanceReport {
     pub frame: FrameReport,
     /// How long the advance took, wall time.
     pub elapsed: Duration,
+    /// The reports made during the whole advance, its phases and its frame, oldest first:
+    /// copies of what waits in [`take_reports`](ScriptDomain::take_reports), as
+    /// [`FrameReport::reports`] (which holds the frame's part) says.
+    pub reports: Vec<Report>,
 }
 
 impl AdvanceReport {
@@ -501,6 +505,7 @@ impl ScriptDomain {
     pub fn advance(&self, delta: Duration) -> Result<AdvanceReport> {
         let _entered = self.enter("advance")?;
         let started = Instant::now();
+        let mark = self.reports.borrow().mark();
         let step = self.fixed_step.step;
         let owed_time = self.accumulator.get() + delta;
         let owed = owed_time.as_nanos() / step.as_nanos();
@@ -529,6 +534,7 @@ impl ScriptDomain {
             events,
             frame,
             elapsed: started.elapsed(),
+            reports: self.reports.borrow().since(mark),
         })
     }
 
@@ -586,14 +592,15 @@ impl ScriptDomain {
     pub(crate) fn broadcast_reporting(&self, phase: Phase) {
         let report = self.broadcast(phase, &[]);
         for error in report.errors {
-            self.reports.borrow_mut().push(Report {
-                source: HandlerLabel::Phase {
-                    context: Arc::from(error.attribution.context.as_deref().unwrap_or("")),
-                    phase,
-                }
-                .to_string(),
-                message: error.message,
-            });
+            let source = HandlerLabel::Phase {
+                context: Arc::from(error.attribution.context.as_deref().unwrap_or("")),
+                phase,
+            };
+            self.reports.borrow_mut().push(Report::new(
+                ReportKind::Handler,
+                source.to_string(),
+                error.message,
+            ));
         }
     }
 
@@ -783,10 +790,11 @@ impl ScriptDomain {
                 owner.set_completion(Box::new(move |_lua: &Lua, result, _commands| {
                     if let Err(failure) = result {
                         if !failure.is_cancelled() {
-                            reports.borrow_mut().push(Report {
-                                source: label.to_string(),
-                                message: failure.to_string(),
-                            });
+                            reports.borrow_mut().push(Report::new(
+                                ReportKind::Handler,
+                                label.to_string(),
+                                failure.to_string(),
+                            ));
                         }
                     }
                 }));

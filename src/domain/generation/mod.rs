@@ -26,7 +26,9 @@ use crate::domain::events::handlers as event_handlers;
 use crate::domain::frame::{engine_services, phases};
 use crate::domain::host_dispatch::HostTargets;
 use crate::domain::reports::Reports;
-use crate::domain::{actor, interfaces, DomainState, InterruptTarget, Load, Report, ScriptDomain};
+use crate::domain::{
+    actor, interfaces, DomainState, InterruptTarget, Load, Report, ReportKind, ScriptDomain,
+};
 use crate::error::{Error, Halt, NameRefusal, Result};
 use crate::jobs::{
     self, HomeKind, JobsHome, MailboxReceiver, MailboxSender, Pool, PrincipalCell, Registry,
@@ -216,10 +218,11 @@ impl ScriptDomain {
             }
             Err(failure) => {
                 self.state.set(DomainState::Failed);
-                self.reports.borrow_mut().push(Report {
-                    source: "restart".to_owned(),
-                    message: failure.message.clone(),
-                });
+                self.reports.borrow_mut().push(Report::new(
+                    ReportKind::Load,
+                    "restart",
+                    failure.message.clone(),
+                ));
                 Err(Error::Script(failure.message))
             }
         }
@@ -440,10 +443,11 @@ pub(crate) fn engine_vm(
 ) -> Result<Vm> {
     let sink = reports.clone();
     let reporter: vm::Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
-        sink.borrow_mut().push(Report {
-            source: label.to_owned(),
-            message: failure.to_string(),
-        });
+        sink.borrow_mut().push(Report::new(
+            ReportKind::of_label(label),
+            label,
+            failure.to_string(),
+        ));
     });
     let home = JobsHome::new(principal.clone(), pool.shared().clone(), HomeKind::Engine);
     let vm = Vm::build(&principal.plan, reporter, MAX_DEADLINE, |lua| {
@@ -457,7 +461,14 @@ pub(crate) fn engine_vm(
 /// Where a registered job's failures go: the domain's reports.
 pub(crate) fn report_sink(reports: &Rc<RefCell<Reports>>) -> jobs::FailureSink {
     let sink = reports.clone();
-    Rc::new(move |source, message| sink.borrow_mut().push(Report { source, message }))
+    Rc::new(move |source, message, failure| {
+        let report = Report::new(ReportKind::Job, source, message);
+        let report = match failure {
+            Some(failure) => report.with_job_failure(failure),
+            None => report,
+        };
+        sink.borrow_mut().push(report)
+    })
 }
 
 /// The shared store a generation ends, seen through its queues' Luau binding (`shared/queue_api.rs`):

@@ -6,7 +6,7 @@ use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::rc::Rc;
 
-use crate::domain::{Report, ScriptDomain};
+use crate::domain::{Report, ReportKind, ScriptDomain};
 use crate::principal::Generation;
 use crate::vm::panic_message;
 
@@ -218,10 +218,11 @@ impl ScriptDomain {
     }
 
     pub(crate) fn report_release_failure(&self, message: String) {
-        self.reports.borrow_mut().push(Report {
-            source: "owned resources".to_owned(),
+        self.reports.borrow_mut().push(Report::new(
+            ReportKind::Service,
+            "owned resources",
             message,
-        });
+        ));
     }
 }
 

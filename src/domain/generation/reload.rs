@@ -8,7 +8,7 @@
 
 use crate::domain::generation::load::LoadFailure;
 use crate::domain::generation::GenerationState;
-use crate::domain::{DomainState, Load, Report, ScriptDomain};
+use crate::domain::{DomainState, Load, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::principal::Generation;
 
@@ -93,10 +93,11 @@ impl ScriptDomain {
                     stage: failure.stage,
                     message: failure.message,
                 };
-                self.reports.borrow_mut().push(Report {
-                    source: "reload".to_owned(),
-                    message: error.to_string(),
-                });
+                self.reports.borrow_mut().push(Report::new(
+                    ReportKind::Load,
+                    "reload",
+                    error.to_string(),
+                ));
                 Err(error)
             }
         }

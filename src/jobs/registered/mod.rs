@@ -36,14 +36,15 @@ use super::reply::ReplyTo;
 use crate::error::{Error, NameRefusal, Result};
 use crate::principal::capability::{self, Authority};
 use crate::value::{ExactValue, Message};
-use crate::vm::{self, Outcome, Owner, OwnerIdentity, TaskFailure, Vm};
+use crate::vm::{self, FailureKind, JobFailure, Outcome, Owner, OwnerIdentity, TaskFailure, Vm};
 
 pub(crate) use descriptor::Executor;
 pub use info::{JobInfo, JobStatus, WorkerCalls};
 use remote_job::{Control, RemoteOp, RemoteRegistration};
 
-/// Where a registered job's failures go: the domain's reports, as (source, message).
-pub(crate) type FailureSink = Rc<dyn Fn(String, String)>;
+/// Where a registered job's failures go: the domain's reports, as (source, message, and the
+/// failure taken apart).
+pub(crate) type FailureSink = Rc<dyn Fn(String, String, Option<JobFailure>)>;
 
 /// A domain's registered jobs and the kernels its host registered.
 pub(crate) struct Registry {
@@ -684,7 +685,27 @@ impl Registry {
         mirror(job);
         let source = format!("job '{}'", job.label());
         let text = format!("{source} failed: {message}");
-        (self.sink)(source, text);
+        (self.sink)(source, text, Some(job_failure(job, message)));
+    }
+}
+
+/// `message` (an error, then its stack) as the structured failure of `job`.
+fn job_failure(job: &RegisteredJob, message: &str) -> JobFailure {
+    let (error, traceback) = match message.find("\nstack traceback:") {
+        Some(at) => (&message[..at], Some(message[at + 1..].to_owned())),
+        None => (message, None),
+    };
+    let (module, entry) = match &job.executor {
+        Executor::Worker { path, entry, .. } => (Some(path.to_path_buf()), Some(entry.to_string())),
+        _ => (None, None),
+    };
+    JobFailure {
+        job: job.label(),
+        module,
+        entry,
+        kind: FailureKind::Raised,
+        message: error.to_owned(),
+        traceback,
     }
 }
 

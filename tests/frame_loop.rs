@@ -1,0 +1,78 @@
+//! One game loop: a host that runs `frame` serves a forwarded query and the commands recorded
+//! after it in the frame that answers the query, so the job's promise settles there.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use skein::{Message, Pool, PromiseStatus};
+
+use crate::support::{wait_until, world_get, world_set, Tree, World};
+
+const FRAME: Duration = Duration::from_millis(1);
+
+const MODULE: &str = r#"
+return { run = function(id)
+    jobs.shared.queue("asking", { capacity = 4 }):push(true)
+    local v = world.get(id)
+    world.set(id, v + 1)
+    world.set(id + 1, v)
+    return v
+end }
+"#;
+
+#[test]
+fn a_job_that_queries_then_records_settles_in_the_frame_that_answers_its_query() {
+    let tree = Tree::new(&[("q.luau", MODULE)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    let world: World = World::default();
+    world.borrow_mut().insert(1, Message::Number(41.0));
+    domain
+        .register_query("world.get", world_get(&world))
+        .unwrap();
+    domain
+        .register_command("world.set", world_set(&world))
+        .unwrap();
+    let asking = domain.shared().queue("asking", 4).unwrap();
+    let mut settled_in = None;
+    let mut answered_in = None;
+    for attempt in 0..20 {
+        let promise = domain.dispatch("./q", "run", Message::Number(1.0)).unwrap();
+        // The job is about to ask: its query is in the mailbox, or nearly, for the next frame.
+        assert!(wait_until(Duration::from_secs(10), || asking
+            .try_pop()
+            .unwrap()
+            .is_some()));
+        std::thread::sleep(Duration::from_millis(1));
+        let mut frames = 0;
+        while promise.status() == PromiseStatus::Pending {
+            let report = domain.frame(FRAME);
+            frames += 1;
+            if report.forwarded_calls > 0 {
+                answered_in = Some(frames);
+                assert_eq!(report.forwarded_calls, 1);
+            }
+            assert!(frames < 1000, "never settled");
+        }
+        assert_eq!(
+            promise.wait().unwrap(),
+            Message::Number(41.0 + attempt as f64)
+        );
+        settled_in = Some(frames);
+        if answered_in == Some(1) && settled_in == Some(1) {
+            break;
+        }
+    }
+    assert_eq!(
+        (answered_in, settled_in),
+        (Some(1), Some(1)),
+        "the frame that answered the query applied the commands and settled the promise"
+    );
+    let world: HashMap<_, _> = world.borrow().clone();
+    let (Some(Message::Number(now)), Some(Message::Number(before))) =
+        (world.get(&1), world.get(&2))
+    else {
+        panic!("{world:?}");
+    };
+    assert_eq!(*now, before + 1.0, "both commands applied, in order");
+}
