@@ -5,6 +5,48 @@
 //! `jobs.dispatch`. Values cross between VMs as [`Message`]s, copied once each way; no VM is ever
 //! shared between threads.
 //!
+//! # A host in ten lines
+//!
+//! A pool, a domain with its plan, a main script, and the engine's frame loop that drives it
+//! (`docs/embedding.md`, "Driving a domain", says which call runs what):
+//!
+//! ```
+//! use std::time::Duration;
+//! use skein::{DomainSpec, Plan, Pool, ScriptDomain};
+//! # // The host's working directory holds its scripts: a main script that hands one job to the
+//! # // pool, whose module calls the host function on a worker.
+//! # let dir = tempfile::tempdir()?;
+//! # std::fs::create_dir(dir.path().join("scripts"))?;
+//! # std::fs::write(dir.path().join("scripts/main.luau"), "now = jobs.dispatch('./clock', 'read'):await()")?;
+//! # std::fs::write(dir.path().join("scripts/clock.luau"), "return { read = function() return engineTime() end }")?;
+//! # std::env::set_current_dir(dir.path())?;
+//!
+//! let pool = Pool::with_available_parallelism();
+//! let plan = Plan::new()
+//!     .root("scripts")                       // where `require` and `jobs.dispatch` resolve from
+//!     .memory_limit(256 << 20)               // per VM; a job past it fails, a worker VM is rebuilt
+//!     .function("engineTime", |lua, _| lua.pack_multi(42.0)); // a host function in every VM
+//! let domain = ScriptDomain::new(&pool, DomainSpec::new("game").plan(plan))?;
+//! let main = domain.run_file("scripts/main.luau", &[])?;
+//! while !main.is_finished() {                // the engine's frame loop, at the engine's rate
+//!     let frame = domain.frame(Duration::from_millis(16)); // mailbox, registered jobs, ready tasks
+//!     for failure in frame.reports { eprintln!("{}: {}", failure.source, failure.message); }
+//! #   std::thread::sleep(Duration::from_millis(1));
+//! }
+//! # assert_eq!(domain.state(), skein::DomainState::Running);
+//! # assert_eq!(domain.eval("return now")?, skein::Message::Number(42.0));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Add `[profile.dev.package.mlua-sys] opt-level = 3` to the host's own `Cargo.toml`: cargo
+//! takes profiles only from the workspace being built, and without it Luau's interpreter is
+//! compiled unoptimised in debug builds (`docs/embedding.md`, "Setting up").
+//!
+//! # Values in and out
+//!
+//! `eval` runs a chunk on the engine thread and answers its first result as a [`Message`]; here
+//! it splits a sum between two jobs on the pool:
+//!
 //! ```
 //! use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 //!
