@@ -23,8 +23,9 @@ use crossbeam_utils::CachePadded;
 
 use super::deques::{Inbox, Injector, LocalQueue, Stealer};
 use super::sleep::Sleep;
+use super::spin::{spin, SPIN_ROUNDS};
 use super::stats::{WorkerCounters, WorkerStats};
-use crate::sync::{hint, thread, Arc, AtomicBool, Mutex, Ordering};
+use crate::sync::{thread, Arc, AtomicBool, Mutex, Ordering};
 
 /// What a worker thread does with the items and messages the executor hands it.
 ///
@@ -66,21 +67,6 @@ pub enum Poll {
     },
 }
 
-/// Idle rounds a worker spends re-checking before it sleeps: a reply often lands within
-/// microseconds, and a park/unpark round trip costs more than that. Under loom each round and
-/// each hint is more states to explore, so the model keeps one round of one hint: enough to
-/// check the spin path, small enough to finish.
-#[cfg(not(loom))]
-const SPIN_ROUNDS: u32 = 12;
-#[cfg(loom)]
-const SPIN_ROUNDS: u32 = 1;
-/// Of the spin rounds, the first ones only pause the core; later ones give the CPU away.
-const PAUSE_ROUNDS: u32 = 6;
-/// `spin_loop` hints per pausing round.
-#[cfg(not(loom))]
-const PAUSES_PER_ROUND: u32 = 32;
-#[cfg(loom)]
-const PAUSES_PER_ROUND: u32 = 1;
 /// Messages handled per round at most, so a flooding producer cannot starve polls and items.
 const INBOX_BATCH: usize = 256;
 
@@ -410,17 +396,6 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
             // Dropping a payload can panic too; that one is swallowed, the thread must live on.
             let _ = catch_unwind(AssertUnwindSafe(move || drop(second)));
         }
-    }
-}
-
-/// One idle round's pause: first a few `spin_loop` bursts, then yields to other threads.
-fn spin(round: u32) {
-    if round <= PAUSE_ROUNDS {
-        for _ in 0..PAUSES_PER_ROUND {
-            hint::spin_loop();
-        }
-    } else {
-        thread::yield_now();
     }
 }
 

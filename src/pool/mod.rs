@@ -15,6 +15,7 @@ pub(crate) mod handoff;
 pub(crate) mod lanes;
 pub(crate) mod one_shot;
 pub(crate) mod sleep;
+pub(crate) mod spin;
 pub(crate) mod stats;
 pub(crate) mod wake_queue;
 
