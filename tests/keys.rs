@@ -264,7 +264,14 @@ fn release_works_from_a_worker() {
         list(&out),
         [Message::Boolean(true), Message::Boolean(false)]
     );
-    assert_eq!(pool.stats().iter().map(|s| s.keys_held).sum::<usize>(), 0);
+    // The release reaches the bound worker's inbox on its own and the row drops the key when
+    // that worker takes it, which may be after the eval returned (failed once under load).
+    let held = || pool.stats().iter().map(|s| s.keys_held).sum::<usize>();
+    assert!(
+        wait_until(Duration::from_secs(10), || held() == 0),
+        "keys held {}",
+        held()
+    );
 }
 
 #[test]
