@@ -22,9 +22,9 @@
 //! the park returns at once; a token left over when the consumer woke on its own (a timeout)
 //! costs it one spurious round later.
 //!
-//! Before it announces sleep the consumer re-checks for a few short rounds (`pool::spin`, the
-//! same rounds a worker spends between items): a reply to a short job lands within microseconds,
-//! sooner than a park and an unpark, and a send in those rounds finds nobody to wake. Without
+//! Before it announces sleep the consumer re-checks for a number of short rounds (`pool::spin`'s
+//! pauses, then yields): a reply to a short job lands within microseconds, sooner than a park
+//! and an unpark, and a send in those rounds finds nobody to wake. Without
 //! them a `dispatch(...):await()` round trip measured 29 µs at p50 on this machine, 2.4 µs with
 //! them (`cargo bench --bench latency`); the `crossbeam-channel` this replaced spun the same way.
 //!
@@ -51,6 +51,16 @@ use std::time::Instant;
 
 use super::spin::{spin, SPIN_ROUNDS};
 use crate::sync::{park_until, thread, Arc, Mutex, MutexGuard};
+
+/// Rounds the consumer re-checks before it parks: the pool's [`SPIN_ROUNDS`], then yields up to
+/// this many in all. A worker's spin rounds alone were too few here: a forwarded query answered
+/// by an engine thread waiting in `eval` cost 44 µs a call (p50 51 µs: the engine parked between
+/// the answer and the worker's next query); with 96 rounds, 3.3 µs (p50 2.3 µs), as with the
+/// host spinning frames (`cargo bench --bench services`). Loom keeps one round, as for the pool.
+#[cfg(not(loom))]
+const CONSUMER_ROUNDS: u32 = 96;
+#[cfg(loom)]
+const CONSUMER_ROUNDS: u32 = 1;
 
 /// What the mutex guards.
 struct State<T> {
@@ -243,10 +253,10 @@ impl<T> WakeReceiver<T> {
     /// Parks the calling thread (the consumer) until something is queued, every sender is
     /// gone, or `deadline` passes. Answers at once when something is queued already.
     pub fn wait_until(&self, deadline: Option<Instant>) -> Waited {
-        // A few rounds of re-checking first, as the pool's workers do between items: a reply to
-        // a short job lands within microseconds, sooner than a park and an unpark. The consumer
-        // has not announced sleep here, so a send in these rounds needs no wake.
-        for round in 1..=SPIN_ROUNDS {
+        // Rounds of re-checking first (the pool's spin rounds, then yields): a reply to a short
+        // job lands within microseconds, sooner than a park and an unpark. The consumer has not
+        // announced sleep here, so a send in these rounds needs no wake.
+        for round in 1..=CONSUMER_ROUNDS {
             {
                 let state = self.shared.lock();
                 if !state.queued.is_empty() || state.senders == 0 {
@@ -256,7 +266,7 @@ impl<T> WakeReceiver<T> {
             if deadline.is_some_and(|at| Instant::now() >= at) {
                 break;
             }
-            spin(round);
+            spin(round.min(SPIN_ROUNDS));
         }
         let mut parked = false;
         loop {
