@@ -19,6 +19,7 @@ mod domain_stats;
 mod engine_events;
 mod errors;
 mod fixture;
+mod frame_clock;
 mod frame_loop;
 mod fs_confinement;
 mod generations;

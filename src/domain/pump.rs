@@ -99,7 +99,11 @@ impl ScriptDomain {
         };
         // One wake for everything that arrived: the first event sent while the engine thread
         // sleeps wakes it, and the drain takes the rest with it.
-        if self.current.rx.wait_until(Instant::now().checked_add(wait)) != Waited::TimedOut {
+        let waited_from = Instant::now();
+        let waited = self.current.rx.wait_until(waited_from.checked_add(wait));
+        // The wait was on the wall clock: on frame time, the timer it waited for is due now.
+        self.current.vm.add_waited(waited_from);
+        if waited != Waited::TimedOut {
             self.drain_mailbox();
         }
         true

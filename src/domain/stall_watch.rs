@@ -76,6 +76,7 @@ fn wait_on(lua: &Lua, on: &WaitOn) -> String {
         WaitOn::Promise(Some((_, what))) => format!("a {what} promise nothing can settle"),
         WaitOn::Promise(None) => "a promise nothing can settle".to_owned(),
         WaitOn::Frames => "task.waitFrames".to_owned(),
+        WaitOn::Signal { call, name } => format!("{call} of event '{name}' (nothing can raise it)"),
         // A stalled run has no timer within the horizon: each one left is past it.
         WaitOn::Timer { delay } => format!(
             "{}, due more than {} s from now (past the stall horizon: counted as never)",

@@ -28,7 +28,10 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 use super::event_log::{check_event_name, EventLog, EVENT_LOG_BOUND};
 use super::home::{home, registering_authority};
 use crate::principal::capability::Authority;
-use crate::vm::{a_type, error_message, Completion, Owner, OwnerIdentity, TaskFailure, Vm, VmCore};
+use crate::vm::{
+    self, a_type, error_message, Completion, Owner, OwnerIdentity, SignalKind, TaskFailure, Vm,
+    VmCore,
+};
 
 /// One `engine.on` watcher of a VM.
 struct Watcher {
@@ -46,6 +49,8 @@ struct Watcher {
 struct Watchers {
     /// The sequence number of the first event this VM has not delivered.
     cursor: u64,
+    /// The sequence number of the first event `engine.wait`'s waiters have not been shown.
+    waits_seen: u64,
     next_id: u64,
     list: Vec<Watcher>,
 }
@@ -56,12 +61,47 @@ type WatchersCell = Rc<RefCell<Watchers>>;
 pub(crate) fn install(lua: &Lua, engine: &Table, log: &EventLog) -> mlua::Result<()> {
     let watchers: WatchersCell = Rc::new(RefCell::new(Watchers {
         cursor: log.next_seq(),
+        waits_seen: log.next_seq(),
         next_id: 1,
         list: Vec::new(),
     }));
     lua.set_app_data(watchers);
     engine.raw_set("on", lua.create_function(on)?)?;
+    let park = lua.create_function(|lua, (name, timeout): (Value, Value)| {
+        // It takes only events raised from now on.
+        let since = home(lua)?.principal.events.next_seq();
+        vm::park_signal(lua, SignalKind::Engine, &name, &timeout, since)
+    })?;
+    engine.raw_set("wait", vm::wait_function(lua, "engine.wait", park)?)?;
     Ok(())
+}
+
+/// Releases the tasks of `vm` that wait on engine events (`engine.wait`) for the events of
+/// `log` raised since they began waiting: each waiter takes the first event of its name raised
+/// after its call, in raise order, and waiters of one name are released in arrival order.
+/// Answers whether any was released. A VM with no waiter costs one borrow.
+pub(crate) fn release_waits(vm: &Vm, log: &EventLog) -> bool {
+    let Some(earliest) = vm.signal_waits_since(SignalKind::Engine) else {
+        return false;
+    };
+    let Some(cell) = vm.lua.app_data_ref::<WatchersCell>().map(|w| w.clone()) else {
+        return false;
+    };
+    let next = log.next_seq();
+    let from = {
+        let mut w = cell.borrow_mut();
+        let from = w.waits_seen.max(earliest);
+        w.waits_seen = next;
+        from
+    };
+    if from >= next {
+        return false;
+    }
+    let mut released = 0;
+    for event in log.since(from) {
+        released += vm.release_signal(SignalKind::Engine, &event.name, event.seq, &event.payload);
+    }
+    released > 0
 }
 
 /// `engine.on(name, watcher) -> remover`.
@@ -127,6 +167,12 @@ const MISSED_LABEL: &str = "engine events";
 /// own, under the authority of the task that registered the watcher, and runs to its first
 /// yield here. Answers whether any watcher started.
 pub(crate) fn deliver(vm: &Vm, log: &EventLog, deadline: Duration) -> bool {
+    let released = release_waits(vm, log);
+    deliver_watchers(vm, log, deadline) | released
+}
+
+/// The `engine.on` part of [`deliver`].
+fn deliver_watchers(vm: &Vm, log: &EventLog, deadline: Duration) -> bool {
     let Some(cell) = vm.lua.app_data_ref::<WatchersCell>().map(|w| w.clone()) else {
         return false;
     };

@@ -44,6 +44,7 @@ mod worker;
 
 pub(crate) use api::{install, BUILTINS};
 pub(crate) use engine_events::deliver as deliver_events;
+pub(crate) use engine_events::release_waits as release_engine_waits;
 pub(crate) use event_log::check_event_name;
 pub(crate) use event_log::EVENT_LOG_BOUND;
 pub(crate) use home::{home_principal, registering_authority, HomeKind, JobsHome};

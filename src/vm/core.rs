@@ -22,8 +22,10 @@ use super::plan::Plan;
 use super::promise_handle::{self, HandleTables};
 use super::raised::raised_text;
 use super::scheduler::{self, Resume, Scheduler, SchedulerHost, TaskId};
+use super::signal_waits::SignalKind;
 use super::task_library::{self, POOL_PROMISES};
 use crate::principal::capability::Authority;
+use crate::value::Message;
 
 /// Where a VM sends failures of tasks that have no one awaiting them.
 pub(crate) type Reporter = Box<dyn Fn(&str, &TaskFailure)>;
@@ -246,7 +248,44 @@ impl Vm {
 
     /// Whether a task can run now.
     pub(crate) fn has_ready(&self) -> bool {
-        self.core.sched.borrow().has_ready(Instant::now)
+        self.core.sched.borrow().has_ready()
+    }
+
+    /// Moves the timers' clock on by a frame's `dt`; from the first call on, this VM's timers
+    /// follow frame time (`Scheduler::advance_clock`).
+    pub(crate) fn advance_clock(&self, dt: Duration) {
+        self.core.sched.borrow_mut().advance_clock(dt);
+    }
+
+    /// On frame time, moves the clock on by the wall time since `waited_from` (what a
+    /// blocking pump waited).
+    pub(crate) fn add_waited(&self, waited_from: Instant) {
+        self.core.sched.borrow_mut().add_waited(waited_from);
+    }
+
+    /// Releases the tasks waiting on the signal `name` of `kind` that may take the event
+    /// numbered `seq`, with `payload`; answers how many.
+    pub(crate) fn release_signal(
+        &self,
+        kind: SignalKind,
+        name: &str,
+        seq: u64,
+        payload: &Message,
+    ) -> usize {
+        self.core
+            .sched
+            .borrow_mut()
+            .release_signal(kind, name, seq, payload)
+    }
+
+    /// The smallest `since` of the tasks waiting on signals of `kind`, if any wait.
+    pub(crate) fn signal_waits_since(&self, kind: SignalKind) -> Option<u64> {
+        self.core.sched.borrow().signal_waits_since(kind)
+    }
+
+    /// Whether a task of this VM waits on a signal.
+    pub(crate) fn has_signal_waits(&self) -> bool {
+        self.core.sched.borrow().has_signal_waits()
     }
 
     /// The earliest live timer.
@@ -415,14 +454,33 @@ impl SchedulerHost for VmCore {
         &self.sched
     }
 
-    fn resume_values(&self, _lua: &Lua, resume: Resume) -> MultiValue {
+    fn resume_values(&self, lua: &Lua, resume: Resume) -> MultiValue {
         match resume {
             Resume::Args(args) => args,
             Resume::Elapsed(start) => {
-                let secs = scheduler::elapsed_secs(start, Instant::now());
+                let secs = scheduler::elapsed_secs(start, self.sched.borrow().now());
                 MultiValue::from_iter([Value::Number(secs)])
             }
             Resume::Frames(n) => MultiValue::from_iter([Value::Number(n as f64)]),
+            Resume::Signal(payload) => match payload.to_lua(lua) {
+                Ok(value) => MultiValue::from_iter([value]),
+                Err(e) => MultiValue::from_iter([
+                    Value::Nil,
+                    Value::String(
+                        lua.create_string(format!(
+                            "its payload could not be read: {}",
+                            super::error_message(&e)
+                        ))
+                        .unwrap_or_else(|_| self.memory.outcome_text()),
+                    ),
+                ]),
+            },
+            Resume::Timeout => {
+                let text = lua
+                    .create_string("timeout")
+                    .unwrap_or_else(|_| self.memory.outcome_text());
+                MultiValue::from_iter([Value::Nil, Value::String(text)])
+            }
         }
     }
 

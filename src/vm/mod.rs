@@ -23,6 +23,7 @@ mod plan;
 pub(crate) mod promise_handle;
 mod raised;
 mod scheduler;
+mod signal_waits;
 pub(crate) mod source;
 mod stall_report;
 mod task_library;
@@ -50,8 +51,9 @@ pub(crate) use promise_handle::{await_function, free_collected, promise_of};
 pub(crate) use scheduler::{
     return_coroutine, root_coroutine, start_root, Resume, RootEnd, SchedulerHost, TaskId,
 };
+pub(crate) use signal_waits::SignalKind;
 pub(crate) use stall_report::{watch as watch_liveness, VmWaits, WaitOn};
-pub(crate) use task_library::FrameClock;
+pub(crate) use task_library::{park_signal, wait_function, FrameClock};
 
 /// A promise's Luau handle (a table: see `promise_handle.rs`).
 pub(crate) fn promise_handle(

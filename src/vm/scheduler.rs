@@ -31,8 +31,9 @@ use super::coroutine::{self, Resumed};
 use super::liveness::Liveness;
 use super::out_of_memory::is_memory_error;
 use super::owner::{Owner, TaskFailure};
+use super::signal_waits::{SignalKind, SignalWaits, Waiter, MAX_SIGNAL_WAITERS};
 use crate::principal::capability::{self, Authority};
-use crate::value::ExactValues;
+use crate::value::{ExactValues, Message};
 
 /// Identifies a task within its VM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -52,6 +53,9 @@ enum Parked {
     PoolPromise,
     /// In the frame-wait heap (`task.waitFrames`).
     Frame,
+    /// On a signal's waiter list (`events.wait`, `engine.wait`), and in the timer heap when
+    /// it has a timeout.
+    Signal,
 }
 
 struct TaskEntry {
@@ -86,7 +90,7 @@ type TimerEntry = (Instant, u64, TaskId, u64, Instant);
 type FrameEntry = (u64, u64, TaskId, u64, u64);
 
 /// What a parked task waits on, as [`Scheduler::parked`] answers it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum ParkedOn {
     /// A promise (its waiter list names the task).
     Promise,
@@ -94,6 +98,8 @@ pub(crate) enum ParkedOn {
     Frames,
     /// A timer: `task.wait`, or a `task.delay` not started yet (`delay`).
     Timer { delay: bool },
+    /// A signal: `events.wait` or `engine.wait` of the named event.
+    Signal { kind: SignalKind, name: Arc<str> },
 }
 
 /// The value a task is resumed with.
@@ -104,6 +110,23 @@ pub(crate) enum Resume {
     Elapsed(Instant),
     /// The frame a `task.waitFrames` waited for came: the task receives the frames that passed.
     Frames(u64),
+    /// The signal a task waited on came: it receives the event's payload.
+    Signal(Message),
+    /// A signal wait's timeout passed first: the task receives `nil, "timeout"`.
+    Timeout,
+}
+
+/// The clock a VM's timers read: `task.wait`, `task.delay` and the timeouts of signal waits.
+#[derive(Clone, Copy, Debug, Default)]
+enum Clock {
+    /// The wall clock: a VM no frame drives (a pool worker's, an actor's, an engine VM the
+    /// host only pumps).
+    #[default]
+    Wall,
+    /// Frame time: `now` moves by each frame's `dt` (`ScriptDomain::advance`), and by the wall
+    /// time a blocking pump waited for its next timer (`eval`, `run_until_idle`), never by
+    /// itself.
+    Frame { now: Instant },
 }
 
 /// The scheduler state of one VM.
@@ -130,6 +153,10 @@ pub(crate) struct Scheduler {
     idle_threads: Vec<Thread>,
     /// The principal's evidence of progress, when its host asked for a stall check.
     liveness: Option<Arc<Liveness>>,
+    /// The clock the timers read.
+    clock: Clock,
+    /// Tasks parked as [`Parked::Signal`], on their signals' lists.
+    signals: SignalWaits,
 }
 
 /// How many finished coroutines a VM keeps for reuse.
@@ -278,7 +305,7 @@ impl Scheduler {
     pub(crate) fn park_timer(&mut self, id: TaskId, start: Instant, wake_at: Instant) {
         if let Some(task) = self.tasks.get_mut(&id) {
             if let Some(live) = &self.liveness {
-                live.timer_at(wake_at);
+                live.timer_at(to_wall(self.clock, wake_at));
             }
             set_parked(&mut self.pool_waits, task, Parked::Timer);
             task.epoch += 1;
@@ -356,14 +383,133 @@ impl Scheduler {
     /// Whether a poll of this VM has nothing to do: nothing queued, deferred, timed or waiting
     /// on frames (a step would run nothing and no wake time would come of it).
     pub(crate) fn is_quiet(&self) -> bool {
-        self.is_idle() && self.frame_waits.is_empty()
+        self.is_idle() && self.frame_waits.is_empty() && self.signals.len() == 0
     }
 
     /// Whether something can run right now.
-    pub(crate) fn has_ready(&self, now: impl FnOnce() -> Instant) -> bool {
+    pub(crate) fn has_ready(&self) -> bool {
         !self.ready.is_empty()
             || !self.deferred.is_empty()
-            || self.timers.peek().is_some_and(|Reverse(t)| t.0 <= now())
+            || self.timers.peek().is_some_and(|Reverse(t)| t.0 <= self.now())
+    }
+
+    /// Now, on the clock this VM's timers read.
+    pub(crate) fn now(&self) -> Instant {
+        match self.clock {
+            Clock::Wall => Instant::now(),
+            Clock::Frame { now } => now,
+        }
+    }
+
+    /// Moves the clock on by a frame's `dt`: from the first call on, the timers read frame
+    /// time (see [`Clock::Frame`]). A `dt` of zero fires nothing new.
+    pub(crate) fn advance_clock(&mut self, dt: Duration) {
+        let now = self.now();
+        let now = now.checked_add(dt.min(MAX_WAIT)).unwrap_or(now);
+        self.clock = Clock::Frame { now };
+    }
+
+    /// On frame time, moves the clock on by the wall time since `waited_from`: a blocking pump
+    /// (`eval`, `run_until_idle`) waits on the wall clock for the next timer, which is then due.
+    pub(crate) fn add_waited(&mut self, waited_from: Instant) {
+        if let Clock::Frame { now } = self.clock {
+            let waited = waited_from.elapsed();
+            self.clock = Clock::Frame {
+                now: now.checked_add(waited).unwrap_or(now),
+            };
+        }
+    }
+
+    /// Parks a task on the signal `name` of `kind`, after the tasks already waiting on it;
+    /// `since`: the first engine-event sequence number it may take (0 for domain events).
+    /// With a `timeout`, it also waits in the timer heap and resumes with `nil, "timeout"`
+    /// when that comes first. Answers the count of waiters when the VM holds its limit
+    /// ([`MAX_SIGNAL_WAITERS`]) and nothing was parked.
+    pub(crate) fn park_signal(
+        &mut self,
+        id: TaskId,
+        kind: SignalKind,
+        name: &str,
+        since: u64,
+        timeout: Option<Duration>,
+    ) -> Result<(), usize> {
+        if self.signals.len() >= MAX_SIGNAL_WAITERS {
+            return Err(self.signals.len());
+        }
+        let now = self.now();
+        let Some(task) = self.tasks.get_mut(&id) else {
+            return Ok(());
+        };
+        set_parked(&mut self.pool_waits, task, Parked::Signal);
+        task.epoch += 1;
+        let epoch = task.epoch;
+        self.signals.push(
+            kind,
+            name,
+            Waiter {
+                task: id,
+                epoch,
+                since,
+            },
+        );
+        if let Some(timeout) = timeout {
+            let wake_at = now + timeout;
+            if let Some(live) = &self.liveness {
+                live.timer_at(to_wall(self.clock, wake_at));
+            }
+            self.timer_seq += 1;
+            self.timers
+                .push(Reverse((wake_at, self.timer_seq, id, epoch, now)));
+        }
+        Ok(())
+    }
+
+    /// Releases the waiters of the signal `name` of `kind` that may take the event numbered
+    /// `seq` (any, for domain events: pass `u64::MAX`), in arrival order, each resumed with a
+    /// copy of `payload`. Answers how many were released.
+    pub(crate) fn release_signal(
+        &mut self,
+        kind: SignalKind,
+        name: &str,
+        seq: u64,
+        payload: &Message,
+    ) -> usize {
+        if self.signals.len() == 0 {
+            return 0;
+        }
+        let mut released = 0;
+        for waiter in self.signals.take(kind, name, seq) {
+            let Some(task) = self.tasks.get_mut(&waiter.task) else {
+                continue;
+            };
+            if task.epoch != waiter.epoch || task.parked != Parked::Signal {
+                continue;
+            }
+            task.parked = Parked::No;
+            task.epoch += 1;
+            self.ready
+                .push_back((waiter.task, Resume::Signal(payload.clone())));
+            released += 1;
+        }
+        if released > 0 {
+            if let Some(live) = &self.liveness {
+                live.touch();
+            }
+        }
+        released
+    }
+
+    /// Whether a task waits on a signal of `kind`, and the smallest `since` among them.
+    pub(crate) fn signal_waits_since(&self, kind: SignalKind) -> Option<u64> {
+        if !self.signals.any_of(kind) {
+            return None;
+        }
+        self.signals.earliest_since(kind)
+    }
+
+    /// Whether any task waits on a signal.
+    pub(crate) fn has_signal_waits(&self) -> bool {
+        self.signals.len() > 0
     }
 
     /// The earliest live timer, if any. Timers are removed lazily (a cancelled or ended task
@@ -371,12 +517,11 @@ impl Scheduler {
     /// cancelled `task.delay(20, f)` must not keep a host waiting 20 s for nothing.
     pub(crate) fn next_wake(&mut self) -> Option<Instant> {
         while let Some(Reverse((at, _, id, epoch, _))) = self.timers.peek().copied() {
-            let live = self
-                .tasks
-                .get(&id)
-                .is_some_and(|task| task.epoch == epoch && task.parked == Parked::Timer);
+            let live = self.tasks.get(&id).is_some_and(|task| {
+                task.epoch == epoch && matches!(task.parked, Parked::Timer | Parked::Signal)
+            });
             if live {
-                return Some(at);
+                return Some(to_wall(self.clock, at));
             }
             self.timers.pop();
         }
@@ -401,6 +546,10 @@ impl Scheduler {
                     Parked::Frame => ParkedOn::Frames,
                     Parked::Timer => ParkedOn::Timer {
                         delay: self.delayed_args.contains_key(&id),
+                    },
+                    Parked::Signal => match self.signals.signal_of(id) {
+                        Some((kind, name)) => ParkedOn::Signal { kind, name },
+                        None => return None,
                     },
                 };
                 Some((id, task.thread.clone(), on))
@@ -431,6 +580,13 @@ impl Scheduler {
                         None => Resume::Elapsed(start),
                     };
                     self.ready.push_back((id, resume));
+                } else if task.epoch == epoch && task.parked == Parked::Signal {
+                    // The timeout came first: off the list now, so no later event can
+                    // resume it.
+                    task.parked = Parked::No;
+                    task.epoch += 1;
+                    self.signals.remove(id);
+                    self.ready.push_back((id, Resume::Timeout));
                 }
             }
         }
@@ -457,6 +613,9 @@ impl Scheduler {
         let entry = self.tasks.remove(&id)?;
         if entry.parked == Parked::PoolPromise {
             self.pool_waits -= 1;
+        }
+        if entry.parked == Parked::Signal {
+            self.signals.remove(id);
         }
         self.by_thread.remove(&entry.address);
         self.delayed_args.remove(&id);
@@ -523,7 +682,7 @@ pub(crate) fn step<H: SchedulerHost>(host: &H, lua: &Lua) -> bool {
     if host.scheduler().borrow().is_idle() {
         return false; // the common case on a busy worker: no clock read
     }
-    let now = Instant::now();
+    let now = host.scheduler().borrow().now();
     let batch = host.scheduler().borrow_mut().take_batch(now);
     let ran = !batch.is_empty();
     for (id, resume) in batch {
@@ -981,6 +1140,18 @@ fn finish<H: SchedulerHost>(
     } else if let Err(failure) = result {
         if !failure.is_cancelled() {
             host.report(owner, failure);
+        }
+    }
+}
+
+/// `at` on the clock `clock` as a wall instant: what a host waits until, or a stall check reads.
+fn to_wall(clock: Clock, at: Instant) -> Instant {
+    match clock {
+        Clock::Wall => at,
+        Clock::Frame { now } => {
+            let wall = Instant::now();
+            wall.checked_add(at.saturating_duration_since(now))
+                .unwrap_or(wall)
         }
     }
 }

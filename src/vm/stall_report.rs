@@ -33,6 +33,8 @@ pub(crate) enum WaitOn {
     Frames,
     /// `task.wait`, or a `task.delay` not started yet (`delay`).
     Timer { delay: bool },
+    /// `events.wait` or `engine.wait` (its call's name) of the event `name`.
+    Signal { call: &'static str, name: Arc<str> },
 }
 
 /// The waits of one VM: its parked tasks, and its pending promises that no task awaits.
@@ -69,6 +71,10 @@ impl Vm {
                     }
                     ParkedOn::Frames => WaitOn::Frames,
                     ParkedOn::Timer { delay } => WaitOn::Timer { delay },
+                    ParkedOn::Signal { kind, name } => WaitOn::Signal {
+                        call: kind.call(),
+                        name,
+                    },
                 };
                 TaskWait {
                     at: script_line(&thread),

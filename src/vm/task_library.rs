@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
 
@@ -16,6 +16,7 @@ use super::luau_promise::Outcome;
 use super::promise_handle;
 use super::raised::RAISED_KEY;
 use super::scheduler::{self, Resume, MAX_WAIT};
+use super::signal_waits::{SignalKind, MAX_SIGNAL_WAITERS};
 
 /// The kinds of promise the pool settles (their `what`): a warm entry may not await them.
 pub(crate) const POOL_PROMISES: [&str; 3] = ["jobs.dispatch", "jobs.parallelFor", "jobs.warm"];
@@ -106,7 +107,9 @@ pub(super) fn install(lua: &Lua) -> mlua::Result<()> {
     p.raw_set("defer", lua.create_function(defer)?)?;
     p.raw_set("delay", lua.create_function(delay)?)?;
     p.raw_set("cancel", lua.create_function(cancel)?)?;
-    let (task, error, raised): (Table, Function, Table) = PRELUDE.load(lua)?.call(p)?;
+    let (task, error, raised, make_wait): (Table, Function, Table, Function) =
+        PRELUDE.load(lua)?.call(p)?;
+    lua.set_named_registry_value(MAKE_WAIT_KEY, make_wait)?;
     lua.globals().raw_set("error", error)?;
     lua.set_named_registry_value(RAISED_KEY, raised)?;
     let await_fn: Function = task.raw_get("await")?;
@@ -115,11 +118,12 @@ pub(super) fn install(lua: &Lua) -> mlua::Result<()> {
     Ok(())
 }
 
-/// `task.wait`'s park: the running task sleeps for `seconds` on the wall clock.
+/// `task.wait`'s park: the running task sleeps for `seconds` on the VM's clock (frame time in
+/// a domain driven by frames, else the wall clock).
 fn park_timer(lua: &Lua, seconds: Option<f64>) -> mlua::Result<()> {
     let core = VmCore::of(lua)?;
     let id = core.task_for(&lua.current_thread());
-    let now = Instant::now();
+    let now = core.sched.borrow().now();
     core.sched
         .borrow_mut()
         .park_timer(id, now, now + wait_duration(seconds));
@@ -270,8 +274,8 @@ fn delay(
     let thread = as_thread(lua, target, "task.delay")
         .map_err(|e| core.named_error(e, "a task for task.delay"))?;
     let owner = core.current_owner();
-    let now = Instant::now();
     let mut sched = core.sched.borrow_mut();
+    let now = sched.now();
     let id = sched.add(thread.clone(), owner, false);
     sched.delay_with(
         id,
@@ -279,6 +283,73 @@ fn delay(
         MultiValue::from_iter(args),
     );
     Ok(thread)
+}
+
+/// Where the prelude's `makeWait` is kept: it wraps a native park into a Luau function that
+/// parks the calling task and yields (a Rust callback cannot yield).
+const MAKE_WAIT_KEY: &str = "skein.makeWait";
+
+/// The longest name a signal wait takes, in bytes: an event name's bound.
+const MAX_SIGNAL_NAME: usize = 256;
+
+/// A Luau function named `what` (`events.wait`) that calls `park(name, timeout)`, then yields
+/// until the scheduler resumes the task with what it waited for.
+pub(crate) fn wait_function(lua: &Lua, what: &str, park: Function) -> mlua::Result<Function> {
+    let make: Function = lua.named_registry_value(MAKE_WAIT_KEY)?;
+    make.call((what, park))
+}
+
+/// Parks the running task on the signal `name` of `kind` (`events.wait`, `engine.wait`): it
+/// resumes with the payload of the next event of that name the VM delivers (an engine event
+/// numbered `since` or later), or with `nil, "timeout"` once `timeout` seconds of the VM's
+/// clock have passed. Refuses a bad name or timeout, and a wait past
+/// [`MAX_SIGNAL_WAITERS`].
+pub(crate) fn park_signal(
+    lua: &Lua,
+    kind: SignalKind,
+    name: &Value,
+    timeout: &Value,
+    since: u64,
+) -> mlua::Result<()> {
+    let what = kind.call();
+    let name = match name {
+        Value::String(s) => s.to_str()?.to_owned(),
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "{what}: name must be a string, got {}",
+                a_type(other)
+            )))
+        }
+    };
+    if name.is_empty() || name.len() > MAX_SIGNAL_NAME {
+        return Err(mlua::Error::runtime(format!(
+            "{what}: an event name must be 1 to {MAX_SIGNAL_NAME} bytes, got {}",
+            name.len()
+        )));
+    }
+    let timeout = match timeout {
+        Value::Nil => None,
+        Value::Integer(i) => Some(wait_duration(Some(*i as f64))),
+        Value::Number(x) => Some(wait_duration(Some(*x))),
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "{what}: timeout must be a number of seconds or nil, got {}",
+                a_type(other)
+            )))
+        }
+    };
+    let core = VmCore::of(lua)?;
+    let id = core.task_for(&lua.current_thread());
+    let parked = core
+        .sched
+        .borrow_mut()
+        .park_signal(id, kind, &name, since, timeout);
+    parked.map_err(|waiting| {
+        mlua::Error::runtime(format!(
+            "{what}: {waiting} tasks of this VM already wait on events, the most that may \
+             ({MAX_SIGNAL_WAITERS}); this wait was refused"
+        ))
+    })
 }
 
 /// `task.cancel`: forgets a task that is not running.

@@ -476,6 +476,7 @@ impl Lane<'_> {
                 return None;
             }
             self.wake_all();
+            self.release_engine_waits();
             while self.vm.step() {}
             // With no timer pending the lane sleeps until a message or a wake comes, or the
             // queue closes (a close, or the teardown, which closes before it cancels). A VM with
@@ -483,7 +484,13 @@ impl Lane<'_> {
             // a `select!` over two channels made every message round trip 5 to 10 times slower
             // (measured by `benches/domain.rs`); wakes that came meanwhile are applied at the
             // next message.
-            match self.vm.next_wake() {
+            // A task in `engine.wait` looks at the event log again after IDLE_LOOK: nothing
+            // tells the lane that an engine event was raised.
+            let next = match self.vm.next_wake() {
+                None if self.vm.has_signal_waits() => Some(Instant::now() + IDLE_LOOK),
+                next => next,
+            };
+            match next {
                 None if self.vm.tasks() == 0 => return setup.inbox.recv().ok(),
                 None => crossbeam_channel::select! {
                     recv(setup.inbox) -> message => return message.ok(),
@@ -499,6 +506,13 @@ impl Lane<'_> {
                 }
             }
         }
+    }
+
+    /// Releases this VM's tasks in `engine.wait` for the engine events raised since they began
+    /// waiting; answers whether any was.
+    fn release_engine_waits(&self) -> bool {
+        self.vm.has_signal_waits()
+            && jobs::release_engine_waits(self.vm, &self.setup.principal.events)
     }
 
     /// Runs `f(args)` as a task until it ends; `None` when the domain tore the actor down
@@ -533,7 +547,7 @@ impl Lane<'_> {
                 return Some(result);
             }
             self.wake_all();
-            if vm.step() || vm.has_ready() {
+            if self.release_engine_waits() || vm.step() || vm.has_ready() {
                 continue;
             }
             let wait = match vm.next_wake() {

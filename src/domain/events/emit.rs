@@ -30,6 +30,11 @@ pub(crate) const EVENTS_KEY: &str = "skein.events";
 pub(crate) const WORKER_ON: &str =
     "events.on: handlers bind only in the engine VM; a worker VM runs jobs, not event handlers";
 
+/// What `events.wait` raises outside the engine VM: named events are delivered there alone.
+pub(crate) const WORKER_WAIT: &str =
+    "events.wait: a domain's named events are delivered in its engine VM alone; a worker VM or \
+     @skein/worker worker waits on the host's engine events with engine.wait";
+
 /// Why an emit was refused: the text after `events.emit: `.
 pub(crate) enum EmitRefused {
     /// The event does not fit under the queue's limits (`queue full: ...`).
@@ -160,6 +165,12 @@ pub(crate) fn install_off_engine_events(
         "on",
         lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
             Err(mlua::Error::runtime(WORKER_ON))
+        })?,
+    )?;
+    module.raw_set(
+        "wait",
+        lua.create_function(|_, _: mlua::MultiValue| -> mlua::Result<()> {
+            Err(mlua::Error::runtime(WORKER_WAIT))
         })?,
     )?;
     module.set_readonly(true);

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use crate::domain::events::emit::{
-    install_off_engine_events, read_emit, EmitRefused, EVENTS_KEY, WORKER_ON,
+    install_off_engine_events, read_emit, EmitRefused, EVENTS_KEY, WORKER_ON, WORKER_WAIT,
 };
 use crate::domain::frame::context::ContextSpec;
 use crate::domain::frame::handler_label::HandlerLabel;
@@ -30,7 +30,7 @@ use crate::principal::event_queue::{EventQueue, QueuedEvent, Routing};
 use crate::principal::profile::ProfileKind;
 use crate::principal::{DomainId, EventTarget, Generation, Phase, PostRefused, Severity};
 use crate::value::Message;
-use crate::vm::{self, panic_message};
+use crate::vm::{self, panic_message, SignalKind};
 
 /// What `events.emit` raises in a VM that belongs to no domain: there is no queue to post to.
 pub(crate) const NO_DOMAIN_EMIT: &str =
@@ -396,6 +396,10 @@ pub(crate) fn install_events_module(
             },
         )?,
     )?;
+    let park = lua.create_function(|lua, (name, timeout): (Value, Value)| {
+        vm::park_signal(lua, SignalKind::Event, &name, &timeout, 0)
+    })?;
+    module.raw_set("wait", vm::wait_function(lua, "events.wait", park)?)?;
     module.set_readonly(true);
     lua.set_named_registry_value(EVENTS_KEY, module)
 }
@@ -415,7 +419,11 @@ pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
     vm::registered_or_refusing(
         lua,
         EVENTS_KEY,
-        &[("on", WORKER_ON), ("emit", NO_DOMAIN_EMIT)],
+        &[
+            ("on", WORKER_ON),
+            ("emit", NO_DOMAIN_EMIT),
+            ("wait", WORKER_WAIT),
+        ],
     )
 }
 
@@ -605,14 +613,23 @@ impl ScriptDomain {
                             handlers.post_copies(envelope.generation, &name, routes, &payload);
                         }
                     }
-                    self.deliver_named(
+                    // Waiters first, in arrival order: they take the event as it was queued,
+                    // whatever its handlers do after.
+                    let released = self.current.vm.release_signal(
+                        SignalKind::Event,
+                        &name,
+                        u64::MAX,
+                        &payload,
+                    );
+                    let handled = self.deliver_named(
                         &handlers,
                         &name,
                         &mut name_string,
                         payload,
                         posted,
                         &mut report.errors,
-                    )
+                    );
+                    handled || released > 0
                 }
             };
             if handled {

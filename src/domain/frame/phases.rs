@@ -504,6 +504,8 @@ impl ScriptDomain {
     /// As [`run_phase`](Self::run_phase).
     pub fn advance(&self, delta: Duration) -> Result<AdvanceReport> {
         let _entered = self.enter("advance")?;
+        // Timers follow frame time from the first advance on (scheduler.rs, `Clock`).
+        self.current.vm.advance_clock(delta);
         let started = Instant::now();
         let mark = self.reports.borrow().mark();
         let step = self.fixed_step.step;

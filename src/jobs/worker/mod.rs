@@ -22,6 +22,7 @@ mod warm_pass;
 mod worker_vm;
 
 use super::api::run_release_watchers;
+use super::engine_events::release_waits as release_engine_waits;
 use super::item::{Item, ItemArgs, LaneKey};
 use super::job::JobShared;
 use super::keys::LaneTurn;
@@ -418,6 +419,13 @@ impl WorkerLogic for LuauWorker {
                 // tasks waiting on frames looks again after FRAME_POLL.
                 let frame = wvm.principal.frames.load(Ordering::Acquire);
                 busy |= wvm.vm.wake_frames(frame);
+                let at = Instant::now() + FRAME_POLL;
+                wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
+            }
+            if wvm.vm.has_signal_waits() {
+                // As with frames: nothing tells this thread an engine event was raised, so a
+                // VM with tasks in `engine.wait` reads the log again after FRAME_POLL.
+                busy |= release_engine_waits(&wvm.vm, &wvm.principal.events);
                 let at = Instant::now() + FRAME_POLL;
                 wake_at = Some(wake_at.map_or(at, |w| w.min(at)));
             }
