@@ -85,7 +85,9 @@ fn a_blocking_eval_waits_its_timers_out_on_frame_time() {
 fn a_domain_no_frame_drives_keeps_the_wall_clock() {
     let pool = Pool::new(1);
     let domain = ScriptDomain::new(&pool, DomainSpec::new("clock")).unwrap();
-    domain.exec("task.delay(0.01, function() fired = true end)").unwrap();
+    domain
+        .exec("task.delay(0.01, function() fired = true end)")
+        .unwrap();
     // No advance: pumping alone runs the timer once the wall clock reaches it.
     assert!(crate::support::wait_until(Duration::from_secs(5), || {
         domain.pump();

@@ -48,6 +48,7 @@ mod shared_queues;
 mod shared_stress;
 mod shared_tables;
 mod shared_trie;
+mod signal_waits;
 mod stall;
 mod stopping;
 mod stress;

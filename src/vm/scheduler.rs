@@ -390,7 +390,10 @@ impl Scheduler {
     pub(crate) fn has_ready(&self) -> bool {
         !self.ready.is_empty()
             || !self.deferred.is_empty()
-            || self.timers.peek().is_some_and(|Reverse(t)| t.0 <= self.now())
+            || self
+                .timers
+                .peek()
+                .is_some_and(|Reverse(t)| t.0 <= self.now())
     }
 
     /// Now, on the clock this VM's timers read.
