@@ -19,6 +19,8 @@ use skein::{
 };
 
 // The runner's own modules sit in `src/bin/skein/`, so Cargo does not take them for binaries.
+#[path = "skein/frames.rs"]
+mod frames;
 #[path = "skein/print.rs"]
 mod print;
 #[path = "skein/runner_global.rs"]
@@ -109,8 +111,10 @@ enum Command {
     /// Run the Luau script FILE on the engine thread, with a pool of worker threads behind
     /// jobs.dispatch
     ///
-    /// Skein pumps until the script and every job and task it started have settled. A script
-    /// error prints the error and its Luau stack on stderr and exits 1.
+    /// Skein declares the context `main` (every phase) for the script's handlers, runs its
+    /// `startup` phase, then drives frames at --fps (events drained, update handlers,
+    /// registered jobs, tasks) until nothing can run any more. A script error prints the error
+    /// and its Luau stack on stderr and exits 1.
     #[command(after_help = run_after_help())]
     Run(RunArgs),
 }
@@ -152,6 +156,16 @@ struct RunArgs {
     /// the script holds no capability: deny by default
     #[arg(long, value_name = "NAME", value_parser = capability)]
     allow: Vec<CapabilityId>,
+
+    /// Frames a second, 1 to 1000: each frame drains the events, runs the `main` context's
+    /// fixedUpdate, update and lateUpdate handlers and the registered jobs, and moves task
+    /// timers on by 1/FPS seconds
+    #[arg(long, value_name = "FPS", default_value_t = frames::DEFAULT_FPS, value_parser = clap::value_parser!(u16).range(1..=i64::from(frames::MAX_FPS)))]
+    fps: u16,
+
+    /// Print the domain's and each pool worker's counters on stderr when the run ends
+    #[arg(long)]
+    stats: bool,
 
     /// Arguments for the script (after `--`)
     #[arg(last = true, value_name = "ARGS")]
@@ -200,6 +214,8 @@ fn run(args: RunArgs) -> Result<(), Failed> {
     // The runner has no host code: nothing but the script's own tasks can wake the domain, so
     // a run whose tasks all wait on what nothing can settle ends (exit 1) instead of hanging.
     let mut spec = DomainSpec::new("main")
+        .context(frames::context())
+        .map_err(|e| fail(&e))?
         .plan(plan)
         .grant(grant)
         .logs(Arc::new(print::Lines))
@@ -265,11 +281,15 @@ fn run_script(
     domain
         .run_file_bytes(&args.file, script_args)
         .map_err(said)?;
-    let result = domain.run_until_idle().map_err(said);
+    let (startup_failed, result) = frames::drive(&domain, args.fps);
+    let result = result.map_err(said);
+    if args.stats {
+        frames::print_stats(&domain, pool);
+    }
     if let Some(signal) = signalled() {
         return Err(Failed::Signal(signal));
     }
-    let mut unhandled = false;
+    let mut unhandled = startup_failed;
     for report in domain.take_reports() {
         // The main script's failure is the run's error, said above already.
         if result.is_err() && report.kind == ReportKind::Script {

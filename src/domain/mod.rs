@@ -55,6 +55,7 @@ mod lifecycle;
 pub(crate) mod log_api;
 mod pump;
 mod reports;
+mod run_frames;
 mod script_file;
 mod script_handle;
 mod scripts;
