@@ -552,13 +552,13 @@ fn the_luau_api_context_example_runs() {
     )
     .unwrap();
     let start = text
-        .find("```luau no-run\nlocal context = require(\"@skein/context\")")
+        .find("```luau\nlocal context = require(\"@skein/context\")")
         .expect("the example is in docs/luau-api.md");
-    let body = &text[start + "```luau no-run\n".len()..];
+    let body = &text[start + "```luau\n".len()..];
     let body = &body[..body.find("\n```").unwrap()];
     let pool = Pool::new(1);
     let spec = DomainSpec::new("docs")
-        .context(ContextSpec::new("game").phases([
+        .context(ContextSpec::new("main").phases([
             Phase::Startup,
             Phase::FixedUpdate,
             Phase::Update,

@@ -1,15 +1,19 @@
 //! Every `luau` block in `docs/` and in `README.md` is a complete script: run each one from its
 //! file with `examples/` as the module root, so the documentation cannot drift from what Skein
-//! does. Blocks tagged `luau runner` run the same way through the `skein` runner. Blocks tagged
+//! does, with the context the runner declares (`main`, every phase). The blocks about events,
+//! contexts and registered jobs also run through the `skein` runner as its main script, and
+//! blocks tagged `luau runner` run only that way. Blocks tagged
 //! `luau no-run` need a host of their own: each is read from the file by a test that builds it
 //! (the service, keyed-watcher and HUD blocks here; the context and worker blocks in `contexts`
 //! and `actors`), never copied.
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+use skein::{ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain};
 
-use crate::support::{assert_contains, skein_in};
+use crate::support::{assert_contains, exit_within, skein_in};
 
 /// The blocks of `markdown` whose opening fence is exactly `fence` (```` ```luau ````, ...), each
 /// with the line number of its fence.
@@ -38,17 +42,32 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_owned()
 }
 
-/// Runs every `luau` block of the markdown file at `path`; answers how many ran.
+/// Runs every `luau` block of the markdown file at `path`; answers how many ran. A block about
+/// events, contexts or registered jobs runs as the runner runs it, with frames
+/// ([`ScriptDomain::run_frames`]) delivering its events and running its jobs; any other is
+/// `eval`ed.
 fn run_blocks(pool: &Pool, path: &Path) -> usize {
     let text = std::fs::read_to_string(path).unwrap();
+    let framed: Vec<usize> = event_context_and_job_blocks(&text)
+        .into_iter()
+        .map(|(line, _)| line)
+        .collect();
     let mut ran = 0;
     for (line, body) in blocks(&text) {
-        let domain = ScriptDomain::new(
-            pool,
-            DomainSpec::new("docs").plan(Plan::new().root(root().join("examples"))),
-        )
-        .unwrap();
-        if let Err(e) = domain.eval(&body) {
+        // The context `skein run` declares, so a block binds as it would under the runner.
+        let spec = DomainSpec::new("docs")
+            .context(ContextSpec::new("main").phases(Phase::ALL))
+            .unwrap()
+            .plan(Plan::new().root(root().join("examples")));
+        let domain = ScriptDomain::new(pool, spec).unwrap();
+        let ran_as_written = if framed.contains(&line) {
+            domain
+                .exec(&body)
+                .and_then(|_| domain.run_frames(Duration::from_millis(16)))
+        } else {
+            domain.eval(&body).map(drop)
+        };
+        if let Err(e) = ran_as_written {
             panic!(
                 "{}:{line}: the example failed:\n{e}\n---\n{body}",
                 path.display()
@@ -110,6 +129,87 @@ fn every_luau_runner_block_in_the_docs_runs_through_the_runner() {
         }
     }
     assert!(ran >= 1, "no luau runner block found in docs/");
+}
+
+/// The `luau` blocks of `markdown` under a heading about events, contexts or registered jobs,
+/// each with the line of its fence.
+fn event_context_and_job_blocks(markdown: &str) -> Vec<(usize, String)> {
+    let mut heading = String::new();
+    let mut wanted = Vec::new();
+    for (n, line) in markdown.lines().enumerate() {
+        if line.starts_with("## ") || line.starts_with("### ") {
+            heading = line.to_lowercase();
+        } else if line.trim_start() == "```luau"
+            && [
+                "event",
+                "context",
+                "registered",
+                "jobs.find",
+                "engine.on",
+                "engine.wait",
+            ]
+            .iter()
+            .any(|topic| heading.contains(topic))
+        {
+            wanted.push(n + 1);
+        }
+    }
+    blocks(markdown)
+        .into_iter()
+        .filter(|(line, _)| wanted.contains(line))
+        .collect()
+}
+
+/// Copies the files of `from` into `to`, folders included.
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Every documented example of events, contexts and registered jobs runs as written as the
+/// main script of `skein run` (a child process), beside a copy of `examples/` for the modules
+/// it requires: the runner declares the context they bind to, drains their events and drives
+/// the frames their jobs run in, and ends once nothing can run any more.
+#[test]
+fn every_event_context_and_job_block_runs_through_the_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&root().join("examples"), dir.path());
+    let mut ran = 0;
+    for name in ["luau-api.md", "embedding.md"] {
+        let path = root().join("docs").join(name);
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (line, body) in event_context_and_job_blocks(&text) {
+            let main = format!("docs_block_{line}.luau");
+            std::fs::write(dir.path().join(&main), &body).unwrap();
+            let mut child = Command::new(env!("CARGO_BIN_EXE_skein"))
+                .args(["run", &main])
+                .current_dir(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            // A block that never lets the run end is a failure, not a hang.
+            let status = exit_within(&mut child, Duration::from_secs(60));
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+            assert_eq!(
+                (status.and_then(|s| s.code()), stderr.as_str()),
+                (Some(0), ""),
+                "{}:{line}: the example failed under the runner\n---\n{body}",
+                path.display()
+            );
+            ran += 1;
+        }
+    }
+    assert!(ran >= 6, "only {ran} event, context and job blocks found");
 }
 
 /// The body of the one `luau no-run` block of docs/luau-api.md whose first line starts with

@@ -4,23 +4,18 @@
 //! stalled (nothing can ever move again, under [`DomainSpec::detect_stalls`](crate::DomainSpec::detect_stalls)).
 //!
 //! It owns the loop and its end; what a frame does is `advance`'s (`frame/`), and the stall
-//! verdict is `stall_watch.rs`'s, with two more things the engine thread knows here: events
-//! still queued, and handlers bound to the phases every frame runs.
+//! verdict is `stall_watch.rs`'s, with one more thing the engine thread knows here: events
+//! still queued, which the next frame's drain hands to their handlers.
 
 use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
 use crate::domain::frame::handler_label::HandlerLabel;
-use crate::domain::{stall_watch, AdvanceReport, DomainState, Report, ReportKind, ScriptDomain};
+use crate::domain::{stall_watch, AdvanceReport, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::pool::wake_queue::Waited;
-use crate::principal::Phase;
 use crate::vm;
-
-/// The phases each frame of [`ScriptDomain::run_frames`] runs: a handler bound to one keeps the
-/// run going, as there is always a next frame for it.
-const FRAME_PHASES: [Phase; 3] = [Phase::FixedUpdate, Phase::Update, Phase::LateUpdate];
 
 impl ScriptDomain {
     /// Runs the domain as a frame loop: [`advance`](Self::advance)`(step)` once every `step` of
@@ -29,11 +24,12 @@ impl ScriptDomain {
     /// the next frame), until nothing can run any more. Timers follow frame time, so a frame
     /// that runs late makes them late too, never fire in a burst.
     ///
-    /// The run goes on while any of these is live: a task of the engine VM, a pending promise
-    /// (pool work), a registered job that is neither paused nor errored, an event still
-    /// queued, a `@skein/worker` worker, or a handler bound to `fixedUpdate`, `update` or
-    /// `lateUpdate` (those run every frame: such a run ends only by an interrupt, or when the
-    /// domain has [`Failed`](DomainState::Failed)). With
+    /// The run goes on while any of these is live: a task of the engine VM (a handler call
+    /// that yielded is one), a pending promise (pool work), a registered job that is neither
+    /// paused nor errored, an event still queued for its handlers, or a `@skein/worker`
+    /// worker. Handlers bound to `fixedUpdate`, `update` or `lateUpdate` run in every frame
+    /// the run makes but do not by themselves keep it going: code that runs until it is
+    /// interrupted keeps a task or a registered job alive. With
     /// [`DomainSpec::detect_stalls`](crate::DomainSpec::detect_stalls) it also ends when what is
     /// left can never move: every task waits on what nothing can settle or raise (see
     /// [`Error::Stalled`]).
@@ -85,7 +81,7 @@ impl ScriptDomain {
                 break;
             }
             if let Some(live) = &self.current.principal.liveness {
-                let still = self.engine_still() && !self.frame_work();
+                let still = self.engine_still() && self.pending_events() == 0;
                 if stall.stalled(live, still) {
                     let waits = stall_watch::describe(&self.current.vm);
                     if waits.is_empty() {
@@ -151,25 +147,13 @@ impl ScriptDomain {
         }
     }
 
-    /// What only frames can move: events still queued, and handlers bound to the phases each
-    /// frame runs (not once the domain has failed).
-    fn frame_work(&self) -> bool {
-        if self.pending_events() > 0 {
-            return true;
-        }
-        self.state.get() != DomainState::Failed
-            && FRAME_PHASES
-                .iter()
-                .any(|phase| self.current.bindings.binds(*phase))
-    }
-
     /// Whether anything can still run: a task, a pending promise, a live registered job or
-    /// actor, or frame work.
+    /// actor, or an event still queued.
     fn frames_live(&self) -> bool {
         self.current.vm.tasks() > 0
             || self.current.vm.core.promises.borrow().pending() > 0
             || self.current.registry.has_work()
             || self.current.actors.live().get() > 0
-            || self.frame_work()
+            || self.pending_events() > 0
     }
 }

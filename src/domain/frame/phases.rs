@@ -253,11 +253,6 @@ impl Bindings {
         self.handlers.borrow()[phase as usize].clone()
     }
 
-    /// Whether a handler is bound to `phase` (in any context).
-    pub(crate) fn binds(&self, phase: Phase) -> bool {
-        !self.snapshot(phase).is_empty()
-    }
-
     /// The handlers of `phase` in run order, with their context's index.
     #[cfg(test)]
     fn due(&self, phase: Phase) -> Vec<(usize, Function)> {
