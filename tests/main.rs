@@ -41,6 +41,7 @@ mod reload;
 mod reply_transport;
 mod require_confinement;
 mod runner;
+mod runner_frames;
 mod runner_io;
 mod runner_signals;
 mod services;
