@@ -26,8 +26,8 @@ impl ScriptDomain {
     ///
     /// The run goes on while any of these is live: a task of the engine VM (a handler call
     /// that yielded is one), a pending promise (pool work), a registered job that is neither
-    /// paused nor errored, an event still queued for its handlers, or a `@skein/worker`
-    /// worker. Handlers bound to `fixedUpdate`, `update` or `lateUpdate` run in every frame
+    /// paused nor errored, or an event still queued for its handlers (a `@skein/worker` worker
+    /// alone does not count, as for `run_until_idle`). Handlers bound to `fixedUpdate`, `update` or `lateUpdate` run in every frame
     /// the run makes but do not by themselves keep it going: code that runs until it is
     /// interrupted keeps a task or a registered job alive. With
     /// [`DomainSpec::detect_stalls`](crate::DomainSpec::detect_stalls) it also ends when what is
@@ -147,13 +147,12 @@ impl ScriptDomain {
         }
     }
 
-    /// Whether anything can still run: a task, a pending promise, a live registered job or
-    /// actor, or an event still queued.
+    /// Whether anything can still run: a task, a pending promise, a live registered job, or an
+    /// event still queued.
     fn frames_live(&self) -> bool {
         self.current.vm.tasks() > 0
             || self.current.vm.core.promises.borrow().pending() > 0
             || self.current.registry.has_work()
-            || self.current.actors.live().get() > 0
             || self.pending_events() > 0
     }
 }
