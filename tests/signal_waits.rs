@@ -243,3 +243,50 @@ fn engine_wait_works_in_a_pool_worker_vm() {
         "events.wait: a domain's named events are delivered in its engine VM alone",
     );
 }
+
+#[test]
+fn engine_wait_works_in_a_skein_worker_actor() {
+    use skein::{CapabilityId, CapabilitySet, RootAuthority};
+    let pool = Pool::new(1);
+    let grant = RootAuthority::new().grant(CapabilitySet::from_iter([CapabilityId::new(
+        "worker.spawn",
+    )
+    .unwrap()]));
+    let domain = ScriptDomain::new(&pool, DomainSpec::new("actors").grant(grant)).unwrap();
+    domain
+        .exec(
+            r#"
+            local w = require("@skein/worker").spawn { name = "waiter", source = [[
+                return function(name)
+                    local payload, why = engine.wait(name, if name == "never" then 0.05 else nil)
+                    return `{payload}/{why}`
+                end
+            ]] }
+            w:send("never")
+            w:send("go")
+            replies = {}
+            task.spawn(function()
+                table.insert(replies, w:receive(20))
+                table.insert(replies, w:receive(20))
+            end)
+            "#,
+        )
+        .unwrap();
+    let replies = || -> String {
+        let replies: skein::mlua::Table = domain.lua().globals().get("replies").unwrap();
+        replies
+            .sequence_values::<String>()
+            .map(|s| s.unwrap())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // The second message waits on `go` raised after its wait began: raise until it is seen.
+    assert!(wait_until(Duration::from_secs(10), || {
+        domain
+            .raise_engine_event("go", Message::Integer(5))
+            .unwrap();
+        domain.pump();
+        replies().matches('/').count() == 2
+    }));
+    assert_eq!(replies(), "nil/timeout 5/nil");
+}
