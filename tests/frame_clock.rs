@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use skein::{DomainSpec, Message, Pool, ScriptDomain};
 
-use crate::support::{assert_contains, refusal};
+use crate::support::{assert_contains, global_strings, refusal};
 
 /// A global of the engine VM, read without running a round (which would count a frame).
 fn global(domain: &ScriptDomain, name: &str) -> skein::mlua::Value {
@@ -15,12 +15,7 @@ fn global(domain: &ScriptDomain, name: &str) -> skein::mlua::Value {
 }
 
 fn order(domain: &ScriptDomain) -> String {
-    let order: skein::mlua::Table = domain.lua().globals().get("order").unwrap();
-    order
-        .sequence_values::<String>()
-        .map(|s| s.unwrap())
-        .collect::<Vec<_>>()
-        .join(" ")
+    global_strings(domain, "order")
 }
 
 #[test]

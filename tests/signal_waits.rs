@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use skein::{DomainSpec, Load, Message, Pool, ScriptDomain};
 
-use crate::support::{assert_contains, refusal, text, wait_until, Tree};
+use crate::support::{assert_contains, global_strings, refusal, text, wait_until, Tree};
 
 fn domain(pool: &Pool) -> ScriptDomain {
     let domain = ScriptDomain::new(pool, DomainSpec::new("signals")).unwrap();
@@ -272,14 +272,7 @@ fn engine_wait_works_in_a_skein_worker_actor() {
             "#,
         )
         .unwrap();
-    let replies = || -> String {
-        let replies: skein::mlua::Table = domain.lua().globals().get("replies").unwrap();
-        replies
-            .sequence_values::<String>()
-            .map(|s| s.unwrap())
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let replies = || global_strings(&domain, "replies");
     // The second message waits on `go` raised after its wait began: raise until it is seen.
     assert!(wait_until(Duration::from_secs(10), || {
         domain

@@ -418,3 +418,13 @@ pub fn assert_nothing_pops(hold: &skein::SharedQueueRef, n: usize) {
         hold.len()
     );
 }
+
+/// The strings of the list in the engine VM's global `name`, joined by spaces: read straight
+/// from the VM, without running a round (which would count a frame and resume tasks).
+pub fn global_strings(domain: &ScriptDomain, name: &str) -> String {
+    let list: mlua::Table = domain.lua().globals().get(name).expect("a global list");
+    list.sequence_values::<String>()
+        .map(|s| s.expect("a string"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
