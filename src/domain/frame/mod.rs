@@ -30,8 +30,9 @@ impl ScriptDomain {
     /// One engine frame: drains the mailbox (applying recorded commands, answering forwarded
     /// queries, settling promises), moves the frame counter on (waking the tasks whose
     /// `task.waitFrames` it reached, here and on workers), then resumes the tasks that are
-    /// ready. `dt` is what the host says the frame covers; task timers follow the wall clock,
-    /// and `dt` only adds up in [`FrameReport::time`].
+    /// ready. `dt` is what the host says the frame covers; it only adds up in
+    /// [`FrameReport::time`]: task timers follow the wall clock, or, once
+    /// [`advance`](Self::advance) has put the engine VM on frame time, move with `advance` alone.
     ///
     /// A frame that answered no forwarded query never blocks. One that did waits for what
     /// the jobs that asked do next (another query, or their completion and the commands they

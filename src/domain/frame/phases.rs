@@ -500,6 +500,11 @@ impl ScriptDomain {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
+    /// The first `advance` puts the engine VM's timers (`task.wait`, `task.delay`, the
+    /// timeouts of `events.wait` and `engine.wait`) on frame time, and each moves that clock on
+    /// by `delta`: a long `delta` fires every timer it passed, in wake order, at the frame's
+    /// step; a `delta` of zero fires nothing new (docs/embedding.md, "Driving a domain").
+    ///
     /// # Errors
     /// As [`run_phase`](Self::run_phase).
     pub fn advance(&self, delta: Duration) -> Result<AdvanceReport> {
