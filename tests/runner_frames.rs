@@ -133,3 +133,19 @@ fn a_task_kept_alive_keeps_update_running_until_sigint() {
     let status = exit_within(&mut child, Duration::from_secs(10)).expect("exits");
     assert_eq!(status.code(), Some(130));
 }
+
+#[test]
+fn the_runner_declares_main_and_only_main() {
+    let (code, stdout, stderr) = run(
+        r#"
+        local ok, err = pcall(require("@skein/context").bind, "game", { update = function() end })
+        print(err)
+        "#,
+        &[],
+    );
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    assert_contains(
+        &stdout,
+        "context.bind: no context named 'game' is declared (declared: main)",
+    );
+}
