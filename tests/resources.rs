@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Duration;
 
 use skein::{Error, Grant, HostFile, Message, Pool, ResourceHost, ResourceRefusal, ResourceState};
 
@@ -518,4 +519,122 @@ fn shutdown_stops_dependents_first_and_stop_handlers_reach_dependencies() {
         ["top stopping as top", "mid stopping as mid"]
     );
     assert!(!host.is_live());
+}
+
+#[test]
+fn a_worker_vm_forwards_its_calls_to_the_engine_thread() {
+    let tree = served(&[
+        ("store", &manifest(&["get", "set", "fail"], &[]), STORE),
+        (
+            "scores",
+            &manifest(&[], &["store"]),
+            "store = require('@skein/resources').import('store')
+             for i = 1, 8 do store.set('k' .. i, i * i) end",
+        ),
+    ]);
+    tree.write(
+        "scores/sum.luau",
+        r#"local resources = require("@skein/resources")
+        local store = resources.import("store")
+        return {
+            chunk = function(c)
+                local s = 0
+                for i = c.first, c.last do s += store.get("k" .. i) end
+                return s
+            end,
+            who = function() return resources.this() end,
+            bad = function()
+                local ok, err = pcall(store.set, 1, print)
+                local ok2, err2 = pcall(store.fail)
+                local ok3, err3 = pcall(resources.import("nobody").get)
+                return { err, string.match(err2, "^[^\n]*"), err3 }
+            end,
+        }"#,
+    );
+    let mut host = host(&tree);
+    host.start_set(&["store", "scores"]).unwrap();
+    assert_eq!(
+        eval(
+            &host,
+            "scores",
+            r#"local parts = jobs.parallelFor("./sum", "chunk", 8, nil, { chunks = 4 }):await()
+            local s = 0 for _, p in parts do s += p end return s"#
+        ),
+        Message::Number(204.0)
+    );
+    assert_eq!(
+        eval(
+            &host,
+            "scores",
+            "return jobs.dispatch('./sum', 'who'):await()"
+        ),
+        Message::String("scores".into())
+    );
+    let errors = eval(
+        &host,
+        "scores",
+        "return jobs.dispatch('./sum', 'bad'):await()",
+    );
+    let errors: Vec<String> = crate::support::list(&errors).iter().map(text).collect();
+    let store_file = tree.path().join("store/main.luau");
+    assert_eq!(
+        errors,
+        [
+            "store.set: args[2]: a function can't cross a worker or event boundary".to_owned(),
+            format!("store.fail: {}:6: store broke", store_file.display()),
+            "nobody.get: no resource named 'nobody' is loaded".to_owned(),
+        ]
+    );
+}
+
+#[test]
+fn the_callee_runs_under_its_own_deadline_and_authority() {
+    let tree = served(&[
+        (
+            "vault",
+            "[resource]\nscripts = ['main.luau']\nexports = ['read', 'spin']\n\
+             [capabilities]\nread = ['data']\n",
+            r#"local fs = require("@skein/fs")
+            function read(path) return fs.readFile(path) end
+            function spin() while true do end end"#,
+        ),
+        (
+            "guest",
+            &manifest(&["tryRead"], &["vault"]),
+            r#"vault = require("@skein/resources").import("vault")
+            function tryRead(path) return require("@skein/fs").readFile(path) end"#,
+        ),
+    ]);
+    tree.write("vault/data/secret.txt", "s3cret");
+    let ceiling = Grant::default().read_root(tree.path()).unwrap();
+    let mut host = ResourceHost::load(&Pool::new(1), tree.path(), ceiling).unwrap();
+    host.spec_with(|name, spec| {
+        let ms = if name == "vault" { 50 } else { 5_000 };
+        spec.run_deadline(Duration::from_millis(ms))
+    });
+    host.start_set(&["guest", "vault"]).unwrap();
+    // The vault reads with its own grant; the guest holds none.
+    let secret = tree.path().join("vault/data/secret.txt");
+    let secret = secret.display();
+    assert_eq!(
+        eval(&host, "guest", &format!("return vault.read('{secret}')")),
+        Message::String("s3cret".into())
+    );
+    assert_contains(
+        &refusal(
+            host.domain("guest").unwrap(),
+            &format!("tryRead('{secret}')"),
+        ),
+        "capability 'filesystem.read'",
+    );
+    // The vault's 50 ms deadline stops its spin, inside the guest's 5 s one.
+    let started = std::time::Instant::now();
+    let err = refusal(host.domain("guest").unwrap(), "vault.spin()");
+    assert!(
+        err.starts_with("vault.spin: deadline exceeded: one run took longer than 0.05 s"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // The guest runs on after it.
+    assert_eq!(eval(&host, "guest", "return 1 + 1"), Message::Number(2.0));
 }

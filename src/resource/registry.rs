@@ -255,22 +255,16 @@ fn renamed(mut e: TransferError) -> String {
     e.to_string()
 }
 
-/// Results as a forwarded answer: `{ ok = true, n = count, [1] = ..., [n] = ... }` (nils
-/// left out; `n` keeps the count), or `{ ok = false, err = text }`.
+/// Results as a forwarded answer: `{ ok = true, n = count, values = { ... } }` (`n` keeps the
+/// count past nils), or `{ ok = false, err = text }`.
 pub(crate) fn answer(result: Result<Vec<Message>, String>) -> Message {
     let key = |k: &str| MapKey::String(bytes::Bytes::copy_from_slice(k.as_bytes()));
     match result {
-        Ok(values) => {
-            let mut entries = Vec::with_capacity(values.len() + 2);
-            entries.push((key("ok"), Message::Boolean(true)));
-            entries.push((key("n"), Message::Integer(values.len() as i64)));
-            for (i, v) in values.into_iter().enumerate() {
-                if !matches!(v, Message::Nil) {
-                    entries.push((MapKey::Integer(i as i64 + 1), v));
-                }
-            }
-            Message::Map(entries)
-        }
+        Ok(values) => Message::Map(vec![
+            (key("ok"), Message::Boolean(true)),
+            (key("n"), Message::Number(values.len() as f64)),
+            (key("values"), Message::List(values)),
+        ]),
         Err(text) => Message::Map(vec![
             (key("ok"), Message::Boolean(false)),
             (key("err"), Message::String(text.into())),
