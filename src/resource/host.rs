@@ -94,6 +94,9 @@ pub struct ResourceReport {
     pub report: Report,
 }
 
+/// What [`ResourceHost::spec_with`] set.
+type SpecShape = Box<dyn Fn(&str, DomainSpec) -> DomainSpec>;
+
 struct Resource {
     name: Arc<str>,
     folder: PathBuf,
@@ -139,7 +142,7 @@ struct Resource {
 pub struct ResourceHost {
     pool: Pool,
     /// What the host adds to each resource's spec before its plan and grant are set.
-    shape: Box<dyn Fn(&str, DomainSpec) -> DomainSpec>,
+    shape: SpecShape,
     ceiling: Grant,
     /// By name.
     resources: Vec<Resource>,
