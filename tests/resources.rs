@@ -797,3 +797,28 @@ fn resource_rounds_alone() {
          RSS {rss_before} -> {rss_half} (half way) -> {rss_after} pages; {threads_before} threads"
     );
 }
+
+/// The `@skein/resources` example of docs/luau-api.md, run in the resource it describes.
+#[test]
+fn the_luau_api_example_runs_in_a_resource() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/luau-api.md")).unwrap();
+    let fence = "```luau no-run\nlocal resources = require(\"@skein/resources\")";
+    let start = doc.find(fence).expect("the example") + "```luau no-run\n".len();
+    let body = &doc[start..];
+    let body = &body[..body.find("```").unwrap()];
+    let tree = served(&[
+        (
+            "store",
+            &manifest(&["get", "set"], &[]),
+            "local data = {} function get(k) return data[k] end function set(k, v) data[k] = v end",
+        ),
+        ("scores", &manifest(&[], &["store"]), ""),
+    ]);
+    let mut host = host(&tree);
+    host.start_set(&["scores", "store"]).unwrap();
+    host.domain("scores")
+        .unwrap()
+        .exec(body)
+        .unwrap_or_else(|e| panic!("the example failed: {e}\n{body}"));
+}
