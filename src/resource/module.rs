@@ -88,7 +88,11 @@ fn direct_call(
     lua: &Lua,
     (target, function, args): (LuaString, LuaString, MessageArgs),
 ) -> mlua::Result<(bool, Variadic<Message>)> {
-    let (target, function) = (text(&target), text(&function));
+    let (target, function) = (target.as_bytes(), function.as_bytes());
+    let (target, function) = (
+        String::from_utf8_lossy(&target),
+        String::from_utf8_lossy(&function),
+    );
     let refused = |why: String| (false, Variadic::from(vec![Message::String(why.into())]));
     let (registry, caller) = match lua.app_data_ref::<EngineLink>() {
         Some(link) => (link.registry.clone(), link.name.clone()),
@@ -129,7 +133,7 @@ fn forward_call(
         Err(e) => return refused(e.to_string()),
     };
     for (i, arg) in args.iter().enumerate() {
-        if let Err(e) = arg.check_within(&format!("args[{}]", i + 1), MAX_VALUE_DEPTH, false) {
+        if let Err(e) = arg.check_within(|| format!("args[{}]", i + 1), MAX_VALUE_DEPTH, false) {
             return refused(e.to_string());
         }
     }
