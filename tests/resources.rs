@@ -812,7 +812,10 @@ fn a_refused_reload_keeps_or_stops_the_resource_and_says_why() {
     tree.write("store/skein.toml", "[resource]\nscripts = 'main.luau'\n");
     let (got, message) = resource_error(host.reload("store").unwrap_err());
     assert_eq!(got, ResourceRefusal::Manifest);
-    assert_contains(&message, "store/skein.toml:2: resource.scripts: invalid type");
+    assert_contains(
+        &message,
+        "store/skein.toml:2: resource.scripts: invalid type",
+    );
     assert_eq!(state_of(&host, "store"), (ResourceState::Running, 1));
     assert_eq!(
         eval(&host, "store", "return get == nil"),
