@@ -837,3 +837,43 @@ fn a_refused_reload_keeps_or_stops_the_resource_and_says_why() {
     host.reload("store").unwrap();
     assert_eq!(state_of(&host, "store"), (ResourceState::Running, 2));
 }
+
+#[test]
+fn the_module_belongs_to_resources_and_its_proxies_are_read_only() {
+    let tree = served(&[("store", &manifest(&["get"], &[]), STORE)]);
+    let mut host = host(&tree);
+    host.start("store").unwrap();
+    let store = host.domain("store").unwrap();
+    assert_eq!(
+        refusal(store, "require('@skein/resources').import(42)"),
+        "eval:1: import: the resource name must be a string, got number"
+    );
+    assert_eq!(
+        refusal(
+            store,
+            "require('@skein/resources').import('store').get = print"
+        ),
+        "eval:1: resource 'store': a proxy is read-only"
+    );
+    assert_eq!(
+        eval(
+            &host,
+            "store",
+            "return tostring(require('@skein/resources').import('x'))"
+        ),
+        Message::String("resource 'x'".into())
+    );
+    // A resource may call its own exports through a proxy.
+    assert_eq!(
+        eval(
+            &host,
+            "store",
+            "set = nil return require('@skein/resources').import('store').get('none')"
+        ),
+        Message::Nil
+    );
+    // A domain that is not a resource has no such module.
+    let plain = skein::ScriptDomain::new(&Pool::new(1), skein::DomainSpec::new("plain")).unwrap();
+    let err = refusal(&plain, "require('@skein/resources')");
+    assert_contains(&err, "@skein/resources");
+}
