@@ -40,6 +40,7 @@ mod registered;
 mod reload;
 mod reply_transport;
 mod require_confinement;
+mod resources;
 mod runner;
 mod runner_frames;
 mod runner_io;
