@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::domain::{FrameReport, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, Result};
-use crate::jobs::JobInfo;
+use crate::jobs::{HostSlot, JobInfo, PhaseHost};
+use crate::principal::diagnostic::{Attribution, Diagnostic, DiagnosticKind, Severity};
 use crate::value::Message;
 use crate::vm;
 
@@ -20,6 +21,11 @@ pub(crate) const FOLLOW_UP_DRAINS: u32 = 16;
 /// The longest a frame waits for the follow-ups of the forwarded queries it answered, in all:
 /// 2 ms. A frame that answered no query never waits.
 pub(crate) const FOLLOW_UP_WAIT: Duration = Duration::from_millis(2);
+
+/// While a wave of registered jobs waits for its pool items, how long the engine thread parks
+/// on one item before it looks at its mailbox again (an item may be waiting for the engine to
+/// answer a query it forwarded): 200 µs.
+const WAVE_POLL: Duration = Duration::from_micros(200);
 
 pub(crate) mod context;
 pub(crate) mod engine_services;
@@ -113,7 +119,7 @@ impl ScriptDomain {
         self.drain_follow_ups(answered);
         let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
         self.current.vm.wake_frames(frame);
-        self.current.registry.run(&self.current.vm, None);
+        self.current.registry.run(&self.current.vm, None, self);
         self.current.vm.step();
         frame
     }
@@ -174,7 +180,10 @@ impl ScriptDomain {
     pub fn run_job_phase(&self, name: &str) -> bool {
         vm::check_sources();
         self.drain();
-        let known = self.current.registry.run(&self.current.vm, Some(name));
+        let known = self
+            .current
+            .registry
+            .run(&self.current.vm, Some(name), self);
         self.current.vm.step();
         known
     }
@@ -220,5 +229,47 @@ impl ScriptDomain {
     /// Snapshots of the jobs registered on this domain, in registration order.
     pub fn jobs(&self) -> Vec<JobInfo> {
         self.current.registry.list(None)
+    }
+}
+
+/// The frame's side of running registered jobs: a wave waits for its pool items here, and
+/// unordered writes become diagnostics.
+impl PhaseHost for ScriptDomain {
+    /// Waits until every slot has settled, draining the mailbox whenever something reaches it
+    /// (a forwarded query, the commands an item recorded before it settles), at most the hold on
+    /// one run (the domain's longest deadline): an item runs that long between yields at most.
+    fn settle(&self, slots: &[Arc<HostSlot>]) -> Duration {
+        let started = Instant::now();
+        let until = started + self.current.principal.max_deadline;
+        for slot in slots {
+            while slot.is_pending() {
+                if !self.current.rx.is_empty() {
+                    self.drain_mailbox();
+                    continue;
+                }
+                let now = Instant::now();
+                if now >= until {
+                    return now - started;
+                }
+                slot.wait_settled_until(until.min(now + WAVE_POLL));
+            }
+        }
+        started.elapsed()
+    }
+
+    fn unordered_write(&self, phase: &str, first: &str, second: &str, name: &str) {
+        let attribution = Attribution {
+            domain_name: self.name.clone(),
+            domain: self.id(),
+            generation: self.generation(),
+            context: None,
+            actor: None,
+        };
+        let message = format!(
+            "jobs '{first}' and '{second}' of phase '{phase}' both write '{name}' and nothing \
+             orders them: they run in registration order; declare after or before to choose"
+        );
+        let diagnostic = Diagnostic::new(DiagnosticKind::UnorderedWrites, attribution, message);
+        self.diagnose(Severity::Warning, &diagnostic);
     }
 }
