@@ -34,10 +34,13 @@ pub(crate) mod phases;
 
 impl ScriptDomain {
     /// One engine frame: drains the mailbox (applying recorded commands, answering forwarded
-    /// queries, settling promises), moves the frame counter on (waking the tasks whose
-    /// `task.waitFrames` it reached, here and on workers), then resumes the tasks that are
-    /// ready. `dt` is what the host says the frame covers; task timers follow the wall clock,
-    /// and `dt` only adds up in [`FrameReport::time`].
+    /// queries, settling promises), runs the early deferred drain, moves the frame counter on
+    /// (waking the tasks whose `task.waitFrames` it reached, here and on workers), runs the
+    /// registered jobs phase by phase, then the late deferred drain. A deferred drain resumes
+    /// the timers due, the batch of `task.defer`red work and the tasks that are ready, each
+    /// once; what they defer goes to the next batch, the next drain's. `dt` is what the host
+    /// says the frame covers; task timers follow the wall clock, and `dt` only adds up in
+    /// [`FrameReport::time`].
     ///
     /// A frame that answered no forwarded query never blocks. One that did waits for what
     /// the jobs that asked do next (another query, or their completion and the commands they
@@ -67,7 +70,7 @@ impl ScriptDomain {
     /// a [`Report`] naming [`Error::Reentrant`], and the report answered counts nothing.
     pub fn frame(&self, dt: Duration) -> FrameReport {
         match self.enter("frame") {
-            Ok(_entered) => self.run_frame(dt),
+            Ok(_entered) => self.run_frame(dt, true),
             Err(e) => {
                 if matches!(e, Error::Reentrant(_)) {
                     self.reports.borrow_mut().push(Report::new(
@@ -87,14 +90,16 @@ impl ScriptDomain {
         }
     }
 
-    /// One frame, inside a scheduler entry.
-    pub(crate) fn run_frame(&self, dt: Duration) -> FrameReport {
+    /// One frame, inside a scheduler entry. `early_drain`: the frame runs its early deferred
+    /// drain itself (a plain [`frame`](Self::frame)); an [`advance`](Self::advance) ran it
+    /// before its phases.
+    pub(crate) fn run_frame(&self, dt: Duration, early_drain: bool) -> FrameReport {
         vm::check_sources();
         self.services.forwarded.set(0);
         self.services.applied.set(0);
         self.frame_time.set(self.frame_time.get() + dt);
         let mark = self.reports.borrow().mark();
-        let frame = self.round();
+        let frame = self.round(early_drain);
         FrameReport {
             frame,
             forwarded_calls: self.services.forwarded.get(),
@@ -111,12 +116,17 @@ impl ScriptDomain {
         self.current.principal.frames.load(Ordering::Acquire)
     }
 
-    /// One frame's work: drain (and the follow-ups of the queries it answered), count the
-    /// frame, wake frame waits, run the registered jobs phase by phase, step. Answers the frame.
-    pub(crate) fn round(&self) -> u64 {
+    /// One frame's work: drain (and the follow-ups of the queries it answered), the early
+    /// deferred drain (unless `early_drain` is false: an advance ran it before its phases),
+    /// count the frame and wake its frame waits, the registered jobs phase by phase, the late
+    /// deferred drain (which resumes the frame waits woken). Answers the frame.
+    pub(crate) fn round(&self, early_drain: bool) -> u64 {
         let answered = self.services.forwarded.get();
         self.drain();
         self.drain_follow_ups(answered);
+        if early_drain {
+            self.current.vm.step();
+        }
         let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
         self.current.vm.wake_frames(frame);
         self.current.registry.run(&self.current.vm, None, self);
