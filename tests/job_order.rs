@@ -376,3 +376,37 @@ fn each_declared_list_holds_at_most_64_names() {
         );
     }
 }
+
+#[test]
+fn a_phase_holds_at_most_4096_jobs() {
+    let pool = Pool::new(1);
+    let domain = domain(&pool);
+    domain
+        .eval(
+            r#"
+            local run = function() end
+            big = {}
+            for i = 1, 4096 do
+                big[i] = jobs.register({ phase = "big", executor = { kind = "luau", run = run } })
+            end
+            "#,
+        )
+        .unwrap();
+    assert_eq!(int(&domain, "#jobs.list('big')"), 4096.0);
+    let one_more = r#"jobs.register({ name = "one-more", phase = "big", executor = { kind = "luau", run = print } })"#;
+    assert_eq!(
+        refusal(&domain, one_more),
+        "jobs.register: phase 'big' holds 4096 jobs, the most one phase may hold; cancel one \
+         or register in another phase"
+    );
+    assert_eq!(int(&domain, "#jobs.list('big')"), 4096.0);
+    assert_eq!(
+        domain.eval("return jobs.find('one-more')").unwrap(),
+        Message::Nil
+    );
+    // Another phase is not full; and a cancel makes room.
+    domain.eval(r#"job("elsewhere")"#).unwrap();
+    domain.eval("assert(big[1]:cancel())").unwrap();
+    domain.eval(one_more).unwrap();
+    assert_eq!(int(&domain, "#jobs.list('big')"), 4096.0);
+}

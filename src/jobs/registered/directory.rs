@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use super::order::{self, Declared, Node, PhaseOrder, Strictness};
+use super::order::{self, Declared, Node, PhaseOrder, Strictness, MAX_PHASE_JOBS};
 
 /// Ids (from 1), live names and declared order of a generation's registered jobs. `Send +
 /// Sync`; lives in the principal, so a restart starts a fresh one.
@@ -28,6 +28,8 @@ struct Inner {
     jobs: BTreeMap<u64, Entry>,
     /// Each phase's order, as last resolved; dropped when a job of the phase comes or goes.
     orders: HashMap<Arc<str>, Arc<PhaseOrder>>,
+    /// How many live jobs each phase holds.
+    held: HashMap<Arc<str>, usize>,
 }
 
 #[derive(Debug)]
@@ -45,6 +47,7 @@ impl Default for JobDirectory {
                 names: HashMap::new(),
                 jobs: BTreeMap::new(),
                 orders: HashMap::new(),
+                held: HashMap::new(),
             }),
         }
     }
@@ -107,8 +110,24 @@ impl JobDirectory {
                 ));
             }
         }
+        let held = inner.held.get(phase).copied().unwrap_or(0);
+        if held >= MAX_PHASE_JOBS {
+            return Err(format!(
+                "jobs.register: phase '{phase}' holds {held} jobs, the most one phase may hold; \
+                 cancel one or register in another phase"
+            ));
+        }
         let id = inner.next_id;
-        let resolved = inner.resolve(phase, Some((id, name, declared)), Strictness::Strict);
+        // An anonymous job that declares nothing has no edge, so it can close no cycle: its
+        // phase is resolved at its next frame instead of at every such call.
+        let edgeless = name.is_none() && **declared == Declared::default();
+        let resolved = if edgeless {
+            Ok(None)
+        } else {
+            inner
+                .resolve(phase, Some((id, name, declared)), Strictness::Strict)
+                .map(Some)
+        };
         let resolved = match resolved {
             Ok(resolved) => resolved,
             Err(cycle) => {
@@ -137,7 +156,11 @@ impl JobDirectory {
                 declared: declared.clone(),
             },
         );
-        inner.orders.insert(phase.clone(), Arc::new(resolved));
+        *inner.held.entry(phase.clone()).or_default() += 1;
+        match resolved {
+            Some(resolved) => inner.orders.insert(phase.clone(), Arc::new(resolved)),
+            None => inner.orders.remove(phase),
+        };
         Ok(id)
     }
 
@@ -152,6 +175,12 @@ impl JobDirectory {
         }
         if let Some(entry) = inner.jobs.remove(&id) {
             inner.orders.remove(&entry.phase);
+            if let Some(held) = inner.held.get_mut(&entry.phase) {
+                *held -= 1;
+                if *held == 0 {
+                    inner.held.remove(&entry.phase);
+                }
+            }
         }
     }
 

@@ -25,6 +25,10 @@ use std::collections::{HashMap, VecDeque};
 /// The most names one of `reads`, `writes`, `after` and `before` may hold: 64.
 pub(crate) const MAX_DECLARED_NAMES: usize = 64;
 
+/// The most live jobs one phase may hold: 4,096. Ordering a phase keeps, at most, a set of
+/// jobs per job (2 MiB at the bound), and a registration resolves its phase again.
+pub(crate) const MAX_PHASE_JOBS: usize = 4096;
+
 /// What a job declares about its order and access. The lists are deduplicated and keep the
 /// order written.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -271,7 +275,6 @@ pub(crate) fn resolve(
     let declared_order = graph
         .topological()
         .map_err(|left| ids(graph.cycle(&left, prefer)))?;
-    let declared_before = graph.ancestors(&declared_order);
 
     // Write→read edges, in (writer, reader) order.
     let mut writers: HashMap<&str, Vec<usize>> = HashMap::new();
@@ -287,12 +290,16 @@ pub(crate) fn resolve(
                 continue;
             }
             for &w in writers.get(name.as_str()).into_iter().flatten() {
-                // The declared order puts the reader first: it reads last frame's value.
-                if w != r && !declared_before[w].has(r) {
+                if w != r {
                     data_edges.push((w, r));
                 }
             }
         }
+    }
+    if !data_edges.is_empty() {
+        // The declared order puts the reader first: it reads last frame's value.
+        let declared_before = graph.ancestors(&declared_order);
+        data_edges.retain(|&(w, r)| !declared_before[w].has(r));
     }
     data_edges.sort_unstable();
     data_edges.dedup();
@@ -324,10 +331,18 @@ pub(crate) fn resolve(
         })
         .collect();
 
-    let before = graph.ancestors(&order);
     let mut unordered_writes = Vec::new();
-    let mut names: Vec<&&str> = writers.keys().collect();
+    let mut names: Vec<&&str> = writers
+        .iter()
+        .filter(|(_, ws)| ws.len() > 1)
+        .map(|(name, _)| name)
+        .collect();
     names.sort_unstable();
+    let before = if names.is_empty() {
+        Vec::new()
+    } else {
+        graph.ancestors(&order)
+    };
     for name in names {
         let ws = &writers[*name];
         for (k, &a) in ws.iter().enumerate() {
@@ -363,17 +378,20 @@ mod tests {
         }
     }
 
-    fn order(jobs: &[(&str, Declared)], strictness: Strictness) -> Result<PhaseOrder, Cycle> {
-        let nodes: Vec<Node> = jobs
-            .iter()
+    /// The jobs as nodes, with ids from 1 in the order given.
+    fn nodes<'a>(jobs: &'a [(&'a str, Declared)]) -> Vec<Node<'a>> {
+        jobs.iter()
             .enumerate()
             .map(|(i, (name, declared))| Node {
                 id: i as u64 + 1,
                 name: Some(name),
                 declared,
             })
-            .collect();
-        resolve(&nodes, strictness, None)
+            .collect()
+    }
+
+    fn order(jobs: &[(&str, Declared)], strictness: Strictness) -> Result<PhaseOrder, Cycle> {
+        resolve(&nodes(jobs), strictness, None)
     }
 
     fn ids(order: &PhaseOrder) -> Vec<(u64, u32)> {
@@ -403,15 +421,7 @@ mod tests {
             ("b", declared(&["c"], &[], &[], &[])),
             ("c", declared(&["a"], &[], &[], &[])),
         ];
-        let nodes: Vec<Node> = jobs
-            .iter()
-            .enumerate()
-            .map(|(i, (name, declared))| Node {
-                id: i as u64 + 1,
-                name: Some(name),
-                declared,
-            })
-            .collect();
+        let nodes = nodes(&jobs);
         // c after a, a after b, b after c: c runs before b, b before a, a before c.
         assert_eq!(
             resolve(&nodes, Strictness::Strict, Some(3)),
