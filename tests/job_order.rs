@@ -410,3 +410,35 @@ fn a_phase_holds_at_most_4096_jobs() {
     domain.eval(one_more).unwrap();
     assert_eq!(int(&domain, "#jobs.list('big')"), 4096.0);
 }
+
+#[test]
+fn a_wave_waiting_for_a_worker_job_answers_its_forwarded_queries() {
+    let tree = crate::support::Tree::new(&[(
+        "m.luau",
+        "return { twice = function(id) return world.get(id) * 2 end }",
+    )]);
+    let pool = Pool::new(2);
+    let domain = tree.domain(&pool);
+    domain
+        .register_query("world.get", |(id,): (f64,)| Ok(id * 10.0))
+        .unwrap();
+    domain
+        .eval(
+            r#"
+            seen = {}
+            jobs.register({ name = "query", phase = "main", writes = { "answer" },
+                executor = { kind = "worker", module = "./m", entry = "twice",
+                    input = function() return 2 end,
+                    apply = function(r) answer = r end } })
+            jobs.register({ name = "read", phase = "main", reads = { "answer" },
+                executor = { kind = "luau", run = function() table.insert(seen, answer or 0) end } })
+            "#,
+        )
+        .unwrap();
+    // The item's query is answered while the frame waits for it, and its result is applied
+    // before the reader runs: the first frame's reader already sees it.
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "seen[1]"), 40.0, "{:?}", domain.take_reports());
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "#seen"), 2.0);
+}
