@@ -442,3 +442,53 @@ fn a_wave_waiting_for_a_worker_job_answers_its_forwarded_queries() {
     domain.frame(FRAME);
     assert_eq!(int(&domain, "#seen"), 2.0);
 }
+
+#[test]
+fn a_wave_waits_at_most_the_run_deadline_for_its_items_and_the_late_result_applies_later() {
+    let pool = Pool::new(2);
+    let spec = DomainSpec::new("game").run_deadline(Duration::from_millis(50));
+    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    // A kernel held until the test lets it go (native code: no deadline stops it).
+    let gate = Meet(Arc::default(), 2);
+    let held = gate.clone();
+    domain
+        .register_kernel("held", move |_| Ok(Message::Boolean(held.arrive())))
+        .unwrap();
+    domain
+        .eval(
+            r#"
+            seen = {}
+            jobs.register({ name = "slow", phase = "main", writes = { "v" },
+                executor = { kind = "kernel", kernel = "held", apply = function(r) v = r end } })
+            jobs.register({ name = "reader", phase = "main", reads = { "v" },
+                executor = { kind = "luau", run = function() table.insert(seen, tostring(v)) end } })
+            "#,
+        )
+        .unwrap();
+    let started = Instant::now();
+    let report = domain.frame(FRAME);
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    // The reader ran without the result, and the wait is reported naming the job.
+    assert_eq!(string(&domain, "table.concat(seen, ',')"), "nil");
+    let waited: Vec<_> = report
+        .reports
+        .iter()
+        .filter(|r| r.source == "job 'slow'")
+        .collect();
+    assert_eq!(waited.len(), 1, "{:?}", report.reports);
+    assert!(
+        waited[0].message.starts_with(
+            "job 'slow': wave 1 of phase 'main' ended without its item, still running after "
+        ) && waited[0]
+            .message
+            .ends_with(" s; the next wave started and the item applies in a later frame"),
+        "{}",
+        waited[0].message
+    );
+    // Let it go: a later frame applies it, and the reader after it sees it.
+    assert!(gate.arrive());
+    assert!(wait_until(Duration::from_secs(10), || {
+        domain.frame(FRAME);
+        string(&domain, "seen[#seen]") == "true"
+    }));
+}
