@@ -42,9 +42,12 @@ impl ScriptDomain {
     /// says the frame covers; task timers follow the wall clock, and `dt` only adds up in
     /// [`FrameReport::time`].
     ///
-    /// A frame that answered no forwarded query never blocks. One that did waits for what
-    /// the jobs that asked do next (another query, or their completion and the commands they
-    /// recorded) and serves it in the same frame, until a drain brings no new query, at most
+    /// A frame blocks in two cases only. Between two waves of a registered jobs' phase (jobs
+    /// ordered by `after`, `before`, `reads` and `writes`), it waits for the pool items the
+    /// earlier wave started, serving the mailbox meanwhile, at most the domain's run deadline.
+    /// And a frame that answered a forwarded query waits for what the jobs that asked do next
+    /// (another query, or their completion and the commands they recorded) and serves it in the
+    /// same frame, until a drain brings no new query, at most
     /// [`FrameReport::FOLLOW_UP_DRAINS`] more drains and [`FrameReport::FOLLOW_UP_WAIT`] in
     /// all: so a job that makes a query and then records commands settles in the frame it
     /// returned in.
