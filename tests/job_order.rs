@@ -485,6 +485,14 @@ fn a_wave_waits_at_most_the_run_deadline_for_its_items_and_the_late_result_appli
         "{}",
         waited[0].message
     );
+    // A later frame does not wait for that item again, nor report it again.
+    let again = domain.frame(FRAME);
+    assert!(
+        again.reports.iter().all(|r| r.source != "job 'slow'"),
+        "{:?}",
+        again.reports
+    );
+    assert_eq!(string(&domain, "table.concat(seen, ',')"), "nil,nil");
     // Let it go: a later frame applies it, and the reader after it sees it.
     assert!(gate.arrive());
     assert!(wait_until(Duration::from_secs(10), || {

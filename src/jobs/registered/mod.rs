@@ -425,22 +425,24 @@ impl Registry {
                 // registered that has not reached the engine yet is not here.
                 let jobs: Vec<Rc<RegisteredJob>> =
                     wave.iter().filter_map(|id| self.get(*id)).collect();
+                let mut started = Vec::new();
                 for job in &jobs {
-                    if self.get(job.id).is_some() {
-                        self.tick(vm, job);
+                    if self.get(job.id).is_some() && self.tick(vm, job) {
+                        started.push(job.clone());
                     }
                 }
                 if at + 1 < waves.len() {
-                    self.settle_wave(vm, &phase, at + 1, &jobs, host);
+                    self.settle_wave(vm, &phase, at + 1, &started, host);
                 }
             }
         }
         true
     }
 
-    /// Waits for the pool items of a wave's jobs and applies their results, before the next
-    /// wave of the phase starts. An item still running when `host` gives up stays in flight,
-    /// is reported, and applies in a later frame.
+    /// Waits for the pool items a wave's jobs started in this frame (`started`) and applies
+    /// their results, before the next wave of the phase starts. An item still running when
+    /// `host` gives up stays in flight, is reported, and applies in a later frame; later
+    /// frames do not wait for it again.
     fn settle_wave(
         self: &Rc<Self>,
         vm: &Vm,
@@ -500,16 +502,17 @@ impl Registry {
 
     /// One frame of one job: takes the result of its last call ([`land`](Self::land)), then
     /// starts this frame's call unless the job is paused or errored or its last call still
-    /// runs.
-    fn tick(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>) {
+    /// runs. Answers whether it started an item on the pool.
+    fn tick(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>) -> bool {
         self.land(vm, job);
         if let Executor::Remote { worker, vm, .. } = &job.executor {
-            return self.tick_remote(job, *worker, *vm);
+            self.tick_remote(job, *worker, *vm);
+            return false;
         }
         {
             let state = job.state.borrow();
             if state.paused || state.errored || state.task_running || state.in_flight.is_some() {
-                return;
+                return false;
             }
         }
         match &job.executor {
@@ -521,6 +524,7 @@ impl Registry {
             Executor::Worker { .. } => self.queue_worker_call(job),
             Executor::Kernel { .. } => self.queue_kernel_call(job),
         }
+        job.state.borrow().in_flight.is_some()
     }
 
     /// Takes the result of the job's call in the pool, if it has landed: runs `apply` over a
