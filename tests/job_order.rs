@@ -500,3 +500,50 @@ fn a_wave_waits_at_most_the_run_deadline_for_its_items_and_the_late_result_appli
         string(&domain, "seen[#seen]") == "true"
     }));
 }
+
+#[test]
+fn a_wave_waits_at_most_wave_wait_for_an_item_that_waits_across_frames() {
+    let tree = crate::support::Tree::new(&[(
+        "m.luau",
+        "return { later = function() task.waitFrames(1) return 7 end }",
+    )]);
+    let pool = Pool::new(2);
+    let domain = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            seen = {}
+            jobs.register({ name = "frames", phase = "main", writes = { "v" },
+                executor = { kind = "worker", module = "./m", entry = "later",
+                    input = function() if v == nil then return true end return nil end,
+                    apply = function(r) v = r end } })
+            jobs.register({ name = "reader", phase = "main", reads = { "v" },
+                executor = { kind = "luau", run = function() table.insert(seen, tostring(v)) end } })
+            "#,
+        )
+        .unwrap();
+    assert_eq!(skein::FrameReport::WAVE_WAIT, Duration::from_millis(100));
+    let started = Instant::now();
+    let report = domain.frame(FRAME);
+    let took = started.elapsed();
+    // The item can only end in a later frame: the wave waited its bound, not the 60 s deadline.
+    assert!(
+        took >= skein::FrameReport::WAVE_WAIT && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert_eq!(
+        report
+            .reports
+            .iter()
+            .filter(|r| r.source == "job 'frames'")
+            .count(),
+        1,
+        "{:?}",
+        report.reports
+    );
+    assert!(wait_until(Duration::from_secs(10), || {
+        domain.frame(FRAME);
+        string(&domain, "seen[#seen]") == "7"
+    }));
+    assert_eq!(string(&domain, "seen[1]"), "nil");
+}

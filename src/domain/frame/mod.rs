@@ -22,6 +22,12 @@ pub(crate) const FOLLOW_UP_DRAINS: u32 = 16;
 /// 2 ms. A frame that answered no query never waits.
 pub(crate) const FOLLOW_UP_WAIT: Duration = Duration::from_millis(2);
 
+/// The longest a wave of registered jobs waits for the pool items it started before the next
+/// wave starts: 100 ms, or the domain's run deadline when that is shorter. An item that waits
+/// across frames (`task.waitFrames`, a promise the engine settles) cannot settle within the
+/// frame; this is what it may cost the frame, once.
+pub(crate) const WAVE_WAIT: Duration = Duration::from_millis(100);
+
 /// While a wave of registered jobs waits for its pool items, how long the engine thread parks
 /// on one item before it looks at its mailbox again (an item may be waiting for the engine to
 /// answer a query it forwarded): 200 µs.
@@ -44,7 +50,8 @@ impl ScriptDomain {
     ///
     /// A frame blocks in two cases only. Between two waves of a registered jobs' phase (jobs
     /// ordered by `after`, `before`, `reads` and `writes`), it waits for the pool items the
-    /// earlier wave started, serving the mailbox meanwhile, at most the domain's run deadline.
+    /// earlier wave started in this frame, serving the mailbox meanwhile, at most
+    /// [`FrameReport::WAVE_WAIT`] (or the domain's run deadline when that is shorter).
     /// And a frame that answered a forwarded query waits for what the jobs that asked do next
     /// (another query, or their completion and the commands they recorded) and serves it in the
     /// same frame, until a drain brings no new query, at most
@@ -249,11 +256,11 @@ impl ScriptDomain {
 /// unordered writes become diagnostics.
 impl PhaseHost for ScriptDomain {
     /// Waits until every slot has settled, draining the mailbox whenever something reaches it
-    /// (a forwarded query, the commands an item recorded before it settles), at most the hold on
-    /// one run (the domain's longest deadline): an item runs that long between yields at most.
+    /// (a forwarded query, the commands an item recorded before it settles), at most
+    /// [`WAVE_WAIT`] or the domain's run deadline, whichever is shorter.
     fn settle(&self, slots: &[Arc<HostSlot>]) -> Duration {
         let started = Instant::now();
-        let until = started + self.current.principal.max_deadline;
+        let until = started + WAVE_WAIT.min(self.current.principal.max_deadline);
         for slot in slots {
             while slot.is_pending() {
                 if !self.current.rx.is_empty() {
