@@ -89,7 +89,9 @@ pub use domain::{
     ReportKind, ResourceId, ResourceOwner, ScriptDomain, ScriptHandle, ScriptStatus, ACTOR_SPAWN,
 };
 pub use error::{DispatchRefusal, Error, Halt, NameRefusal, ResourceRefusal, Result, SpecSetting};
-pub use jobs::{JobInfo, JobOptions, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls};
+pub use jobs::{
+    JobInfo, JobOptions, JobOrder, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls,
+};
 pub use pool::stats::{WarmRun, WorkerStats};
 pub use principal::capability::{
     require_capability, CapabilityDenied, CapabilityError, CapabilityId, CapabilitySet, Grant,

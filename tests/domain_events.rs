@@ -206,7 +206,7 @@ fn a_drain_takes_per_drain_and_leaves_the_rest_in_order() {
 }
 
 #[test]
-fn advance_drains_once_before_its_phases() {
+fn advance_drains_once_after_its_late_phase() {
     let pool = Pool::new(1);
     let domain = game(
         &pool,
@@ -228,6 +228,40 @@ fn advance_drains_once_before_its_phases() {
     assert_eq!((report.events.delivered, report.events.pending), (2, 1));
     let report = domain.advance(Duration::from_millis(1)).unwrap();
     assert_eq!((report.events.delivered, report.events.pending), (1, 0));
+}
+
+#[test]
+fn an_event_emitted_during_update_is_delivered_in_the_same_advance() {
+    let pool = Pool::new(1);
+    let spec = DomainSpec::new("game")
+        .context(ContextSpec::new("sim").phases([Phase::Update, Phase::LateUpdate]))
+        .unwrap();
+    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    domain
+        .eval(
+            r#"
+            log = {}
+            local events = require("@skein/events")
+            events.on("hit", function(n) table.insert(log, "hit " .. n) end)
+            local n = 0
+            require("@skein/context").bind("sim", {
+                update = function() n += 1 table.insert(log, "update " .. n) events.emit("hit", n) end,
+                lateUpdate = function() table.insert(log, "late " .. n) end,
+            })
+        "#,
+        )
+        .unwrap();
+    let report = domain.advance(Duration::from_millis(1)).unwrap();
+    assert_eq!(report.events.delivered, 1);
+    assert_eq!(
+        text(&domain.eval("return table.concat(log, ', ')").unwrap()),
+        "update 1, late 1, hit 1"
+    );
+    domain.advance(Duration::from_millis(1)).unwrap();
+    assert_eq!(
+        text(&domain.eval("return table.concat(log, ', ')").unwrap()),
+        "update 1, late 1, hit 1, update 2, late 2, hit 2"
+    );
 }
 
 #[test]

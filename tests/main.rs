@@ -28,6 +28,7 @@ mod host_failures;
 mod host_keys;
 mod hostile;
 mod interfaces;
+mod job_order;
 mod keys;
 mod layers;
 mod logs;

@@ -1,6 +1,8 @@
 //! The task library on the engine VM and on workers: spawn, defer, delay, wait, cancel, await.
 
-use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+use std::time::Duration;
+
+use skein::{ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, refusal, text, Tree};
 
@@ -54,6 +56,71 @@ fn defer_runs_in_the_next_batch_and_work_deferred_by_a_batch_waits_for_the_next(
     "#,
     );
     assert_eq!(out, "main,d1 a,d2,d3");
+}
+
+#[test]
+fn an_advance_drains_the_deferred_batch_before_update_and_after_late_update() {
+    let pool = Pool::new(1);
+    let spec = DomainSpec::new("game")
+        .context(ContextSpec::new("sim").phases([Phase::Update, Phase::LateUpdate]))
+        .unwrap();
+    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    domain
+        .eval(
+            r#"
+            log = {}
+            local n = 0
+            require("@skein/context").bind("sim", {
+                update = function() n += 1 table.insert(log, "update " .. n) end,
+                lateUpdate = function()
+                    table.insert(log, "late " .. n)
+                    if n == 1 then
+                        -- Runs in this advance's late drain; what it defers waits for the
+                        -- next batch: the next advance's early drain, before its update.
+                        task.defer(function()
+                            table.insert(log, "A")
+                            task.defer(function() table.insert(log, "B") end)
+                        end)
+                    end
+                end,
+            })
+        "#,
+        )
+        .unwrap();
+    let log = |d: &ScriptDomain| text(&d.eval("return table.concat(log, ',')").unwrap());
+    domain.advance(Duration::from_millis(1)).unwrap();
+    assert_eq!(log(&domain), "update 1,late 1,A");
+    domain.advance(Duration::from_millis(1)).unwrap();
+    assert_eq!(log(&domain), "update 1,late 1,A,B,update 2,late 2");
+}
+
+#[test]
+fn a_frame_drains_the_deferred_batch_before_and_after_its_registered_jobs() {
+    let pool = Pool::new(1);
+    let domain = ScriptDomain::new(&pool, DomainSpec::new("game")).unwrap();
+    domain
+        .eval(
+            r#"
+            log = {}
+            local n = 0
+            jobs.register({ phase = "main", executor = { kind = "luau", run = function()
+                n += 1
+                table.insert(log, "run " .. n)
+                if n == 1 then
+                    task.defer(function()
+                        table.insert(log, "A")
+                        task.defer(function() table.insert(log, "B") end)
+                    end)
+                end
+            end } })
+        "#,
+        )
+        .unwrap();
+    let log = |d: &ScriptDomain| text(&d.eval("return table.concat(log, ',')").unwrap());
+    domain.frame(Duration::from_millis(1));
+    assert_eq!(log(&domain), "run 1,A");
+    domain.frame(Duration::from_millis(1));
+    assert_eq!(log(&domain), "run 1,A,B,run 2");
 }
 
 #[test]

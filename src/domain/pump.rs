@@ -60,7 +60,7 @@ impl ScriptDomain {
         let ran_jobs = match jobs_due {
             Some(due) if due <= Instant::now() => {
                 self.jobs_ran.set(Some(Instant::now()));
-                self.current.registry.run(&self.current.vm, None);
+                self.current.registry.run(&self.current.vm, None, self);
                 true
             }
             _ => false,

@@ -77,17 +77,22 @@ pub enum DiagnosticKind {
     RouteUndelivered,
     /// Code asked for a capability its authority does not hold.
     CapabilityDenied,
+    /// Two registered jobs of one phase write the same name and nothing orders them
+    /// (`after`, `before`, or a chain of reads and writes): which runs first is only their
+    /// registration order. Reported once per pair, as a warning.
+    UnorderedWrites,
 }
 
 impl DiagnosticKind {
     /// A short lowercase name: `handler failed`, `queue full`, `route undelivered`,
-    /// `capability denied`.
+    /// `capability denied`, `unordered writes`.
     pub fn name(self) -> &'static str {
         match self {
             DiagnosticKind::HandlerFailed => "handler failed",
             DiagnosticKind::QueueFull => "queue full",
             DiagnosticKind::RouteUndelivered => "route undelivered",
             DiagnosticKind::CapabilityDenied => "capability denied",
+            DiagnosticKind::UnorderedWrites => "unordered writes",
         }
     }
 }

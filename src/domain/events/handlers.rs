@@ -430,7 +430,7 @@ pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
 impl ScriptDomain {
     /// Delivers what waits in the event queue, at most
     /// [`EventLimits::per_drain`](crate::EventLimits::per_drain) events, in the order they were
-    /// queued. [`advance`](Self::advance) does this once, before its phases.
+    /// queued. [`advance`](Self::advance) does this once, after its `lateUpdate` phase.
     ///
     /// A raw event runs the `event` phase handlers of its target context(s) with the payload;
     /// a named event runs every handler bound to its name with the payload and the name, in

@@ -54,6 +54,12 @@ impl FrameReport {
     /// The longest a frame waits, in all, for the follow-ups of the forwarded queries it
     /// answered: 2 ms. A frame that answered none never waits.
     pub const FOLLOW_UP_WAIT: Duration = super::FOLLOW_UP_WAIT;
+
+    /// The longest a wave of registered jobs waits for the pool items it started before the
+    /// phase's next wave starts: 100 ms, or the domain's run deadline when that is shorter (see
+    /// [`ScriptDomain::frame`](crate::ScriptDomain::frame)). An item still running then is
+    /// reported and applies in a later frame.
+    pub const WAVE_WAIT: Duration = super::WAVE_WAIT;
 }
 
 /// The host's services on one domain, and this frame's counts.

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::domain::{FrameReport, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, Result};
-use crate::jobs::JobInfo;
+use crate::jobs::{HostSlot, JobInfo, PhaseHost};
+use crate::principal::diagnostic::{Attribution, Diagnostic, DiagnosticKind, Severity};
 use crate::value::Message;
 use crate::vm;
 
@@ -21,6 +22,17 @@ pub(crate) const FOLLOW_UP_DRAINS: u32 = 16;
 /// 2 ms. A frame that answered no query never waits.
 pub(crate) const FOLLOW_UP_WAIT: Duration = Duration::from_millis(2);
 
+/// The longest a wave of registered jobs waits for the pool items it started before the next
+/// wave starts: 100 ms, or the domain's run deadline when that is shorter. An item that waits
+/// across frames (`task.waitFrames`, a promise the engine settles) cannot settle within the
+/// frame; this is what it may cost the frame, once.
+pub(crate) const WAVE_WAIT: Duration = Duration::from_millis(100);
+
+/// While a wave of registered jobs waits for its pool items, how long the engine thread parks
+/// on one item before it looks at its mailbox again (an item may be waiting for the engine to
+/// answer a query it forwarded): 200 µs.
+const WAVE_POLL: Duration = Duration::from_micros(200);
+
 pub(crate) mod context;
 pub(crate) mod engine_services;
 pub(crate) mod handler_label;
@@ -28,15 +40,22 @@ pub(crate) mod phases;
 
 impl ScriptDomain {
     /// One engine frame: drains the mailbox (applying recorded commands, answering forwarded
-    /// queries, settling promises), moves the frame counter on (waking the tasks whose
-    /// `task.waitFrames` it reached, here and on workers), then resumes the tasks that are
-    /// ready. `dt` is what the host says the frame covers; it only adds up in
-    /// [`FrameReport::time`]: task timers follow the wall clock, or, once
-    /// [`advance`](Self::advance) has put the engine VM on frame time, move with `advance` alone.
+    /// queries, settling promises), runs the early deferred drain, moves the frame counter on
+    /// (waking the tasks whose `task.waitFrames` it reached, here and on workers), runs the
+    /// registered jobs phase by phase, then the late deferred drain. A deferred drain resumes
+    /// the timers due, the batch of `task.defer`red work and the tasks that are ready, each
+    /// once; what they defer goes to the next batch, the next drain's. `dt` is what the host
+    /// says the frame covers; it only adds up in [`FrameReport::time`]: task timers follow the
+    /// wall clock, or, once [`advance`](Self::advance) has put the engine VM on frame time,
+    /// move with `advance` alone.
     ///
-    /// A frame that answered no forwarded query never blocks. One that did waits for what
-    /// the jobs that asked do next (another query, or their completion and the commands they
-    /// recorded) and serves it in the same frame, until a drain brings no new query, at most
+    /// A frame blocks in two cases only. Between two waves of a registered jobs' phase (jobs
+    /// ordered by `after`, `before`, `reads` and `writes`), it waits for the pool items the
+    /// earlier wave started in this frame, serving the mailbox meanwhile, at most
+    /// [`FrameReport::WAVE_WAIT`] (or the domain's run deadline when that is shorter).
+    /// And a frame that answered a forwarded query waits for what the jobs that asked do next
+    /// (another query, or their completion and the commands they recorded) and serves it in the
+    /// same frame, until a drain brings no new query, at most
     /// [`FrameReport::FOLLOW_UP_DRAINS`] more drains and [`FrameReport::FOLLOW_UP_WAIT`] in
     /// all: so a job that makes a query and then records commands settles in the frame it
     /// returned in.
@@ -62,7 +81,7 @@ impl ScriptDomain {
     /// a [`Report`] naming [`Error::Reentrant`], and the report answered counts nothing.
     pub fn frame(&self, dt: Duration) -> FrameReport {
         match self.enter("frame") {
-            Ok(_entered) => self.run_frame(dt),
+            Ok(_entered) => self.run_frame(dt, true),
             Err(e) => {
                 if matches!(e, Error::Reentrant(_)) {
                     self.reports.borrow_mut().push(Report::new(
@@ -82,14 +101,16 @@ impl ScriptDomain {
         }
     }
 
-    /// One frame, inside a scheduler entry.
-    pub(crate) fn run_frame(&self, dt: Duration) -> FrameReport {
+    /// One frame, inside a scheduler entry. `early_drain`: the frame runs its early deferred
+    /// drain itself (a plain [`frame`](Self::frame)); an [`advance`](Self::advance) ran it
+    /// before its phases.
+    pub(crate) fn run_frame(&self, dt: Duration, early_drain: bool) -> FrameReport {
         vm::check_sources();
         self.services.forwarded.set(0);
         self.services.applied.set(0);
         self.frame_time.set(self.frame_time.get() + dt);
         let mark = self.reports.borrow().mark();
-        let frame = self.round();
+        let frame = self.round(early_drain);
         FrameReport {
             frame,
             forwarded_calls: self.services.forwarded.get(),
@@ -106,15 +127,20 @@ impl ScriptDomain {
         self.current.principal.frames.load(Ordering::Acquire)
     }
 
-    /// One frame's work: drain (and the follow-ups of the queries it answered), count the
-    /// frame, wake frame waits, run the registered jobs phase by phase, step. Answers the frame.
-    pub(crate) fn round(&self) -> u64 {
+    /// One frame's work: drain (and the follow-ups of the queries it answered), the early
+    /// deferred drain (unless `early_drain` is false: an advance ran it before its phases),
+    /// count the frame and wake its frame waits, the registered jobs phase by phase, the late
+    /// deferred drain (which resumes the frame waits woken). Answers the frame.
+    pub(crate) fn round(&self, early_drain: bool) -> u64 {
         let answered = self.services.forwarded.get();
         self.drain();
         self.drain_follow_ups(answered);
+        if early_drain {
+            self.current.vm.step();
+        }
         let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
         self.current.vm.wake_frames(frame);
-        self.current.registry.run(&self.current.vm, None);
+        self.current.registry.run(&self.current.vm, None, self);
         self.current.vm.step();
         frame
     }
@@ -175,7 +201,10 @@ impl ScriptDomain {
     pub fn run_job_phase(&self, name: &str) -> bool {
         vm::check_sources();
         self.drain();
-        let known = self.current.registry.run(&self.current.vm, Some(name));
+        let known = self
+            .current
+            .registry
+            .run(&self.current.vm, Some(name), self);
         self.current.vm.step();
         known
     }
@@ -221,5 +250,47 @@ impl ScriptDomain {
     /// Snapshots of the jobs registered on this domain, in registration order.
     pub fn jobs(&self) -> Vec<JobInfo> {
         self.current.registry.list(None)
+    }
+}
+
+/// The frame's side of running registered jobs: a wave waits for its pool items here, and
+/// unordered writes become diagnostics.
+impl PhaseHost for ScriptDomain {
+    /// Waits until every slot has settled, draining the mailbox whenever something reaches it
+    /// (a forwarded query, the commands an item recorded before it settles), at most
+    /// [`WAVE_WAIT`] or the domain's run deadline, whichever is shorter.
+    fn settle(&self, slots: &[Arc<HostSlot>]) -> Duration {
+        let started = Instant::now();
+        let until = started + WAVE_WAIT.min(self.current.principal.max_deadline);
+        for slot in slots {
+            while slot.is_pending() {
+                if !self.current.rx.is_empty() {
+                    self.drain_mailbox();
+                    continue;
+                }
+                let now = Instant::now();
+                if now >= until {
+                    return now - started;
+                }
+                slot.wait_settled_until(until.min(now + WAVE_POLL));
+            }
+        }
+        started.elapsed()
+    }
+
+    fn unordered_write(&self, phase: &str, first: &str, second: &str, name: &str) {
+        let attribution = Attribution {
+            domain_name: self.name.clone(),
+            domain: self.id(),
+            generation: self.generation(),
+            context: None,
+            actor: None,
+        };
+        let message = format!(
+            "jobs '{first}' and '{second}' of phase '{phase}' both write '{name}' and nothing \
+             orders them: they run in registration order; declare after or before to choose"
+        );
+        let diagnostic = Diagnostic::new(DiagnosticKind::UnorderedWrites, attribution, message);
+        self.diagnose(Severity::Warning, &diagnostic);
     }
 }

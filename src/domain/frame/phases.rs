@@ -76,7 +76,7 @@ pub struct AdvanceReport {
     pub dropped_steps: u64,
     /// Every phase run, in order: the fixed steps, then `update`, then `lateUpdate`.
     pub phases: Vec<PhaseReport>,
-    /// The event drain that opened the advance (see
+    /// The event drain that followed `lateUpdate` (see
     /// [`drain_events`](ScriptDomain::drain_events)).
     pub events: EventReport,
     /// The engine frame that ended the advance.
@@ -466,13 +466,15 @@ impl ScriptDomain {
         Ok(self.broadcast(phase, args))
     }
 
-    /// Moves the domain's time on by `delta`: drains the event queue once
-    /// ([`drain_events`](Self::drain_events), answered in [`AdvanceReport::events`]), runs the
-    /// `fixedUpdate` steps the accumulator
+    /// Moves the domain's time on by `delta`, as one engine frame: the early deferred drain
+    /// (timers due, `task.defer`red work, ready tasks); the `fixedUpdate` steps the accumulator
     /// owes (each handler receives the step in seconds), at most the catch-up limit of the
     /// domain's [`FixedStep`](crate::FixedStep), dropping and counting the rest; then `update`
-    /// and `lateUpdate` (handlers receive `delta` in seconds); then one engine
-    /// [`frame`](Self::frame) (the mailbox drain, frame waits, registered jobs, ready tasks).
+    /// and `lateUpdate` (handlers receive `delta` in seconds); then one drain of the event
+    /// queue ([`drain_events`](Self::drain_events), answered in [`AdvanceReport::events`]), so
+    /// an event emitted during `update` is delivered in the same advance; then the rest of a
+    /// [`frame`](Self::frame): the mailbox drain, frame waits, registered jobs and the late
+    /// deferred drain.
     ///
     /// ```
     /// use std::time::Duration;
@@ -524,7 +526,9 @@ impl ScriptDomain {
         ));
         let run = owed.min(u128::from(self.fixed_step.max_catch_up)) as u32;
         let dropped = u64::try_from(owed - u128::from(run)).unwrap_or(u64::MAX);
-        let events = self.run_event_drain();
+        // The early deferred drain: what was deferred since the last frame runs before the
+        // phases.
+        self.current.vm.step();
         let mut phases = Vec::with_capacity(run as usize + 2);
         let step_secs = [Message::Number(step.as_secs_f64())];
         for _ in 0..run {
@@ -533,7 +537,10 @@ impl ScriptDomain {
         let delta_secs = [Message::Number(delta.as_secs_f64())];
         phases.push(self.broadcast(Phase::Update, &delta_secs));
         phases.push(self.broadcast(Phase::LateUpdate, &delta_secs));
-        let frame = self.run_frame(delta);
+        // After the phases, so an event emitted in one is delivered in this advance.
+        let events = self.run_event_drain();
+        // The frame ends with the late deferred drain.
+        let frame = self.run_frame(delta, false);
         Ok(AdvanceReport {
             fixed_steps: run,
             dropped_steps: dropped,

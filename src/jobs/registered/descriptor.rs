@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use mlua::{Function, Lua, Table, Value};
 
+use super::order::{Declared, MAX_DECLARED_NAMES};
 use super::remote_job::RemoteJob;
 use crate::jobs::item::Kernel;
 use crate::jobs::options::{read_deadline, read_key};
@@ -70,7 +71,14 @@ pub(crate) struct Descriptor {
     pub(crate) executor: Executor,
     pub(crate) origin: String,
     pub(crate) metadata: Option<Message>,
+    /// Its `reads`, `writes`, `after`, `before` and `pure`.
+    pub(crate) declared: Arc<Declared>,
 }
+
+/// The descriptor's fields, as a refusal lists them.
+const FIELDS: &[&str] = &[
+    "name", "phase", "executor", "reads", "writes", "after", "before", "pure", "origin", "metadata",
+];
 
 const WHAT: &str = "jobs.register";
 
@@ -88,11 +96,7 @@ pub(crate) fn read(
             a_type(descriptor)
         ));
     };
-    only_fields(
-        t,
-        &["name", "phase", "executor", "origin", "metadata"],
-        "descriptor field",
-    )?;
+    only_fields(t, FIELDS, "descriptor field")?;
     let name = match field(t, "name")? {
         Value::Nil => None,
         v => {
@@ -118,6 +122,7 @@ pub(crate) fn read(
         }
     };
     let executor = read_executor(lua, &field(t, "executor")?, kernel, cap)?;
+    let declared = read_declared(t)?;
     let origin = match field(t, "origin")? {
         Value::Nil => caller_origin(lua),
         Value::String(s) => s.to_string_lossy().to_string(),
@@ -146,7 +151,67 @@ pub(crate) fn read(
         executor,
         origin,
         metadata,
+        declared: Arc::new(declared),
     })
+}
+
+/// Reads `reads`, `writes`, `after`, `before` (each a list of at most [`MAX_DECLARED_NAMES`]
+/// names) and `pure`.
+fn read_declared(t: &Table) -> Result<Declared, String> {
+    let pure = match field(t, "pure")? {
+        Value::Nil => false,
+        Value::Boolean(b) => b,
+        other => {
+            return Err(format!(
+                "{WHAT}: pure must be a boolean, got {}",
+                a_type(&other)
+            ))
+        }
+    };
+    let declared = Declared {
+        reads: names(t, "reads", "name")?,
+        writes: names(t, "writes", "name")?,
+        after: names(t, "after", "job name")?,
+        before: names(t, "before", "job name")?,
+        pure,
+    };
+    if pure && !declared.writes.is_empty() {
+        return Err(format!(
+            "{WHAT}: a pure job changes nothing outside its result, so it declares no writes \
+             (writes names '{}')",
+            declared.writes[0]
+        ));
+    }
+    Ok(declared)
+}
+
+/// Reads the list `t[list]`: nil (none), or a list of 1 to [`MAX_DECLARED_NAMES`] strings of
+/// 1 to 256 bytes, repeats dropped. Its length is checked before any element is read.
+fn names(t: &Table, list: &str, what: &str) -> Result<Vec<String>, String> {
+    let rule = format!("{WHAT}: {list} must be a list of at most {MAX_DECLARED_NAMES} {what}s");
+    let items = match field(t, list)? {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Table(items) => items,
+        other => return Err(format!("{rule}, got {}", a_type(&other))),
+    };
+    let len = items.raw_len();
+    if len > MAX_DECLARED_NAMES {
+        return Err(format!("{rule}, got {len}"));
+    }
+    // A table with keys past its list part (`{ x = true }`) is not a list.
+    if items.clone().pairs::<Value, Value>().take(len + 1).count() > len {
+        return Err(format!("{rule}, got a table with other keys"));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(len);
+    for index in 1..=len {
+        let value: Value = items.raw_get(index).map_err(|e| error_message(&e))?;
+        let bytes = read_key(&value, &format!("{WHAT}: {list}[{index}]"))?;
+        let name = String::from_utf8_lossy(&bytes).into_owned();
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    Ok(out)
 }
 
 fn read_executor(

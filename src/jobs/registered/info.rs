@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use mlua::{Lua, Table};
 
+use super::order::{Declared, Placed};
 use crate::value::Message;
 
 /// Where a registered job stands.
@@ -65,6 +66,8 @@ pub struct JobInfo {
     pub origin: String,
     /// A copy of the descriptor's `metadata`.
     pub metadata: Option<Message>,
+    /// What it declared about its order and access, and where that puts it in its phase.
+    pub order: JobOrder,
     /// The last failure, kept until the next one (resuming does not clear it).
     pub last_error: Option<String>,
     /// Engine-service queries its items forwarded to the engine thread.
@@ -78,6 +81,72 @@ pub struct JobInfo {
     /// For a job registered from a worker VM, the calls the engine posted to that VM; `None`
     /// for a job registered on the engine VM.
     pub worker: Option<WorkerCalls>,
+}
+
+/// A registered job's declared order and access (`reads`, `writes`, `after`, `before`,
+/// `pure`), and its resolved place in its phase: `position` in the phase's run order and the
+/// `wave` it runs in (both from 1; 0 for a job a worker VM registered that has not reached the
+/// engine yet).
+///
+/// ```
+/// use skein::{DomainSpec, Pool, ScriptDomain};
+///
+/// let pool = Pool::new(1);
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+/// domain.eval(r#"
+///     local run = function() end
+///     jobs.register({ name = "draw", phase = "main", reads = { "mesh" }, executor = { kind = "luau", run = run } })
+///     jobs.register({ name = "build", phase = "main", writes = { "mesh" }, executor = { kind = "luau", run = run } })
+/// "#)?;
+/// let jobs = domain.jobs();
+/// // "draw" reads what "build" writes, so it runs after it, in the next wave.
+/// assert_eq!((jobs[0].order.position, jobs[0].order.wave), (2, 2));
+/// assert_eq!((jobs[1].order.position, jobs[1].order.wave), (1, 1));
+/// assert_eq!(jobs[0].order.reads, ["mesh"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobOrder {
+    /// Names of what it reads.
+    pub reads: Vec<String>,
+    /// Names of what it changes.
+    pub writes: Vec<String>,
+    /// Jobs it runs after.
+    pub after: Vec<String>,
+    /// Jobs it runs before.
+    pub before: Vec<String>,
+    /// It changes nothing outside its result.
+    pub pure: bool,
+    /// Its place in its phase's run order, from 1.
+    pub position: u32,
+    /// Its wave in its phase, from 1.
+    pub wave: u32,
+}
+
+impl JobOrder {
+    /// What `declared` says, not placed yet.
+    pub(super) fn declared(declared: &Declared) -> JobOrder {
+        JobOrder {
+            reads: declared.reads.clone(),
+            writes: declared.writes.clone(),
+            after: declared.after.clone(),
+            before: declared.before.clone(),
+            pure: declared.pure,
+            position: 0,
+            wave: 0,
+        }
+    }
+
+    /// What `declared` says, placed at `placed`.
+    pub(super) fn placed(declared: &Declared, placed: Option<Placed>) -> JobOrder {
+        let mut order = JobOrder::declared(declared);
+        if let Some(placed) = placed {
+            order.position = placed.position;
+            order.wave = placed.wave;
+        }
+        order
+    }
 }
 
 /// The calls of a job registered from a worker VM, as `job:info().worker` reports them.
@@ -113,7 +182,7 @@ pub struct WorkerCalls {
 
 /// The Luau table of a snapshot; times in milliseconds.
 pub(super) fn to_lua(lua: &Lua, info: &JobInfo) -> mlua::Result<Table> {
-    let t = lua.create_table_with_capacity(0, 14)?;
+    let t = lua.create_table_with_capacity(0, 21)?;
     t.raw_set("id", info.id as f64)?;
     t.raw_set("name", info.name.as_deref())?;
     t.raw_set("phase", info.phase.as_str())?;
@@ -124,6 +193,22 @@ pub(super) fn to_lua(lua: &Lua, info: &JobInfo) -> mlua::Result<Table> {
     if let Some(metadata) = &info.metadata {
         t.raw_set("metadata", metadata.to_lua(lua)?)?;
     }
+    let order = &info.order;
+    for (key, names) in [
+        ("reads", &order.reads),
+        ("writes", &order.writes),
+        ("after", &order.after),
+        ("before", &order.before),
+    ] {
+        let list = lua.create_table_with_capacity(names.len(), 0)?;
+        for name in names {
+            list.raw_push(name.as_str())?;
+        }
+        t.raw_set(key, list)?;
+    }
+    t.raw_set("pure", order.pure)?;
+    t.raw_set("position", order.position)?;
+    t.raw_set("wave", order.wave)?;
     t.raw_set("last_error", info.last_error.as_deref())?;
     t.raw_set("forwarded_calls", info.forwarded_calls as f64)?;
     t.raw_set(

@@ -11,10 +11,11 @@ mod descriptor;
 pub(super) mod directory;
 mod info;
 pub(super) mod lua;
+mod order;
 pub(super) mod remote;
 pub(super) mod remote_job;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::Path;
@@ -39,8 +40,20 @@ use crate::value::{ExactValue, Message};
 use crate::vm::{self, FailureKind, JobFailure, Outcome, Owner, OwnerIdentity, TaskFailure, Vm};
 
 pub(crate) use descriptor::Executor;
-pub use info::{JobInfo, JobStatus, WorkerCalls};
+pub use info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
+use order::{Declared, PhaseOrder, Placed, UnorderedWrite};
 use remote_job::{Control, RemoteOp, RemoteRegistration};
+
+/// What the registry asks of its domain while it runs a phase.
+pub(crate) trait PhaseHost {
+    /// Waits until every one of `slots` has settled, serving the domain's mailbox meanwhile (an
+    /// item may forward a query, or record commands the engine applies before it settles), or
+    /// until the wait's bound passes. Answers how long it waited.
+    fn settle(&self, slots: &[Arc<HostSlot>]) -> Duration;
+    /// Reports jobs `first` and `second` of `phase`, which both write `name` with nothing
+    /// ordering them.
+    fn unordered_write(&self, phase: &str, first: &str, second: &str, name: &str);
+}
 
 /// Where a registered job's failures go: the domain's reports, as (source, message, and the
 /// failure taken apart).
@@ -56,6 +69,8 @@ pub(crate) struct Registry {
     /// Worker-registered jobs their own VM cancelled while a call ran: that call's end (and
     /// its writes) is still to come, which `run_until_idle` waits for.
     draining: RefCell<HashSet<u64>>,
+    /// The write/write pairs reported already: each pair is reported once.
+    reported_writes: RefCell<HashSet<UnorderedWrite>>,
     principal: Arc<PrincipalCell>,
     pool: Arc<PoolShared>,
     sink: FailureSink,
@@ -68,12 +83,16 @@ pub(crate) struct RegisteredJob {
     phase: Arc<str>,
     origin: String,
     metadata: Option<Message>,
+    /// Its `reads`, `writes`, `after`, `before` and `pure`.
+    declared: Arc<Declared>,
     executor: Executor,
     /// The authority of the code that registered it: its `run`, `input` and `apply` and its
     /// items all run under it, so a job never holds more than the code that registered it.
     authority: Arc<Authority>,
     tally: Arc<JobTally>,
     state: RefCell<JobState>,
+    /// Its place in its phase, as the registry last read the phase's order.
+    placed: Cell<Option<Placed>>,
 }
 
 /// What changes as a job runs.
@@ -118,6 +137,7 @@ impl Registry {
             phases: RefCell::new(Vec::new()),
             kernels: RefCell::new(HashMap::new()),
             draining: RefCell::default(),
+            reported_writes: RefCell::default(),
             principal,
             pool,
             sink,
@@ -171,13 +191,17 @@ impl Registry {
             },
             self.principal.max_deadline,
         )?;
-        let id = self.principal.jobs.reserve(d.name.as_deref())?;
+        let id = self
+            .principal
+            .jobs
+            .reserve(d.name.as_deref(), &d.phase, &d.declared)?;
         self.add(RegisteredJob {
             id,
             name: d.name,
             phase: d.phase,
             origin: d.origin,
             metadata: d.metadata,
+            declared: d.declared,
             executor: d.executor,
             authority: capability::current_or(&self.principal.authority),
             tally: Arc::new(JobTally {
@@ -185,6 +209,7 @@ impl Registry {
                 ..JobTally::default()
             }),
             state: RefCell::new(JobState::default()),
+            placed: Cell::new(None),
         });
         Ok(id)
     }
@@ -210,6 +235,7 @@ impl Registry {
             phase: r.phase,
             origin: r.origin,
             metadata: r.metadata,
+            declared: r.declared,
             executor: Executor::Remote {
                 kind: r.kind,
                 worker: r.worker,
@@ -224,6 +250,7 @@ impl Registry {
                 ..JobTally::default()
             }),
             state: RefCell::new(JobState::default()),
+            placed: Cell::new(None),
         });
     }
 
@@ -342,7 +369,18 @@ impl Registry {
 
     /// A snapshot of job `id`.
     fn info(&self, id: u64) -> Option<JobInfo> {
-        self.get(id).map(|j| info_of(&j))
+        let job = self.get(id)?;
+        self.order(&job.phase);
+        Some(info_of(&job))
+    }
+
+    /// The order of `phase`, each of its jobs told its place.
+    fn order(&self, phase: &Arc<str>) -> Arc<PhaseOrder> {
+        let order = self.principal.jobs.order(phase);
+        for job in self.jobs.borrow().iter().filter(|j| j.phase == *phase) {
+            job.placed.set(order.of(job.id));
+        }
+        order
     }
 
     /// How many jobs are live.
@@ -352,6 +390,10 @@ impl Registry {
 
     /// Snapshots of the live jobs, in registration order, of one phase or of all.
     pub(crate) fn list(&self, phase: Option<&str>) -> Vec<JobInfo> {
+        let phases: Vec<Arc<str>> = self.phases.borrow().clone();
+        for known in phases.iter().filter(|q| phase.is_none_or(|p| &***q == p)) {
+            self.order(known);
+        }
         self.jobs
             .borrow()
             .iter()
@@ -360,10 +402,13 @@ impl Registry {
             .collect()
     }
 
-    /// Runs every phase (in the order their first job registered), or only `phase`: each job of
-    /// it in registration order applies a result that landed, then starts its next run or item.
+    /// Runs every phase (in the order their first job registered), or only `phase`, each wave
+    /// by wave in its resolved order (`order.rs`): each job applies a result that landed, then
+    /// starts its next run or item. The items a wave's worker and kernel jobs started run on
+    /// the pool at once; before the next wave starts, `host` waits for them to settle and
+    /// their results are applied, so a job reads what the jobs before it wrote this frame.
     /// Answers whether the phase is known.
-    pub(crate) fn run(self: &Rc<Self>, vm: &Vm, phase: Option<&str>) -> bool {
+    pub(crate) fn run(self: &Rc<Self>, vm: &Vm, phase: Option<&str>, host: &dyn PhaseHost) -> bool {
         let phases: Vec<Arc<str>> = match phase {
             Some(p) => match self.phases.borrow().iter().find(|q| &***q == p) {
                 Some(known) => vec![known.clone()],
@@ -372,35 +417,102 @@ impl Registry {
             None => self.phases.borrow().clone(),
         };
         for phase in phases {
-            let jobs: Vec<Rc<RegisteredJob>> = self
-                .jobs
-                .borrow()
-                .iter()
-                .filter(|j| j.phase == phase)
-                .cloned()
-                .collect();
-            for job in jobs {
-                // A job an earlier job of this frame cancelled does not run.
-                if self.get(job.id).is_some() {
-                    self.tick(vm, &job);
+            let order = self.order(&phase);
+            self.report_unordered(&phase, &order, host);
+            let waves = order.waves();
+            for (at, wave) in waves.iter().enumerate() {
+                // A job an earlier job of this frame cancelled does not run; a job a worker VM
+                // registered that has not reached the engine yet is not here.
+                let jobs: Vec<Rc<RegisteredJob>> =
+                    wave.iter().filter_map(|id| self.get(*id)).collect();
+                let mut started = Vec::new();
+                for job in &jobs {
+                    if self.get(job.id).is_some() && self.tick(vm, job) {
+                        started.push(job.clone());
+                    }
+                }
+                if at + 1 < waves.len() {
+                    self.settle_wave(vm, &phase, at + 1, &started, host);
                 }
             }
         }
         true
     }
 
+    /// Waits for the pool items a wave's jobs started in this frame (`started`) and applies
+    /// their results, before the next wave of the phase starts. An item still running when
+    /// `host` gives up stays in flight, is reported, and applies in a later frame; later
+    /// frames do not wait for it again.
+    fn settle_wave(
+        self: &Rc<Self>,
+        vm: &Vm,
+        phase: &str,
+        wave: usize,
+        jobs: &[Rc<RegisteredJob>],
+        host: &dyn PhaseHost,
+    ) {
+        let slots: Vec<Arc<HostSlot>> = jobs
+            .iter()
+            .filter_map(|j| j.state.borrow().in_flight.clone())
+            .collect();
+        if slots.is_empty() {
+            return;
+        }
+        let waited = host.settle(&slots);
+        for job in jobs {
+            if self.get(job.id).is_none() {
+                continue;
+            }
+            let pending = job
+                .state
+                .borrow()
+                .in_flight
+                .as_ref()
+                .is_some_and(|slot| slot.is_pending());
+            if pending {
+                let source = format!("job '{}'", job.label());
+                let text = format!(
+                    "{source}: wave {wave} of phase '{phase}' ended without its item, still \
+                     running after {:.3} s; the next wave started and the item applies in a \
+                     later frame",
+                    waited.as_secs_f64()
+                );
+                (self.sink)(source, text, None);
+            } else {
+                self.land(vm, job);
+            }
+        }
+    }
+
+    /// Reports, once each, the pairs of `phase`'s jobs that write a name with nothing
+    /// ordering them.
+    fn report_unordered(&self, phase: &str, order: &PhaseOrder, host: &dyn PhaseHost) {
+        for pair in &order.unordered_writes {
+            if self.reported_writes.borrow().contains(pair) {
+                continue;
+            }
+            self.reported_writes.borrow_mut().insert(pair.clone());
+            let label = |id: u64| match self.get(id) {
+                Some(job) => job.label(),
+                None => format!("#{id}"),
+            };
+            host.unordered_write(phase, &label(pair.first), &label(pair.second), &pair.name);
+        }
+    }
+
     /// One frame of one job: takes the result of its last call ([`land`](Self::land)), then
     /// starts this frame's call unless the job is paused or errored or its last call still
-    /// runs.
-    fn tick(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>) {
+    /// runs. Answers whether it started an item on the pool.
+    fn tick(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>) -> bool {
         self.land(vm, job);
         if let Executor::Remote { worker, vm, .. } = &job.executor {
-            return self.tick_remote(job, *worker, *vm);
+            self.tick_remote(job, *worker, *vm);
+            return false;
         }
         {
             let state = job.state.borrow();
             if state.paused || state.errored || state.task_running || state.in_flight.is_some() {
-                return;
+                return false;
             }
         }
         match &job.executor {
@@ -412,6 +524,7 @@ impl Registry {
             Executor::Worker { .. } => self.queue_worker_call(job),
             Executor::Kernel { .. } => self.queue_kernel_call(job),
         }
+        job.state.borrow().in_flight.is_some()
     }
 
     /// Takes the result of the job's call in the pool, if it has landed: runs `apply` over a
@@ -719,6 +832,7 @@ fn mirror(job: &RegisteredJob) {
 /// The job's info as the registry sees it now.
 fn info_of(job: &RegisteredJob) -> JobInfo {
     let state = job.state.borrow();
+    let order = JobOrder::placed(&job.declared, job.placed.get());
     let status = if state.errored {
         JobStatus::Errored
     } else if state.task_running || state.in_flight.is_some() || state.remote_in_flight {
@@ -735,6 +849,7 @@ fn info_of(job: &RegisteredJob) -> JobInfo {
         paused: state.paused,
         origin: job.origin.clone(),
         metadata: job.metadata.clone(),
+        order,
         last_error: state.last_error.clone(),
         forwarded_calls: state.forwarded,
         waited_for_vm: Duration::from_nanos(job.tally.waited_ns.load(Ordering::Relaxed)),

@@ -33,7 +33,7 @@ use std::time::Duration;
 use mlua::{Function, Lua, MultiValue, Value};
 
 use super::descriptor::{self, Executor};
-use super::info::{JobInfo, JobStatus, WorkerCalls};
+use super::info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
 use super::remote_job::{Control, RemoteJob, RemoteOp, RemoteRegistration};
 use crate::jobs::entry::entry_function;
 use crate::jobs::home::{registering_authority, HomeKind, JobsHome};
@@ -156,7 +156,9 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
         LocalCall::Luau { .. } => "luau",
         LocalCall::Worker { .. } => "worker",
     };
-    let id = principal.jobs.reserve(d.name.as_deref())?;
+    let id = principal
+        .jobs
+        .reserve(d.name.as_deref(), &d.phase, &d.declared)?;
     let label = d.name.clone().unwrap_or_else(|| format!("#{id}"));
     let shared = Arc::new(RemoteJob::new(
         id,
@@ -169,6 +171,7 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
             paused: false,
             origin: d.origin.clone(),
             metadata: d.metadata.clone(),
+            order: JobOrder::declared(&d.declared),
             last_error: None,
             forwarded_calls: 0,
             waited_for_vm: Duration::ZERO,
@@ -183,6 +186,7 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
         phase: d.phase,
         origin: d.origin,
         metadata: d.metadata,
+        declared: d.declared,
         kind,
         worker: *index,
         vm: *vm,

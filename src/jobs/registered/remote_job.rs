@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::info::JobInfo;
+use super::order::Declared;
 use crate::value::Message;
 
 /// What the engine asks of a job's worker VM.
@@ -69,6 +70,7 @@ pub(crate) struct RemoteRegistration {
     pub(crate) phase: Arc<str>,
     pub(crate) origin: String,
     pub(crate) metadata: Option<Message>,
+    pub(crate) declared: Arc<Declared>,
     pub(crate) kind: &'static str,
     pub(crate) worker: usize,
     pub(crate) vm: u64,
