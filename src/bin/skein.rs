@@ -121,6 +121,26 @@ struct RunArgs {
     #[arg(value_name = "FILE")]
     file: PathBuf,
 
+    #[command(flatten)]
+    engine: EngineArgs,
+
+    /// Write a Chrome trace-event timeline of the run to OUT.json when it ends (also when the
+    /// script fails): every job on the worker thread that ran it, and the engine thread's work.
+    /// Open it in ui.perfetto.dev
+    #[arg(long, value_name = "OUT.json")]
+    trace: Option<PathBuf>,
+
+    #[command(flatten)]
+    grants: GrantArgs,
+
+    /// Arguments for the script (after `--`)
+    #[arg(last = true, value_name = "ARGS")]
+    script_args: Vec<OsString>,
+}
+
+/// The pool and code options `run` and `serve` share.
+#[derive(Args)]
+struct EngineArgs {
     #[arg(long, value_name = "N", help = workers_help(), value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_WORKERS)))]
     workers: Option<u16>,
 
@@ -133,13 +153,12 @@ struct RunArgs {
     /// Run everything interpreted, `--!native` modules too
     #[arg(long)]
     no_native: bool,
+}
 
-    /// Write a Chrome trace-event timeline of the run to OUT.json when it ends (also when the
-    /// script fails): every job on the worker thread that ran it, and the engine thread's work.
-    /// Open it in ui.perfetto.dev
-    #[arg(long, value_name = "OUT.json")]
-    trace: Option<PathBuf>,
-
+/// The `--allow*` flags: what `run` grants its script, and the most `serve` grants any
+/// resource.
+#[derive(Args)]
+struct GrantArgs {
     /// Grant filesystem.read below the directory PATH (`@skein/fs` readFile, list)
     #[arg(long = "allow-read", value_name = "PATH")]
     read: Vec<PathBuf>,
@@ -152,10 +171,46 @@ struct RunArgs {
     /// the script holds no capability: deny by default
     #[arg(long, value_name = "NAME", value_parser = capability)]
     allow: Vec<CapabilityId>,
+}
 
-    /// Arguments for the script (after `--`)
-    #[arg(last = true, value_name = "ARGS")]
-    script_args: Vec<OsString>,
+impl EngineArgs {
+    /// The pool `--workers` asks for.
+    fn pool(&self) -> Pool {
+        match self.workers {
+            Some(n) => Pool::new(usize::from(n)),
+            None => Pool::with_available_parallelism(),
+        }
+    }
+
+    /// The code mode `--native` / `--no-native` ask for.
+    fn native(&self) -> NativeMode {
+        if self.native {
+            NativeMode::All
+        } else if self.no_native {
+            NativeMode::Off
+        } else {
+            NativeMode::Annotated
+        }
+    }
+}
+
+impl GrantArgs {
+    /// The grant the flags ask for: named capabilities, and file access below the given roots.
+    fn grant(&self) -> Result<Grant, String> {
+        let mut grant =
+            RootAuthority::new().grant(CapabilitySet::from_iter(self.allow.iter().cloned()));
+        for dir in &self.read {
+            grant = grant
+                .read_root(dir)
+                .map_err(|e| format!("--allow-read: {e}"))?;
+        }
+        for dir in &self.write {
+            grant = grant
+                .write_root(dir)
+                .map_err(|e| format!("--allow-write: {e}"))?;
+        }
+        Ok(grant)
+    }
 }
 
 /// `--allow NAME`, checked as the library checks a capability name.
@@ -181,22 +236,12 @@ fn signalled() -> Option<i32> {
 
 fn run(args: RunArgs) -> Result<(), Failed> {
     let script_args = script_args::bytes(&args.script_args).map_err(|e| fail(&e))?;
-    let pool = match args.workers {
-        Some(n) => Pool::new(usize::from(n)),
-        None => Pool::with_available_parallelism(),
-    };
-    let grant = grant(&args).map_err(|e| fail(&e))?;
+    let pool = args.engine.pool();
+    let grant = args.grants.grant().map_err(|e| fail(&e))?;
     // Code with no file of its own (a task spawned straight onto `require`) resolves from the
     // script's folder, as the script's own requires do, not from wherever the runner started.
     let root = script_folder(&args.file);
-    let native = if args.native {
-        NativeMode::All
-    } else if args.no_native {
-        NativeMode::Off
-    } else {
-        NativeMode::Annotated
-    };
-    let plan = Plan::new().root(root).native(native);
+    let plan = Plan::new().root(root).native(args.engine.native());
     // The runner has no host code: nothing but the script's own tasks can wake the domain, so
     // a run whose tasks all wait on what nothing can settle ends (exit 1) instead of hanging.
     let mut spec = DomainSpec::new("main")
@@ -282,23 +327,6 @@ fn run_script(
         Ok(()) if unhandled => Err(Failed::Error),
         other => other,
     }
-}
-
-/// The grant the flags ask for: named capabilities, and file access below the given roots.
-fn grant(args: &RunArgs) -> Result<Grant, String> {
-    let mut grant =
-        RootAuthority::new().grant(CapabilitySet::from_iter(args.allow.iter().cloned()));
-    for dir in &args.read {
-        grant = grant
-            .read_root(dir)
-            .map_err(|e| format!("--allow-read: {e}"))?;
-    }
-    for dir in &args.write {
-        grant = grant
-            .write_root(dir)
-            .map_err(|e| format!("--allow-write: {e}"))?;
-    }
-    Ok(grant)
 }
 
 fn main() -> ExitCode {
