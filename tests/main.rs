@@ -41,6 +41,7 @@ mod reply_transport;
 mod require_confinement;
 mod runner;
 mod runner_io;
+mod runner_serve;
 mod runner_signals;
 mod services;
 mod shared_queues;

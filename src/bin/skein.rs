@@ -19,12 +19,16 @@ use skein::{
 };
 
 // The runner's own modules sit in `src/bin/skein/`, so Cargo does not take them for binaries.
+#[path = "skein/console.rs"]
+mod console;
 #[path = "skein/print.rs"]
 mod print;
 #[path = "skein/runner_global.rs"]
 mod runner_global;
 #[path = "skein/script_args.rs"]
 mod script_args;
+#[path = "skein/serve.rs"]
+mod serve;
 #[cfg(unix)]
 #[path = "skein/signals.rs"]
 mod signals;
@@ -51,7 +55,7 @@ EXIT CODES:
        interrupt check, the domain stopped and the output printed so far is intact; a second
        signal exits at once
 
-Run `skein run --help` for the options of `run`.";
+Run `skein run --help` for the options of `run`, `skein serve --help` for those of `serve`.";
 
 /// The end of `skein run --help`: what the script sees, and what FILE may be.
 fn run_after_help() -> String {
@@ -113,6 +117,47 @@ enum Command {
     /// error prints the error and its Luau stack on stderr and exits 1.
     #[command(after_help = run_after_help())]
     Run(RunArgs),
+
+    /// Host the resources under DIR (each sub-folder holding a skein.toml) on one pool, with
+    /// an operator console on standard input
+    ///
+    /// Starts the startup set in dependency order, runs frames while any resource runs, and
+    /// takes one command a line: list, start NAME, stop NAME, reload NAME, help, quit.
+    #[command(after_help = SERVE_AFTER_HELP)]
+    Serve(ServeArgs),
+}
+
+const SERVE_AFTER_HELP: &str = "\
+THE STARTUP SET is --start's list, else the `[host] start` list of DIR/skein-host.toml, else
+nothing (start resources from the console). It starts dependencies first, whatever the order
+given; a start that fails is said on stderr and the console comes up all the same.
+
+The --allow* flags are the most any resource may be granted: a skein.toml asking for a
+capability they do not give is refused when DIR is loaded, and its read and write roots must
+lie below an --allow-read / --allow-write directory.
+
+A command that fails says its error on stderr and the console goes on. quit, the end of
+standard input, SIGINT (Ctrl-C) and SIGTERM stop every resource, each after those that depend
+on it, and exit 0; a second signal exits at once. A DIR that can't be loaded exits 1.
+
+EXAMPLE:
+    skein serve examples/server";
+
+#[derive(Args)]
+struct ServeArgs {
+    /// The folder of resources: every sub-folder holding a skein.toml is one, named after it
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+
+    /// The resources to start, comma-separated, instead of DIR/skein-host.toml's list
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    start: Option<Vec<String>>,
+
+    #[command(flatten)]
+    engine: EngineArgs,
+
+    #[command(flatten)]
+    grants: GrantArgs,
 }
 
 #[derive(Args)]
@@ -272,6 +317,17 @@ fn run(args: RunArgs) -> Result<(), Failed> {
     result
 }
 
+fn serve_resources(args: ServeArgs) -> Result<(), Failed> {
+    let ceiling = args.grants.grant().map_err(|e| fail(&e))?;
+    serve::serve(serve::Options {
+        dir: &args.dir,
+        start: args.start.as_deref(),
+        pool: args.engine.pool(),
+        ceiling,
+    })
+    .map_err(|e| fail(&e))
+}
+
 /// The folder of the script at `file`, canonical when it can be made so (a missing script is
 /// refused later, naming it).
 fn script_folder(file: &Path) -> PathBuf {
@@ -336,16 +392,18 @@ fn main() -> ExitCode {
     // Parsed from `OsString`: an argument that is not UTF-8 is a usage error clap names (or,
     // for FILE and script arguments, simply bytes), never a panic.
     let cli = Cli::parse_from(std::env::args_os());
-    let code = match cli.command {
+    let result = match cli.command {
         None => {
             let _ = Cli::command().print_help();
-            ExitCode::SUCCESS
+            Ok(())
         }
-        Some(Command::Run(args)) => match run(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(Failed::Error) => ExitCode::FAILURE,
-            Err(Failed::Signal(signal)) => ExitCode::from(u8::try_from(128 + signal).unwrap_or(1)),
-        },
+        Some(Command::Run(args)) => run(args),
+        Some(Command::Serve(args)) => serve_resources(args),
+    };
+    let code = match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failed::Error) => ExitCode::FAILURE,
+        Err(Failed::Signal(signal)) => ExitCode::from(u8::try_from(128 + signal).unwrap_or(1)),
     };
     let _ = std::io::stdout().flush();
     code
