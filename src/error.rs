@@ -145,6 +145,14 @@ pub enum Error {
         /// pending promises no task awaits.
         waits: Vec<String>,
     },
+    /// A [`ResourceHost`](crate::ResourceHost) refused to load, start, stop or reload a
+    /// resource; what was running before runs still, and nothing of the refused start does.
+    Resource {
+        /// What was wrong.
+        refusal: ResourceRefusal,
+        /// The text, naming the resource (and the file, key and line for a manifest).
+        message: String,
+    },
 }
 
 /// `Result<T, skein::Error>`.
@@ -258,6 +266,31 @@ pub enum Halt {
     Stopped,
 }
 
+/// Why a [`ResourceHost`](crate::ResourceHost) refused ([`Error::Resource`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResourceRefusal {
+    /// A `skein.toml` or `skein-host.toml` that can't be read, is not TOML, has a key it does
+    /// not know or a value of the wrong type.
+    Manifest,
+    /// No resource of that name was loaded.
+    Unknown,
+    /// A dependency that is not loaded, or (for a start on demand) not running.
+    MissingDependency,
+    /// Dependencies that form a cycle, named in order (`a -> b -> a`).
+    DependencyCycle,
+    /// A resource that names itself among its dependencies.
+    SelfDependency,
+    /// A declared export that is not a global function once the scripts ran.
+    MissingExport,
+    /// A script of the resource failed to load or raised while it started.
+    Script,
+    /// A capability or file root that the host's own grant does not hold.
+    Grant,
+    /// A start of a running resource, or a stop of one that is not running.
+    State,
+}
+
 impl Halt {
     fn name(self) -> &'static str {
         match self {
@@ -272,6 +305,7 @@ impl fmt::Display for Error {
         match self {
             Error::Transfer(e) => write!(f, "{e}"),
             Error::Dispatch { message, .. }
+            | Error::Resource { message, .. }
             | Error::Spec { message, .. }
             | Error::Name { message, .. } => f.write_str(message),
             Error::Stopped {

@@ -74,6 +74,7 @@ mod error;
 mod jobs;
 mod pool;
 mod principal;
+mod resource;
 mod shared;
 mod sync;
 mod value;
@@ -87,7 +88,7 @@ pub use domain::{
     InterfaceField, InterfaceInfo, InterruptHandle, LiveActors, Load, PhaseReport, Report,
     ReportKind, ResourceId, ResourceOwner, ScriptDomain, ScriptHandle, ScriptStatus, ACTOR_SPAWN,
 };
-pub use error::{DispatchRefusal, Error, Halt, NameRefusal, Result, SpecSetting};
+pub use error::{DispatchRefusal, Error, Halt, NameRefusal, ResourceRefusal, Result, SpecSetting};
 pub use jobs::{JobInfo, JobOptions, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls};
 pub use pool::stats::{WarmRun, WorkerStats};
 pub use principal::capability::{
@@ -98,6 +99,9 @@ pub use principal::{
     Attribution, Diagnostic, DiagnosticKind, DiagnosticSink, DomainId, EventLimits, EventTarget,
     Generation, LogLevel, LogRecord, LogSink, Phase, PostRefused, Principal, ProfileEvent,
     ProfileKind, ProfileSink, ProfileThread, QueueBound, Severity,
+};
+pub use resource::{
+    HostFile, Manifest, ResourceHost, ResourceInfo, ResourceReport, ResourceState, StopOutcome,
 };
 pub use shared::{
     FrozenTable, PopError, PushError, PushErrorKind, QueueError, QueueOpenError,

@@ -26,6 +26,7 @@ const LAYERS: &[&str] = &[
     "error",
     "jobs",
     "domain",
+    "resource",
 ];
 
 fn rank(layer: &str) -> Option<usize> {

@@ -39,6 +39,7 @@ mod registered;
 mod reload;
 mod reply_transport;
 mod require_confinement;
+mod resources;
 mod runner;
 mod runner_io;
 mod runner_serve;

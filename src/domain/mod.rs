@@ -317,6 +317,17 @@ impl ScriptDomain {
     pub fn tasks(&self) -> usize {
         self.current.vm.tasks()
     }
+
+    /// The current generation's authority (the domain's grant), for code of a layer above
+    /// that runs the engine VM's functions as the domain (a resource's export).
+    pub(crate) fn engine_authority(&self) -> &Arc<capability::Authority> {
+        &self.current.principal.authority
+    }
+
+    /// The longest one run of the domain's code may take (its spec's run deadline).
+    pub(crate) fn run_deadline(&self) -> Duration {
+        self.current.principal.max_deadline
+    }
 }
 
 impl Drop for ScriptDomain {

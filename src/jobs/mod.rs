@@ -62,6 +62,6 @@ pub(crate) use registered::{FailureSink, Registry};
 pub use registered::{JobInfo, JobStatus, WorkerCalls};
 pub(crate) use reply::{reply, ReplyTo};
 pub(crate) use service_names::{check_name as check_service_name, ServiceKind};
-pub(crate) use service_stubs::{install_at, read_args};
+pub(crate) use service_stubs::{forward as forward_query, install_at, read_args};
 pub(crate) use warm::WARM_BOUND;
 pub(crate) use worker::VM_RETIRED;

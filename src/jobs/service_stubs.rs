@@ -165,6 +165,14 @@ fn forward_query(
         )));
     }
     let args = read_args(&name, args)?;
+    forward(lua, &name, args)
+}
+
+/// Posts a query to service `name` of the engine thread with the running job's commands so
+/// far, and answers the promise (resolving with `{ true, answer }` or `{ false, error }`) the
+/// calling task awaits. For a caller that copied and checked `args` itself (a resource proxy of
+/// a worker VM); the caller must run in a task that may wait.
+pub(crate) fn forward(lua: &Lua, name: &str, args: Message) -> mlua::Result<Value> {
     let home = home(lua)?;
     let core = VmCore::of(lua)?;
     let owner = core.current_owner();
@@ -176,7 +184,7 @@ fn forward_query(
     let cell = core.promises.borrow_mut().make("engine query");
     let reply = home.reply_to(cell.id());
     let posted = home.principal.mailbox.send(DomainEvent::Query {
-        service: Arc::from(name.as_str()),
+        service: Arc::from(name),
         args,
         commands,
         reply,

@@ -112,6 +112,64 @@ pub(crate) fn render(root: &str, innermost_first: &[Segment]) -> String {
     out
 }
 
+impl super::Message {
+    /// Checks a copy against a tighter bound than the reader's own: tables nested at most
+    /// `max_depth` deep (a top-level table is 1), and no [`ResourceHandle`](super::ResourceHandle)
+    /// unless `handles`. The refusal names the path from `root`, as the reader's do. For a
+    /// crossing whose bound is not [`Limits::MAX_DEPTH`](super::Limits::MAX_DEPTH) (a call
+    /// between resources: 16), after the reader has copied the value.
+    pub(crate) fn check_within(
+        &self,
+        root: &str,
+        max_depth: usize,
+        handles: bool,
+    ) -> Result<(), super::TransferError> {
+        fn walk(
+            m: &super::Message,
+            depth: usize,
+            max_depth: usize,
+            handles: bool,
+        ) -> Result<(), (super::TransferErrorKind, Vec<Segment>)> {
+            use super::{Message, TransferErrorKind};
+            let deeper = |depth: usize| {
+                if depth + 1 > max_depth {
+                    Err((TransferErrorKind::TooDeep { max_depth }, Vec::new()))
+                } else {
+                    Ok(depth + 1)
+                }
+            };
+            match m {
+                Message::Resource(_) if !handles => Err((TransferErrorKind::UserData, Vec::new())),
+                Message::List(items) => {
+                    let depth = deeper(depth)?;
+                    for (i, item) in items.iter().enumerate() {
+                        walk(item, depth, max_depth, handles).map_err(|(kind, mut path)| {
+                            path.push(Segment::position(i));
+                            (kind, path)
+                        })?;
+                    }
+                    Ok(())
+                }
+                Message::Map(entries) => {
+                    let depth = deeper(depth)?;
+                    for (key, value) in entries {
+                        walk(value, depth, max_depth, handles).map_err(|(kind, mut path)| {
+                            path.push(Segment::key(key));
+                            (kind, path)
+                        })?;
+                    }
+                    Ok(())
+                }
+                _ => Ok(()),
+            }
+        }
+        walk(self, 0, max_depth, handles).map_err(|(reason, path)| super::TransferError {
+            path: render(root, &path),
+            reason,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -245,6 +245,19 @@ impl ScriptDomain {
         self.register(name, jobs::ServiceKind::Command, service)
     }
 
+    /// Serves a query named `name` to forwarded calls only: nothing is installed in any VM,
+    /// so a layer above (resources) reaches it through its own worker-side stub, and a name
+    /// that is no Luau path (`@skein/resources.call`) can't meet a host's service. A name
+    /// served already is replaced.
+    pub(crate) fn serve_query(
+        &self,
+        name: &str,
+        f: impl Fn(Message) -> std::result::Result<Message, String> + 'static,
+    ) {
+        self.services
+            .insert(Arc::from(name), Service::Query(Box::new(f)));
+    }
+
     pub(crate) fn register(
         &self,
         name: &str,

@@ -1,0 +1,445 @@
+//! The two files a resource host reads: a resource's `skein.toml` ([`Manifest`]) and a served
+//! folder's `skein-host.toml` ([`HostFile`]), both parsed with `toml` and serde.
+//!
+//! Every refusal names the file, the line and the key (`store/skein.toml:3: resource.exports:
+//! invalid type: string "get", expected a sequence`): serde refuses unknown keys and wrong
+//! types with the span of the offending text, and the key is read from the source around it.
+//! Names are checked here too (exports are Luau identifiers, capability names are checked as
+//! the library checks them, scripts and roots stay inside the resource's folder), each refusal
+//! pointing at the element's own line.
+
+use std::ops::Range;
+use std::path::{Component, Path};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::error::{Error, ResourceRefusal, Result};
+use crate::principal::capability::CapabilityId;
+
+/// The largest `skein.toml` or `skein-host.toml` read: 1 MiB.
+pub(crate) const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
+/// A resource's `skein.toml`, as read and checked.
+///
+/// ```toml
+/// [resource]
+/// scripts = ["main.luau"]          # run in order in the resource's engine VM at start
+/// exports = ["add", "describe"]    # global functions other resources may call
+/// dependencies = ["store"]         # resources that must be running first
+/// [capabilities]                   # never more than the host holds
+/// allow = ["worker.spawn"]
+/// read = ["data"]                  # roots relative to the resource's folder
+/// write = []
+/// ```
+///
+/// Every key may be left out (an empty list). The resource's name is its folder's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Manifest {
+    /// Scripts run in order in the engine VM at start, relative to the resource's folder.
+    pub scripts: Vec<String>,
+    /// Global functions other resources may call, each a Luau identifier.
+    pub exports: Vec<String>,
+    /// Resources that must be running before this one starts.
+    pub dependencies: Vec<String>,
+    /// Capabilities asked of the host.
+    pub allow: Vec<CapabilityId>,
+    /// Directories, relative to the resource's folder, that `filesystem.read` reaches.
+    pub read: Vec<String>,
+    /// Directories, relative to the resource's folder, that `filesystem.write` reaches.
+    pub write: Vec<String>,
+}
+
+/// A served folder's `skein-host.toml`: which resources start with the host.
+///
+/// ```toml
+/// [host]
+/// start = ["store", "scores", "report"]
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HostFile {
+    /// The startup set, in the order listed (started in dependency order, keeping this order
+    /// between independent resources).
+    pub start: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    #[serde(default)]
+    resource: RawResource,
+    #[serde(default)]
+    capabilities: RawCapabilities,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawResource {
+    #[serde(default)]
+    scripts: Vec<Spanned<String>>,
+    #[serde(default)]
+    exports: Vec<Spanned<String>>,
+    #[serde(default)]
+    dependencies: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawCapabilities {
+    #[serde(default)]
+    allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    read: Vec<Spanned<String>>,
+    #[serde(default)]
+    write: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHostFile {
+    #[serde(default)]
+    host: RawHost,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    #[serde(default)]
+    start: Vec<Spanned<String>>,
+}
+
+impl Manifest {
+    /// Reads and checks the manifest at `path`.
+    ///
+    /// # Errors
+    /// [`Error::Resource`] with [`ResourceRefusal::Manifest`] naming the file (and, for what
+    /// is in it, the line and the key).
+    pub fn read(path: impl AsRef<Path>) -> Result<Manifest> {
+        let path = path.as_ref();
+        Manifest::parse(&path.display().to_string(), &read_text(path)?)
+    }
+
+    /// Checks the text of a manifest; `file` names it in refusals.
+    ///
+    /// ```
+    /// use skein::Manifest;
+    ///
+    /// let m = Manifest::parse("store/skein.toml", "[resource]\nexports = ['get']\n")?;
+    /// assert_eq!(m.exports, ["get"]);
+    /// let err = Manifest::parse("store/skein.toml", "[resource]\nexport = ['get']\n").unwrap_err();
+    /// assert!(err.to_string().starts_with("store/skein.toml:2: resource.export: unknown field `export`"), "{err}");
+    /// # Ok::<(), skein::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`read`](Self::read).
+    pub fn parse(file: &str, text: &str) -> Result<Manifest> {
+        let raw: RawManifest = toml::from_str(text).map_err(|e| de_error(file, text, &e))?;
+        let at = |item: &Spanned<String>, key: &str, why: String| {
+            refused(file, text, item.span(), key, &why)
+        };
+        let mut scripts = Vec::new();
+        for s in raw.resource.scripts {
+            inside("resource.scripts", &s, &at)?;
+            scripts.push(s.into_inner());
+        }
+        let mut exports: Vec<String> = Vec::new();
+        for e in raw.resource.exports {
+            if !is_identifier(e.get_ref()) {
+                return Err(at(
+                    &e,
+                    "resource.exports",
+                    format!("'{}' is not a Luau identifier", e.get_ref()),
+                ));
+            }
+            if exports.contains(e.get_ref()) {
+                return Err(at(
+                    &e,
+                    "resource.exports",
+                    format!("'{}' is listed twice", e.get_ref()),
+                ));
+            }
+            exports.push(e.into_inner());
+        }
+        let mut dependencies: Vec<String> = Vec::new();
+        for d in raw.resource.dependencies {
+            if let Err(why) = check_name(d.get_ref()) {
+                return Err(at(&d, "resource.dependencies", why));
+            }
+            if !dependencies.contains(d.get_ref()) {
+                dependencies.push(d.into_inner());
+            }
+        }
+        let mut allow = Vec::new();
+        for a in raw.capabilities.allow {
+            let id = CapabilityId::new(a.get_ref())
+                .map_err(|e| at(&a, "capabilities.allow", e.to_string()))?;
+            allow.push(id);
+        }
+        let mut read = Vec::new();
+        for r in raw.capabilities.read {
+            inside("capabilities.read", &r, &at)?;
+            read.push(r.into_inner());
+        }
+        let mut write = Vec::new();
+        for w in raw.capabilities.write {
+            inside("capabilities.write", &w, &at)?;
+            write.push(w.into_inner());
+        }
+        Ok(Manifest {
+            scripts,
+            exports,
+            dependencies,
+            allow,
+            read,
+            write,
+        })
+    }
+}
+
+impl HostFile {
+    /// The name of the file in a served folder: `skein-host.toml`.
+    pub const FILE_NAME: &'static str = "skein-host.toml";
+
+    /// Reads and checks the host file at `path`.
+    ///
+    /// # Errors
+    /// As [`Manifest::read`].
+    pub fn read(path: impl AsRef<Path>) -> Result<HostFile> {
+        let path = path.as_ref();
+        HostFile::parse(&path.display().to_string(), &read_text(path)?)
+    }
+
+    /// Checks the text of a host file; `file` names it in refusals.
+    ///
+    /// ```
+    /// use skein::HostFile;
+    ///
+    /// let host = HostFile::parse("skein-host.toml", "[host]\nstart = ['store', 'report']\n")?;
+    /// assert_eq!(host.start, ["store", "report"]);
+    /// let err = HostFile::parse("skein-host.toml", "[host]\nstart = 'store'\n").unwrap_err();
+    /// assert!(err.to_string().starts_with("skein-host.toml:2: host.start: invalid type"), "{err}");
+    /// # Ok::<(), skein::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Manifest::read`].
+    pub fn parse(file: &str, text: &str) -> Result<HostFile> {
+        let raw: RawHostFile = toml::from_str(text).map_err(|e| de_error(file, text, &e))?;
+        let mut start: Vec<String> = Vec::new();
+        for s in raw.host.start {
+            if let Err(why) = check_name(s.get_ref()) {
+                return Err(refused(file, text, s.span(), "host.start", &why));
+            }
+            if !start.contains(s.get_ref()) {
+                start.push(s.into_inner());
+            }
+        }
+        Ok(HostFile { start })
+    }
+}
+
+/// A resource name: its folder's name, 1 to 64 ASCII letters, digits, `_`, `-` or `.`, not
+/// starting with `.`.
+pub(crate) fn check_name(name: &str) -> std::result::Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{}' is not a resource name: 1 to 64 ASCII letters, digits, '_', '-' or '.', not starting with '.'",
+            name.escape_debug()
+        ))
+    }
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && s.len() <= 256
+}
+
+/// Refuses a path that is empty, absolute or climbs out of the resource's folder.
+fn inside(
+    key: &str,
+    item: &Spanned<String>,
+    at: &impl Fn(&Spanned<String>, &str, String) -> Error,
+) -> Result<()> {
+    let path = Path::new(item.get_ref());
+    let escapes = path
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
+    if item.get_ref().is_empty() || escapes {
+        return Err(at(
+            item,
+            key,
+            format!(
+                "'{}' must be a relative path inside the resource's folder",
+                item.get_ref().escape_debug()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    let named = |why: String| Error::Resource {
+        refusal: ResourceRefusal::Manifest,
+        message: format!("{}: {why}", path.display()),
+    };
+    let meta = std::fs::metadata(path).map_err(|e| named(e.to_string()))?;
+    if meta.len() > MAX_MANIFEST_BYTES {
+        return Err(named(format!(
+            "{} bytes is more than a manifest may hold ({MAX_MANIFEST_BYTES})",
+            meta.len()
+        )));
+    }
+    std::fs::read_to_string(path).map_err(|e| named(e.to_string()))
+}
+
+/// A serde or TOML refusal, placed and keyed from its span.
+fn de_error(file: &str, text: &str, e: &toml::de::Error) -> Error {
+    let message = e.message().trim_end();
+    match e.span() {
+        Some(span) => {
+            let key = key_at(text, span.start);
+            refused(file, text, span, &key, message)
+        }
+        None => Error::Resource {
+            refusal: ResourceRefusal::Manifest,
+            message: format!("{file}: {message}"),
+        },
+    }
+}
+
+fn refused(file: &str, text: &str, span: Range<usize>, key: &str, why: &str) -> Error {
+    let line = line_of(text, span.start);
+    let message = if key.is_empty() {
+        format!("{file}:{line}: {why}")
+    } else {
+        format!("{file}:{line}: {key}: {why}")
+    };
+    Error::Resource {
+        refusal: ResourceRefusal::Manifest,
+        message,
+    }
+}
+
+/// The 1-based line of byte `at`.
+fn line_of(text: &str, at: usize) -> usize {
+    let at = at.min(text.len());
+    text.as_bytes()[..at]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1
+}
+
+/// The dotted key whose text holds byte `at`: the nearest `key =` at or before its line (an
+/// array's element may sit lines below its key), under the nearest `[table]` header before
+/// that; a header itself when `at` is on one.
+fn key_at(text: &str, at: usize) -> String {
+    let at = at.min(text.len());
+    let start_of_line = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let end_of_line = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    let mut lines = text[..end_of_line].lines().rev();
+    let mut key = None;
+    let header = |line: &str| {
+        let line = line.trim();
+        line.strip_prefix('[')
+            .and_then(|l| l.split(']').next())
+            .map(|h| h.trim_matches(|c| c == '[' || c == ' ').to_owned())
+    };
+    // A header on the line itself names the table.
+    if let Some(h) = header(&text[start_of_line..end_of_line]) {
+        return h;
+    }
+    for line in lines.by_ref() {
+        if let Some(h) = header(line) {
+            return match key {
+                Some(k) => format!("{h}.{k}"),
+                None => h,
+            };
+        }
+        if key.is_none() {
+            if let Some((k, _)) = line.split_once('=') {
+                let k = k.trim().trim_matches('"');
+                if !k.is_empty() && !k.contains(['"', '\'', '[', ',']) {
+                    key = Some(k.to_owned());
+                }
+            }
+        }
+    }
+    key.unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(result: Result<Manifest>) -> String {
+        result.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_whole_manifest_is_read() {
+        let m = Manifest::parse(
+            "m",
+            "[resource]\nscripts = ['main.luau', 'lib/more.luau']\nexports = ['add']\n\
+             dependencies = ['store', 'store']\n[capabilities]\nallow = ['worker.spawn']\n\
+             read = ['data']\nwrite = []\n",
+        )
+        .unwrap();
+        assert_eq!(m.scripts, ["main.luau", "lib/more.luau"]);
+        assert_eq!(m.dependencies, ["store"]);
+        assert_eq!(m.allow[0].as_str(), "worker.spawn");
+        assert_eq!(Manifest::parse("m", "").unwrap(), Manifest::default());
+    }
+
+    #[test]
+    fn refusals_name_the_file_line_and_key() {
+        assert!(
+            text(Manifest::parse("m", "[resource]\nexports = 'add'\n")).starts_with(
+                "m:2: resource.exports: invalid type: string \"add\", expected a sequence"
+            )
+        );
+        assert!(
+            text(Manifest::parse("m", "[resource]\nscripts = []\nfoo = 1\n"))
+                .starts_with("m:3: resource.foo: unknown field `foo`")
+        );
+        assert!(text(Manifest::parse("m", "[server]\n"))
+            .starts_with("m:1: server: unknown field `server`"));
+        assert_eq!(
+            text(Manifest::parse(
+                "m",
+                "[resource]\nexports = [\n  'ok',\n  'not ok',\n]\n"
+            )),
+            "m:4: resource.exports: 'not ok' is not a Luau identifier"
+        );
+        assert_eq!(
+            text(Manifest::parse("m", "[resource]\nscripts = ['../x.luau']\n")),
+            "m:2: resource.scripts: '../x.luau' must be a relative path inside the resource's folder"
+        );
+        assert!(text(Manifest::parse(
+            "m",
+            "[capabilities]\nallow = ['Bad Name']\n"
+        ))
+        .starts_with("m:2: capabilities.allow: "),);
+        assert!(text(Manifest::parse("m", "[resource\n")).starts_with("m:1: "));
+        assert_eq!(
+            text(Manifest::parse("m", "[resource]\ndependencies = ['.x']\n")),
+            "m:2: resource.dependencies: '.x' is not a resource name: 1 to 64 ASCII letters, \
+             digits, '_', '-' or '.', not starting with '.'"
+        );
+    }
+}

@@ -1,0 +1,23 @@
+//! Resources: script packages loaded from folders with a `skein.toml` manifest, each one
+//! [`ScriptDomain`](crate::ScriptDomain) on the host's shared pool, calling each other's
+//! exports by name through `require("@skein/resources")`, started in dependency order and
+//! stopped, reloaded and listed by the host (the decisions of `reference/003`).
+//!
+//! - `manifest.rs`: [`Manifest`] (`skein.toml`) and [`HostFile`] (`skein-host.toml`), read
+//!   with `toml` and serde;
+//! - `order.rs`: the start order (topological, the listed order kept), cycles named;
+//! - `registry.rs`: the export registry and the one path of a cross-resource call (copies
+//!   both ways, the callee's deadline and authority, the depth cap);
+//! - `module.rs` (with `proxy.luau`, `call.luau`): `@skein/resources` in every VM of a
+//!   resource, registered through `vm`'s built-in module registry; a worker VM forwards its
+//!   calls to the engine thread as an engine-service query;
+//! - `host.rs`: [`ResourceHost`].
+
+mod host;
+mod manifest;
+mod module;
+mod order;
+mod registry;
+
+pub use host::{ResourceHost, ResourceInfo, ResourceReport, ResourceState, StopOutcome};
+pub use manifest::{HostFile, Manifest};

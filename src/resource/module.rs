@@ -1,0 +1,153 @@
+//! `require("@skein/resources")`: `import(name)` answers a proxy whose functions call another
+//! resource's exports by name, and `this()` the name of the resource whose code runs.
+//!
+//! The module is registered in the plan of every resource (`vm`'s built-in registry), so
+//! every VM of a resource serves it: its engine VM calls the target directly through the
+//! host's [`Registry`]; a worker VM (a pool thread's, or an actor's) copies the arguments
+//! and forwards the call to the engine thread as a query of the engine service
+//! [`SERVICE`], which the resource's domain serves, and its task waits for the answer.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use mlua::{Function, Lua, LuaString, Table, Value, Variadic};
+
+use super::registry::{answer, Registry, MAX_VALUE_DEPTH};
+use crate::jobs;
+use crate::value::{Message, MessageArgs};
+use crate::vm::{await_function, registered_or_refusing, Builtin, Embedded};
+
+/// The built-in module of the resource layer.
+pub(crate) const BUILTINS: &[Builtin] = &[Builtin {
+    name: "@skein/resources",
+    build: module,
+}];
+
+/// The engine service a worker VM's proxy forwards its calls to: not a Luau path, so no
+/// host service can take the name, and nothing is installed under it in any VM.
+pub(crate) const SERVICE: &str = "@skein/resources.call";
+
+/// The resource every VM of a resource's plan belongs to (set by the plan's setup step).
+pub(crate) struct ResourceName(pub(crate) Arc<str>);
+
+/// An engine VM's way to the host's registry (set on the engine VM when it starts).
+pub(crate) struct EngineLink {
+    pub(crate) registry: Rc<Registry>,
+    pub(crate) name: Arc<str>,
+}
+
+static PROXY: Embedded = Embedded::new("=skein resources", include_str!("proxy.luau"));
+const MODULE_KEY: &str = "skein.resources.module";
+
+fn module(lua: &Lua) -> mlua::Result<Value> {
+    if let Value::Table(t) = lua.named_registry_value::<Value>(MODULE_KEY)? {
+        return Ok(Value::Table(t));
+    }
+    let Some(name) = lua.app_data_ref::<ResourceName>().map(|n| n.0.clone()) else {
+        return registered_or_refusing(
+            lua,
+            MODULE_KEY,
+            &[
+                (
+                    "import",
+                    "@skein/resources: this VM does not belong to a resource",
+                ),
+                (
+                    "this",
+                    "@skein/resources: this VM does not belong to a resource",
+                ),
+            ],
+        );
+    };
+    let engine = lua.app_data_ref::<EngineLink>().is_some();
+    let (direct, forward): (Option<Function>, Option<Function>) = if engine {
+        (Some(lua.create_function(direct_call)?), None)
+    } else {
+        (None, Some(lua.create_function(forward_call)?))
+    };
+    let isyieldable: Function = lua
+        .globals()
+        .get::<Table>("coroutine")?
+        .get("isyieldable")?;
+    let this = lua.create_function(move |_, ()| Ok(name.to_string()))?;
+    let module: Value =
+        PROXY
+            .load(lua)?
+            .call((direct, forward, await_function(lua)?, isyieldable, this))?;
+    lua.set_named_registry_value(MODULE_KEY, &module)?;
+    Ok(module)
+}
+
+fn text(s: &LuaString) -> String {
+    String::from_utf8_lossy(&s.as_bytes()).into_owned()
+}
+
+/// The engine VM's call: copies the arguments, calls through the registry, answers `true` and
+/// copies of the results, or `false` and the refusal (raised by the proxy, as a string).
+fn direct_call(
+    lua: &Lua,
+    (target, function, args): (LuaString, LuaString, MessageArgs),
+) -> mlua::Result<(bool, Variadic<Message>)> {
+    let (target, function) = (text(&target), text(&function));
+    let refused = |why: String| (false, Variadic::from(vec![Message::String(why.into())]));
+    let (registry, caller) = match lua.app_data_ref::<EngineLink>() {
+        Some(link) => (link.registry.clone(), link.name.clone()),
+        None => {
+            return Ok(refused(format!(
+                "{target}.{function}: this VM does not belong to a resource"
+            )))
+        }
+    };
+    let args = match args.into_list() {
+        Ok(args) => args,
+        Err(e) => return Ok(refused(format!("{target}.{function}: {e}"))),
+    };
+    Ok(match registry.call(&caller, &target, &function, args) {
+        Ok(results) => (true, Variadic::from(results)),
+        Err(why) => refused(why),
+    })
+}
+
+/// A worker VM's call: copies and checks the arguments here, then forwards them to the
+/// engine thread and answers the promise the proxy awaits.
+fn forward_call(
+    lua: &Lua,
+    (target, function, yieldable, args): (LuaString, LuaString, bool, MessageArgs),
+) -> mlua::Result<Value> {
+    let (target, function) = (text(&target), text(&function));
+    let named = |why: String| mlua::Error::runtime(format!("{target}.{function}: {why}"));
+    if !yieldable {
+        return Err(named(
+            "can't wait here: a call from a worker VM to a resource waits for the engine \
+             thread; call it from a task, not from a metamethod or a module's top level"
+                .to_owned(),
+        ));
+    }
+    let args = args.into_list().map_err(|e| named(e.to_string()))?;
+    for (i, arg) in args.iter().enumerate() {
+        arg.check_within(&format!("args[{}]", i + 1), MAX_VALUE_DEPTH, false)
+            .map_err(|e| named(e.to_string()))?;
+    }
+    let call = Message::List(vec![
+        Message::String(target.into()),
+        Message::String(function.into()),
+        Message::List(args),
+    ]);
+    jobs::forward_query(lua, SERVICE, call)
+}
+
+/// The engine side of [`SERVICE`] for resource `caller`: answers `{ ok, n, ... }` or
+/// `{ ok = false, err }` (see [`answer`]).
+pub(crate) fn serve(registry: &Rc<Registry>, caller: &Arc<str>, call: Message) -> Message {
+    let Message::List(mut parts) = call else {
+        return answer(Err("a malformed resource call".to_owned()));
+    };
+    let (Some(Message::List(args)), Some(Message::String(function)), Some(Message::String(target))) =
+        (parts.pop(), parts.pop(), parts.pop())
+    else {
+        return answer(Err("a malformed resource call".to_owned()));
+    };
+    let target = String::from_utf8_lossy(&target);
+    let function = String::from_utf8_lossy(&function);
+    answer(registry.call(caller, &target, &function, args))
+}

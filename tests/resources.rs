@@ -1,0 +1,521 @@
+//! Resources (`ResourceHost`, `@skein/resources`): manifests, the start order and its
+//! refusals, calls by name with copies both ways, stop, reload and shutdown, and teardown
+//! that leaves nothing behind.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use skein::{Error, Grant, HostFile, Message, Pool, ResourceHost, ResourceRefusal, ResourceState};
+
+use crate::support::{assert_contains, error_of, refusal, text, Tree};
+
+/// A folder of resources: `(name, manifest, main.luau)` each.
+fn served(resources: &[(&str, &str, &str)]) -> Tree {
+    let tree = Tree::new(&[]);
+    for (name, manifest, main) in resources {
+        tree.write(&format!("{name}/skein.toml"), manifest);
+        tree.write(&format!("{name}/main.luau"), main);
+    }
+    tree
+}
+
+/// A manifest running `main.luau`, exporting `exports`, depending on `deps`.
+fn manifest(exports: &[&str], deps: &[&str]) -> String {
+    let list = |items: &[&str]| {
+        items
+            .iter()
+            .map(|i| format!("'{i}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "[resource]\nscripts = ['main.luau']\nexports = [{}]\ndependencies = [{}]\n",
+        list(exports),
+        list(deps)
+    )
+}
+
+const STORE: &str = r#"
+local data = {}
+function get(k) return data[k] end
+function set(k, v) data[k] = v end
+function whoami() return require("@skein/resources").this() end
+function fail() error("store broke") end
+function echo(...) return ... end
+function deep(n) local t = 1 for i = 1, n do t = { t } end return t end
+"#;
+
+fn host(tree: &Tree) -> ResourceHost {
+    ResourceHost::load(&Pool::new(2), tree.path(), Grant::default()).expect("load")
+}
+
+fn state_of(host: &ResourceHost, name: &str) -> (ResourceState, u64) {
+    let info = host
+        .list()
+        .into_iter()
+        .find(|i| i.name == name)
+        .expect(name);
+    (info.state, info.generation)
+}
+
+fn resource_error(e: Error) -> (ResourceRefusal, String) {
+    match e {
+        Error::Resource { refusal, message } => (refusal, message),
+        other => panic!("expected a resource refusal, got {other:?}"),
+    }
+}
+
+fn eval(host: &ResourceHost, name: &str, source: &str) -> Message {
+    host.domain(name)
+        .unwrap_or_else(|| panic!("{name} is not running"))
+        .eval(source)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn a_call_by_name_copies_both_ways_and_runs_as_the_callee() {
+    let tree = served(&[
+        (
+            "store",
+            &manifest(&["get", "set", "whoami", "echo"], &[]),
+            STORE,
+        ),
+        (
+            "scores",
+            &manifest(&[], &["store"]),
+            r#"
+            local resources = require("@skein/resources")
+            store = resources.import("store")
+            store.set("best", { score = 42, tags = { "a", "b" } })
+            "#,
+        ),
+    ]);
+    let mut host = host(&tree);
+    host.start_set(&["scores", "store"]).expect("start");
+    assert_eq!(state_of(&host, "store"), (ResourceState::Running, 1));
+    assert_eq!(
+        eval(&host, "scores", "return store.get('best').tags[2]"),
+        Message::String("b".into())
+    );
+    // The callee's `this()` is the callee; the caller's is the caller again after.
+    assert_eq!(
+        eval(
+            &host,
+            "scores",
+            "local r = require('@skein/resources') return store.whoami() .. ',' .. r.this()"
+        ),
+        Message::String("store,scores".into())
+    );
+    // Every plain type crosses, nils in place and integers kept apart from numbers.
+    assert_eq!(
+        eval(
+            &host,
+            "scores",
+            r#"local a, b, c, d, e, f, g = store.echo(nil, true, 3, 2.5, "s", buffer.fromstring("x"), vector.create(1, 2, 3))
+            return a == nil and b == true and c == 3 and d == 2.5 and e == "s"
+                and buffer.tostring(f) == "x" and g == vector.create(1, 2, 3)"#
+        ),
+        Message::Boolean(true)
+    );
+    // A copy: the caller's change to the table it got does not reach the store.
+    assert_eq!(
+        eval(
+            &host,
+            "scores",
+            "local t = store.get('best') t.score = 0 return store.get('best').score"
+        ),
+        Message::Number(42.0)
+    );
+    let order: Vec<String> = host.shutdown().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(order, ["scores", "store"]);
+}
+
+#[test]
+fn call_refusals_are_luau_errors_naming_the_reason() {
+    let tree = served(&[
+        (
+            "store",
+            &manifest(&["get", "set", "fail", "echo"], &[]),
+            STORE,
+        ),
+        (
+            "scores",
+            &manifest(&[], &["store"]),
+            "store = require('@skein/resources').import('store')",
+        ),
+        ("idle", &manifest(&["get"], &[]), STORE),
+    ]);
+    let mut host = host(&tree);
+    host.start_set(&["store", "scores"]).unwrap();
+    let scores = host.domain("scores").unwrap();
+    let cases = [
+        (
+            "require('@skein/resources').import('nobody').get()",
+            "nobody.get: no resource named 'nobody' is loaded",
+        ),
+        (
+            "require('@skein/resources').import('idle').get()",
+            "idle.get: resource 'idle' is stopped",
+        ),
+        (
+            "store.nothing()",
+            "store.nothing: resource 'store' does not export 'nothing' (its exports: echo, fail, get, set)",
+        ),
+        (
+            "store.set('k', print)",
+            "store.set: args[2]: a function can't cross a worker or event boundary",
+        ),
+        (
+            "store.set('k', { co = coroutine.create(print) })",
+            "store.set: args[2].co: a coroutine can't cross a worker or event boundary",
+        ),
+        (
+            "local t = {} t.self = t store.set('k', t)",
+            "store.set: args[2].self: a table that contains itself can't cross a worker or event boundary",
+        ),
+        (
+            "local t = {} setmetatable(t, {}) store.set('k', { t })",
+            "store.set: args[2][1]: a table with a metatable can't cross a worker or event boundary",
+        ),
+        (
+            "store.set('k', newproxy())",
+            "store.set: args[2]: a userdata can't cross a worker or event boundary",
+        ),
+    ];
+    for (body, expected) in cases {
+        assert_eq!(refusal(scores, body), expected, "{body}");
+    }
+    // The callee's error keeps its traceback.
+    let err = refusal(scores, "store.fail()");
+    let file = tree.path().join("store/main.luau");
+    assert_eq!(
+        err,
+        format!(
+            "store.fail: {0}:6: store broke\n{0}:6 function fail\n",
+            file.display()
+        )
+    );
+    // Nothing changed in the store.
+    assert_eq!(eval(&host, "scores", "return store.get('k')"), Message::Nil);
+}
+
+/// Tables nested `n` deep (a top-level table is 1).
+fn nested(n: usize) -> String {
+    let mut s = "1".to_owned();
+    for _ in 0..n {
+        s = format!("{{ {s} }}");
+    }
+    s
+}
+
+#[test]
+fn nesting_is_bounded_at_16_both_ways() {
+    let tree = served(&[
+        (
+            "store",
+            &manifest(&["get", "set", "echo", "deep"], &[]),
+            STORE,
+        ),
+        (
+            "scores",
+            &manifest(&[], &["store"]),
+            "store = require('@skein/resources').import('store')",
+        ),
+    ]);
+    let mut host = host(&tree);
+    host.start_set(&["store", "scores"]).unwrap();
+    let scores = host.domain("scores").unwrap();
+    assert_eq!(
+        error_of(scores, &format!("store.set('k', {})", nested(16))),
+        None
+    );
+    let err = refusal(scores, &format!("store.set('k', {})", nested(17)));
+    assert_eq!(
+        err,
+        format!(
+            "store.set: args[2]{}: a table nested deeper than 16 tables can't cross a worker or event boundary",
+            "[1]".repeat(16)
+        )
+    );
+    // A result past the bound is refused on the way back, naming it.
+    assert_eq!(
+        eval(&host, "scores", "return store.deep(16) ~= nil"),
+        Message::Boolean(true)
+    );
+    assert_eq!(
+        refusal(scores, "store.deep(17)"),
+        format!(
+            "store.deep: results[1]{}: a table nested deeper than 16 tables can't cross a worker or event boundary",
+            "[1]".repeat(16)
+        )
+    );
+}
+
+#[test]
+fn nested_calls_are_capped_at_16_naming_the_chain() {
+    // `a` and `b` call each other `n` times.
+    let bounce = r#"
+        local r = require("@skein/resources")
+        function bounce(n, other)
+            if n == 0 then return r.this() end
+            return r.import(other).bounce(n - 1, r.this())
+        end
+    "#;
+    let tree = served(&[
+        ("a", &manifest(&["bounce"], &[]), bounce),
+        ("b", &manifest(&["bounce"], &[]), bounce),
+    ]);
+    let mut host = host(&tree);
+    host.start_set(&["a", "b"]).unwrap();
+    // From `a`'s top level: 16 nested calls (a -> b -> a ... 16 arrows) pass.
+    let at = |n: usize| {
+        format!(
+            "return require('@skein/resources').import('b').bounce({}, 'a')",
+            n
+        )
+    };
+    assert_eq!(eval(&host, "a", &at(15)), Message::String("a".into()));
+    let err = refusal(
+        host.domain("a").unwrap(),
+        &at(16).replacen("return ", "", 1),
+    );
+    assert_contains(
+        &err,
+        "cross-resource calls nested deeper than 16: a -> b -> a -> b -> a -> b -> a -> b -> a -> b -> a -> b -> a -> b -> a -> b -> a -> b",
+    );
+    // The chain is given back after the refusal: a fresh call passes again.
+    assert_eq!(eval(&host, "a", &at(2)), Message::String("b".into()));
+}
+
+#[test]
+fn start_refusals_name_the_reason_and_change_nothing() {
+    let tree = served(&[
+        ("store", &manifest(&["get"], &[]), STORE),
+        ("needs", &manifest(&[], &["store"]), ""),
+        ("orphan", &manifest(&[], &["gone"]), ""),
+        ("a", &manifest(&[], &["b"]), ""),
+        ("b", &manifest(&[], &["c"]), ""),
+        ("c", &manifest(&[], &["a"]), ""),
+        ("me", &manifest(&[], &["me"]), ""),
+        ("lazy", &manifest(&["get", "put"], &[]), STORE),
+        ("broken", &manifest(&[], &[]), "error('no luck')"),
+    ]);
+    let mut host = host(&tree);
+    let before = host.list();
+    let cases: &[(&[&str], ResourceRefusal, &str)] = &[
+        (
+            &["nobody"],
+            ResourceRefusal::Unknown,
+            "no resource named 'nobody' is loaded",
+        ),
+        (
+            &["orphan"],
+            ResourceRefusal::MissingDependency,
+            "resource 'orphan' depends on 'gone', which is not loaded",
+        ),
+        (
+            &["store", "a"],
+            ResourceRefusal::DependencyCycle,
+            "dependency cycle: a -> b -> c -> a",
+        ),
+        (
+            &["me"],
+            ResourceRefusal::SelfDependency,
+            "resource 'me' depends on itself",
+        ),
+    ];
+    for (set, refusal, text) in cases {
+        let (got, message) = resource_error(host.start_set(set).unwrap_err());
+        assert_eq!((got, message.as_str()), (*refusal, *text), "{set:?}");
+        assert_eq!(host.list(), before, "{set:?} changed something");
+        assert!(!host.is_live());
+    }
+    // A start on demand needs its dependencies running.
+    let (got, message) = resource_error(host.start("needs").unwrap_err());
+    assert_eq!(got, ResourceRefusal::MissingDependency);
+    assert_eq!(
+        message,
+        "start: resource 'needs' depends on 'store', which is not running"
+    );
+    // A declared export the scripts did not define.
+    let (got, message) = resource_error(host.start("lazy").unwrap_err());
+    assert_eq!(got, ResourceRefusal::MissingExport);
+    assert_eq!(
+        message,
+        "start: resource 'lazy' declares the export 'put', but after its scripts ran the global 'put' is nil, not a function"
+    );
+    assert!(host.domain("lazy").is_none());
+    assert_eq!(state_of(&host, "lazy"), (ResourceState::Failed, 0));
+    // A script that raises.
+    let (got, message) = resource_error(host.start("broken").unwrap_err());
+    assert_eq!(got, ResourceRefusal::Script);
+    assert_contains(&message, "start: resource 'broken': main.luau: ");
+    assert_contains(&message, "no luck");
+    // A set whose later member fails stops what it started.
+    let (got, _) = resource_error(host.start_set(&["store", "lazy"]).unwrap_err());
+    assert_eq!(got, ResourceRefusal::MissingExport);
+    assert!(!host.is_live(), "{:?}", host.list());
+    // Start and stop twice.
+    host.start("store").unwrap();
+    let (got, message) = resource_error(host.start("store").unwrap_err());
+    assert_eq!(
+        (got, message.as_str()),
+        (
+            ResourceRefusal::State,
+            "start: resource 'store' is running already"
+        )
+    );
+    host.stop("store").unwrap();
+    let (got, message) = resource_error(host.stop("store").unwrap_err());
+    assert_eq!(
+        (got, message.as_str()),
+        (
+            ResourceRefusal::State,
+            "stop: resource 'store' is not running"
+        )
+    );
+}
+
+#[test]
+fn manifests_are_refused_naming_file_line_and_key() {
+    let tree = served(&[(
+        "bad",
+        "[resource]\nscripts = ['main.luau']\nexport = ['x']\n",
+        "",
+    )]);
+    let e = ResourceHost::load(&Pool::new(1), tree.path(), Grant::default()).unwrap_err();
+    let (got, message) = resource_error(e);
+    assert_eq!(got, ResourceRefusal::Manifest);
+    let file = tree.path().join("bad/skein.toml");
+    assert!(
+        message.starts_with(&format!(
+            "{}:3: resource.export: unknown field `export`",
+            file.display()
+        )),
+        "{message}"
+    );
+    let tree = served(&[("bad", "[resource]\nexports = 3\n", "")]);
+    let (_, message) = resource_error(
+        ResourceHost::load(&Pool::new(1), tree.path(), Grant::default()).unwrap_err(),
+    );
+    assert_contains(
+        &message,
+        "bad/skein.toml:2: resource.exports: invalid type: integer `3`, expected a sequence",
+    );
+    // A capability the host does not hold.
+    let tree = served(&[(
+        "greedy",
+        "[capabilities]\nallow = ['worker.spawn']\nread = ['.']\n",
+        "",
+    )]);
+    let (got, message) = resource_error(
+        ResourceHost::load(&Pool::new(1), tree.path(), Grant::default()).unwrap_err(),
+    );
+    assert_eq!(got, ResourceRefusal::Grant);
+    assert_eq!(
+        message,
+        "resource 'greedy' asks for capabilities the host does not hold: worker.spawn, filesystem.read"
+    );
+    let host = HostFile::parse("h", "[host]\nstart = ['a', 'b']\n").unwrap();
+    assert_eq!(host.start, ["a", "b"]);
+}
+
+#[test]
+fn a_proxy_held_across_a_reload_reaches_each_generation() {
+    let tree = served(&[
+        (
+            "store",
+            &manifest(&["get", "version"], &[]),
+            "function get() return 1 end function version() return 1 end",
+        ),
+        (
+            "scores",
+            &manifest(&["ping"], &["store"]),
+            r#"store = require("@skein/resources").import("store")
+            function ping() return store.version() end"#,
+        ),
+    ]);
+    let mut host = host(&tree);
+    host.start_set(&["store", "scores"]).unwrap();
+    assert_eq!(
+        eval(&host, "scores", "return store.version()"),
+        Message::Number(1.0)
+    );
+    // During the reload: the new generation's script calls `scores`, which calls back into
+    // `store`, still starting.
+    tree.write(
+        "store/main.luau",
+        r#"function get() return 2 end function version() return 2 end
+        local ok, err = pcall(require("@skein/resources").import("scores").ping)
+        duringReload = tostring(err)"#,
+    );
+    host.reload("store").unwrap();
+    assert_eq!(state_of(&host, "store"), (ResourceState::Running, 2));
+    let during = text(&eval(&host, "store", "return duringReload"));
+    assert!(
+        during.starts_with(
+            "scores.ping: store.version: resource 'store' is reloading: call again once it has started\n"
+        ),
+        "{during}"
+    );
+    assert_eq!(
+        eval(&host, "scores", "return store.version()"),
+        Message::Number(2.0)
+    );
+    // Stopping a depended-upon resource warns; calls fail until it starts again.
+    let outcome = host.stop("store").unwrap();
+    assert_eq!(
+        outcome.warnings,
+        ["resource 'scores' depends on 'store', which stopped: its calls into 'store' fail until 'store' starts again"]
+    );
+    assert_eq!(
+        refusal(host.domain("scores").unwrap(), "store.version()"),
+        "store.version: resource 'store' is stopped"
+    );
+    host.start("store").unwrap();
+    assert_eq!(
+        eval(&host, "scores", "return store.version()"),
+        Message::Number(2.0)
+    );
+    assert_eq!(state_of(&host, "store"), (ResourceState::Running, 3));
+}
+
+#[test]
+fn shutdown_stops_dependents_first_and_stop_handlers_reach_dependencies() {
+    let logger = "function log(line) sink.write(line) end";
+    let stopper = |me: &str, dep: &str| {
+        format!(
+            r#"local dep = require("@skein/resources").import("{dep}")
+            require("@skein/events").on("stop", function()
+                dep.log("{me} stopping as " .. require("@skein/resources").this())
+            end)"#
+        )
+    };
+    let tree = served(&[
+        ("log", &manifest(&["log"], &[]), logger),
+        (
+            "mid",
+            &manifest(&["log"], &["log"]),
+            &format!("{}\nfunction log(l) dep.log(l) end", stopper("mid", "log")),
+        ),
+        ("top", &manifest(&[], &["mid"]), &stopper("top", "mid")),
+    ]);
+    let mut host = host(&tree);
+    host.start_set(&["top", "mid", "log"]).unwrap();
+    let lines = Rc::new(RefCell::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    host.domain("log")
+        .unwrap()
+        .register_command("sink.write", move |(line,): (String,)| {
+            sink.borrow_mut().push(line);
+            Ok(())
+        })
+        .unwrap();
+    let order: Vec<String> = host.shutdown().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(order, ["top", "mid", "log"]);
+    assert_eq!(
+        *lines.borrow(),
+        ["top stopping as top", "mid stopping as mid"]
+    );
+    assert!(!host.is_live());
+}
