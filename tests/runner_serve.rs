@@ -10,7 +10,7 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::support::{exit_within, Tree};
+use crate::support::{assert_contains, exit_within, skein, Tree};
 
 /// How long the runner may take to answer (a debug build on a loaded machine).
 const ANSWER: Duration = Duration::from_secs(30);
@@ -61,9 +61,14 @@ impl Served {
 
     /// Types `line` and its line end.
     fn send(&mut self, line: &str) {
+        self.type_raw(&format!("{line}\n"));
+    }
+
+    /// Types `text` as it is.
+    fn type_raw(&mut self, text: &str) {
         let stdin = self.stdin.as_mut().expect("stdin still open");
         stdin
-            .write_all(format!("{line}\n").as_bytes())
+            .write_all(text.as_bytes())
             .expect("write to the console");
         stdin.flush().expect("flush the console");
     }
@@ -173,10 +178,11 @@ fn pair() -> Tree {
 }
 
 /// The banner once `store` and `user` run.
-const BOTH: &str = "serving 2 resources from {DIR}, 2 running: store, user; help lists the commands";
+const BOTH: &str =
+    "serving 2 resources from {DIR}/res, 2 running: store, user; help lists the commands";
 
 fn banner(tree: &Tree, text: &str) -> String {
-    text.replace("{DIR}", &tree.path().join("res").display().to_string())
+    text.replace("{DIR}", &tree.path().display().to_string())
 }
 
 /// Starts `skein serve` on `pair()` and waits for the banner.
@@ -201,7 +207,10 @@ fn list_start_stop_reload_and_quit_through_the_console() {
     );
     // A dependency may stop: with a warning, and the dependent's calls fail meanwhile.
     served.send("stop store");
-    assert_eq!(served.outs(2), ["store: stop", "stopped store (generation 1)"]);
+    assert_eq!(
+        served.outs(2),
+        ["store: stop", "stopped store (generation 1)"]
+    );
     assert_eq!(
         served.err(),
         "warning: resource 'user' depends on 'store', which stopped: its calls into 'store' fail until 'store' starts again"
@@ -216,7 +225,10 @@ fn list_start_stop_reload_and_quit_through_the_console() {
         "user running (generation 1; depends on store; exports hello)"
     );
     served.send("start store");
-    assert_eq!(served.outs(2), ["store: start", "started store (generation 2)"]);
+    assert_eq!(
+        served.outs(2),
+        ["store: start", "started store (generation 2)"]
+    );
     // A reload is a stop then a start from disk: the new generation's text runs.
     std::fs::write(
         tree.path().join("res/user/main.luau"),
@@ -252,13 +264,28 @@ fn bad_and_failing_commands_say_their_error_and_the_console_goes_on() {
     let tree = pair();
     let mut served = served_pair(&tree);
     let refused = [
-        ("frobnicate", "error: unknown command 'frobnicate' (help lists the commands)"),
+        (
+            "frobnicate",
+            "error: unknown command 'frobnicate' (help lists the commands)",
+        ),
         ("start", "error: start needs a resource name: start NAME"),
-        ("stop store user", "error: stop takes one resource name, not 2: stop NAME"),
+        (
+            "stop store user",
+            "error: stop takes one resource name, not 2: stop NAME",
+        ),
         ("list all", "error: list takes no argument, got 1: all"),
-        ("stop nope", "error: stop: no resource named 'nope' is loaded"),
-        ("reload nope", "error: reload: no resource named 'nope' is loaded"),
-        ("start store", "error: start: resource 'store' is running already"),
+        (
+            "stop nope",
+            "error: stop: no resource named 'nope' is loaded",
+        ),
+        (
+            "reload nope",
+            "error: reload: no resource named 'nope' is loaded",
+        ),
+        (
+            "start store",
+            "error: start: resource 'store' is running already",
+        ),
     ];
     for (line, error) in refused {
         served.send(line);
@@ -271,7 +298,10 @@ fn bad_and_failing_commands_say_their_error_and_the_console_goes_on() {
         ["user: stop, store says here", "stopped user (generation 1)"]
     );
     served.send("stop store");
-    assert_eq!(served.outs(2), ["store: stop", "stopped store (generation 1)"]);
+    assert_eq!(
+        served.outs(2),
+        ["store: stop", "stopped store (generation 1)"]
+    );
     served.send("start user");
     assert_eq!(
         served.err(),
@@ -306,8 +336,10 @@ fn an_abrupt_end_of_input_shuts_down_dependents_first_and_exits_zero() {
     let mut served = served_pair(&tree);
     served.send("list");
     served.outs(2);
+    // Cut off in the middle of a command: what came is a line, and runs.
+    served.type_raw("sto");
     served.close();
-    let (status, out, _) = served.exit();
+    let (status, out, err) = served.exit();
     assert_eq!(status.code(), Some(0), "{status:?}");
     // `user`'s stop handler still reached `store`, which stopped after it.
     assert_eq!(
@@ -317,6 +349,10 @@ fn an_abrupt_end_of_input_shuts_down_dependents_first_and_exits_zero() {
             "user: stop, store says here",
             "store: stop"
         ]
+    );
+    assert_eq!(
+        err,
+        ["error: unknown command 'sto' (help lists the commands)"]
     );
 }
 
@@ -346,7 +382,10 @@ fn the_startup_set_comes_from_start_before_the_host_file() {
     assert_eq!(served.out(), "store: start");
     assert_eq!(
         served.out(),
-        banner(&tree, "serving 2 resources from {DIR}, 1 running: store; help lists the commands")
+        banner(
+            &tree,
+            "serving 2 resources from {DIR}/res, 1 running: store; help lists the commands"
+        )
     );
     served.send("list");
     assert_eq!(
@@ -358,13 +397,22 @@ fn the_startup_set_comes_from_start_before_the_host_file() {
     // A startup set that can't start is said, and the console comes up all the same.
     let mut served = Served::start(&tree.path().join("res"), &["--start", "user,nope"]);
     let error = served.err();
-    assert!(error.starts_with("error: ") && error.contains("'nope'"), "{error}");
+    assert!(
+        error.starts_with("error: ") && error.contains("'nope'"),
+        "{error}"
+    );
     assert_eq!(
         served.out(),
-        banner(&tree, "serving 2 resources from {DIR}, none running; help lists the commands")
+        banner(
+            &tree,
+            "serving 2 resources from {DIR}/res, none running; help lists the commands"
+        )
     );
     served.send("start store");
-    assert_eq!(served.outs(2), ["store: start", "started store (generation 1)"]);
+    assert_eq!(
+        served.outs(2),
+        ["store: start", "started store (generation 1)"]
+    );
     served.close();
     assert_eq!(served.exit().0.code(), Some(0));
 }
@@ -385,6 +433,43 @@ fn a_folder_that_cannot_load_exits_one_naming_it() {
             bad.display()
         )]
     );
+}
+
+#[test]
+fn the_allow_flags_bound_what_a_manifest_may_ask() {
+    let tree = Tree::new(&[
+        (
+            "res/spawner/skein.toml",
+            "[resource]\nscripts = ['main.luau']\n[capabilities]\nallow = ['worker.spawn']\n",
+        ),
+        (
+            "res/spawner/main.luau",
+            "local w = require('@skein/worker').spawn { name = 'w', source = 'return function(m) return m end' }\n\
+             w:send(7) print(`spawner: {w:receive(10)}`)\n",
+        ),
+        ("res/skein-host.toml", "[host]\nstart = ['spawner']\n"),
+    ]);
+    let res = tree.path().join("res");
+    let mut served = Served::start(&res, &[]);
+    served.close();
+    let (status, out, err) = served.exit();
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    assert_eq!(out, Vec::<String>::new());
+    assert_eq!(
+        err,
+        ["skein: resource 'spawner' asks for capabilities the host does not hold: worker.spawn"]
+    );
+    let mut served = Served::start(&res, &["--allow", "worker.spawn"]);
+    // The worker's answer comes in a frame, after the start.
+    assert_eq!(
+        served.out_until("spawner: 7"),
+        [banner(
+            &tree,
+            "serving 1 resource from {DIR}/res, 1 running: spawner; help lists the commands"
+        )]
+    );
+    served.close();
+    assert_eq!(served.exit().0.code(), Some(0));
 }
 
 #[test]
@@ -425,8 +510,32 @@ fn the_example_server_runs_its_rounds_and_reports_then_shuts_down_in_order() {
     let (status, out, err) = served.exit();
     assert_eq!(status.code(), Some(0), "{status:?} {err:?}");
     assert_eq!(out[0], "shutting down: quit");
-    assert!(out[1].starts_with("scores: stopped after round "), "{out:?}");
+    assert!(
+        out[1].starts_with("scores: stopped after round "),
+        "{out:?}"
+    );
     assert_eq!(out[2], "store: stopped, holding 2 keys");
     assert_eq!(out.len(), 3, "{out:?}");
     assert_eq!(err, Vec::<String>::new());
+}
+
+#[test]
+fn serve_help_says_the_startup_set_the_ceiling_and_the_exits() {
+    let (code, stdout, _) = skein(&["serve", "--help"]);
+    assert_eq!(code, 0);
+    assert_contains(&stdout, "Usage: skein serve [OPTIONS] <DIR>");
+    assert_contains(&stdout, "--start <NAME,...>");
+    assert_contains(&stdout, "--allow-read <PATH>");
+    assert_contains(
+        &stdout,
+        "The --allow* flags are the most any resource may be granted",
+    );
+    assert_contains(
+        &stdout,
+        "SIGTERM stop every resource, each after those that depend\non it, and exit 0",
+    );
+    // A missing DIR is a usage error.
+    let (code, _, stderr) = skein(&["serve"]);
+    assert_eq!(code, 2);
+    assert_contains(&stderr, "<DIR>");
 }

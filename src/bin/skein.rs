@@ -154,7 +154,7 @@ struct ServeArgs {
     start: Option<Vec<String>>,
 
     #[command(flatten)]
-    engine: EngineArgs,
+    pool: PoolArgs,
 
     #[command(flatten)]
     grants: GrantArgs,
@@ -167,7 +167,10 @@ struct RunArgs {
     file: PathBuf,
 
     #[command(flatten)]
-    engine: EngineArgs,
+    pool: PoolArgs,
+
+    #[command(flatten)]
+    code: CodeArgs,
 
     /// Write a Chrome trace-event timeline of the run to OUT.json when it ends (also when the
     /// script fails): every job on the worker thread that ran it, and the engine thread's work.
@@ -183,12 +186,16 @@ struct RunArgs {
     script_args: Vec<OsString>,
 }
 
-/// The pool and code options `run` and `serve` share.
+/// `--workers`, which `run` and `serve` share.
 #[derive(Args)]
-struct EngineArgs {
+struct PoolArgs {
     #[arg(long, value_name = "N", help = workers_help(), value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_WORKERS)))]
     workers: Option<u16>,
+}
 
+/// `--native` and `--no-native`.
+#[derive(Args)]
+struct CodeArgs {
     /// Compile every module and script to native code, not only those that start with
     /// `--!native` and the functions marked `@native` (the default). Where the platform has no
     /// code generator everything runs interpreted
@@ -218,7 +225,7 @@ struct GrantArgs {
     allow: Vec<CapabilityId>,
 }
 
-impl EngineArgs {
+impl PoolArgs {
     /// The pool `--workers` asks for.
     fn pool(&self) -> Pool {
         match self.workers {
@@ -226,7 +233,9 @@ impl EngineArgs {
             None => Pool::with_available_parallelism(),
         }
     }
+}
 
+impl CodeArgs {
     /// The code mode `--native` / `--no-native` ask for.
     fn native(&self) -> NativeMode {
         if self.native {
@@ -281,12 +290,12 @@ fn signalled() -> Option<i32> {
 
 fn run(args: RunArgs) -> Result<(), Failed> {
     let script_args = script_args::bytes(&args.script_args).map_err(|e| fail(&e))?;
-    let pool = args.engine.pool();
+    let pool = args.pool.pool();
     let grant = args.grants.grant().map_err(|e| fail(&e))?;
     // Code with no file of its own (a task spawned straight onto `require`) resolves from the
     // script's folder, as the script's own requires do, not from wherever the runner started.
     let root = script_folder(&args.file);
-    let plan = Plan::new().root(root).native(args.engine.native());
+    let plan = Plan::new().root(root).native(args.code.native());
     // The runner has no host code: nothing but the script's own tasks can wake the domain, so
     // a run whose tasks all wait on what nothing can settle ends (exit 1) instead of hanging.
     let mut spec = DomainSpec::new("main")
@@ -322,7 +331,7 @@ fn serve_resources(args: ServeArgs) -> Result<(), Failed> {
     serve::serve(serve::Options {
         dir: &args.dir,
         start: args.start.as_deref(),
-        pool: args.engine.pool(),
+        pool: args.pool.pool(),
         ceiling,
     })
     .map_err(|e| fail(&e))

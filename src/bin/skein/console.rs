@@ -183,7 +183,9 @@ fn parse<'a>(line: &'a str) -> Result<Option<Command<'a>>, String> {
         "start" => named(Command::Start),
         "stop" => named(Command::Stop),
         "reload" => named(Command::Reload),
-        _ => Err(format!("unknown command '{verb}' (help lists the commands)")),
+        _ => Err(format!(
+            "unknown command '{verb}' (help lists the commands)"
+        )),
     };
     command.map(Some)
 }
@@ -275,7 +277,12 @@ fn list(rows: &[Row], say: &mut Say<impl Write, impl Write>) {
             [] => "no exports".to_owned(),
             exports => format!("exports {}", exports.join(", ")),
         });
-        say.out(&format!("{} {} ({})", row.name, row.state, details.join("; ")));
+        say.out(&format!(
+            "{} {} ({})",
+            row.name,
+            row.state,
+            details.join("; ")
+        ));
         if let Some(error) = &row.last_error {
             for (at, line) in error.lines().enumerate() {
                 let lead = if at == 0 { "last error: " } else { "  " };
@@ -321,11 +328,10 @@ pub(crate) fn serve<R: Resources>(
             default(wait) => None,
         };
         match taken {
-            Some(Input::Line(line)) => {
-                if execute(host, &line, say) == Flow::Quit {
-                    break Ended::Quit;
-                }
-            }
+            Some(Input::Line(line)) => match execute(host, &line, say) {
+                Flow::Quit => break Ended::Quit,
+                Flow::Continue => {}
+            },
             Some(Input::TooLong) => say.err(&format!(
                 "error: a command line is at most {MAX_LINE} bytes; that one was dropped"
             )),
@@ -491,10 +497,20 @@ mod tests {
         let mut host = Fake::new();
         let (ended, out, err) = session(
             &mut host,
-            &["stop store", "  start   store  ", "reload scores", "quit", "list"],
+            &[
+                "stop store",
+                "  start   store  ",
+                "reload scores",
+                "quit",
+                "list",
+            ],
             Input::End,
         );
-        assert_eq!(ended, Ended::Quit, "quit ends the console; list after it never runs");
+        assert_eq!(
+            ended,
+            Ended::Quit,
+            "quit ends the console; list after it never runs"
+        );
         assert_eq!(
             out,
             "stopped store (generation 1)\nstarted store (generation 2)\n\
@@ -563,7 +579,14 @@ mod tests {
         let mut host = Fake::new();
         let (_, out, _) = session(&mut host, &["help"], Input::End);
         assert_eq!(out, format!("{HELP}\nshutting down: end of input\n"));
-        for command in ["list", "start NAME", "stop NAME", "reload NAME", "help", "quit"] {
+        for command in [
+            "list",
+            "start NAME",
+            "stop NAME",
+            "reload NAME",
+            "help",
+            "quit",
+        ] {
             assert!(HELP.contains(&format!("\n  {command} ")), "{command}");
         }
     }
@@ -582,7 +605,13 @@ mod tests {
         to.send(Input::Line("stop scores".into())).unwrap();
         let (signal_to, signal) = crossbeam_channel::bounded(1);
         signal_to.send(()).unwrap();
-        let ended = serve(&mut host, &input, &signal, Duration::from_millis(1), &mut say());
+        let ended = serve(
+            &mut host,
+            &input,
+            &signal,
+            Duration::from_millis(1),
+            &mut say(),
+        );
         assert_eq!(ended, Ended::Signal);
         // `select!` takes whichever is ready, so the line may or may not have run first; the
         // signal is never kept waiting behind more than that one.
@@ -598,7 +627,13 @@ mod tests {
         drop(signal_to);
         to.send(Input::Line("stop scores".into())).unwrap();
         drop(to);
-        let ended = serve(&mut host, &input, &signal, Duration::from_millis(1), &mut say());
+        let ended = serve(
+            &mut host,
+            &input,
+            &signal,
+            Duration::from_millis(1),
+            &mut say(),
+        );
         assert_eq!(ended, Ended::EndOfInput);
         assert_eq!(host.calls, ["stop scores", "shutdown"]);
     }
@@ -613,7 +648,13 @@ mod tests {
         let (to, input) = crossbeam_channel::unbounded();
         let (_signal_to, signal) = crossbeam_channel::bounded(1);
         let console = std::thread::spawn(move || {
-            serve(&mut host, &input, &signal, Duration::from_millis(1), &mut say())
+            serve(
+                &mut host,
+                &input,
+                &signal,
+                Duration::from_millis(1),
+                &mut say(),
+            )
         });
         // No line comes while the frames run: the loop must not wait for one.
         let ran = (0..5000).any(|_| {

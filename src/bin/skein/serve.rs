@@ -30,7 +30,10 @@ struct Host(ResourceHost);
 
 /// `resource 'NAME': SOURCE: MESSAGE`, how the console says a report.
 fn said(resource: &str, report: &Report) -> String {
-    format!("resource '{resource}': {}: {}", report.source, report.message)
+    format!(
+        "resource '{resource}': {}: {}",
+        report.source, report.message
+    )
 }
 
 /// What the console says after a stop: its warnings, then its handlers' failures.
@@ -123,7 +126,11 @@ pub(crate) fn serve(options: Options<'_>) -> Result<(), Error> {
     #[cfg(not(unix))]
     drop(signal_to);
     let start = startup_set(&options)?;
-    let mut host = Host(ResourceHost::load(&options.pool, options.dir, options.ceiling)?);
+    let mut host = Host(ResourceHost::load(
+        &options.pool,
+        options.dir,
+        options.ceiling,
+    )?);
     let mut say = Say {
         out: stdout(),
         err: stderr(),
