@@ -94,6 +94,9 @@ pub struct ResourceReport {
     pub report: Report,
 }
 
+/// What [`ResourceHost::spec_with`] set.
+type SpecShape = Box<dyn Fn(&str, DomainSpec) -> DomainSpec>;
+
 struct Resource {
     name: Arc<str>,
     folder: PathBuf,
@@ -138,6 +141,8 @@ struct Resource {
 /// ```
 pub struct ResourceHost {
     pool: Pool,
+    /// What the host adds to each resource's spec before its plan and grant are set.
+    shape: SpecShape,
     ceiling: Grant,
     /// By name.
     resources: Vec<Resource>,
@@ -199,10 +204,33 @@ impl ResourceHost {
         }
         Ok(ResourceHost {
             pool: pool.clone(),
+            shape: Box::new(|_, spec| spec),
             ceiling,
             resources,
             registry,
         })
+    }
+
+    /// Sets what the host adds to the [`DomainSpec`] of each resource started from now on:
+    /// `f` gets the resource's name and its spec, and answers it with the host's settings
+    /// (a run deadline, event limits, sinks, contexts...). The plan (rooted at the resource's
+    /// folder) and the grant (what its manifest asks, within the ceiling) are set after `f`,
+    /// so `f` can't widen them.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{Grant, Pool, ResourceHost};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let mut host = ResourceHost::load(&Pool::new(1), dir.path(), Grant::default())?;
+    /// host.spec_with(|name, spec| {
+    ///     let deadline = if name == "untrusted" { 50 } else { 1000 };
+    ///     spec.run_deadline(Duration::from_millis(deadline))
+    /// });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn spec_with(&mut self, f: impl Fn(&str, DomainSpec) -> DomainSpec + 'static) {
+        self.shape = Box::new(f);
     }
 
     /// Starts `names` and whatever of them is not running, dependencies first, keeping the
@@ -312,7 +340,9 @@ impl ResourceHost {
                 lua.set_app_data(ResourceName(tag.clone()));
                 Ok(())
             });
-        let spec = DomainSpec::new(&*name).plan(plan).grant(grant);
+        let spec = (self.shape)(&name, DomainSpec::new(&*name))
+            .plan(plan)
+            .grant(grant);
         let mut domain = ScriptDomain::new(&self.pool, spec)?;
         domain.lua().set_app_data(EngineLink {
             registry: self.registry.clone(),

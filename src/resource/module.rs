@@ -15,7 +15,7 @@ use mlua::{Function, Lua, LuaString, Table, Value, Variadic};
 use super::registry::{answer, Registry, MAX_VALUE_DEPTH};
 use crate::jobs;
 use crate::value::{Message, MessageArgs};
-use crate::vm::{await_function, registered_or_refusing, Builtin, Embedded};
+use crate::vm::{await_function, error_message, registered_or_refusing, Builtin, Embedded};
 
 /// The built-in module of the resource layer.
 pub(crate) const BUILTINS: &[Builtin] = &[Builtin {
@@ -88,7 +88,11 @@ fn direct_call(
     lua: &Lua,
     (target, function, args): (LuaString, LuaString, MessageArgs),
 ) -> mlua::Result<(bool, Variadic<Message>)> {
-    let (target, function) = (text(&target), text(&function));
+    let (target, function) = (target.as_bytes(), function.as_bytes());
+    let (target, function) = (
+        String::from_utf8_lossy(&target),
+        String::from_utf8_lossy(&function),
+    );
     let refused = |why: String| (false, Variadic::from(vec![Message::String(why.into())]));
     let (registry, caller) = match lua.app_data_ref::<EngineLink>() {
         Some(link) => (link.registry.clone(), link.name.clone()),
@@ -109,31 +113,39 @@ fn direct_call(
 }
 
 /// A worker VM's call: copies and checks the arguments here, then forwards them to the
-/// engine thread and answers the promise the proxy awaits.
+/// engine thread and answers the promise the proxy awaits, or nil and the refusal (raised by
+/// the proxy, as a string).
 fn forward_call(
     lua: &Lua,
     (target, function, yieldable, args): (LuaString, LuaString, bool, MessageArgs),
-) -> mlua::Result<Value> {
+) -> mlua::Result<(Value, Option<String>)> {
     let (target, function) = (text(&target), text(&function));
-    let named = |why: String| mlua::Error::runtime(format!("{target}.{function}: {why}"));
+    let refused = |why: String| Ok((Value::Nil, Some(format!("{target}.{function}: {why}"))));
     if !yieldable {
-        return Err(named(
+        return refused(
             "can't wait here: a call from a worker VM to a resource waits for the engine \
              thread; call it from a task, not from a metamethod or a module's top level"
                 .to_owned(),
-        ));
+        );
     }
-    let args = args.into_list().map_err(|e| named(e.to_string()))?;
+    let args = match args.into_list() {
+        Ok(args) => args,
+        Err(e) => return refused(e.to_string()),
+    };
     for (i, arg) in args.iter().enumerate() {
-        arg.check_within(&format!("args[{}]", i + 1), MAX_VALUE_DEPTH, false)
-            .map_err(|e| named(e.to_string()))?;
+        if let Err(e) = arg.check_within(|| format!("args[{}]", i + 1), MAX_VALUE_DEPTH, false) {
+            return refused(e.to_string());
+        }
     }
     let call = Message::List(vec![
-        Message::String(target.into()),
-        Message::String(function.into()),
+        Message::String(target.clone().into()),
+        Message::String(function.clone().into()),
         Message::List(args),
     ]);
-    jobs::forward_query(lua, SERVICE, call)
+    match jobs::forward_query(lua, SERVICE, call) {
+        Ok(promise) => Ok((promise, None)),
+        Err(e) => refused(error_message(&e)),
+    }
 }
 
 /// The engine side of [`SERVICE`] for resource `caller`: answers `{ ok, n, ... }` or

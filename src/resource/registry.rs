@@ -127,11 +127,11 @@ impl Registry {
         function: &str,
         args: Vec<Message>,
     ) -> Result<Vec<Message>, String> {
-        let what = format!("{target}.{function}");
-        let named = |why: String| format!("{what}: {why}");
-        let (f, authority, deadline) = {
+        // Texts are made only for a refusal: a call that passes formats nothing.
+        let named = |why: String| format!("{target}.{function}: {why}");
+        let (f, authority, deadline, target_name) = {
             let slots = self.slots.borrow();
-            let Some(slot) = slots.get(target) else {
+            let Some((target_name, slot)) = slots.get_key_value(target) else {
                 return Err(named(format!("no resource named '{target}' is loaded")));
             };
             match (slot.phase, slot.reloading) {
@@ -168,11 +168,11 @@ impl Registry {
             let Some(authority) = slot.authority.clone() else {
                 return Err(named(format!("resource '{target}' is stopped")));
             };
-            (f.clone(), authority, slot.deadline)
+            (f.clone(), authority, slot.deadline, target_name.clone())
         };
-        let _depth = self.enter(caller, target).map_err(named)?;
+        let _depth = self.enter(caller, &target_name).map_err(named)?;
         for (i, arg) in args.iter().enumerate() {
-            arg.check_within(&format!("args[{}]", i + 1), MAX_VALUE_DEPTH, false)
+            arg.check_within(|| format!("args[{}]", i + 1), MAX_VALUE_DEPTH, false)
                 .map_err(|e| named(e.to_string()))?;
         }
         let Some(lua) = f.weak_lua().try_upgrade() else {
@@ -198,14 +198,14 @@ impl Registry {
         let results = results.into_list().map_err(|e| named(renamed(e)))?;
         for (i, result) in results.iter().enumerate() {
             result
-                .check_within(&format!("results[{}]", i + 1), MAX_VALUE_DEPTH, false)
+                .check_within(|| format!("results[{}]", i + 1), MAX_VALUE_DEPTH, false)
                 .map_err(|e| named(e.to_string()))?;
         }
         Ok(results)
     }
 
     /// Enters one more call of the chain, or refuses the 17th nested one naming the chain.
-    fn enter(&self, caller: &Arc<str>, target: &str) -> Result<Depth<'_>, String> {
+    fn enter(&self, caller: &Arc<str>, target: &Arc<str>) -> Result<Depth<'_>, String> {
         let mut chain = self.chain.borrow_mut();
         let first = chain.is_empty();
         if first {
@@ -213,7 +213,7 @@ impl Registry {
         }
         if chain.len() > MAX_CALL_DEPTH {
             let mut names: Vec<&str> = chain.iter().map(|n| &**n).collect();
-            names.push(target);
+            names.push(&**target);
             let text = format!(
                 "cross-resource calls nested deeper than {MAX_CALL_DEPTH}: {}",
                 names.join(" -> ")
@@ -223,7 +223,7 @@ impl Registry {
             }
             return Err(text);
         }
-        chain.push(Arc::from(target));
+        chain.push(target.clone());
         Ok(Depth {
             chain: &self.chain,
             first,
@@ -255,22 +255,16 @@ fn renamed(mut e: TransferError) -> String {
     e.to_string()
 }
 
-/// Results as a forwarded answer: `{ ok = true, n = count, [1] = ..., [n] = ... }` (nils
-/// left out; `n` keeps the count), or `{ ok = false, err = text }`.
+/// Results as a forwarded answer: `{ ok = true, n = count, values = { ... } }` (`n` keeps the
+/// count past nils), or `{ ok = false, err = text }`.
 pub(crate) fn answer(result: Result<Vec<Message>, String>) -> Message {
     let key = |k: &str| MapKey::String(bytes::Bytes::copy_from_slice(k.as_bytes()));
     match result {
-        Ok(values) => {
-            let mut entries = Vec::with_capacity(values.len() + 2);
-            entries.push((key("ok"), Message::Boolean(true)));
-            entries.push((key("n"), Message::Integer(values.len() as i64)));
-            for (i, v) in values.into_iter().enumerate() {
-                if !matches!(v, Message::Nil) {
-                    entries.push((MapKey::Integer(i as i64 + 1), v));
-                }
-            }
-            Message::Map(entries)
-        }
+        Ok(values) => Message::Map(vec![
+            (key("ok"), Message::Boolean(true)),
+            (key("n"), Message::Number(values.len() as f64)),
+            (key("values"), Message::List(values)),
+        ]),
         Err(text) => Message::Map(vec![
             (key("ok"), Message::Boolean(false)),
             (key("err"), Message::String(text.into())),

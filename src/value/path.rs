@@ -118,9 +118,11 @@ impl super::Message {
     /// unless `handles`. The refusal names the path from `root`, as the reader's do. For a
     /// crossing whose bound is not [`Limits::MAX_DEPTH`](super::Limits::MAX_DEPTH) (a call
     /// between resources: 16), after the reader has copied the value.
+    ///
+    /// `root` is called only for a refusal, so a check that passes allocates nothing.
     pub(crate) fn check_within(
         &self,
-        root: &str,
+        root: impl FnOnce() -> String,
         max_depth: usize,
         handles: bool,
     ) -> Result<(), super::TransferError> {
@@ -164,7 +166,7 @@ impl super::Message {
             }
         }
         walk(self, 0, max_depth, handles).map_err(|(reason, path)| super::TransferError {
-            path: render(root, &path),
+            path: render(&root(), &path),
             reason,
         })
     }
