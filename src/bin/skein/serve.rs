@@ -8,11 +8,13 @@
 
 use std::io::{stderr, stdout};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use skein::{Error, Grant, HostFile, Pool, Report, ResourceHost, StopOutcome};
 
 use crate::console::{self, Resources, Row, Say};
+use crate::print;
 
 /// How often frames run while anything is live: about 60 a second, as `run_until_idle` runs
 /// them.
@@ -131,6 +133,10 @@ pub(crate) fn serve(options: Options<'_>) -> Result<(), Error> {
         options.dir,
         options.ceiling,
     )?);
+    // Every resource's `print` lines and log records are written as `skein run` writes them:
+    // one write a line, so the console's answers and the resources' lines never interleave.
+    host.0
+        .spec_with(|_, spec| spec.logs(Arc::new(print::Lines)));
     let mut say = Say {
         out: stdout(),
         err: stderr(),
