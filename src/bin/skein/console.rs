@@ -591,6 +591,11 @@ mod tests {
         }
     }
 
+    /// The console over `host` with 1 ms frames, its answers dropped.
+    fn run(host: &mut Fake, input: &Receiver<Input>, signal: &Receiver<()>) -> Ended {
+        serve(host, input, signal, Duration::from_millis(1), &mut say())
+    }
+
     fn say() -> Say<Vec<u8>, Vec<u8>> {
         Say {
             out: Vec::new(),
@@ -605,13 +610,7 @@ mod tests {
         to.send(Input::Line("stop scores".into())).unwrap();
         let (signal_to, signal) = crossbeam_channel::bounded(1);
         signal_to.send(()).unwrap();
-        let ended = serve(
-            &mut host,
-            &input,
-            &signal,
-            Duration::from_millis(1),
-            &mut say(),
-        );
+        let ended = run(&mut host, &input, &signal);
         assert_eq!(ended, Ended::Signal);
         // `select!` takes whichever is ready, so the line may or may not have run first; the
         // signal is never kept waiting behind more than that one.
@@ -627,13 +626,7 @@ mod tests {
         drop(signal_to);
         to.send(Input::Line("stop scores".into())).unwrap();
         drop(to);
-        let ended = serve(
-            &mut host,
-            &input,
-            &signal,
-            Duration::from_millis(1),
-            &mut say(),
-        );
+        let ended = run(&mut host, &input, &signal);
         assert_eq!(ended, Ended::EndOfInput);
         assert_eq!(host.calls, ["stop scores", "shutdown"]);
     }
