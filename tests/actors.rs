@@ -9,7 +9,8 @@ use skein::{
 };
 
 use crate::support::{
-    assert_contains, error_of, number, refusal, text, wait_until, Gate, Marks, ThreadMark,
+    assert_contains, error_of, number, refusal, rss_pages, run_alone, text, wait_until, Gate,
+    Marks, ThreadMark,
 };
 
 /// The first line of an error's text, without mlua's prefix.
@@ -560,33 +561,11 @@ fn stop_restart_and_drop_join_every_worker() {
     assert_eq!(live.get(), 0);
 }
 
-fn rss_pages() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The stress loop measures the process's memory, so it runs alone in a child process: other
 /// tests of this binary running beside it would move the figure.
 #[test]
 fn create_spawn_message_stop_leaves_no_thread_and_flat_memory() {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "actors::stress_rounds_alone",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .output()
-        .expect("run the stress child");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert_contains(&stdout, "1 passed");
+    run_alone("actors::stress_rounds_alone");
 }
 
 #[test]

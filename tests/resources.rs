@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use skein::{Error, Grant, HostFile, Message, Pool, ResourceHost, ResourceRefusal, ResourceState};
 
-use crate::support::{assert_contains, error_of, refusal, text, wait_until, Tree};
+use crate::support::{
+    assert_contains, error_of, refusal, rss_pages, run_alone, text, wait_until, Tree,
+};
 
 /// A folder of resources: `(name, manifest, main.luau)` each.
 fn served(resources: &[(&str, &str, &str)]) -> Tree {
@@ -639,15 +641,6 @@ fn the_callee_runs_under_its_own_deadline_and_authority() {
     assert_eq!(eval(&host, "guest", "return 1 + 1"), Message::Number(2.0));
 }
 
-fn rss_pages() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
 fn threads() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
@@ -661,20 +654,7 @@ fn threads() -> usize {
 /// run alone in a child process: other tests of this binary beside them would move the figures.
 #[test]
 fn rounds_of_start_call_reload_stop_leave_nothing_behind() {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "resources::resource_rounds_alone",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .output()
-        .expect("run the rounds child");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert_contains(&stdout, "1 passed");
+    run_alone("resources::resource_rounds_alone");
 }
 
 /// Three resources, each round: started as a set, called engine to engine and from workers,
@@ -821,4 +801,79 @@ fn the_luau_api_example_runs_in_a_resource() {
         .unwrap()
         .exec(body)
         .unwrap_or_else(|e| panic!("the example failed: {e}\n{body}"));
+}
+
+#[test]
+fn a_refused_reload_keeps_or_stops_the_resource_and_says_why() {
+    let tree = served(&[("store", &manifest(&["get"], &[]), STORE)]);
+    let mut host = host(&tree);
+    host.start("store").unwrap();
+    // A manifest that no longer parses: refused before the stop, nothing changes.
+    tree.write("store/skein.toml", "[resource]\nscripts = 'main.luau'\n");
+    let (got, message) = resource_error(host.reload("store").unwrap_err());
+    assert_eq!(got, ResourceRefusal::Manifest);
+    assert_contains(
+        &message,
+        "store/skein.toml:2: resource.scripts: invalid type",
+    );
+    assert_eq!(state_of(&host, "store"), (ResourceState::Running, 1));
+    assert_eq!(
+        eval(&host, "store", "return get == nil"),
+        Message::Boolean(false)
+    );
+    // Scripts that raise: the old generation has stopped, the new one does not run.
+    tree.write("store/skein.toml", &manifest(&["get"], &[]));
+    tree.write("store/main.luau", "error('half written')");
+    let (got, message) = resource_error(host.reload("store").unwrap_err());
+    assert_eq!(got, ResourceRefusal::Script);
+    assert_contains(&message, "reload: resource 'store': main.luau: ");
+    assert_contains(&message, "half written");
+    let info = host.list().remove(0);
+    assert_eq!((info.state, info.generation), (ResourceState::Failed, 1));
+    assert_contains(info.last_error.as_deref().unwrap(), "half written");
+    assert!(host.domain("store").is_none());
+    // Fixed on disk, it starts again as a new generation.
+    tree.write("store/main.luau", STORE);
+    host.reload("store").unwrap();
+    assert_eq!(state_of(&host, "store"), (ResourceState::Running, 2));
+}
+
+#[test]
+fn the_module_belongs_to_resources_and_its_proxies_are_read_only() {
+    let tree = served(&[("store", &manifest(&["get"], &[]), STORE)]);
+    let mut host = host(&tree);
+    host.start("store").unwrap();
+    let store = host.domain("store").unwrap();
+    assert_eq!(
+        refusal(store, "require('@skein/resources').import(42)"),
+        "eval:1: import: the resource name must be a string, got number"
+    );
+    assert_eq!(
+        refusal(
+            store,
+            "require('@skein/resources').import('store').get = print"
+        ),
+        "eval:1: resource 'store': a proxy is read-only"
+    );
+    assert_eq!(
+        eval(
+            &host,
+            "store",
+            "return tostring(require('@skein/resources').import('x'))"
+        ),
+        Message::String("resource 'x'".into())
+    );
+    // A resource may call its own exports through a proxy.
+    assert_eq!(
+        eval(
+            &host,
+            "store",
+            "set = nil return require('@skein/resources').import('store').get('none')"
+        ),
+        Message::Nil
+    );
+    // A domain that is not a resource has no such module.
+    let plain = skein::ScriptDomain::new(&Pool::new(1), skein::DomainSpec::new("plain")).unwrap();
+    let err = refusal(&plain, "require('@skein/resources')");
+    assert_contains(&err, "@skein/resources");
 }

@@ -418,3 +418,34 @@ pub fn assert_nothing_pops(hold: &skein::SharedQueueRef, n: usize) {
         hold.len()
     );
 }
+
+/// The process's resident memory, in pages (`/proc/self/statm`; 0 where there is none).
+pub fn rss_pages() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs the ignored test `name` (`module::test`) of this binary alone in a child process, for a
+/// test that measures the process (its memory, its threads), which other tests beside it would
+/// move; fails with the child's output unless it passed.
+#[track_caller]
+pub fn run_alone(name: &str) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            name,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_contains(&stdout, "1 passed");
+}

@@ -77,7 +77,8 @@ pub struct ResourceInfo {
 #[non_exhaustive]
 pub struct StopOutcome {
     /// `resource 'scores' depends on 'store', which stopped: its calls into 'store' fail until
-    /// 'store' starts again`, one per running dependent.
+    /// 'store' starts again`, one per running dependent; and the `stop` event refused by the
+    /// resource's full event queue, when it was (its handlers did not run).
     pub warnings: Vec<String>,
     /// Failures of its `stop` handlers and of its domain's shutdown, oldest first.
     pub reports: Vec<Report>,
@@ -495,15 +496,20 @@ impl ResourceHost {
         let Some(mut domain) = self.resources[index].domain.take() else {
             return Ok(outcome);
         };
-        if domain.mailbox().post_named("stop", Message::Nil).is_ok() {
-            let report = domain.drain_events();
-            for error in report.errors {
-                outcome.reports.push(Report::new(
-                    ReportKind::Handler,
-                    format!("resource '{name}' stop"),
-                    error.message,
-                ));
+        match domain.mailbox().post_named("stop", Message::Nil) {
+            Ok(()) => {
+                let report = domain.drain_events();
+                for error in report.errors {
+                    outcome.reports.push(Report::new(
+                        ReportKind::Handler,
+                        format!("resource '{name}' stop"),
+                        error.message,
+                    ));
+                }
             }
+            Err(refused) => outcome.warnings.push(format!(
+                "resource '{name}': its stop handlers did not run: {refused}"
+            )),
         }
         self.registry.set_phase(name, Phase::Stopped, reloading);
         domain.stop();
