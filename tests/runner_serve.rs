@@ -331,6 +331,53 @@ fn bad_and_failing_commands_say_their_error_and_the_console_goes_on() {
 }
 
 #[test]
+fn a_reload_that_fails_leaves_the_resource_failed_and_list_shows_why() {
+    let tree = pair();
+    let mut served = served_pair(&tree);
+    let main = tree.path().join("res/user/main.luau");
+    let good = std::fs::read_to_string(&main).unwrap();
+    std::fs::write(&main, "error('broken on purpose')\n").unwrap();
+    served.send("reload user");
+    assert_eq!(served.out(), "user: stop, store says here");
+    let error = served.err();
+    assert!(
+        error.starts_with("error: reload: resource 'user': main.luau: script ")
+            && error.ends_with("main.luau:1: broken on purpose"),
+        "{error}"
+    );
+    assert_eq!(served.err(), "stack traceback:");
+    served.send("list");
+    std::fs::write(&main, good).unwrap();
+    served.send("start user");
+    let listed = served.out_until("user: start");
+    assert_eq!(
+        listed[..2],
+        [
+            "store running (generation 1; no dependencies; exports get, set)",
+            "user failed (generation 1; depends on store; exports hello)",
+        ]
+    );
+    // The error under its resource, its stack indented below it.
+    assert!(
+        listed[2].starts_with("  last error: ") && listed[2].ends_with("broken on purpose"),
+        "{listed:?}"
+    );
+    assert_eq!(listed[3], "    stack traceback:");
+    assert_eq!(served.out(), "started user (generation 2)");
+    served.send("quit");
+    let (status, out, _) = served.exit();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert_eq!(
+        out,
+        [
+            "shutting down: quit",
+            "user: stop, store says here",
+            "store: stop"
+        ]
+    );
+}
+
+#[test]
 fn an_abrupt_end_of_input_shuts_down_dependents_first_and_exits_zero() {
     let tree = pair();
     let mut served = served_pair(&tree);
