@@ -45,6 +45,7 @@ mod resources;
 mod runner;
 mod runner_frames;
 mod runner_io;
+mod runner_serve;
 mod runner_signals;
 mod services;
 mod shared_queues;

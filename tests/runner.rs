@@ -27,8 +27,13 @@ fn help_is_clear_and_exits_zero() {
     assert_contains(&stdout, "Usage: skein [COMMAND]");
     assert_contains(
         &stdout,
-        "  run   Run the Luau script FILE on the engine thread, with a pool of worker threads \
+        "  run    Run the Luau script FILE on the engine thread, with a pool of worker threads \
          behind jobs.dispatch",
+    );
+    assert_contains(
+        &stdout,
+        "  serve  Host the resources under DIR (each sub-folder holding a skein.toml) on one pool, \
+         with an operator console on standard input",
     );
     assert_contains(&stdout, "EXIT CODES:");
     let (code, stdout, _) = skein(&["run", "--help"]);

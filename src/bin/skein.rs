@@ -21,12 +21,16 @@ use skein::{
 // The runner's own modules sit in `src/bin/skein/`, so Cargo does not take them for binaries.
 #[path = "skein/frames.rs"]
 mod frames;
+#[path = "skein/console.rs"]
+mod console;
 #[path = "skein/print.rs"]
 mod print;
 #[path = "skein/runner_global.rs"]
 mod runner_global;
 #[path = "skein/script_args.rs"]
 mod script_args;
+#[path = "skein/serve.rs"]
+mod serve;
 #[cfg(unix)]
 #[path = "skein/signals.rs"]
 mod signals;
@@ -53,7 +57,7 @@ EXIT CODES:
        interrupt check, the domain stopped and the output printed so far is intact; a second
        signal exits at once
 
-Run `skein run --help` for the options of `run`.";
+Run `skein run --help` for the options of `run`, `skein serve --help` for those of `serve`.";
 
 /// The end of `skein run --help`: what the script sees, and what FILE may be.
 fn run_after_help() -> String {
@@ -117,6 +121,47 @@ enum Command {
     /// and its Luau stack on stderr and exits 1.
     #[command(after_help = run_after_help())]
     Run(RunArgs),
+
+    /// Host the resources under DIR (each sub-folder holding a skein.toml) on one pool, with
+    /// an operator console on standard input
+    ///
+    /// Starts the startup set in dependency order, runs frames while any resource runs, and
+    /// takes one command a line: list, start NAME, stop NAME, reload NAME, help, quit.
+    #[command(after_help = SERVE_AFTER_HELP)]
+    Serve(ServeArgs),
+}
+
+const SERVE_AFTER_HELP: &str = "\
+THE STARTUP SET is --start's list, else the `[host] start` list of DIR/skein-host.toml, else
+nothing (start resources from the console). It starts dependencies first, whatever the order
+given; a start that fails is said on stderr and the console comes up all the same.
+
+The --allow* flags are the most any resource may be granted: a skein.toml asking for a
+capability they do not give is refused when DIR is loaded, and its read and write roots must
+lie below an --allow-read / --allow-write directory.
+
+A command that fails says its error on stderr and the console goes on. quit, the end of
+standard input, SIGINT (Ctrl-C) and SIGTERM stop every resource, each after those that depend
+on it, and exit 0; a second signal exits at once. A DIR that can't be loaded exits 1.
+
+EXAMPLE:
+    skein serve examples/server";
+
+#[derive(Args)]
+struct ServeArgs {
+    /// The folder of resources: every sub-folder holding a skein.toml is one, named after it
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+
+    /// The resources to start, comma-separated, instead of DIR/skein-host.toml's list
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    start: Option<Vec<String>>,
+
+    #[command(flatten)]
+    pool: PoolArgs,
+
+    #[command(flatten)]
+    grants: GrantArgs,
 }
 
 #[derive(Args)]
@@ -125,18 +170,11 @@ struct RunArgs {
     #[arg(value_name = "FILE")]
     file: PathBuf,
 
-    #[arg(long, value_name = "N", help = workers_help(), value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_WORKERS)))]
-    workers: Option<u16>,
+    #[command(flatten)]
+    pool: PoolArgs,
 
-    /// Compile every module and script to native code, not only those that start with
-    /// `--!native` and the functions marked `@native` (the default). Where the platform has no
-    /// code generator everything runs interpreted
-    #[arg(long, conflicts_with = "no_native")]
-    native: bool,
-
-    /// Run everything interpreted, `--!native` modules too
-    #[arg(long)]
-    no_native: bool,
+    #[command(flatten)]
+    code: CodeArgs,
 
     /// Write a Chrome trace-event timeline of the run to OUT.json when it ends (also when the
     /// script fails): every job on the worker thread that ran it, and the engine thread's work.
@@ -144,18 +182,8 @@ struct RunArgs {
     #[arg(long, value_name = "OUT.json")]
     trace: Option<PathBuf>,
 
-    /// Grant filesystem.read below the directory PATH (`@skein/fs` readFile, list)
-    #[arg(long = "allow-read", value_name = "PATH")]
-    read: Vec<PathBuf>,
-
-    /// Grant filesystem.write below the directory PATH (`@skein/fs` writeFile)
-    #[arg(long = "allow-write", value_name = "PATH")]
-    write: Vec<PathBuf>,
-
-    /// Grant the capability NAME (dotted lowercase, e.g. worker.spawn). Without these flags
-    /// the script holds no capability: deny by default
-    #[arg(long, value_name = "NAME", value_parser = capability)]
-    allow: Vec<CapabilityId>,
+    #[command(flatten)]
+    grants: GrantArgs,
 
     /// Frames a second, 1 to 1000: each frame drains the events, runs the `main` context's
     /// fixedUpdate, update and lateUpdate handlers and the registered jobs, and moves task
@@ -170,6 +198,87 @@ struct RunArgs {
     /// Arguments for the script (after `--`)
     #[arg(last = true, value_name = "ARGS")]
     script_args: Vec<OsString>,
+}
+
+/// `--workers`, which `run` and `serve` share.
+#[derive(Args)]
+struct PoolArgs {
+    #[arg(long, value_name = "N", help = workers_help(), value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_WORKERS)))]
+    workers: Option<u16>,
+}
+
+/// `--native` and `--no-native`.
+#[derive(Args)]
+struct CodeArgs {
+    /// Compile every module and script to native code, not only those that start with
+    /// `--!native` and the functions marked `@native` (the default). Where the platform has no
+    /// code generator everything runs interpreted
+    #[arg(long, conflicts_with = "no_native")]
+    native: bool,
+
+    /// Run everything interpreted, `--!native` modules too
+    #[arg(long)]
+    no_native: bool,
+}
+
+/// The `--allow*` flags: what `run` grants its script, and the most `serve` grants any
+/// resource.
+#[derive(Args)]
+struct GrantArgs {
+    /// Grant filesystem.read below the directory PATH (`@skein/fs` readFile, list)
+    #[arg(long = "allow-read", value_name = "PATH")]
+    read: Vec<PathBuf>,
+
+    /// Grant filesystem.write below the directory PATH (`@skein/fs` writeFile)
+    #[arg(long = "allow-write", value_name = "PATH")]
+    write: Vec<PathBuf>,
+
+    /// Grant the capability NAME (dotted lowercase, e.g. worker.spawn). Without these flags
+    /// the script holds no capability: deny by default
+    #[arg(long, value_name = "NAME", value_parser = capability)]
+    allow: Vec<CapabilityId>,
+}
+
+impl PoolArgs {
+    /// The pool `--workers` asks for.
+    fn pool(&self) -> Pool {
+        match self.workers {
+            Some(n) => Pool::new(usize::from(n)),
+            None => Pool::with_available_parallelism(),
+        }
+    }
+}
+
+impl CodeArgs {
+    /// The code mode `--native` / `--no-native` ask for.
+    fn native(&self) -> NativeMode {
+        if self.native {
+            NativeMode::All
+        } else if self.no_native {
+            NativeMode::Off
+        } else {
+            NativeMode::Annotated
+        }
+    }
+}
+
+impl GrantArgs {
+    /// The grant the flags ask for: named capabilities, and file access below the given roots.
+    fn grant(&self) -> Result<Grant, String> {
+        let mut grant =
+            RootAuthority::new().grant(CapabilitySet::from_iter(self.allow.iter().cloned()));
+        for dir in &self.read {
+            grant = grant
+                .read_root(dir)
+                .map_err(|e| format!("--allow-read: {e}"))?;
+        }
+        for dir in &self.write {
+            grant = grant
+                .write_root(dir)
+                .map_err(|e| format!("--allow-write: {e}"))?;
+        }
+        Ok(grant)
+    }
 }
 
 /// `--allow NAME`, checked as the library checks a capability name.
@@ -195,22 +304,12 @@ fn signalled() -> Option<i32> {
 
 fn run(args: RunArgs) -> Result<(), Failed> {
     let script_args = script_args::bytes(&args.script_args).map_err(|e| fail(&e))?;
-    let pool = match args.workers {
-        Some(n) => Pool::new(usize::from(n)),
-        None => Pool::with_available_parallelism(),
-    };
-    let grant = grant(&args).map_err(|e| fail(&e))?;
+    let pool = args.pool.pool();
+    let grant = args.grants.grant().map_err(|e| fail(&e))?;
     // Code with no file of its own (a task spawned straight onto `require`) resolves from the
     // script's folder, as the script's own requires do, not from wherever the runner started.
     let root = script_folder(&args.file);
-    let native = if args.native {
-        NativeMode::All
-    } else if args.no_native {
-        NativeMode::Off
-    } else {
-        NativeMode::Annotated
-    };
-    let plan = Plan::new().root(root).native(native);
+    let plan = Plan::new().root(root).native(args.code.native());
     // The runner has no host code: nothing but the script's own tasks can wake the domain, so
     // a run whose tasks all wait on what nothing can settle ends (exit 1) instead of hanging.
     let mut spec = DomainSpec::new("main")
@@ -241,6 +340,17 @@ fn run(args: RunArgs) -> Result<(), Failed> {
         }
     }
     result
+}
+
+fn serve_resources(args: ServeArgs) -> Result<(), Failed> {
+    let ceiling = args.grants.grant().map_err(|e| fail(&e))?;
+    serve::serve(serve::Options {
+        dir: &args.dir,
+        start: args.start.as_deref(),
+        pool: args.pool.pool(),
+        ceiling,
+    })
+    .map_err(|e| fail(&e))
 }
 
 /// The folder of the script at `file`, canonical when it can be made so (a missing script is
@@ -304,23 +414,6 @@ fn run_script(
     }
 }
 
-/// The grant the flags ask for: named capabilities, and file access below the given roots.
-fn grant(args: &RunArgs) -> Result<Grant, String> {
-    let mut grant =
-        RootAuthority::new().grant(CapabilitySet::from_iter(args.allow.iter().cloned()));
-    for dir in &args.read {
-        grant = grant
-            .read_root(dir)
-            .map_err(|e| format!("--allow-read: {e}"))?;
-    }
-    for dir in &args.write {
-        grant = grant
-            .write_root(dir)
-            .map_err(|e| format!("--allow-write: {e}"))?;
-    }
-    Ok(grant)
-}
-
 fn main() -> ExitCode {
     // First, while this is the only thread: every thread started later inherits the mask.
     #[cfg(unix)]
@@ -328,16 +421,18 @@ fn main() -> ExitCode {
     // Parsed from `OsString`: an argument that is not UTF-8 is a usage error clap names (or,
     // for FILE and script arguments, simply bytes), never a panic.
     let cli = Cli::parse_from(std::env::args_os());
-    let code = match cli.command {
+    let result = match cli.command {
         None => {
             let _ = Cli::command().print_help();
-            ExitCode::SUCCESS
+            Ok(())
         }
-        Some(Command::Run(args)) => match run(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(Failed::Error) => ExitCode::FAILURE,
-            Err(Failed::Signal(signal)) => ExitCode::from(u8::try_from(128 + signal).unwrap_or(1)),
-        },
+        Some(Command::Run(args)) => run(args),
+        Some(Command::Serve(args)) => serve_resources(args),
+    };
+    let code = match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failed::Error) => ExitCode::FAILURE,
+        Err(Failed::Signal(signal)) => ExitCode::from(u8::try_from(128 + signal).unwrap_or(1)),
     };
     let _ = std::io::stdout().flush();
     code

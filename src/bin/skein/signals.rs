@@ -11,21 +11,27 @@
 //! (`print.rs`). A second signal, or a first one before the domain exists, exits at once with
 //! the same code.
 //!
+//! `skein serve` hands the thread its own action instead ([`on_first`]): the first signal asks
+//! the console to shut the resources down, and the runner exits 0 as after `quit`.
+//!
 //! This file owns the signal mask and the signal thread; the cancel itself is the library's.
 
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use skein::InterruptHandle;
 
 /// The first signal taken, 0 until one is.
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 
-/// The handle of the run's domain, once it exists.
-static DOMAIN: OnceLock<Mutex<Option<InterruptHandle>>> = OnceLock::new();
+/// What the first signal does, once the run has something to cancel.
+type FirstSignal = Arc<dyn Fn() + Send + Sync>;
 
-fn domain() -> &'static Mutex<Option<InterruptHandle>> {
-    DOMAIN.get_or_init(|| Mutex::new(None))
+/// The first signal's action: interrupt the run's domain, or end the serve console.
+static FIRST: OnceLock<Mutex<Option<FirstSignal>>> = OnceLock::new();
+
+fn first() -> &'static Mutex<Option<FirstSignal>> {
+    FIRST.get_or_init(|| Mutex::new(None))
 }
 
 /// The signals taken here.
@@ -60,7 +66,8 @@ pub(crate) fn block() {
     }
 }
 
-/// The signal thread: the first signal interrupts the domain, the next exits.
+/// The signal thread: the first signal takes its action (interrupts the domain), the next
+/// exits.
 fn take(set: libc::sigset_t) {
     loop {
         let mut signal: libc::c_int = 0;
@@ -69,12 +76,12 @@ fn take(set: libc::sigset_t) {
         if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
             continue;
         }
-        let first = RECEIVED
+        let is_first = RECEIVED
             .compare_exchange(0, signal, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
-        let handle = domain().lock().unwrap_or_else(|e| e.into_inner()).clone();
-        match handle {
-            Some(handle) if first => handle.interrupt(),
+        let action = first().lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match action {
+            Some(action) if is_first => action(),
             _ => exit_now(signal),
         }
     }
@@ -90,7 +97,13 @@ fn exit_now(signal: libc::c_int) -> ! {
 /// Hands the signal thread the running domain's handle: from now on a first signal cancels
 /// the run instead of exiting at once.
 pub(crate) fn watch(handle: InterruptHandle) {
-    *domain().lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+    on_first(move || handle.interrupt());
+}
+
+/// From now on a first signal runs `action` (on the signal thread) instead of exiting at once;
+/// a second still exits at once.
+pub(crate) fn on_first(action: impl Fn() + Send + Sync + 'static) {
+    *first().lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(action));
 }
 
 /// The first signal taken, if one was: the run ends with `128 + signal`.
