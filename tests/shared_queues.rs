@@ -129,6 +129,31 @@ fn values_round_trip_exactly_and_one_name_is_one_handle() {
 }
 
 #[test]
+fn unknown_options_are_refused_naming_the_option_and_make_nothing() {
+    let (tree, pool) = setup(1);
+    let domain = tree.domain(&pool);
+    assert_eq!(
+        refused(&domain, r#"jobs.shared.queue("q", { capacty = 8 })"#),
+        "unknown jobs.shared.queue option 'capacty': expected capacity"
+    );
+    assert_eq!(
+        refused(&domain, r#"jobs.shared.queue("q", { capacity = 8, 1 })"#),
+        "unknown jobs.shared.queue option 'Integer(1)': expected capacity"
+    );
+    assert_eq!(
+        refused(&domain, r#"jobs.shared.queue("q", 8)"#),
+        "jobs.shared.queue: opts must be a table, got a number"
+    );
+    // Nothing was made: the name is still free for any capacity.
+    domain
+        .eval(r#"assert(jobs.shared.queue("q", { capacity = 3 }).capacity == 3)"#)
+        .unwrap();
+    domain
+        .eval(r#"assert(jobs.shared.queue("q", {}).capacity == 3, "an empty table asks nothing")"#)
+        .unwrap();
+}
+
+#[test]
 fn capacities_at_and_past_the_bounds() {
     let (tree, pool) = setup(1);
     let domain = tree.domain(&pool);

@@ -30,7 +30,7 @@ use super::StoreCore;
 use crate::sync::Arc;
 use crate::value::path::number_text;
 use crate::value::{Message, MessageArg};
-use crate::vm::{a_type, promise_handle, promise_of};
+use crate::vm::{a_type, for_each_option, promise_handle, promise_of};
 use crate::vm::{await_function, Embedded, Outcome, PromiseCell, PromiseId, TaskId, VmCore};
 
 /// How the parked pops of one VM reach it: posts a parcel to the VM's home inbox. A parcel it
@@ -481,19 +481,24 @@ fn primitives(lua: &Lua) -> mlua::Result<Table> {
     Ok(p)
 }
 
-/// Reads `opts.capacity`: nil, or a whole number.
+/// Reads `opts` (nil, or a table whose one option is `capacity`: nil, or a whole number).
 fn read_capacity(opts: &Value) -> mlua::Result<Option<usize>> {
     const WHAT: &str = "jobs.shared.queue";
-    let capacity = match opts {
-        Value::Nil => return Ok(None),
-        Value::Table(t) => t.raw_get::<Value>("capacity")?,
-        other => {
-            return Err(mlua::Error::runtime(format!(
-                "{WHAT}: opts must be a table, got {}",
-                a_type(other)
-            )))
+    if !matches!(opts, Value::Nil | Value::Table(_)) {
+        return Err(mlua::Error::runtime(format!(
+            "{WHAT}: opts must be a table, got {}",
+            a_type(opts)
+        )));
+    }
+    let mut capacity = Value::Nil;
+    for_each_option(opts, WHAT, |key, value| match key {
+        "capacity" => {
+            capacity = value;
+            Ok(())
         }
-    };
+        _ => Err(format!("unknown {WHAT} option '{key}': expected capacity")),
+    })
+    .map_err(mlua::Error::runtime)?;
     let n = match capacity {
         Value::Nil => return Ok(None),
         Value::Integer(i) => i as f64,
