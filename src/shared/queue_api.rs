@@ -24,7 +24,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use mlua::{
@@ -297,14 +297,17 @@ impl Popped {
 /// is empty and the pop must park (`pop_or_park`). Makes no promise and reads no app data.
 fn take_now(
     lua: &Lua,
-    poppers: &Poppers,
+    poppers: &Weak<Poppers>,
     this: &QueueHandle,
     method: &str,
     take: impl FnOnce(&SharedQueue) -> Result<Option<Message>, PopError>,
     on_closed: Message,
 ) -> mlua::Result<(Message, bool)> {
     // A value a dead pop of this VM holds is older than anything queued: give it back first.
-    if !poppers.parked.borrow().is_empty() {
+    if poppers
+        .upgrade()
+        .is_some_and(|p| !p.parked.borrow().is_empty())
+    {
         sweep_parked_pops(lua);
     }
     match take(&this.0) {
@@ -456,8 +459,10 @@ fn read_count(queue: &SharedQueue, n: &Value) -> mlua::Result<usize> {
 
 /// The primitives `queue_pop.luau` is built on. `pop` and `popMany` answer what is ready now;
 /// `park` and `parkMany` take what came meanwhile or park the pop; `finish` and `finishMany`
-/// take what woke it.
-fn primitives(lua: &Lua, poppers: Rc<Poppers>) -> mlua::Result<Table> {
+/// take what woke it. The ready-now pair holds the VM's [`Poppers`] weakly: the app data owns
+/// them, so they are dropped (giving back what their pops held) where they always were, never
+/// from a finalizer of the VM's functions.
+fn primitives(lua: &Lua, poppers: Weak<Poppers>) -> mlua::Result<Table> {
     let p = lua.create_table()?;
     let mine = poppers.clone();
     p.raw_set(
@@ -610,9 +615,10 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
         parked: RefCell::new(HashMap::new()),
     });
     lua.set_app_data(poppers.clone());
-    let (pop, pop_many): (Function, Function) = POP
-        .load(lua)?
-        .call((primitives(lua, poppers)?, await_function(lua)?))?;
+    let (pop, pop_many): (Function, Function) = POP.load(lua)?.call((
+        primitives(lua, Rc::downgrade(&poppers))?,
+        await_function(lua)?,
+    ))?;
     lua.set_named_registry_value(POP_KEY, pop)?;
     lua.set_named_registry_value(POP_MANY_KEY, pop_many)?;
     lua.set_named_registry_value(HANDLES_KEY, lua.create_table()?)?;
