@@ -9,6 +9,20 @@
 //! A producer that finds the queue full yields and retries (the refused value comes back). Each
 //! producer ends with one stop marker and each consumer stops at the first it pops, so every
 //! item is consumed without a shared counter. Ratios of the medians are printed at the end.
+//!
+//! With the arguments `count fill N` or `count pop N` it is instead a driver for counting
+//! instructions, not a benchmark: the host pushes N integers into a queue of 65,536 slots, and
+//! with `pop` the engine VM then pops them in a Luau loop (`s += q:pop()`, each value ready: the
+//! fast path). Run each under callgrind at two counts; `pop` minus `fill`, differenced and divided,
+//! is what one Luau pop costs, its loop's bytecode included:
+//!
+//! ```text
+//! for mode in fill pop; do for n in 10000 20000; do
+//!     valgrind --tool=callgrind --separate-threads=yes \
+//!         --callgrind-out-file=cg.$mode.$n.%p target/release/deps/shared_queue-* count $mode $n
+//! done; done
+//! grep totals: cg.*-01   # ((pop 20000 - pop 10000) - (fill 20000 - fill 10000)) / 10000
+//! ```
 
 mod util;
 
@@ -310,7 +324,35 @@ fn queues(c: &mut Criterion) {
 
 criterion_group!(benches, queues);
 
+/// `count fill N` / `count pop N`: see the module's docs.
+fn count(mode: &str, n: usize) {
+    let pool = Pool::new(1);
+    let domain = ScriptDomain::new(&pool, DomainSpec::new("count")).expect("domain");
+    let queue = domain.shared().queue("cost", 65_536).expect("queue");
+    for i in 0..n {
+        queue.push(Message::Number(i as f64)).expect("push");
+    }
+    if mode == "pop" {
+        let sum = domain
+            .eval(&format!(
+                r#"local q, s = jobs.shared.queue("cost"), 0
+                for _ = 1, {n} do s += q:pop() end
+                return s"#
+            ))
+            .expect("pops");
+        assert_eq!(number(&sum), (n * (n - 1) / 2) as f64);
+    }
+    black_box(queue.len());
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, count_mode, mode, n, ..] = &args[..] {
+        if count_mode == "count" {
+            count(mode, n.parse().expect("N"));
+            return;
+        }
+    }
     benches();
     Criterion::default().configure_from_args().final_summary();
     use util::ratio;

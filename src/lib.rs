@@ -92,7 +92,7 @@ pub use error::{DispatchRefusal, Error, Halt, NameRefusal, ResourceRefusal, Resu
 pub use jobs::{
     JobInfo, JobOptions, JobOrder, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls,
 };
-pub use pool::stats::{WarmRun, WorkerStats};
+pub use pool::stats::{HeldKey, WarmRun, WorkerStats};
 pub use principal::capability::{
     require_capability, CapabilityDenied, CapabilityError, CapabilityId, CapabilitySet, Grant,
     InvalidCapability, OverDelegation, RootAuthority, FILESYSTEM_READ, FILESYSTEM_WRITE,

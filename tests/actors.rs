@@ -48,12 +48,12 @@ const SPAWN_REFUSALS: &[(&str, &str, &str)] = &[
     (
         "an unknown option",
         "require('@skein/worker').spawn { source = 'return print', size = 3 }",
-        "worker.spawn: unknown option 'size': expected capabilities, name, shareServices, or source",
+        "unknown worker.spawn option 'size': expected capabilities, name, shareServices, or source",
     ),
     (
         "no source",
         "require('@skein/worker').spawn { name = 'x' }",
-        "worker.spawn needs source: the worker module's Luau source",
+        "worker.spawn needs source, the worker module's Luau source",
     ),
     (
         "capabilities the domain does not hold",
@@ -64,7 +64,8 @@ const SPAWN_REFUSALS: &[(&str, &str, &str)] = &[
     (
         "worker.send from a domain",
         "require('@skein/worker').send { progress = 1 }",
-        "worker.send is for a worker's own code; a domain sends through the handle worker.spawn returned",
+        "in a domain's own code, worker.send is for a worker's own code; a domain sends through the \
+         handle worker.spawn returned",
     ),
     (
         "shareServices that is not a boolean",
@@ -118,8 +119,8 @@ fn a_worker_cannot_spawn_and_its_failure_is_structured() {
     assert_eq!(
         err,
         format!(
-            "{} generation 1 worker 'nested' (worker:nested) failed at handler: worker.spawn: \
-             this is a worker's code; only a domain's own code spawns workers",
+            "{} generation 1 worker 'nested' (worker:nested) failed at handler: inside a worker, \
+             worker.spawn is for a domain's own code",
             d.id()
         )
     );
@@ -236,8 +237,8 @@ fn the_queue_holds_1024_waiting_then_refuses() {
     assert_eq!(text(&at_limit), "ok");
     assert_eq!(
         raised(&d, "w:send(1025)"),
-        "Worker:send: the queue of worker 'slow' is full: 1024 messages wait for its handler; \
-         receive its replies, or send fewer"
+        "the worker's queue is full: 1024 messages wait for its handler; receive its replies, or \
+         send fewer (Worker:send to worker 'slow')"
     );
     gate.open();
     let out = d
@@ -676,7 +677,8 @@ fn a_pool_worker_vm_says_where_worker_functions_belong() {
         .unwrap();
     assert_eq!(
         clean(&text(&send)),
-        "worker.send is for a worker's own code; a domain sends through the handle worker.spawn returned"
+        "in a domain's own code, worker.send is for a worker's own code; a domain sends through the \
+         handle worker.spawn returned"
     );
 }
 

@@ -31,6 +31,7 @@ fn a_fresh_domain_counts_nothing() {
     );
     assert_eq!((stats.errors, stats.warnings, stats.denials), (0, 0, 0));
     assert_eq!((stats.events_pending, stats.events_pending_bytes), (0, 0));
+    assert_eq!(stats.events_dropped_at_stop, 0);
     assert_eq!(
         (
             stats.live_actors,
@@ -86,6 +87,45 @@ fn phases_events_and_failures_are_counted() {
     // Two named handlers of "hit" and the ui context's event handler.
     assert_eq!(stats.handler_calls, 2 + 3);
     assert_eq!((stats.events_pending, stats.events_pending_bytes), (0, 0));
+}
+
+#[test]
+fn stop_drops_the_queued_events_and_counts_them() {
+    let pool = Pool::new(1);
+    let spec = DomainSpec::new("stopping")
+        .context(ContextSpec::new("main").phases([Phase::Shutdown]))
+        .expect("context");
+    let mut domain = ScriptDomain::new(&pool, spec).expect("domain");
+    domain
+        .exec(
+            r#"
+            local events = require("@skein/events")
+            handled = 0
+            events.on("hit", function() handled += 1 end)
+            require("@skein/context").bind("main", {
+                shutdown = function() events.emit("hit", "at shutdown") end,
+            })
+            events.emit("hit", 1)
+            events.emit("hit", 2)
+            "#,
+        )
+        .expect("exec");
+    domain
+        .mailbox()
+        .post_named("nobody", Message::Integer(3))
+        .expect("post");
+    assert_eq!(domain.stats().events_pending, 3);
+    assert_eq!(domain.stats().events_dropped_at_stop, 0);
+    domain.stop();
+    let stats = domain.stats();
+    // The three queued and the one the shutdown handler emitted, none delivered.
+    assert_eq!(stats.events_dropped_at_stop, 4);
+    assert_eq!((stats.events_pending, stats.events_pending_bytes), (0, 0));
+    assert_eq!((stats.events_delivered, stats.events_unhandled), (0, 0));
+    // A post after the stop is refused, not dropped: the count stays.
+    assert!(domain.mailbox().post_named("hit", Message::Nil).is_err());
+    domain.stop();
+    assert_eq!(domain.stats().events_dropped_at_stop, 4);
 }
 
 #[test]

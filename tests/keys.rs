@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use skein::{Message, Pool};
+use skein::{Message, Pool, WorkerStats};
 
 use crate::support::{assert_contains, field, list, number, refusal, text, wait_until, Tree};
 
@@ -107,6 +107,90 @@ fn items_of_a_key_run_in_order_one_at_a_time_in_one_vm_that_keeps_its_state() {
     let longest = stats.iter().map(|s| s.key_wait_max).max().unwrap();
     assert!(longest >= Duration::from_millis(19 * 2), "{stats:?}");
     assert!(stats.iter().map(|s| s.key_wait_total).sum::<Duration>() >= longest);
+}
+
+#[test]
+fn stats_list_each_workers_keys_with_their_waits_and_a_script_sees_only_its_domains_keys() {
+    let (tree, pool) = setup(2);
+    let domain = tree.domain(&pool);
+    let other = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            local ps = {}
+            for i = 1, 10 do ps[i] = jobs.dispatch("./keyed", "append", i, { key = "k" }) end
+            for _, p in ps do p:await() end
+        "#,
+        )
+        .unwrap();
+    // An item's turn ends just after its reply: wait for the last one to be counted.
+    let counted = || {
+        let rows = pool.stats();
+        rows.iter()
+            .flat_map(|r| r.keys.iter())
+            .map(|k| k.items)
+            .sum::<u64>()
+    };
+    assert!(wait_until(Duration::from_secs(10), || counted() == 10));
+    let rows = pool.stats();
+    let row = rows
+        .iter()
+        .find(|r| r.keys_held == 1)
+        .expect("the bound worker");
+    let [held] = &row.keys[..] else {
+        panic!("one key listed: {rows:?}")
+    };
+    assert_eq!(held.key, "k");
+    // The last item waited for the 9 before it, each of which waits 2 ms.
+    assert!(held.wait_max >= Duration::from_millis(9 * 2), "{held:?}");
+    assert!(held.wait_total >= held.wait_max);
+    assert_eq!(held.wait_max, row.key_wait_max);
+    let seen = r#"
+        local seen = {}
+        for _, row in jobs.stats() do
+            for _, k in row.keys do
+                table.insert(seen, k.key .. ":" .. k.items .. ":" .. tostring(k.wait_max_ms >= 18))
+            end
+        end
+        return table.concat(seen, ",")
+    "#;
+    assert_eq!(text(&domain.eval(seen).unwrap()), "k:10:true");
+    assert_eq!(
+        text(&other.eval(seen).unwrap()),
+        "",
+        "another domain's keys stay hidden"
+    );
+}
+
+#[test]
+fn stats_list_at_most_keys_listed_keys_per_worker() {
+    let (tree, pool) = setup(1);
+    let domain = tree.domain(&pool);
+    let listed = WorkerStats::KEYS_LISTED;
+    assert_eq!(listed, 64);
+    let bind = |n: usize| {
+        domain
+            .eval(&format!(
+                r#"
+                for i = 1, {n} do
+                    jobs.dispatch("./keyed", "append", i, {{ key = "b" .. i }}):await()
+                end
+            "#
+            ))
+            .unwrap();
+    };
+    bind(listed);
+    assert_eq!(pool.stats()[0].keys_held, listed);
+    assert_eq!(
+        pool.stats()[0].keys.len(),
+        listed,
+        "at the bound: every key"
+    );
+    bind(listed + 1);
+    assert_eq!(pool.stats()[0].keys_held, listed + 1);
+    assert_eq!(pool.stats()[0].keys.len(), listed, "one past: the bound");
+    let luau = domain.eval("return #jobs.stats()[1].keys").unwrap();
+    assert_eq!(number(&luau), listed as f64);
 }
 
 #[test]

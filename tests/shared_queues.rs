@@ -129,6 +129,31 @@ fn values_round_trip_exactly_and_one_name_is_one_handle() {
 }
 
 #[test]
+fn unknown_options_are_refused_naming_the_option_and_make_nothing() {
+    let (tree, pool) = setup(1);
+    let domain = tree.domain(&pool);
+    assert_eq!(
+        refused(&domain, r#"jobs.shared.queue("q", { capacty = 8 })"#),
+        "unknown jobs.shared.queue option 'capacty': expected capacity"
+    );
+    assert_eq!(
+        refused(&domain, r#"jobs.shared.queue("q", { capacity = 8, 1 })"#),
+        "unknown jobs.shared.queue option 'Integer(1)': expected capacity"
+    );
+    assert_eq!(
+        refused(&domain, r#"jobs.shared.queue("q", 8)"#),
+        "jobs.shared.queue: opts must be a table, got a number"
+    );
+    // Nothing was made: the name is still free for any capacity.
+    domain
+        .eval(r#"assert(jobs.shared.queue("q", { capacity = 3 }).capacity == 3)"#)
+        .unwrap();
+    domain
+        .eval(r#"assert(jobs.shared.queue("q", {}).capacity == 3, "an empty table asks nothing")"#)
+        .unwrap();
+}
+
+#[test]
 fn capacities_at_and_past_the_bounds() {
     let (tree, pool) = setup(1);
     let domain = tree.domain(&pool);
@@ -689,6 +714,99 @@ fn stress_producers_and_consumers_on_two_workers_and_the_engine() {
             Message::Number(0.0)
         ])
     );
+}
+
+#[test]
+fn a_pop_with_a_value_ready_and_a_push_with_a_slot_free_never_yield() {
+    let (tree, pool) = setup(1);
+    let domain = tree.domain(&pool);
+    let v = domain
+        .eval(
+            r#"
+            local q = jobs.shared.queue("ready", { capacity = 2 })
+            -- A free slot: each push goes in at once, without yielding its coroutine.
+            local pushing = coroutine.create(function() q:push(1) q:push(2) return q:len() end)
+            local ok, n = coroutine.resume(pushing)
+            assert(ok and coroutine.status(pushing) == "dead" and n == 2, tostring(n))
+            -- No slot: refused at once, and nothing changed.
+            local full, err = pcall(q.push, q, 3)
+            assert(not full and string.find(tostring(err), "is full (capacity 2)", 1, true))
+            -- A value ready: the pops take it without yielding (no park, no promise).
+            local popping = coroutine.create(function() return q:pop(), q:popMany(2) end)
+            local ok2, a, rest = coroutine.resume(popping)
+            assert(ok2 and coroutine.status(popping) == "dead", tostring(a))
+            assert(a == 1 and #rest == 1 and rest[1] == 2)
+            -- Where a task can't wait (a metamethod), a ready value is taken all the same.
+            q:push(4)
+            local t = setmetatable({}, { __index = function() return q:pop() end })
+            local got = t.anything
+            q:push(5)
+            q:close()
+            -- Closed: a ready pop drains, then answers nil (and popMany an empty list) at once.
+            local drained = coroutine.create(function() return q:pop(), q:pop(), #q:popMany(2) end)
+            local ok3, last, none, empty = coroutine.resume(drained)
+            assert(ok3 and coroutine.status(drained) == "dead", tostring(last))
+            return { got, last, none == nil, empty, q:len() }
+            "#,
+        )
+        .unwrap();
+    assert_eq!(
+        v,
+        Message::List(vec![
+            Message::Number(4.0),
+            Message::Number(5.0),
+            Message::Boolean(true),
+            Message::Number(0.0),
+            Message::Number(0.0),
+        ])
+    );
+    let queue = domain.shared().queue("ready", 2).unwrap();
+    assert_eq!(queue.waiters(), 0, "no pop was left parked");
+}
+
+/// A consumer on one worker pops (one at a time from a queue of one slot, or two at a time from
+/// one of two) while a producer on the other pushes: the queue runs empty and full over and over,
+/// so pushes land between a pop's look and its park. Every value goes in once and comes out
+/// once, in order.
+#[test]
+fn values_pushed_between_a_pops_look_and_its_park_are_neither_lost_nor_doubled() {
+    const N: i64 = 3_000;
+    let (tree, pool) = setup(2);
+    let domain = tree.domain(&pool);
+    for (entry, capacity, extra) in [("drain", 1, ""), ("drainMany", 2, ", batch = 2")] {
+        let name = format!("race_{entry}");
+        let v = domain
+            .eval(&format!(
+                r#"
+                local q = jobs.shared.queue("{name}", {{ capacity = {capacity} }})
+                local consumer = jobs.dispatch("./queues", "{entry}", {{ name = "{name}"{extra} }})
+                local made = jobs.dispatch("./queues", "produce",
+                    {{ name = "{name}", first = 1, last = {N} }}):await()
+                q:close()
+                local got = consumer:await()
+                local inOrder, sum = true, 0
+                for i, v in got do
+                    inOrder = inOrder and v == i
+                    sum += v
+                end
+                return {{ made, #got, sum, inOrder, q:len() }}
+                "#
+            ))
+            .unwrap();
+        assert_eq!(
+            v,
+            Message::List(vec![
+                Message::Number(N as f64),
+                Message::Number(N as f64),
+                Message::Number((N * (N + 1) / 2) as f64),
+                Message::Boolean(true),
+                Message::Number(0.0),
+            ]),
+            "{entry}"
+        );
+        let queue = domain.shared().queue(&name, capacity).unwrap();
+        assert_eq!(queue.waiters(), 0, "{entry}: no pop was left parked");
+    }
 }
 
 #[test]

@@ -92,6 +92,7 @@ end
 -- A warm that tells it runs (`warm.gated`), then waits until the test opens `warm.open`.
 function M.gated()
     local t = jobs.shared.table("warm")
+    t.gatedRuns = (t.gatedRuns or 0) + 1 -- one worker in the tests that read it
     t.gated = true
     local start = os.clock()
     while not t.open do
@@ -532,13 +533,17 @@ fn tasks_already_in_the_vm_run_between_the_warm_waits() {
     );
 }
 
-#[test]
-fn a_panic_that_drops_a_warming_vm_fails_the_running_entry_and_the_next_vm_runs_the_rest() {
-    let tree = tree();
-    let marks = Marks::default();
-    let pool = Pool::new(1);
-    let warming = tree.domain_with(&pool, plan(&marks));
-    let other = tree.domain_with(&pool, plan(&Marks::default()));
+/// A warming domain on one worker whose `gated` warm waits for a gate the test opens, with
+/// `build` queued behind it and an item held back, and another domain whose item panics in its
+/// module's top level, outside any task: the worker drops every VM it holds, the warming one
+/// included. Answers the two domains once the gated warm first runs.
+fn warming_beside_a_panicker(
+    tree: &Tree,
+    pool: &Pool,
+    marks: &Marks,
+) -> (ScriptDomain, ScriptDomain) {
+    let warming = tree.domain_with(pool, plan(marks));
+    let other = tree.domain_with(pool, plan(&Marks::default()));
     warming
         .exec(
             r#"
@@ -549,16 +554,87 @@ fn a_panic_that_drops_a_warming_vm_fails_the_running_entry_and_the_next_vm_runs_
         )
         .unwrap();
     warming.pump();
-    // The gated warm runs, and waits for a gate the test never opens.
-    let gate = warming.shared().table("warm").unwrap();
-    assert!(wait_until(Duration::from_secs(10), || gate
-        .get("gated")
-        .unwrap()
-        .is_some()));
-    // Another domain's item is not held back: its module's top level panics outside any task,
-    // and the worker drops every VM it holds, the warming one included.
+    assert!(wait_until(Duration::from_secs(10), || gated_runs(&warming) == 1.0));
+    (warming, other)
+}
+
+/// How many times the `gated` warm has started.
+fn gated_runs(domain: &ScriptDomain) -> f64 {
+    let gate = domain.shared().table("warm").unwrap();
+    gate.get("gatedRuns").unwrap().map_or(0.0, |n| number(&n))
+}
+
+/// Panics the worker from `other`'s item (its module's top level), outside any warm entry.
+fn panic_outside(pool: &Pool, other: &ScriptDomain, panics: u64) {
     other.exec(r#"jobs.dispatch("./boom", "x")"#).unwrap();
     other.pump();
+    assert!(wait_until(Duration::from_secs(10), || pool.stats()[0]
+        .panics
+        >= panics));
+}
+
+#[test]
+fn a_panic_outside_the_entry_that_drops_its_vm_runs_it_once_more_first_in_the_next_vm() {
+    let tree = tree();
+    let marks = Marks::default();
+    let pool = Pool::new(1);
+    let (warming, other) = warming_beside_a_panicker(&tree, &pool, &marks);
+    panic_outside(&pool, &other, 1);
+    // The running entry starts again in the VM built next, before `build`.
+    assert!(wait_until(Duration::from_secs(10), || gated_runs(&warming) == 2.0));
+    assert_eq!(marks.count(), 0, "build waits behind the rerun");
+    let gate = warming.shared().table("warm").unwrap();
+    gate.set("open", true).unwrap();
+    let out = warming
+        .eval(
+            r#"
+            local row = held:await()
+            slow:await()
+            build:await()
+            return row
+            "#,
+        )
+        .unwrap();
+    assert_eq!(field(&out, "built"), &Message::Boolean(true), "{out:?}");
+    assert_eq!(number(field(&out, "runs")), 1.0);
+    assert_eq!(
+        marks.count(),
+        1,
+        "build ran once, in the VM built after the panic"
+    );
+    assert_eq!(gated_runs(&warming), 2.0);
+    let runs: Vec<_> = pool.stats()[0]
+        .warm_runs
+        .iter()
+        .filter(|r| r.name == "./registry.gated")
+        .cloned()
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(
+        runs[0].error.as_deref(),
+        Some(
+            "host code panicked: raw host panic outside the entry, which ended its VM; \
+             it runs again in the next VM"
+        )
+    );
+    assert!(runs[1].ok(), "{runs:?}");
+    warming.pump();
+    let reports = warming.take_reports();
+    assert!(
+        !reports.iter().any(|r| r.source.contains("gated")),
+        "the rerun is no failure of the entry: {reports:?}"
+    );
+}
+
+#[test]
+fn a_second_panic_outside_the_entry_fails_it_for_the_epoch_naming_the_panic() {
+    let tree = tree();
+    let marks = Marks::default();
+    let pool = Pool::new(1);
+    let (warming, other) = warming_beside_a_panicker(&tree, &pool, &marks);
+    panic_outside(&pool, &other, 1);
+    assert!(wait_until(Duration::from_secs(10), || gated_runs(&warming) == 2.0));
+    panic_outside(&pool, &other, 2);
     let out = warming
         .eval(
             r#"
@@ -571,22 +647,26 @@ fn a_panic_that_drops_a_warming_vm_fails_the_running_entry_and_the_next_vm_runs_
         .unwrap();
     let row = field(&out, "row");
     assert_eq!(field(row, "built"), &Message::Boolean(true), "{out:?}");
-    assert_eq!(number(field(row, "runs")), 1.0);
     assert_eq!(field(&out, "ok"), &Message::Boolean(false));
     assert_contains(
         &text(field(&out, "err")),
         "worker 0: host code panicked: raw host panic",
     );
+    assert_eq!(gated_runs(&warming), 2.0, "no third run");
     assert_eq!(
         marks.count(),
         1,
-        "build ran once, in the VM built after the panic"
+        "build ran once, in the VM built after the second panic"
     );
     warming.pump();
     let reports = warming.take_reports();
-    let slow_reports = reports
+    let gated: Vec<_> = reports
         .iter()
         .filter(|r| r.source == "jobs.warm \"./registry\".gated")
-        .count();
-    assert_eq!(slow_reports, 1, "{reports:?}");
+        .collect();
+    assert_eq!(gated.len(), 1, "{reports:?}");
+    assert_contains(
+        &gated[0].message,
+        "host code panicked: raw host panic (on worker 0); it runs on no later VM",
+    );
 }

@@ -16,6 +16,7 @@ pub(crate) struct Counters {
     handler_calls: Cell<u64>,
     events_delivered: Cell<u64>,
     events_unhandled: Cell<u64>,
+    events_dropped_at_stop: Cell<u64>,
     errors: Cell<u64>,
     warnings: Cell<u64>,
 }
@@ -34,6 +35,10 @@ impl Counters {
         bump(&self.events_unhandled, unhandled as u64);
     }
 
+    pub(crate) fn dropped_at_stop(&self, events: usize) {
+        bump(&self.events_dropped_at_stop, events as u64);
+    }
+
     pub(crate) fn diagnosed(&self, severity: Severity) {
         match severity {
             Severity::Error => bump(&self.errors, 1),
@@ -44,8 +49,9 @@ impl Counters {
 
 /// What a domain has done and holds, at the moment [`ScriptDomain::stats`] was called.
 ///
-/// Totals (`handler_calls`, `events_*`, `errors`, `warnings`, `stale_events`, `denials`) count
-/// over the domain's whole life, across restarts; the rest describe the current generation.
+/// Totals (`handler_calls`, `events_delivered`, `events_unhandled`, `events_dropped_at_stop`,
+/// `errors`, `warnings`, `stale_events`, `denials`) count over the domain's whole life, across
+/// restarts; the rest describe the current generation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DomainStats {
@@ -66,6 +72,9 @@ pub struct DomainStats {
     pub events_delivered: u64,
     /// Events a drain found no handler for: counted and dropped.
     pub events_unhandled: u64,
+    /// Events still queued when [`ScriptDomain::stop`] ran (those its shutdown handlers emitted
+    /// included): dropped undelivered and counted.
+    pub events_dropped_at_stop: u64,
     /// Events waiting in the queue now.
     pub events_pending: usize,
     /// Bytes of payload (`Message::queue_weight`) waiting in the queue now.
@@ -136,6 +145,7 @@ impl ScriptDomain {
             handler_calls: counters.handler_calls.get(),
             events_delivered: counters.events_delivered.get(),
             events_unhandled: counters.events_unhandled.get(),
+            events_dropped_at_stop: counters.events_dropped_at_stop.get(),
             events_pending,
             events_pending_bytes,
             stale_events: self.stale_events(),

@@ -105,7 +105,10 @@ fn queue_courier(home: &JobsHome) -> Courier {
 /// in milliseconds.
 fn stats(lua: &Lua, (): ()) -> mlua::Result<Table> {
     let home = home(lua)?;
-    let rows = home.pool.stats();
+    let domain = home.principal.id.domain;
+    let rows = home
+        .pool
+        .stats_listing(|(principal, _)| principal.domain == domain);
     let out = lua.create_table_with_capacity(rows.len(), 0)?;
     // The domain's VMs share one plan, so the caller's mode is the workers' mode too.
     let native = mode_of(lua).in_use();
@@ -123,6 +126,16 @@ fn stats(lua: &Lua, (): ()) -> mlua::Result<Table> {
         t.raw_set("keyed_items", row.keyed_items as f64)?;
         t.raw_set("key_wait_total_ms", ms(row.key_wait_total))?;
         t.raw_set("key_wait_max_ms", ms(row.key_wait_max))?;
+        let keys = lua.create_table_with_capacity(row.keys.len(), 0)?;
+        for held in &row.keys {
+            let k = lua.create_table_with_capacity(0, 4)?;
+            k.raw_set("key", held.key.as_str())?;
+            k.raw_set("items", held.items as f64)?;
+            k.raw_set("wait_total_ms", ms(held.wait_total))?;
+            k.raw_set("wait_max_ms", ms(held.wait_max))?;
+            keys.raw_push(k)?;
+        }
+        t.raw_set("keys", keys)?;
         let warm = lua.create_table_with_capacity(row.warm_runs.len(), 0)?;
         for run in &row.warm_runs {
             let r = lua.create_table_with_capacity(0, 4)?;

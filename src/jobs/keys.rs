@@ -8,6 +8,7 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use foldhash::fast::RandomState;
@@ -78,9 +79,11 @@ impl PoolShared {
         answer != Release::NotHeld
     }
 
-    /// The turn of a keyed item ended: hand the lane on.
-    fn settle_key(&self, key: &LaneKey) {
-        self.lanes.settle(key, |d| self.deliver(d, key));
+    /// The turn of a keyed item ended: hand the lane on, counting the item's wait for its turn
+    /// in the key's [`KeyWait`](crate::pool::lanes::KeyWait).
+    fn settle_key(&self, key: &LaneKey, waited: Duration) {
+        self.lanes
+            .settle_waited(key, waited, |d| self.deliver(d, key));
     }
 
     /// Posts a lane's delivery to its worker. Runs under the lanes' lock (see its docs).
@@ -135,20 +138,28 @@ pub(crate) fn key_bytes(key: &[u8]) -> Bytes {
 pub(crate) struct LaneTurn {
     pool: Arc<PoolShared>,
     key: LaneKey,
+    /// How long the item waited, from dispatch to start, for this turn.
+    waited: Duration,
 }
 
 impl LaneTurn {
-    pub(crate) fn new(pool: Arc<PoolShared>, principal: Principal, key: Bytes) -> Self {
+    pub(crate) fn new(
+        pool: Arc<PoolShared>,
+        principal: Principal,
+        key: Bytes,
+        waited: Duration,
+    ) -> Self {
         LaneTurn {
             pool,
             key: (principal, key),
+            waited,
         }
     }
 }
 
 impl Drop for LaneTurn {
     fn drop(&mut self) {
-        self.pool.settle_key(&self.key);
+        self.pool.settle_key(&self.key, self.waited);
     }
 }
 

@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use mlua::{LuaString, Table, Value};
+use mlua::{LuaString, Value};
 
 use super::chunking::whole;
 use super::keys::key_bytes;
-use crate::vm::{a_type, format_seconds};
+use crate::vm::{a_type, for_each_option, format_seconds};
 
 /// The longest one run of an item may take, and the default: 60 seconds.
 pub(crate) const MAX_DEADLINE: Duration = Duration::from_secs(60);
@@ -118,35 +118,6 @@ fn luau_number(n: f64) -> String {
     } else {
         format!("{n}")
     }
-}
-
-/// Calls `read` with each (key, value) of `opts`, which must be nil or a table; `call` names the
-/// function in the refusal. Non-string keys reach `read` as their debug text, so they are refused
-/// as unknown options.
-fn for_each_option(
-    opts: &Value,
-    call: &str,
-    mut read: impl FnMut(&str, Value) -> Result<(), String>,
-) -> Result<(), String> {
-    let table: &Table = match opts {
-        Value::Nil => return Ok(()),
-        Value::Table(t) => t,
-        other => {
-            return Err(format!(
-                "{call}: opts must be a table, got {}",
-                other.type_name()
-            ))
-        }
-    };
-    for pair in table.pairs::<Value, Value>() {
-        let (key, value) = pair.map_err(|e| e.to_string())?;
-        let key_text = match &key {
-            Value::String(s) => s.to_string_lossy(),
-            other => format!("{other:?}"),
-        };
-        read(&key_text, value)?;
-    }
-    Ok(())
 }
 
 /// `opts.name`: a string.

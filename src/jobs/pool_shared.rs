@@ -9,7 +9,7 @@ use super::item::{Item, LaneKey};
 use super::messages::WorkerMsg;
 use crate::pool::executor::Executor;
 use crate::pool::lanes::KeyLanes;
-use crate::pool::stats::{WarmRun, WorkerStats, WARM_RUNS_KEPT};
+use crate::pool::stats::{HeldKey, WarmRun, WorkerStats, KEYS_LISTED, WARM_RUNS_KEPT};
 use crate::sync::Arc as SyncArc;
 use crate::vm::{NativeMode, NativeTally, Signal};
 
@@ -41,10 +41,29 @@ impl PoolShared {
     /// The per-worker rows, with the keys each worker holds from the key lanes, the code
     /// generator its VMs compile with and the native code they hold.
     pub(crate) fn stats(&self) -> Vec<WorkerStats> {
+        self.stats_listing(|_| true)
+    }
+
+    /// As [`stats`](Self::stats), listing in each row's `keys` only the keys `listed` lets
+    /// through (a domain's script sees its own keys, never another domain's).
+    pub(crate) fn stats_listing(&self, listed: impl Fn(&LaneKey) -> bool) -> Vec<WorkerStats> {
         let mut rows = self.exec.stats();
         for (row, keys) in rows.iter_mut().zip(self.lanes.keys_held()) {
             row.keys_held = keys;
             row.code_generator = NativeMode::code_generator();
+        }
+        for (row, keys) in rows.iter_mut().zip(self.lanes.held(KEYS_LISTED, listed)) {
+            row.keys = keys
+                .into_iter()
+                .map(|((principal, key), waited)| HeldKey {
+                    domain: principal.domain.get(),
+                    generation: principal.generation.get(),
+                    key: String::from_utf8_lossy(&key).into_owned(),
+                    items: waited.items,
+                    wait_total: waited.total,
+                    wait_max: waited.longest,
+                })
+                .collect();
         }
         for (row, tally) in rows.iter_mut().zip(self.native.iter()) {
             let used = tally.read();

@@ -35,6 +35,11 @@ use crate::vm::{FailureKind, JobFailure, Outcome};
 /// ```
 pub(crate) const WARM_BOUND: Duration = Duration::from_secs(60);
 
+/// How many times a panic outside an entry's own code may end a VM while the entry runs there
+/// before the entry fails for the epoch: the first ending runs it once more in the VM built
+/// next, the second fails it (counted per entry across every worker of the pool).
+pub(crate) const OUTSIDE_PANICS_FORGIVEN: u32 = 1;
+
 /// How one worker's run of an entry ended, as the aggregation keeps it.
 pub(crate) type WorkerResult = Result<(), String>;
 
@@ -71,6 +76,7 @@ impl WarmRegistry {
             authority,
             state: Mutex::new(WarmState {
                 failed: None,
+                outside_panics: 0,
                 results: vec![None; workers],
                 settled: None,
                 waiters: Vec::new(),
@@ -109,6 +115,9 @@ pub(crate) struct WarmEntry {
 struct WarmState {
     /// Why the entry runs on no later VM (it panicked, or ran past a bound), once it does not.
     failed: Option<String>,
+    /// Runs ended by a panic outside the entry's own code (its VM dropped under it), on any
+    /// worker of the pool.
+    outside_panics: u32,
     /// Per worker, its first run's result.
     results: Vec<Option<WorkerResult>>,
     /// The call's outcome, once every worker reported.
@@ -135,6 +144,16 @@ impl WarmEntry {
     /// Why the entry runs on no later VM, if it failed for the epoch.
     pub(crate) fn failed(&self) -> Option<String> {
         self.state().failed.clone()
+    }
+
+    /// A panic outside the entry's own code (the VM's boot, a watcher, a task another entry left
+    /// behind) ended the VM the entry was running in. Answers true when the entry runs once more,
+    /// in the VM built next: the first [`OUTSIDE_PANICS_FORGIVEN`] such endings of the epoch.
+    /// Past them the caller fails the entry, naming the panic.
+    pub(crate) fn ended_by_outside_panic(&self) -> bool {
+        let mut state = self.state();
+        state.outside_panics = state.outside_panics.saturating_add(1);
+        state.outside_panics <= OUTSIDE_PANICS_FORGIVEN && state.failed.is_none()
     }
 
     /// Fails the entry for the epoch; answers true the first time, so it is reported once.
@@ -225,11 +244,26 @@ mod tests {
             authority: None,
             state: Mutex::new(WarmState {
                 failed: None,
+                outside_panics: 0,
                 results: vec![None; workers],
                 settled: None,
                 waiters: Vec::new(),
             }),
         }
+    }
+
+    #[test]
+    fn the_first_outside_panic_runs_the_entry_again_and_the_second_does_not() {
+        let e = entry(2);
+        assert!(e.ended_by_outside_panic(), "the first: once more");
+        assert!(!e.ended_by_outside_panic(), "the second: it fails");
+        assert!(!e.ended_by_outside_panic());
+        let failed = entry(1);
+        failed.fail("bound");
+        assert!(
+            !failed.ended_by_outside_panic(),
+            "failed already: nothing reruns"
+        );
     }
 
     #[test]

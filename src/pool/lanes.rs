@@ -36,6 +36,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
+use std::time::Duration;
 
 use foldhash::fast::RandomState;
 
@@ -59,6 +60,28 @@ struct Lane<T> {
     running: bool,
     /// What waits behind the running item. Empty whenever `running` is false.
     queue: VecDeque<Entry<T>>,
+    /// What the key's settled items waited for their turn, since the key was bound.
+    waited: KeyWait,
+}
+
+/// What the items of one key waited, from dispatch to start, for their turn in the key's VM:
+/// counted as each settles, since the key was bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyWait {
+    /// Items of the key that settled.
+    pub items: u64,
+    /// Their waits added up.
+    pub total: Duration,
+    /// The longest of them.
+    pub longest: Duration,
+}
+
+impl KeyWait {
+    fn add(&mut self, waited: Duration) {
+        self.items += 1;
+        self.total = self.total.saturating_add(waited);
+        self.longest = self.longest.max(waited);
+    }
 }
 
 impl<T> Lane<T> {
@@ -176,6 +199,7 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
                     worker,
                     running: true,
                     queue: VecDeque::new(),
+                    waited: KeyWait::default(),
                 },
             );
             deliver(Deliver::Run { worker, item });
@@ -212,7 +236,18 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
     /// that reached the head, then the next item).
     ///
     /// Called exactly once per item delivered as [`Deliver::Run`].
-    pub fn settle(&self, key: &K, mut deliver: impl FnMut(Deliver<T>)) {
+    pub fn settle(&self, key: &K, deliver: impl FnMut(Deliver<T>)) {
+        self.settle_after(key, None, deliver);
+    }
+
+    /// As [`settle`](Self::settle), adding `waited` (how long the item waited for its turn) to
+    /// the key's [`KeyWait`]: the lock `settle` takes anyway records it, so a keyed item pays no
+    /// second one.
+    pub fn settle_waited(&self, key: &K, waited: Duration, deliver: impl FnMut(Deliver<T>)) {
+        self.settle_after(key, Some(waited), deliver);
+    }
+
+    fn settle_after(&self, key: &K, waited: Option<Duration>, mut deliver: impl FnMut(Deliver<T>)) {
         let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let lanes = &mut *guard;
         let Some(lane) = lanes.lanes.get_mut(key) else {
@@ -220,6 +255,9 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
         };
         debug_assert!(lane.running, "settle of a lane with nothing running");
         lane.running = false;
+        if let Some(waited) = waited {
+            lane.waited.add(waited);
+        }
         lanes.load[lane.worker].items -= 1;
         loop {
             match lane.queue.pop_front() {
@@ -247,6 +285,7 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
                     lanes.load[worker].keys += 1;
                     lanes.load[worker].items += waiting;
                     lane.worker = worker;
+                    lane.waited = KeyWait::default();
                 }
             }
         }
@@ -307,6 +346,32 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
     pub fn keys_held(&self) -> Vec<usize> {
         let lanes = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         lanes.load.iter().map(|l| l.keys).collect()
+    }
+
+    /// The keys bound to each worker (in worker order) that `shown` lets through, with their
+    /// waits: at most `per_worker` of each worker's, those that waited longest in total first.
+    /// Keys are cloned under the lock and chosen after it, so a stats call holds the lanes no
+    /// longer than one pass over them.
+    pub fn held(&self, per_worker: usize, shown: impl Fn(&K) -> bool) -> Vec<Vec<(K, KeyWait)>> {
+        let mut held: Vec<Vec<(K, KeyWait)>> = {
+            let lanes = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut held = vec![Vec::new(); lanes.load.len()];
+            for (key, lane) in &lanes.lanes {
+                if shown(key) {
+                    held[lane.worker].push((key.clone(), lane.waited));
+                }
+            }
+            held
+        };
+        let longest_first = |a: &(K, KeyWait), b: &(K, KeyWait)| b.1.total.cmp(&a.1.total);
+        for keys in &mut held {
+            if keys.len() > per_worker && per_worker > 0 {
+                keys.select_nth_unstable_by(per_worker - 1, longest_first);
+            }
+            keys.truncate(per_worker);
+            keys.sort_by(longest_first);
+        }
+        held
     }
 
     /// How many keys are held in all.
@@ -374,6 +439,45 @@ mod tests {
         // Still bound while idle; the next item runs at once on the same worker.
         assert_eq!(l.lanes.keys_held(), [1, 0]);
         assert_eq!(l.enqueue("a", 4), [Run { worker: 0, item: 4 }]);
+    }
+
+    #[test]
+    fn held_lists_each_workers_keys_with_their_waits_longest_first_and_bounded() {
+        let l = Recorded::new(2);
+        let ms = Duration::from_millis;
+        for (key, item) in [("a", 1), ("b", 2), ("c", 3), ("a", 4)] {
+            l.enqueue(key, item);
+        }
+        // a and c on worker 0, b on worker 1.
+        l.lanes.settle_waited(&"a", ms(1), |_| {});
+        l.lanes.settle_waited(&"a", ms(5), |_| {});
+        l.lanes.settle_waited(&"c", ms(4), |_| {});
+        l.settle("b"); // settled without a wait to record
+        let wait = |items, total, longest| KeyWait {
+            items,
+            total: ms(total),
+            longest: ms(longest),
+        };
+        assert_eq!(
+            l.lanes.held(8, |_| true),
+            [
+                vec![("a", wait(2, 6, 5)), ("c", wait(1, 4, 4))],
+                vec![("b", wait(0, 0, 0))]
+            ]
+        );
+        // At the bound and one under it: the longest total wait is kept.
+        assert_eq!(l.lanes.held(2, |_| true)[0].len(), 2);
+        assert_eq!(l.lanes.held(1, |_| true)[0], [("a", wait(2, 6, 5))]);
+        assert_eq!(l.lanes.held(0, |_| true), [vec![], vec![]]);
+        // Only the keys let through are listed.
+        assert_eq!(
+            l.lanes.held(8, |k| *k != "a"),
+            [vec![("c", wait(1, 4, 4))], vec![("b", wait(0, 0, 0))]]
+        );
+        // A released key is no longer listed; bound again, it starts from nothing.
+        l.release("c");
+        l.enqueue("c", 5);
+        assert_eq!(l.lanes.held(8, |k| *k == "c")[0], [("c", wait(0, 0, 0))]);
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub struct WorkerStats {
     pub key_wait_total: Duration,
     /// The longest wait of one keyed item for its key's VM.
     pub key_wait_max: Duration,
+    /// The keys bound to this worker, each with what its items waited for their turn: at most
+    /// [`KEYS_LISTED`](crate::WorkerStats::KEYS_LISTED) of the `keys_held`, those that waited
+    /// longest in total first (a worker may hold thousands of keys; `keys_held` counts them all).
+    pub keys: Vec<HeldKey>,
     /// Time spent inside the worker's logic (items, messages, polls).
     pub busy: Duration,
     /// The `jobs.warm` entries this worker's VMs ran, oldest first: the most recent
@@ -60,6 +64,39 @@ pub struct WorkerStats {
 impl WorkerStats {
     /// How many warm runs each worker's row keeps; older ones are dropped first: 64.
     pub const WARM_RUNS_KEPT: usize = WARM_RUNS_KEPT;
+
+    /// How many of its keys a worker's row lists in [`keys`](WorkerStats::keys), those that
+    /// waited longest in total first: 64.
+    pub const KEYS_LISTED: usize = KEYS_LISTED;
+}
+
+/// How many of its keys a worker's row lists.
+pub(crate) const KEYS_LISTED: usize = 64;
+
+/// One key bound to a worker (`opts.key`), with what its items waited, from dispatch to start,
+/// for their turn in the key's VM: counted as each item settles, since the key was bound (a
+/// release ends the binding, and the key's next item starts the count again).
+///
+/// ```
+/// let pool = skein::Pool::new(1);
+/// assert!(pool.stats()[0].keys.is_empty(), "no key bound yet");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HeldKey {
+    /// The domain that dispatched with the key: its `DomainId::get` (each domain's keys are its
+    /// own, as `opts.key` is).
+    pub domain: u64,
+    /// That domain's generation when it dispatched (`Generation::get`).
+    pub generation: u64,
+    /// The key as `opts.key` gave it (invalid UTF-8 replaced).
+    pub key: String,
+    /// The key's items that settled since it was bound.
+    pub items: u64,
+    /// Their waits added up.
+    pub wait_total: Duration,
+    /// The longest of them.
+    pub wait_max: Duration,
 }
 
 /// How many warm runs each worker's row keeps; older ones are dropped first.
@@ -150,6 +187,8 @@ impl WorkerCounters {
             keyed_items: self.keyed_items.load(Ordering::Relaxed),
             key_wait_total: Duration::from_nanos(self.key_wait_nanos.load(Ordering::Relaxed)),
             key_wait_max: Duration::from_nanos(self.key_wait_max_nanos.load(Ordering::Relaxed)),
+            // Keys are bound in the pool's lanes; the pool fills this in.
+            keys: Vec::new(),
             busy: Duration::from_nanos(self.busy_nanos.load(Ordering::Relaxed)),
             // Warm runs are recorded by the Luau workers, not the executor; the pool fills this in.
             warm_runs: Vec::new(),
@@ -194,6 +233,7 @@ mod tests {
                 keyed_items: 2,
                 key_wait_total: Duration::from_micros(7),
                 key_wait_max: Duration::from_micros(5),
+                keys: Vec::new(),
                 busy: Duration::from_micros(7),
                 warm_runs: Vec::new(),
                 code_generator: None,

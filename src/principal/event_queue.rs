@@ -472,11 +472,16 @@ impl EventQueue {
     }
 
     /// Stops taking events and drops what waits: nothing will drain it again.
-    pub(crate) fn stop(&self) {
+    /// Answers how many queued envelopes it dropped undelivered.
+    pub(crate) fn stop(&self) -> usize {
         let mut inner = self.lock();
         inner.state = QueueState::Stopped;
-        inner.envelopes.clear();
         inner.bytes = 0;
+        let dropped = inner.envelopes.len();
+        let envelopes = std::mem::take(&mut inner.envelopes);
+        drop(inner);
+        drop(envelopes); // payloads freed outside the lock
+        dropped
     }
 
     /// Keeps a `queue full` refusal of a worker's or actor's emit for the engine thread's next
@@ -666,7 +671,7 @@ mod tests {
         queue.push_named(Generation(4), "g", Message::Nil).unwrap();
         assert_eq!(queue.pending(), (1, 16 + 1));
         assert_eq!(queue.take_discarded(), 2);
-        queue.stop();
+        assert_eq!(queue.stop(), 1, "the one envelope still queued");
         let err = queue
             .push_raw(Generation(2), EventTarget::All, Message::Nil)
             .unwrap_err();

@@ -1,5 +1,12 @@
 //! `jobs.shared.queue` and the queue handle's methods: the Luau side of shared queues.
 //!
+//! # A pop that is ready now
+//!
+//! `q:pop()` reaches the Luau `pop` through the handle's `__index` table (no Rust call to find
+//! it), and `pop` calls one Rust primitive, which takes the front value if there is one: no
+//! promise, no `coroutine.isyieldable` and no app-data lookups on that path (the primitive
+//! holds the VM's [`Poppers`] itself). Only an empty queue goes on to park.
+//!
 //! # Parking a pop
 //!
 //! A pop that finds its queue empty must suspend its *task*, never its thread. It makes a promise
@@ -17,11 +24,12 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use mlua::{
-    AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataFields, UserDataMethods, Value,
+    AnyUserData, Either, Function, Lua, MetaMethod, Table, UserData, UserDataFields,
+    UserDataMethods, UserDataRef, Value,
 };
 
 use super::queue::{Delivery, PopNow, SharedQueue, WaiterId, MAX_QUEUE_CAPACITY};
@@ -30,7 +38,7 @@ use super::StoreCore;
 use crate::sync::Arc;
 use crate::value::path::number_text;
 use crate::value::{Message, MessageArg};
-use crate::vm::{a_type, promise_handle, promise_of};
+use crate::vm::{a_type, for_each_option, promise_handle, promise_of};
 use crate::vm::{await_function, Embedded, Outcome, PromiseCell, PromiseId, TaskId, VmCore};
 
 /// How the parked pops of one VM reach it: posts a parcel to the VM's home inbox. A parcel it
@@ -202,12 +210,17 @@ impl UserData for QueueHandle {
     fn add_fields<F: UserDataFields<Self>>(fields: &mut F) {
         fields.add_field_method_get("name", |lua, this| lua.create_string(this.0.name()));
         fields.add_field_method_get("capacity", |_, this| Ok(this.0.capacity() as f64));
-        // The methods that may wait are Luau (a Rust callback cannot yield).
-        fields.add_field_function_get("pop", |lua, _| {
-            lua.named_registry_value::<Function>(POP_KEY)
-        });
-        fields.add_field_function_get("popMany", |lua, _| {
-            lua.named_registry_value::<Function>(POP_MANY_KEY)
+        // The methods that may wait are Luau (a Rust callback cannot yield). They sit in the
+        // `__index` table mlua adds the Rust methods to, so `q:pop()` finds its function with a
+        // table read instead of a call into Rust.
+        fields.add_meta_field_with(MetaMethod::Index, |lua| {
+            let index = lua.create_table()?;
+            index.raw_set("pop", lua.named_registry_value::<Function>(POP_KEY)?)?;
+            index.raw_set(
+                "popMany",
+                lua.named_registry_value::<Function>(POP_MANY_KEY)?,
+            )?;
+            Ok(index)
         });
     }
 
@@ -276,6 +289,46 @@ impl Popped {
             Popped::Now(value) => (value, Value::Nil),
             Popped::Parked(promise) => (Message::Nil, promise),
         }
+    }
+}
+
+/// The ready-now half of `pop` and `popMany`: takes from the queue if `take` finds something
+/// (or the queue closed: `on_closed`), answering `(value, false)`; `(nil, true)` when the queue
+/// is empty and the pop must park (`pop_or_park`). Makes no promise and reads no app data.
+fn take_now(
+    lua: &Lua,
+    poppers: &Weak<Poppers>,
+    this: &QueueHandle,
+    method: &str,
+    take: impl FnOnce(&SharedQueue) -> Result<Option<Message>, PopError>,
+    on_closed: Message,
+) -> mlua::Result<(Message, bool)> {
+    // A value a dead pop of this VM holds is older than anything queued: give it back first.
+    if poppers
+        .upgrade()
+        .is_some_and(|p| !p.parked.borrow().is_empty())
+    {
+        sweep_parked_pops(lua);
+    }
+    match take(&this.0) {
+        Ok(Some(value)) => Ok((value, false)),
+        Ok(None) => Ok((Message::Nil, true)),
+        Err(PopError::Closed) => Ok((on_closed, false)),
+        Err(e) => Err(this.refuse(method, e)),
+    }
+}
+
+/// The `self` of the ready-now primitives: a queue handle, read in place off the Luau stack (a
+/// `UserDataRef` takes no registry reference, as an `AnyUserData` would), or anything else, which
+/// is refused naming the method.
+type SelfArg = Either<UserDataRef<QueueHandle>, Value>;
+
+fn queue_self<'a>(this: &'a SelfArg, method: &str) -> mlua::Result<&'a QueueHandle> {
+    match this {
+        Either::Left(handle) => Ok(handle),
+        Either::Right(_) => Err(mlua::Error::runtime(format!(
+            "SharedQueue:{method}: call it on a queue, as queue:{method}(...)"
+        ))),
     }
 }
 
@@ -404,11 +457,41 @@ fn read_count(queue: &SharedQueue, n: &Value) -> mlua::Result<usize> {
     Ok(n as usize)
 }
 
-/// The primitives `queue_pop.luau` is built on.
-fn primitives(lua: &Lua) -> mlua::Result<Table> {
+/// The primitives `queue_pop.luau` is built on. `pop` and `popMany` answer what is ready now;
+/// `park` and `parkMany` take what came meanwhile or park the pop; `finish` and `finishMany`
+/// take what woke it. The ready-now pair holds the VM's [`Poppers`] weakly: the app data owns
+/// them, so they are dropped (giving back what their pops held) where they always were, never
+/// from a finalizer of the VM's functions.
+fn primitives(lua: &Lua, poppers: Weak<Poppers>) -> mlua::Result<Table> {
     let p = lua.create_table()?;
+    let mine = poppers.clone();
     p.raw_set(
         "pop",
+        lua.create_function(move |lua, this: SelfArg| {
+            let this = queue_self(&this, "pop")?;
+            take_now(lua, &mine, this, "pop", SharedQueue::try_pop, Message::Nil)
+        })?,
+    )?;
+    p.raw_set(
+        "popMany",
+        lua.create_function(move |lua, (this, n): (SelfArg, Value)| {
+            let this = queue_self(&this, "popMany")?;
+            let n = read_count(&this.0, &n)?;
+            take_now(
+                lua,
+                &poppers,
+                this,
+                "popMany",
+                |queue| {
+                    let values = queue.try_pop_many(n)?;
+                    Ok((!values.is_empty()).then(|| Message::List(values)))
+                },
+                Message::List(Vec::new()),
+            )
+        })?,
+    )?;
+    p.raw_set(
+        "park",
         lua.create_function(|lua, (this, yieldable): (AnyUserData, bool)| {
             pop_or_park(
                 lua,
@@ -437,7 +520,7 @@ fn primitives(lua: &Lua) -> mlua::Result<Table> {
         })?,
     )?;
     p.raw_set(
-        "popMany",
+        "parkMany",
         lua.create_function(|lua, (this, n, yieldable): (AnyUserData, Value, bool)| {
             let queue = handle(&this, "popMany")?;
             let n = read_count(&queue, &n)?;
@@ -481,19 +564,24 @@ fn primitives(lua: &Lua) -> mlua::Result<Table> {
     Ok(p)
 }
 
-/// Reads `opts.capacity`: nil, or a whole number.
+/// Reads `opts` (nil, or a table whose one option is `capacity`: nil, or a whole number).
 fn read_capacity(opts: &Value) -> mlua::Result<Option<usize>> {
     const WHAT: &str = "jobs.shared.queue";
-    let capacity = match opts {
-        Value::Nil => return Ok(None),
-        Value::Table(t) => t.raw_get::<Value>("capacity")?,
-        other => {
-            return Err(mlua::Error::runtime(format!(
-                "{WHAT}: opts must be a table, got {}",
-                a_type(other)
-            )))
+    if !matches!(opts, Value::Nil | Value::Table(_)) {
+        return Err(mlua::Error::runtime(format!(
+            "{WHAT}: opts must be a table, got {}",
+            a_type(opts)
+        )));
+    }
+    let mut capacity = Value::Nil;
+    for_each_option(opts, WHAT, |key, value| match key {
+        "capacity" => {
+            capacity = value;
+            Ok(())
         }
-    };
+        _ => Err(format!("unknown {WHAT} option '{key}': expected capacity")),
+    })
+    .map_err(mlua::Error::runtime)?;
     let n = match capacity {
         Value::Nil => return Ok(None),
         Value::Integer(i) => i as f64,
@@ -522,13 +610,15 @@ fn read_capacity(opts: &Value) -> mlua::Result<Option<usize>> {
 
 /// Adds the queue functions to `jobs.shared`.
 pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua::Result<()> {
-    lua.set_app_data(Rc::new(Poppers {
+    let poppers = Rc::new(Poppers {
         token: NEXT_TOKEN.fetch_add(1, Ordering::Relaxed),
         parked: RefCell::new(HashMap::new()),
-    }));
-    let (pop, pop_many): (Function, Function) = POP
-        .load(lua)?
-        .call((primitives(lua)?, await_function(lua)?))?;
+    });
+    lua.set_app_data(poppers.clone());
+    let (pop, pop_many): (Function, Function) = POP.load(lua)?.call((
+        primitives(lua, Rc::downgrade(&poppers))?,
+        await_function(lua)?,
+    ))?;
     lua.set_named_registry_value(POP_KEY, pop)?;
     lua.set_named_registry_value(POP_MANY_KEY, pop_many)?;
     lua.set_named_registry_value(HANDLES_KEY, lua.create_table()?)?;

@@ -81,6 +81,36 @@ pub(crate) fn a_type(value: &mlua::Value) -> String {
     }
 }
 
+/// Calls `read` with each (key, value) of an options table `opts`, which must be nil or a table;
+/// `call` names the function in the refusal. Every options table of the Luau surface is read
+/// through it, so an unknown option is refused by its name everywhere. Non-string keys reach
+/// `read` as their debug text, so they are refused as unknown options.
+pub(crate) fn for_each_option(
+    opts: &mlua::Value,
+    call: &str,
+    mut read: impl FnMut(&str, mlua::Value) -> Result<(), String>,
+) -> Result<(), String> {
+    let table: &mlua::Table = match opts {
+        mlua::Value::Nil => return Ok(()),
+        mlua::Value::Table(t) => t,
+        other => {
+            return Err(format!(
+                "{call}: opts must be a table, got {}",
+                other.type_name()
+            ))
+        }
+    };
+    for pair in table.pairs::<mlua::Value, mlua::Value>() {
+        let (key, value) = pair.map_err(|e| e.to_string())?;
+        let key_text = match &key {
+            mlua::Value::String(s) => s.to_string_lossy(),
+            other => format!("{other:?}"),
+        };
+        read(&key_text, value)?;
+    }
+    Ok(())
+}
+
 /// The message of an mlua error without mlua's wrapping: what a Luau user would read.
 pub(crate) fn error_message(err: &mlua::Error) -> String {
     match err {

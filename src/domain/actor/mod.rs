@@ -55,14 +55,14 @@ const MODULE_KEY: &str = "skein.worker";
 const RECEIVE_KEY: &str = "skein.worker.receive";
 const JOIN_KEY: &str = "skein.worker.join";
 
+// The refusals reference 001 words, in its words (Skein's context, a worker's name, follows).
 const UNKNOWN_OPTION: &str = "expected capabilities, name, shareServices, or source";
-const NEEDS_SOURCE: &str = "worker.spawn needs source: the worker module's Luau source";
-const SPAWN_IN_ACTOR: &str =
-    "worker.spawn: this is a worker's code; only a domain's own code spawns workers";
+const NEEDS_SOURCE: &str = "worker.spawn needs source, the worker module's Luau source";
+const SPAWN_IN_ACTOR: &str = "inside a worker, worker.spawn is for a domain's own code";
 const SPAWN_OUTSIDE: &str =
     "worker.spawn: this VM is no domain's engine VM; only a domain's own code spawns workers";
-const SEND_OUTSIDE: &str = "worker.send is for a worker's own code; a domain sends through \
-                            the handle worker.spawn returned";
+const SEND_OUTSIDE: &str = "in a domain's own code, worker.send is for a worker's own code; a \
+                            domain sends through the handle worker.spawn returned";
 const SEND_FULL: &str = "worker.send: the domain's queue is full: 1024 messages wait for it to \
                          receive them; send fewer, or reply less often";
 
@@ -312,7 +312,9 @@ impl SpawnOptions {
                 "source" | "name" | "capabilities" | "shareServices"
             )
         }) {
-            return Err(refuse(format!("unknown option '{key}': {UNKNOWN_OPTION}")));
+            return Err(mlua::Error::runtime(format!(
+                "unknown worker.spawn option '{key}': {UNKNOWN_OPTION}"
+            )));
         }
         let source = match table.raw_get::<Value>("source")? {
             Value::String(s) => s.to_str()?.to_owned(),
@@ -439,8 +441,8 @@ impl ActorHandle {
         }) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(mlua::Error::runtime(format!(
-                "Worker:send: the queue of worker '{name}' is full: {MAX_WAITING} messages wait \
-                 for its handler; receive its replies, or send fewer"
+                "the worker's queue is full: {MAX_WAITING} messages wait for its handler; \
+                 receive its replies, or send fewer (Worker:send to worker '{name}')"
             ))),
             Err(TrySendError::Disconnected(_)) => Err(stopped()),
         }

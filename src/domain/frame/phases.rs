@@ -559,8 +559,10 @@ impl ScriptDomain {
     /// [`Promise`](crate::Promise) of one settles as [`Error::Cancelled`](crate::Error::Cancelled)
     /// within microseconds even for `while true do end`; the shared store and key bindings
     /// end). The domain is then [`Stopped`](DomainState::Stopped):
-    /// `run_phase`, `advance` and `frame` do nothing more. Stopping twice does nothing;
-    /// dropping a domain stops it.
+    /// `run_phase`, `advance` and `frame` do nothing more. Events still queued (those the
+    /// shutdown handlers emitted included) are dropped undelivered and counted in
+    /// [`DomainStats::events_dropped_at_stop`](crate::DomainStats::events_dropped_at_stop).
+    /// Stopping twice does nothing; dropping a domain stops it.
     ///
     /// ```
     /// use skein::{ContextSpec, DomainSpec, DomainState, Phase, Pool, ScriptDomain};
@@ -574,6 +576,7 @@ impl ScriptDomain {
     /// let reports = domain.take_reports();
     /// assert!(reports[0].message.contains("bye"), "{reports:?}");
     /// assert!(domain.run_phase(Phase::Shutdown, &[]).is_err());
+    /// assert_eq!(domain.stats().events_dropped_at_stop, 0, "nothing was queued");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stop(&mut self) {
@@ -583,8 +586,10 @@ impl ScriptDomain {
         let started = Instant::now();
         self.state.set(DomainState::Stopping);
         self.shut_down();
-        // Nothing drains a stopped domain: posts to it are refused from here on.
-        self.event_handlers.queue().stop();
+        // Nothing drains a stopped domain: posts to it are refused from here on, and what is
+        // queued (the shutdown handlers' emits included) is dropped and counted.
+        let dropped = self.event_handlers.queue().stop();
+        self.counters.dropped_at_stop(dropped);
         self.end_generation(&format!("domain '{}' stopped", self.name), false);
         // Whatever a host service takes for the domain from now on is released at once.
         for failure in self.owned.close() {

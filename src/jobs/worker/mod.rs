@@ -359,8 +359,9 @@ impl WorkerLogic for LuauWorker {
             WorkerMsg::Cancel { principal, job } => self.cancel_running(principal, &job),
             WorkerMsg::RunKeyed(item) => {
                 let key = item.job.key.clone().unwrap_or_default();
-                let turn = LaneTurn::new(self.pool(cx), item.principal.id, key);
-                cx.keyed_item_started(item.queued_at.map_or(Duration::ZERO, |at| at.elapsed()));
+                let waited = item.queued_at.map_or(Duration::ZERO, |at| at.elapsed());
+                let turn = LaneTurn::new(self.pool(cx), item.principal.id, key, waited);
+                cx.keyed_item_started(waited);
                 self.start(item, cx, Some(turn));
             }
             WorkerMsg::Warm { principal, entry } => self.warm(&principal, entry, cx),

@@ -73,7 +73,8 @@ pub(super) fn end_of_principal(wvm: &mut WorkerVm) -> VecDeque<ParkedItem> {
 
 /// Drops worker `worker`'s VM `wvm`, taken out of its list, answering everything that lived in
 /// it: its running jobs and its registered jobs fail naming `why`; a warm entry running in it
-/// fails too, and the entries it had yet to run are posted to the worker again. Answers the
+/// fails too (or, the first time a panic ends a VM under it, runs again), and the entries it had
+/// yet to run are posted to the worker again. Answers the
 /// items the pass held back, for the VM built next. The keys bound here stay bound to this
 /// worker: the next VM has seen none of them, so each key's next item runs with
 /// `jobs.context().fresh` true.
@@ -89,7 +90,8 @@ pub(super) fn retire(
         pool,
         worker,
     };
-    let (parked, unrun) = wvm.warm.abandon(&pass, why.failure());
+    let outside_panic = matches!(why, VmEnd::Panicked(_));
+    let (parked, unrun) = wvm.warm.abandon(&pass, why.failure(), outside_panic);
     for entry in unrun {
         pool.exec.post(
             worker,

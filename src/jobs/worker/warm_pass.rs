@@ -11,7 +11,10 @@
 //! (the scheduler's check) and at each worker poll (so an entry parked on a long wait ends on
 //! time). An entry that panics or passes either bound fails for the principal's life: it is
 //! reported once and runs on no later VM. An entry that raises is reported naming its worker,
-//! and the VM serves on.
+//! and the VM serves on. A panic outside the entry's own code (one that escapes into the worker:
+//! the VM's boot, a watcher, another principal's module) drops the VM under the running entry:
+//! the first time in the epoch the entry runs once more, first in the VM built next; the second
+//! time it fails as a panic of its own would (`WarmEntry::ended_by_outside_panic`).
 //!
 //! This file never decides where an item runs: it only holds items the worker already took.
 
@@ -177,20 +180,43 @@ impl WarmPass {
     }
 
     /// The VM is being dropped (after a panic, or retired at its memory limit): the running
-    /// entry fails with `failure`. Answers the parked items (to start again in the VM built
-    /// next) and the entries this VM had yet to run (to queue again there).
+    /// entry fails with `failure`, unless `outside_panic` (a panic outside the entry's own code
+    /// ended the VM) and the entry is forgiven one such ending: then it runs again, first in the
+    /// VM built next. Answers the parked items (to start again in the VM built next) and the
+    /// entries this VM had yet to run (to queue again there).
     pub(crate) fn abandon(
         &mut self,
         cx: &PassContext<'_>,
         failure: TaskFailure,
+        outside_panic: bool,
     ) -> (VecDeque<ParkedItem>, Vec<Arc<WarmEntry>>) {
+        let mut again = None;
         if let Some(running) = &self.current {
             if running.end.borrow().is_none() {
+                let why = failure.to_string();
                 running.owner.complete(&cx.vm.lua, Err(failure));
+                if outside_panic && running.entry.ended_by_outside_panic() {
+                    again = self.current.take().map(|running| (running, why));
+                }
             }
         }
+        let mut queue: Vec<Arc<WarmEntry>> = Vec::with_capacity(self.queue.len() + 1);
+        if let Some((running, why)) = again {
+            running.identity.running.store(false, Ordering::Relaxed);
+            cx.pool.record_warm_run(
+                cx.worker,
+                WarmRun {
+                    name: running.entry.name(),
+                    elapsed: running.started.elapsed(),
+                    error: Some(format!(
+                        "{why} outside the entry, which ended its VM; it runs again in the next VM"
+                    )),
+                },
+            );
+            queue.push(running.entry);
+        }
         // Ends the entry as `advance` does; nothing new starts, the queue is handed back.
-        let queue: Vec<Arc<WarmEntry>> = self.queue.drain(..).collect();
+        queue.extend(self.queue.drain(..));
         self.advance(cx);
         (self.take_parked(), queue)
     }
