@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mlua::{Function, Variadic};
+use mlua::{Function, Lua, Variadic};
 
 use crate::principal::capability::{self, Authority};
 use crate::value::{MapKey, Message, MessageArgs, TransferError};
@@ -47,6 +47,9 @@ pub(crate) struct Slot {
     pub(crate) reloading: bool,
     /// The declared exports, resolved to functions while running (empty otherwise).
     exports: HashMap<Arc<str>, Function>,
+    /// The call wrapper (`call.luau`) in the running generation's VM, loaded once at publish
+    /// rather than looked up by name on every call.
+    wrapper: Option<Function>,
     authority: Option<Arc<Authority>>,
     deadline: Duration,
 }
@@ -61,7 +64,6 @@ pub(crate) struct Registry {
 
 /// A call's wrapper in the target VM: `xpcall` with the callee's traceback.
 static CALL: Embedded = Embedded::new("=skein resources call", include_str!("call.luau"));
-const CALL_KEY: &str = "skein.resources.call";
 
 impl Registry {
     /// Records a loaded resource, stopped.
@@ -72,6 +74,7 @@ impl Registry {
                 phase: Phase::Stopped,
                 reloading: false,
                 exports: HashMap::new(),
+                wrapper: None,
                 authority: None,
                 deadline: Duration::ZERO,
             },
@@ -86,26 +89,35 @@ impl Registry {
             slot.reloading = reloading;
             if phase != Phase::Running {
                 slot.exports.clear();
+                slot.wrapper = None;
                 slot.authority = None;
             }
         }
     }
 
-    /// Publishes a started resource's exports: it answers calls from now on.
+    /// Publishes a started resource's exports: it answers calls from now on. `lua` is its
+    /// engine VM, where the call wrapper is loaded once for the generation.
+    ///
+    /// # Errors
+    /// The wrapper failed to load (out of memory): the resource is not published.
     pub(crate) fn publish(
         &self,
         name: &str,
+        lua: &Lua,
         exports: HashMap<Arc<str>, Function>,
         authority: Arc<Authority>,
         deadline: Duration,
-    ) {
+    ) -> mlua::Result<()> {
+        let wrapper = CALL.load(lua)?;
         if let Some(slot) = self.slots.borrow_mut().get_mut(name) {
             slot.phase = Phase::Running;
             slot.reloading = false;
             slot.exports = exports;
+            slot.wrapper = Some(wrapper);
             slot.authority = Some(authority);
             slot.deadline = deadline;
         }
+        Ok(())
     }
 
     /// The phase of `name`, if loaded.
@@ -129,7 +141,7 @@ impl Registry {
     ) -> Result<Vec<Message>, String> {
         // Texts are made only for a refusal: a call that passes formats nothing.
         let named = |why: String| format!("{target}.{function}: {why}");
-        let (f, authority, deadline, target_name) = {
+        let (f, wrapper, authority, deadline, target_name) = {
             let slots = self.slots.borrow();
             let Some((target_name, slot)) = slots.get_key_value(target) else {
                 return Err(named(format!("no resource named '{target}' is loaded")));
@@ -165,10 +177,17 @@ impl Registry {
                     }
                 )));
             };
-            let Some(authority) = slot.authority.clone() else {
+            let (Some(authority), Some(wrapper)) = (slot.authority.clone(), slot.wrapper.clone())
+            else {
                 return Err(named(format!("resource '{target}' is stopped")));
             };
-            (f.clone(), authority, slot.deadline, target_name.clone())
+            (
+                f.clone(),
+                wrapper,
+                authority,
+                slot.deadline,
+                target_name.clone(),
+            )
         };
         let _depth = self.enter(caller, &target_name).map_err(named)?;
         for (i, arg) in args.iter().enumerate() {
@@ -178,9 +197,6 @@ impl Registry {
         let Some(lua) = f.weak_lua().try_upgrade() else {
             return Err(named(format!("resource '{target}' is stopped")));
         };
-        let wrapper = CALL
-            .load_kept(&lua, CALL_KEY)
-            .map_err(|e| named(error_message(&e)))?;
         let (ok, results) = {
             let _authority = capability::install(Some(&authority));
             let _run = RunGuard::start(&lua, deadline, RunTokens::default());
