@@ -1,6 +1,7 @@
 //! The export registry of one host: each loaded resource's phase and, while it runs, its
 //! exported functions with the authority and deadline they run under; and the one path every
-//! cross-resource call takes ([`Registry::call`]).
+//! cross-resource call takes ([`Registry::call`], and its faster way for an engine VM's
+//! arguments that copies them straight into the callee's VM, [`Registry::call_copied`]).
 //!
 //! The registry holds the target's functions, so a call made from inside a running callback
 //! reaches the target without going back through the [`ResourceHost`](super::ResourceHost),

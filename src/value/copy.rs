@@ -134,7 +134,9 @@ impl Copy {
                     if !self.charge(len) {
                         return false;
                     }
-                    ffi::lua_pushlstring(target, data, len);
+                    // The raw push: mlua's wrapper reads the string back, which we don't need
+                    // (`data` is never null, so an empty string needs no special case).
+                    ffi::lua_pushlstring_(target, data, len);
                     return true;
                 }
                 ffi::LUA_TBUFFER => {
@@ -253,7 +255,9 @@ impl Copy {
                     if !self.charge(len) {
                         return false;
                     }
-                    ffi::lua_pushlstring(target, data, len);
+                    // The raw push: mlua's wrapper reads the string back, which we don't need
+                    // (`data` is never null, so an empty string needs no special case).
+                    ffi::lua_pushlstring_(target, data, len);
                     return true;
                 }
                 _ => return false,
