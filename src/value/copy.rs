@@ -128,17 +128,7 @@ impl Copy {
                     let v = ffi::lua_tovector(source, idx);
                     ffi::lua_pushvector(target, *v, *v.add(1), *v.add(2));
                 }
-                ffi::LUA_TSTRING => {
-                    let mut len = 0usize;
-                    let data = ffi::lua_tolstring(source, idx, &mut len);
-                    if !self.charge(len) {
-                        return false;
-                    }
-                    // The raw push: mlua's wrapper reads the string back, which we don't need
-                    // (`data` is never null, so an empty string needs no special case).
-                    ffi::lua_pushlstring_(target, data, len);
-                    return true;
-                }
+                ffi::LUA_TSTRING => return self.string(idx),
                 ffi::LUA_TBUFFER => {
                     let mut len = 0usize;
                     let data = ffi::lua_tobuffer(source, idx, &mut len);
@@ -229,6 +219,24 @@ impl Copy {
         }
     }
 
+    /// Pushes a copy of the string at source index `idx` (a value or a key).
+    ///
+    /// # Safety
+    /// As for [`value`](Self::value), `idx` holding a string.
+    unsafe fn string(&mut self, idx: c_int) -> bool {
+        let mut len = 0usize;
+        // SAFETY: idx holds a string (caller): reading it neither allocates nor raises.
+        let data = unsafe { ffi::lua_tolstring(self.source, idx, &mut len) };
+        if !self.charge(len) {
+            return false;
+        }
+        // SAFETY: inside the target's protected call, with a free slot (caller). The raw push:
+        // mlua's wrapper reads the string back, which we don't need (`data` is never null, so
+        // an empty string needs no special case).
+        unsafe { ffi::lua_pushlstring_(self.target, data, len) };
+        true
+    }
+
     /// Pushes a copy of the key at source index `idx`; false for a key the reader refuses.
     ///
     /// # Safety
@@ -249,17 +257,7 @@ impl Copy {
                     target,
                     ffi::lua_tointeger64(source, idx, ptr::null_mut()),
                 ),
-                ffi::LUA_TSTRING => {
-                    let mut len = 0usize;
-                    let data = ffi::lua_tolstring(source, idx, &mut len);
-                    if !self.charge(len) {
-                        return false;
-                    }
-                    // The raw push: mlua's wrapper reads the string back, which we don't need
-                    // (`data` is never null, so an empty string needs no special case).
-                    ffi::lua_pushlstring_(target, data, len);
-                    return true;
-                }
+                ffi::LUA_TSTRING => return self.string(idx),
                 _ => return false,
             }
         }
