@@ -877,3 +877,41 @@ fn the_module_belongs_to_resources_and_its_proxies_are_read_only() {
     let err = refusal(&plain, "require('@skein/resources')");
     assert_contains(&err, "@skein/resources");
 }
+
+/// The direct copy of a call's arguments takes at most one copy's bound in all; past it, each
+/// argument still within its own bound, the call goes the `Message` way and arrives whole. A
+/// call with every kind of value the direct copy takes arrives equal.
+#[test]
+fn arguments_past_the_direct_copys_bound_still_arrive_and_every_kind_arrives_equal() {
+    let tree = served(&[
+        ("store", &manifest(&["echo"], &[]), STORE),
+        (
+            "scores",
+            &manifest(&[], &["store"]),
+            "store = require('@skein/resources').import('store')",
+        ),
+    ]);
+    let mut host = host(&tree);
+    host.start_set(&["store", "scores"]).unwrap();
+    let scores = host.domain("scores").unwrap();
+    let half = skein::Limits::MAX_MESSAGE_BYTES / 2;
+    let lengths = scores
+        .eval(&format!(
+            "local a, b = store.echo(string.rep('a', {half}), string.rep('b', {half})) \
+             return #a + #b"
+        ))
+        .unwrap();
+    assert_eq!(lengths, Message::Number((2 * half) as f64));
+    let same = scores
+        .eval(
+            "local t = { 1, 'two', integer.create(3), vector.create(1, 2, 3), buffer.fromstring('b'), \
+               x = { y = { true } }, [2.5] = 'half', [integer.create(9)] = false } \
+             local r = store.echo(t, nil, 7) \
+             local n = select('#', store.echo(t, nil, 7)) \
+             return n == 3 and r ~= t and r[1] == 1 and r[2] == 'two' and r[3] == integer.create(3) \
+               and r[4] == vector.create(1, 2, 3) and buffer.tostring(r[5]) == 'b' \
+               and r.x.y[1] == true and r[2.5] == 'half' and r[integer.create(9)] == false",
+        )
+        .unwrap();
+    assert_eq!(same, Message::Boolean(true));
+}

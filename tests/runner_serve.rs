@@ -10,6 +10,8 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use skein::NativeMode;
+
 use crate::support::{assert_contains, exit_within, skein, Tree};
 
 /// How long the runner may take to answer (a debug build on a loaded machine).
@@ -357,9 +359,10 @@ fn a_reload_that_fails_leaves_the_resource_failed_and_list_shows_why() {
             "user failed (generation 1; depends on store; exports hello)",
         ]
     );
-    // The error under its resource, its stack indented below it.
+    // The error under its resource, as the reload reported it, its stack indented below it.
     assert!(
-        listed[2].starts_with("  last error: ") && listed[2].ends_with("broken on purpose"),
+        listed[2].starts_with("  last error: reload: resource 'user': main.luau: script ")
+            && listed[2].ends_with("broken on purpose"),
         "{listed:?}"
     );
     assert_eq!(listed[3], "    stack traceback:");
@@ -437,7 +440,7 @@ fn the_startup_set_comes_from_start_before_the_host_file() {
     served.send("list");
     assert_eq!(
         served.outs(2)[1],
-        "user stopped (generation 0; depends on store; exports hello)"
+        "user stopped (never started; depends on store; exports hello)"
     );
     served.close();
     assert_eq!(served.exit().0.code(), Some(0));
@@ -585,4 +588,40 @@ fn serve_help_says_the_startup_set_the_ceiling_and_the_exits() {
     let (code, _, stderr) = skein(&["serve"]);
     assert_eq!(code, 2);
     assert_contains(&stderr, "<DIR>");
+}
+
+#[test]
+fn native_and_no_native_choose_every_resources_code_mode_and_conflict() {
+    let tree = Tree::new(&[
+        (
+            "res/probe/skein.toml",
+            "[resource]\nscripts = ['main.luau']\n",
+        ),
+        ("res/probe/main.luau", "print(jobs.stats()[1].native)\n"),
+    ]);
+    let dir = tree.path().join("res");
+    for (flag, mode) in [
+        (None, NativeMode::Annotated),
+        (Some("--native"), NativeMode::All),
+        (Some("--no-native"), NativeMode::Off),
+    ] {
+        let mut args = vec!["--start", "probe"];
+        args.extend(flag);
+        let mut served = Served::start(&dir, &args);
+        assert_eq!(served.out(), mode.in_use(), "{flag:?}");
+        served.close();
+        let (status, _, err) = served.exit();
+        assert_eq!(
+            (status.code(), err),
+            (Some(0), Vec::<String>::new()),
+            "{flag:?}"
+        );
+    }
+    let dir = dir.to_str().expect("utf-8 path");
+    let (code, _, stderr) = skein(&["serve", dir, "--native", "--no-native"]);
+    assert_eq!(code, 2);
+    assert_contains(
+        &stderr,
+        "error: the argument '--native' cannot be used with '--no-native'",
+    );
 }

@@ -19,10 +19,10 @@ use skein::{
 };
 
 // The runner's own modules sit in `src/bin/skein/`, so Cargo does not take them for binaries.
-#[path = "skein/frames.rs"]
-mod frames;
 #[path = "skein/console.rs"]
 mod console;
+#[path = "skein/frames.rs"]
+mod frames;
 #[path = "skein/print.rs"]
 mod print;
 #[path = "skein/runner_global.rs"]
@@ -161,6 +161,9 @@ struct ServeArgs {
     pool: PoolArgs,
 
     #[command(flatten)]
+    code: CodeArgs,
+
+    #[command(flatten)]
     grants: GrantArgs,
 }
 
@@ -207,7 +210,7 @@ struct PoolArgs {
     workers: Option<u16>,
 }
 
-/// `--native` and `--no-native`.
+/// `--native` and `--no-native`, which `run` and `serve` share.
 #[derive(Args)]
 struct CodeArgs {
     /// Compile every module and script to native code, not only those that start with
@@ -349,6 +352,7 @@ fn serve_resources(args: ServeArgs) -> Result<(), Failed> {
         start: args.start.as_deref(),
         pool: args.pool.pool(),
         ceiling,
+        native: args.code.native(),
     })
     .map_err(|e| fail(&e))
 }

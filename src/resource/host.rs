@@ -22,7 +22,7 @@ use crate::principal::capability::{
     CapabilitySet, Grant, RootAuthority, FILESYSTEM_READ, FILESYSTEM_WRITE,
 };
 use crate::value::Message;
-use crate::vm::{a_type, Plan};
+use crate::vm::{a_type, error_message, NativeMode, Plan};
 
 /// Where a resource is in its life, as [`ResourceHost::list`] shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -144,6 +144,8 @@ pub struct ResourceHost {
     pool: Pool,
     /// What the host adds to each resource's spec before its plan and grant are set.
     shape: SpecShape,
+    /// The code mode of every resource's VMs ([`native`](Self::native)).
+    native: NativeMode,
     ceiling: Grant,
     /// By name.
     resources: Vec<Resource>,
@@ -206,6 +208,7 @@ impl ResourceHost {
         Ok(ResourceHost {
             pool: pool.clone(),
             shape: Box::new(|_, spec| spec),
+            native: NativeMode::Annotated,
             ceiling,
             resources,
             registry,
@@ -232,6 +235,24 @@ impl ResourceHost {
     /// ```
     pub fn spec_with(&mut self, f: impl Fn(&str, DomainSpec) -> DomainSpec + 'static) {
         self.shape = Box::new(f);
+    }
+
+    /// Sets the code mode of every resource started from now on, its worker VMs included
+    /// ([`Plan::native`]): [`NativeMode::Annotated`] (the default) compiles to native code only
+    /// what asks for it, [`NativeMode::All`] everything, [`NativeMode::Off`] nothing. The plan
+    /// is the host's to set ([`spec_with`](Self::spec_with) can't), so this is how the code
+    /// mode reaches it.
+    ///
+    /// ```
+    /// use skein::{Grant, NativeMode, Pool, ResourceHost};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let mut host = ResourceHost::load(&Pool::new(1), dir.path(), Grant::default())?;
+    /// host.native(NativeMode::Off); // everything interpreted
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn native(&mut self, mode: NativeMode) {
+        self.native = mode;
     }
 
     /// Starts `names` and whatever of them is not running, dependencies first, keeping the
@@ -336,6 +357,7 @@ impl ResourceHost {
         let tag = name.clone();
         let plan = Plan::new()
             .root(&resource.folder)
+            .native(self.native)
             .builtins(BUILTINS)
             .setup(move |lua| {
                 lua.set_app_data(ResourceName(tag.clone()));
@@ -353,13 +375,20 @@ impl ResourceHost {
         let caller = name.clone();
         domain.serve_query(SERVICE, move |call| Ok(serve(&registry, &caller, call)));
         self.registry.set_phase(&name, Phase::Starting, reloading);
-        match self.run_scripts(resource, &domain) {
-            Ok(exports) => {
-                let authority = domain.engine_authority().clone();
-                let deadline = domain.run_deadline();
-                self.registry.publish(&name, exports, authority, deadline);
-                Ok(domain)
-            }
+        let published = self.run_scripts(resource, &domain).and_then(|exports| {
+            let authority = domain.engine_authority().clone();
+            let deadline = domain.run_deadline();
+            self.registry
+                .publish(&name, domain.lua(), exports, authority, deadline)
+                .map_err(|e| {
+                    refused(
+                        ResourceRefusal::Script,
+                        format!("start: resource '{name}': {}", error_message(&e)),
+                    )
+                })
+        });
+        match published {
+            Ok(()) => Ok(domain),
             Err(e) => {
                 self.registry.set_phase(&name, Phase::Stopped, false);
                 domain.stop();
@@ -541,8 +570,12 @@ impl ResourceHost {
             StopOutcome::default()
         };
         self.resources[index].manifest = manifest;
-        self.start_as(name, running)
-            .map_err(|e| prefixed("reload", e))?;
+        if let Err(e) = self.start_as(name, running) {
+            // Listed as reported: the failure is the reload's.
+            let e = prefixed("reload", e);
+            self.resources[index].last_error = Some(e.to_string());
+            return Err(e);
+        }
         Ok(outcome)
     }
 

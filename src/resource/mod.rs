@@ -6,8 +6,9 @@
 //! - `manifest.rs`: [`Manifest`] (`skein.toml`) and [`HostFile`] (`skein-host.toml`), read
 //!   with `toml` and serde;
 //! - `order.rs`: the start order (topological, the listed order kept), cycles named;
-//! - `registry.rs`: the export registry and the one path of a cross-resource call (copies
-//!   both ways, the callee's deadline and authority, the depth cap);
+//! - `registry.rs`: the export registry and the path of a cross-resource call (copies both
+//!   ways, the callee's deadline and authority, the depth cap): an engine VM's arguments
+//!   copied straight into the callee's VM when the copy takes them, as `Message`s otherwise;
 //! - `module.rs` (with `proxy.luau`, `call.luau`): `@skein/resources` in every VM of a
 //!   resource, registered through `vm`'s built-in module registry; a worker VM forwards its
 //!   calls to the engine thread as an engine-service query;

@@ -7,10 +7,12 @@
 //! and forwards the call to the engine thread as a query of the engine service
 //! [`SERVICE`], which the resource's domain serves, and its task waits for the answer.
 
+use std::ffi::c_int;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use mlua::{Function, Lua, LuaString, Table, Value, Variadic};
+use mlua::state::RawLua;
+use mlua::{ffi, FromLuaMulti, Function, Lua, LuaString, MultiValue, Table, Value, Variadic};
 
 use super::registry::{answer, Registry, MAX_VALUE_DEPTH};
 use crate::jobs;
@@ -82,11 +84,45 @@ fn text(s: &LuaString) -> String {
     String::from_utf8_lossy(&s.as_bytes()).into_owned()
 }
 
+/// The arguments of an engine VM's call, where they sit on its stack while the call runs
+/// (mlua leaves a callback's arguments in place until it returns).
+enum CallArgs {
+    /// `count` values from absolute index `first` of `state`, the callback's own stack.
+    Stack {
+        state: *mut ffi::lua_State,
+        first: c_int,
+        count: c_int,
+    },
+    /// Values handed over as such (not by the callback path mlua takes today).
+    Values(MultiValue),
+}
+
+impl FromLuaMulti for CallArgs {
+    fn from_lua_multi(values: MultiValue, _lua: &Lua) -> mlua::Result<Self> {
+        Ok(CallArgs::Values(values))
+    }
+
+    unsafe fn from_stack_multi(nvals: c_int, lua: &RawLua) -> mlua::Result<Self> {
+        let state = lua.state();
+        // SAFETY: mlua hands us `nvals` values on top of `state`'s stack.
+        let first = unsafe { ffi::lua_gettop(state) } - nvals + 1;
+        Ok(CallArgs::Stack {
+            state,
+            first,
+            count: nvals,
+        })
+    }
+}
+
 /// The engine VM's call: copies the arguments, calls through the registry, answers `true` and
 /// copies of the results, or `false` and the refusal (raised by the proxy, as a string).
+///
+/// The arguments go straight from this VM into the target's ([`Registry::call_copied`]);
+/// a call that path does not take (a refusal, a value it declines) is made again the
+/// `Message` way, whose reader and checks say every refusal.
 fn direct_call(
     lua: &Lua,
-    (target, function, args): (LuaString, LuaString, MessageArgs),
+    (target, function, args): (LuaString, LuaString, CallArgs),
 ) -> mlua::Result<(bool, Variadic<Message>)> {
     let (target, function) = (target.as_bytes(), function.as_bytes());
     let (target, function) = (
@@ -101,6 +137,27 @@ fn direct_call(
                 "{target}.{function}: this VM does not belong to a resource"
             )))
         }
+    };
+    let args = match args {
+        CallArgs::Stack {
+            state,
+            first,
+            count,
+        } => {
+            // SAFETY: the arguments stay at `first..` of this callback's stack until it
+            // returns, and the call leaves that stack as it found it.
+            let copied =
+                unsafe { registry.call_copied(&caller, &target, &function, (state, first, count)) };
+            if let Some(answer) = copied {
+                return Ok(match answer {
+                    Ok(results) => (true, Variadic::from(results)),
+                    Err(why) => refused(why),
+                });
+            }
+            // SAFETY: the same `count` values are still the top of this callback's stack.
+            lua.exec_raw_lua(|raw| unsafe { MessageArgs::from_stack_multi(count, raw) })?
+        }
+        CallArgs::Values(values) => MessageArgs::from_lua_multi(values, lua)?,
     };
     let args = match args.into_list() {
         Ok(args) => args,

@@ -1,6 +1,7 @@
 //! The export registry of one host: each loaded resource's phase and, while it runs, its
 //! exported functions with the authority and deadline they run under; and the one path every
-//! cross-resource call takes ([`Registry::call`]).
+//! cross-resource call takes ([`Registry::call`], and its faster way for an engine VM's
+//! arguments that copies them straight into the callee's VM, [`Registry::call_copied`]).
 //!
 //! The registry holds the target's functions, so a call made from inside a running callback
 //! reaches the target without going back through the [`ResourceHost`](super::ResourceHost),
@@ -13,10 +14,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mlua::{Function, Variadic};
+use std::ffi::c_int;
+
+use mlua::{ffi, Function, Lua, Variadic};
 
 use crate::principal::capability::{self, Authority};
-use crate::value::{MapKey, Message, MessageArgs, TransferError};
+use crate::value::{
+    copy_values, Copied, MapKey, Message, MessageArgs, TransferError, SOURCE_STACK_NEEDED,
+};
 use crate::vm::budget::{RunGuard, RunTokens};
 use crate::vm::{error_message, Embedded};
 
@@ -47,6 +52,9 @@ pub(crate) struct Slot {
     pub(crate) reloading: bool,
     /// The declared exports, resolved to functions while running (empty otherwise).
     exports: HashMap<Arc<str>, Function>,
+    /// The call wrapper (`call.luau`) in the running generation's VM, loaded once at publish
+    /// rather than looked up by name on every call.
+    wrapper: Option<Function>,
     authority: Option<Arc<Authority>>,
     deadline: Duration,
 }
@@ -61,7 +69,6 @@ pub(crate) struct Registry {
 
 /// A call's wrapper in the target VM: `xpcall` with the callee's traceback.
 static CALL: Embedded = Embedded::new("=skein resources call", include_str!("call.luau"));
-const CALL_KEY: &str = "skein.resources.call";
 
 impl Registry {
     /// Records a loaded resource, stopped.
@@ -72,6 +79,7 @@ impl Registry {
                 phase: Phase::Stopped,
                 reloading: false,
                 exports: HashMap::new(),
+                wrapper: None,
                 authority: None,
                 deadline: Duration::ZERO,
             },
@@ -86,26 +94,35 @@ impl Registry {
             slot.reloading = reloading;
             if phase != Phase::Running {
                 slot.exports.clear();
+                slot.wrapper = None;
                 slot.authority = None;
             }
         }
     }
 
-    /// Publishes a started resource's exports: it answers calls from now on.
+    /// Publishes a started resource's exports: it answers calls from now on. `lua` is its
+    /// engine VM, where the call wrapper is loaded once for the generation.
+    ///
+    /// # Errors
+    /// The wrapper failed to load (out of memory): the resource is not published.
     pub(crate) fn publish(
         &self,
         name: &str,
+        lua: &Lua,
         exports: HashMap<Arc<str>, Function>,
         authority: Arc<Authority>,
         deadline: Duration,
-    ) {
+    ) -> mlua::Result<()> {
+        let wrapper = CALL.load(lua)?;
         if let Some(slot) = self.slots.borrow_mut().get_mut(name) {
             slot.phase = Phase::Running;
             slot.reloading = false;
             slot.exports = exports;
+            slot.wrapper = Some(wrapper);
             slot.authority = Some(authority);
             slot.deadline = deadline;
         }
+        Ok(())
     }
 
     /// The phase of `name`, if loaded.
@@ -118,6 +135,61 @@ impl Registry {
         self.slots.borrow_mut().clear();
     }
 
+    /// What a call of `target.function` reaches, or the refusal (texts are made only then).
+    fn resolve(&self, target: &str, function: &str) -> Result<Resolved, String> {
+        let named = |why: String| format!("{target}.{function}: {why}");
+        let slots = self.slots.borrow();
+        let Some((target_name, slot)) = slots.get_key_value(target) else {
+            return Err(named(format!("no resource named '{target}' is loaded")));
+        };
+        match (slot.phase, slot.reloading) {
+            (Phase::Running, _) => {}
+            (Phase::Stopped, _) => {
+                return Err(named(format!("resource '{target}' is stopped")));
+            }
+            (Phase::Starting, false) => {
+                return Err(named(format!(
+                    "resource '{target}' is starting: its exports answer once its scripts have run"
+                )));
+            }
+            (Phase::Starting, true) | (Phase::Stopping, true) => {
+                return Err(named(format!(
+                    "resource '{target}' is reloading: call again once it has started"
+                )));
+            }
+            (Phase::Stopping, false) => {
+                return Err(named(format!("resource '{target}' is stopping")));
+            }
+        }
+        let Some(f) = slot.exports.get(function) else {
+            let mut names: Vec<&str> = slot.exports.keys().map(|k| &**k).collect();
+            names.sort_unstable();
+            return Err(named(format!(
+                "resource '{target}' does not export '{function}' (its exports: {})",
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            )));
+        };
+        let (Some(authority), Some(wrapper)) = (slot.authority.clone(), slot.wrapper.clone())
+        else {
+            return Err(named(format!("resource '{target}' is stopped")));
+        };
+        let Some(lua) = f.weak_lua().try_upgrade() else {
+            return Err(named(format!("resource '{target}' is stopped")));
+        };
+        Ok(Resolved {
+            f: f.clone(),
+            wrapper,
+            lua,
+            authority,
+            deadline: slot.deadline,
+            name: target_name.clone(),
+        })
+    }
+
     /// Calls `function` of resource `target` with `args`, as resource `caller`: the whole
     /// cross-resource call, answering the results or the error text the caller raises.
     pub(crate) fn call(
@@ -127,81 +199,77 @@ impl Registry {
         function: &str,
         args: Vec<Message>,
     ) -> Result<Vec<Message>, String> {
-        // Texts are made only for a refusal: a call that passes formats nothing.
         let named = |why: String| format!("{target}.{function}: {why}");
-        let (f, authority, deadline, target_name) = {
-            let slots = self.slots.borrow();
-            let Some((target_name, slot)) = slots.get_key_value(target) else {
-                return Err(named(format!("no resource named '{target}' is loaded")));
-            };
-            match (slot.phase, slot.reloading) {
-                (Phase::Running, _) => {}
-                (Phase::Stopped, _) => {
-                    return Err(named(format!("resource '{target}' is stopped")));
-                }
-                (Phase::Starting, false) => {
-                    return Err(named(format!(
-                        "resource '{target}' is starting: its exports answer once its scripts have run"
-                    )));
-                }
-                (Phase::Starting, true) | (Phase::Stopping, true) => {
-                    return Err(named(format!(
-                        "resource '{target}' is reloading: call again once it has started"
-                    )));
-                }
-                (Phase::Stopping, false) => {
-                    return Err(named(format!("resource '{target}' is stopping")));
-                }
-            }
-            let Some(f) = slot.exports.get(function) else {
-                let mut names: Vec<&str> = slot.exports.keys().map(|k| &**k).collect();
-                names.sort_unstable();
-                return Err(named(format!(
-                    "resource '{target}' does not export '{function}' (its exports: {})",
-                    if names.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        names.join(", ")
-                    }
-                )));
-            };
-            let Some(authority) = slot.authority.clone() else {
-                return Err(named(format!("resource '{target}' is stopped")));
-            };
-            (f.clone(), authority, slot.deadline, target_name.clone())
-        };
-        let _depth = self.enter(caller, &target_name).map_err(named)?;
+        let to = self.resolve(target, function)?;
+        let _depth = self.enter(caller, &to.name).map_err(named)?;
         for (i, arg) in args.iter().enumerate() {
             arg.check_within(|| format!("args[{}]", i + 1), MAX_VALUE_DEPTH, false)
                 .map_err(|e| named(e.to_string()))?;
         }
-        let Some(lua) = f.weak_lua().try_upgrade() else {
-            return Err(named(format!("resource '{target}' is stopped")));
-        };
-        let wrapper = CALL
-            .load_kept(&lua, CALL_KEY)
-            .map_err(|e| named(error_message(&e)))?;
-        let (ok, results) = {
-            let _authority = capability::install(Some(&authority));
-            let _run = RunGuard::start(&lua, deadline, RunTokens::default());
-            wrapper
-                .call::<(bool, MessageArgs)>((f, Variadic::from(args)))
+        let answer = {
+            let _authority = capability::install(Some(&to.authority));
+            let _run = RunGuard::start(&to.lua, to.deadline, RunTokens::default());
+            to.wrapper
+                .call::<(bool, MessageArgs)>((to.f, Variadic::from(args)))
                 .map_err(|e| named(error_message(&e)))?
         };
-        if !ok {
-            let text = match results.0.into_iter().next().map(|a| a.0) {
-                Some(Ok(Message::String(s))) => String::from_utf8_lossy(&s).into_owned(),
-                _ => "an error that is not a string".to_owned(),
-            };
-            return Err(named(text));
+        answered(answer).map_err(named)
+    }
+
+    /// [`call`](Self::call) with the `count` arguments at `first..` of `source` (the caller's
+    /// engine VM, running this call's callback) copied straight into the target's VM, no
+    /// `Message` in between ([`copy_values`]). Answers `None`, having run nothing of the
+    /// target, for a call this path does not take: a refusal before the callee runs (the
+    /// `Message` path makes it again, in its order, with its text), a value the copy declines,
+    /// and a target in the caller's own VM.
+    ///
+    /// # Safety
+    /// `first..first + count` are valid absolute indices of `source`'s stack, which this call
+    /// leaves as it found it.
+    pub(crate) unsafe fn call_copied(
+        &self,
+        caller: &Arc<str>,
+        target: &str,
+        function: &str,
+        (source, first, count): (*mut ffi::lua_State, c_int, c_int),
+    ) -> Option<Result<Vec<Message>, String>> {
+        let to = self.resolve(target, function).ok()?;
+        let _depth = self.enter(caller, &to.name).ok()?;
+        // SAFETY: reserving the source's stack only grows it (the reader does the same, from
+        // the same callback).
+        if unsafe { ffi::lua_checkstack(source, SOURCE_STACK_NEEDED) } == 0 {
+            return None;
         }
-        let results = results.into_list().map_err(|e| named(renamed(e)))?;
-        for (i, result) in results.iter().enumerate() {
-            result
-                .check_within(|| format!("results[{}]", i + 1), MAX_VALUE_DEPTH, false)
-                .map_err(|e| named(e.to_string()))?;
+        let mut copied = Copied::Declined;
+        let answer = {
+            let _authority = capability::install(Some(&to.authority));
+            let _run = RunGuard::start(&to.lua, to.deadline, RunTokens::default());
+            // SAFETY: the closure runs in a protected call on the target's state, with the
+            // wrapper and the export as its two arguments; it holds only references and plain
+            // values, so a raise (a memory error, or the call's own) skips no destructor. The
+            // source belongs to another VM: the caller's main thread is not the target's.
+            unsafe {
+                to.lua
+                    .exec_raw::<(bool, MessageArgs)>((&to.wrapper, &to.f), |state| {
+                        if ffi::lua_mainthread(state) == ffi::lua_mainthread(source) {
+                            return;
+                        }
+                        copied = copy_values(source, first, count, state, MAX_VALUE_DEPTH);
+                        if copied == Copied::All {
+                            ffi::lua_call(state, count + 1, ffi::LUA_MULTRET);
+                        }
+                    })
+            }
+        };
+        if copied == Copied::Declined {
+            return None;
         }
-        Ok(results)
+        let named = |why: String| format!("{target}.{function}: {why}");
+        Some(
+            answer
+                .map_err(|e| named(error_message(&e)))
+                .and_then(|answer| answered(answer).map_err(named)),
+        )
     }
 
     /// Enters one more call of the chain, or refuses the 17th nested one naming the chain.
@@ -245,6 +313,34 @@ impl Drop for Depth<'_> {
             chain.clear();
         }
     }
+}
+
+/// What a call reaches: the target's export, its VM, and what it runs under.
+struct Resolved {
+    f: Function,
+    wrapper: Function,
+    lua: Lua,
+    authority: Arc<Authority>,
+    deadline: Duration,
+    name: Arc<str>,
+}
+
+/// The wrapper's answer (`true, results...` or `false, message-with-traceback`) as the
+/// results, checked against the depth bound, or the callee's error text.
+fn answered((ok, results): (bool, MessageArgs)) -> Result<Vec<Message>, String> {
+    if !ok {
+        return Err(match results.0.into_iter().next().map(|a| a.0) {
+            Some(Ok(Message::String(s))) => String::from_utf8_lossy(&s).into_owned(),
+            _ => "an error that is not a string".to_owned(),
+        });
+    }
+    let results = results.into_list().map_err(renamed)?;
+    for (i, result) in results.iter().enumerate() {
+        result
+            .check_within(|| format!("results[{}]", i + 1), MAX_VALUE_DEPTH, false)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(results)
 }
 
 /// A refusal of the results, named `results[i]` rather than the reader's `args[i]`.

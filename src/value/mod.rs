@@ -13,6 +13,7 @@ mod access;
 mod byte_budget;
 mod codec;
 mod convert;
+mod copy;
 mod display;
 mod error;
 mod limits;
@@ -28,6 +29,7 @@ use bytes::Bytes;
 
 pub(crate) use byte_budget::{ByteBudget, Charge, Held};
 pub(crate) use convert::{ExactValue, ExactValues, MessageArg, MessageArgs};
+pub(crate) use copy::{copy_values, Copied, SOURCE_STACK_NEEDED};
 pub use error::{
     ConvertError, ConvertErrorKind, DecodeError, DecodeErrorKind, TransferError, TransferErrorKind,
 };

@@ -26,7 +26,7 @@ pub(crate) const MAX_LINE: usize = 4096;
 /// What the console prints for `help`.
 pub(crate) const HELP: &str = "\
 commands:
-  list           one line per resource: NAME STATE (generation, dependencies, exports), then its last error
+  list           one line per resource: NAME STATE (generation or never started, dependencies, exports), then its last error
   start NAME     start NAME; its dependencies must be running
   stop NAME      stop NAME; resources that depend on it keep running, and their calls into it fail
   reload NAME    stop NAME and start it again from disk, as a new generation
@@ -268,7 +268,11 @@ fn list(rows: &[Row], say: &mut Say<impl Write, impl Write>) {
         say.out("no resources");
     }
     for row in rows {
-        let mut details = vec![format!("generation {}", row.generation)];
+        // Generation 0 is no generation: the resource has never started.
+        let mut details = vec![match row.generation {
+            0 => "never started".to_owned(),
+            n => format!("generation {n}"),
+        }];
         details.push(match row.dependencies.as_slice() {
             [] => "no dependencies".to_owned(),
             deps => format!("depends on {}", deps.join(", ")),
@@ -490,6 +494,23 @@ mod tests {
              shutting down: end of input\n"
         );
         assert_eq!(err, "");
+    }
+
+    #[test]
+    fn list_says_never_started_rather_than_generation_0() {
+        let mut host = Fake::new();
+        host.rows[1].state = "stopped".into();
+        host.rows[1].generation = 0;
+        let (_, out, _) = session(&mut host, &["list", "start scores", "list"], Input::End);
+        assert_eq!(
+            out,
+            "store running (generation 1; no dependencies; exports get, set)\n\
+             scores stopped (never started; depends on store; no exports)\n\
+             started scores (generation 1)\n\
+             store running (generation 1; no dependencies; exports get, set)\n\
+             scores running (generation 1; depends on store; no exports)\n\
+             shutting down: end of input\n"
+        );
     }
 
     #[test]

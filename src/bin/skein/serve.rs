@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use skein::{Error, Grant, HostFile, Pool, Report, ResourceHost, StopOutcome};
+use skein::{Error, Grant, HostFile, NativeMode, Pool, Report, ResourceHost, StopOutcome};
 
 use crate::console::{self, Resources, Row, Say};
 use crate::print;
@@ -102,6 +102,8 @@ pub(crate) struct Options<'a> {
     pub start: Option<&'a [String]>,
     pub pool: Pool,
     pub ceiling: Grant,
+    /// `--native` / `--no-native`: the code mode of every resource's VMs.
+    pub native: NativeMode,
 }
 
 /// The startup set: `--start`, else `DIR/skein-host.toml`'s `[host] start`, else nothing.
@@ -137,6 +139,7 @@ pub(crate) fn serve(options: Options<'_>) -> Result<(), Error> {
     // one write a line, so the console's answers and the resources' lines never interleave.
     host.0
         .spec_with(|_, spec| spec.logs(Arc::new(print::Lines)));
+    host.0.native(options.native);
     let mut say = Say {
         out: stdout(),
         err: stderr(),
