@@ -746,7 +746,9 @@ fn resource_rounds_alone() {
                 .all(|w| w.vms_held == 0 && w.keys_held == 0)
         })
     };
-    for i in 0..10 {
+    // Warm-up: the allocator's arenas and the bytecode cache reach their working size in the
+    // first rounds (RSS then still climbs by a few percent), so the baseline is taken after 60.
+    for i in 0..60 {
         round(&mut host, i);
     }
     assert!(idle(&pool), "{:?}", pool.stats());
