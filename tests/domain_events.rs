@@ -12,7 +12,7 @@ use skein::{
     QueueBound, ScriptDomain,
 };
 
-use crate::support::{assert_contains, refusal, string, text, Tree};
+use crate::support::{assert_contains, refusal, sim_domain, string, text, Tree};
 
 /// A domain whose scripts log into the global `log`; `ui` and `world` handle raw events,
 /// `world` first (priority), and `ui` has a startup phase too.
@@ -233,10 +233,7 @@ fn advance_drains_once_after_its_late_phase() {
 #[test]
 fn an_event_emitted_during_update_is_delivered_in_the_same_advance() {
     let pool = Pool::new(1);
-    let spec = DomainSpec::new("game")
-        .context(ContextSpec::new("sim").phases([Phase::Update, Phase::LateUpdate]))
-        .unwrap();
-    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    let domain = sim_domain(&pool);
     domain
         .eval(
             r#"

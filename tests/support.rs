@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use skein::{mlua, DomainSpec, Message, Plan, Pool, ScriptDomain};
+use skein::{mlua, ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain};
 
 /// Runs each named test body in both code modes, as a test matrix: `in_both_modes!(name)` over
 /// `fn name(mode: NativeMode)` makes the tests `name::interpreted` (`NativeMode::Off`) and
@@ -458,4 +458,13 @@ pub fn run_alone(name: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert_contains(&stdout, "1 passed");
+}
+
+/// A domain `game` with one context, `sim`, that schedules `update` and `lateUpdate`: what the
+/// tests of a frame's order bind their handlers to.
+pub fn sim_domain(pool: &Pool) -> ScriptDomain {
+    let spec = DomainSpec::new("game")
+        .context(ContextSpec::new("sim").phases([Phase::Update, Phase::LateUpdate]))
+        .unwrap();
+    ScriptDomain::new(pool, spec).unwrap()
 }

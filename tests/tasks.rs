@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use skein::{ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain};
+use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 
-use crate::support::{assert_contains, refusal, text, Tree};
+use crate::support::{assert_contains, refusal, sim_domain, text, Tree};
 
 /// `waitFor(done)`: yields a batch at a time until `done()` holds, raising after 10 s, so a test
 /// waits for what it observes instead of for a time it guesses.
@@ -61,10 +61,7 @@ fn defer_runs_in_the_next_batch_and_work_deferred_by_a_batch_waits_for_the_next(
 #[test]
 fn an_advance_drains_the_deferred_batch_before_update_and_after_late_update() {
     let pool = Pool::new(1);
-    let spec = DomainSpec::new("game")
-        .context(ContextSpec::new("sim").phases([Phase::Update, Phase::LateUpdate]))
-        .unwrap();
-    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    let domain = sim_domain(&pool);
     domain
         .eval(
             r#"
