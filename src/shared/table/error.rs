@@ -50,6 +50,8 @@ pub enum SharedTableErrorKind {
     NotATable,
     /// An `atomic` function yielded or raised.
     Function,
+    /// `add` on a key that holds something other than a number, or an amount that is not one.
+    NotANumber,
 }
 
 impl SharedTableError {
@@ -64,6 +66,22 @@ impl SharedTableError {
     pub fn kind(&self) -> SharedTableErrorKind {
         self.kind
     }
+}
+
+/// `add` found `what` (`a string`, `a table`…) under the key at `at`.
+pub(crate) fn holds_no_number(at: &str, what: &str) -> SharedTableError {
+    SharedTableError::new(
+        SharedTableErrorKind::NotANumber,
+        format!("jobs.shared.add: {at} holds {what}, not a number"),
+    )
+}
+
+/// `add` was given `what` as the amount to add to the key at `at`.
+pub(crate) fn amount_not_a_number(at: &str, what: &str) -> SharedTableError {
+    SharedTableError::new(
+        SharedTableErrorKind::NotANumber,
+        format!("jobs.shared.add: the amount to add to {at} is {what}, not a number"),
+    )
 }
 
 impl fmt::Display for SharedTableError {

@@ -5,8 +5,8 @@ use std::fmt;
 
 use bytes::Bytes;
 
-use super::error::{SharedTableError, SharedTableErrorKind};
-use super::key::{location, Entry, Key, KeyIn, KeyRef};
+use super::error::{amount_not_a_number, SharedTableError, SharedTableErrorKind};
+use super::key::{location, Amount, Entry, Key, KeyIn, KeyRef};
 use super::node::{entry_message, entry_of, Node};
 use super::root::{TablePath, TableRoot};
 use crate::shared::{SharedStore, StoreCore};
@@ -225,6 +225,45 @@ impl SharedTableRef {
             value_of(|| self.key_location(&key), &next)
         })?;
         Ok(stored.as_ref().map(entry_message))
+    }
+
+    /// Adds `amount` (an integer or a number) to the number under `key` and answers the sum now
+    /// stored: the counter of a shared table, with no function to run. A missing key counts as
+    /// zero. An integer plus an integer stays an integer (wrapping on overflow); anything plus a
+    /// number is a number. Two `add`s on one key never lose either.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// let stats = domain.shared().table("stats")?;
+    /// assert_eq!(stats.add("hits", 2)?, Message::Integer(2));
+    /// assert_eq!(stats.add("hits", 0.5)?, Message::Number(2.5));
+    /// stats.set("name", "arena")?;
+    /// assert_eq!(
+    ///     stats.add("name", 1).unwrap_err().to_string(),
+    ///     "jobs.shared.add: 'stats'.name holds a string, not a number"
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`SharedTableErrorKind::NotANumber`] when `amount` is not a number or `key` holds
+    /// something else; a bound passed by a new key; as [`set`](SharedTableRef::set).
+    pub fn add(
+        &self,
+        key: impl Into<MapKey>,
+        amount: impl Into<Message>,
+    ) -> Result<Message, SharedTableError> {
+        let key = key_of(|| self.location(), key.into())?;
+        let amount = Amount::of(&amount.into())
+            .map_err(|what| amount_not_a_number(&self.key_location(&key), what))?;
+        Ok(entry_message(&self.add_entry(&key, amount)?))
+    }
+
+    pub(crate) fn add_entry(&self, key: &Key, amount: Amount) -> Result<Entry, SharedTableError> {
+        self.root.add(&self.store, &self.path, key, amount)
     }
 
     /// A plain deep copy of this table, read at one version.

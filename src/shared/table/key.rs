@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 use super::node::Node;
 use crate::value::path::{self, Segment};
-use crate::value::{Limits, MapKey};
+use crate::value::{Limits, MapKey, Message};
 
 /// A key of a shared table. Luau keeps integer keys apart from number keys, and so does this;
 /// `t[1]` in ordinary Luau code is the number key 1.
@@ -323,7 +323,69 @@ pub(crate) enum Entry {
     Table(Arc<Node>),
 }
 
+/// A number to add to a key (`jobs.shared.add`). Luau keeps integers apart from numbers, and so
+/// does the sum: an integer plus an integer stays an integer (wrapping on overflow, as Luau's
+/// integer arithmetic does); anything plus a number is a number.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Amount {
+    Integer(i64),
+    Number(f64),
+}
+
+impl Amount {
+    /// `message` as an amount, or what it is instead (`a string`).
+    pub(crate) fn of(message: &Message) -> Result<Amount, &'static str> {
+        match message {
+            Message::Integer(i) => Ok(Amount::Integer(*i)),
+            Message::Number(n) => Ok(Amount::Number(*n)),
+            other => Err(message_article(other)),
+        }
+    }
+
+    /// `current + self`, a missing key counting as zero; or what `current` is instead of a
+    /// number (`a string`).
+    pub(crate) fn added_to(self, current: Option<&Entry>) -> Result<Entry, &'static str> {
+        Ok(match (current, self) {
+            (None, Amount::Integer(i)) => Entry::Integer(i),
+            (None, Amount::Number(n)) => Entry::Number(n),
+            (Some(Entry::Integer(a)), Amount::Integer(b)) => Entry::Integer(a.wrapping_add(b)),
+            (Some(Entry::Integer(a)), Amount::Number(b)) => Entry::Number(*a as f64 + b),
+            (Some(Entry::Number(a)), Amount::Integer(b)) => Entry::Number(a + b as f64),
+            (Some(Entry::Number(a)), Amount::Number(b)) => Entry::Number(a + b),
+            (Some(other), _) => return Err(other.article()),
+        })
+    }
+}
+
+/// What a message is, with its article, as an error names it: `a string`, `nil`.
+fn message_article(message: &Message) -> &'static str {
+    match message {
+        Message::Nil => "nil",
+        Message::Boolean(_) => "a boolean",
+        Message::Integer(_) => "an integer",
+        Message::Number(_) => "a number",
+        Message::String(_) => "a string",
+        Message::Vector(_) => "a vector",
+        Message::Buffer(_) => "a buffer",
+        Message::List(_) | Message::Map(_) => "a table",
+        Message::Resource(_) => "a resource handle",
+    }
+}
+
 impl Entry {
+    /// What this value is, with its article, as an error names it: `a string`.
+    pub(crate) fn article(&self) -> &'static str {
+        match self {
+            Entry::Boolean(_) => "a boolean",
+            Entry::Integer(_) => "an integer",
+            Entry::Number(_) => "a number",
+            Entry::String(_) => "a string",
+            Entry::Vector(_) => "a vector",
+            Entry::Buffer(_) => "a buffer",
+            Entry::Table(_) => "a table",
+        }
+    }
+
     /// The bytes this value costs: a node, its string or buffer bytes, or a nested table's whole
     /// weight.
     pub(crate) fn weight(&self) -> usize {

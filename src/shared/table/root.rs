@@ -24,8 +24,8 @@
 use std::sync::Arc;
 
 use super::cell::VersionCell;
-use super::error::{SharedTableError, SharedTableErrorKind};
-use super::key::{location, Entry, Key, KeyIn};
+use super::error::{holds_no_number, SharedTableError, SharedTableErrorKind};
+use super::key::{location, Amount, Entry, Key, KeyIn};
 use super::node::Node;
 use crate::shared::StoreCore;
 use crate::sync::{thread, thread_local, AtomicBool, Mutex, MutexGuard, Ordering};
@@ -315,6 +315,26 @@ impl TableRoot {
                 self.set_in(target, key, value, stamp, path)?,
                 (),
             ))
+        })
+    }
+
+    /// Adds `amount` to the number under `key` (a missing key counts as zero); answers the sum
+    /// now stored.
+    pub(crate) fn add(
+        &self,
+        store: &StoreCore,
+        path: &TablePath,
+        key: &Key,
+        amount: Amount,
+    ) -> Result<Entry, SharedTableError> {
+        self.commit(store, path, |target, stamp| {
+            let sum = amount.added_to(target.get(key)).map_err(|what| {
+                let mut keys = path.keys.clone();
+                keys.push(key.clone());
+                holds_no_number(&self.location(&keys), what)
+            })?;
+            let leaf = self.set_in(target, &KeyIn::Shared(key), Some(&sum), stamp, path)?;
+            Ok(Edit::Write(leaf, sum))
         })
     }
 
