@@ -57,11 +57,27 @@ impl Handle {
         }
     }
 
-    /// This table at one version: the current one, or the frozen one.
-    fn node(&self) -> Result<std::sync::Arc<Node>, SharedTableError> {
+    /// This table at one moment, and its revision then: a picture of the live table (nested
+    /// tables stay live), or the frozen one.
+    fn node(&self) -> Result<(std::sync::Arc<Node>, u64), SharedTableError> {
         match self {
-            Handle::Live(t) => t.current(),
+            Handle::Live(t) => t.current_at(false),
+            Handle::Frozen(t) => Ok((t.node.clone(), t.rev)),
+        }
+    }
+
+    /// A copy of this table to store elsewhere: every value, nested tables too, at one moment.
+    fn picture(&self) -> Result<std::sync::Arc<Node>, SharedTableError> {
+        match self {
+            Handle::Live(t) => Ok(t.current_at(true)?.0),
             Handle::Frozen(t) => Ok(t.node.clone()),
+        }
+    }
+
+    fn revision(&self) -> Result<u64, SharedTableError> {
+        match self {
+            Handle::Live(t) => t.revision(),
+            Handle::Frozen(t) => Ok(t.rev),
         }
     }
 
@@ -85,6 +101,7 @@ impl Handle {
                     location.push_str(&path::render("", &segment));
                     Handle::Frozen(FrozenTable {
                         location: location.into(),
+                        rev: node.revision(),
                         node: node.clone(),
                     })
                 }
@@ -103,7 +120,7 @@ impl Handle {
         let Some(key) = key.key_ref() else {
             return Ok(Out::Data(Message::Nil));
         };
-        Ok(self.with_node(|node| self.out(key, node.get_ref(key)))?)
+        Ok(self.with_node(|node| self.out(key, node.get_ref(key).as_ref()))?)
     }
 
     /// Writes `key`; `value` nil removes it.
@@ -290,7 +307,7 @@ impl ValueArg {
     fn entry(&self, at: impl FnOnce() -> String) -> Result<Option<Entry>, SharedTableError> {
         match self {
             ValueArg::Data(m) => value_of(at, m),
-            ValueArg::Handle(h) => Ok(Some(Entry::Table(h.node()?))),
+            ValueArg::Handle(h) => Ok(Some(Entry::Table(h.picture()?))),
             ValueArg::Refused(r) => Err(SharedTableError::new(
                 SharedTableErrorKind::NotData,
                 format!(
@@ -390,7 +407,7 @@ impl UserData for Walk {}
 
 /// `for k, v in t` and `pairs(t)`: the walk function, its state, and the first key.
 fn walk(lua: &Lua, handle: &Handle) -> mlua::Result<(Function, AnyUserData, Value)> {
-    let node = handle.node()?;
+    let (node, _) = handle.node()?;
     let state = lua.create_userdata(Walk {
         handle: handle.clone(),
         node,
@@ -411,7 +428,10 @@ fn step_after(handle: &Handle, node: &Node, key: &KeyArg) -> Answer {
         KeyArg::Bad(_) => None,
     };
     match node.next_after(from) {
-        Some((k, v)) => Answer::Pair(Out::Data(k.to_message()), handle.out(k.as_ref(), Some(v))),
+        Some((k, v)) => Answer::Pair(
+            Out::Data(k.to_message()),
+            handle.out(k.as_ref(), Some(&v.load())),
+        ),
         None => Answer::One(Out::Data(Message::Nil)),
     }
 }
@@ -564,10 +584,13 @@ fn primitives(lua: &Lua) -> mlua::Result<Table> {
         "clone",
         lua.create_function(|lua, t: AnyUserData| {
             let h = t.borrow::<Handle>()?;
-            let node = h.node()?;
+            let (node, _) = h.node()?;
             let out = lua.create_table_with_capacity(node.border, node.map.len() - node.border)?;
             for (k, v) in node.map.iter() {
-                out.raw_set(Out::Data(k.to_message()), h.out(k.as_ref(), Some(v)))?;
+                out.raw_set(
+                    Out::Data(k.to_message()),
+                    h.out(k.as_ref(), Some(&v.load())),
+                )?;
             }
             Ok(out)
         })?,
@@ -582,7 +605,7 @@ fn list(
     (t, i, j): (AnyUserData, Option<f64>, Option<f64>),
 ) -> mlua::Result<(Table, f64, f64)> {
     let h = t.borrow::<Handle>()?;
-    let node = h.node()?;
+    let (node, rev) = h.node()?;
     let first = i.unwrap_or(1.0);
     let last = j.unwrap_or(node.border as f64);
     let out = lua.create_table_with_capacity(node.border, 0)?;
@@ -594,8 +617,8 @@ fn list(
             let mut n = lo;
             while n <= hi {
                 if let Some(key) = Key::number(n) {
-                    if let Some(v) = node.map.get(&key) {
-                        out.raw_set(Out::Data(key.to_message()), h.out(key.as_ref(), Some(v)))?;
+                    if let Some(v) = node.get(&key) {
+                        out.raw_set(Out::Data(key.to_message()), h.out(key.as_ref(), Some(&v)))?;
                     }
                 }
                 n += 1.0;
@@ -603,12 +626,15 @@ fn list(
         } else {
             for (k, v) in node.map.iter() {
                 if matches!(k, Key::Number(n) if *n >= lo && *n <= hi && n.fract() == 0.0) {
-                    out.raw_set(Out::Data(k.to_message()), h.out(k.as_ref(), Some(v)))?;
+                    out.raw_set(
+                        Out::Data(k.to_message()),
+                        h.out(k.as_ref(), Some(&v.load())),
+                    )?;
                 }
             }
         }
     }
-    Ok((out, node.border as f64, node.rev as f64))
+    Ok((out, node.border as f64, rev as f64))
 }
 
 /// `P.putList(t, list, rev)`: writes `list[1..#list]` over positions `1..` in one commit, if the
@@ -627,7 +653,7 @@ fn put_list(_: &Lua, (t, items, rev): (AnyUserData, Table, f64)) -> mlua::Result
     Ok(table
         .root
         .commit(&table.store, &table.path, |node, stamp| {
-            if node.rev != rev {
+            if stamp.count != rev {
                 return Ok(Edit::Keep(false));
             }
             let mut next = node.clone();
@@ -695,7 +721,7 @@ fn insert(_: &Lua, (t, n, a, b): (AnyUserData, u32, ValueArg, ValueArg)) -> mlua
             let mut next = node.clone();
             if (1..=n).contains(&at) {
                 for i in (at..=n).rev() {
-                    let moved = next.get(&Key::position(i as usize)).cloned();
+                    let moved = next.get(&Key::position(i as usize));
                     next = next.with(Key::position(i as usize + 1), moved, stamp.rev);
                 }
             }
@@ -729,10 +755,10 @@ fn remove(_: &Lua, (t, n, pos): (AnyUserData, u32, ValueArg)) -> mlua::Result<An
                 return Ok(Edit::Keep(None));
             }
             let key = Key::position(at as usize);
-            let taken = node.get(&key).cloned();
+            let taken = node.get(&key);
             let mut next = node.clone();
             for i in at..n {
-                let moved = next.get(&Key::position(i as usize + 1)).cloned();
+                let moved = next.get(&Key::position(i as usize + 1));
                 next = next.with(Key::position(i as usize), moved, stamp.rev);
             }
             next = next.with(Key::position(n as usize), None, stamp.rev);
@@ -779,14 +805,17 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
         "revision",
         lua.create_function(|_, t: Value| {
             let h = handle_of(&t, "jobs.shared.revision")?;
-            Ok(h.with_node(|n| n.rev as f64)?)
+            Ok(h.revision()? as f64)
         })?,
     )?;
     shared.raw_set(
         "snapshot",
         lua.create_function(|_, t: Value| {
             let h = handle_of(&t, "jobs.shared.snapshot")?;
-            Ok(h.with_node(Node::to_message)?)
+            Ok(match &h {
+                Handle::Live(t) => t.snapshot()?,
+                Handle::Frozen(t) => t.snapshot(),
+            })
         })?,
     )?;
     shared.raw_set(

@@ -119,28 +119,23 @@ impl SharedTableRef {
         Ok(f(target))
     }
 
-    /// The current version of this table itself, for a loop to walk.
+    /// This table as it is now, in cells of its own (see `Node::materialized`), for a loop to
+    /// walk: nested tables stay live.
+    #[cfg(test)]
     pub(crate) fn current(&self) -> Result<std::sync::Arc<Node>, SharedTableError> {
+        Ok(self.current_at(false)?.0)
+    }
+
+    /// This table as it is now, in cells of its own (nested tables too when `deep`), and its
+    /// revision at that moment.
+    pub(crate) fn current_at(
+        &self,
+        deep: bool,
+    ) -> Result<(std::sync::Arc<Node>, u64), SharedTableError> {
         self.store.tables.check_ended(|| self.location())?;
-        let version = self.root.load();
-        if self.path.keys.is_empty() {
-            return Ok(version);
-        }
-        let target = self.root.target(&version, &self.path)?;
-        // The handle's table is an entry of its parent: find the Arc that holds it.
-        let parent_path = TablePath {
-            keys: self.path.keys[..self.path.keys.len() - 1].to_vec(),
-            ids: self.path.ids[..self.path.ids.len() - 1].to_vec(),
-        };
-        let parent = self.root.target(&version, &parent_path)?;
-        let last = &self.path.keys[self.path.keys.len() - 1];
-        match parent.get(last) {
-            Some(Entry::Table(node)) if node.id == target.id => Ok(node.clone()),
-            _ => Err(SharedTableError::new(
-                SharedTableErrorKind::Detached,
-                format!("shared table {} was replaced", self.location()),
-            )),
-        }
+        self.root.read(&self.path, |node| {
+            std::sync::Arc::new(node.materialized(deep))
+        })
     }
 
     /// A handle on the table at `key` of this one, as it is in `node` (this table's version).
@@ -180,7 +175,16 @@ impl SharedTableRef {
         let Some(key) = KeyRef::from_map_key(&key) else {
             return Err(bad_key(&self.location(), "a NaN"));
         };
-        self.with_target(|node| node.get_ref(key).map(entry_message))
+        match self.with_target(|node| node.get_ref(key))? {
+            // A nested table is copied at one moment of the table.
+            Some(Entry::Table(_)) => Ok(self
+                .root
+                .read(&self.path, |node| {
+                    node.get_ref(key).map(|e| entry_message(&e))
+                })?
+                .0),
+            other => Ok(other.map(|e| entry_message(&e))),
+        }
     }
 
     /// Sets `key` to a copy of `value` (a [`Message`], or anything with a `From` impl into
@@ -268,12 +272,13 @@ impl SharedTableRef {
 
     /// A plain deep copy of this table, read at one version.
     pub fn snapshot(&self) -> Result<Message, SharedTableError> {
-        self.with_target(Node::to_message)
+        self.store.tables.check_ended(|| self.location())?;
+        Ok(self.root.read(&self.path, Node::to_message)?.0)
     }
 
     /// A number that every write to this table, or to a table inside it, advances. One read.
     pub fn revision(&self) -> Result<u64, SharedTableError> {
-        self.with_target(|node| node.rev)
+        self.with_target(|node| self.root.revision(node, &self.path))
     }
 
     /// `#t`: the length of the list part (`1..n` all present).
@@ -292,7 +297,7 @@ impl SharedTableRef {
     /// [`SharedTableErrorKind::NotATable`] when `key` holds no table; as [`get`](Self::get).
     pub fn table_at(&self, key: impl Into<MapKey>) -> Result<SharedTableRef, SharedTableError> {
         let key = key_of(|| self.location(), key.into())?;
-        let id = self.with_target(|node| node.get(&key).and_then(Entry::as_table).map(|t| t.id))?;
+        let id = self.with_target(|node| node.table(&key).map(|t| t.id))?;
         match id {
             Some(id) => Ok(self.child(key, id)),
             None => Err(SharedTableError::new(
@@ -303,10 +308,15 @@ impl SharedTableRef {
     }
 
     /// An immutable snapshot of this table that reads with no synchronisation at all.
+    ///
+    /// The copy is made now, of every value in the table and in the tables inside it: it costs
+    /// what [`snapshot`](SharedTableRef::snapshot) costs.
     pub fn freeze(&self) -> Result<FrozenTable, SharedTableError> {
+        let (node, rev) = self.current_at(true)?;
         Ok(FrozenTable {
             location: self.location().into(),
-            node: self.current()?,
+            node,
+            rev,
         })
     }
 
@@ -342,7 +352,9 @@ impl fmt::Debug for SharedTableRef {
 #[derive(Clone)]
 pub struct FrozenTable {
     pub(crate) location: std::sync::Arc<str>,
+    /// Cells of its own, which nothing writes (`Node::materialized`).
     pub(crate) node: std::sync::Arc<Node>,
+    pub(crate) rev: u64,
 }
 
 impl FrozenTable {
@@ -356,7 +368,7 @@ impl FrozenTable {
         let key = key.into();
         self.node
             .get_ref(KeyRef::from_map_key(&key)?)
-            .map(entry_message)
+            .map(|e| entry_message(&e))
     }
 
     /// A plain deep copy.
@@ -366,7 +378,7 @@ impl FrozenTable {
 
     /// The revision the table had when it was frozen.
     pub fn revision(&self) -> u64 {
-        self.node.rev
+        self.rev
     }
 
     /// `#t`.
@@ -382,11 +394,12 @@ impl FrozenTable {
     /// The frozen table at `key`, if `key` holds a table.
     pub fn table_at(&self, key: impl Into<MapKey>) -> Option<FrozenTable> {
         let key = Key::from_owned_map_key(key.into())?;
-        let node = self.node.get(&key)?.as_table()?.clone();
+        let node = self.node.table(&key)?.clone();
         let mut at = String::from(&*self.location);
         at.push_str(&location("", std::slice::from_ref(&key))[2..]);
         Some(FrozenTable {
             location: at.into(),
+            rev: node.revision(),
             node,
         })
     }

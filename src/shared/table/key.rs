@@ -405,13 +405,6 @@ impl Entry {
             _ => 1,
         }
     }
-
-    pub(crate) fn as_table(&self) -> Option<&Arc<Node>> {
-        match self {
-            Entry::Table(node) => Some(node),
-            _ => None,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,11 +8,13 @@
 
 pub(crate) mod cell;
 pub(crate) mod error;
+pub(crate) mod gate;
 pub(crate) mod handle;
 pub(crate) mod key;
 pub(crate) mod node;
 pub(crate) mod root;
 pub(crate) mod trie;
+pub(crate) mod value_cell;
 
 use std::collections::HashMap;
 

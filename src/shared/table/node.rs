@@ -6,11 +6,12 @@
 //! to the changed key. So a reader holding an old version keeps a whole, consistent picture for
 //! as long as it likes, and pays nothing to keep it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::key::{Entry, Key, KeyIn, KeyRef};
 use super::trie::Trie;
+use super::value_cell::Held;
+use crate::sync::{AtomicU64, Ordering};
 use crate::value::path::Segment;
 #[cfg(test)]
 use crate::value::MapKey;
@@ -19,19 +20,22 @@ use crate::value::{Limits, Message};
 /// Node ids come from one process-wide counter, so an id is never reused: a table that was
 /// replaced by another is told apart from it even when both sit under the same key. (Plain std
 /// atomics: the counter only hands out unique numbers and takes no part in publication.)
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 pub(crate) fn fresh_id() -> u64 {
-    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+    NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// One table at one version.
-#[derive(Clone, Debug)]
+/// One table at one version: its keys, and what each holds (a nested table, or a cell whose
+/// value writes of its shape replace in place; see `value_cell.rs`).
+#[derive(Debug)]
 pub(crate) struct Node {
     /// Which table this is: kept across versions, new for every table written in.
     pub(crate) id: u64,
-    /// The version of the named table at which this table (or a table inside it) last changed.
-    pub(crate) rev: u64,
+    /// The named table's revision at which this table (or a table inside it) last changed: set
+    /// by the version that changes it, and raised in place by a write to a cell in it or below
+    /// it (a nested table's `jobs.shared.revision`; the named table's own is its gate's count).
+    pub(crate) rev: AtomicU64,
     pub(crate) map: Trie,
     /// `#t`: the list positions `1..=border` are all present and `border + 1` is not.
     pub(crate) border: usize,
@@ -52,11 +56,25 @@ pub(crate) struct NotData {
     pub(crate) segments: Vec<Segment>,
 }
 
+impl Clone for Node {
+    fn clone(&self) -> Node {
+        Node {
+            id: self.id,
+            rev: AtomicU64::new(self.revision()),
+            map: self.map.clone(),
+            border: self.border,
+            entries: self.entries,
+            bytes: self.bytes,
+            height: self.height,
+        }
+    }
+}
+
 impl Node {
     pub(crate) fn empty(rev: u64) -> Node {
         Node {
             id: fresh_id(),
-            rev,
+            rev: AtomicU64::new(rev),
             map: Trie::new(),
             border: 0,
             entries: 0,
@@ -65,21 +83,62 @@ impl Node {
         }
     }
 
-    pub(crate) fn get(&self, key: &Key) -> Option<&Entry> {
+    /// This table's revision (see [`Node::rev`]).
+    #[inline]
+    pub(crate) fn revision(&self) -> u64 {
+        self.rev.load(Ordering::Acquire)
+    }
+
+    /// The value at `key` now (a nested table as its live node).
+    pub(crate) fn get(&self, key: &Key) -> Option<Entry> {
+        Some(self.map.get(key)?.load())
+    }
+
+    /// What `key` holds.
+    pub(crate) fn held(&self, key: &Key) -> Option<&Held> {
         self.map.get(key)
+    }
+
+    /// The nested table at `key`, if it holds one.
+    #[inline]
+    pub(crate) fn table(&self, key: &Key) -> Option<&Arc<Node>> {
+        self.map.get(key)?.as_table()
     }
 
     /// As [`get`](Node::get) by a borrowed key.
     #[inline]
-    pub(crate) fn get_ref(&self, key: KeyRef<'_>) -> Option<&Entry> {
+    pub(crate) fn get_ref(&self, key: KeyRef<'_>) -> Option<Entry> {
+        Some(self.map.get_ref(key)?.1.load())
+    }
+
+    /// As [`held`](Node::held) by a borrowed key.
+    #[inline]
+    pub(crate) fn held_ref(&self, key: KeyRef<'_>) -> Option<&Held> {
         Some(self.map.get_ref(key)?.1)
+    }
+
+    /// This table with its values as they are now, each in a cell of its own that nothing
+    /// writes: the picture a loop walks and a frozen table keeps. Nested tables are copied too
+    /// when `deep`, else shared (a loop hands them out as live handles). Keys, shape, id and
+    /// counts are kept. The caller reads under the gate (`Gate::read`), so the picture is one
+    /// moment of the table.
+    pub(crate) fn materialized(&self, deep: bool) -> Node {
+        let map = self.map.map_held(&mut |held| match held {
+            Held::Table(node) if deep => Held::Table(Arc::new(node.materialized(true))),
+            Held::Table(node) => Held::Table(node.clone()),
+            Held::Value(cell) => Held::new(cell.load()),
+        });
+        Node {
+            map,
+            ..self.clone()
+        }
     }
 
     /// The entry after `key` in this version's walk order (the first entry when `key` is
     /// `None`): the list part `1..=border` first and in order, then every other key in trie
     /// order. A key that is not present still finds a successor: the next list position when it
     /// is one inside the list part, else the next key in trie order.
-    pub(crate) fn next_after(&self, key: Option<&Key>) -> Option<(&Key, &Entry)> {
+    pub(crate) fn next_after(&self, key: Option<&Key>) -> Option<(&Key, &Held)> {
         let from = match key {
             None if self.border > 0 => return self.list_entry(1),
             None => self.map.first(),
@@ -93,7 +152,7 @@ impl Node {
     }
 
     /// The entry at list position `p` (present: `p` is inside the list part).
-    fn list_entry(&self, p: usize) -> Option<(&Key, &Entry)> {
+    fn list_entry(&self, p: usize) -> Option<(&Key, &Held)> {
         self.map.get_key_value(&Key::position(p))
     }
 
@@ -101,8 +160,8 @@ impl Node {
     /// the walk has already given).
     fn skip_list_part<'a>(
         &'a self,
-        mut from: Option<(&'a Key, &'a Entry)>,
-    ) -> Option<(&'a Key, &'a Entry)> {
+        mut from: Option<(&'a Key, &'a Held)>,
+    ) -> Option<(&'a Key, &'a Held)> {
         while let Some((k, _)) = from {
             match k.as_position() {
                 Some(p) if p <= self.border => from = self.map.after(k),
@@ -126,7 +185,8 @@ impl Node {
     /// As [`with`](Node::with) for a key in any form (see [`KeyIn`]).
     pub(crate) fn with_key(&self, key: KeyIn<'_>, value: Option<Entry>, rev: u64) -> Node {
         let mut next = self.clone();
-        next.rev = rev;
+        // Never back: a write in place may have moved this table's revision past `rev`.
+        next.rev = AtomicU64::new(rev.max(self.revision() + 1));
         let key_weight = key.as_ref().weight();
         let position = key.as_ref().as_position();
         let (old, present) = match value {
@@ -136,12 +196,12 @@ impl Node {
                 if let Entry::Table(child) = &value {
                     next.height = next.height.max(child.height + 1);
                 }
-                (next.map.insert(key, value), true)
+                (next.map.insert(key, Held::new(value)), true)
             }
             None => (next.map.remove(key.as_ref()), false),
         };
         if let Some(old) = &old {
-            let old = old.entry();
+            let old = old.held();
             next.entries -= old.entries();
             next.bytes -= key_weight + old.weight();
         }
@@ -164,39 +224,40 @@ impl Node {
     pub(crate) fn cleared(&self, rev: u64) -> Node {
         Node {
             id: self.id,
-            rev,
-            ..Node::empty(rev)
+            ..Node::empty(rev.max(self.revision() + 1))
         }
     }
 
-    /// A copy of this table to be written in somewhere: same contents, a new identity.
+    /// A copy of this table to be written in somewhere: same contents, a new identity. Its
+    /// cells are its own only if this table's were: a table written in comes from a message or
+    /// is a handle's `materialized(true)` picture, never a live table of the store.
     pub(crate) fn copied(&self, rev: u64) -> Node {
         Node {
             id: fresh_id(),
-            rev,
+            rev: AtomicU64::new(rev),
             ..self.clone()
         }
     }
 
-    /// The list part `1..=border` in order.
-    pub(crate) fn list(&self) -> impl Iterator<Item = &Entry> {
-        (1..=self.border).filter_map(|i| self.map.get(&Key::position(i)))
+    /// The list part `1..=border` in order, as it is now.
+    pub(crate) fn list(&self) -> impl Iterator<Item = Entry> + '_ {
+        (1..=self.border).filter_map(|i| self.get(&Key::position(i)))
     }
 
     /// A plain deep copy. A table whose keys are exactly `1..n` becomes a list, as a Luau table
     /// does when it crosses a boundary.
     pub(crate) fn to_message(&self) -> Message {
         if self.border > 0 && self.border == self.map.len() {
-            return Message::List(self.list().map(entry_message).collect());
+            return Message::List(self.list().map(|e| entry_message(&e)).collect());
         }
         // In key order, as the copy always was: a snapshot's order does not depend on the
         // process's hash seed.
-        let mut entries: Vec<(&Key, &Entry)> = self.map.iter().collect();
+        let mut entries: Vec<(&Key, &Held)> = self.map.iter().collect();
         entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
         Message::Map(
             entries
                 .into_iter()
-                .map(|(k, v)| (k.to_map_key(), entry_message(v)))
+                .map(|(k, v)| (k.to_map_key(), entry_message(&v.load())))
                 .collect(),
         )
     }
@@ -218,7 +279,7 @@ impl Node {
             }
             node.entries += entry.entries();
             node.bytes = node.bytes.saturating_add(key.weight() + entry.weight());
-            node.map.insert(KeyIn::Owned(key), entry);
+            node.map.insert(KeyIn::Owned(key), Held::new(entry));
             Ok(())
         };
         match message {

@@ -25,8 +25,10 @@ use std::sync::Arc;
 
 use super::cell::VersionCell;
 use super::error::{holds_no_number, SharedTableError, SharedTableErrorKind};
-use super::key::{location, Amount, Entry, Key, KeyIn};
+use super::gate::{Closed, Gate};
+use super::key::{location, Amount, Entry, Key, KeyIn, KeyRef};
 use super::node::Node;
+use super::value_cell::{Held, ValueCell};
 use crate::shared::StoreCore;
 use crate::sync::{thread, thread_local, AtomicBool, Mutex, MutexGuard, Ordering};
 
@@ -79,8 +81,10 @@ impl TablePath {
 /// What a commit stamps on the nodes it builds.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Stamp {
-    /// The version being built.
+    /// The revision the write makes (the count before it, plus one).
     pub(crate) rev: u64,
+    /// The named table's count before this write (its revision).
+    pub(crate) count: u64,
     /// Depth of the table being edited (the named table is 1).
     pub(crate) depth: usize,
 }
@@ -96,6 +100,7 @@ pub(crate) struct TableRoot {
     pub(crate) name: Arc<str>,
     pub(crate) limits: TableLimits,
     cell: VersionCell,
+    gate: Gate,
     turn: Turn,
 }
 
@@ -105,12 +110,14 @@ impl TableRoot {
             name,
             limits,
             cell: VersionCell::new(Arc::new(Node::empty(0))),
+            gate: Gate::new(),
             turn: Turn::new(),
         }
     }
 
     /// The current version of the whole named table. Never blocks.
     pub(crate) fn load(&self) -> Arc<Node> {
+        note_shared_read();
         #[cfg(not(loom))]
         return arc_swap::Guard::into_inner(self.cell.load());
         #[cfg(loom)]
@@ -119,6 +126,7 @@ impl TableRoot {
 
     /// The current version for one short read: no reference count is taken in normal builds.
     pub(crate) fn peek(&self) -> super::cell::Loaded {
+        note_shared_read();
         self.cell.load()
     }
 
@@ -139,8 +147,8 @@ impl TableRoot {
     ) -> Result<&'a Node, SharedTableError> {
         let mut node = version;
         for (i, (key, id)) in path.keys.iter().zip(&path.ids).enumerate() {
-            node = match node.get(key) {
-                Some(Entry::Table(child)) if child.id == *id => child,
+            node = match node.held(key) {
+                Some(Held::Table(child)) if child.id == *id => child,
                 found => return Err(self.detached(path, i, found.is_some())),
             };
         }
@@ -161,8 +169,8 @@ impl TableRoot {
         let mut node = version;
         for (i, (key, id)) in path.keys.iter().zip(&path.ids).enumerate() {
             above.push(node);
-            node = match node.get(key) {
-                Some(Entry::Table(child)) if child.id == *id => child,
+            node = match node.held(key) {
+                Some(Held::Table(child)) if child.id == *id => child,
                 found => return Err(self.detached(path, i, found.is_some())),
             };
         }
@@ -238,11 +246,24 @@ impl TableRoot {
         Ok(published)
     }
 
-    /// Runs `edit` on the handle's table in the current version and publishes the result,
-    /// redoing it on a newer version when another write won the race. `edit` may run more than
-    /// once; what it returns from the run that was published is the answer.
+    /// Runs `edit` on the handle's table in the current version and publishes the result, with
+    /// the gate closed (so no write in place races it). `edit` may run more than once; what it
+    /// returns from the run that was published is the answer.
     pub(crate) fn commit<R>(
         &self,
+        store: &StoreCore,
+        path: &TablePath,
+        edit: impl FnMut(&Node, Stamp) -> Result<Edit<R>, SharedTableError>,
+    ) -> Result<R, SharedTableError> {
+        store.tables.check_ended(|| self.location(&path.keys))?;
+        let closed = self.gate.close();
+        self.commit_closed(closed, store, path, edit)
+    }
+
+    /// [`commit`](TableRoot::commit) with the gate already closed by the caller.
+    fn commit_closed<R>(
+        &self,
+        mut closed: Closed<'_>,
         store: &StoreCore,
         path: &TablePath,
         mut edit: impl FnMut(&Node, Stamp) -> Result<Edit<R>, SharedTableError>,
@@ -254,7 +275,8 @@ impl TableRoot {
             let seen = loaded_arc(&seen);
             let (above, target) = self.chain(seen, path)?;
             let stamp = Stamp {
-                rev: seen.rev + 1,
+                rev: closed.count() + 1,
+                count: closed.count(),
                 depth: path.depth(),
             };
             let (leaf, out) = match edit(target, stamp)? {
@@ -263,9 +285,63 @@ impl TableRoot {
             };
             let next = Self::rebuild(&above, &path.keys, leaf, stamp.rev);
             self.check_bounds(&next, path)?;
+            // Closers are one at a time, so this only loses to the store ending (`forget`).
             if self.publish(store, seen, next, path)? {
+                closed.wrote();
                 return Ok(out);
             }
+        }
+    }
+
+    /// Runs `op` on the cell under `key` in the handle's table, as a write in place (see
+    /// `gate.rs`); answers `None`, having done nothing, when the key holds no cell (it is
+    /// absent, or holds a table). `op` answers its result and whether it changed the cell.
+    fn in_place<R>(
+        &self,
+        store: &StoreCore,
+        path: &TablePath,
+        key: KeyRef<'_>,
+        op: impl FnOnce(&ValueCell) -> (R, bool),
+    ) -> Result<Option<R>, SharedTableError> {
+        store.tables.check_ended(|| self.location(&path.keys))?;
+        self.gate.write(|| {
+            let version = self.peek();
+            let target = match self.target(&version, path) {
+                Ok(target) => target,
+                Err(e) => return (Err(e), false),
+            };
+            let Some(Held::Value(cell)) = target.held_ref(key) else {
+                return (Ok(None), false);
+            };
+            let (out, changed) = op(cell);
+            if changed {
+                // The count this write makes, or a later one: raised on every nested table
+                // down to the cell, so their revisions move (the named table's is the count).
+                self.raise_revisions(&version, path, self.gate.count() + 1);
+            }
+            (Ok(Some(out)), changed)
+        })
+    }
+
+    /// Moves the revision of every nested table on `path` in `version` on: to `rev`, or one
+    /// past where it was if that is further. So each write moves it (an `atomic` on a nested
+    /// table checks it), and it keeps step with the named table's count.
+    fn raise_revisions(&self, version: &Node, path: &TablePath, rev: u64) {
+        let mut node = version;
+        for key in &path.keys {
+            let Some(child) = node.table(key) else {
+                return;
+            };
+            let mut was = child.rev.load(Ordering::Acquire);
+            while let Err(now) = child.rev.compare_exchange_weak(
+                was,
+                rev.max(was + 1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                was = now;
+            }
+            node = child;
         }
     }
 
@@ -302,7 +378,8 @@ impl TableRoot {
         Ok(target.with_key(key.clone(), value, stamp.rev))
     }
 
-    /// Sets one key: the plain write.
+    /// Sets one key: the plain write. A value of the shape the key's cell holds is written in
+    /// place; anything else makes a new version.
     pub(crate) fn set(
         &self,
         store: &StoreCore,
@@ -310,6 +387,15 @@ impl TableRoot {
         key: &KeyIn<'_>,
         value: Option<&Entry>,
     ) -> Result<(), SharedTableError> {
+        if let Some(entry) = value.filter(|e| !matches!(e, Entry::Table(_))) {
+            let stored = self.in_place(store, path, key.as_ref(), |cell| {
+                let stored = cell.store(entry);
+                (stored, stored)
+            })?;
+            if stored == Some(true) {
+                return Ok(());
+            }
+        }
         self.commit(store, path, |target, stamp| {
             Ok(Edit::Write(
                 self.set_in(target, key, value, stamp, path)?,
@@ -319,7 +405,8 @@ impl TableRoot {
     }
 
     /// Adds `amount` to the number under `key` (a missing key counts as zero); answers the sum
-    /// now stored.
+    /// now stored. In place when the key's cell holds a number, or an integer and the amount is
+    /// one: one atomic add (an integer) or compare-and-swap loop (a number).
     pub(crate) fn add(
         &self,
         store: &StoreCore,
@@ -327,15 +414,44 @@ impl TableRoot {
         key: &Key,
         amount: Amount,
     ) -> Result<Entry, SharedTableError> {
+        let refuse = |what: &str| {
+            let mut keys = path.keys.clone();
+            keys.push(key.clone());
+            holds_no_number(&self.location(&keys), what)
+        };
+        let done = self.in_place(store, path, key.as_ref(), |cell| match cell.add(amount) {
+            Some(Ok(sum)) => (Some(Ok(sum)), true),
+            Some(Err(what)) => (Some(Err(what)), false),
+            None => (None, false),
+        })?;
+        match done {
+            Some(Some(Ok(sum))) => return Ok(sum),
+            Some(Some(Err(what))) => return Err(refuse(what)),
+            _ => {}
+        }
         self.commit(store, path, |target, stamp| {
-            let sum = amount.added_to(target.get(key)).map_err(|what| {
-                let mut keys = path.keys.clone();
-                keys.push(key.clone());
-                holds_no_number(&self.location(&keys), what)
-            })?;
+            let sum = amount.added_to(target.get(key).as_ref()).map_err(refuse)?;
             let leaf = self.set_in(target, &KeyIn::Shared(key), Some(&sum), stamp, path)?;
             Ok(Edit::Write(leaf, sum))
         })
+    }
+
+    /// What `key` holds in the handle's table, read at one moment, and the table's revision
+    /// then: a cell's value (`true`), or a nested table as a picture of its own (`false`), or
+    /// nothing.
+    fn read_key(
+        &self,
+        path: &TablePath,
+        key: &Key,
+    ) -> Result<(Option<Entry>, bool, u64), SharedTableError> {
+        let ((current, in_cell), rev) = self.read(path, |target| match target.held(key) {
+            None => (None, false),
+            Some(Held::Value(cell)) => (Some(cell.load()), true),
+            Some(Held::Table(node)) => {
+                (Some(Entry::Table(Arc::new(node.materialized(true)))), false)
+            }
+        })?;
+        Ok((current, in_cell, rev))
     }
 
     /// Read-modify-write of one key; see the module docs. `f` gets the current value and
@@ -354,41 +470,36 @@ impl TableRoot {
                 self.turn.wait_unless_mine();
             }
             store.tables.check_ended(|| self.location(&path.keys))?;
-            let (seen_id, seen_rev, current) = {
-                // Only looked at: the guard is let go before `f` runs.
-                let seen = self.peek();
-                let target = self.target(&seen, path)?;
-                (target.id, target.rev, target.get(key).cloned())
+            let (current, in_cell, rev) = self.read_key(path, key)?;
+            let reads = shared_reads();
+            let value = f(current.clone())?;
+            // `f` read nothing but its argument: the key's own compare-and-swap is the whole
+            // check (`ValueCell::compare_exchange`).
+            let only_its_key = shared_reads() == reads;
+            let fast = match (&current, &value) {
+                (Some(was), Some(now)) if in_cell && only_its_key => Some((was, now)),
+                _ => None,
             };
-            let value = f(current)?;
-            loop {
-                // The version the value commits on: any whose table still has the `(id, rev)`
-                // that `f` saw.
-                let version = self.peek();
-                let version = loaded_arc(&version);
-                let (above, target) = self.chain(version, path)?;
-                // The mutant commits without this re-check (loom-tests/README.md).
-                #[cfg(not(loom_mutant = "table_atomic_no_recheck"))]
-                if (target.id, target.rev) != (seen_id, seen_rev) {
-                    break;
+            if let Some((was, now)) = fast {
+                let swapped = self.in_place(store, path, key.as_ref(), |cell| {
+                    if !cell.fits(now) {
+                        return (None, false);
+                    }
+                    let swapped = cell.compare_exchange(was, now);
+                    (Some(swapped), swapped)
+                })?;
+                match swapped.flatten() {
+                    Some(true) => return Ok(value),
+                    Some(false) => {}
+                    // Another shape, or the key's leaf replaced: the checked commit below.
+                    None => {
+                        if let Some(stored) = self.commit_checked(store, path, key, &value, rev)? {
+                            return Ok(stored);
+                        }
+                    }
                 }
-                let stamp = Stamp {
-                    rev: version.rev + 1,
-                    depth: path.depth(),
-                };
-                let leaf = self.set_in(target, &KeyIn::Shared(key), value.as_ref(), stamp, path)?;
-                // What is stored, as stored: a table written in has its new identity.
-                let stored = match &value {
-                    Some(Entry::Table(_)) => leaf.get(key).cloned(),
-                    other => other.clone(),
-                };
-                let next = Self::rebuild(&above, &path.keys, leaf, stamp.rev);
-                self.check_bounds(&next, path)?;
-                if self.publish(store, version, next, path)? {
-                    return Ok(stored);
-                }
-                // Another write won the swap; if it was elsewhere in the named table, our
-                // table is unchanged and the same value commits on the newer version.
+            } else if let Some(stored) = self.commit_checked(store, path, key, &value, rev)? {
+                return Ok(stored);
             }
             losses += 1;
             if losses >= GIVE_UP {
@@ -406,6 +517,81 @@ impl TableRoot {
                 turn = Some(self.turn.take());
             }
         }
+    }
+
+    /// Commits `value` under `key` with the gate closed, if the handle's table is still at
+    /// revision `rev` (nothing was written in it, or in a table inside it, since `f` read it);
+    /// answers the value stored, or `None` (nothing written) when the table moved on.
+    fn commit_checked(
+        &self,
+        store: &StoreCore,
+        path: &TablePath,
+        key: &Key,
+        value: &Option<Entry>,
+        rev: u64,
+    ) -> Result<Option<Option<Entry>>, SharedTableError> {
+        let mut closed = self.gate.close();
+        let version = self.peek();
+        let target = self.target(&version, path)?;
+        let now = if path.keys.is_empty() {
+            closed.count()
+        } else {
+            target.revision()
+        };
+        // The mutant commits without this re-check (loom-tests/README.md).
+        #[cfg(not(loom_mutant = "table_atomic_no_recheck"))]
+        if now != rev {
+            return Ok(None);
+        }
+        let _ = (now, rev);
+        // A value of the cell's shape goes in place, as a plain write would.
+        if let Some(new) = value.as_ref().filter(|e| !matches!(e, Entry::Table(_))) {
+            if let Some(Held::Value(cell)) = target.held(key) {
+                if cell.store(new) {
+                    self.raise_revisions(&version, path, closed.count() + 1);
+                    closed.wrote();
+                    return Ok(Some(value.clone()));
+                }
+            }
+        }
+        drop(version);
+        let stored = self.commit_closed(closed, store, path, |target, stamp| {
+            let leaf = self.set_in(target, &KeyIn::Shared(key), value.as_ref(), stamp, path)?;
+            // What is stored, as stored: a table written in has its new identity.
+            let stored = match value {
+                Some(Entry::Table(_)) => leaf.get(key),
+                other => other.clone(),
+            };
+            Ok(Edit::Write(leaf, stored))
+        })?;
+        Ok(Some(stored))
+    }
+
+    /// This table's revision: the gate's count for the named table, the node's own for a
+    /// nested one.
+    pub(crate) fn revision(&self, target: &Node, path: &TablePath) -> u64 {
+        if path.keys.is_empty() {
+            self.gate.count()
+        } else {
+            target.revision()
+        }
+    }
+
+    /// Runs `read` on the handle's table so that it sees one moment of the whole table;
+    /// answers what it answered and the revision at that moment (the named table's count, or
+    /// the nested table's own).
+    pub(crate) fn read<R>(
+        &self,
+        path: &TablePath,
+        mut read: impl FnMut(&Node) -> R,
+    ) -> Result<(R, u64), SharedTableError> {
+        let (out, count) = self.gate.read(|| {
+            let version = self.peek();
+            let target = self.target(&version, path)?;
+            Ok((read(target), target.revision()))
+        });
+        let (out, nested) = out?;
+        Ok((out, if path.keys.is_empty() { count } else { nested }))
     }
 
     /// Whether an `atomic` call holds the table's turn now (for tests and models).
@@ -428,6 +614,22 @@ thread_local! {
     /// on each other forever. Such a nested call goes on optimistically (and may give up).
     #[allow(clippy::missing_const_for_thread_local)] // loom's thread_local! takes no const block
     static TURNS_HELD: std::cell::Cell<u32> = std::cell::Cell::new(0);
+}
+
+thread_local! {
+    /// Reads of any shared table this thread made: `atomic` compares it around its function,
+    /// to know whether the function read more than its argument.
+    #[allow(clippy::missing_const_for_thread_local)] // loom's thread_local! takes no const block
+    static SHARED_READS: std::cell::Cell<u64> = std::cell::Cell::new(0);
+}
+
+#[inline]
+fn note_shared_read() {
+    SHARED_READS.with(|n| n.set(n.get().wrapping_add(1)));
+}
+
+fn shared_reads() -> u64 {
+    SHARED_READS.with(|n| n.get())
 }
 
 fn holds_a_turn() -> bool {

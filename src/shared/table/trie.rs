@@ -1,4 +1,4 @@
-//! A persistent hash array mapped trie from `Key` to `Entry`: the map inside every table node.
+//! A persistent hash array mapped trie from `Key` to `Held`: the map inside every table node.
 //!
 //! Each branch has 32 slots compressed by a bitmap, so it holds only the slots in use. A slot
 //! is an entry (its key's full 64-bit hash kept beside it, so nothing is ever rehashed), a child
@@ -17,7 +17,8 @@
 
 use std::sync::Arc;
 
-use super::key::{Entry, Key, KeyIn, KeyRef};
+use super::key::{Key, KeyIn, KeyRef};
+use super::value_cell::Held;
 
 /// Bits of hash each level consumes: a branch has `1 << BITS` slots (32; the bitmap is a
 /// `u32`). Measured with callgrind, 4 (16 slots) made a write about 4% cheaper on a 1,000-key
@@ -42,7 +43,7 @@ fn index(hash: u64, level: u32) -> u32 {
 struct Leaf {
     hash: u64,
     key: Key,
-    entry: Entry,
+    held: Held,
 }
 
 /// Keys that share one full hash: at least two, kept in `Key` order.
@@ -79,24 +80,32 @@ struct Branch {
 pub(crate) struct Old(Arc<Leaf>);
 
 impl Old {
-    pub(crate) fn entry(&self) -> &Entry {
-        &self.0.entry
+    pub(crate) fn held(&self) -> &Held {
+        &self.0.held
     }
 }
 
-fn leaf(hash: u64, key: Key, entry: Entry) -> Arc<Leaf> {
-    Arc::new(Leaf { hash, key, entry })
+fn leaf(hash: u64, key: Key, held: Held) -> Arc<Leaf> {
+    Arc::new(Leaf { hash, key, held })
 }
 
 impl Leaf {
-    fn pair(&self) -> (&Key, &Entry) {
-        (&self.key, &self.entry)
+    fn map_held(&self, f: &mut impl FnMut(&Held) -> Held) -> Arc<Leaf> {
+        Arc::new(Leaf {
+            hash: self.hash,
+            key: self.key.clone(),
+            held: f(&self.held),
+        })
+    }
+
+    fn pair(&self) -> (&Key, &Held) {
+        (&self.key, &self.held)
     }
 }
 
 impl Slot {
     /// The first entry under this slot in trie order.
-    fn first(&self) -> (&Key, &Entry) {
+    fn first(&self) -> (&Key, &Held) {
         match self {
             Slot::Leaf(l) => l.pair(),
             Slot::Collision(c) => c.leaves[0].pair(),
@@ -129,7 +138,7 @@ impl Branch {
     }
 
     #[inline]
-    fn get(&self, hash: u64, key: KeyRef<'_>) -> Option<(&Key, &Entry)> {
+    fn get(&self, hash: u64, key: KeyRef<'_>) -> Option<(&Key, &Held)> {
         let mut branch = self;
         let mut level = 0;
         loop {
@@ -158,7 +167,7 @@ impl Branch {
 
     /// Sets `key` (whose hash is `hash`) in this branch at `level`; answers what it held. A
     /// borrowed key is cloned only when it is new: over a present key the stored one is kept.
-    fn insert(&mut self, level: u32, hash: u64, key: KeyIn<'_>, entry: Entry) -> Option<Old> {
+    fn insert(&mut self, level: u32, hash: u64, key: KeyIn<'_>, entry: Held) -> Option<Old> {
         let bit = 1u32 << index(hash, level);
         let position = self.position(bit);
         if self.bitmap & bit == 0 {
@@ -267,8 +276,26 @@ impl Branch {
         }
     }
 
+    fn map_held(&self, f: &mut impl FnMut(&Held) -> Held) -> Branch {
+        let mut slots = Vec::with_capacity(self.slots.len());
+        for slot in &self.slots {
+            slots.push(match slot {
+                Slot::Leaf(l) => Slot::Leaf(l.map_held(f)),
+                Slot::Branch(b) => Slot::Branch(Arc::new(b.map_held(f))),
+                Slot::Collision(c) => Slot::Collision(Arc::new(Collision {
+                    hash: c.hash,
+                    leaves: c.leaves.iter().map(|l| l.map_held(f)).collect(),
+                })),
+            });
+        }
+        Branch {
+            bitmap: self.bitmap,
+            slots,
+        }
+    }
+
     /// The first entry after `(hash, key)` in trie order, under this branch at `level`.
-    fn after(&self, level: u32, hash: u64, key: &Key) -> Option<(&Key, &Entry)> {
+    fn after(&self, level: u32, hash: u64, key: &Key) -> Option<(&Key, &Held)> {
         let i = index(hash, level);
         let bit = 1u32 << i;
         if self.bitmap & bit != 0 {
@@ -304,7 +331,7 @@ impl Branch {
     }
 }
 
-/// A persistent map from `Key` to `Entry`, ordered by `(hash, key)`. Cloning is one reference
+/// A persistent map from `Key` to `Held`, ordered by `(hash, key)`. Cloning is one reference
 /// count; every write copies only the path to its key.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Trie {
@@ -326,19 +353,19 @@ impl Trie {
     }
 
     #[inline]
-    pub(crate) fn get(&self, key: &Key) -> Option<&Entry> {
+    pub(crate) fn get(&self, key: &Key) -> Option<&Held> {
         Some(self.get_key_value(key)?.1)
     }
 
     /// The stored key and its value.
     #[inline]
-    pub(crate) fn get_key_value(&self, key: &Key) -> Option<(&Key, &Entry)> {
+    pub(crate) fn get_key_value(&self, key: &Key) -> Option<(&Key, &Held)> {
         self.get_ref(key.as_ref())
     }
 
     /// The stored key and its value, found by a borrowed key: no copy, no allocation.
     #[inline]
-    pub(crate) fn get_ref(&self, key: KeyRef<'_>) -> Option<(&Key, &Entry)> {
+    pub(crate) fn get_ref(&self, key: KeyRef<'_>) -> Option<(&Key, &Held)> {
         self.root.as_ref()?.get(key.hash64(), key)
     }
 
@@ -346,9 +373,19 @@ impl Trie {
         self.get(key).is_some()
     }
 
+    /// The same keys in the same shape, each value what `f` makes of it: one pass, no key
+    /// rehashed or reordered. (A version's values as they are now, copied into leaves of their
+    /// own: `Node::materialized`.)
+    pub(crate) fn map_held(&self, f: &mut impl FnMut(&Held) -> Held) -> Trie {
+        Trie {
+            root: self.root.as_ref().map(|b| Arc::new(b.map_held(f))),
+            len: self.len,
+        }
+    }
+
     /// Sets `key` to `entry`; answers what it held. Branches another version shares are
     /// copied, the rest edited in place.
-    pub(crate) fn insert(&mut self, key: KeyIn<'_>, entry: Entry) -> Option<Old> {
+    pub(crate) fn insert(&mut self, key: KeyIn<'_>, entry: Held) -> Option<Old> {
         let hash = key.as_ref().hash64();
         let root = self.root.get_or_insert_with(|| {
             Arc::new(Branch {
@@ -377,12 +414,12 @@ impl Trie {
     }
 
     /// The first entry in trie order.
-    pub(crate) fn first(&self) -> Option<(&Key, &Entry)> {
+    pub(crate) fn first(&self) -> Option<(&Key, &Held)> {
         Some(self.root.as_ref()?.slots.first()?.first())
     }
 
     /// The first entry after `key` in trie order; `key` need not be present.
-    pub(crate) fn after(&self, key: &Key) -> Option<(&Key, &Entry)> {
+    pub(crate) fn after(&self, key: &Key) -> Option<(&Key, &Held)> {
         self.root.as_ref()?.after(0, key.hash64(), key)
     }
 
@@ -406,7 +443,7 @@ pub(crate) struct Iter<'a> {
 }
 
 impl<'a> Iterator for Iter<'a> {
-    type Item = (&'a Key, &'a Entry);
+    type Item = (&'a Key, &'a Held);
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
@@ -428,6 +465,7 @@ impl<'a> Iterator for Iter<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::key::Entry;
     use super::*;
     use std::collections::BTreeMap;
 
@@ -435,16 +473,16 @@ mod tests {
         Key::String(bytes::Bytes::copy_from_slice(text.as_bytes()))
     }
 
-    fn int(entry: Option<&Entry>) -> Option<i64> {
-        match entry {
-            Some(Entry::Integer(i)) => Some(*i),
+    fn int(held: Option<&Held>) -> Option<i64> {
+        match held.map(Held::load) {
+            Some(Entry::Integer(i)) => Some(i),
             _ => None,
         }
     }
 
     fn old(old: Option<Old>) -> Option<i64> {
-        match old.as_ref().map(Old::entry) {
-            Some(Entry::Integer(i)) => Some(*i),
+        match old.as_ref().map(|o| o.held().load()) {
+            Some(Entry::Integer(i)) => Some(i),
             _ => None,
         }
     }
@@ -471,7 +509,7 @@ mod tests {
                 Key::Integer(i * 7919 % 4_001)
             };
             assert_eq!(
-                old(trie.insert(KeyIn::Owned(key.clone()), Entry::Integer(i))),
+                old(trie.insert(KeyIn::Owned(key.clone()), Held::new(Entry::Integer(i)))),
                 model.insert(key, i)
             );
         }
@@ -510,12 +548,12 @@ mod tests {
     fn an_old_version_is_untouched_by_writes_to_a_copy() {
         let mut old = Trie::new();
         for i in 0..200 {
-            old.insert(KeyIn::Owned(Key::Integer(i)), Entry::Integer(i));
+            old.insert(KeyIn::Owned(Key::Integer(i)), Held::new(Entry::Integer(i)));
         }
         let mut new = old.clone();
-        new.insert(KeyIn::Owned(Key::Integer(5)), Entry::Integer(-5));
+        new.insert(KeyIn::Owned(Key::Integer(5)), Held::new(Entry::Integer(-5)));
         new.remove(KeyRef::Integer(6));
-        new.insert(KeyIn::Owned(s("x")), Entry::Boolean(true));
+        new.insert(KeyIn::Owned(s("x")), Held::new(Entry::Boolean(true)));
         assert_eq!(int(old.get(&Key::Integer(5))), Some(5));
         assert_eq!(int(old.get(&Key::Integer(6))), Some(6));
         assert!(old.get(&s("x")).is_none());
@@ -528,7 +566,7 @@ mod tests {
     fn the_order_is_by_hash_and_absent_keys_find_their_successor() {
         let mut trie = Trie::new();
         for i in 0..300 {
-            trie.insert(KeyIn::Owned(Key::Integer(i)), Entry::Integer(i));
+            trie.insert(KeyIn::Owned(Key::Integer(i)), Held::new(Entry::Integer(i)));
         }
         let order = walk(&trie);
         assert_eq!(order.len(), 300, "every entry once");
@@ -551,11 +589,11 @@ mod tests {
         let h = 0xABCD_0000_0000_1234;
         for (i, k) in [s("b"), s("a"), s("c")].into_iter().enumerate() {
             assert!(branch
-                .insert(0, h, KeyIn::Owned(k), Entry::Integer(i as i64))
+                .insert(0, h, KeyIn::Owned(k), Held::new(Entry::Integer(i as i64)))
                 .is_none());
         }
         assert!(branch
-            .insert(0, h ^ 1, KeyIn::Owned(s("z")), Entry::Integer(9))
+            .insert(0, h ^ 1, KeyIn::Owned(s("z")), Held::new(Entry::Integer(9)))
             .is_none());
         assert_eq!(
             int(branch.get(h, KeyRef::String(b"a")).map(|e| e.1)),
@@ -567,7 +605,7 @@ mod tests {
         );
         assert!(branch.get(h, KeyRef::String(b"d")).is_none());
         assert_eq!(
-            old(branch.insert(0, h, KeyIn::Owned(s("a")), Entry::Integer(7))),
+            old(branch.insert(0, h, KeyIn::Owned(s("a")), Held::new(Entry::Integer(7)))),
             Some(1)
         );
         let order: Vec<Key> = {
