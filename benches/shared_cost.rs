@@ -22,8 +22,14 @@
 //!   `shared_native`'s baselines read it;
 //! - `set N`: `set` of the keys in turn to another integer (the key exists: no growth);
 //! - `atomic N`: an uncontended `atomic` increment of one key;
+//! - `add N`: an uncontended `add(key, 1)` of the same key: the numeric fast path;
 //! - `luau N`: `s += t.x` in a Luau loop on the engine VM (`t = jobs.shared.table("hot")`): a
 //!   read of a shared table from Luau, with the loop's bytecode in the figure;
+//! - `luau_plus N`, `luau_atomic N` and `luau_add N`: the three increments `benches/shared_luau.rs`
+//!   times from 2 workers, here in one loop on the engine VM with nobody contending: `t.x += 1`,
+//!   `jobs.shared.atomic(t, "x", inc)` and `jobs.shared.add(t, "x", 1)`. Where the build has no
+//!   `jobs.shared.add` (before its Luau side), `luau_add` prints a note and exits with status 2;
+//!   the smoke run skips it with the note;
 //! - `write_big N` and `write_small N`: `set` of one integer key of a 1,000,000-entry and of a
 //!   10-entry table, each stored at `data` of its own named table and written through
 //!   `table_at`, as `benches/shared_big.rs` writes them: the write copies the path to the key,
@@ -115,6 +121,42 @@ fn atomic(table: &SharedTableRef, n: usize) {
     assert_eq!(as_int(&got), n as i64);
 }
 
+/// `n` uncontended `add(COUNTER, 1)`; the count is checked.
+#[inline(never)]
+fn add(table: &SharedTableRef, n: usize) {
+    for _ in 0..n {
+        table.add(COUNTER, Message::Integer(1)).expect("add");
+    }
+    let got = table.get(COUNTER).expect("get").expect("present");
+    assert_eq!(as_int(&got), n as i64);
+}
+
+/// Printed in place of `luau_add` when the domain has no `jobs.shared.add`.
+const NO_ADD: &str = "note: this build has no jobs.shared.add; luau_add needs its Luau side";
+
+/// Whether Luau code in `domain` can call `jobs.shared.add`.
+fn has_add(domain: &ScriptDomain) -> bool {
+    let probe = "local ok, add = pcall(function() return jobs.shared.add end)\n\
+                 return ok and type(add) == 'function'";
+    matches!(domain.eval(probe), Ok(Message::Boolean(true)))
+}
+
+/// `n` increments of `x` (a number, 1 at the start) in a Luau loop on the engine VM, each
+/// written as `step`; the result is checked.
+#[inline(never)]
+fn luau_increments(domain: &ScriptDomain, step: &str, n: usize) {
+    let x = domain
+        .eval(&format!(
+            "local t = jobs.shared.table('hot')
+             local atomic, add = jobs.shared.atomic, jobs.shared.add
+             local function inc(v) return v + 1 end
+             for _ = 1, {n} do {step} end
+             return t.x"
+        ))
+        .expect("eval");
+    assert_eq!(as_int(&x), n as i64 + 1);
+}
+
 /// `n` reads `s += t.x` of the shared table from a Luau loop on the engine VM.
 #[inline(never)]
 fn luau(domain: &ScriptDomain, n: usize) {
@@ -174,13 +216,28 @@ fn run(mode: &str, n: usize) {
         }
         "set" => set(&table, &keys, n),
         "atomic" => atomic(&table, n),
+        "add" => add(&table, n),
         "luau" => luau(&domain, n),
+        "luau_plus" => luau_increments(&domain, "t.x += 1", n),
+        "luau_atomic" => luau_increments(&domain, "atomic(t, 'x', inc)", n),
+        "luau_add" if !has_add(&domain) => {
+            println!("{NO_ADD}");
+            std::process::exit(2);
+        }
+        "luau_add" => luau_increments(&domain, "add(t, 'x', 1)", n),
         "write_big" => write(&domain, 1_000_000, n),
         "write_small" => write(&domain, 10, n),
         other => {
-            panic!("unknown mode {other}: get, get_arcswap, get_rwlock, set, atomic, luau, write_big or write_small")
+            panic!("unknown mode {other}: get, get_arcswap, get_rwlock, set, atomic, add, luau, luau_plus, luau_atomic, luau_add, write_big or write_small")
         }
     }
+}
+
+/// [`has_add`] in a domain of its own, for the smoke run to decide before it runs the mode.
+fn luau_has_add() -> bool {
+    let pool = Pool::new(1);
+    let domain = ScriptDomain::new(&pool, DomainSpec::new("probe")).expect("domain");
+    has_add(&domain)
 }
 
 fn main() {
@@ -194,10 +251,18 @@ fn main() {
                 "get_rwlock",
                 "set",
                 "atomic",
+                "add",
                 "luau",
+                "luau_plus",
+                "luau_atomic",
+                "luau_add",
                 "write_big",
                 "write_small",
             ] {
+                if mode == "luau_add" && !luau_has_add() {
+                    println!("luau_add skipped: {NO_ADD}");
+                    continue;
+                }
                 let t = Instant::now();
                 run(mode, 10_000);
                 println!("{mode} x10000 (with set-up): {:?}", t.elapsed());

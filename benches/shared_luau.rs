@@ -1,6 +1,12 @@
-//! Shared tables from Luau: `t.x += 1` on a shared table and `jobs.shared.atomic` increments,
-//! each from 2 workers at once (one `parallelFor` of 2 chunks, `OPS` updates per chunk), beside
-//! the same `2 * OPS` updates to a plain local table in one worker VM: what sharing costs.
+//! Shared tables from Luau: `t.x += 1` on a shared table, `jobs.shared.atomic` increments and
+//! `jobs.shared.add(t, "x", 1)` increments, each from 2 workers at once (one `parallelFor` of 2
+//! chunks, `OPS` updates per chunk), beside the same `2 * OPS` updates to a plain local table in
+//! one worker VM: what sharing costs. Goals (issue 15), shared on 2 workers over local in one VM:
+//! `t.x += 1` >= 1/8, `atomic` >= 1/15, `add` >= 1/6; each goal's line says whether this run met
+//! it.
+//!
+//! Where the domain has no `jobs.shared.add` (a build before the Luau side of it), the `add`
+//! sides are left out with a printed note and everything else runs.
 //!
 //! Both sides are timed from Rust around one `domain.eval` (dispatch and await included, a few
 //! microseconds against tens of milliseconds); the ratios of the medians of ops/second are
@@ -9,10 +15,12 @@
 
 mod util;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+use util::Goal;
 
 /// Updates per chunk (one chunk per worker).
 const OPS: usize = 50_000;
@@ -36,6 +44,15 @@ function M.atomic(c)
     local atomic = jobs.shared.atomic
     for _ = 1, c.count do
         atomic(t, "x", inc)
+    end
+    return c.count
+end
+
+function M.add(c)
+    local t = jobs.shared.table(c.args.name)
+    local add = jobs.shared.add
+    for _ = 1, c.count do
+        add(t, "x", 1)
     end
     return c.count
 end
@@ -73,6 +90,20 @@ fn as_int(m: &Message) -> i64 {
     }
 }
 
+/// Printed in place of the `add` sides when the domain has no `jobs.shared.add`.
+const NO_ADD: &str =
+    "note: this build has no jobs.shared.add; the add sides are skipped (they need its Luau side)";
+
+/// Set when the `add` sides were skipped, so `main` leaves out their ratios.
+static ADD_MISSING: AtomicBool = AtomicBool::new(false);
+
+/// Whether Luau code in `domain` can call `jobs.shared.add`.
+fn has_add(domain: &ScriptDomain) -> bool {
+    let probe = "local ok, add = pcall(function() return jobs.shared.add end)\n\
+                 return ok and type(add) == 'function'";
+    matches!(domain.eval(probe), Ok(Message::Boolean(true)))
+}
+
 fn luau(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("bump.luau"), MODULE).expect("write module");
@@ -87,13 +118,21 @@ fn luau(c: &mut Criterion) {
     // The 1-chunk shared sides run the same updates in one worker VM with nobody contending:
     // beside the 2-worker figures they split the cost of sharing into the per-update price and
     // what contention adds.
-    let sides = [
+    let mut sides = vec![
         ("shared_plus_2w", "plus", WORKERS),
         ("shared_atomic_2w", "atomic", WORKERS),
         ("shared_plus_1vm", "plus", 1),
         ("shared_atomic_1vm", "atomic", 1),
         ("local_plain_1vm", "plain", 1),
     ];
+    let add = has_add(&domain);
+    ADD_MISSING.store(!add, Ordering::Relaxed);
+    if add {
+        sides.push(("shared_add_2w", "add", WORKERS));
+        sides.push(("shared_add_1vm", "add", 1));
+    } else {
+        println!("{NO_ADD}");
+    }
     for (name, entry, chunks) in sides {
         let source = run(entry, total, chunks);
         g.bench_function(BenchmarkId::new(name, total), |b| {
@@ -103,6 +142,7 @@ fn luau(c: &mut Criterion) {
                     let x = as_int(&domain.eval(&source).expect("eval"));
                     match entry {
                         "atomic" => assert_eq!(x, total as i64, "an atomic update was lost"),
+                        "add" => assert_eq!(x, total as i64, "an add was lost"),
                         "plus" if chunks == 1 => assert_eq!(x, total as i64),
                         "plus" => assert!(x > 0 && x <= total as i64, "x = {x}"),
                         _ => assert_eq!(x, 0, "the plain side must not touch the shared table"),
@@ -143,22 +183,28 @@ fn main() {
     Criterion::default().configure_from_args().final_summary();
     let total = WORKERS * OPS;
     println!("--- shared_luau (ratios of medians, this run; 'cost of sharing' = 1 / ratio) ---");
-    util::ratio(
-        "t.x += 1",
-        "shared_plus_2w",
-        total,
-        "local_plain_1vm",
-        total,
-        "shared on 2 workers over local in 1 VM",
-    );
-    util::ratio(
-        "atomic",
-        "shared_atomic_2w",
-        total,
-        "local_plain_1vm",
-        total,
-        "shared on 2 workers over local in 1 VM",
-    );
+    let goals = [
+        (
+            "t.x += 1",
+            "shared_plus_2w",
+            Goal::at_least(1.0 / 8.0, "1/8"),
+        ),
+        (
+            "atomic",
+            "shared_atomic_2w",
+            Goal::at_least(1.0 / 15.0, "1/15"),
+        ),
+        ("add", "shared_add_2w", Goal::at_least(1.0 / 6.0, "1/6")),
+    ];
+    let add_missing = ADD_MISSING.load(Ordering::Relaxed);
+    for (label, name, goal) in goals {
+        if add_missing && name.contains("add") {
+            println!("{label}: {NO_ADD}");
+            continue;
+        }
+        let label = format!("{label}, shared on 2 workers over local in 1 VM");
+        util::ratio_goal(&label, name, total, "local_plain_1vm", total, goal);
+    }
     util::ratio(
         "t.x += 1, uncontended",
         "shared_plus_1vm",
@@ -198,5 +244,32 @@ fn main() {
         "shared_plus_2w",
         total,
         "informative",
+    );
+    if add_missing {
+        return;
+    }
+    util::ratio(
+        "add, uncontended",
+        "shared_add_1vm",
+        total,
+        "local_plain_1vm",
+        total,
+        "shared in 1 VM over local in 1 VM",
+    );
+    util::ratio(
+        "add scaling",
+        "shared_add_2w",
+        total,
+        "shared_add_1vm",
+        total,
+        "2 workers over 1",
+    );
+    util::ratio(
+        "add vs atomic",
+        "shared_add_2w",
+        total,
+        "shared_atomic_2w",
+        total,
+        "what the numeric fast path saves over a function call",
     );
 }

@@ -82,6 +82,62 @@ pub fn ratio(label: &str, name: &str, ops: usize, base: &str, base_ops: usize, g
     );
 }
 
+/// A bound a ratio from [`ratio`] is held to: `at_least(2.0, "2x")` or `at_most(1.2, "1.2x")`,
+/// the text as the goal is written down.
+#[derive(Clone, Copy, Debug)]
+pub struct Goal {
+    bound: f64,
+    at_most: bool,
+    text: &'static str,
+}
+
+impl Goal {
+    /// The ratio must be `bound` or more.
+    pub const fn at_least(bound: f64, text: &'static str) -> Goal {
+        Goal {
+            bound,
+            at_most: false,
+            text,
+        }
+    }
+
+    /// The ratio must be `bound` or less.
+    pub const fn at_most(bound: f64, text: &'static str) -> Goal {
+        Goal {
+            bound,
+            at_most: true,
+            text,
+        }
+    }
+
+    fn met(&self, r: f64) -> bool {
+        if self.at_most {
+            r <= self.bound
+        } else {
+            r >= self.bound
+        }
+    }
+}
+
+/// The throughput of `name` (`ops` a run) over that of `base` (`base_ops` a run), from their
+/// medians; `None` when a filter skipped either side.
+pub fn ratio_of(name: &str, ops: usize, base: &str, base_ops: usize) -> Option<f64> {
+    let (a, b) = (median(name)?, median(base)?);
+    Some(per_s(ops, a) / per_s(base_ops, b))
+}
+
+/// [`ratio`] held to `goal`: the line ends `(goal >= 2x: met)` or `(goal >= 2x: NOT met)`.
+pub fn ratio_goal(label: &str, name: &str, ops: usize, base: &str, base_ops: usize, goal: Goal) {
+    let verdict = match ratio_of(name, ops, base, base_ops) {
+        Some(r) if goal.met(r) => "met",
+        Some(_) => "NOT met",
+        None => "no ratio",
+    };
+    let sign = if goal.at_most { "<=" } else { ">=" };
+    let text = format!("goal {sign} {}: {verdict}", goal.text);
+    ratio(label, name, ops, base, base_ops, &text);
+}
+
 /// A rate with a unit, e.g. `12.3 M ops/s`.
 pub fn human(rate: f64) -> String {
     if rate >= 1e6 {
