@@ -1,9 +1,18 @@
 //! Shared tables end to end: the engine VM, workers and the host reading and writing one table;
 //! the table syntax and every wrapped base and `table` function; atomic counts; nested handles
 //! and their detaching; iteration at one version; each refusal with its text and nothing
-//! changed after it; the end of the domain; and a stress run.
+//! changed after it; the end of the domain; and a stress run. `jobs.shared.add` and
+//! `SharedTableRef::add`: types, refusals, bounds and lost-update stress. Walks and snapshots
+//! racing writes from other threads, each checked against what one moment of the table looks
+//! like.
 
-use skein::{DomainSpec, MapKey, Message, Pool, ScriptDomain, SharedTableErrorKind};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Barrier;
+use std::thread;
+
+use skein::{
+    DomainSpec, Limits, MapKey, Message, Pool, ScriptDomain, SharedTableErrorKind, SharedTableRef,
+};
 
 use crate::support::{assert_contains, number, refusal, text, Tree};
 
@@ -34,6 +43,21 @@ function M.read(args)
     -- A handle can't cross a boundary: hand back a plain copy.
     return jobs.shared.snapshot(jobs.shared.table(args.name))[args.key]
 end
+function M.addAndAtomic(args)
+    local t = jobs.shared.table(args.name)
+    local one = integer.create(1)
+    for _ = 1, args.times do
+        jobs.shared.add(t, "n", 1)
+        jobs.shared.add(t, "i", one)
+        jobs.shared.atomic(t, "m", function(m) return m + 1 end)
+    end
+    jobs.shared.add(t, "done", 1)
+    return true
+end
+function M.addNested(args)
+    local t = jobs.shared.table(args.name)
+    return jobs.shared.add(t.inner, "n", args.by)
+end
 function M.atomicChunk(c)
     local t = jobs.shared.table("chunks")
     for _ = c.first, c.last do
@@ -45,7 +69,7 @@ return M
 "#;
 
 fn setup() -> (Tree, Pool, ScriptDomain) {
-    let tree = Tree::new(&[("jobs.luau", JOBS)]);
+    let tree = Tree::new(&[("jobs.luau", JOBS), ("races.luau", RACES)]);
     let pool = Pool::new(2);
     let domain = tree.domain(&pool);
     (tree, pool, domain)
@@ -664,4 +688,762 @@ fn insert_and_remove_keep_integers_and_sort_keeps_numbers() {
             Message::Number(2.5)
         ])
     );
+}
+
+// ---- jobs.shared.add ------------------------------------------------------------------------
+
+/// An integer message.
+fn int(i: i64) -> Message {
+    Message::Integer(i)
+}
+
+/// The items of a list message.
+#[track_caller]
+fn items(m: Message) -> Vec<Message> {
+    match m {
+        Message::List(items) => items,
+        other => panic!("expected a list, got {other:?}"),
+    }
+}
+
+#[test]
+fn add_answers_the_sum_with_its_exact_type() {
+    let (_tree, _pool, domain) = setup();
+    let t = domain.shared().table("acc").unwrap();
+    t.set("big", int(i64::MAX)).unwrap();
+    t.set("low", int(i64::MIN)).unwrap();
+    let out = eval(
+        &domain,
+        r#"
+        local t = jobs.shared.table("acc")
+        local add = jobs.shared.add
+        local r0 = jobs.shared.revision(t)
+        local answers = {
+            add(t, "n", 1.5),                      -- a missing key counts as 0
+            add(t, "n", 2),                        -- number + number
+            add(t, "i", integer.create(2)),        -- missing + integer: an integer
+            add(t, "i", integer.create(-5)),       -- integer + integer
+            add(t, "j", integer.create(7)),
+            add(t, "j", 0.5),                      -- integer + number: a number
+            add(t, "k", 1.25),
+            add(t, "k", integer.create(2)),        -- number + integer: a number
+            add(t, "big", integer.create(1)),      -- wraps: i64::MAX + 1 == i64::MIN
+            add(t, "low", integer.create(-1)),     -- and back: i64::MIN - 1 == i64::MAX
+            add(t, 3, 4),                          -- a number key
+        }
+        assert(jobs.shared.revision(t) == r0 + 11, "each add is one write")
+        assert(typeof(t.i) == "integer" and typeof(t.n) == "number" and typeof(t.j) == "number")
+        assert(typeof(answers[3]) == "integer" and typeof(answers[6]) == "number")
+        assert(t[3] == 4 and t.n == 3.5)
+        return answers
+    "#,
+    );
+    assert_eq!(
+        items(out),
+        vec![
+            Message::Number(1.5),
+            Message::Number(3.5),
+            int(2),
+            int(-3),
+            int(7),
+            Message::Number(7.5),
+            Message::Number(1.25),
+            Message::Number(3.25),
+            int(i64::MIN),
+            int(i64::MAX),
+            Message::Number(4.0),
+        ]
+    );
+    // The host reads what the adds stored, with the same types.
+    assert_eq!(t.get("i").unwrap(), Some(int(-3)));
+    assert_eq!(t.get("j").unwrap(), Some(Message::Number(7.5)));
+    assert_eq!(t.get("big").unwrap(), Some(int(i64::MIN)));
+    assert_eq!(t.get("low").unwrap(), Some(int(i64::MAX)));
+    assert_eq!(t.get(3.0).unwrap(), Some(Message::Number(4.0)));
+}
+
+#[test]
+fn add_on_a_key_that_holds_no_number_raises_and_changes_nothing() {
+    let (_tree, _pool, domain) = setup();
+    eval(
+        &domain,
+        r#"
+        local t = jobs.shared.table("acc")
+        t.s = "7"
+        t.b = true
+        t.t = { n = 1 }
+        t.v = vector.create(1, 2, 3)
+        t.buf = buffer.fromstring("1")
+        t.n = 1
+        "#,
+    );
+    let t = domain.shared().table("acc").unwrap();
+    let before = (t.snapshot().unwrap(), t.revision().unwrap());
+    for (key, what) in [
+        ("s", "a string"),
+        ("b", "a boolean"),
+        ("t", "a table"),
+        ("v", "a vector"),
+        ("buf", "a buffer"),
+    ] {
+        for amount in ["1", "integer.create(1)", "0.5"] {
+            let body = format!("jobs.shared.add(jobs.shared.table('acc'), '{key}', {amount})");
+            let err = refusal(&domain, &body);
+            assert_contains(
+                &err,
+                &format!("jobs.shared.add: 'acc'.{key} holds {what}, not a number"),
+            );
+            assert_eq!(
+                (t.snapshot().unwrap(), t.revision().unwrap()),
+                before,
+                "{body} changed the table"
+            );
+        }
+    }
+    // The Rust API refuses with the same text, and changes nothing either.
+    for (key, what) in [("s", "a string"), ("t", "a table"), ("buf", "a buffer")] {
+        let err = t.add(key, int(1)).unwrap_err();
+        assert_eq!(err.kind(), SharedTableErrorKind::NotANumber);
+        assert_eq!(
+            err.to_string(),
+            format!("jobs.shared.add: 'acc'.{key} holds {what}, not a number")
+        );
+    }
+    assert_eq!((t.snapshot().unwrap(), t.revision().unwrap()), before);
+}
+
+#[test]
+fn add_refuses_an_amount_that_is_no_number_and_changes_nothing() {
+    let (_tree, _pool, domain) = setup();
+    eval(&domain, "jobs.shared.table('acc').hits = 1");
+    let t = domain.shared().table("acc").unwrap();
+    let before = (t.snapshot().unwrap(), t.revision().unwrap());
+    for key in ["hits", "fresh"] {
+        for (amount, what) in [
+            ("'1'", "a string"),
+            ("nil", "nil"),
+            ("{}", "a table"),
+            ("{ 1 }", "a table"),
+            ("true", "a boolean"),
+            ("vector.create(1, 0, 0)", "a vector"),
+            ("buffer.create(1)", "a buffer"),
+            ("print", "a function"),
+            ("t", "a shared table"),
+        ] {
+            let body = format!(
+                "local t = jobs.shared.table('acc'); jobs.shared.add(t, '{key}', {amount})"
+            );
+            let err = refusal(&domain, &body);
+            assert_contains(
+                &err,
+                &format!(
+                    "jobs.shared.add: the amount to add to 'acc'.{key} is {what}, not a number"
+                ),
+            );
+            assert_eq!(
+                (t.snapshot().unwrap(), t.revision().unwrap()),
+                before,
+                "{body} changed the table"
+            );
+        }
+    }
+    // No amount at all reads as nil.
+    let err = refusal(&domain, "jobs.shared.add(jobs.shared.table('acc'), 'hits')");
+    assert_contains(
+        &err,
+        "jobs.shared.add: the amount to add to 'acc'.hits is nil, not a number",
+    );
+    // The Rust API's texts are the same.
+    for (amount, what) in [
+        (Message::from("1"), "a string"),
+        (Message::Nil, "nil"),
+        (Message::List(vec![int(1)]), "a table"),
+        (Message::Boolean(true), "a boolean"),
+    ] {
+        for key in ["hits", "fresh"] {
+            let err = t.add(key, amount.clone()).unwrap_err();
+            assert_eq!(err.kind(), SharedTableErrorKind::NotANumber);
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "jobs.shared.add: the amount to add to 'acc'.{key} is {what}, not a number"
+                )
+            );
+        }
+    }
+    assert_eq!((t.snapshot().unwrap(), t.revision().unwrap()), before);
+}
+
+#[test]
+fn add_refuses_a_frozen_table_a_cut_loose_handle_a_bad_key_and_a_non_table() {
+    let (_tree, _pool, domain) = setup();
+    eval(
+        &domain,
+        "local t = jobs.shared.table('acc'); t.n = 1; t.inner = { n = 1 }; t.gone = { n = 1 }",
+    );
+    let t = domain.shared().table("acc").unwrap();
+    let before = (t.snapshot().unwrap(), t.revision().unwrap());
+    let cases = [
+        (
+            "jobs.shared.add(jobs.shared.freeze(t), 'n', 1)",
+            "shared table 'acc' is frozen: it can't be written",
+        ),
+        (
+            "jobs.shared.add(jobs.shared.freeze(t).inner, 'n', 1)",
+            "shared table 'acc'.inner is frozen: it can't be written",
+        ),
+        (
+            "jobs.shared.add({ n = 1 }, 'n', 1)",
+            "jobs.shared.add: expected a shared table, got table",
+        ),
+        (
+            "jobs.shared.add(nil, 'n', 1)",
+            "jobs.shared.add: expected a shared table, got nil",
+        ),
+        (
+            "jobs.shared.add(t, true, 1)",
+            "shared table 'acc': a boolean can't be a key of a shared table",
+        ),
+        (
+            "jobs.shared.add(t, 0/0, 1)",
+            "shared table 'acc': a NaN can't be a key of a shared table",
+        ),
+        (
+            "jobs.shared.add(t, nil, 1)",
+            "shared table 'acc': a nil can't be a key of a shared table",
+        ),
+    ];
+    for (body, expected) in cases {
+        let err = refusal(
+            &domain,
+            &format!("local t = jobs.shared.table('acc'); {body}"),
+        );
+        assert_contains(&err, expected);
+        assert_eq!(
+            (t.snapshot().unwrap(), t.revision().unwrap()),
+            before,
+            "{body} changed the table"
+        );
+    }
+    // A handle on a nested table that was replaced, or removed, refuses: no add lands in a table
+    // that was cut loose.
+    let inner = t.table_at("inner").unwrap();
+    let err = refusal(
+        &domain,
+        r#"
+        local t = jobs.shared.table("acc")
+        local inner = t.inner
+        t.inner = { n = 100 }
+        jobs.shared.add(inner, "n", 1)
+        "#,
+    );
+    assert_contains(&err, "shared table 'acc'.inner was replaced");
+    let rust_err = inner.add("n", int(1)).unwrap_err();
+    assert_eq!(rust_err.kind(), SharedTableErrorKind::Detached);
+    assert_contains(&err, &rust_err.to_string());
+    let err = refusal(
+        &domain,
+        r#"
+        local t = jobs.shared.table("acc")
+        local gone = t.gone
+        t.gone = nil
+        jobs.shared.add(gone, "n", 1)
+        "#,
+    );
+    assert_contains(&err, "shared table 'acc'.gone was removed");
+    assert_eq!(
+        t.snapshot().unwrap().to_string(),
+        "{inner = {n = 100}, n = 1}"
+    );
+}
+
+#[test]
+fn add_through_a_nested_handle_from_the_engine_a_worker_and_the_host() {
+    let (_tree, _pool, domain) = setup();
+    let out = eval(
+        &domain,
+        r#"
+        local t = jobs.shared.table("nested.add")
+        t.inner = { n = 1, s = "x" }
+        local a = jobs.shared.add(t.inner, "n", 2)
+        local b = jobs.dispatch("./jobs", "addNested", { name = "nested.add", by = 10 }):await()
+        local ok, err = pcall(jobs.shared.add, t.inner, "s", 1)
+        assert(not ok)
+        return { a, b, t.inner.n, tostring(err) }
+    "#,
+    );
+    let out = items(out);
+    assert_eq!(
+        out[..3],
+        [
+            Message::Number(3.0),
+            Message::Number(13.0),
+            Message::Number(13.0)
+        ]
+    );
+    assert_contains(
+        &text(&out[3]),
+        "jobs.shared.add: 'nested.add'.inner.s holds a string, not a number",
+    );
+    let inner = domain
+        .shared()
+        .table("nested.add")
+        .unwrap()
+        .table_at("inner")
+        .unwrap();
+    assert_eq!(inner.add("n", 0.5).unwrap(), Message::Number(13.5));
+    assert_eq!(
+        inner.add("s", 1.0).unwrap_err().to_string(),
+        "jobs.shared.add: 'nested.add'.inner.s holds a string, not a number"
+    );
+}
+
+#[test]
+fn add_from_rust_keeps_types_wraps_and_counts_a_missing_key_as_zero() {
+    let pool = Pool::new(1);
+    let domain = ScriptDomain::new(&pool, DomainSpec::new("rust")).unwrap();
+    let t = domain.shared().table("stats").unwrap();
+    let rev = t.revision().unwrap();
+    assert_eq!(t.add("hits", int(2)).unwrap(), int(2));
+    assert_eq!(t.add("hits", int(3)).unwrap(), int(5));
+    assert_eq!(t.add("hits", 0.5).unwrap(), Message::Number(5.5));
+    assert_eq!(t.add("f", 1.5).unwrap(), Message::Number(1.5));
+    assert_eq!(t.add("f", int(1)).unwrap(), Message::Number(2.5));
+    assert_eq!(t.add(1.0, int(4)).unwrap(), int(4));
+    t.set("big", int(i64::MAX)).unwrap();
+    assert_eq!(t.add("big", int(1)).unwrap(), int(i64::MIN));
+    assert_eq!(t.add("big", int(-1)).unwrap(), int(i64::MAX));
+    assert_eq!(
+        t.revision().unwrap(),
+        rev + 9,
+        "each add and the set is one write"
+    );
+    assert_eq!(
+        domain
+            .eval("local t = jobs.shared.table('stats'); return { typeof(t.big), t.hits, t[1] }")
+            .unwrap(),
+        Message::List(vec![Message::from("integer"), Message::Number(5.5), int(4)])
+    );
+    // A key that can't be one is refused before the amount is looked at.
+    assert_eq!(
+        t.add(f64::NAN, int(1)).unwrap_err().kind(),
+        SharedTableErrorKind::BadKey
+    );
+    drop(domain);
+    let err = t.add("hits", int(1)).unwrap_err();
+    assert_eq!(err.kind(), SharedTableErrorKind::Ended);
+    assert_eq!(
+        err.to_string(),
+        "shared table 'stats' is gone: domain 'rust' stopped"
+    );
+}
+
+/// The entry bound (1,048,576 entries): an add that would make a new key is refused at the
+/// bound and one past it, while an add to a key the table holds succeeds at the bound.
+#[test]
+fn add_at_the_entry_bound() {
+    const BOUND: usize = 1_048_576;
+    let (_tree, _pool, domain) = setup();
+    let t = domain.shared().table("big").unwrap();
+    // "list" and its items, and "hits": BOUND - 1 entries.
+    t.set(
+        "list",
+        Message::List(vec![Message::Boolean(true); BOUND - 3]),
+    )
+    .unwrap();
+    t.set("hits", int(0)).unwrap();
+    let past = "shared table 'big': the write would make 'big' hold 1048577 entries, past the bound of 1048576";
+    let out = eval(
+        &domain,
+        r#"
+        local t = jobs.shared.table("big")
+        local add = jobs.shared.add
+        assert(add(t, "made", 1) == 1)                 -- makes the last entry: at the bound
+        local rev = jobs.shared.revision(t)
+        local ok, err = pcall(add, t, "one more", 1)   -- one past
+        assert(not ok and t["one more"] == nil and jobs.shared.revision(t) == rev)
+        assert(add(t, "hits", 1) == 1)                 -- existing keys still count, at the bound
+        assert(add(t, "made", 1) == 2)
+        return tostring(err)
+    "#,
+    );
+    assert_contains(&text(&out), past);
+    let rev = t.revision().unwrap();
+    let err = t.add("from rust", int(1)).unwrap_err();
+    assert_eq!(err.kind(), SharedTableErrorKind::Limit);
+    assert_eq!(err.to_string(), past);
+    assert_eq!(t.get("from rust").unwrap(), None);
+    assert_eq!(t.revision().unwrap(), rev);
+    assert_eq!(t.add("hits", int(1)).unwrap(), Message::Number(2.0));
+    // Make room and the same add makes its key.
+    t.set("made", Message::Nil).unwrap();
+    assert_eq!(t.add("from rust", int(1)).unwrap(), int(1));
+}
+
+/// The byte bound (64 MiB a table, each value and key 16 bytes plus its string bytes): a new
+/// key that fits exactly is made, one byte more is refused; an add to a held key stays within.
+#[test]
+fn add_at_the_byte_bound() {
+    const BOUND: usize = 64 << 20;
+    let w = Limits::NODE_WEIGHT;
+    let (_tree, _pool, domain) = setup();
+    let t = domain.shared().table("heavy").unwrap();
+    t.set("hits", int(0)).unwrap();
+    // The table, "hits" and its integer, "blob" and its string, then room for key "kk" and a
+    // number: exactly the bound.
+    let fixed = w + (w + 4) + w + (w + 4) + w;
+    let room = (w + 2) + w;
+    t.set(
+        "blob",
+        Message::String(vec![b'x'; BOUND - fixed - room].into()),
+    )
+    .unwrap();
+    let past = format!(
+        "shared table 'heavy': the write would make 'heavy' hold {} bytes, past the bound of {BOUND}",
+        BOUND + 1
+    );
+    let rev = t.revision().unwrap();
+    let err = t.add("kkk", int(1)).unwrap_err();
+    assert_eq!(err.to_string(), past);
+    let err = refusal(
+        &domain,
+        "jobs.shared.add(jobs.shared.table('heavy'), 'kkk', 1)",
+    );
+    assert_contains(&err, &past);
+    assert_eq!(t.revision().unwrap(), rev, "nothing changed");
+    assert_eq!(
+        eval(
+            &domain,
+            "return jobs.shared.add(jobs.shared.table('heavy'), 'kk', 1)"
+        ),
+        Message::Number(1.0)
+    );
+    assert_eq!(t.add("hits", 2.5).unwrap(), Message::Number(2.5));
+    assert_eq!(t.add("kk", int(1)).unwrap(), Message::Number(2.0));
+    assert_eq!(
+        t.add("k", int(1)).unwrap_err().kind(),
+        SharedTableErrorKind::Limit
+    );
+}
+
+/// Two workers each add and `atomic` 20,000 times on one table while the engine reads it: no
+/// increment is lost, each counter only moves forward, and an integer counter stays one. (With
+/// `t.n = t.n + 1` in place of the add, this fails: counts go back and the total falls short.)
+#[test]
+fn add_and_atomic_from_two_workers_lose_no_increment() {
+    const TIMES: i64 = 20_000;
+    let (_tree, _pool, domain) = setup();
+    let t = domain.shared().table("contended").unwrap();
+    t.set("m", 0.0).unwrap();
+    let out = eval(
+        &domain,
+        &format!(
+            r#"
+        local t = jobs.shared.table("contended")
+        local times = {TIMES}
+        local a = jobs.dispatch("./jobs", "addAndAtomic", {{ name = "contended", times = times }})
+        local b = jobs.dispatch("./jobs", "addAndAtomic", {{ name = "contended", times = times }})
+        local reads, last = 0, {{ n = 0, m = 0 }}
+        local start = os.clock()
+        while t.done ~= 2 do
+            local now = jobs.shared.snapshot(t)
+            local n, m = now.n or 0, now.m
+            assert(n >= last.n and m >= last.m, `went back: n {{last.n}} -> {{n}}, m {{last.m}} -> {{m}}`)
+            last = {{ n = n, m = m }}
+            reads += 1
+            assert(os.clock() - start < 120, "the workers did not finish within 120 s")
+        end
+        a:await(); b:await()
+        return {{ t.n, t.i, t.m, reads }}
+    "#
+        ),
+    );
+    let out = items(out);
+    assert_eq!(
+        out[..3],
+        [
+            Message::Number((2 * TIMES) as f64),
+            int(2 * TIMES),
+            Message::Number((2 * TIMES) as f64)
+        ]
+    );
+    assert!(number(&out[3]) >= 1.0);
+    assert_eq!(t.get("i").unwrap(), Some(int(2 * TIMES)));
+}
+
+/// Host threads: two add 50,000 times to one key, two 50,000 times each to a key of their own,
+/// all at once; every total is exact.
+#[test]
+fn add_from_four_rust_threads_loses_no_increment() {
+    const TIMES: i64 = 50_000;
+    let pool = Pool::new(1);
+    let domain = ScriptDomain::new(&pool, DomainSpec::new("threads")).unwrap();
+    let t = domain.shared().table("counts").unwrap();
+    let start = Barrier::new(4);
+    thread::scope(|s| {
+        for who in 0..4 {
+            let (t, start) = (t.clone(), &start);
+            s.spawn(move || {
+                let key = if who < 2 {
+                    "same".to_owned()
+                } else {
+                    format!("own{who}")
+                };
+                start.wait();
+                for _ in 0..TIMES {
+                    t.add(key.as_str(), int(1)).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(t.get("same").unwrap(), Some(int(2 * TIMES)));
+    assert_eq!(t.get("own2").unwrap(), Some(int(TIMES)));
+    assert_eq!(t.get("own3").unwrap(), Some(int(TIMES)));
+}
+
+// ---- walks and snapshots racing writes ------------------------------------------------------
+
+/// The raced table and the checks of what one moment of it looks like.
+///
+/// The writer keeps three invariants, each true at every moment of the table and each broken by
+/// a view stitched from two moments:
+/// - rounds: it writes its round `g` to keys `1..n` in order, so at any moment the values along
+///   `1..n` never go up and span at most 1 (a prefix holds `g`, the rest `g - 1`); a walk that
+///   read key 1 before a round and key 900 after it would see 900 above 1;
+/// - `a` and `b`: it adds 1 to `a` and then to `b`, so `b` is `a` or `a - 1`;
+/// - extras: it makes `x<j>` and then removes `x<j - window>`, so the `x` keys held are one
+///   unbroken run of `window` or `window + 1`;
+/// - and `pair` moves by one `atomic` on it, keeping `pair.a + pair.b == 0` (a snapshot copies
+///   it; a walk hands it as a live handle, so only the snapshot checks it).
+const RACES: &str = r#"
+local R = {}
+
+function R.check(view, n: number, window: number, what: string)
+    local top = view[1]
+    assert(top ~= nil, `{what}: key 1 missing`)
+    for i = 2, n do
+        local v, before = view[i], view[i - 1]
+        assert(v ~= nil, `{what}: key {i} missing`)
+        assert(v <= before and top - v <= 1, `{what}: [1] = {top}, [{i - 1}] = {before}, [{i}] = {v}`)
+    end
+    assert(view.b == view.a or view.b == view.a - 1, `{what}: a = {view.a}, b = {view.b}`)
+    if type(view.pair) == "table" then
+        assert(view.pair.a + view.pair.b == 0, `{what}: pair {view.pair.a} {view.pair.b}`)
+    else
+        assert(typeof(view.pair) == "SharedTable", `{what}: pair is {typeof(view.pair)}`)
+    end
+    local lo, hi, extras, keys = math.huge, -math.huge, 0, 0
+    for k in view do
+        keys += 1
+        if type(k) == "string" and string.sub(k, 1, 1) == "x" then
+            local j = tonumber(string.sub(k, 2))
+            lo, hi, extras = math.min(lo, j), math.max(hi, j), extras + 1
+        end
+    end
+    assert(extras == hi - lo + 1 and (extras == window or extras == window + 1),
+        `{what}: x{lo}..x{hi}, {extras} of them`)
+    assert(keys == n + 3 + extras, `{what}: {keys} keys`)
+end
+
+-- One loop over t, into a plain table; a key seen twice raises.
+function R.walk(t)
+    local view = {}
+    for k, v in t do
+        assert(view[k] == nil, `the walk saw {k} twice`)
+        view[k] = v
+    end
+    return view
+end
+
+-- The shape the checks expect, before any writer starts.
+function R.fill(t, n: number, window: number)
+    for i = 1, n do t[i] = 0 end
+    t.a, t.b = 0, 0
+    t.pair = { a = 0, b = 0 }
+    for j = 1, window do t["x" .. j] = j end
+end
+
+function R.writer(args)
+    local t = jobs.shared.table(args.name)
+    local ctl = jobs.shared.table(args.name .. ".ctl")
+    local g, j = 0, args.window
+    ctl.writing = true
+    while not ctl.stop do
+        g += 1
+        for i = 1, args.n do
+            t[i] = g
+            if i % 10 == 0 then
+                jobs.shared.add(t, "a", 1)
+                jobs.shared.add(t, "b", 1)
+                j += 1
+                t["x" .. j] = j
+                t["x" .. (j - args.window)] = nil
+            end
+            if i % 100 == 0 then
+                jobs.shared.atomic(t, "pair", function(p) return { a = p.a + 1, b = p.b - 1 } end)
+            end
+        end
+    end
+    return g
+end
+
+-- `walks` loops and snapshots, each checked; answers how many of them writes overlapped.
+function R.walks(t, args, who: string)
+    local overlapped = 0
+    for w = 1, args.walks do
+        local rev = jobs.shared.revision(t)
+        R.check(R.walk(t), args.n, args.window, `{who} walk {w}`)
+        R.check(jobs.shared.snapshot(t), args.n, args.window, `{who} snapshot {w}`)
+        if jobs.shared.revision(t) ~= rev then overlapped += 1 end
+    end
+    return overlapped
+end
+
+function R.walker(args)
+    local t = jobs.shared.table(args.name)
+    jobs.shared.table(args.name .. ".ctl").walking = true
+    return R.walks(t, args, "worker")
+end
+
+return R
+"#;
+
+/// One moment's `pair`, `a` and `b` and rounds, as the host reads them from a snapshot.
+fn check_snapshot(m: &Message, n: usize) {
+    let Message::Map(entries) = m else {
+        panic!("expected a map, got {m:?}")
+    };
+    let mut rounds = vec![None; n + 1];
+    let (mut a, mut b, mut pair) = (None, None, None);
+    for (k, v) in entries {
+        match k {
+            MapKey::Number(i) if *i >= 1.0 && *i <= n as f64 => {
+                rounds[*i as usize] = Some(number(v))
+            }
+            MapKey::String(s) if &s[..] == b"a" => a = Some(number(v)),
+            MapKey::String(s) if &s[..] == b"b" => b = Some(number(v)),
+            MapKey::String(s) if &s[..] == b"pair" => pair = Some(v.clone()),
+            _ => {}
+        }
+    }
+    let rounds: Vec<f64> = rounds[1..]
+        .iter()
+        .map(|r| r.expect("every round key is held"))
+        .collect();
+    assert!(
+        rounds.windows(2).all(|w| w[1] <= w[0]) && rounds[0] - rounds[n - 1] <= 1.0,
+        "rounds torn: {:?}..{:?}",
+        &rounds[..3],
+        &rounds[n - 3..]
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(b == a || b == a - 1.0, "a = {a}, b = {b}");
+    let Some(Message::Map(pair)) = pair else {
+        panic!("pair: {pair:?}")
+    };
+    let sum: f64 = pair.iter().map(|(_, v)| number(v)).sum();
+    assert_eq!(sum, 0.0, "pair torn: {pair:?}");
+}
+
+/// A worker writes (existing keys, adds, inserts, removals, an `atomic` on a nested table)
+/// without pause while the engine and another worker loop over the table and snapshot it, and
+/// a host thread snapshots it: every loop and every snapshot shows one moment of the table, and
+/// every key a loop's version held, once.
+#[test]
+fn walks_and_snapshots_racing_a_writer_each_see_one_moment() {
+    const N: usize = 1_000;
+    let (_tree, _pool, domain) = setup();
+    let t = domain.shared().table("raced").unwrap();
+    let domain_ctl = domain.shared().table("raced.ctl").unwrap();
+    let stop = AtomicBool::new(false);
+    let host_snapshots = AtomicUsize::new(0);
+    let out = thread::scope(|s| {
+        let host = s.spawn(|| {
+            let t: &SharedTableRef = &t;
+            // The engine fills the table before it starts the writer: check once it has.
+            let ctl = domain_ctl.clone();
+            while !stop.load(Ordering::Acquire) {
+                if ctl.get("writing").unwrap() == Some(Message::Boolean(true)) {
+                    check_snapshot(&t.snapshot().unwrap(), N);
+                    host_snapshots.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        let out = domain.eval(&format!(
+            r#"
+            local R = require("./races")
+            local args = {{ name = "raced", n = {N}, window = 8, walks = 25 }}
+            local t = jobs.shared.table(args.name)
+            local ctl = jobs.shared.table(args.name .. ".ctl")
+            R.fill(t, args.n, args.window)
+            local writer = jobs.dispatch("./races", "writer", args)
+            local walker = jobs.dispatch("./races", "walker", args)
+            local ok, result = pcall(function()
+                local start = os.clock()
+                while not (ctl.writing and ctl.walking) do
+                    assert(os.clock() - start < 60, "the writer and the walker did not start")
+                end
+                local engine = R.walks(t, args, "engine")
+                return {{ engine, walker:await() }}
+            end)
+            ctl.stop = true
+            local rounds = writer:await()
+            if not ok then error(result) end
+            table.insert(result, rounds)
+            return result
+        "#
+        ));
+        stop.store(true, Ordering::Release);
+        host.join().unwrap();
+        out
+    });
+    let out = items(out.unwrap_or_else(|e| panic!("{e}")));
+    let (engine, worker, rounds) = (number(&out[0]), number(&out[1]), number(&out[2]));
+    // The checks mean something only if writes landed while loops ran.
+    assert!(
+        engine >= 1.0 && worker >= 1.0,
+        "overlapped walks: engine {engine}, worker {worker}"
+    );
+    assert!(rounds >= 1.0);
+    assert!(host_snapshots.load(Ordering::Relaxed) >= 1);
+}
+
+/// A loop sees the table as it stood when it started: its own writes (to the key it is on, to
+/// keys it has not reached, new keys, removals) don't show in it, and each key it started with
+/// comes once.
+#[test]
+fn a_walk_does_not_see_the_writes_of_its_own_loop() {
+    let (_tree, _pool, domain) = setup();
+    let out = eval(
+        &domain,
+        r#"
+        local t = jobs.shared.table("own")
+        for i = 1, 100 do t[i] = i end
+        for j = 1, 20 do t["s" .. j] = j end
+        local seen, count = {}, 0
+        for k, v in t do
+            assert(v ~= -1, `the loop read its own write at {k}`)
+            assert(seen[k] == nil, `{k} twice`)
+            assert(v == (if type(k) == "number" then k else tonumber(string.sub(k, 2))), `{k} = {v}`)
+            seen[k] = true
+            count += 1
+            t[k] = -1                                    -- the key it is on
+            if type(k) == "number" and k < 100 then
+                t[k + 1] = -1                            -- the next one, not reached yet
+            end
+            t["new" .. tostring(k)] = -1                 -- keys its version never held
+            if k == 50 then t[70] = nil; t.s20 = nil; t.s1 = nil end
+        end
+        assert(count == 120, `{count} keys`)
+        local after, minus = 0, 0
+        for k, v in t do
+            after += 1
+            if v == -1 then minus += 1 end
+        end
+        return `{after} {minus} {t[70]} {t.s20}`
+    "#,
+    );
+    // 100 positions, 20 s keys (s1, s20 and 70 removed at 50, then written -1 again when the
+    // loop, which still held them, reached them) and 120 new keys: every one holds -1.
+    assert_eq!(text(&out), "240 240 -1 -1");
 }

@@ -1,5 +1,5 @@
-//! `jobs.shared.table`, `atomic`, `snapshot`, `revision`, `freeze`: the Luau side of shared
-//! tables.
+//! `jobs.shared.table`, `atomic`, `add`, `snapshot`, `revision`, `freeze`: the Luau side of
+//! shared tables.
 //!
 //! A shared table reaches Luau as a userdata handle (`typeof` answers `SharedTable`) whose
 //! metamethods give it the syntax of an ordinary table. The base functions and the `table`
@@ -18,9 +18,9 @@ use mlua::{
     UserDataFields, UserDataMethods, Value,
 };
 
-use super::table::error::{SharedTableError, SharedTableErrorKind};
+use super::table::error::{amount_not_a_number, SharedTableError, SharedTableErrorKind};
 use super::table::handle::{bad_key, value_of};
-use super::table::key::{Entry, Key, KeyIn, KeyRef};
+use super::table::key::{Amount, Entry, Key, KeyIn, KeyRef};
 use super::table::node::{entry_message, Node};
 use super::table::root::Edit;
 use super::{FrozenTable, SharedStore, SharedTableRef, StoreCore};
@@ -528,6 +528,26 @@ fn atomic(lua: &Lua, (t, key, f): (Value, KeyArg, Function)) -> mlua::Result<Out
     }
 }
 
+/// `jobs.shared.add(t, key, amount)`: one Rust call, no Luau function to run. The amount is read
+/// with its exact type (an integer stays an integer) and refused with the text
+/// `SharedTableRef::add` gives.
+fn add(_: &Lua, (t, key, amount): (Value, KeyArg, ValueArg)) -> mlua::Result<Out> {
+    let handle = handle_of(&t, "jobs.shared.add")?;
+    let table = handle.live()?;
+    let key = key.key(|| handle.location())?;
+    let refused;
+    let amount = match &amount {
+        ValueArg::Data(m) => Amount::of(m),
+        ValueArg::Handle(_) => Err("a shared table"),
+        ValueArg::Refused(r) => {
+            refused = refusal_what(&r.kind);
+            Err(refused.as_str())
+        }
+    }
+    .map_err(|what| amount_not_a_number(&handle.key_location(&key), what))?;
+    Ok(Out::Data(entry_message(&table.add_entry(&key, amount)?)))
+}
+
 /// The Rust primitives the prelude's wrappers call for a handle (`P` there).
 fn primitives(lua: &Lua) -> mlua::Result<Table> {
     let p = lua.create_table()?;
@@ -773,8 +793,8 @@ fn remove(_: &Lua, (t, n, pos): (AnyUserData, u32, ValueArg)) -> mlua::Result<An
 /// The wrappers that let the base and `table` functions take a handle.
 static TABLE_PRELUDE: Embedded = Embedded::new("=skein.shared", include_str!("table_prelude.luau"));
 
-/// Installs `jobs.shared.table`, `atomic`, `snapshot`, `revision`, `freeze`, and wraps the base
-/// and `table` functions so they accept handles.
+/// Installs `jobs.shared.table`, `atomic`, `add`, `snapshot`, `revision`, `freeze`, and wraps the
+/// base and `table` functions so they accept handles.
 pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua::Result<()> {
     lua.set_named_registry_value(HANDLES_KEY, lua.create_table()?)?;
     lua.set_named_registry_value(
@@ -801,6 +821,7 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
         })?,
     )?;
     shared.raw_set("atomic", lua.create_function(atomic)?)?;
+    shared.raw_set("add", lua.create_function(add)?)?;
     shared.raw_set(
         "revision",
         lua.create_function(|_, t: Value| {
