@@ -242,7 +242,7 @@ impl SharedTableRef {
     /// let pool = Pool::new(1);
     /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
     /// let stats = domain.shared().table("stats")?;
-    /// assert_eq!(stats.add("hits", 2)?, Message::Integer(2));
+    /// assert_eq!(stats.add("hits", Message::Integer(2))?, Message::Integer(2));
     /// assert_eq!(stats.add("hits", 0.5)?, Message::Number(2.5));
     /// stats.set("name", "arena")?;
     /// assert_eq!(
