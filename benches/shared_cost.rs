@@ -110,9 +110,11 @@ fn set(table: &SharedTableRef, keys: &[MapKey], n: usize) {
 /// `n` uncontended `atomic` increments of one key; the count is checked.
 #[inline(never)]
 fn atomic(table: &SharedTableRef, n: usize) {
+    // A static key, as `shared_native` uses: the count is the table's, not a key's allocation.
+    let counter = MapKey::String(bytes::Bytes::from_static(COUNTER.as_bytes()));
     for _ in 0..n {
         table
-            .atomic(COUNTER, |v| {
+            .atomic(counter.clone(), |v| {
                 Some(Message::Integer(as_int(&v.expect("counter")) + 1))
             })
             .expect("atomic");
@@ -124,8 +126,11 @@ fn atomic(table: &SharedTableRef, n: usize) {
 /// `n` uncontended `add(COUNTER, 1)`; the count is checked.
 #[inline(never)]
 fn add(table: &SharedTableRef, n: usize) {
+    let counter = MapKey::String(bytes::Bytes::from_static(COUNTER.as_bytes()));
     for _ in 0..n {
-        table.add(COUNTER, Message::Integer(1)).expect("add");
+        table
+            .add(counter.clone(), Message::Integer(1))
+            .expect("add");
     }
     let got = table.get(COUNTER).expect("get").expect("present");
     assert_eq!(as_int(&got), n as i64);

@@ -314,7 +314,7 @@ impl TableRoot {
                 return (Ok(None), false);
             };
             let (out, changed) = op(cell);
-            if changed {
+            if changed && !path.keys.is_empty() {
                 // The count this write makes, or a later one: raised on every nested table
                 // down to the cell, so their revisions move (the named table's is the count).
                 self.raise_revisions(&version, path, self.gate.count() + 1);
@@ -454,6 +454,17 @@ impl TableRoot {
         Ok((current, in_cell, rev))
     }
 
+    /// The value of the cell under `key`, with no revision: one load, for an `atomic` whose
+    /// commit will be the cell's own compare-and-swap. `None` when the key holds no cell.
+    fn peek_cell(&self, path: &TablePath, key: &Key) -> Result<Option<Entry>, SharedTableError> {
+        let version = self.peek();
+        let target = self.target(&version, path)?;
+        Ok(match target.held(key) {
+            Some(Held::Value(cell)) => Some(cell.load()),
+            _ => None,
+        })
+    }
+
     /// Read-modify-write of one key; see the module docs. `f` gets the current value and
     /// answers the new one. Answers the value now stored.
     pub(crate) fn atomic(
@@ -465,12 +476,26 @@ impl TableRoot {
     ) -> Result<Option<Entry>, SharedTableError> {
         let mut losses = 0u32;
         let mut turn: Option<TurnGuard<'_>> = None;
+        // Whether the next attempt needs the table's revision: the checked commit does. The
+        // first attempt on a cell reads only the cell and hopes for the compare-and-swap.
+        let mut checked = false;
         loop {
             if turn.is_none() {
                 self.turn.wait_unless_mine();
             }
             store.tables.check_ended(|| self.location(&path.keys))?;
-            let (current, in_cell, rev) = self.read_key(path, key)?;
+            let cell = if checked {
+                None
+            } else {
+                self.peek_cell(path, key)?
+            };
+            let (current, in_cell, rev) = match cell {
+                Some(value) => (Some(value), true, None),
+                None => {
+                    let (current, in_cell, rev) = self.read_key(path, key)?;
+                    (current, in_cell, Some(rev))
+                }
+            };
             let reads = shared_reads();
             let value = f(current.clone())?;
             // `f` read nothing but its argument: the key's own compare-and-swap is the whole
@@ -488,18 +513,31 @@ impl TableRoot {
                     let swapped = cell.compare_exchange(was, now);
                     (Some(swapped), swapped)
                 })?;
-                match swapped.flatten() {
-                    Some(true) => return Ok(value),
-                    Some(false) => {}
-                    // Another shape, or the key's leaf replaced: the checked commit below.
-                    None => {
+                match (swapped.flatten(), rev) {
+                    (Some(true), _) => return Ok(value),
+                    (Some(false), _) => {}
+                    // Another shape, or the key's leaf replaced: a checked commit.
+                    (None, Some(rev)) => {
                         if let Some(stored) = self.commit_checked(store, path, key, &value, rev)? {
                             return Ok(stored);
                         }
                     }
+                    // ... which needs the revision the value was read at: read again (this
+                    // attempt lost nothing to anyone).
+                    (None, None) => {
+                        checked = true;
+                        continue;
+                    }
                 }
-            } else if let Some(stored) = self.commit_checked(store, path, key, &value, rev)? {
-                return Ok(stored);
+            } else if let Some(rev) = rev {
+                if let Some(stored) = self.commit_checked(store, path, key, &value, rev)? {
+                    return Ok(stored);
+                }
+            } else {
+                // `f` read more than its argument, or answered nil or a table: from now on
+                // each attempt reads the revision too, for a checked commit.
+                checked = true;
+                continue;
             }
             losses += 1;
             if losses >= GIVE_UP {
