@@ -522,22 +522,19 @@ impl TableRoot {
                             return Ok(stored);
                         }
                     }
-                    // ... which needs the revision the value was read at: read again (this
-                    // attempt lost nothing to anyone).
-                    (None, None) => {
-                        checked = true;
-                        continue;
-                    }
+                    // ... which needs the revision the value was read at: read again. The
+                    // answer was not stored, so this counts as a loss, as any rerun does.
+                    (None, None) => checked = true,
                 }
             } else if let Some(rev) = rev {
                 if let Some(stored) = self.commit_checked(store, path, key, &value, rev)? {
                     return Ok(stored);
                 }
             } else {
-                // `f` read more than its argument, or answered nil or a table: from now on
-                // each attempt reads the revision too, for a checked commit.
+                // `f` read (or wrote) more than its argument, or answered nil or a table: from
+                // now on each attempt reads the revision too, for a checked commit. This one
+                // stored nothing: a loss, as any rerun is.
                 checked = true;
-                continue;
             }
             losses += 1;
             if losses >= GIVE_UP {
