@@ -480,10 +480,14 @@ fn handle_of(value: &Value, what: &str) -> mlua::Result<Handle> {
             return Ok(h.clone());
         }
     }
-    Err(mlua::Error::runtime(format!(
+    Err(not_a_shared_table(value, what))
+}
+
+fn not_a_shared_table(value: &Value, what: &str) -> mlua::Error {
+    mlua::Error::runtime(format!(
         "{what}: expected a shared table, got {}",
         value.type_name()
-    )))
+    ))
 }
 
 fn atomic_fn_failed(location: String) -> SharedTableError {
@@ -495,7 +499,14 @@ fn atomic_fn_failed(location: String) -> SharedTableError {
 
 /// `jobs.shared.atomic(t, key, fn)`.
 fn atomic(lua: &Lua, (t, key, f): (Value, KeyArg, Function)) -> mlua::Result<Out> {
-    let handle = handle_of(&t, "jobs.shared.atomic")?;
+    // Borrowed, as `add` does.
+    let handle = match &t {
+        Value::UserData(ud) => ud.borrow::<Handle>().ok(),
+        _ => None,
+    };
+    let Some(handle) = handle else {
+        return Err(not_a_shared_table(&t, "jobs.shared.atomic"));
+    };
     let table = handle.live()?;
     let key = key.key(|| handle.location())?;
     let at = || handle.key_location(&key);
@@ -532,9 +543,18 @@ fn atomic(lua: &Lua, (t, key, f): (Value, KeyArg, Function)) -> mlua::Result<Out
 /// with its exact type (an integer stays an integer) and refused with the text
 /// `SharedTableRef::add` gives.
 fn add(_: &Lua, (t, key, amount): (Value, KeyArg, ValueArg)) -> mlua::Result<Out> {
-    let handle = handle_of(&t, "jobs.shared.add")?;
+    // The handle borrowed, not cloned: a clone counts three shared references, which two
+    // workers adding to one table would pass back and forth between their caches.
+    let handle = match &t {
+        Value::UserData(ud) => ud.borrow::<Handle>().ok(),
+        _ => None,
+    };
+    let Some(handle) = handle else {
+        return Err(not_a_shared_table(&t, "jobs.shared.add"));
+    };
     let table = handle.live()?;
-    let key = key.key(|| handle.location())?;
+    // The key as Luau holds it: copied only if the add makes it.
+    let key = key.key_in(|| handle.location())?;
     let refused;
     let amount = match &amount {
         ValueArg::Data(m) => Amount::of(m),
@@ -544,7 +564,7 @@ fn add(_: &Lua, (t, key, amount): (Value, KeyArg, ValueArg)) -> mlua::Result<Out
             Err(refused.as_str())
         }
     }
-    .map_err(|what| amount_not_a_number(&handle.key_location(&key), what))?;
+    .map_err(|what| amount_not_a_number(&handle.key_location(&key.as_ref().to_key()), what))?;
     Ok(Out::Data(entry_message(&table.add_entry(&key, amount)?)))
 }
 

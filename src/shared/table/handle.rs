@@ -263,10 +263,16 @@ impl SharedTableRef {
         let key = key_of(|| self.location(), key.into())?;
         let amount = Amount::of(&amount.into())
             .map_err(|what| amount_not_a_number(&self.key_location(&key), what))?;
-        Ok(entry_message(&self.add_entry(&key, amount)?))
+        Ok(entry_message(
+            &self.add_entry(&KeyIn::Shared(&key), amount)?,
+        ))
     }
 
-    pub(crate) fn add_entry(&self, key: &Key, amount: Amount) -> Result<Entry, SharedTableError> {
+    pub(crate) fn add_entry(
+        &self,
+        key: &KeyIn<'_>,
+        amount: Amount,
+    ) -> Result<Entry, SharedTableError> {
         self.root.add(&self.store, &self.path, key, amount)
     }
 

@@ -411,12 +411,12 @@ impl TableRoot {
         &self,
         store: &StoreCore,
         path: &TablePath,
-        key: &Key,
+        key: &KeyIn<'_>,
         amount: Amount,
     ) -> Result<Entry, SharedTableError> {
         let refuse = |what: &str| {
             let mut keys = path.keys.clone();
-            keys.push(key.clone());
+            keys.push(key.as_ref().to_key());
             holds_no_number(&self.location(&keys), what)
         };
         let done = self.in_place(store, path, key.as_ref(), |cell| match cell.add(amount) {
@@ -430,8 +430,10 @@ impl TableRoot {
             _ => {}
         }
         self.commit(store, path, |target, stamp| {
-            let sum = amount.added_to(target.get(key).as_ref()).map_err(refuse)?;
-            let leaf = self.set_in(target, &KeyIn::Shared(key), Some(&sum), stamp, path)?;
+            let sum = amount
+                .added_to(target.get_ref(key.as_ref()).as_ref())
+                .map_err(refuse)?;
+            let leaf = self.set_in(target, key, Some(&sum), stamp, path)?;
             Ok(Edit::Write(leaf, sum))
         })
     }
