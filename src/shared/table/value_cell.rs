@@ -92,11 +92,23 @@ fn kind_of(entry: &Entry) -> Option<Kind> {
     })
 }
 
+/// The heaviest boxed value (its weight, as the bounds count it) a write replaces in place.
+///
+/// A replaced box waits for `crossbeam-epoch` to free it, and a thread's garbage is only handed
+/// on for freeing in bags of 64: left unbounded, a script rewriting a 32 MiB string could keep
+/// gigabytes outside every budget. Heavier values take the versioned path, whose old version is
+/// freed as soon as no reader holds it. So what waits on the epoch is at most 64 boxes of 4 KiB
+/// per thread.
+pub(crate) const IN_PLACE_MAX_WEIGHT: usize = 4096;
+
 /// One key's value, replaced in place by writes of its shape.
 #[derive(Debug)]
 pub(crate) struct ValueCell {
     kind: Kind,
     weight: usize,
+    /// Whether writes may replace the value in place (a boxed value at most
+    /// `IN_PLACE_MAX_WEIGHT`; any word).
+    in_place: bool,
     repr: Repr,
 }
 
@@ -113,6 +125,7 @@ impl ValueCell {
     pub(crate) fn new(entry: Entry) -> ValueCell {
         let weight = entry.weight();
         let kind = kind_of(&entry).unwrap_or(Kind::Boolean);
+        let in_place = weight <= IN_PLACE_MAX_WEIGHT;
         let repr = match entry {
             Entry::Boolean(b) => Repr::Boolean(AtomicBool::new(b)),
             Entry::Integer(i) => Repr::Word(AtomicU64::new(i as u64)),
@@ -123,7 +136,12 @@ impl ValueCell {
             }
             other => Repr::Boxed(Boxed::new(other)),
         };
-        ValueCell { kind, weight, repr }
+        ValueCell {
+            kind,
+            weight,
+            in_place,
+            repr,
+        }
     }
 
     #[inline]
@@ -147,7 +165,7 @@ impl ValueCell {
     /// Whether `entry` can replace this cell's value in place: same kind, same weight.
     #[inline]
     pub(crate) fn fits(&self, entry: &Entry) -> bool {
-        kind_of(entry) == Some(self.kind) && entry.weight() == self.weight
+        self.in_place && kind_of(entry) == Some(self.kind) && entry.weight() == self.weight
     }
 
     /// Stores `entry` if it [`fits`](ValueCell::fits); answers whether it did.
@@ -357,5 +375,59 @@ fn same(a: &Entry, b: &Entry) -> bool {
             a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shared::table::node::entry_message;
+    use crate::value::{Limits, Message};
+
+    fn m(entry: Entry) -> Message {
+        entry_message(&entry)
+    }
+
+    fn added(cell: &ValueCell, amount: Amount) -> Option<Result<Message, &'static str>> {
+        cell.add(amount).map(|r| r.map(m))
+    }
+
+    fn string(len: usize) -> Entry {
+        Entry::String(bytes::Bytes::from(vec![b'a'; len]))
+    }
+
+    #[test]
+    fn a_value_of_the_cells_shape_goes_in_place_and_nothing_else_does() {
+        let cell = ValueCell::new(Entry::Integer(1));
+        assert!(cell.store(&Entry::Integer(2)));
+        assert!(!cell.store(&Entry::Number(2.0)), "another kind");
+        assert_eq!(
+            added(&cell, Amount::Integer(i64::MAX)),
+            Some(Ok(Message::Integer(i64::MIN + 1)))
+        );
+        assert_eq!(
+            added(&cell, Amount::Number(0.5)),
+            None,
+            "an integer plus a number"
+        );
+        let cell = ValueCell::new(string(3));
+        assert!(!cell.store(&string(4)), "another weight");
+        assert!(cell.compare_exchange(&string(3), &Entry::String("bcd".into())));
+        assert!(
+            !cell.compare_exchange(&string(3), &string(3)),
+            "the value moved on"
+        );
+        assert_eq!(m(cell.load()), Message::String("bcd".into()));
+        assert_eq!(added(&cell, Amount::Integer(1)), Some(Err("a string")));
+    }
+
+    #[test]
+    fn boxed_values_up_to_4_kib_go_in_place_and_heavier_ones_do_not() {
+        let at = IN_PLACE_MAX_WEIGHT - Limits::NODE_WEIGHT;
+        let cell = ValueCell::new(string(at));
+        assert!(cell.store(&string(at)), "at the bound");
+        let cell = ValueCell::new(string(at + 1));
+        assert!(!cell.store(&string(at + 1)), "one past it");
+        assert_eq!(m(cell.load()), m(string(at + 1)), "nothing changed");
     }
 }
