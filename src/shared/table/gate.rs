@@ -131,7 +131,11 @@ impl Gate {
             stripe.started.fetch_sub(1, SC);
             drop(self.closers.lock().unwrap_or_else(|e| e.into_inner()));
         }
+        // Should `write` unwind, the section still ends, uncounted: a closer waiting for this
+        // stripe to drain must not wait forever.
+        let section = Section(stripe);
         let (out, changed) = write();
+        std::mem::forget(section);
         // The mutant changes a cell without counting it (loom-tests/README.md).
         #[cfg(loom_mutant = "cell_no_revision_bump")]
         let changed = false;
@@ -208,6 +212,15 @@ impl Gate {
             wrote: false,
             _guard: guard,
         }
+    }
+}
+
+/// A write in place under way; dropped only if the write unwinds.
+struct Section<'a>(&'a Stripe);
+
+impl Drop for Section<'_> {
+    fn drop(&mut self) {
+        self.0.started.fetch_sub(1, SC);
     }
 }
 
