@@ -205,9 +205,11 @@ impl SharedTableRef {
     }
 
     /// Read-modify-write of one key: `f` gets the current value (a table as a plain copy) and
-    /// answers the new one (`None` removes the key). The answer is stored only if no other write
-    /// reached this table meanwhile; otherwise `f` runs again on the newer value, so `f` may run
-    /// more than once. Answers the value now stored.
+    /// answers the new one (`None` removes the key). The answer is stored only if nothing `f`
+    /// could see changed meanwhile: the key, when `f` reads no shared table (then the commit is
+    /// one compare-and-swap on the key's cell), or this table and the tables inside it, when `f`
+    /// reads any. Otherwise `f` runs again on the newer value, so `f` may run more than once.
+    /// Answers the value now stored.
     ///
     /// A call that lost four times in a row takes its turn at the table: other `atomic` calls
     /// on it wait until it commits.
@@ -276,7 +278,7 @@ impl SharedTableRef {
         self.root.add(&self.store, &self.path, key, amount)
     }
 
-    /// A plain deep copy of this table, read at one version.
+    /// A plain deep copy of this table, read at one moment of it (no write lands halfway).
     pub fn snapshot(&self) -> Result<Message, SharedTableError> {
         self.store.tables.check_ended(|| self.location())?;
         Ok(self.root.read(&self.path, Node::to_message)?.0)

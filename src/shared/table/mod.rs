@@ -1,10 +1,12 @@
 //! Shared tables: named, versioned tables every VM of a domain reads and writes, with readers
 //! that never block.
 //!
-//! Each named table is a root cell holding one immutable version (a tree of [`node::Node`]s);
-//! a write publishes a new version with one compare-and-swap (see [`root`] for the protocol and
-//! `README.md` beside this file for why it is built this way). This module holds no Luau: the
-//! Luau side is `table_api`, and the loom models in `loom-tests` check this code.
+//! Each named table is a root cell holding one version of its structure (a tree of
+//! [`node::Node`]s), whose keys hold nested tables or value cells ([`value_cell`]). A write of a
+//! value of a key's shape changes its cell in place; any other write publishes a new version with
+//! the table's gate ([`gate`]) closed. See [`root`] for the protocols and `README.md` beside this
+//! file for why it is built this way. This module holds no Luau: the Luau side is `table_api`,
+//! and the loom models in `loom-tests` check this code.
 
 pub(crate) mod cell;
 pub(crate) mod error;
