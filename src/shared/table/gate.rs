@@ -103,12 +103,33 @@ fn pause(round: &mut u32) {
 
 impl Gate {
     pub(crate) fn new() -> Gate {
-        Gate {
+        let gate = Gate {
             stripes: std::array::from_fn(|_| CachePadded::new(Stripe::default())),
             closed: AtomicBool::new(false),
             closers: Mutex::new(()),
+        };
+        gate.seq_cst_from_the_start();
+        gate
+    }
+
+    /// Under loom, stores every counter's and the flag's first value again with `SeqCst`. The
+    /// protocol relies on `SeqCst` loads reading the latest `SeqCst` store (the store-buffering
+    /// pairs in `# Memory ordering`); loom gives a `SeqCst` load that guarantee only among
+    /// `SeqCst` stores, and records an atomic's initial value as a `Release` store, so without
+    /// this it lets a writer's load of `closed` read the initial `false` after a closer stored
+    /// `true`, an outcome the memory model forbids (the initial value happens before both). The
+    /// values stored are the ones already there: outside loom this would change nothing.
+    #[cfg(loom)]
+    fn seq_cst_from_the_start(&self) {
+        self.closed.store(false, SC);
+        for stripe in &self.stripes {
+            stripe.started.store(0, SC);
+            stripe.finished.store(0, SC);
         }
     }
+
+    #[cfg(not(loom))]
+    fn seq_cst_from_the_start(&self) {}
 
     fn mine(&self) -> &Stripe {
         &self.stripes[STRIPE.with(|s| *s)]
