@@ -15,8 +15,11 @@
 //! - **A closer** (a write that publishes a new version, an `atomic` whose function read more
 //!   than its key, a read that lost too many races) takes the closers' mutex, sets `closed`, and
 //!   waits until every stripe reads `finished == started` (read in that order). From then until
-//!   it opens, no write in place is running or can start, so the table holds still for it. If it
-//!   wrote, it adds one to its stripe's `started` and `finished` before opening.
+//!   it opens, no write in place is running or can start, so the table holds still for it. A
+//!   closer that writes adds one to its stripe's `started` before it changes a cell in place
+//!   (as a write in place does, so a read that saw the change, or a nested table's revision it
+//!   raised, reads again), or once it has published a new version; and one to `finished`
+//!   before opening.
 //! - **A read of many keys** (`Gate::read`) takes the *count*, the sum of `started`, at a moment
 //!   when every stripe reads `finished == started`, reads, and keeps what it read only if the
 //!   sum of `started` is still the count. A write that the read saw changed a cell after adding
@@ -246,9 +249,20 @@ impl Closed<'_> {
         self.count
     }
 
-    /// This closer changed the table: the count moves on by one when it opens.
+    /// This closer writes: counted in `started` now, in `finished` when it opens, so the count
+    /// moves on by one. Called *before* a change made in place: cells and nested tables'
+    /// revisions are shared with the version readers are reading, and a read that sees the
+    /// change must also see `started` move (see the module docs). A new version may count
+    /// itself once published: its nodes, revisions included, are its own.
     pub(crate) fn wrote(&mut self) {
-        self.wrote = true;
+        debug_assert!(!self.wrote, "a closer counts its write once");
+        if !self.wrote {
+            self.wrote = true;
+            // The mutant counts the write only when the gate opens, as `started` and `finished`
+            // together (loom-tests/README.md).
+            #[cfg(not(loom_mutant = "gate_closer_counts_at_open"))]
+            self.gate.mine().started.fetch_add(1, SC);
+        }
     }
 }
 
@@ -256,6 +270,7 @@ impl Drop for Closed<'_> {
     fn drop(&mut self) {
         if self.wrote {
             let stripe = self.gate.mine();
+            #[cfg(loom_mutant = "gate_closer_counts_at_open")]
             stripe.started.fetch_add(1, SC);
             stripe.finished.fetch_add(1, SC);
         }
