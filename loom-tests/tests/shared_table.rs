@@ -1,10 +1,13 @@
 //! Loom models of the shared-table version protocol: plain writes and `atomic` on one key, the
 //! turn after four losses and the give-up, a reader walking an old version while a new one is
-//! published, nested write-through racing the replacement of its parent entry, and `revision`.
+//! published, nested write-through racing the replacement of its parent entry, and `revision`;
+//! then of the per-key cells and the table's gate: writes in place racing snapshots, freezes,
+//! new versions, `add`, checked and unchecked `atomic`, and `revision`.
 //!
 //! Under `cfg(loom)` the root cell is a loom `Mutex<Arc<Node>>` with arc-swap's load /
-//! compare-and-swap contract: these models check Skein's protocol around the cell, not
-//! arc-swap's own algorithm.
+//! compare-and-swap contract, and a boxed cell value a loom `Mutex<Entry>` in place of
+//! crossbeam-epoch's pointer: these models check Skein's protocol around them, not arc-swap's
+//! or crossbeam's own algorithms.
 #![cfg(loom)]
 
 use loom::thread;
@@ -252,14 +255,15 @@ fn revisions_only_climb() {
 // written in place in its cell, and the table's gate keeps many-key reads, revisions and the
 // checked `atomic` consistent with those writes.
 
-/// A table of integer keys, every one set before the model's threads start, so later integer
-/// writes to them are in place.
+/// Sets each key to an integer before the model's threads start, so the models' later integer
+/// writes to those keys are in place.
 fn ints(t: &skein::SharedTableRef, keys: &[(&str, i64)]) {
     for (k, v) in keys {
         t.set(*k, int(*v)).unwrap();
     }
 }
 
+/// The integer under `key` in a snapshot's map.
 fn int_at(m: &Message, key: &str) -> Option<i64> {
     let Message::Map(entries) = m else {
         panic!("not a map: {m:?}");
