@@ -15,8 +15,11 @@
 //! - **A closer** (a write that publishes a new version, an `atomic` whose function read more
 //!   than its key, a read that lost too many races) takes the closers' mutex, sets `closed`, and
 //!   waits until every stripe reads `finished == started` (read in that order). From then until
-//!   it opens, no write in place is running or can start, so the table holds still for it. If it
-//!   wrote, it adds one to its stripe's `started` and `finished` before opening.
+//!   it opens, no write in place is running or can start, so the table holds still for it. A
+//!   closer that writes adds one to its stripe's `started` before it changes a cell in place
+//!   (as a write in place does, so a read that saw the change, or a nested table's revision it
+//!   raised, reads again), or once it has published a new version; and one to `finished`
+//!   before opening.
 //! - **A read of many keys** (`Gate::read`) takes the *count*, the sum of `started`, at a moment
 //!   when every stripe reads `finished == started`, reads, and keeps what it read only if the
 //!   sum of `started` is still the count. A write that the read saw changed a cell after adding
@@ -103,12 +106,33 @@ fn pause(round: &mut u32) {
 
 impl Gate {
     pub(crate) fn new() -> Gate {
-        Gate {
+        let gate = Gate {
             stripes: std::array::from_fn(|_| CachePadded::new(Stripe::default())),
             closed: AtomicBool::new(false),
             closers: Mutex::new(()),
+        };
+        gate.seq_cst_from_the_start();
+        gate
+    }
+
+    /// Under loom, stores every counter's and the flag's first value again with `SeqCst`. The
+    /// protocol relies on `SeqCst` loads reading the latest `SeqCst` store (the store-buffering
+    /// pairs in `# Memory ordering`); loom gives a `SeqCst` load that guarantee only among
+    /// `SeqCst` stores, and records an atomic's initial value as a `Release` store, so without
+    /// this it lets a writer's load of `closed` read the initial `false` after a closer stored
+    /// `true`, an outcome the memory model forbids (the initial value happens before both). The
+    /// values stored are the ones already there: outside loom this would change nothing.
+    #[cfg(loom)]
+    fn seq_cst_from_the_start(&self) {
+        self.closed.store(false, SC);
+        for stripe in &self.stripes {
+            stripe.started.store(0, SC);
+            stripe.finished.store(0, SC);
         }
     }
+
+    #[cfg(not(loom))]
+    fn seq_cst_from_the_start(&self) {}
 
     fn mine(&self) -> &Stripe {
         &self.stripes[STRIPE.with(|s| *s)]
@@ -238,9 +262,20 @@ impl Closed<'_> {
         self.count
     }
 
-    /// This closer changed the table: the count moves on by one when it opens.
+    /// This closer writes: counted in `started` now, in `finished` when it opens, so the count
+    /// moves on by one. Called *before* a change made in place: cells and nested tables'
+    /// revisions are shared with the version readers are reading, and a read that sees the
+    /// change must also see `started` move (see the module docs). A new version may count
+    /// itself once published: its nodes, revisions included, are its own.
     pub(crate) fn wrote(&mut self) {
-        self.wrote = true;
+        debug_assert!(!self.wrote, "a closer counts its write once");
+        if !self.wrote {
+            self.wrote = true;
+            // The mutant counts the write only when the gate opens, as `started` and `finished`
+            // together (loom-tests/README.md).
+            #[cfg(not(loom_mutant = "gate_closer_counts_at_open"))]
+            self.gate.mine().started.fetch_add(1, SC);
+        }
     }
 }
 
@@ -248,6 +283,7 @@ impl Drop for Closed<'_> {
     fn drop(&mut self) {
         if self.wrote {
             let stripe = self.gate.mine();
+            #[cfg(loom_mutant = "gate_closer_counts_at_open")]
             stripe.started.fetch_add(1, SC);
             stripe.finished.fetch_add(1, SC);
         }

@@ -583,12 +583,15 @@ impl TableRoot {
         let _ = (now, rev);
         // A value of the cell's shape goes in place, as a plain write would.
         if let Some(new) = value.as_ref().filter(|e| !matches!(e, Entry::Table(_))) {
-            if let Some(Held::Value(cell)) = target.held(key) {
-                if cell.store(new) {
-                    self.raise_revisions(&version, path, closed.count() + 1);
-                    closed.wrote();
-                    return Ok(Some(value.clone()));
-                }
+            if let Some(Held::Value(cell)) = target.held(key).filter(|h| fits(h, new)) {
+                // Counted before the store: a read of a nested table that loads this cell's
+                // old value and then the revision raised below must see `started` move, or it
+                // would keep that pair and a later checked `atomic` would commit over this write.
+                closed.wrote();
+                let stored = cell.store(new);
+                debug_assert!(stored, "the value fits the cell");
+                self.raise_revisions(&version, path, closed.count() + 1);
+                return Ok(Some(value.clone()));
             }
         }
         drop(version);
@@ -636,6 +639,11 @@ impl TableRoot {
     pub(crate) fn turn_taken(&self) -> bool {
         self.turn.taken.load(Ordering::Acquire)
     }
+}
+
+/// Whether `held` is a cell that `entry` can replace in place.
+fn fits(held: &Held, entry: &Entry) -> bool {
+    matches!(held, Held::Value(cell) if cell.fits(entry))
 }
 
 /// The loaded version as the counted reference the cell compares against (a guard derefs to
