@@ -494,6 +494,52 @@ fn frozen_tables_read_one_version() {
     assert_eq!(text(&out), "1 1 2 SharedTable");
 }
 
+/// A frozen table stored into live tables is copied: writes through one place where it was
+/// stored reach neither the frozen table nor any other place it was stored (a second reader
+/// found the first version of the cells sharing them).
+#[test]
+fn a_frozen_table_stored_elsewhere_is_a_copy_of_its_own() {
+    let (_tree, _pool, domain) = setup();
+    let out = eval(
+        &domain,
+        r#"
+        local a = jobs.shared.table("fa")
+        a.cfg = { speed = 1, name = "abc", inner = { k = 10 } }
+        local f = jobs.shared.freeze(a.cfg)
+        local b = jobs.shared.table("fb")
+        b.x = f; b.y = f; a.z = f
+        local ra = jobs.shared.revision(a)
+        b.x.speed = 2; b.x.name = "xyz"; b.x.inner.k = 99
+        assert(jobs.shared.revision(a) == ra, "a write to b moved a's revision")
+        a.z.speed = 3
+        return `{f.speed} {f.name} {f.inner.k} | {b.x.speed} {b.x.name} {b.x.inner.k} | {b.y.speed} {b.y.inner.k} | {a.z.speed} {a.z.name} {a.cfg.speed}`
+    "#,
+    );
+    assert_eq!(text(&out), "1 abc 10 | 2 xyz 99 | 1 10 | 3 abc 1");
+}
+
+/// `table.sort` on a nested table whose named table was last written elsewhere sorts it (the
+/// check compared the named table's count with the nested table's revision, and gave up).
+#[test]
+fn table_sort_sorts_a_nested_table_after_a_write_beside_it() {
+    let (_tree, _pool, domain) = setup();
+    let out = eval(
+        &domain,
+        r#"
+        local t = jobs.shared.table("nestsort")
+        t.a = { 3, 1, 2 }
+        t.b = 1
+        table.sort(t.a)
+        t.c = { "b", "c", "a" }
+        t.a[4] = 0
+        table.sort(t.c)
+        table.sort(t.a, function(x, y) return x > y end)
+        return `{t.a[1]}{t.a[2]}{t.a[3]}{t.a[4]} {t.c[1]}{t.c[2]}{t.c[3]}`
+    "#,
+    );
+    assert_eq!(text(&out), "3210 abc");
+}
+
 #[test]
 fn engine_and_workers_share_one_table_and_atomic_counts_exactly() {
     let (_tree, _pool, domain) = setup();

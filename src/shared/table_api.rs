@@ -70,7 +70,9 @@ impl Handle {
     fn picture(&self) -> Result<std::sync::Arc<Node>, SharedTableError> {
         match self {
             Handle::Live(t) => Ok(t.current_at(true)?.0),
-            Handle::Frozen(t) => Ok(t.node.clone()),
+            // A copy, not the frozen tree itself: stored, its cells are written in place, and
+            // the frozen table (and every other place it is stored) must not see that.
+            Handle::Frozen(t) => Ok(std::sync::Arc::new(t.node.materialized(true))),
         }
     }
 
@@ -693,7 +695,13 @@ fn put_list(_: &Lua, (t, items, rev): (AnyUserData, Table, f64)) -> mlua::Result
     Ok(table
         .root
         .commit(&table.store, &table.path, |node, stamp| {
-            if stamp.count != rev {
+            // The revision `P.list` read: the named table's count, or a nested table's own.
+            let now = if table.path.keys.is_empty() {
+                stamp.count
+            } else {
+                node.revision()
+            };
+            if now != rev {
                 return Ok(Edit::Keep(false));
             }
             let mut next = node.clone();
