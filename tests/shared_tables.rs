@@ -540,6 +540,54 @@ fn table_sort_sorts_a_nested_table_after_a_write_beside_it() {
     assert_eq!(text(&out), "3210 abc");
 }
 
+/// A frozen table and a loop keep a copy of the table: each counts against the domain's
+/// 256 MiB of shared tables while kept, is refused past it with the text and nothing kept, and
+/// gives its bytes back when let go.
+#[test]
+fn frozen_copies_and_loops_count_against_the_domains_bytes_while_kept() {
+    let (_tree, _pool, domain) = setup();
+    const BLOB: usize = 60 << 20;
+    // One node, the key "blob" (16 + 4) and the buffer (16 + its bytes).
+    const WEIGHT: usize = 16 + 20 + 16 + BLOB;
+    const BOUND: usize = 256 << 20;
+    let t = domain.shared().table("big").unwrap();
+    t.set("blob", Message::Buffer(vec![7u8; BLOB].into()))
+        .unwrap();
+    let kept: Vec<_> = (0..3).map(|_| t.freeze().unwrap()).collect();
+    let refused = t.freeze().unwrap_err();
+    assert_eq!(refused.kind(), skein::SharedTableErrorKind::Limit);
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "a frozen copy of shared table 'big': the domain's shared tables and queues would hold {} bytes, past the bound of {BOUND}",
+            5 * WEIGHT
+        )
+    );
+    let loop_refused = domain
+        .eval("local n = 0 for _ in jobs.shared.table('big') do n += 1 end return n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        loop_refused.contains(&format!(
+            "a loop over shared table 'big': the domain's shared tables and queues would hold {} bytes, past the bound of {BOUND}",
+            5 * WEIGHT
+        )),
+        "{loop_refused}"
+    );
+    drop(kept);
+    let again = t.freeze().unwrap();
+    assert_eq!(
+        again
+            .get("blob")
+            .map(|b| matches!(b, Message::Buffer(b) if b.len() == BLOB)),
+        Some(true)
+    );
+    let n = domain
+        .eval("local n = 0 for _ in jobs.shared.table('big') do n += 1 end return n")
+        .unwrap();
+    assert_eq!(n, Message::Number(1.0));
+}
+
 #[test]
 fn engine_and_workers_share_one_table_and_atomic_counts_exactly() {
     let (_tree, _pool, domain) = setup();

@@ -19,7 +19,7 @@ use mlua::{
 };
 
 use super::table::error::{amount_not_a_number, SharedTableError, SharedTableErrorKind};
-use super::table::handle::{bad_key, value_of};
+use super::table::handle::{bad_key, value_of, Charge};
 use super::table::key::{Amount, Entry, Key, KeyIn, KeyRef};
 use super::table::node::{entry_message, Node};
 use super::table::root::Edit;
@@ -105,6 +105,7 @@ impl Handle {
                         location: location.into(),
                         rev: node.revision(),
                         node: node.clone(),
+                        charge: t.charge.clone(),
                     })
                 }
             }),
@@ -403,6 +404,8 @@ impl FromLua for ValueArg {
 struct Walk {
     handle: Handle,
     node: std::sync::Arc<Node>,
+    /// The picture's weight against the store's budget, for as long as the loop is kept.
+    _charge: std::sync::Arc<Charge>,
 }
 
 impl UserData for Walk {}
@@ -410,9 +413,14 @@ impl UserData for Walk {}
 /// `for k, v in t` and `pairs(t)`: the walk function, its state, and the first key.
 fn walk(lua: &Lua, handle: &Handle) -> mlua::Result<(Function, AnyUserData, Value)> {
     let (node, _) = handle.node()?;
+    let charge = match handle {
+        Handle::Live(t) => t.charge(&node, false, "a loop over")?,
+        Handle::Frozen(t) => t.charge.clone(),
+    };
     let state = lua.create_userdata(Walk {
         handle: handle.clone(),
         node,
+        _charge: charge,
     })?;
     let step: Function = lua.named_registry_value(WALK_KEY)?;
     Ok((step, state, Value::Nil))

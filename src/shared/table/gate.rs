@@ -28,7 +28,8 @@
 //!   atomic load.
 //!
 //! The count is the named table's revision: every write adds exactly one (a write in place at
-//! `finished`; a closer's at both), and a write that changed nothing adds none.
+//! `finished`; a closer's at both). A write in place that changed nothing adds none; a closer
+//! that published a version adds one even when the version holds what the last one held.
 //!
 //! # Memory ordering
 //! Every access to the stripes and to `closed` is `SeqCst`. A writer's addition to `started`

@@ -138,6 +138,37 @@ impl SharedTableRef {
         })
     }
 
+    /// Counts `node`, a picture of this table that a loop or a frozen table keeps, against the
+    /// store's byte budget until the last part of it is let go: a picture is a copy, and a
+    /// script could otherwise keep any number of them outside every bound. `deep` when nested
+    /// tables were copied too; a loop's picture shares them with the table and weighs only its
+    /// own entries. Refused, with nothing kept, when the budget is full.
+    pub(crate) fn charge(
+        &self,
+        node: &Node,
+        deep: bool,
+        what: &str,
+    ) -> Result<std::sync::Arc<Charge>, SharedTableError> {
+        let bytes = if deep {
+            node.bytes
+        } else {
+            let nested: usize = node
+                .map
+                .iter()
+                .filter_map(|(_, held)| held.as_table())
+                .map(|t| t.bytes)
+                .sum();
+            node.bytes.saturating_sub(nested)
+        };
+        self.store
+            .reserve_bytes_for(bytes, || format!("{what} shared table {}", self.location()))
+            .map_err(|m| SharedTableError::new(SharedTableErrorKind::Limit, m))?;
+        Ok(std::sync::Arc::new(Charge {
+            store: self.store.clone(),
+            bytes,
+        }))
+    }
+
     /// A handle on the table at `key` of this one, as it is in `node` (this table's version).
     pub(crate) fn child(&self, key: Key, id: u64) -> SharedTableRef {
         SharedTableRef {
@@ -319,12 +350,17 @@ impl SharedTableRef {
     ///
     /// The copy is made now, of every value in the table and in the tables inside it: it costs
     /// what [`snapshot`](SharedTableRef::snapshot) costs.
+    ///
+    /// While the frozen table (or a table taken from it with [`FrozenTable::table_at`]) is
+    /// kept, its copy counts against the domain's 256 MiB of shared tables.
     pub fn freeze(&self) -> Result<FrozenTable, SharedTableError> {
         let (node, rev) = self.current_at(true)?;
+        let charge = self.charge(&node, true, "a frozen copy of")?;
         Ok(FrozenTable {
             location: self.location().into(),
             node,
             rev,
+            charge,
         })
     }
 
@@ -363,6 +399,20 @@ pub struct FrozenTable {
     /// Cells of its own, which nothing writes (`Node::materialized`).
     pub(crate) node: std::sync::Arc<Node>,
     pub(crate) rev: u64,
+    /// The copy's weight against its store's budget, shared by every table taken from it.
+    pub(crate) charge: std::sync::Arc<Charge>,
+}
+
+/// A kept picture's weight against its store's byte budget, given back when dropped.
+pub(crate) struct Charge {
+    store: Arc<StoreCore>,
+    bytes: usize,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.store.release_bytes(self.bytes);
+    }
 }
 
 impl FrozenTable {
@@ -409,6 +459,7 @@ impl FrozenTable {
             location: at.into(),
             rev: node.revision(),
             node,
+            charge: self.charge.clone(),
         })
     }
 

@@ -94,11 +94,11 @@ fn kind_of(entry: &Entry) -> Option<Kind> {
 
 /// The heaviest boxed value (its weight, as the bounds count it) a write replaces in place.
 ///
-/// A replaced box waits for `crossbeam-epoch` to free it, and a thread's garbage is only handed
-/// on for freeing in bags of 64: left unbounded, a script rewriting a 32 MiB string could keep
-/// gigabytes outside every budget. Heavier values take the versioned path, whose old version is
-/// freed as soon as no reader holds it. So what waits on the epoch is at most 64 boxes of 4 KiB
-/// per thread.
+/// A replaced box waits for `crossbeam-epoch` to free it, outside the store's byte budget, and
+/// a thread's garbage is only handed on for freeing in bags of 64: a script rewriting a 32 MiB
+/// string in place could keep gigabytes waiting. Heavier values take the versioned path, whose
+/// old version is freed as soon as no reader holds it. So each waiting box is at most 4 KiB; how
+/// many wait depends on the epoch moving on (`docs/architecture.md`).
 pub(crate) const IN_PLACE_MAX_WEIGHT: usize = 4096;
 
 /// One key's value, replaced in place by writes of its shape.
