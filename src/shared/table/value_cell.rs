@@ -153,11 +153,18 @@ impl ValueCell {
     }
 
     /// The value now in the cell. Never blocks.
+    ///
+    /// `Acquire`: a many-key read (`Gate::read`) that loads a value written after a writer
+    /// counted itself in the gate must then see that count, or it would keep a torn picture.
     #[inline]
     pub(crate) fn load(&self) -> Entry {
+        // No loom mutant checks this `Acquire`: with it weakened to `Relaxed`, every model
+        // still passed (loom reads a `SeqCst` load from the latest store whatever came before
+        // it, so it never shows the stale count this would allow on real hardware).
+        const LOAD: Ordering = Ordering::Acquire;
         match &self.repr {
-            Repr::Boolean(b) => Entry::Boolean(b.load(Ordering::Acquire)),
-            Repr::Word(w) => self.entry_of_word(w.load(Ordering::Acquire)),
+            Repr::Boolean(b) => Entry::Boolean(b.load(LOAD)),
+            Repr::Word(w) => self.entry_of_word(w.load(LOAD)),
             Repr::Boxed(b) => b.load(),
         }
     }
