@@ -158,9 +158,9 @@ impl ValueCell {
     /// counted itself in the gate must then see that count, or it would keep a torn picture.
     #[inline]
     pub(crate) fn load(&self) -> Entry {
-        // No loom mutant checks this `Acquire`: with it weakened to `Relaxed`, every model
-        // still passed (loom reads a `SeqCst` load from the latest store whatever came before
-        // it, so it never shows the stale count this would allow on real hardware).
+        // No loom mutant checks this `Acquire`: weakened to `Relaxed`, every model still
+        // passed (2026-12-02); loom never produced the stale read of the count that the C++
+        // memory model would then allow. The argument is in `gate.rs`'s module docs.
         const LOAD: Ordering = Ordering::Acquire;
         match &self.repr {
             Repr::Boolean(b) => Entry::Boolean(b.load(LOAD)),
