@@ -158,9 +158,9 @@ impl ValueCell {
     /// counted itself in the gate must then see that count, or it would keep a torn picture.
     #[inline]
     pub(crate) fn load(&self) -> Entry {
-        // No loom mutant checks this `Acquire`: weakened to `Relaxed`, every model still
-        // passed (2026-12-02); loom never produced the stale read of the count that the C++
-        // memory model would then allow. The argument is in `gate.rs`'s module docs.
+        // A word carries no data beside itself, so no loom model sees this `Acquire` weakened
+        // (tried on 2026-12-02: every model passed); the argument is in `gate.rs`'s module
+        // docs. A box's load is where a `Relaxed` mutant is caught (`Boxed::load` under loom).
         const LOAD: Ordering = Ordering::Acquire;
         match &self.repr {
             Repr::Boolean(b) => Entry::Boolean(b.load(LOAD)),
@@ -346,31 +346,96 @@ impl std::fmt::Debug for Boxed {
     }
 }
 
+/// Under loom: each value in a box of its own, published through an atomic pointer as the real
+/// code publishes crossbeam-epoch's (stored `AcqRel`, loaded `Acquire`), and read through a loom
+/// `UnsafeCell`, so a model sees a read that is not ordered after the box was filled. Every box
+/// lives until the cell is dropped: the model's stand-in for the epoch, which frees a box only
+/// once no reader can hold it.
 #[cfg(loom)]
-#[derive(Debug)]
-struct Boxed(crate::sync::Mutex<Entry>);
+struct Boxed {
+    current: loom::sync::atomic::AtomicPtr<loom::cell::UnsafeCell<Entry>>,
+    made: crate::sync::Mutex<Vec<*mut loom::cell::UnsafeCell<Entry>>>,
+}
+
+// SAFETY: the boxes behind the pointers are only read through `UnsafeCell::with` after an
+// `Acquire` load of the pointer that published them, never written after they are made, and
+// freed only in `Drop`, when no other reference to the cell exists.
+#[cfg(loom)]
+unsafe impl Send for Boxed {}
+// SAFETY: as for `Send`.
+#[cfg(loom)]
+unsafe impl Sync for Boxed {}
+
+#[cfg(loom)]
+impl std::fmt::Debug for Boxed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Boxed")
+    }
+}
 
 #[cfg(loom)]
 impl Boxed {
     fn new(entry: Entry) -> Boxed {
-        Boxed(crate::sync::Mutex::new(entry))
+        let first = Box::into_raw(Box::new(loom::cell::UnsafeCell::new(entry)));
+        Boxed {
+            current: loom::sync::atomic::AtomicPtr::new(first),
+            made: crate::sync::Mutex::new(vec![first]),
+        }
+    }
+
+    fn boxed(&self, entry: Entry) -> *mut loom::cell::UnsafeCell<Entry> {
+        let made = Box::into_raw(Box::new(loom::cell::UnsafeCell::new(entry)));
+        self.made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(made);
+        made
+    }
+
+    fn read(current: *mut loom::cell::UnsafeCell<Entry>) -> Entry {
+        // SAFETY: `current` came from `made`, which frees nothing before `Drop`.
+        unsafe { (*current).with(|entry| (*entry).clone()) }
     }
 
     fn load(&self) -> Entry {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        // The mutant loads the published pointer with `Relaxed` (loom-tests/README.md).
+        #[cfg(not(loom_mutant = "cell_load_relaxed"))]
+        const LOAD: Ordering = Ordering::Acquire;
+        #[cfg(loom_mutant = "cell_load_relaxed")]
+        const LOAD: Ordering = Ordering::Relaxed;
+        Self::read(self.current.load(LOAD))
     }
 
     fn swap(&self, entry: Entry) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = entry;
+        let next = self.boxed(entry);
+        self.current.swap(next, Ordering::AcqRel);
     }
 
     fn compare_exchange(&self, expected: &Entry, new: &Entry) -> bool {
-        let mut current = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if !same(&current, expected) {
+        let current = self.current.load(Ordering::Acquire);
+        if !same(&Self::read(current), expected) {
             return false;
         }
-        *current = new.clone();
-        true
+        let next = self.boxed(new.clone());
+        self.current
+            .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+#[cfg(loom)]
+impl Drop for Boxed {
+    fn drop(&mut self) {
+        for made in self
+            .made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            // SAFETY: each pointer came from `Box::into_raw` in this cell, is freed once here,
+            // and the cell being dropped means no reader holds it.
+            drop(unsafe { Box::from_raw(made) });
+        }
     }
 }
 
