@@ -5,9 +5,9 @@
 //! new versions, `add`, checked and unchecked `atomic`, and `revision`.
 //!
 //! Under `cfg(loom)` the root cell is a loom `Mutex<Arc<Node>>` with arc-swap's load /
-//! compare-and-swap contract, and a boxed cell value a loom `Mutex<Entry>` in place of
-//! crossbeam-epoch's pointer: these models check Skein's protocol around them, not arc-swap's
-//! or crossbeam's own algorithms.
+//! compare-and-swap contract, and a boxed cell value a loom `UnsafeCell` behind a loom
+//! `AtomicPtr` published with crossbeam-epoch's orderings: these models check Skein's protocol
+//! around them, not arc-swap's algorithm or crossbeam's reclamation.
 #![cfg(loom)]
 
 use loom::thread;
@@ -483,8 +483,8 @@ fn a_freeze_keeps_its_moment_while_a_write_lands() {
 
 /// A reader loading a boxed cell (a string) while a writer replaces its value twice in place
 /// sees a value that was written, and never an older one after a newer. Under `cfg(loom)` the
-/// box is a loom `Mutex<Entry>` standing in for crossbeam-epoch's atomic pointer
-/// (`value_cell.rs`): this checks the cell's place in the protocol (the writes land in place,
+/// box is a loom `UnsafeCell` behind a loom `AtomicPtr`, standing in for crossbeam-epoch's
+/// atomic pointer with its orderings (`value_cell.rs`; `cell_load_relaxed` fails this model): this checks the cell's place in the protocol (the writes land in place,
 /// in order, in the cell every reader finds), not the epoch's reclamation itself, which
 /// crossbeam's own tests and the stress tests cover.
 #[test]

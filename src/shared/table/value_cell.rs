@@ -12,8 +12,9 @@
 //! box behind an atomic pointer; a write swaps in a new box and hands the old one to
 //! `crossbeam-epoch`, which frees it once no reader that loaded it can still be reading it
 //! (every read pins the epoch for the few instructions of its clone). Under `cfg(loom)` the box
-//! is a loom `Mutex<Entry>` with the same load / swap / compare-and-swap contract, so the models
-//! check the protocol around cells (`gate.rs`), not crossbeam's algorithm.
+//! is a loom `UnsafeCell` behind a loom `AtomicPtr`, published with the same orderings, and
+//! kept until the cell is dropped in place of the epoch, so the models check the protocol
+//! around cells (`gate.rs`) and the box's publication, not crossbeam's reclamation.
 
 use std::sync::Arc;
 
