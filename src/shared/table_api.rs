@@ -485,12 +485,19 @@ impl Key {
 }
 
 fn handle_of(value: &Value, what: &str) -> mlua::Result<Handle> {
-    if let Value::UserData(ud) = value {
-        if let Ok(h) = ud.borrow::<Handle>() {
-            return Ok(h.clone());
-        }
+    Ok(borrowed_handle(value, what)?.clone())
+}
+
+/// The handle `value` holds, borrowed rather than cloned (a clone counts three shared
+/// references, which two workers using one table pass back and forth between their caches), or
+/// the refusal naming `what`.
+fn borrowed_handle(value: &Value, what: &str) -> mlua::Result<mlua::UserDataRef<Handle>> {
+    match value {
+        Value::UserData(ud) => ud
+            .borrow::<Handle>()
+            .map_err(|_| not_a_shared_table(value, what)),
+        _ => Err(not_a_shared_table(value, what)),
     }
-    Err(not_a_shared_table(value, what))
 }
 
 fn not_a_shared_table(value: &Value, what: &str) -> mlua::Error {
@@ -509,14 +516,7 @@ fn atomic_fn_failed(location: String) -> SharedTableError {
 
 /// `jobs.shared.atomic(t, key, fn)`.
 fn atomic(lua: &Lua, (t, key, f): (Value, KeyArg, Function)) -> mlua::Result<Out> {
-    // Borrowed, as `add` does.
-    let handle = match &t {
-        Value::UserData(ud) => ud.borrow::<Handle>().ok(),
-        _ => None,
-    };
-    let Some(handle) = handle else {
-        return Err(not_a_shared_table(&t, "jobs.shared.atomic"));
-    };
+    let handle = borrowed_handle(&t, "jobs.shared.atomic")?;
     let table = handle.live()?;
     let key = key.key(|| handle.location())?;
     let at = || handle.key_location(&key);
@@ -553,15 +553,7 @@ fn atomic(lua: &Lua, (t, key, f): (Value, KeyArg, Function)) -> mlua::Result<Out
 /// with its exact type (an integer stays an integer) and refused with the text
 /// `SharedTableRef::add` gives.
 fn add(_: &Lua, (t, key, amount): (Value, KeyArg, ValueArg)) -> mlua::Result<Out> {
-    // The handle borrowed, not cloned: a clone counts three shared references, which two
-    // workers adding to one table would pass back and forth between their caches.
-    let handle = match &t {
-        Value::UserData(ud) => ud.borrow::<Handle>().ok(),
-        _ => None,
-    };
-    let Some(handle) = handle else {
-        return Err(not_a_shared_table(&t, "jobs.shared.add"));
-    };
+    let handle = borrowed_handle(&t, "jobs.shared.add")?;
     let table = handle.live()?;
     // The key as Luau holds it: copied only if the add makes it.
     let key = key.key_in(|| handle.location())?;
