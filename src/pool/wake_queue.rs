@@ -49,7 +49,7 @@ use std::cell::Cell;
 use std::fmt;
 use std::time::Instant;
 
-use super::spin::{spin, SPIN_ROUNDS};
+use super::spin::{spin, PAUSE_ROUNDS, SPIN_ROUNDS};
 use crate::sync::{park_until, thread, Arc, Mutex, MutexGuard};
 
 /// Rounds the consumer re-checks before it parks: the pool's [`SPIN_ROUNDS`], then yields up to
@@ -253,10 +253,23 @@ impl<T> WakeReceiver<T> {
     /// Parks the calling thread (the consumer) until something is queued, every sender is
     /// gone, or `deadline` passes. Answers at once when something is queued already.
     pub fn wait_until(&self, deadline: Option<Instant>) -> Waited {
+        self.wait_after(CONSUMER_ROUNDS, deadline)
+    }
+
+    /// [`wait_until`](Self::wait_until) that re-checks only for the pool's pausing rounds
+    /// before it parks, never yielding: for a consumer whose producers are busy on every core
+    /// (a frame waiting on its parallel work), where a yield would hand a worker's core to
+    /// the consumer's re-checks, or let a worker's time slice delay the consumer's wake.
+    pub fn park_until(&self, deadline: Option<Instant>) -> Waited {
+        self.wait_after(PAUSE_ROUNDS, deadline)
+    }
+
+    /// Re-checks for `rounds` rounds, then parks as [`wait_until`](Self::wait_until) says.
+    fn wait_after(&self, rounds: u32, deadline: Option<Instant>) -> Waited {
         // Rounds of re-checking first (the pool's spin rounds, then yields): a reply to a short
         // job lands within microseconds, sooner than a park and an unpark. The consumer has not
         // announced sleep here, so a send in these rounds needs no wake.
-        for round in 1..=CONSUMER_ROUNDS {
+        for round in 1..=rounds {
             {
                 let state = self.shared.lock();
                 if !state.queued.is_empty() || state.senders == 0 {

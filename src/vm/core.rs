@@ -210,7 +210,18 @@ impl Vm {
 
     /// Runs one scheduler step; answers whether any task ran.
     pub(crate) fn step(&self) -> bool {
+        self.step_counted() > 0
+    }
+
+    /// [`step`](Self::step), answering how many tasks it resumed.
+    pub(crate) fn step_counted(&self) -> usize {
         scheduler::step(&*self.core, &self.lua)
+    }
+
+    /// Resumes the tasks that are ready now, and no timer or deferred work
+    /// (`scheduler::resume_ready`); answers whether any task ran.
+    pub(crate) fn resume_ready(&self) -> bool {
+        scheduler::resume_ready(&*self.core, &self.lua)
     }
 
     /// Settles a promise homed here, writes its handle and queues its waiters.
@@ -244,6 +255,11 @@ impl Vm {
     /// Frees the promises whose handles were collected (their jobs' charges go back).
     pub(crate) fn free_collected_promises(&self) {
         promise_handle::free_collected(&self.lua, &self.core);
+    }
+
+    /// Whether a task waits on a promise of pool work.
+    pub(crate) fn waits_on_pool(&self) -> bool {
+        self.core.sched.borrow().pool_waits() > 0
     }
 
     /// Whether a task can run now.

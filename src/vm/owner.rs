@@ -73,6 +73,10 @@ pub(crate) struct Owner {
     /// The authority its tasks run under (a pool item's, carried from its dispatcher); `None`
     /// runs them under the VM's own (its principal's grant).
     pub(crate) authority: Option<Arc<Authority>>,
+    /// How many of its tasks are parked on promises of pool work: a frame joins the handler
+    /// calls that wait on the pool (`domain/frame/join.rs`). Kept by the scheduler as it parks
+    /// and wakes them.
+    pool_waits: Cell<u32>,
 }
 
 /// One engine-service call on its way to the engine thread: the service's name and its
@@ -125,6 +129,7 @@ impl Owner {
             completion: RefCell::new(completion),
             commands: None,
             authority: None,
+            pool_waits: Cell::new(0),
         }
     }
 
@@ -143,6 +148,7 @@ impl Owner {
             completion: RefCell::new(None),
             commands: Some(CommandLog::default()),
             authority: Some(authority),
+            pool_waits: Cell::new(0),
         }
     }
 
@@ -155,6 +161,7 @@ impl Owner {
         self.completion = RefCell::new(None);
         self.commands = None;
         self.bound.set(None);
+        self.pool_waits.set(0);
     }
 
     /// Runs the owner's tasks under `authority` instead of the VM's own.
@@ -200,6 +207,18 @@ impl Owner {
     /// When the bound passes, if the owner has one.
     pub(crate) fn bound_at(&self) -> Option<Instant> {
         self.bound.get().map(|(start, limit)| start + limit)
+    }
+
+    /// Whether any of the owner's tasks is parked on a promise of pool work.
+    pub(crate) fn waits_on_pool(&self) -> bool {
+        self.pool_waits.get() > 0
+    }
+
+    /// One of its tasks parked on pool work (`to`: true) or stopped waiting (false).
+    pub(crate) fn count_pool_wait(&self, to: bool) {
+        let n = self.pool_waits.get();
+        self.pool_waits
+            .set(if to { n + 1 } else { n.saturating_sub(1) });
     }
 
     /// Whether the owner is bounded at all: a cheap test for the scheduler's hot path.

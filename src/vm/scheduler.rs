@@ -163,12 +163,15 @@ pub(crate) struct Scheduler {
 const IDLE_THREADS: usize = 32;
 
 /// Sets a task's parked state, keeping `pool_waits` the count of tasks parked on pool work.
+/// and its owner's count with it.
 fn set_parked(pool_waits: &mut usize, task: &mut TaskEntry, to: Parked) {
     if task.parked == Parked::PoolPromise {
         *pool_waits -= 1;
+        task.owner.count_pool_wait(false);
     }
     if to == Parked::PoolPromise {
         *pool_waits += 1;
+        task.owner.count_pool_wait(true);
     }
     task.parked = to;
 }
@@ -616,6 +619,7 @@ impl Scheduler {
         let entry = self.tasks.remove(&id)?;
         if entry.parked == Parked::PoolPromise {
             self.pool_waits -= 1;
+            entry.owner.count_pool_wait(false);
         }
         if entry.parked == Parked::Signal {
             self.signals.remove(id);
@@ -680,13 +684,25 @@ pub(crate) trait SchedulerHost {
 }
 
 /// Runs one step: the timers due now, the deferred batch, then the ready queue, each task once.
-/// Answers whether any task ran.
-pub(crate) fn step<H: SchedulerHost>(host: &H, lua: &Lua) -> bool {
+/// Answers how many tasks it resumed.
+pub(crate) fn step<H: SchedulerHost>(host: &H, lua: &Lua) -> usize {
     if host.scheduler().borrow().is_idle() {
-        return false; // the common case on a busy worker: no clock read
+        return 0; // the common case on a busy worker: no clock read
     }
     let now = host.scheduler().borrow().now();
     let batch = host.scheduler().borrow_mut().take_batch(now);
+    let ran = batch.len();
+    for (id, resume) in batch {
+        resume_task(host, lua, id, resume);
+    }
+    ran
+}
+
+/// Resumes the tasks that are ready now (a settled promise's waiters), each once, and nothing
+/// else: no timer, no deferred work. A frame joining its pool work resumes its waiters with
+/// this, so its deferred drains keep their place in the frame. Answers whether any task ran.
+pub(crate) fn resume_ready<H: SchedulerHost>(host: &H, lua: &Lua) -> bool {
+    let batch: Vec<(TaskId, Resume)> = host.scheduler().borrow_mut().ready.drain(..).collect();
     let ran = !batch.is_empty();
     for (id, resume) in batch {
         resume_task(host, lua, id, resume);

@@ -19,7 +19,8 @@ use super::scheduler::{self, Resume, MAX_WAIT};
 use super::signal_waits::{SignalKind, MAX_SIGNAL_WAITERS};
 
 /// The kinds of promise the pool settles (their `what`): a warm entry may not await them.
-pub(crate) const POOL_PROMISES: [&str; 3] = ["jobs.dispatch", "jobs.parallelFor", "jobs.warm"];
+pub(crate) const POOL_PROMISES: [&str; 4] =
+    ["jobs.dispatch", "jobs.parallelFor", "jobs.map", "jobs.warm"];
 
 /// Refuses an await of pool work when as many of this VM's tasks wait on pool work as its
 /// limit allows: a job that awaits work of its own kind without end stops here, and its failure
