@@ -211,6 +211,8 @@ pub enum SpecSetting {
     RunDeadline,
     /// The load bound ([`DomainSpec::load_bound`](crate::DomainSpec::load_bound)).
     LoadBound,
+    /// The frame budget ([`DomainSpec::frame_budget`](crate::DomainSpec::frame_budget)).
+    FrameBudget,
 }
 
 /// What was wrong with a name the host gave ([`Error::Name`]).

@@ -85,8 +85,9 @@ pub use domain::TracingSink;
 pub use domain::{
     ActorError, ActorStage, AdvanceReport, ChromeTrace, ContextSpec, DomainMailbox, DomainSpec,
     DomainState, DomainStats, EventReport, FailurePolicy, FixedStep, FrameReport, HandlerTiming,
-    InterfaceField, InterfaceInfo, InterruptHandle, LiveActors, Load, PhaseReport, Report,
-    ReportKind, ResourceId, ResourceOwner, ScriptDomain, ScriptHandle, ScriptStatus, ACTOR_SPAWN,
+    InterfaceField, InterfaceInfo, InterruptHandle, LiveActors, Load, PhaseReport, PumpReport,
+    Report, ReportKind, ResourceId, ResourceOwner, ScriptDomain, ScriptHandle, ScriptStatus,
+    StillWaiting, ACTOR_SPAWN,
 };
 pub use error::{DispatchRefusal, Error, Halt, NameRefusal, ResourceRefusal, Result, SpecSetting};
 pub use jobs::{

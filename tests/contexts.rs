@@ -236,11 +236,12 @@ fn advance_runs_the_owed_fixed_steps_and_drops_past_the_catch_up_limit() {
         .unwrap();
     let r = domain.advance(Duration::from_millis(25)).unwrap();
     assert_eq!((r.fixed_steps, r.dropped_steps), (2, 0));
-    // 2 fixed, update, lateUpdate.
+    // The first frame's startup, 2 fixed, update, lateUpdate.
     let names: Vec<Phase> = r.phases.iter().map(|p| p.phase).collect();
     assert_eq!(
         names,
         [
+            Phase::Startup,
             Phase::FixedUpdate,
             Phase::FixedUpdate,
             Phase::Update,

@@ -20,6 +20,7 @@ mod engine_events;
 mod errors;
 mod fixture;
 mod frame_clock;
+mod frame_join;
 mod frame_loop;
 mod fs_confinement;
 mod generations;

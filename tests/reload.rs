@@ -172,7 +172,7 @@ const STARTUP_LOAD: &str = r#"
 "#;
 
 #[test]
-fn a_running_domain_runs_startup_after_a_restart_and_a_ready_one_does_not() {
+fn a_running_domain_runs_startup_after_a_restart_and_a_ready_one_at_its_first_frame() {
     let pool = Pool::new(1);
     let tree = tree();
     let (mut domain, host) = domain(&pool, &tree);
@@ -181,12 +181,24 @@ fn a_running_domain_runs_startup_after_a_restart_and_a_ready_one_does_not() {
     assert_eq!(domain.state(), DomainState::Ready);
     assert!(host.lines().is_empty(), "{:?}", host.lines());
 
-    domain.advance(Duration::from_millis(1)).unwrap();
-    assert_eq!(domain.state(), DomainState::Running);
-    domain.restart(Load::source("boot", STARTUP_LOAD)).unwrap();
+    // The generation's first frame starts it up, once.
+    let report = domain.advance(Duration::from_millis(1)).unwrap();
+    assert_eq!(report.phases[0].phase, Phase::Startup);
+    assert_eq!(report.phases[0].calls, 1);
     assert_eq!(domain.state(), DomainState::Running);
     assert_eq!(host.lines(), ["startup"]);
+    let report = domain.advance(Duration::from_millis(1)).unwrap();
+    assert!(report.phases.iter().all(|p| p.phase != Phase::Startup));
+    assert_eq!(host.lines(), ["startup"]);
+
+    // A restart of a running domain starts the new generation at once, and its first frame
+    // does not start it again.
+    domain.restart(Load::source("boot", STARTUP_LOAD)).unwrap();
+    assert_eq!(domain.state(), DomainState::Running);
+    assert_eq!(host.lines(), ["startup", "startup"]);
     assert_eq!(eval(&domain, "return started"), Message::Number(1.0));
+    domain.advance(Duration::from_millis(1)).unwrap();
+    assert_eq!(host.lines(), ["startup", "startup"]);
 }
 
 #[test]

@@ -76,6 +76,7 @@ pub use events::mailbox::DomainMailbox;
 pub use frame::context::{ContextSpec, FixedStep};
 use frame::engine_services::EngineServices;
 pub use frame::engine_services::FrameReport;
+pub use frame::join::StillWaiting;
 use frame::phases;
 pub use frame::phases::{AdvanceReport, HandlerTiming, PhaseReport};
 pub use generation::load::Load;
@@ -86,6 +87,7 @@ pub use interfaces::{InterfaceField, InterfaceInfo};
 pub use interrupt::InterruptHandle;
 use interrupt::InterruptTarget;
 pub use lifecycle::DomainState;
+pub use pump::PumpReport;
 use reports::Reports;
 pub use reports::{Report, ReportKind};
 pub use script_handle::{ScriptHandle, ScriptStatus};
@@ -148,6 +150,8 @@ pub struct ScriptDomain {
     /// The scheduler entry running now, if any: a second one is `Reentrant`.
     busy: Cell<Option<&'static str>>,
     fixed_step: FixedStep,
+    /// The longest an advance or a phase waits for the pool work its handlers await.
+    frame_budget: Duration,
     /// Time `advance` was given that has not made a whole fixed step yet.
     accumulator: Cell<Duration>,
     /// Handlers bound to event names, routes, and the event queue's engine-side state.
@@ -227,6 +231,7 @@ impl ScriptDomain {
             state: Rc::new(Cell::new(DomainState::Ready)),
             busy: Cell::new(None),
             fixed_step: spec.fixed_step,
+            frame_budget: spec.frame_budget,
             accumulator: Cell::new(Duration::ZERO),
             jobs_ran: Cell::new(None),
             event_handlers,

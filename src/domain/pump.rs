@@ -19,22 +19,77 @@ const FRAME_INTERVAL: Duration = Duration::from_millis(16);
 /// How often `run_until_idle` looks for edited module sources while a script keeps it busy.
 const SOURCE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
+/// What one [`pump`](ScriptDomain::pump) did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PumpReport {
+    /// Promises of the engine VM it settled: results of pool work that reached the mailbox.
+    pub settled: u64,
+    /// Queries forwarded from workers that it answered.
+    pub answered: u64,
+    /// Commands recorded on workers that it applied.
+    pub applied: u64,
+    /// Tasks of the engine VM it resumed: the waiters of what it settled, timers due, deferred
+    /// work, frame waits it ended.
+    pub resumed: u64,
+    /// Whether it handled anything else from the mailbox or the engine-event log (a report, a
+    /// parcel, an event for a watcher).
+    pub handled: bool,
+}
+
+impl PumpReport {
+    /// Whether the pump did anything at all.
+    pub fn did_anything(&self) -> bool {
+        self.handled || self.settled + self.answered + self.applied + self.resumed > 0
+    }
+}
+
 impl ScriptDomain {
     /// One round on the engine thread: drain the mailbox, move the frame counter on (waking
-    /// frame waits), then run the tasks that are ready. Never blocks. Answers whether anything
-    /// happened.
+    /// frame waits), then run the tasks that are ready. Never blocks. Answers what it did.
     ///
     /// It runs no registered job and no phase: a host's frame loop calls
-    /// [`frame`](Self::frame) or [`advance`](Self::advance), and `pump` is for settling
-    /// promises between frames. Since it counts a frame, pumping inside a frame loop makes
-    /// `task.waitFrames` end early (docs/embedding.md, "Driving a domain", compares the calls).
-    pub fn pump(&self) -> bool {
+    /// [`advance`](Self::advance) (or [`frame`](Self::frame)), which joins the pool work its
+    /// handlers await, and `pump` is for a host that waits on something between frames. Since
+    /// it counts a frame, pumping inside a frame loop makes `task.waitFrames` end early
+    /// (docs/embedding.md, "Driving a domain", compares the calls).
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(dir.path().join("m.luau"), "return { f = function() return 1 end }")?;
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").plan(skein::Plan::new().root(dir.path())))?;
+    /// domain.exec(r#"task.spawn(function() done = jobs.dispatch("./m", "f"):await() end)"#)?;
+    /// let mut report = domain.pump();
+    /// while report.settled == 0 {
+    ///     std::thread::yield_now();
+    ///     report = domain.pump();
+    /// }
+    /// assert_eq!((report.settled, report.resumed), (1, 1));
+    /// assert!(!domain.pump().did_anything());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pump(&self) -> PumpReport {
         vm::check_sources();
-        let drained = self.drain();
+        let services = &self.services;
+        let before = (
+            services.settled.get(),
+            services.forwarded.get(),
+            services.applied.get(),
+        );
+        let handled = self.drain();
         let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
-        let woke = self.current.vm.wake_frames(frame);
-        let ran = self.current.vm.step();
-        drained || woke || ran
+        self.current.vm.wake_frames(frame);
+        let resumed = self.current.vm.step_counted() as u64;
+        PumpReport {
+            settled: services.settled.get() - before.0,
+            answered: services.forwarded.get() - before.1,
+            applied: services.applied.get() - before.2,
+            resumed,
+            handled,
+        }
     }
 
     /// Pumps once; when `block` and nothing is ready, waits for the mailbox, the next timer or

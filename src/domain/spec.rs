@@ -39,6 +39,7 @@ pub struct DomainSpec {
     pub(crate) actor_budget: Duration,
     pub(crate) run_deadline: Duration,
     pub(crate) load_bound: Duration,
+    pub(crate) frame_budget: Duration,
     pub(crate) profile: ProfileSlot,
     pub(crate) logs: LogSlot,
     pub(crate) diagnostics: DiagnosticSlot,
@@ -70,6 +71,9 @@ impl DomainSpec {
     /// How long a load may take, waits included, unless [`load_bound`](Self::load_bound) says otherwise: 30 s.
     pub const DEFAULT_LOAD_BOUND: Duration = load::LOAD_BOUND;
 
+    /// The longest an advance waits for the pool work its handlers await, unless [`frame_budget`](Self::frame_budget) says otherwise: 16 ms, one frame at 60 Hz.
+    pub const DEFAULT_FRAME_BUDGET: Duration = Duration::from_millis(16);
+
     /// A spec with the default [`Plan`].
     pub fn new(name: impl Into<String>) -> DomainSpec {
         DomainSpec {
@@ -84,6 +88,7 @@ impl DomainSpec {
             actor_budget: MAX_DEADLINE,
             run_deadline: MAX_DEADLINE,
             load_bound: load::LOAD_BOUND,
+            frame_budget: Self::DEFAULT_FRAME_BUDGET,
             profile: ProfileSlot::default(),
             logs: LogSlot::default(),
             diagnostics: DiagnosticSlot::default(),
@@ -293,6 +298,33 @@ impl DomainSpec {
         self.load_bound
     }
 
+    /// Sets the frame budget: the longest one [`advance`](ScriptDomain::advance) (or
+    /// [`run_phase`](ScriptDomain::run_phase)) waits, over all its phases, for the pool work
+    /// its handlers await, so that they resume in the frame that started it. By default
+    /// [`DEFAULT_FRAME_BUDGET`](Self::DEFAULT_FRAME_BUDGET) (16 ms); zero never waits; at most
+    /// [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE) (60 s). A handler still waiting when it
+    /// runs out goes on in a later frame and is named in
+    /// [`AdvanceReport::still_waiting`](crate::AdvanceReport::still_waiting).
+    /// [`advance_within`](ScriptDomain::advance_within) sets it for one call.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
+    /// let spec = DomainSpec::new("game").frame_budget(Duration::from_millis(8));
+    /// assert_eq!(spec.get_frame_budget(), Duration::from_millis(8));
+    /// let long = ScriptDomain::new(&Pool::new(1), DomainSpec::new("g").frame_budget(Duration::from_secs(61)));
+    /// assert_eq!(long.err().unwrap().to_string(), "frame budget: must be at most 60 s");
+    /// ```
+    pub fn frame_budget(mut self, budget: Duration) -> DomainSpec {
+        self.frame_budget = budget;
+        self
+    }
+
+    /// The longest an advance waits for its handlers' pool work.
+    pub fn get_frame_budget(&self) -> Duration {
+        self.frame_budget
+    }
+
     /// The budget of one run of a worker's handler.
     pub fn actor_run_budget(&self) -> Duration {
         self.actor_budget
@@ -383,6 +415,15 @@ impl DomainSpec {
             (self.run_deadline, SpecSetting::RunDeadline, "run deadline"),
             (self.load_bound, SpecSetting::LoadBound, "load bound"),
         ];
+        if self.frame_budget > MAX_DEADLINE {
+            return Err(Error::Spec {
+                setting: SpecSetting::FrameBudget,
+                message: format!(
+                    "frame budget: must be at most {} s",
+                    vm::format_seconds(MAX_DEADLINE)
+                ),
+            });
+        }
         for (value, setting, what) in bounded {
             if value.is_zero() || value > MAX_DEADLINE {
                 return Err(Error::Spec {

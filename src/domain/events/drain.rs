@@ -53,6 +53,8 @@ impl ScriptDomain {
                     settles = vm.settle_buffer();
                 }
                 settles.push((promise, outcome));
+                let settled = &self.services.settled;
+                settled.set(settled.get() + 1);
             }
             other => {
                 vm.settle_all(&mut settles);

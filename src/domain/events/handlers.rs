@@ -20,7 +20,7 @@ use crate::domain::events::emit::{
 };
 use crate::domain::frame::context::ContextSpec;
 use crate::domain::frame::handler_label::HandlerLabel;
-use crate::domain::frame::phases::{wider_than_binder, Bindings};
+use crate::domain::frame::phases::{wider_than_binder, Bindings, Called};
 use crate::domain::{DomainMailbox, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, NameRefusal, Result};
 use crate::jobs::{home_principal, registering_authority};
@@ -598,7 +598,8 @@ impl ScriptDomain {
                             }
                         }
                     };
-                    let phase = self.broadcast_in(Phase::Event, only, &[payload], Some(posted));
+                    let phase =
+                        self.broadcast_in(Phase::Event, only, &[payload], Some(posted), None);
                     report.errors.extend(phase.errors);
                     phase.calls > 0
                 }
@@ -695,7 +696,15 @@ impl ScriptDomain {
                     };
                     let failed = match self.named_args(name, name_string, &payload) {
                         Ok(values) => {
-                            self.call_task(label.clone(), deadline, authority, function, values)
+                            let called = Called::unjoined();
+                            self.call_task(
+                                label.clone(),
+                                deadline,
+                                authority,
+                                function,
+                                values,
+                                called,
+                            )
                         }
                         Err(text) => Some(text),
                     };

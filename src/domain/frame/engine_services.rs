@@ -32,7 +32,8 @@ pub(crate) enum Service {
 pub struct FrameReport {
     /// The frame's number: the domain's frame counter after this frame (the first is 1).
     pub frame: u64,
-    /// Queries forwarded from workers that this frame answered.
+    /// Queries forwarded from workers that this frame answered (for an `advance`, the whole
+    /// advance: its phases' joins too).
     pub forwarded_calls: u64,
     /// Commands recorded on workers that this frame applied.
     pub commands_applied: u64,
@@ -68,6 +69,8 @@ pub(crate) struct EngineServices {
     map: RefCell<HashMap<Arc<str>, Rc<Service>>>,
     pub(crate) forwarded: Cell<u64>,
     pub(crate) applied: Cell<u64>,
+    /// Promises of the engine VM settled from the mailbox, over the domain's life.
+    pub(crate) settled: Cell<u64>,
 }
 
 impl EngineServices {

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use crate::domain::{FrameReport, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::jobs::{HostSlot, JobInfo, PhaseHost};
+use crate::pool::wake_queue::Waited;
 use crate::principal::diagnostic::{Attribution, Diagnostic, DiagnosticKind, Severity};
+use crate::principal::Phase;
 use crate::value::Message;
 use crate::vm;
 
@@ -36,6 +38,7 @@ const WAVE_POLL: Duration = Duration::from_micros(200);
 pub(crate) mod context;
 pub(crate) mod engine_services;
 pub(crate) mod handler_label;
+pub(crate) mod join;
 pub(crate) mod phases;
 
 impl ScriptDomain {
@@ -102,14 +105,22 @@ impl ScriptDomain {
     }
 
     /// One frame, inside a scheduler entry. `early_drain`: the frame runs its early deferred
-    /// drain itself (a plain [`frame`](Self::frame)); an [`advance`](Self::advance) ran it
-    /// before its phases.
+    /// drain itself and counts its forwarded queries and applied commands from its own start
+    /// (a plain [`frame`](Self::frame)); an [`advance`](Self::advance) ran the drain before its
+    /// phases and counts from its start.
     pub(crate) fn run_frame(&self, dt: Duration, early_drain: bool) -> FrameReport {
         vm::check_sources();
-        self.services.forwarded.set(0);
-        self.services.applied.set(0);
+        if early_drain {
+            // An advance counts from its own start, its joins included.
+            self.services.forwarded.set(0);
+            self.services.applied.set(0);
+        }
         self.frame_time.set(self.frame_time.get() + dt);
         let mark = self.reports.borrow().mark();
+        // A generation's first frame starts it up (an advance did already).
+        if !self.current.started_up.replace(true) {
+            self.broadcast_reporting(Phase::Startup);
+        }
         let frame = self.round(early_drain);
         FrameReport {
             frame,
@@ -148,28 +159,25 @@ impl ScriptDomain {
     /// After a drain that answered forwarded queries, waits for what the jobs that asked do
     /// next and drains it: another query is answered in this frame too, and the completion of
     /// a job that went on to record commands and return is applied in this frame, so a job
-    /// that queries and then records settles in the frame it returned in. It stops at the
-    /// first drain that answers no new query, after [`FOLLOW_UP_DRAINS`] drains, or when
-    /// [`FOLLOW_UP_WAIT`] has passed since it began, whichever comes first. `answered`: the
-    /// count of forwarded queries before the frame's first drain.
+    /// that queries and then records settles in the frame it returned in. It waits only while
+    /// a task of the engine VM waits on pool work (a follow-up of work nobody here awaits, a
+    /// host's [`Promise`](crate::Promise) or a registered job's item, serves no task of this
+    /// frame), parked on the mailbox. It stops at the first drain that answers no new query,
+    /// after [`FOLLOW_UP_DRAINS`] drains, or when [`FOLLOW_UP_WAIT`] has passed since it
+    /// began, whichever comes first. `answered`: the count of forwarded queries before the
+    /// frame's first drain.
     fn drain_follow_ups(&self, answered: u64) {
         let mut seen = answered;
         let mut until = None;
         for _ in 0..FOLLOW_UP_DRAINS {
             let now = self.services.forwarded.get();
-            if now == seen {
+            if now == seen || !self.current.vm.waits_on_pool() {
                 return;
             }
             seen = now;
             let until = *until.get_or_insert_with(|| Instant::now() + FOLLOW_UP_WAIT);
-            // Yield rather than park: the follow-up is a worker's next step, microseconds
-            // away, and a parked engine thread would make its sender pay a wake and then
-            // wait to be scheduled again.
-            while self.current.rx.is_empty() {
-                if Instant::now() >= until {
-                    return;
-                }
-                std::thread::yield_now();
+            if self.current.rx.park_until(Some(until)) == Waited::TimedOut {
+                return;
             }
             self.drain_mailbox();
         }

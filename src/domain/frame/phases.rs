@@ -24,6 +24,7 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use crate::domain::frame::context::ContextSpec;
 use crate::domain::frame::handler_label::HandlerLabel;
+use crate::domain::frame::join::{PhaseJoin, StillWaiting};
 use crate::domain::lifecycle::DomainState;
 use crate::domain::EventReport;
 use crate::domain::{FrameReport, Report, ReportKind, ScriptDomain};
@@ -54,8 +55,11 @@ pub struct PhaseReport {
     pub timings: Vec<HandlerTiming>,
     /// The handlers that failed (raised, or ran past their context's budget), in call order.
     pub errors: Vec<Diagnostic>,
-    /// How long the whole phase took, wall time.
+    /// How long the whole phase took, wall time, its join included.
     pub elapsed: Duration,
+    /// The calls that still waited on pool work when the frame's budget ran out (see
+    /// [`advance`](ScriptDomain::advance)): they go on in a later frame.
+    pub still_waiting: Vec<StillWaiting>,
 }
 
 /// How long one handler call took.
@@ -74,7 +78,8 @@ pub struct AdvanceReport {
     pub fixed_steps: u32,
     /// How many owed steps were dropped because they passed the catch-up limit.
     pub dropped_steps: u64,
-    /// Every phase run, in order: the fixed steps, then `update`, then `lateUpdate`.
+    /// Every phase run, in order: `startup` on the generation's first frame, the fixed steps,
+    /// then `update`, then `lateUpdate`.
     pub phases: Vec<PhaseReport>,
     /// The event drain that followed `lateUpdate` (see
     /// [`drain_events`](ScriptDomain::drain_events)).
@@ -93,6 +98,12 @@ impl AdvanceReport {
     /// Every handler failure of the advance, in the order they happened.
     pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
         self.phases.iter().flat_map(|p| p.errors.iter())
+    }
+
+    /// Every handler call the advance joined that still waited on pool work when its frame
+    /// budget ran out, in call order: each goes on in a later frame.
+    pub fn still_waiting(&self) -> impl Iterator<Item = &StillWaiting> {
+        self.phases.iter().flat_map(|p| p.still_waiting.iter())
     }
 }
 
@@ -463,7 +474,11 @@ impl ScriptDomain {
     /// stopped.
     pub fn run_phase(&self, phase: Phase, args: &[Message]) -> Result<PhaseReport> {
         let _entered = self.enter("run_phase")?;
-        Ok(self.broadcast(phase, args))
+        if phase == Phase::Startup {
+            self.current.started_up.set(true);
+        }
+        let until = Instant::now().checked_add(self.frame_budget);
+        Ok(self.broadcast(phase, args, until))
     }
 
     /// Moves the domain's time on by `delta`, as one engine frame: the early deferred drain
@@ -510,11 +525,51 @@ impl ScriptDomain {
     /// # Errors
     /// As [`run_phase`](Self::run_phase).
     pub fn advance(&self, delta: Duration) -> Result<AdvanceReport> {
+        self.advance_within(delta, self.frame_budget)
+    }
+
+    /// [`advance`](Self::advance) with its own frame budget: the longest this advance waits,
+    /// over all its phases, for the pool work its handlers await (`Duration::ZERO`: it
+    /// resumes no handler before that work's own frame drains it).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{ContextSpec, DomainSpec, Phase, Pool, ScriptDomain};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(dir.path().join("slow.luau"), "return { run = function() local t = os.clock() while os.clock() - t < 0.2 do end end }")?;
+    /// let pool = Pool::new(1);
+    /// let spec = DomainSpec::new("game")
+    ///     .plan(skein::Plan::new().root(dir.path()))
+    ///     .context(ContextSpec::new("main").phases([Phase::Update]))?;
+    /// let domain = ScriptDomain::new(&pool, spec)?;
+    /// domain.exec(r#"require("@skein/context").bind("main", {
+    ///     update = function() jobs.dispatch("./slow", "run"):await() end })"#)?;
+    /// // A frame that gives the pool 5 ms goes on without the 200 ms job, and says so.
+    /// let report = domain.advance_within(Duration::from_millis(16), Duration::from_millis(5))?;
+    /// let waiting: Vec<_> = report.still_waiting().collect();
+    /// assert_eq!(waiting.len(), 1);
+    /// assert_eq!(waiting[0].source, "context 'main' update handler");
+    /// assert!(waiting[0].waited >= Duration::from_millis(5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`run_phase`](Self::run_phase).
+    pub fn advance_within(&self, delta: Duration, budget: Duration) -> Result<AdvanceReport> {
         let _entered = self.enter("advance")?;
         // Timers follow frame time from the first advance on (scheduler.rs, `Clock`).
         self.current.vm.advance_clock(delta);
         let started = Instant::now();
+        let until = started.checked_add(budget);
+        self.services.forwarded.set(0);
+        self.services.applied.set(0);
         let mark = self.reports.borrow().mark();
+        let mut phases = Vec::new();
+        // A generation's first frame starts it up.
+        if !self.current.started_up.replace(true) {
+            phases.push(self.broadcast(Phase::Startup, &[], until));
+        }
         let step = self.fixed_step.step;
         let owed_time = self.accumulator.get() + delta;
         let owed = owed_time.as_nanos() / step.as_nanos();
@@ -529,14 +584,14 @@ impl ScriptDomain {
         // The early deferred drain: what was deferred since the last frame runs before the
         // phases.
         self.current.vm.step();
-        let mut phases = Vec::with_capacity(run as usize + 2);
+        phases.reserve(run as usize + 2);
         let step_secs = [Message::Number(step.as_secs_f64())];
         for _ in 0..run {
-            phases.push(self.broadcast(Phase::FixedUpdate, &step_secs));
+            phases.push(self.broadcast(Phase::FixedUpdate, &step_secs, until));
         }
         let delta_secs = [Message::Number(delta.as_secs_f64())];
-        phases.push(self.broadcast(Phase::Update, &delta_secs));
-        phases.push(self.broadcast(Phase::LateUpdate, &delta_secs));
+        phases.push(self.broadcast(Phase::Update, &delta_secs, until));
+        phases.push(self.broadcast(Phase::LateUpdate, &delta_secs, until));
         // After the phases, so an event emitted in one is delivered in this advance.
         let events = self.run_event_drain();
         // The frame ends with the late deferred drain.
@@ -609,7 +664,7 @@ impl ScriptDomain {
     /// Runs every handler of `phase` with no arguments; each failure becomes a
     /// [`Report`](crate::Report) labelled by its context, as nobody reads a phase report here.
     pub(crate) fn broadcast_reporting(&self, phase: Phase) {
-        let report = self.broadcast(phase, &[]);
+        let report = self.broadcast(phase, &[], None);
         for error in report.errors {
             let source = HandlerLabel::Phase {
                 context: Arc::from(error.attribution.context.as_deref().unwrap_or("")),
@@ -655,20 +710,32 @@ impl ScriptDomain {
         }
     }
 
-    /// Calls every handler of `phase` in run order.
-    fn broadcast(&self, phase: Phase, args: &[Message]) -> PhaseReport {
-        self.broadcast_in(phase, None, args, None)
+    /// Calls every handler of `phase` in run order, then, with `until`, joins the calls that
+    /// wait on pool work until it settles or `until` passes (`join.rs`).
+    fn broadcast(&self, phase: Phase, args: &[Message], until: Option<Instant>) -> PhaseReport {
+        let started = Instant::now();
+        let mut join = PhaseJoin::default();
+        let mut report = self.broadcast_in(phase, None, args, None, Some(&mut join));
+        if let Some(until) = until {
+            if !join.is_empty() {
+                self.join(join, until, &mut report.still_waiting);
+                report.elapsed = started.elapsed();
+            }
+        }
+        report
     }
 
     /// Calls the handlers of `phase` in run order: every context's, or only those of the
     /// context at index `only` (a raw event's target). A handler's queue delay (for the
     /// profile) runs from `queued` (when a raw event was posted), else from the phase's start.
+    /// The calls that wait on pool work when they yield go into `join`, when it is given.
     pub(crate) fn broadcast_in(
         &self,
         phase: Phase,
         only: Option<usize>,
         args: &[Message],
         queued: Option<Instant>,
+        mut join: Option<&mut PhaseJoin>,
     ) -> PhaseReport {
         let started = Instant::now();
         let queued = queued.unwrap_or(started);
@@ -689,7 +756,18 @@ impl ScriptDomain {
                 .current
                 .bindings
                 .authority(context, &self.current.principal.authority);
-            let failed = self.call_handler(spec, context, authority, phase, &binding.handler, args);
+            let called = Called {
+                at: call,
+                join: join.as_deref_mut(),
+            };
+            let failed = self.call_handler(
+                spec,
+                (context, phase),
+                authority,
+                &binding.handler,
+                args,
+                called,
+            );
             let ended = Instant::now();
             timings.push(HandlerTiming {
                 context: self.current.bindings.names[context].clone(),
@@ -729,6 +807,7 @@ impl ScriptDomain {
             timings,
             errors,
             elapsed: started.elapsed(),
+            still_waiting: Vec::new(),
         }
     }
 
@@ -737,11 +816,11 @@ impl ScriptDomain {
     fn call_handler(
         &self,
         spec: &ContextSpec,
-        context: usize,
+        (context, phase): (usize, Phase),
         authority: Arc<Authority>,
-        phase: Phase,
         handler: &Function,
         args: &[Message],
+        called: Called<'_>,
     ) -> Option<String> {
         let label = self.current.bindings.label(context, phase);
         let deadline = spec
@@ -751,7 +830,7 @@ impl ScriptDomain {
             Ok(values) => values,
             Err(text) => return Some(text),
         };
-        self.call_task(label, deadline, Some(authority), handler, values)
+        self.call_task(label, deadline, Some(authority), handler, values, called)
     }
 
     /// Copies `args` into the engine VM; answers the failure's text when one can't be read.
@@ -785,15 +864,21 @@ impl ScriptDomain {
         authority: Option<Arc<Authority>>,
         handler: &Function,
         values: MultiValue,
+        called: Called<'_>,
     ) -> Option<String> {
         // The handler's task, the tasks it starts (they share its owner) and what it dispatches
         // (items carry the authority installed when they are made) run as its context.
-        let mut owner = Owner::new(label, deadline, None);
+        let mut owner = Owner::new(label.clone(), deadline, None);
         if let Some(authority) = authority {
             owner = owner.with_authority(authority);
         }
         let owner = self.fresh_owner(owner);
-        match self.current.vm.call(handler.clone(), values, owner.clone()) {
+        let first = self.current.vm.call(handler.clone(), values, owner.clone());
+        // A task the call left waiting on pool work (itself, or one it spawned) is joined.
+        if let Some(join) = called.join {
+            join.add(&owner, &label, called.at);
+        }
+        match first {
             Err(e) => Some(vm::error_message(&e)),
             Ok(FirstRun::Ended(result)) => {
                 // Whatever the call started (a spawned task, a deferred one) holds the owner
@@ -819,6 +904,23 @@ impl ScriptDomain {
                 }));
                 None
             }
+        }
+    }
+}
+
+/// Where a handler call stands in its phase: when it began, and the join of the phase (none
+/// for a call no frame joins: an event handler's, a shutdown handler's).
+pub(crate) struct Called<'a> {
+    pub(crate) at: Instant,
+    pub(crate) join: Option<&'a mut PhaseJoin>,
+}
+
+impl Called<'_> {
+    /// A call nothing joins, beginning now.
+    pub(crate) fn unjoined() -> Called<'static> {
+        Called {
+            at: Instant::now(),
+            join: None,
         }
     }
 }

@@ -18,7 +18,7 @@ pub(crate) mod load;
 pub(crate) mod owned;
 mod reload;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -75,6 +75,9 @@ pub(crate) struct GenerationState {
     pub(crate) host_promises: RefCell<host_promises::HostPromises>,
     /// The `(module, entry)` pairs host dispatch resolved in its engine VM's modules.
     pub(crate) host_targets: RefCell<HostTargets>,
+    /// Whether its `startup` phase has run: the first advance or frame of a generation runs it
+    /// when nothing has.
+    pub(crate) started_up: Cell<bool>,
 }
 
 /// The host's parts of a domain that a generation's engine VM is built against.
@@ -134,6 +137,7 @@ impl GenerationState {
             actors,
             host_promises: RefCell::default(),
             host_targets: RefCell::default(),
+            started_up: Cell::new(false),
         })
     }
 }
@@ -312,6 +316,7 @@ impl ScriptDomain {
         self.state.set(DomainState::Ready);
         if was_running {
             if let Ok(_entered) = self.enter("startup") {
+                self.current.started_up.set(true);
                 self.broadcast_reporting(Phase::Startup);
             }
         }
