@@ -7,34 +7,53 @@
 //!
 //! # A host in ten lines
 //!
-//! A pool, a domain with its plan, a main script, and the engine's frame loop that drives it
-//! (`docs/embedding.md`, "Driving a domain", says which call runs what):
+//! A pool, a domain with a context its scripts bind handlers to, a main script, and the engine's
+//! frame loop: one `advance(dt)` per frame, which resumes the `update` handler in the same frame
+//! once the `parallelFor` it awaits is done (`docs/embedding.md`, "Driving a domain", says which
+//! call runs what):
 //!
-//! ```
+//! ```rust
 //! use std::time::Duration;
-//! use skein::{DomainSpec, Plan, Pool, ScriptDomain};
-//! # // The host's working directory holds its scripts: a main script that hands one job to the
-//! # // pool, whose module calls the host function on a worker.
+//! use skein::{ContextSpec, DomainSpec, Phase, Plan, Pool, ScriptDomain};
+//! # // The host's working directory holds its scripts, and the module whose chunks the
+//! # // update handler spreads over the pool.
 //! # let dir = tempfile::tempdir()?;
 //! # std::fs::create_dir(dir.path().join("scripts"))?;
-//! # std::fs::write(dir.path().join("scripts/main.luau"), "now = jobs.dispatch('./clock', 'read'):await()")?;
-//! # std::fs::write(dir.path().join("scripts/clock.luau"), "return { read = function() return engineTime() end }")?;
+//! # std::fs::write(dir.path().join("scripts/move.luau"), r#"
+//! #     return { step = function(chunk)
+//! #         local sum = 0
+//! #         for i = chunk.first, chunk.last do sum += i * chunk.args.speed end
+//! #         return sum
+//! #     end }
+//! # "#)?;
 //! # std::env::set_current_dir(dir.path())?;
 //!
+//! // The main script binds an update handler that spreads its work over the pool.
+//! std::fs::write("scripts/main.luau", r#"
+//!     frames, moved = 0, 0
+//!     require("@skein/context").bind("game", { update = function(dt)
+//!         -- four chunks on the pool; the handler resumes in this frame, when all are done
+//!         local sums = jobs.parallelFor("./move", "step", 2000, { speed = 2 }, { chunks = 4 }):await()
+//!         frames += 1
+//!         moved = sums[1] + sums[2] + sums[3] + sums[4]
+//!     end })
+//! "#)?;
 //! let pool = Pool::with_available_parallelism();
 //! let plan = Plan::new()
-//!     .root("scripts")                       // where `require` and `jobs.dispatch` resolve from
-//!     .memory_limit(256 << 20)               // per VM; a job past it fails, a worker VM is rebuilt
-//!     .function("engineTime", |lua, _| lua.pack_multi(42.0)); // a host function in every VM
-//! let domain = ScriptDomain::new(&pool, DomainSpec::new("game").plan(plan))?;
-//! let main = domain.run_file("scripts/main.luau", &[])?;
-//! while !main.is_finished() {                // the engine's frame loop, at the engine's rate
-//!     let frame = domain.frame(Duration::from_millis(16)); // mailbox, registered jobs, ready tasks
+//!     .root("scripts")                       // where `require` and `jobs.parallelFor` resolve from
+//!     .memory_limit(256 << 20);              // per VM; a job past it fails, a worker VM is rebuilt
+//! let spec = DomainSpec::new("game")
+//!     .plan(plan)
+//!     .context(ContextSpec::new("game").phases([Phase::Startup, Phase::Update]))?;
+//! let domain = ScriptDomain::new(&pool, spec)?;
+//! domain.run_file("scripts/main.luau", &[])?.wait(&domain)?; // binds the `update` handler
+//! for _frame in 0..60 {                      // the engine's frame loop: one call per frame
+//!     let frame = domain.advance(Duration::from_millis(16))?; // update, its parallel work joined
 //!     for failure in frame.reports { eprintln!("{}: {}", failure.source, failure.message); }
-//! #   std::thread::sleep(Duration::from_millis(1));
 //! }
-//! # assert_eq!(domain.state(), skein::DomainState::Running);
-//! # assert_eq!(domain.eval("return now")?, skein::Message::Number(42.0));
+//! # // Every frame's update finished inside its own advance.
+//! # assert_eq!(domain.eval("return frames")?, skein::Message::Number(60.0));
+//! # assert_eq!(domain.eval("return moved")?, skein::Message::Number(4002000.0));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

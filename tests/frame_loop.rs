@@ -1,10 +1,11 @@
 //! One game loop: a host that runs `frame` serves a forwarded query and the commands recorded
-//! after it in the frame that answers the query, so the job's promise settles there.
+//! after it in the frame that answers the query, so the promise an engine task awaits settles
+//! there.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use skein::{Message, Pool, PromiseStatus};
+use skein::{Message, Pool};
 
 use crate::support::{wait_until, world_get, world_set, Tree, World};
 
@@ -37,7 +38,11 @@ fn a_job_that_queries_then_records_settles_in_the_frame_that_answers_its_query()
     let mut settled_in = None;
     let mut answered_in = None;
     for attempt in 0..20 {
-        let promise = domain.dispatch("./q", "run", Message::Number(1.0)).unwrap();
+        // A task of the engine VM awaits the job: the frame that answers its query serves
+        // what the job does next, for that task.
+        domain
+            .exec(r#"task.spawn(function() result = jobs.dispatch("./q", "run", 1):await() end)"#)
+            .unwrap();
         // The job is about to ask: its query is in the mailbox, or nearly, for the next frame.
         assert!(wait_until(Duration::from_secs(10), || asking
             .try_pop()
@@ -45,7 +50,7 @@ fn a_job_that_queries_then_records_settles_in_the_frame_that_answers_its_query()
             .is_some()));
         std::thread::sleep(Duration::from_millis(1));
         let mut frames = 0;
-        while promise.status() == PromiseStatus::Pending {
+        while domain.eval("return result").unwrap() == Message::Nil {
             let report = domain.frame(FRAME);
             frames += 1;
             if report.forwarded_calls > 0 {
@@ -55,9 +60,10 @@ fn a_job_that_queries_then_records_settles_in_the_frame_that_answers_its_query()
             assert!(frames < 1000, "never settled");
         }
         assert_eq!(
-            promise.wait().unwrap(),
+            domain.eval("return result").unwrap(),
             Message::Number(41.0 + attempt as f64)
         );
+        domain.exec("result = nil").unwrap();
         settled_in = Some(frames);
         if answered_in == Some(1) && settled_in == Some(1) {
             break;
