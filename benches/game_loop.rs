@@ -21,7 +21,8 @@
 //! those calls in the frame's time (the handler skips a frame while its last work is in flight).
 //! Every landed sum is checked against the same sum computed in Rust. After `WARMUP` frames each,
 //! the two domains run `GAME_LOOP_FRAMES` (default 300) measured frames each, in alternating
-//! blocks of `BLOCK`, once with `T` = 128 and once with `T` = 32.
+//! blocks of `BLOCK`, each block after `BLOCK_WARMUP` frames it does not record, once with `T` =
+//! 128 and once with `T` = 32.
 //!
 //! Printed: each domain's median frame, serial/parallel (goal >= 1.7x), the parallel p99 frame
 //! and p99/median (goal <= 1.5x), and the fastest frames' ratio as a check on a disturbed
@@ -48,7 +49,12 @@ const ENTITIES: usize = 2_000;
 const CHUNKS: usize = 4;
 const FRAME: Duration = Duration::from_millis(16);
 const WARMUP: usize = 50;
-const BLOCK: usize = 25;
+const BLOCK: usize = 100;
+/// Frames each block runs before it records any. After a block of serial frames has left the
+/// workers' cores idle, this virtual machine brings them back to speed over about ten frames
+/// (measured with a 2 ms first frame, down to 1.0 ms by the tenth, for T = 32): a host that
+/// runs parallel frames back to back never pays that, so neither side records it.
+const BLOCK_WARMUP: usize = 15;
 const EMPTY_ADVANCES: usize = 10_000;
 /// How long a frame may take to land its work before the bench gives up on it.
 const HANG_GUARD: Duration = Duration::from_secs(30);
@@ -243,8 +249,8 @@ impl Side {
     }
 
     /// One frame with `count` targets: `advance(16 ms)`, then `advance(0)` until the frame's
-    /// work landed; times it all, then checks every landed sum.
-    fn frame(&mut self, count: usize) {
+    /// work landed; times it all (recording it when `record`), then checks every landed sum.
+    fn frame(&mut self, count: usize, record: bool) {
         self.frame += 1;
         let frame_targets = targets(self.frame, count);
         {
@@ -269,11 +275,13 @@ impl Side {
             }
         }
         let wall = start.elapsed();
-        self.engine_cpu += thread_cpu() - cpu;
-        self.wall += wall;
-        self.frames
-            .record((wall.as_nanos() as u64).max(1))
-            .expect("record");
+        if record {
+            self.engine_cpu += thread_cpu() - cpu;
+            self.wall += wall;
+            self.frames
+                .record((wall.as_nanos() as u64).max(1))
+                .expect("record");
+        }
         let mut applied = self.world.borrow().applied.clone();
         applied.sort_by_key(|&(chunk, _)| chunk);
         assert_eq!(applied.len(), self.chunks.len(), "{}: chunks", self.name);
@@ -331,8 +339,8 @@ struct Variant {
 /// Warms both sides up, then runs `frames` measured frames each in alternating blocks.
 fn variant(parallel: &mut Side, serial: &mut Side, count: usize, frames: usize) -> Variant {
     for _ in 0..WARMUP {
-        parallel.frame(count);
-        serial.frame(count);
+        parallel.frame(count, false);
+        serial.frame(count, false);
     }
     parallel.reset();
     serial.reset();
@@ -346,8 +354,11 @@ fn variant(parallel: &mut Side, serial: &mut Side, count: usize, frames: usize) 
             [&mut *serial, &mut *parallel]
         };
         for side in order {
+            for _ in 0..BLOCK_WARMUP {
+                side.frame(count, false);
+            }
             for _ in 0..block {
-                side.frame(count);
+                side.frame(count, true);
             }
         }
         done += block;

@@ -8,7 +8,9 @@
 //!
 //! Arguments cross as one list: the service receives `Message::List` of the call's arguments.
 
+use std::cell::Cell;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, Table, Value};
 
@@ -168,6 +170,32 @@ fn forward_query(
     forward(lua, &name, args)
 }
 
+/// How long a pool worker that forwarded a query leaves new items to its siblings while it
+/// waits for the answer (`WorkerLogic::hold_items_until`): at most 1 ms, and only until the
+/// first message reaches the worker (the answer, usually, tens of microseconds later). A
+/// `parallelFor` whose chunks each start with a query otherwise piles them into one worker's VM:
+/// each chunk parks at its query and the worker takes the next, and since a parked task resumes
+/// only in its own VM, the chunks then run one after another on that worker while its sibling
+/// idles (`cargo bench --bench game_loop`). The bound keeps a slow engine thread from holding
+/// up items that never query it, other domains' among them.
+pub(crate) const QUERY_HOLD: Duration = Duration::from_millis(1);
+
+thread_local! {
+    /// When a task of this thread last forwarded a query, until a message reaches the worker.
+    static QUERY_POSTED: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Until when this thread's worker leaves new items to its siblings: [`QUERY_HOLD`] after the
+/// last query one of its tasks forwarded, if no message has reached it since.
+pub(crate) fn query_hold_until() -> Option<Instant> {
+    QUERY_POSTED.get().map(|at| at + QUERY_HOLD)
+}
+
+/// A message reached this thread's worker: what its forwarded query waited for may be here.
+pub(crate) fn end_query_hold() {
+    QUERY_POSTED.set(None);
+}
+
 /// Posts a query to service `name` of the engine thread with the running job's commands so
 /// far, and answers the promise (resolving with `{ true, answer }` or `{ false, error }`) the
 /// calling task awaits. For a caller that copied and checked `args` itself (a resource proxy of
@@ -192,7 +220,9 @@ pub(crate) fn forward(lua: &Lua, name: &str, args: Message) -> mlua::Result<Valu
         // The service runs as the task that called it, not as the domain.
         authority: current_arc(),
     });
-    if !posted {
+    if posted {
+        QUERY_POSTED.set(Some(Instant::now()));
+    } else {
         core.promises
             .borrow_mut()
             .settle(cell.id(), Outcome::Cancelled);

@@ -9,7 +9,8 @@
 //!
 //! Each round, in this order: drain the inbox (replies and wake-ups are cheap and unblock tasks),
 //! one [`WorkerLogic::poll`] step (tasks the worker already holds), then at most one new item (own
-//! deque, then the injector, then siblings' deques in a rotating order). A round that did none of
+//! deque, then the injector, then siblings' deques in a rotating order), unless the logic holds
+//! off new items for a moment ([`WorkerLogic::hold_items_until`]). A round that did none of
 //! these is idle; after a few idle rounds spent spinning the worker sleeps through
 //! [`Sleep`](super::sleep::Sleep) until woken or until the time its last `poll` asked for.
 //!
@@ -53,6 +54,15 @@ pub trait WorkerLogic: Sized + 'static {
 
     /// The executor is shutting down: drop per-thread state here, on this thread.
     fn on_shutdown(&mut self) {}
+
+    /// Until when the worker leaves new items to its siblings, if it should: while a task it
+    /// holds waits on an answer due within microseconds (a query forwarded to an engine
+    /// thread). That task resumes on this thread only; an item taken meanwhile would run
+    /// before it, or park beside it, while a sibling that is waking to take the item finds
+    /// nothing. The executor honours it only when there are siblings. `None` by default.
+    fn hold_items_until(&self) -> Option<Instant> {
+        None
+    }
 }
 
 /// What a [`WorkerLogic::poll`] step found.
@@ -308,7 +318,12 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
                 Some(Poll::Idle { wake_at: at }) => wake_at = at,
             }
 
-            if let Some(item) = self.take_item() {
+            let hold = logic
+                .hold_items_until()
+                .filter(|at| *at > round && executor.threads() > 1);
+            if let Some(at) = hold {
+                wake_at = Some(wake_at.map_or(at, |w: Instant| w.min(at)));
+            } else if let Some(item) = self.take_item() {
                 progressed = true;
                 self.cx.counters().item_run();
                 self.guarded(logic, |logic, cx| logic.run_item(item, cx));

@@ -31,6 +31,7 @@ use super::pool_shared::{NativeTallies, PoolShared, WarmRuns};
 use super::principal_cell::PrincipalCell;
 use super::registered::remote::on_op as run_remote_op;
 use super::registered::remote_job::RemoteOp;
+use super::service_stubs;
 use super::warm::WarmEntry;
 use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
 use crate::pool::lanes::KeyLanes;
@@ -343,6 +344,7 @@ impl WorkerLogic for LuauWorker {
     }
 
     fn on_message(&mut self, msg: WorkerMsg, cx: &WorkerContext<'_, Self>) {
+        service_stubs::end_query_hold();
         match msg {
             WorkerMsg::Settle {
                 principal,
@@ -392,6 +394,10 @@ impl WorkerLogic for LuauWorker {
         }
         self.retire_exhausted(cx);
         self.flush_outbox(cx);
+    }
+
+    fn hold_items_until(&self) -> Option<Instant> {
+        service_stubs::query_hold_until()
     }
 
     fn poll(&mut self, cx: &WorkerContext<'_, Self>) -> Poll {
