@@ -217,6 +217,8 @@ struct Side {
     extra_advances: usize,
     wall: Duration,
     engine_cpu: Duration,
+    /// How long the recorded frames' phases waited for their pool work (`AdvanceReport::joined`).
+    joined: Duration,
 }
 
 impl Side {
@@ -236,6 +238,7 @@ impl Side {
             extra_advances: 0,
             wall: Duration::ZERO,
             engine_cpu: Duration::ZERO,
+            joined: Duration::ZERO,
         }
     }
 
@@ -246,6 +249,7 @@ impl Side {
         self.extra_advances = 0;
         self.wall = Duration::ZERO;
         self.engine_cpu = Duration::ZERO;
+        self.joined = Duration::ZERO;
     }
 
     /// One frame with `count` targets: `advance(16 ms)`, then `advance(0)` until the frame's
@@ -261,7 +265,9 @@ impl Side {
         }
         let landed = |s: &Side| s.world.borrow().applied.len() >= s.chunks.len();
         let (cpu, start) = (thread_cpu(), Instant::now());
-        checked(self.domain.advance(FRAME).expect("advance"));
+        let report = self.domain.advance(FRAME).expect("advance");
+        let mut joined = report.joined();
+        checked(report);
         if !landed(self) {
             self.late += 1;
             while !landed(self) {
@@ -270,7 +276,9 @@ impl Side {
                     "{}: a frame never landed",
                     self.name
                 );
-                checked(self.domain.advance(Duration::ZERO).expect("advance"));
+                let report = self.domain.advance(Duration::ZERO).expect("advance");
+                joined += report.joined();
+                checked(report);
                 self.extra_advances += 1;
             }
         }
@@ -278,6 +286,7 @@ impl Side {
         if record {
             self.engine_cpu += thread_cpu() - cpu;
             self.wall += wall;
+            self.joined += joined;
             self.frames
                 .record((wall.as_nanos() as u64).max(1))
                 .expect("record");
@@ -334,6 +343,7 @@ struct Variant {
     ratio: f64,
     tail: f64,
     late: usize,
+    wait_share: f64,
 }
 
 /// Warms both sides up, then runs `frames` measured frames each in alternating blocks.
@@ -408,11 +418,21 @@ fn variant(parallel: &mut Side, serial: &mut Side, count: usize, frames: usize) 
             side.wall.as_secs_f64() * 1e3,
         );
     }
+    // Every CPU second of the frame is charged to its join here, the handler's own work and
+    // the parallelFor call included: an upper bound on what the waiting itself costs.
+    let wait_share = parallel.engine_cpu.as_secs_f64() / parallel.joined.as_secs_f64();
+    println!(
+        "  parallel engine thread CPU / time joined (at most): {:.1}% ({:.1} ms joined) (goal <= 10%: {})",
+        100.0 * wait_share,
+        parallel.joined.as_secs_f64() * 1e3,
+        verdict(wait_share <= 0.10)
+    );
     Variant {
         targets: count,
         ratio,
         tail,
         late: parallel.late + serial.late,
+        wait_share,
     }
 }
 
@@ -480,6 +500,12 @@ fn main() {
             v.targets,
             v.late,
             verdict(v.late == 0)
+        );
+        println!(
+            "  T = {:>3}: engine thread CPU while joined, at most {:.1}% <= 10%: {}",
+            v.targets,
+            100.0 * v.wait_share,
+            verdict(v.wait_share <= 0.10)
         );
     }
     println!(

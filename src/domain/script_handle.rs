@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use crate::domain::ScriptDomain;
 use crate::error::{Error, Result};
@@ -122,11 +123,49 @@ impl ScriptHandle {
     /// domain busy, a script parked on a wait nothing will end blocks it for good, so a host
     /// with such jobs polls [`status`](Self::status) from its frames instead.
     pub fn wait(&self, domain: &ScriptDomain) -> Result<()> {
+        // Without a deadline it answers only once the script has ended.
+        self.wait_until(domain, None).map(drop)
+    }
+
+    /// [`wait`](Self::wait) for at most `timeout`: answers [`ScriptStatus::Returned`] when the
+    /// script returned, [`ScriptStatus::Running`] when the timeout passed first. While it waits,
+    /// the engine thread parks on the domain's mailbox and timers (as
+    /// [`run_until_idle`](ScriptDomain::run_until_idle) does), never spinning.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use skein::{DomainSpec, Pool, ScriptDomain, ScriptStatus};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("main.luau");
+    /// std::fs::write(&path, "task.wait(0.2)")?;
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
+    /// let script = domain.run_file(&path, &[])?;
+    /// let status = script.wait_timeout(&domain, Duration::from_millis(10))?;
+    /// assert_eq!(status, ScriptStatus::Running);
+    /// let status = script.wait_timeout(&domain, Duration::from_secs(10))?;
+    /// assert_eq!(status, ScriptStatus::Returned);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`wait`](Self::wait).
+    pub fn wait_timeout(&self, domain: &ScriptDomain, timeout: Duration) -> Result<ScriptStatus> {
+        // A timeout too long to add to the clock waits as `wait` does.
+        self.wait_until(domain, Instant::now().checked_add(timeout))
+    }
+
+    /// Pumps the domain until the script ends or `until` passes.
+    fn wait_until(&self, domain: &ScriptDomain, until: Option<Instant>) -> Result<ScriptStatus> {
         loop {
             match self.status() {
-                ScriptStatus::Returned => return Ok(()),
+                ScriptStatus::Returned => return Ok(ScriptStatus::Returned),
                 ScriptStatus::Failed(text) => return Err(Error::Script(text)),
                 ScriptStatus::Running => {}
+            }
+            if until.is_some_and(|at| Instant::now() >= at) {
+                return Ok(ScriptStatus::Running);
             }
             domain.refuse_if_stopped("ScriptHandle::wait")?;
             if domain.generation() != self.generation {
@@ -135,7 +174,7 @@ impl ScriptHandle {
                     self.name
                 )));
             }
-            if !domain.pump_once(true, true) {
+            if !domain.pump_once_until(true, true, until) {
                 return Err(Error::Script(format!(
                     "{}: the script is waiting on something that will never happen",
                     self.name

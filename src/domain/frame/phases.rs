@@ -57,6 +57,9 @@ pub struct PhaseReport {
     pub errors: Vec<Diagnostic>,
     /// How long the whole phase took, wall time, its join included.
     pub elapsed: Duration,
+    /// How long the phase waited, after its last handler returned or yielded, for the pool
+    /// work its handlers await (its join; zero when no handler awaited the pool).
+    pub joined: Duration,
     /// The calls that still waited on pool work when the frame's budget ran out (see
     /// [`advance`](ScriptDomain::advance)): they go on in a later frame.
     pub still_waiting: Vec<StillWaiting>,
@@ -98,6 +101,11 @@ impl AdvanceReport {
     /// Every handler failure of the advance, in the order they happened.
     pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
         self.phases.iter().flat_map(|p| p.errors.iter())
+    }
+
+    /// How long the advance's phases waited for their handlers' pool work, in all.
+    pub fn joined(&self) -> Duration {
+        self.phases.iter().map(|p| p.joined).sum()
     }
 
     /// Every handler call the advance joined that still waited on pool work when its frame
@@ -718,7 +726,9 @@ impl ScriptDomain {
         let mut report = self.broadcast_in(phase, None, args, None, Some(&mut join));
         if let Some(until) = until {
             if !join.is_empty() {
+                let joining = Instant::now();
                 self.join(join, until, &mut report.still_waiting);
+                report.joined = joining.elapsed();
                 report.elapsed = started.elapsed();
             }
         }
@@ -807,6 +817,7 @@ impl ScriptDomain {
             timings,
             errors,
             elapsed: started.elapsed(),
+            joined: Duration::ZERO,
             still_waiting: Vec::new(),
         }
     }
