@@ -246,6 +246,7 @@ function M.chain(n)
     return jobs.dispatch("./m", "chain", n - 1):await() + 1
 end
 function M.rec(lo, hi) return jobs.parallelFor("./m", "rec", 4):await() end
+function M.mapped(x) return jobs.map("./m", "mapped", { x, x, x, x }):await() end
 function M.double(x) return x * 2 end
 return M
 "#;
@@ -317,6 +318,35 @@ fn a_parallel_for_over_itself_ends_with_the_nested_wait_error_and_every_promise_
         "{err}"
     );
     // Every promise settled: the domain goes idle, and the pool serves the next dispatch.
+    domain.run_until_idle().expect("idle");
+    still_serves_nesting(&domain);
+}
+
+#[test]
+fn a_map_over_itself_counts_against_the_same_nested_wait_limit_and_every_promise_settles() {
+    let tree = Tree::new(&[("m.luau", NESTING)]);
+    let pool = Pool::new(2);
+    let domain = tree.domain_with(&pool, Plan::new().nested_wait_limit(8));
+    let v = domain
+        .eval(
+            r#"local ok, err = pcall(function() return jobs.map("./m", "mapped", { 1 }):await() end)
+               return err"#,
+        )
+        .unwrap();
+    let err = text(&v);
+    assert!(err.starts_with("job './m:mapped' failed: "), "{err}");
+    let reason = innermost(&err);
+    assert!(
+        reason.starts_with("task.await: nested waits past the limit: 8 tasks of the VM of worker "),
+        "{err}"
+    );
+    assert!(
+        reason.ends_with(
+            " already wait on pool work, and 8 may (Plan::nested_wait_limit); work that awaits \
+             work of its own kind without end stops here"
+        ),
+        "{err}"
+    );
     domain.run_until_idle().expect("idle");
     still_serves_nesting(&domain);
 }

@@ -33,6 +33,10 @@ function M.awaitDispatch()
     jobs.dispatch("./registry", "read"):await()
 end
 
+function M.awaitMap()
+    jobs.map("./registry", "read", { 1 }):await()
+end
+
 function M.awaitInTask()
     local err
     task.spawn(function()
@@ -285,6 +289,12 @@ fn awaiting_a_pool_promise_inside_a_warm_raises_naming_it() {
         &err,
         "worker 0: jobs.warm \"./registry\".awaitDispatch: awaiting a jobs.dispatch promise \
          inside a warm would wait on the pool it is warming",
+    );
+    let err = refusal(&domain, r#"jobs.warm("./registry", "awaitMap"):await()"#);
+    assert_contains(
+        &err,
+        "jobs.warm \"./registry\".awaitMap: awaiting a jobs.map promise inside a warm would \
+         wait on the pool it is warming",
     );
     let err = refusal(&domain, r#"jobs.warm("./registry", "awaitInTask"):await()"#);
     assert_contains(

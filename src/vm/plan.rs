@@ -109,7 +109,7 @@ impl Plan {
     }
 
     /// Sets how many tasks of one pool worker's VM may wait on pool work at once (awaits of
-    /// `jobs.dispatch`, `jobs.parallelFor` and `jobs.warm` promises inside jobs); 1024 by
+    /// `jobs.dispatch`, `jobs.parallelFor`, `jobs.map` and `jobs.warm` promises inside jobs); 1024 by
     /// default. A job that awaits pool work parks, and its worker runs other items meanwhile,
     /// perhaps the ones it waits for; an entry that awaits work of its own kind without end
     /// (`parallelFor` over itself) would park jobs without bound. The await past the limit
