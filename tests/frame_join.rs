@@ -524,3 +524,32 @@ fn past_the_budget_a_registered_item_applies_in_a_later_frame_without_a_report()
     assert_eq!(eval(&domain, "return applied"), Message::Number(0.1));
     assert!(domain.take_reports().is_empty());
 }
+
+#[test]
+fn an_interrupt_from_another_thread_ends_a_join_in_progress() {
+    let tree = Tree::new(&[("chunks.luau", CHUNKS)]);
+    let pool = Pool::new(1);
+    let mut domain = game(&tree, &pool, Some(Duration::from_secs(30)));
+    domain
+        .exec(
+            r#"require("@skein/context").bind("game", {
+                update = function() jobs.dispatch("./chunks", "slow", 20):await() end })"#,
+        )
+        .unwrap();
+    let handle = domain.interrupt_handle();
+    let interrupter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        handle.interrupt();
+    });
+    let began = Instant::now();
+    let _ = domain.advance(FRAME);
+    // The frame gave up its 30 s join at the interrupt; the 20 s job was stopped.
+    assert!(
+        began.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        began.elapsed()
+    );
+    interrupter.join().unwrap();
+    domain.stop();
+    assert_eq!(domain.state(), DomainState::Stopped);
+}
