@@ -261,7 +261,7 @@ impl<T> WakeReceiver<T> {
     /// (a frame waiting on its parallel work), where a yield would hand a worker's core to
     /// the consumer's re-checks, or let a worker's time slice delay the consumer's wake.
     pub fn park_until(&self, deadline: Option<Instant>) -> Waited {
-        self.wait_after(PAUSE_ROUNDS, deadline)
+        self.wait_after(0, deadline)
     }
 
     /// Re-checks for `rounds` rounds, then parks as [`wait_until`](Self::wait_until) says.
