@@ -414,8 +414,9 @@ fn variant(parallel: &mut Side, serial: &mut Side, count: usize, frames: usize) 
         verdict(paired >= 1.7)
     );
     println!(
-        "  parallel p99/median frame: {tail:.3}x (goal <= 1.5x: {})",
-        verdict(tail <= 1.5)
+        "  parallel p99/median frame: {tail:.3}x (goal <= 1.5x: {}); serial p99/median, the machine's own tail: {:.3}x",
+        verdict(tail <= 1.5),
+        serial.p99() / serial.median()
     );
     println!(
         "  fastest frames, as a check on a disturbed machine: parallel {:.3} ms, serial {:.3} ms, serial/parallel {:.3}x",
