@@ -14,10 +14,7 @@ pub(crate) const SPIN_ROUNDS: u32 = 12;
 #[cfg(loom)]
 pub(crate) const SPIN_ROUNDS: u32 = 1;
 /// Of the spin rounds, the first ones only pause the core; later ones give the CPU away.
-#[cfg(not(loom))]
-pub(crate) const PAUSE_ROUNDS: u32 = 6;
-#[cfg(loom)]
-pub(crate) const PAUSE_ROUNDS: u32 = 1;
+const PAUSE_ROUNDS: u32 = 6;
 /// `spin_loop` hints per pausing round.
 #[cfg(not(loom))]
 const PAUSES_PER_ROUND: u32 = 32;

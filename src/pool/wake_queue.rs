@@ -49,7 +49,7 @@ use std::cell::Cell;
 use std::fmt;
 use std::time::Instant;
 
-use super::spin::{spin, PAUSE_ROUNDS, SPIN_ROUNDS};
+use super::spin::{spin, SPIN_ROUNDS};
 use crate::sync::{park_until, thread, Arc, Mutex, MutexGuard};
 
 /// Rounds the consumer re-checks before it parks: the pool's [`SPIN_ROUNDS`], then yields up to
@@ -256,10 +256,11 @@ impl<T> WakeReceiver<T> {
         self.wait_after(CONSUMER_ROUNDS, deadline)
     }
 
-    /// [`wait_until`](Self::wait_until) that re-checks only for the pool's pausing rounds
-    /// before it parks, never yielding: for a consumer whose producers are busy on every core
-    /// (a frame waiting on its parallel work), where a yield would hand a worker's core to
-    /// the consumer's re-checks, or let a worker's time slice delay the consumer's wake.
+    /// [`wait_until`](Self::wait_until) without the rounds of re-checking: it parks as soon as
+    /// it finds nothing queued. For a consumer whose producers are busy on every core and send
+    /// milliseconds apart (a frame waiting on its parallel work): there a re-check rarely finds
+    /// anything, a pause spends the consumer's time for nothing, and a yield hands a worker's
+    /// core to the re-check or leaves the consumer behind a worker's time slice.
     pub fn park_until(&self, deadline: Option<Instant>) -> Waited {
         self.wait_after(0, deadline)
     }
