@@ -720,6 +720,76 @@ for i = 1, 4 do assert(#held[i]:await() == {len}) end
 }
 
 #[test]
+fn a_jobs_name_is_held_against_max_job_bytes_with_it_and_one_copy_serves_every_chunk() {
+    const JOB_WEIGHT: usize = skein::DomainSpec::JOB_WEIGHT;
+    const MAX_JOB_BYTES: usize = skein::DomainSpec::MAX_JOB_BYTES;
+    let tree = Tree::new(&[(
+        "math.luau",
+        "return { double = function(x) return x * 2 end, count = function(c) return c.count end }\n",
+    )]);
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    // A named job holds its name's bytes beside what the same job unnamed holds, while its
+    // promise lives; a parallelFor's chunks hold one copy of their name between them.
+    let held = |code: &str| {
+        domain.eval(&format!("{code} return true")).unwrap();
+        domain.stats().job_bytes
+    };
+    let plain = held(r#"a = jobs.dispatch("./math", "double", 1) assert(a:await() == 2)"#);
+    let named = held(
+        r#"b = jobs.dispatch("./math", "double", 1, { name = string.rep("n", 1000) })
+           assert(b:await() == 2)"#,
+    ) - plain;
+    assert_eq!(named, plain + 1000);
+    let before = plain + named;
+    let chunks = held(
+        r#"c = jobs.parallelFor("./math", "count", 8, nil, { chunks = 8 }) assert(#c:await() == 8)"#,
+    ) - before;
+    let named_chunks = held(
+        r#"d = jobs.parallelFor("./math", "count", 8, nil, { chunks = 8, name = string.rep("c", 500) })
+           assert(#d:await() == 8)"#,
+    ) - before
+        - chunks;
+    assert_eq!(named_chunks, chunks + 500);
+    domain
+        .eval("a, b, c, d = nil, nil, nil, nil return true")
+        .unwrap();
+    domain.lua().gc_collect().unwrap();
+    assert_eq!(domain.stats().job_bytes, 0);
+
+    // At the bound: a name that fills it with the job's own weight and its argument (a number,
+    // 16 bytes) is taken; one byte more is refused at the call, naming what it would hold.
+    let at = MAX_JOB_BYTES - JOB_WEIGHT - 16;
+    let err = domain
+        .eval(&format!(
+            r#"local p = jobs.dispatch("./math", "double", 1, {{ name = string.rep("n", {}) }})
+               return p"#,
+            at + 1
+        ))
+        .unwrap_err()
+        .to_string();
+    assert_contains(
+        &err,
+        &format!(
+            "jobs.dispatch: the domain's jobs would hold {} bytes of arguments and results, past \
+             the bound of {MAX_JOB_BYTES}; await some before dispatching more",
+            MAX_JOB_BYTES + 1
+        ),
+    );
+    domain.lua().gc_collect().unwrap();
+    assert_eq!(domain.stats().job_bytes, 0, "a refusal holds nothing");
+    let v = domain
+        .eval(&format!(
+            r#"return jobs.dispatch("./math", "double", 1, {{ name = string.rep("n", {at}) }}):await()"#
+        ))
+        .unwrap();
+    assert_eq!(v, Message::Number(2.0));
+    domain.lua().gc_collect().unwrap();
+    assert_eq!(domain.stats().job_bytes, 0);
+    still_serves(&domain);
+}
+
+#[test]
 fn a_result_past_max_job_bytes_rejects_its_promise_and_the_pool_serves_on() {
     const JOB_WEIGHT: usize = skein::DomainSpec::JOB_WEIGHT;
     const MAX_JOB_BYTES: usize = skein::DomainSpec::MAX_JOB_BYTES;

@@ -1302,3 +1302,66 @@ fn a_printed_line_is_kept_when_the_run_is_cut_short_by_a_failure() {
         .stdout_has("first line\nsecond line\n")
         .stderr_has("then it failed");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The trace: `--trace` keeps the most recent events within its bound, whatever the run does.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_trace_of_thousands_of_jobs_with_megabyte_names_stays_within_its_bound() {
+    // 4,000 jobs named with 1 MiB each: a trace that kept every event held 4 GiB of names,
+    // past the 3 GiB the run may map. The ring keeps 64 MiB of the newest and counts the rest.
+    let main = r#"
+local name = string.rep("n", 1048576)
+for i = 1, 4000 do jobs.dispatch("./m", "echo", i, { name = name }):await() end
+print("done")
+"#;
+    let tree = Tree::new(&[
+        ("m.luau", "return { echo = function(x) return x end }"),
+        ("main.luau", main),
+    ]);
+    let ended = hostile_run(&tree.path(), &["--trace", "out.json", "main.luau"]);
+    ended.exited(0).stdout_has("done");
+    let path = tree.path().join("out.json");
+    let written = std::fs::metadata(&path)
+        .expect("the trace was written")
+        .len();
+    assert!(written < 96 << 20, "the trace file is {written} bytes");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read the trace"))
+            .expect("the trace is JSON");
+    let dropped = json["otherData"]["dropped_events"]
+        .as_u64()
+        .expect("a dropped count");
+    assert!(dropped >= 3_900, "dropped {dropped}");
+    assert_eq!(json["otherData"]["max_bytes"], 64 << 20);
+    assert_eq!(json["traceEvents"][0]["cat"], "trace.dropped");
+}
+
+#[test]
+fn held_jobs_with_megabyte_names_meet_the_job_bound_and_the_pool_serves_on() {
+    // 3,000 jobs named with 1 MiB each, their promises kept: the names held 3 GiB outside every
+    // bound. A job holds its name against the domain's job bytes, so the 257th is refused.
+    let main = r#"
+local name = string.rep("n", 1048576)
+local held = {}
+local ok, err = pcall(function()
+    for i = 1, 3000 do held[i] = jobs.dispatch("./m", "echo", i, { name = name }) end
+end)
+print("held", #held)
+print("caught", ok, err)
+held = nil
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#;
+    let tree = Tree::new(&[
+        ("m.luau", "return { echo = function(x) return x end }"),
+        ("main.luau", main),
+    ]);
+    let ended = hostile_run(&tree.path(), &["main.luau"]);
+    ended
+        .exited(0)
+        .stdout_has("held\t255\n")
+        .stdout_has("caught\tfalse\truntime error: jobs.dispatch: the domain's jobs would hold ")
+        .stdout_has("past the bound of 268435456; await some before dispatching more")
+        .stdout_has("after\t42");
+}

@@ -111,7 +111,7 @@ impl ScriptDomain {
         let opts = opts.check(self.current.principal.max_deadline)?;
         let (spec, path, entry) = self.host_target(module, entry)?;
         let job = JobShared::new(
-            opts.name,
+            opts.name.map(Arc::from),
             spec,
             entry.clone(),
             self.pool.shared().clone(),

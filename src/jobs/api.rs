@@ -292,11 +292,12 @@ fn dispatch(
     let entry = home.intern_entry_string(&entry);
     let (args, weight) =
         Message::read_weighed(&args, "args").map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
-    // The job's own weight lasts as long as its promise; its arguments' only while its item
-    // waits and runs. Both are taken before anything is made, so a refusal leaves nothing.
+    // The job's own weight (and its name's, which it keeps) lasts as long as its promise; its
+    // arguments' only while its item waits and runs. Both are taken before anything is made,
+    // so a refusal leaves nothing.
     let budget = &home.principal.job_bytes;
-    let held =
-        charge_or_reclaim(lua, &core, budget, JOB_WEIGHT, "jobs.dispatch").map_err(refuse)?;
+    let own = JOB_WEIGHT.saturating_add(opts.name.as_ref().map_or(0, String::len));
+    let held = charge_or_reclaim(lua, &core, budget, own, "jobs.dispatch").map_err(refuse)?;
     let carried = charge_or_reclaim(lua, &core, budget, weight, "jobs.dispatch").map_err(refuse)?;
 
     let call = Dispatch {

@@ -195,7 +195,8 @@ unsafe fn dispatch_common(
     };
     let weight = reader.weight();
     let budget = &home.principal.job_bytes;
-    let Ok(held) = charge_job(budget, JOB_WEIGHT, "jobs.dispatch") else {
+    let own = JOB_WEIGHT.saturating_add(opts.name.as_ref().map_or(0, String::len));
+    let Ok(held) = charge_job(budget, own, "jobs.dispatch") else {
         return false;
     };
     let Ok(carried) = charge_job(budget, weight, "jobs.dispatch") else {
@@ -376,7 +377,7 @@ pub(crate) fn queue(
         carried,
     } = call;
     let job = JobShared::new(
-        opts.name,
+        opts.name.map(Arc::from),
         module.spec,
         entry.clone(),
         home.pool.clone(),

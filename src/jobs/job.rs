@@ -24,8 +24,8 @@ pub(crate) const NOT_STARTED: usize = usize::MAX;
 
 /// The most a domain generation's jobs may hold in the host, in bytes: 256 MiB. A job that a
 /// script dispatched (or one chunk of a `parallelFor`) holds the weight of its arguments while
-/// its item waits and runs, and [`JOB_WEIGHT`] plus its result's weight until its promise is
-/// gone (settled and collected by Luau's garbage collector). A dispatch past the bound is
+/// its item waits and runs, and [`JOB_WEIGHT`], its `opts.name`'s bytes and its result's weight
+/// until its promise is gone (settled and collected by Luau's garbage collector). A dispatch past the bound is
 /// refused at the call, and a result past it rejects its promise; nothing is queued or kept
 /// beyond it.
 pub(crate) const MAX_JOB_BYTES: usize = 256 << 20;
@@ -54,8 +54,8 @@ pub(crate) struct JobShared {
     pub(crate) cancel: CancelToken,
     /// The worker that started the job, or [`NOT_STARTED`].
     pub(crate) worker: AtomicUsize,
-    /// Its `opts.name`, if it has one.
-    name: Option<String>,
+    /// Its `opts.name`, if it has one: shared by the chunks of one `parallelFor` or `jobs.map`.
+    name: Option<Arc<str>>,
     /// The module as the caller wrote it, and the entry: the name of a job without `opts.name`.
     module: Arc<str>,
     entry: Arc<str>,
@@ -95,7 +95,7 @@ impl JobShared {
     /// The state of a job a script or the host dispatched, holding `charge` (a script's job's
     /// weight; the chunks of one `parallelFor` share one) until it is dropped.
     pub(crate) fn new(
-        name: Option<String>,
+        name: Option<Arc<str>>,
         module: Arc<str>,
         entry: Arc<str>,
         pool: Arc<PoolShared>,
@@ -117,7 +117,7 @@ impl JobShared {
         tally: Arc<JobTally>,
     ) -> Arc<JobShared> {
         Self::make(
-            Some(name),
+            Some(Arc::from(name)),
             (module, entry),
             pool,
             principal,
@@ -130,7 +130,7 @@ impl JobShared {
     /// The one allocation of a job: not started, not cancelled, holding `charge`, if any.
     #[inline]
     fn make(
-        name: Option<String>,
+        name: Option<Arc<str>>,
         (module, entry): (Arc<str>, Arc<str>),
         pool: Arc<PoolShared>,
         principal: Principal,
@@ -191,7 +191,7 @@ impl JobShared {
     /// failure needs it, so the dispatch path formats nothing.
     pub(crate) fn label(&self) -> String {
         match &self.name {
-            Some(name) => name.clone(),
+            Some(name) => name.to_string(),
             None => format!("{}:{}", self.module, self.entry),
         }
     }

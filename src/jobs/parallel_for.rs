@@ -171,12 +171,18 @@ pub(super) fn queue_chunks(
             lua,
             core,
             budget,
-            chunks.len().saturating_mul(JOB_WEIGHT),
+            // The chunks' jobs, and the one copy of the name they share.
+            chunks
+                .len()
+                .saturating_mul(JOB_WEIGHT)
+                .saturating_add(name.as_ref().map_or(0, String::len)),
             call,
         )
         .map_err(refuse)?,
     );
     let carried = Arc::new(charge_or_reclaim(lua, core, budget, weight, call).map_err(refuse)?);
+    // One copy of the name, which every chunk's job shares.
+    let name: Option<Arc<str>> = name.map(Arc::from);
     let jobs: Vec<Arc<JobShared>> = chunks
         .iter()
         .map(|_| {
