@@ -266,12 +266,10 @@ impl ScriptDomain {
 impl PhaseHost for ScriptDomain {
     /// Waits until every slot has settled, draining the mailbox whenever something reaches it
     /// (a forwarded query, the commands an item recorded before it settles), at most
-    /// [`WAVE_WAIT`] between two waves and the frame budget after a phase's last one, or the
-    /// domain's run deadline when that is shorter.
-    fn settle(&self, slots: &[Arc<HostSlot>], last: bool) -> Duration {
+    /// [`WAVE_WAIT`] or the domain's run deadline, whichever is shorter.
+    fn settle(&self, slots: &[Arc<HostSlot>]) -> Duration {
         let started = Instant::now();
-        let bound = if last { self.frame_budget } else { WAVE_WAIT };
-        let until = started + bound.min(self.current.principal.max_deadline);
+        let until = started + WAVE_WAIT.min(self.current.principal.max_deadline);
         for slot in slots {
             while slot.is_pending() {
                 if !self.current.rx.is_empty() {

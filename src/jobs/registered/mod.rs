@@ -48,9 +48,8 @@ use remote_job::{Control, RemoteOp, RemoteRegistration};
 pub(crate) trait PhaseHost {
     /// Waits until every one of `slots` has settled, serving the domain's mailbox meanwhile (an
     /// item may forward a query, or record commands the engine applies before it settles), or
-    /// until the wait's bound passes: the wave bound between two waves, the frame's budget
-    /// after a phase's last wave (`last`). Answers how long it waited.
-    fn settle(&self, slots: &[Arc<HostSlot>], last: bool) -> Duration;
+    /// until the wait's bound passes. Answers how long it waited.
+    fn settle(&self, slots: &[Arc<HostSlot>]) -> Duration;
     /// Reports jobs `first` and `second` of `phase`, which both write `name` with nothing
     /// ordering them.
     fn unordered_write(&self, phase: &str, first: &str, second: &str, name: &str);
@@ -432,25 +431,23 @@ impl Registry {
                         started.push(job.clone());
                     }
                 }
-                let last = at + 1 == waves.len();
-                self.settle_wave(vm, &phase, at + 1, last, &started, host);
+                if at + 1 < waves.len() {
+                    self.settle_wave(vm, &phase, at + 1, &started, host);
+                }
             }
         }
         true
     }
 
     /// Waits for the pool items a wave's jobs started in this frame (`started`) and applies
-    /// their results, before the next wave of the phase starts (or, after the `last` wave,
-    /// before the frame goes on: the frame joins its registered jobs' items as it joins its
-    /// handlers' pool work). An item still running when `host` gives up stays in flight and
-    /// applies in a later frame, reported when a later wave started without it; later frames
-    /// do not wait for it again.
+    /// their results, before the next wave of the phase starts. An item still running when
+    /// `host` gives up stays in flight, is reported, and applies in a later frame; later
+    /// frames do not wait for it again.
     fn settle_wave(
         self: &Rc<Self>,
         vm: &Vm,
         phase: &str,
         wave: usize,
-        last: bool,
         jobs: &[Rc<RegisteredJob>],
         host: &dyn PhaseHost,
     ) {
@@ -461,7 +458,7 @@ impl Registry {
         if slots.is_empty() {
             return;
         }
-        let waited = host.settle(&slots, last);
+        let waited = host.settle(&slots);
         for job in jobs {
             if self.get(job.id).is_none() {
                 continue;
@@ -472,10 +469,7 @@ impl Registry {
                 .in_flight
                 .as_ref()
                 .is_some_and(|slot| slot.is_pending());
-            if pending && last {
-                // Past the frame's budget: it applies in a later frame, as a handler still
-                // waiting on the pool resumes in one; no later wave needed it.
-            } else if pending {
+            if pending {
                 let source = format!("job '{}'", job.label());
                 let text = format!(
                     "{source}: wave {wave} of phase '{phase}' ended without its item, still \
