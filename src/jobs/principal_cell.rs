@@ -2,7 +2,7 @@
 //! reaches its domain's engine thread.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -111,6 +111,10 @@ pub(crate) struct PrincipalCell {
     halt: Arc<CancelToken>,
     /// Why the principal ended, once it has.
     ended: Mutex<Option<String>>,
+    /// Set while the domain's engine thread joins a frame's pool work (`domain/frame/join.rs`):
+    /// a worker whose item forwards a query then leaves new items to its siblings for a
+    /// moment (`service_stubs::QUERY_HOLD`), since the frame waits for every chunk.
+    pub(crate) joining: AtomicBool,
 }
 
 impl PrincipalCell {
@@ -152,6 +156,7 @@ impl PrincipalCell {
             liveness: None,
             halt: Arc::new(CancelToken::new(false)),
             ended: Mutex::new(None),
+            joining: AtomicBool::new(false),
         }
     }
 

@@ -9,6 +9,7 @@
 //! Arguments cross as one list: the service receives `Message::List` of the call's arguments.
 
 use std::cell::Cell;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -170,23 +171,30 @@ fn forward_query(
     forward(lua, &name, args)
 }
 
-/// How long a pool worker that forwarded a query leaves new items to its siblings while it
-/// waits for the answer (`WorkerLogic::hold_items_until`): at most 1 ms, and only until the
-/// first message reaches the worker (the answer, usually, tens of microseconds later). A
-/// `parallelFor` whose chunks each start with a query otherwise piles them into one worker's VM:
-/// each chunk parks at its query and the worker takes the next, and since a parked task resumes
-/// only in its own VM, the chunks then run one after another on that worker while its sibling
-/// idles (`cargo bench --bench game_loop`). The bound keeps a slow engine thread from holding
-/// up items that never query it, other domains' among them.
+/// How long a pool worker whose item forwarded a query, while its domain's engine thread joins
+/// a frame's pool work, leaves new items to its siblings (`WorkerLogic::hold_items_until`): at
+/// most 1 ms, once per item, and only until the first message reaches the worker (the answer,
+/// usually, tens of microseconds later). Without it the chunks of a `parallelFor` that each
+/// start with a query pile into one worker's VM: each chunk parks at its query and the worker
+/// takes the next, and since a parked task resumes only in its own VM, the chunks then run one
+/// after another on that worker while its sibling idles and the frame waits
+/// (`cargo bench --bench game_loop`). Outside a join nothing holds: a worker serving queries to
+/// a host that answers late (between frames, in `pump`) starts every item it can, and items of
+/// other domains never wait on this one's engine thread for long.
 pub(crate) const QUERY_HOLD: Duration = Duration::from_millis(1);
 
 thread_local! {
-    /// When a task of this thread last forwarded a query, until a message reaches the worker.
+    /// When a task of this thread forwarded the query that holds the worker, until a message
+    /// reaches the worker.
     static QUERY_POSTED: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// Whether the item this worker started last has held it already: a hold is armed once
+    /// per item, so a task that forwards query after query never keeps its worker from the
+    /// queue for longer than one hold.
+    static HOLD_SPENT: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Until when this thread's worker leaves new items to its siblings: [`QUERY_HOLD`] after the
-/// last query one of its tasks forwarded, if no message has reached it since.
+/// query that armed the hold, if no message has reached it since.
 pub(crate) fn query_hold_until() -> Option<Instant> {
     QUERY_POSTED.get().map(|at| at + QUERY_HOLD)
 }
@@ -194,6 +202,21 @@ pub(crate) fn query_hold_until() -> Option<Instant> {
 /// A message reached this thread's worker: what its forwarded query waited for may be here.
 pub(crate) fn end_query_hold() {
     QUERY_POSTED.set(None);
+}
+
+/// The worker starts an item: its first query may hold the worker once.
+pub(crate) fn item_started() {
+    HOLD_SPENT.set(false);
+}
+
+/// Arms the hold for a query just forwarded, when its domain's engine thread is joining a
+/// frame's work (the frame waits for every chunk, so a chunk that would sit behind this one
+/// on this worker delays the frame) and the running item has not held its worker yet.
+fn arm_query_hold(joining: bool) {
+    if joining && !HOLD_SPENT.get() {
+        HOLD_SPENT.set(true);
+        QUERY_POSTED.set(Some(Instant::now()));
+    }
 }
 
 /// Posts a query to service `name` of the engine thread with the running job's commands so
@@ -221,7 +244,7 @@ pub(crate) fn forward(lua: &Lua, name: &str, args: Message) -> mlua::Result<Valu
         authority: current_arc(),
     });
     if posted {
-        QUERY_POSTED.set(Some(Instant::now()));
+        arm_query_hold(home.principal.joining.load(Ordering::Relaxed));
     } else {
         core.promises
             .borrow_mut()

@@ -337,7 +337,7 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
                 spin(self.idle_rounds);
             } else {
                 self.idle_rounds = 0;
-                self.sleep(wake_at);
+                self.sleep(wake_at, hold.is_some());
             }
         }
         if let Some(since) = busy_since {
@@ -346,18 +346,25 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
     }
 
     #[cold]
-    fn sleep(&self, wake_at: Option<Instant>) {
+    /// Sleeps until woken or `wake_at`. A worker `holding` off new items (it ends by
+    /// `wake_at`) wakes only for its inbox: queued items are its siblings' to take meanwhile,
+    /// and a worker that woke for them would only spin past them.
+    fn sleep(&self, wake_at: Option<Instant>, holding: bool) {
         let executor = self.cx.executor;
         let index = self.cx.index;
         if wake_at.is_some_and(|at| at <= Instant::now()) {
             return; // A timer is already due: poll again instead.
         }
-        executor.sleep.sleep(
-            index,
-            wake_at,
-            || executor.has_work_for(index, self.cx.local),
-            || self.cx.counters().slept(),
-        );
+        let has_work = || {
+            if holding {
+                executor.shutdown.load(Ordering::SeqCst) || !executor.inboxes[index].is_empty()
+            } else {
+                executor.has_work_for(index, self.cx.local)
+            }
+        };
+        executor
+            .sleep
+            .sleep(index, wake_at, has_work, || self.cx.counters().slept());
     }
 
     /// At most one item: own deque, then the injector, then siblings in rotating order.

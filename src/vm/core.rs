@@ -218,10 +218,10 @@ impl Vm {
         scheduler::step(&*self.core, &self.lua)
     }
 
-    /// Resumes the tasks that are ready now, and no timer or deferred work
-    /// (`scheduler::resume_ready`); answers whether any task ran.
-    pub(crate) fn resume_ready(&self) -> bool {
-        scheduler::resume_ready(&*self.core, &self.lua)
+    /// Resumes the tasks that are ready now and whose owner `of` picks, and no other task,
+    /// timer or deferred work (`scheduler::resume_ready_of`); answers whether any task ran.
+    pub(crate) fn resume_ready_of(&self, of: impl FnMut(&Rc<Owner>) -> bool) -> bool {
+        scheduler::resume_ready_of(&*self.core, &self.lua, of)
     }
 
     /// Settles a promise homed here, writes its handle and queues its waiters.

@@ -698,11 +698,31 @@ pub(crate) fn step<H: SchedulerHost>(host: &H, lua: &Lua) -> usize {
     ran
 }
 
-/// Resumes the tasks that are ready now (a settled promise's waiters), each once, and nothing
-/// else: no timer, no deferred work. A frame joining its pool work resumes its waiters with
-/// this, so its deferred drains keep their place in the frame. Answers whether any task ran.
-pub(crate) fn resume_ready<H: SchedulerHost>(host: &H, lua: &Lua) -> bool {
-    let batch: Vec<(TaskId, Resume)> = host.scheduler().borrow_mut().ready.drain(..).collect();
+/// Resumes the tasks that are ready now (a settled promise's waiters) and whose owner `of`
+/// picks, each once, and nothing else: no other task, no timer, no deferred work; the rest
+/// stay queued in their order. A frame joining its pool work resumes its handlers' waiters
+/// with this, so every other task and the frame's deferred drains keep their place in the
+/// frame. Answers whether any task ran.
+pub(crate) fn resume_ready_of<H: SchedulerHost>(
+    host: &H,
+    lua: &Lua,
+    mut of: impl FnMut(&Rc<Owner>) -> bool,
+) -> bool {
+    let batch: Vec<(TaskId, Resume)> = {
+        let mut sched = host.scheduler().borrow_mut();
+        let sched = &mut *sched;
+        let mut picked = Vec::new();
+        let mut rest = VecDeque::with_capacity(sched.ready.len());
+        for (id, resume) in sched.ready.drain(..) {
+            if sched.tasks.get(&id).is_some_and(|t| of(&t.owner)) {
+                picked.push((id, resume));
+            } else {
+                rest.push_back((id, resume));
+            }
+        }
+        sched.ready = rest;
+        picked
+    };
     let ran = !batch.is_empty();
     for (id, resume) in batch {
         resume_task(host, lua, id, resume);

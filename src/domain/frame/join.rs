@@ -5,7 +5,8 @@
 //! (`jobs.dispatch`, `jobs.parallelFor`, `jobs.map`, `jobs.warm`), itself or through a task it
 //! spawned (they share its [`Owner`]), is *joined*: the engine thread parks on its mailbox,
 //! handles what arrives (settlements, the forwarded queries and recorded commands of that
-//! work), resumes the tasks a settlement made ready, and goes on until no joined call waits on
+//! work), resumes the joined calls' tasks a settlement made ready (no other task: those resume in
+//! the frame's drain, as they would without a join), and goes on until no joined call waits on
 //! the pool any more. A call that then waits on something else (a timer, a frame, an event)
 //! has left the join: it goes on in a later frame as any task does.
 //!
@@ -19,6 +20,7 @@
 //! `phases.rs`, and the mailbox it drains is `events/drain.rs`.
 
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,6 +81,11 @@ impl ScriptDomain {
         until: Instant,
         still_waiting: &mut Vec<StillWaiting>,
     ) {
+        // Workers hold off new items after a chunk's query while this is set (a relaxed flag:
+        // it tunes where items run, never whether they do).
+        let joining = &self.current.principal.joining;
+        joining.store(true, Ordering::Relaxed);
+        let _joined = ClearOnDrop(joining);
         while !join.is_empty() {
             join.joined.retain(|j| j.owner.waits_on_pool());
             if join.is_empty() || self.interrupt.requested() {
@@ -96,8 +103,20 @@ impl ScriptDomain {
             // joined work arrives there, and the first one wakes the engine thread.
             if self.current.rx.park_until(Some(until)) != Waited::TimedOut {
                 self.drain_mailbox();
-                self.current.vm.resume_ready();
+                let joined = &join.joined;
+                self.current
+                    .vm
+                    .resume_ready_of(|owner| joined.iter().any(|j| Rc::ptr_eq(&j.owner, owner)));
             }
         }
+    }
+}
+
+/// Clears the joining flag when the join ends, however it ends.
+struct ClearOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
     }
 }

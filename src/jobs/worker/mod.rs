@@ -338,6 +338,7 @@ impl WorkerLogic for LuauWorker {
     type Message = WorkerMsg;
 
     fn run_item(&mut self, item: Item, cx: &WorkerContext<'_, Self>) {
+        service_stubs::item_started();
         self.start(item, cx, None);
         self.retire_exhausted(cx);
         self.flush_outbox(cx);
@@ -360,6 +361,7 @@ impl WorkerLogic for LuauWorker {
             }
             WorkerMsg::Cancel { principal, job } => self.cancel_running(principal, &job),
             WorkerMsg::RunKeyed(item) => {
+                service_stubs::item_started();
                 let key = item.job.key.clone().unwrap_or_default();
                 let waited = item.queued_at.map_or(Duration::ZERO, |at| at.elapsed());
                 let turn = LaneTurn::new(self.pool(cx), item.principal.id, key, waited);
