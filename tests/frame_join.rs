@@ -402,6 +402,26 @@ fn pump_answers_what_it_settled_answered_applied_and_resumed() {
     );
     assert_eq!(world.borrow().get(&1), Some(&Message::Number(9.0)));
     assert!(!domain.pump().did_anything());
+
+    // A job that recorded a command settles with it: counted as settled too.
+    domain
+        .exec(r#"task.spawn(function() single = jobs.dispatch("./chunks", "sum", { index = 5, first = 1, last = 1 }):await() end)"#)
+        .unwrap();
+    let mut seen = skein::PumpReport::default();
+    while eval(&domain, "return single") == Message::Nil {
+        let r = domain.pump();
+        seen.settled += r.settled;
+        seen.answered += r.answered;
+        seen.applied += r.applied;
+        seen.resumed += r.resumed;
+        assert!(began.elapsed() < Duration::from_secs(20), "never settled");
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        (seen.settled, seen.answered, seen.applied, seen.resumed),
+        (1, 1, 1, 1)
+    );
+    assert_eq!(eval(&domain, "return single"), Message::Number(3.0));
 }
 
 #[test]
@@ -504,4 +524,66 @@ fn an_interrupt_from_another_thread_ends_a_join_in_progress() {
     interrupter.join().unwrap();
     domain.stop();
     assert_eq!(domain.state(), DomainState::Stopped);
+}
+
+#[test]
+fn a_join_resumes_only_its_handlers_tasks_and_others_keep_their_place_in_the_frame() {
+    let tree = Tree::new(&[("chunks.luau", CHUNKS)]);
+    let pool = Pool::new(2);
+    let domain = game(&tree, &pool, Some(Duration::from_secs(10)));
+    domain
+        .exec(
+            r#"
+            order = {}
+            -- A script's own task, waiting on work that settles while update is joined.
+            task.spawn(function()
+                jobs.dispatch("./chunks", "slow", 0.02):await()
+                table.insert(order, "script task")
+            end)
+            require("@skein/context").bind("game", {
+                update = function()
+                    if joined then return end
+                    joined = true
+                    table.insert(order, "update")
+                    jobs.dispatch("./chunks", "slow", 0.05):await()
+                    table.insert(order, "update resumed")
+                end,
+                lateUpdate = function() table.insert(order, "lateUpdate") end,
+            })
+            "#,
+        )
+        .unwrap();
+    domain.advance(FRAME).unwrap();
+    assert_eq!(
+        eval(&domain, "return table.concat(order, ', ')"),
+        Message::String("update, update resumed, lateUpdate, script task".into())
+    );
+}
+
+#[test]
+fn a_zero_timeout_wait_still_moves_the_script_on() {
+    let tree = Tree::new(&[("main.luau", "task.wait(0.01)")]);
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    let script = domain.run_file(tree.path().join("main.luau"), &[]).unwrap();
+    let began = Instant::now();
+    loop {
+        match script.wait_timeout(&domain, Duration::ZERO).unwrap() {
+            skein::ScriptStatus::Returned => break,
+            _ => assert!(began.elapsed() < Duration::from_secs(10), "never ended"),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // At the bound and past it: a long timeout waits for the end, a short one answers Running.
+    let script = domain.run_file(tree.path().join("main.luau"), &[]).unwrap();
+    assert_eq!(
+        script
+            .wait_timeout(&domain, Duration::from_micros(1))
+            .unwrap(),
+        skein::ScriptStatus::Running
+    );
+    assert_eq!(
+        script.wait_timeout(&domain, Duration::MAX).unwrap(),
+        skein::ScriptStatus::Returned
+    );
 }

@@ -32,8 +32,8 @@ pub struct PumpReport {
     /// Tasks of the engine VM it resumed: the waiters of what it settled, timers due, deferred
     /// work, frame waits it ended.
     pub resumed: u64,
-    /// Whether it handled anything else from the mailbox or the engine-event log (a report, a
-    /// parcel, an event for a watcher).
+    /// Whether it handled anything from the mailbox or the engine-event log: the settlements,
+    /// answers and commands above, or a report, a parcel, an event for a watcher.
     pub handled: bool,
 }
 
@@ -83,10 +83,12 @@ impl ScriptDomain {
         let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
         self.current.vm.wake_frames(frame);
         let resumed = self.current.vm.step_counted() as u64;
+        // `forwarded` and `applied` restart at each frame: a service the pump ran may have
+        // advanced the domain's frame (it is no scheduler entry), so the differences saturate.
         PumpReport {
-            settled: services.settled.get() - before.0,
-            answered: services.forwarded.get() - before.1,
-            applied: services.applied.get() - before.2,
+            settled: services.settled.get().saturating_sub(before.0),
+            answered: services.forwarded.get().saturating_sub(before.1),
+            applied: services.applied.get().saturating_sub(before.2),
             resumed,
             handled,
         }

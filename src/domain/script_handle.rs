@@ -158,15 +158,18 @@ impl ScriptHandle {
 
     /// Pumps the domain until the script ends or `until` passes.
     fn wait_until(&self, domain: &ScriptDomain, until: Option<Instant>) -> Result<ScriptStatus> {
+        // At least one round, so a zero timeout still moves the domain on once.
+        let mut pumped = false;
         loop {
             match self.status() {
                 ScriptStatus::Returned => return Ok(ScriptStatus::Returned),
                 ScriptStatus::Failed(text) => return Err(Error::Script(text)),
                 ScriptStatus::Running => {}
             }
-            if until.is_some_and(|at| Instant::now() >= at) {
+            if pumped && until.is_some_and(|at| Instant::now() >= at) {
                 return Ok(ScriptStatus::Running);
             }
+            pumped = true;
             domain.refuse_if_stopped("ScriptHandle::wait")?;
             if domain.generation() != self.generation {
                 return Err(Error::Script(format!(

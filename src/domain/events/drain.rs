@@ -160,7 +160,11 @@ impl ScriptDomain {
     /// the way a worker replies.
     pub(crate) fn deliver(&self, to: ReplyTo, outcome: vm::Outcome) {
         match to {
-            ReplyTo::Engine(promise) => self.current.vm.settle(promise, outcome),
+            ReplyTo::Engine(promise) => {
+                let settled = &self.services.settled;
+                settled.set(settled.get() + 1);
+                self.current.vm.settle(promise, outcome)
+            }
             other => jobs::reply(&self.current.principal, other, outcome, self.pool.shared()),
         }
     }

@@ -53,7 +53,8 @@ impl FrameReport {
     pub const FOLLOW_UP_DRAINS: u32 = super::FOLLOW_UP_DRAINS;
 
     /// The longest a frame waits, in all, for the follow-ups of the forwarded queries it
-    /// answered: 2 ms. A frame that answered none never waits.
+    /// answered: 2 ms. A frame that answered none, or whose engine VM has no task waiting on
+    /// pool work, never waits.
     pub const FOLLOW_UP_WAIT: Duration = super::FOLLOW_UP_WAIT;
 
     /// The longest a wave of registered jobs waits for the pool items it started before the

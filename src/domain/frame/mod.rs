@@ -21,7 +21,8 @@ use crate::vm;
 pub(crate) const FOLLOW_UP_DRAINS: u32 = 16;
 
 /// The longest a frame waits for the follow-ups of the forwarded queries it answered, in all:
-/// 2 ms. A frame that answered no query never waits.
+/// 2 ms. A frame that answered no query, or whose engine VM has no task waiting on pool work,
+/// never waits.
 pub(crate) const FOLLOW_UP_WAIT: Duration = Duration::from_millis(2);
 
 /// The longest a wave of registered jobs waits for the pool items it started before the next
@@ -55,13 +56,15 @@ impl ScriptDomain {
     /// A frame blocks in two cases only. Between two waves of a registered jobs' phase (jobs
     /// ordered by `after`, `before`, `reads` and `writes`), it waits for the pool items the
     /// earlier wave started in this frame, serving the mailbox meanwhile, at most
-    /// [`FrameReport::WAVE_WAIT`] (or the domain's run deadline when that is shorter).
-    /// And a frame that answered a forwarded query waits for what the jobs that asked do next
-    /// (another query, or their completion and the commands they recorded) and serves it in the
-    /// same frame, until a drain brings no new query, at most
+    /// [`FrameReport::WAVE_WAIT`] (or the domain's run deadline when that is shorter); after
+    /// a phase's last wave it does not wait. And a frame that answered a forwarded query while
+    /// a task of the engine VM waits on pool work waits for what the jobs that asked do next
+    /// (another query, or their completion and the commands they recorded) and serves it in
+    /// the same frame, until a drain brings no new query, at most
     /// [`FrameReport::FOLLOW_UP_DRAINS`] more drains and [`FrameReport::FOLLOW_UP_WAIT`] in
-    /// all: so a job that makes a query and then records commands settles in the frame it
-    /// returned in.
+    /// all, parked on the mailbox: so a job an engine task awaits that makes a query and then
+    /// records commands settles in the frame it returned in. A job only the host awaits (its
+    /// [`Promise`](crate::Promise)) is not waited for.
     ///
     /// ```
     /// use std::time::Duration;
@@ -272,13 +275,14 @@ impl PhaseHost for ScriptDomain {
         let until = started + WAVE_WAIT.min(self.current.principal.max_deadline);
         for slot in slots {
             while slot.is_pending() {
-                if !self.current.rx.is_empty() {
-                    self.drain_mailbox();
-                    continue;
-                }
+                // The bound first: a steady stream of messages must not hold the frame past it.
                 let now = Instant::now();
                 if now >= until {
                     return now - started;
+                }
+                if !self.current.rx.is_empty() {
+                    self.drain_mailbox();
+                    continue;
                 }
                 slot.wait_settled_until(until.min(now + WAVE_POLL));
             }

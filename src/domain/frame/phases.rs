@@ -29,6 +29,7 @@ use crate::domain::lifecycle::DomainState;
 use crate::domain::EventReport;
 use crate::domain::{FrameReport, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, Halt, Result};
+use crate::jobs::MAX_DEADLINE;
 use crate::principal::capability::{lacking, Authority, CapabilitySet, Grant};
 use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind, Severity};
 use crate::principal::profile::ProfileKind;
@@ -538,7 +539,8 @@ impl ScriptDomain {
 
     /// [`advance`](Self::advance) with its own frame budget: the longest this advance waits,
     /// over all its phases, for the pool work its handlers await (`Duration::ZERO`: it
-    /// resumes no handler before that work's own frame drains it).
+    /// resumes no handler before that work's own frame drains it; a budget past
+    /// [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE), 60 s, waits 60 s).
     ///
     /// ```
     /// use std::time::Duration;
@@ -569,7 +571,7 @@ impl ScriptDomain {
         // Timers follow frame time from the first advance on (scheduler.rs, `Clock`).
         self.current.vm.advance_clock(delta);
         let started = Instant::now();
-        let until = started.checked_add(budget);
+        let until = started.checked_add(budget.min(MAX_DEADLINE));
         self.services.forwarded.set(0);
         self.services.applied.set(0);
         let mark = self.reports.borrow().mark();
