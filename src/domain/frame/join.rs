@@ -81,11 +81,6 @@ impl ScriptDomain {
         until: Instant,
         still_waiting: &mut Vec<StillWaiting>,
     ) {
-        // Workers hold off new items after a chunk's query while this is set (a relaxed flag:
-        // it tunes where items run, never whether they do).
-        let joining = &self.current.principal.joining;
-        joining.store(true, Ordering::Relaxed);
-        let _joined = ClearOnDrop(joining);
         while !join.is_empty() {
             join.joined.retain(|j| j.owner.waits_on_pool());
             if join.is_empty() || self.interrupt.requested() {
@@ -112,10 +107,21 @@ impl ScriptDomain {
     }
 }
 
-/// Clears the joining flag when the join ends, however it ends.
-struct ClearOnDrop<'a>(&'a AtomicBool);
+/// Marks a phase that joins, from its first handler call to the end of its join: workers hold
+/// off new items after a chunk's query while it is set (`PrincipalCell::joining`). Set before
+/// the handlers run, since their chunks start, and ask, before the join begins. A relaxed flag:
+/// it tunes where items run, never whether they do. Cleared when dropped, however the phase
+/// ends.
+pub(crate) struct Joining<'a>(&'a AtomicBool);
 
-impl Drop for ClearOnDrop<'_> {
+impl<'a> Joining<'a> {
+    pub(crate) fn begin(flag: &'a AtomicBool) -> Joining<'a> {
+        flag.store(true, Ordering::Relaxed);
+        Joining(flag)
+    }
+}
+
+impl Drop for Joining<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Relaxed);
     }

@@ -24,7 +24,7 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use crate::domain::frame::context::ContextSpec;
 use crate::domain::frame::handler_label::HandlerLabel;
-use crate::domain::frame::join::{PhaseJoin, StillWaiting};
+use crate::domain::frame::join::{Joining, PhaseJoin, StillWaiting};
 use crate::domain::lifecycle::DomainState;
 use crate::domain::EventReport;
 use crate::domain::{FrameReport, Report, ReportKind, ScriptDomain};
@@ -724,6 +724,7 @@ impl ScriptDomain {
     /// wait on pool work until it settles or `until` passes (`join.rs`).
     fn broadcast(&self, phase: Phase, args: &[Message], until: Option<Instant>) -> PhaseReport {
         let started = Instant::now();
+        let _joining = until.map(|_| Joining::begin(&self.current.principal.joining));
         let mut join = PhaseJoin::default();
         let mut report = self.broadcast_in(phase, None, args, None, Some(&mut join));
         if let Some(until) = until {
