@@ -67,7 +67,7 @@ fuzz_target!(|data: &[u8]| {
     // Refused (compile, bytecode, size) or started: both are fine; a crash is not.
     if domain.run_file(&main, &[]).is_ok() {
         let started = Instant::now();
-        while started.elapsed() < PUMP_FOR && domain.pump() {}
+        while started.elapsed() < PUMP_FOR && domain.pump().did_anything() {}
     }
     let _ = domain.take_reports();
 });
