@@ -9,7 +9,7 @@ use skein::{
     SpecSetting,
 };
 
-use crate::support::{world_get, world_set, Tree, World};
+use crate::support::{serve_world, Tree, World};
 
 const FRAME: Duration = Duration::from_millis(16);
 
@@ -58,12 +58,7 @@ fn game(tree: &Tree, pool: &Pool, budget: Option<Duration>) -> ScriptDomain {
 fn with_world(domain: &ScriptDomain, targets: f64) -> World {
     let world = World::default();
     world.borrow_mut().insert(0, Message::Number(targets));
-    domain
-        .register_query("world.get", world_get(&world))
-        .unwrap();
-    domain
-        .register_command("world.set", world_set(&world))
-        .unwrap();
+    serve_world(domain, &world);
     world
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use skein::{Message, Pool};
 
-use crate::support::{wait_until, world_get, world_set, Tree, World};
+use crate::support::{serve_world, wait_until, Tree, World};
 
 const FRAME: Duration = Duration::from_millis(1);
 
@@ -28,12 +28,7 @@ fn a_job_that_queries_then_records_settles_in_the_frame_that_answers_its_query()
     let domain = tree.domain(&pool);
     let world: World = World::default();
     world.borrow_mut().insert(1, Message::Number(41.0));
-    domain
-        .register_query("world.get", world_get(&world))
-        .unwrap();
-    domain
-        .register_command("world.set", world_set(&world))
-        .unwrap();
+    serve_world(&domain, &world);
     let asking = domain.shared().queue("asking", 4).unwrap();
     let mut settled_in = None;
     let mut answered_in = None;

@@ -11,8 +11,8 @@ use std::time::Duration;
 use skein::{Error, JobOptions, Message, NameRefusal, Plan, Pool, PromiseStatus, ScriptDomain};
 
 use crate::support::{
-    assert_contains, first_int, map, number, refusal, string, text, wait_until, world_get,
-    world_set, Marks, Tree, World,
+    assert_contains, first_int, map, number, refusal, serve_world, string, text, wait_until, Marks,
+    Tree, World,
 };
 
 const MODULE: &str = r#"
@@ -83,12 +83,7 @@ fn setup(tree: &Tree, pool: &Pool) -> (ScriptDomain, World) {
 fn setup_with(tree: &Tree, pool: &Pool, plan: Plan) -> (ScriptDomain, World) {
     let domain = tree.domain_with(pool, plan);
     let world: World = Rc::default();
-    domain
-        .register_query("world.get", world_get(&world))
-        .unwrap();
-    domain
-        .register_command("world.set", world_set(&world))
-        .unwrap();
+    serve_world(&domain, &world);
     let logs: Rc<RefCell<HashMap<i64, i64>>> = Rc::default();
     let l = logs.clone();
     domain

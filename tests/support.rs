@@ -286,6 +286,16 @@ pub fn world_set(world: &World) -> impl FnMut(Message) -> Result<(), String> {
     }
 }
 
+/// Registers `world.get` and `world.set` over `world` on `domain`.
+pub fn serve_world(domain: &skein::ScriptDomain, world: &World) {
+    domain
+        .register_query("world.get", world_get(world))
+        .unwrap();
+    domain
+        .register_command("world.set", world_set(world))
+        .unwrap();
+}
+
 /// Runs the `skein` runner in the crate's folder; answers its exit code, stdout and stderr.
 pub fn skein(args: &[&str]) -> (i32, String, String) {
     skein_in(Path::new(env!("CARGO_MANIFEST_DIR")), args)
