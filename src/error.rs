@@ -119,6 +119,10 @@ pub enum Error {
     PoolShutDown,
     /// Building a VM failed.
     Vm(String),
+    /// A memory budget refused what was asked: the pool's, for the VMs a domain or a worker
+    /// actor needs, or a domain's host memory. The text names the budget, what it would hold
+    /// and its size.
+    Memory(String),
     /// Reading a file failed.
     Io(std::io::Error),
     /// A scheduler entry (`run_phase`, `advance`) was called while one of the same domain was
@@ -213,6 +217,8 @@ pub enum SpecSetting {
     LoadBound,
     /// The frame budget ([`DomainSpec::frame_budget`](crate::DomainSpec::frame_budget)).
     FrameBudget,
+    /// The host memory ([`DomainSpec::host_memory`](crate::DomainSpec::host_memory)).
+    HostMemory,
 }
 
 /// What was wrong with a name the host gave ([`Error::Name`]).
@@ -333,6 +339,7 @@ impl fmt::Display for Error {
             Error::PromiseTaken => write!(f, "the promise's value was already taken"),
             Error::PoolShutDown => write!(f, "the pool has shut down"),
             Error::Vm(m) => write!(f, "could not build a VM: {m}"),
+            Error::Memory(m) => write!(f, "not enough memory: {m}"),
             Error::Io(e) => write!(f, "{e}"),
             Error::Reentrant(entry) => write!(
                 f,

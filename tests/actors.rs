@@ -48,7 +48,7 @@ const SPAWN_REFUSALS: &[(&str, &str, &str)] = &[
     (
         "an unknown option",
         "require('@skein/worker').spawn { source = 'return print', size = 3 }",
-        "unknown worker.spawn option 'size': expected capabilities, name, shareServices, or source",
+        "unknown worker.spawn option 'size': expected capabilities, memory, name, shareServices, or source",
     ),
     (
         "no source",

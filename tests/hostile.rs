@@ -1049,13 +1049,15 @@ local worker = require("@skein/worker")
 local alive = {}
 local ok, err = pcall(function()
     for i = 1, 10000 do
-        alive[i] = worker.spawn { name = "w" .. i, source = "return function(m) return m end" }
+        alive[i] = worker.spawn {
+            name = "w" .. i, source = "return function(m) return m end", memory = 8 * 2^20,
+        }
     end
 end)
 print("spawned", #alive)
 print("caught", ok, err)
 print("joined", alive[1]:join(20))
-local again = worker.spawn { name = "again", source = "return function(m) return m * 2 end" }
+local again = worker.spawn { name = "again", source = "return function(m) return m * 2 end", memory = 8 * 2^20 }
 again:send(21)
 print("again", again:receive(20))
 print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
@@ -1364,4 +1366,108 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
         .stdout_has("caught\tfalse\truntime error: jobs.dispatch: the domain's jobs would hold ")
         .stdout_has("past the bound of 268435456; await some before dispatching more")
         .stdout_has("after\t42");
+}
+
+/// The pool's memory budget bounds every VM's limit: under the 3 GB address-space limit the
+/// default budget is 2304 MiB, three quarters of it, so a domain of 2 workers holds 3 VMs of
+/// 512 MiB and one worker actor of 512 MiB more fits; the next is refused at its spawn, naming
+/// the budget, and the run goes on.
+#[test]
+fn a_spawn_past_the_pools_memory_budget_is_refused_and_the_run_goes_on() {
+    let tree = Tree::new(&[
+        ("m.luau", ECHO),
+        (
+            "main.luau",
+            r#"
+local worker = require("@skein/worker")
+local a = worker.spawn { name = "a", source = "return function(m) return m end" }
+print("b", pcall(worker.spawn, { name = "b", source = "return function(m) return m end" }))
+print("c", pcall(worker.spawn, { name = "c", source = "return function(m) return m end", memory = 2^30 }))
+print("small", pcall(worker.spawn, { name = "d", source = "return function(m) return m end", memory = 2^20 - 1 }))
+local d = worker.spawn { name = "d", source = "return function(m) return m * 2 end", memory = 2^20 }
+d:send(21)
+print("d", d:receive(20))
+print("joined", a:join(20), d:join(20))
+local e = worker.spawn { name = "e", source = "return function(m) return m + 1 end" }
+e:send(41)
+print("e", e:receive(20))
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    hostile_run(
+        &tree.path(),
+        &["--workers", "2", "--allow", "worker.spawn", "main.luau"],
+    )
+    .exited(0)
+    .stdout_has(
+        "b\tfalse\truntime error: worker.spawn: not enough memory: worker 'b' needs 1 VM of \
+         512 MiB (its own VM), and the pool's memory would hold 2560 MiB, past its budget of \
+         2304 MiB",
+    )
+    .stdout_has(
+        "c\tfalse\truntime error: worker.spawn: memory must be at most the domain's VM limit \
+         of 512 MiB, got 1073741824",
+    )
+    .stdout_has(
+        "small\tfalse\truntime error: worker.spawn: memory must be a whole number of bytes, at \
+         least 1048576 (1 MiB), got 1048575",
+    )
+    .stdout_has("d\t42")
+    .stdout_has("joined\tstopped\tstopped")
+    .stdout_has("e\t42")
+    .stdout_has("after\t42");
+}
+
+/// `--workers` past what the memory budget gives room for is a usage error naming both
+/// flags, never a panic starting threads; `--memory` shares the budget among the VMs.
+#[test]
+fn workers_past_the_memory_budget_are_a_usage_error_and_memory_sizes_each_vm() {
+    let tree = Tree::new(&[(
+        "main.luau",
+        r#"
+local hold = {}
+for i = 1, 1e9 do hold[i] = string.rep("x", 65536) .. i end
+"#,
+    )]);
+    hostile_run(&tree.path(), &["--workers", "1024", "main.luau"])
+        .exited(2)
+        .stderr_has(
+            "--workers 1024: a memory budget of 2304 MiB gives each VM 2299 KiB, less than the \
+             8 MiB a VM needs; at most 286 workers fit it (set --workers lower or --memory \
+             higher)",
+        );
+    // At the bound: 286 workers and the engine share 2304 MiB in 288 parts of 8 MiB.
+    hostile_run(&tree.path(), &["--workers", "287", "main.luau"])
+        .exited(2)
+        .stderr_has("at most 286 workers fit it");
+    // 96 MiB over a worker, the engine and the host's share is 32 MiB a VM.
+    hostile_run(
+        &tree.path(),
+        &["--workers", "1", "--memory", "96M", "main.luau"],
+    )
+    .exited(1)
+    .stderr_has("out of memory: the engine VM reached its memory limit of 32 MiB");
+    // At the bound: 32 MiB over 2 workers, the engine and the host's share is 8 MiB a VM;
+    // one worker more is past it.
+    hostile_run(
+        &tree.path(),
+        &["--memory", "32M", "--workers", "2", "main.luau"],
+    )
+    .exited(1)
+    .stderr_has("out of memory: the engine VM reached its memory limit of 8 MiB");
+    hostile_run(
+        &tree.path(),
+        &["--memory", "32M", "--workers", "3", "main.luau"],
+    )
+    .exited(2)
+    .stderr_has("--workers 3: a memory budget of 32 MiB gives each VM 6553 KiB");
+    hostile_run(&tree.path(), &["--memory", "33554431", "main.luau"])
+        .exited(2)
+        .stderr_has("invalid value '33554431' for '--memory <SIZE>': must be at least 32 MiB");
+    hostile_run(&tree.path(), &["--memory", "lots", "main.luau"])
+        .exited(2)
+        .stderr_has(
+            "'lots' is not a size: give a whole number of bytes, or one ending in K, M or G",
+        );
 }

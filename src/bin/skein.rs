@@ -203,11 +203,34 @@ struct RunArgs {
     script_args: Vec<OsString>,
 }
 
-/// `--workers`, which `run` and `serve` share.
+/// `--workers` and `--memory`, which `run` and `serve` share.
 #[derive(Args)]
 struct PoolArgs {
     #[arg(long, value_name = "N", help = workers_help(), value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_WORKERS)))]
     workers: Option<u16>,
+
+    /// The most memory the run's VMs and what Skein holds for its scripts may take together,
+    /// in bytes or with K, M or G (e.g. 2G). Each VM is given an equal share of it, at most
+    /// 512 MiB [default: the lower of the address-space limit and the machine's memory, less
+    /// a quarter]
+    #[arg(long, value_name = "SIZE", value_parser = memory_size)]
+    memory: Option<usize>,
+}
+
+/// The least memory limit the runner gives a VM: a share of `--memory` smaller than this
+/// means too many workers for the budget.
+const MIN_VM_MEMORY: usize = 8 << 20;
+
+/// `--memory SIZE`, read as the library reads a size, and at least one VM's least share.
+fn memory_size(text: &str) -> Result<usize, String> {
+    let bytes = skein::parse_size(text)?;
+    if bytes < 4 * MIN_VM_MEMORY {
+        return Err(format!(
+            "must be at least {}",
+            skein::format_bytes(4 * MIN_VM_MEMORY)
+        ));
+    }
+    Ok(bytes)
 }
 
 /// `--native` and `--no-native`, which `run` and `serve` share.
@@ -243,13 +266,40 @@ struct GrantArgs {
 }
 
 impl PoolArgs {
-    /// The pool `--workers` asks for.
-    fn pool(&self) -> Pool {
-        match self.workers {
-            Some(n) => Pool::new(usize::from(n)),
-            None => Pool::with_available_parallelism(),
+    /// The pool `--workers` and `--memory` ask for, and the memory limit of each VM: the
+    /// budget shared equally by `vms_per_worker` VMs a worker (and as many for the engine
+    /// thread and for what Skein holds on the scripts' behalf), at most the library's default.
+    /// A share below [`MIN_VM_MEMORY`] is a usage error naming both flags.
+    fn pool(&self, vms_per_worker: usize) -> Result<(Pool, usize), String> {
+        let workers = match self.workers {
+            Some(n) => usize::from(n),
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        let budget = self.memory.unwrap_or_else(Pool::default_memory_budget);
+        let shares = (workers + 2) * vms_per_worker;
+        let share = budget / shares;
+        if share < MIN_VM_MEMORY {
+            let fit = (budget / MIN_VM_MEMORY / vms_per_worker).saturating_sub(2);
+            return Err(format!(
+                "--workers {workers}: a memory budget of {} gives each VM {}, less than the \
+                 {} a VM needs; at most {fit} workers fit it (set --workers lower or --memory \
+                 higher)",
+                skein::format_bytes(budget),
+                skein::format_bytes((share >> 10) << 10),
+                skein::format_bytes(MIN_VM_MEMORY),
+            ));
         }
+        // Whole MiB, so texts that name the limit read plainly.
+        let limit = (share.min(Plan::DEFAULT_MEMORY_LIMIT) >> 20) << 20;
+        Ok((Pool::with_memory_budget(workers, budget), limit))
     }
+}
+
+/// A usage error: said as clap says its own, exit code 2.
+fn usage(message: &str) -> ! {
+    Cli::command()
+        .error(clap::error::ErrorKind::ArgumentConflict, message)
+        .exit()
 }
 
 impl CodeArgs {
@@ -307,12 +357,15 @@ fn signalled() -> Option<i32> {
 
 fn run(args: RunArgs) -> Result<(), Failed> {
     let script_args = script_args::bytes(&args.script_args).map_err(|e| fail(&e))?;
-    let pool = args.pool.pool();
+    let (pool, vm_memory) = args.pool.pool(1).unwrap_or_else(|e| usage(&e));
     let grant = args.grants.grant().map_err(|e| fail(&e))?;
     // Code with no file of its own (a task spawned straight onto `require`) resolves from the
     // script's folder, as the script's own requires do, not from wherever the runner started.
     let root = script_folder(&args.file);
-    let plan = Plan::new().root(root).native(args.code.native());
+    let plan = Plan::new()
+        .root(root)
+        .native(args.code.native())
+        .memory_limit(vm_memory);
     // The runner has no host code: nothing but the script's own tasks can wake the domain, so
     // a run whose tasks all wait on what nothing can settle ends (exit 1) instead of hanging.
     let mut spec = DomainSpec::new("main")
@@ -347,10 +400,15 @@ fn run(args: RunArgs) -> Result<(), Failed> {
 
 fn serve_resources(args: ServeArgs) -> Result<(), Failed> {
     let ceiling = args.grants.grant().map_err(|e| fail(&e))?;
+    let (pool, vm_memory) = args
+        .pool
+        .pool(serve::RESOURCES_SIZED_FOR)
+        .unwrap_or_else(|e| usage(&e));
     serve::serve(serve::Options {
         dir: &args.dir,
         start: args.start.as_deref(),
-        pool: args.pool.pool(),
+        pool,
+        vm_memory,
         ceiling,
         native: args.code.native(),
     })

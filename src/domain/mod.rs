@@ -35,6 +35,7 @@ use mlua::Lua;
 
 use crate::error::Result;
 use crate::jobs::{MailboxReceiver, Pool, Registry};
+use crate::ledger::{Charge, Ledger};
 use crate::principal::event_queue::EventQueue;
 use crate::principal::{capability, diagnostic, profile};
 use crate::principal::{DomainId, Generation, Principal};
@@ -166,6 +167,8 @@ pub struct ScriptDomain {
     /// The owner of the last handler call, kept when that call ended in its first run and
     /// nothing else held it: the next call refills it instead of allocating one.
     spare_owner: Cell<Option<Rc<Owner>>>,
+    /// The memory limits of the domain's VMs, held on the pool's budget while it lives.
+    _vms: Charge,
     _engine_thread: PhantomData<Rc<()>>,
 }
 
@@ -191,7 +194,18 @@ impl ScriptDomain {
         };
         let queue = EventQueue::new(spec.event_limits, id.generation);
         let (mailbox, rx) = DomainMailbox::new(queue.clone(), id.generation);
-        let principal = Arc::new(spec.first_principal(id, &mailbox));
+        let vms = pool.reserve_vms(
+            &format!("domain '{}'", spec.name),
+            pool.threads() + 1,
+            spec.plan.memory_limit_bytes(),
+            "its engine VM and one per worker",
+        )?;
+        let memory = Arc::new(Ledger::named(
+            format!("the host memory of domain '{}'", spec.name),
+            spec.host_memory,
+            Some(pool.memory().clone()),
+        ));
+        let principal = Arc::new(spec.first_principal(id, &mailbox, memory));
         let reports = Rc::new(RefCell::new(Reports::default()));
         let event_handlers = EventHandlers::new(queue, &spec.name, id.domain, &bindings);
         let registry = Registry::new(
@@ -202,6 +216,7 @@ impl ScriptDomain {
         let actors = Actors::new(
             principal.clone(),
             pool.shared().clone(),
+            pool.memory().clone(),
             spec.actor_failures,
             spec.actor_budget,
         );
@@ -238,6 +253,7 @@ impl ScriptDomain {
             diagnostics: spec.diagnostics.0,
             counters: Counters::default(),
             spare_owner: Cell::new(None),
+            _vms: vms,
             _engine_thread: PhantomData,
         };
         domain.profiled(profile::ProfileKind::DomainCreated, None, None, started);

@@ -12,6 +12,7 @@ use crate::error::{Error, Result, SpecSetting};
 use crate::jobs::{
     self, PrincipalCell, EVENT_LOG_BOUND, JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES, WARM_BOUND,
 };
+use crate::ledger::Ledger;
 use crate::principal::capability;
 use crate::principal::diagnostic::DiagnosticSlot;
 use crate::principal::profile::ProfileSlot;
@@ -40,6 +41,7 @@ pub struct DomainSpec {
     pub(crate) run_deadline: Duration,
     pub(crate) load_bound: Duration,
     pub(crate) frame_budget: Duration,
+    pub(crate) host_memory: usize,
     pub(crate) profile: ProfileSlot,
     pub(crate) logs: LogSlot,
     pub(crate) diagnostics: DiagnosticSlot,
@@ -74,6 +76,13 @@ impl DomainSpec {
     /// The longest an advance waits for the pool work its handlers await, unless [`frame_budget`](Self::frame_budget) says otherwise: 16 ms, one frame at 60 Hz.
     pub const DEFAULT_FRAME_BUDGET: Duration = Duration::from_millis(16);
 
+    /// How much host memory a domain's scripts may make Skein hold, unless
+    /// [`host_memory`](Self::host_memory) says otherwise: 512 MiB.
+    pub const DEFAULT_HOST_MEMORY: usize = 512 << 20;
+
+    /// The least host memory a domain may be given: 1 MiB.
+    pub const MIN_HOST_MEMORY: usize = 1 << 20;
+
     /// A spec with the default [`Plan`].
     pub fn new(name: impl Into<String>) -> DomainSpec {
         DomainSpec {
@@ -89,6 +98,7 @@ impl DomainSpec {
             run_deadline: MAX_DEADLINE,
             load_bound: load::LOAD_BOUND,
             frame_budget: Self::DEFAULT_FRAME_BUDGET,
+            host_memory: Self::DEFAULT_HOST_MEMORY,
             profile: ProfileSlot::default(),
             logs: LogSlot::default(),
             diagnostics: DiagnosticSlot::default(),
@@ -325,6 +335,32 @@ impl DomainSpec {
         self.frame_budget
     }
 
+    /// Sets the domain's host memory: how many bytes Skein may hold outside the domain's VMs
+    /// because of its scripts, over all its generations. Its jobs' arguments and results, its
+    /// shared tables and queues, its actors' messages, the texts of its failures and reports
+    /// and its log lines are each charged to it before they are made, and refused at the call
+    /// that asked once it is full. It is drawn from the pool's memory budget too
+    /// ([`Pool::memory_budget`](crate::Pool::memory_budget)), so a pool's domains together
+    /// never hold more than that. By default [`DEFAULT_HOST_MEMORY`](Self::DEFAULT_HOST_MEMORY)
+    /// (512 MiB); at least [`MIN_HOST_MEMORY`](Self::MIN_HOST_MEMORY) (1 MiB).
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
+    /// let spec = DomainSpec::new("mod").host_memory(64 << 20);
+    /// assert_eq!(spec.get_host_memory(), 64 << 20);
+    /// let tiny = ScriptDomain::new(&Pool::new(1), DomainSpec::new("m").host_memory(1000));
+    /// assert_eq!(tiny.err().unwrap().to_string(), "host memory: must be at least 1 MiB");
+    /// ```
+    pub fn host_memory(mut self, bytes: usize) -> DomainSpec {
+        self.host_memory = bytes;
+        self
+    }
+
+    /// The domain's host memory.
+    pub fn get_host_memory(&self) -> usize {
+        self.host_memory
+    }
+
     /// The budget of one run of a worker's handler.
     pub fn actor_run_budget(&self) -> Duration {
         self.actor_budget
@@ -415,6 +451,12 @@ impl DomainSpec {
             (self.run_deadline, SpecSetting::RunDeadline, "run deadline"),
             (self.load_bound, SpecSetting::LoadBound, "load bound"),
         ];
+        if self.host_memory < Self::MIN_HOST_MEMORY {
+            return Err(Error::Spec {
+                setting: SpecSetting::HostMemory,
+                message: "host memory: must be at least 1 MiB".to_owned(),
+            });
+        }
         if self.frame_budget > MAX_DEADLINE {
             return Err(Error::Spec {
                 setting: SpecSetting::FrameBudget,
@@ -441,7 +483,12 @@ impl DomainSpec {
     /// The principal of the domain's first generation, `id`, posting through `mailbox`: the
     /// spec's plan, bounds and sinks, and an authority holding its grant, attributed to the
     /// domain.
-    pub(crate) fn first_principal(&self, id: Principal, mailbox: &DomainMailbox) -> PrincipalCell {
+    pub(crate) fn first_principal(
+        &self,
+        id: Principal,
+        mailbox: &DomainMailbox,
+        memory: Arc<Ledger>,
+    ) -> PrincipalCell {
         let mut cell = PrincipalCell::new(
             id,
             with_builtins(&self.plan),
@@ -449,6 +496,7 @@ impl DomainSpec {
             mailbox.event_queue().clone(),
             self.run_deadline,
             self.warm_bound,
+            memory,
         );
         cell.profile = self.profile.0.clone();
         cell.logs = self.logs.0.clone();

@@ -30,9 +30,10 @@ use super::item::{Item, ItemArgs};
 use super::job::{charge_job, JobShared, JOB_WEIGHT};
 use super::keys::key_bytes;
 use super::options::{deadline_fits, key_fits, DispatchOptions};
+use crate::ledger::{Charge, Held};
 use crate::principal::capability::current_or;
 use crate::value::read::Reader;
-use crate::value::{Charge, Held, Limits, Message};
+use crate::value::{Limits, Message};
 use crate::vm::promise_handle::{
     self, bind, clone_handle, enter_slot_in, leave_slot_in, push_templates,
 };

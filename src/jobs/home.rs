@@ -15,8 +15,8 @@ use super::messages::ActorWake;
 use super::pool_shared::PoolShared;
 use super::principal_cell::PrincipalCell;
 use super::reply::ReplyTo;
+use crate::ledger::{Charge, Ledger};
 use crate::principal::capability::{current_arc, Authority};
-use crate::value::{ByteBudget, Charge};
 use crate::vm::{free_collected, PromiseId, VmCore};
 
 /// Where the VM that calls `jobs.*` lives.
@@ -168,7 +168,7 @@ pub(crate) fn home(lua: &Lua) -> mlua::Result<Rc<JobsHome>> {
 pub(crate) fn charge_or_reclaim(
     lua: &Lua,
     core: &VmCore,
-    budget: &Arc<ByteBudget>,
+    budget: &Arc<Ledger>,
     n: usize,
     what: &str,
 ) -> Result<Charge, String> {

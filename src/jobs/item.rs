@@ -11,9 +11,10 @@ use super::chunking::Run;
 use super::job::JobShared;
 use super::principal_cell::PrincipalCell;
 use super::reply::ReplyTo;
+use crate::ledger::Held;
 use crate::principal::capability::Authority;
 use crate::principal::Principal;
-use crate::value::{Held, Message};
+use crate::value::Message;
 
 /// What an item's entry is called with.
 pub(crate) enum ItemArgs {

@@ -13,10 +13,10 @@ use bytes::Bytes;
 use super::host_slot::HostSlot;
 use super::messages::WorkerMsg;
 use super::pool_shared::PoolShared;
+use crate::ledger::{Charge, Held, Ledger};
 use crate::pool::handoff::{CancelOutcome, Handoff};
 use crate::principal::Principal;
 use crate::sync::Ordering;
-use crate::value::{ByteBudget, Charge, Held};
 use crate::vm::{Cancel, CancelToken, OwnerIdentity};
 
 /// No worker has started the job yet.
@@ -36,12 +36,15 @@ pub(crate) const JOB_WEIGHT: usize = 256;
 
 /// Takes `n` bytes of a generation's job budget for a call (its jobs' weight, or its
 /// arguments'), or refuses naming the call and what would have been held.
-pub(crate) fn charge_job(budget: &Arc<ByteBudget>, n: usize, what: &str) -> Result<Charge, String> {
-    Charge::take(budget, n).map_err(|would| {
-        format!(
-            "{what}: the domain's jobs would hold {would} bytes of arguments and results, past \
-             the bound of {MAX_JOB_BYTES}; await some before dispatching more"
-        )
+pub(crate) fn charge_job(budget: &Arc<Ledger>, n: usize, what: &str) -> Result<Charge, String> {
+    Charge::take(budget, n).map_err(|refused| {
+        let text = refused.text(|would| {
+            format!(
+                "the domain's jobs would hold {would} bytes of arguments and results, past the \
+                 bound of {MAX_JOB_BYTES}; await some before dispatching more"
+            )
+        });
+        format!("{what}: {text}")
     })
 }
 
@@ -160,12 +163,15 @@ impl JobShared {
     pub(crate) fn charge_result(&self, weight: usize) -> Result<(), String> {
         match &self.charge {
             None => Ok(()),
-            Some(charge) => charge.grow(weight).map_err(|would| {
-                format!(
-                    "the domain's jobs would hold {would} bytes of arguments and results, past \
-                     the bound of {}; await and drop some results before dispatching more",
-                    charge.budget().max()
-                )
+            Some(charge) => charge.grow(weight).map_err(|refused| {
+                let max = charge.ledger().max();
+                refused.text(|would| {
+                    format!(
+                        "the domain's jobs would hold {would} bytes of arguments and results, \
+                         past the bound of {max}; await and drop some results before \
+                         dispatching more"
+                    )
+                })
             }),
         }
     }

@@ -48,7 +48,7 @@ pub(crate) use engine_events::release_waits as release_engine_waits;
 pub(crate) use event_log::check_event_name;
 pub(crate) use event_log::EVENT_LOG_BOUND;
 pub(crate) use home::{home_principal, registering_authority, HomeKind, JobsHome};
-pub(crate) use host::check_key;
+pub(crate) use host::{check_key, reserve_vms};
 pub use host::{JobOptions, Pool, Promise, PromiseStatus};
 pub(crate) use host_slot::HostSlot;
 pub(crate) use item::{Item, ItemArgs};

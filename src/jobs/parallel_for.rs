@@ -28,8 +28,9 @@ use super::item::{ChunkArgs, Item, ItemArgs};
 use super::job::{JobShared, JOB_WEIGHT};
 use super::options::{read_target, ParallelForOptions};
 use super::reply::ReplyTo;
+use crate::ledger::Held;
 use crate::principal::capability::current_or;
-use crate::value::{ExactValue, Held, Message};
+use crate::value::{ExactValue, Message};
 use crate::vm::{a_type, promise_handle, with_caller_source, VmCore};
 
 /// Reads `over`, once `opts.stride` is known.

@@ -12,13 +12,13 @@ use super::messages::DomainEvent;
 use super::registered::directory::JobDirectory;
 use super::service_names::ServiceNames;
 use super::warm::WarmRegistry;
+use crate::ledger::Ledger;
 use crate::pool::wake_queue::{wake_queue, WakeReceiver, WakeSender};
 use crate::principal::capability::{Attribution, Authority, Grant};
 use crate::principal::event_queue::EventQueue;
 use crate::principal::{Generation, Logs, Principal, Profile};
 use crate::shared::{SharedLimits, StoreCore};
 use crate::sync::Arc as SyncArc;
-use crate::value::ByteBudget;
 use crate::vm::{CancelToken, Liveness, Plan};
 
 /// The sending end of one generation's mailbox: what a pool thread, a worker VM or an actor
@@ -78,7 +78,11 @@ pub(crate) struct PrincipalCell {
     pub(crate) shared: SyncArc<StoreCore>,
     /// What the principal's jobs hold in the host: their arguments and results
     /// ([`MAX_JOB_BYTES`]).
-    pub(crate) job_bytes: Arc<ByteBudget>,
+    pub(crate) job_bytes: Arc<Ledger>,
+    /// The domain's host memory, shared by all its generations: `job_bytes`, the shared store
+    /// and the actors' messages draw on it, and texts the domain's scripts make Skein keep
+    /// (failures, reports, log lines, metadata) are charged to it.
+    pub(crate) memory: Arc<Ledger>,
     /// How long one warm entry may take, waits included ([`WARM_BOUND`](super::WARM_BOUND)
     /// unless a test shortened it).
     pub(crate) warm_bound: Duration,
@@ -125,6 +129,7 @@ impl PrincipalCell {
         event_queue: Arc<EventQueue>,
         max_deadline: Duration,
         warm_bound: Duration,
+        memory: Arc<Ledger>,
     ) -> Self {
         PrincipalCell {
             id,
@@ -132,8 +137,12 @@ impl PrincipalCell {
             mailbox,
             event_queue,
             max_deadline,
-            shared: SyncArc::new(StoreCore::new(SharedLimits::DEFAULT)),
-            job_bytes: Arc::new(ByteBudget::new(MAX_JOB_BYTES)),
+            shared: SyncArc::new(StoreCore::under(
+                SharedLimits::DEFAULT,
+                Some(memory.clone()),
+            )),
+            job_bytes: Arc::new(Ledger::under(MAX_JOB_BYTES, Some(memory.clone()))),
+            memory,
             warm_bound,
             warms: WarmRegistry::default(),
             services: ServiceNames::default(),
@@ -181,6 +190,7 @@ impl PrincipalCell {
             self.event_queue.clone(),
             self.max_deadline,
             self.warm_bound,
+            self.memory.clone(),
         );
         next.frames = self.frames.clone();
         next.profile = self.profile.clone();

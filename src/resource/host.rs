@@ -146,6 +146,8 @@ pub struct ResourceHost {
     shape: SpecShape,
     /// The code mode of every resource's VMs ([`native`](Self::native)).
     native: NativeMode,
+    /// The memory limit of each VM of a resource started from now on.
+    memory_limit: usize,
     ceiling: Grant,
     /// By name.
     resources: Vec<Resource>,
@@ -209,6 +211,7 @@ impl ResourceHost {
             pool: pool.clone(),
             shape: Box::new(|_, spec| spec),
             native: NativeMode::Annotated,
+            memory_limit: Plan::DEFAULT_MEMORY_LIMIT,
             ceiling,
             resources,
             registry,
@@ -253,6 +256,25 @@ impl ResourceHost {
     /// ```
     pub fn native(&mut self, mode: NativeMode) {
         self.native = mode;
+    }
+
+    /// Sets the memory limit of each VM of every resource started from now on
+    /// ([`Plan::memory_limit`]); by default [`Plan::DEFAULT_MEMORY_LIMIT`] (512 MiB). A
+    /// resource's domain holds its engine VM's limit and one per worker on the pool's memory
+    /// budget ([`Pool::with_memory_budget`](crate::Pool::with_memory_budget)) while it runs:
+    /// a start that does not fit fails with [`Error::Memory`](crate::Error::Memory), and the
+    /// resources already running go on.
+    ///
+    /// ```
+    /// use skein::{Grant, Pool, ResourceHost};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let mut host = ResourceHost::load(&Pool::new(1), dir.path(), Grant::default())?;
+    /// host.memory_limit(64 << 20);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn memory_limit(&mut self, bytes: usize) {
+        self.memory_limit = bytes;
     }
 
     /// Starts `names` and whatever of them is not running, dependencies first, keeping the
@@ -358,6 +380,7 @@ impl ResourceHost {
         let plan = Plan::new()
             .root(&resource.folder)
             .native(self.native)
+            .memory_limit(self.memory_limit)
             .builtins(BUILTINS)
             .setup(move |lua| {
                 lua.set_app_data(ResourceName(tag.clone()));

@@ -27,8 +27,8 @@ pub use queue_error::{
 };
 pub use queue_ref::SharedQueueRef;
 
+use crate::ledger::Ledger;
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
-use crate::value::ByteBudget;
 
 /// The bounds of one shared store. Every write or creation past one raises and changes nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +55,7 @@ pub(crate) struct StoreCore {
     /// Names made so far; a name is never given back during the generation.
     names: AtomicUsize,
     /// Bytes held by every table and queue of the store (queues hold a clone).
-    budget: Arc<ByteBudget>,
+    budget: Arc<Ledger>,
     /// Why the store ended, once it has (a std `Arc`: loom's has no `Arc<str>`).
     ended: Mutex<Option<std::sync::Arc<str>>>,
     pub(crate) tables: table::Tables,
@@ -63,8 +63,14 @@ pub(crate) struct StoreCore {
 }
 
 impl StoreCore {
+    #[cfg(any(test, loom))]
     pub(crate) fn new(limits: SharedLimits) -> StoreCore {
-        let budget = Arc::new(ByteBudget::new(limits.store_bytes));
+        StoreCore::under(limits, None)
+    }
+
+    /// A store whose bytes are charged to `memory` too (its domain's host memory).
+    pub(crate) fn under(limits: SharedLimits, memory: Option<std::sync::Arc<Ledger>>) -> StoreCore {
+        let budget = Arc::new(Ledger::under(limits.store_bytes, memory));
         StoreCore {
             limits,
             names: AtomicUsize::new(0),
@@ -111,12 +117,14 @@ impl StoreCore {
         n: usize,
         what: impl FnOnce() -> String,
     ) -> Result<(), String> {
-        self.budget.reserve(n).map_err(|would| {
-            format!(
-                "{}: the domain's shared tables and queues would hold {would} bytes, past the bound of {}",
-                what(),
-                self.budget.max()
-            )
+        self.budget.reserve(n).map_err(|refused| {
+            let max = self.budget.max();
+            let text = refused.text(|would| {
+                format!(
+                    "the domain's shared tables and queues would hold {would} bytes, past the bound of {max}"
+                )
+            });
+            format!("{}: {text}", what())
         })
     }
 

@@ -44,7 +44,8 @@ use crate::sync::{Arc, Mutex, MutexGuard};
 
 /// Why a store ended: plain immutable text, shared by every message that names it.
 pub type Reason = std::sync::Arc<str>;
-use crate::value::{ByteBudget, MapKey, Message};
+use crate::ledger::Ledger;
+use crate::value::{MapKey, Message};
 
 /// The capacity a queue gets when none is asked for.
 pub(crate) const DEFAULT_QUEUE_CAPACITY: usize = 1_024;
@@ -111,7 +112,7 @@ pub struct SharedQueue {
     name: Bytes,
     capacity: usize,
     /// The store's budget, which every queue and table of the store draws on.
-    budget: Arc<ByteBudget>,
+    budget: Arc<Ledger>,
     state: Mutex<State>,
 }
 
@@ -130,14 +131,14 @@ impl SharedQueue {
     /// queues are made by `Queues` and share its budget.
     #[cfg(any(test, loom))]
     pub fn new(name: impl Into<Bytes>, capacity: usize) -> SharedQueue {
-        Self::in_store(name, capacity, Arc::new(ByteBudget::new(MAX_QUEUE_BYTES)))
+        Self::in_store(name, capacity, Arc::new(Ledger::new(MAX_QUEUE_BYTES)))
     }
 
     /// An empty, open queue drawing on a store's `budget`.
     pub(crate) fn in_store(
         name: impl Into<Bytes>,
         capacity: usize,
-        budget: Arc<ByteBudget>,
+        budget: Arc<Ledger>,
     ) -> SharedQueue {
         SharedQueue {
             name: name.into(),
@@ -246,9 +247,16 @@ impl SharedQueue {
         if would > MAX_QUEUE_BYTES {
             return Err(refuse(PushErrorKind::TooManyBytes { would }, value));
         }
-        if let Err(would) = self.budget.reserve(weight) {
-            let max = self.budget.max();
-            return Err(refuse(PushErrorKind::StoreFull { would, max }, value));
+        if let Err(refused) = self.budget.reserve(weight) {
+            let kind = if refused.above {
+                PushErrorKind::HostMemory(refused.to_string())
+            } else {
+                PushErrorKind::StoreFull {
+                    would: refused.would,
+                    max: refused.max,
+                }
+            };
+            return Err(refuse(kind, value));
         }
         state.bytes = would;
         state.items.push_back(Queued { value, weight });
@@ -421,7 +429,7 @@ impl SharedQueue {
 /// Every shared queue of one store, by name.
 pub(crate) struct Queues {
     by_name: Mutex<Registry>,
-    budget: Arc<ByteBudget>,
+    budget: Arc<Ledger>,
 }
 
 #[derive(Default)]
@@ -432,7 +440,7 @@ struct Registry {
 
 impl Queues {
     /// No queues yet; each one made draws on `budget`, the store's.
-    pub(crate) fn new(budget: Arc<ByteBudget>) -> Queues {
+    pub(crate) fn new(budget: Arc<Ledger>) -> Queues {
         Queues {
             by_name: Mutex::new(Registry::default()),
             budget,

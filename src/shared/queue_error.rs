@@ -33,6 +33,9 @@ pub enum PushErrorKind {
         /// The store's bound.
         max: usize,
     },
+    /// A ledger above the store refused the value's bytes: the domain's host memory or the
+    /// pool's memory budget. The text says which, what it would hold and its budget.
+    HostMemory(String),
 }
 
 /// A push that was refused, with the value it could not queue.
@@ -103,6 +106,7 @@ impl fmt::Display for PushError {
                 f,
                 "SharedQueue:push: the domain's shared tables and queues would hold {would} bytes, past the bound of {max}"
             ),
+            PushErrorKind::HostMemory(text) => write!(f, "SharedQueue:push: {text}"),
         }
     }
 }

@@ -10,7 +10,6 @@
 //! construction costs several times what a raw stack read does.
 
 mod access;
-mod byte_budget;
 mod codec;
 mod convert;
 mod copy;
@@ -27,7 +26,6 @@ pub(crate) mod write;
 
 use bytes::Bytes;
 
-pub(crate) use byte_budget::{ByteBudget, Charge, Held};
 pub(crate) use convert::{ExactValue, ExactValues, MessageArg, MessageArgs};
 pub(crate) use copy::{copy_values, Copied, SOURCE_STACK_NEEDED};
 pub use error::{

@@ -12,6 +12,8 @@ use std::time::Instant;
 
 use mlua::{Lua, LuaString};
 
+use crate::ledger::format_bytes;
+
 /// Who a VM is in out-of-memory texts, its limit, and whether it reached it.
 pub(crate) struct MemoryLabel {
     /// "the engine VM", "the VM of worker 2": set by the layer that builds the VM.
@@ -150,33 +152,9 @@ pub(crate) fn is_memory_error(err: &mlua::Error) -> bool {
     }
 }
 
-/// A byte count as a limit is written: `8 MiB`, `64 KiB`, or `1000 bytes`.
-pub(crate) fn format_bytes(bytes: usize) -> String {
-    const KIB: usize = 1024;
-    const MIB: usize = 1024 * KIB;
-    const GIB: usize = 1024 * MIB;
-    match bytes {
-        0 => "0 bytes".to_owned(),
-        b if b % GIB == 0 => format!("{} GiB", b / GIB),
-        b if b % MIB == 0 => format!("{} MiB", b / MIB),
-        b if b % KIB == 0 => format!("{} KiB", b / KIB),
-        b => format!("{b} bytes"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_limit_is_written_in_its_largest_whole_unit() {
-        assert_eq!(format_bytes(0), "0 bytes");
-        assert_eq!(format_bytes(1000), "1000 bytes");
-        assert_eq!(format_bytes(64 * 1024), "64 KiB");
-        assert_eq!(format_bytes(8 << 20), "8 MiB");
-        assert_eq!(format_bytes((8 << 20) + 1), "8388609 bytes");
-        assert_eq!(format_bytes(2 << 30), "2 GiB");
-    }
 
     #[test]
     fn the_text_names_the_vm_its_limit_and_what_was_made() {

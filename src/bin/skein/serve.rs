@@ -95,12 +95,20 @@ impl Resources for Host {
     }
 }
 
+/// How many resources the pool's memory budget is shared for: each resource's VMs get an
+/// equal share of it as if this many ran at once (at most the library's default limit), so a
+/// resource past them is refused at its start for want of memory, naming the budget, and the
+/// others go on.
+pub(crate) const RESOURCES_SIZED_FOR: usize = 8;
+
 /// What `serve` needs from the command line.
 pub(crate) struct Options<'a> {
     pub dir: &'a Path,
     /// `--start`, when given: the startup set instead of the host file's.
     pub start: Option<&'a [String]>,
     pub pool: Pool,
+    /// The memory limit of each resource VM.
+    pub vm_memory: usize,
     pub ceiling: Grant,
     /// `--native` / `--no-native`: the code mode of every resource's VMs.
     pub native: NativeMode,
@@ -135,6 +143,7 @@ pub(crate) fn serve(options: Options<'_>) -> Result<(), Error> {
         options.dir,
         options.ceiling,
     )?);
+    host.0.memory_limit(options.vm_memory);
     // Every resource's `print` lines and log records are written as `skein run` writes them:
     // one write a line, so the console's answers and the resources' lines never interleave.
     host.0

@@ -22,6 +22,7 @@ use super::outbox::{ActorShared, Queued, Reply, FAILED, STOPPED};
 use super::service_link::ServiceLink;
 use super::SendArg;
 use crate::jobs::{self, ActorWake, HomeKind, JobsHome, PoolShared, PrincipalCell};
+use crate::ledger::Charge;
 use crate::principal::capability::Authority;
 use crate::principal::diagnostic::Attribution;
 use crate::principal::profile::{self, Profile, ProfileKind};
@@ -59,6 +60,8 @@ pub(crate) struct LaneSetup {
     pub(crate) share_services: bool,
     /// The domain's count of live actor threads; this lane holds one until it returns.
     pub(crate) live: Arc<AtomicUsize>,
+    /// The actor VM's memory limit, held on the pool's budget until the lane returns.
+    pub(crate) vm_memory: Charge,
     /// Where the host reads structured failures.
     pub(crate) failures: Arc<Mutex<Vec<ActorError>>>,
 }
@@ -117,6 +120,7 @@ pub(crate) fn run(setup: LaneSetup) {
     // The actor's place among the domain's live actors is given back before its end is
     // published, so code that saw it end (a join) may spawn another at once.
     drop(live);
+    drop(setup.vm_memory);
     shared.finish(state);
 }
 

@@ -39,7 +39,8 @@ pub(crate) use outbox::{MAX_ACTOR_BYTES, MAX_LIVE_ACTORS};
 
 use crate::domain::events::emit::install_off_engine_events;
 use crate::domain::DomainMailbox;
-use crate::jobs::{PoolShared, PrincipalCell};
+use crate::jobs::{reserve_vms, PoolShared, PrincipalCell};
+use crate::ledger::{format_bytes, Ledger};
 use crate::principal::capability::{self, Authority, CapabilityId, CapabilitySet};
 use crate::principal::diagnostic::Attribution;
 use crate::value::read::{Reader, Refusal};
@@ -56,7 +57,10 @@ const RECEIVE_KEY: &str = "skein.worker.receive";
 const JOIN_KEY: &str = "skein.worker.join";
 
 // The refusals reference 001 words, in its words (Skein's context, a worker's name, follows).
-const UNKNOWN_OPTION: &str = "expected capabilities, name, shareServices, or source";
+const UNKNOWN_OPTION: &str = "expected capabilities, memory, name, shareServices, or source";
+
+/// The least memory limit `worker.spawn`'s `memory` option may give an actor's VM: 1 MiB.
+pub(crate) const MIN_ACTOR_MEMORY: usize = 1 << 20;
 const NEEDS_SOURCE: &str = "worker.spawn needs source, the worker module's Luau source";
 const SPAWN_IN_ACTOR: &str = "inside a worker, worker.spawn is for a domain's own code";
 const SPAWN_OUTSIDE: &str =
@@ -103,6 +107,8 @@ pub(crate) struct Actors {
     principal: Arc<PrincipalCell>,
     /// Where an actor's `jobs.dispatch` and `jobs.parallelFor` send their items.
     pool: Arc<PoolShared>,
+    /// The pool's memory budget, which holds each actor's VM limit while its thread runs.
+    vm_memory: Arc<Ledger>,
     policy: FailurePolicy,
     /// The per-run budget of a handler; never more than the principal's deadline cap.
     budget: Duration,
@@ -117,12 +123,14 @@ impl Actors {
     pub(crate) fn new(
         principal: Arc<PrincipalCell>,
         pool: Arc<PoolShared>,
+        vm_memory: Arc<Ledger>,
         policy: FailurePolicy,
         budget: Duration,
     ) -> Rc<Actors> {
         Rc::new(Actors {
             principal,
             pool,
+            vm_memory,
             policy,
             budget,
             live: LiveActors::default(),
@@ -138,6 +146,7 @@ impl Actors {
         Rc::new(Actors {
             principal,
             pool: self.pool.clone(),
+            vm_memory: self.vm_memory.clone(),
             policy: self.policy,
             budget: self.budget,
             live: self.live.clone(),
@@ -220,13 +229,34 @@ impl Actors {
         let shared = Arc::new(ActorShared::new(
             name.clone(),
             DomainMailbox::of(&principal),
+            principal.memory.clone(),
         ));
+        let most = principal.plan.memory_limit_bytes();
+        let limit = match options.memory {
+            Some(asked) if asked > most => {
+                return Err(mlua::Error::runtime(format!(
+                    "worker.spawn: memory must be at most the domain's VM limit of {}, got {asked}",
+                    format_bytes(most)
+                )))
+            }
+            Some(asked) => asked,
+            None => most,
+        };
+        let vm_memory = reserve_vms(
+            &self.vm_memory,
+            &format!("worker '{name}'"),
+            1,
+            limit,
+            "its own VM",
+        )
+        .map_err(|e| mlua::Error::runtime(format!("worker.spawn: not enough memory: {e}")))?;
         let (tx, rx) = crossbeam_channel::bounded(MAX_WAITING);
         let cancel = Arc::new(CancelToken::new(false));
         let setup = lane::LaneSetup {
+            vm_memory,
             shared: shared.clone(),
             inbox: rx,
-            plan: principal.plan.clone(),
+            plan: principal.plan.clone().memory_limit(limit),
             source: options.source,
             authority,
             deadline: self.budget.min(principal.max_deadline),
@@ -284,6 +314,8 @@ struct SpawnOptions {
     capabilities: Option<CapabilitySet>,
     /// `shareServices`: the actor's VM gets the domain's engine services.
     share_services: bool,
+    /// `memory`: the memory limit of the actor's VM, when it asks for less than the domain's.
+    memory: Option<usize>,
 }
 
 impl SpawnOptions {
@@ -309,7 +341,7 @@ impl SpawnOptions {
         if let Some(key) = keys.iter().find(|k| {
             !matches!(
                 k.as_str(),
-                "source" | "name" | "capabilities" | "shareServices"
+                "source" | "name" | "capabilities" | "shareServices" | "memory"
             )
         }) {
             return Err(mlua::Error::runtime(format!(
@@ -372,11 +404,38 @@ impl SpawnOptions {
                 )))
             }
         };
+        let memory = match table.raw_get::<Value>("memory")? {
+            Value::Nil => None,
+            Value::Integer(n) => Some(n as f64),
+            Value::Number(n) => Some(n),
+            other => {
+                return Err(refuse(format!(
+                    "memory must be a number of bytes, got {}",
+                    vm::a_type(&other)
+                )))
+            }
+        };
+        let memory = match memory {
+            None => None,
+            // NaN fails both comparisons, and so is refused with the rest.
+            Some(n)
+                if n >= MIN_ACTOR_MEMORY as f64 && n <= usize::MAX as f64 && n.fract() == 0.0 =>
+            {
+                Some(n as usize)
+            }
+            Some(n) => {
+                return Err(refuse(format!(
+                    "memory must be a whole number of bytes, at least {MIN_ACTOR_MEMORY} (1 MiB), \
+                     got {n}"
+                )))
+            }
+        };
         Ok(SpawnOptions {
             source,
             name,
             capabilities,
             share_services,
+            memory,
         })
     }
 }

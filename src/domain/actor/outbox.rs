@@ -17,7 +17,8 @@ use std::time::Instant;
 use super::error::ActorError;
 use crate::domain::DomainMailbox;
 use crate::jobs::DomainEvent;
-use crate::value::{ByteBudget, Charge, Message};
+use crate::ledger::{Charge, Ledger};
+use crate::value::Message;
 use crate::vm::{Outcome, PromiseId, Signal};
 
 /// How many messages may wait, each way: for the handler, and (sent with `worker.send`) for
@@ -81,30 +82,34 @@ pub(crate) struct ActorShared {
     outbox: Mutex<Outbox>,
     mailbox: DomainMailbox,
     /// What the messages waiting each way hold together ([`MAX_ACTOR_BYTES`]).
-    bytes: Arc<ByteBudget>,
+    bytes: Arc<Ledger>,
 }
 
 impl ActorShared {
-    pub(crate) fn new(name: String, mailbox: DomainMailbox) -> ActorShared {
+    /// The shared part of actor `name`, whose messages are charged to `memory` too (its
+    /// domain's host memory).
+    pub(crate) fn new(name: String, mailbox: DomainMailbox, memory: Arc<Ledger>) -> ActorShared {
         ActorShared {
             name,
             state: AtomicU8::new(RUNNING),
             signal: OnceLock::new(),
             outbox: Mutex::default(),
             mailbox,
-            bytes: Arc::new(ByteBudget::new(MAX_ACTOR_BYTES)),
+            bytes: Arc::new(Ledger::under(MAX_ACTOR_BYTES, Some(memory))),
         }
     }
 
     /// Takes what `message` weighs of the actor's [`MAX_ACTOR_BYTES`], or answers the
     /// refusal's end (`would weigh N bytes, past the bound of M`) for the caller to begin.
     pub(crate) fn charge(&self, message: &Message) -> Result<Charge, String> {
-        Charge::take(&self.bytes, message.queue_weight()).map_err(|would| {
-            format!(
-                "the messages waiting for and from worker '{}' would weigh {would} bytes, past \
-                 the bound of {MAX_ACTOR_BYTES}",
-                self.name
-            )
+        Charge::take(&self.bytes, message.queue_weight()).map_err(|refused| {
+            refused.text(|would| {
+                format!(
+                    "the messages waiting for and from worker '{}' would weigh {would} bytes, \
+                     past the bound of {MAX_ACTOR_BYTES}",
+                    self.name
+                )
+            })
         })
     }
 
@@ -240,7 +245,7 @@ mod tests {
     #[test]
     fn a_parked_receive_is_woken_by_the_next_reply_and_not_parked_while_one_waits() {
         let (mailbox, rx) = test_mailbox();
-        let shared = ActorShared::new("w".to_owned(), mailbox);
+        let shared = ActorShared::new("w".to_owned(), mailbox, Arc::new(Ledger::new(usize::MAX)));
         assert!(shared.park(7, false));
         assert!(settled(&rx).is_empty());
         let message = Message::Integer(1);
@@ -271,7 +276,7 @@ mod tests {
     #[test]
     fn progress_is_bounded_and_replies_are_not() {
         let (mailbox, _rx) = test_mailbox();
-        let shared = ActorShared::new("w".to_owned(), mailbox);
+        let shared = ActorShared::new("w".to_owned(), mailbox, Arc::new(Ledger::new(usize::MAX)));
         for i in 0..MAX_WAITING {
             assert!(shared
                 .progress(
@@ -314,7 +319,7 @@ mod tests {
     #[test]
     fn the_messages_waiting_each_way_share_one_byte_bound_and_taking_frees_it() {
         let (mailbox, _rx) = test_mailbox();
-        let shared = ActorShared::new("w".to_owned(), mailbox);
+        let shared = ActorShared::new("w".to_owned(), mailbox, Arc::new(Ledger::new(usize::MAX)));
         let big = |bytes: usize| Message::String(vec![b'x'; bytes - 16].into());
         let half = big(MAX_ACTOR_BYTES / 2);
         let first = shared.charge(&half).unwrap();

@@ -9,4 +9,5 @@ mod pool_handle;
 pub use host_promise::{Promise, PromiseStatus};
 pub(crate) use job_options::check_key;
 pub use job_options::JobOptions;
+pub(crate) use pool_handle::reserve_vms;
 pub use pool_handle::Pool;

@@ -256,7 +256,7 @@ fn a_capacity_is_one_to_the_bound() {
 
 #[test]
 fn the_registry_makes_a_name_once_and_refuses_another_capacity() {
-    let queues = Queues::new(Arc::new(ByteBudget::new(MAX_QUEUE_BYTES)));
+    let queues = Queues::new(Arc::new(Ledger::new(MAX_QUEUE_BYTES)));
     let reserved = std::cell::Cell::new(0);
     let reserve = || {
         reserved.set(reserved.get() + 1);
@@ -335,7 +335,7 @@ fn the_byte_bound_is_exact_and_a_refused_push_changes_nothing() {
 
 #[test]
 fn queues_of_one_store_share_its_budget_and_a_refusal_names_it() {
-    let budget = Arc::new(ByteBudget::new(100));
+    let budget = Arc::new(Ledger::new(100));
     let a = SharedQueue::in_store("a", 10, budget.clone());
     let b = SharedQueue::in_store("b", 10, budget.clone());
     a.push(weighing(60)).unwrap();
