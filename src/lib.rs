@@ -113,7 +113,7 @@ pub use error::{DispatchRefusal, Error, Halt, NameRefusal, ResourceRefusal, Resu
 pub use jobs::{
     JobInfo, JobOptions, JobOrder, JobStatus, Pool, Promise, PromiseStatus, WorkerCalls,
 };
-pub use ledger::{format_bytes, parse_size};
+pub use ledger::{format_bytes, parse_size, MAX_TEXT_BYTES};
 pub use pool::stats::{HeldKey, WarmRun, WorkerStats};
 pub use principal::capability::{
     require_capability, CapabilityDenied, CapabilityError, CapabilityId, CapabilitySet, Grant,

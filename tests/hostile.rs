@@ -1471,3 +1471,67 @@ for i = 1, 1e9 do hold[i] = string.rep("x", 65536) .. i end
             "'lots' is not a size: give a whole number of bytes, or one ending in K, M or G",
         );
 }
+
+/// Sixty jobs failing with 40 MiB messages: each failure keeps 64 KiB of its text, so the host
+/// holds a few MiB where it once held 2.4 GB, and the run ends with their reports.
+#[test]
+fn jobs_failing_with_huge_messages_keep_a_bounded_text_each() {
+    let tree = Tree::new(&[
+        (
+            "boom.luau",
+            "return { run = function(n) error(string.rep('e', 40 * 2^20) .. n, 0) end }",
+        ),
+        (
+            "main.luau",
+            r#"
+local promises = {}
+for i = 1, 60 do promises[i] = jobs.dispatch("./boom", "run", i) end
+local failed = 0
+for i = 1, 60 do
+    local ok, err = pcall(function() return promises[i]:await() end)
+    if not ok and tostring(err):find("more bytes cut", 1, true) then failed += 1 end
+end
+print("failed", failed)
+"#,
+        ),
+    ]);
+    hostile_run(&tree.path(), &["--workers", "2", "main.luau"])
+        .exited(0)
+        .stdout_has("failed\t60\n");
+}
+
+/// The engine and two workers each printing a 300 MiB line: each line is charged to the
+/// domain's host memory (512 MiB) before it is made, so each is refused at its `print`, and
+/// the run goes on.
+#[test]
+fn huge_printed_lines_are_refused_at_the_print_and_the_run_goes_on() {
+    let tree = Tree::new(&[
+        (
+            "say.luau",
+            r#"return { run = function()
+                local ok, err = pcall(print, string.rep("w", 300 * 2^20))
+                return (tostring(err):match("^runtime error: ([^\n]*)"))
+            end }"#,
+        ),
+        (
+            "main.luau",
+            r#"
+local a, b = jobs.dispatch("./say", "run"), jobs.dispatch("./say", "run")
+local ok, err = pcall(print, string.rep("x", 300 * 2^20))
+print("engine", (tostring(err):match("^runtime error: ([^\n]*)")))
+print("worker", a:await())
+print("worker", b:await())
+print("after", #string.rep("y", 1000))
+"#,
+        ),
+    ]);
+    hostile_run(&tree.path(), &["--workers", "2", "main.luau"])
+        .exited(0)
+        .stdout_has(
+            "engine\tprint: a line of 314572801 bytes would not fit: the host memory of domain 'main' \
+             would hold ",
+        )
+        .stdout_has("past its budget of 512 MiB")
+        .stdout_has("worker\tprint: a line of 314572801 bytes would not fit")
+        .stdout_has("after\t1000");
+}

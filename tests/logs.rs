@@ -216,3 +216,75 @@ fn a_host_print_function_still_replaces_the_domain_s_print() {
     assert_eq!(*said.lock().unwrap(), ["2 args"]);
     assert!(sink.0.lock().unwrap().is_empty());
 }
+
+/// A printed line and a log record are charged to the domain's host memory before they are
+/// made (twice their length: the line and the record's text), and one that does not fit is
+/// refused at the call, naming the budget; the next one that fits goes through.
+#[test]
+fn a_line_past_the_domains_host_memory_is_refused_at_the_call_and_the_next_goes_on() {
+    let sink = Arc::new(Collected::default());
+    let tree = Tree::new(&[(
+        "say.luau",
+        r#"return { run = function(n)
+            local ok, e = pcall(print, string.rep('w', n))
+            return { ok, (tostring(e):match("^runtime error: ([^\n]*)")) }
+        end }"#,
+    )]);
+    let pool = Pool::new(1);
+    let spec = DomainSpec::new("main")
+        .plan(Plan::new().root(tree.path()))
+        .host_memory(1 << 20)
+        .logs(sink.clone());
+    let domain = ScriptDomain::new(&pool, spec).unwrap();
+    // One argument of n bytes makes a line of n + 1 charged twice: 512 KiB - 1 fits exactly.
+    let v = domain
+        .eval(
+            r#"
+            local fits = pcall(print, string.rep("x", 512 * 1024 - 1))
+            local ok, err = pcall(print, string.rep("y", 512 * 1024))
+            local logged, logerr = pcall(require("@skein/log").info, string.rep("z", 512 * 1024 + 1))
+            local job = jobs.dispatch("./say", "run", 600 * 1024):await()
+            local job_ok, job_err = job[1], job[2]
+            print("after")
+            local function text(e) return (tostring(e):match("^runtime error: ([^\n]*)")) end
+            return { fits, ok, text(err), logged, text(logerr), job_ok, job_err }
+            "#,
+        )
+        .unwrap();
+    let Message::List(row) = v else {
+        panic!("{v:?}")
+    };
+    assert_eq!(row[0], Message::Boolean(true));
+    assert_eq!(row[1], Message::Boolean(false));
+    assert_eq!(
+        row[2],
+        string(
+            "print: a line of 524289 bytes would not fit: the host memory of domain 'main' would \
+         hold 1048578 bytes, past its budget of 1 MiB"
+        )
+    );
+    assert_eq!(row[3], Message::Boolean(false));
+    assert_eq!(
+        row[4],
+        string(
+        "log.info: a line of 524289 bytes would not fit: the host memory of domain 'main' would \
+         hold 1048578 bytes, past its budget of 1 MiB"
+        )
+    );
+    assert_eq!(row[5], Message::Boolean(false));
+    assert_eq!(
+        row[6],
+        string(
+            // The job in flight holds its weight (256 bytes) of the same host memory.
+            "print: a line of 614401 bytes would not fit: the host memory of domain 'main' would \
+         hold 1229058 bytes, past its budget of 1 MiB"
+        )
+    );
+    let records = sink.0.lock().unwrap();
+    let lengths: Vec<_> = records.iter().map(|(r, _)| r.message.len()).collect();
+    assert_eq!(
+        lengths,
+        [512 * 1024 - 1, 5],
+        "only the lines that fit were made"
+    );
+}

@@ -721,3 +721,49 @@ fn find_in_a_worker_vm_is_refused_naming_the_function() {
         .to_string();
     assert_contains(&err, "jobs.find is not yet supported in a worker VM");
 }
+
+/// `origin` and `metadata` are kept as long as the job is registered: each is bounded, tested
+/// at its bound and one past it, and a refusal registers nothing.
+#[test]
+fn a_descriptors_origin_and_metadata_are_bounded_and_a_refusal_registers_nothing() {
+    let pool = skein::Pool::new(1);
+    let domain = skein::ScriptDomain::new(&pool, skein::DomainSpec::new("main")).expect("domain");
+    let v = domain
+        .eval(
+            r#"
+            local function reg(name, extra)
+                local d = { name = name, phase = "update", executor = { kind = "luau", run = function() end } }
+                for k, v in extra do d[k] = v end
+                local ok, err = pcall(jobs.register, d)
+                return ok or (tostring(err):match("^runtime error: ([^\n]*)"))
+            end
+            -- A string of n bytes in a table weighs n + 2 nodes of 16 bytes.
+            local fits = string.rep("m", 65536 - 32)
+            return {
+                reg("a", { origin = string.rep("o", 1024) }),
+                reg("b", { origin = string.rep("o", 1025) }),
+                reg("c", { metadata = { fits } }),
+                reg("d", { metadata = { fits .. "m" } }),
+                jobs.find("b") == nil and jobs.find("d") == nil and jobs.find("c") ~= nil,
+            }
+            "#,
+        )
+        .unwrap();
+    let skein::Message::List(row) = v else {
+        panic!("{v:?}")
+    };
+    assert_eq!(row[0], skein::Message::Boolean(true));
+    assert_eq!(
+        row[1],
+        crate::support::string("jobs.register: origin must be at most 1024 bytes, got 1025")
+    );
+    assert_eq!(row[2], skein::Message::Boolean(true));
+    assert_eq!(
+        row[3],
+        crate::support::string(
+            "jobs.register: metadata[1]: a value weighing more than its limit of 65536 bytes \
+             can't cross a worker or event boundary"
+        )
+    );
+    assert_eq!(row[4], skein::Message::Boolean(true));
+}

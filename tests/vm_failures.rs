@@ -552,3 +552,40 @@ return M
         .expect("the VM has its memory back");
     assert_eq!(number(&v), 42.0);
 }
+
+/// A job that raises a string as large as its VM holds fails with the first 64 KiB of it and
+/// a note of how much was cut: the host keeps the failure after the VM lets go of the text.
+#[test]
+fn a_failure_text_is_kept_to_64_kib_and_says_what_was_cut() {
+    let tree = crate::support::Tree::new(&[(
+        "boom.luau",
+        "return { run = function(n) error(string.rep('e', n), 0) end }",
+    )]);
+    let pool = skein::Pool::new(1);
+    let domain = tree.domain(&pool);
+    let at = skein::MAX_TEXT_BYTES;
+    let v = domain
+        .eval(&format!(
+            r#"
+            local _, at = pcall(function() return jobs.dispatch("./boom", "run", {at}):await() end)
+            local _, past = pcall(function() return jobs.dispatch("./boom", "run", 40 * 2^20):await() end)
+            return {{ #tostring(at), tostring(past):match("eee %.%.%. %(%d+ more bytes cut%)") }}
+            "#
+        ))
+        .unwrap();
+    let skein::Message::List(row) = v else {
+        panic!("{v:?}")
+    };
+    let skein::Message::Number(len) = row[0] else {
+        panic!("{row:?}")
+    };
+    assert!(len as usize >= at && len as usize <= at + 4096, "{len}");
+    let tail = match &row[1] {
+        skein::Message::String(s) => String::from_utf8_lossy(s).into_owned(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        tail == format!("eee ... ({} more bytes cut)", (40 << 20) - at),
+        "{tail}"
+    );
+}

@@ -12,6 +12,7 @@ use std::io::Write;
 use mlua::{Function, Lua, MultiValue, Value};
 
 use crate::jobs::home_principal;
+use crate::ledger::{format_bytes, Charge};
 use crate::principal::capability::current_or;
 use crate::principal::{LogLevel, LogRecord};
 use crate::value::Message;
@@ -46,18 +47,42 @@ pub(crate) fn install_print(lua: &Lua) -> mlua::Result<()> {
     // `__name`), and one a script can't swap later, as the sandbox makes globals read-only.
     let tostring: Function = globals.raw_get("tostring")?;
     let print = lua.create_function(move |lua, args: MultiValue| {
-        let mut line = Vec::new();
-        for (at, arg) in args.into_iter().enumerate() {
+        let texts = args
+            .into_iter()
+            .map(|arg| tostring.call::<mlua::LuaString>(arg))
+            .collect::<mlua::Result<Vec<_>>>()?;
+        let len = texts.iter().map(|t| t.as_bytes().len()).sum::<usize>() + texts.len();
+        // Held until the line is written: it and the record's text are charged before either
+        // is made.
+        let _held = hold(lua, len.saturating_mul(2), "print")?;
+        let mut line = Vec::with_capacity(len);
+        for (at, text) in texts.iter().enumerate() {
             if at > 0 {
                 line.push(b'\t');
             }
-            let text: mlua::LuaString = tostring.call(arg)?;
             line.extend_from_slice(&text.as_bytes());
         }
+        drop(texts);
         print_line(lua, line);
         Ok(())
     })?;
     globals.raw_set("print", print)
+}
+
+/// Charges `bytes` that a `print` or a log record makes the host hold to the domain's host
+/// memory, for as long as the charge is held; a VM outside any domain holds nothing for long.
+fn hold(lua: &Lua, bytes: usize, what: &str) -> mlua::Result<Option<Charge>> {
+    let Some(principal) = home_principal(lua) else {
+        return Ok(None);
+    };
+    Charge::take(&principal.memory, bytes)
+        .map(Some)
+        .map_err(|refused| {
+            mlua::Error::runtime(format!(
+                "{what}: a line of {} would not fit: {refused}",
+                format_bytes(bytes / 2)
+            ))
+        })
 }
 
 /// One `print` line: a record for the domain's sink, or a line on stdout without one.
@@ -84,6 +109,16 @@ fn print_line(lua: &Lua, mut line: Vec<u8>) {
 }
 
 fn write(lua: &Lua, level: LogLevel, message: Value, fields: Value) -> mlua::Result<()> {
+    // The record's text and what a sink makes of it, charged before either is made and held
+    // until the sink has it.
+    let _held = match &message {
+        Value::String(s) => hold(
+            lua,
+            s.as_bytes().len().saturating_mul(2),
+            &format!("log.{level}"),
+        )?,
+        _ => None,
+    };
     let message = match message {
         Value::String(s) => s.to_str()?.to_owned(),
         other => {

@@ -20,9 +20,12 @@ use crate::sync::{AtomicUsize, Ordering};
 
 mod machine;
 mod size;
+mod text;
 
 pub(crate) use machine::default_budget;
 pub use size::{format_bytes, parse_size};
+pub(crate) use text::bounded_text;
+pub use text::MAX_TEXT_BYTES;
 
 /// Bytes held against a ceiling, and against the ledger above it; a reservation past either is
 /// refused and takes nothing.

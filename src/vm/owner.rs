@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use mlua::{Lua, MultiValue};
 
 use super::budget::{CancelToken, DeadlineMessage};
+use crate::ledger::{bounded_text, MAX_TEXT_BYTES};
 use crate::principal::capability::Authority;
 use crate::sync::Ordering;
 use crate::value::Message;
@@ -264,8 +265,14 @@ pub(crate) enum TaskFailure {
 }
 
 impl TaskFailure {
+    /// A raised error, its message and its stack each cut to [`MAX_TEXT_BYTES`]: a script may
+    /// raise a string as large as its VM holds, and the host keeps the failure after the VM
+    /// has let go of it.
     pub(crate) fn raised(message: String, traceback: String) -> Self {
-        TaskFailure::Raised { message, traceback }
+        TaskFailure::Raised {
+            message: bounded_text(message, MAX_TEXT_BYTES),
+            traceback: bounded_text(traceback, MAX_TEXT_BYTES),
+        }
     }
 
     pub(crate) fn deadline(d: Duration) -> Self {

@@ -18,19 +18,22 @@ pub(crate) struct Lines;
 
 impl LogSink for Lines {
     fn record(&self, r: &LogRecord) {
-        let mut line = match &r.printed {
-            Some(bytes) => bytes.clone(),
-            None => r.to_string().into_bytes(),
-        };
-        line.push(b'\n');
         // As Luau's `print` does, a line that can't be written (stdout closed) is dropped
-        // rather than failing the script.
-        let _ = if r.printed.is_some() {
-            let mut out = std::io::stdout().lock();
-            out.write_all(&line).and_then(|()| out.flush())
-        } else {
-            let mut err = std::io::stderr().lock();
-            err.write_all(&line).and_then(|()| err.flush())
+        // rather than failing the script. A printed line is written as it was given, with no
+        // copy: the domain charged it to its host memory once, for the record.
+        let _ = match &r.printed {
+            Some(bytes) => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(bytes)
+                    .and_then(|()| out.write_all(b"\n"))
+                    .and_then(|()| out.flush())
+            }
+            None => {
+                let mut line = r.to_string().into_bytes();
+                line.push(b'\n');
+                let mut err = std::io::stderr().lock();
+                err.write_all(&line).and_then(|()| err.flush())
+            }
         };
     }
 }

@@ -18,6 +18,14 @@ use crate::vm::{a_type, error_message, with_caller_source, VmCore};
 /// The longest phase name, in bytes.
 pub(crate) const MAX_PHASE_BYTES: usize = 64;
 
+/// The longest `origin` a descriptor may give: 1 KiB. It names a chunk.
+pub(crate) const MAX_ORIGIN_BYTES: usize = 1 << 10;
+
+/// The most a descriptor's `metadata` may weigh (by
+/// [`Message::queue_weight`](crate::Message::queue_weight)): 64 KiB. A job keeps its copy as
+/// long as it is registered, and every `jobs.info` copies it again.
+pub(crate) const MAX_METADATA_BYTES: usize = 64 << 10;
+
 /// What runs each frame for a registered job.
 pub(crate) enum Executor {
     /// `run()` on the engine thread, as a task.
@@ -125,7 +133,15 @@ pub(crate) fn read(
     let declared = read_declared(t)?;
     let origin = match field(t, "origin")? {
         Value::Nil => caller_origin(lua),
-        Value::String(s) => s.to_string_lossy().to_string(),
+        Value::String(s) if s.as_bytes().len() <= MAX_ORIGIN_BYTES => {
+            s.to_string_lossy().to_string()
+        }
+        Value::String(s) => {
+            return Err(format!(
+                "{WHAT}: origin must be at most {MAX_ORIGIN_BYTES} bytes, got {}",
+                s.as_bytes().len()
+            ))
+        }
         other => {
             return Err(format!(
                 "{WHAT}: origin must be a string, got {}",
@@ -135,9 +151,10 @@ pub(crate) fn read(
     };
     let metadata = match field(t, "metadata")? {
         Value::Nil => None,
-        v @ Value::Table(_) => {
-            Some(Message::from_lua(&v, "metadata").map_err(|e| format!("{WHAT}: {e}"))?)
-        }
+        v @ Value::Table(_) => Some(
+            Message::read_within(&v, "metadata", MAX_METADATA_BYTES)
+                .map_err(|e| format!("{WHAT}: {e}"))?,
+        ),
         other => {
             return Err(format!(
                 "{WHAT}: metadata must be a table of data, got {}",
