@@ -917,3 +917,47 @@ fn arguments_past_the_direct_copys_bound_still_arrive_and_every_kind_arrives_equ
         .unwrap();
     assert_eq!(same, Message::Boolean(true));
 }
+
+#[test]
+#[cfg(unix)]
+fn a_script_that_links_out_of_its_folder_is_refused_and_the_others_start() {
+    let tree = Tree::new(&[
+        (
+            "outside/secret.luau",
+            "print('the secret ran')\nsecret = 42\n",
+        ),
+        (
+            "res/evil/skein.toml",
+            "[resource]\nscripts = ['main.luau']\n",
+        ),
+        ("res/good/skein.toml", &manifest(&["answer"], &[])),
+        (
+            "res/good/impl/main.luau",
+            "function answer() return 7 end\n",
+        ),
+    ]);
+    let res = tree.path().join("res");
+    std::os::unix::fs::symlink(
+        tree.path().join("outside/secret.luau"),
+        res.join("evil/main.luau"),
+    )
+    .expect("link out");
+    // A link that stays inside its folder is followed.
+    std::os::unix::fs::symlink("impl/main.luau", res.join("good/main.luau")).expect("link in");
+    let mut host = ResourceHost::load(&Pool::new(2), &res, Grant::default()).expect("load");
+    let (refusal, message) = resource_error(host.start("evil").unwrap_err());
+    assert_eq!(refusal, ResourceRefusal::Script);
+    assert_eq!(
+        message,
+        format!(
+            "start: resource 'evil': main.luau: cannot read the script {}: it leads outside the folder {}",
+            res.join("evil/main.luau").display(),
+            res.join("evil").display()
+        )
+    );
+    assert_eq!(state_of(&host, "evil"), (ResourceState::Failed, 0));
+    // The host goes on: the other resource starts and answers.
+    host.start("good").expect("good starts");
+    assert_eq!(eval(&host, "good", "return answer()"), Message::Number(7.0));
+    host.shutdown();
+}

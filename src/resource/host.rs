@@ -9,6 +9,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
 use mlua::Value;
 
 use super::manifest::{check_name, Manifest};
@@ -403,6 +405,17 @@ impl ResourceHost {
         domain: &ScriptDomain,
     ) -> Result<HashMap<Arc<str>, mlua::Function>> {
         let name = &resource.name;
+        // Every script is opened beneath the folder's handle, as `require` confines modules
+        // below the project root: a script that is a link out of the folder is refused.
+        let dir = Dir::open_ambient_dir(&resource.folder, ambient_authority()).map_err(|e| {
+            refused(
+                ResourceRefusal::Script,
+                format!(
+                    "start: resource '{name}': cannot open its folder {}: {e}",
+                    resource.folder.display()
+                ),
+            )
+        })?;
         for script in &resource.manifest.scripts {
             let failed = |why: String| {
                 refused(
@@ -411,7 +424,7 @@ impl ResourceHost {
                 )
             };
             let handle = domain
-                .run_file(resource.folder.join(script), &[])
+                .run_file_beneath(&dir, &resource.folder, script)
                 .map_err(|e| failed(e.to_string()))?;
             if let ScriptStatus::Failed(why) = handle.status() {
                 return Err(failed(why));
