@@ -961,3 +961,60 @@ fn a_script_that_links_out_of_its_folder_is_refused_and_the_others_start() {
     assert_eq!(eval(&host, "good", "return answer()"), Message::Number(7.0));
     host.shutdown();
 }
+
+#[test]
+fn a_luaurc_above_a_resource_does_not_widen_its_project_root() {
+    let tree = Tree::new(&[
+        // Above the served folder, and in it: each would make its folder the project root of
+        // every script below it.
+        (".luaurc", r#"{ "aliases": { "up": "./res" } }"#),
+        ("res/.luaurc", r#"{ "aliases": { "b": "./b" } }"#),
+        ("res/b/skein.toml", "[resource]\n"),
+        ("res/b/private.luau", "return 'b private'\n"),
+        ("res/a/skein.toml", "[resource]\nscripts = ['main.luau']\n"),
+        ("res/a/own.luau", "return 'a own'\n"),
+        (
+            "res/a/main.luau",
+            "own = require('./own')\n\
+             tried = {}\n\
+             for _, spec in { '../b/private', '@b/private', '@up/b/private' } do\n\
+               local ok, err = pcall(require, spec)\n\
+               table.insert(tried, if ok then 'loaded' else tostring(err))\n\
+             end\n",
+        ),
+    ]);
+    let res = tree.path().join("res");
+    let mut host = ResourceHost::load(&Pool::new(2), &res, Grant::default()).expect("load");
+    host.start_set(&["a", "b"]).expect("start");
+    // Its own modules load.
+    assert_eq!(text(&eval(&host, "a", "return own")), "a own");
+    let main = res.join("a/main.luau");
+    let private = res.join("b/private.luau");
+    let root = res.join("a");
+    for (i, spec) in ["../b/private", "@b/private", "@up/b/private"]
+        .iter()
+        .enumerate()
+    {
+        let got = text(&eval(&host, "a", &format!("return tried[{}]", i + 1)));
+        assert_contains(
+            &got,
+            &format!(
+                "module '{spec}' from {} is {}, outside the project root {}",
+                main.display(),
+                private.display(),
+                root.display()
+            ),
+        );
+    }
+    // Host code in the resource's VM is confined the same way.
+    let got = text(&eval(
+        &host,
+        "a",
+        "local ok, err = pcall(require, '../b/private') return tostring(err)",
+    ));
+    assert_contains(
+        &got,
+        &format!("outside the project root {}", root.display()),
+    );
+    host.shutdown();
+}

@@ -359,6 +359,7 @@ impl ResourceHost {
         let tag = name.clone();
         let plan = Plan::new()
             .root(&resource.folder)
+            .project_at_root()
             .native(self.native)
             .builtins(BUILTINS)
             .setup(move |lua| {
