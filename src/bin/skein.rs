@@ -142,7 +142,10 @@ lie below an --allow-read / --allow-write directory.
 
 A command that fails says its error on stderr and the console goes on. quit, the end of
 standard input, SIGINT (Ctrl-C) and SIGTERM stop every resource, each after those that depend
-on it, and exit 0; a second signal exits at once. A DIR that can't be loaded exits 1.
+on it, and exit 0; a second signal exits at once. A signal that comes while a resource's code
+runs (a start script or an export in a loop) interrupts every resource's code within 100 ms:
+the server then shuts down at once, its stop handlers interrupted too. A DIR that can't be
+loaded exits 1.
 
 EXAMPLE:
     skein serve examples/server";

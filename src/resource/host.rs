@@ -13,6 +13,7 @@ use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use mlua::Value;
 
+use super::interrupt::HostInterrupt;
 use super::manifest::{check_name, Manifest};
 use super::module::{serve, EngineLink, ResourceName, BUILTINS, SERVICE};
 use super::order::{refused, start_order};
@@ -152,6 +153,8 @@ pub struct ResourceHost {
     /// By name.
     resources: Vec<Resource>,
     registry: Rc<Registry>,
+    /// The domains of the resources running or starting, for [`HostInterrupt`].
+    interrupts: HostInterrupt,
 }
 
 impl ResourceHost {
@@ -214,6 +217,7 @@ impl ResourceHost {
             ceiling,
             resources,
             registry,
+            interrupts: HostInterrupt::default(),
         })
     }
 
@@ -370,6 +374,7 @@ impl ResourceHost {
             .plan(plan)
             .grant(grant);
         let mut domain = ScriptDomain::new(&self.pool, spec)?;
+        self.interrupts.add(&name, domain.interrupt_handle());
         domain.lua().set_app_data(EngineLink {
             registry: self.registry.clone(),
             name: name.clone(),
@@ -381,8 +386,9 @@ impl ResourceHost {
         let published = self.run_scripts(resource, &domain).and_then(|exports| {
             let authority = domain.engine_authority().clone();
             let deadline = domain.run_deadline();
+            let halt = domain.engine_halt();
             self.registry
-                .publish(&name, domain.lua(), exports, authority, deadline)
+                .publish(&name, domain.lua(), exports, authority, halt, deadline)
                 .map_err(|e| {
                     refused(
                         ResourceRefusal::Script,
@@ -395,6 +401,7 @@ impl ResourceHost {
             Err(e) => {
                 self.registry.set_phase(&name, Phase::Stopped, false);
                 domain.stop();
+                self.interrupts.remove(&name);
                 Err(e)
             }
         }
@@ -558,6 +565,7 @@ impl ResourceHost {
         domain.stop();
         outcome.reports.extend(domain.take_reports());
         drop(domain);
+        self.interrupts.remove(name);
         Ok(outcome)
     }
 
@@ -591,6 +599,13 @@ impl ResourceHost {
             return Err(e);
         }
         Ok(outcome)
+    }
+
+    /// A `Send` handle that stops every resource's running Luau from any thread: a start
+    /// script or an export spinning in a loop ([`HostInterrupt`]). A runner's signal thread
+    /// uses it to end a host whose engine thread is busy in a resource's code.
+    pub fn interrupt_handle(&self) -> HostInterrupt {
+        self.interrupts.clone()
     }
 
     /// Every loaded resource, by name.
