@@ -1018,3 +1018,60 @@ fn a_luaurc_above_a_resource_does_not_widen_its_project_root() {
     );
     host.shutdown();
 }
+
+#[test]
+fn a_manifest_deadline_wins_over_the_hosts_and_a_resource_past_it_fails_alone() {
+    let tree = served(&[
+        (
+            "slow",
+            "[resource]\nscripts = ['main.luau']\ndeadline_ms = 100\n",
+            "while true do end",
+        ),
+        (
+            "spinner",
+            "[resource]\nscripts = ['main.luau']\nexports = ['spin']\ndeadline_ms = 60\n",
+            "function spin() while true do end end",
+        ),
+        (
+            "hosted",
+            "[resource]\nscripts = ['main.luau']\n",
+            "while true do end",
+        ),
+        ("caller", &manifest(&[], &["spinner"]), ""),
+    ]);
+    let mut host = host(&tree);
+    // The host's deadline, which `slow` and `spinner` replace with their own.
+    host.spec_with(|_, spec| spec.run_deadline(Duration::from_millis(200)));
+    let started = std::time::Instant::now();
+    let (refusal_kind, message) = resource_error(host.start("slow").unwrap_err());
+    assert_eq!(refusal_kind, ResourceRefusal::Script);
+    assert_contains(
+        &message,
+        "failed: deadline exceeded: one run took longer than 0.1 s",
+    );
+    assert!(
+        message.starts_with("start: resource 'slow': main.luau: "),
+        "{message}"
+    );
+    let (_, message) = resource_error(host.start("hosted").unwrap_err());
+    assert_contains(
+        &message,
+        "failed: deadline exceeded: one run took longer than 0.2 s",
+    );
+    // The host goes on: the others start, and an export past its own deadline fails the call
+    // alone.
+    host.start_set(&["caller", "spinner"]).expect("start");
+    let err = refusal(
+        host.domain("caller").unwrap(),
+        "require('@skein/resources').import('spinner').spin()",
+    );
+    assert!(
+        err.starts_with("spinner.spin: deadline exceeded: one run took longer than 0.06 s"),
+        "{err}"
+    );
+    assert_eq!(eval(&host, "caller", "return 1 + 1"), Message::Number(2.0));
+    assert_eq!(state_of(&host, "slow"), (ResourceState::Failed, 0));
+    assert_eq!(state_of(&host, "spinner"), (ResourceState::Running, 1));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    host.shutdown();
+}

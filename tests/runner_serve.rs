@@ -576,6 +576,8 @@ fn serve_help_says_the_startup_set_the_ceiling_and_the_exits() {
     assert_contains(&stdout, "Usage: skein serve [OPTIONS] <DIR>");
     assert_contains(&stdout, "--start <NAME,...>");
     assert_contains(&stdout, "--allow-read <PATH>");
+    assert_contains(&stdout, "--deadline <MS>");
+    assert_contains(&stdout, "A skein.toml's `deadline_ms` wins over it for its resource");
     assert_contains(
         &stdout,
         "The --allow* flags are the most any resource may be granted",
@@ -723,5 +725,74 @@ fn a_signal_interrupts_an_export_that_spins_and_the_server_exits() {
         assert!(took < SIGNAL_BOUND, "signal {signal}: took {took:?}");
         assert_eq!(status.code(), Some(0), "{status:?}");
         assert_eq!(out, ["shutting down: signal"]);
+    }
+}
+
+#[test]
+fn deadline_sets_every_resources_run_deadline_unless_its_manifest_gives_one() {
+    let tree = Tree::new(&[
+        (
+            "res/hosted/skein.toml",
+            "[resource]\nscripts = ['main.luau']\n",
+        ),
+        ("res/hosted/main.luau", "while true do end\n"),
+        (
+            "res/own/skein.toml",
+            "[resource]\nscripts = ['main.luau']\ndeadline_ms = 150\n",
+        ),
+        ("res/own/main.luau", "while true do end\n"),
+        (
+            "res/fine/skein.toml",
+            "[resource]\nscripts = ['main.luau']\n",
+        ),
+        ("res/fine/main.luau", "print('fine: start')\n"),
+    ]);
+    let dir = tree.path().join("res");
+    let mut served = Served::start(&dir, &["--deadline", "100", "--start", "hosted,own,fine"]);
+    // The set stops at its first failure: the server's deadline stopped `hosted`.
+    let first = served.err();
+    assert_eq!(
+        first,
+        format!(
+            "error: start: resource 'hosted': main.luau: script {}/hosted/main.luau failed: deadline exceeded: one run took longer than 0.1 s",
+            dir.display()
+        )
+    );
+    served.out();
+    // Its own deadline stops `own`; the console and `fine` go on.
+    served.send("start own");
+    assert_eq!(
+        served.err(),
+        format!(
+            "error: start: resource 'own': main.luau: script {}/own/main.luau failed: deadline exceeded: one run took longer than 0.15 s",
+            dir.display()
+        )
+    );
+    served.send("start fine");
+    assert_eq!(served.out(), "fine: start");
+    served.send("quit");
+    let (status, _, _) = served.exit();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+
+    // Bounded: 1 and 60000 are taken, 0 and 60001 refused as usage errors.
+    let empty = Tree::new(&[]);
+    for ms in ["1", "60000"] {
+        let mut served = Served::start(empty.path().as_path(), &["--deadline", ms]);
+        served.close();
+        let (status, _, err) = served.exit();
+        assert_eq!(
+            (status.code(), err),
+            (Some(0), Vec::<String>::new()),
+            "--deadline {ms}"
+        );
+    }
+    let dir = dir.to_str().expect("utf-8 path");
+    for ms in ["0", "60001"] {
+        let (code, _, stderr) = skein(&["serve", dir, "--deadline", ms]);
+        assert_eq!(code, 2, "--deadline {ms}");
+        assert_contains(
+            &stderr,
+            &format!("error: invalid value '{ms}' for '--deadline <MS>': {ms} is not in 1..=60000"),
+        );
     }
 }

@@ -11,6 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use skein::{
@@ -159,6 +160,13 @@ struct ServeArgs {
     /// The resources to start, comma-separated, instead of DIR/skein-host.toml's list
     #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
     start: Option<Vec<String>>,
+
+    /// The longest one run of a resource's code may take, in milliseconds, 1 to 60000 (default
+    /// 60000): a start script, one call of an export, a handler or a task run. Past it the
+    /// run stops with `deadline exceeded`, and the rest of the server goes on. A skein.toml's
+    /// `deadline_ms` wins over it for its resource
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    deadline: Option<u64>,
 
     #[command(flatten)]
     pool: PoolArgs,
@@ -356,6 +364,7 @@ fn serve_resources(args: ServeArgs) -> Result<(), Failed> {
         pool: args.pool.pool(),
         ceiling,
         native: args.code.native(),
+        deadline: args.deadline.map(Duration::from_millis),
     })
     .map_err(|e| fail(&e))
 }

@@ -225,7 +225,8 @@ impl ResourceHost {
     /// `f` gets the resource's name and its spec, and answers it with the host's settings
     /// (a run deadline, event limits, sinks, contexts...). The plan (rooted at the resource's
     /// folder) and the grant (what its manifest asks, within the ceiling) are set after `f`,
-    /// so `f` can't widen them.
+    /// so `f` can't widen them; so is the run deadline of a manifest that gives one
+    /// ([`Manifest::deadline`]): the resource's own deadline wins over the host's.
     ///
     /// ```
     /// use std::time::Duration;
@@ -370,9 +371,12 @@ impl ResourceHost {
                 lua.set_app_data(ResourceName(tag.clone()));
                 Ok(())
             });
-        let spec = (self.shape)(&name, DomainSpec::new(&*name))
-            .plan(plan)
-            .grant(grant);
+        let mut spec = (self.shape)(&name, DomainSpec::new(&*name));
+        // The resource's own deadline wins over the host's.
+        if let Some(deadline) = resource.manifest.deadline {
+            spec = spec.run_deadline(deadline);
+        }
+        let spec = spec.plan(plan).grant(grant);
         let mut domain = ScriptDomain::new(&self.pool, spec)?;
         self.interrupts.add(&name, domain.interrupt_handle());
         domain.lua().set_app_data(EngineLink {

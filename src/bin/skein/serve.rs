@@ -109,6 +109,8 @@ pub(crate) struct Options<'a> {
     pub ceiling: Grant,
     /// `--native` / `--no-native`: the code mode of every resource's VMs.
     pub native: NativeMode,
+    /// `--deadline`: every resource's run deadline, unless its manifest gives its own.
+    pub deadline: Option<Duration>,
 }
 
 /// The startup set: `--start`, else `DIR/skein-host.toml`'s `[host] start`, else nothing.
@@ -156,8 +158,14 @@ pub(crate) fn serve(options: Options<'_>) -> Result<(), Error> {
     drop(signal_to);
     // Every resource's `print` lines and log records are written as `skein run` writes them:
     // one write a line, so the console's answers and the resources' lines never interleave.
-    host.0
-        .spec_with(|_, spec| spec.logs(Arc::new(print::Lines)));
+    let deadline = options.deadline;
+    host.0.spec_with(move |_, spec| {
+        let spec = spec.logs(Arc::new(print::Lines));
+        match deadline {
+            Some(deadline) => spec.run_deadline(deadline),
+            None => spec,
+        }
+    });
     host.0.native(options.native);
     let mut say = Say {
         out: stdout(),
