@@ -125,7 +125,8 @@ pub use principal::{
     ProfileKind, ProfileSink, ProfileThread, QueueBound, Severity,
 };
 pub use resource::{
-    HostFile, Manifest, ResourceHost, ResourceInfo, ResourceReport, ResourceState, StopOutcome,
+    HostFile, HostInterrupt, Manifest, ResourceHost, ResourceInfo, ResourceReport, ResourceState,
+    StopOutcome,
 };
 pub use shared::{
     FrozenTable, PopError, PushError, PushErrorKind, QueueError, QueueOpenError,

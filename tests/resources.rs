@@ -917,3 +917,161 @@ fn arguments_past_the_direct_copys_bound_still_arrive_and_every_kind_arrives_equ
         .unwrap();
     assert_eq!(same, Message::Boolean(true));
 }
+
+#[test]
+#[cfg(unix)]
+fn a_script_that_links_out_of_its_folder_is_refused_and_the_others_start() {
+    let tree = Tree::new(&[
+        (
+            "outside/secret.luau",
+            "print('the secret ran')\nsecret = 42\n",
+        ),
+        (
+            "res/evil/skein.toml",
+            "[resource]\nscripts = ['main.luau']\n",
+        ),
+        ("res/good/skein.toml", &manifest(&["answer"], &[])),
+        (
+            "res/good/impl/main.luau",
+            "function answer() return 7 end\n",
+        ),
+    ]);
+    let res = tree.path().join("res");
+    std::os::unix::fs::symlink(
+        tree.path().join("outside/secret.luau"),
+        res.join("evil/main.luau"),
+    )
+    .expect("link out");
+    // A link that stays inside its folder is followed.
+    std::os::unix::fs::symlink("impl/main.luau", res.join("good/main.luau")).expect("link in");
+    let mut host = ResourceHost::load(&Pool::new(2), &res, Grant::default()).expect("load");
+    let (refusal, message) = resource_error(host.start("evil").unwrap_err());
+    assert_eq!(refusal, ResourceRefusal::Script);
+    assert_eq!(
+        message,
+        format!(
+            "start: resource 'evil': main.luau: cannot read the script {}: it leads outside the folder {}",
+            res.join("evil/main.luau").display(),
+            res.join("evil").display()
+        )
+    );
+    assert_eq!(state_of(&host, "evil"), (ResourceState::Failed, 0));
+    // The host goes on: the other resource starts and answers.
+    host.start("good").expect("good starts");
+    assert_eq!(eval(&host, "good", "return answer()"), Message::Number(7.0));
+    host.shutdown();
+}
+
+#[test]
+fn a_luaurc_above_a_resource_does_not_widen_its_project_root() {
+    let tree = Tree::new(&[
+        // Above the served folder, and in it: each would make its folder the project root of
+        // every script below it.
+        (".luaurc", r#"{ "aliases": { "up": "./res" } }"#),
+        ("res/.luaurc", r#"{ "aliases": { "b": "./b" } }"#),
+        ("res/b/skein.toml", "[resource]\n"),
+        ("res/b/private.luau", "return 'b private'\n"),
+        ("res/a/skein.toml", "[resource]\nscripts = ['main.luau']\n"),
+        ("res/a/own.luau", "return 'a own'\n"),
+        (
+            "res/a/main.luau",
+            "own = require('./own')\n\
+             tried = {}\n\
+             for _, spec in { '../b/private', '@b/private', '@up/b/private' } do\n\
+               local ok, err = pcall(require, spec)\n\
+               table.insert(tried, if ok then 'loaded' else tostring(err))\n\
+             end\n",
+        ),
+    ]);
+    let res = tree.path().join("res");
+    let mut host = ResourceHost::load(&Pool::new(2), &res, Grant::default()).expect("load");
+    host.start_set(&["a", "b"]).expect("start");
+    // Its own modules load.
+    assert_eq!(text(&eval(&host, "a", "return own")), "a own");
+    let main = res.join("a/main.luau");
+    let private = res.join("b/private.luau");
+    let root = res.join("a");
+    for (i, spec) in ["../b/private", "@b/private", "@up/b/private"]
+        .iter()
+        .enumerate()
+    {
+        let got = text(&eval(&host, "a", &format!("return tried[{}]", i + 1)));
+        assert_contains(
+            &got,
+            &format!(
+                "module '{spec}' from {} is {}, outside the project root {}",
+                main.display(),
+                private.display(),
+                root.display()
+            ),
+        );
+    }
+    // Host code in the resource's VM is confined the same way.
+    let got = text(&eval(
+        &host,
+        "a",
+        "local ok, err = pcall(require, '../b/private') return tostring(err)",
+    ));
+    assert_contains(
+        &got,
+        &format!("outside the project root {}", root.display()),
+    );
+    host.shutdown();
+}
+
+#[test]
+fn a_manifest_deadline_wins_over_the_hosts_and_a_resource_past_it_fails_alone() {
+    let tree = served(&[
+        (
+            "slow",
+            "[resource]\nscripts = ['main.luau']\ndeadline_ms = 100\n",
+            "while true do end",
+        ),
+        (
+            "spinner",
+            "[resource]\nscripts = ['main.luau']\nexports = ['spin']\ndeadline_ms = 60\n",
+            "function spin() while true do end end",
+        ),
+        (
+            "hosted",
+            "[resource]\nscripts = ['main.luau']\n",
+            "while true do end",
+        ),
+        ("caller", &manifest(&[], &["spinner"]), ""),
+    ]);
+    let mut host = host(&tree);
+    // The host's deadline, which `slow` and `spinner` replace with their own.
+    host.spec_with(|_, spec| spec.run_deadline(Duration::from_millis(200)));
+    let started = std::time::Instant::now();
+    let (refusal_kind, message) = resource_error(host.start("slow").unwrap_err());
+    assert_eq!(refusal_kind, ResourceRefusal::Script);
+    assert_contains(
+        &message,
+        "failed: deadline exceeded: one run took longer than 0.1 s",
+    );
+    assert!(
+        message.starts_with("start: resource 'slow': main.luau: "),
+        "{message}"
+    );
+    let (_, message) = resource_error(host.start("hosted").unwrap_err());
+    assert_contains(
+        &message,
+        "failed: deadline exceeded: one run took longer than 0.2 s",
+    );
+    // The host goes on: the others start, and an export past its own deadline fails the call
+    // alone.
+    host.start_set(&["caller", "spinner"]).expect("start");
+    let err = refusal(
+        host.domain("caller").unwrap(),
+        "require('@skein/resources').import('spinner').spin()",
+    );
+    assert!(
+        err.starts_with("spinner.spin: deadline exceeded: one run took longer than 0.06 s"),
+        "{err}"
+    );
+    assert_eq!(eval(&host, "caller", "return 1 + 1"), Message::Number(2.0));
+    assert_eq!(state_of(&host, "slow"), (ResourceState::Failed, 0));
+    assert_eq!(state_of(&host, "spinner"), (ResourceState::Running, 1));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    host.shutdown();
+}

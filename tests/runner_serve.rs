@@ -576,6 +576,8 @@ fn serve_help_says_the_startup_set_the_ceiling_and_the_exits() {
     assert_contains(&stdout, "Usage: skein serve [OPTIONS] <DIR>");
     assert_contains(&stdout, "--start <NAME,...>");
     assert_contains(&stdout, "--allow-read <PATH>");
+    assert_contains(&stdout, "--deadline <MS>");
+    assert_contains(&stdout, "A skein.toml's `deadline_ms` wins over it for its resource");
     assert_contains(
         &stdout,
         "The --allow* flags are the most any resource may be granted",
@@ -583,6 +585,10 @@ fn serve_help_says_the_startup_set_the_ceiling_and_the_exits() {
     assert_contains(
         &stdout,
         "SIGTERM stop every resource, each after those that depend\non it, and exit 0",
+    );
+    assert_contains(
+        &stdout,
+        "A signal that comes while a resource's code\nruns (a start script or an export in a loop) interrupts every resource's code within 100 ms",
     );
     // A missing DIR is a usage error.
     let (code, _, stderr) = skein(&["serve"]);
@@ -624,4 +630,169 @@ fn native_and_no_native_choose_every_resources_code_mode_and_conflict() {
         &stderr,
         "error: the argument '--native' cannot be used with '--no-native'",
     );
+}
+
+/// Signals `served` with `signal` once its resource's code spins, and answers how long the
+/// runner took to exit after it, with the exit status and what stdout and stderr still held.
+fn signal_to_exit(served: Served, signal: i32) -> (Duration, ExitStatus, Vec<String>, Vec<String>) {
+    // Inside the loop by now, give or take the few instructions after the print.
+    std::thread::sleep(Duration::from_millis(100));
+    let sent = Instant::now();
+    served.signal(signal);
+    let mut served = served;
+    let status = exit_within(&mut served.child, ANSWER).expect("skein serve exits");
+    let took = sent.elapsed();
+    let out = served.out.try_iter().collect();
+    let err = served.err.try_iter().collect();
+    (took, status, out, err)
+}
+
+/// Where the issue wants a signal honoured; the assertion allows a loaded debug build more.
+const SIGNAL_GOAL: Duration = Duration::from_millis(100);
+const SIGNAL_BOUND: Duration = Duration::from_secs(2);
+
+#[test]
+fn a_signal_interrupts_a_start_script_that_spins_and_the_server_exits() {
+    let tree = Tree::new(&[
+        (
+            "res/spin/skein.toml",
+            "[resource]\nscripts = ['main.luau']\n",
+        ),
+        (
+            "res/spin/main.luau",
+            "print('spinning')\nwhile true do end\n",
+        ),
+    ]);
+    let served = Served::start(&tree.path().join("res"), &["--start", "spin"]);
+    assert_eq!(served.out(), "spinning");
+    let (took, status, out, err) = signal_to_exit(served, libc::SIGTERM);
+    println!("SIGTERM to exit, a start script spinning: {took:?} (goal {SIGNAL_GOAL:?})");
+    assert!(took < SIGNAL_BOUND, "took {took:?}");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    // The start failed, naming the interrupt; the console came up and shut down at once.
+    assert_eq!(
+        err,
+        [format!(
+            "error: start: resource 'spin': main.luau: script {}/res/spin/main.luau failed: cancelled",
+            tree.path().display()
+        )]
+    );
+    assert_eq!(
+        out,
+        [
+            banner(
+                &tree,
+                "serving 1 resource from {DIR}/res, none running; help lists the commands"
+            ),
+            "shutting down: signal".to_owned()
+        ]
+    );
+}
+
+#[test]
+fn a_signal_interrupts_an_export_that_spins_and_the_server_exits() {
+    let tree = Tree::new(&[
+        (
+            "res/spinner/skein.toml",
+            "[resource]\nscripts = ['main.luau']\nexports = ['spin']\n",
+        ),
+        (
+            "res/spinner/main.luau",
+            "function spin() print('spinning') while true do end end\n",
+        ),
+        (
+            "res/caller/skein.toml",
+            "[resource]\nscripts = ['main.luau']\ndependencies = ['spinner']\n",
+        ),
+        (
+            "res/caller/main.luau",
+            "local spinner = require('@skein/resources').import('spinner')\n\
+             task.delay(0.05, function() spinner.spin() end)\n",
+        ),
+    ]);
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let served = Served::start(&tree.path().join("res"), &["--start", "caller,spinner"]);
+        assert_eq!(
+            served.out(),
+            banner(
+                &tree,
+                "serving 2 resources from {DIR}/res, 2 running: caller, spinner; help lists the commands"
+            )
+        );
+        assert_eq!(served.out(), "spinning");
+        let (took, status, out, _) = signal_to_exit(served, signal);
+        println!("signal {signal} to exit, an export spinning: {took:?} (goal {SIGNAL_GOAL:?})");
+        assert!(took < SIGNAL_BOUND, "signal {signal}: took {took:?}");
+        assert_eq!(status.code(), Some(0), "{status:?}");
+        assert_eq!(out, ["shutting down: signal"]);
+    }
+}
+
+#[test]
+fn deadline_sets_every_resources_run_deadline_unless_its_manifest_gives_one() {
+    let tree = Tree::new(&[
+        (
+            "res/hosted/skein.toml",
+            "[resource]\nscripts = ['main.luau']\n",
+        ),
+        ("res/hosted/main.luau", "while true do end\n"),
+        (
+            "res/own/skein.toml",
+            "[resource]\nscripts = ['main.luau']\ndeadline_ms = 150\n",
+        ),
+        ("res/own/main.luau", "while true do end\n"),
+        (
+            "res/fine/skein.toml",
+            "[resource]\nscripts = ['main.luau']\n",
+        ),
+        ("res/fine/main.luau", "print('fine: start')\n"),
+    ]);
+    let dir = tree.path().join("res");
+    let mut served = Served::start(&dir, &["--deadline", "100", "--start", "hosted,own,fine"]);
+    // The set stops at its first failure: the server's deadline stopped `hosted`.
+    let first = served.err();
+    assert_eq!(
+        first,
+        format!(
+            "error: start: resource 'hosted': main.luau: script {}/hosted/main.luau failed: deadline exceeded: one run took longer than 0.1 s",
+            dir.display()
+        )
+    );
+    served.out();
+    // Its own deadline stops `own`; the console and `fine` go on.
+    served.send("start own");
+    assert_eq!(
+        served.err(),
+        format!(
+            "error: start: resource 'own': main.luau: script {}/own/main.luau failed: deadline exceeded: one run took longer than 0.15 s",
+            dir.display()
+        )
+    );
+    served.send("start fine");
+    assert_eq!(served.out(), "fine: start");
+    served.send("quit");
+    let (status, _, _) = served.exit();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+
+    // Bounded: 1 and 60000 are taken, 0 and 60001 refused as usage errors.
+    let empty = Tree::new(&[]);
+    for ms in ["1", "60000"] {
+        let mut served = Served::start(empty.path().as_path(), &["--deadline", ms]);
+        served.close();
+        let (status, _, err) = served.exit();
+        assert_eq!(
+            (status.code(), err),
+            (Some(0), Vec::<String>::new()),
+            "--deadline {ms}"
+        );
+    }
+    let dir = dir.to_str().expect("utf-8 path");
+    for ms in ["0", "60001"] {
+        let (code, _, stderr) = skein(&["serve", dir, "--deadline", ms]);
+        assert_eq!(code, 2, "--deadline {ms}");
+        assert_contains(
+            &stderr,
+            &format!("error: invalid value '{ms}' for '--deadline <MS>': {ms} is not in 1..=60000"),
+        );
+    }
 }

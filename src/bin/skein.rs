@@ -11,6 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use skein::{
@@ -142,7 +143,10 @@ lie below an --allow-read / --allow-write directory.
 
 A command that fails says its error on stderr and the console goes on. quit, the end of
 standard input, SIGINT (Ctrl-C) and SIGTERM stop every resource, each after those that depend
-on it, and exit 0; a second signal exits at once. A DIR that can't be loaded exits 1.
+on it, and exit 0; a second signal exits at once. A signal that comes while a resource's code
+runs (a start script or an export in a loop) interrupts every resource's code within 100 ms:
+the server then shuts down at once, its stop handlers interrupted too. A DIR that can't be
+loaded exits 1.
 
 EXAMPLE:
     skein serve examples/server";
@@ -156,6 +160,13 @@ struct ServeArgs {
     /// The resources to start, comma-separated, instead of DIR/skein-host.toml's list
     #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
     start: Option<Vec<String>>,
+
+    /// The longest one run of a resource's code may take, in milliseconds, 1 to 60000 (default
+    /// 60000): a start script, one call of an export, a handler or a task run. Past it the
+    /// run stops with `deadline exceeded`, and the rest of the server goes on. A skein.toml's
+    /// `deadline_ms` wins over it for its resource
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    deadline: Option<u64>,
 
     #[command(flatten)]
     pool: PoolArgs,
@@ -411,6 +422,7 @@ fn serve_resources(args: ServeArgs) -> Result<(), Failed> {
         vm_memory,
         ceiling,
         native: args.code.native(),
+        deadline: args.deadline.map(Duration::from_millis),
     })
     .map_err(|e| fail(&e))
 }

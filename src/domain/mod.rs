@@ -346,6 +346,13 @@ impl ScriptDomain {
         &self.current.principal.authority
     }
 
+    /// The token every engine VM of the domain runs with, set by an
+    /// [`InterruptHandle`]: code of a layer above that runs the engine VM's functions (a
+    /// resource's export) runs with it, so an interrupt stops that too.
+    pub(crate) fn engine_halt(&self) -> Arc<crate::vm::budget::CancelToken> {
+        self.interrupt.engine_token()
+    }
+
     /// The longest one run of the domain's code may take (its spec's run deadline).
     pub(crate) fn run_deadline(&self) -> Duration {
         self.current.principal.max_deadline

@@ -55,14 +55,36 @@ impl ScriptDomain {
     /// As [`run_file`](Self::run_file).
     pub fn run_file_bytes(&self, path: impl AsRef<Path>, args: &[&[u8]]) -> Result<ScriptHandle> {
         let (path, source) = script_file::read(path.as_ref())?;
+        self.run_source_of(&path, &source, args)
+    }
+
+    /// As [`run_file`](Self::run_file) for the script `relative` beneath `folder`, opened
+    /// through `dir`, the folder's handle ([`script_file::read_beneath`]): a link out of the
+    /// folder is refused, not followed.
+    ///
+    /// # Errors
+    /// As [`run_file`](Self::run_file), and [`Error::Io`] for a path that leads outside the
+    /// folder.
+    pub(crate) fn run_file_beneath(
+        &self,
+        dir: &cap_std::fs::Dir,
+        folder: &Path,
+        relative: &str,
+    ) -> Result<ScriptHandle> {
+        let (path, source) = script_file::read_beneath(dir, folder, relative)?;
+        self.run_source_of(&path, &source, &[])
+    }
+
+    /// Starts `source`, read from the file `path`, as a main script with `args` as its `...`.
+    fn run_source_of(&self, path: &Path, source: &[u8], args: &[&[u8]]) -> Result<ScriptHandle> {
         let name = format!("@{}", path.display());
         let args: Vec<Value> = args
             .iter()
             .map(|a| self.current.vm.lua.create_string(a).map(Value::String))
             .collect::<mlua::Result<_>>()?;
-        let label = display_name(&path);
+        let label = display_name(path);
         let slot = self.start_chunk(
-            &source,
+            source,
             &name,
             &label,
             MultiValue::from_iter(args),

@@ -9,8 +9,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
 use mlua::Value;
 
+use super::interrupt::HostInterrupt;
 use super::manifest::{check_name, Manifest};
 use super::module::{serve, EngineLink, ResourceName, BUILTINS, SERVICE};
 use super::order::{refused, start_order};
@@ -152,6 +155,8 @@ pub struct ResourceHost {
     /// By name.
     resources: Vec<Resource>,
     registry: Rc<Registry>,
+    /// The domains of the resources running or starting, for [`HostInterrupt`].
+    interrupts: HostInterrupt,
 }
 
 impl ResourceHost {
@@ -215,6 +220,7 @@ impl ResourceHost {
             ceiling,
             resources,
             registry,
+            interrupts: HostInterrupt::default(),
         })
     }
 
@@ -222,7 +228,8 @@ impl ResourceHost {
     /// `f` gets the resource's name and its spec, and answers it with the host's settings
     /// (a run deadline, event limits, sinks, contexts...). The plan (rooted at the resource's
     /// folder) and the grant (what its manifest asks, within the ceiling) are set after `f`,
-    /// so `f` can't widen them.
+    /// so `f` can't widen them; so is the run deadline of a manifest that gives one
+    /// ([`Manifest::deadline`]): the resource's own deadline wins over the host's.
     ///
     /// ```
     /// use std::time::Duration;
@@ -379,6 +386,7 @@ impl ResourceHost {
         let tag = name.clone();
         let plan = Plan::new()
             .root(&resource.folder)
+            .project_at_root()
             .native(self.native)
             .memory_limit(self.memory_limit)
             .builtins(BUILTINS)
@@ -386,10 +394,14 @@ impl ResourceHost {
                 lua.set_app_data(ResourceName(tag.clone()));
                 Ok(())
             });
-        let spec = (self.shape)(&name, DomainSpec::new(&*name))
-            .plan(plan)
-            .grant(grant);
+        let mut spec = (self.shape)(&name, DomainSpec::new(&*name));
+        // The resource's own deadline wins over the host's.
+        if let Some(deadline) = resource.manifest.deadline {
+            spec = spec.run_deadline(deadline);
+        }
+        let spec = spec.plan(plan).grant(grant);
         let mut domain = ScriptDomain::new(&self.pool, spec)?;
+        self.interrupts.add(&name, domain.interrupt_handle());
         domain.lua().set_app_data(EngineLink {
             registry: self.registry.clone(),
             name: name.clone(),
@@ -401,8 +413,9 @@ impl ResourceHost {
         let published = self.run_scripts(resource, &domain).and_then(|exports| {
             let authority = domain.engine_authority().clone();
             let deadline = domain.run_deadline();
+            let halt = domain.engine_halt();
             self.registry
-                .publish(&name, domain.lua(), exports, authority, deadline)
+                .publish(&name, domain.lua(), exports, authority, halt, deadline)
                 .map_err(|e| {
                     refused(
                         ResourceRefusal::Script,
@@ -415,6 +428,7 @@ impl ResourceHost {
             Err(e) => {
                 self.registry.set_phase(&name, Phase::Stopped, false);
                 domain.stop();
+                self.interrupts.remove(&name);
                 Err(e)
             }
         }
@@ -426,6 +440,17 @@ impl ResourceHost {
         domain: &ScriptDomain,
     ) -> Result<HashMap<Arc<str>, mlua::Function>> {
         let name = &resource.name;
+        // Every script is opened beneath the folder's handle, as `require` confines modules
+        // below the project root: a script that is a link out of the folder is refused.
+        let dir = Dir::open_ambient_dir(&resource.folder, ambient_authority()).map_err(|e| {
+            refused(
+                ResourceRefusal::Script,
+                format!(
+                    "start: resource '{name}': cannot open its folder {}: {e}",
+                    resource.folder.display()
+                ),
+            )
+        })?;
         for script in &resource.manifest.scripts {
             let failed = |why: String| {
                 refused(
@@ -434,7 +459,7 @@ impl ResourceHost {
                 )
             };
             let handle = domain
-                .run_file(resource.folder.join(script), &[])
+                .run_file_beneath(&dir, &resource.folder, script)
                 .map_err(|e| failed(e.to_string()))?;
             if let ScriptStatus::Failed(why) = handle.status() {
                 return Err(failed(why));
@@ -567,6 +592,7 @@ impl ResourceHost {
         domain.stop();
         outcome.reports.extend(domain.take_reports());
         drop(domain);
+        self.interrupts.remove(name);
         Ok(outcome)
     }
 
@@ -600,6 +626,13 @@ impl ResourceHost {
             return Err(e);
         }
         Ok(outcome)
+    }
+
+    /// A `Send` handle that stops every resource's running Luau from any thread: a start
+    /// script or an export spinning in a loop ([`HostInterrupt`]). A runner's signal thread
+    /// uses it to end a host whose engine thread is busy in a resource's code.
+    pub fn interrupt_handle(&self) -> HostInterrupt {
+        self.interrupts.clone()
     }
 
     /// Every loaded resource, by name.

@@ -10,6 +10,7 @@
 
 use std::ops::Range;
 use std::path::{Component, Path};
+use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -20,6 +21,10 @@ use crate::principal::capability::CapabilityId;
 /// The largest `skein.toml` or `skein-host.toml` read: 1 MiB.
 pub(crate) const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 
+/// The longest `resource.deadline_ms` a manifest may ask: 60,000 (60 s, the longest run
+/// deadline a domain may have).
+pub(crate) const MAX_DEADLINE_MS: u64 = 60_000;
+
 /// A resource's `skein.toml`, as read and checked.
 ///
 /// ```toml
@@ -27,6 +32,7 @@ pub(crate) const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 /// scripts = ["main.luau"]          # run in order in the resource's engine VM at start
 /// exports = ["add", "describe"]    # global functions other resources may call
 /// dependencies = ["store"]         # resources that must be running first
+/// deadline_ms = 250                # the longest one run of its code may take, 1 to 60000
 /// [capabilities]                   # never more than the host holds
 /// allow = ["worker.spawn"]
 /// read = ["data"]                  # roots relative to the resource's folder
@@ -43,6 +49,11 @@ pub struct Manifest {
     pub exports: Vec<String>,
     /// Resources that must be running before this one starts.
     pub dependencies: Vec<String>,
+    /// The longest one run of the resource's code may take (`deadline_ms`, 1 ms to 60 s): its
+    /// start scripts, each call of an export, each handler and task run. Its domain's run
+    /// deadline ([`DomainSpec::run_deadline`](crate::DomainSpec::run_deadline)); when left
+    /// out, the host's.
+    pub deadline: Option<Duration>,
     /// Capabilities asked of the host.
     pub allow: Vec<CapabilityId>,
     /// Directories, relative to the resource's folder, that `filesystem.read` reaches.
@@ -83,6 +94,8 @@ struct RawResource {
     exports: Vec<Spanned<String>>,
     #[serde(default)]
     dependencies: Vec<Spanned<String>>,
+    #[serde(default)]
+    deadline_ms: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -172,6 +185,24 @@ impl Manifest {
                 dependencies.push(d.into_inner());
             }
         }
+        let deadline = match raw.resource.deadline_ms {
+            None => None,
+            Some(ms) => {
+                let value = *ms.get_ref();
+                match u64::try_from(value) {
+                    Ok(good @ 1..=MAX_DEADLINE_MS) => Some(Duration::from_millis(good)),
+                    _ => return Err(refused(
+                        file,
+                        text,
+                        ms.span(),
+                        "resource.deadline_ms",
+                        &format!(
+                            "{value} is not a deadline: give 1 to {MAX_DEADLINE_MS} milliseconds"
+                        ),
+                    )),
+                }
+            }
+        };
         let mut allow = Vec::new();
         for a in raw.capabilities.allow {
             let id = CapabilityId::new(a.get_ref())
@@ -192,6 +223,7 @@ impl Manifest {
             scripts,
             exports,
             dependencies,
+            deadline,
             allow,
             read,
             write,
@@ -441,5 +473,27 @@ mod tests {
             "m:2: resource.dependencies: '.x' is not a resource name: 1 to 64 ASCII letters, \
              digits, '_', '-' or '.', not starting with '.'"
         );
+    }
+
+    #[test]
+    fn a_deadline_is_1_to_60000_milliseconds() {
+        let deadline = |ms: &str| {
+            Manifest::parse("m", &format!("[resource]\ndeadline_ms = {ms}\n")).map(|m| m.deadline)
+        };
+        assert_eq!(deadline("1").unwrap(), Some(Duration::from_millis(1)));
+        assert_eq!(deadline("60000").unwrap(), Some(Duration::from_secs(60)));
+        assert_eq!(Manifest::parse("m", "[resource]\n").unwrap().deadline, None);
+        for (ms, shown) in [("0", "0"), ("60001", "60001"), ("-5", "-5")] {
+            assert_eq!(
+                deadline(ms).unwrap_err().to_string(),
+                format!(
+                    "m:2: resource.deadline_ms: {shown} is not a deadline: give 1 to 60000 milliseconds"
+                )
+            );
+        }
+        assert!(deadline("0.5")
+            .unwrap_err()
+            .to_string()
+            .starts_with("m:2: resource.deadline_ms: invalid type: floating point"));
     }
 }

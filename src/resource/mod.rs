@@ -12,13 +12,17 @@
 //! - `module.rs` (with `proxy.luau`, `call.luau`): `@skein/resources` in every VM of a
 //!   resource, registered through `vm`'s built-in module registry; a worker VM forwards its
 //!   calls to the engine thread as an engine-service query;
+//! - `interrupt.rs`: [`HostInterrupt`], every resource's running Luau stopped from another
+//!   thread;
 //! - `host.rs`: [`ResourceHost`].
 
 mod host;
+mod interrupt;
 mod manifest;
 mod module;
 mod order;
 mod registry;
 
 pub use host::{ResourceHost, ResourceInfo, ResourceReport, ResourceState, StopOutcome};
+pub use interrupt::HostInterrupt;
 pub use manifest::{HostFile, Manifest};

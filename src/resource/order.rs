@@ -2,7 +2,7 @@
 //! resources that do not depend on each other; cycles, self-dependencies and dependencies that
 //! are not loaded refused by name.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, ResourceRefusal, Result};
 
@@ -24,70 +24,83 @@ pub(crate) fn start_order<'a>(
         Visiting,
         Done,
     }
-    struct Walk<'a, F> {
-        dependencies: F,
-        marks: HashMap<&'a str, Mark>,
-        path: Vec<&'a str>,
-        out: Vec<&'a str>,
-        wanted: &'a [&'a str],
+    /// One resource on the walk's path: its name, its dependencies and how many of them
+    /// have been walked.
+    struct Frame<'a> {
+        name: &'a str,
+        deps: &'a [String],
+        next: usize,
     }
-    impl<'a, F: Fn(&str) -> Option<&'a [String]>> Walk<'a, F> {
-        fn visit(&mut self, name: &'a str) -> Result<()> {
-            match self.marks.get(name) {
-                Some(Mark::Done) => return Ok(()),
-                Some(Mark::Visiting) => {
-                    let from = self.path.iter().position(|n| *n == name).unwrap_or(0);
-                    let mut cycle: Vec<&str> = self.path[from..].to_vec();
-                    cycle.push(name);
-                    return Err(refused(
-                        ResourceRefusal::DependencyCycle,
-                        format!("dependency cycle: {}", cycle.join(" -> ")),
-                    ));
-                }
-                None => {}
-            }
-            let Some(deps) = (self.dependencies)(name) else {
-                return Err(match self.path.last() {
-                    Some(parent) => refused(
-                        ResourceRefusal::MissingDependency,
-                        format!("resource '{parent}' depends on '{name}', which is not loaded"),
-                    ),
-                    None => refused(
-                        ResourceRefusal::Unknown,
-                        format!("no resource named '{name}' is loaded"),
-                    ),
-                });
-            };
-            if deps.iter().any(|d| d == name) {
+    let is_wanted: HashSet<&str> = wanted.iter().copied().collect();
+    let mut marks: HashMap<&'a str, Mark> = HashMap::new();
+    // The path from the wanted name being walked down to the resource being looked at, kept
+    // on the heap: a chain of any length costs memory, never stack.
+    let mut path: Vec<Frame<'a>> = Vec::new();
+    let mut out = Vec::new();
+    // Enters `name` below the top of `path`, as the recursive walk's call did.
+    let enter = |name: &'a str,
+                 path: &mut Vec<Frame<'a>>,
+                 marks: &mut HashMap<&'a str, Mark>|
+     -> Result<()> {
+        match marks.get(name) {
+            Some(Mark::Done) => return Ok(()),
+            Some(Mark::Visiting) => {
+                let from = path.iter().position(|f| f.name == name).unwrap_or(0);
+                let mut cycle: Vec<&str> = path[from..].iter().map(|f| f.name).collect();
+                cycle.push(name);
                 return Err(refused(
-                    ResourceRefusal::SelfDependency,
-                    format!("resource '{name}' depends on itself"),
+                    ResourceRefusal::DependencyCycle,
+                    format!("dependency cycle: {}", cycle.join(" -> ")),
                 ));
             }
-            self.marks.insert(name, Mark::Visiting);
-            self.path.push(name);
-            for dep in deps {
-                self.visit(dep)?;
-            }
-            self.path.pop();
-            self.marks.insert(name, Mark::Done);
-            if self.wanted.contains(&name) {
-                self.out.push(name);
-            }
-            Ok(())
+            None => {}
         }
-    }
-    let mut walk = Walk {
-        dependencies,
-        marks: HashMap::new(),
-        path: Vec::new(),
-        out: Vec::new(),
-        wanted,
+        let Some(deps) = dependencies(name) else {
+            return Err(match path.last() {
+                Some(parent) => refused(
+                    ResourceRefusal::MissingDependency,
+                    format!(
+                        "resource '{}' depends on '{name}', which is not loaded",
+                        parent.name
+                    ),
+                ),
+                None => refused(
+                    ResourceRefusal::Unknown,
+                    format!("no resource named '{name}' is loaded"),
+                ),
+            });
+        };
+        if deps.iter().any(|d| d == name) {
+            return Err(refused(
+                ResourceRefusal::SelfDependency,
+                format!("resource '{name}' depends on itself"),
+            ));
+        }
+        marks.insert(name, Mark::Visiting);
+        path.push(Frame {
+            name,
+            deps,
+            next: 0,
+        });
+        Ok(())
     };
     for name in wanted {
-        walk.visit(name)?;
+        enter(name, &mut path, &mut marks)?;
+        while let Some(top) = path.last_mut() {
+            if let Some(dep) = top.deps.get(top.next) {
+                top.next += 1;
+                enter(dep, &mut path, &mut marks)?;
+                continue;
+            }
+            let name = top.name;
+            path.pop();
+            marks.insert(name, Mark::Done);
+            if is_wanted.contains(name) {
+                out.push(name);
+            }
+        }
     }
-    Ok(walk.out)
+    Ok(out)
 }
 
 pub(crate) fn refused(refusal: ResourceRefusal, message: String) -> Error {
@@ -144,6 +157,70 @@ mod tests {
         assert_eq!(
             order(g, &["x"]).unwrap_err(),
             "no resource named 'x' is loaded"
+        );
+    }
+
+    #[test]
+    fn a_chain_of_100_000_resources_is_ordered_without_deep_recursion() {
+        const N: usize = 100_000;
+        let names: Vec<String> = (0..N).map(|i| format!("r{i}")).collect();
+        // r0 depends on r1, which depends on r2, ... r99999 depends on nothing.
+        let deps: Vec<Vec<String>> = (0..N)
+            .map(|i| names.get(i + 1).cloned().into_iter().collect())
+            .collect();
+        let index: HashMap<&str, usize> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i))
+            .collect();
+        let by_name = |n: &str| index.get(n).map(|&i| deps[i].as_slice());
+        let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
+        let began = std::time::Instant::now();
+        // The walk runs on a thread with a small stack: a recursive walk would overflow it
+        // within a few thousand links.
+        let order = std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn_scoped(s, || start_order(&wanted, by_name).map(|o| o.to_vec()))
+                .unwrap()
+                .join()
+                .unwrap()
+        })
+        .unwrap();
+        let took = began.elapsed();
+        // Started last link first; stopped (the start order reversed, as `shutdown` does) first
+        // link first.
+        assert_eq!(order.len(), N);
+        assert_eq!(order[0], "r99999");
+        assert_eq!(order[N - 1], "r0");
+        assert!(order.iter().rev().zip(&names).all(|(a, b)| a == b));
+        let stop: Vec<&str> = order.iter().rev().copied().collect();
+        assert_eq!(stop[..2], ["r0", "r1"]);
+        assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
+
+        // The same chain closed into a cycle is named whole.
+        let mut deps = deps;
+        deps[N - 1] = vec!["r0".to_owned()];
+        let by_name = |n: &str| index.get(n).map(|&i| deps[i].as_slice());
+        let err = std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn_scoped(s, || start_order(&["r0"], by_name).map(|o| o.len()))
+                .unwrap()
+                .join()
+                .unwrap()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("dependency cycle: r0 -> r1 -> r2 -> "),
+            "{}",
+            &err[..80]
+        );
+        assert!(
+            err.ends_with(" -> r99998 -> r99999 -> r0"),
+            "{}",
+            &err[err.len() - 80..]
         );
     }
 }

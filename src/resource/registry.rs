@@ -22,7 +22,7 @@ use crate::principal::capability::{self, Authority};
 use crate::value::{
     copy_values, Copied, MapKey, Message, MessageArgs, TransferError, SOURCE_STACK_NEEDED,
 };
-use crate::vm::budget::{RunGuard, RunTokens};
+use crate::vm::budget::{CancelToken, RunGuard, RunTokens};
 use crate::vm::{error_message, Embedded};
 
 /// Cross-resource calls in progress at once, nested (`a` calls `b`, which calls `c`...), at
@@ -56,6 +56,9 @@ pub(crate) struct Slot {
     /// rather than looked up by name on every call.
     wrapper: Option<Function>,
     authority: Option<Arc<Authority>>,
+    /// The engine VM's interrupt token: an export runs with it, so interrupting the
+    /// resource's domain stops its exports too.
+    halt: Option<Arc<CancelToken>>,
     deadline: Duration,
 }
 
@@ -81,6 +84,7 @@ impl Registry {
                 exports: HashMap::new(),
                 wrapper: None,
                 authority: None,
+                halt: None,
                 deadline: Duration::ZERO,
             },
         );
@@ -96,6 +100,7 @@ impl Registry {
                 slot.exports.clear();
                 slot.wrapper = None;
                 slot.authority = None;
+                slot.halt = None;
             }
         }
     }
@@ -111,6 +116,7 @@ impl Registry {
         lua: &Lua,
         exports: HashMap<Arc<str>, Function>,
         authority: Arc<Authority>,
+        halt: Arc<CancelToken>,
         deadline: Duration,
     ) -> mlua::Result<()> {
         let wrapper = CALL.load(lua)?;
@@ -120,6 +126,7 @@ impl Registry {
             slot.exports = exports;
             slot.wrapper = Some(wrapper);
             slot.authority = Some(authority);
+            slot.halt = Some(halt);
             slot.deadline = deadline;
         }
         Ok(())
@@ -173,8 +180,11 @@ impl Registry {
                 }
             )));
         };
-        let (Some(authority), Some(wrapper)) = (slot.authority.clone(), slot.wrapper.clone())
-        else {
+        let (Some(authority), Some(wrapper), Some(halt)) = (
+            slot.authority.clone(),
+            slot.wrapper.clone(),
+            slot.halt.clone(),
+        ) else {
             return Err(named(format!("resource '{target}' is stopped")));
         };
         let Some(lua) = f.weak_lua().try_upgrade() else {
@@ -185,6 +195,7 @@ impl Registry {
             wrapper,
             lua,
             authority,
+            halt,
             deadline: slot.deadline,
             name: target_name.clone(),
         })
@@ -208,7 +219,11 @@ impl Registry {
         }
         let answer = {
             let _authority = capability::install(Some(&to.authority));
-            let _run = RunGuard::start(&to.lua, to.deadline, RunTokens::default());
+            let tokens = RunTokens {
+                job: None,
+                vm: Some(&to.halt),
+            };
+            let _run = RunGuard::start(&to.lua, to.deadline, tokens);
             to.wrapper
                 .call::<(bool, MessageArgs)>((to.f, Variadic::from(args)))
                 .map_err(|e| named(error_message(&e)))?
@@ -243,7 +258,11 @@ impl Registry {
         let mut copied = Copied::Declined;
         let answer = {
             let _authority = capability::install(Some(&to.authority));
-            let _run = RunGuard::start(&to.lua, to.deadline, RunTokens::default());
+            let tokens = RunTokens {
+                job: None,
+                vm: Some(&to.halt),
+            };
+            let _run = RunGuard::start(&to.lua, to.deadline, tokens);
             // SAFETY: the closure runs in a protected call on the target's state, with the
             // wrapper and the export as its two arguments; it holds only references and plain
             // values, so a raise (a memory error, or the call's own) skips no destructor. The
@@ -321,6 +340,7 @@ struct Resolved {
     wrapper: Function,
     lua: Lua,
     authority: Arc<Authority>,
+    halt: Arc<CancelToken>,
     deadline: Duration,
     name: Arc<str>,
 }

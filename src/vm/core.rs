@@ -114,6 +114,7 @@ impl Vm {
             promises: RefCell::new(Promises::default()),
             modules: super::modules::Modules::new(
                 plan.root_dir().to_owned(),
+                plan.fixed_project(),
                 plan.builtin_modules().clone(),
             ),
             reporter,

@@ -50,6 +50,9 @@ pub(crate) struct Resolved {
 /// The modules of one VM.
 pub(crate) struct Modules {
     root: PathBuf,
+    /// The project root of every resolution, when the plan fixes one (canonical); else each
+    /// file's own, found from `.luaurc` ([`project::root_of_file`]).
+    project: Option<Arc<Path>>,
     /// The built-in modules, looked up before any file.
     builtins: Builtins,
     cache: RefCell<ModuleCache>,
@@ -67,9 +70,12 @@ pub(crate) struct Modules {
 }
 
 impl Modules {
-    pub(crate) fn new(root: PathBuf, builtins: Builtins) -> Modules {
+    pub(crate) fn new(root: PathBuf, project: Option<&Path>, builtins: Builtins) -> Modules {
+        let project =
+            project.map(|p| Arc::from(std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned())));
         Modules {
             root,
+            project,
             builtins,
             cache: RefCell::new(ModuleCache::new(BytecodeCache::global())),
             exports: RefCell::new(HashMap::default()),
@@ -126,10 +132,19 @@ impl Modules {
         let (from, project) = match source.strip_prefix('@') {
             Some(file) => {
                 let file = PathBuf::from(file);
-                let project = project::root_of_file(&file);
+                let project = match &self.project {
+                    Some(fixed) => fixed.clone(),
+                    None => project::root_of_file(&file),
+                };
                 (file, project)
             }
-            None => (self.root.clone(), project::root_of_folder(&self.root)),
+            None => (
+                self.root.clone(),
+                match &self.project {
+                    Some(fixed) => fixed.clone(),
+                    None => project::root_of_folder(&self.root),
+                },
+            ),
         };
         let path: Arc<Path> = loader::resolve(&from, spec)
             .map_err(|e| project::confine_error(e, &project, spec, &from).to_string())?

@@ -61,6 +61,9 @@ struct PlanInner {
     nested_waits: usize,
     native: NativeMode,
     root: PathBuf,
+    /// Whether `root` is the project root of every `require` of the plan's VMs, whatever
+    /// `.luaurc` lies at or above it ([`project_at_root`](Plan::project_at_root)).
+    root_is_project: bool,
     functions: Vec<(String, HostFunction)>,
     setup: Vec<Setup>,
     /// Globals the layers above install in every VM before the host's functions and setup
@@ -89,6 +92,7 @@ impl Plan {
                 nested_waits: DEFAULT_NESTED_WAITS,
                 native: NativeMode::Annotated,
                 root: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+                root_is_project: false,
                 functions: Vec::new(),
                 setup: Vec::new(),
                 base: Vec::new(),
@@ -157,6 +161,22 @@ impl Plan {
     pub fn root(self, dir: impl Into<PathBuf>) -> Plan {
         let dir = dir.into();
         self.edit(|p| p.root = dir)
+    }
+
+    /// Makes the plan's root the project root of every `require` its VMs run, the main
+    /// scripts' and modules' as well as host snippets': a module is required only from below
+    /// the root, and a `.luaurc` at or above it widens nothing. A resource host roots each
+    /// resource's plan at its folder this way, so one resource can't require another's files.
+    pub(crate) fn project_at_root(self) -> Plan {
+        self.edit(|p| p.root_is_project = true)
+    }
+
+    /// The project root every `require` of the plan's VMs is confined below, when the plan
+    /// fixes one ([`project_at_root`](Self::project_at_root)).
+    pub(crate) fn fixed_project(&self) -> Option<&Path> {
+        self.inner
+            .root_is_project
+            .then_some(self.inner.root.as_path())
     }
 
     /// Adds a global function implemented by the host. A panic inside it is contained: the Luau

@@ -125,7 +125,21 @@ fn read_within(path: &Path, bound: usize) -> io::Result<Vec<u8>> {
     if !kind.is_file() {
         return Err(refused(not_a_file(kind).to_owned()));
     }
-    let file = File::open(path)?;
+    read_open_within(File::open(path)?, bound)
+}
+
+/// Reads the open `file` as [`read_bounded`] reads a path: a regular file of at most
+/// [`MAX_SOURCE_BYTES`], no more than the bound and one byte read. For a file opened through a
+/// directory handle; its kind is checked on the open file.
+///
+/// # Errors
+/// As [`read_bounded`].
+pub(crate) fn read_open_bounded(file: File) -> io::Result<Vec<u8>> {
+    read_open_within(file, MAX_SOURCE_BYTES)
+}
+
+fn read_open_within(file: File, bound: usize) -> io::Result<Vec<u8>> {
+    let refused = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(refused(not_a_file(meta.file_type()).to_owned()));

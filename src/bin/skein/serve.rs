@@ -9,7 +9,7 @@
 use std::io::{stderr, stdout};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use skein::{Error, Grant, HostFile, NativeMode, Pool, Report, ResourceHost, StopOutcome};
 
@@ -19,6 +19,11 @@ use crate::print;
 /// How often frames run while anything is live: about 60 a second, as `run_until_idle` runs
 /// them.
 const FRAME: Duration = Duration::from_millis(16);
+
+/// How long a signal waits for the console to take it before it interrupts the resources'
+/// running code: well inside the 100 ms a signal is honoured in, and long enough that a frame
+/// or a command in progress ends first, so the resources' `stop` handlers still run.
+const SIGNAL_GRACE: Duration = Duration::from_millis(50);
 
 /// The file in `DIR` that names the startup set when `--start` is not given.
 const HOST_FILE: &str = "skein-host.toml";
@@ -112,6 +117,8 @@ pub(crate) struct Options<'a> {
     pub ceiling: Grant,
     /// `--native` / `--no-native`: the code mode of every resource's VMs.
     pub native: NativeMode,
+    /// `--deadline`: every resource's run deadline, unless its manifest gives its own.
+    pub deadline: Option<Duration>,
 }
 
 /// The startup set: `--start`, else `DIR/skein-host.toml`'s `[host] start`, else nothing.
@@ -131,12 +138,6 @@ fn startup_set(options: &Options<'_>) -> Result<Vec<String>, Error> {
 /// started.
 pub(crate) fn serve(options: Options<'_>) -> Result<(), Error> {
     let (signal_to, signal) = crossbeam_channel::bounded(1);
-    #[cfg(unix)]
-    crate::signals::on_first(move || {
-        let _ = signal_to.try_send(());
-    });
-    #[cfg(not(unix))]
-    drop(signal_to);
     let start = startup_set(&options)?;
     let mut host = Host(ResourceHost::load(
         &options.pool,
@@ -144,10 +145,36 @@ pub(crate) fn serve(options: Options<'_>) -> Result<(), Error> {
         options.ceiling,
     )?);
     host.0.memory_limit(options.vm_memory);
+    #[cfg(unix)]
+    {
+        let interrupt = host.0.interrupt_handle();
+        crate::signals::on_first(move || {
+            let _ = signal_to.try_send(());
+            // The console takes the signal between commands and frames, at once when it waits.
+            // Still there after the grace, the engine thread is in a resource's code (a start
+            // script, an export or a handler in a loop): that code is interrupted, so the
+            // server ends now, not at the code's deadline.
+            let until = Instant::now() + SIGNAL_GRACE;
+            while !signal_to.is_empty() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if !signal_to.is_empty() {
+                interrupt.interrupt();
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    drop(signal_to);
     // Every resource's `print` lines and log records are written as `skein run` writes them:
     // one write a line, so the console's answers and the resources' lines never interleave.
-    host.0
-        .spec_with(|_, spec| spec.logs(Arc::new(print::Lines)));
+    let deadline = options.deadline;
+    host.0.spec_with(move |_, spec| {
+        let spec = spec.logs(Arc::new(print::Lines));
+        match deadline {
+            Some(deadline) => spec.run_deadline(deadline),
+            None => spec,
+        }
+    });
     host.0.native(options.native);
     let mut say = Say {
         out: stdout(),
