@@ -1076,6 +1076,45 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
         .stdout_has("after\t42");
 }
 
+/// How many spawn/join rounds the actor test makes: an ended actor that kept its thread's 2 MiB
+/// stack mapped would need 20 GB for them, far past [`ADDRESS_SPACE`] (such a run stopped
+/// spawning near round 1,200).
+const ACTOR_ROUNDS: usize = 10_000;
+
+#[test]
+fn ten_thousand_spawn_join_rounds_leave_the_address_space_as_it_was() {
+    // Each ended actor kept its thread's stack until the domain's teardown: a spawn/join loop
+    // ran out of address space after about a thousand rounds.
+    let tree = Tree::new(&[
+        ("m.luau", ECHO),
+        (
+            "main.luau",
+            r#"
+local worker = require("@skein/worker")
+local rounds = tonumber((...))
+for i = 1, rounds do
+    local w = worker.spawn { name = "w" .. i, source = "return function(m) return m + 1 end" }
+    if i % 2 == 0 then
+        w:send(i)
+        assert(w:receive(20) == i + 1, "the reply of round " .. i)
+    end
+    assert(w:join(20) == "stopped", "the end of round " .. i)
+end
+print("rounds", rounds)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    let rounds = ACTOR_ROUNDS.to_string();
+    hostile_run(
+        &tree.path(),
+        &["--allow", "worker.spawn", "main.luau", "--", &rounds],
+    )
+    .exited(0)
+    .stdout_has(&format!("rounds\t{ACTOR_ROUNDS}\n"))
+    .stdout_has("after\t42");
+}
+
 #[test]
 fn messages_waiting_for_a_worker_are_bounded_in_bytes() {
     // `Worker:send` bounded its queue at 1,024 messages, each up to the copy bound: 64 GiB.
