@@ -577,7 +577,10 @@ fn serve_help_says_the_startup_set_the_ceiling_and_the_exits() {
     assert_contains(&stdout, "--start <NAME,...>");
     assert_contains(&stdout, "--allow-read <PATH>");
     assert_contains(&stdout, "--deadline <MS>");
-    assert_contains(&stdout, "A skein.toml's `deadline_ms` wins over it for its resource");
+    assert_contains(
+        &stdout,
+        "A skein.toml's `deadline_ms` wins over it for its resource",
+    );
     assert_contains(
         &stdout,
         "The --allow* flags are the most any resource may be granted",

@@ -191,15 +191,17 @@ impl Manifest {
                 let value = *ms.get_ref();
                 match u64::try_from(value) {
                     Ok(good @ 1..=MAX_DEADLINE_MS) => Some(Duration::from_millis(good)),
-                    _ => return Err(refused(
-                        file,
-                        text,
-                        ms.span(),
-                        "resource.deadline_ms",
-                        &format!(
+                    _ => {
+                        return Err(refused(
+                            file,
+                            text,
+                            ms.span(),
+                            "resource.deadline_ms",
+                            &format!(
                             "{value} is not a deadline: give 1 to {MAX_DEADLINE_MS} milliseconds"
                         ),
-                    )),
+                        ))
+                    }
                 }
             }
         };
