@@ -686,14 +686,7 @@ for i = 1, 4 do assert(#held[i]:await() == {len}) end
         .eval(r#"return jobs.dispatch("./math", "double", 1)"#)
         .unwrap_err()
         .to_string();
-    assert_contains(
-        &err,
-        &format!(
-            "jobs.dispatch: the domain's jobs would hold {} bytes of arguments and results, past \
-             the bound of {MAX_JOB_BYTES}; await some before dispatching more",
-            MAX_JOB_BYTES + JOB_WEIGHT
-        ),
-    );
+    assert_contains(&err, &dispatch_refused(MAX_JOB_BYTES + JOB_WEIGHT));
     let err = domain
         .eval(r#"return jobs.parallelFor("./math", "double", 2)"#)
         .unwrap_err()
@@ -768,14 +761,7 @@ fn a_jobs_name_is_held_against_max_job_bytes_with_it_and_one_copy_serves_every_c
         ))
         .unwrap_err()
         .to_string();
-    assert_contains(
-        &err,
-        &format!(
-            "jobs.dispatch: the domain's jobs would hold {} bytes of arguments and results, past \
-             the bound of {MAX_JOB_BYTES}; await some before dispatching more",
-            MAX_JOB_BYTES + 1
-        ),
-    );
+    assert_contains(&err, &dispatch_refused(MAX_JOB_BYTES + 1));
     domain.lua().gc_collect().unwrap();
     assert_eq!(domain.stats().job_bytes, 0, "a refusal holds nothing");
     let v = domain
@@ -826,4 +812,13 @@ return err
     domain.lua().gc_collect().unwrap();
     assert_eq!(domain.stats().job_bytes, 0);
     still_serves(&domain);
+}
+
+/// The text of a dispatch the job bound refuses, naming what the jobs `would` hold.
+fn dispatch_refused(would: usize) -> String {
+    format!(
+        "jobs.dispatch: the domain's jobs would hold {would} bytes of arguments and results, past \
+         the bound of {}; await some before dispatching more",
+        skein::DomainSpec::MAX_JOB_BYTES
+    )
 }

@@ -303,20 +303,7 @@ fn a_parallel_for_over_itself_ends_with_the_nested_wait_error_and_every_promise_
         .unwrap();
     let err = text(&v);
     assert!(err.starts_with("job './m:rec' failed: chunk "), "{err}");
-    let reason = innermost(&err);
-    assert!(
-        reason.starts_with(
-            "task.await: nested waits past the limit: 1024 tasks of the VM of worker "
-        ),
-        "{err}"
-    );
-    assert!(
-        reason.ends_with(
-            " already wait on pool work, and 1024 may (Plan::nested_wait_limit); work that awaits \
-             work of its own kind without end stops here"
-        ),
-        "{err}"
-    );
+    assert_nested_wait_refusal(&err, 1024);
     // Every promise settled: the domain goes idle, and the pool serves the next dispatch.
     domain.run_until_idle().expect("idle");
     still_serves_nesting(&domain);
@@ -335,20 +322,29 @@ fn a_map_over_itself_counts_against_the_same_nested_wait_limit_and_every_promise
         .unwrap();
     let err = text(&v);
     assert!(err.starts_with("job './m:mapped' failed: "), "{err}");
-    let reason = innermost(&err);
-    assert!(
-        reason.starts_with("task.await: nested waits past the limit: 8 tasks of the VM of worker "),
-        "{err}"
-    );
-    assert!(
-        reason.ends_with(
-            " already wait on pool work, and 8 may (Plan::nested_wait_limit); work that awaits \
-             work of its own kind without end stops here"
-        ),
-        "{err}"
-    );
+    assert_nested_wait_refusal(&err, 8);
     domain.run_until_idle().expect("idle");
     still_serves_nesting(&domain);
+}
+
+/// Asserts that the innermost failure of `err` is the nested-wait refusal of a worker VM whose
+/// limit is `limit` (on whichever worker it was).
+#[track_caller]
+fn assert_nested_wait_refusal(err: &str, limit: usize) {
+    let reason = innermost(err);
+    assert!(
+        reason.starts_with(&format!(
+            "task.await: nested waits past the limit: {limit} tasks of the VM of worker "
+        )),
+        "{err}"
+    );
+    assert!(
+        reason.ends_with(&format!(
+            " already wait on pool work, and {limit} may (Plan::nested_wait_limit); work that \
+             awaits work of its own kind without end stops here"
+        )),
+        "{err}"
+    );
 }
 
 fn still_serves_nesting(domain: &skein::ScriptDomain) {

@@ -52,9 +52,8 @@ pub(crate) fn install_print(lua: &Lua) -> mlua::Result<()> {
             .map(|arg| tostring.call::<mlua::LuaString>(arg))
             .collect::<mlua::Result<Vec<_>>>()?;
         let len = texts.iter().map(|t| t.as_bytes().len()).sum::<usize>() + texts.len();
-        // Held until the line is written: it and the record's text are charged before either
-        // is made.
-        let _held = hold(lua, len.saturating_mul(2), "print")?;
+        // Held until the line is written.
+        let _held = hold(lua, len, "print")?;
         let mut line = Vec::with_capacity(len);
         for (at, text) in texts.iter().enumerate() {
             if at > 0 {
@@ -69,18 +68,20 @@ pub(crate) fn install_print(lua: &Lua) -> mlua::Result<()> {
     globals.raw_set("print", print)
 }
 
-/// Charges `bytes` that a `print` or a log record makes the host hold to the domain's host
-/// memory, for as long as the charge is held; a VM outside any domain holds nothing for long.
-fn hold(lua: &Lua, bytes: usize, what: &str) -> mlua::Result<Option<Charge>> {
+/// Charges a `print` line or a log record of `len` bytes to the domain's host memory, for as
+/// long as the charge is held: twice `len`, for the line and the record's text (or what a sink
+/// makes of it), both charged before either is made. A VM outside any domain holds nothing for
+/// long.
+fn hold(lua: &Lua, len: usize, what: &str) -> mlua::Result<Option<Charge>> {
     let Some(principal) = home_principal(lua) else {
         return Ok(None);
     };
-    Charge::take(&principal.memory, bytes)
+    Charge::take(&principal.memory, len.saturating_mul(2))
         .map(Some)
         .map_err(|refused| {
             mlua::Error::runtime(format!(
                 "{what}: a line of {} would not fit: {refused}",
-                format_bytes(bytes / 2)
+                format_bytes(len)
             ))
         })
 }
@@ -109,14 +110,9 @@ fn print_line(lua: &Lua, mut line: Vec<u8>) {
 }
 
 fn write(lua: &Lua, level: LogLevel, message: Value, fields: Value) -> mlua::Result<()> {
-    // The record's text and what a sink makes of it, charged before either is made and held
-    // until the sink has it.
+    // Held until the sink has the record.
     let _held = match &message {
-        Value::String(s) => hold(
-            lua,
-            s.as_bytes().len().saturating_mul(2),
-            &format!("log.{level}"),
-        )?,
+        Value::String(s) => hold(lua, s.as_bytes().len(), &format!("log.{level}"))?,
         _ => None,
     };
     let message = match message {
