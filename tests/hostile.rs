@@ -776,6 +776,36 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
     assert!(!ended.stdout.contains("pwned"), "{}", ended.stdout);
 }
 
+#[test]
+fn a_sparse_two_gigabyte_luaurc_is_refused_by_size_and_the_run_goes_on() {
+    // Read whole, it aborted the process under the address-space limit.
+    let tree = Tree::new(&[
+        ("m.luau", ECHO),
+        ("lib/x.luau", "return 'x'"),
+        (
+            "main.luau",
+            r#"
+local ok, err = pcall(function() return require("@lib/x") end)
+print("caught", ok, err)
+print("relative", require("./m").echo(41) + 1)
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    let rc = std::fs::File::create(tree.path().join(".luaurc")).expect("create .luaurc");
+    rc.set_len(2 << 30).expect("a sparse .luaurc");
+    let root = std::fs::canonicalize(tree.path()).expect("canonical root");
+    hostile_run(&tree.path(), &["main.luau"])
+        .exited(0)
+        .stdout_has(&format!(
+            "caught\tfalse\truntime error: invalid .luaurc at {}/.luaurc: it is longer than the limit of \
+             1048576 bytes",
+            root.display()
+        ))
+        .stdout_has("relative\t42")
+        .stdout_has("after\t42");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Class 6: jobs and modules cannot alter what later jobs get.
 // ---------------------------------------------------------------------------------------------

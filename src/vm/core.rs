@@ -16,7 +16,7 @@ use mlua::{Function, Lua, MultiValue, Table, Thread, Value};
 use super::budget;
 use super::luau_promise::{self, Outcome, PromiseCell, Promises};
 use super::native;
-use super::out_of_memory::{is_memory_error, MemoryLabel};
+use super::out_of_memory::{self, is_memory_error, MemoryLabel};
 use super::owner::{Owner, TaskFailure};
 use super::plan::Plan;
 use super::promise_handle::{self, HandleTables};
@@ -106,6 +106,7 @@ impl Vm {
         // fast paths; Luau deprecates them.
         globals.raw_set("setfenv", Value::Nil)?;
         globals.raw_set("getfenv", Value::Nil)?;
+        out_of_memory::install_collectgarbage(&lua)?;
         let debug: Table = globals.raw_get("debug")?;
         let traceback: Function = debug.raw_get("traceback")?;
         let memory = MemoryLabel::new(&lua, plan.memory_limit_bytes())?;

@@ -8,9 +8,10 @@
 //! it: tasks that hold its memory would otherwise fail every later job on it.
 
 use std::cell::{Cell, RefCell};
+use std::ffi::{c_int, CStr};
 use std::time::Instant;
 
-use mlua::{Lua, LuaString};
+use mlua::{ffi, Lua, LuaString};
 
 use crate::ledger::format_bytes;
 
@@ -138,6 +139,47 @@ impl MemoryLabel {
     pub(crate) fn outcome_text(&self) -> LuaString {
         self.record_hit();
         self.outcome_text.borrow().clone()
+    }
+}
+
+/// What `collectgarbage` raises for an option other than `"collect"` and `"count"`.
+const COLLECT_OPTIONS: &CStr =
+    c"collectgarbage: the option must be \"collect\" (a full collection) or \"count\" (the KiB in use)";
+
+/// Puts Skein's `collectgarbage` in the VM's globals: `"count"` as Luau has it, and
+/// `"collect"`, which mlua refuses in a sandboxed VM. A script that caught `not enough memory`
+/// and dropped what it held can then free it without waiting for its task to yield. Call it
+/// before the globals are made read-only.
+pub(crate) fn install_collectgarbage(lua: &Lua) -> mlua::Result<()> {
+    // SAFETY: `collect_garbage` follows the C function contract: it reads its arguments, pushes
+    // at most one value and raises only through Luau.
+    let function = unsafe { lua.create_c_function(collect_garbage) }?;
+    lua.globals().raw_set("collectgarbage", function)
+}
+
+/// `collectgarbage(option?)`. A C function, not an mlua callback, so a VM at its memory limit
+/// can call it: reading a constant option and collecting allocate nothing.
+unsafe extern "C-unwind" fn collect_garbage(state: *mut ffi::lua_State) -> c_int {
+    // SAFETY: Luau calls us with a valid `state`. Nothing with a destructor is live when a
+    // raise leaves this frame: `option` borrows a string the stack keeps.
+    unsafe {
+        let option = CStr::from_ptr(ffi::luaL_optstring(state, 1, c"collect".as_ptr()));
+        match option.to_bytes() {
+            b"collect" => {
+                ffi::lua_gc(state, ffi::LUA_GCCOLLECT, 0);
+                0
+            }
+            b"count" => {
+                let kib = ffi::lua_gc(state, ffi::LUA_GCCOUNT, 0) as ffi::lua_Number;
+                let rest = ffi::lua_gc(state, ffi::LUA_GCCOUNTB, 0) as ffi::lua_Number;
+                ffi::lua_pushnumber(state, kib + rest / 1024.0);
+                1
+            }
+            _ => {
+                ffi::lua_pushstring(state, COLLECT_OPTIONS.as_ptr());
+                ffi::lua_error(state)
+            }
+        }
     }
 }
 

@@ -119,7 +119,8 @@ pub(crate) fn read_bounded(path: &Path) -> io::Result<Vec<u8>> {
     read_within(path, MAX_SOURCE_BYTES)
 }
 
-fn read_within(path: &Path, bound: usize) -> io::Result<Vec<u8>> {
+/// [`read_bounded`] with a bound of `bound` bytes, for files other than source (`.luaurc`).
+pub(crate) fn read_within(path: &Path, bound: usize) -> io::Result<Vec<u8>> {
     let refused = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
     let kind = std::fs::metadata(path)?.file_type();
     if !kind.is_file() {

@@ -225,6 +225,52 @@ fn unknown_alias_and_bad_config_texts() {
     );
 }
 
+/// A `.luaurc` of exactly `len` bytes whose one alias is `lib` to `./lib`: the JSON padded
+/// with spaces.
+fn luaurc_of_length(len: usize) -> String {
+    let mut text = String::from(r#"{ "aliases": { "lib": "./lib" } }"#);
+    text.push_str(&" ".repeat(len - text.len()));
+    text
+}
+
+#[test]
+fn a_luaurc_at_its_bound_is_read_and_one_byte_past_it_is_refused_naming_file_and_bound() {
+    let t = Tree::new(&[
+        ("at/lib/x.luau", ""),
+        ("at/main.luau", ""),
+        ("past/lib/x.luau", ""),
+        ("past/y.luau", ""),
+        ("past/main.luau", ""),
+    ]);
+    t.write("at/.luaurc", &luaurc_of_length(luaurc::MAX_LUAURC_BYTES));
+    t.write(
+        "past/.luaurc",
+        &luaurc_of_length(luaurc::MAX_LUAURC_BYTES + 1),
+    );
+    t.resolves("at/main.luau", "@lib/x", "at/lib/x.luau");
+    t.refuses(
+        "past/main.luau",
+        "@lib/x",
+        "invalid .luaurc at $R/past/.luaurc: it is longer than the limit of 1048576 bytes",
+    );
+    // Only the aliases of that folder are refused: its relative requires, and the other
+    // folder's aliases, still resolve.
+    t.resolves("past/main.luau", "./y", "past/y.luau");
+    t.resolves("at/main.luau", "@lib/x", "at/lib/x.luau");
+}
+
+#[test]
+fn a_sparse_two_gigabyte_luaurc_is_refused_without_being_read() {
+    let t = Tree::new(&[("lib/x.luau", ""), ("main.luau", "")]);
+    let file = std::fs::File::create(t.p(".luaurc")).unwrap();
+    file.set_len(2 << 30).unwrap();
+    t.refuses(
+        "main.luau",
+        "@lib/x",
+        "invalid .luaurc at $R/.luaurc: it is longer than the limit of 1048576 bytes",
+    );
+}
+
 // ---- bytecode cache ----
 
 #[test]

@@ -15,9 +15,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
 use super::error::RequireError;
+use crate::vm::source::read_within;
 
 /// The file name require-by-string looks for in each folder above the requiring module.
 pub(crate) const LUAURC: &str = ".luaurc";
+
+/// The longest `.luaurc` read: 1 MiB, far past any real alias map. A longer one is refused
+/// before a byte of it is read (`invalid .luaurc at PATH: it is longer than the limit of
+/// 1048576 bytes`), so a huge or sparse file costs the host nothing.
+pub(crate) const MAX_LUAURC_BYTES: usize = 1 << 20;
 
 /// One parsed `.luaurc`.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -196,10 +202,12 @@ pub(crate) fn load(dir: &Path) -> Result<Option<Arc<LuauRc>>, RequireError> {
             return Ok(Some(hit.rc.clone()));
         }
     }
-    let text = std::fs::read_to_string(&path).map_err(|e| RequireError::BadConfig {
+    let bad = |message: String| RequireError::BadConfig {
         path: path.clone(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    let bytes = read_within(&path, MAX_LUAURC_BYTES).map_err(|e| bad(e.to_string()))?;
+    let text = String::from_utf8(bytes).map_err(|_| bad("it is not UTF-8 text".to_owned()))?;
     let rc = Arc::new(LuauRc::parse(&text, &path)?);
     lock(entries).insert(
         path,
