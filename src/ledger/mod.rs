@@ -108,29 +108,50 @@ impl Ledger {
     }
 
     /// Takes `n` bytes here and in every ledger above, or takes nothing and answers which
-    /// ledger refused.
+    /// ledger refused. The ledgers are walked in a loop, the one charged first: a refusal
+    /// higher up gives back what the ledgers below it took.
+    #[inline]
     pub(crate) fn reserve(&self, n: usize) -> Result<(), Refused> {
+        let mut at = self;
+        loop {
+            if let Err(held) = at.take(n) {
+                let refused = Refused {
+                    would: held.saturating_add(n),
+                    max: at.max,
+                    by: at.name.clone(),
+                    above: !std::ptr::eq(at, self),
+                };
+                self.give_back_below(at, n);
+                return Err(refused);
+            }
+            match &at.parent {
+                Some(parent) => at = parent,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Takes `n` bytes of this ledger alone, or answers what it holds and takes nothing.
+    #[inline]
+    fn take(&self, n: usize) -> Result<usize, usize> {
         let max = self.max;
         self.held
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
                 held.checked_add(n).filter(|&total| total <= max)
             })
-            .map_err(|held| Refused {
-                would: held.saturating_add(n),
-                max,
-                by: self.name.clone(),
-                above: false,
-            })?;
-        if let Some(parent) = &self.parent {
-            if let Err(refused) = parent.reserve(n) {
-                self.held.fetch_sub(n, Ordering::AcqRel);
-                return Err(Refused {
-                    above: true,
-                    ..refused
-                });
+    }
+
+    /// Gives `n` bytes back to this ledger and those above it, up to (not including) `stop`.
+    #[cold]
+    fn give_back_below(&self, stop: &Ledger, n: usize) {
+        let mut at = self;
+        while !std::ptr::eq(at, stop) {
+            at.held.fetch_sub(n, Ordering::AcqRel);
+            match &at.parent {
+                Some(parent) => at = parent,
+                None => return,
             }
         }
-        Ok(())
     }
 
     /// Takes `n` bytes whatever the ceilings: for a value that was held before and comes back
@@ -143,10 +164,15 @@ impl Ledger {
     }
 
     /// Gives `n` bytes back, here and above.
+    #[inline]
     pub(crate) fn release(&self, n: usize) {
-        self.held.fetch_sub(n, Ordering::AcqRel);
-        if let Some(parent) = &self.parent {
-            parent.release(n);
+        let mut at = self;
+        loop {
+            at.held.fetch_sub(n, Ordering::AcqRel);
+            match &at.parent {
+                Some(parent) => at = parent,
+                None => return,
+            }
         }
     }
 
