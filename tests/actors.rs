@@ -610,26 +610,42 @@ fn stress_rounds_alone() {
 /// The example of docs/luau-api.md, which the docs harness can't run (it grants nothing).
 #[test]
 fn the_luau_api_example_runs() {
+    assert_eq!(
+        run_example("local worker = require(\"@skein/worker\")"),
+        "progress 1; progress 2; progress 3; 6; stopped"
+    );
+}
+
+/// The example of `worker.spawn`'s `memory` option in docs/luau-api.md.
+#[test]
+fn the_luau_api_memory_example_runs() {
+    assert_eq!(
+        run_example(
+            "-- A small VM for a small job: 64 of these fit where 64 of the domain's own would not."
+        ),
+        "42"
+    );
+}
+
+/// Runs the `luau no-run` block of docs/luau-api.md whose first line is `first` in a domain
+/// that may spawn workers, and answers what it printed, its lines joined by `; `.
+fn run_example(first: &str) -> String {
     let pool = Pool::new(1);
     let d = domain(&pool);
     let doc =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/luau-api.md")).unwrap();
-    let source = body_of_example(&doc);
+    let source = body_of_example(&doc, first);
     let printed = d
         .eval(&format!(
             "local out = {{}}\nlocal function print(...) table.insert(out, table.concat({{...}}, ' ')) end\n{source}\nreturn table.concat(out, '; ')"
         ))
         .unwrap();
-    assert_eq!(
-        text(&printed),
-        "progress 1; progress 2; progress 3; 6; stopped"
-    );
+    text(&printed).to_owned()
 }
 
-fn body_of_example(doc: &str) -> String {
-    let start = doc
-        .find("```luau no-run\nlocal worker = require(\"@skein/worker\")")
-        .unwrap();
+/// The body of the `luau no-run` block of `doc` whose first line is `first`.
+fn body_of_example(doc: &str, first: &str) -> String {
+    let start = doc.find(&format!("```luau no-run\n{first}\n")).unwrap();
     let body = &doc[start + "```luau no-run\n".len()..];
     body[..body.find("```").unwrap()].to_owned()
 }

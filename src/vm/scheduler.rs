@@ -897,6 +897,28 @@ fn failure_of<H: SchedulerHost>(
     err: &mlua::Error,
     stopped: Option<Interruption>,
 ) -> TaskFailure {
+    // Making the failure copies and searches a message as long as the VM holds, after the
+    // resume has left: it counts as running, or a stall check would take a slow one for a VM
+    // that can never progress.
+    let liveness = host.scheduler().borrow().liveness.clone();
+    if let Some(live) = &liveness {
+        live.enter();
+    }
+    let failure = make_failure(host, lua, thread, err, stopped);
+    if let Some(live) = &liveness {
+        live.leave();
+    }
+    failure
+}
+
+/// [`failure_of`]'s work.
+fn make_failure<H: SchedulerHost>(
+    host: &H,
+    lua: &Lua,
+    thread: &Thread,
+    err: &mlua::Error,
+    stopped: Option<Interruption>,
+) -> TaskFailure {
     match stopped {
         Some(Interruption::Deadline(d)) => TaskFailure::deadline(d),
         Some(Interruption::Cancelled) => TaskFailure::cancelled(),
@@ -905,9 +927,10 @@ fn failure_of<H: SchedulerHost>(
         }
         None => {
             // mlua appends the stack of the failed coroutine to a runtime error; keep the two
-            // apart, and ask Luau for the stack when mlua gave none.
+            // apart, and ask Luau for the stack when mlua gave none. Searched from the end,
+            // where mlua put it: a raised message may be as long as the VM holds.
             let full = super::error_message(err);
-            let (message, stack) = match full.split_once("\nstack traceback:\n") {
+            let (message, stack) = match full.rsplit_once("\nstack traceback:\n") {
                 Some((message, stack)) => (
                     message.to_owned(),
                     format!("stack traceback:\n{}", stack.trim_end()),
