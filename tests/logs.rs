@@ -243,11 +243,12 @@ fn a_line_past_the_domains_host_memory_is_refused_at_the_call_and_the_next_goes_
             local fits = pcall(print, string.rep("x", 512 * 1024 - 1))
             local ok, err = pcall(print, string.rep("y", 512 * 1024))
             local logged, logerr = pcall(require("@skein/log").info, string.rep("z", 512 * 1024 + 1))
+            local fielded, fielderr = pcall(require("@skein/log").info, "m", { big = string.rep("f", 512 * 1024) })
             local job = jobs.dispatch("./say", "run", 600 * 1024):await()
             local job_ok, job_err = job[1], job[2]
             print("after")
             local function text(e) return (tostring(e):match("^runtime error: ([^\n]*)")) end
-            return { fits, ok, text(err), logged, text(logerr), job_ok, job_err }
+            return { fits, ok, text(err), logged, text(logerr), job_ok, job_err, fielded, text(fielderr) }
             "#,
         )
         .unwrap();
@@ -278,6 +279,16 @@ fn a_line_past_the_domains_host_memory_is_refused_at_the_call_and_the_next_goes_
             // The job in flight holds its weight (256 bytes) of the same host memory.
             "print: a line of 614401 bytes would not fit: the host memory of domain 'main' would \
          hold 1229058 bytes, past its budget of 1 MiB"
+        )
+    );
+    // A record's fields are charged with its text.
+    assert_eq!(row[7], Message::Boolean(false));
+    // "m", and a one-key table of 512 KiB: three nodes of 16 bytes, "big" and the string.
+    assert_eq!(
+        row[8],
+        string(
+            "log.info: a line of 524340 bytes would not fit: the host memory of domain 'main' \
+             would hold 1048680 bytes, past its budget of 1 MiB"
         )
     );
     let records = sink.0.lock().unwrap();

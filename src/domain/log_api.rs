@@ -110,22 +110,16 @@ fn print_line(lua: &Lua, mut line: Vec<u8>) {
 }
 
 fn write(lua: &Lua, level: LogLevel, message: Value, fields: Value) -> mlua::Result<()> {
-    // Held until the sink has the record.
-    let _held = match &message {
-        Value::String(s) => hold(lua, s.as_bytes().len(), &format!("log.{level}"))?,
-        _ => None,
+    let Value::String(message) = message else {
+        return Err(mlua::Error::runtime(format!(
+            "log.{level}: message must be a string, got {}",
+            a_type(&message)
+        )));
     };
-    let message = match message {
-        Value::String(s) => s.to_str()?.to_owned(),
-        other => {
-            return Err(mlua::Error::runtime(format!(
-                "log.{level}: message must be a string, got {}",
-                a_type(&other)
-            )))
-        }
-    };
-    let fields = match &fields {
-        Value::Nil | Value::Table(_) => Message::from_lua(&fields, "fields")
+    // Weighed as it is read, within the bound of one copy.
+    let (fields, weight) = match &fields {
+        Value::Nil => (Message::Nil, 0),
+        Value::Table(_) => Message::read_weighed(&fields, "fields")
             .map_err(|e| mlua::Error::runtime(format!("log.{level}: {e}")))?,
         other => {
             return Err(mlua::Error::runtime(format!(
@@ -134,6 +128,13 @@ fn write(lua: &Lua, level: LogLevel, message: Value, fields: Value) -> mlua::Res
             )))
         }
     };
+    // The record's text and fields, held until the sink has the record.
+    let _held = hold(
+        lua,
+        message.as_bytes().len().saturating_add(weight),
+        &format!("log.{level}"),
+    )?;
+    let message = message.to_str()?.to_owned();
     let (target, source) = caller(lua);
     let Some(principal) = home_principal(lua) else {
         // A VM outside any domain has no one to attribute the record to.
