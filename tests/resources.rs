@@ -9,7 +9,7 @@ use std::time::Duration;
 use skein::{Error, Grant, HostFile, Message, Pool, ResourceHost, ResourceRefusal, ResourceState};
 
 use crate::support::{
-    assert_contains, error_of, refusal, rss_pages, run_alone, text, wait_until, Tree,
+    assert_contains, error_of, refusal, rss_pages, run_alone, string, text, wait_until, Tree,
 };
 
 /// A folder of resources: `(name, manifest, main.luau)` each.
@@ -1074,4 +1074,49 @@ fn a_manifest_deadline_wins_over_the_hosts_and_a_resource_past_it_fails_alone() 
     assert_eq!(state_of(&host, "spinner"), (ResourceState::Running, 1));
     assert!(started.elapsed() < Duration::from_secs(10));
     host.shutdown();
+}
+
+/// Each resource's domain holds its VMs' limits on the pool's memory budget while it runs: a
+/// manifest's `memory` asks for smaller VMs, so more resources fit; the one past the budget
+/// fails alone with a text naming the budget, and the others go on. A manifest may not ask for
+/// more than the host's VM limit.
+#[test]
+fn a_resource_past_the_pools_memory_fails_alone_and_a_manifest_sizes_its_vms() {
+    let small = "[resource]\nscripts = ['main.luau']\nexports = ['ping']\nmemory = '16M'\n";
+    let main = "function ping() return 'pong' end";
+    let tree = served(&[
+        ("a", small, main),
+        ("b", small, main),
+        ("c", small, main),
+        (
+            "big",
+            "[resource]\nscripts = ['main.luau']\nmemory = '1G'\n",
+            main,
+        ),
+    ]);
+    // One worker: a resource holds 2 VMs of 16 MiB, so 64 MiB fits two of them.
+    let pool = Pool::with_memory_budget(1, 64 << 20);
+    let mut host = ResourceHost::load(&pool, tree.path(), Grant::default()).expect("load");
+    host.memory_limit(512 << 20);
+    host.start("a").unwrap();
+    host.start("b").unwrap();
+    assert_eq!(pool.memory_held(), 64 << 20);
+    let err = host.start("c").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "not enough memory: domain 'c' needs 2 VMs of 16 MiB (its engine VM and one per \
+         worker), and the pool's memory would hold 96 MiB, past its budget of 64 MiB"
+    );
+    assert_eq!(state_of(&host, "c").0, ResourceState::Failed);
+    assert_eq!(eval(&host, "a", "return ping()"), string("pong"));
+    assert_eq!(
+        host.start("big").unwrap_err().to_string(),
+        "not enough memory: resource 'big' asks for VMs of 1 GiB, more than the host's VM \
+         limit of 512 MiB"
+    );
+    // A stopped resource gives its VMs' memory back, and the one refused starts.
+    host.stop("b").unwrap();
+    assert_eq!(pool.memory_held(), 32 << 20);
+    host.start("c").unwrap();
+    assert_eq!(eval(&host, "c", "return ping()"), string("pong"));
 }

@@ -479,7 +479,7 @@ fn a_folder_that_cannot_load_exits_one_naming_it() {
     assert_eq!(
         err,
         [format!(
-            "skein: {}:2: resource.export: unknown field `export`, expected one of `scripts`, `exports`, `dependencies`, `deadline_ms`",
+            "skein: {}:2: resource.export: unknown field `export`, expected one of `scripts`, `exports`, `dependencies`, `deadline_ms`, `memory`",
             bad.display()
         )]
     );

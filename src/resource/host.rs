@@ -21,6 +21,7 @@ use super::registry::{Phase, Registry};
 use crate::domain::{DomainSpec, Report, ReportKind, ScriptDomain, ScriptStatus};
 use crate::error::{Error, ResourceRefusal, Result};
 use crate::jobs::Pool;
+use crate::ledger::format_bytes;
 use crate::principal::capability::{
     CapabilitySet, Grant, RootAuthority, FILESYSTEM_READ, FILESYSTEM_WRITE,
 };
@@ -384,11 +385,22 @@ impl ResourceHost {
         let name = resource.name.clone();
         let grant = self.grant_for(resource)?;
         let tag = name.clone();
+        let memory_limit = match resource.manifest.memory {
+            Some(asked) if asked > self.memory_limit => {
+                return Err(Error::Memory(format!(
+                    "resource '{name}' asks for VMs of {}, more than the host's VM limit of {}",
+                    format_bytes(asked),
+                    format_bytes(self.memory_limit)
+                )))
+            }
+            Some(asked) => asked,
+            None => self.memory_limit,
+        };
         let plan = Plan::new()
             .root(&resource.folder)
             .project_at_root()
             .native(self.native)
-            .memory_limit(self.memory_limit)
+            .memory_limit(memory_limit)
             .builtins(BUILTINS)
             .setup(move |lua| {
                 lua.set_app_data(ResourceName(tag.clone()));

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::error::{Error, ResourceRefusal, Result};
+use crate::ledger::parse_size;
 use crate::principal::capability::CapabilityId;
 
 /// The largest `skein.toml` or `skein-host.toml` read: 1 MiB.
@@ -33,6 +34,7 @@ pub(crate) const MAX_DEADLINE_MS: u64 = 60_000;
 /// exports = ["add", "describe"]    # global functions other resources may call
 /// dependencies = ["store"]         # resources that must be running first
 /// deadline_ms = 250                # the longest one run of its code may take, 1 to 60000
+/// memory = "64M"                   # each of its VMs' memory limit, at most the host's
 /// [capabilities]                   # never more than the host holds
 /// allow = ["worker.spawn"]
 /// read = ["data"]                  # roots relative to the resource's folder
@@ -54,6 +56,12 @@ pub struct Manifest {
     /// deadline ([`DomainSpec::run_deadline`](crate::DomainSpec::run_deadline)); when left
     /// out, the host's.
     pub deadline: Option<Duration>,
+    /// The memory limit of each of the resource's VMs (`memory`, bytes or a size such as
+    /// `"64M"`, at least [`Manifest::MIN_MEMORY`]): the host's
+    /// ([`ResourceHost::memory_limit`](crate::ResourceHost::memory_limit)) when left out, and
+    /// never more than it. A resource that asks for less holds less of the pool's memory
+    /// budget while it runs, so more resources fit.
+    pub memory: Option<usize>,
     /// Capabilities asked of the host.
     pub allow: Vec<CapabilityId>,
     /// Directories, relative to the resource's folder, that `filesystem.read` reaches.
@@ -96,6 +104,17 @@ struct RawResource {
     dependencies: Vec<Spanned<String>>,
     #[serde(default)]
     deadline_ms: Option<Spanned<i64>>,
+    #[serde(default)]
+    memory: Option<Spanned<RawSize>>,
+}
+
+/// `resource.memory`: a whole number of bytes, or a size written as `skein::parse_size` reads
+/// it.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSize {
+    Bytes(i64),
+    Text(String),
 }
 
 #[derive(Deserialize, Default)]
@@ -124,6 +143,9 @@ struct RawHost {
 }
 
 impl Manifest {
+    /// The least `resource.memory` a manifest may ask: 1 MiB, as for a worker actor's VM.
+    pub const MIN_MEMORY: usize = 1 << 20;
+
     /// Reads and checks the manifest at `path`.
     ///
     /// # Errors
@@ -205,6 +227,31 @@ impl Manifest {
                 }
             }
         };
+        let memory = match raw.resource.memory {
+            None => None,
+            Some(size) => {
+                let span = size.span();
+                let bytes = match size.into_inner() {
+                    RawSize::Bytes(n) => {
+                        usize::try_from(n).map_err(|_| format!("{n} is not a size"))
+                    }
+                    RawSize::Text(t) => parse_size(&t),
+                };
+                match bytes {
+                    Ok(b) if b >= Manifest::MIN_MEMORY => Some(b),
+                    Ok(b) => {
+                        return Err(refused(
+                            file,
+                            text,
+                            span,
+                            "resource.memory",
+                            &format!("{b} bytes is less than the least VM limit, 1 MiB"),
+                        ))
+                    }
+                    Err(why) => return Err(refused(file, text, span, "resource.memory", &why)),
+                }
+            }
+        };
         let mut allow = Vec::new();
         for a in raw.capabilities.allow {
             let id = CapabilityId::new(a.get_ref())
@@ -226,6 +273,7 @@ impl Manifest {
             exports,
             dependencies,
             deadline,
+            memory,
             allow,
             read,
             write,
@@ -474,6 +522,29 @@ mod tests {
             text(Manifest::parse("m", "[resource]\ndependencies = ['.x']\n")),
             "m:2: resource.dependencies: '.x' is not a resource name: 1 to 64 ASCII letters, \
              digits, '_', '-' or '.', not starting with '.'"
+        );
+    }
+
+    #[test]
+    fn a_memory_is_a_size_of_at_least_1_mib() {
+        let memory = |v: &str| {
+            Manifest::parse("m", &format!("[resource]\nmemory = {v}\n")).map(|m| m.memory)
+        };
+        assert_eq!(memory("'64M'").unwrap(), Some(64 << 20));
+        assert_eq!(memory("1048576").unwrap(), Some(1 << 20));
+        assert_eq!(Manifest::parse("m", "[resource]\n").unwrap().memory, None);
+        assert_eq!(
+            memory("1048575").unwrap_err().to_string(),
+            "m:2: resource.memory: 1048575 bytes is less than the least VM limit, 1 MiB"
+        );
+        assert_eq!(
+            memory("'lots'").unwrap_err().to_string(),
+            "m:2: resource.memory: 'lots' is not a size: give a whole number of bytes, or one \
+             ending in K, M or G"
+        );
+        assert_eq!(
+            memory("-5").unwrap_err().to_string(),
+            "m:2: resource.memory: -5 is not a size"
         );
     }
 
