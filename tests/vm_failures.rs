@@ -25,11 +25,12 @@ fn awaiting_a_rejection_with_the_engine_out_of_memory_raises_and_the_pool_serves
                -- Settled first: the second await makes the rejection's text while the VM is
                -- full. (Memory filled before a first await is collected while it waits.)
                pcall(function() return p:await() end)
-               local hold = {}
+               -- A list, not an array: no doubling allocation fails with room to spare.
+               local hold = nil
                local n = 0
                for _, size in { 4096, 1024, 256, 64, 16, 1 } do
                    pcall(function()
-                       while true do n += 1 hold[n] = string.rep("x", size) .. n end
+                       while true do n += 1 hold = { string.rep("x", size) .. n, hold } end
                    end)
                end
                local ok, err = pcall(function() return p:await() end)
@@ -541,8 +542,11 @@ return M
     let v = domain
         .eval(r#"return jobs.dispatch("./m", "fill"):await()"#)
         .unwrap();
-    // Luau's own text: the error never reached Rust.
-    assert_eq!(text(&v), "not enough memory");
+    // The error never reached Rust; `pcall` names the VM and its limit.
+    assert_eq!(
+        text(&v),
+        "out of memory: the VM of worker 0 reached its memory limit of 16 MiB"
+    );
     let v = domain
         .eval(r#"return jobs.dispatch("./m", "double", 21):await()"#)
         .expect("the VM has its memory back");
@@ -611,9 +615,10 @@ fn an_engine_script_that_caught_out_of_memory_collects_and_allocates_again(mode:
     let domain = tree.domain_with(&pool, plan);
     let script = format!("local LIMIT_KIB = {}\n{CATCH_DROP_COLLECT}", 8 * 1024);
     let v = domain.eval(&script).unwrap();
-    // Luau's own text: its raise uses a string made when the VM was created (see
-    // docs/embedding.md), so the script sees it, not Skein's named one.
-    assert_eq!(text(&v), "false not enough memory 1000 true");
+    assert_eq!(
+        text(&v),
+        "false out of memory: the engine VM reached its memory limit of 8 MiB 1000 true"
+    );
     // The engine VM went on: nothing reached Rust as out of memory.
     still_serves(&domain);
 }
@@ -633,13 +638,80 @@ fn a_job_that_caught_out_of_memory_collects_allocates_again_and_keeps_its_vm(mod
     let v = domain
         .eval(r#"return jobs.dispatch("./m", "fill"):await()"#)
         .unwrap();
-    assert_eq!(text(&v), "false not enough memory 1000 true");
+    assert_eq!(
+        text(&v),
+        "false out of memory: the VM of worker 0 reached its memory limit of 16 MiB 1000 true"
+    );
     // The same VM serves the next job: its module state (the call count) is still there, so it
     // was not retired and rebuilt.
     let v = domain
         .eval(r#"return jobs.dispatch("./m", "calls"):await()"#)
         .unwrap();
     assert_eq!(number(&v), 1.0);
+}
+
+/// Fills the VM inside a `pcall` with what fills it local to the pcalled function, twice, and
+/// after each catch allocates again without calling `collectgarbage`: what the failed call held
+/// is collected before `pcall` returns. Answers the two caught texts and how many of 400
+/// strings of 10 KB the fill after each made.
+const CATCH_DROP_ALLOCATE: &str = r#"
+    local function fill()
+        local t = {}
+        while true do t[#t + 1] = string.rep("x", 1000) .. #t end
+    end
+    local made = {}
+    local _, first = pcall(fill)
+    for i = 1, 400 do made[i] = string.rep("y", 10000) .. i end
+    local _, second = pcall(fill)
+    local again = {}
+    for i = 1, 400 do again[i] = string.rep("z", 10000) .. i end
+    return `{first} {#made} | {second} {#again}`
+"#;
+
+in_both_modes!(what_a_failed_call_held_is_freed_before_pcall_returns);
+fn what_a_failed_call_held_is_freed_before_pcall_returns(mode: NativeMode) {
+    let tree = Tree::new(&[("m.luau", M)]);
+    let pool = Pool::new(1);
+    let plan = Plan::new().memory_limit(16 * 1024 * 1024).native(mode);
+    let domain = tree.domain_with(&pool, plan);
+    let v = domain.eval(CATCH_DROP_ALLOCATE).unwrap();
+    let caught = "out of memory: the engine VM reached its memory limit of 16 MiB";
+    assert_eq!(text(&v), format!("{caught} 400 | {caught} 400"));
+    still_serves(&domain);
+}
+
+/// `xpcall`'s handler gets the named text, runs before the failed frames unwind, and what they
+/// held is freed once `xpcall` returns; `pcall` and `xpcall` otherwise answer what Luau's do:
+/// every result, a raised table as itself, a yield across them, a handler that is not a
+/// function refused by Luau's own text.
+#[test]
+fn xpcall_names_out_of_memory_and_pcall_keeps_luau_s_answers() {
+    let tree = Tree::new(&[("m.luau", M)]);
+    let pool = Pool::new(1);
+    let plan = Plan::new().memory_limit(8 * 1024 * 1024);
+    let domain = tree.domain_with(&pool, plan);
+    let v = domain
+        .eval(
+            r##"
+            local ok, handled = xpcall(function()
+                local t = {}
+                while true do t[#t + 1] = table.create(1000, 1) end
+            end, function(e) return "handled: " .. e end)
+            local after = {}
+            for i = 1, 100 do after[i] = table.create(1000, i) end
+            local n = select("#", pcall(function() return 1, nil, 3 end))
+            local _, raised = pcall(error, { code = 7 })
+            local waited = { pcall(function() return task.await(jobs.dispatch("./m", "double", 5)) end) }
+            local xok, xwhy = pcall(xpcall, function() end, 42)
+            return `{ok} {handled} {#after} {n} {raised.code} {waited[1]} {waited[2]} {xok} {xwhy}`
+            "##,
+        )
+        .unwrap();
+    assert_eq!(
+        text(&v),
+        "false handled: out of memory: the engine VM reached its memory limit of 8 MiB 100 4 7 \
+         true 10 false invalid argument #2 to 'xpcall' (function expected, got number)"
+    );
 }
 
 #[test]

@@ -20,7 +20,7 @@ use mlua::{Lua, Table, Value};
 
 use crate::principal::capability::current_arc;
 use crate::principal::Generation;
-use crate::vm;
+use crate::vm::{self, with_caller_source};
 
 /// Registry key of the engine VM's `@skein/interfaces` table.
 pub(crate) const INTERFACES_KEY: &str = "skein.interfaces";
@@ -118,32 +118,16 @@ fn name_arg(function: &str, name: &Value) -> mlua::Result<String> {
     Ok(name)
 }
 
-/// How far up the stack `provider` looks past native frames (`pcall`, a host function) for
-/// the Luau chunk that called.
-const PROVIDER_DEPTH: usize = 16;
-
-/// The chunk of the nearest Luau function on the stack above the running callback: a `provide`
-/// made through `pcall` belongs to the chunk that called `pcall`, not to `[C]`.
+/// The chunk of the nearest script function on the stack above the running callback: a
+/// `provide` made through `pcall` belongs to the chunk that called `pcall`, not to `[C]` or to
+/// Skein's own prelude.
 fn calling_chunk(lua: &Lua) -> String {
-    for level in 1..=PROVIDER_DEPTH {
-        let found = lua.inspect_stack(level, |debug| {
-            let source = debug.source();
-            (source.what != "C").then(|| {
-                source
-                    .source
-                    .as_deref()
-                    .unwrap_or("?")
-                    .trim_start_matches(['@', '='])
-                    .to_owned()
-            })
-        });
-        match found {
-            Some(Some(chunk)) => return chunk,
-            Some(None) => continue,
-            None => break,
-        }
-    }
-    "?".to_owned()
+    with_caller_source(lua, |source| {
+        source.map_or_else(
+            || "?".to_owned(),
+            |s| s.trim_start_matches(['@', '=']).to_owned(),
+        )
+    })
 }
 
 /// Who is calling `provide`: the calling chunk, and the context whose handler runs, if any.

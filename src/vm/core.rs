@@ -106,7 +106,6 @@ impl Vm {
         // fast paths; Luau deprecates them.
         globals.raw_set("setfenv", Value::Nil)?;
         globals.raw_set("getfenv", Value::Nil)?;
-        out_of_memory::install_collectgarbage(&lua)?;
         let debug: Table = globals.raw_get("debug")?;
         let traceback: Function = debug.raw_get("traceback")?;
         let memory = MemoryLabel::new(&lua, plan.memory_limit_bytes())?;
@@ -134,11 +133,12 @@ impl Vm {
             settle_spare: Cell::new(Vec::new()),
         });
         lua.set_app_data(core.clone());
+        out_of_memory::install_collectgarbage(&lua, &core.memory)?;
         task_library::install(&lua)?;
         super::modules::install_require(&lua)?;
         plan.install(&lua)?;
         install(&lua)?;
-        lua.set_memory_limit(plan.memory_limit_bytes())?;
+        lua.set_memory_limit(core.memory.allocator_limit())?;
         lua.sandbox(true)?;
         Ok(Vm { lua, core })
     }

@@ -13,6 +13,7 @@ use super::a_type;
 use super::core::{cancel_promise, VmCore};
 use super::embedded::Embedded;
 use super::luau_promise::Outcome;
+use super::out_of_memory;
 use super::promise_handle;
 use super::raised::RAISED_KEY;
 use super::scheduler::{self, Resume, MAX_WAIT};
@@ -108,10 +109,16 @@ pub(super) fn install(lua: &Lua) -> mlua::Result<()> {
     p.raw_set("defer", lua.create_function(defer)?)?;
     p.raw_set("delay", lua.create_function(delay)?)?;
     p.raw_set("cancel", lua.create_function(cancel)?)?;
-    let (task, error, raised, make_wait): (Table, Function, Table, Function) =
+    p.raw_set(
+        "caughtOutOfMemory",
+        out_of_memory::caught_function(lua, &core.memory)?,
+    )?;
+    let (task, error, raised, make_wait, xpcall): (Table, Function, Table, Function, Function) =
         PRELUDE.load(lua)?.call(p)?;
     lua.set_named_registry_value(MAKE_WAIT_KEY, make_wait)?;
     lua.globals().raw_set("error", error)?;
+    out_of_memory::install_pcall(lua, &core.memory)?;
+    lua.globals().raw_set("xpcall", xpcall)?;
     lua.set_named_registry_value(RAISED_KEY, raised)?;
     let await_fn: Function = task.raw_get("await")?;
     promise_handle::install(lua, &core, tables, await_fn)?;
