@@ -1239,6 +1239,57 @@ for i = 1, 3 do print("after", i, jobs.dispatch("./m", "echo", 41):await() + 1) 
         .stdout_has("after\t3\t42");
 }
 
+/// A job that catches its own out-of-memory error with `pcall`: the caught text names its VM
+/// and the limit, what the failed call held is freed before `pcall` returns, so the job goes on
+/// allocating without yielding and returns its result, and its VM is kept (the module's call
+/// count survives) for the next job. A script that holds what filled the VM, drops it and calls
+/// `collectgarbage("collect")` allocates again too.
+#[test]
+fn a_job_that_catches_out_of_memory_goes_on_allocating_and_keeps_its_vm() {
+    let tree = Tree::new(&[
+        (
+            "m.luau",
+            r#"
+local M = {}
+local calls = 0
+local function fill(into)
+    while true do into[#into + 1] = string.rep("x", 1024 * 1024) .. #into end
+end
+function M.catch()
+    calls += 1
+    local ok, err = pcall(fill, {})
+    local again = {}
+    for i = 1, 64 do again[i] = string.rep("y", 1024 * 1024) .. i end
+    local hold = {}
+    local ok2 = pcall(fill, hold)
+    hold = nil
+    collectgarbage("collect")
+    local more = {}
+    for i = 1, 64 do more[i] = string.rep("z", 1024 * 1024) .. i end
+    return `{ok} {err} | {#again} | {ok2} {#more}`
+end
+function M.calls() return calls end
+return M
+"#,
+        ),
+        (
+            "main.luau",
+            r#"
+print("job", jobs.dispatch("./m", "catch"):await())
+print("same vm", jobs.dispatch("./m", "calls"):await())
+"#,
+        ),
+    ]);
+    let ended = hostile_run(&tree.path(), &["--workers", "1", "main.luau"]);
+    ended
+        .exited(0)
+        .stdout_has(
+            "job\tfalse out of memory: the VM of worker 0 reached its memory limit of 512 MiB \
+             | 64 | false 64\n",
+        )
+        .stdout_has("same vm\t1\n");
+}
+
 #[test]
 fn a_parallel_for_over_itself_ends_and_every_promise_settles() {
     // It produced repeated worker panics and the top-level promise never settled.
