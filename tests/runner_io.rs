@@ -477,3 +477,77 @@ fn print_log_records_and_the_runner_s_own_report_keep_their_order_in_one_pipe() 
     assert!(lines[4].starts_with("skein: "), "{lines:?}");
     assert!(lines[4].contains("main.luau:6: five"), "{lines:?}");
 }
+
+/// A script printing ten million lines into a pipe whose reader takes two and goes away: the
+/// run ends at the closed pipe, as Unix tools do, quietly and with exit code 0.
+#[test]
+fn a_closed_pipe_ends_the_run_quietly_with_exit_code_zero() {
+    let tree = Tree::new(&[("many.luau", "for i = 1, 1e7 do print(i) end\n")]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skein"))
+        .args(["run", "many.luau"])
+        .current_dir(tree.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run skein");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "1");
+    assert_eq!(lines.next().unwrap().unwrap(), "2");
+    drop(lines);
+    let mut stderr = child.stderr.take().unwrap();
+    let status = exit_within(&mut child, QUICK).expect("the run ended at the closed pipe");
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut said).unwrap();
+    assert_eq!(status.code(), Some(0), "{said}");
+    assert_eq!(said, "");
+}
+
+/// Output that can't be written for another reason (a full device) fails the run, naming the
+/// stream and the error, and ends it at once rather than after the whole computation.
+#[test]
+fn a_full_device_fails_the_run_naming_the_stream() {
+    let tree = Tree::new(&[("many.luau", "for i = 1, 1e9 do print(i) end\n")]);
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skein"))
+        .args(["run", "many.luau"])
+        .current_dir(tree.path())
+        .stdin(Stdio::null())
+        .stdout(full)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run skein");
+    let mut stderr = child.stderr.take().unwrap();
+    let status = exit_within(&mut child, QUICK).expect("the run ended at the first write");
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut said).unwrap();
+    assert_eq!(status.code(), Some(1), "{said}");
+    assert_eq!(
+        said,
+        "skein: could not write to stdout: No space left on device (os error 28)\n"
+    );
+}
+
+/// A failure the runner must say, with stderr on a full device: it exits 1, never panicking
+/// as a plain `eprintln!` would.
+#[test]
+fn a_failure_with_stderr_on_a_full_device_exits_one_without_a_panic() {
+    let tree = Tree::new(&[("boom.luau", "error('boom')\n")]);
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skein"))
+        .args(["run", "boom.luau"])
+        .current_dir(tree.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(full)
+        .spawn()
+        .expect("run skein");
+    let status = exit_within(&mut child, QUICK).expect("the run ended");
+    assert_eq!(status.code(), Some(1));
+}

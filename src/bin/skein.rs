@@ -391,10 +391,16 @@ fn run(args: RunArgs) -> Result<(), Failed> {
         spec = spec.profile(trace.clone());
     }
     let result = run_script(&pool, spec, &args, &script_args);
-    // A signal outranks what the cancelled run answered (its jobs failed as cancelled).
-    let result = match signalled() {
-        Some(signal) => Err(Failed::Signal(signal)),
-        None => result,
+    // A signal outranks what the cancelled run answered (its jobs failed as cancelled), and so
+    // does output that could not be written, which ended the run the same way.
+    let result = match (signalled(), print::failed()) {
+        (Some(signal), _) => Err(Failed::Signal(signal)),
+        (None, Some(failure)) if failure.reader_gone() => Ok(()),
+        (None, Some(failure)) => Err(fail(&format_args!(
+            "could not write to {}: {}",
+            failure.stream, failure.error
+        ))),
+        (None, None) => result,
     };
     // Written after the domain has stopped (its stop is on the timeline), and whether or not
     // the script failed: a failing run is the one a timeline helps most with.
@@ -439,7 +445,7 @@ fn script_folder(file: &Path) -> PathBuf {
 
 /// Says `message` on stderr as the runner's.
 fn fail(message: &dyn std::fmt::Display) -> Failed {
-    eprintln!("skein: {message}");
+    print::say(format_args!("{message}"));
     Failed::Error
 }
 
@@ -456,10 +462,13 @@ fn run_script(
     let domain = ScriptDomain::new(pool, spec).map_err(|e| fail(&e))?;
     #[cfg(unix)]
     signals::watch(domain.interrupt_handle());
-    // After a signal, what the cancel made fail is not the run's failure: nothing more is said.
-    let said = |e: skein::Error| match signalled() {
-        Some(signal) => Failed::Signal(signal),
-        None => fail(&e),
+    print::stop_with(domain.interrupt_handle());
+    // After a signal or a failed write, what the cancel made fail is not the run's failure:
+    // nothing more is said (`run` answers for the run).
+    let said = |e: skein::Error| match (signalled(), print::failed()) {
+        (Some(signal), _) => Failed::Signal(signal),
+        (None, Some(_)) => Failed::Error,
+        (None, None) => fail(&e),
     };
     runner_global::install(domain.lua(), script_args).map_err(|e| fail(&e))?;
     domain
@@ -473,13 +482,16 @@ fn run_script(
     if let Some(signal) = signalled() {
         return Err(Failed::Signal(signal));
     }
+    if print::failed().is_some() {
+        return Err(Failed::Error);
+    }
     let mut unhandled = startup_failed;
     for report in domain.take_reports() {
         // The main script's failure is the run's error, said above already.
         if result.is_err() && report.kind == ReportKind::Script {
             continue;
         }
-        eprintln!("skein: {}: {}", report.source, report.message);
+        print::say(format_args!("{}: {}", report.source, report.message));
         unhandled |= report.is_failure();
     }
     match result {

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use skein::{ContextSpec, Phase, Pool, ScriptDomain};
 
+use crate::print::say;
+
 /// The name of the context the runner declares: the main script binds to it.
 pub const CONTEXT: &str = "main";
 
@@ -29,7 +31,10 @@ pub fn drive(domain: &ScriptDomain, fps: u16) -> (bool, skein::Result<()>) {
         Ok(report) => {
             for error in report.errors {
                 let context = error.attribution.context.as_deref().unwrap_or(CONTEXT);
-                eprintln!("skein: context '{context}' startup: {}", error.message);
+                say(format_args!(
+                    "context '{context}' startup: {}",
+                    error.message
+                ));
                 failed = true;
             }
         }
@@ -43,8 +48,8 @@ pub fn drive(domain: &ScriptDomain, fps: u16) -> (bool, skein::Result<()>) {
 /// each, so the script's own output on stdout stays as it was.
 pub fn print_stats(domain: &ScriptDomain, pool: &Pool) {
     let s = domain.stats();
-    eprintln!(
-        "skein: stats: domain '{}': generation {}, {:?}, {} frames, {} tasks, {} handler calls, \
+    say(format_args!(
+        "stats: domain '{}': generation {}, {:?}, {} frames, {} tasks, {} handler calls, \
          events {} delivered, {} unhandled, {} pending, {} stale, {} registered jobs, \
          {} live workers, {} errors, {} warnings, {} denials, job bytes {}, shared bytes {}",
         domain.name(),
@@ -64,10 +69,10 @@ pub fn print_stats(domain: &ScriptDomain, pool: &Pool) {
         s.denials,
         s.job_bytes,
         s.shared_bytes,
-    );
+    ));
     for w in pool.stats() {
-        eprintln!(
-            "skein: stats: worker {}: {} items ({} keyed), {} steals, {} sleeps, {} panics, \
+        say(format_args!(
+            "stats: worker {}: {} items ({} keyed), {} steals, {} sleeps, {} panics, \
              {} VMs, {} keys held, key wait {:?} total, {:?} max, busy {:?}",
             w.worker,
             w.items_run,
@@ -80,6 +85,6 @@ pub fn print_stats(domain: &ScriptDomain, pool: &Pool) {
             w.key_wait_total,
             w.key_wait_max,
             w.busy,
-        );
+        ));
     }
 }
