@@ -551,3 +551,27 @@ fn a_failure_with_stderr_on_a_full_device_exits_one_without_a_panic() {
     let status = exit_within(&mut child, QUICK).expect("the run ended");
     assert_eq!(status.code(), Some(1));
 }
+
+/// A `--!native` module whose compile takes longer than the stall check's half second of
+/// quiet (about a second here, for 15,000 functions): compiling counts as running, so the run
+/// ends with the job's result, not as a run that can never end.
+#[test]
+fn a_module_that_compiles_for_a_second_is_not_a_stall() {
+    let mut module = String::from("--!native\nlocal M = {}\n");
+    for i in 0..15_000 {
+        module.push_str(&format!(
+            "function M.f{i}(x) local a = x * {i} for j = 1, 10 do a = a + math.sin(j) * {i} \
+             + (x % 7) * j end if a > 5 then a = a - 1 else a = a + 1 end return a end\n"
+        ));
+    }
+    module.push_str("function M.go(x) return x * 2 end\nreturn M\n");
+    let tree = Tree::new(&[
+        ("slow.luau", module.as_str()),
+        (
+            "main.luau",
+            "print(require('@skein/jobs').dispatch('./slow', 'go', 21):await())\n",
+        ),
+    ]);
+    let (code, out, err) = skein_in(&tree.path(), &["run", "main.luau"]);
+    assert_eq!((code, out.as_str(), err.as_str()), (0, "42\n", ""));
+}

@@ -169,7 +169,12 @@ impl Modules {
         if let Some(value) = self.exports.borrow().get(key) {
             return Ok(value.clone());
         }
-        let value = ModuleCache::require(&self.cache, lua, path).map_err(|e| e.into_lua_error())?;
+        // Compiling a large module (to bytecode, then to native code) can take longer than a
+        // stall check's quiet interval: it counts as the VM running.
+        let running = VmCore::of(lua)?.sched.borrow().counted_as_running();
+        let value = running
+            .run(|| ModuleCache::require(&self.cache, lua, path))
+            .map_err(|e| e.into_lua_error())?;
         self.exports.borrow_mut().insert(key.into(), value.clone());
         Ok(value)
     }

@@ -540,6 +540,12 @@ impl Scheduler {
         self.liveness = Some(live);
     }
 
+    /// Work outside a resume that still counts as the VM running for the stall check (making a
+    /// failure's text, compiling a module): [`Running::run`] marks it.
+    pub(crate) fn counted_as_running(&self) -> Running {
+        Running(self.liveness.clone())
+    }
+
     /// The tasks parked now and what on, oldest first: what a stall report names.
     pub(crate) fn parked(&self) -> Vec<(TaskId, Thread, ParkedOn)> {
         let mut parked: Vec<(TaskId, Thread, ParkedOn)> = self
@@ -900,15 +906,28 @@ fn failure_of<H: SchedulerHost>(
     // Making the failure copies and searches a message as long as the VM holds, after the
     // resume has left: it counts as running, or a stall check would take a slow one for a VM
     // that can never progress.
-    let liveness = host.scheduler().borrow().liveness.clone();
-    if let Some(live) = &liveness {
-        live.enter();
+    host.scheduler()
+        .borrow()
+        .counted_as_running()
+        .run(|| make_failure(host, lua, thread, err, stopped))
+}
+
+/// Work that counts as its VM running for the stall check (see
+/// [`Scheduler::counted_as_running`]).
+pub(crate) struct Running(Option<Arc<Liveness>>);
+
+impl Running {
+    /// Runs `f`, counted as a resume under way.
+    pub(crate) fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        if let Some(live) = &self.0 {
+            live.enter();
+        }
+        let result = f();
+        if let Some(live) = &self.0 {
+            live.leave();
+        }
+        result
     }
-    let failure = make_failure(host, lua, thread, err, stopped);
-    if let Some(live) = &liveness {
-        live.leave();
-    }
-    failure
 }
 
 /// [`failure_of`]'s work.
