@@ -650,3 +650,50 @@ fn a_stopped_domain_refuses_restart_and_reload_and_stays_stopped() {
     assert_eq!(domain.state(), DomainState::Stopped);
     assert_eq!(domain.generation(), generation);
 }
+
+/// A script that rewrites a module through `@skein/fs` and dispatches it at once, thirty times,
+/// computing a little before each await: every dispatch runs the text written just before it,
+/// on one worker and on two (the write bumps the source epoch before it returns).
+#[test]
+fn a_module_a_script_rewrites_is_what_the_next_dispatch_runs() {
+    let tree = crate::support::Tree::new(&[
+        ("mod.luau", "return { v = function() return 0 end }\n"),
+        (
+            "main.luau",
+            r#"
+local fs = require("@skein/fs")
+local got = {}
+for i = 1, 30 do
+    fs.writeFile("mod.luau", `return \{ v = function() return {i} end }`)
+    local p = jobs.dispatch("./mod", "v")
+    local t = os.clock()
+    while os.clock() - t < 0.005 do end
+    got[i] = p:await()
+end
+print(table.concat(got, " "))
+"#,
+        ),
+    ]);
+    let expected: Vec<String> = (1..=30).map(|i| i.to_string()).collect();
+    for workers in ["1", "2"] {
+        let (code, out, err) = crate::support::skein_in(
+            &tree.path(),
+            &[
+                "run",
+                "--workers",
+                workers,
+                "--allow-read",
+                ".",
+                "--allow-write",
+                ".",
+                "main.luau",
+            ],
+        );
+        assert_eq!((code, err.as_str()), (0, ""), "{workers} workers");
+        assert_eq!(
+            out,
+            format!("{}\n", expected.join(" ")),
+            "{workers} workers"
+        );
+    }
+}

@@ -27,7 +27,7 @@ use mlua::{Lua, Table, Value};
 
 use crate::principal::capability::lexical_absolute;
 use crate::principal::capability::{deny_escape, require_path, CapabilityError};
-use crate::vm::a_type;
+use crate::vm::{a_type, source_written};
 
 /// Registry key of the module table `require("@skein/fs")` answers.
 pub(crate) const FS_KEY: &str = "skein.fs";
@@ -168,7 +168,12 @@ fn write_file(_: &Lua, (path, data): (Value, Value)) -> mlua::Result<()> {
         options.write(true).create(true).truncate(true);
         let mut file = dir.open_with(rel, &options)?;
         io::Write::write_all(&mut file, &bytes)
-    })
+    })?;
+    // The file may be a module: dispatches made from now on run its new text.
+    if let Ok(absolute) = lexical_absolute(Path::new(&path)) {
+        source_written(&absolute);
+    }
+    Ok(())
 }
 
 fn list(lua: &Lua, dir: Value) -> mlua::Result<Table> {

@@ -40,7 +40,9 @@ pub(crate) use liveness::{Liveness, Still, STALL_QUIET};
 pub use load_stage::LoadStage;
 pub(crate) use luau_promise::UNAWAITED_KEPT;
 pub(crate) use luau_promise::{Cancel, Outcome, PromiseCell, PromiseId};
-pub(crate) use modules::{caller_chunk, check_sources, source_epoch, with_caller_source, Resolved};
+pub(crate) use modules::{
+    caller_chunk, check_sources, source_epoch, source_written, with_caller_source, Resolved,
+};
 pub use native::NativeMode;
 pub(crate) use native::{mode_of, report_to, used_by as native_used_by, NativeTally};
 pub(crate) use owner::{

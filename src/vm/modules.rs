@@ -4,9 +4,11 @@
 //! Resolution and compilation live in [`loader`](super::loader). This file adds what a VM needs
 //! on the dispatch path: each item names its module by absolute path, and a worker answers the
 //! module's export table from a per-VM map without touching the file system. The map is trusted
-//! only while the source epoch is unchanged. The engine thread bumps the epoch when it finds an
-//! edited source (it looks each time the host enters the domain), so an edit reaches the next
-//! dispatch without a `stat` per item.
+//! only while the source epoch is unchanged. A write through `@skein/fs` bumps the epoch before
+//! it returns ([`source_written`]), so a script's own edit reaches every dispatch made after
+//! it; the engine thread bumps it too when it finds a source edited from outside (it looks each
+//! time the host enters the domain, and every 250 ms while the domain runs), so those edits
+//! reach the next dispatch without a `stat` per item.
 
 use rustc_hash::FxHashMap as HashMap;
 use std::cell::{Cell, RefCell};
@@ -35,6 +37,19 @@ pub(crate) fn check_sources() -> bool {
     } else {
         false
     }
+}
+
+/// A script wrote the file at `path` (through `@skein/fs`): the bytecode compiled from it is
+/// dropped and the epoch bumped before the write returns, so every dispatch and `require` made
+/// after it, on any VM, runs the new text. Edits from outside the process are found by
+/// [`check_sources`] instead.
+pub(crate) fn source_written(path: &Path) {
+    // The name is looked up only to find the cache's key (canonical paths): the write itself
+    // went through the grant's directory handle.
+    if let Ok(canonical) = std::fs::canonicalize(path) {
+        BytecodeCache::global().forget(&canonical);
+    }
+    SOURCE_EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
 /// The modules one caller resolved, by specifier.

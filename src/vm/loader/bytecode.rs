@@ -116,6 +116,11 @@ impl BytecodeCache {
         self.compiles.load(Ordering::Relaxed)
     }
 
+    /// Drops what was compiled from the file at `path` (canonical), so its next load reads it.
+    pub(crate) fn forget(&self, path: &Path) {
+        lock(&self.slots).remove(path);
+    }
+
     /// Whether the text of any file this cache compiled changed on disk since (or the file went
     /// away). One `stat` per known file; a file whose length and mtime are unchanged is not read.
     pub(crate) fn any_changed(&self) -> bool {
