@@ -799,3 +799,45 @@ fn deadline_sets_every_resources_run_deadline_unless_its_manifest_gives_one() {
         );
     }
 }
+
+/// A resource's frames are full frames: an event its main script, a task or a job emits reaches
+/// its own `events.on` handler, and `events.wait` gets it, while the server runs (not only at
+/// shutdown).
+#[test]
+fn a_resource_s_own_events_reach_its_handlers_while_the_server_runs() {
+    let tree = Tree::new(&[
+        ("res/ev/skein.toml", "[resource]\nscripts = ['main.luau']\n"),
+        (
+            "res/ev/job.luau",
+            "return { emit = function() require('@skein/events').emit('ping', 'job') end }\n",
+        ),
+        (
+            "res/ev/main.luau",
+            "local events = require('@skein/events')\n\
+             events.on('ping', function(from) print('got ' .. from) end)\n\
+             task.spawn(function()\n\
+               local from = events.wait('ping', 5)\n\
+               print('waited ' .. tostring(from))\n\
+             end)\n\
+             events.emit('ping', 'main')\n\
+             task.spawn(function() task.wait(0.05) events.emit('ping', 'task') end)\n\
+             jobs.dispatch('./job', 'emit')\n",
+        ),
+        ("res/skein-host.toml", "[host]\nstart = ['ev']\n"),
+    ]);
+    let mut served = Served::start(&tree.path().join("res"), &[]);
+    let mut seen = served.out_until(&banner(
+        &tree,
+        "serving 1 resource from {DIR}/res, 1 running: ev; help lists the commands",
+    ));
+    // Four lines come while it runs: the wait's and the three handler calls, the job's and the
+    // task's in whichever order the frames bring them.
+    while seen.len() < 4 {
+        seen.push(served.out());
+    }
+    seen.sort();
+    assert_eq!(seen, ["got job", "got main", "got task", "waited main"]);
+    served.send("quit");
+    let (status, _, _) = served.exit();
+    assert_eq!(status.code(), Some(0));
+}

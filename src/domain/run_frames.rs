@@ -98,9 +98,15 @@ impl ScriptDomain {
         }
     }
 
-    /// Keeps the handler failures of a frame as [`Report`]s, as nobody reads its report here:
-    /// a phase handler's labelled by its context and phase, an event handler's by the event.
-    fn keep_handler_failures(&self, frame: &AdvanceReport) {
+    /// Keeps `report` for the next [`take_reports`](Self::take_reports).
+    pub(crate) fn keep_report(&self, report: Report) {
+        self.reports.borrow_mut().push(report);
+    }
+
+    /// Keeps the handler failures of a frame as [`Report`]s, for a frame loop that reads no
+    /// frame's report (this one, `skein serve`'s): a phase handler's labelled by its context and
+    /// phase, an event handler's by the event.
+    pub(crate) fn keep_handler_failures(&self, frame: &AdvanceReport) {
         let mut reports = self.reports.borrow_mut();
         for phase in &frame.phases {
             for error in &phase.errors {

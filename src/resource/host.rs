@@ -674,21 +674,32 @@ impl ResourceHost {
         self.find(name).and_then(|r| r.domain.as_ref())
     }
 
-    /// Runs one frame of `dt` in every running resource, by name
-    /// ([`ScriptDomain::frame`]): mailboxes, registered jobs, ready tasks and timers. Answers
-    /// the reports the frames made, each with its resource's name.
+    /// Runs one full frame of `dt` in every running resource, by name
+    /// ([`ScriptDomain::advance`], as [`ScriptDomain::run_frames`] makes them): the event drain
+    /// (a resource's own events reach its handlers and waiters), the phases, registered jobs,
+    /// ready tasks and timers. Answers the reports the frames made, each with its resource's
+    /// name.
     pub fn advance(&mut self, dt: Duration) -> Vec<ResourceReport> {
         let mut out = Vec::new();
         for resource in &self.resources {
             if let Some(domain) = &resource.domain {
-                let frame = domain.frame(dt);
-                // The frame's reports are copies of those waiting; take them so they do not
-                // pile up.
-                drop(domain.take_reports());
-                out.extend(frame.reports.into_iter().map(|report| ResourceReport {
-                    resource: resource.name.to_string(),
-                    report,
-                }));
+                // A full frame, as `run_frames` makes: the event drain (a resource's own
+                // events reach its handlers), the phases, registered jobs and tasks.
+                match domain.advance(dt) {
+                    Ok(frame) => domain.keep_handler_failures(&frame),
+                    Err(e) => {
+                        domain.keep_report(Report::new(ReportKind::Service, "frame", e.to_string()))
+                    }
+                }
+                out.extend(
+                    domain
+                        .take_reports()
+                        .into_iter()
+                        .map(|report| ResourceReport {
+                            resource: resource.name.to_string(),
+                            report,
+                        }),
+                );
             }
         }
         out
