@@ -9,7 +9,7 @@
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::{assert_contains, exit_within, mode_flag, Tree};
@@ -60,14 +60,12 @@ impl Ended {
     }
 }
 
-/// Runs `skein run <args>` in `dir` under the address-space limit, killing it past [`HANG`].
-pub fn hostile_run(dir: &Path, args: &[&str]) -> Ended {
+/// `skein <args>` in `dir` under the address-space limit, its stdout and stderr piped.
+fn limited(dir: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_skein"));
     command
-        .arg("run")
         .args(args)
         .current_dir(dir)
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // SAFETY: the closure runs in the child between fork and exec and calls only setrlimit,
@@ -84,29 +82,42 @@ pub fn hostile_run(dir: &Path, args: &[&str]) -> Ended {
             Ok(())
         });
     }
-    let mut child = command.spawn().expect("start skein");
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let out = std::thread::spawn(move || {
+    command
+}
+
+/// Reads all of `from` on a thread of its own, so a child that fills one pipe never blocks.
+fn read_all(mut from: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
         let mut s = Vec::new();
-        let _ = stdout.read_to_end(&mut s);
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = stderr.read_to_end(&mut s);
-        s
-    });
+        let _ = from.read_to_end(&mut s);
+        String::from_utf8_lossy(&s).into_owned()
+    })
+}
+
+/// Waits for `child` (whose stdout and stderr are piped and not yet taken), killing it past
+/// [`HANG`], and answers how it ended with everything it wrote.
+fn ended(mut child: Child) -> Ended {
+    let out = read_all(child.stdout.take().expect("piped stdout"));
+    let err = read_all(child.stderr.take().expect("piped stderr"));
     let Some(status) = exit_within(&mut child, HANG) else {
-        let stderr = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
-        panic!("the hostile run hung past {HANG:?}; stderr:\n{stderr}");
+        panic!(
+            "the hostile run hung past {HANG:?}; stderr:\n{}",
+            err.join().unwrap_or_default()
+        );
     };
     Ended {
         code: status.code(),
         signal: status.signal(),
-        stdout: String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned(),
-        stderr: String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned(),
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
     }
+}
+
+/// Runs `skein run <args>` in `dir` under the address-space limit, killing it past [`HANG`].
+pub fn hostile_run(dir: &Path, args: &[&str]) -> Ended {
+    let mut command = limited(dir, &["run"]);
+    command.args(args).stdin(Stdio::null());
+    ended(command.spawn().expect("start skein"))
 }
 
 /// A module every section uses to show that the pool still serves work after a refusal.
@@ -1239,31 +1250,96 @@ for i = 1, 3 do print("after", i, jobs.dispatch("./m", "echo", 41):await() + 1) 
         .stdout_has("after\t3\t42");
 }
 
-#[test]
-fn a_parallel_for_over_itself_ends_and_every_promise_settles() {
-    // It produced repeated worker panics and the top-level promise never settled.
+/// A module whose entry of each kind starts work of the same kind on itself and awaits it.
+const OVER_ITSELF: &str = r#"
+local M = {}
+function M.map() return jobs.map("./m", "map", { 1, 2 }):await() end
+function M.dispatch() return jobs.dispatch("./m", "dispatch"):await() end
+function M.parallelFor() return jobs.parallelFor("./m", "parallelFor", 4):await() end
+function M.warm() return jobs.warm("./m", "warm"):await() end
+function M.echo(x) return x end
+return M
+"#;
+
+/// Starts the work of `kind` (`map`, `dispatch`, `parallelFor` or `warm`) over itself from the
+/// main script, awaits it under a pcall and prints what it settled with, then dispatches once
+/// more.
+fn work_over_itself(kind: &str) -> Ended {
     let tree = Tree::new(&[
-        (
-            "m.luau",
-            "local M = {}\nfunction M.rec() return jobs.parallelFor('./m', 'rec', 4):await() end\n\
-             function M.echo(x) return x end\nreturn M\n",
-        ),
+        ("m.luau", OVER_ITSELF),
         (
             "main.luau",
             r#"
-local ok, err = pcall(function() return jobs.parallelFor("./m", "rec", 4):await() end)
+local kind = ...
+local start = {
+    map = function() return jobs.map("./m", "map", { 1, 2 }) end,
+    dispatch = function() return jobs.dispatch("./m", "dispatch") end,
+    parallelFor = function() return jobs.parallelFor("./m", "parallelFor", 4) end,
+    warm = function() return jobs.warm("./m", "warm") end,
+}
+local ok, err = pcall(function() return start[kind]():await() end)
 print("caught", ok, err)
 print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
 "#,
         ),
     ]);
-    let ended = hostile_run(&tree.path(), &["main.luau"]);
-    ended
-        .exited(0)
-        .stdout_has("caught\tfalse\t")
-        .stdout_has("nested waits past the limit")
-        .stdout_has("after\t42");
+    let ended = hostile_run(&tree.path(), &["--workers", "2", "main.luau", "--", kind]);
     assert!(!ended.stderr.contains("panicked"), "{}", ended.stderr);
+    ended
+}
+
+/// The end of the nested-wait limit's refusal, as the innermost job raises it.
+const NESTED: &str = "already wait on pool work, and 1024 may (Plan::nested_wait_limit); work \
+                      that awaits work of its own kind without end stops here";
+
+#[test]
+fn a_parallel_for_over_itself_ends_and_every_promise_settles() {
+    // It produced repeated worker panics and the top-level promise never settled.
+    work_over_itself("parallelFor")
+        .exited(0)
+        .stdout_has("caught\tfalse\tjob './m:parallelFor' failed: chunk ")
+        .stdout_has("task.await: nested waits past the limit: 1024 tasks of the VM of worker ")
+        .stdout_has(NESTED)
+        .stdout_has("after\t42");
+}
+
+#[test]
+fn a_map_over_itself_ends_and_every_promise_settles() {
+    work_over_itself("map")
+        .exited(0)
+        .stdout_has("caught\tfalse\tjob './m:map' failed: element ")
+        .stdout_has("task.await: nested waits past the limit: 1024 tasks of the VM of worker ")
+        .stdout_has(NESTED)
+        .stdout_has("after\t42");
+}
+
+#[test]
+fn a_dispatch_of_itself_ends_and_every_promise_settles() {
+    work_over_itself("dispatch")
+        .exited(0)
+        .stdout_has("caught\tfalse\tjob './m:dispatch' failed: job './m:dispatch' failed: ")
+        .stdout_has("task.await: nested waits past the limit: 1024 tasks of the VM of worker ")
+        .stdout_has(NESTED)
+        .stdout_has("after\t42");
+}
+
+#[test]
+fn a_warm_of_itself_is_refused_at_its_first_await_and_every_promise_settles() {
+    // A warm entry may not await pool work at all, so a warm over itself stops at its first
+    // nesting, on every worker, long before the nested-wait limit. Each worker's failure is a
+    // report of the warm entry, on stderr, so the run exits 1 after the pool served on.
+    let refusal = "jobs.warm \"./m\".warm: awaiting a jobs.warm promise inside a warm would wait \
+                   on the pool it is warming";
+    work_over_itself("warm")
+        .exited(1)
+        .stdout_has(&format!(
+            "caught\tfalse\tjob 'jobs.warm \"./m\".warm' failed: worker 0: {refusal}; worker 1: \
+             {refusal}"
+        ))
+        .stdout_has("after\t42")
+        .stderr_has(&format!(
+            "skein: jobs.warm \"./m\".warm on worker 0: {refusal}"
+        ));
 }
 
 #[test]
@@ -1604,4 +1680,156 @@ print("after", #string.rep("y", 1000))
         .stdout_has("past its budget of 512 MiB")
         .stdout_has("worker\tprint: a line of 314572801 bytes would not fit")
         .stdout_has("after\t1000");
+}
+
+/// Eight workers each building 420 MiB in a job: each VM's limit is the budget shared by the
+/// eight workers, the engine and the host's share (2304 MiB in ten parts: 230 MiB), so each job
+/// is refused by its own VM's limit, with every VM together inside the address space, and the
+/// pool serves the next dispatch from fresh VMs.
+#[test]
+fn eight_workers_each_past_its_vm_limit_fail_their_jobs_and_the_pool_serves_on() {
+    let tree = Tree::new(&[
+        (
+            "m.luau",
+            r#"
+local M = {}
+function M.hog()
+    local hold = {}
+    for i = 1, 420 do hold[i] = string.rep("x", 2^20 - 64) .. i end
+    return #hold
+end
+function M.echo(x) return x end
+return M
+"#,
+        ),
+        (
+            "main.luau",
+            r#"
+local hogs = {}
+for i = 1, 8 do hogs[i] = jobs.dispatch("./m", "hog") end
+for i = 1, 8 do
+    local ok, err = pcall(hogs[i].await, hogs[i])
+    print("hog", ok, (tostring(err):match("^[^\n]*")))
+end
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    let ended = hostile_run(&tree.path(), &["--workers", "8", "main.luau"]);
+    ended.exited(0).stdout_has("after\t42");
+    let hogs: Vec<&str> = ended
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("hog\t"))
+        .collect();
+    assert_eq!(hogs.len(), 8, "{}", ended.stdout);
+    for line in hogs {
+        let rest = line
+            .strip_prefix("hog\tfalse\tjob './m:hog' failed: out of memory: the VM of worker ")
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(
+            rest.ends_with(" reached its memory limit of 230 MiB"),
+            "{line}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registered jobs: every field is bounded at the call, and what the jobs hold together is
+// bounded by the domain's host memory.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn register_refuses_huge_fields_and_its_jobs_meet_the_host_memory() {
+    // Bounded fields alone did not bound the jobs: 4,096 a phase, in as many phases as a script
+    // names, each holding 64 KiB of metadata, ran the process out of address space (rc 134).
+    let tree = Tree::new(&[
+        (
+            "m.luau",
+            r#"
+local M = {}
+-- Registers jobs of 60 KiB of metadata from this worker VM until refused, then cancels them.
+function M.flood()
+    local meta = { blob = string.rep("w", 60 * 1024) }
+    local held = {}
+    local ok, err = pcall(function()
+        for i = 1, 100000 do
+            held[i] = jobs.register {
+                phase = string.format("w%03d", i // 1000), origin = "loop",
+                executor = { kind = "luau", run = function() end }, metadata = meta,
+            }
+        end
+    end)
+    for _, job in held do job:cancel() end
+    return `{#held}\t{ok}\t{(tostring(err):match("^[^\n]*"))}`
+end
+function M.echo(x) return x end
+return M
+"#,
+        ),
+        (
+            "main.luau",
+            r#"
+local run = function() end
+local ok, err = pcall(jobs.register, {
+    phase = "update", executor = { kind = "luau", run = run }, origin = string.rep("o", 2^20),
+})
+print("origin", ok, (tostring(err):match("^[^\n]*")))
+ok, err = pcall(jobs.register, {
+    phase = "update", executor = { kind = "luau", run = run },
+    metadata = { blob = string.rep("m", 64 * 2^20) },
+})
+print("metadata", ok, (tostring(err):match("^[^\n]*")))
+local meta = { blob = string.rep("m", 60 * 1024) }
+local held = {}
+ok, err = pcall(function()
+    for i = 1, 100000 do
+        held[i] = jobs.register {
+            phase = string.format("p%03d", i // 1000), origin = "loop",
+            executor = { kind = "luau", run = run }, metadata = meta,
+        }
+    end
+end)
+print("engine", #held, ok, (tostring(err):match("^[^\n]*")))
+-- Cancelled jobs give their bytes back: a worker VM's jobs fill the same memory again.
+for _, job in held do job:cancel() end
+print("worker", jobs.dispatch("./m", "flood"):await())
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    let ended = hostile_run(&tree.path(), &["main.luau"]);
+    ended
+        .exited(0)
+        .stdout_has(
+            "origin\tfalse\truntime error: jobs.register: origin must be at most 1024 bytes, got \
+             1048576",
+        )
+        .stdout_has(
+            "metadata\tfalse\truntime error: jobs.register: metadata.blob: a value weighing more \
+             than its limit of 65536 bytes can't cross a worker or event boundary",
+        )
+        .stdout_has("after\t42");
+    // A job of the engine holds its 60 KiB of metadata, its phase, its origin and 512 bytes for
+    // itself; one of a worker VM holds its metadata twice. Each loop ends where its jobs fill
+    // the domain's host memory (what else the domain holds meanwhile takes a few KiB of it).
+    for (who, bytes) in [("engine", 62_012), ("worker", 123_504)] {
+        let line = ended
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{who}\t")))
+            .unwrap_or_else(|| panic!("no {who} line in:\n{}", ended.stdout));
+        let (count, refusal) = line.split_once('\t').expect("a count, then the refusal");
+        let count: usize = count.parse().expect("a count");
+        let fit = (512 << 20) / bytes;
+        assert!((fit - 16..=fit).contains(&count), "{who}: {count} of {fit}");
+        assert!(
+            refusal.starts_with(&format!(
+                "false\truntime error: jobs.register: a job holding {bytes} bytes would not fit: \
+                 the host memory of domain 'main' would hold "
+            )) && refusal
+                .ends_with("past its budget of 512 MiB; cancel some jobs before registering more"),
+            "{line}"
+        );
+    }
 }
