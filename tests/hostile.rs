@@ -2,14 +2,16 @@
 //! address-space limit, as a script author who wants to take the host down would, and asserts
 //! how the run ended (an exit code of 0, 1 or 2, never a signal), the error's text, and, where
 //! the script catches the error, that the pool still serves a later dispatch in the same run.
+//! The `skein serve` section does the same for a server: a resource that attacks the host fails
+//! alone, and the server and the other resources go on.
 //!
 //! Issue 12's classes, one section each; `docs/embedding.md` ("What a script cannot do") points
 //! here for each.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::{assert_contains, exit_within, mode_flag, Tree};
@@ -60,14 +62,12 @@ impl Ended {
     }
 }
 
-/// Runs `skein run <args>` in `dir` under the address-space limit, killing it past [`HANG`].
-pub fn hostile_run(dir: &Path, args: &[&str]) -> Ended {
+/// `skein <args>` in `dir` under the address-space limit, its stdout and stderr piped.
+fn limited(dir: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_skein"));
     command
-        .arg("run")
         .args(args)
         .current_dir(dir)
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // SAFETY: the closure runs in the child between fork and exec and calls only setrlimit,
@@ -84,29 +84,62 @@ pub fn hostile_run(dir: &Path, args: &[&str]) -> Ended {
             Ok(())
         });
     }
-    let mut child = command.spawn().expect("start skein");
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let out = std::thread::spawn(move || {
+    command
+}
+
+/// Reads all of `from` on a thread of its own, so a child that fills one pipe never blocks.
+fn read_all(mut from: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
         let mut s = Vec::new();
-        let _ = stdout.read_to_end(&mut s);
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = stderr.read_to_end(&mut s);
-        s
-    });
+        let _ = from.read_to_end(&mut s);
+        String::from_utf8_lossy(&s).into_owned()
+    })
+}
+
+/// Waits for `child` (whose stdout and stderr are piped and not yet taken), killing it past
+/// [`HANG`], and answers how it ended with everything it wrote.
+fn ended(mut child: Child) -> Ended {
+    let out = read_all(child.stdout.take().expect("piped stdout"));
+    let err = read_all(child.stderr.take().expect("piped stderr"));
     let Some(status) = exit_within(&mut child, HANG) else {
-        let stderr = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
-        panic!("the hostile run hung past {HANG:?}; stderr:\n{stderr}");
+        panic!(
+            "the hostile run hung past {HANG:?}; stderr:\n{}",
+            err.join().unwrap_or_default()
+        );
     };
     Ended {
         code: status.code(),
         signal: status.signal(),
-        stdout: String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned(),
-        stderr: String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned(),
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
     }
+}
+
+/// Runs `skein run <args>` in `dir` under the address-space limit, killing it past [`HANG`].
+pub fn hostile_run(dir: &Path, args: &[&str]) -> Ended {
+    let mut command = limited(dir, &["run"]);
+    command.args(args).stdin(Stdio::null());
+    ended(command.spawn().expect("start skein"))
+}
+
+/// Runs `skein serve <dir> --workers 2 <args>` in `dir` under the address-space limit, as
+/// [`hostile_run`] runs `skein run`: `console` is typed on its standard input, then the input
+/// ends, which shuts the server down (dependents first) once the console has run every line.
+/// Two workers, whatever the machine, so the VM limits the texts name are the same everywhere;
+/// the runner names a resource's scripts from its current directory, `dir`.
+pub fn hostile_serve(dir: &Path, args: &[&str], console: &str) -> Ended {
+    let folder = dir.to_str().expect("a UTF-8 folder");
+    let mut command = limited(dir, &["serve", folder, "--workers", "2"]);
+    command.args(args).stdin(Stdio::piped());
+    let mut child = command.spawn().expect("start skein serve");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let console = console.to_owned();
+    // On a thread of its own, so a full pipe never holds the test; a server that ended early
+    // refuses the write, which is its own answer.
+    std::thread::spawn(move || {
+        let _ = stdin.write_all(console.as_bytes());
+    });
+    ended(child)
 }
 
 /// A module every section uses to show that the pool still serves work after a refusal.
@@ -1290,31 +1323,96 @@ print("same vm", jobs.dispatch("./m", "calls"):await())
         .stdout_has("same vm\t1\n");
 }
 
-#[test]
-fn a_parallel_for_over_itself_ends_and_every_promise_settles() {
-    // It produced repeated worker panics and the top-level promise never settled.
+/// A module whose entry of each kind starts work of the same kind on itself and awaits it.
+const OVER_ITSELF: &str = r#"
+local M = {}
+function M.map() return jobs.map("./m", "map", { 1, 2 }):await() end
+function M.dispatch() return jobs.dispatch("./m", "dispatch"):await() end
+function M.parallelFor() return jobs.parallelFor("./m", "parallelFor", 4):await() end
+function M.warm() return jobs.warm("./m", "warm"):await() end
+function M.echo(x) return x end
+return M
+"#;
+
+/// Starts the work of `kind` (`map`, `dispatch`, `parallelFor` or `warm`) over itself from the
+/// main script, awaits it under a pcall and prints what it settled with, then dispatches once
+/// more.
+fn work_over_itself(kind: &str) -> Ended {
     let tree = Tree::new(&[
-        (
-            "m.luau",
-            "local M = {}\nfunction M.rec() return jobs.parallelFor('./m', 'rec', 4):await() end\n\
-             function M.echo(x) return x end\nreturn M\n",
-        ),
+        ("m.luau", OVER_ITSELF),
         (
             "main.luau",
             r#"
-local ok, err = pcall(function() return jobs.parallelFor("./m", "rec", 4):await() end)
+local kind = ...
+local start = {
+    map = function() return jobs.map("./m", "map", { 1, 2 }) end,
+    dispatch = function() return jobs.dispatch("./m", "dispatch") end,
+    parallelFor = function() return jobs.parallelFor("./m", "parallelFor", 4) end,
+    warm = function() return jobs.warm("./m", "warm") end,
+}
+local ok, err = pcall(function() return start[kind]():await() end)
 print("caught", ok, err)
 print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
 "#,
         ),
     ]);
-    let ended = hostile_run(&tree.path(), &["main.luau"]);
-    ended
-        .exited(0)
-        .stdout_has("caught\tfalse\t")
-        .stdout_has("nested waits past the limit")
-        .stdout_has("after\t42");
+    let ended = hostile_run(&tree.path(), &["--workers", "2", "main.luau", "--", kind]);
     assert!(!ended.stderr.contains("panicked"), "{}", ended.stderr);
+    ended
+}
+
+/// The end of the nested-wait limit's refusal, as the innermost job raises it.
+const NESTED: &str = "already wait on pool work, and 1024 may (Plan::nested_wait_limit); work \
+                      that awaits work of its own kind without end stops here";
+
+#[test]
+fn a_parallel_for_over_itself_ends_and_every_promise_settles() {
+    // It produced repeated worker panics and the top-level promise never settled.
+    work_over_itself("parallelFor")
+        .exited(0)
+        .stdout_has("caught\tfalse\tjob './m:parallelFor' failed: chunk ")
+        .stdout_has("task.await: nested waits past the limit: 1024 tasks of the VM of worker ")
+        .stdout_has(NESTED)
+        .stdout_has("after\t42");
+}
+
+#[test]
+fn a_map_over_itself_ends_and_every_promise_settles() {
+    work_over_itself("map")
+        .exited(0)
+        .stdout_has("caught\tfalse\tjob './m:map' failed: element ")
+        .stdout_has("task.await: nested waits past the limit: 1024 tasks of the VM of worker ")
+        .stdout_has(NESTED)
+        .stdout_has("after\t42");
+}
+
+#[test]
+fn a_dispatch_of_itself_ends_and_every_promise_settles() {
+    work_over_itself("dispatch")
+        .exited(0)
+        .stdout_has("caught\tfalse\tjob './m:dispatch' failed: job './m:dispatch' failed: ")
+        .stdout_has("task.await: nested waits past the limit: 1024 tasks of the VM of worker ")
+        .stdout_has(NESTED)
+        .stdout_has("after\t42");
+}
+
+#[test]
+fn a_warm_of_itself_is_refused_at_its_first_await_and_every_promise_settles() {
+    // A warm entry may not await pool work at all, so a warm over itself stops at its first
+    // nesting, on every worker, long before the nested-wait limit. Each worker's failure is a
+    // report of the warm entry, on stderr, so the run exits 1 after the pool served on.
+    let refusal = "jobs.warm \"./m\".warm: awaiting a jobs.warm promise inside a warm would wait \
+                   on the pool it is warming";
+    work_over_itself("warm")
+        .exited(1)
+        .stdout_has(&format!(
+            "caught\tfalse\tjob 'jobs.warm \"./m\".warm' failed: worker 0: {refusal}; worker 1: \
+             {refusal}"
+        ))
+        .stdout_has("after\t42")
+        .stderr_has(&format!(
+            "skein: jobs.warm \"./m\".warm on worker 0: {refusal}"
+        ));
 }
 
 #[test]
@@ -1655,4 +1753,527 @@ print("after", #string.rep("y", 1000))
         .stdout_has("past its budget of 512 MiB")
         .stdout_has("worker\tprint: a line of 314572801 bytes would not fit")
         .stdout_has("after\t1000");
+}
+
+/// Eight workers each building 420 MiB in a job: each VM's limit is the budget shared by the
+/// eight workers, the engine and the host's share (2304 MiB in ten parts: 230 MiB), so each job
+/// is refused by its own VM's limit, with every VM together inside the address space, and the
+/// pool serves the next dispatch from fresh VMs.
+#[test]
+fn eight_workers_each_past_its_vm_limit_fail_their_jobs_and_the_pool_serves_on() {
+    let tree = Tree::new(&[
+        (
+            "m.luau",
+            r#"
+local M = {}
+function M.hog()
+    local hold = {}
+    for i = 1, 420 do hold[i] = string.rep("x", 2^20 - 64) .. i end
+    return #hold
+end
+function M.echo(x) return x end
+return M
+"#,
+        ),
+        (
+            "main.luau",
+            r#"
+local hogs = {}
+for i = 1, 8 do hogs[i] = jobs.dispatch("./m", "hog") end
+for i = 1, 8 do
+    local ok, err = pcall(hogs[i].await, hogs[i])
+    print("hog", ok, (tostring(err):match("^[^\n]*")))
+end
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    let ended = hostile_run(&tree.path(), &["--workers", "8", "main.luau"]);
+    ended.exited(0).stdout_has("after\t42");
+    let hogs: Vec<&str> = ended
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("hog\t"))
+        .collect();
+    assert_eq!(hogs.len(), 8, "{}", ended.stdout);
+    for line in hogs {
+        let rest = line
+            .strip_prefix("hog\tfalse\tjob './m:hog' failed: out of memory: the VM of worker ")
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(
+            rest.ends_with(" reached its memory limit of 230 MiB"),
+            "{line}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registered jobs: every field is bounded at the call, and what the jobs hold together is
+// bounded by the domain's host memory.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn register_refuses_huge_fields_and_its_jobs_meet_the_host_memory() {
+    // Bounded fields alone did not bound the jobs: 4,096 a phase, in as many phases as a script
+    // names, each holding 64 KiB of metadata, ran the process out of address space (rc 134).
+    let tree = Tree::new(&[
+        (
+            "m.luau",
+            r#"
+local M = {}
+-- Registers jobs of 60 KiB of metadata from this worker VM until refused, then cancels them.
+function M.flood()
+    local meta = { blob = string.rep("w", 60 * 1024) }
+    local held = {}
+    local ok, err = pcall(function()
+        for i = 1, 100000 do
+            held[i] = jobs.register {
+                phase = string.format("w%03d", i // 1000), origin = "loop",
+                executor = { kind = "luau", run = function() end }, metadata = meta,
+            }
+        end
+    end)
+    for _, job in held do job:cancel() end
+    return `{#held}\t{ok}\t{(tostring(err):match("^[^\n]*"))}`
+end
+function M.echo(x) return x end
+return M
+"#,
+        ),
+        (
+            "main.luau",
+            r#"
+local run = function() end
+local ok, err = pcall(jobs.register, {
+    phase = "update", executor = { kind = "luau", run = run }, origin = string.rep("o", 2^20),
+})
+print("origin", ok, (tostring(err):match("^[^\n]*")))
+ok, err = pcall(jobs.register, {
+    phase = "update", executor = { kind = "luau", run = run },
+    metadata = { blob = string.rep("m", 64 * 2^20) },
+})
+print("metadata", ok, (tostring(err):match("^[^\n]*")))
+local meta = { blob = string.rep("m", 60 * 1024) }
+local held = {}
+ok, err = pcall(function()
+    for i = 1, 100000 do
+        held[i] = jobs.register {
+            phase = string.format("p%03d", i // 1000), origin = "loop",
+            executor = { kind = "luau", run = run }, metadata = meta,
+        }
+    end
+end)
+print("engine", #held, ok, (tostring(err):match("^[^\n]*")))
+-- Cancelled jobs give their bytes back: a worker VM's jobs fill the same memory again.
+for _, job in held do job:cancel() end
+print("worker", jobs.dispatch("./m", "flood"):await())
+print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
+"#,
+        ),
+    ]);
+    let ended = hostile_run(&tree.path(), &["main.luau"]);
+    ended
+        .exited(0)
+        .stdout_has(
+            "origin\tfalse\truntime error: jobs.register: origin must be at most 1024 bytes, got \
+             1048576",
+        )
+        .stdout_has(
+            "metadata\tfalse\truntime error: jobs.register: metadata.blob: a value weighing more \
+             than its limit of 65536 bytes can't cross a worker or event boundary",
+        )
+        .stdout_has("after\t42");
+    // A job of the engine holds its 60 KiB of metadata, its phase, its origin and 512 bytes for
+    // itself; one of a worker VM holds its metadata twice. Each loop ends where its jobs fill
+    // the domain's host memory (what else the domain holds meanwhile takes a few KiB of it).
+    for (who, bytes) in [("engine", 62_012), ("worker", 123_504)] {
+        let line = ended
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{who}\t")))
+            .unwrap_or_else(|| panic!("no {who} line in:\n{}", ended.stdout));
+        let (count, refusal) = line.split_once('\t').expect("a count, then the refusal");
+        let count: usize = count.parse().expect("a count");
+        let fit = (512 << 20) / bytes;
+        assert!((fit - 16..=fit).contains(&count), "{who}: {count} of {fit}");
+        assert!(
+            refusal.starts_with(&format!(
+                "false\truntime error: jobs.register: a job holding {bytes} bytes would not fit: \
+                 the host memory of domain 'main' would hold "
+            )) && refusal
+                .ends_with("past its budget of 512 MiB; cancel some jobs before registering more"),
+            "{line}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `skein serve`: a resource that attacks the host fails alone, and the server and the other
+// resources go on. Each runs `skein serve DIR` with its console typed on standard input, whose
+// end shuts the server down.
+// ---------------------------------------------------------------------------------------------
+
+/// Writes the resource at `folder` of `tree`: a `skein.toml` running `main.luau` (with `keys`
+/// added to its `[resource]` table) and the `main.luau`.
+fn resource(tree: &Tree, folder: &str, keys: &str, main: &str) {
+    tree.write(
+        &format!("{folder}/skein.toml"),
+        &format!("[resource]\nscripts = ['main.luau']\n{keys}"),
+    );
+    tree.write(&format!("{folder}/main.luau"), main);
+}
+
+/// The resources `good` (exports `ping`) and `probe`, which depends on it and prints its answer
+/// as it starts: `start good` and `start probe` show that resources still start and answer.
+fn good_and_probe(tree: &Tree, under: &str) {
+    resource(
+        tree,
+        &format!("{under}good"),
+        "exports = ['ping']\n",
+        "function ping() return 'pong' end\n",
+    );
+    resource(
+        tree,
+        &format!("{under}probe"),
+        "dependencies = ['good']\n",
+        "print('probe:', require('@skein/resources').import('good').ping())\n",
+    );
+}
+
+/// What `start good` and `start probe` print.
+#[track_caller]
+fn good_and_probe_started(ended: &Ended) {
+    ended
+        .stdout_has("started good (generation 1)\nprobe:\tpong\nstarted probe (generation 1)\n")
+        .stdout_has("shutting down: end of input");
+}
+
+#[test]
+fn serve_a_resource_holding_300_mib_fails_alone_and_eight_others_serve_on() {
+    // With 2 workers the host's VM limit is the pool's budget shared as if 8 resources ran:
+    // 2304 MiB over 2 workers, the engine and the host's share, 8 times, is 72 MiB a VM.
+    let tree = Tree::new(&[]);
+    let names: Vec<String> = (1..=8).map(|i| format!("r{i}")).collect();
+    for name in &names {
+        resource(
+            &tree,
+            name,
+            "exports = ['ping']\n",
+            &format!("function ping() return '{name}' end\n"),
+        );
+    }
+    resource(
+        &tree,
+        "big",
+        "",
+        r#"
+local hold = {}
+for i = 1, 300 * 16 do hold[i] = string.rep("x", 65536) .. i end
+print("big: held", #hold)
+"#,
+    );
+    resource(
+        &tree,
+        "probe",
+        "dependencies = ['r1', 'r8']\n",
+        "local resources = require('@skein/resources')\n\
+         print('probe:', resources.import('r1').ping(), resources.import('r8').ping())\n",
+    );
+    let mut console: String = names.iter().map(|n| format!("start {n}\n")).collect();
+    console.push_str("start big\nstart probe\nlist\n");
+    let ended = hostile_serve(&tree.path(), &[], &console);
+    ended
+        .exited(0)
+        .stderr_has(&format!(
+            "error: start: resource 'big': main.luau: script big/main.luau failed: out of \
+             memory: the engine VM reached its memory limit of 72 MiB\n{}/big/main.luau:3",
+            tree.path().display()
+        ))
+        .stdout_has("probe:\tr1\tr8\nstarted probe (generation 1)\n")
+        .stdout_has("big failed (never started; no dependencies; no exports)")
+        .stdout_has("r8 running (generation 1; no dependencies; exports ping)")
+        .stdout_has("shutting down: end of input");
+    for name in &names {
+        ended.stdout_has(&format!("started {name} (generation 1)\n"));
+    }
+    assert!(!ended.stdout.contains("big: held"), "{}", ended.stdout);
+}
+
+#[test]
+fn serve_a_resource_shipping_a_sparse_two_gigabyte_luaurc_is_refused_by_size() {
+    let tree = Tree::new(&[("evil/lib/x.luau", "return 'x'\n")]);
+    resource(
+        &tree,
+        "evil",
+        "",
+        r#"
+local ok, err = pcall(require, "@lib/x")
+print("evil: caught", ok, (tostring(err):match("^[^\n]*")))
+print("evil: relative", require("./lib/x"))
+"#,
+    );
+    good_and_probe(&tree, "");
+    let rc = std::fs::File::create(tree.path().join("evil/.luaurc")).expect("create .luaurc");
+    rc.set_len(2 << 30).expect("a sparse .luaurc");
+    let ended = hostile_serve(&tree.path(), &[], "start evil\nstart good\nstart probe\n");
+    ended.exited(0).stdout_has(&format!(
+        "evil: caught\tfalse\truntime error: invalid .luaurc at {}/evil/.luaurc: it is longer \
+             than the limit of 1048576 bytes\nevil: relative\tx\nstarted evil (generation 1)\n",
+        tree.path().display()
+    ));
+    good_and_probe_started(&ended);
+}
+
+/// How many resources the chain test makes. A start over a chain of 100,000 overflowed the
+/// engine thread's stack; making and removing that many folders takes minutes on a loaded
+/// disk, so the runner test uses a tenth of it, and the library's ordering test
+/// (`resource::order`) walks a chain of 100,000 on a small stack.
+const CHAIN: usize = 10_000;
+
+#[test]
+fn serve_a_chain_of_10_000_resources_starts_in_order_until_the_memory_budget() {
+    // Each link asks for VMs of 1 MiB: 3 with 2 workers, so 768 links fit the budget of
+    // 2304 MiB, started last link first; the 769th is refused naming the budget, the set's
+    // starts are undone, and the console comes up with every link loaded.
+    let tree = Tree::new(&[]);
+    let root = tree.path();
+    for i in 0..CHAIN {
+        let dependency = if i + 1 < CHAIN {
+            format!("dependencies = ['r{}']\n", i + 1)
+        } else {
+            String::new()
+        };
+        let folder = root.join(format!("r{i}"));
+        std::fs::create_dir(&folder).expect("a link's folder");
+        std::fs::write(
+            folder.join("skein.toml"),
+            format!("[resource]\nmemory = '1M'\n{dependency}"),
+        )
+        .expect("a link's manifest");
+    }
+    let names: Vec<String> = (0..CHAIN).map(|i| format!("'r{i}'")).collect();
+    tree.write(
+        "skein-host.toml",
+        &format!("[host]\nstart = [{}]\n", names.join(",")),
+    );
+    let began = Instant::now();
+    let (last, before_last) = (CHAIN - 1, CHAIN - 2);
+    let ended = hostile_serve(
+        &root,
+        &[],
+        &format!("start r{last}\nstart r{before_last}\nstart r0\n"),
+    );
+    // The load reads the manifests and the startup set starts and stops 768 domains: about a
+    // second in a release build. A check of each startup name against those before it made
+    // 100,000 of them take 20 s.
+    let took = began.elapsed();
+    println!("a chain of {CHAIN} resources served and shut down in {took:?}");
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    ended
+        .exited(0)
+        .stderr_has(&format!(
+            "error: not enough memory: domain 'r{}' needs 3 VMs of 1 MiB (its engine VM and \
+             one per worker), and the pool's memory would hold 2307 MiB, past its budget of \
+             2304 MiB",
+            CHAIN - 769
+        ))
+        .stdout_has(&format!(
+            "serving {CHAIN} resources from {}, none running; help lists the commands\n",
+            root.display()
+        ))
+        .stdout_has(&format!(
+            "started r{last} (generation 2)\nstarted r{before_last} (generation 2)\n"
+        ))
+        // The start of the head walks the whole chain for a cycle, and refuses on its first
+        // link.
+        .stderr_has("error: start: resource 'r0' depends on 'r1', which is not running");
+    // The tree's own removal unlinks the folders in directory order, which took minutes for
+    // 100,000 of them; `rm` sorts them first and takes seconds. The tree removes what is left.
+    let _ = Command::new("rm").arg("-rf").arg(&root).status();
+}
+
+#[test]
+fn serve_a_resource_script_linking_out_of_its_folder_is_refused_and_the_others_start() {
+    let tree = Tree::new(&[
+        ("outside/main.luau", "print('the secret ran')\n"),
+        (
+            "res/evil/skein.toml",
+            "[resource]\nscripts = ['main.luau']\n",
+        ),
+        (
+            "res/evildir/skein.toml",
+            "[resource]\nscripts = ['lib/main.luau']\n",
+        ),
+    ]);
+    good_and_probe(&tree, "res/");
+    let res = tree.path().join("res");
+    std::os::unix::fs::symlink(
+        tree.path().join("outside/main.luau"),
+        res.join("evil/main.luau"),
+    )
+    .expect("a link to a file outside");
+    std::os::unix::fs::symlink("../../outside", res.join("evildir/lib"))
+        .expect("a link to a folder outside");
+    let ended = hostile_serve(
+        &res,
+        &[],
+        "start evil\nstart evildir\nstart good\nstart probe\n",
+    );
+    ended.exited(0);
+    for (name, script) in [("evil", "main.luau"), ("evildir", "lib/main.luau")] {
+        ended.stderr_has(&format!(
+            "error: start: resource '{name}': {script}: cannot read the script {}: it leads \
+             outside the folder {}",
+            res.join(name).join(script).display(),
+            res.join(name).display()
+        ));
+    }
+    good_and_probe_started(&ended);
+    assert!(!ended.stdout.contains("the secret ran"), "{}", ended.stdout);
+}
+
+#[test]
+fn serve_a_luaurc_in_or_above_the_served_folder_does_not_widen_a_resources_root() {
+    let tree = Tree::new(&[
+        // Above the served folder, and in it: each would make its folder the project root of
+        // every resource below it.
+        (".luaurc", r#"{ "aliases": { "up": "./res" } }"#),
+        ("res/.luaurc", r#"{ "aliases": { "good": "./good" } }"#),
+        (
+            "res/good/private.luau",
+            "return 'the private module of good'\n",
+        ),
+        (
+            "res/a/main.luau",
+            r#"
+for _, spec in { "../good/private", "@good/private", "@up/good/private" } do
+    local ok, err = pcall(require, spec)
+    print("a:", spec, ok, (tostring(err):match("^[^\n]*")))
+end
+"#,
+        ),
+        ("res/a/skein.toml", "[resource]\nscripts = ['main.luau']\n"),
+    ]);
+    good_and_probe(&tree, "res/");
+    let res = tree.path().join("res");
+    let ended = hostile_serve(&res, &[], "start a\nstart good\nstart probe\n");
+    ended.exited(0).stdout_has("started a (generation 1)");
+    for spec in ["../good/private", "@good/private", "@up/good/private"] {
+        ended.stdout_has(&format!(
+            "a:\t{spec}\tfalse\truntime error: module '{spec}' from {} is {}, outside the \
+             project root {}",
+            res.join("a/main.luau").display(),
+            res.join("good/private.luau").display(),
+            res.join("a").display()
+        ));
+    }
+    good_and_probe_started(&ended);
+    assert!(!ended.stdout.contains("private module"), "{}", ended.stdout);
+}
+
+/// Where `skein serve --help` promises a signal is honoured, a spinning resource or not; the
+/// assertion leaves room for a loaded machine.
+const SIGNAL_GOAL: Duration = Duration::from_millis(100);
+const SIGNAL_BOUND: Duration = Duration::from_secs(1);
+
+#[test]
+fn serve_sigterm_ends_the_server_while_an_export_spins() {
+    let tree = Tree::new(&[]);
+    resource(
+        &tree,
+        "spinner",
+        "exports = ['spin']\n",
+        "function spin() print('spinning') while true do end end\n",
+    );
+    resource(
+        &tree,
+        "caller",
+        "dependencies = ['spinner']\n",
+        "local spinner = require('@skein/resources').import('spinner')\n\
+         task.delay(0.05, function() spinner.spin() end)\n",
+    );
+    let dir = tree.path();
+    let folder = dir.to_str().expect("a UTF-8 folder");
+    let mut command = limited(
+        &dir,
+        &[
+            "serve",
+            folder,
+            "--workers",
+            "2",
+            "--start",
+            "caller,spinner",
+        ],
+    );
+    // Standard input stays open: only the signal ends the console.
+    command.stdin(Stdio::piped());
+    let mut child = command.spawn().expect("start skein serve");
+    let _stdin = child.stdin.take();
+    let out = crate::runner_serve::lines(child.stdout.take().expect("piped stdout"));
+    let err = read_all(child.stderr.take().expect("piped stderr"));
+    let mut before = Vec::new();
+    loop {
+        match out.recv_timeout(HANG) {
+            Ok(line) if line == "spinning" => break,
+            Ok(line) => before.push(line),
+            Err(e) => panic!("no spinning export ({e}); stdout: {before:?}"),
+        }
+    }
+    // Inside the loop by now, give or take the few instructions after the print.
+    std::thread::sleep(Duration::from_millis(100));
+    let sent = Instant::now();
+    let pid = i32::try_from(child.id()).expect("a pid");
+    // SAFETY: `pid` is our own child, not yet waited for, so the id is still its.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let status = exit_within(&mut child, HANG).expect("skein serve exits");
+    let took = sent.elapsed();
+    println!("SIGTERM to exit, an export spinning: {took:?} (goal {SIGNAL_GOAL:?})");
+    assert!(took < SIGNAL_BOUND, "took {took:?}");
+    assert_eq!((status.code(), status.signal()), (Some(0), None));
+    let after: Vec<String> = out.iter().collect();
+    assert_eq!(
+        after,
+        ["shutting down: signal"],
+        "{}",
+        err.join().unwrap_or_default()
+    );
+}
+
+#[test]
+fn serve_deadlines_cut_a_spinning_start_script_and_a_spinning_export() {
+    let tree = Tree::new(&[]);
+    // No deadline of its own: the server's `--deadline 100` cuts it.
+    resource(&tree, "hosted", "", "while true do end\n");
+    // Its own deadline, shorter than its caller's, cuts each call of its export.
+    resource(
+        &tree,
+        "spinner",
+        "exports = ['spin']\ndeadline_ms = 50\n",
+        "function spin() while true do end end\n",
+    );
+    resource(
+        &tree,
+        "caller",
+        "dependencies = ['spinner']\n",
+        "local ok, err = pcall(require('@skein/resources').import('spinner').spin)\n\
+         print('caller:', ok, (tostring(err):match('^[^\\n]*')))\n",
+    );
+    good_and_probe(&tree, "");
+    let dir = tree.path();
+    let ended = hostile_serve(
+        &dir,
+        &["--deadline", "100"],
+        "start hosted\nstart spinner\nstart caller\nstart good\nstart probe\n",
+    );
+    ended
+        .exited(0)
+        .stderr_has(
+            "error: start: resource 'hosted': main.luau: script hosted/main.luau failed: \
+             deadline exceeded: one run took longer than 0.1 s\n",
+        )
+        .stdout_has(
+            "caller:\tfalse\tspinner.spin: deadline exceeded: one run took longer than 0.05 s",
+        )
+        .stdout_has("started caller (generation 1)");
+    good_and_probe_started(&ended);
 }

@@ -26,7 +26,7 @@ struct Served {
 }
 
 /// Reads `from` line by line into a channel until it closes.
-fn lines(from: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+pub(crate) fn lines(from: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     let (to, received) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(from).lines().map_while(Result::ok) {

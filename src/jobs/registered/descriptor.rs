@@ -12,6 +12,7 @@ use super::order::{Declared, MAX_DECLARED_NAMES};
 use super::remote_job::RemoteJob;
 use crate::jobs::item::Kernel;
 use crate::jobs::options::{read_deadline, read_key};
+use crate::ledger::{format_bytes, Charge, Ledger};
 use crate::value::Message;
 use crate::vm::{a_type, error_message, with_caller_source, VmCore};
 
@@ -25,6 +26,10 @@ pub(crate) const MAX_ORIGIN_BYTES: usize = 1 << 10;
 /// [`Message::queue_weight`](crate::Message::queue_weight)): 64 KiB. A job keeps its copy as
 /// long as it is registered, and every `jobs.info` copies it again.
 pub(crate) const MAX_METADATA_BYTES: usize = 64 << 10;
+
+/// What a registered job holds in the host besides the bytes of its fields: its entries in the
+/// registry and the directory, its tally and its state.
+pub(crate) const REGISTERED_JOB_WEIGHT: usize = 512;
 
 /// What runs each frame for a registered job.
 pub(crate) enum Executor {
@@ -81,6 +86,41 @@ pub(crate) struct Descriptor {
     pub(crate) metadata: Option<Message>,
     /// Its `reads`, `writes`, `after`, `before` and `pure`.
     pub(crate) declared: Arc<Declared>,
+}
+
+impl Descriptor {
+    /// Charges what the job will hold in the host while it is registered to the domain's host
+    /// memory: [`REGISTERED_JOB_WEIGHT`] and the bytes of its name, phase, origin, declared
+    /// names and `copies` copies of its metadata. Every field is bounded, but the number of
+    /// jobs (a phase holds at most 4,096, and phases are many) is bounded only by this, so a
+    /// loop of registers is refused here instead of growing the host without end.
+    pub(crate) fn hold(&self, memory: &Arc<Ledger>, copies: usize) -> Result<Charge, String> {
+        let declared = &self.declared;
+        let names = [
+            &declared.reads,
+            &declared.writes,
+            &declared.after,
+            &declared.before,
+        ]
+        .iter()
+        .flat_map(|list| list.iter())
+        .map(String::len)
+        .sum::<usize>();
+        let metadata = self.metadata.as_ref().map_or(0, Message::queue_weight);
+        let bytes = REGISTERED_JOB_WEIGHT
+            .saturating_add(self.name.as_ref().map_or(0, String::len))
+            .saturating_add(self.phase.len())
+            .saturating_add(self.origin.len())
+            .saturating_add(names)
+            .saturating_add(metadata.saturating_mul(copies));
+        Charge::take(memory, bytes).map_err(|refused| {
+            format!(
+                "{WHAT}: a job holding {} would not fit: {refused}; cancel some jobs before \
+                 registering more",
+                format_bytes(bytes)
+            )
+        })
+    }
 }
 
 /// The descriptor's fields, as a refusal lists them.

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use super::order::{self, Declared, Node, PhaseOrder, Strictness, MAX_PHASE_JOBS};
+use crate::ledger::Charge;
 
 /// Ids (from 1), live names and declared order of a generation's registered jobs. `Send +
 /// Sync`; lives in the principal, so a restart starts a fresh one.
@@ -37,6 +38,8 @@ struct Entry {
     name: Option<String>,
     phase: Arc<str>,
     declared: Arc<Declared>,
+    /// What the job holds of the domain's host memory, given back when it is released.
+    _held: Charge,
 }
 
 impl Default for JobDirectory {
@@ -92,7 +95,8 @@ impl Inner {
 }
 
 impl JobDirectory {
-    /// Takes the next id for a job of `phase`, and `name` for it when given. Refused, taking
+    /// Takes the next id for a job of `phase`, and `name` for it when given; `charge` (the job's
+    /// charge on the domain's host memory) is kept until the job is released. Refused, taking
     /// nothing, when a live job holds the name or when the job's declared order would close a
     /// cycle among the phase's jobs (the refusal names the cycle, each job running before the
     /// next).
@@ -101,6 +105,7 @@ impl JobDirectory {
         name: Option<&str>,
         phase: &Arc<str>,
         declared: &Arc<Declared>,
+        charge: Charge,
     ) -> Result<u64, String> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(name) = name {
@@ -154,6 +159,7 @@ impl JobDirectory {
                 name: name.map(str::to_owned),
                 phase: phase.clone(),
                 declared: declared.clone(),
+                _held: charge,
             },
         );
         *inner.held.entry(phase.clone()).or_default() += 1;
@@ -207,12 +213,24 @@ impl JobDirectory {
 mod tests {
     use super::*;
 
+    use crate::ledger::Ledger;
+
+    /// A charge of `n` bytes on `ledger`.
+    fn held(ledger: &Arc<Ledger>, n: usize) -> Charge {
+        Charge::take(ledger, n).unwrap()
+    }
+
+    /// A charge of nothing, for tests of names and order.
+    fn nothing() -> Charge {
+        held(&Arc::new(Ledger::new(0)), 0)
+    }
+
     #[test]
     fn a_name_is_held_until_its_job_releases_it() {
         let dir = JobDirectory::default();
         let phase: Arc<str> = Arc::from("main");
         let none = Arc::new(Declared::default());
-        let reserve = |name: Option<&str>| dir.reserve(name, &phase, &none);
+        let reserve = |name: Option<&str>| dir.reserve(name, &phase, &none, nothing());
         assert_eq!(reserve(Some("a")), Ok(1));
         assert_eq!(reserve(None), Ok(2));
         assert_eq!(
@@ -236,9 +254,12 @@ mod tests {
                 ..Declared::default()
             })
         };
-        assert_eq!(dir.reserve(Some("a"), &phase, &after(&["b"])), Ok(1));
         assert_eq!(
-            dir.reserve(Some("b"), &phase, &after(&["a"])),
+            dir.reserve(Some("a"), &phase, &after(&["b"]), nothing()),
+            Ok(1)
+        );
+        assert_eq!(
+            dir.reserve(Some("b"), &phase, &after(&["a"]), nothing()),
             Err(
                 "jobs.register: the order would have a cycle: b -> a -> b (each runs before \
                  the next); job 'b' is not registered"
@@ -246,11 +267,37 @@ mod tests {
             )
         );
         // The id and the name were not taken; the order is as before.
-        assert_eq!(dir.reserve(Some("b"), &phase, &after(&[])), Ok(2));
+        assert_eq!(
+            dir.reserve(Some("b"), &phase, &after(&[]), nothing()),
+            Ok(2)
+        );
         let order: Vec<u64> = dir.order(&phase).placed.iter().map(|p| p.id).collect();
         assert_eq!(order, [2, 1]);
         // Another phase is apart: the same names order nothing there.
         let other: Arc<str> = Arc::from("other");
-        assert_eq!(dir.reserve(None, &other, &after(&["a", "b"])), Ok(3));
+        assert_eq!(
+            dir.reserve(None, &other, &after(&["a", "b"]), nothing()),
+            Ok(3)
+        );
+    }
+
+    #[test]
+    fn a_job_holds_its_charge_until_it_is_released_and_a_refusal_gives_it_back() {
+        let dir = JobDirectory::default();
+        let memory = Arc::new(Ledger::new(1000));
+        let phase: Arc<str> = Arc::from("main");
+        let none = Arc::new(Declared::default());
+        assert_eq!(
+            dir.reserve(Some("a"), &phase, &none, held(&memory, 300)),
+            Ok(1)
+        );
+        assert_eq!(memory.held(), 300);
+        // Refused for its name: the charge it brought is given back at once.
+        assert!(dir
+            .reserve(Some("a"), &phase, &none, held(&memory, 300))
+            .is_err());
+        assert_eq!(memory.held(), 300);
+        dir.release(1, Some("a"));
+        assert_eq!(memory.held(), 0);
     }
 }

@@ -191,10 +191,12 @@ impl Registry {
             },
             self.principal.max_deadline,
         )?;
+        // The engine keeps the job's one copy of its fields.
+        let held = d.hold(&self.principal.memory, 1)?;
         let id = self
             .principal
             .jobs
-            .reserve(d.name.as_deref(), &d.phase, &d.declared)?;
+            .reserve(d.name.as_deref(), &d.phase, &d.declared, held)?;
         self.add(RegisteredJob {
             id,
             name: d.name,

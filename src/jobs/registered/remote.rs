@@ -124,6 +124,8 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
         |_| Err(KERNEL_REFUSED.to_owned()),
         principal.max_deadline,
     )?;
+    // The metadata is kept twice: in this VM's snapshot of the job and in the engine's entry.
+    let held = d.hold(&principal.memory, 2)?;
     let (call, deadline) = match d.executor {
         Executor::Luau { run } => (LocalCall::Luau { run }, principal.max_deadline),
         Executor::Worker {
@@ -158,7 +160,7 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
     };
     let id = principal
         .jobs
-        .reserve(d.name.as_deref(), &d.phase, &d.declared)?;
+        .reserve(d.name.as_deref(), &d.phase, &d.declared, held)?;
     let label = d.name.clone().unwrap_or_else(|| format!("#{id}"));
     let shared = Arc::new(RemoteJob::new(
         id,
