@@ -48,7 +48,7 @@ const SPAWN_REFUSALS: &[(&str, &str, &str)] = &[
     (
         "an unknown option",
         "require('@skein/worker').spawn { source = 'return print', size = 3 }",
-        "unknown worker.spawn option 'size': expected capabilities, memory, name, shareServices, or source",
+        "worker.spawn: unknown option 'size' in options: expected capabilities, memory, name, shareServices, or source",
     ),
     (
         "no source",
@@ -72,7 +72,60 @@ const SPAWN_REFUSALS: &[(&str, &str, &str)] = &[
         "require('@skein/worker').spawn { source = 'return print', shareServices = 'yes' }",
         "worker.spawn: shareServices must be a boolean, got a string",
     ),
+    (
+        "several unknown options name the least",
+        "require('@skein/worker').spawn { source = 'return print', zeta = 1, alpha = 2 }",
+        "worker.spawn: unknown option 'alpha' in options: expected capabilities, memory, name, \
+         shareServices, or source",
+    ),
+    (
+        "a key that is not a string",
+        "require('@skein/worker').spawn { source = 'return print', 1 }",
+        "worker.spawn: options has a number key, but options are named by strings: expected \
+         capabilities, memory, name, shareServices, or source",
+    ),
+    (
+        "a name past 256 bytes",
+        "require('@skein/worker').spawn { source = 'return print', name = string.rep('n', 257) }",
+        "worker.spawn: name must be a string of 1 to 256 bytes, got a string of 257 bytes",
+    ),
 ];
+
+#[test]
+fn options_of_any_size_are_refused_without_copying_them() {
+    // A table of a million keys, a 64 MiB name and a source past 16 MiB: each refused at the
+    // call in a short text. The keys of the table were once copied, all of them, to name the
+    // least unknown one; under an address-space limit that copy aborted the process.
+    let pool = Pool::new(1);
+    let d = domain(&pool);
+    for (body, expected) in [
+        (
+            "require('@skein/worker').spawn(table.create(1000000, true))",
+            "worker.spawn: options has a number key, but options are named by strings: expected \
+             capabilities, memory, name, shareServices, or source",
+        ),
+        (
+            "require('@skein/worker').spawn { source = 'return print', name = string.rep('n', 64 * 1024 * 1024) }",
+            "worker.spawn: name must be a string of 1 to 256 bytes, got a string of 67108864 bytes",
+        ),
+        (
+            "require('@skein/worker').spawn { source = string.rep('-', 16 * 1024 * 1024 + 1) }",
+            "worker.spawn: source must be at most 16777216 bytes of Luau source, got 16777217 bytes",
+        ),
+    ] {
+        let err = clean(&error_of(&d, body).expect("refused"));
+        assert_eq!(err, expected, "{body}");
+        assert_eq!(d.live_actors().get(), 0, "{body} started a worker");
+    }
+    // A name at the bound is taken.
+    let joined = d
+        .eval(
+            "local w = require('@skein/worker').spawn { source = 'return print', \
+             name = string.rep('n', 256) } return w:join(10)",
+        )
+        .unwrap();
+    assert_eq!(joined, skein::Message::String("stopped".into()));
+}
 
 #[test]
 fn spawn_errors_carry_their_texts() {
@@ -288,7 +341,10 @@ fn receive_times_out_with_nil_and_join_can_time_out() {
         held:join(0.1)
         "#,
     );
-    assert_eq!(late, "Worker:join: worker 'held' did not answer in time");
+    assert_eq!(
+        late,
+        "Worker:join: worker 'held' did not end within the timeout"
+    );
     gate.open();
 }
 

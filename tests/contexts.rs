@@ -84,6 +84,39 @@ fn every_bind_refusal_names_what_is_wrong() {
 }
 
 #[test]
+fn a_bind_refusal_quotes_a_64_mib_name_in_part_and_names_the_least_bad_key() {
+    // The refusal quoted the name whole: a 64 MiB name made a 64 MiB text, which a VM holding
+    // more than half its limit could not make, so the script saw its memory run out instead.
+    let pool = Pool::new(1);
+    let domain = ScriptDomain::new(&pool, game_spec()).unwrap();
+    let err = bind_error(
+        &domain,
+        "context.bind(string.rep('p', 64 * 1024 * 1024), {})",
+    );
+    assert_contains(
+        &err,
+        &format!(
+            "context.bind: no context named '{}...' (67108864 bytes) is declared (declared: ui, \
+             world, audio)",
+            "p".repeat(256)
+        ),
+    );
+    assert!(err.len() < 1024, "{}", err.len());
+    // Of many faults the least key's is named, whatever the table's order, and a table of a
+    // hundred thousand of them is read without keeping them.
+    let err = bind_error(
+        &domain,
+        "local t = {} for i = 1, 100000 do t['k' .. i] = i end t.a = 1 t.update = 5 \
+         context.bind('ui', t)",
+    );
+    assert_contains(
+        &err,
+        "context.bind: 'a' is not a phase (phases: load, startup, fixedUpdate, update, \
+         lateUpdate, input, renderPrepare, message, timer, event, onDemand, shutdown)",
+    );
+}
+
+#[test]
 fn context_declarations_are_checked() {
     let spec = DomainSpec::new("x").context(ContextSpec::new("a")).unwrap();
     let dup = spec.clone().context(ContextSpec::new("a")).unwrap_err();

@@ -95,7 +95,7 @@ const REFUSALS: &[(&str, &str, &str)] = &[
     (
         "an unknown option is refused naming it",
         r#"jobs.dispatch("./math", "double", 1, { dealine = 2 })"#,
-        "unknown jobs.dispatch option 'dealine': expected deadline, name, key or supersede",
+        "jobs.dispatch: unknown option 'dealine' in opts: expected deadline, name, key or supersede",
     ),
     (
         "a deadline of 0 is refused",
@@ -129,6 +129,23 @@ const REFUSALS: &[(&str, &str, &str)] = &[
         r#"jobs.dispatch("./nope", "run")"#,
         "jobs.dispatch: module './nope' not found from {root} (tried {root}/nope.luau, \
          {root}/nope.lua, {root}/nope/init.luau, {root}/nope/init.lua)",
+    ),
+    (
+        "a module that is no require path is refused naming the argument",
+        r#"jobs.dispatch("math", "run")"#,
+        "jobs.dispatch: module: invalid require path 'math': it must start with ./, ../ or @",
+    ),
+    (
+        "a module path past 1024 bytes is refused by its length",
+        r#"jobs.dispatch("./" .. string.rep("m", 1023), "run")"#,
+        "jobs.dispatch: module must be a require path of at most 1024 bytes, got a string of \
+         1025 bytes",
+    ),
+    (
+        "an entry past 256 bytes is refused by its length",
+        r#"jobs.dispatch("./math", string.rep("e", 257))"#,
+        "jobs.dispatch: entry must be the name of a function, at most 256 bytes, got a string of \
+         257 bytes",
     ),
     (
         "a module that fails to compile rejects naming it",
@@ -193,6 +210,53 @@ fn each_refusal_and_rejection_names_its_cause_and_the_vm_serves_on() {
         assert_eq!(message, expected.replace("{root}", &root), "row '{name}'");
         still_serves(&domain);
     }
+}
+
+#[test]
+fn a_64_mib_module_or_entry_is_refused_by_its_length_in_a_short_text() {
+    // The entry was kept and copied whole (the job's name, the interned entry, the rejection
+    // that quoted it twice): a 64 MiB entry made the host allocate hundreds of MiB, and under
+    // an address-space limit the runner aborted. A module path was quoted whole, five times
+    // over when it was not found. Both are refused at the call now, for every call that takes
+    // them, and the VM serves on.
+    let (tree, pool) = setup_one();
+    let domain = tree.domain(&pool);
+    let calls = [
+        ("jobs.dispatch", "jobs.dispatch(M, E)"),
+        ("jobs.parallelFor", "jobs.parallelFor(M, E, 4)"),
+        ("jobs.map", "jobs.map(M, E, { 1 })"),
+        ("jobs.warm", "jobs.warm(M, E)"),
+        (
+            "jobs.register",
+            "jobs.register({ phase = 'p', executor = { kind = 'worker', module = M, entry = E, \
+             input = print, apply = print } })",
+        ),
+    ];
+    let huge = "string.rep('x', 64 * 1024 * 1024)";
+    for (call, body) in calls {
+        let (module, entry) = if call == "jobs.register" {
+            ("executor.module", "executor.entry")
+        } else {
+            ("module", "entry")
+        };
+        for (param, m, e) in [
+            (module, format!("'./' .. {huge}"), "'double'".to_owned()),
+            (entry, "'./math'".to_owned(), huge.to_owned()),
+        ] {
+            let err = refusal(&domain, &format!("local M, E = {m}, {e} return {body}"));
+            let message = err.split("\nstack traceback:").next().unwrap_or_default();
+            assert_contains(message, &format!("{call}: {param} must be "));
+            assert_contains(message, "got a string of 6710886");
+            assert!(message.len() < 200, "{call} {param}: {message}");
+        }
+    }
+    // An entry at the bound is looked up as any other.
+    let err = refusal(
+        &domain,
+        "jobs.dispatch('./math', string.rep('e', 256)):await()",
+    );
+    assert_contains(&err, &format!("entry '{}' of module", "e".repeat(256)));
+    still_serves(&domain);
 }
 
 #[test]

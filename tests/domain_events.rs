@@ -151,6 +151,28 @@ fn named_handlers_run_by_context_priority_then_bind_order() {
     assert_eq!(*host_seen.borrow(), 1);
     let err = refusal(&domain, r#"events.on("x", function() end, "nowhere")"#);
     assert_contains(&err, "events.on: no context named 'nowhere' is declared");
+    // A 64 MiB context or name is refused in a short text: the context was quoted whole, and
+    // the name copied whole before its length was checked.
+    let err = refusal(
+        &domain,
+        r#"events.on("x", function() end, string.rep("c", 64 * 1024 * 1024))"#,
+    );
+    assert_contains(
+        &err,
+        &format!(
+            "events.on: no context named '{}...' (67108864 bytes) is declared",
+            "c".repeat(256)
+        ),
+    );
+    assert!(err.len() < 1024, "{}", err.len());
+    for call in ["events.on(N, function() end)", "events.emit(N, 1)"] {
+        let err = refusal(
+            &domain,
+            &format!("local N = string.rep('n', 64 * 1024 * 1024) {call}"),
+        );
+        assert_contains(&err, "an event name must be 1 to 256 bytes, got 67108864");
+        assert!(err.len() < 1024, "{}", err.len());
+    }
 }
 
 #[test]

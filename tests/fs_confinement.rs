@@ -284,6 +284,36 @@ fn write_through_a_dangling_link_out_is_refused_and_a_new_file_inside_is_made() 
 }
 
 #[test]
+fn a_path_past_path_max_is_refused_by_its_length_before_any_text_quotes_it() {
+    // A refusal quotes the path twice (as given and made absolute): a 64 MiB path made a text
+    // the process could not hold, and the runner aborted on the allocation.
+    let s = Setup::new();
+    let pool = Pool::new(1);
+    let domain = s.domain(&pool);
+    for (func, call) in [
+        ("readFile", "readFile(p)"),
+        ("writeFile", "writeFile(p, 'x')"),
+        ("list", "list(p)"),
+    ] {
+        let param = if func == "list" { "dir" } else { "path" };
+        let script = format!(
+            "local p = string.rep('x', 64 * 1024 * 1024) return require('@skein/fs').{call}"
+        );
+        let refused = err(&domain, &script);
+        assert_contains(
+            &refused,
+            &format!(
+                "fs.{func}: {param} must be at most 4096 bytes, got a string of 67108864 bytes"
+            ),
+        );
+        assert!(refused.len() < 1024, "{}", refused.len());
+    }
+    // At the bound the path is checked as any other: outside every root.
+    let script = "return require('@skein/fs').readFile(string.rep('x', 4096))";
+    assert_contains(&err(&domain, script), "is outside every root granted");
+}
+
+#[test]
 fn absolute_paths_inside_a_root_work_and_outside_are_denied_naming_the_roots() {
     let s = Setup::new();
     let pool = Pool::new(1);

@@ -444,11 +444,11 @@ fn bad_keys_and_supersede_are_refused_at_the_call() {
         ),
         (
             r#"jobs.dispatch("./keyed", "append", 1, { key = "k", supersede = "yes" })"#,
-            "jobs.dispatch: opts.supersede must be a boolean, got string",
+            "jobs.dispatch: opts.supersede must be a boolean, got a string",
         ),
         (
             r#"jobs.dispatch("./keyed", "append", 1, { keys = "k" })"#,
-            "unknown jobs.dispatch option 'keys': expected deadline, name, key or supersede",
+            "jobs.dispatch: unknown option 'keys' in opts: expected deadline, name, key or supersede",
         ),
         (
             r#"jobs.release("")"#,

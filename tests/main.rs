@@ -28,6 +28,7 @@ mod handler_calls;
 mod host_failures;
 mod host_keys;
 mod hostile;
+mod hostile_matrix;
 mod interfaces;
 mod job_order;
 mod keys;

@@ -433,7 +433,7 @@ fn bad_input_is_refused_at_the_call_naming_the_value_and_the_rule() {
         ),
         (
             r#"jobs.map(42, "square", { 1 })"#,
-            "jobs.map: module must be a require path string, got integer",
+            "jobs.map: module must be a require path string, got a number",
         ),
         (
             r#"jobs.map("./map", nil, { 1 })"#,
@@ -465,7 +465,7 @@ fn bad_input_is_refused_at_the_call_naming_the_value_and_the_rule() {
         ),
         (
             r#"jobs.map("./map", "square", { 1 }, { name = 5 })"#,
-            "jobs.map: opts.name must be a string, got integer",
+            "jobs.map: opts.name must be a string, got a number",
         ),
         (
             r#"jobs.map("./map", "square", { 1 }, { key = "k" })"#,
@@ -477,11 +477,11 @@ fn bad_input_is_refused_at_the_call_naming_the_value_and_the_rule() {
         ),
         (
             r#"jobs.map("./map", "square", { 1 }, { stride = 4 })"#,
-            "unknown jobs.map option 'stride': expected deadline, name or chunks",
+            "jobs.map: unknown option 'stride' in opts: expected deadline, name or chunks",
         ),
         (
             r#"jobs.map("./map", "square", { 1 }, "fast")"#,
-            "jobs.map: opts must be a table, got string",
+            "jobs.map: opts must be a table, got a string",
         ),
         (
             r#"jobs.map("./missing", "square", { 1 })"#,

@@ -378,7 +378,7 @@ fn bad_input_is_refused_at_the_call_naming_the_value_and_the_rule() {
         ),
         (
             r#"jobs.parallelFor("./loop", "sum", 10, nil, { chunk = 2 })"#,
-            "unknown jobs.parallelFor option 'chunk': expected deadline, name, chunks or stride",
+            "jobs.parallelFor: unknown option 'chunk' in opts: expected deadline, name, chunks or stride",
         ),
         (
             r#"jobs.parallelFor("./loop", "sum", 10, nil, { stride = 4 })"#,

@@ -119,23 +119,23 @@ fn a_table_that_copies_a_handle_is_refused_by_await_status_and_cancel() {
     "#;
     assert_contains(
         &refusal(&domain, &format!("{forge} return fake:await()")),
-        "task.await expects a PromiseHandle, got table",
+        "task.await: promise must be a PromiseHandle (p:await() is task.await(p)), got a table",
     );
     assert_contains(
         &refusal(&domain, &format!("{forge} return task.await(fake)")),
-        "task.await expects a PromiseHandle, got table",
+        "task.await: promise must be a PromiseHandle (p:await() is task.await(p)), got a table",
     );
     assert_contains(
         &refusal(&domain, &format!("{forge} return fake:status()")),
-        "bad argument #1: error converting Lua table to userdata",
+        "PromiseHandle:status: self must be a promise, got a table; call it as promise:status(...)",
     );
     assert_contains(
         &refusal(&domain, &format!("{forge} return fake:cancel()")),
-        "bad argument #1: error converting Lua table to userdata",
+        "PromiseHandle:cancel: self must be a promise, got a table; call it as promise:cancel(...)",
     );
     assert_contains(
         &refusal(&domain, "return task.await(nil)"),
-        "task.await expects a PromiseHandle, got nil",
+        "task.await: promise must be a PromiseHandle (p:await() is task.await(p)), got nil",
     );
 }
 

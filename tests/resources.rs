@@ -848,8 +848,31 @@ fn the_module_belongs_to_resources_and_its_proxies_are_read_only() {
     let store = host.domain("store").unwrap();
     assert_eq!(
         refusal(store, "require('@skein/resources').import(42)"),
-        "eval:1: import: the resource name must be a string, got number"
+        "eval:1: resources.import: name must be a string, got number"
     );
+    // A resource is named after its folder, in at most 64 bytes: a longer name is refused
+    // before the proxy quotes it (its texts copied a 64 MiB name into a VM with no room).
+    assert_eq!(
+        refusal(
+            store,
+            "require('@skein/resources').import(string.rep('r', 64 * 1024 * 1024))"
+        ),
+        "eval:1: resources.import: name must be a resource name of 1 to 64 bytes, got a string \
+         of 67108864 bytes"
+    );
+    assert_eq!(
+        refusal(
+            store,
+            "require('@skein/resources').import(string.rep('r', 65))"
+        ),
+        "eval:1: resources.import: name must be a resource name of 1 to 64 bytes, got a string \
+         of 65 bytes"
+    );
+    assert!(error_of(
+        store,
+        "require('@skein/resources').import(string.rep('r', 64))"
+    )
+    .is_none());
     assert_eq!(
         refusal(
             store,

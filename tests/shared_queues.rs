@@ -134,11 +134,11 @@ fn unknown_options_are_refused_naming_the_option_and_make_nothing() {
     let domain = tree.domain(&pool);
     assert_eq!(
         refused(&domain, r#"jobs.shared.queue("q", { capacty = 8 })"#),
-        "unknown jobs.shared.queue option 'capacty': expected capacity"
+        "jobs.shared.queue: unknown option 'capacty' in opts: expected capacity"
     );
     assert_eq!(
         refused(&domain, r#"jobs.shared.queue("q", { capacity = 8, 1 })"#),
-        "unknown jobs.shared.queue option 'Integer(1)': expected capacity"
+        "jobs.shared.queue: opts has a number key, but options are named by strings: expected capacity"
     );
     assert_eq!(
         refused(&domain, r#"jobs.shared.queue("q", 8)"#),

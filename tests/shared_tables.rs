@@ -397,7 +397,7 @@ fn each_refusal_names_its_path_and_changes_nothing() {
         ),
         (
             "jobs.shared.revision({})",
-            "jobs.shared.revision: expected a shared table, got table",
+            "jobs.shared.revision: t must be a shared table, got a table",
         ),
     ];
     for (body, expected) in cases {
@@ -988,11 +988,11 @@ fn add_refuses_a_frozen_table_a_cut_loose_handle_a_bad_key_and_a_non_table() {
         ),
         (
             "jobs.shared.add({ n = 1 }, 'n', 1)",
-            "jobs.shared.add: expected a shared table, got table",
+            "jobs.shared.add: t must be a shared table, got a table",
         ),
         (
             "jobs.shared.add(nil, 'n', 1)",
-            "jobs.shared.add: expected a shared table, got nil",
+            "jobs.shared.add: t must be a shared table, got nil",
         ),
         (
             "jobs.shared.add(t, true, 1)",

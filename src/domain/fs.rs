@@ -55,13 +55,28 @@ pub(crate) fn module(lua: &Lua) -> mlua::Result<Value> {
     Ok(Value::Table(fs))
 }
 
-fn path_arg(func: &str, value: Value) -> mlua::Result<String> {
+/// The longest path a call takes, in bytes: Linux's `PATH_MAX`. A longer one names no file,
+/// and is refused before any text quotes it.
+pub(crate) const MAX_PATH_BYTES: usize = 4096;
+
+/// The path argument `param` of `func`.
+fn path_arg(func: &str, param: &str, value: Value) -> mlua::Result<String> {
+    let refuse = |why: String| mlua::Error::runtime(format!("fs.{func}: {param} must be {why}"));
     match value {
-        Value::String(s) => Ok(s.to_str()?.to_owned()),
-        other => Err(mlua::Error::runtime(format!(
-            "fs.{func}: path must be a string, got {}",
-            a_type(&other)
-        ))),
+        Value::String(s) => {
+            let bytes = s.as_bytes();
+            if bytes.len() > MAX_PATH_BYTES {
+                return Err(refuse(format!(
+                    "at most {MAX_PATH_BYTES} bytes, got a string of {} bytes",
+                    bytes.len()
+                )));
+            }
+            match std::str::from_utf8(&bytes) {
+                Ok(text) => Ok(text.to_owned()),
+                Err(_) => Err(refuse("UTF-8 text".to_owned())),
+            }
+        }
+        other => Err(refuse(format!("a string, got {}", a_type(&other)))),
     }
 }
 
@@ -112,7 +127,7 @@ fn beneath<T>(
 }
 
 fn read_file(lua: &Lua, path: Value) -> mlua::Result<mlua::LuaString> {
-    let path = path_arg("readFile", path)?;
+    let path = path_arg("readFile", "path", path)?;
     let bytes = beneath("readFile", &path, false, |dir, rel| {
         // Looked at before the open, so a FIFO or device is refused, not opened (which could
         // block); the opened file's own metadata is what the bound is checked on.
@@ -142,7 +157,7 @@ fn too_large(size: u64) -> io::Error {
 }
 
 fn write_file(_: &Lua, (path, data): (Value, Value)) -> mlua::Result<()> {
-    let path = path_arg("writeFile", path)?;
+    let path = path_arg("writeFile", "path", path)?;
     let bytes = match &data {
         Value::String(s) => s.as_bytes().to_vec(),
         Value::Buffer(b) => b.to_vec(),
@@ -177,7 +192,7 @@ fn write_file(_: &Lua, (path, data): (Value, Value)) -> mlua::Result<()> {
 }
 
 fn list(lua: &Lua, dir: Value) -> mlua::Result<Table> {
-    let path = path_arg("list", dir)?;
+    let path = path_arg("list", "dir", dir)?;
     let names = beneath("list", &path, false, |dir, rel| {
         let mut names = Vec::new();
         for entry in dir.read_dir(rel)? {

@@ -15,7 +15,7 @@ use super::home::{charge_or_reclaim, home, refuse, registering_authority, HomeKi
 use super::job::JOB_WEIGHT;
 use super::map::map;
 use super::messages::{ActorWake, DomainEvent, WorkerMsg};
-use super::options::{read_key, read_target, DispatchOptions};
+use super::options::{module_refused, read_key, read_target, DispatchOptions};
 use super::parallel_for::parallel_for;
 use super::registered::lua::install as install_registered;
 use super::warm_api::warm;
@@ -288,7 +288,7 @@ fn dispatch(
         Ok(spec) => core.modules.resolve(source, &spec),
         Err(_) => core.modules.resolve(source, &module.to_string_lossy()),
     })
-    .map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
+    .map_err(|e| refuse(module_refused("jobs.dispatch", "module", &e)))?;
     let entry = home.intern_entry_string(&entry);
     let (args, weight) =
         Message::read_weighed(&args, "args").map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;

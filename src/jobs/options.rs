@@ -8,10 +8,14 @@ use mlua::{LuaString, Value};
 
 use super::chunking::whole;
 use super::keys::key_bytes;
-use crate::vm::{a_type, for_each_option, format_seconds};
+use crate::vm::loader::MAX_SPEC_BYTES;
+use crate::vm::{a_type, for_each_option, format_seconds, luau_number};
 
 /// The longest one run of an item may take, and the default: 60 seconds.
 pub(crate) const MAX_DEADLINE: Duration = Duration::from_secs(60);
+
+/// The longest entry name, in bytes: an entry is the name of a module's function.
+pub(crate) const MAX_ENTRY_BYTES: usize = 256;
 
 /// Reads the `module` and `entry` arguments of `call`: a require path string and the name of a
 /// function, both kept as the Luau strings they are.
@@ -21,19 +25,58 @@ pub(crate) fn read_target(
     module: Value,
     entry: Value,
 ) -> Result<(LuaString, LuaString), String> {
+    Ok((
+        read_module(call, "module", module)?,
+        read_entry(call, "entry", entry)?,
+    ))
+}
+
+/// Reads a require path argument `param` of `call`: a string of at most
+/// [`MAX_SPEC_BYTES`] bytes, refused by its length before anything copies it.
+pub(crate) fn read_module(call: &str, param: &str, module: Value) -> Result<LuaString, String> {
     let Value::String(module) = module else {
         return Err(format!(
-            "{call}: module must be a require path string, got {}",
-            module.type_name()
+            "{call}: {param} must be a require path string, got {}",
+            a_type(&module)
         ));
     };
+    let len = module.as_bytes().len();
+    if len > MAX_SPEC_BYTES {
+        return Err(format!(
+            "{call}: {param} must be a require path of at most {MAX_SPEC_BYTES} bytes, got a \
+             string of {len} bytes"
+        ));
+    }
+    Ok(module)
+}
+
+/// Reads an entry argument `param` of `call`: the name of a function, at most
+/// [`MAX_ENTRY_BYTES`] bytes.
+pub(crate) fn read_entry(call: &str, param: &str, entry: Value) -> Result<LuaString, String> {
     let Value::String(entry) = entry else {
         return Err(format!(
-            "{call}: entry must be the name of a function, got {}",
-            entry.type_name()
+            "{call}: {param} must be the name of a function, got {}",
+            a_type(&entry)
         ));
     };
-    Ok((module, entry))
+    let len = entry.as_bytes().len();
+    if len > MAX_ENTRY_BYTES {
+        return Err(format!(
+            "{call}: {param} must be the name of a function, at most {MAX_ENTRY_BYTES} bytes, \
+             got a string of {len} bytes"
+        ));
+    }
+    Ok(entry)
+}
+
+/// The refusal of `call` whose module argument `param` did not resolve (`why`, the loader's
+/// text), naming the argument.
+pub(crate) fn module_refused(call: &str, param: &str, why: &str) -> String {
+    if why.starts_with("module ") {
+        format!("{call}: {why}")
+    } else {
+        format!("{call}: {param}: {why}")
+    }
 }
 
 /// The checked options of one dispatch.
@@ -87,7 +130,7 @@ pub(crate) fn read_deadline(value: &Value, what: &str, cap: Duration) -> Result<
         other => {
             return Err(format!(
                 "{what} must be a number of seconds, got {}",
-                other.type_name()
+                a_type(other)
             ))
         }
     };
@@ -107,26 +150,13 @@ pub(crate) fn read_deadline(value: &Value, what: &str, cap: Duration) -> Result<
     ))
 }
 
-/// A number as Luau prints it.
-fn luau_number(n: f64) -> String {
-    if n.is_nan() {
-        "nan".to_owned()
-    } else if n.is_infinite() {
-        if n > 0.0 { "inf" } else { "-inf" }.to_owned()
-    } else if n == n.trunc() && n.abs() < 1e15 {
-        format!("{}", n as i64)
-    } else {
-        format!("{n}")
-    }
-}
-
 /// `opts.name`: a string.
 fn read_name(value: Value, call: &str) -> Result<String, String> {
     match value {
         Value::String(s) => Ok(s.to_string_lossy()),
         other => Err(format!(
             "{call}: opts.name must be a string, got {}",
-            other.type_name()
+            a_type(&other)
         )),
     }
 }
@@ -141,33 +171,34 @@ impl DispatchOptions {
             supersede: false,
         };
         let mut supersede_given = false;
-        for_each_option(opts, "jobs.dispatch", |key, value| {
-            match key {
-                "deadline" => {
-                    out.deadline = read_deadline(&value, "jobs.dispatch: opts.deadline", cap)?
-                }
-                "name" => out.name = Some(read_name(value, "jobs.dispatch")?),
-                "key" => out.key = Some(read_key(&value, "jobs.dispatch: opts.key")?),
-                "supersede" => match value {
-                    Value::Boolean(b) => {
-                        out.supersede = b;
-                        supersede_given = true;
+        for_each_option(
+            opts,
+            "jobs.dispatch",
+            "deadline, name, key or supersede",
+            |key, value| {
+                match key {
+                    "deadline" => {
+                        out.deadline = read_deadline(&value, "jobs.dispatch: opts.deadline", cap)?
                     }
-                    other => {
-                        return Err(format!(
-                            "jobs.dispatch: opts.supersede must be a boolean, got {}",
-                            other.type_name()
-                        ))
-                    }
-                },
-                _ => {
-                    return Err(format!(
-                        "unknown jobs.dispatch option '{key}': expected deadline, name, key or supersede"
-                    ))
+                    "name" => out.name = Some(read_name(value, "jobs.dispatch")?),
+                    "key" => out.key = Some(read_key(&value, "jobs.dispatch: opts.key")?),
+                    "supersede" => match value {
+                        Value::Boolean(b) => {
+                            out.supersede = b;
+                            supersede_given = true;
+                        }
+                        other => {
+                            return Err(format!(
+                                "jobs.dispatch: opts.supersede must be a boolean, got {}",
+                                a_type(&other)
+                            ))
+                        }
+                    },
+                    _ => return Ok(false),
                 }
-            }
-            Ok(())
-        })?;
+                Ok(true)
+            },
+        )?;
         if supersede_given && out.key.is_none() {
             return Err("jobs.dispatch: opts.supersede needs opts.key: only the items of a key can be superseded".to_owned());
         }
@@ -195,30 +226,32 @@ impl ParallelForOptions {
             chunks: None,
             stride: None,
         };
-        for_each_option(opts, "jobs.parallelFor", |key, value| {
-            match key {
-                "deadline" => {
-                    out.deadline = read_deadline(&value, "jobs.parallelFor: opts.deadline", cap)?
-                }
-                "name" => out.name = Some(read_name(value, "jobs.parallelFor")?),
-                "chunks" => out.chunks = Some(whole(&value, "jobs.parallelFor: opts.chunks")?),
-                "stride" => {
-                    let stride = whole(&value, "jobs.parallelFor: opts.stride")?;
-                    if stride < 1 {
-                        return Err(format!(
+        for_each_option(
+            opts,
+            "jobs.parallelFor",
+            "deadline, name, chunks or stride",
+            |key, value| {
+                match key {
+                    "deadline" => {
+                        out.deadline =
+                            read_deadline(&value, "jobs.parallelFor: opts.deadline", cap)?
+                    }
+                    "name" => out.name = Some(read_name(value, "jobs.parallelFor")?),
+                    "chunks" => out.chunks = Some(whole(&value, "jobs.parallelFor: opts.chunks")?),
+                    "stride" => {
+                        let stride = whole(&value, "jobs.parallelFor: opts.stride")?;
+                        if stride < 1 {
+                            return Err(format!(
                             "jobs.parallelFor: opts.stride must be at least 1 byte, got {stride}"
                         ));
+                        }
+                        out.stride = Some(stride as usize);
                     }
-                    out.stride = Some(stride as usize);
+                    _ => return Ok(false),
                 }
-                _ => {
-                    return Err(format!(
-                        "unknown jobs.parallelFor option '{key}': expected deadline, name, chunks or stride"
-                    ))
-                }
-            }
-            Ok(())
-        })?;
+                Ok(true)
+            },
+        )?;
         Ok(out)
     }
 }
@@ -242,8 +275,12 @@ impl MapOptions {
             name: None,
             chunks: None,
         };
-        for_each_option(opts, "jobs.map", |key, value| {
-            match key {
+        for_each_option(
+            opts,
+            "jobs.map",
+            "deadline, name or chunks",
+            |key, value| {
+                match key {
                 "deadline" => out.deadline = read_deadline(&value, "jobs.map: opts.deadline", cap)?,
                 "name" => out.name = Some(read_name(value, "jobs.map")?),
                 "chunks" => out.chunks = Some(whole(&value, "jobs.map: opts.chunks")?),
@@ -253,14 +290,11 @@ impl MapOptions {
                          worker, and a key binds items to one; dispatch keyed items with jobs.dispatch"
                     ))
                 }
-                _ => {
-                    return Err(format!(
-                        "unknown jobs.map option '{key}': expected deadline, name or chunks"
-                    ))
-                }
+                _ => return Ok(false),
             }
-            Ok(())
-        })?;
+                Ok(true)
+            },
+        )?;
         Ok(out)
     }
 }

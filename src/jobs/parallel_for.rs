@@ -26,7 +26,7 @@ use super::gather::{Gather, Gathered};
 use super::home::{charge_or_reclaim, home, refuse, HomeKind, JobsHome};
 use super::item::{ChunkArgs, Item, ItemArgs};
 use super::job::{JobShared, JOB_WEIGHT};
-use super::options::{read_target, ParallelForOptions};
+use super::options::{module_refused, read_target, ParallelForOptions};
 use super::reply::ReplyTo;
 use crate::ledger::Held;
 use crate::principal::capability::current_or;
@@ -127,7 +127,7 @@ impl ChunkTarget {
         let module = with_caller_source(lua, |source| {
             core.modules.resolve(source, &module.to_string_lossy())
         })
-        .map_err(|e| refuse(format!("{call}: {e}")))?;
+        .map_err(|e| refuse(module_refused(call, "module", &e)))?;
         Ok(ChunkTarget {
             spec: module.spec,
             path: module.path,

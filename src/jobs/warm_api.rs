@@ -5,28 +5,18 @@ use mlua::{Lua, Value};
 
 use super::home::{home, refuse, registering_authority};
 use super::messages::WorkerMsg;
-use crate::vm::{a_type, promise_handle, with_caller_source, VmCore};
+use super::options::{module_refused, read_target};
+use crate::vm::{promise_handle, with_caller_source, VmCore};
 
 /// `jobs.warm(module, entry) -> PromiseHandle`.
 pub(crate) fn warm(lua: &Lua, (module, entry): (Value, Value)) -> mlua::Result<Value> {
     let home = home(lua)?;
     let core = VmCore::of(lua)?;
-    let Value::String(module) = module else {
-        return Err(refuse(format!(
-            "jobs.warm: module must be a require path string, got {}",
-            a_type(&module)
-        )));
-    };
-    let Value::String(entry) = entry else {
-        return Err(refuse(format!(
-            "jobs.warm: entry must be the name of a function, got {}",
-            a_type(&entry)
-        )));
-    };
+    let (module, entry) = read_target("jobs.warm", module, entry).map_err(refuse)?;
     let module = with_caller_source(lua, |source| {
         core.modules.resolve(source, &module.to_string_lossy())
     })
-    .map_err(|e| refuse(format!("jobs.warm: {e}")))?;
+    .map_err(|e| refuse(module_refused("jobs.warm", "module", &e)))?;
     let workers = home.pool.exec.threads();
     let (entry, added) = home.principal.warms.find_or_add(
         module.path,

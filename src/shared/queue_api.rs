@@ -232,7 +232,10 @@ impl UserData for QueueHandle {
                 this.0.capacity()
             ))
         });
-        methods.add_method("push", |_, this, value: MessageArg| {
+        // The methods take `self` as an argument of their own, so `q.push(1)` is refused
+        // naming the method and its `self`.
+        methods.add_function("push", |_, (this, value): (SelfArg, MessageArg)| {
+            let this = queue_self(&this, "push")?;
             let message = value
                 .0
                 .map_err(|e| mlua::Error::runtime(format!("SharedQueue:push: {e}")))?;
@@ -240,16 +243,21 @@ impl UserData for QueueHandle {
                 .push(message)
                 .map_err(|e| mlua::Error::runtime(e.to_string()))
         });
-        methods.add_method("tryPop", |_, this, ()| match this.0.try_pop() {
-            Ok(value) => Ok(value.unwrap_or(Message::Nil)),
-            Err(PopError::Closed) => Ok(Message::Nil),
-            Err(e) => Err(this.refuse("tryPop", e)),
+        methods.add_function("tryPop", |_, this: SelfArg| {
+            let this = queue_self(&this, "tryPop")?;
+            match this.0.try_pop() {
+                Ok(value) => Ok(value.unwrap_or(Message::Nil)),
+                Err(PopError::Closed) => Ok(Message::Nil),
+                Err(e) => Err(this.refuse("tryPop", e)),
+            }
         });
-        methods.add_method("len", |_, this, ()| {
+        methods.add_function("len", |_, this: SelfArg| {
+            let this = queue_self(&this, "len")?;
             this.check_open("len")?;
             Ok(this.0.len() as f64)
         });
-        methods.add_method("close", |_, this, ()| {
+        methods.add_function("close", |_, this: SelfArg| {
+            let this = queue_self(&this, "close")?;
             this.0.close().map_err(|e| this.refuse("close", e))
         });
     }
@@ -260,9 +268,11 @@ fn handle(value: &AnyUserData, method: &str) -> mlua::Result<Arc<SharedQueue>> {
         .borrow::<QueueHandle>()
         .map(|h| h.0.clone())
         .map_err(|_| {
-            mlua::Error::runtime(format!(
-                "SharedQueue:{method}: call it on a queue, as queue:{method}(...)"
-            ))
+            crate::vm::not_self(
+                &format!("SharedQueue:{method}"),
+                "queue",
+                &Value::UserData(value.clone()),
+            )
         })
 }
 
@@ -326,9 +336,11 @@ type SelfArg = Either<UserDataRef<QueueHandle>, Value>;
 fn queue_self<'a>(this: &'a SelfArg, method: &str) -> mlua::Result<&'a QueueHandle> {
     match this {
         Either::Left(handle) => Ok(handle),
-        Either::Right(_) => Err(mlua::Error::runtime(format!(
-            "SharedQueue:{method}: call it on a queue, as queue:{method}(...)"
-        ))),
+        Either::Right(other) => Err(crate::vm::not_self(
+            &format!("SharedQueue:{method}"),
+            "queue",
+            other,
+        )),
     }
 }
 
@@ -574,12 +586,12 @@ fn read_capacity(opts: &Value) -> mlua::Result<Option<usize>> {
         )));
     }
     let mut capacity = Value::Nil;
-    for_each_option(opts, WHAT, |key, value| match key {
+    for_each_option(opts, WHAT, "capacity", |key, value| match key {
         "capacity" => {
             capacity = value;
-            Ok(())
+            Ok(true)
         }
-        _ => Err(format!("unknown {WHAT} option '{key}': expected capacity")),
+        _ => Ok(false),
     })
     .map_err(mlua::Error::runtime)?;
     let n = match capacity {

@@ -28,7 +28,7 @@ use crate::sync::Arc;
 use crate::value::path;
 use crate::value::read::{Reader, Refusal};
 use crate::value::{Limits, Message, TransferErrorKind};
-use crate::vm::Embedded;
+use crate::vm::{a_type, Embedded};
 
 /// Registry key of this VM's handles by table name, so one name gives one userdata.
 const HANDLES_KEY: &str = "skein.shared.tables";
@@ -502,9 +502,21 @@ fn borrowed_handle(value: &Value, what: &str) -> mlua::Result<mlua::UserDataRef<
 
 fn not_a_shared_table(value: &Value, what: &str) -> mlua::Error {
     mlua::Error::runtime(format!(
-        "{what}: expected a shared table, got {}",
-        value.type_name()
+        "{what}: t must be a shared table, got {}",
+        a_type(value)
     ))
+}
+
+/// A refusal of the call `what` (`jobs.shared.add`): its text led by the call's name, as every
+/// refusal of the Luau surface is, when the table's own text does not start with it.
+fn refused_by(what: &str, e: impl Into<mlua::Error>) -> mlua::Error {
+    let e = e.into();
+    match &e {
+        mlua::Error::RuntimeError(text) if !text.starts_with(what) => {
+            mlua::Error::runtime(format!("{what}: {text}"))
+        }
+        _ => e,
+    }
 }
 
 fn atomic_fn_failed(location: String) -> SharedTableError {
@@ -515,10 +527,19 @@ fn atomic_fn_failed(location: String) -> SharedTableError {
 }
 
 /// `jobs.shared.atomic(t, key, fn)`.
-fn atomic(lua: &Lua, (t, key, f): (Value, KeyArg, Function)) -> mlua::Result<Out> {
-    let handle = borrowed_handle(&t, "jobs.shared.atomic")?;
-    let table = handle.live()?;
-    let key = key.key(|| handle.location())?;
+fn atomic(lua: &Lua, (t, key, f): (Value, KeyArg, Value)) -> mlua::Result<Out> {
+    const WHAT: &str = "jobs.shared.atomic";
+    let handle = borrowed_handle(&t, WHAT)?;
+    let table = handle.live().map_err(|e| refused_by(WHAT, e))?;
+    let key = key
+        .key(|| handle.location())
+        .map_err(|e| refused_by(WHAT, e))?;
+    let Value::Function(f) = f else {
+        return Err(mlua::Error::runtime(format!(
+            "{WHAT}: fn must be a function, got {}",
+            a_type(&f)
+        )));
+    };
     let at = || handle.key_location(&key);
     let mut failure: Option<mlua::Error> = None;
     let result = table.atomic_entry(&key, &mut |current| {
@@ -543,9 +564,10 @@ fn atomic(lua: &Lua, (t, key, f): (Value, KeyArg, Function)) -> mlua::Result<Out
                 )));
             }
             let _ = lua;
+            // The function's own error, as it raised it.
             Err(e)
         }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(refused_by(WHAT, e)),
     }
 }
 
@@ -553,10 +575,13 @@ fn atomic(lua: &Lua, (t, key, f): (Value, KeyArg, Function)) -> mlua::Result<Out
 /// with its exact type (an integer stays an integer) and refused with the text
 /// `SharedTableRef::add` gives.
 fn add(_: &Lua, (t, key, amount): (Value, KeyArg, ValueArg)) -> mlua::Result<Out> {
-    let handle = borrowed_handle(&t, "jobs.shared.add")?;
-    let table = handle.live()?;
+    const WHAT: &str = "jobs.shared.add";
+    let handle = borrowed_handle(&t, WHAT)?;
+    let table = handle.live().map_err(|e| refused_by(WHAT, e))?;
     // The key as Luau holds it: copied only if the add makes it.
-    let key = key.key_in(|| handle.location())?;
+    let key = key
+        .key_in(|| handle.location())
+        .map_err(|e| refused_by(WHAT, e))?;
     let refused;
     let amount = match &amount {
         ValueArg::Data(m) => Amount::of(m),
@@ -567,7 +592,10 @@ fn add(_: &Lua, (t, key, amount): (Value, KeyArg, ValueArg)) -> mlua::Result<Out
         }
     }
     .map_err(|what| amount_not_a_number(&handle.key_location(&key.as_ref().to_key()), what))?;
-    Ok(Out::Data(entry_message(&table.add_entry(&key, amount)?)))
+    let sum = table
+        .add_entry(&key, amount)
+        .map_err(|e| refused_by(WHAT, e))?;
+    Ok(Out::Data(entry_message(&sum)))
 }
 
 /// The Rust primitives the prelude's wrappers call for a handle (`P` there).
@@ -835,7 +863,16 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
     let store = SharedStore::new(store.clone());
     shared.raw_set(
         "table",
-        lua.create_function(move |lua, name: mlua::LuaString| {
+        lua.create_function(move |lua, name: Value| {
+            let name = match lua.coerce_string(name.clone())? {
+                Some(name) => name,
+                None => {
+                    return Err(mlua::Error::runtime(format!(
+                        "jobs.shared.table: name must be a string, got {}",
+                        a_type(&name)
+                    )))
+                }
+            };
             let handles: Table = lua.named_registry_value(HANDLES_KEY)?;
             if let Value::UserData(ud) = handles.raw_get::<Value>(&name)? {
                 if ud.borrow::<Handle>()?.live().is_ok() {

@@ -83,14 +83,63 @@ pub(crate) fn a_type(value: &mlua::Value) -> String {
     }
 }
 
+/// The most bytes of a script's string a refusal quotes: past it only the start is shown.
+pub(crate) const QUOTED_BYTES: usize = 256;
+
+/// `'text'`: a string a script gave, as a refusal quotes it. Past [`QUOTED_BYTES`] only its
+/// start is shown, with its length, so refusing a 64 MiB argument makes a short text, not
+/// another copy of the argument the VM or the host may have no room for.
+pub(crate) fn quoted(text: &[u8]) -> String {
+    if text.len() <= QUOTED_BYTES {
+        return format!("'{}'", String::from_utf8_lossy(text));
+    }
+    format!(
+        "'{}...' ({} bytes)",
+        String::from_utf8_lossy(&text[..QUOTED_BYTES]),
+        text.len()
+    )
+}
+
+/// The refusal of a method called on something that is not its object (`q.push(1)` for
+/// `q:push(1)`): `SharedQueue:push: self must be a queue, got a number; call it as
+/// queue:push(...)`.
+pub(crate) fn not_self(method: &str, object: &str, got: &mlua::Value) -> mlua::Error {
+    let name = method.rsplit(':').next().unwrap_or(method);
+    let article = if object.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    mlua::Error::runtime(format!(
+        "{method}: self must be {article} {object}, got {}; call it as {object}:{name}(...)",
+        a_type(got)
+    ))
+}
+
+/// A number as Luau prints it (`nan`, `inf`, `-0`, `1e+300`), for refusals that quote one.
+pub(crate) fn luau_number(n: f64) -> String {
+    if n.is_nan() {
+        "nan".to_owned()
+    } else if n.is_infinite() {
+        if n > 0.0 { "inf" } else { "-inf" }.to_owned()
+    } else if n == 0.0 && n.is_sign_negative() {
+        "-0".to_owned()
+    } else if n == n.trunc() && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        format!("{n}")
+    }
+}
+
 /// Calls `read` with each (key, value) of an options table `opts`, which must be nil or a table;
 /// `call` names the function in the refusal. Every options table of the Luau surface is read
-/// through it, so an unknown option is refused by its name everywhere. Non-string keys reach
-/// `read` as their debug text, so they are refused as unknown options.
+/// through it, so an unknown option is refused by its name everywhere: `read` answers whether
+/// `key` is one of `expected`, and a key that is not a string is refused before `read` sees it.
 pub(crate) fn for_each_option(
     opts: &mlua::Value,
     call: &str,
-    mut read: impl FnMut(&str, mlua::Value) -> Result<(), String>,
+    expected: &str,
+    mut read: impl FnMut(&str, mlua::Value) -> Result<bool, String>,
 ) -> Result<(), String> {
     let table: &mlua::Table = match opts {
         mlua::Value::Nil => return Ok(()),
@@ -98,19 +147,37 @@ pub(crate) fn for_each_option(
         other => {
             return Err(format!(
                 "{call}: opts must be a table, got {}",
-                other.type_name()
+                a_type(other)
             ))
         }
     };
     for pair in table.pairs::<mlua::Value, mlua::Value>() {
         let (key, value) = pair.map_err(|e| e.to_string())?;
-        let key_text = match &key {
-            mlua::Value::String(s) => s.to_string_lossy(),
-            other => format!("{other:?}"),
+        let known = match &key {
+            mlua::Value::String(s) => read(&s.to_string_lossy(), value)?,
+            _ => false,
         };
-        read(&key_text, value)?;
+        if !known {
+            return Err(unknown_option(call, "opts", &key, expected));
+        }
     }
     Ok(())
+}
+
+/// The refusal of a key of the options table `param` of `call` that names none of its
+/// options (`expected`): `jobs.dispatch: unknown option 'dealine' in opts: expected deadline,
+/// name, key or supersede`.
+pub(crate) fn unknown_option(call: &str, param: &str, key: &mlua::Value, expected: &str) -> String {
+    match key {
+        mlua::Value::String(s) => format!(
+            "{call}: unknown option {} in {param}: expected {expected}",
+            quoted(&s.as_bytes())
+        ),
+        other => format!(
+            "{call}: {param} has {} key, but options are named by strings: expected {expected}",
+            a_type(other)
+        ),
+    }
 }
 
 /// The message of an mlua error without mlua's wrapping: what a Luau user would read.
@@ -122,5 +189,39 @@ pub(crate) fn error_message(err: &mlua::Error) -> String {
         mlua::Error::CallbackError { cause, .. } => error_message(cause),
         mlua::Error::WithContext { cause, .. } => error_message(cause),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quoted_string_past_its_bound_shows_its_start_and_its_length() {
+        assert_eq!(quoted(b"main"), "'main'");
+        let at_bound = "n".repeat(QUOTED_BYTES);
+        assert_eq!(quoted(at_bound.as_bytes()), format!("'{at_bound}'"));
+        let huge = "n".repeat(64 << 20);
+        assert_eq!(
+            quoted(huge.as_bytes()),
+            format!("'{at_bound}...' ({} bytes)", 64 << 20)
+        );
+    }
+
+    #[test]
+    fn numbers_read_as_luau_prints_them() {
+        let shown: Vec<String> = [
+            f64::NAN,
+            f64::INFINITY,
+            -f64::INFINITY,
+            -0.0,
+            0.0,
+            61.0,
+            0.5,
+        ]
+        .into_iter()
+        .map(luau_number)
+        .collect();
+        assert_eq!(shown, ["nan", "inf", "-inf", "-0", "0", "61", "0.5"]);
     }
 }

@@ -219,36 +219,28 @@ pub(crate) fn promise_of(lua: &Lua, value: &Value) -> Option<Rc<PromiseCell>> {
 
 /// `p:status()`. Answering `"rejected"` counts as the rejection being observed.
 fn status(lua: &Lua, this: Value) -> mlua::Result<&'static str> {
-    let cell = promise_of(lua, &this).ok_or_else(|| not_a_handle(&this))?;
+    let cell = promise_of(lua, &this).ok_or_else(|| not_a_handle("PromiseHandle:status", &this))?;
     Ok(cell.status())
 }
 
 /// `p:cancel()`: settles the promise as cancelled and stops its work; false when it had
 /// settled already.
 fn cancel(lua: &Lua, this: Value) -> mlua::Result<bool> {
-    let cell = promise_of(lua, &this).ok_or_else(|| not_a_handle(&this))?;
+    let cell = promise_of(lua, &this).ok_or_else(|| not_a_handle("PromiseHandle:cancel", &this))?;
     super::core::cancel_promise(lua, &cell)
 }
 
 /// `tostring(p)`: `PromiseHandle(jobs.dispatch, pending)`.
 fn to_string(lua: &Lua, this: Value) -> mlua::Result<String> {
-    let cell = promise_of(lua, &this).ok_or_else(|| not_a_handle(&this))?;
+    let cell =
+        promise_of(lua, &this).ok_or_else(|| not_a_handle("PromiseHandle:__tostring", &this))?;
     Ok(format!("PromiseHandle({}, {})", cell.what, cell.status()))
 }
 
-/// The error a method called on something other than a handle raises: the text mlua gave
-/// when handles were userdata (`bad argument #1: error converting Lua table to userdata`).
-fn not_a_handle(value: &Value) -> Error {
-    Error::BadArgument {
-        to: None,
-        pos: 1,
-        name: None,
-        cause: std::sync::Arc::from(Error::FromLuaConversionError {
-            from: value.type_name(),
-            to: "userdata".to_owned(),
-            message: None,
-        }),
-    }
+/// The error a method called on something other than a handle raises, naming the method:
+/// `PromiseHandle:status: self must be a promise, got a table; call it as promise:status(...)`.
+fn not_a_handle(method: &str, value: &Value) -> Error {
+    super::not_self(method, "promise", value)
 }
 
 /// Makes the Luau handle of a promise: pending, or holding its outcome when it settled

@@ -80,10 +80,32 @@ fn as_thread(lua: &Lua, target: Value, what: &str) -> mlua::Result<Thread> {
         Value::Function(f) => lua.create_thread(f),
         Value::Thread(t) => Ok(t),
         other => Err(mlua::Error::runtime(format!(
-            "{what} expects a function or a thread, got {}",
-            other.type_name()
+            "{what}: f must be a function or a thread, got {}",
+            a_type(&other)
         ))),
     }
+}
+
+/// Reads a number of seconds `what` takes as its `param` (`task.wait`'s `seconds`): nil, a
+/// number, or a string Luau reads as one.
+fn read_seconds(lua: &Lua, value: Value, what: &str, param: &str) -> mlua::Result<Option<f64>> {
+    match value {
+        Value::Nil => Ok(None),
+        Value::Integer(i) => Ok(Some(i as f64)),
+        Value::Number(x) => Ok(Some(x)),
+        Value::String(_) => match lua.coerce_number(value.clone())? {
+            Some(x) => Ok(Some(x)),
+            None => Err(seconds_refused(what, param, &value)),
+        },
+        other => Err(seconds_refused(what, param, &other)),
+    }
+}
+
+fn seconds_refused(what: &str, param: &str, got: &Value) -> mlua::Error {
+    mlua::Error::runtime(format!(
+        "{what}: {param} must be a number of seconds or nil, got {}",
+        a_type(got)
+    ))
 }
 
 /// The prelude: the `task` library's Luau half, `error`, and the raised-value table.
@@ -128,7 +150,8 @@ pub(super) fn install(lua: &Lua) -> mlua::Result<()> {
 
 /// `task.wait`'s park: the running task sleeps for `seconds` on the VM's clock (frame time in
 /// a domain driven by frames, else the wall clock).
-fn park_timer(lua: &Lua, seconds: Option<f64>) -> mlua::Result<()> {
+fn park_timer(lua: &Lua, seconds: Value) -> mlua::Result<()> {
+    let seconds = read_seconds(lua, seconds, "task.wait", "seconds")?;
     let core = VmCore::of(lua)?;
     let id = core.task_for(&lua.current_thread());
     let now = core.sched.borrow().now();
@@ -197,8 +220,8 @@ fn settled_pair(
 fn await_promise(lua: &Lua, value: Value) -> mlua::Result<(Value, Value)> {
     let Some(cell) = promise_handle::promise_of(lua, &value) else {
         return Err(mlua::Error::runtime(format!(
-            "task.await expects a PromiseHandle, got {}",
-            value.type_name()
+            "task.await: promise must be a PromiseHandle (p:await() is task.await(p)), got {}",
+            a_type(&value)
         )));
     };
     let core = VmCore::of(lua)?;
@@ -276,8 +299,9 @@ fn defer(lua: &Lua, (target, args): (Value, Variadic<Value>)) -> mlua::Result<Th
 /// `task.delay`: runs `target` after `seconds`.
 fn delay(
     lua: &Lua,
-    (seconds, target, args): (Option<f64>, Value, Variadic<Value>),
+    (seconds, target, args): (Value, Value, Variadic<Value>),
 ) -> mlua::Result<Thread> {
+    let seconds = read_seconds(lua, seconds, "task.delay", "seconds")?;
     let core = VmCore::of(lua)?;
     let thread = as_thread(lua, target, "task.delay")
         .map_err(|e| core.named_error(e, "a task for task.delay"))?;
@@ -361,7 +385,13 @@ pub(crate) fn park_signal(
 }
 
 /// `task.cancel`: forgets a task that is not running.
-fn cancel(lua: &Lua, thread: Thread) -> mlua::Result<()> {
+fn cancel(lua: &Lua, thread: Value) -> mlua::Result<()> {
+    let Value::Thread(thread) = thread else {
+        return Err(mlua::Error::runtime(format!(
+            "task.cancel: thread must be a coroutine (a thread), got {}",
+            a_type(&thread)
+        )));
+    };
     let core = VmCore::of(lua)?;
     if thread.to_pointer() == lua.current_thread().to_pointer() {
         return Err(mlua::Error::runtime(

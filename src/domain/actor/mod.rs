@@ -31,7 +31,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
-use mlua::{AnyUserData, Function, Lua, MetaMethod, Table, UserData, UserDataMethods, Value};
+use mlua::{Function, Lua, MetaMethod, Table, UserData, UserDataMethods, Value};
 
 pub use error::{ActorError, ActorStage, FailurePolicy};
 use outbox::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
@@ -57,7 +57,11 @@ const RECEIVE_KEY: &str = "skein.worker.receive";
 const JOIN_KEY: &str = "skein.worker.join";
 
 // The refusals reference 001 words, in its words (Skein's context, a worker's name, follows).
-const UNKNOWN_OPTION: &str = "expected capabilities, memory, name, shareServices, or source";
+const UNKNOWN_OPTION: &str = "capabilities, memory, name, shareServices, or source";
+
+/// The longest name `worker.spawn`'s `name` option takes, in bytes: every failure and report
+/// of the worker carries it.
+const MAX_NAME_BYTES: usize = 256;
 
 /// The least memory limit `worker.spawn`'s `memory` option may give an actor's VM: 1 MiB.
 pub(crate) const MIN_ACTOR_MEMORY: usize = 1 << 20;
@@ -350,33 +354,57 @@ impl SpawnOptions {
         let refuse = |text: String| mlua::Error::runtime(format!("worker.spawn: {text}"));
         let Value::Table(table) = options else {
             return Err(refuse(format!(
-                "options must be a table {{ source, name?, capabilities?, shareServices? }}, got {}",
+                "options must be a table {{ source, name?, capabilities?, shareServices?, memory? }}, got {}",
                 vm::a_type(&options)
             )));
         };
-        let mut keys = Vec::new();
+        // The unknown key named is the least, so a table with several always names the same
+        // one; only a handle on it is kept, whatever the table's size.
+        let mut unknown: Option<Value> = None;
         for pair in table.pairs::<Value, Value>() {
             let (key, _) = pair?;
-            let key = match key {
-                Value::String(s) => s.to_string_lossy(),
-                other => format!("{other:?}"),
+            let known = match &key {
+                Value::String(s) => matches!(
+                    &s.as_bytes()[..],
+                    b"source" | b"name" | b"capabilities" | b"shareServices" | b"memory"
+                ),
+                _ => false,
             };
-            keys.push(key);
+            if known {
+                continue;
+            }
+            let least = match (&unknown, &key) {
+                (None, _) => true,
+                (Some(Value::String(was)), Value::String(new)) => new.as_bytes() < was.as_bytes(),
+                // A key that is not a string is named first.
+                (Some(Value::String(_)), _) => true,
+                _ => false,
+            };
+            if least {
+                unknown = Some(key);
+            }
         }
-        // Sorted, so a table with several unknown keys always names the same one.
-        keys.sort();
-        if let Some(key) = keys.iter().find(|k| {
-            !matches!(
-                k.as_str(),
-                "source" | "name" | "capabilities" | "shareServices" | "memory"
-            )
-        }) {
-            return Err(mlua::Error::runtime(format!(
-                "unknown worker.spawn option '{key}': {UNKNOWN_OPTION}"
+        if let Some(key) = unknown {
+            return Err(mlua::Error::runtime(vm::unknown_option(
+                "worker.spawn",
+                "options",
+                &key,
+                UNKNOWN_OPTION,
             )));
         }
         let source = match table.raw_get::<Value>("source")? {
-            Value::String(s) => s.to_str()?.to_owned(),
+            // Measured before it is copied: a source past the bound is never loaded.
+            Value::String(s) if s.as_bytes().len() > vm::source::MAX_SOURCE_BYTES => {
+                return Err(refuse(format!(
+                    "source must be at most {} bytes of Luau source, got {} bytes",
+                    vm::source::MAX_SOURCE_BYTES,
+                    s.as_bytes().len()
+                )))
+            }
+            Value::String(s) => match s.to_str() {
+                Ok(text) => text.to_owned(),
+                Err(_) => return Err(refuse("source must be UTF-8 text".to_owned())),
+            },
             Value::Nil => return Err(mlua::Error::runtime(NEEDS_SOURCE)),
             other => {
                 return Err(refuse(format!(
@@ -387,10 +415,18 @@ impl SpawnOptions {
         };
         let name = match table.raw_get::<Value>("name")? {
             Value::Nil => None,
-            Value::String(s) if !s.as_bytes().is_empty() => Some(s.to_str()?.to_owned()),
+            Value::String(s) if (1..=MAX_NAME_BYTES).contains(&s.as_bytes().len()) => {
+                Some(s.to_string_lossy())
+            }
+            Value::String(s) => {
+                return Err(refuse(format!(
+                "name must be a string of 1 to {MAX_NAME_BYTES} bytes, got a string of {} bytes",
+                s.as_bytes().len()
+            )))
+            }
             other => {
                 return Err(refuse(format!(
-                    "name must be a non-empty string, got {}",
+                    "name must be a string of 1 to {MAX_NAME_BYTES} bytes, got {}",
                     vm::a_type(&other)
                 )))
             }
@@ -551,23 +587,24 @@ impl UserData for ActorHandle {
         methods.add_meta_method(MetaMethod::ToString, |_, this, ()| {
             Ok(format!("Worker('{}')", this.0.shared.name))
         });
-        methods.add_method("send", |_, this, message: SendArg| this.send(message));
-        methods.add_method("close", |_, this, ()| {
-            this.0.close();
+        // `self` is an argument of its own, so `w.send(1)` is refused naming the method.
+        methods.add_function("send", |_, (this, message): (Value, SendArg)| {
+            ActorHandle(entry_of(&this, "send")?).send(message)
+        });
+        methods.add_function("close", |_, this: Value| {
+            entry_of(&this, "close")?.close();
             Ok(())
         });
     }
 }
 
-fn entry_of(value: &AnyUserData, method: &str) -> mlua::Result<Rc<ActorEntry>> {
-    value
-        .borrow::<ActorHandle>()
-        .map(|h| h.0.clone())
-        .map_err(|_| {
-            mlua::Error::runtime(format!(
-                "Worker:{method}: call it on a worker, as worker:{method}(...)"
-            ))
-        })
+/// The actor of a method's `self`, refused naming the method when it is no worker handle.
+fn entry_of(value: &Value, method: &str) -> mlua::Result<Rc<ActorEntry>> {
+    let handle = match value {
+        Value::UserData(ud) => ud.borrow::<ActorHandle>().ok().map(|h| h.0.clone()),
+        _ => None,
+    };
+    handle.ok_or_else(|| vm::not_self(&format!("Worker:{method}"), "worker", value))
 }
 
 /// The waiting halves of `receive` and `join`, in Luau because they yield.
@@ -592,7 +629,7 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
     let p = lua.create_table()?;
     p.raw_set(
         "take",
-        lua.create_function(|_, this: AnyUserData| {
+        lua.create_function(|_, this: Value| {
             let entry = entry_of(&this, "receive")?;
             match entry.shared.take() {
                 // Taken: its place in the actor's byte bound is free (the copy is built in
@@ -610,7 +647,7 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
     )?;
     p.raw_set(
         "park",
-        lua.create_function(|lua, (this, end_only): (AnyUserData, bool)| {
+        lua.create_function(|lua, (this, end_only): (Value, bool)| {
             let entry = entry_of(&this, "receive")?;
             let core = VmCore::of(lua)?;
             let cell = core.promises.borrow_mut().make("Worker:receive");
@@ -632,7 +669,7 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
     )?;
     p.raw_set(
         "state",
-        lua.create_function(|_, this: AnyUserData| {
+        lua.create_function(|_, this: Value| {
             let entry = entry_of(&this, "join")?;
             let state = entry.shared.state();
             if state != RUNNING {
@@ -644,11 +681,18 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
         })?,
     )?;
     p.raw_set(
+        "close",
+        lua.create_function(|_, this: Value| {
+            entry_of(&this, "join")?.close();
+            Ok(())
+        })?,
+    )?;
+    p.raw_set(
         "late",
-        lua.create_function(|_, this: AnyUserData| {
+        lua.create_function(|_, this: Value| {
             let entry = entry_of(&this, "join")?;
             Ok(format!(
-                "Worker:join: worker '{}' did not answer in time",
+                "Worker:join: worker '{}' did not end within the timeout",
                 entry.shared.name
             ))
         })?,

@@ -76,24 +76,34 @@ fn full(bound: QueueBound, limit: usize) -> String {
 /// Reads `emit(name, payload)` against the room `queue` has now: the name checked, the
 /// payload copied only as far as the bytes left, so a vast table is refused part way through.
 /// Nothing is queued here; the Luau payload is only read.
+/// Reads an event name: a string of 1 to the queue's name bound in bytes, checked by its
+/// length before it is copied. The refusal is the text after the call's name.
+pub(crate) fn read_event_name(queue: &EventQueue, name: &Value) -> Result<String, String> {
+    let Value::String(s) = name else {
+        return Err(format!("name must be a string, got {}", vm::a_type(name)));
+    };
+    let bytes = s.as_bytes();
+    let max = queue.limits().name;
+    if bytes.is_empty() || bytes.len() > max {
+        let refused = PostRefused::Name {
+            len: bytes.len(),
+            max,
+            payload: Message::Nil,
+        };
+        return Err(refused.to_string());
+    }
+    match std::str::from_utf8(&bytes) {
+        Ok(text) => Ok(text.to_owned()),
+        Err(_) => Err("name must be UTF-8 text".to_owned()),
+    }
+}
+
 pub(crate) fn read_emit(
     queue: &EventQueue,
     name: &Value,
     payload: &Value,
 ) -> Result<(String, Message), EmitRefused> {
-    let name = match name {
-        Value::String(s) => s
-            .to_str()
-            .map_err(|e| EmitRefused::Other(format!("name: {}", vm::error_message(&e))))?
-            .to_owned(),
-        other => {
-            return Err(EmitRefused::Other(format!(
-                "name must be a string, got {}",
-                vm::a_type(other)
-            )))
-        }
-    };
-    queue.check_name(&name, Message::Nil)?;
+    let name = read_event_name(queue, name).map_err(EmitRefused::Other)?;
     let limits = queue.limits();
     let (events_free, bytes_free) = queue.room();
     if events_free == 0 {

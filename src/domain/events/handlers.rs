@@ -16,7 +16,8 @@ use std::sync::Arc;
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use crate::domain::events::emit::{
-    install_off_engine_events, read_emit, EmitRefused, EVENTS_KEY, WORKER_ON, WORKER_WAIT,
+    install_off_engine_events, read_emit, read_event_name, EmitRefused, EVENTS_KEY, WORKER_ON,
+    WORKER_WAIT,
 };
 use crate::domain::frame::context::ContextSpec;
 use crate::domain::frame::handler_label::HandlerLabel;
@@ -302,18 +303,8 @@ impl EventHandlers {
         handler: Value,
         context: Value,
     ) -> mlua::Result<Function> {
-        let name = match name {
-            Value::String(s) => s.to_str()?.to_owned(),
-            other => {
-                return Err(mlua::Error::runtime(format!(
-                    "events.on: name must be a string, got {}",
-                    vm::a_type(&other)
-                )))
-            }
-        };
-        if let Err(refused) = self.queue.check_name(&name, Message::Nil) {
-            return Err(mlua::Error::runtime(format!("events.on: {refused}")));
-        }
+        let name = read_event_name(&self.queue, &name)
+            .map_err(|why| mlua::Error::runtime(format!("events.on: {why}")))?;
         let Value::Function(function) = handler else {
             return Err(mlua::Error::runtime(format!(
                 "events.on: the handler must be a function, got {}",
@@ -323,14 +314,18 @@ impl EventHandlers {
         let (context, priority) = match context {
             Value::Nil => (None, 0),
             Value::String(s) => {
-                let wanted = s.to_str()?;
-                let Some(index) = self.contexts.iter().position(|(n, _)| *n == *wanted) else {
+                let wanted = s.as_bytes();
+                let Some(index) = self
+                    .contexts
+                    .iter()
+                    .position(|(n, _)| n.as_bytes() == &wanted[..])
+                else {
                     return Err(mlua::Error::runtime(format!(
-                        "events.on: no context named '{}' is declared",
-                        &*wanted
+                        "events.on: no context named {} is declared",
+                        vm::quoted(&wanted)
                     )));
                 };
-                wider_than_binder(&wanted, &self.held[index])
+                wider_than_binder(&self.contexts[index].0, &self.held[index])
                     .map_err(|e| mlua::Error::runtime(format!("events.on: {e}")))?;
                 (Some(index), self.contexts[index].1)
             }

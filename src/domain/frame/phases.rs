@@ -301,16 +301,18 @@ impl Bindings {
 
     /// `context.bind(name, handlers)`: checks every entry, then binds them all (or none).
     fn bind(&self, name: Value, handlers: Value) -> mlua::Result<()> {
-        let name = match name {
-            Value::String(s) => s.to_str()?.to_owned(),
-            other => {
-                return Err(refuse(format!(
-                    "name must be a string, got {}",
-                    vm::a_type(&other)
-                )))
-            }
+        let Value::String(name) = name else {
+            return Err(refuse(format!(
+                "name must be a string, got {}",
+                vm::a_type(&name)
+            )));
         };
-        let Some(index) = self.contexts.iter().position(|c| c.name() == name) else {
+        let wanted = name.as_bytes();
+        let Some(index) = self
+            .contexts
+            .iter()
+            .position(|c| c.name().as_bytes() == &wanted[..])
+        else {
             let declared: Vec<&str> = self.contexts.iter().map(ContextSpec::name).collect();
             let declared = if declared.is_empty() {
                 "none".to_owned()
@@ -318,67 +320,86 @@ impl Bindings {
                 declared.join(", ")
             };
             return Err(refuse(format!(
-                "no context named '{name}' is declared (declared: {declared})"
+                "no context named {} is declared (declared: {declared})",
+                vm::quoted(&wanted)
             )));
         };
         let context = &self.contexts[index];
-        wider_than_binder(&name, &self.held[index]).map_err(refuse)?;
+        let name = context.name();
+        wider_than_binder(name, &self.held[index]).map_err(refuse)?;
         let Value::Table(table) = handlers else {
             return Err(refuse(format!(
                 "handlers must be a table of phase = function, got {}",
                 vm::a_type(&handlers)
             )));
         };
-        // Checked in key order, so a table with several faults always names the same one.
-        let mut entries = Vec::new();
+        // The fault named is that of the least key, so a table with several faults always
+        // names the same one; what is kept while looking is at most one entry a phase.
+        let mut bound: Vec<(Phase, Function)> = Vec::new();
+        let mut fault: Option<(mlua::LuaString, String)> = None;
         for pair in table.pairs::<Value, Value>() {
             let (key, value) = pair?;
-            let key = match key {
-                Value::String(s) => s.to_str()?.to_owned(),
-                other => {
-                    return Err(refuse(format!(
-                        "handler keys are phase names, got {}",
-                        vm::a_type(&other)
-                    )))
+            let Value::String(key) = key else {
+                return Err(refuse(format!(
+                    "handler keys are phase names, got {}",
+                    vm::a_type(&key)
+                )));
+            };
+            let wrong = match std::str::from_utf8(&key.as_bytes())
+                .ok()
+                .and_then(Phase::from_name)
+            {
+                None => {
+                    let phases: Vec<&str> = Phase::ALL.iter().map(|p| p.name()).collect();
+                    Some(format!(
+                        "{} is not a phase (phases: {})",
+                        vm::quoted(&key.as_bytes()),
+                        phases.join(", ")
+                    ))
                 }
+                Some(phase) if !context.schedules(phase) => {
+                    let scheduled: Vec<&str> =
+                        context.scheduled().iter().map(|p| p.name()).collect();
+                    let scheduled = if scheduled.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        scheduled.join(", ")
+                    };
+                    Some(format!(
+                        "context '{name}' does not schedule the '{phase}' phase (it schedules: {scheduled})"
+                    ))
+                }
+                Some(phase) => match value {
+                    Value::Function(handler) => {
+                        bound.push((phase, handler));
+                        None
+                    }
+                    other => Some(format!(
+                        "the '{phase}' handler for context '{name}' must be a function, got {}",
+                        vm::a_type(&other)
+                    )),
+                },
             };
-            entries.push((key, value));
-        }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut bound = Vec::with_capacity(entries.len());
-        for (key, value) in entries {
-            let Some(phase) = Phase::from_name(&key) else {
-                let phases: Vec<&str> = Phase::ALL.iter().map(|p| p.name()).collect();
-                return Err(refuse(format!(
-                    "'{key}' is not a phase (phases: {})",
-                    phases.join(", ")
-                )));
-            };
-            if !context.schedules(phase) {
-                let scheduled: Vec<&str> = context.scheduled().iter().map(|p| p.name()).collect();
-                let scheduled = if scheduled.is_empty() {
-                    "none".to_owned()
-                } else {
-                    scheduled.join(", ")
-                };
-                return Err(refuse(format!(
-                    "context '{name}' does not schedule the '{phase}' phase (it schedules: {scheduled})"
-                )));
+            if let Some(wrong) = wrong {
+                let least = fault
+                    .as_ref()
+                    .is_none_or(|(was, _)| key.as_bytes()[..] < was.as_bytes()[..]);
+                if least {
+                    fault = Some((key, wrong));
+                }
             }
-            let Value::Function(handler) = value else {
-                return Err(refuse(format!(
-                    "the '{phase}' handler for context '{name}' must be a function, got {}",
-                    vm::a_type(&value)
-                )));
-            };
-            bound.push(Binding {
+        }
+        if let Some((_, wrong)) = fault {
+            return Err(refuse(wrong));
+        }
+        // Bound in key order, as the handlers were always bound.
+        bound.sort_by_key(|(phase, _)| phase.name());
+        for (phase, handler) in bound {
+            self.insert(Binding {
                 context: index,
                 phase,
                 handler,
             });
-        }
-        for binding in bound {
-            self.insert(binding);
         }
         Ok(())
     }

@@ -11,10 +11,10 @@ use mlua::{Function, Lua, Table, Value};
 use super::order::{Declared, MAX_DECLARED_NAMES};
 use super::remote_job::RemoteJob;
 use crate::jobs::item::Kernel;
-use crate::jobs::options::{read_deadline, read_key};
+use crate::jobs::options::{read_deadline, read_entry, read_key, read_module};
 use crate::ledger::{format_bytes, Charge, Ledger};
 use crate::value::Message;
-use crate::vm::{a_type, error_message, with_caller_source, VmCore};
+use crate::vm::{a_type, error_message, quoted, with_caller_source, VmCore};
 
 /// The longest phase name, in bytes.
 pub(crate) const MAX_PHASE_BYTES: usize = 64;
@@ -300,18 +300,8 @@ fn read_executor(
                 "kind", "module", "entry", "input", "apply", "key", "deadline",
             ];
             only_fields(t, &allowed, "executor field for kind 'worker'")?;
-            let Value::String(module) = field(t, "module")? else {
-                return Err(format!(
-                    "{WHAT}: executor.module must be a require path string, got {}",
-                    a_type(&field(t, "module")?)
-                ));
-            };
-            let Value::String(entry) = field(t, "entry")? else {
-                return Err(format!(
-                    "{WHAT}: executor.entry must be the name of a function, got {}",
-                    a_type(&field(t, "entry")?)
-                ));
-            };
+            let module = read_module(WHAT, "executor.module", field(t, "module")?)?;
+            let entry = read_entry(WHAT, "executor.entry", field(t, "entry")?)?;
             let input = function(t, "input")?;
             let apply = function(t, "apply")?;
             let key = match field(t, "key")? {
@@ -361,7 +351,7 @@ fn read_executor(
         }
         _ => {
             let got = match field(t, "kind")? {
-                Value::String(s) => format!("'{}'", s.to_string_lossy()),
+                Value::String(s) => quoted(&s.as_bytes()),
                 other => a_type(&other),
             };
             Err(format!(
@@ -400,11 +390,11 @@ fn only_fields(t: &Table, allowed: &[&str], what: &str) -> Result<(), String> {
         };
         if !known {
             let shown = match &key {
-                Value::String(s) => s.to_string_lossy().to_string(),
-                other => format!("{other:?}"),
+                Value::String(s) => quoted(&s.as_bytes()),
+                other => format!("{} key", a_type(other)),
             };
             return Err(format!(
-                "{WHAT}: unknown {what} '{shown}': expected {}",
+                "{WHAT}: unknown {what} {shown}: expected {}",
                 allowed.join(", ")
             ));
         }

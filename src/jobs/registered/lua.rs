@@ -25,44 +25,69 @@ pub(crate) struct JobHandle {
 }
 
 impl UserData for JobHandle {
+    // Each method takes `self` as an argument of its own, so `h.cancel(1)` is refused naming
+    // the method.
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        methods.add_method("cancel", |lua, this, ()| match engine(lua) {
-            Some(registry) => Ok(registry.cancel(this.id)),
-            None => worker_control(lua, this.id, Control::Cancel),
+        methods.add_function("cancel", |lua, this: Value| {
+            let id = job_id(&this, "cancel")?;
+            match engine(lua) {
+                Some(registry) => Ok(registry.cancel(id)),
+                None => worker_control(lua, id, Control::Cancel),
+            }
         });
-        methods.add_method("info", |lua, this, ()| {
+        methods.add_function("info", |lua, this: Value| {
+            let id = job_id(&this, "info")?;
             let info = match engine(lua) {
-                Some(registry) => registry.info(this.id),
-                None => remote::info(lua, this.id),
+                Some(registry) => registry.info(id),
+                None => remote::info(lua, id),
             };
             match info {
                 Some(info) => info::to_lua(lua, &info).map(Value::Table),
                 None => Ok(Value::Nil),
             }
         });
-        methods.add_method("pause", |lua, this, ()| match engine(lua) {
-            Some(registry) => Ok(registry.set_paused(this.id, true)),
-            None => worker_control(lua, this.id, Control::Pause),
+        methods.add_function("pause", |lua, this: Value| {
+            let id = job_id(&this, "pause")?;
+            match engine(lua) {
+                Some(registry) => Ok(registry.set_paused(id, true)),
+                None => worker_control(lua, id, Control::Pause),
+            }
         });
-        methods.add_method("resume", |lua, this, ()| match engine(lua) {
-            Some(registry) => Ok(registry.set_paused(this.id, false)),
-            None => worker_control(lua, this.id, Control::Resume),
+        methods.add_function("resume", |lua, this: Value| {
+            let id = job_id(&this, "resume")?;
+            match engine(lua) {
+                Some(registry) => Ok(registry.set_paused(id, false)),
+                None => worker_control(lua, id, Control::Resume),
+            }
         });
-        methods.add_method("status", |lua, this, ()| {
+        methods.add_function("status", |lua, this: Value| {
+            let id = job_id(&this, "status")?;
             let info = match engine(lua) {
-                Some(registry) => registry.info(this.id),
-                None => remote::info(lua, this.id),
+                Some(registry) => registry.info(id),
+                None => remote::info(lua, id),
             };
             Ok(info.map(|i| i.status.as_str()))
         });
-        methods.add_method("valid", |lua, this, ()| match engine(lua) {
-            Some(registry) => Ok(registry.get(this.id).is_some()),
-            None => Ok(remote::valid(lua, this.id)),
+        methods.add_function("valid", |lua, this: Value| {
+            let id = job_id(&this, "valid")?;
+            match engine(lua) {
+                Some(registry) => Ok(registry.get(id).is_some()),
+                None => Ok(remote::valid(lua, id)),
+            }
         });
         methods.add_meta_method("__tostring", |_, this, ()| {
             Ok(format!("JobHandle({})", this.id))
         });
     }
+}
+
+/// The job id of a method's `self`, refused naming the method when it is no job handle.
+fn job_id(this: &Value, method: &str) -> mlua::Result<u64> {
+    let id = match this {
+        Value::UserData(ud) => ud.borrow::<JobHandle>().ok().map(|h| h.id),
+        _ => None,
+    };
+    id.ok_or_else(|| crate::vm::not_self(&format!("JobHandle:{method}"), "job", this))
 }
 
 /// The engine VM's registry; `None` in a worker VM, where a handle answers for the jobs that VM

@@ -186,7 +186,10 @@ impl Registry {
             descriptor,
             |n| {
                 self.kernel(n).ok_or_else(|| {
-                    format!("jobs.register: executor.kernel '{n}' is not a registered kernel")
+                    format!(
+                        "jobs.register: executor.kernel {} is not a registered kernel",
+                        vm::quoted(n.as_bytes())
+                    )
                 })
             },
             self.principal.max_deadline,

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 pub(crate) enum RequireError {
     /// The specifier is not of a form require-by-string accepts.
     BadSpecifier { spec: String, reason: &'static str },
+    /// The specifier is longer than [`MAX_SPEC_BYTES`]: `head` is its start, `len` its length.
+    TooLong { head: String, len: usize },
     /// No module (and, for an intermediate component, no folder) exists at `at`.
     NotFound {
         spec: String,
@@ -63,6 +65,10 @@ pub(crate) enum RequireError {
     Runtime { path: PathBuf, error: mlua::Error },
 }
 
+/// The longest require path, in bytes. A longer one names no file (a path may have 4,096 bytes
+/// in all, the root's included) and is refused before it is copied or quoted whole.
+pub(crate) const MAX_SPEC_BYTES: usize = 1024;
+
 /// The file candidates tried for the abstract module path `at`, in the order they are probed.
 pub(crate) fn candidates(at: &Path) -> [PathBuf; 4] {
     let mut luau = at.as_os_str().to_owned();
@@ -83,6 +89,11 @@ impl fmt::Display for RequireError {
             Self::BadSpecifier { spec, reason } => {
                 write!(f, "invalid require path '{spec}': {reason}")
             }
+            Self::TooLong { head, len } => write!(
+                f,
+                "invalid require path '{head}...' ({len} bytes): it is longer than the \
+                 {MAX_SPEC_BYTES} bytes a require path may have"
+            ),
             Self::NotFound { spec, caller, at, intermediate: true } => write!(
                 f,
                 "module '{spec}' not found from {}: no module or folder at {}",

@@ -167,6 +167,25 @@ fn bad_specifier_texts() {
 }
 
 #[test]
+fn a_require_path_past_its_bound_is_refused_by_its_length_and_quoted_in_part() {
+    // Each text of a path that did not resolve quotes it, some five times over (the paths
+    // tried): a 64 MiB path made texts of hundreds of MiB, past what the process could hold.
+    let t = Tree::new(&[("main.luau", "")]);
+    let at_bound = format!("./{}", "a".repeat(MAX_SPEC_BYTES - 2));
+    assert!(t.err("main.luau", &at_bound).starts_with("module './aaaa"));
+    let huge = format!("./{}", "a".repeat(64 << 20));
+    assert_eq!(
+        t.err("main.luau", &huge),
+        format!(
+            "invalid require path './{}...' ({} bytes): it is longer than the 1024 bytes a \
+             require path may have",
+            "a".repeat(62),
+            huge.len()
+        )
+    );
+}
+
+#[test]
 fn aliases_nearest_wins_case_insensitive_relative_to_rc() {
     let t = Tree::new(&[
         (

@@ -16,6 +16,7 @@ mod resolve;
 pub(crate) use bytecode::BytecodeCache;
 #[cfg(test)]
 pub(crate) use error::RequireError;
+pub(crate) use error::MAX_SPEC_BYTES;
 pub(crate) use module_cache::ModuleCache;
 pub(crate) use resolve::resolve;
 

@@ -29,7 +29,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::error::{candidates, RequireError};
+use super::error::{candidates, RequireError, MAX_SPEC_BYTES};
 use super::luaurc;
 
 /// Aliases that refer to aliases may chain this deep before we call it a loop.
@@ -43,6 +43,16 @@ const MAX_ALIAS_DEPTH: usize = 16;
 /// `BadSpecifier` for a specifier of the wrong form, `NotFound` and `Ambiguous` when a component
 /// does not name exactly one module or folder, `UnknownAlias` and `BadConfig` for alias trouble.
 pub(crate) fn resolve(caller: &Path, spec: &str) -> Result<PathBuf, RequireError> {
+    if spec.len() > MAX_SPEC_BYTES {
+        let mut end = 64;
+        while !spec.is_char_boundary(end) {
+            end -= 1;
+        }
+        return Err(RequireError::TooLong {
+            head: spec[..end].to_owned(),
+            len: spec.len(),
+        });
+    }
     let normalized = spec.replace('\\', "/");
     let kind = classify(spec, &normalized)?;
     let caller = std::path::absolute(caller).unwrap_or_else(|_| caller.to_owned());
