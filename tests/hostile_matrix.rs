@@ -663,6 +663,13 @@ const ROWS: &[Row] = &[
         ..ROW
     },
     Row {
+        function: "JobHandle:destroy",
+        setup: JOB_HANDLE,
+        teardown: "H:destroy()",
+        calls: &[("self", "return H.destroy($V)")],
+        ..ROW
+    },
+    Row {
         function: "JobHandle:info",
         setup: JOB_HANDLE,
         teardown: "H:cancel()",

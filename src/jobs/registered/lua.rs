@@ -35,6 +35,14 @@ impl UserData for JobHandle {
                 None => worker_control(lua, id, Control::Cancel),
             }
         });
+        // `destroy` is `cancel` under its other name.
+        methods.add_function("destroy", |lua, this: Value| {
+            let id = job_id(&this, "destroy")?;
+            match engine(lua) {
+                Some(registry) => Ok(registry.cancel(id)),
+                None => worker_control(lua, id, Control::Cancel),
+            }
+        });
         methods.add_function("info", |lua, this: Value| {
             let id = job_id(&this, "info")?;
             let info = match engine(lua) {
