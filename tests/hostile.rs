@@ -9,7 +9,7 @@
 //! here for each.
 
 use std::io::{Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -70,20 +70,7 @@ fn limited(dir: &Path, args: &[&str]) -> Command {
         .current_dir(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: the closure runs in the child between fork and exec and calls only setrlimit,
-    // which is async-signal-safe; it allocates nothing and touches no lock.
-    unsafe {
-        command.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: ADDRESS_SPACE,
-                rlim_max: ADDRESS_SPACE,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::support::limit_address_space(&mut command, ADDRESS_SPACE);
     command
 }
 

@@ -31,7 +31,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -1367,20 +1366,7 @@ fn run_child(dir: &Path, args: &[&str]) -> Ended {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: the closure runs in the child between fork and exec and calls only setrlimit,
-    // which is async-signal-safe; it allocates nothing and touches no lock.
-    unsafe {
-        command.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: ADDRESS_SPACE,
-                rlim_max: ADDRESS_SPACE,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::support::limit_address_space(&mut command, ADDRESS_SPACE);
     #[allow(clippy::zombie_processes)] // reaped by `wait4` below, which also reads its peak RSS
     let mut child = command.spawn().expect("start skein");
     let stdin = Arc::new(Mutex::new(child.stdin.take()));

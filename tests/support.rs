@@ -478,3 +478,23 @@ pub fn sim_domain(pool: &Pool) -> ScriptDomain {
         .unwrap();
     ScriptDomain::new(pool, spec).unwrap()
 }
+
+/// Puts `command`'s child under an address-space limit of `bytes` (`RLIMIT_AS`), set between
+/// fork and exec: how the hostile tests run the real runner.
+pub fn limit_address_space(command: &mut std::process::Command, bytes: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and calls only setrlimit,
+    // which is async-signal-safe; it allocates nothing and touches no lock.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
