@@ -478,19 +478,33 @@ fn print_log_records_and_the_runner_s_own_report_keep_their_order_in_one_pipe() 
     assert!(lines[4].contains("main.luau:6: five"), "{lines:?}");
 }
 
+/// Starts `skein run SCRIPT` in `tree` with its stdout and stderr going where given.
+fn run_with(tree: &Tree, script: &str, stdout: Stdio, stderr: Stdio) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_skein"))
+        .args(["run", script])
+        .current_dir(tree.path())
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .expect("run skein")
+}
+
+/// `/dev/full`, where every write fails for want of space.
+fn dev_full() -> Stdio {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full")
+        .into()
+}
+
 /// A script printing ten million lines into a pipe whose reader takes two and goes away: the
 /// run ends at the closed pipe, as Unix tools do, quietly and with exit code 0.
 #[test]
 fn a_closed_pipe_ends_the_run_quietly_with_exit_code_zero() {
     let tree = Tree::new(&[("many.luau", "for i = 1, 1e7 do print(i) end\n")]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_skein"))
-        .args(["run", "many.luau"])
-        .current_dir(tree.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run skein");
+    let mut child = run_with(&tree, "many.luau", Stdio::piped(), Stdio::piped());
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "1");
     assert_eq!(lines.next().unwrap().unwrap(), "2");
@@ -508,18 +522,7 @@ fn a_closed_pipe_ends_the_run_quietly_with_exit_code_zero() {
 #[test]
 fn a_full_device_fails_the_run_naming_the_stream() {
     let tree = Tree::new(&[("many.luau", "for i = 1, 1e9 do print(i) end\n")]);
-    let full = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/full")
-        .expect("/dev/full");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_skein"))
-        .args(["run", "many.luau"])
-        .current_dir(tree.path())
-        .stdin(Stdio::null())
-        .stdout(full)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run skein");
+    let mut child = run_with(&tree, "many.luau", dev_full(), Stdio::piped());
     let mut stderr = child.stderr.take().unwrap();
     let status = exit_within(&mut child, QUICK).expect("the run ended at the first write");
     let mut said = String::new();
@@ -536,18 +539,7 @@ fn a_full_device_fails_the_run_naming_the_stream() {
 #[test]
 fn a_failure_with_stderr_on_a_full_device_exits_one_without_a_panic() {
     let tree = Tree::new(&[("boom.luau", "error('boom')\n")]);
-    let full = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/full")
-        .expect("/dev/full");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_skein"))
-        .args(["run", "boom.luau"])
-        .current_dir(tree.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(full)
-        .spawn()
-        .expect("run skein");
+    let mut child = run_with(&tree, "boom.luau", Stdio::null(), dev_full());
     let status = exit_within(&mut child, QUICK).expect("the run ended");
     assert_eq!(status.code(), Some(1));
 }
