@@ -20,7 +20,7 @@ const PROBE: &str = r#"
 
 const SEEN: &str = "@skein/jobs=table\n@skein/context=table\n@skein/events=table\n\
                     @skein/interfaces=table\n@skein/worker=table\n@skein/log=table\n\
-                    @skein/fs=table\nruntime error: unknown alias '@skein' in require path \
+                    @skein/fs=table\nunknown alias '@skein' in require path \
                     '@skein/nope' from ";
 
 #[test]

@@ -609,7 +609,7 @@ fn the_runner_keeps_relative_paths_inside_its_allow_flags_roots() {
     assert_eq!(lines[0], "inside\tinner");
     let escape = |func: &str, given: &str, checked: &str, cap: &str| {
         format!(
-            "false\truntime error: fs.{func}: '{given}': permission denied: '{}' leads out of the root '{}' \
+            "false\tfs.{func}: '{given}': permission denied: '{}' leads out of the root '{}' \
              granted for '{cap}' to domain 'main' (domain#1, generation 1): a symbolic link on \
              its way points outside",
             s.top.join(checked).display(),

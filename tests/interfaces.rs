@@ -17,13 +17,15 @@ fn domain(pool: &Pool, name: &str) -> ScriptDomain {
     domain
 }
 
-/// The error text `body` raises, without mlua's prefix and stack.
+/// The error text `body` raises, as the code that caught it sees it: one line.
+#[track_caller]
 fn raised(domain: &ScriptDomain, body: &str) -> String {
     let full = refusal(domain, body);
-    let line = full.lines().next().unwrap_or_default();
-    line.strip_prefix("runtime error: ")
-        .unwrap_or(line)
-        .to_owned()
+    assert!(
+        !full.contains('\n'),
+        "a caught error is its text alone: {full:?}"
+    );
+    full
 }
 
 fn field(name: &str, provider: &str) -> InterfaceField {

@@ -24,14 +24,15 @@ fn int(domain: &ScriptDomain, expr: &str) -> f64 {
     number(&domain.eval(&format!("return {expr}")).unwrap())
 }
 
-/// The first line `body` raises, without mlua's prefix.
+/// The error `body` raises, as the code that caught it sees it: one line.
 #[track_caller]
 fn refusal(domain: &ScriptDomain, body: &str) -> String {
     let raised = crate::support::refusal(domain, body);
-    let line = raised.lines().next().unwrap_or("").to_owned();
-    line.strip_prefix("runtime error: ")
-        .map(str::to_owned)
-        .unwrap_or(line)
+    assert!(
+        !raised.contains('\n'),
+        "a caught error is its text alone: {raised:?}"
+    );
+    raised
 }
 
 /// `job(name, fields)`: registers a luau job of phase "main" that appends its name to `log`,

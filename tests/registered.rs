@@ -8,14 +8,15 @@ use skein::{JobStatus, Message, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, field, list, number, text, wait_until, Tree};
 
-/// The first line of the error `body` raises, without mlua's `runtime error: ` prefix.
+/// The error `body` raises, as the code that caught it sees it: its text alone, on one line.
 #[track_caller]
 fn refusal(domain: &ScriptDomain, body: &str) -> String {
     let raised = crate::support::refusal(domain, body);
-    let line = raised.lines().next().unwrap_or("");
-    line.strip_prefix("runtime error: ")
-        .unwrap_or(line)
-        .to_owned()
+    assert!(
+        !raised.contains('\n'),
+        "a caught error is its text alone: {raised:?}"
+    );
+    raised
 }
 
 /// The numbers of a list message.
@@ -735,7 +736,7 @@ fn a_descriptors_origin_and_metadata_are_bounded_and_a_refusal_registers_nothing
                 local d = { name = name, phase = "update", executor = { kind = "luau", run = function() end } }
                 for k, v in extra do d[k] = v end
                 local ok, err = pcall(jobs.register, d)
-                return ok or (tostring(err):match("^runtime error: ([^\n]*)"))
+                return ok or (tostring(err):match("^([^\n]*)"))
             end
             -- A string of n bytes in a table weighs n + 2 nodes of 16 bytes.
             local fits = string.rep("m", 65536 - 32)

@@ -8,14 +8,15 @@ use skein::{Message, Pool, PopError, PushErrorKind};
 
 use crate::support::{assert_contains, number, refusal, text, wait_until, Tree, PUSH_RETRYING};
 
-/// The message of the error `body` raises, without mlua's prefix and the Luau stack.
+/// The error `body` raises, as the code that caught it sees it: one line.
 #[track_caller]
 fn refused(domain: &skein::ScriptDomain, body: &str) -> String {
     let full = refusal(domain, body);
-    let line = full.lines().next().unwrap_or_default();
-    line.strip_prefix("runtime error: ")
-        .unwrap_or(line)
-        .to_owned()
+    assert!(
+        !full.contains('\n'),
+        "a caught error is its text alone: {full:?}"
+    );
+    full
 }
 
 const QUEUES: &str = r#"

@@ -10,6 +10,7 @@ use crate::support::{field, number, string, text, wait_until, Tree};
 const M: &str = r#"
 local M = {}
 function M.fail() error("the entry failed on purpose") end
+function M.failLong() error(string.rep("x", 2^20)) end
 function M.double(x) return x * 2 end
 return M
 "#;
@@ -21,9 +22,10 @@ fn awaiting_a_rejection_with_the_engine_out_of_memory_raises_and_the_pool_serves
     let domain = tree.domain_with(&pool, Plan::new().memory_limit(8 * 1024 * 1024));
     let v = domain
         .eval(
-            r#"local p = jobs.dispatch("./m", "fail")
-               -- Settled first: the second await makes the rejection's text while the VM is
-               -- full. (Memory filled before a first await is collected while it waits.)
+            r#"local p = jobs.dispatch("./m", "failLong")
+               -- Settled first: the second await makes the rejection's text (over a MiB, past
+               -- the VM's reserve) while the VM is full. (Memory filled before a first await is
+               -- collected while it waits.)
                pcall(function() return p:await() end)
                -- A list, not an array: no doubling allocation fails with room to spare.
                local hold = nil
@@ -151,7 +153,7 @@ fn a_task_spawn_bomb_is_caught_by_pcall_with_a_named_out_of_memory_text() {
     assert_eq!(
         caught.lines().next(),
         Some(
-            "false runtime error: out of memory: the engine VM reached its memory limit of 8 MiB \
+            "false out of memory: the engine VM reached its memory limit of 8 MiB \
              while making a task for task.spawn"
         ),
         "{caught}"
@@ -511,7 +513,7 @@ fn a_task_spawn_bomb_whose_tasks_fill_the_vm_is_caught_by_the_pcall_around_it() 
     assert_eq!(
         caught.lines().next(),
         Some(
-            "false runtime error: out of memory: the engine VM reached its memory limit of 8 MiB \
+            "false out of memory: the engine VM reached its memory limit of 8 MiB \
              in the first run of a task it started"
         ),
         "{caught}"

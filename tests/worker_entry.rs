@@ -172,10 +172,26 @@ fn a_failure_in_the_first_run_rejects_with_its_message_and_the_vm_serves_on() {
     let (tree, pool) = one_worker(&[("swap.luau", SWAP)]);
     let domain = tree.domain(&pool);
     let root = tree.path().display().to_string();
+    // The code that catches the rejection sees its text alone.
     let err = refusal(&domain, r#"jobs.dispatch("./swap", "fails"):await()"#);
-    assert_contains(&err, "job './swap:fails' failed: failed on purpose");
-    // Raised from the entry's first run: its stack names the module's line.
-    assert_contains(&err, &format!("{root}/swap.luau:8"));
+    assert_eq!(err, "job './swap:fails' failed: failed on purpose");
+    // Uncaught, it fails the task that awaited it, and the report carries the job's stack,
+    // which names the module's line (raised from the entry's first run), before the task's.
+    domain
+        .exec(r#"task.spawn(function() jobs.dispatch("./swap", "fails"):await() end)"#)
+        .unwrap();
+    domain.run_until_idle().unwrap();
+    let reports = domain.take_reports();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    let report = &reports[0];
+    assert!(
+        report
+            .message
+            .starts_with("job './swap:fails' failed: failed on purpose\nstack traceback:\n"),
+        "{report:?}"
+    );
+    assert_contains(&report.message, &format!("{root}/swap.luau:8"));
+    assert_contains(&report.message, "in function <exec:1>");
     let v = domain
         .eval(r#"return jobs.dispatch("./swap", "echo", 5):await()"#)
         .unwrap();

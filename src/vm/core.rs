@@ -58,6 +58,18 @@ pub(crate) struct VmCore {
     pub(crate) handles: OnceCell<HandleTables>,
     /// The buffer a drain collects settlements in ([`Vm::settle_buffer`]).
     settle_spare: Cell<Vec<(luau_promise::PromiseId, Outcome)>>,
+    /// The last rejection an await raised, and the stack of the job it came from: an await
+    /// raises the failure's text alone (what a `pcall` compares with the docs), and a task that
+    /// fails with that text unchanged is reported with the job's stack after it.
+    last_rejection: RefCell<Option<(String, String)>>,
+}
+
+impl VmCore {
+    /// Keeps the stack of the rejection an await raises as `text` (see `last_rejection`).
+    pub(super) fn remember_rejection(&self, text: &str, stack: &str) {
+        *self.last_rejection.borrow_mut() =
+            (!stack.is_empty()).then(|| (text.to_owned(), stack.to_owned()));
+    }
 }
 
 /// The capacity of the settle buffer kept between drains.
@@ -127,6 +139,7 @@ impl Vm {
             authority: std::cell::OnceCell::new(),
             halt: OnceCell::new(),
             catching: RefCell::new(None),
+            last_rejection: RefCell::new(None),
             memory,
             pool_wait_limit: Cell::new(None),
             handles: OnceCell::new(),
@@ -536,7 +549,12 @@ impl SchedulerHost for VmCore {
     }
 
     fn raised_text(&self, lua: &Lua, thread: &Thread, message: &str) -> Option<String> {
-        raised_text(lua, thread, message)
+        if let Some(text) = raised_text(lua, thread, message) {
+            return Some(text);
+        }
+        let last = self.last_rejection.borrow();
+        let (text, stack) = last.as_ref()?;
+        (text == message).then(|| format!("{message}\n{stack}"))
     }
 
     fn traceback(&self, thread: &Thread) -> String {
@@ -785,8 +803,8 @@ mod tests {
         assert_eq!(values[0], Value::Boolean(false));
         let raised = values[1].to_string().unwrap();
         assert_eq!(
-            raised.lines().next().unwrap(),
-            "runtime error: task.await: nested waits past the limit: 2 tasks of the VM already wait on pool \
+            raised,
+            "task.await: nested waits past the limit: 2 tasks of the VM already wait on pool \
              work, and 2 may (Plan::nested_wait_limit); work that awaits work of its own kind \
              without end stops here"
         );

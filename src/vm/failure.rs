@@ -26,8 +26,9 @@ pub enum FailureKind {
 
 /// Why a job failed: which job, which module and entry, what happened, and the Luau stack.
 ///
-/// `Display` gives the text Luau code sees when it awaits the job:
-/// `job 'solver' failed: solve.luau:12: no solution` followed by the stack.
+/// `Display` gives `job 'solver' failed: solve.luau:12: no solution` followed by the stack;
+/// Luau code that awaits the job and catches its error sees the first part alone
+/// ([`headline`](Self::headline)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct JobFailure {
@@ -45,19 +46,44 @@ pub struct JobFailure {
     pub traceback: Option<String>,
 }
 
-impl fmt::Display for JobFailure {
+impl JobFailure {
+    /// The failure without its stack: `job 'solver' failed: solve.luau:12: no solution`, the
+    /// error an await raises in Luau. A message that carries a stack of its own (a module's
+    /// load failure) ends before it.
+    pub fn headline(&self) -> String {
+        let mut text = Headline(self).to_string();
+        if let Some(at) = text.find("\nstack traceback:") {
+            text.truncate(at);
+        }
+        text
+    }
+}
+
+/// A [`JobFailure`] written without its stack.
+struct Headline<'a>(&'a JobFailure);
+
+impl fmt::Display for Headline<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.kind {
-            FailureKind::Refused => {
-                write!(f, "job '{}' was refused unrun: {}", self.job, self.message)?
-            }
+        let failure = self.0;
+        match failure.kind {
+            FailureKind::Refused => write!(
+                f,
+                "job '{}' was refused unrun: {}",
+                failure.job, failure.message
+            ),
             FailureKind::Ended => write!(
                 f,
                 "job '{}' ended with its domain's generation: {}",
-                self.job, self.message
-            )?,
-            _ => write!(f, "job '{}' failed: {}", self.job, self.message)?,
+                failure.job, failure.message
+            ),
+            _ => write!(f, "job '{}' failed: {}", failure.job, failure.message),
         }
+    }
+}
+
+impl fmt::Display for JobFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Headline(self).fmt(f)?;
         if let Some(tb) = self.traceback.as_deref().filter(|t| !t.is_empty()) {
             write!(f, "\n{tb}")?;
         }

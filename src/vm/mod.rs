@@ -6,6 +6,7 @@
 
 pub(crate) mod budget;
 mod builtins;
+mod caught_error;
 mod core;
 pub(crate) mod coroutine;
 mod embedded;

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use mlua::{ffi, Lua, LuaString, Table, WeakLua};
 
+use super::caught_error;
 use crate::ledger::format_bytes;
 
 /// Who a VM is in out-of-memory texts, its limit, and whether it reached it.
@@ -42,7 +43,9 @@ pub(crate) struct MemoryLabel {
     outcome_text: RefCell<LuaString>,
     /// Slot 1 holds the text `pcall` and `xpcall` answer for a caught out-of-memory error
     /// ([`text`](Self::text) without what was made), made ahead for the same reason; the table
-    /// is the upvalue of the prelude's `caughtOutOfMemory`, so a new name reaches it.
+    /// is the upvalue of the prelude's `caughtOutOfMemory`, so a new name reaches it. Slot 2
+    /// holds the function that turns a caught Rust error into its text
+    /// ([`caught_error::TEXT_SLOT`]).
     caught_text: Table,
 }
 
@@ -64,6 +67,9 @@ impl MemoryLabel {
             outcome_text: RefCell::new(lua.create_string(MAKING_OUTCOME)?),
             caught_text: lua.create_table()?,
         };
+        label
+            .caught_text
+            .raw_set(caught_error::TEXT_SLOT, caught_error::text_function(lua)?)?;
         label.remake_outcome_text(lua)?;
         Ok(label)
     }
@@ -379,6 +385,8 @@ unsafe extern "C-unwind" fn protected_call_done(
             ffi::lua_pop(state, 1);
             label.collect_and_pace(state);
             ffi::lua_rawgeti(state, ffi::lua_upvalueindex(2), 1);
+        } else {
+            caught_error::replace_with_text(state, ffi::lua_upvalueindex(2));
         }
         ffi::lua_pushboolean(state, 0);
         ffi::lua_insert(state, -2);

@@ -10,6 +10,7 @@ use std::time::Duration;
 use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
 
 use super::a_type;
+use super::caught_error;
 use super::core::{cancel_promise, VmCore};
 use super::embedded::Embedded;
 use super::luau_promise::Outcome;
@@ -135,6 +136,7 @@ pub(super) fn install(lua: &Lua) -> mlua::Result<()> {
         "caughtOutOfMemory",
         out_of_memory::caught_function(lua, &core.memory)?,
     )?;
+    p.raw_set("errorText", caught_error::text_function(lua)?)?;
     let (task, error, raised, make_wait, xpcall): (Table, Function, Table, Function, Function) =
         PRELUDE.load(lua)?.call(p)?;
     lua.set_named_registry_value(MAKE_WAIT_KEY, make_wait)?;
@@ -201,7 +203,14 @@ fn settled_pair(
             };
             return Ok((Value::Boolean(true), handle.raw_get(3)?));
         }
-        (Outcome::Rejected(failure), None) => failure.to_string(),
+        (Outcome::Rejected(failure), None) => {
+            let text = failure.headline();
+            // The rest of the full text: the stack, and any the message held (a load's).
+            let full = failure.to_string();
+            let stack = full.get(text.len()..).unwrap_or_default();
+            core.remember_rejection(&text, stack.trim_start_matches('\n'));
+            text
+        }
         (Outcome::Cancelled, None) => "cancelled".to_owned(),
     };
     let text = match lua.create_string(&text) {
