@@ -13,12 +13,14 @@ use crate::support::{
     Marks, ThreadMark,
 };
 
-/// The first line of an error's text, without mlua's prefix.
+/// An error's text as the code that caught it sees it: the whole text, on one line.
+#[track_caller]
 fn clean(full: &str) -> String {
-    let line = full.lines().next().unwrap_or_default();
-    line.strip_prefix("runtime error: ")
-        .unwrap_or(line)
-        .to_owned()
+    assert!(
+        !full.contains('\n'),
+        "a caught error is its text alone: {full:?}"
+    );
+    full.to_owned()
 }
 
 /// The error `body` raises in the engine VM, cleaned.
@@ -376,21 +378,60 @@ fn a_failure_is_read_once_then_join_says_failed() {
     // Stopped on the first failure: message 2 was never handled.
     assert_eq!(text(&items[2]), "nil");
     assert_eq!(text(&items[3]), "failed");
-    // The report travels on the domain's mailbox and the reply on the worker's own queue, so the
-    // script may read the reply before the report is drained: pump until it is (an event, not a
-    // time window; the bound only keeps a lost report from hanging the test).
-    let reports = std::cell::RefCell::new(Vec::new());
-    let reported = wait_until(std::time::Duration::from_secs(20), || {
-        d.pump();
-        reports.borrow_mut().extend(d.take_reports());
-        reports
-            .borrow()
-            .iter()
-            .any(|r| r.source == "worker 'bad'" && r.message.ends_with("boom 1"))
-    });
-    assert!(reported, "{:?}", reports.borrow());
+    // The script received the failure: it is not reported, even once the run ends.
+    d.run_until_idle().unwrap();
+    assert_eq!(d.take_reports(), []);
+    // The host still has it, structured.
+    assert_eq!(d.take_actor_failures().len(), 1);
     // The domain is untouched.
     assert_eq!(d.eval("return 1 + 1").unwrap(), Message::Number(2.0));
+}
+
+#[test]
+fn a_failure_nobody_received_or_joined_is_reported_when_the_run_ends_and_only_then() {
+    let pool = Pool::new(1);
+    let d = domain(&pool);
+    // Joined: observed, never reported.
+    d.exec(
+        r#"
+        local joined = require('@skein/worker').spawn { name = 'joined', source = 'error("at load", 0)' }
+        task.spawn(function() status = joined:join(20) end)
+        "#,
+    )
+    .unwrap();
+    d.run_until_idle().unwrap();
+    assert_eq!(text(&d.eval("return status").unwrap()), "failed");
+    assert_eq!(d.take_reports(), []);
+    assert_eq!(d.take_actor_failures().len(), 1, "the host still has it");
+    // Never looked at: reported once the run ends, once.
+    d.exec(
+        r#"
+        loose = require('@skein/worker').spawn { name = 'loose', source = 'return function(m) error("boom " .. m, 0) end' }
+        loose:send(7)
+        "#,
+    )
+    .unwrap();
+    assert!(wait_until(std::time::Duration::from_secs(20), || {
+        d.take_actor_failures().len() == 1
+    }));
+    assert_eq!(d.take_reports(), [], "not before the run ends");
+    d.run_until_idle().unwrap();
+    let reports = d.take_reports();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].kind, skein::ReportKind::Worker);
+    assert_eq!(reports[0].source, "worker 'loose'");
+    assert_eq!(
+        reports[0].message,
+        format!(
+            "{} generation 1 worker 'loose' (worker:loose) failed at handler: boom 7",
+            d.id()
+        )
+    );
+    d.run_until_idle().unwrap();
+    assert_eq!(d.take_reports(), [], "each failure is reported once");
+    // The failure stays readable: a receive after the report still raises it.
+    let err = crate::support::refusal(&d, "loose:receive()");
+    assert_eq!(err, reports[0].message);
 }
 
 /// A worker's code that fails, and the failure the domain's `receive` raises for it: the row's

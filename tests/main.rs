@@ -47,6 +47,7 @@ mod resources;
 mod runner;
 mod runner_frames;
 mod runner_io;
+mod runner_outcomes;
 mod runner_serve;
 mod runner_signals;
 mod services;

@@ -47,11 +47,13 @@ const MAX_WORKERS: u16 = 1024;
 
 const AFTER_HELP: &str = "\
 EXIT CODES:
-    0  the script and every job and task it started settled without error
-    1  the script failed, or a job, task or coroutine failed with no one handling it (each is
-       reported once on stderr), or the run can never end (every task waits on something
-       nothing can settle, such as a queue no task pushes: each wait is named), or the script
-       file could not be read
+    0  every failure, if any, was observed by code: an error caught, a promise awaited or
+       its status read, a worker's failure received or the worker joined (notes about them
+       may still be printed on stderr); output to a closed pipe ends the run with 0 too
+    1  the script failed, or a job, task, coroutine or worker failed and no code observed it
+       (each is reported once on stderr), or the run can never end (every task waits on
+       something nothing can settle, such as a queue no task pushes: each wait is named), or
+       output could not be written, or the script file could not be read
     2  a usage error (the message says which argument)
     130, 143
        SIGINT (Ctrl-C) or SIGTERM cancelled the run: every job and task stopped at its next
@@ -450,9 +452,9 @@ fn fail(message: &dyn std::fmt::Display) -> Failed {
 }
 
 /// Runs the script in a domain made from `spec` until it and its work are done; the domain
-/// stops when this returns. Every failure no code handled is said once on stderr, and any of
-/// them fails the run; capability denials are said too, but a script that caught one (with
-/// `pcall`) has handled it.
+/// stops when this returns. Every failure no code observed is said once on stderr, and any of
+/// them fails the run; capability denials and notes are said too, but fail nothing
+/// ([`Report::is_failure`](skein::Report::is_failure)).
 fn run_script(
     pool: &Pool,
     spec: DomainSpec,

@@ -238,7 +238,7 @@ impl ScriptDomain {
                 domain: self.name.clone(),
             });
         }
-        self.report_unhandled_rejections();
+        self.report_unobserved_failures();
         match self.failures.borrow_mut().drain(..).next() {
             Some(text) => Err(Error::Script(text)),
             None => Ok(()),
@@ -258,7 +258,7 @@ impl ScriptDomain {
     /// had the run ended; else [`Error::Stalled`] naming what the engine VM's tasks wait on.
     #[cold]
     pub(super) fn end_stalled(&self, waits: Vec<String>) -> Result<()> {
-        self.report_unhandled_rejections();
+        self.report_unobserved_failures();
         if let Some(text) = self.failures.borrow_mut().drain(..).next() {
             return Err(Error::Script(text));
         }

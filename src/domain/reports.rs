@@ -81,7 +81,10 @@ pub enum ReportKind {
     Handler,
     /// A registered job, a job's promise nobody awaited, or a warm pass failed.
     Job,
-    /// A `@skein/worker` thread failed (also in [`take_actor_failures`](ScriptDomain::take_actor_failures)).
+    /// A `@skein/worker` thread failed and no code received or joined the failure (every
+    /// failure, observed or not, is in
+    /// [`take_actor_failures`](ScriptDomain::take_actor_failures)); or a task in its VM failed
+    /// with no one awaiting it.
     Worker,
     /// An engine-service command or query failed, or a host scheduler call was refused.
     Service,
@@ -89,7 +92,9 @@ pub enum ReportKind {
     Load,
     /// A capability check failed (the code may have caught it): not a failure.
     Capability,
-    /// A note: a worker VM was retired, or reports were dropped past the bound.
+    /// A note: a worker VM was retired, an `events.emit` was refused (the call raised), a
+    /// `jobs.warm` run failed whose failure the call's promise carries, or reports were
+    /// dropped past the bound.
     Note,
 }
 
@@ -257,8 +262,11 @@ impl Report {
     }
 
     /// Whether this report is a failure nobody handled. Capability denials (source
-    /// `capability`; the code may have caught them) and notes that a worker VM was retired
-    /// (source [`Report::VM_RETIRED`]; its failed jobs are reported or answered on their own) are not.
+    /// `capability`; the code may have caught them) and notes are not: a worker VM that was
+    /// retired (source [`Report::VM_RETIRED`]; its failed jobs are reported or answered on
+    /// their own), or an `events.emit` refused because the queue was full (the call raised, and
+    /// the code may have caught it). The note that reports were dropped is: the dropped ones
+    /// may have been failures.
     ///
     /// ```
     /// use skein::Report;
@@ -269,7 +277,11 @@ impl Report {
     /// assert!(raised.is_failure());
     /// ```
     pub fn is_failure(&self) -> bool {
-        self.source != "capability" && self.source != VM_RETIRED
+        match self.kind {
+            ReportKind::Capability => false,
+            ReportKind::Note => self.source == DROPPED_REPORTS,
+            _ => self.source != "capability" && self.source != VM_RETIRED,
+        }
     }
 }
 
@@ -314,12 +326,16 @@ fn location(message: &str) -> (Option<String>, Option<u32>) {
 }
 
 impl ScriptDomain {
-    /// Reports the engine VM's promises that were rejected with no code observing them: at the
-    /// end of a run no task is left that could still await them, so each is a failure nobody
-    /// handled (a `jobs.dispatch` whose promise was dropped, say).
-    pub(super) fn report_unhandled_rejections(&self) {
+    /// Reports the failures no code observed: the engine VM's promises that were rejected with
+    /// no code awaiting them or reading their status (a `jobs.dispatch` whose promise was
+    /// dropped, say), and the `@skein/worker` failures no code received or joined. At the end of
+    /// a run no task is left that could still observe them, so each is a failure nobody handled.
+    pub(super) fn report_unobserved_failures(&self) {
         let unhandled = self.current.vm.core.promises.borrow_mut().take_unhandled();
         let mut reports = self.reports.borrow_mut();
+        for (label, failure) in self.current.actors.take_unobserved() {
+            reports.push(Report::new(ReportKind::Worker, label, failure));
+        }
         for (what, failure) in unhandled.kept {
             reports.push(
                 Report::new(

@@ -15,6 +15,7 @@ use crate::domain::frame::handler_label::HandlerLabel;
 use crate::domain::{stall_watch, AdvanceReport, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::pool::wake_queue::Waited;
+use crate::principal::diagnostic::DiagnosticKind;
 use crate::vm;
 
 impl ScriptDomain {
@@ -91,7 +92,7 @@ impl ScriptDomain {
                 }
             }
         }
-        self.report_unhandled_rejections();
+        self.report_unobserved_failures();
         match self.failures.borrow_mut().drain(..).next() {
             Some(text) => Err(Error::Script(text)),
             None => Ok(()),
@@ -126,11 +127,13 @@ impl ScriptDomain {
                 Some(name) => format!("event '{name}'"),
                 None => "events".to_owned(),
             };
-            reports.push(Report::new(
-                ReportKind::Handler,
-                source,
-                error.message.clone(),
-            ));
+            // A refused emit raised in the code that emitted: a note, whether or not it was
+            // caught (uncaught, it failed that code, which is reported on its own).
+            let kind = match error.kind {
+                DiagnosticKind::QueueFull => ReportKind::Note,
+                _ => ReportKind::Handler,
+            };
+            reports.push(Report::new(kind, source, error.message.clone()));
         }
     }
 

@@ -69,6 +69,9 @@ pub(crate) enum DomainEvent {
     },
     /// A task failed with no one awaiting it.
     Report { label: String, failure: String },
+    /// Something the host should see that fails nothing: a failure some code observes another
+    /// way (a warm run whose failure the call's promise carries).
+    Note { label: String, text: String },
     /// A shared-queue delivery for a pop parked in the engine VM.
     Parcel(Parcel),
     /// A query a worker forwarded: apply `commands` (its job's, recorded before it, in order),

@@ -166,6 +166,13 @@ impl WarmEntry {
         true
     }
 
+    /// Whether worker `worker`'s run is one the call's promise waits for: its outcome then
+    /// carries the run's failure, and whoever awaits it sees it.
+    pub(crate) fn awaited_run(&self, worker: usize) -> bool {
+        let state = self.state();
+        state.settled.is_none() && matches!(state.results.get(worker), Some(None))
+    }
+
     /// Records worker `worker`'s run; when it was the last one missing, settles every waiting
     /// promise. A worker's later runs (a rebuilt VM) change nothing.
     pub(crate) fn record(
@@ -200,7 +207,11 @@ impl WarmEntry {
             .iter()
             .enumerate()
             .filter_map(|(worker, r)| match r {
-                Some(Err(e)) => Some(format!("worker {worker}: {e}")),
+                // Each run's error without its stack: the reports of the runs carry those.
+                Some(Err(e)) => Some(format!(
+                    "worker {worker}: {}",
+                    e.split("\nstack traceback:").next().unwrap_or(e)
+                )),
                 _ => None,
             })
             .collect();

@@ -18,7 +18,7 @@ use crossbeam_channel::{Receiver, Sender};
 use mlua::{Function, Lua, MultiValue, Value};
 
 use super::error::{ActorError, ActorStage, FailurePolicy};
-use super::outbox::{ActorShared, Queued, Reply, FAILED, STOPPED};
+use super::outbox::{ActorShared, Queued, Reply, Unobserved, FAILED, STOPPED};
 use super::service_link::ServiceLink;
 use super::SendArg;
 use crate::jobs::{self, ActorWake, HomeKind, JobsHome, PoolShared, PrincipalCell};
@@ -64,6 +64,8 @@ pub(crate) struct LaneSetup {
     pub(crate) vm_memory: Charge,
     /// Where the host reads structured failures.
     pub(crate) failures: Arc<Mutex<Vec<ActorError>>>,
+    /// The domain's actors with failures no code observed yet.
+    pub(crate) unobserved: Arc<Unobserved>,
 }
 
 /// Counts the thread out however it ends, panics included.
@@ -161,7 +163,8 @@ fn module_name(name: &str) -> String {
     format!("worker:{name}")
 }
 
-/// Records and reports a failure, and hands it to the domain's next `receive`.
+/// Records a failure for the host and hands it to the domain's next `receive`; it is reported
+/// if no code observes it.
 fn fail(setup: &LaneSetup, stage: ActorStage, message: String) {
     let attribution: Attribution = setup.authority.attribution().clone();
     let error = ActorError {
@@ -175,10 +178,7 @@ fn fail(setup: &LaneSetup, stage: ActorStage, message: String) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(error.clone());
-    setup
-        .shared
-        .report(format!("worker '{}'", setup.shared.name), error.to_string());
-    setup.shared.reply(Reply::Failed(error));
+    setup.shared.fail(error, &setup.unobserved);
 }
 
 /// How a step of the lane goes on: `Err(state)` ends the lane in `state` ([`STOPPED`], or

@@ -34,7 +34,7 @@ use crossbeam_channel::{Sender, TrySendError};
 use mlua::{Function, Lua, MetaMethod, Table, UserData, UserDataMethods, Value};
 
 pub use error::{ActorError, ActorStage, FailurePolicy};
-use outbox::{ActorShared, Queued, Reply, FAILED, MAX_WAITING, RUNNING, STOPPED};
+use outbox::{ActorShared, Queued, Reply, Unobserved, FAILED, MAX_WAITING, RUNNING, STOPPED};
 pub(crate) use outbox::{MAX_ACTOR_BYTES, MAX_LIVE_ACTORS};
 
 use crate::domain::events::emit::install_off_engine_events;
@@ -136,6 +136,8 @@ pub(crate) struct Actors {
     budget: Duration,
     live: LiveActors,
     failures: Arc<Mutex<Vec<ActorError>>>,
+    /// The actors with failures no code observed yet, reported when a run ends.
+    unobserved: Arc<Unobserved>,
     entries: RefCell<Vec<Rc<ActorEntry>>>,
     /// Numbers the actors spawned without a name.
     spawned: Rc<Cell<u64>>,
@@ -157,6 +159,7 @@ impl Actors {
             budget,
             live: LiveActors::default(),
             failures: Arc::default(),
+            unobserved: Arc::default(),
             entries: RefCell::default(),
             spawned: Rc::default(),
         })
@@ -173,6 +176,7 @@ impl Actors {
             budget: self.budget,
             live: self.live.clone(),
             failures: self.failures.clone(),
+            unobserved: self.unobserved.clone(),
             entries: RefCell::default(),
             spawned: self.spawned.clone(),
         })
@@ -184,6 +188,12 @@ impl Actors {
 
     pub(crate) fn take_failures(&self) -> Vec<ActorError> {
         std::mem::take(&mut *self.failures.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The failures of the domain's actors that no code received or joined, as `(label, text)`
+    /// reports, each once: for the end of a run, when no code is left to observe them.
+    pub(crate) fn take_unobserved(&self) -> Vec<(String, String)> {
+        self.unobserved.take()
     }
 
     /// Joins the threads of the actors that ended and forgets them. A thread that returned
@@ -299,6 +309,7 @@ impl Actors {
             profile: principal.profile.clone(),
             live: self.live.0.clone(),
             failures: self.failures.clone(),
+            unobserved: self.unobserved.clone(),
         };
         // Taken before the thread starts; given back when it returns (the lane's guard) or here
         // when it could not start.
@@ -640,7 +651,7 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
                     drop(charge);
                     Ok((true, message))
                 }
-                Some(Reply::Failed(error)) => Err(mlua::Error::runtime(error.to_string())),
+                Some(Reply::Failed { error, .. }) => Err(mlua::Error::runtime(error.to_string())),
                 None => Ok((false, Message::Nil)),
             }
         })?,
@@ -669,13 +680,16 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
     )?;
     p.raw_set(
         "state",
-        lua.create_function(|_, this: Value| {
+        lua.create_function(|_, (this, joining): (Value, bool)| {
             let entry = entry_of(&this, "join")?;
             let state = entry.shared.state();
             if state != RUNNING {
                 // An actor seen to end gives its thread back now if it can, not only when
                 // the domain next spawns.
                 entry.reap();
+            }
+            if joining && state == FAILED {
+                entry.shared.observe_end();
             }
             Ok(state_name(state))
         })?,

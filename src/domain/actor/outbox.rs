@@ -1,6 +1,14 @@
 //! The part of one actor that both of its threads see: its replies on their way to the
 //! domain, its final state, and the domain tasks parked waiting for either.
 //!
+//! # Observed failures
+//!
+//! A failure fails the run only if no code observed it: the domain's code observes one by
+//! receiving it (`Worker:receive` raises it) or by joining the actor that ended on it (`join`
+//! answers `"failed"`). So a failure is not reported when it happens; it waits in the outbox,
+//! and is reported when it can no longer be observed: when the domain's run ends with it
+//! unobserved ([`Unobserved::take`]), or when the actor's last handle is gone (its drop).
+//!
 //! # Lost wakeups
 //!
 //! A domain task that finds nothing to receive parks on a promise and leaves its id here. The
@@ -10,8 +18,9 @@
 //! park) or after the park (the actor settles the promise). Nothing falls between.
 
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Instant;
 
 use super::error::ActorError;
@@ -60,8 +69,9 @@ pub(crate) enum Reply {
         progress: bool,
         charge: Charge,
     },
-    /// A failure, read once by `Worker:receive`.
-    Failed(ActorError),
+    /// A failure, read once by `Worker:receive`; `reported` once its report was made (it
+    /// went unobserved to the end of a run).
+    Failed { error: ActorError, reported: bool },
 }
 
 #[derive(Default)]
@@ -83,6 +93,10 @@ pub(crate) struct ActorShared {
     mailbox: DomainMailbox,
     /// What the messages waiting each way hold together ([`MAX_ACTOR_BYTES`]).
     bytes: Arc<Ledger>,
+    /// Set when a `join` answered `"failed"`: every failure of the actor was observed.
+    joined_failed: AtomicBool,
+    /// Set once the actor is in its domain's [`Unobserved`] list.
+    listed: AtomicBool,
 }
 
 impl ActorShared {
@@ -96,6 +110,8 @@ impl ActorShared {
             outbox: Mutex::default(),
             mailbox,
             bytes: Arc::new(Ledger::under(MAX_ACTOR_BYTES, Some(memory))),
+            joined_failed: AtomicBool::new(false),
+            listed: AtomicBool::new(false),
         }
     }
 
@@ -213,6 +229,95 @@ impl ActorShared {
     /// Reports a line to the domain's reports, as a task that failed unawaited would be.
     pub(crate) fn report(&self, label: String, failure: String) {
         self.mailbox.send(DomainEvent::Report { label, failure });
+    }
+
+    /// Hands a failure to the domain: the next `receive` raises it, and it is reported only if
+    /// no code observes it (see the module's notes). `unobserved` is the domain's list.
+    pub(crate) fn fail(self: &Arc<Self>, error: ActorError, unobserved: &Unobserved) {
+        if !self.listed.swap(true, Ordering::AcqRel) {
+            unobserved.add(self);
+        }
+        self.reply(Reply::Failed {
+            error,
+            reported: false,
+        });
+    }
+
+    /// A `join` answered `"failed"`: the code that joined observed every failure.
+    pub(crate) fn observe_end(&self) {
+        self.joined_failed.store(true, Ordering::Release);
+    }
+
+    /// The failures no code observed and that were not reported yet, marked reported.
+    fn take_unobserved(&self) -> Vec<ActorError> {
+        if self.joined_failed.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut outbox = self.outbox();
+        let mut unobserved = Vec::new();
+        for reply in &mut outbox.replies {
+            if let Reply::Failed {
+                error,
+                reported: reported @ false,
+            } = reply
+            {
+                *reported = true;
+                unobserved.push(error.clone());
+            }
+        }
+        unobserved
+    }
+
+    /// The label an actor's failure is reported under.
+    pub(crate) fn label(&self) -> String {
+        format!("worker '{}'", self.name)
+    }
+}
+
+impl Drop for ActorShared {
+    /// No code can observe a failure once the actor's handles and thread are gone.
+    fn drop(&mut self) {
+        for error in self.take_unobserved() {
+            self.report(self.label(), error.to_string());
+        }
+    }
+}
+
+/// The actors of one domain (every generation) that failed while a run of the domain may
+/// still observe the failure: at most one entry per actor, and an entry goes when its actor
+/// is gone or was swept after its end.
+#[derive(Default)]
+pub(crate) struct Unobserved(Mutex<Vec<Weak<ActorShared>>>);
+
+impl Unobserved {
+    fn add(&self, actor: &Arc<ActorShared>) {
+        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|actor| actor.strong_count() > 0);
+        list.push(Arc::downgrade(actor));
+    }
+
+    /// The failures no code observed, as `(label, text)` reports, each once: called when a run
+    /// of the domain ends, since no code is left that could observe them.
+    pub(crate) fn take(&self) -> Vec<(String, String)> {
+        let mut reports = Vec::new();
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|actor| {
+                let Some(actor) = actor.upgrade() else {
+                    return false;
+                };
+                let label = actor.label();
+                reports.extend(
+                    actor
+                        .take_unobserved()
+                        .into_iter()
+                        .map(|error| (label.clone(), error.to_string())),
+                );
+                // A running actor may fail again.
+                actor.state() == RUNNING
+            });
+        reports
     }
 }
 

@@ -76,6 +76,11 @@ impl ScriptDomain {
                 label,
                 failure,
             )),
+            DomainEvent::Note { label, text } => {
+                self.reports
+                    .borrow_mut()
+                    .push(Report::new(ReportKind::Note, label, text))
+            }
             DomainEvent::Parcel(parcel) => shared::receive_parcel(&self.current.vm.lua, parcel),
             DomainEvent::Query {
                 service,

@@ -292,25 +292,39 @@ fn conclude(
                 failure,
                 TaskFailure::Panicked(_) | TaskFailure::Deadline(_) | TaskFailure::Bound(_)
             );
+            // A run the call's promise waits for is logged as a note: its failure reaches the
+            // code through the promise's rejection, which fails the run only if no code observes
+            // it. A later run (a VM built after the promise settled) has no promise to carry it.
+            let note = entry.awaited_run(cx.worker);
+            let report = |label: String, failure: String| {
+                cx.principal.mailbox.send(if note {
+                    DomainEvent::Note {
+                        label,
+                        text: failure,
+                    }
+                } else {
+                    DomainEvent::Report { label, failure }
+                });
+            };
             if fatal {
                 // The tasks it left behind go with it: a warm that failed this way is over.
                 if let Some(owner) = owner {
                     cx.vm.drop_owner(owner);
                 }
                 if entry.fail(&short) {
-                    cx.principal.mailbox.send(DomainEvent::Report {
-                        label: format!("jobs.warm {}", entry.quoted()),
-                        failure: format!(
+                    report(
+                        format!("jobs.warm {}", entry.quoted()),
+                        format!(
                             "{short} (on worker {}); it runs on no later VM of this domain",
                             cx.worker
                         ),
-                    });
+                    );
                 }
             } else {
-                cx.principal.mailbox.send(DomainEvent::Report {
-                    label: format!("jobs.warm {} on worker {}", entry.quoted(), cx.worker),
-                    failure: failure.to_string(),
-                });
+                report(
+                    format!("jobs.warm {} on worker {}", entry.quoted(), cx.worker),
+                    failure.to_string(),
+                );
             }
             Some(short)
         }
