@@ -295,9 +295,12 @@ impl JobDirectory {
     /// The jobs freed by a collected handle since the last call, for the engine to drop from its
     /// registry. Takes no lock when there are none.
     pub(crate) fn take_collected(&self) -> Vec<u64> {
+        // A plain load first: this runs before every job's turn, and there is rarely anything.
         // Cleared before the drain: an id queued after it sets the flag again, so the next call
         // takes it.
-        if !self.collected_any.swap(false, Ordering::Acquire) {
+        if !self.collected_any.load(Ordering::Acquire)
+            || !self.collected_any.swap(false, Ordering::Acquire)
+        {
             return Vec::new();
         }
         std::mem::take(&mut self.lock().collected)
