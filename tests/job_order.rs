@@ -62,7 +62,7 @@ fn jobs_run_in_a_topological_order_with_ties_in_registration_order() {
             r#"
             job("draw", { reads = { "mesh" }, after = { "camera" } })
             job("input")
-            job("camera", { after = { "input" } })
+            camera = job("camera", { after = { "input" } })
             job("build", { writes = { "mesh" } })
             job("audio")
             job("hud", { before = { "input" } })
@@ -90,7 +90,7 @@ fn jobs_run_in_a_topological_order_with_ties_in_registration_order() {
     );
     // inspect and info answer the same place, and what was declared.
     assert_eq!(int(&domain, "jobs.inspect('draw').position"), 6.0);
-    assert_eq!(int(&domain, "jobs.find('camera'):info().wave"), 3.0);
+    assert_eq!(int(&domain, "camera:info().wave"), 3.0);
     assert_eq!(string(&domain, "jobs.inspect('draw').reads[1]"), "mesh");
     assert_eq!(string(&domain, "jobs.inspect('draw').after[1]"), "camera");
     assert_eq!(
@@ -102,9 +102,7 @@ fn jobs_run_in_a_topological_order_with_ties_in_registration_order() {
     assert_eq!((draw.order.position, draw.order.wave), (6, 4));
 
     // A job cancelled takes its edges with it: camera goes, so draw has only build before it.
-    domain
-        .eval("jobs.find('camera'):cancel() log = {}")
-        .unwrap();
+    domain.eval("camera:cancel() log = {}").unwrap();
     domain.frame(FRAME);
     assert_eq!(
         string(&domain, "table.concat(log, ',')"),

@@ -184,6 +184,170 @@ fn pause_resume_cancel_valid_and_status() {
     assert!(domain.jobs().is_empty());
 }
 
+/// Registers the luau job "r", whose runs count in `n`, as the global handle `job`.
+fn counted_job(domain: &ScriptDomain) {
+    domain
+        .eval(
+            r#"
+            n = 0
+            job = jobs.register({ name = "r", phase = "main",
+                executor = { kind = "luau", run = function() n += 1 end } })
+            "#,
+        )
+        .unwrap();
+}
+
+fn boolean(domain: &ScriptDomain, expr: &str) -> bool {
+    match domain.eval(&format!("return {expr}")).unwrap() {
+        Message::Boolean(b) => b,
+        other => panic!("`{expr}` answered {other:?}"),
+    }
+}
+
+#[test]
+fn cancel_drops_one_reference_and_the_last_one_unregisters() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    counted_job(&domain);
+    domain.eval("found = jobs.find('r')").unwrap();
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 1.0);
+    // The registration's reference goes; the found handle's holds the job.
+    assert!(boolean(&domain, "job:cancel()"));
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 2.0);
+    // Both handles still read and steer the job: it is registered.
+    assert!(boolean(&domain, "job:valid() and found:valid()"));
+    assert_eq!(string(&domain, "job:info().name"), "r");
+    assert_eq!(string(&domain, "job:status()"), "pending");
+    assert_eq!(domain.jobs().len(), 1);
+    // A second cancel on the same handle drops nothing.
+    assert!(!boolean(&domain, "job:cancel()"));
+    assert!(!boolean(&domain, "job:destroy()"));
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 3.0);
+    // The last reference: unregistered, and no later frame runs it.
+    assert!(boolean(&domain, "found:cancel()"));
+    domain.frame(FRAME);
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 3.0);
+    assert!(domain.jobs().is_empty());
+    assert!(!boolean(&domain, "job:valid() or found:valid()"));
+    assert!(boolean(
+        &domain,
+        "job:info() == nil and found:status() == nil"
+    ));
+    assert!(!boolean(&domain, "found:cancel()"));
+    assert!(boolean(&domain, "jobs.find('r') == nil"));
+    // The name is free again.
+    counted_job(&domain);
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 1.0);
+}
+
+#[test]
+fn a_found_handle_cancelled_first_leaves_the_job_to_its_registration() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    counted_job(&domain);
+    // `destroy` drops the reference as `cancel` does.
+    assert!(boolean(&domain, "jobs.find('r'):destroy()"));
+    domain.eval("found = jobs.find('r')").unwrap();
+    assert!(boolean(&domain, "found:cancel()"));
+    assert!(!boolean(&domain, "found:cancel()"));
+    domain.frame(FRAME);
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 2.0);
+    assert!(boolean(&domain, "found:valid() and job:valid()"));
+    assert!(boolean(&domain, "job:cancel()"));
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 2.0);
+    assert!(domain.jobs().is_empty());
+}
+
+#[test]
+fn a_collected_found_handle_gives_its_reference_back() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    counted_job(&domain);
+    // A script that finds the job every frame and drops the handle: each one collected gives
+    // its reference back, so nothing accumulates.
+    for _ in 0..3 {
+        domain
+            .eval("for _ = 1, 1000 do assert(jobs.find('r')) end")
+            .unwrap();
+        domain.eval("collectgarbage('collect')").unwrap();
+        domain.frame(FRAME);
+    }
+    assert_eq!(int(&domain, "n"), 3.0);
+    // So the registration's reference is the last: its cancel unregisters.
+    assert!(boolean(&domain, "job:cancel()"));
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 3.0);
+    assert!(domain.jobs().is_empty());
+}
+
+#[test]
+fn a_collected_found_handle_holding_the_last_reference_unregisters_the_job() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    counted_job(&domain);
+    domain.eval("found = jobs.find('r')").unwrap();
+    assert!(boolean(&domain, "job:cancel()"));
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 1.0);
+    // Dropped without a cancel and collected: the job goes at the engine's next look.
+    domain.eval("found = nil").unwrap();
+    domain.eval("collectgarbage('collect')").unwrap();
+    assert!(!boolean(&domain, "job:valid()"));
+    assert!(boolean(
+        &domain,
+        "jobs.find('r') == nil and jobs.inspect('r') == nil"
+    ));
+    domain.frame(FRAME);
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 1.0);
+    assert!(domain.jobs().is_empty());
+
+    // Collected between two frames with nothing else reading the registry: the next frame
+    // drops it before running anything.
+    counted_job(&domain);
+    domain.eval("found = jobs.find('r')").unwrap();
+    assert!(boolean(&domain, "job:cancel()"));
+    domain
+        .eval("found = nil collectgarbage('collect')")
+        .unwrap();
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 0.0);
+    assert!(domain.jobs().is_empty());
+}
+
+#[test]
+fn a_collected_registration_handle_leaves_its_job_running() {
+    let (tree, pool) = setup();
+    let domain = tree.domain(&pool);
+    domain
+        .eval(
+            r#"
+            n = 0
+            jobs.register({ name = "kept", phase = "main",
+                executor = { kind = "luau", run = function() n += 1 end } })
+            "#,
+        )
+        .unwrap();
+    domain.eval("collectgarbage('collect')").unwrap();
+    for _ in 0..3 {
+        domain.frame(FRAME);
+    }
+    assert_eq!(int(&domain, "n"), 3.0);
+    // Its reference stayed with the job: a found handle's cancel drops only its own.
+    assert!(boolean(&domain, "jobs.find('kept'):cancel()"));
+    domain.eval("collectgarbage('collect')").unwrap();
+    domain.frame(FRAME);
+    assert_eq!(int(&domain, "n"), 4.0);
+    assert_eq!(domain.jobs().len(), 1);
+}
+
 #[test]
 fn a_luau_run_that_yields_is_running_and_is_not_started_again() {
     let (tree, pool) = setup();
@@ -574,8 +738,12 @@ fn find_inspect_and_list() {
     );
     assert_eq!(domain.eval("return jobs.find('zz')").unwrap(), Message::Nil);
     assert_eq!(string(&domain, "jobs.find('b'):info().name"), "b");
-    // A found handle is the same job: cancelling it frees the name.
-    domain.eval("assert(jobs.find('a'):cancel())").unwrap();
+    // A found handle is the same job with a reference of its own: cancelling it leaves the job
+    // to the registration's handle, whose cancel then frees the name.
+    domain
+        .eval("assert(jobs.find('a'):cancel() and a:valid())")
+        .unwrap();
+    domain.eval("assert(a:cancel())").unwrap();
     assert_eq!(
         domain.eval("return a:valid()").unwrap(),
         Message::Boolean(false)

@@ -499,16 +499,50 @@ fn cancel_from_the_engine_stops_the_calls_and_the_worker_handle_sees_it() {
     f.dispatch("start", "{ name = 'c' }");
     f.domain.frame(FRAME);
     f.wait_marks(1);
-    let cancelled = f.domain.eval("return jobs.find('c'):cancel()").unwrap();
+    f.domain.eval("found = jobs.find('c')").unwrap();
+    // The worker VM's handle drops the registration's reference; the engine's found handle
+    // holds the job, so its calls go on.
+    assert_eq!(f.dispatch("cancel", "nil"), Message::Boolean(true));
+    assert_eq!(f.dispatch("cancel", "nil"), Message::Boolean(false));
+    let state = f.dispatch("state", "nil");
+    assert_eq!(field(&state, "valid"), &Message::Boolean(true));
+    f.domain.frame(FRAME);
+    f.wait_marks(2);
+    // The engine's handle drops the last one: no later call, and the worker handle sees it.
+    let cancelled = f.domain.eval("return found:cancel()").unwrap();
     assert_eq!(cancelled, Message::Boolean(true));
     for _ in 0..3 {
         f.domain.frame(FRAME);
     }
     f.barrier();
-    assert_eq!(f.marks.load(Ordering::SeqCst), 1);
+    assert_eq!(f.marks.load(Ordering::SeqCst), 2);
+    assert!(f.domain.jobs().is_empty());
     let state = f.dispatch("state", "nil");
     assert_eq!(field(&state, "valid"), &Message::Boolean(false));
     assert_eq!(f.dispatch("cancel", "nil"), Message::Boolean(false));
+    // Its name is free again.
+    assert_eq!(text(&f.dispatch("named", "'c'")), "registered");
+}
+
+#[test]
+fn a_found_handle_cancelled_on_the_engine_leaves_the_job_to_the_worker_handle() {
+    let f = fixture();
+    f.dispatch("start", "{ name = 'c' }");
+    f.domain.frame(FRAME);
+    f.wait_marks(1);
+    let cancelled = f.domain.eval("return jobs.find('c'):cancel()").unwrap();
+    assert_eq!(cancelled, Message::Boolean(true));
+    f.domain.frame(FRAME);
+    f.wait_marks(2);
+    assert_eq!(f.domain.jobs().len(), 1);
+    // The worker VM's handle holds the last reference.
+    assert_eq!(f.dispatch("cancel", "nil"), Message::Boolean(true));
+    for _ in 0..3 {
+        f.domain.frame(FRAME);
+    }
+    f.barrier();
+    assert_eq!(f.marks.load(Ordering::SeqCst), 2);
+    assert!(f.domain.jobs().is_empty());
 }
 
 #[test]

@@ -99,8 +99,9 @@ pub(crate) struct PrincipalCell {
     /// The engine events the host raised on this generation, for `engine.on` watchers.
     pub(crate) events: EventLog,
     /// The ids and names of the generation's registered jobs, reserved at `jobs.register` in
-    /// whichever VM (engine or worker) calls it.
-    pub(crate) jobs: JobDirectory,
+    /// whichever VM (engine or worker) calls it, and the references their handles hold. Shared
+    /// so that a collected handle gives its reference back without a VM's app data.
+    pub(crate) jobs: Arc<JobDirectory>,
     /// The domain's profile sink: worker threads send their pool-item events to it.
     pub(crate) profile: Profile,
     /// The domain's log sink: `@skein/log` in its engine and worker VMs writes to it.
@@ -159,7 +160,7 @@ impl PrincipalCell {
                 },
                 Arc::default(),
             )),
-            jobs: JobDirectory::default(),
+            jobs: Arc::default(),
             profile: None,
             logs: None,
             liveness: None,

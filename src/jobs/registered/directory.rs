@@ -6,8 +6,24 @@
 //! must be settled at the call, as they are on the engine: both sides reserve here, under one
 //! lock, before anything is posted. The engine reads each phase's order from here too
 //! (`order.rs` computes it; it is kept until the phase's jobs change).
+//!
+//! # References
+//!
+//! The directory also counts the references `JobHandle`s hold on each job, so a handle in any VM
+//! drops one under the same lock that frees the job: the registration's handle holds one from
+//! [`reserve`](JobDirectory::reserve), each handle `jobs.find` answers one more
+//! ([`add_reference`](JobDirectory::add_reference)). A cancel drops its handle's reference
+//! ([`drop_reference`](JobDirectory::drop_reference)); a collected `jobs.find` handle gives its
+//! reference back ([`give_back`](JobDirectory::give_back)). The drop that takes the last
+//! reference frees the job here at once (its name, its place in the order) and leaves its
+//! registry entry to the thread that holds it: the cancel's caller unregisters it there and
+//! then, while a collected handle, whose destructor can't reach a registry that may be borrowed,
+//! queues the id for the engine's next access ([`take_collected`](JobDirectory::take_collected)).
+//! A count, not a list, so a script that finds a job every frame holds only as many references
+//! as it holds live handles.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::order::{self, Declared, Node, PhaseOrder, Strictness, MAX_PHASE_JOBS};
@@ -18,6 +34,9 @@ use crate::ledger::Charge;
 #[derive(Debug)]
 pub(crate) struct JobDirectory {
     inner: Mutex<Inner>,
+    /// Set after an id is queued in `Inner::collected`, so the engine's frequent check for them
+    /// takes no lock while there are none.
+    collected_any: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -31,6 +50,9 @@ struct Inner {
     orders: HashMap<Arc<str>, Arc<PhaseOrder>>,
     /// How many live jobs each phase holds.
     held: HashMap<Arc<str>, usize>,
+    /// Jobs freed when a collected handle gave back their last reference, whose registry entry
+    /// the engine has yet to drop. At most one entry per job: a job is freed once.
+    collected: Vec<u64>,
 }
 
 #[derive(Debug)]
@@ -38,8 +60,21 @@ struct Entry {
     name: Option<String>,
     phase: Arc<str>,
     declared: Arc<Declared>,
+    /// The references handles hold on the job; the job is freed when the last one is dropped.
+    references: u64,
     /// What the job holds of the domain's host memory, given back when it is released.
     _held: Charge,
+}
+
+/// What dropping a handle's reference to a job did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dropped {
+    /// The job was not registered: there was nothing to drop.
+    NotRegistered,
+    /// Other handles hold the job: it stays registered.
+    StillHeld,
+    /// It was the last reference: the job is freed here, and the caller unregisters it.
+    Last,
 }
 
 impl Default for JobDirectory {
@@ -51,7 +86,9 @@ impl Default for JobDirectory {
                 jobs: BTreeMap::new(),
                 orders: HashMap::new(),
                 held: HashMap::new(),
+                collected: Vec::new(),
             }),
+            collected_any: AtomicBool::new(false),
         }
     }
 }
@@ -80,6 +117,40 @@ impl Inner {
         order::resolve(&nodes, strictness, extra.map(|(id, _, _)| id))
     }
 
+    /// Frees job `id`: its name, so a new job may take it, and its place in its phase's order.
+    /// Answers whether it was here.
+    fn forget(&mut self, id: u64) -> bool {
+        let Some(entry) = self.jobs.remove(&id) else {
+            return false;
+        };
+        if let Some(name) = &entry.name {
+            if self.names.get(name) == Some(&id) {
+                self.names.remove(name);
+            }
+        }
+        self.orders.remove(&entry.phase);
+        if let Some(held) = self.held.get_mut(&entry.phase) {
+            *held -= 1;
+            if *held == 0 {
+                self.held.remove(&entry.phase);
+            }
+        }
+        true
+    }
+
+    /// Drops one reference to job `id`; the last one frees it.
+    fn drop_reference(&mut self, id: u64) -> Dropped {
+        let Some(entry) = self.jobs.get_mut(&id) else {
+            return Dropped::NotRegistered;
+        };
+        entry.references = entry.references.saturating_sub(1);
+        if entry.references > 0 {
+            return Dropped::StillHeld;
+        }
+        self.forget(id);
+        Dropped::Last
+    }
+
     /// How reports and refusals name job `id`: its name, or `#<id>`.
     fn label(&self, id: u64, registering: (u64, Option<&str>)) -> String {
         let name = if id == registering.0 {
@@ -96,7 +167,8 @@ impl Inner {
 
 impl JobDirectory {
     /// Takes the next id for a job of `phase`, and `name` for it when given; `charge` (the job's
-    /// charge on the domain's host memory) is kept until the job is released. Refused, taking
+    /// charge on the domain's host memory) is kept until the job is released. The job starts
+    /// with one reference, its registration's handle's. Refused, taking
     /// nothing, when a live job holds the name or when the job's declared order would close a
     /// cycle among the phase's jobs (the refusal names the cycle, each job running before the
     /// next).
@@ -107,7 +179,7 @@ impl JobDirectory {
         declared: &Arc<Declared>,
         charge: Charge,
     ) -> Result<u64, String> {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = self.lock();
         if let Some(name) = name {
             if inner.names.contains_key(name) {
                 return Err(format!(
@@ -159,6 +231,7 @@ impl JobDirectory {
                 name: name.map(str::to_owned),
                 phase: phase.clone(),
                 declared: declared.clone(),
+                references: 1,
                 _held: charge,
             },
         );
@@ -170,30 +243,77 @@ impl JobDirectory {
         Ok(id)
     }
 
-    /// Frees job `id` (it was cancelled): its name, so a new job may take it, and its place in
-    /// its phase's order.
-    pub(crate) fn release(&self, id: u64, name: Option<&str>) {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(name) = name {
-            if inner.names.get(name) == Some(&id) {
-                inner.names.remove(name);
+    /// Frees job `id` whatever references remain: its registration failed after the reserve,
+    /// or the job was unregistered.
+    pub(crate) fn release(&self, id: u64) {
+        self.lock().forget(id);
+    }
+
+    /// The live job named `name`, whether or not it has reached the engine's registry.
+    pub(crate) fn named(&self, name: &str) -> Option<u64> {
+        self.lock().names.get(name).copied()
+    }
+
+    /// Whether job `id` is registered (not freed).
+    #[cfg(test)]
+    pub(crate) fn holds(&self, id: u64) -> bool {
+        self.lock().jobs.contains_key(&id)
+    }
+
+    /// Adds a reference to job `id`, for a handle `jobs.find` answers. Answers false, adding
+    /// nothing, when the job is not registered.
+    pub(crate) fn add_reference(&self, id: u64) -> bool {
+        match self.lock().jobs.get_mut(&id) {
+            Some(entry) => {
+                // A reference is a live handle, so the count is bounded by what the VMs can hold;
+                // saturating keeps even an impossible overflow from wrapping to a free.
+                entry.references = entry.references.saturating_add(1);
+                true
             }
+            None => false,
         }
-        if let Some(entry) = inner.jobs.remove(&id) {
-            inner.orders.remove(&entry.phase);
-            if let Some(held) = inner.held.get_mut(&entry.phase) {
-                *held -= 1;
-                if *held == 0 {
-                    inner.held.remove(&entry.phase);
-                }
-            }
+    }
+
+    /// Drops one reference to job `id`, for a handle's cancel. The last one frees the job here;
+    /// the caller then unregisters it from the registry that runs it.
+    pub(crate) fn drop_reference(&self, id: u64) -> Dropped {
+        self.lock().drop_reference(id)
+    }
+
+    /// Gives back the reference of a collected `jobs.find` handle. The last one frees the job
+    /// here and queues it for the engine ([`take_collected`](Self::take_collected)), which drops
+    /// its registry entry at its next access. Runs no Lua: it is called from a handle's
+    /// destructor, during a collection.
+    pub(crate) fn give_back(&self, id: u64) {
+        let mut inner = self.lock();
+        if inner.drop_reference(id) == Dropped::Last {
+            inner.collected.push(id);
+            self.collected_any.store(true, Ordering::Release);
         }
+    }
+
+    /// The jobs freed by a collected handle since the last call, for the engine to drop from its
+    /// registry. Takes no lock when there are none.
+    pub(crate) fn take_collected(&self) -> Vec<u64> {
+        // A plain load first: this runs before every job's turn, and there is rarely anything.
+        // Cleared before the drain: an id queued after it sets the flag again, so the next call
+        // takes it.
+        if !self.collected_any.load(Ordering::Acquire)
+            || !self.collected_any.swap(false, Ordering::Acquire)
+        {
+            return Vec::new();
+        }
+        std::mem::take(&mut self.lock().collected)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The order of `phase`'s live jobs (reserved ones included, whether or not they reached
     /// the engine yet).
     pub(crate) fn order(&self, phase: &Arc<str>) -> Arc<PhaseOrder> {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = self.lock();
         if let Some(order) = inner.orders.get(phase) {
             return order.clone();
         }
@@ -237,10 +357,10 @@ mod tests {
             reserve(Some("a")),
             Err("jobs.register: a job named 'a' is registered already".to_owned())
         );
-        // Another job's id does not free the name; its own does.
-        dir.release(2, Some("a"));
+        // Another job's release does not free the name; its own does.
+        dir.release(2);
         assert!(reserve(Some("a")).is_err());
-        dir.release(1, Some("a"));
+        dir.release(1);
         assert_eq!(reserve(Some("a")), Ok(3));
     }
 
@@ -297,7 +417,49 @@ mod tests {
             .reserve(Some("a"), &phase, &none, held(&memory, 300))
             .is_err());
         assert_eq!(memory.held(), 300);
-        dir.release(1, Some("a"));
+        dir.release(1);
         assert_eq!(memory.held(), 0);
+    }
+
+    #[test]
+    fn the_last_dropped_reference_frees_the_job_and_only_the_last() {
+        let dir = JobDirectory::default();
+        let phase: Arc<str> = Arc::from("main");
+        let none = Arc::new(Declared::default());
+        let id = dir.reserve(Some("a"), &phase, &none, nothing()).unwrap();
+        // The registration's reference and two found ones.
+        assert!(dir.add_reference(id) && dir.add_reference(id));
+        assert_eq!(dir.drop_reference(id), Dropped::StillHeld);
+        assert_eq!(dir.drop_reference(id), Dropped::StillHeld);
+        assert_eq!(dir.named("a"), Some(id));
+        assert_eq!(dir.drop_reference(id), Dropped::Last);
+        // Freed: its name is free, no reference can be added or dropped, nothing was queued.
+        assert!(!dir.holds(id) && dir.named("a").is_none());
+        assert!(!dir.add_reference(id));
+        assert_eq!(dir.drop_reference(id), Dropped::NotRegistered);
+        assert!(dir.take_collected().is_empty());
+    }
+
+    #[test]
+    fn a_collected_handle_queues_the_job_it_frees_once() {
+        let dir = JobDirectory::default();
+        let phase: Arc<str> = Arc::from("main");
+        let none = Arc::new(Declared::default());
+        let id = dir.reserve(Some("a"), &phase, &none, nothing()).unwrap();
+        // A script finding the job every frame and dropping the handle: the count comes back.
+        for _ in 0..1000 {
+            assert!(dir.add_reference(id));
+            dir.give_back(id);
+        }
+        assert!(dir.holds(id) && dir.take_collected().is_empty());
+        // The registration's reference is cancelled while a found one is live; collecting that
+        // one frees the job and queues it, once.
+        assert!(dir.add_reference(id));
+        assert_eq!(dir.drop_reference(id), Dropped::StillHeld);
+        dir.give_back(id);
+        assert!(!dir.holds(id));
+        dir.give_back(id);
+        assert_eq!(dir.take_collected(), vec![id]);
+        assert!(dir.take_collected().is_empty());
     }
 }

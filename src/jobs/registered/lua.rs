@@ -1,18 +1,26 @@
 //! The Luau side of registered jobs: `jobs.register`, `jobs.find`, `jobs.inspect`,
 //! `jobs.list` and the `JobHandle` userdata.
 //!
-//! A handle holds only the job's id: once the job is cancelled every method answers false or
-//! nil rather than raising, so code holding a stale handle never breaks.
+//! A handle holds the job's id and one reference to the job (see `directory.rs`): the handle
+//! `jobs.register` answers holds the registration's, each handle `jobs.find` answers one of its
+//! own. `cancel` drops the handle's reference, once; the last one dropped unregisters the job. A
+//! collected `jobs.find` handle gives its reference back; a collected registration handle keeps
+//! its reference with the job, so a job whose script dropped its handle runs on. The other
+//! methods read and steer the job, not the reference: once the job is unregistered every method
+//! answers false or nil rather than raising, so code holding a stale handle never breaks.
 //!
 //! In a worker VM, `jobs.register` keeps the job's functions in that VM (see `remote`) and its
 //! handle answers from the VM's own record of its jobs: `valid` and `cancel` at once, `info` and
 //! `status` as the engine last saw the job (its last frame or drain), `pause` and `resume` from
 //! the engine's next drain.
 
+use std::cell::Cell;
 use std::rc::Rc;
+use std::sync::{Arc, Weak};
 
 use mlua::{AnyUserData, Lua, Table, UserData, UserDataMethods, Value};
 
+use super::directory::JobDirectory;
 use super::remote;
 use super::remote_job::Control;
 use super::{info, Registry};
@@ -22,27 +30,43 @@ use crate::vm::a_type;
 /// A registered job, as Luau holds it.
 pub(crate) struct JobHandle {
     id: u64,
+    /// The reference to the job this handle holds, until its cancel drops it.
+    reference: Cell<Reference>,
+    /// Where a collected `jobs.find` handle gives its reference back. Weak: a handle outliving
+    /// its generation holds nothing of it.
+    directory: Weak<JobDirectory>,
+}
+
+/// Which reference a handle holds on its job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reference {
+    /// The registration's: dropped only by a cancel, never by a collection.
+    Registration,
+    /// One `jobs.find` added: dropped by a cancel, or given back when the handle is collected.
+    Found,
+    /// Dropped by the handle's cancel.
+    Dropped,
+}
+
+impl Drop for JobHandle {
+    fn drop(&mut self) {
+        // Runs during a collection: it may not reach the registry (which may be borrowed), so
+        // the directory queues a job this frees for the engine's next access.
+        if self.reference.get() == Reference::Found {
+            if let Some(directory) = self.directory.upgrade() {
+                directory.give_back(self.id);
+            }
+        }
+    }
 }
 
 impl UserData for JobHandle {
     // Each method takes `self` as an argument of its own, so `h.cancel(1)` is refused naming
     // the method.
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        methods.add_function("cancel", |lua, this: Value| {
-            let id = job_id(&this, "cancel")?;
-            match engine(lua) {
-                Some(registry) => Ok(registry.cancel(id)),
-                None => worker_control(lua, id, Control::Cancel),
-            }
-        });
+        methods.add_function("cancel", |lua, this: Value| cancel(lua, &this, "cancel"));
         // `destroy` is `cancel` under its other name.
-        methods.add_function("destroy", |lua, this: Value| {
-            let id = job_id(&this, "destroy")?;
-            match engine(lua) {
-                Some(registry) => Ok(registry.cancel(id)),
-                None => worker_control(lua, id, Control::Cancel),
-            }
-        });
+        methods.add_function("destroy", |lua, this: Value| cancel(lua, &this, "destroy"));
         methods.add_function("info", |lua, this: Value| {
             let id = job_id(&this, "info")?;
             let info = match engine(lua) {
@@ -89,6 +113,32 @@ impl UserData for JobHandle {
     }
 }
 
+/// `JobHandle:cancel()` and `destroy()`: drops the handle's reference, unless it dropped it
+/// already (then it drops nothing and answers false). Answers whether the job was registered.
+fn cancel(lua: &Lua, this: &Value, method: &str) -> mlua::Result<bool> {
+    let held = match this {
+        Value::UserData(ud) => ud
+            .borrow::<JobHandle>()
+            .ok()
+            .map(|h| (h.id, h.reference.replace(Reference::Dropped))),
+        _ => None,
+    };
+    let Some((id, reference)) = held else {
+        return Err(crate::vm::not_self(
+            &format!("JobHandle:{method}"),
+            "job",
+            this,
+        ));
+    };
+    if reference == Reference::Dropped {
+        return Ok(false);
+    }
+    match engine(lua) {
+        Some(registry) => Ok(registry.cancel(id)),
+        None => Ok(remote::cancel(lua, &*home(lua)?, id)),
+    }
+}
+
 /// The job id of a method's `self`, refused naming the method when it is no job handle.
 fn job_id(this: &Value, method: &str) -> mlua::Result<u64> {
     let id = match this {
@@ -98,10 +148,12 @@ fn job_id(this: &Value, method: &str) -> mlua::Result<u64> {
     id.ok_or_else(|| crate::vm::not_self(&format!("JobHandle:{method}"), "job", this))
 }
 
-/// The engine VM's registry; `None` in a worker VM, where a handle answers for the jobs that VM
-/// registered.
+/// The engine VM's registry, with the jobs collected handles freed dropped from it; `None` in a
+/// worker VM, where a handle answers for the jobs that VM registered.
 fn engine(lua: &Lua) -> Option<Rc<Registry>> {
-    lua.app_data_ref::<Rc<Registry>>().map(|r| r.clone())
+    let registry = lua.app_data_ref::<Rc<Registry>>().map(|r| r.clone())?;
+    registry.reap();
+    Some(registry)
 }
 
 fn worker_control(lua: &Lua, id: u64, control: Control) -> mlua::Result<bool> {
@@ -130,12 +182,27 @@ fn registry(lua: &Lua, function: &str) -> mlua::Result<Rc<Registry>> {
 }
 
 fn register(lua: &Lua, descriptor: Value) -> mlua::Result<AnyUserData> {
-    let id = match engine(lua) {
-        Some(registry) => registry.register(lua, &descriptor),
-        None => remote::register(lua, &*home(lua)?, &descriptor),
-    }
-    .map_err(mlua::Error::runtime)?;
-    lua.create_userdata(JobHandle { id })
+    let (id, directory) = match engine(lua) {
+        Some(registry) => (
+            registry.register(lua, &descriptor),
+            Arc::downgrade(&registry.principal.jobs),
+        ),
+        None => {
+            let home = home(lua)?;
+            (
+                remote::register(lua, &home, &descriptor),
+                Arc::downgrade(&home.principal.jobs),
+            )
+        }
+    };
+    let id = id.map_err(mlua::Error::runtime)?;
+    // Should making the userdata fail, the registration's reference stays with the job, as a
+    // collected registration handle's does.
+    lua.create_userdata(JobHandle {
+        id,
+        reference: Cell::new(Reference::Registration),
+        directory,
+    })
 }
 
 fn find(lua: &Lua, name: Value) -> mlua::Result<Option<AnyUserData>> {
@@ -146,10 +213,19 @@ fn find(lua: &Lua, name: Value) -> mlua::Result<Option<AnyUserData>> {
             a_type(&name)
         )));
     };
-    match registry.find(&name.to_string_lossy()) {
-        Some(id) => lua.create_userdata(JobHandle { id }).map(Some),
-        None => Ok(None),
+    let Some(id) = registry.find(&name.to_string_lossy()) else {
+        return Ok(None);
+    };
+    if !registry.hold(id) {
+        return Ok(None);
     }
+    // Should making the userdata fail, the handle is dropped here and gives the reference back.
+    let handle = JobHandle {
+        id,
+        reference: Cell::new(Reference::Found),
+        directory: Arc::downgrade(&registry.principal.jobs),
+    };
+    lua.create_userdata(handle).map(Some)
 }
 
 fn inspect(lua: &Lua, target: Value) -> mlua::Result<Value> {

@@ -6,6 +6,10 @@
 //! the pool as ordinary items whose outcome lands in a host slot; the registry looks at the slot
 //! each frame, so a result is applied in the first frame after it lands and the engine thread
 //! never waits for a worker.
+//!
+//! Which jobs are registered, and the references their handles hold, are the generation's
+//! `JobDirectory`'s (`directory.rs`): a job leaves the registry when its last reference is
+//! dropped there.
 
 mod descriptor;
 pub(super) mod directory;
@@ -40,6 +44,7 @@ use crate::value::{ExactValue, Message};
 use crate::vm::{self, FailureKind, JobFailure, Outcome, Owner, OwnerIdentity, TaskFailure, Vm};
 
 pub(crate) use descriptor::Executor;
+use directory::Dropped;
 pub use info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
 use order::{Declared, PhaseOrder, Placed, UnorderedWrite};
 use remote_job::{Control, RemoteOp, RemoteRegistration};
@@ -276,21 +281,31 @@ impl Registry {
         match control {
             Control::Pause => drop(self.set_paused(id, true)),
             Control::Resume => drop(self.set_paused(id, false)),
-            Control::Cancel => {
+            Control::Unregister => {
                 if self
                     .get(id)
                     .is_some_and(|j| j.state.borrow().remote_in_flight)
                 {
                     self.draining.borrow_mut().insert(id);
                 }
-                self.cancel(id);
+                self.unregister(id);
             }
+        }
+    }
+
+    /// Drops from the registry the jobs a collected handle freed since the last look (see
+    /// `directory.rs`). Called at each access from Luau, at each frame and before each job's
+    /// turn in it, so a job freed that way runs in no later turn.
+    pub(crate) fn reap(&self) {
+        for id in self.principal.jobs.take_collected() {
+            self.unregister(id);
         }
     }
 
     /// Whether registered jobs keep the domain busy: a job live and neither paused nor
     /// errored, or the last call of a job its VM cancelled still to end.
     pub(crate) fn has_work(&self) -> bool {
+        self.reap();
         !self.draining.borrow().is_empty()
             || self.jobs.borrow().iter().any(|j| {
                 let state = j.state.borrow();
@@ -310,26 +325,44 @@ impl Registry {
         }
     }
 
-    /// The live job named `name`.
+    /// The live job named `name`: one a worker VM registered counts once it has reached the
+    /// engine.
     fn find(&self, name: &str) -> Option<u64> {
-        let jobs = self.jobs.borrow();
-        jobs.iter()
-            .find(|j| j.name.as_deref() == Some(name))
-            .map(|j| j.id)
+        let id = self.principal.jobs.named(name)?;
+        self.get(id).map(|j| j.id)
     }
 
-    /// Unregisters a job: later frames never run it, and the result of an item in flight is
-    /// never applied. Answers whether the job was registered.
+    /// A reference to job `id` for a handle `jobs.find` answers; false when it is not
+    /// registered.
+    fn hold(&self, id: u64) -> bool {
+        self.principal.jobs.add_reference(id)
+    }
+
+    /// A handle's cancel: drops the reference it held, and unregisters the job when that was
+    /// the last. Answers whether the job was registered.
     fn cancel(&self, id: u64) -> bool {
+        match self.principal.jobs.drop_reference(id) {
+            Dropped::NotRegistered => false,
+            Dropped::StillHeld => true,
+            Dropped::Last => {
+                self.unregister(id);
+                true
+            }
+        }
+    }
+
+    /// Unregisters a job whatever references remain: later frames never run it, and the result
+    /// of an item in flight is never applied.
+    fn unregister(&self, id: u64) {
         let removed = {
             let mut jobs = self.jobs.borrow_mut();
             let at = jobs.iter().position(|j| j.id == id);
             at.map(|at| jobs.remove(at))
         };
+        self.principal.jobs.release(id);
         let Some(job) = removed else {
-            return false;
+            return;
         };
-        self.principal.jobs.release(id, job.name.as_deref());
         if let Executor::Remote {
             worker, vm, shared, ..
         } = &job.executor
@@ -345,7 +378,6 @@ impl Registry {
                 },
             );
         }
-        true
     }
 
     /// Pauses or resumes a job (resuming also clears its error). Answers whether it is
@@ -390,11 +422,13 @@ impl Registry {
 
     /// How many jobs are live.
     pub(crate) fn len(&self) -> usize {
+        self.reap();
         self.jobs.borrow().len()
     }
 
     /// Snapshots of the live jobs, in registration order, of one phase or of all.
     pub(crate) fn list(&self, phase: Option<&str>) -> Vec<JobInfo> {
+        self.reap();
         let phases: Vec<Arc<str>> = self.phases.borrow().clone();
         for known in phases.iter().filter(|q| phase.is_none_or(|p| &***q == p)) {
             self.order(known);
@@ -426,12 +460,15 @@ impl Registry {
             self.report_unordered(&phase, &order, host);
             let waves = order.waves();
             for (at, wave) in waves.iter().enumerate() {
-                // A job an earlier job of this frame cancelled does not run; a job a worker VM
-                // registered that has not reached the engine yet is not here.
+                // A job an earlier job of this frame cancelled (or whose last handle it dropped)
+                // does not run; a job a worker VM registered that has not reached the engine yet
+                // is not here.
+                self.reap();
                 let jobs: Vec<Rc<RegisteredJob>> =
                     wave.iter().filter_map(|id| self.get(*id)).collect();
                 let mut started = Vec::new();
                 for job in &jobs {
+                    self.reap();
                     if self.get(job.id).is_some() && self.tick(vm, job) {
                         started.push(job.clone());
                     }

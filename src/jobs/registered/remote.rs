@@ -33,6 +33,7 @@ use std::time::Duration;
 use mlua::{Function, Lua, MultiValue, Value};
 
 use super::descriptor::{self, Executor};
+use super::directory::Dropped;
 use super::info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
 use super::remote_job::{Control, RemoteJob, RemoteOp, RemoteRegistration};
 use crate::jobs::entry::entry_function;
@@ -57,7 +58,6 @@ enum LocalCall {
 
 struct LocalJob {
     shared: Arc<RemoteJob>,
-    name: Option<String>,
     label: String,
     call: LocalCall,
     deadline: Duration,
@@ -197,7 +197,7 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
         .mailbox
         .send(DomainEvent::Registered(Box::new(registration)));
     if !posted {
-        principal.jobs.release(id, d.name.as_deref());
+        principal.jobs.release(id);
         return Err(format!(
             "jobs.register: the domain has stopped: {}",
             principal.end_reason()
@@ -207,7 +207,6 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
         id,
         LocalJob {
             shared,
-            name: d.name,
             label,
             call,
             deadline,
@@ -237,29 +236,45 @@ pub(crate) fn info(lua: &Lua, id: u64) -> Option<JobInfo> {
     live(lua, id).map(|s| s.snapshot())
 }
 
-/// `JobHandle:pause()`, `resume()` and `cancel()` in a worker VM. A cancel takes effect here at
-/// once (no further call starts, the name is free again); the engine drops the job at its next
-/// drain. Pause and resume take effect at that drain. Answers whether the job was live.
+/// `JobHandle:pause()` and `resume()` in a worker VM: they take effect at the engine's next
+/// drain. Answers whether the job was live.
 pub(crate) fn control(lua: &Lua, home: &JobsHome, id: u64, control: Control) -> bool {
-    let Some(shared) = live(lua, id) else {
+    if live(lua, id).is_none() {
         return false;
-    };
-    if control == Control::Cancel {
-        shared.cancelled.store(true, Ordering::Release);
-        // A call running now (perhaps the one cancelling) ends on its own and its end still
-        // reaches the engine, so its writes apply; the entry goes when it ends.
-        let jobs = local_jobs(lua);
-        let mut held = jobs.jobs.borrow_mut();
-        if let Some(job) = held.get(&id) {
-            home.principal.jobs.release(id, job.name.as_deref());
-            if job.running.is_none() {
-                held.remove(&id);
-            }
-        }
     }
     home.principal
         .mailbox
         .send(DomainEvent::RegisteredControl { job: id, control });
+    true
+}
+
+/// `JobHandle:cancel()` in a worker VM, for a handle that still holds its reference: drops it.
+/// While another handle (one `jobs.find` answered on the engine) holds the job, nothing else
+/// changes. The last reference unregisters the job here at once (no further call starts, the
+/// name is free again); the engine drops it at its next drain. Answers whether the job was
+/// registered.
+pub(crate) fn cancel(lua: &Lua, home: &JobsHome, id: u64) -> bool {
+    let Some(shared) = live(lua, id) else {
+        return false;
+    };
+    match home.principal.jobs.drop_reference(id) {
+        Dropped::NotRegistered => return false,
+        Dropped::StillHeld => return true,
+        Dropped::Last => {}
+    }
+    shared.cancelled.store(true, Ordering::Release);
+    // A call running now (perhaps the one cancelling) ends on its own and its end still
+    // reaches the engine, so its writes apply; the entry goes when it ends.
+    let jobs = local_jobs(lua);
+    let mut held = jobs.jobs.borrow_mut();
+    if held.get(&id).is_some_and(|job| job.running.is_none()) {
+        held.remove(&id);
+    }
+    drop(held);
+    home.principal.mailbox.send(DomainEvent::RegisteredControl {
+        job: id,
+        control: Control::Unregister,
+    });
     true
 }
 

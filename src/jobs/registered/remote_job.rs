@@ -24,7 +24,9 @@ pub(crate) enum RemoteOp {
 pub(crate) enum Control {
     Pause,
     Resume,
-    Cancel,
+    /// A cancel in the VM dropped the job's last reference (the directory has freed it): drop
+    /// its registry entry.
+    Unregister,
 }
 
 /// The `Send + Sync` part of a job registered from a worker VM.
