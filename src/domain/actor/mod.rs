@@ -540,7 +540,7 @@ impl ActorHandle {
         let name = &self.0.shared.name;
         let stopped = || {
             mlua::Error::runtime(format!(
-                "Worker:send: worker '{name}' is stopped; it takes no more messages"
+                "the worker is stopped; it takes no more messages (Worker:send to worker '{name}')"
             ))
         };
         if self.0.shared.state() != RUNNING {
