@@ -147,7 +147,7 @@ fn spawn_errors_carry_their_texts() {
     assert_eq!(
         err,
         format!(
-            "permission denied: capability 'worker.spawn' is not granted to domain 'plain' ({}, generation 1)",
+            "capability 'worker.spawn' denied to domain 'plain' ({}, generation 1)",
             denied.id()
         )
     );
@@ -546,7 +546,7 @@ fn a_worker_runs_under_its_own_narrower_authority() {
     assert_eq!(
         clean(&text(&items[1])),
         format!(
-            "permission denied: capability 'input.observe' is not granted to domain 'actors' ({}, generation 1, worker 'bare')",
+            "capability 'input.observe' denied to domain 'actors' ({}, generation 1, worker 'bare')",
             d.id()
         )
     );
@@ -904,8 +904,8 @@ fn a_service_denies_a_worker_by_the_worker_s_grant() {
     assert_contains(
         &err,
         &format!(
-            "engine service 'input.peek' failed: permission denied: capability 'input.observe' \
-             is not granted to domain 'actors' ({}, generation 1, worker 'nosy')",
+            "engine service 'input.peek' failed: capability 'input.observe' \
+             denied to domain 'actors' ({}, generation 1, worker 'nosy')",
             d.id()
         ),
     );
