@@ -1,13 +1,14 @@
 //! `require` stays inside the requirer's project root (the main script's folder, or the nearest
 //! folder above it with a `.luaurc`): `../`, an alias and a symbolic link out are refused before
-//! the file is read, on the engine VM and on workers alike.
+//! the file is read, on the engine VM and on workers alike. And modules nested past the bound
+//! are refused naming the chain.
 
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
 use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 
-use crate::support::{assert_contains, Tree};
+use crate::support::{assert_contains, refusal as raised, Tree};
 
 /// `top/proj` is the project (it has a `.luaurc` aliasing `@up` to `..`); `top/secret.luau` and
 /// `top/bad.luau` (which does not compile, and quotes a secret) lie outside it.
@@ -202,5 +203,62 @@ fn the_nearest_luaurc_above_the_main_script_widens_its_project_root() {
             tree.path().join("outside.luau").display(),
             tree.path().join("wide").display()
         ),
+    );
+}
+
+/// The first line of what `body` raised in `domain`'s engine VM (the message, without the
+/// traceback that follows it).
+fn message_of(domain: &ScriptDomain, body: &str) -> String {
+    let text = raised(domain, body);
+    let line = text.lines().next().unwrap_or_default();
+    line.strip_prefix("runtime error: ")
+        .unwrap_or(line)
+        .to_owned()
+}
+
+#[test]
+fn modules_nest_100_deep_and_the_101st_is_refused_naming_the_chain() {
+    // `m1` requires `m2` ... requires `m101`, which returns 0; each returns one more.
+    let files: Vec<(String, String)> = (1..=101)
+        .map(|i| {
+            let body = if i == 101 {
+                "return 0\n".to_owned()
+            } else {
+                format!("return require('./m{}') + 1\n", i + 1)
+            };
+            (format!("m{i}.luau"), body)
+        })
+        .collect();
+    let borrowed: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(n, b)| (n.as_str(), b.as_str()))
+        .collect();
+    let tree = Tree::new(&borrowed);
+    let m = |i: usize| tree.path().join(format!("m{i}.luau")).display().to_string();
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    // One past the bound: m1 to m100 are loading when m100 requires m101.
+    let past = format!(
+        "require: modules nest more than 100 deep: {} requires {} requires {} requires ... (95 \
+         more) requires {} requires {} requires {}",
+        m(1),
+        m(2),
+        m(3),
+        m(99),
+        m(100),
+        m(101)
+    );
+    assert_eq!(message_of(&domain, "return require('./m1')"), past);
+    // Nothing was kept of the failed chain: the same require is refused the same way.
+    assert_eq!(message_of(&domain, "return require('./m1')"), past);
+    // At the bound: m2 to m101, 100 modules, load.
+    assert_eq!(
+        crate::support::number(&domain.eval("return require('./m2')").unwrap()),
+        99.0
+    );
+    // A loaded module answers at any depth: m1 now loads on top of them.
+    assert_eq!(
+        crate::support::number(&domain.eval("return require('./m1')").unwrap()),
+        100.0
     );
 }

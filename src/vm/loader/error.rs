@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 /// Why a `require` failed.
 ///
 /// Resolution errors (`BadSpecifier`, `NotFound`, `Ambiguous`, `UnknownAlias`, `BadConfig`,
-/// `OutsideRoots`, `LeadsOutside`) name the specifier and the requiring file; loading errors (`Cycle`, `Compile`, `Io`, `BadReturn`,
-/// `Runtime`) name the module file.
+/// `OutsideRoots`, `LeadsOutside`) name the specifier and the requiring file; loading errors
+/// (`Cycle`, `TooDeep`, `Compile`, `Io`, `BadReturn`, `Runtime`) name the module file.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub(crate) enum RequireError {
@@ -41,6 +41,9 @@ pub(crate) enum RequireError {
     BadConfig { path: PathBuf, message: String },
     /// The module is already being loaded further up the stack; `chain` starts and ends with it.
     Cycle { chain: Vec<PathBuf> },
+    /// [`MAX_REQUIRE_DEPTH`] modules are being loaded one inside the other already; `chain` is
+    /// them, outermost first, and then the module that would have been one more.
+    TooDeep { chain: Vec<PathBuf> },
     /// The module resolved to a file outside the requirer's project root.
     OutsideRoots {
         spec: String,
@@ -68,6 +71,16 @@ pub(crate) enum RequireError {
 /// The longest require path, in bytes. A longer one names no file (a path may have 4,096 bytes
 /// in all, the root's included) and is refused before it is copied or quoted whole.
 pub(crate) const MAX_SPEC_BYTES: usize = 1024;
+
+/// How many modules may be loading one inside the other: 100. A module that requires another
+/// from its top level nests it: the outer one is still loading while the inner one's top level
+/// runs. Each level takes one of the 200 nested C calls a Luau thread allows (`LUAI_MAXCCALLS`),
+/// and the code that made the outermost `require` may hold some already; past them Luau could
+/// only answer "error in error handling".
+pub(crate) const MAX_REQUIRE_DEPTH: usize = 100;
+
+/// How many modules of a chain past [`MAX_REQUIRE_DEPTH`] the refusal names at each end.
+const CHAIN_ENDS_NAMED: usize = 3;
 
 /// The file candidates tried for the abstract module path `at`, in the order they are probed.
 pub(crate) fn candidates(at: &Path) -> [PathBuf; 4] {
@@ -155,6 +168,28 @@ impl fmt::Display for RequireError {
                     write!(f, "{}", path.display())?;
                 }
                 Ok(())
+            }
+            Self::TooDeep { chain } => {
+                write!(f, "require: modules nest more than {MAX_REQUIRE_DEPTH} deep: ")?;
+                let named = |f: &mut fmt::Formatter<'_>, paths: &[PathBuf]| {
+                    for (i, path) in paths.iter().enumerate() {
+                        if i > 0 {
+                            f.write_str(" requires ")?;
+                        }
+                        write!(f, "{}", path.display())?;
+                    }
+                    Ok(())
+                };
+                if chain.len() <= 2 * CHAIN_ENDS_NAMED {
+                    return named(f, chain);
+                }
+                named(f, &chain[..CHAIN_ENDS_NAMED])?;
+                write!(
+                    f,
+                    " requires ... ({} more) requires ",
+                    chain.len() - 2 * CHAIN_ENDS_NAMED
+                )?;
+                named(f, &chain[chain.len() - CHAIN_ENDS_NAMED..])
             }
             Self::Compile { path, message } => {
                 write!(f, "syntax error in {}:{message}", path.display())
