@@ -1,14 +1,15 @@
 //! `require` stays inside the requirer's project root (the main script's folder, or the nearest
 //! folder above it with a `.luaurc`): `../`, an alias and a symbolic link out are refused before
-//! the file is read, on the engine VM and on workers alike. And modules nested past the bound
-//! are refused naming the chain.
+//! the file is read, on the engine VM and on workers alike. And what `require` refuses inside
+//! it: a folder or a FIFO where a module file should be (never opened), modules nested past the
+//! bound, a path that is not UTF-8 text.
 
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
 use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 
-use crate::support::{assert_contains, refusal as raised, Tree};
+use crate::support::{assert_contains, mkfifo, refusal as raised, Tree};
 
 /// `top/proj` is the project (it has a `.luaurc` aliasing `@up` to `..`); `top/secret.luau` and
 /// `top/bad.luau` (which does not compile, and quotes a secret) lie outside it.
@@ -217,6 +218,50 @@ fn message_of(domain: &ScriptDomain, body: &str) -> String {
 }
 
 #[test]
+fn a_folder_or_a_fifo_where_a_module_file_should_be_is_named_and_never_opened() {
+    let tree = Tree::new(&[
+        ("m/readme.txt", "not a module\n"),
+        ("swap.luau", "return 'first'\n"),
+    ]);
+    let root = tree.path();
+    mkfifo(&root.join("pipe.luau"));
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    assert_eq!(
+        message_of(&domain, "return require('./m')"),
+        format!(
+            "module './m' from {0} is a directory, not a module file: {0}/m has no init.luau or \
+             init.lua",
+            root.display()
+        )
+    );
+    let fifo = format!(
+        "module './pipe' from {0} is not a regular file: {0}/pipe.luau is a FIFO, which is never \
+         read as a module",
+        root.display()
+    );
+    assert_eq!(message_of(&domain, "return require('./pipe')"), fifo);
+    // A module that loaded, swapped for a FIFO: seen as changed without being opened, and
+    // refused as one.
+    assert_eq!(
+        domain.eval("return require('./swap')").unwrap(),
+        Message::String("first".into())
+    );
+    std::fs::remove_file(root.join("swap.luau")).unwrap();
+    mkfifo(&root.join("swap.luau"));
+    assert_eq!(
+        message_of(&domain, "return require('./swap')"),
+        fifo.replace("pipe", "swap")
+    );
+    // Nothing was loaded in their place, and the VM serves on.
+    tree.write("m/init.luau", "return 'folder module'\n");
+    assert_eq!(
+        domain.eval("return require('./m')").unwrap(),
+        Message::String("folder module".into())
+    );
+}
+
+#[test]
 fn modules_nest_100_deep_and_the_101st_is_refused_naming_the_chain() {
     // `m1` requires `m2` ... requires `m101`, which returns 0; each returns one more.
     let files: Vec<(String, String)> = (1..=101)
@@ -260,5 +305,24 @@ fn modules_nest_100_deep_and_the_101st_is_refused_naming_the_chain() {
     assert_eq!(
         crate::support::number(&domain.eval("return require('./m1')").unwrap()),
         100.0
+    );
+}
+
+#[test]
+fn a_require_path_that_is_not_a_utf8_string_is_refused_naming_it() {
+    let tree = Tree::new(&[("m.luau", "return 1\n")]);
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool);
+    assert_eq!(
+        message_of(&domain, "return require('./\\255')"),
+        "require: path must be UTF-8 text"
+    );
+    assert_eq!(
+        message_of(&domain, "return require(nil)"),
+        "require: path must be a string, got nil"
+    );
+    assert_eq!(
+        crate::support::number(&domain.eval("return require('./m')").unwrap()),
+        1.0
     );
 }

@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 
 /// Why a `require` failed.
 ///
-/// Resolution errors (`BadSpecifier`, `NotFound`, `Ambiguous`, `UnknownAlias`, `BadConfig`,
-/// `OutsideRoots`, `LeadsOutside`) name the specifier and the requiring file; loading errors
-/// (`Cycle`, `TooDeep`, `Compile`, `Io`, `BadReturn`, `Runtime`) name the module file.
+/// Resolution errors (`BadSpecifier`, `NotFound`, `Directory`, `NotRegular`, `Ambiguous`,
+/// `UnknownAlias`, `BadConfig`, `OutsideRoots`, `LeadsOutside`) name the specifier and the
+/// requiring file; loading errors (`Cycle`, `TooDeep`, `Compile`, `Io`, `BadReturn`,
+/// `Runtime`) name the module file.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub(crate) enum RequireError {
@@ -22,6 +23,20 @@ pub(crate) enum RequireError {
         caller: PathBuf,
         at: PathBuf,
         intermediate: bool,
+    },
+    /// The module path names a folder with no `init.luau` or `init.lua`: no module file.
+    Directory {
+        spec: String,
+        caller: PathBuf,
+        at: PathBuf,
+    },
+    /// The one file at the module path is not a regular file (`kind` says what it is, with its
+    /// article): it is never opened, since opening a FIFO blocks until a writer comes.
+    NotRegular {
+        spec: String,
+        caller: PathBuf,
+        file: PathBuf,
+        kind: &'static str,
     },
     /// Two files could each be the module at one path.
     Ambiguous {
@@ -131,6 +146,18 @@ impl fmt::Display for RequireError {
                     tried[3].display()
                 )
             }
+            Self::Directory { spec, caller, at } => write!(
+                f,
+                "module '{spec}' from {} is a directory, not a module file: {} has no init.luau or init.lua",
+                caller.display(),
+                at.display()
+            ),
+            Self::NotRegular { spec, caller, file, kind } => write!(
+                f,
+                "module '{spec}' from {} is not a regular file: {} is {kind}, which is never read as a module",
+                caller.display(),
+                file.display()
+            ),
             Self::Ambiguous { spec, caller, first, second } => write!(
                 f,
                 "module '{spec}' from {} is ambiguous: both {} and {} exist",
