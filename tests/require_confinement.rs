@@ -1,8 +1,8 @@
 //! `require` stays inside the requirer's project root (the main script's folder, or the nearest
 //! folder above it with a `.luaurc`): `../`, an alias and a symbolic link out are refused before
-//! the file is read, on the engine VM and on workers alike. And what `require` refuses inside
-//! it: a folder or a FIFO where a module file should be (never opened), modules nested past the
-//! bound, a path that is not UTF-8 text.
+//! the file is read, on the engine VM and on workers alike, in one text whether anything is out
+//! there or not. And what `require` refuses inside it: a folder or a FIFO where a module file
+//! should be (never opened), modules nested past the bound, a path that is not UTF-8 text.
 
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -58,12 +58,12 @@ fn tree() -> Tree {
     tree
 }
 
-fn refusal(spec: &str, caller: &Path, module: &str, tree: &Tree) -> String {
+/// The one refusal of a path out of `tree`'s project, found or not.
+fn refusal(spec: &str, caller: &Path, tree: &Tree) -> String {
     format!(
-        "module '{spec}' from {} is {}, outside the project root {}: modules are required only \
+        "module '{spec}' from {} leads outside the project root {}: modules are required only \
          from below it (the main script's folder, or the nearest folder above it with a .luaurc)",
         caller.display(),
-        tree.path().join(module).display(),
         tree.path().join("proj").display()
     )
 }
@@ -92,14 +92,11 @@ fn a_main_script_requires_only_below_its_project_root() {
         ("link", "./link/secret"),
         ("alias", "@up/secret"),
     ] {
-        assert_contains(
-            &field(&out, key),
-            &refusal(spec, &main, "secret.luau", &tree),
-        );
+        assert_contains(&field(&out, key), &refusal(spec, &main, &tree));
     }
     // Refused before it is compiled: the syntax error that would quote it never happens.
     let bad = field(&out, "bad");
-    assert_contains(&bad, &refusal("../bad", &main, "bad.luau", &tree));
+    assert_contains(&bad, &refusal("../bad", &main, &tree));
     assert!(!bad.contains("SECRET-LINE"), "{bad}");
     assert_contains(
         &field(&out, "missing"),
@@ -117,7 +114,6 @@ fn a_main_script_requires_only_below_its_project_root() {
         &refusal(
             "../../secret",
             &tree.path().join("proj/lib/reach.luau"),
-            "secret.luau",
             &tree,
         ),
     );
@@ -151,7 +147,6 @@ fn a_job_on_a_worker_requires_under_the_project_root_it_was_dispatched_under() {
         &refusal(
             "../../secret",
             &tree.path().join("proj/lib/job.luau"),
-            "secret.luau",
             &tree,
         ),
     );
@@ -162,7 +157,7 @@ fn a_job_on_a_worker_requires_under_the_project_root_it_was_dispatched_under() {
         .to_string();
     assert_contains(
         &err,
-        &refusal("../secret", &tree.path().join("proj"), "secret.luau", &tree),
+        &refusal("../secret", &tree.path().join("proj"), &tree),
     );
     // The pool serves on.
     assert_eq!(
@@ -199,9 +194,8 @@ fn the_nearest_luaurc_above_the_main_script_widens_its_project_root() {
     assert_contains(
         &refused,
         &format!(
-            "module '../../outside' from {} is {}, outside the project root {}",
+            "module '../../outside' from {} leads outside the project root {}",
             main.display(),
-            tree.path().join("outside.luau").display(),
             tree.path().join("wide").display()
         ),
     );
@@ -215,6 +209,59 @@ fn message_of(domain: &ScriptDomain, body: &str) -> String {
     line.strip_prefix("runtime error: ")
         .unwrap_or(line)
         .to_owned()
+}
+
+#[test]
+fn a_path_out_of_the_project_root_is_refused_alike_whether_anything_is_there() {
+    let tree = tree();
+    let top = tree.path();
+    std::fs::create_dir(top.join("secretdir")).unwrap();
+    mkfifo(&top.join("pipe.luau"));
+    // Links inside the project: to a file out there, to nothing out there, to the folder above.
+    symlink("../secret.luau", top.join("proj/out.luau")).unwrap();
+    symlink("../nothing.luau", top.join("proj/gone.luau")).unwrap();
+    let pool = Pool::new(1);
+    let domain = ScriptDomain::new(
+        &pool,
+        DomainSpec::new("mods").plan(Plan::new().root(top.join("proj"))),
+    )
+    .unwrap();
+    let proj = top.join("proj");
+    for spec in [
+        // A module out there, nothing, a folder, a FIFO.
+        "../secret",
+        "../nothing",
+        "../secretdir",
+        "../pipe",
+        // Through links: to a module out there, a dangling one, a folder link then a module or
+        // nothing.
+        "./out",
+        "./gone",
+        "./link/secret",
+        "./link/nothing",
+    ] {
+        assert_eq!(
+            message_of(&domain, &format!("return require('{spec}')")),
+            refusal(spec, &proj, &tree),
+            "require('{spec}')"
+        );
+    }
+    // A job's module is resolved and confined the same way.
+    for spec in ["../secret", "../nothing", "./link/nothing"] {
+        assert_eq!(
+            message_of(
+                &domain,
+                &format!("return require('@skein/jobs').dispatch('{spec}', 'f')")
+            ),
+            format!("jobs.dispatch: {}", refusal(spec, &proj, &tree)),
+            "jobs.dispatch('{spec}')"
+        );
+    }
+    // Nothing out there was read, and the project's own modules load.
+    assert_eq!(
+        domain.eval("return require('./lib/util').v").unwrap(),
+        Message::String("util".into())
+    );
 }
 
 #[test]

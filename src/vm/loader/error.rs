@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 /// Why a `require` failed.
 ///
 /// Resolution errors (`BadSpecifier`, `NotFound`, `Directory`, `NotRegular`, `Ambiguous`,
-/// `UnknownAlias`, `BadConfig`, `OutsideRoots`, `LeadsOutside`) name the specifier and the
-/// requiring file; loading errors (`Cycle`, `TooDeep`, `Compile`, `Io`, `BadReturn`,
-/// `Runtime`) name the module file.
+/// `UnknownAlias`, `BadConfig`, `LeadsOutside`) name the specifier and the requiring file;
+/// loading errors (`Cycle`, `TooDeep`, `Compile`, `Io`, `BadReturn`, `Runtime`) name the module
+/// file.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub(crate) enum RequireError {
@@ -59,15 +59,9 @@ pub(crate) enum RequireError {
     /// [`MAX_REQUIRE_DEPTH`] modules are being loaded one inside the other already; `chain` is
     /// them, outermost first, and then the module that would have been one more.
     TooDeep { chain: Vec<PathBuf> },
-    /// The module resolved to a file outside the requirer's project root.
-    OutsideRoots {
-        spec: String,
-        caller: PathBuf,
-        module: PathBuf,
-        project: PathBuf,
-    },
-    /// The specifier leads outside the requirer's project root to no single module (told
-    /// without the paths tried there).
+    /// The specifier leads outside the requirer's project root: to a module there, to no module,
+    /// or to something else. Told the same way in each case and without the paths out there, so
+    /// a failed `require` is no oracle for which files exist elsewhere on disk.
     LeadsOutside {
         spec: String,
         caller: PathBuf,
@@ -169,13 +163,6 @@ impl fmt::Display for RequireError {
                 f,
                 "unknown alias '@{alias}' in require path '{spec}' from {}: no .luaurc above it defines it",
                 caller.display()
-            ),
-            Self::OutsideRoots { spec, caller, module, project } => write!(
-                f,
-                "module '{spec}' from {} is {}, outside the project root {}: modules are required only from below it (the main script's folder, or the nearest folder above it with a .luaurc)",
-                caller.display(),
-                module.display(),
-                project.display()
             ),
             Self::LeadsOutside { spec, caller, project } => write!(
                 f,
