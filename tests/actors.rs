@@ -89,6 +89,17 @@ const SPAWN_REFUSALS: &[(&str, &str, &str)] = &[
         "require('@skein/worker').spawn { source = 'return print', name = string.rep('n', 257) }",
         "worker.spawn: name must be a string of 1 to 256 bytes, got a string of 257 bytes",
     ),
+    (
+        "a source that is not UTF-8 text",
+        "require('@skein/worker').spawn { source = '\\255\\254' }",
+        "worker.spawn: source must be UTF-8 text",
+    ),
+    (
+        "a capability name that is not UTF-8 text",
+        "require('@skein/worker').spawn { source = 'return print', capabilities = { '\\255' } }",
+        "worker.spawn: invalid capability name '\u{FFFD}': each dotted segment must be a lowercase \
+         letter followed by lowercase letters, digits or '_'",
+    ),
 ];
 
 #[test]
