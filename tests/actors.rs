@@ -229,6 +229,20 @@ fn send_refuses_what_cannot_cross_and_sends_nothing() {
 }
 
 #[test]
+fn a_method_called_on_a_userdata_names_it_with_its_article() {
+    let pool = Pool::new(1);
+    let d = domain(&pool);
+    assert_eq!(
+        raised(
+            &d,
+            "local w = require('@skein/worker').spawn { source = 'return print' } \
+             w.send(newproxy(), 1)"
+        ),
+        "Worker:send: self must be a worker, got a userdata; call it as worker:send(...)"
+    );
+}
+
+#[test]
 fn echo_round_trips_buffers_and_vectors() {
     let pool = Pool::new(1);
     let d = domain(&pool);

@@ -369,6 +369,10 @@ fn a_require_path_that_is_not_a_utf8_string_is_refused_naming_it() {
         "require: path must be a string, got nil"
     );
     assert_eq!(
+        message_of(&domain, "return require(newproxy())"),
+        "require: path must be a string, got a userdata"
+    );
+    assert_eq!(
         crate::support::number(&domain.eval("return require('./m')").unwrap()),
         1.0
     );
