@@ -17,6 +17,7 @@ mod luau_promise;
 mod modules;
 mod native;
 mod native_hint;
+mod os_time;
 mod out_of_memory;
 mod owner;
 mod plan;
