@@ -91,6 +91,17 @@ const SPAWN_REFUSALS: &[(&str, &str, &str)] = &[
         "require('@skein/worker').spawn { source = 'return print', name = string.rep('n', 257) }",
         "worker.spawn: name must be a string of 1 to 256 bytes, got a string of 257 bytes",
     ),
+    (
+        "a source that is not UTF-8 text",
+        "require('@skein/worker').spawn { source = '\\255\\254' }",
+        "worker.spawn: source must be UTF-8 text",
+    ),
+    (
+        "a capability name that is not UTF-8 text",
+        "require('@skein/worker').spawn { source = 'return print', capabilities = { '\\255' } }",
+        "worker.spawn: invalid capability name '\u{FFFD}': each dotted segment must be a lowercase \
+         letter followed by lowercase letters, digits or '_'",
+    ),
 ];
 
 #[test]
@@ -149,7 +160,7 @@ fn spawn_errors_carry_their_texts() {
     assert_eq!(
         err,
         format!(
-            "permission denied: capability 'worker.spawn' is not granted to domain 'plain' ({}, generation 1)",
+            "capability 'worker.spawn' denied to domain 'plain' ({}, generation 1)",
             denied.id()
         )
     );
@@ -194,7 +205,7 @@ fn send_refuses_what_cannot_cross_and_sends_nothing() {
     let out = d
         .eval(
             r#"
-        local w = require('@skein/worker').spawn { source = 'return function(m) return m end' }
+        local w = require('@skein/worker').spawn { name = 'closer', source = 'return function(m) return m end' }
         local ok, err = pcall(function() w:send { items = { 1, 2, { callback = print } } } end)
         assert(not ok)
         w:send('after')
@@ -214,10 +225,23 @@ fn send_refuses_what_cannot_cross_and_sends_nothing() {
     assert_eq!(text(&items[1]), "after");
     assert_eq!(text(&items[2]), "nil");
     assert_eq!(
-        clean(&text(&items[3]))[..20].to_owned(),
-        "Worker:send: worker "
+        clean(&text(&items[3])),
+        "the worker is stopped; it takes no more messages (Worker:send to worker 'closer')"
     );
-    assert_contains(&text(&items[3]), "' is stopped; it takes no more messages");
+}
+
+#[test]
+fn a_method_called_on_a_userdata_names_it_with_its_article() {
+    let pool = Pool::new(1);
+    let d = domain(&pool);
+    assert_eq!(
+        raised(
+            &d,
+            "local w = require('@skein/worker').spawn { source = 'return print' } \
+             w.send(newproxy(), 1)"
+        ),
+        "Worker:send: self must be a worker, got a userdata; call it as worker:send(...)"
+    );
 }
 
 #[test]
@@ -588,7 +612,7 @@ fn a_worker_runs_under_its_own_narrower_authority() {
     assert_eq!(
         clean(&text(&items[1])),
         format!(
-            "permission denied: capability 'input.observe' is not granted to domain 'actors' ({}, generation 1, worker 'bare')",
+            "capability 'input.observe' denied to domain 'actors' ({}, generation 1, worker 'bare')",
             d.id()
         )
     );
@@ -946,8 +970,8 @@ fn a_service_denies_a_worker_by_the_worker_s_grant() {
     assert_contains(
         &err,
         &format!(
-            "engine service 'input.peek' failed: permission denied: capability 'input.observe' \
-             is not granted to domain 'actors' ({}, generation 1, worker 'nosy')",
+            "engine service 'input.peek' failed: capability 'input.observe' \
+             denied to domain 'actors' ({}, generation 1, worker 'nosy')",
             d.id()
         ),
     );

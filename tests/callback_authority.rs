@@ -175,7 +175,7 @@ impl Fixture {
     /// The denial of `capability` to the `ui` context.
     fn denied(&self, capability: &str) -> String {
         format!(
-            "permission denied: capability '{capability}' is not granted to domain 'game' ({}, generation 1, context 'ui')",
+            "capability '{capability}' denied to domain 'game' ({}, generation 1, context 'ui')",
             self.domain.id()
         )
     }

@@ -54,7 +54,7 @@ return {
 
 fn denial_text(domain: &ScriptDomain, capability: &str) -> String {
     format!(
-        "permission denied: capability '{capability}' is not granted to domain '{}' (domain#{}, generation 1)",
+        "capability '{capability}' denied to domain '{}' (domain#{}, generation 1)",
         domain.name(),
         domain.id().get()
     )
@@ -149,7 +149,7 @@ fn a_restart_keeps_the_grant_and_attributes_denials_to_the_new_generation() {
         .unwrap_err()
         .to_string();
     let text = format!(
-        "permission denied: capability 'x.b' is not granted to domain 'a' (domain#{}, generation 2)",
+        "capability 'x.b' denied to domain 'a' (domain#{}, generation 2)",
         d.id().get()
     );
     assert_contains(&err, &text);
@@ -200,7 +200,7 @@ fn a_grant_holds_in_the_engine_vm_and_in_dispatched_items() {
     assert_contains(
         &crate::support::text(&err),
         &format!(
-            "permission denied: capability 'x.b' is not granted to domain 'a' (domain#{}, generation 1, context 'narrow')",
+            "capability 'x.b' denied to domain 'a' (domain#{}, generation 1, context 'narrow')",
             d.id().get()
         ),
     );
@@ -408,7 +408,7 @@ fn the_mandelbrot_example_writes_its_image_only_when_allowed() {
     assert_eq!(code, 1, "stderr: {stderr}");
     assert_contains(
         &stderr,
-        "permission denied: capability 'filesystem.write' is not granted to domain 'main' (domain#1, generation 1)",
+        "capability 'filesystem.write' denied to domain 'main' (domain#1, generation 1)",
     );
     assert!(!cwd.path().join("mandelbrot.png").exists());
     let args = ["run", "--allow-write", ".", script, "--", "16", "10"];
@@ -437,10 +437,7 @@ fn the_runner_grants_file_access_only_through_its_flags() {
     // No flag: denied by default.
     let (code, _, stderr) = skein_in(&cwd, &["run", "copy.luau", "--", "out/x.txt"]);
     assert_eq!(code, 1, "stderr: {stderr}");
-    assert_contains(
-        &stderr,
-        "permission denied: capability 'filesystem.read' is not granted",
-    );
+    assert_contains(&stderr, "capability 'filesystem.read' denied");
 
     // Read granted, write not.
     let (code, _, stderr) = skein_in(
@@ -448,10 +445,7 @@ fn the_runner_grants_file_access_only_through_its_flags() {
         &["run", "--allow-read", "in", "copy.luau", "--", "out/x.txt"],
     );
     assert_eq!(code, 1, "stderr: {stderr}");
-    assert_contains(
-        &stderr,
-        "permission denied: capability 'filesystem.write' is not granted",
-    );
+    assert_contains(&stderr, "capability 'filesystem.write' denied");
 
     // Both granted, the write inside its root.
     let flags = [

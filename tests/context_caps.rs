@@ -58,7 +58,7 @@ fn game(pool: &Pool, tree: &Tree) -> ScriptDomain {
 
 fn denied_to_ui(domain: &ScriptDomain, capability: &str) -> String {
     format!(
-        "permission denied: capability '{capability}' is not granted to domain 'game' ({}, generation 1, context 'ui')",
+        "capability '{capability}' denied to domain 'game' ({}, generation 1, context 'ui')",
         domain.id()
     )
 }
@@ -308,7 +308,7 @@ fn a_context_with_filesystem_read_reads_below_the_domains_roots() {
     assert_contains(
         &String::from_utf8_lossy(&observe),
         &format!(
-            "capability 'input.observe' is not granted to domain 'game' ({}, generation 1, context 'reader')",
+            "capability 'input.observe' denied to domain 'game' ({}, generation 1, context 'reader')",
             domain.id()
         ),
     );
@@ -371,7 +371,7 @@ fn a_child_domain_gets_only_the_part_of_its_parents_grant_it_asked_for() {
     assert_contains(
         &err,
         &format!(
-            "permission denied: capability 'input.observe' is not granted to domain 'hud' ({}, generation 1)",
+            "capability 'input.observe' denied to domain 'hud' ({}, generation 1)",
             child.id()
         ),
     );

@@ -160,7 +160,7 @@ fn a_denial_reaches_the_sink_with_its_capability_and_text() {
         assert_eq!(d.phase, None);
         assert_eq!(
             d.message,
-            format!("permission denied: capability 'input.observe' is not granted to {who}")
+            format!("capability 'input.observe' denied to {who}")
         );
     }
     assert_eq!(seen[1].1.attribution.actor.as_deref(), Some("peeker"));

@@ -668,3 +668,65 @@ fn read_and_write_refuse_what_is_not_a_regular_file_without_opening_it() {
     assert!(s.d.join("sub").is_dir());
     assert_eq!(domain.denials(), 0);
 }
+
+#[test]
+fn a_path_out_of_a_root_is_refused_alike_whether_anything_is_there() {
+    let s = Setup::new();
+    let pool = Pool::new(1);
+    let domain = s.domain(&pool);
+    // The first line of the refusal as the script reads it, the path as given written `<path>`.
+    let refused = |call: &str, path: &Path| {
+        let p = path.display().to_string();
+        let got = crate::support::refusal(&domain, &format!("require('@skein/fs').{call}"));
+        let line = got.lines().next().unwrap_or_default().replace(&p, "<path>");
+        line.strip_prefix("runtime error: ")
+            .unwrap_or(&line)
+            .to_owned()
+    };
+    let by_name = [
+        (s.other.join("secret.txt"), s.other.join("nothing.txt")),
+        (s.other.clone(), s.other.join("nowhere")),
+    ];
+    let through_link = [
+        (s.d.join("link/secret.txt"), s.d.join("link/nothing.txt")),
+        (s.d.join("link"), s.d.join("link/nowhere")),
+    ];
+    for (there, nothing) in by_name.iter().chain(&through_link) {
+        for call in ["readFile('{}')", "list('{}')", "writeFile('{}', 'x')"] {
+            let at = |p: &Path| call.replace("{}", &p.display().to_string());
+            assert_eq!(
+                refused(&at(there), there),
+                refused(&at(nothing), nothing),
+                "{call} of {there:?} and {nothing:?}"
+            );
+        }
+    }
+    // Each says what it is, whole.
+    let nothing = s.other.join("nothing.txt");
+    assert_eq!(
+        refused(&format!("readFile('{}')", nothing.display()), &nothing),
+        format!(
+            "fs.readFile: '<path>': permission denied: '<path>' is outside every root granted for \
+             'filesystem.read' to {}; its roots: '{}'",
+            who(&domain),
+            s.d.display()
+        )
+    );
+    let nothing = s.d.join("link/nothing.txt");
+    assert_eq!(
+        refused(&format!("readFile('{}')", nothing.display()), &nothing),
+        format!(
+            "fs.readFile: '<path>': permission denied: '<path>' leads out of the root '{}' granted \
+             for 'filesystem.read' to {}: a symbolic link on its way points outside",
+            s.d.display(),
+            who(&domain)
+        )
+    );
+    // Nothing out there was written or made.
+    assert_eq!(
+        std::fs::read_to_string(s.other.join("secret.txt")).unwrap(),
+        "secret"
+    );
+    assert!(!s.other.join("nothing.txt").exists());
+    assert!(!s.other.join("nowhere").exists());
+}

@@ -116,6 +116,14 @@ fn every_refusal_names_its_cause_and_changes_nothing() {
              chunk 'eval'",
         ),
         (
+            r#"interfaces.provide("audio", { play = 1, ["\255"] = 2 })"#,
+            "interfaces.provide: the fields of 'audio' must have UTF-8 text keys",
+        ),
+        (
+            r#"interfaces.provide("\255", { a = 1 })"#,
+            "interfaces.provide: name must be UTF-8 text",
+        ),
+        (
             r#"interfaces.get(nil)"#,
             "interfaces.get: name must be a string, got nil",
         ),

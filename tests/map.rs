@@ -542,7 +542,7 @@ fn elements_run_under_the_callers_authority_as_dispatched_items_do() {
     let report = d.run_phase(Phase::OnDemand, &[]).unwrap();
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let denial = format!(
-        "permission denied: capability 'x.b' is not granted to domain 'a' (domain#{}, generation 1, context 'narrow')",
+        "capability 'x.b' denied to domain 'a' (domain#{}, generation 1, context 'narrow')",
         d.id().get()
     );
     let mapped = refusal(&d, "mapped:await()");

@@ -1012,7 +1012,6 @@ fn a_luaurc_above_a_resource_does_not_widen_its_project_root() {
     // Its own modules load.
     assert_eq!(text(&eval(&host, "a", "return own")), "a own");
     let main = res.join("a/main.luau");
-    let private = res.join("b/private.luau");
     let root = res.join("a");
     for (i, spec) in ["../b/private", "@b/private", "@up/b/private"]
         .iter()
@@ -1022,9 +1021,8 @@ fn a_luaurc_above_a_resource_does_not_widen_its_project_root() {
         assert_contains(
             &got,
             &format!(
-                "module '{spec}' from {} is {}, outside the project root {}",
+                "module '{spec}' from {} leads outside the project root {}",
                 main.display(),
-                private.display(),
                 root.display()
             ),
         );

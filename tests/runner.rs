@@ -261,10 +261,7 @@ fn the_runner_global_holds_the_arguments_and_no_way_around_capabilities() {
     // A job on a worker has no `runner`.
     assert_eq!(lines[1], "false");
     assert!(lines[2].starts_with("false\t"), "{}", lines[2]);
-    assert_contains(
-        lines[2],
-        "permission denied: capability 'filesystem.write' is not granted",
-    );
+    assert_contains(lines[2], "capability 'filesystem.write' denied");
     assert!(!tree.path().join("out.txt").exists());
 }
 
@@ -566,4 +563,28 @@ fn the_registered_example_runs_its_job_for_the_frames_asked_then_ends() {
             "counter: frame 3 of 3",
         ]
     );
+}
+
+#[test]
+fn a_spawn_without_its_flag_is_denied_naming_the_capability_and_the_domain() {
+    let tree = Tree::new(&[(
+        "main.luau",
+        "local ok, err = pcall(require('@skein/worker').spawn, { source = 'return print' })\n\
+         print(ok, err)\n",
+    )]);
+    let (code, stdout, stderr) = skein_in(&tree.path(), &["run", "main.luau"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout.lines().next(),
+        Some(
+            "false\truntime error: capability 'worker.spawn' denied to domain 'main' (domain#1, \
+             generation 1)"
+        )
+    );
+    // With the flag the same spawn runs.
+    let (code, _, stderr) = skein_in(
+        &tree.path(),
+        &["run", "--allow", "worker.spawn", "main.luau"],
+    );
+    assert_eq!(code, 0, "{stderr}");
 }

@@ -312,7 +312,7 @@ fn a_failure_the_script_handles_leaves_the_exit_code_zero() {
     assert_eq!(
         count(
             &stderr,
-            "skein: capability: permission denied: capability 'filesystem.read'"
+            "skein: capability: capability 'filesystem.read' denied to domain 'main' (domain#1, generation 1)"
         ),
         1,
         "{stderr}"

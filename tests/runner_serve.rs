@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use skein::NativeMode;
 
-use crate::support::{assert_contains, exit_within, skein, Tree};
+use crate::support::{assert_contains, exit_within, mkfifo, skein, Tree};
 
 /// How long the runner may take to answer (a debug build on a loaded machine).
 const ANSWER: Duration = Duration::from_secs(30);
@@ -483,6 +483,62 @@ fn a_folder_that_cannot_load_exits_one_naming_it() {
             bad.display()
         )]
     );
+}
+
+#[test]
+fn a_manifest_or_host_file_that_is_a_fifo_is_refused_naming_it_without_blocking() {
+    // A FIFO opened for reading waits for a writer that never comes: each is refused from its
+    // metadata, and the server exits at once naming it.
+    let tree = Tree::new(&[("res/good/skein.toml", "[resource]\n")]);
+    let res = tree.path().join("res");
+    std::fs::create_dir(res.join("piped")).unwrap();
+    mkfifo(&res.join("piped/skein.toml"));
+    let mut served = Served::start(&res, &[]);
+    served.close();
+    let (status, out, err) = served.exit();
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    assert_eq!(out, Vec::<String>::new());
+    assert_eq!(
+        err,
+        [format!(
+            "skein: {}: it is a FIFO, not a regular file",
+            res.join("piped/skein.toml").display()
+        )]
+    );
+    // A folder named skein.toml is refused the same way.
+    std::fs::remove_file(res.join("piped/skein.toml")).unwrap();
+    std::fs::create_dir(res.join("piped/skein.toml")).unwrap();
+    let mut served = Served::start(&res, &[]);
+    served.close();
+    let (status, _, err) = served.exit();
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    assert_eq!(
+        err,
+        [format!(
+            "skein: {}: it is a directory, not a regular file",
+            res.join("piped/skein.toml").display()
+        )]
+    );
+    // The served folder's host file too.
+    std::fs::remove_dir(res.join("piped/skein.toml")).unwrap();
+    std::fs::write(res.join("piped/skein.toml"), "[resource]\n").unwrap();
+    mkfifo(&res.join("skein-host.toml"));
+    let mut served = Served::start(&res, &[]);
+    served.close();
+    let (status, _, err) = served.exit();
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    assert_eq!(
+        err,
+        [format!(
+            "skein: {}: it is a FIFO, not a regular file",
+            res.join("skein-host.toml").display()
+        )]
+    );
+    // With the host file a regular file, both resources load and the server serves.
+    std::fs::remove_file(res.join("skein-host.toml")).unwrap();
+    let mut served = Served::start(&res, &[]);
+    served.close();
+    assert_eq!(served.exit().0.code(), Some(0));
 }
 
 #[test]

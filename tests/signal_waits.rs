@@ -161,6 +161,16 @@ fn bad_arguments_are_refused_naming_the_call() {
     ] {
         assert_contains(&refusal(&domain, call), expected);
     }
+    // Not UTF-8 text: the whole message, as the script reads it.
+    for call in ["events.wait('\\255')", "engine.wait('\\255')"] {
+        let what = &call[..call.find('(').unwrap()];
+        let got = refusal(&domain, call);
+        assert_eq!(
+            got.lines().next().unwrap().strip_prefix("runtime error: "),
+            Some(format!("{what}: name must be UTF-8 text").as_str()),
+            "{call}"
+        );
+    }
     // 256 bytes is the longest name: it waits (and times out at once).
     assert_eq!(
         domain

@@ -74,6 +74,14 @@ impl Tree {
     }
 }
 
+/// Makes a FIFO at `path`: opening it for reading would wait for a writer that never comes.
+pub fn mkfifo(path: &Path) {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("a path");
+    // SAFETY: `c_path` is a valid NUL-terminated path that outlives the call.
+    let made = unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) };
+    assert_eq!(made, 0, "mkfifo {path:?}");
+}
+
 /// Asserts that `haystack` contains `needle`, printing both when it does not.
 #[track_caller]
 pub fn assert_contains(haystack: &str, needle: &str) {

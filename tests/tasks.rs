@@ -256,10 +256,9 @@ fn loadstring_and_filesystem_require_are_gone() {
     assert_contains(
         &outside,
         &format!(
-            "module '../outside' from {} is {}, outside the project root {}: modules are \
+            "module '../outside' from {} leads outside the project root {}: modules are \
              required only from below it",
             root.display(),
-            tree.path().join("outside.luau").display(),
             root.display()
         ),
     );

@@ -6,7 +6,7 @@
 use skein::{DomainSpec, MapKey, Message, Plan, Pool, ScriptDomain};
 
 use crate::hostile::hostile_run;
-use crate::support::Tree;
+use crate::support::{skein_in, Tree};
 
 const ECHO: &str = "return { echo = function(x) return x end, \
                     kind = function(x) return typeof(x) end }";
@@ -154,4 +154,43 @@ fn parallel_for_args_cross_at_the_top_level_as_nested() {
         )
         .unwrap();
     assert_eq!(wrong, Message::String("".into()));
+}
+
+/// A whole float past `i64::MAX` prints as the float it is, as Luau prints it, on each path a
+/// script prints a value from: `print`, `tostring`, interpolation, a job's result, a shared
+/// table, a worker's reply (never `i64::MAX`, `9223372036854775807`).
+#[test]
+fn the_runner_prints_a_float_past_the_largest_integer_as_a_float_on_every_path() {
+    let tree = Tree::new(&[
+        ("echo.luau", ECHO),
+        (
+            "main.luau",
+            r#"
+local w = require("@skein/worker").spawn { source = "return function(m) return m end" }
+local shared = jobs.shared.table("big")
+for _, v in { 2^63, -2^63, 2^64 } do
+    shared.v = v
+    shared.nested = { v }
+    w:send(v)
+    print(v, tostring(v), `{v}`, jobs.dispatch("./echo", "echo", v):await(),
+        jobs.dispatch("./echo", "echo", { v }):await()[1], shared.v, shared.nested[1], w:receive(10))
+end
+"#,
+        ),
+    ]);
+    let (code, stdout, stderr) = skein_in(
+        &tree.path(),
+        &["run", "--allow", "worker.spawn", "main.luau"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let line = |v: &str| [v; 8].join("\t");
+    assert_eq!(
+        stdout,
+        format!(
+            "{}\n{}\n{}\n",
+            line("9223372036854776000"),
+            line("-9223372036854776000"),
+            line("18446744073709552000")
+        )
+    );
 }

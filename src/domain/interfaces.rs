@@ -106,7 +106,14 @@ fn check_name(name: &str) -> Result<(), String> {
 /// The name argument of `function`, checked.
 fn name_arg(function: &str, name: &Value) -> mlua::Result<String> {
     let name = match name {
-        Value::String(s) => s.to_str()?.to_owned(),
+        Value::String(s) => match s.to_str() {
+            Ok(text) => text.to_owned(),
+            Err(_) => {
+                return Err(mlua::Error::runtime(format!(
+                    "interfaces.{function}: name must be UTF-8 text"
+                )))
+            }
+        },
         other => {
             return Err(mlua::Error::runtime(format!(
                 "interfaces.{function}: name must be a string, got {}",
@@ -159,7 +166,12 @@ impl Interfaces {
                     vm::a_type(&key)
                 )));
             };
-            adding.insert(key.to_str()?.to_owned(), value);
+            let Ok(key) = key.to_str().map(|k| k.to_owned()) else {
+                return Err(mlua::Error::runtime(format!(
+                    "interfaces.provide: the fields of '{name}' must have UTF-8 text keys"
+                )));
+            };
+            adding.insert(key, value);
         }
         let mut book = self.book.borrow_mut();
         if let Some(existing) = book.get(&name) {

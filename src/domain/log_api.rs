@@ -134,7 +134,11 @@ fn write(lua: &Lua, level: LogLevel, message: Value, fields: Value) -> mlua::Res
         message.as_bytes().len().saturating_add(weight),
         &format!("log.{level}"),
     )?;
-    let message = message.to_str()?.to_owned();
+    let Ok(message) = message.to_str().map(|m| m.to_owned()) else {
+        return Err(mlua::Error::runtime(format!(
+            "log.{level}: message must be UTF-8 text"
+        )));
+    };
     let (target, source) = caller(lua);
     let Some(principal) = home_principal(lua) else {
         // A VM outside any domain has no one to attribute the record to.

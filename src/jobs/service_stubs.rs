@@ -160,7 +160,8 @@ fn forward_query(
     lua: &Lua,
     (name, yieldable, args): (mlua::LuaString, bool, MessageArgs),
 ) -> mlua::Result<Value> {
-    let name = name.to_str()?.to_owned();
+    // Skein's own stubs pass the service's name, which the host registered as text.
+    let name = name.to_string_lossy();
     if !yieldable {
         return Err(mlua::Error::runtime(format!(
             "{name} can't wait here: a query from a worker waits for the engine thread; call it \

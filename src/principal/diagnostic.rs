@@ -25,7 +25,7 @@ use super::phase::Phase;
 /// let domain = ScriptDomain::new(&pool, DomainSpec::new("game").plan(plan))?;
 /// let err = domain.eval("observe()").unwrap_err().to_string();
 /// let who = format!("domain 'game' ({}, generation 1)", domain.id());
-/// assert!(err.contains(&format!("capability 'input.observe' is not granted to {who}")), "{err}");
+/// assert!(err.contains(&format!("capability 'input.observe' denied to {who}")), "{err}");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -169,8 +169,9 @@ impl ResourceHost {
     ///
     /// # Errors
     /// [`Error::Resource`]: [`ResourceRefusal::Manifest`] for a folder that can't be read, a
-    /// folder name that is not a resource name, or a manifest refused (naming its file, line
-    /// and key); [`ResourceRefusal::Grant`] for a manifest asking a capability `ceiling`
+    /// folder name that is not a resource name, a `skein.toml` that is not a regular file (a
+    /// FIFO is refused without being opened), or a manifest refused (naming its file, line and
+    /// key); [`ResourceRefusal::Grant`] for a manifest asking a capability `ceiling`
     /// lacks.
     pub fn load(pool: &Pool, dir: impl AsRef<Path>, ceiling: Grant) -> Result<ResourceHost> {
         let dir = dir.as_ref();
@@ -181,8 +182,21 @@ impl ResourceHost {
         for entry in std::fs::read_dir(dir).map_err(unreadable)? {
             let entry = entry.map_err(unreadable)?;
             let folder = entry.path();
-            if folder.is_dir() && folder.join(Self::MANIFEST).is_file() {
-                folders.push(folder);
+            if !folder.is_dir() {
+                continue;
+            }
+            // Anything named skein.toml makes the folder a resource: a manifest that is not a
+            // regular file (a FIFO, a folder) is refused when it is read, not passed over.
+            let manifest = folder.join(Self::MANIFEST);
+            match std::fs::metadata(&manifest) {
+                Ok(_) => folders.push(folder),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(refused(
+                        ResourceRefusal::Manifest,
+                        format!("{}: {e}", manifest.display()),
+                    ))
+                }
             }
         }
         folders.sort();

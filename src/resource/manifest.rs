@@ -19,6 +19,7 @@ use toml::Spanned;
 use crate::error::{Error, ResourceRefusal, Result};
 use crate::ledger::parse_size;
 use crate::principal::capability::CapabilityId;
+use crate::vm::source::{file_kind, read_within};
 
 /// The largest `skein.toml` or `skein-host.toml` read: 1 MiB.
 pub(crate) const MAX_MANIFEST_BYTES: u64 = 1 << 20;
@@ -388,13 +389,23 @@ fn read_text(path: &Path) -> Result<String> {
         message: format!("{}: {why}", path.display()),
     };
     let meta = std::fs::metadata(path).map_err(|e| named(e.to_string()))?;
+    // Looked at before the open: opening a FIFO would wait for a writer that may never come.
+    if !meta.is_file() {
+        return Err(named(format!(
+            "it is {}, not a regular file",
+            file_kind(meta.file_type())
+        )));
+    }
     if meta.len() > MAX_MANIFEST_BYTES {
         return Err(named(format!(
             "{} bytes is more than a manifest may hold ({MAX_MANIFEST_BYTES})",
             meta.len()
         )));
     }
-    std::fs::read_to_string(path).map_err(|e| named(e.to_string()))
+    // The open does not wait either, and the open file is looked at again: the path may have
+    // changed since.
+    let bytes = read_within(path, MAX_MANIFEST_BYTES as usize).map_err(|e| named(e.to_string()))?;
+    String::from_utf8(bytes).map_err(|_| named("it is not UTF-8 text".to_owned()))
 }
 
 /// A serde or TOML refusal, placed and keyed from its span.

@@ -329,13 +329,17 @@ fn refusal_what(kind: &TransferErrorKind) -> String {
         TransferErrorKind::Coroutine => "a coroutine".into(),
         TransferErrorKind::UserData => "a userdata".into(),
         TransferErrorKind::LightUserData => "a light userdata".into(),
-        TransferErrorKind::Unsupported { type_name } => format!("a {type_name}"),
+        TransferErrorKind::Unsupported { type_name } => {
+            format!("{} {type_name}", crate::vm::article(type_name))
+        }
         TransferErrorKind::Metatable => "a table with a metatable".into(),
         TransferErrorKind::Cycle => "a table that contains itself".into(),
         TransferErrorKind::TooDeep { max_depth } => {
             format!("a table nested deeper than {max_depth} tables")
         }
-        TransferErrorKind::KeyType { type_name } => format!("a {type_name} key"),
+        TransferErrorKind::KeyType { type_name } => {
+            format!("{} {type_name} key", crate::vm::article(type_name))
+        }
         TransferErrorKind::NanKey => "a NaN key".into(),
         TransferErrorKind::TooLarge { limit } => format!("a value over {limit} bytes"),
         TransferErrorKind::NoStack => {

@@ -82,7 +82,13 @@ impl fmt::Display for TransferErrorKind {
             Self::Coroutine => write!(f, "a coroutine {CANT_CROSS}"),
             Self::UserData => write!(f, "a userdata {CANT_CROSS}"),
             Self::LightUserData => write!(f, "a light userdata {CANT_CROSS}"),
-            Self::Unsupported { type_name } => write!(f, "a {type_name} {CANT_CROSS}"),
+            Self::Unsupported { type_name } => {
+                write!(
+                    f,
+                    "{} {type_name} {CANT_CROSS}",
+                    crate::vm::article(type_name)
+                )
+            }
             Self::Metatable => write!(f, "a table with a metatable {CANT_CROSS}"),
             Self::Cycle => write!(f, "a table that contains itself {CANT_CROSS}"),
             Self::TooDeep { max_depth } => {
@@ -91,7 +97,13 @@ impl fmt::Display for TransferErrorKind {
                     "a table nested deeper than {max_depth} tables {CANT_CROSS}"
                 )
             }
-            Self::KeyType { type_name } => write!(f, "a {type_name} key {CANT_CROSS}"),
+            Self::KeyType { type_name } => {
+                write!(
+                    f,
+                    "{} {type_name} key {CANT_CROSS}",
+                    crate::vm::article(type_name)
+                )
+            }
             Self::NanKey => write!(f, "a NaN key {CANT_CROSS}"),
             Self::NoStack => write!(
                 f,

@@ -147,6 +147,7 @@ impl Vm {
         });
         lua.set_app_data(core.clone());
         out_of_memory::install_collectgarbage(&lua, &core.memory)?;
+        super::os_time::install(&lua)?;
         task_library::install(&lua)?;
         super::modules::install_require(&lua)?;
         plan.install(&lua)?;

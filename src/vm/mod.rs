@@ -18,6 +18,7 @@ mod luau_promise;
 mod modules;
 mod native;
 mod native_hint;
+mod os_time;
 mod out_of_memory;
 mod owner;
 mod plan;
@@ -74,13 +75,19 @@ pub(crate) fn a_type(value: &mlua::Value) -> String {
         mlua::Value::Integer(_) => "a number".to_owned(),
         v => {
             let name = v.type_name();
-            let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
-                "an"
-            } else {
-                "a"
-            };
-            format!("{article} {name}")
+            format!("{} {name}", article(name))
         }
+    }
+}
+
+/// The indefinite article of `word` as it is said: `an integer`, `a userdata`, `a unit`.
+pub(crate) fn article(word: &str) -> &'static str {
+    // A `u` said as "you" (userdata, unique, usage) takes `a`.
+    let you = word.starts_with("us") || word.starts_with("uni");
+    if word.starts_with(['a', 'e', 'i', 'o', 'u']) && !you {
+        "an"
+    } else {
+        "a"
     }
 }
 
@@ -106,13 +113,9 @@ pub(crate) fn quoted(text: &[u8]) -> String {
 /// queue:push(...)`.
 pub(crate) fn not_self(method: &str, object: &str, got: &mlua::Value) -> mlua::Error {
     let name = method.rsplit(':').next().unwrap_or(method);
-    let article = if object.starts_with(['a', 'e', 'i', 'o', 'u']) {
-        "an"
-    } else {
-        "a"
-    };
     mlua::Error::runtime(format!(
-        "{method}: self must be {article} {object}, got {}; call it as {object}:{name}(...)",
+        "{method}: self must be {} {object}, got {}; call it as {object}:{name}(...)",
+        article(object),
         a_type(got)
     ))
 }
@@ -224,5 +227,47 @@ mod tests {
         .map(luau_number)
         .collect();
         assert_eq!(shown, ["nan", "inf", "-inf", "-0", "0", "61", "0.5"]);
+    }
+
+    #[test]
+    fn every_type_name_takes_the_article_it_is_said_with() {
+        let named: Vec<String> = [
+            "nil",
+            "boolean",
+            "number",
+            "integer",
+            "vector",
+            "string",
+            "table",
+            "function",
+            "thread",
+            "userdata",
+            "light userdata",
+            "buffer",
+            "error",
+            "unknown",
+        ]
+        .into_iter()
+        .map(|name| format!("{} {name}", article(name)))
+        .collect();
+        assert_eq!(
+            named,
+            [
+                "a nil",
+                "a boolean",
+                "a number",
+                "an integer",
+                "a vector",
+                "a string",
+                "a table",
+                "a function",
+                "a thread",
+                "a userdata",
+                "a light userdata",
+                "a buffer",
+                "an error",
+                "an unknown"
+            ]
+        );
     }
 }

@@ -262,8 +262,19 @@ const MAX_CALLER_LEVELS: i32 = 16;
 /// Installs the `require` global: the plan's built-in modules by name (`@skein/jobs`,
 /// `@skein/events`...), and Luau's require-by-string through Skein's loader for the rest.
 pub(crate) fn install_require(lua: &Lua) -> mlua::Result<()> {
-    let require = lua.create_function(|lua, spec: mlua::LuaString| {
-        let spec = spec.to_str()?.to_owned();
+    let require = lua.create_function(|lua, spec: Value| {
+        let spec = match &spec {
+            Value::String(s) => match s.to_str() {
+                Ok(text) => text.to_owned(),
+                Err(_) => return Err(mlua::Error::runtime("require: path must be UTF-8 text")),
+            },
+            other => {
+                return Err(mlua::Error::runtime(format!(
+                    "require: path must be a string, got {}",
+                    super::a_type(other)
+                )))
+            }
+        };
         let core = VmCore::of(lua)?;
         if let Some(build) = core.modules.builtins.find(&spec) {
             return build(lua);

@@ -108,9 +108,9 @@ pub(crate) fn compile(lua: &Lua, source: &[u8], chunk_name: &str) -> mlua::Resul
 
 /// Reads the source file at `path`, refusing what is not a regular file or is longer than
 /// [`MAX_SOURCE_BYTES`]. The kind is looked at before the file is opened (opening a FIFO blocks
-/// until a writer comes) and again on the open file (the path may have changed meanwhile); no
-/// more than the bound and one byte is ever read, so a file that grows while read is refused
-/// too.
+/// until a writer comes) and again on the open file (the path may have changed meanwhile: the
+/// open does not wait, so a FIFO swapped in between is refused, not waited on); no more than
+/// the bound and one byte is ever read, so a file that grows while read is refused too.
 ///
 /// # Errors
 /// The I/O error, or `InvalidInput` with the reason, without the path: callers name it in their
@@ -126,7 +126,20 @@ pub(crate) fn read_within(path: &Path, bound: usize) -> io::Result<Vec<u8>> {
     if !kind.is_file() {
         return Err(refused(not_a_file(kind).to_owned()));
     }
-    read_open_within(File::open(path)?, bound)
+    read_open_within(open_without_waiting(path)?, bound)
+}
+
+/// Opens `path` for reading without waiting: a FIFO that had no writer would block the open.
+/// The flag changes nothing for a regular file, the only kind read on.
+pub(crate) fn open_without_waiting(path: &Path) -> io::Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    options.open(path)
 }
 
 /// Reads the open `file` as [`read_bounded`] reads a path: a regular file of at most
@@ -155,6 +168,31 @@ fn read_open_within(file: File, bound: usize) -> io::Result<Vec<u8>> {
         return Err(too_long());
     }
     Ok(source)
+}
+
+/// What a file is, with its article, as a refusal names what is not a regular file: `a
+/// directory`, `a FIFO`, `a socket`, `a character device`, `a block device`.
+pub(crate) fn file_kind(kind: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO";
+        } else if kind.is_socket() {
+            return "a socket";
+        } else if kind.is_char_device() {
+            return "a character device";
+        } else if kind.is_block_device() {
+            return "a block device";
+        }
+    }
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_file() {
+        "a regular file"
+    } else {
+        "a special file"
+    }
 }
 
 /// Why a file type that is not a regular file can't be source.

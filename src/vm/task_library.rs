@@ -354,7 +354,14 @@ pub(crate) fn park_signal(
 ) -> mlua::Result<()> {
     let what = kind.call();
     let name = match name {
-        Value::String(s) => s.to_str()?.to_owned(),
+        Value::String(s) => match s.to_str() {
+            Ok(text) => text.to_owned(),
+            Err(_) => {
+                return Err(mlua::Error::runtime(format!(
+                    "{what}: name must be UTF-8 text"
+                )))
+            }
+        },
         other => {
             return Err(mlua::Error::runtime(format!(
                 "{what}: name must be a string, got {}",

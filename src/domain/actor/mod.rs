@@ -448,8 +448,10 @@ impl SpawnOptions {
                 let mut set = Vec::new();
                 for item in list.sequence_values::<Value>() {
                     match item? {
+                        // Text that is not UTF-8 is refused as the name it reads as.
                         Value::String(s) => set.push(
-                            CapabilityId::new(&s.to_str()?).map_err(|e| refuse(e.to_string()))?,
+                            CapabilityId::new(&s.to_string_lossy())
+                                .map_err(|e| refuse(e.to_string()))?,
                         ),
                         other => {
                             return Err(refuse(format!(
@@ -551,7 +553,7 @@ impl ActorHandle {
         let name = &self.0.shared.name;
         let stopped = || {
             mlua::Error::runtime(format!(
-                "Worker:send: worker '{name}' is stopped; it takes no more messages"
+                "the worker is stopped; it takes no more messages (Worker:send to worker '{name}')"
             ))
         };
         if self.0.shared.state() != RUNNING {

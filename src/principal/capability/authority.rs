@@ -57,7 +57,7 @@ impl fmt::Display for CapabilityDenied {
         match &self.path {
             None => write!(
                 f,
-                "permission denied: capability '{}' is not granted to {}",
+                "capability '{}' denied to {}",
                 self.capability, self.attribution
             ),
             Some(path) if self.escapes => write!(
@@ -367,7 +367,7 @@ pub(crate) fn current_or(fallback: &Arc<Authority>) -> Arc<Authority> {
 ///
 /// let denied = ScriptDomain::new(&pool, DomainSpec::new("denied").plan(plan))?;
 /// let err = denied.eval("return observe()").unwrap_err().to_string();
-/// assert!(err.contains("permission denied: capability 'input.observe' is not granted to domain 'denied' (domain#"));
+/// assert!(err.contains("capability 'input.observe' denied to domain 'denied' (domain#"));
 /// assert_eq!(denied.denials(), 1);
 ///
 /// // Host code outside any task has no authority installed.
@@ -519,7 +519,7 @@ mod tests {
                 let err = require_capability("a.b").unwrap_err();
                 assert_eq!(
                     err.to_string(),
-                    "permission denied: capability 'a.b' is not granted to domain#7 (generation 2)"
+                    "capability 'a.b' denied to domain#7 (generation 2)"
                 );
                 assert_eq!(inner.denials.count(), 1);
             }

@@ -207,12 +207,14 @@ impl BytecodeCache {
 }
 
 /// The stat-and-hash view of a file now, for callers that only need to know if it changed.
+/// Read as a module is read: a file swapped for a FIFO, a device or a huge file counts as
+/// changed without being opened or read whole.
 pub(crate) fn current_hash(path: &Path, known: &SourceStamp) -> Option<u64> {
     let meta = std::fs::metadata(path).ok()?;
     if known.matches_meta(&meta) {
         return Some(known.hash);
     }
-    std::fs::read(path).ok().map(|source| hash(&source))
+    source::read_bounded(path).ok().map(|source| hash(&source))
 }
 
 fn hash(bytes: &[u8]) -> u64 {

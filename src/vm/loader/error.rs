@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 
 /// Why a `require` failed.
 ///
-/// Resolution errors (`BadSpecifier`, `NotFound`, `Ambiguous`, `UnknownAlias`, `BadConfig`,
-/// `OutsideRoots`, `LeadsOutside`) name the specifier and the requiring file; loading errors (`Cycle`, `Compile`, `Io`, `BadReturn`,
-/// `Runtime`) name the module file.
+/// Resolution errors (`BadSpecifier`, `NotFound`, `Directory`, `NotRegular`, `Ambiguous`,
+/// `UnknownAlias`, `BadConfig`, `LeadsOutside`) name the specifier and the requiring file;
+/// loading errors (`Cycle`, `TooDeep`, `Compile`, `Io`, `BadReturn`, `Runtime`) name the module
+/// file.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub(crate) enum RequireError {
@@ -22,6 +23,20 @@ pub(crate) enum RequireError {
         caller: PathBuf,
         at: PathBuf,
         intermediate: bool,
+    },
+    /// The module path names a folder with no `init.luau` or `init.lua`: no module file.
+    Directory {
+        spec: String,
+        caller: PathBuf,
+        at: PathBuf,
+    },
+    /// The one file at the module path is not a regular file (`kind` says what it is, with its
+    /// article): it is never opened, since opening a FIFO blocks until a writer comes.
+    NotRegular {
+        spec: String,
+        caller: PathBuf,
+        file: PathBuf,
+        kind: &'static str,
     },
     /// Two files could each be the module at one path.
     Ambiguous {
@@ -41,15 +56,12 @@ pub(crate) enum RequireError {
     BadConfig { path: PathBuf, message: String },
     /// The module is already being loaded further up the stack; `chain` starts and ends with it.
     Cycle { chain: Vec<PathBuf> },
-    /// The module resolved to a file outside the requirer's project root.
-    OutsideRoots {
-        spec: String,
-        caller: PathBuf,
-        module: PathBuf,
-        project: PathBuf,
-    },
-    /// The specifier leads outside the requirer's project root to no single module (told
-    /// without the paths tried there).
+    /// [`MAX_REQUIRE_DEPTH`] modules are being loaded one inside the other already; `chain` is
+    /// them, outermost first, and then the module that would have been one more.
+    TooDeep { chain: Vec<PathBuf> },
+    /// The specifier leads outside the requirer's project root: to a module there, to no module,
+    /// or to something else. Told the same way in each case and without the paths out there, so
+    /// a failed `require` is no oracle for which files exist elsewhere on disk.
     LeadsOutside {
         spec: String,
         caller: PathBuf,
@@ -68,6 +80,16 @@ pub(crate) enum RequireError {
 /// The longest require path, in bytes. A longer one names no file (a path may have 4,096 bytes
 /// in all, the root's included) and is refused before it is copied or quoted whole.
 pub(crate) const MAX_SPEC_BYTES: usize = 1024;
+
+/// How many modules may be loading one inside the other: 100. A module that requires another
+/// from its top level nests it: the outer one is still loading while the inner one's top level
+/// runs. Each level takes one of the 200 nested C calls a Luau thread allows (`LUAI_MAXCCALLS`),
+/// and the code that made the outermost `require` may hold some already; past them Luau could
+/// only answer "error in error handling".
+pub(crate) const MAX_REQUIRE_DEPTH: usize = 100;
+
+/// How many modules of a chain past [`MAX_REQUIRE_DEPTH`] the refusal names at each end.
+const CHAIN_ENDS_NAMED: usize = 3;
 
 /// The file candidates tried for the abstract module path `at`, in the order they are probed.
 pub(crate) fn candidates(at: &Path) -> [PathBuf; 4] {
@@ -118,6 +140,18 @@ impl fmt::Display for RequireError {
                     tried[3].display()
                 )
             }
+            Self::Directory { spec, caller, at } => write!(
+                f,
+                "module '{spec}' from {} is a directory, not a module file: {} has no init.luau or init.lua",
+                caller.display(),
+                at.display()
+            ),
+            Self::NotRegular { spec, caller, file, kind } => write!(
+                f,
+                "module '{spec}' from {} is not a regular file: {} is {kind}, which is never read as a module",
+                caller.display(),
+                file.display()
+            ),
             Self::Ambiguous { spec, caller, first, second } => write!(
                 f,
                 "module '{spec}' from {} is ambiguous: both {} and {} exist",
@@ -129,13 +163,6 @@ impl fmt::Display for RequireError {
                 f,
                 "unknown alias '@{alias}' in require path '{spec}' from {}: no .luaurc above it defines it",
                 caller.display()
-            ),
-            Self::OutsideRoots { spec, caller, module, project } => write!(
-                f,
-                "module '{spec}' from {} is {}, outside the project root {}: modules are required only from below it (the main script's folder, or the nearest folder above it with a .luaurc)",
-                caller.display(),
-                module.display(),
-                project.display()
             ),
             Self::LeadsOutside { spec, caller, project } => write!(
                 f,
@@ -155,6 +182,28 @@ impl fmt::Display for RequireError {
                     write!(f, "{}", path.display())?;
                 }
                 Ok(())
+            }
+            Self::TooDeep { chain } => {
+                write!(f, "require: modules nest more than {MAX_REQUIRE_DEPTH} deep: ")?;
+                let named = |f: &mut fmt::Formatter<'_>, paths: &[PathBuf]| {
+                    for (i, path) in paths.iter().enumerate() {
+                        if i > 0 {
+                            f.write_str(" requires ")?;
+                        }
+                        write!(f, "{}", path.display())?;
+                    }
+                    Ok(())
+                };
+                if chain.len() <= 2 * CHAIN_ENDS_NAMED {
+                    return named(f, chain);
+                }
+                named(f, &chain[..CHAIN_ENDS_NAMED])?;
+                write!(
+                    f,
+                    " requires ... ({} more) requires ",
+                    chain.len() - 2 * CHAIN_ENDS_NAMED
+                )?;
+                named(f, &chain[chain.len() - CHAIN_ENDS_NAMED..])
             }
             Self::Compile { path, message } => {
                 write!(f, "syntax error in {}:{message}", path.display())

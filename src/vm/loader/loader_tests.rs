@@ -140,7 +140,7 @@ fn ambiguity_names_both_files() {
 fn not_found_texts() {
     let t = Tree::new(&[("main.luau", ""), ("empty/.keep", "")]);
     t.refuses("main.luau", "./x", "module './x' not found from $R/main.luau (tried $R/x.luau, $R/x.lua, $R/x/init.luau, $R/x/init.lua)");
-    t.refuses("main.luau", "./empty", "module './empty' not found from $R/main.luau (tried $R/empty.luau, $R/empty.lua, $R/empty/init.luau, $R/empty/init.lua)");
+    t.refuses("main.luau", "./empty", "module './empty' from $R/main.luau is a directory, not a module file: $R/empty has no init.luau or init.lua");
     t.refuses(
         "main.luau",
         "./nope/x",

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use mlua::{Lua, MultiValue, RegistryKey, Value};
 
 use super::bytecode::{current_hash, BytecodeCache, CompiledModule, SourceStamp};
-use super::error::RequireError;
+use super::error::{RequireError, MAX_REQUIRE_DEPTH};
 
 /// One loaded module: its value and the source version it came from.
 struct LoadedModule {
@@ -65,7 +65,9 @@ impl ModuleCache {
     /// # Errors
     ///
     /// `Cycle` when `path` is already being loaded, naming every module from it back to it;
-    /// `Io` or `Compile` from the bytecode cache.
+    /// `TooDeep` when the module must run and [`MAX_REQUIRE_DEPTH`] modules are loading one
+    /// inside the other already (a loaded module's value is answered at any depth); `Io` or
+    /// `Compile` from the bytecode cache.
     pub(crate) fn begin(&mut self, lua: &Lua, path: &Path) -> Result<Begin, RequireError> {
         if let Some(start) = self.loading.iter().position(|p| p == path) {
             let mut chain = self.loading[start..].to_vec();
@@ -83,6 +85,11 @@ impl ModuleCache {
                         })?;
                 return Ok(Begin::Cached(value));
             }
+        }
+        if self.loading.len() >= MAX_REQUIRE_DEPTH {
+            let mut chain = self.loading.clone();
+            chain.push(path.to_owned());
+            return Err(RequireError::TooDeep { chain });
         }
         self.loading.push(path.to_owned());
         Ok(Begin::Run(compiled))

@@ -8,13 +8,14 @@
 //! any VM, are confined the same way. A resolved module (canonical: links and `..` already
 //! followed) outside its requirer's project root is refused before it is read or compiled, so a
 //! module cannot reach, run, or quote in a syntax error a file elsewhere on disk through `../`,
-//! an alias or a symbolic link.
+//! an alias or a symbolic link. The refusal is the same whether anything is out there or not
+//! ([`RequireError::LeadsOutside`]): a failed `require` tells nothing of the disk outside.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::error::RequireError;
+use super::error::{candidates, RequireError};
 use super::luaurc::LUAURC;
 
 /// Module files resolved so far, process-wide, with the project root each was resolved under.
@@ -57,7 +58,8 @@ pub(crate) fn register(module: &Path, project: &Arc<Path>) {
 /// Checks that `module` (canonical) lies below `project`.
 ///
 /// # Errors
-/// `OutsideRoots` naming the specifier, the requirer, the module and the root.
+/// `LeadsOutside` naming the specifier, the requirer and the root, not the module: the same
+/// text [`confine_error`] gives when nothing is out there.
 pub(crate) fn check(
     module: &Path,
     project: &Path,
@@ -67,35 +69,77 @@ pub(crate) fn check(
     if module.starts_with(project) {
         return Ok(());
     }
-    Err(RequireError::OutsideRoots {
-        spec: spec.to_owned(),
-        caller: caller.to_owned(),
-        module: module.to_owned(),
-        project: project.to_owned(),
-    })
+    Err(leads_outside(project, spec, caller))
 }
 
-/// A failed resolution, told without naming what lies outside `project`: a module not found (or
-/// ambiguous) at a path outside it becomes `LeadsOutside`, so a failed `require` is no oracle for
-/// which files exist elsewhere on disk.
+fn leads_outside(project: &Path, spec: &str, caller: &Path) -> RequireError {
+    RequireError::LeadsOutside {
+        spec: spec.to_owned(),
+        caller: caller.to_owned(),
+        project: project.to_owned(),
+    }
+}
+
+/// A failed resolution, told without naming what lies outside `project`: a module not found,
+/// ambiguous, a folder or not a regular file at a path that leads outside it (by name, or
+/// through a symbolic link, dangling or not) becomes `LeadsOutside`, as a module found out there
+/// does ([`check`]), so a failed `require` is no oracle for which files exist elsewhere on disk.
 pub(crate) fn confine_error(
     error: RequireError,
     project: &Path,
     spec: &str,
     caller: &Path,
 ) -> RequireError {
-    let outside = match &error {
-        RequireError::NotFound { at, .. } => !at.starts_with(project),
-        RequireError::Ambiguous { first, .. } => !first.starts_with(project),
+    let outside = |path: &Path| leads_out(path, project);
+    let out = match &error {
+        // The candidates too: one may be a link out that leads nowhere.
+        RequireError::NotFound { at, .. } => {
+            outside(at) || candidates(at).iter().any(|c| outside(c))
+        }
+        RequireError::Ambiguous { first, second, .. } => outside(first) || outside(second),
+        RequireError::Directory { at, .. } => outside(at),
+        RequireError::NotRegular { file, .. } => outside(file),
         _ => false,
     };
-    if outside {
-        RequireError::LeadsOutside {
-            spec: spec.to_owned(),
-            caller: caller.to_owned(),
-            project: project.to_owned(),
-        }
+    if out {
+        leads_outside(project, spec, caller)
     } else {
         error
+    }
+}
+
+/// How many dangling links [`real_location`] follows one after the other: Linux's own bound.
+const MAX_LINK_HOPS: usize = 40;
+
+/// Whether `path` lies outside `project`, by name or where it leads on disk.
+fn leads_out(path: &Path, project: &Path) -> bool {
+    !path.starts_with(project) || !real_location(path, 0).starts_with(project)
+}
+
+/// Where `path` leads on disk, whether or not it exists: its deepest part that exists with
+/// every link followed, then the rest as written. A dangling link is followed to where it
+/// points, so a link out leads out whether its target exists or not.
+fn real_location(path: &Path, hops: usize) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    if hops < MAX_LINK_HOPS {
+        if let Ok(target) = std::fs::read_link(path) {
+            let base = path.parent().unwrap_or(path);
+            return real_location(&base.join(target), hops + 1);
+        }
+    }
+    let Some(parent) = path.parent() else {
+        return path.to_owned();
+    };
+    match path.components().next_back() {
+        Some(Component::Normal(name)) => real_location(parent, hops).join(name),
+        Some(Component::ParentDir) => {
+            let mut up = real_location(parent, hops);
+            up.pop();
+            up
+        }
+        Some(Component::CurDir) => real_location(parent, hops),
+        _ => path.to_owned(),
     }
 }

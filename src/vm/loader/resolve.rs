@@ -31,6 +31,7 @@ use std::path::{Component, Path, PathBuf};
 
 use super::error::{candidates, RequireError, MAX_SPEC_BYTES};
 use super::luaurc;
+use crate::vm::source::file_kind;
 
 /// Aliases that refer to aliases may chain this deep before we call it a loop.
 const MAX_ALIAS_DEPTH: usize = 16;
@@ -41,7 +42,9 @@ const MAX_ALIAS_DEPTH: usize = 16;
 /// # Errors
 ///
 /// `BadSpecifier` for a specifier of the wrong form, `NotFound` and `Ambiguous` when a component
-/// does not name exactly one module or folder, `UnknownAlias` and `BadConfig` for alias trouble.
+/// does not name exactly one module or folder, `Directory` when the last names a folder without
+/// an init file, `NotRegular` when its file is a FIFO, a device or a socket, `UnknownAlias` and
+/// `BadConfig` for alias trouble.
 pub(crate) fn resolve(caller: &Path, spec: &str) -> Result<PathBuf, RequireError> {
     if spec.len() > MAX_SPEC_BYTES {
         let mut end = 64;
@@ -153,11 +156,15 @@ impl Requirer {
 /// What one abstract module path names on disk.
 enum Node {
     Module(PathBuf),
+    /// The one candidate there is not a regular file: what it is, with its article.
+    NotRegular(PathBuf, &'static str),
     Folder,
     Missing,
     Ambiguous(PathBuf, PathBuf),
 }
 
+/// Looks at the candidates of `at` by their metadata only: nothing is opened, so a FIFO named
+/// like a module is told apart without blocking on it.
 fn probe(at: &Path) -> Node {
     let is_init = at.file_name().is_some_and(|n| n == "init");
     let [luau, lua, init_luau, init_lua] = candidates(at);
@@ -166,10 +173,13 @@ fn probe(at: &Path) -> Node {
     } else {
         vec![luau, lua, init_luau, init_lua]
     };
-    let mut found = files.into_iter().filter(|f| f.is_file());
+    let mut found = files
+        .into_iter()
+        .filter_map(|f| std::fs::metadata(&f).ok().map(|m| (f, m.file_type())));
     match (found.next(), found.next()) {
-        (Some(first), Some(second)) => Node::Ambiguous(first, second),
-        (Some(file), None) => Node::Module(file),
+        (Some((first, _)), Some((second, _))) => Node::Ambiguous(first, second),
+        (Some((file, kind)), None) if kind.is_file() => Node::Module(file),
+        (Some((file, kind)), None) => Node::NotRegular(file, file_kind(kind)),
         (None, _) if at.is_dir() => Node::Folder,
         (None, _) => Node::Missing,
     }
@@ -205,6 +215,17 @@ impl Walk<'_> {
         match probe(&at) {
             Node::Module(file) => Ok(file),
             Node::Ambiguous(first, second) => Err(self.ambiguous(first, second)),
+            Node::NotRegular(file, kind) => Err(RequireError::NotRegular {
+                spec: self.spec.to_owned(),
+                caller: self.caller.to_owned(),
+                file,
+                kind,
+            }),
+            Node::Folder if !at.ends_with("init") => Err(RequireError::Directory {
+                spec: self.spec.to_owned(),
+                caller: self.caller.to_owned(),
+                at,
+            }),
             Node::Folder | Node::Missing => Err(self.not_found(at, false)),
         }
     }
