@@ -674,14 +674,15 @@ fn a_path_out_of_a_root_is_refused_alike_whether_anything_is_there() {
     let s = Setup::new();
     let pool = Pool::new(1);
     let domain = s.domain(&pool);
-    // The first line of the refusal as the script reads it, the path as given written `<path>`.
+    // The refusal as the script reads it, the path as given written `<path>`.
     let refused = |call: &str, path: &Path| {
         let p = path.display().to_string();
         let got = crate::support::refusal(&domain, &format!("require('@skein/fs').{call}"));
-        let line = got.lines().next().unwrap_or_default().replace(&p, "<path>");
-        line.strip_prefix("runtime error: ")
-            .unwrap_or(&line)
-            .to_owned()
+        assert!(
+            !got.contains('\n'),
+            "a caught error is its text alone: {got:?}"
+        );
+        got.replace(&p, "<path>")
     };
     let by_name = [
         (s.other.join("secret.txt"), s.other.join("nothing.txt")),

@@ -108,10 +108,7 @@ fn bad_messages_and_fields_are_refused_naming_the_call() {
         )
     );
     let text = refusal(&domain, r#"require("@skein/log").info("\255")"#);
-    assert_eq!(
-        text.lines().next().unwrap(),
-        "runtime error: log.info: message must be UTF-8 text"
-    );
+    assert_eq!(text, "log.info: message must be UTF-8 text");
     assert!(sink.0.lock().unwrap().is_empty());
 }
 

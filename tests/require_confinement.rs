@@ -201,14 +201,15 @@ fn the_nearest_luaurc_above_the_main_script_widens_its_project_root() {
     );
 }
 
-/// The first line of what `body` raised in `domain`'s engine VM (the message, without the
-/// traceback that follows it).
+/// What `body` raised in `domain`'s engine VM, as the code that caught it reads it: one line.
+#[track_caller]
 fn message_of(domain: &ScriptDomain, body: &str) -> String {
     let text = raised(domain, body);
-    let line = text.lines().next().unwrap_or_default();
-    line.strip_prefix("runtime error: ")
-        .unwrap_or(line)
-        .to_owned()
+    assert!(
+        !text.contains('\n'),
+        "a caught error is its text alone: {text:?}"
+    );
+    text
 }
 
 #[test]

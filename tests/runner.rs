@@ -577,7 +577,7 @@ fn a_spawn_without_its_flag_is_denied_naming_the_capability_and_the_domain() {
     assert_eq!(
         stdout.lines().next(),
         Some(
-            "false\truntime error: capability 'worker.spawn' denied to domain 'main' (domain#1, \
+            "false\tcapability 'worker.spawn' denied to domain 'main' (domain#1, \
              generation 1)"
         )
     );

@@ -161,8 +161,8 @@ const CASES: &[Case] = &[
         flags: &[],
         code: 0,
         stdout: "false\n",
-        stderr: "skein: capability: permission denied: capability 'filesystem.write' is not \
-                 granted to domain 'main' (domain#1, generation 1)\n",
+        stderr: "skein: capability: capability 'filesystem.write' denied to domain 'main' \
+                 (domain#1, generation 1)\n",
     },
 ];
 

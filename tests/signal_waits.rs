@@ -165,11 +165,7 @@ fn bad_arguments_are_refused_naming_the_call() {
     for call in ["events.wait('\\255')", "engine.wait('\\255')"] {
         let what = &call[..call.find('(').unwrap()];
         let got = refusal(&domain, call);
-        assert_eq!(
-            got.lines().next().unwrap().strip_prefix("runtime error: "),
-            Some(format!("{what}: name must be UTF-8 text").as_str()),
-            "{call}"
-        );
+        assert_eq!(got, format!("{what}: name must be UTF-8 text"), "{call}");
     }
     // 256 bytes is the longest name: it waits (and times out at once).
     assert_eq!(

@@ -85,6 +85,17 @@ impl fmt::Display for Message {
     }
 }
 
+/// The indefinite article of `word` as it is said: `an integer`, `a userdata`, `a unit`.
+pub(crate) fn article(word: &str) -> &'static str {
+    // A `u` said as "you" (userdata, unique, usage) takes `a`.
+    let you = word.starts_with("us") || word.starts_with("uni");
+    if word.starts_with(['a', 'e', 'i', 'o', 'u']) && !you {
+        "an"
+    } else {
+        "a"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

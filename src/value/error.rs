@@ -83,11 +83,7 @@ impl fmt::Display for TransferErrorKind {
             Self::UserData => write!(f, "a userdata {CANT_CROSS}"),
             Self::LightUserData => write!(f, "a light userdata {CANT_CROSS}"),
             Self::Unsupported { type_name } => {
-                write!(
-                    f,
-                    "{} {type_name} {CANT_CROSS}",
-                    crate::vm::article(type_name)
-                )
+                write!(f, "{} {type_name} {CANT_CROSS}", super::article(type_name))
             }
             Self::Metatable => write!(f, "a table with a metatable {CANT_CROSS}"),
             Self::Cycle => write!(f, "a table that contains itself {CANT_CROSS}"),
@@ -101,7 +97,7 @@ impl fmt::Display for TransferErrorKind {
                 write!(
                     f,
                     "{} {type_name} key {CANT_CROSS}",
-                    crate::vm::article(type_name)
+                    super::article(type_name)
                 )
             }
             Self::NanKey => write!(f, "a NaN key {CANT_CROSS}"),

@@ -28,6 +28,7 @@ use bytes::Bytes;
 
 pub(crate) use convert::{ExactValue, ExactValues, MessageArg, MessageArgs};
 pub(crate) use copy::{copy_values, Copied, SOURCE_STACK_NEEDED};
+pub(crate) use display::article;
 pub use error::{
     ConvertError, ConvertErrorKind, DecodeError, DecodeErrorKind, TransferError, TransferErrorKind,
 };

@@ -80,16 +80,7 @@ pub(crate) fn a_type(value: &mlua::Value) -> String {
     }
 }
 
-/// The indefinite article of `word` as it is said: `an integer`, `a userdata`, `a unit`.
-pub(crate) fn article(word: &str) -> &'static str {
-    // A `u` said as "you" (userdata, unique, usage) takes `a`.
-    let you = word.starts_with("us") || word.starts_with("uni");
-    if word.starts_with(['a', 'e', 'i', 'o', 'u']) && !you {
-        "an"
-    } else {
-        "a"
-    }
-}
+pub(crate) use crate::value::article;
 
 /// The most bytes of a script's string a refusal quotes: past it only the start is shown.
 pub(crate) const QUOTED_BYTES: usize = 256;

@@ -489,7 +489,8 @@ mod tests {
         }
     }
 
-    /// The first line of the error `body` raises, without mlua's prefix.
+    /// The error `body` raises, as the code that caught it reads it: one line.
+    #[track_caller]
     fn raised(domain: &ScriptDomain, body: &str) -> String {
         let full = text(
             domain,
@@ -498,10 +499,11 @@ mod tests {
                  assert(not ok, 'expected an error') return tostring(err)"
             ),
         );
-        let line = full.lines().next().unwrap_or_default();
-        line.strip_prefix("runtime error: ")
-            .unwrap_or(line)
-            .to_owned()
+        assert!(
+            !full.contains('\n'),
+            "a caught error is its text alone: {full:?}"
+        );
+        full
     }
 
     #[test]
