@@ -8,6 +8,7 @@ mod budget_nesting;
 mod builtin_modules;
 mod callback_authority;
 mod capabilities;
+mod caught_errors;
 mod context_caps;
 mod contexts;
 mod diagnostic_sink;

@@ -1,5 +1,5 @@
-//! What `pcall` and `xpcall` hand the code that caught an error a Rust function raised: the
-//! error's text, as the docs quote it.
+//! What `pcall`, `xpcall` and `coroutine.resume` hand the code that caught an error a Rust
+//! function raised: the error's text, as the docs quote it.
 //!
 //! An error a Rust function raises reaches Luau as mlua's error object: a userdata that
 //! `typeof` calls `"error"`, whose `tostring` reads `runtime error: <text>` followed by the
@@ -64,5 +64,44 @@ pub(crate) unsafe fn replace_with_text(state: *mut ffi::lua_State, table_index: 
         // object's own contents may have been taken.
         ffi::lua_pcall(state, 1, 1, 0);
         ffi::lua_remove(state, -2);
+    }
+}
+
+/// Wraps the VM's `coroutine.resume` so that a coroutine that raised an error a Rust function
+/// made answers `false` and its text, as `pcall` does. Call it before the sandbox freezes the
+/// `coroutine` library.
+pub(crate) fn install_resume(lua: &Lua) -> mlua::Result<()> {
+    let coroutine: mlua::Table = lua.globals().raw_get("coroutine")?;
+    let luau: Function = coroutine.raw_get("resume")?;
+    let texts = lua.create_table()?;
+    texts.raw_set(TEXT_SLOT, text_function(lua)?)?;
+    // SAFETY: inside exec_raw's protected call, with Luau's `resume` and the table pushed as its
+    // arguments and the free slots mlua reserved: the closure takes both as its upvalues.
+    let resume = unsafe {
+        lua.exec_raw::<Function>((luau, texts), |state| {
+            ffi::lua_pushcclosurek(state, resume_caught, c"resume".as_ptr(), 2, None);
+        })
+    }?;
+    coroutine.raw_set("resume", resume)
+}
+
+/// `coroutine.resume(co, ...)`: Luau's own (upvalue 1), whose failure's error, when it is
+/// mlua's error object, becomes its text ([`replace_with_text`], with upvalue 2's table).
+unsafe extern "C-unwind" fn resume_caught(state: *mut ffi::lua_State) -> c_int {
+    // SAFETY: Luau calls us with a valid `state`. Luau's `resume` never yields the thread that
+    // calls it (a coroutine's yield ends the resume instead), so calling it here with
+    // `lua_call` keeps this frame's contract; what it raises (a bad argument) leaves through
+    // this frame with nothing of ours live.
+    unsafe {
+        let arguments = ffi::lua_gettop(state);
+        ffi::lua_rawcheckstack(state, 1);
+        ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
+        ffi::lua_insert(state, 1);
+        ffi::lua_call(state, arguments, ffi::LUA_MULTRET);
+        let results = ffi::lua_gettop(state);
+        if results == 2 && ffi::lua_toboolean(state, 1) == 0 {
+            replace_with_text(state, ffi::lua_upvalueindex(2));
+        }
+        results
     }
 }

@@ -148,6 +148,7 @@ impl Vm {
         lua.set_app_data(core.clone());
         out_of_memory::install_collectgarbage(&lua, &core.memory)?;
         super::os_time::install(&lua)?;
+        super::caught_error::install_resume(&lua)?;
         task_library::install(&lua)?;
         super::modules::install_require(&lua)?;
         plan.install(&lua)?;
