@@ -308,9 +308,9 @@ impl ScriptDomain {
         self.current.principal.authority.grant()
     }
 
-    /// Takes the failures the domain's workers reported, oldest first. Each is also in
-    /// [`take_reports`](Self::take_reports) as text, and reaches the domain's code once
-    /// through `Worker:receive`.
+    /// Takes the failures of the domain's workers, oldest first, as each happens. Each reaches
+    /// the domain's code once through `Worker:receive`; one that no code received or joined is
+    /// also in [`take_reports`](Self::take_reports), as text, once the run ends.
     pub fn take_actor_failures(&self) -> Vec<ActorError> {
         self.current.actors.take_failures()
     }
