@@ -1,4 +1,4 @@
-//! Script domains (issue 6): what a domain's own machinery costs, each against a baseline in the
+//! Script domains: what a domain's own machinery costs, each against a baseline in the
 //! same run.
 //!
 //! 1. **Domain create + start + stop**: `ScriptDomain::new`, a first `advance` (which moves it to

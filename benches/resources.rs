@@ -1,4 +1,4 @@
-//! Resources (issue 16): what a call from one resource into another's export costs, against a
+//! Resources: what a call from one resource into another's export costs, against a
 //! plain Luau call of the same function in one VM, in the same run. Goal: at most 2 µs per
 //! cross-resource call.
 //!

@@ -1,7 +1,7 @@
 //! A big shared table: `snapshot` of a 1,000,000-entry table beside cloning a 1M-entry
 //! `HashMap<i64, Message>` and building a 1M-entry `Message::Map`; and a write to one key of it
 //! beside the same write to a 10-entry table. A write to an existing key must cost the same
-//! whatever the table's size. Goals (issue 15): the big write within 1.2x the small one; the
+//! whatever the table's size. Goals: the big write within 1.2x the small one; the
 //! snapshot no worse than 0.4x a `HashMap::clone` (entries per second). Ratios of the medians
 //! are printed at the end, each goal's with whether this run met it. Each group runs alone with
 //! its baseline under a filter: `-- shared_big_snapshot` or `-- shared_big_write`.

@@ -1,7 +1,7 @@
 //! Shared tables from Luau: `t.x += 1` on a shared table, `jobs.shared.atomic` increments and
 //! `jobs.shared.add(t, "x", 1)` increments, each from 2 workers at once (one `parallelFor` of 2
 //! chunks, `OPS` updates per chunk), beside the same `2 * OPS` updates to a plain local table in
-//! one worker VM: what sharing costs. Goals (issue 15), shared on 2 workers over local in one VM:
+//! one worker VM: what sharing costs. Goals, shared on 2 workers over local in one VM:
 //! `t.x += 1` >= 1/8, `atomic` >= 1/15, `add` >= 1/6; each goal's line says whether this run met
 //! it.
 //!

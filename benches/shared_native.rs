@@ -5,7 +5,7 @@
 //! threads at once (reads should scale: they take no lock); an increment of one key from 2
 //! threads at once, by `atomic` (a closure) and by `add` (the numeric fast path), each against
 //! the mutex read-modify-write run in its own group. Each side is timed with criterion's
-//! `iter_custom` and the ratios of the medians are printed at the end. Goals (issue 15): reads on
+//! `iter_custom` and the ratios of the medians are printed at the end. Goals: reads on
 //! 2 threads >= 2x `RwLock<HashMap>`; `set` of an existing key >= 0.5x the mutex; the contended
 //! `atomic` >= 1.0x and the contended `add` >= 2.0x the mutex. Each goal's line says whether this
 //! run met it. A filter runs one group with its baseline, e.g. `cargo bench --bench

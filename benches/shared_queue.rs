@@ -4,7 +4,7 @@
 //! crossbeam's `ArrayQueue<Message>` of the same capacity, spinning, as the baseline. Then from
 //! Luau: the engine script pushes, one worker job pops with `q:pop()` (or `q:popMany`); and
 //! worker to worker, one job pushing and another popping. Both are set against the same
-//! traffic through `ArrayQueue` natively. Goal (issue 15): Luau `pop`, engine to worker, >= 1/4
+//! traffic through `ArrayQueue` natively. Goal: Luau `pop`, engine to worker, >= 1/4
 //! of `ArrayQueue` 1/1; its line says whether this run met it. Both run alone under the filter
 //! `-- '1x1/crossbeam|luau/pop/'`.
 //!

@@ -129,7 +129,8 @@ pub struct ScriptDomain {
     /// How long a restart's or reload's load may take.
     load_bound: Duration,
     /// Declared before `current`, so a dropped domain lets go of its pool handle before its
-    /// last generation's engine VM, the order it has always dropped in.
+    /// last generation's engine VM: when it holds the pool's last handle, the pool's threads stop
+    /// before that VM is dropped.
     pool: Pool,
     /// What the current generation owns; a restart or reload replaces it whole.
     current: GenerationState,

@@ -3,7 +3,7 @@
 //! its promise's handle made in place, no `mlua` callback wrapper and no `mlua::Value` per
 //! argument or option. Every other call (an option to refuse, a refusal of any kind, an entry
 //! string this VM has not interned yet, a userdata among the arguments) is handed whole to the
-//! `mlua` function in upvalue 2 (`api.rs`), which answers or raises exactly as before. A keyed
+//! `mlua` function in upvalue 2 (`api.rs`), which answers or raises for it. A keyed
 //! item its lane refuses (too many keys) is taken back and the call handed over the same way:
 //! the lane refused it whole, so the second try meets the same state.
 //!

@@ -144,7 +144,7 @@ pub(crate) fn home_principal(lua: &Lua) -> Option<Arc<PrincipalCell>> {
 
 /// The authority a callback registered now keeps for its calls: the running task's, or `None`
 /// when that is the VM's own (the principal's), so a callback the domain's own code registers
-/// runs exactly as before, with no reference count moved per call.
+/// runs under the VM's default authority, with no reference count moved per call.
 pub(crate) fn registering_authority(lua: &Lua) -> Option<Arc<Authority>> {
     let current = current_arc()?;
     match home_principal(lua) {

@@ -115,7 +115,8 @@ thread_local! {
 /// held by its job, its promise and its lane, and a fresh copy cost an allocation, another when
 /// it was first shared, and their frees: about 800 instructions on every keyed dispatch.
 pub(crate) fn key_bytes(key: &[u8]) -> Bytes {
-    // A thread whose locals are being torn down (a VM dropped there) copies the key as before.
+    // A thread whose locals are being torn down (a VM dropped there) has no kept keys left:
+    // it copies the key.
     KEPT.try_with(|kept| {
         let mut kept = kept.borrow_mut();
         if let Some(found) = kept.get(key) {

@@ -4,14 +4,15 @@
 //! The files by row, lowest first; a file imports only files of its own row or an earlier one
 //! (the rows and why the protocol row is one cycle: `docs/architecture.md`, "Inside `jobs`"):
 //!
-//! - leaves: `chunking`, `options`, `entry`, `host_slot`, `service_names`, `event_log`, and
-//!   `registered/`'s `directory`, `info`, `remote_job`;
+//! - leaves: `chunking`, `entry`, `host_slot`, `service_names`, `event_log`, and
+//!   `registered/`'s `directory`, `info`, `order`, `remote_job`;
 //! - the protocol: `job` (a job's shared state and budget), `item` (what travels to a worker),
 //!   `messages` (what travels between threads), `reply` (where an outcome goes, and `reply()`),
 //!   `gather` (a `parallelFor`'s collector), `pool_shared` (the executor's queues and inboxes),
 //!   `keys` (key lanes), `warm` (the warm registry), `principal_cell`;
-//! - the Luau API: `home` (a VM's jobs home), `service_stubs`, `engine_events`, `registered/`,
-//!   `parallel_for`, `map`, `warm_api`, `api` (installs `jobs`);
+//! - the Luau API: `options` (it keeps a key's bytes through `keys`), `home` (a VM's jobs
+//!   home), `service_stubs`, `engine_events`, `registered/`, `parallel_for`, `map`, `warm_api`,
+//!   `dispatch_raw`, `api` (installs `jobs`);
 //! - `worker/`: the Luau side of a pool thread, and the steps of starting an item;
 //! - `host/`: `Pool`, `Promise`, `JobOptions`.
 

@@ -53,10 +53,11 @@ use super::spin::{spin, SPIN_ROUNDS};
 use crate::sync::{park_until, thread, Arc, Mutex, MutexGuard};
 
 /// Rounds the consumer re-checks before it parks: the pool's [`SPIN_ROUNDS`], then yields up to
-/// this many in all. A worker's spin rounds alone were too few here: a forwarded query answered
-/// by an engine thread waiting in `eval` cost 44 µs a call (p50 51 µs: the engine parked between
-/// the answer and the worker's next query); with 96 rounds, 3.3 µs (p50 2.3 µs), as with the
-/// host spinning frames (`cargo bench --bench services`). Loom keeps one round, as for the pool.
+/// this many in all. A worker's spin rounds alone are too few here: with them, a forwarded query
+/// answered by an engine thread waiting in `eval` costs about 44 µs a call (p50 51 µs: the engine
+/// parks between the answer and the worker's next query); with 96 rounds, 3.3 µs (p50 2.3 µs),
+/// as with the host spinning frames (`cargo bench --bench services`). Loom keeps one round, as
+/// for the pool.
 #[cfg(not(loom))]
 const CONSUMER_ROUNDS: u32 = 96;
 #[cfg(loom)]

@@ -472,8 +472,8 @@ fn read_count(queue: &SharedQueue, n: &Value) -> mlua::Result<usize> {
 /// The primitives `queue_pop.luau` is built on. `pop` and `popMany` answer what is ready now;
 /// `park` and `parkMany` take what came meanwhile or park the pop; `finish` and `finishMany`
 /// take what woke it. The ready-now pair holds the VM's [`Poppers`] weakly: the app data owns
-/// them, so they are dropped (giving back what their pops held) where they always were, never
-/// from a finalizer of the VM's functions.
+/// them, so they are dropped (giving back what their pops held) with the app data, never from a
+/// finalizer of the VM's functions.
 fn primitives(lua: &Lua, poppers: Weak<Poppers>) -> mlua::Result<Table> {
     let p = lua.create_table()?;
     let mine = poppers.clone();

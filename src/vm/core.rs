@@ -766,7 +766,7 @@ mod tests {
         while vm.step() {}
         assert_eq!(*seen.borrow(), Some(Ok(1)));
         assert_eq!(vm.tasks(), 0);
-        // The watch is over: a later start completes through its owner as before.
+        // The watch is over: a later start completes through its owner's completion.
         let later = owner();
         let done = Rc::new(RefCell::new(false));
         let mark = done.clone();

@@ -2,8 +2,8 @@
 //! service stubs...): each source sits in a `.luau` file beside the Rust that runs it, and is
 //! compiled once per process, however many VMs load it.
 //!
-//! Compiling a chunk for every VM was a third of the cost of a cold VM (the prelude alone), so
-//! the bytecode is kept; it comes from the same check and compiler as a script's text
+//! Compiling a chunk for every VM would cost a third of a cold VM (the prelude alone), so the
+//! bytecode is kept; it comes from the same check and compiler as a script's text
 //! ([`source`](super::source)), so Skein's own chunks take no other road into Luau's loader.
 //! This file never names what the chunks do: each site keeps its own `static`.
 

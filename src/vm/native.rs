@@ -70,7 +70,7 @@ pub(crate) const NATIVE_CODE_PER_VM: usize = 4 * NATIVE_CODE_BLOCK;
 /// Which Luau code a VM compiles to native machine code.
 ///
 /// Native code runs numeric loops several times faster than Luau's interpreter (the Mandelbrot
-/// kernel of `examples/mandelbrot/rows.luau` about 3x, see `docs/performance.md`); deadlines,
+/// kernel of `examples/mandelbrot/rows.luau` about 5.7x, see `docs/performance.md`); deadlines,
 /// cancel and the memory limit hold in it exactly as in interpreted code. Where the platform has
 /// no code generator ([`NativeMode::code_generator`] is `None`) every mode runs the interpreter
 /// and nothing fails.

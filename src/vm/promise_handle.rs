@@ -5,11 +5,11 @@
 //! resolved, its value ([`VALUE`]). The promise's state stays homed in its VM's slab
 //! (`luau_promise.rs`); a promise with a handle keeps its slot after it settles, for as long as
 //! the handle lives, so its outcome, its job's charge and whether code observed a rejection
-//! stay where they were. When it settles its home writes the state, and a resolved value, into
+//! stay in Rust. When it settles its home writes the state, and a resolved value, into
 //! the handle ([`publish`]), so `p:await()` of a promise that resolved already reads the value
 //! in Luau (the prelude's fast path) without a call into Rust, and a task woken from an await
-//! reads it there too. A rejection's text is made when it is awaited, as before, so a VM that
-//! is out of memory raises its out-of-memory text then.
+//! reads it there too. A rejection's text is made only when it is awaited, so a VM that is out
+//! of memory raises its out-of-memory text then.
 //!
 //! Handles are read-only tables whose metatable is protected (`getmetatable(p)` is `false`, as
 //! it was for the userdata): scripts can neither write a handle's fields nor give a table of
@@ -734,7 +734,7 @@ unsafe extern "C-unwind" fn run_op(state: *mut ffi::lua_State) -> c_int {
 /// handle's `(true, value)` or, for a pending one, parks the running task and answers nil.
 /// Whatever is not that common case (a value that is not a handle, a rejection whose text is
 /// made now, an await refused, a coroutine the scheduler has not seen) is handed to the `mlua`
-/// function in upvalue 2, which answers or raises exactly as before.
+/// function in upvalue 2, which answers or raises for it.
 ///
 /// # Safety
 /// Called by Luau only, with upvalue 1 the VM's `VmCore` (alive as long as the VM) and upvalue

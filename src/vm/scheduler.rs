@@ -827,8 +827,8 @@ fn run_guarded<H: SchedulerHost, T>(
     (result, stopped)
 }
 
-/// Resumes a task's coroutine with `args`, as `Thread::resume` did: refuses a coroutine that
-/// can't be resumed, pushes the arguments on the calling state and moves them over, and
+/// Resumes a task's coroutine with `args`, as mlua's `Thread::resume` does: refuses a coroutine
+/// that can't be resumed, pushes the arguments on the calling state and moves them over, and
 /// answers the values it returned (read as [`ExactValues`]), or `None` when it yielded.
 fn resume_with(lua: &Lua, thread: &Thread, args: MultiValue) -> mlua::Result<Option<MultiValue>> {
     coroutine::check_resumable(lua, thread)?;
@@ -836,8 +836,8 @@ fn resume_with(lua: &Lua, thread: &Thread, args: MultiValue) -> mlua::Result<Opt
     let nargs = lua.exec_raw_lua(|raw| {
         let state = raw.state();
         // SAFETY: the arguments are pushed on the calling state under mlua's contract for
-        // `push_into_stack_multi` (what `Thread::resume` did), then moved to the coroutine
-        // after room was made there; on failure the calling state's top is put back.
+        // `push_into_stack_multi` (what mlua's `Thread::resume` does), then moved to the
+        // coroutine after room was made there; on failure the calling state's top is put back.
         unsafe {
             let top = ffi::lua_gettop(state);
             let pushed = args.push_into_stack_multi(raw).and_then(|n| {

@@ -56,7 +56,7 @@ pub(crate) fn block() {
     // SAFETY: `set` is an initialised signal set; the old mask is not asked for.
     let blocked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     if blocked != 0 {
-        return; // the signals keep their default action: the run dies of them, as before
+        return; // the signals keep their default action: the run dies of them
     }
     let spawned = std::thread::Builder::new()
         .name("skein-signals".into())

@@ -386,7 +386,7 @@ mod tests {
                     .to_owned()
             )
         );
-        // The id and the name were not taken; the order is as before.
+        // The refused call took neither the id nor the name, and left the order unchanged.
         assert_eq!(
             dir.reserve(Some("b"), &phase, &after(&[]), nothing()),
             Ok(2)

@@ -3,8 +3,8 @@
 //! engine events, the key's freshness, changed modules), [`find_entry`], build its arguments
 //! ([`entry_args`]), and [`launch`] its root task. Any step that fails answers the item with
 //! [`reject`]. `LuauWorker::start` (in `mod.rs`) runs them; the VM is found or built there.
-//! The steps are `#[inline]`, and [`launch`] `#[inline(always)]`: they were one function, and
-//! an item moved through a call costs a copy of it on every item.
+//! The steps are `#[inline]`, and [`launch`] `#[inline(always)]`: an item passed through a call
+//! that is not inlined costs a copy of it on every item.
 
 use std::any::Any;
 use std::ffi::c_int;
@@ -118,7 +118,8 @@ pub(super) enum EntryMissing {
 
 /// Finds the item's entry in the VM's cache of entries; on a miss, requires the module, checks
 /// that the entry is a function and keeps the module's table and the entry's name. A module
-/// that fails to load, or an entry that is not a function, is refused as before and not kept.
+/// that fails to load, or an entry that is not a function, is refused and not kept, so the next
+/// item looks again.
 #[inline]
 pub(super) fn find_entry(wvm: &mut WorkerVm, item: &Item) -> Result<Rc<CachedEntry>, EntryMissing> {
     if let Some(found) = wvm.entries.get(&item.module, &item.entry) {
@@ -204,8 +205,8 @@ fn push_value(lua: &Lua, thread: &Thread, args: &ItemArgs) -> mlua::Result<()> {
 }
 
 /// Copies the first value a job returned, in place on its coroutine's stack: what its promise
-/// resolves with. A userdata (a resource handle) is taken as an mlua value, as before, and a
-/// wrapped panic met there is contained as the job's failure.
+/// resolves with. A userdata (a resource handle) is taken as an mlua value, and a wrapped panic
+/// met there is contained as the job's failure.
 fn first_value(lua: &Lua, thread: &Thread, count: c_int) -> JobResult {
     let co = thread.state();
     if count == 0 {
@@ -227,7 +228,7 @@ fn first_value(lua: &Lua, thread: &Thread, count: c_int) -> JobResult {
     })
 }
 
-/// A userdata returned first, read as an mlua value (as a task's results always were).
+/// A userdata returned first, read as an mlua value (as a task's other results are).
 #[cold]
 fn first_userdata(lua: &Lua, co: *mut ffi::lua_State) -> JobResult {
     let taken = catch_unwind(AssertUnwindSafe(|| {

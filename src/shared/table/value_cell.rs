@@ -160,7 +160,7 @@ impl ValueCell {
     #[inline]
     pub(crate) fn load(&self) -> Entry {
         // A word carries no data beside itself, so no loom model sees this `Acquire` weakened
-        // (tried on 2026-12-02: every model passed); the argument is in `gate.rs`'s module
+        // (with `Relaxed` here every model passes); the argument is in `gate.rs`'s module
         // docs. A box's load is where a `Relaxed` mutant is caught (`Boxed::load` under loom).
         const LOAD: Ordering = Ordering::Acquire;
         match &self.repr {
