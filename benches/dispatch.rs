@@ -118,7 +118,7 @@ fn dispatch(c: &mut Criterion) {
     util::print_rounds(
         "dispatch: skein (issued from Rust)/baseline throughput",
         &util::ratio_per_round(&host, &base),
-        "goal >= 1.00x (issue 14)",
+        "goal >= 1.00x",
     );
 }
 

@@ -1,5 +1,5 @@
 //! A callback runs with the authority of the code that registered it, never the domain's whole
-//! grant (issue 12, class 7). Each test registers a callback from a context whose grant is
+//! grant. Each test registers a callback from a context whose grant is
 //! narrower than its domain's, then has the callback try what only the domain holds: the named
 //! capability `audio.play` and a `@skein/fs` read below the domain's root. Every try must be
 //! denied naming the context, counted, and must read nothing.

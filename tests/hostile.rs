@@ -5,7 +5,7 @@
 //! The `skein serve` section does the same for a server: a resource that attacks the host fails
 //! alone, and the server and the other resources go on.
 //!
-//! Issue 12's classes, one section each; `docs/embedding.md` ("What a script cannot do") points
+//! One section for each class of attack; `docs/embedding.md` ("What a script cannot do") points
 //! here for each.
 
 use std::io::{Read, Write};
@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use crate::support::{assert_contains, exit_within, mode_flag, Tree};
 use skein::NativeMode;
 
-/// The address space a hostile run gets: far below what the attacks of issue 12 reached
-/// (6 GB, 16 GB), far above what a contained run needs.
+/// The address space a hostile run gets: far below what uncontained attacks reach (6 GB,
+/// 16 GB), far above what a contained run needs.
 const ADDRESS_SPACE: u64 = 3 << 30;
 
 /// A hostile run that is still going after this long has hung: it is killed and the test fails.

@@ -37,7 +37,7 @@ fn tree() -> Tree {
             r#"
             local function try(spec)
                 -- Called from this file (`pcall(require, ...)` would resolve from the plan's
-                -- root: issue 12 class 6, not this test's subject).
+                -- root, not this test's subject).
                 local ok, err = pcall(function() return require(spec) end)
                 return if ok then "loaded" else string.match(tostring(err), "^[^\n]*")
             end

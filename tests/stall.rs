@@ -1,4 +1,4 @@
-//! Issue 12, class 8: a run that can never progress. The runner (which has no host code, so
+//! A run that can never progress. The runner (which has no host code, so
 //! nothing but the script's own tasks can wake its domain) exits 1 naming what each task waits
 //! on, instead of running forever in silence; a long but finite wait still completes. Each
 //! runner test runs the release runner as a child process under the hostile harness's

@@ -1,4 +1,4 @@
-//! Issue 12, class 8: a value crosses at the top level of a dispatch's arguments or a job's
+//! A value crosses at the top level of a dispatch's arguments or a job's
 //! result exactly as it crosses nested in a table. A whole Luau number past 2^53 (`2^60`,
 //! `-2^63`, `2^53 + 2`) stays that number, and a Luau integer stays an integer, both ways:
 //! it used to be refused late with "pass the Message through IntoLua".

@@ -1,4 +1,4 @@
-//! Issue 19, typed values: every scalar form crosses every path (a service's argument and
+//! Typed values: every scalar form crosses every path (a service's argument and
 //! answer, in the engine VM and forwarded from a worker; a shared table and queue; a promise;
 //! `eval`)
 //! and comes back as it went, and typed services read their arguments by position, naming a

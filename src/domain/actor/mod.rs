@@ -56,7 +56,8 @@ const MODULE_KEY: &str = "skein.worker";
 const RECEIVE_KEY: &str = "skein.worker.receive";
 const JOIN_KEY: &str = "skein.worker.join";
 
-// The refusals reference 001 words, in its words (Skein's context, a worker's name, follows).
+// The refusals in the words of the `@skein/worker` specification (Skein's context, a worker's
+// name, follows them).
 const UNKNOWN_OPTION: &str = "capabilities, memory, name, shareServices, or source";
 
 /// The longest name `worker.spawn`'s `name` option takes, in bytes: every failure and report
