@@ -133,7 +133,7 @@ impl ScriptDomain {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stats(&self) -> DomainStats {
-        let counters = &self.counters;
+        let counters = &self.reporting.counters;
         let engine_native = native_used_by(&self.current.vm.lua);
         let (events_pending, events_pending_bytes) = self.event_handlers.queue().pending();
         DomainStats {
@@ -152,7 +152,7 @@ impl ScriptDomain {
             denials: self.denials(),
             errors: counters.errors.get(),
             warnings: counters.warnings.get(),
-            reports_waiting: self.reports.borrow().len(),
+            reports_waiting: self.reporting.waiting(),
             live_actors: self.live_actors().get(),
             owned_resources: self.owned_count(),
             registered_jobs: self.current.registry.len(),

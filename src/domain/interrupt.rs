@@ -141,7 +141,7 @@ impl ScriptDomain {
     /// [`InterruptHandle`].
     pub fn interrupt_handle(&self) -> InterruptHandle {
         InterruptHandle {
-            target: self.interrupt.clone(),
+            target: self.life.interrupt.clone(),
         }
     }
 }

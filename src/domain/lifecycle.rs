@@ -1,9 +1,50 @@
-//! Where a domain is in its life: [`DomainState`] and the transitions between its states.
+//! Where a domain is in its life: [`DomainState`] and the transitions between its states, and
+//! the part of a domain that outlives its generations ([`Lifecycle`]): the state, the numbering
+//! and load bound of new generations, the mailboxes of ended ones, what host services own for
+//! its code, the interrupt target, and the hold of its VMs' limits on the pool's budget.
 //!
-//! This file owns only the state names and what moves the domain between them; the moves
-//! themselves happen where the work is (`run_file`/`exec`, the scheduler, `stop`).
+//! The moves between states happen where the work is (`run_file`/`exec`, the scheduler,
+//! `stop`, `restart`, `reload`).
 
+use std::cell::{Cell, RefCell};
 use std::fmt;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::generation::owned::OwnedResources;
+use super::interrupt::InterruptTarget;
+use crate::jobs::MailboxReceiver;
+use crate::ledger::Charge;
+use crate::principal::Generation;
+
+/// What a domain keeps across its generations.
+///
+/// Its invariants: `last_generation` only grows (a discarded reload candidate's number is never
+/// handed out again); a receiver in `stale_rx` belongs to an ended generation and goes once its
+/// last sender is gone; `vms` is held as long as any engine VM of the domain may live, so it
+/// is declared, in the domain, after the current generation.
+pub(crate) struct Lifecycle {
+    /// Where the domain is in its life; shared with the completion of a loading script.
+    pub(crate) state: Rc<Cell<DomainState>>,
+    /// The highest generation number handed out: the current one, or a later reload
+    /// candidate's that was discarded.
+    pub(crate) last_generation: Cell<Generation>,
+    /// How long a restart's or reload's load may take.
+    pub(crate) load_bound: Duration,
+    /// Native resources host services made for the domain's code
+    /// ([`ScriptDomain::own`](crate::ScriptDomain::own)).
+    pub(crate) owned: Rc<OwnedResources>,
+    /// What an [`InterruptHandle`](crate::InterruptHandle) stops from another thread: kept on
+    /// the current generation.
+    pub(crate) interrupt: Arc<InterruptTarget>,
+    /// The mailboxes of ended generations, drained into `stale` until their last sender goes.
+    pub(crate) stale_rx: RefCell<Vec<MailboxReceiver>>,
+    /// Events of ended generations that arrived and were discarded unapplied.
+    pub(crate) stale: Cell<u64>,
+    /// The memory limits of the domain's VMs, held on the pool's budget while it lives.
+    pub(crate) _vms: Charge,
+}
 
 /// Where a [`ScriptDomain`](crate::ScriptDomain) is in its life.
 ///

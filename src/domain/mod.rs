@@ -20,7 +20,7 @@
 //! | `frame/` | `frame` and registered-job phases, contexts, phase handlers (`phases.rs`), engine services |
 //! | `pump.rs` | `pump`, the blocking round, `run_until_idle` and its stall verdict (`stall_watch.rs`) |
 //! | `scripts.rs`, `script_handle.rs`, `host_dispatch.rs` | main scripts, `exec`, `eval` and the handle `run_file` answers; host dispatch and keys |
-//! | `reports.rs`, `sinks.rs`, `domain_stats.rs`, `lifecycle.rs` | what the host reads back: reports, diagnostics and profile events, stats, state |
+//! | `reporting.rs`, `reports.rs`, `sinks.rs`, `domain_stats.rs`, `lifecycle.rs` | what the host reads back: the reporting part (reports, script failures, diagnostics, counters), profile events, stats, state |
 //! | `interrupt.rs` | [`InterruptHandle`]: a domain's running work stopped from another thread |
 //! | `actor/`, `interfaces.rs`, `fs.rs`, `log_api.rs` | `@skein/worker`, `@skein/interfaces`, `@skein/fs`, `@skein/log` |
 
@@ -34,12 +34,11 @@ use std::time::{Duration, Instant};
 use mlua::Lua;
 
 use crate::error::Result;
-use crate::jobs::{MailboxReceiver, Pool, Registry};
-use crate::ledger::{Charge, Ledger};
+use crate::jobs::{Pool, Registry};
+use crate::ledger::Ledger;
 use crate::principal::event_queue::EventQueue;
-use crate::principal::{capability, diagnostic, profile};
+use crate::principal::{capability, profile};
 use crate::principal::{DomainId, Generation, Principal};
-use crate::vm::Owner;
 
 pub(crate) mod actor;
 mod builtin_modules;
@@ -55,6 +54,7 @@ mod interrupt;
 mod lifecycle;
 pub(crate) mod log_api;
 mod pump;
+mod reporting;
 mod reports;
 mod run_frames;
 mod script_file;
@@ -69,13 +69,12 @@ mod tracing_sink;
 use actor::Actors;
 pub use actor::{ActorError, ActorStage, FailurePolicy, LiveActors, ACTOR_SPAWN};
 pub use chrome_trace::ChromeTrace;
-use domain_stats::Counters;
 pub use domain_stats::DomainStats;
 use events::handlers::EventHandlers;
 pub use events::handlers::EventReport;
 pub use events::mailbox::DomainMailbox;
 pub use frame::context::{ContextSpec, FixedStep};
-use frame::engine_services::EngineServices;
+use frame::driver::FrameDriver;
 pub use frame::engine_services::FrameReport;
 pub use frame::join::StillWaiting;
 use frame::phases;
@@ -88,8 +87,9 @@ pub use interfaces::{InterfaceField, InterfaceInfo};
 pub use interrupt::InterruptHandle;
 use interrupt::InterruptTarget;
 pub use lifecycle::DomainState;
+use lifecycle::Lifecycle;
 pub use pump::PumpReport;
-use reports::Reports;
+use reporting::Reporting;
 pub use reports::{Report, ReportKind};
 pub use script_handle::{ScriptHandle, ScriptStatus};
 pub use spec::DomainSpec;
@@ -121,55 +121,21 @@ static NEXT_DOMAIN: AtomicU64 = AtomicU64::new(1);
 /// ```
 pub struct ScriptDomain {
     name: String,
-    /// Native resources host services made for the domain's code ([`ScriptDomain::own`]).
-    owned: Rc<OwnedResources>,
-    /// The highest generation number handed out: the current one, or a later reload
-    /// candidate's that was discarded.
-    last_generation: Cell<Generation>,
-    /// How long a restart's or reload's load may take.
-    load_bound: Duration,
-    /// Declared before `current`, so a dropped domain lets go of its pool handle before its
-    /// last generation's engine VM: when it holds the pool's last handle, the pool's threads stop
-    /// before that VM is dropped.
+    /// Declared before `current`: when the domain holds the pool's last handle, the pool's
+    /// threads stop before the last generation's engine VM drops.
     pool: Pool,
     /// What the current generation owns; a restart or reload replaces it whole.
     current: GenerationState,
-    /// What an [`InterruptHandle`] stops from another thread: kept on the current generation.
-    interrupt: Arc<InterruptTarget>,
-    /// The mailboxes of ended generations, drained into `stale` until their last sender goes.
-    stale_rx: RefCell<Vec<MailboxReceiver>>,
-    /// Events of ended generations that arrived and were discarded unapplied.
-    stale: Cell<u64>,
-    reports: Rc<RefCell<Reports>>,
-    /// Failures of scripts the host started: `run_until_idle` answers the first.
-    failures: Rc<RefCell<Vec<String>>>,
-    /// The host's engine services and this frame's counts.
-    services: Rc<EngineServices>,
-    /// The sum of the `dt` given to [`frame`](Self::frame).
-    frame_time: Cell<Duration>,
-    /// Where the domain is in its life; shared with the completion of a loading script.
-    state: Rc<Cell<DomainState>>,
-    /// The scheduler entry running now, if any: a second one is `Reentrant`.
-    busy: Cell<Option<&'static str>>,
-    fixed_step: FixedStep,
-    /// The longest an advance or a phase waits for the pool work its handlers await.
-    frame_budget: Duration,
-    /// Time `advance` was given that has not made a whole fixed step yet.
-    accumulator: Cell<Duration>,
+    /// What outlives generations: the state, generation numbers, stale mailboxes, owned
+    /// resources, the interrupt target, and (declared after `current`) the VMs' hold on the
+    /// pool's budget.
+    life: Lifecycle,
     /// Handlers bound to event names, routes, and the event queue's engine-side state.
     event_handlers: Rc<EventHandlers>,
-    /// When `run_until_idle` last ran the registered jobs: they run at most once per frame
-    /// interval there (`pump::FRAME_INTERVAL`).
-    jobs_ran: Cell<Option<Instant>>,
-    /// Where every diagnostic goes as it is made, if anywhere.
-    diagnostics: diagnostic::Diagnostics,
-    /// Running totals for [`stats`](Self::stats).
-    counters: Counters,
-    /// The owner of the last handler call, kept when that call ended in its first run and
-    /// nothing else held it: the next call refills it instead of allocating one.
-    spare_owner: Cell<Option<Rc<Owner>>>,
-    /// The memory limits of the domain's VMs, held on the pool's budget while it lives.
-    _vms: Charge,
+    /// The frame-to-frame state: fixed step, frame time, engine services, the entry running.
+    frames: FrameDriver,
+    /// Reports, script failures, the diagnostic sink and the counters: what the host reads back.
+    reporting: Reporting,
     _engine_thread: PhantomData<Rc<()>>,
 }
 
@@ -207,12 +173,13 @@ impl ScriptDomain {
             Some(pool.memory().clone()),
         ));
         let principal = Arc::new(spec.first_principal(id, &mailbox, memory));
-        let reports = Rc::new(RefCell::new(Reports::default()));
+        let reporting = Reporting::new(spec.diagnostics.0.clone());
+        let reports = reporting.reports();
         let event_handlers = EventHandlers::new(queue, &spec.name, id.domain, &bindings);
         let registry = Registry::new(
             principal.clone(),
             pool.shared().clone(),
-            report_sink(&reports),
+            report_sink(reports),
         );
         let actors = Actors::new(
             principal.clone(),
@@ -224,37 +191,29 @@ impl ScriptDomain {
         let interrupt = InterruptTarget::new(&spec.name, pool.shared().clone(), principal.clone());
         let host = EngineSetup {
             pool,
-            reports: &reports,
+            reports,
             event_handlers: &event_handlers,
             domain_name: &spec.name,
             interrupt: &interrupt,
         };
         let current = GenerationState::assemble(&host, principal, rx, registry, bindings, actors)?;
         let domain = ScriptDomain {
-            owned: OwnedResources::new(id.generation),
-            last_generation: Cell::new(id.generation),
-            load_bound: spec.load_bound,
+            life: Lifecycle {
+                state: Rc::new(Cell::new(DomainState::Ready)),
+                last_generation: Cell::new(id.generation),
+                load_bound: spec.load_bound,
+                owned: OwnedResources::new(id.generation),
+                interrupt,
+                stale_rx: RefCell::new(Vec::new()),
+                stale: Cell::new(0),
+                _vms: vms,
+            },
             name: spec.name,
             pool: pool.clone(),
             current,
-            interrupt,
-            stale_rx: RefCell::new(Vec::new()),
-            stale: Cell::new(0),
-            reports,
-            failures: Rc::new(RefCell::new(Vec::new())),
-            services: Rc::new(EngineServices::default()),
-            frame_time: Cell::new(Duration::ZERO),
-            state: Rc::new(Cell::new(DomainState::Ready)),
-            busy: Cell::new(None),
-            fixed_step: spec.fixed_step,
-            frame_budget: spec.frame_budget,
-            accumulator: Cell::new(Duration::ZERO),
-            jobs_ran: Cell::new(None),
             event_handlers,
-            diagnostics: spec.diagnostics.0,
-            counters: Counters::default(),
-            spare_owner: Cell::new(None),
-            _vms: vms,
+            frames: FrameDriver::new(spec.fixed_step, spec.frame_budget),
+            reporting,
             _engine_thread: PhantomData,
         };
         domain.profiled(profile::ProfileKind::DomainCreated, None, None, started);
@@ -351,7 +310,7 @@ impl ScriptDomain {
     /// [`InterruptHandle`]: code of a layer above that runs the engine VM's functions (a
     /// resource's export) runs with it, so an interrupt stops that too.
     pub(crate) fn engine_halt(&self) -> Arc<crate::vm::budget::CancelToken> {
-        self.interrupt.engine_token()
+        self.life.interrupt.engine_token()
     }
 
     /// The longest one run of the domain's code may take (its spec's run deadline).

@@ -73,7 +73,7 @@ impl ScriptDomain {
     /// ```
     pub fn pump(&self) -> PumpReport {
         vm::check_sources();
-        let services = &self.services;
+        let services = &self.frames.services;
         let before = (
             services.settled.get(),
             services.forwarded.get(),
@@ -110,13 +110,13 @@ impl ScriptDomain {
         let frame = self.current.principal.frames.fetch_add(1, Ordering::AcqRel) + 1;
         let woke = self.current.vm.wake_frames(frame);
         let live_jobs = jobs && self.current.registry.has_work();
-        let jobs_due = live_jobs.then(|| match self.jobs_ran.get() {
+        let jobs_due = live_jobs.then(|| match self.frames.jobs_ran.get() {
             Some(at) => at + FRAME_INTERVAL,
             None => Instant::now(),
         });
         let ran_jobs = match jobs_due {
             Some(due) if due <= Instant::now() => {
-                self.jobs_ran.set(Some(Instant::now()));
+                self.frames.jobs_ran.set(Some(Instant::now()));
                 self.current.registry.run(&self.current.vm, None, self);
                 true
             }
@@ -211,7 +211,7 @@ impl ScriptDomain {
                 .map(|_| Instant::now() + stall_watch::STALL_ROUND)
         };
         while self.pump_once_until(true, true, round(&self.current.principal.liveness)) {
-            if self.interrupt.requested() {
+            if self.life.interrupt.requested() {
                 break;
             }
             // A script can run for minutes without returning to the host: look for edited
@@ -232,14 +232,14 @@ impl ScriptDomain {
                 }
             }
         }
-        if self.interrupt.requested() {
+        if self.life.interrupt.requested() {
             return Err(Error::Interrupted {
                 entry: "run_until_idle",
                 domain: self.name.clone(),
             });
         }
         self.report_unobserved_failures();
-        match self.failures.borrow_mut().drain(..).next() {
+        match self.reporting.first_failure() {
             Some(text) => Err(Error::Script(text)),
             None => Ok(()),
         }
@@ -259,7 +259,7 @@ impl ScriptDomain {
     #[cold]
     pub(super) fn end_stalled(&self, waits: Vec<String>) -> Result<()> {
         self.report_unobserved_failures();
-        if let Some(text) = self.failures.borrow_mut().drain(..).next() {
+        if let Some(text) = self.reporting.first_failure() {
             return Err(Error::Script(text));
         }
         Err(Error::Stalled { waits })

@@ -332,7 +332,7 @@ impl ScriptDomain {
     /// a run no task is left that could still observe them, so each is a failure nobody handled.
     pub(super) fn report_unobserved_failures(&self) {
         let unhandled = self.current.vm.core.promises.borrow_mut().take_unhandled();
-        let mut reports = self.reports.borrow_mut();
+        let mut reports = self.reporting.reports().borrow_mut();
         for (label, failure) in self.current.actors.take_unobserved() {
             reports.push(Report::new(ReportKind::Worker, label, failure));
         }
@@ -364,7 +364,7 @@ impl ScriptDomain {
     /// denials (source `capability`), oldest first within each. Each frame's and advance's
     /// result holds copies of the reports made during it.
     pub fn take_reports(&self) -> Vec<Report> {
-        let mut reports = self.reports.borrow_mut().take();
+        let mut reports = self.reporting.take();
         let denials = self.current.principal.authority.denials().take();
         reports.extend(
             denials

@@ -67,7 +67,7 @@ impl ScriptDomain {
         let mut stall = stall_watch::StallWatch::default();
         let mut tick = Instant::now();
         loop {
-            if self.interrupt.requested() {
+            if self.life.interrupt.requested() {
                 return Err(Error::Interrupted {
                     entry: "run_frames",
                     domain: self.name.clone(),
@@ -93,7 +93,7 @@ impl ScriptDomain {
             }
         }
         self.report_unobserved_failures();
-        match self.failures.borrow_mut().drain(..).next() {
+        match self.reporting.first_failure() {
             Some(text) => Err(Error::Script(text)),
             None => Ok(()),
         }
@@ -101,14 +101,14 @@ impl ScriptDomain {
 
     /// Keeps `report` for the next [`take_reports`](Self::take_reports).
     pub(crate) fn keep_report(&self, report: Report) {
-        self.reports.borrow_mut().push(report);
+        self.reporting.keep(report);
     }
 
     /// Keeps the handler failures of a frame as [`Report`]s, for a frame loop that reads no
     /// frame's report (this one, `skein serve`'s): a phase handler's labelled by its context and
     /// phase, an event handler's by the event.
     pub(crate) fn keep_handler_failures(&self, frame: &AdvanceReport) {
-        let mut reports = self.reports.borrow_mut();
+        let mut reports = self.reporting.reports().borrow_mut();
         for phase in &frame.phases {
             for error in &phase.errors {
                 let source = HandlerLabel::Phase {
@@ -142,7 +142,7 @@ impl ScriptDomain {
     fn serve_until(&self, tick: Instant) {
         loop {
             // A stream of messages does not hold the next frame back.
-            if self.interrupt.requested() || Instant::now() >= tick {
+            if self.life.interrupt.requested() || Instant::now() >= tick {
                 return;
             }
             if self.current.rx.wait_until(Some(tick)) == Waited::TimedOut {

@@ -101,11 +101,11 @@ impl ScriptDomain {
     /// Answers whether this script decides the state.
     pub(super) fn begin_load(&self) -> bool {
         let loads = matches!(
-            self.state.get(),
+            self.life.state.get(),
             DomainState::Ready | DomainState::Failed | DomainState::Created
         );
         if loads {
-            self.state.set(DomainState::Loading);
+            self.life.state.set(DomainState::Loading);
         }
         loads
     }
@@ -178,17 +178,17 @@ impl ScriptDomain {
         let lua = &self.current.vm.lua;
         let function = vm::source::compile(lua, source, chunk_name).map_err(|e| {
             if loads {
-                self.state.set(DomainState::Failed);
+                self.life.state.set(DomainState::Failed);
             }
             Error::Script(vm::error_message(&e))
         })?;
         let slot = ChunkSlot::default();
         let out = slot.clone();
-        let failures = self.failures.clone();
+        let failures = self.reporting.failures().clone();
         // An `eval`'s failure is its answer; any other chunk's is a report nobody awaited.
-        let reports = (label != "eval").then(|| self.reports.clone());
+        let reports = (label != "eval").then(|| self.reporting.reports().clone());
         let script = format!("script {label}");
-        let state = loads.then(|| self.state.clone());
+        let state = loads.then(|| self.life.state.clone());
         let completion: vm::Completion = Box::new(move |_lua: &Lua, result, _commands| {
             if let Some(state) = state {
                 settle_state(&state, result.is_ok());

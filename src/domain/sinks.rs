@@ -10,10 +10,7 @@ use crate::principal::{Attribution, Diagnostic, Severity};
 impl ScriptDomain {
     /// Sends `d` to the domain's diagnostic sink, if it has one.
     pub(crate) fn diagnose(&self, severity: Severity, d: &Diagnostic) {
-        self.counters.diagnosed(severity);
-        if let Some(sink) = &self.diagnostics {
-            sink.diagnostic(severity, d);
-        }
+        self.reporting.diagnose(severity, d);
     }
 
     /// Sends an engine-thread event to the domain's profile sink, if it has one: measured from

@@ -53,7 +53,7 @@ impl ScriptDomain {
                     settles = vm.settle_buffer();
                 }
                 settles.push((promise, outcome));
-                let settled = &self.services.settled;
+                let settled = &self.frames.services.settled;
                 settled.set(settled.get() + 1);
             }
             other => {
@@ -71,15 +71,13 @@ impl ScriptDomain {
     pub(crate) fn handle(&self, event: DomainEvent) {
         match event {
             DomainEvent::Settle { promise, outcome } => self.current.vm.settle(promise, outcome),
-            DomainEvent::Report { label, failure } => self.reports.borrow_mut().push(Report::new(
-                ReportKind::of_label(&label),
-                label,
-                failure,
-            )),
+            DomainEvent::Report { label, failure } => {
+                self.reporting
+                    .keep(Report::new(ReportKind::of_label(&label), label, failure))
+            }
             DomainEvent::Note { label, text } => {
-                self.reports
-                    .borrow_mut()
-                    .push(Report::new(ReportKind::Note, label, text))
+                self.reporting
+                    .keep(Report::new(ReportKind::Note, label, text))
             }
             DomainEvent::Parcel(parcel) => shared::receive_parcel(&self.current.vm.lua, parcel),
             DomainEvent::Query {
@@ -95,7 +93,7 @@ impl ScriptDomain {
                 // handler dispatched it), not the domain's whole grant.
                 let _authority = self.install_sent(&authority);
                 self.apply(commands, None);
-                let answer = self.services.answer(&service, args);
+                let answer = self.frames.services.answer(&service, args);
                 if let Some(job) = job {
                     self.current.registry.count_forwarded(job);
                 }
@@ -154,10 +152,9 @@ impl ScriptDomain {
 
     /// Applies commands in order, reporting each failure as `source`'s.
     pub(crate) fn apply_as(&self, commands: Vec<vm::ServiceCall>, source: &str) {
-        for failure in self.services.apply(commands) {
-            self.reports
-                .borrow_mut()
-                .push(Report::new(ReportKind::Service, source, failure));
+        for failure in self.frames.services.apply(commands) {
+            self.reporting
+                .keep(Report::new(ReportKind::Service, source, failure));
         }
     }
 
@@ -166,7 +163,7 @@ impl ScriptDomain {
     pub(crate) fn deliver(&self, to: ReplyTo, outcome: vm::Outcome) {
         match to {
             ReplyTo::Engine(promise) => {
-                let settled = &self.services.settled;
+                let settled = &self.frames.services.settled;
                 settled.set(settled.get() + 1);
                 self.current.vm.settle(promise, outcome)
             }

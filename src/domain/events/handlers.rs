@@ -459,7 +459,7 @@ impl ScriptDomain {
             Ok(_entered) => self.run_event_drain(),
             Err(e) => {
                 if matches!(e, Error::Reentrant(_)) {
-                    self.reports.borrow_mut().push(Report::new(
+                    self.reporting.keep(Report::new(
                         ReportKind::Service,
                         "drain_events",
                         e.to_string(),
@@ -645,7 +645,9 @@ impl ScriptDomain {
         }
         report.errors.extend(refused);
         report.warnings = warnings;
-        self.counters.drained(report.delivered, report.unhandled);
+        self.reporting
+            .counters
+            .drained(report.delivered, report.unhandled);
         report.pending = self.pending_events();
         report
     }
@@ -665,7 +667,7 @@ impl ScriptDomain {
         let Some(due) = handlers.due(name) else {
             return false;
         };
-        self.counters.handler_calls(due.len());
+        self.reporting.counters.handler_calls(due.len());
         let profiling = self.current.principal.profile.is_some();
         for binding in due.iter() {
             let (context, failed, source) = match &binding.handler {

@@ -264,7 +264,8 @@ impl ScriptDomain {
         name: &str,
         f: impl Fn(Message) -> std::result::Result<Message, String> + 'static,
     ) {
-        self.services
+        self.frames
+            .services
             .insert(Arc::from(name), Service::Query(Box::new(f)));
     }
 
@@ -276,14 +277,18 @@ impl ScriptDomain {
     ) -> Result<()> {
         let refused = |refusal, message| Error::Name { refusal, message };
         jobs::check_service_name(name).map_err(|e| refused(NameRefusal::ServiceName, e))?;
-        if self.services.contains(name) {
+        if self.frames.services.contains(name) {
             return Err(refused(
                 NameRefusal::ServiceTaken,
                 format!("register: engine service '{name}' is registered already"),
             ));
         }
         let name: Arc<str> = Arc::from(name);
-        let f = engine_function(&self.current.vm.lua, self.services.clone(), name.clone())?;
+        let f = engine_function(
+            &self.current.vm.lua,
+            self.frames.services.clone(),
+            name.clone(),
+        )?;
         jobs::install_at(&self.current.vm.lua, &name, f)
             .map_err(|e| refused(NameRefusal::ServicePath, format!("register: {e}")))?;
         self.current
@@ -291,7 +296,7 @@ impl ScriptDomain {
             .services
             .add(&name, kind)
             .map_err(|e| refused(NameRefusal::ServiceTaken, e))?;
-        self.services.insert(name, service);
+        self.frames.services.insert(name, service);
         Ok(())
     }
 }

@@ -83,7 +83,7 @@ impl ScriptDomain {
     ) {
         while !join.is_empty() {
             join.joined.retain(|j| j.owner.waits_on_pool());
-            if join.is_empty() || self.interrupt.requested() {
+            if join.is_empty() || self.life.interrupt.requested() {
                 break;
             }
             let now = Instant::now();

@@ -1,8 +1,9 @@
 //! The domain's frame: what runs on the engine thread once per frame, and the parts that decide
 //! it. [`ScriptDomain::frame`] and the registered jobs' phases are here; the host's contexts
 //! and fixed step (`context.rs`), the phase handlers scripts bind and the scheduler that runs
-//! them (`phases.rs`), the engine services a frame answers (`engine_services.rs`) and the
-//! labels of handler calls (`handler_label.rs`) are its files.
+//! them (`phases.rs`), the engine services a frame answers (`engine_services.rs`), the state a
+//! domain keeps from frame to frame (`driver.rs`) and the labels of handler calls
+//! (`handler_label.rs`) are its files.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub(crate) const WAVE_WAIT: Duration = Duration::from_millis(100);
 const WAVE_POLL: Duration = Duration::from_micros(200);
 
 pub(crate) mod context;
+pub(crate) mod driver;
 pub(crate) mod engine_services;
 pub(crate) mod handler_label;
 pub(crate) mod join;
@@ -90,17 +92,14 @@ impl ScriptDomain {
             Ok(_entered) => self.run_frame(dt, true),
             Err(e) => {
                 if matches!(e, Error::Reentrant(_)) {
-                    self.reports.borrow_mut().push(Report::new(
-                        ReportKind::Service,
-                        "frame",
-                        e.to_string(),
-                    ));
+                    self.reporting
+                        .keep(Report::new(ReportKind::Service, "frame", e.to_string()));
                 }
                 FrameReport {
                     frame: self.frames(),
                     forwarded_calls: 0,
                     commands_applied: 0,
-                    time: self.frame_time.get(),
+                    time: self.frames.frame_time.get(),
                     reports: Vec::new(),
                 }
             }
@@ -115,11 +114,13 @@ impl ScriptDomain {
         vm::check_sources();
         if early_drain {
             // An advance counts from its own start, its joins included.
-            self.services.forwarded.set(0);
-            self.services.applied.set(0);
+            self.frames.services.forwarded.set(0);
+            self.frames.services.applied.set(0);
         }
-        self.frame_time.set(self.frame_time.get() + dt);
-        let mark = self.reports.borrow().mark();
+        self.frames
+            .frame_time
+            .set(self.frames.frame_time.get() + dt);
+        let mark = self.reporting.mark();
         // A generation's first frame starts it up (an advance did already).
         if !self.current.started_up.replace(true) {
             self.broadcast_reporting(Phase::Startup);
@@ -127,10 +128,10 @@ impl ScriptDomain {
         let frame = self.round(early_drain);
         FrameReport {
             frame,
-            forwarded_calls: self.services.forwarded.get(),
-            commands_applied: self.services.applied.get(),
-            time: self.frame_time.get(),
-            reports: self.reports.borrow().since(mark),
+            forwarded_calls: self.frames.services.forwarded.get(),
+            commands_applied: self.frames.services.applied.get(),
+            time: self.frames.frame_time.get(),
+            reports: self.reporting.since(mark),
         }
     }
 
@@ -146,7 +147,7 @@ impl ScriptDomain {
     /// count the frame and wake its frame waits, the registered jobs phase by phase, the late
     /// deferred drain (which resumes the frame waits woken). Answers the frame.
     pub(crate) fn round(&self, early_drain: bool) -> u64 {
-        let answered = self.services.forwarded.get();
+        let answered = self.frames.services.forwarded.get();
         self.drain();
         self.drain_follow_ups(answered);
         if early_drain {
@@ -173,7 +174,7 @@ impl ScriptDomain {
         let mut seen = answered;
         let mut until = None;
         for _ in 0..FOLLOW_UP_DRAINS {
-            let now = self.services.forwarded.get();
+            let now = self.frames.services.forwarded.get();
             if now == seen || !self.current.vm.waits_on_pool() {
                 return;
             }

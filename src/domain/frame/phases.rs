@@ -458,7 +458,7 @@ impl Drop for Entered<'_> {
 impl ScriptDomain {
     /// Where the domain is in its life (see [`DomainState`] for the transitions).
     pub fn state(&self) -> DomainState {
-        self.state.get()
+        self.life.state.get()
     }
 
     /// The contexts the host declared, in declaration order.
@@ -507,7 +507,7 @@ impl ScriptDomain {
         if phase == Phase::Startup {
             self.current.started_up.set(true);
         }
-        let until = Instant::now().checked_add(self.frame_budget);
+        let until = Instant::now().checked_add(self.frames.frame_budget);
         Ok(self.broadcast(phase, args, until))
     }
 
@@ -555,7 +555,7 @@ impl ScriptDomain {
     /// # Errors
     /// As [`run_phase`](Self::run_phase).
     pub fn advance(&self, delta: Duration) -> Result<AdvanceReport> {
-        self.advance_within(delta, self.frame_budget)
+        self.advance_within(delta, self.frames.frame_budget)
     }
 
     /// [`advance`](Self::advance) with its own frame budget: the longest this advance waits,
@@ -593,24 +593,24 @@ impl ScriptDomain {
         self.current.vm.advance_clock(delta);
         let started = Instant::now();
         let until = started.checked_add(budget.min(MAX_DEADLINE));
-        self.services.forwarded.set(0);
-        self.services.applied.set(0);
-        let mark = self.reports.borrow().mark();
+        self.frames.services.forwarded.set(0);
+        self.frames.services.applied.set(0);
+        let mark = self.reporting.mark();
         let mut phases = Vec::new();
         // A generation's first frame starts it up.
         if !self.current.started_up.replace(true) {
             phases.push(self.broadcast(Phase::Startup, &[], until));
         }
-        let step = self.fixed_step.step;
-        let owed_time = self.accumulator.get() + delta;
+        let step = self.frames.fixed_step.step;
+        let owed_time = self.frames.accumulator.get() + delta;
         let owed = owed_time.as_nanos() / step.as_nanos();
         let remainder = owed_time.as_nanos() % step.as_nanos();
         // The remainder is below one step, which is a `Duration`: it fits in u64 nanoseconds
         // for any step shorter than 584 years.
-        self.accumulator.set(Duration::from_nanos(
+        self.frames.accumulator.set(Duration::from_nanos(
             u64::try_from(remainder).unwrap_or(u64::MAX),
         ));
-        let run = owed.min(u128::from(self.fixed_step.max_catch_up)) as u32;
+        let run = owed.min(u128::from(self.frames.fixed_step.max_catch_up)) as u32;
         let dropped = u64::try_from(owed - u128::from(run)).unwrap_or(u64::MAX);
         // The early deferred drain: what was deferred since the last frame runs before the
         // phases.
@@ -634,7 +634,7 @@ impl ScriptDomain {
             events,
             frame,
             elapsed: started.elapsed(),
-            reports: self.reports.borrow().since(mark),
+            reports: self.reporting.since(mark),
         })
     }
 
@@ -666,22 +666,22 @@ impl ScriptDomain {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stop(&mut self) {
-        if matches!(self.state.get(), DomainState::Stopped) {
+        if matches!(self.life.state.get(), DomainState::Stopped) {
             return;
         }
         let started = Instant::now();
-        self.state.set(DomainState::Stopping);
+        self.life.state.set(DomainState::Stopping);
         self.shut_down();
         // Nothing drains a stopped domain: posts to it are refused from here on, and what is
         // queued (the shutdown handlers' emits included) is dropped and counted.
         let dropped = self.event_handlers.queue().stop();
-        self.counters.dropped_at_stop(dropped);
+        self.reporting.counters.dropped_at_stop(dropped);
         self.end_generation(&format!("domain '{}' stopped", self.name), false);
         // Whatever a host service takes for the domain from now on is released at once.
-        for failure in self.owned.close() {
+        for failure in self.life.owned.close() {
             self.report_release_failure(failure);
         }
-        self.state.set(DomainState::Stopped);
+        self.life.state.set(DomainState::Stopped);
         self.profiled(ProfileKind::DomainStopped, None, None, started);
     }
 
@@ -701,7 +701,7 @@ impl ScriptDomain {
                 context: Arc::from(error.attribution.context.as_deref().unwrap_or("")),
                 phase,
             };
-            self.reports.borrow_mut().push(Report::new(
+            self.reporting.keep(Report::new(
                 ReportKind::Handler,
                 source.to_string(),
                 error.message,
@@ -712,7 +712,7 @@ impl ScriptDomain {
     /// Marks the start of a scheduler entry: refuses a stopped domain and a nested entry, and
     /// moves a loaded domain to `Running`.
     pub(crate) fn enter(&self, entry: &'static str) -> Result<Entered<'_>> {
-        let halted = match self.state.get() {
+        let halted = match self.life.state.get() {
             DomainState::Stopping => Some(Halt::Stopping),
             DomainState::Stopped => Some(Halt::Stopped),
             _ => None,
@@ -725,18 +725,21 @@ impl ScriptDomain {
                 new_generation: false,
             });
         }
-        if self.busy.get().is_some() {
+        if self.frames.busy.get().is_some() {
             return Err(Error::Reentrant(entry));
         }
-        self.busy.set(Some(entry));
+        self.frames.busy.set(Some(entry));
         self.mark_running();
-        Ok(Entered(&self.busy))
+        Ok(Entered(&self.frames.busy))
     }
 
     /// The first phase or frame moves a ready (or still loading) domain to `Running`.
     pub(crate) fn mark_running(&self) {
-        if matches!(self.state.get(), DomainState::Ready | DomainState::Loading) {
-            self.state.set(DomainState::Running);
+        if matches!(
+            self.life.state.get(),
+            DomainState::Ready | DomainState::Loading
+        ) {
+            self.life.state.set(DomainState::Running);
             self.profiled(ProfileKind::DomainStarted, None, None, Instant::now());
         }
     }
@@ -776,7 +779,7 @@ impl ScriptDomain {
         let due = self.current.bindings.snapshot(phase);
         let wanted = |b: &&Binding| only.is_none_or(|only| b.context == only);
         let calls = due.iter().filter(wanted).count();
-        self.counters.handler_calls(calls);
+        self.reporting.counters.handler_calls(calls);
         let profiling = self.current.principal.profile.is_some();
         let mut errors = Vec::new();
         let mut timings = Vec::with_capacity(calls);
@@ -919,12 +922,12 @@ impl ScriptDomain {
                 // Whatever the call started (a spawned task, a deferred one) holds the owner
                 // too, and then it is not spare.
                 if Rc::strong_count(&owner) == 1 {
-                    self.spare_owner.set(Some(owner));
+                    self.frames.spare_owner.set(Some(owner));
                 }
                 result.err().map(|failure| failure.to_string())
             }
             Ok(FirstRun::Suspended) => {
-                let reports = self.reports.clone();
+                let reports = self.reporting.reports().clone();
                 let label: Arc<dyn OwnerIdentity> = owner.identity.clone();
                 owner.set_completion(Box::new(move |_lua: &Lua, result, _commands| {
                     if let Err(failure) = result {
@@ -963,7 +966,7 @@ impl Called<'_> {
 impl ScriptDomain {
     /// `owner` in an `Rc`: the spare one of an earlier call refilled, when there is one.
     fn fresh_owner(&self, owner: Owner) -> Rc<Owner> {
-        if let Some(mut spare) = self.spare_owner.take() {
+        if let Some(mut spare) = self.frames.spare_owner.take() {
             if let Some(slot) = Rc::get_mut(&mut spare) {
                 *slot = owner;
                 return spare;

@@ -150,7 +150,7 @@ impl ScriptDomain {
             .vm
             .start(function, args, owner)
             .map_err(|e| LoadFailure::new(LoadStage::Run, vm::error_message(&e)))?;
-        let until = Instant::now() + self.load_bound;
+        let until = Instant::now() + self.life.load_bound;
         loop {
             if let Some(ended) = slot.borrow_mut().take() {
                 return ended.map_err(|text| LoadFailure::new(LoadStage::Run, text));
@@ -160,7 +160,7 @@ impl ScriptDomain {
                     LoadStage::Finish,
                     format!(
                         "script {label} was still waiting after the load bound of {} s",
-                        vm::format_seconds(self.load_bound)
+                        vm::format_seconds(self.life.load_bound)
                     ),
                 ));
             }

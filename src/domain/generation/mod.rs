@@ -208,21 +208,21 @@ impl ScriptDomain {
     /// that is [`Stopped`](DomainState::Stopped): a stop is final, and nothing changes.
     pub fn restart(&mut self, load: Load) -> Result<Generation> {
         self.refuse_if_stopped("restart")?;
-        let was_running = self.state.get() == DomainState::Running;
+        let was_running = self.life.state.get() == DomainState::Running;
         let next = self.build_generation()?;
         // The old generation's shutdown handlers run in its own engine VM, before it ends.
         self.shut_down();
         self.end_generation(&format!("domain '{}' restarted", self.name), true);
         self.install_generation(next);
-        self.state.set(DomainState::Loading);
+        self.life.state.set(DomainState::Loading);
         match self.run_load(&load) {
             Ok(()) => {
                 self.start_again(was_running);
                 Ok(self.generation())
             }
             Err(failure) => {
-                self.state.set(DomainState::Failed);
-                self.reports.borrow_mut().push(Report::new(
+                self.life.state.set(DomainState::Failed);
+                self.reporting.keep(Report::new(
                     ReportKind::Load,
                     "restart",
                     failure.message.clone(),
@@ -235,7 +235,7 @@ impl ScriptDomain {
     /// Refuses `entry` on a stopped domain: its event queue is closed and its handlers gone for
     /// good, so a stopped domain is never brought back (make a new one).
     pub(crate) fn refuse_if_stopped(&self, entry: &'static str) -> Result<()> {
-        if self.state.get() == DomainState::Stopped {
+        if self.life.state.get() == DomainState::Stopped {
             return Err(Error::Stopped {
                 entry,
                 domain: self.name.clone(),
@@ -254,7 +254,7 @@ impl ScriptDomain {
     /// # Errors
     /// As [`restart`](Self::restart) when the VM can't be built.
     pub(crate) fn build_generation(&self) -> Result<GenerationState> {
-        let generation = Generation(self.last_generation.get().get() + 1);
+        let generation = Generation(self.life.last_generation.get().get() + 1);
         let (mailbox, rx) = MailboxSender::new();
         let principal = Arc::new(self.current.principal.next_generation(generation, mailbox));
         debug_assert_eq!(principal.id.generation, generation);
@@ -263,16 +263,16 @@ impl ScriptDomain {
         let actors = self.current.actors.next_generation(principal.clone());
         let host = EngineSetup {
             pool: &self.pool,
-            reports: &self.reports,
+            reports: self.reporting.reports(),
             event_handlers: &self.event_handlers,
             domain_name: &self.name,
-            interrupt: &self.interrupt,
+            interrupt: &self.life.interrupt,
         };
         let next = GenerationState::assemble(&host, principal, rx, registry, bindings, actors)?;
         for (name, _) in next.principal.services.since(0) {
             let f = engine_services::engine_function(
                 &next.vm.lua,
-                self.services.clone(),
+                self.frames.services.clone(),
                 name.clone(),
             )?;
             jobs::install_at(&next.vm.lua, &name, f).map_err(|e| Error::Name {
@@ -280,7 +280,7 @@ impl ScriptDomain {
                 message: format!("restart: {e}"),
             })?;
         }
-        self.last_generation.set(generation);
+        self.life.last_generation.set(generation);
         Ok(next)
     }
 
@@ -288,8 +288,8 @@ impl ScriptDomain {
     /// runs as the generation `other` held, and `other` holds the one it ran as.
     pub(crate) fn swap_generation(&mut self, other: &mut GenerationState) {
         std::mem::swap(&mut self.current, other);
-        self.owned.set_running(self.generation());
-        self.interrupt.follow(&self.current.principal);
+        self.life.owned.set_running(self.generation());
+        self.life.interrupt.follow(&self.current.principal);
     }
 
     /// Makes `next` the current generation for good, after the current one has ended: its
@@ -297,13 +297,13 @@ impl ScriptDomain {
     /// with its tasks, and what waits in the event queue for it is discarded and counted.
     pub(crate) fn install_generation(&mut self, next: GenerationState) {
         let ended = std::mem::replace(&mut self.current, next);
-        self.owned.set_running(self.generation());
-        self.interrupt.follow(&self.current.principal);
+        self.life.owned.set_running(self.generation());
+        self.life.interrupt.follow(&self.current.principal);
         let generation = self.generation();
         // The order below is the generation's drop order (see `GenerationState`): the
         // receiver first joins the stale ones, then the engine VM goes, ending its tasks and
         // the promises they awaited, and what that posted is drained before the rest goes.
-        self.stale_rx.get_mut().push(ended.rx);
+        self.life.stale_rx.get_mut().push(ended.rx);
         drop(ended.vm);
         self.event_handlers.queue().advance(generation);
         self.event_handlers.next_generation(generation);
@@ -313,7 +313,7 @@ impl ScriptDomain {
     /// A generation has loaded: a domain that was running runs `startup` and is `Running`
     /// again; any other is `Ready`.
     pub(crate) fn start_again(&self, was_running: bool) {
-        self.state.set(DomainState::Ready);
+        self.life.state.set(DomainState::Ready);
         if was_running {
             if let Ok(_entered) = self.enter("startup") {
                 self.current.started_up.set(true);
@@ -327,7 +327,7 @@ impl ScriptDomain {
     /// raw and named events queued for an ended generation (a restart discards what waits in
     /// the event queue; a post through an old generation's mailbox is discarded too).
     pub fn stale_events(&self) -> u64 {
-        self.stale.get()
+        self.life.stale.get()
     }
 
     /// Raises the engine event `name` with `payload` on the current generation. Every
@@ -399,12 +399,12 @@ impl ScriptDomain {
         }
         // What the generation owns is released last, newest first, after everything that might
         // still have used it has stopped.
-        for failure in self.owned.end_generation(id.generation) {
+        for failure in self.life.owned.end_generation(id.generation) {
             self.report_release_failure(failure);
         }
         // A stop's teardown is part of its `DomainStopped`; a restart's or reload's is its own
         // event, attributed to the generation that ended (still the principal here).
-        if self.state.get() != DomainState::Stopping {
+        if self.life.state.get() != DomainState::Stopping {
             let kind = ProfileKind::GenerationEnded;
             self.profiled(kind, None, None, ending);
         }
@@ -412,7 +412,7 @@ impl ScriptDomain {
 
     /// Counts `n` stale events, and profiles each as an instant.
     pub(crate) fn count_stale(&self, n: u64) {
-        self.stale.set(self.stale.get() + n);
+        self.life.stale.set(self.life.stale.get() + n);
         if self.current.principal.profile.is_some() {
             let now = std::time::Instant::now();
             for _ in 0..n {
@@ -426,7 +426,7 @@ impl ScriptDomain {
     pub(crate) fn drain_stale(&self) {
         let discarded = self.event_handlers.queue().take_discarded();
         self.count_stale(discarded);
-        let mut receivers = self.stale_rx.borrow_mut();
+        let mut receivers = self.life.stale_rx.borrow_mut();
         receivers.retain(|rx| {
             let mut events = Vec::new();
             let connected = rx.take_into(&mut events);

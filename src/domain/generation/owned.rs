@@ -184,21 +184,21 @@ impl ScriptDomain {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn own(&self, kind: impl Into<String>, release: impl FnOnce() + 'static) -> ResourceId {
-        self.owned.own(kind.into(), Box::new(release))
+        self.life.owned.own(kind.into(), Box::new(release))
     }
 
     /// A handle host services can keep to take resources for this domain's running code
     /// (see [`ResourceOwner`]).
     pub fn resource_owner(&self) -> ResourceOwner {
-        ResourceOwner(self.owned.clone())
+        ResourceOwner(self.life.owned.clone())
     }
 
     /// Releases resource `id` now. Answers false when the domain does not own it (never did,
     /// or it was released already).
     pub fn release_resource(&self, id: ResourceId) -> bool {
-        let owned = self.owned.list.borrow().iter().any(|o| o.id == id);
+        let owned = self.life.owned.list.borrow().iter().any(|o| o.id == id);
         if owned {
-            for failure in self.owned.release_where(|o| o.id == id) {
+            for failure in self.life.owned.release_where(|o| o.id == id) {
                 self.report_release_failure(failure);
             }
         }
@@ -207,22 +207,19 @@ impl ScriptDomain {
 
     /// What the domain owns now, oldest first: each id with its kind. Empty after a stop.
     pub fn owned_resources(&self) -> Vec<(ResourceId, String)> {
-        let list = self.owned.list.borrow();
+        let list = self.life.owned.list.borrow();
         list.iter().map(|o| (o.id, o.kind.clone())).collect()
     }
 
     /// How many resources [`owned_resources`](Self::owned_resources) would list, without
     /// copying their kinds.
     pub(crate) fn owned_count(&self) -> usize {
-        self.owned.list.borrow().len()
+        self.life.owned.list.borrow().len()
     }
 
     pub(crate) fn report_release_failure(&self, message: String) {
-        self.reports.borrow_mut().push(Report::new(
-            ReportKind::Service,
-            "owned resources",
-            message,
-        ));
+        self.reporting
+            .keep(Report::new(ReportKind::Service, "owned resources", message));
     }
 }
 

@@ -72,7 +72,7 @@ impl ScriptDomain {
     /// for `restart`.
     pub fn reload(&mut self, load: Load) -> Result<Generation> {
         self.refuse_if_stopped("reload")?;
-        let was_running = self.state.get() == DomainState::Running;
+        let was_running = self.life.state.get() == DomainState::Running;
         let mut candidate = self.build_generation()?;
         let generation = candidate.generation();
         self.event_handlers.queue().begin_candidate(generation);
@@ -93,11 +93,8 @@ impl ScriptDomain {
                     stage: failure.stage,
                     message: failure.message,
                 };
-                self.reports.borrow_mut().push(Report::new(
-                    ReportKind::Load,
-                    "reload",
-                    error.to_string(),
-                ));
+                self.reporting
+                    .keep(Report::new(ReportKind::Load, "reload", error.to_string()));
                 Err(error)
             }
         }
@@ -121,7 +118,7 @@ impl ScriptDomain {
         self.event_handlers.discard_generation(generation);
         self.event_handlers.queue().drop_candidate(generation);
         // What its work still sends lands in its mailbox, which is drained as stale.
-        self.stale_rx.get_mut().push(candidate.into_rx());
+        self.life.stale_rx.get_mut().push(candidate.into_rx());
         self.drain_stale();
     }
 }
