@@ -33,7 +33,8 @@ use std::fmt;
 /// [`Script`](crate::ReportKind::Script).
 ///
 /// ```
-/// use skein::{DomainSpec, DomainState, Pool, ScriptDomain};
+/// use skein::lifecycle::DomainState;
+/// use skein::{DomainSpec, Pool, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
