@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 
 use std::ffi::c_int;
 
+use skein::job::JobOptions;
 use skein::mlua::{self, ffi, Lua, VmState};
-use skein::{DomainSpec, JobOptions, Message, Plan, Pool, ScriptDomain};
+use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 
 const ITERATIONS: f64 = 1e8;
 const RUNS: usize = 7;

@@ -19,10 +19,8 @@
 
 use std::time::{Duration, Instant};
 
-use skein::{
-    mlua, CapabilityId, CapabilitySet, ContextSpec, DomainSpec, Message, Phase, Plan, Pool,
-    RootAuthority, ScriptDomain,
-};
+use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+use skein::{mlua, ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain};
 
 const ROUNDS: usize = 7;
 const CREATES: usize = 200;

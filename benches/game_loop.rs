@@ -43,9 +43,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use skein::{
-    AdvanceReport, ContextSpec, DomainSpec, FixedStep, Message, Phase, Plan, Pool, ScriptDomain,
-};
+use skein::frame::{AdvanceReport, FixedStep};
+use skein::{ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain};
 use util::{split, thread_cpu};
 
 const ENTITIES: usize = 2_000;

@@ -29,7 +29,9 @@ mod util;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
-use skein::{Grant, Message, Pool, ResourceHost};
+use skein::capability::Grant;
+use skein::resource::ResourceHost;
+use skein::{Message, Pool};
 
 /// Calls per timed run: enough that the `eval` around them is noise.
 const CALLS: usize = 10_000;

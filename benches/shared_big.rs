@@ -17,7 +17,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
-use skein::{DomainSpec, MapKey, Message, Pool, ScriptDomain, SharedTableRef};
+use skein::shared::SharedTableRef;
+use skein::{DomainSpec, MapKey, Message, Pool, ScriptDomain};
 
 const BIG: usize = 1_000_000;
 const SMALL: usize = 10;

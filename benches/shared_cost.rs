@@ -58,7 +58,8 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
-use skein::{DomainSpec, MapKey, Message, Pool, ScriptDomain, SharedTableRef};
+use skein::shared::SharedTableRef;
+use skein::{DomainSpec, MapKey, Message, Pool, ScriptDomain};
 
 const KEYS: usize = 1_000;
 const COUNTER: &str = "counter";

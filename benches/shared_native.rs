@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
-use skein::{DomainSpec, MapKey, Message, Pool, ScriptDomain, SharedTableRef};
+use skein::shared::SharedTableRef;
+use skein::{DomainSpec, MapKey, Message, Pool, ScriptDomain};
 
 /// Keys in the hot table.
 const KEYS: usize = 1_000;

@@ -34,9 +34,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use crossbeam_queue::ArrayQueue;
-use skein::{
-    DomainSpec, Message, Plan, Pool, PopError, PushErrorKind, ScriptDomain, SharedQueueRef,
-};
+use skein::shared::{PopError, PushErrorKind, SharedQueueRef};
+use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 
 /// Items per iteration, split between the producers.
 const ITEMS: usize = 100_000;

@@ -20,7 +20,9 @@ use crate::vm::{self, JobFailure, LoadStage};
 /// enum for the rule that was broken. The `Display` text is the one the reference quotes.
 ///
 /// ```
-/// use skein::{DispatchRefusal, DomainSpec, Error, JobOptions, Message, Pool, ScriptDomain};
+/// use skein::job::JobOptions;
+/// use skein::refusal::DispatchRefusal;
+/// use skein::{DomainSpec, Error, Message, Pool, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
@@ -78,7 +80,8 @@ pub enum Error {
     ///
     /// ```
     /// use std::error::Error as _;
-    /// use skein::{DomainSpec, Error, Message, Pool, PushErrorKind, QueueError, ScriptDomain};
+    /// use skein::shared::{PushErrorKind, QueueError};
+    /// use skein::{DomainSpec, Error, Message, Pool, ScriptDomain};
     ///
     /// fn fill(domain: &ScriptDomain) -> skein::Result<()> {
     ///     let queue = domain.shared().queue("results", 1)?;
@@ -129,7 +132,7 @@ pub enum Error {
     /// running: a handler reached back into its own domain through host code. The field names
     /// the entry that was refused.
     Reentrant(&'static str),
-    /// A capability check failed ([`require_capability`](crate::require_capability)).
+    /// A capability check failed ([`require_capability`](crate::capability::require_capability)).
     Capability(CapabilityError),
     /// A delegation asked for capabilities the delegator does not hold.
     OverDelegation(OverDelegation),
@@ -149,7 +152,7 @@ pub enum Error {
         /// pending promises no task awaits.
         waits: Vec<String>,
     },
-    /// A [`ResourceHost`](crate::ResourceHost) refused to load, start, stop or reload a
+    /// A [`ResourceHost`](crate::resource::ResourceHost) refused to load, start, stop or reload a
     /// resource; what was running before runs still, and nothing of the refused start does.
     Resource {
         /// What was wrong.
@@ -165,7 +168,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// The rule a refused host dispatch or release broke ([`Error::Dispatch`]).
 ///
 /// ```
-/// use skein::{DispatchRefusal, DomainSpec, Error, Pool, ScriptDomain};
+/// use skein::refusal::DispatchRefusal;
+/// use skein::{DomainSpec, Error, Pool, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
@@ -192,7 +196,8 @@ pub enum DispatchRefusal {
 /// The setting of a spec that was refused ([`Error::Spec`]).
 ///
 /// ```
-/// use skein::{ContextSpec, DomainSpec, Error, SpecSetting};
+/// use skein::refusal::SpecSetting;
+/// use skein::{ContextSpec, DomainSpec, Error};
 ///
 /// let err = DomainSpec::new("game").context(ContextSpec::new("")).unwrap_err();
 /// assert!(matches!(err, Error::Spec { setting: SpecSetting::Context, .. }));
@@ -202,7 +207,7 @@ pub enum DispatchRefusal {
 #[non_exhaustive]
 pub enum SpecSetting {
     /// A context: its name is not 1 to 64 bytes or is declared already, or its budget is zero
-    /// or past [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE).
+    /// or past [`MAX_DEADLINE`](crate::job::JobOptions::MAX_DEADLINE).
     Context,
     /// The fixed step is zero ([`DomainSpec::fixed_step`](crate::DomainSpec::fixed_step)).
     FixedStep,
@@ -224,7 +229,8 @@ pub enum SpecSetting {
 /// What was wrong with a name the host gave ([`Error::Name`]).
 ///
 /// ```
-/// use skein::{DomainSpec, Error, Message, NameRefusal, Pool, ScriptDomain};
+/// use skein::refusal::NameRefusal;
+/// use skein::{DomainSpec, Error, Message, Pool, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
@@ -255,7 +261,8 @@ pub enum NameRefusal {
 /// How far a domain that refused an [`Error::Stopped`] call has stopped.
 ///
 /// ```
-/// use skein::{DomainSpec, Error, Halt, Phase, Pool, ScriptDomain};
+/// use skein::refusal::Halt;
+/// use skein::{DomainSpec, Error, Phase, Pool, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
@@ -274,7 +281,7 @@ pub enum Halt {
     Stopped,
 }
 
-/// Why a [`ResourceHost`](crate::ResourceHost) refused ([`Error::Resource`]).
+/// Why a [`ResourceHost`](crate::resource::ResourceHost) refused ([`Error::Resource`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ResourceRefusal {

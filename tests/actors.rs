@@ -3,10 +3,9 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use skein::{
-    CapabilityId, CapabilitySet, DomainSpec, FailurePolicy, Message, Plan, Pool, RootAuthority,
-    ScriptDomain,
-};
+use skein::actor::FailurePolicy;
+use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 
 use crate::support::{
     assert_contains, error_of, number, refusal, rss_pages, run_alone, text, wait_until, Gate,
@@ -28,7 +27,7 @@ fn raised(domain: &ScriptDomain, body: &str) -> String {
     clean(&refusal(domain, body))
 }
 
-fn grant(names: &[&str]) -> skein::Grant {
+fn grant(names: &[&str]) -> skein::capability::Grant {
     RootAuthority::new().grant(CapabilitySet::from_iter(
         names.iter().map(|n| CapabilityId::new(n).unwrap()),
     ))
@@ -192,7 +191,7 @@ fn a_worker_cannot_spawn_and_its_failure_is_structured() {
     );
     let failures = d.take_actor_failures();
     assert_eq!(failures.len(), 1);
-    assert_eq!(failures[0].stage, skein::ActorStage::Handler);
+    assert_eq!(failures[0].stage, skein::actor::ActorStage::Handler);
     assert_eq!(failures[0].attribution.actor.as_deref(), Some("nested"));
     assert_eq!(failures[0].module, "worker:nested");
     assert_eq!(failures[0].to_string(), err);
@@ -591,7 +590,7 @@ fn worker_send_is_bounded_at_1024() {
 fn a_worker_runs_under_its_own_narrower_authority() {
     let pool = Pool::new(1);
     let plan = Plan::new().function("observe", |lua, _| {
-        skein::require_capability("input.observe")?;
+        skein::capability::require_capability("input.observe")?;
         lua.pack_multi("observed")
     });
     let d = ScriptDomain::new(&pool, spec(plan)).unwrap();
@@ -665,7 +664,7 @@ fn stop_restart_and_drop_join_every_worker() {
     )
     .unwrap();
     assert_eq!(live.get(), 2);
-    d.restart(skein::Load::Nothing).unwrap();
+    d.restart(skein::lifecycle::Load::Nothing).unwrap();
     assert_eq!(live.get(), 0);
     d.exec("require('@skein/worker').spawn { source = 'return function() end' }")
         .unwrap();
@@ -946,7 +945,7 @@ fn a_service_denies_a_worker_by_the_worker_s_grant() {
     let marks = Marks::default();
     let (d, _world) = world_domain(&pool, &marks);
     d.register_query("input.peek", |()| {
-        skein::require_capability("input.observe").map_err(|e| e.to_string())?;
+        skein::capability::require_capability("input.observe").map_err(|e| e.to_string())?;
         Ok(Message::Boolean(true))
     })
     .unwrap();
@@ -997,12 +996,12 @@ fn a_restart_ends_a_query_wait_and_reports_the_worker_s_failure() {
     // The worker marked, then asked: once its thread sleeps, it is blocked on its query, and
     // nothing drains the mailbox until the restart.
     assert!(wait_until(Duration::from_secs(10), || mark.asleep()));
-    d.restart(skein::Load::Nothing).unwrap();
+    d.restart(skein::lifecycle::Load::Nothing).unwrap();
     assert_eq!(live.get(), 0);
     let failures = d.take_actor_failures();
     assert_eq!(failures.len(), 1, "{failures:?}");
     assert_eq!(failures[0].attribution.actor.as_deref(), Some("waiter"));
-    assert_eq!(failures[0].stage, skein::ActorStage::Handler);
+    assert_eq!(failures[0].stage, skein::actor::ActorStage::Handler);
     // The restart ended the wait: not an answer, and not the run budget (60 s by default).
     assert_eq!(
         failures[0].message,
@@ -1226,7 +1225,7 @@ fn a_worker_waiting_on_a_job_is_torn_down_without_waiting_for_it() {
     // The job runs, and the worker that dispatched it sleeps in its await.
     assert!(wait_until(Duration::from_secs(10), || gate.arrived() == 1
         && mark.asleep()));
-    d.restart(skein::Load::Nothing).unwrap();
+    d.restart(skein::lifecycle::Load::Nothing).unwrap();
     assert_eq!(live.get(), 0);
     assert_eq!(marks.count(), 0, "the restart waited for the job");
     gate.open();

@@ -2,7 +2,8 @@
 //! `@skein/worker` VM) answers the same names, and a name no layer registered is refused by the
 //! loader as the alias it reads as.
 
-use skein::{CapabilityId, CapabilitySet, DomainSpec, Plan, Pool, RootAuthority, ScriptDomain};
+use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+use skein::{DomainSpec, Plan, Pool, ScriptDomain};
 
 use crate::support::{text, Tree};
 

@@ -16,10 +16,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use skein::{
-    CapabilityId, CapabilitySet, ContextSpec, DomainSpec, MapKey, Message, Phase, Plan, Pool,
-    RootAuthority, ScriptDomain,
-};
+use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+use skein::{ContextSpec, DomainSpec, MapKey, Message, Phase, Plan, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, text, wait_until, Tree};
 
@@ -121,7 +119,7 @@ impl Fixture {
         tree.write("probe.luau", &PROBE.replace("@SECRET@", &secret));
         let plan = Plan::new().root(tree.path()).function("need", |lua, args| {
             let name: String = lua.unpack_multi(args)?;
-            skein::require_capability(&name)?;
+            skein::capability::require_capability(&name)?;
             lua.pack_multi(true)
         });
         let grant = RootAuthority::new()
@@ -145,7 +143,7 @@ impl Fixture {
         domain
             .register_command("world.note", move |()| {
                 seen.borrow_mut()
-                    .push(skein::require_capability("audio.play").is_ok());
+                    .push(skein::capability::require_capability("audio.play").is_ok());
                 Ok(())
             })
             .unwrap();
@@ -332,7 +330,7 @@ fn a_kernel_job_a_context_registers_runs_its_kernel_as_that_context() {
     f.domain
         .register_kernel("play", |_| {
             Ok(Message::String(
-                match skein::require_capability("audio.play") {
+                match skein::capability::require_capability("audio.play") {
                     Ok(()) => "ok".into(),
                     Err(e) => e.to_string().into(),
                 },

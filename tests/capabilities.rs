@@ -4,10 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use skein::{
-    CapabilityError, CapabilityId, CapabilitySet, ContextSpec, DomainSpec, Message, Phase, Plan,
-    Pool, RootAuthority, ScriptDomain,
-};
+use skein::capability::{CapabilityError, CapabilityId, CapabilitySet, RootAuthority};
+use skein::{ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, skein_in, wait_until, Tree};
 
@@ -24,7 +22,7 @@ fn set(names: &[&str]) -> CapabilitySet {
 fn plan(tree: &Tree) -> Plan {
     Plan::new().root(tree.path()).function("need", |lua, args| {
         let name: String = lua.unpack_multi(args)?;
-        skein::require_capability(&name)?;
+        skein::capability::require_capability(&name)?;
         lua.pack_multi(true)
     })
 }
@@ -122,7 +120,7 @@ fn a_domain_holds_nothing_by_default_and_denials_are_counted_and_reported() {
     assert_eq!(reports[0].message, denial_text(&d, "input.observe"));
     assert!(d.take_reports().is_empty());
     // Outside any task, no authority is installed: a distinct answer, not counted.
-    let outside = skein::require_capability("input.observe").unwrap_err();
+    let outside = skein::capability::require_capability("input.observe").unwrap_err();
     assert!(matches!(outside, CapabilityError::NoAuthority(_)));
     assert_eq!(
         outside.to_string(),
@@ -137,7 +135,7 @@ fn a_restart_keeps_the_grant_and_attributes_denials_to_the_new_generation() {
     let pool = Pool::new(1);
     let mut d = domain(&pool, &tree, "a", &["x.a"]);
     assert!(d.eval("return need('x.b')").is_err());
-    d.restart(skein::Load::Nothing).unwrap();
+    d.restart(skein::lifecycle::Load::Nothing).unwrap();
     assert_eq!(
         d.eval("return need('x.a')").unwrap(),
         Message::Boolean(true)
@@ -224,7 +222,9 @@ fn a_forwarded_service_call_runs_under_the_items_authority() {
     for (name, granted, expected) in [("yes", &["x.a"][..], true), ("no", &[][..], false)] {
         let d = domain(&pool, &tree, name, granted);
         d.register_query("world.check", |()| {
-            Ok(Message::Boolean(skein::require_capability("x.a").is_ok()))
+            Ok(Message::Boolean(
+                skein::capability::require_capability("x.a").is_ok(),
+            ))
         })
         .unwrap();
         let answer = d

@@ -7,10 +7,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use skein::{
-    CapabilityId, CapabilitySet, ContextSpec, DomainSpec, Error, Message, Phase, Plan, Pool,
-    RootAuthority, ScriptDomain,
-};
+use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+use skein::{ContextSpec, DomainSpec, Error, Message, Phase, Plan, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, wait_until, Tree};
 
@@ -25,7 +23,7 @@ fn set(names: &[&str]) -> CapabilitySet {
 fn plan(tree: &Tree) -> Plan {
     Plan::new().root(tree.path()).function("need", |lua, args| {
         let name: String = lua.unpack_multi(args)?;
-        skein::require_capability(&name)?;
+        skein::capability::require_capability(&name)?;
         lua.pack_multi(true)
     })
 }
@@ -224,7 +222,7 @@ fn a_forwarded_query_and_a_recorded_command_run_as_the_item_that_made_them() {
     domain
         .register_query("world.check", |()| {
             Ok(Message::Boolean(
-                skein::require_capability("audio.play").is_ok(),
+                skein::capability::require_capability("audio.play").is_ok(),
             ))
         })
         .unwrap();
@@ -233,7 +231,7 @@ fn a_forwarded_query_and_a_recorded_command_run_as_the_item_that_made_them() {
     domain
         .register_command("world.note", move |()| {
             seen.borrow_mut()
-                .push(skein::require_capability("audio.play").is_ok());
+                .push(skein::capability::require_capability("audio.play").is_ok());
             Ok(())
         })
         .unwrap();

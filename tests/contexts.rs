@@ -5,10 +5,9 @@
 use std::rc::{Rc, Weak};
 use std::time::Duration;
 
-use skein::{
-    ContextSpec, DomainSpec, DomainState, Error, FixedStep, Message, NativeMode, Phase, Plan, Pool,
-    ScriptDomain,
-};
+use skein::frame::FixedStep;
+use skein::lifecycle::DomainState;
+use skein::{ContextSpec, DomainSpec, Error, Message, NativeMode, Phase, Plan, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, map, string, Tree};
 
@@ -501,7 +500,7 @@ fn stop_and_restart_run_shutdown_handlers_and_drop_bindings() {
         )
         .unwrap();
     domain.run_phase(Phase::Update, &[]).unwrap();
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     // The old generation's shutdown handler ran, once, before it ended.
     assert_eq!(
         *log.borrow(),

@@ -2,10 +2,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use skein::{
-    ContextSpec, Diagnostic, DiagnosticKind, DiagnosticSink, DomainSpec, EventLimits, Phase, Pool,
-    ScriptDomain, Severity,
-};
+use skein::diagnostic::{Diagnostic, DiagnosticKind, DiagnosticSink, Severity};
+use skein::event::EventLimits;
+use skein::{ContextSpec, DomainSpec, Phase, Pool, ScriptDomain};
 
 #[derive(Default)]
 struct Seen(Mutex<Vec<(Severity, Diagnostic)>>);
@@ -57,7 +56,7 @@ fn phase_and_event_handler_failures_reach_the_sink_as_errors() {
     assert_eq!(got[1].1.source.as_deref(), Some("exec:2"));
     assert_eq!(got[1].1.phase, None);
     for (_, d) in &got {
-        assert_eq!(d.kind, skein::DiagnosticKind::HandlerFailed);
+        assert_eq!(d.kind, skein::diagnostic::DiagnosticKind::HandlerFailed);
         assert_eq!(d.capability, None);
     }
     let message = &got[1].1.message;
@@ -95,8 +94,11 @@ fn refused_emits_are_errors_and_undelivered_route_copies_are_warnings() {
     let got = seen.take();
     let kinds: Vec<Severity> = got.iter().map(|(s, _)| *s).collect();
     assert_eq!(kinds, [Severity::Error, Severity::Warning], "{got:?}");
-    assert_eq!(got[0].1.kind, skein::DiagnosticKind::QueueFull);
-    assert_eq!(got[1].1.kind, skein::DiagnosticKind::RouteUndelivered);
+    assert_eq!(got[0].1.kind, skein::diagnostic::DiagnosticKind::QueueFull);
+    assert_eq!(
+        got[1].1.kind,
+        skein::diagnostic::DiagnosticKind::RouteUndelivered
+    );
     assert_eq!(got[0].1, report.errors[0]);
     assert!(
         got[0].1.message.starts_with("events.emit: queue full"),
@@ -118,12 +120,13 @@ fn a_denial_reaches_the_sink_with_its_capability_and_text() {
     let seen = Arc::new(Seen::default());
     let pool = Pool::new(1);
     let plan = skein::Plan::new().function("observe", |lua, _| {
-        skein::require_capability("input.observe")?;
+        skein::capability::require_capability("input.observe")?;
         lua.pack_multi(())
     });
-    let grant = skein::RootAuthority::new().grant(skein::CapabilitySet::from_iter([
-        skein::CapabilityId::new("worker.spawn").unwrap(),
-    ]));
+    let grant =
+        skein::capability::RootAuthority::new().grant(skein::capability::CapabilitySet::from_iter(
+            [skein::capability::CapabilityId::new("worker.spawn").unwrap()],
+        ));
     let spec = DomainSpec::new("game")
         .plan(plan)
         .grant(grant)
@@ -152,7 +155,7 @@ fn a_denial_reaches_the_sink_with_its_capability_and_text() {
     .zip(&seen)
     {
         assert_eq!(*severity, Severity::Error);
-        assert_eq!(d.kind, skein::DiagnosticKind::CapabilityDenied);
+        assert_eq!(d.kind, skein::diagnostic::DiagnosticKind::CapabilityDenied);
         assert_eq!(
             d.capability.as_ref().map(|c| c.as_str()),
             Some("input.observe")

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use skein::{FailureKind, Message, NativeMode, Plan, Pool, PromiseStatus};
+use skein::job::FailureKind;
+use skein::{Message, NativeMode, Plan, Pool, PromiseStatus};
 
 use crate::support::{
     assert_contains, error_of, number, refusal, text, wait_until, Gate, Marks, ThreadMark, Tree,

@@ -317,7 +317,8 @@ fn the_keyed_watcher_block_runs_with_raised_events() {
 /// it raises and the running code is kept; with the font it binds its handlers.
 #[test]
 fn the_hud_load_block_refuses_itself_without_its_font() {
-    use skein::{ContextSpec, Error, Load, LoadStage, Phase};
+    use skein::lifecycle::{Load, LoadStage};
+    use skein::{ContextSpec, Error, Phase};
     use std::{cell::Cell, rc::Rc};
     let dir = tempfile::tempdir().unwrap();
     let hud = dir.path().join("hud.luau");

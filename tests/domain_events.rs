@@ -7,10 +7,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use skein::{
-    ContextSpec, DomainSpec, EventLimits, EventTarget, Message, Phase, Plan, Pool, PostRefused,
-    QueueBound, ScriptDomain,
-};
+use skein::event::{EventLimits, EventTarget, PostRefused, QueueBound};
+use skein::{ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, refusal, sim_domain, string, text, Tree};
 
@@ -601,7 +599,7 @@ fn a_restart_discards_the_old_generations_events_and_counts_them() {
     old.post_named("n", Message::Integer(2)).unwrap();
     domain.eval(r#"events.emit("n", 3)"#).unwrap();
     let stale_before = domain.stale_events();
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     assert_eq!(domain.stale_events(), stale_before + 3);
     assert_eq!(
         (domain.pending_events(), domain.pending_event_bytes()),
@@ -639,7 +637,7 @@ fn a_stopped_domain_refuses_posts_and_drains_nothing() {
         .unwrap_err();
     assert_eq!(refused.to_string(), "the domain is stopped");
     assert_eq!(refused.into_payload(), Message::Integer(1));
-    assert_eq!(domain.drain_events(), skein::EventReport::default());
+    assert_eq!(domain.drain_events(), skein::event::EventReport::default());
 }
 
 #[test]

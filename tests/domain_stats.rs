@@ -1,9 +1,9 @@
 //! `ScriptDomain::stats`: each counter moves when, and only when, its work happens, and the
 //! totals outlive a restart.
 
-use skein::{
-    ContextSpec, DomainSpec, DomainState, EventTarget, Load, Message, Phase, Pool, ScriptDomain,
-};
+use skein::event::EventTarget;
+use skein::lifecycle::{DomainState, Load};
+use skein::{ContextSpec, DomainSpec, Message, Phase, Pool, ScriptDomain};
 
 fn spec() -> DomainSpec {
     DomainSpec::new("stats")

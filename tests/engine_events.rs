@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use skein::{DomainSpec, Error, JobOptions, Message, NameRefusal, Pool, ScriptDomain};
+use skein::job::JobOptions;
+use skein::refusal::NameRefusal;
+use skein::{DomainSpec, Error, Message, Pool, ScriptDomain};
 
 const EVENT_LOG_BOUND: usize = DomainSpec::EVENT_LOG_BOUND;
 
@@ -317,7 +319,7 @@ fn a_restart_empties_the_log_and_drops_the_old_watchers() {
     domain
         .raise_engine_event("hit", Message::Integer(1))
         .unwrap();
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     domain
         .exec("got = {} engine.on('hit', function(p) table.insert(got, p) end)")
         .unwrap();

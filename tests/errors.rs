@@ -5,11 +5,13 @@
 use std::error::Error as _;
 use std::time::Duration;
 
-use skein::{
-    ContextSpec, DispatchRefusal, DomainSpec, Error, FixedStep, Halt, Message, NameRefusal, Pool,
+use skein::frame::FixedStep;
+use skein::refusal::{DispatchRefusal, Halt, NameRefusal, SpecSetting};
+use skein::shared::{
     PopError, PushError, PushErrorKind, QueueError, QueueOpenError, QueueOpenErrorKind,
-    ScriptDomain, SharedTableError, SharedTableErrorKind, SpecSetting,
+    SharedTableError, SharedTableErrorKind,
 };
+use skein::{ContextSpec, DomainSpec, Error, Message, Pool, ScriptDomain};
 
 fn domain(pool: &Pool) -> ScriptDomain {
     ScriptDomain::new(pool, DomainSpec::new("main")).expect("domain")

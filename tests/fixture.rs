@@ -5,10 +5,9 @@
 
 use std::time::Duration;
 
-use skein::{
-    CapabilityId, CapabilitySet, DomainSpec, JobOptions, Message, Plan, Pool, RootAuthority,
-    ScriptDomain,
-};
+use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+use skein::job::JobOptions;
+use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 
 use crate::support::{text, Tree};
 
@@ -26,7 +25,7 @@ return M
 fn plan(tree: &Tree) -> Plan {
     Plan::new().root(tree.path()).function("need", |lua, args| {
         let name: String = lua.unpack_multi(args)?;
-        lua.pack_multi(skein::require_capability(&name).is_ok())
+        lua.pack_multi(skein::capability::require_capability(&name).is_ok())
     })
 }
 

@@ -4,10 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use skein::{
-    ContextSpec, DomainSpec, DomainState, Error, Load, Message, Phase, Plan, Pool, ScriptDomain,
-    SpecSetting,
-};
+use skein::lifecycle::{DomainState, Load};
+use skein::refusal::SpecSetting;
+use skein::{ContextSpec, DomainSpec, Error, Message, Phase, Plan, Pool, ScriptDomain};
 
 use crate::support::{serve_world, Tree, World};
 
@@ -446,7 +445,7 @@ fn a_frame_answering_a_query_for_a_host_dispatched_job_does_not_wait_for_it() {
         assert_eq!(promise.wait().unwrap(), Message::Number(7.0));
     }
     assert!(
-        quickest < skein::FrameReport::FOLLOW_UP_WAIT,
+        quickest < skein::frame::FrameReport::FOLLOW_UP_WAIT,
         "every frame that answered waited: the quickest took {quickest:?}"
     );
 }

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use skein::{CapabilitySet, DomainSpec, Message, Pool, RootAuthority, ScriptDomain};
+use skein::capability::{CapabilitySet, RootAuthority};
+use skein::{DomainSpec, Message, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, number};
 

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use skein::{Error, FailureKind, JobOptions, Message, Pool, PromiseStatus, ScriptDomain};
+use skein::job::{FailureKind, JobOptions};
+use skein::{Error, Message, Pool, PromiseStatus, ScriptDomain};
 
 use crate::support::{
     assert_contains, first_int, map, number, string, text, wait_until, world_set, Marks, Tree,
@@ -103,7 +104,7 @@ fn tree() -> Tree {
 
 /// The failure a host promise rejected with.
 #[track_caller]
-fn rejection(result: skein::Result<Message>) -> skein::JobFailure {
+fn rejection(result: skein::Result<Message>) -> skein::job::JobFailure {
     match result {
         Err(Error::Job(failure)) => *failure,
         other => panic!("expected a rejection, got {other:?}"),
@@ -153,7 +154,13 @@ fn a_restart_applies_none_of_the_old_generations_commands_and_rejects_its_promis
     assert_eq!(marks.count(), 2);
     assert_eq!(quick.status(), PromiseStatus::Pending);
     assert_eq!(domain.generation().get(), 1);
-    assert_eq!(domain.restart(skein::Load::Nothing).unwrap().get(), 2);
+    assert_eq!(
+        domain
+            .restart(skein::lifecycle::Load::Nothing)
+            .unwrap()
+            .get(),
+        2
+    );
     assert_eq!(domain.generation().get(), 2);
     // Its Apply event was already queued: discarded, counted, never applied.
     assert_eq!(domain.stale_events(), 1);
@@ -193,7 +200,7 @@ fn a_queued_item_of_the_old_generation_is_refused_unrun() {
     let marker = domain.dispatch_with("./m", "mark", Message::Nil, &marker);
     assert_eq!(marker.unwrap().wait().unwrap(), Message::Nil);
     assert_eq!(first.status(), PromiseStatus::Pending);
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     // The first item's commands were waiting in the mailbox: discarded, counted, never applied.
     assert_eq!(domain.stale_events(), 1);
     for _ in 0..3 {
@@ -236,7 +243,7 @@ fn a_restart_with_forwarded_calls_in_flight_drops_and_counts_their_answers() {
     // A query posted after the restart still lands in its own generation's (old) mailbox, so
     // each is stale whichever side of the restart it reaches.
     assert!(wait_until(Duration::from_secs(10), || marks.count() == 5));
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     assert!(
         wait_until(Duration::from_secs(10), || {
             domain.frame(FRAME);
@@ -269,7 +276,7 @@ fn a_worker_parked_on_a_query_while_the_engine_restarts_is_never_answered() {
     let parked = domain.dispatch("./m", "get", args).unwrap();
     assert!(wait_until(Duration::from_secs(10), || marks.count() == 1));
     assert_eq!(parked.status(), PromiseStatus::Pending);
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     // The query may reach the old mailbox before or after the restart: either way it is stale.
     assert!(wait_until(Duration::from_secs(10), || {
         domain.frame(FRAME);
@@ -289,7 +296,7 @@ fn a_shared_table_handle_of_the_old_generation_raises_naming_the_restart() {
     let old = domain.shared().table("scores").unwrap();
     old.set("a", Message::Integer(1)).unwrap();
     let queue = domain.shared().queue("work", 4).unwrap();
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     assert_contains(
         &old.get("a").unwrap_err().to_string(),
         "domain 'test' restarted",
@@ -324,7 +331,7 @@ fn a_key_binding_ends_with_its_generation_and_the_new_one_starts_fresh() {
     };
     assert_eq!(bump(&domain), Message::Number(1.0));
     assert_eq!(bump(&domain), Message::Number(2.0));
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     // The key's VM was the old generation's: its module state is gone.
     assert_eq!(bump(&domain), Message::Number(1.0));
     let from_luau = domain
@@ -341,7 +348,7 @@ fn the_new_generation_runs_dispatch_and_engine_services() {
     let (tree, pool) = (tree(), Pool::new(2));
     let (mut domain, world, queries) = setup(&tree, &pool);
     domain.exec("old = true").unwrap();
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     assert_eq!(domain.eval("return old").unwrap(), Message::Nil);
     world.borrow_mut().insert(1, string("one"));
     // The services are the host's: the engine VM calls them directly, workers forward.
@@ -402,7 +409,10 @@ fn a_domain_restarts_twice_and_its_frame_counter_carries_on() {
         domain.frame(FRAME);
         let frames = domain.frames();
         assert_eq!(
-            domain.restart(skein::Load::Nothing).unwrap().get(),
+            domain
+                .restart(skein::lifecycle::Load::Nothing)
+                .unwrap()
+                .get(),
             generation
         );
         assert_eq!(domain.principal().generation.get(), generation);
@@ -450,7 +460,7 @@ fn the_old_engine_vm_is_dropped_with_the_tasks_that_awaited_its_promises() {
         )
         .unwrap();
     assert_eq!(domain.tasks(), 1);
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     assert_eq!(domain.tasks(), 0);
     assert_eq!(drops.load(Ordering::SeqCst), 1, "the old engine VM closed");
     // The job that task awaited ends with its worker VM, and frames run after it.
@@ -547,7 +557,7 @@ fn a_restart_ends_registered_jobs_and_keeps_the_hosts_kernels() {
     assert_eq!(domain.eval("return ticks").unwrap(), Message::Number(1.0));
     assert_eq!(domain.jobs().len(), 1);
 
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     assert!(
         domain.jobs().is_empty(),
         "the old generation's jobs are gone"
@@ -595,7 +605,7 @@ fn owned_resources_end_with_the_generation_that_took_them_newest_first() {
     // A restart releases what the old generation owns, newest first; a panicking release is
     // reported and the others still run.
     domain.own("broken", || panic!("driver gone"));
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     assert_eq!(*log.borrow(), ["texture", "sound", "socket"]);
     let reports = domain.take_reports();
     assert!(
@@ -621,14 +631,14 @@ fn a_completion_posted_for_an_older_generation_is_discarded_and_counted() {
     let mut domain = ScriptDomain::new(&pool, skein::DomainSpec::new("late")).unwrap();
     let asked = domain.generation();
     let mailbox = domain.mailbox();
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     let before = domain.stale_events();
     mailbox
-        .post_for(asked, skein::EventTarget::All, Message::Integer(1))
+        .post_for(asked, skein::event::EventTarget::All, Message::Integer(1))
         .unwrap();
     domain
         .mailbox()
-        .post_for(asked, skein::EventTarget::All, Message::Integer(2))
+        .post_for(asked, skein::event::EventTarget::All, Message::Integer(2))
         .unwrap();
     assert_eq!(domain.pending_events(), 0);
     domain.drain_events();

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use skein::{DomainState, FailureKind, Pool, ReportKind, ScriptDomain, ScriptStatus};
+use skein::job::FailureKind;
+use skein::lifecycle::DomainState;
+use skein::{Pool, ReportKind, ScriptDomain, ScriptStatus};
 
 use crate::support::{wait_until, Tree};
 

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use skein::{DispatchRefusal, Error, JobOptions, Message, Pool, ScriptDomain};
+use skein::job::JobOptions;
+use skein::refusal::DispatchRefusal;
+use skein::{Error, Message, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, field, text, wait_until, Tree};
 

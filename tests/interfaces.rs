@@ -2,10 +2,10 @@
 //! with its text and nothing changed after it, the read-only view, restarts and domains
 //! keeping theirs apart, the refusals of worker VMs and actors, and the host's view.
 
-use skein::{
-    CapabilityId, CapabilitySet, ContextSpec, DomainSpec, InterfaceField, InterfaceInfo, Load,
-    Message, Phase, Pool, RootAuthority, ScriptDomain,
-};
+use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+use skein::interface::{InterfaceField, InterfaceInfo};
+use skein::lifecycle::Load;
+use skein::{ContextSpec, DomainSpec, Message, Phase, Pool, ScriptDomain};
 
 use crate::support::{number, refusal, text, Tree};
 

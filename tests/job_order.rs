@@ -8,9 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use skein::{
-    Diagnostic, DiagnosticKind, DiagnosticSink, DomainSpec, Message, Pool, ScriptDomain, Severity,
-};
+use skein::diagnostic::{Diagnostic, DiagnosticKind, DiagnosticSink, Severity};
+use skein::{DomainSpec, Message, Pool, ScriptDomain};
 
 use crate::support::{number, text, wait_until};
 
@@ -521,13 +520,16 @@ fn a_wave_waits_at_most_wave_wait_for_an_item_that_waits_across_frames() {
             "#,
         )
         .unwrap();
-    assert_eq!(skein::FrameReport::WAVE_WAIT, Duration::from_millis(100));
+    assert_eq!(
+        skein::frame::FrameReport::WAVE_WAIT,
+        Duration::from_millis(100)
+    );
     let started = Instant::now();
     let report = domain.frame(FRAME);
     let took = started.elapsed();
     // The item can only end in a later frame: the wave waited its bound, not the 60 s deadline.
     assert!(
-        took >= skein::FrameReport::WAVE_WAIT && took < Duration::from_secs(10),
+        took >= skein::frame::FrameReport::WAVE_WAIT && took < Duration::from_secs(10),
         "{took:?}"
     );
     assert_eq!(

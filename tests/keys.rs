@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use skein::{Message, Pool, WorkerStats};
+use skein::stats::WorkerStats;
+use skein::{Message, Pool};
 
 use crate::support::{assert_contains, field, list, number, refusal, text, wait_until, Tree};
 

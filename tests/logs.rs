@@ -3,7 +3,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use skein::{DomainSpec, LogLevel, LogRecord, LogSink, Message, Plan, Pool, ScriptDomain};
+use skein::log::{LogLevel, LogRecord, LogSink};
+use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 
 use crate::support::{map, refusal, string, Tree};
 

@@ -4,6 +4,7 @@
 mod support;
 
 mod actors;
+mod api_surface;
 mod budget_nesting;
 mod builtin_modules;
 mod callback_authority;

@@ -6,10 +6,9 @@
 
 use std::time::Duration;
 
-use skein::{
-    CapabilityId, CapabilitySet, ContextSpec, DomainSpec, Limits, Message, Phase, Plan, Pool,
-    RootAuthority, ScriptDomain,
-};
+use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+use skein::message::Limits;
+use skein::{ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain};
 
 use crate::support::{
     assert_contains, assert_nothing_pops, number, refusal, text, wait_until, Marks, Tree,
@@ -512,7 +511,7 @@ fn elements_run_under_the_callers_authority_as_dispatched_items_do() {
     // dispatch, needs none); its context `narrow` holds only x.a.
     let plan = Plan::new().root(tree.path()).function("need", |lua, args| {
         let name: String = lua.unpack_multi(args)?;
-        skein::require_capability(&name)?;
+        skein::capability::require_capability(&name)?;
         lua.pack_multi(true)
     });
     let spec = DomainSpec::new("a")

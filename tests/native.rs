@@ -191,7 +191,7 @@ fn stats_count_the_native_code_workers_and_the_engine_hold_and_nothing_when_none
     for mode in [NativeMode::Off, NativeMode::Annotated, NativeMode::All] {
         let pool = Pool::new(1);
         let domain = tree.domain_with(&pool, Plan::new().native(mode));
-        let figures = |row: &skein::WorkerStats| {
+        let figures = |row: &skein::stats::WorkerStats| {
             (
                 row.native_modules,
                 row.native_bytecode_bytes,

@@ -7,10 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use skein::{
-    ContextSpec, DomainSpec, EventTarget, Message, Phase, Pool, ProfileEvent, ProfileKind,
-    ProfileSink, ScriptDomain,
-};
+use skein::event::EventTarget;
+use skein::profile::{ProfileEvent, ProfileKind, ProfileSink};
+use skein::{ContextSpec, DomainSpec, Message, Phase, Pool, ScriptDomain};
 
 use crate::support::Tree;
 
@@ -166,7 +165,7 @@ fn stale_events_and_the_stop_reach_the_sink_and_a_restart_keeps_it() {
     let spec = DomainSpec::new("game").profile(recorder.clone());
     let mut domain = ScriptDomain::new(&pool, spec).unwrap();
     let old = domain.mailbox();
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     old.post_named("n", Message::Integer(4)).unwrap();
     old.post_named("n", Message::Integer(5)).unwrap();
     domain.drain_events();
@@ -298,9 +297,11 @@ fn skein_run_trace_is_in_the_help_and_needs_a_path() {
     );
 }
 
-fn grant_of(names: &[&str]) -> skein::Grant {
-    skein::RootAuthority::new().grant(skein::CapabilitySet::from_iter(
-        names.iter().map(|n| skein::CapabilityId::new(n).unwrap()),
+fn grant_of(names: &[&str]) -> skein::capability::Grant {
+    skein::capability::RootAuthority::new().grant(skein::capability::CapabilitySet::from_iter(
+        names
+            .iter()
+            .map(|n| skein::capability::CapabilityId::new(n).unwrap()),
     ))
 }
 
@@ -380,7 +381,7 @@ fn a_restart_profiles_the_end_of_its_generation_and_the_workers_it_stopped() {
         .exec("require('@skein/worker').spawn { name = 'idle', source = 'return function() end' }")
         .unwrap();
     assert!(recorder.of(ProfileKind::GenerationEnded).is_empty());
-    domain.restart(skein::Load::Nothing).unwrap();
+    domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     let ended = recorder.of(ProfileKind::GenerationEnded);
     assert_eq!(ended.len(), 1);
     assert_eq!(ended[0].name, "game");
@@ -401,7 +402,7 @@ fn a_denial_is_an_instant_named_for_its_capability_wherever_it_happens() {
     let recorder = Arc::new(Recorder::default());
     let pool = Pool::new(1);
     let plan = skein::Plan::new().function("observe", |lua, _| {
-        skein::require_capability("input.observe")?;
+        skein::capability::require_capability("input.observe")?;
         lua.pack_multi(())
     });
     let spec = DomainSpec::new("game")

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use skein::{JobStatus, Message, Pool, ScriptDomain};
+use skein::job::JobStatus;
+use skein::{Message, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, field, list, number, text, wait_until, Tree};
 

@@ -7,10 +7,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use skein::{
-    CapabilityId, CapabilitySet, ContextSpec, DomainSpec, DomainState, Error, EventTarget, Halt,
-    Load, LoadStage, Message, Phase, Plan, Pool, RootAuthority, ScriptDomain,
-};
+use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+use skein::event::EventTarget;
+use skein::lifecycle::{DomainState, Load, LoadStage};
+use skein::refusal::Halt;
+use skein::{ContextSpec, DomainSpec, Error, Message, Phase, Plan, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, string, wait_until, Tree};
 

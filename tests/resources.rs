@@ -6,7 +6,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use skein::{Error, Grant, HostFile, Message, Pool, ResourceHost, ResourceRefusal, ResourceState};
+use skein::capability::Grant;
+use skein::refusal::ResourceRefusal;
+use skein::resource::{HostFile, ResourceHost, ResourceState};
+use skein::{Error, Message, Pool};
 
 use crate::support::{
     assert_contains, error_of, refusal, rss_pages, run_alone, string, text, wait_until, Tree,
@@ -708,8 +711,9 @@ fn resource_rounds_alone() {
         }"#,
     );
     let pool = Pool::new(2);
-    let spawn = skein::CapabilityId::new("worker.spawn").unwrap();
-    let ceiling = skein::RootAuthority::new().grant(skein::CapabilitySet::from_iter([spawn]));
+    let spawn = skein::capability::CapabilityId::new("worker.spawn").unwrap();
+    let ceiling = skein::capability::RootAuthority::new()
+        .grant(skein::capability::CapabilitySet::from_iter([spawn]));
     let mut host = ResourceHost::load(&pool, tree.path(), ceiling).unwrap();
     let round = |host: &mut ResourceHost, i: usize| {
         host.start_set(&["report", "scores", "store"]).unwrap();
@@ -922,7 +926,7 @@ fn arguments_past_the_direct_copys_bound_still_arrive_and_every_kind_arrives_equ
     let mut host = host(&tree);
     host.start_set(&["store", "scores"]).unwrap();
     let scores = host.domain("scores").unwrap();
-    let half = skein::Limits::MAX_MESSAGE_BYTES / 2;
+    let half = skein::message::Limits::MAX_MESSAGE_BYTES / 2;
     let lengths = scores
         .eval(&format!(
             "local a, b = store.echo(string.rep('a', {half}), string.rep('b', {half})) \

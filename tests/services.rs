@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use skein::{Error, JobOptions, Message, NameRefusal, Plan, Pool, PromiseStatus, ScriptDomain};
+use skein::job::JobOptions;
+use skein::refusal::NameRefusal;
+use skein::{Error, Message, Plan, Pool, PromiseStatus, ScriptDomain};
 
 use crate::support::{
     assert_contains, first_int, map, number, refusal, serve_world, string, text, wait_until, Marks,

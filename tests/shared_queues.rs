@@ -4,7 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use skein::{Message, Pool, PopError, PushErrorKind};
+use skein::shared::{PopError, PushErrorKind};
+use skein::{Message, Pool};
 
 use crate::support::{assert_contains, number, refusal, text, wait_until, Tree, PUSH_RETRYING};
 

@@ -15,7 +15,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use skein::{MapKey, Message, Pool, PopError, PushErrorKind, SharedQueueRef, SharedTableRef};
+use skein::shared::{PopError, PushErrorKind, SharedQueueRef, SharedTableRef};
+use skein::{MapKey, Message, Pool};
 
 use crate::support::{number, Tree, PUSH_RETRYING};
 

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::thread;
 
-use skein::{
-    DomainSpec, Limits, MapKey, Message, Pool, ScriptDomain, SharedTableErrorKind, SharedTableRef,
-};
+use skein::message::Limits;
+use skein::shared::{SharedTableErrorKind, SharedTableRef};
+use skein::{DomainSpec, MapKey, Message, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, number, refusal, text, Tree};
 
@@ -555,7 +555,7 @@ fn frozen_copies_and_loops_count_against_the_domains_bytes_while_kept() {
         .unwrap();
     let kept: Vec<_> = (0..3).map(|_| t.freeze().unwrap()).collect();
     let refused = t.freeze().unwrap_err();
-    assert_eq!(refused.kind(), skein::SharedTableErrorKind::Limit);
+    assert_eq!(refused.kind(), skein::shared::SharedTableErrorKind::Limit);
     assert_eq!(
         refused.to_string(),
         format!(

@@ -8,7 +8,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use skein::{DomainSpec, Load, Message, Pool, ScriptDomain};
+use skein::lifecycle::Load;
+use skein::{DomainSpec, Message, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, global_strings, refusal, text, wait_until, Tree};
 
@@ -252,7 +253,7 @@ fn engine_wait_works_in_a_pool_worker_vm() {
 
 #[test]
 fn engine_wait_works_in_a_skein_worker_actor() {
-    use skein::{CapabilityId, CapabilitySet, RootAuthority};
+    use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
     let pool = Pool::new(1);
     let grant = RootAuthority::new().grant(CapabilitySet::from_iter([CapabilityId::new(
         "worker.spawn",

@@ -7,7 +7,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use skein::{DomainSpec, Error, Message, Pool, ScriptDomain, SharedQueueRef};
+use skein::shared::SharedQueueRef;
+use skein::{DomainSpec, Error, Message, Pool, ScriptDomain};
 
 use crate::hostile::hostile_run;
 use crate::support::Tree;

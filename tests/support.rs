@@ -426,7 +426,7 @@ end
 /// push may reach a pop still parked in a VM whose stop has not landed yet; that VM gives the
 /// value back when the stop sweeps the pop, so the count is waited for.
 #[track_caller]
-pub fn assert_nothing_pops(hold: &skein::SharedQueueRef, n: usize) {
+pub fn assert_nothing_pops(hold: &skein::shared::SharedQueueRef, n: usize) {
     for i in 0..n {
         hold.push(Message::Integer(i as i64)).unwrap();
     }

@@ -138,7 +138,7 @@ impl Paths {
     }
 }
 
-fn table_value(table: &skein::SharedTableRef) -> Message {
+fn table_value(table: &skein::shared::SharedTableRef) -> Message {
     table.get("copied").unwrap().unwrap_or(Message::Nil)
 }
 
@@ -349,7 +349,8 @@ mod serde_values {
     use std::collections::BTreeMap;
 
     use serde::{Deserialize, Serialize};
-    use skein::{ConvertErrorKind, Limits, Message, Serde};
+    use skein::message::{ConvertErrorKind, Limits, Serde};
+    use skein::Message;
 
     use super::paths;
     use crate::support::assert_contains;

@@ -565,7 +565,7 @@ fn a_failure_text_is_kept_to_64_kib_and_says_what_was_cut() {
     )]);
     let pool = skein::Pool::new(1);
     let domain = tree.domain(&pool);
-    let at = skein::MAX_TEXT_BYTES;
+    let at = skein::size::MAX_TEXT_BYTES;
     let v = domain
         .eval(&format!(
             r#"

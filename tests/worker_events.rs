@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use skein::{
-    CapabilityId, CapabilitySet, DomainSpec, EventLimits, Load, MapKey, Message, Plan, Pool,
-    RootAuthority, ScriptDomain,
-};
+use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+use skein::event::EventLimits;
+use skein::lifecycle::Load;
+use skein::{DomainSpec, MapKey, Message, Plan, Pool, ScriptDomain};
 
 use crate::support::{field, map, number, string, text, wait_until, Tree};
 

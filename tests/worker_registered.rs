@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use skein::{JobStatus, Message, Plan, Pool, ScriptDomain};
+use skein::job::JobStatus;
+use skein::{Message, Plan, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, field, number, text, wait_until, Tree};
 
@@ -214,7 +215,7 @@ impl Fixture {
         self.log.borrow().clone()
     }
 
-    fn job(&self) -> skein::JobInfo {
+    fn job(&self) -> skein::job::JobInfo {
         let jobs = self.domain.jobs();
         assert_eq!(jobs.len(), 1, "{jobs:?}");
         jobs[0].clone()
@@ -570,7 +571,7 @@ fn a_restart_ends_worker_registered_jobs_with_their_vm() {
     f.dispatch("start", "{ name = 'c' }");
     f.domain.frame(FRAME);
     f.wait_marks(1);
-    f.domain.restart(skein::Load::Nothing).unwrap();
+    f.domain.restart(skein::lifecycle::Load::Nothing).unwrap();
     assert!(f.domain.jobs().is_empty());
     for _ in 0..3 {
         f.domain.frame(FRAME);

@@ -8,7 +8,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use skein::{CapabilityId, CapabilitySet, DomainSpec, Plan, Pool, RootAuthority, ScriptDomain};
+use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+use skein::{DomainSpec, Plan, Pool, ScriptDomain};
 
 /// One pool for every input: building threads per input would drown the fuzzer.
 fn pool() -> &'static Pool {

@@ -23,12 +23,11 @@ use std::fmt::Write as _;
 use std::rc::Rc;
 
 use libfuzzer_sys::fuzz_target;
+use skein::message::{DecodeErrorKind, Limits, ResourceHandle, TransferError, TransferErrorKind};
 use skein::mlua::{
     self, ffi, state::RawLua, AnyUserData, Function, IntoLua, Lua, Table, UserData, Value,
 };
-use skein::{
-    DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferError, TransferErrorKind,
-};
+use skein::{MapKey, Message};
 
 /// The root name every read here uses (and the one `FromLua for Message` uses).
 const ROOT: &str = "message";

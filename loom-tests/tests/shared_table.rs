@@ -13,7 +13,8 @@
 use loom::thread;
 use loom_tests::Branches;
 use skein::__loom::{new_store, turn_taken};
-use skein::{MapKey, Message, SharedTableErrorKind};
+use skein::shared::SharedTableErrorKind;
+use skein::{MapKey, Message};
 
 fn int(i: i64) -> Message {
     Message::Integer(i)
@@ -257,7 +258,7 @@ fn revisions_only_climb() {
 
 /// Sets each key to an integer before the model's threads start, so the models' later integer
 /// writes to those keys are in place.
-fn ints(t: &skein::SharedTableRef, keys: &[(&str, i64)]) {
+fn ints(t: &skein::shared::SharedTableRef, keys: &[(&str, i64)]) {
     for (k, v) in keys {
         t.set(*k, int(*v)).unwrap();
     }
@@ -426,7 +427,7 @@ fn checked_atomics_on_a_nested_table_lose_nothing() {
         t.set("p", map(&[("n", int(0)), ("other", int(0))]))
             .unwrap();
         let p = t.table_at("p").unwrap();
-        let bump = |p: skein::SharedTableRef| {
+        let bump = |p: skein::shared::SharedTableRef| {
             let reader = p.clone();
             let mut runs = 0;
             p.atomic("n", |n| {

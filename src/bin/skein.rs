@@ -14,10 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use skein::{
-    CapabilityId, CapabilitySet, ChromeTrace, DomainSpec, Grant, NativeMode, Plan, Pool,
-    ReportKind, RootAuthority, ScriptDomain,
-};
+use skein::capability::{CapabilityId, CapabilitySet, Grant, RootAuthority};
+use skein::profile::ChromeTrace;
+use skein::{DomainSpec, NativeMode, Plan, Pool, ReportKind, ScriptDomain};
 
 // The runner's own modules sit in `src/bin/skein/`, so Cargo does not take them for binaries.
 #[path = "skein/console.rs"]
@@ -236,11 +235,11 @@ const MIN_VM_MEMORY: usize = 8 << 20;
 
 /// `--memory SIZE`, read as the library reads a size, and at least one VM's least share.
 fn memory_size(text: &str) -> Result<usize, String> {
-    let bytes = skein::parse_size(text)?;
+    let bytes = skein::size::parse_size(text)?;
     if bytes < 4 * MIN_VM_MEMORY {
         return Err(format!(
             "must be at least {}",
-            skein::format_bytes(4 * MIN_VM_MEMORY)
+            skein::size::format_bytes(4 * MIN_VM_MEMORY)
         ));
     }
     Ok(bytes)
@@ -297,9 +296,9 @@ impl PoolArgs {
                 "--workers {workers}: a memory budget of {} gives each VM {}, less than the \
                  {} a VM needs; at most {fit} workers fit it (set --workers lower or --memory \
                  higher)",
-                skein::format_bytes(budget),
-                skein::format_bytes((share >> 10) << 10),
-                skein::format_bytes(MIN_VM_MEMORY),
+                skein::size::format_bytes(budget),
+                skein::size::format_bytes((share >> 10) << 10),
+                skein::size::format_bytes(MIN_VM_MEMORY),
             ));
         }
         // Whole MiB, so texts that name the limit read plainly.

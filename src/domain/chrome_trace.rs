@@ -24,7 +24,8 @@ use crate::principal::profile::{ProfileEvent, ProfileKind, ProfileSink};
 ///
 /// ```
 /// use std::sync::Arc;
-/// use skein::{ChromeTrace, DomainSpec, Pool, ScriptDomain};
+/// use skein::profile::ChromeTrace;
+/// use skein::{DomainSpec, Pool, ScriptDomain};
 ///
 /// let trace = Arc::new(ChromeTrace::new());
 /// let pool = Pool::new(2);
@@ -136,7 +137,7 @@ impl ChromeTrace {
     /// [`MAX_BYTES`](Self::MAX_BYTES), dropping the oldest past it.
     ///
     /// ```
-    /// use skein::ChromeTrace;
+    /// use skein::profile::ChromeTrace;
     /// let trace = ChromeTrace::new().max_bytes(1 << 20);
     /// assert_eq!(trace.dropped(), 0);
     /// ```

@@ -114,7 +114,8 @@ impl ScriptDomain {
     /// numbers), for an editor panel or a server's metrics.
     ///
     /// ```
-    /// use skein::{DomainSpec, DomainState, Pool, ScriptDomain};
+    /// use skein::lifecycle::DomainState;
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
     ///
     /// let pool = Pool::new(1);
     /// let domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;

@@ -17,7 +17,7 @@
 //! a link out, a dangling link out (on write), or a directory swapped for a link while the call
 //! runs, all end in a refusal ([`deny_escape`]), never in a file outside.
 //!
-//! [`Grant::read_root`]: crate::Grant::read_root
+//! [`Grant::read_root`]: crate::capability::Grant::read_root
 
 use std::io::{self, Read};
 use std::path::Path;

@@ -78,7 +78,8 @@ impl ScriptDomain {
     /// leaves is there for the next.
     ///
     /// ```
-    /// use skein::{DomainSpec, JobOptions, Message, Plan, Pool, ScriptDomain};
+    /// use skein::job::JobOptions;
+    /// use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
     ///
     /// let dir = tempfile::tempdir()?;
     /// std::fs::write(

@@ -324,7 +324,9 @@ impl super::ScriptDomain {
     /// with none.
     ///
     /// ```
-    /// use skein::{DomainSpec, InterfaceField, Load, Pool, ScriptDomain};
+    /// use skein::interface::InterfaceField;
+    /// use skein::lifecycle::Load;
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
     ///
     /// let pool = Pool::new(1);
     /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;

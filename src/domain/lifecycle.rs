@@ -74,7 +74,8 @@ pub(crate) struct Lifecycle {
 /// [`Script`](crate::ReportKind::Script).
 ///
 /// ```
-/// use skein::{DomainSpec, DomainState, Pool, ScriptDomain};
+/// use skein::lifecycle::DomainState;
+/// use skein::{DomainSpec, Pool, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;

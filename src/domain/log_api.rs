@@ -1,5 +1,5 @@
 //! `@skein/log`, the Luau module every VM of a domain (engine and workers) logs through: it
-//! builds a [`LogRecord`] attributed by the runtime and hands it to the domain's [`LogSink`](crate::LogSink), or
+//! builds a [`LogRecord`] attributed by the runtime and hands it to the domain's [`LogSink`](crate::log::LogSink), or
 //! writes it on stderr when the domain has none. Luau's global `print` goes the same way, as
 //! records marked `printed`, or to stdout when the domain has no sink.
 //!

@@ -146,9 +146,9 @@ impl ScriptDomain {
     ///
     /// # Errors
     /// [`Error::Vm`](crate::Error::Vm) when the plan's VM cannot be built;
-    /// [`Error::Spec`](crate::Error::Spec) naming the [`SpecSetting`](crate::SpecSetting) when
+    /// [`Error::Spec`](crate::Error::Spec) naming the [`SpecSetting`](crate::refusal::SpecSetting) when
     /// the spec's fixed step is zero, its event limits' `per_drain` or `name` is, or its worker
-    /// budget, run deadline or load bound is zero or past [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE);
+    /// budget, run deadline or load bound is zero or past [`MAX_DEADLINE`](crate::job::JobOptions::MAX_DEADLINE);
     /// [`Error::OverDelegation`](crate::Error::OverDelegation) when a context asks for capabilities the
     /// spec's grant does not hold (naming `context '<name>'` and what it lacks).
     pub fn new(pool: &Pool, spec: DomainSpec) -> Result<ScriptDomain> {

@@ -22,7 +22,8 @@ pub(crate) const DROPPED_REPORTS: &str = "reports dropped";
 /// failure taken apart, so a host can sort, count and show it without parsing text:
 ///
 /// ```
-/// use skein::{DomainSpec, DomainState, Pool, ReportKind, ScriptDomain};
+/// use skein::lifecycle::DomainState;
+/// use skein::{DomainSpec, Pool, ReportKind, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
@@ -69,7 +70,7 @@ pub struct Report {
 pub enum ReportKind {
     /// A main script ([`run_file`](ScriptDomain::run_file), or [`exec`](ScriptDomain::exec))
     /// raised or did not compile; a script that decided the domain's state made it
-    /// [`Failed`](crate::DomainState::Failed).
+    /// [`Failed`](crate::lifecycle::DomainState::Failed).
     Script,
     /// A task a script started (`task.spawn`, `task.defer`, a coroutine) raised, and no code
     /// awaited it.
@@ -77,7 +78,7 @@ pub enum ReportKind {
     /// A phase or event handler raised where no result carries it: after it yielded, or in
     /// a phase nobody reads the report of (`stop`'s `shutdown`). One that raises before it
     /// yields is in the result of the call that ran it
-    /// ([`PhaseReport::errors`](crate::PhaseReport::errors)).
+    /// ([`PhaseReport::errors`](crate::frame::PhaseReport::errors)).
     Handler,
     /// A registered job, a job's promise nobody awaited, or a warm pass failed.
     Job,

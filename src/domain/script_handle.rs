@@ -39,12 +39,13 @@ pub(super) type ChunkSlot = Rc<RefCell<ChunkEnd>>;
 /// A main script started by [`run_file`](ScriptDomain::run_file): poll it from a frame loop with
 /// [`status`](Self::status), or block on it with [`wait`](Self::wait). The script's failure is
 /// also a [`Report`](crate::Report) (kind [`Script`](crate::ReportKind::Script)), and makes the
-/// domain [`Failed`](crate::DomainState::Failed), whether the host holds the handle or not:
+/// domain [`Failed`](crate::lifecycle::DomainState::Failed), whether the host holds the handle or not:
 /// dropping it changes nothing.
 ///
 /// ```
 /// use std::time::Duration;
-/// use skein::{DomainSpec, DomainState, Pool, ScriptDomain, ScriptStatus};
+/// use skein::lifecycle::DomainState;
+/// use skein::{DomainSpec, Pool, ScriptDomain, ScriptStatus};
 ///
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("main.luau");

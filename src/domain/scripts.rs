@@ -117,7 +117,8 @@ impl ScriptDomain {
     /// [`run_file`](Self::run_file) says.
     ///
     /// ```
-    /// use skein::{DomainSpec, DomainState, Pool, ScriptDomain};
+    /// use skein::lifecycle::DomainState;
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
     ///
     /// let pool = Pool::new(1);
     /// let domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;

@@ -141,11 +141,12 @@ impl DomainSpec {
 
     /// Sends the domain's costs to `sink`: its creation, start and stop, every context handler
     /// call, every pool item its code dispatched (on the worker that ran it), and every stale
-    /// event (see [`ProfileKind`](crate::ProfileKind)). A restart keeps the sink. Without one nothing is measured.
+    /// event (see [`ProfileKind`](crate::profile::ProfileKind)). A restart keeps the sink. Without one nothing is measured.
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use skein::{ChromeTrace, DomainSpec};
+    /// use skein::profile::ChromeTrace;
+    /// use skein::DomainSpec;
     /// let spec = DomainSpec::new("game").profile(Arc::new(ChromeTrace::new()));
     /// assert!(spec.has_profile());
     /// ```
@@ -161,7 +162,7 @@ impl DomainSpec {
         self
     }
 
-    /// Sends every [`Diagnostic`](crate::Diagnostic) the domain makes to `sink` as it is made (see
+    /// Sends every [`Diagnostic`](crate::diagnostic::Diagnostic) the domain makes to `sink` as it is made (see
     /// [`DiagnosticSink`]), besides the reports that carry them. A restart keeps the sink.
     pub fn diagnostics(mut self, sink: Arc<dyn DiagnosticSink>) -> DomainSpec {
         self.diagnostics = DiagnosticSlot(Some(sink));
@@ -177,7 +178,8 @@ impl DomainSpec {
     /// A `per_drain` or `name` of zero is refused by [`ScriptDomain::new`].
     ///
     /// ```
-    /// use skein::{DomainSpec, EventLimits};
+    /// use skein::event::EventLimits;
+    /// use skein::DomainSpec;
     /// let limits = EventLimits { per_drain: 64, ..EventLimits::default() };
     /// let spec = DomainSpec::new("game").event_limits(limits);
     /// assert_eq!(spec.get_event_limits().per_drain, 64);
@@ -206,7 +208,7 @@ impl DomainSpec {
     ///
     /// # Errors
     /// [`Error::Spec`] ([`SpecSetting::Context`]) when the name is not 1 to 64 bytes or is
-    /// declared already, or the budget is zero or longer than [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE).
+    /// declared already, or the budget is zero or longer than [`MAX_DEADLINE`](crate::job::JobOptions::MAX_DEADLINE).
     pub fn context(mut self, context: ContextSpec) -> Result<DomainSpec> {
         context.check(&self.contexts)?;
         self.contexts.push(context);
@@ -221,7 +223,7 @@ impl DomainSpec {
     }
 
     /// Sets what the domain's code may do. Without it the grant is empty: every
-    /// [`require_capability`](crate::require_capability) is denied.
+    /// [`require_capability`](crate::capability::require_capability) is denied.
     pub fn grant(mut self, grant: capability::Grant) -> DomainSpec {
         self.grant = grant;
         self
@@ -232,7 +234,8 @@ impl DomainSpec {
     /// failure is reported either way, and none fails the domain. Scripts can't choose it.
     ///
     /// ```
-    /// use skein::{DomainSpec, FailurePolicy};
+    /// use skein::actor::FailurePolicy;
+    /// use skein::DomainSpec;
     /// let spec = DomainSpec::new("tools").actor_failures(FailurePolicy::Continue);
     /// assert_eq!(spec.actor_failure_policy(), FailurePolicy::Continue);
     /// ```
@@ -242,7 +245,7 @@ impl DomainSpec {
     }
 
     /// Sets the budget of one run of a worker's handler (from a resume to its next yield or
-    /// return): by default, and at most, [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE) (60 s). A handler that runs past it
+    /// return): by default, and at most, [`MAX_DEADLINE`](crate::job::JobOptions::MAX_DEADLINE) (60 s). A handler that runs past it
     /// fails at the `handler` stage, as a failure of its own code would.
     ///
     /// ```
@@ -260,7 +263,7 @@ impl DomainSpec {
 
     /// Sets the longest one run of the domain's code may take (from a resume to its next yield
     /// or return): its engine tasks, and its jobs, whose `opts.deadline` may not ask for more.
-    /// By default, and at most, [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE) (60 s). A host that runs scripts it does not
+    /// By default, and at most, [`MAX_DEADLINE`](crate::job::JobOptions::MAX_DEADLINE) (60 s). A host that runs scripts it does not
     /// trust in a frame loop sets it to what a frame can spare.
     ///
     /// ```
@@ -288,7 +291,7 @@ impl DomainSpec {
 
     /// Sets how long the load of a [`restart`](ScriptDomain::restart) or
     /// [`reload`](ScriptDomain::reload) may take, waits included, before it fails: by default
-    /// [`LOAD_BOUND`](crate::DomainSpec::DEFAULT_LOAD_BOUND) (30 s), at most [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE) (60 s).
+    /// [`LOAD_BOUND`](crate::DomainSpec::DEFAULT_LOAD_BOUND) (30 s), at most [`MAX_DEADLINE`](crate::job::JobOptions::MAX_DEADLINE) (60 s).
     ///
     /// ```
     /// use std::time::Duration;
@@ -312,9 +315,9 @@ impl DomainSpec {
     /// [`run_phase`](ScriptDomain::run_phase)) waits, over all its phases, for the pool work
     /// its handlers await, so that they resume in the frame that started it. By default
     /// [`DEFAULT_FRAME_BUDGET`](Self::DEFAULT_FRAME_BUDGET) (16 ms); zero never waits; at most
-    /// [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE) (60 s). A handler still waiting when it
+    /// [`MAX_DEADLINE`](crate::job::JobOptions::MAX_DEADLINE) (60 s). A handler still waiting when it
     /// runs out goes on in a later frame and is named in
-    /// [`AdvanceReport::still_waiting`](crate::AdvanceReport::still_waiting).
+    /// [`AdvanceReport::still_waiting`](crate::frame::AdvanceReport::still_waiting).
     /// [`advance_within`](ScriptDomain::advance_within) sets it for one call.
     ///
     /// ```
@@ -377,7 +380,8 @@ impl DomainSpec {
     /// [`grant`](Self::grant) replaces this one, as the host's [`RootAuthority`] can always do.
     ///
     /// ```
-    /// use skein::{CapabilityId, CapabilitySet, DomainSpec, Pool, RootAuthority, ScriptDomain};
+    /// use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
     ///
     /// let id = |s| CapabilityId::new(s).unwrap();
     /// let pool = Pool::new(1);
@@ -393,7 +397,7 @@ impl DomainSpec {
     /// # Ok::<(), skein::Error>(())
     /// ```
     ///
-    /// [`RootAuthority`]: crate::RootAuthority
+    /// [`RootAuthority`]: crate::capability::RootAuthority
     ///
     /// # Errors
     /// [`Error::OverDelegation`] naming `domain '<parent name>'` and every wanted capability

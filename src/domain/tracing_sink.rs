@@ -12,7 +12,8 @@ use crate::principal::{LogLevel, LogRecord, LogSink};
 ///
 /// ```
 /// use std::sync::Arc;
-/// use skein::{DomainSpec, TracingSink};
+/// use skein::log::TracingSink;
+/// use skein::DomainSpec;
 /// let sink = Arc::new(TracingSink);
 /// let spec = DomainSpec::new("game").logs(sink.clone()).diagnostics(sink.clone()).profile(sink);
 /// assert!(spec.has_profile());

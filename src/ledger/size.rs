@@ -19,10 +19,10 @@ pub fn format_bytes(bytes: usize) -> String {
 /// refused, as is anything else, with the text saying what is accepted.
 ///
 /// ```
-/// assert_eq!(skein::parse_size("512M"), Ok(512 << 20));
-/// assert_eq!(skein::parse_size("2GiB"), Ok(2 << 30));
-/// assert_eq!(skein::parse_size("4096"), Ok(4096));
-/// assert!(skein::parse_size("lots").is_err());
+/// assert_eq!(skein::size::parse_size("512M"), Ok(512 << 20));
+/// assert_eq!(skein::size::parse_size("2GiB"), Ok(2 << 30));
+/// assert_eq!(skein::size::parse_size("4096"), Ok(4096));
+/// assert!(skein::size::parse_size("lots").is_err());
 /// ```
 pub fn parse_size(text: &str) -> Result<usize, String> {
     let refuse = || {

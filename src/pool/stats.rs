@@ -37,13 +37,13 @@ pub struct WorkerStats {
     /// The longest wait of one keyed item for its key's VM.
     pub key_wait_max: Duration,
     /// The keys bound to this worker, each with what its items waited for their turn: at most
-    /// [`KEYS_LISTED`](crate::WorkerStats::KEYS_LISTED) of the `keys_held`, those that waited
+    /// [`KEYS_LISTED`](crate::stats::WorkerStats::KEYS_LISTED) of the `keys_held`, those that waited
     /// longest in total first (a worker may hold thousands of keys; `keys_held` counts them all).
     pub keys: Vec<HeldKey>,
     /// Time spent inside the worker's logic (items, messages, polls).
     pub busy: Duration,
     /// The `jobs.warm` entries this worker's VMs ran, oldest first: the most recent
-    /// [`WARM_RUNS_KEPT`](crate::WorkerStats::WARM_RUNS_KEPT) of them, failed ones with why.
+    /// [`WARM_RUNS_KEPT`](crate::stats::WorkerStats::WARM_RUNS_KEPT) of them, failed ones with why.
     pub warm_runs: Vec<WarmRun>,
     /// The code generator this worker's VMs compile native code with (`"x86_64"`, `"aarch64"`),
     /// as each domain's plan asks (`Plan::native`); `None` where the platform has none and every

@@ -18,7 +18,7 @@ use super::phase::Phase;
 /// ```
 /// use skein::{DomainSpec, Plan, Pool, ScriptDomain};
 /// let plan = Plan::new().function("observe", |lua, _| {
-///     skein::require_capability("input.observe")?;
+///     skein::capability::require_capability("input.observe")?;
 ///     lua.pack_multi(())
 /// });
 /// let pool = Pool::new(1);
@@ -174,12 +174,13 @@ pub(crate) fn defined_at(function: &mlua::Function) -> Option<String> {
 /// asked (an engine thread, a pool worker, a `@skein/worker` thread): severity
 /// [`Error`](Severity::Error), kind [`DiagnosticKind::CapabilityDenied`], the capability in
 /// [`Diagnostic::capability`]. The same diagnostics still reach the reports
-/// ([`PhaseReport::errors`](crate::PhaseReport::errors),
-/// [`EventReport`](crate::EventReport)); a sink sees them all in one place, in order.
+/// ([`PhaseReport::errors`](crate::frame::PhaseReport::errors),
+/// [`EventReport`](crate::event::EventReport)); a sink sees them all in one place, in order.
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};
-/// use skein::{ContextSpec, Diagnostic, DiagnosticSink, DomainSpec, Phase, Pool, ScriptDomain, Severity};
+/// use skein::diagnostic::{Diagnostic, DiagnosticSink, Severity};
+/// use skein::{ContextSpec, DomainSpec, Phase, Pool, ScriptDomain};
 ///
 /// #[derive(Default)]
 /// struct Seen(Mutex<Vec<String>>);

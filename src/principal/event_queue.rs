@@ -35,7 +35,7 @@ const NAMES_KEPT: usize = 256;
 /// event's name (its envelope holds a copy).
 ///
 /// ```
-/// use skein::EventLimits;
+/// use skein::event::EventLimits;
 /// let limits = EventLimits::default();
 /// assert_eq!((limits.pending, limits.bytes), (65_536, 64 << 20));
 /// assert_eq!((limits.per_drain, limits.name), (4_096, 256));
@@ -84,7 +84,8 @@ pub enum QueueBound {
 /// Why a post did not queue its event; the payload comes back, so nothing is lost.
 ///
 /// ```
-/// use skein::{DomainSpec, EventLimits, Message, Pool, PostRefused, ScriptDomain};
+/// use skein::event::{EventLimits, PostRefused};
+/// use skein::{DomainSpec, Message, Pool, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let limits = EventLimits { pending: 1, ..EventLimits::default() };

@@ -17,7 +17,8 @@ use crate::value::Message;
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};
-/// use skein::{DomainSpec, LogLevel, LogRecord, LogSink, Message, Pool, ScriptDomain};
+/// use skein::log::{LogLevel, LogRecord, LogSink};
+/// use skein::{DomainSpec, Message, Pool, ScriptDomain};
 ///
 /// #[derive(Default)]
 /// struct Lines(Mutex<Vec<String>>);

@@ -1,6 +1,6 @@
 //! [`Phase`]: the names of the scheduler's entries, when a context's handlers may run.
 //!
-//! Only the vocabulary lives here, below `vm`, so that a [`Diagnostic`](crate::Diagnostic) and a
+//! Only the vocabulary lives here, below `vm`, so that a [`Diagnostic`](crate::diagnostic::Diagnostic) and a
 //! profile event can name the phase they came from; the frame that runs phases is the domain's.
 
 use std::fmt;

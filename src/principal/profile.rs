@@ -7,7 +7,7 @@
 //! `Send + Sync` and is called on whichever thread the cost was paid. Without a sink nothing is measured: the worker's only cost is one branch on an
 //! `Option` per item. This module owns the event shape, the process epoch its times count from,
 //! and the thread labels; it never buffers or writes anything (that is a sink's business, such
-//! as [`ChromeTrace`](crate::ChromeTrace)).
+//! as [`ChromeTrace`](crate::profile::ChromeTrace)).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -19,7 +19,8 @@ use super::diagnostic::Attribution;
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};
-/// use skein::{DomainSpec, Pool, ProfileEvent, ProfileKind, ProfileSink, ScriptDomain};
+/// use skein::profile::{ProfileEvent, ProfileKind, ProfileSink};
+/// use skein::{DomainSpec, Pool, ScriptDomain};
 ///
 /// #[derive(Default)]
 /// struct Kinds(Mutex<Vec<ProfileKind>>);

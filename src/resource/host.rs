@@ -122,7 +122,9 @@ struct Resource {
 /// and is driven by the host's frame loop ([`advance`](Self::advance)).
 ///
 /// ```
-/// use skein::{Grant, Message, Pool, ResourceHost};
+/// use skein::capability::Grant;
+/// use skein::resource::ResourceHost;
+/// use skein::{Message, Pool};
 ///
 /// let dir = tempfile::tempdir()?;
 /// let folder = |name: &str, manifest: &str, main: &str| -> std::io::Result<()> {
@@ -248,7 +250,9 @@ impl ResourceHost {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use skein::{Grant, Pool, ResourceHost};
+    /// use skein::capability::Grant;
+    /// use skein::resource::ResourceHost;
+    /// use skein::Pool;
     ///
     /// let dir = tempfile::tempdir()?;
     /// let mut host = ResourceHost::load(&Pool::new(1), dir.path(), Grant::default())?;
@@ -269,7 +273,9 @@ impl ResourceHost {
     /// mode reaches it.
     ///
     /// ```
-    /// use skein::{Grant, NativeMode, Pool, ResourceHost};
+    /// use skein::capability::Grant;
+    /// use skein::resource::ResourceHost;
+    /// use skein::{NativeMode, Pool};
     ///
     /// let dir = tempfile::tempdir()?;
     /// let mut host = ResourceHost::load(&Pool::new(1), dir.path(), Grant::default())?;
@@ -288,7 +294,9 @@ impl ResourceHost {
     /// resources already running go on.
     ///
     /// ```
-    /// use skein::{Grant, Pool, ResourceHost};
+    /// use skein::capability::Grant;
+    /// use skein::resource::ResourceHost;
+    /// use skein::Pool;
     ///
     /// let dir = tempfile::tempdir()?;
     /// let mut host = ResourceHost::load(&Pool::new(1), dir.path(), Grant::default())?;

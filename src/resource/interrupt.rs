@@ -29,7 +29,9 @@ use crate::domain::InterruptHandle;
 /// should bring about next; its `stop` handlers are interrupted as well.
 ///
 /// ```
-/// use skein::{Grant, Pool, ResourceHost};
+/// use skein::capability::Grant;
+/// use skein::resource::ResourceHost;
+/// use skein::Pool;
 ///
 /// let dir = tempfile::tempdir()?;
 /// std::fs::create_dir(dir.path().join("spin"))?;

@@ -60,7 +60,7 @@ pub struct Manifest {
     pub deadline: Option<Duration>,
     /// The memory limit of each of the resource's VMs (`memory`, bytes or a size such as
     /// `"64M"`, at least [`Manifest::MIN_MEMORY`]): the host's
-    /// ([`ResourceHost::memory_limit`](crate::ResourceHost::memory_limit)) when left out, and
+    /// ([`ResourceHost::memory_limit`](crate::resource::ResourceHost::memory_limit)) when left out, and
     /// never more than it. A resource that asks for less holds less of the pool's memory
     /// budget while it runs, so more resources fit.
     pub memory: Option<usize>,
@@ -110,7 +110,7 @@ struct RawResource {
     memory: Option<Spanned<RawSize>>,
 }
 
-/// `resource.memory`: a whole number of bytes, or a size written as `skein::parse_size` reads
+/// `resource.memory`: a whole number of bytes, or a size written as `skein::size::parse_size` reads
 /// it.
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -161,7 +161,7 @@ impl Manifest {
     /// Checks the text of a manifest; `file` names it in refusals.
     ///
     /// ```
-    /// use skein::Manifest;
+    /// use skein::resource::Manifest;
     ///
     /// let m = Manifest::parse("store/skein.toml", "[resource]\nexports = ['get']\n")?;
     /// assert_eq!(m.exports, ["get"]);
@@ -303,7 +303,7 @@ impl HostFile {
     /// Checks the text of a host file; `file` names it in refusals.
     ///
     /// ```
-    /// use skein::HostFile;
+    /// use skein::resource::HostFile;
     ///
     /// let host = HostFile::parse("skein-host.toml", "[host]\nstart = ['store', 'report']\n")?;
     /// assert_eq!(host.start, ["store", "report"]);

@@ -1,10 +1,35 @@
-//! The shared store of one domain generation: named shared tables and bounded shared queues.
+//! The shared store of a domain: named shared tables and bounded shared queues, the only state
+//! its VMs share, reached from the host's threads too.
 //!
-//! The only state the VMs of a domain share. The core (`table`, `queue`) holds no Luau, so the
-//! loom models in `loom-tests` check the code that ships; the Luau bindings (`table_api`,
-//! `queue_api`) sit beside it and convert at the edge. A store belongs to one principal (one
-//! generation of one domain): two domains never see each other's names, and when the principal
-//! ends the store ends with it, so a handle kept past that raises naming the reason.
+//! [`ScriptDomain::shared`](crate::ScriptDomain::shared) answers the domain's [`SharedStore`];
+//! [`SharedStore::table`] and [`SharedStore::queue`] answer the same table and queue scripts
+//! reach as `jobs.shared.table(name)` and `jobs.shared.queue(name)`. Every handle is `Send +
+//! Sync` and cheap to clone. A table is read live ([`SharedTableRef`]) or at one version
+//! ([`FrozenTable`]); a refusal hands back what it could not deliver ([`PushError`] keeps the
+//! value), and each family of refusal has its own error and kind. A store belongs to one
+//! generation of one domain: two domains never see each other's names, and a handle kept past
+//! the generation's end is refused, naming why.
+//!
+//! ```
+//! use skein::shared::PushErrorKind;
+//! use skein::{DomainSpec, Message, Pool, ScriptDomain};
+//!
+//! let pool = Pool::new(1);
+//! let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+//! let stats = domain.shared().table("stats")?;
+//! stats.set("frames", Message::Integer(1))?;
+//! assert_eq!(domain.eval("return jobs.shared.table('stats').frames")?, Message::Integer(1));
+//! let inbox = domain.shared().queue("inbox", 1)?;
+//! inbox.push(Message::Boolean(true))?;
+//! let refused = inbox.push(Message::Integer(2)).unwrap_err(); // full: the value comes back
+//! assert_eq!(refused.kind, PushErrorKind::Full);
+//! assert_eq!(refused.into_inner(), Message::Integer(2));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+// The core (`table`, `queue`) holds no Luau, so the loom models in `loom-tests` check the code
+// that ships; the Luau bindings (`table_api`, `queue_api`) sit beside it and convert at the edge.
+// When the principal ends the store ends with it.
 
 pub(crate) mod queue;
 mod queue_api;
@@ -163,7 +188,7 @@ impl StoreCore {
 ///
 /// ```
 /// fn assert_send<T: Send + Sync>() {}
-/// assert_send::<skein::SharedStore>();
+/// assert_send::<skein::shared::SharedStore>();
 /// ```
 #[derive(Clone)]
 pub struct SharedStore {

@@ -138,7 +138,8 @@ impl std::error::Error for PopError {}
 /// `jobs.shared.queue`), with the text a user greps for. Nothing was made.
 ///
 /// ```
-/// use skein::{DomainSpec, Pool, QueueOpenErrorKind, ScriptDomain};
+/// use skein::shared::QueueOpenErrorKind;
+/// use skein::{DomainSpec, Pool, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
@@ -203,7 +204,8 @@ impl From<QueueOpenError> for mlua::Error {
 ///
 /// ```
 /// use std::error::Error as _;
-/// use skein::{DomainSpec, Message, Pool, PushError, QueueError, ScriptDomain};
+/// use skein::shared::{PushError, QueueError};
+/// use skein::{DomainSpec, Message, Pool, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;

@@ -160,7 +160,8 @@ impl Message {
     /// after the value.
     ///
     /// ```
-    /// use skein::{DecodeErrorKind, Message};
+    /// use skein::message::DecodeErrorKind;
+    /// use skein::Message;
     /// let bytes = Message::String("hello".into()).to_bytes();
     /// assert_eq!(Message::decode(&bytes, 21).unwrap(), Message::String("hello".into()));
     /// assert_eq!(Message::decode(&bytes, 20).unwrap_err().kind, DecodeErrorKind::OverLimit { limit: 20 });

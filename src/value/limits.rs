@@ -4,7 +4,7 @@
 /// Bounds on a transferable value.
 ///
 /// ```
-/// use skein::Limits;
+/// use skein::message::Limits;
 /// assert_eq!(Limits::MAX_DEPTH, 64);
 /// assert_eq!(Limits::NODE_WEIGHT, 16);
 /// assert_eq!(Limits::MAX_MESSAGE_BYTES, 64 << 20);

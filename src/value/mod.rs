@@ -93,7 +93,7 @@ pub(crate) const MAX_EXACT_INTEGER: i64 = 1 << 53;
 /// assert_eq!(m.get("name").and_then(Message::as_str), Some("crate"));
 /// let pos: [f32; 3] = m.get("pos").cloned().unwrap_or(Message::Nil).try_into()?;
 /// assert_eq!(pos, [1.0, 0.0, 2.0]);
-/// # Ok::<(), skein::ConvertError>(())
+/// # Ok::<(), skein::message::ConvertError>(())
 /// ```
 ///
 /// # Copying to and from Luau
@@ -217,7 +217,8 @@ impl Message {
     /// `queue_weight` of at most `n`.
     ///
     /// ```
-    /// use skein::{Limits, Message};
+    /// use skein::message::Limits;
+    /// use skein::Message;
     /// let m = Message::List(vec![Message::String("abc".into()), Message::Integer(1)]);
     /// assert_eq!(m.queue_weight(), 3 * Limits::NODE_WEIGHT + 3);
     /// ```

@@ -839,7 +839,7 @@ mod tests {
 
     #[test]
     fn every_default_copy_is_bounded_at_max_message_bytes_and_refused_one_past() {
-        use crate::{Limits, TransferErrorKind};
+        use crate::value::{Limits, TransferErrorKind};
         let lua = Lua::new();
         // One list node, one string node and its bytes: exactly the bound, then one byte more.
         let fits = Limits::MAX_MESSAGE_BYTES - 2 * Limits::NODE_WEIGHT;

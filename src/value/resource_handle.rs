@@ -16,7 +16,7 @@ const MAX_EXACT_ID: u64 = 1 << 53;
 ///
 /// ```
 /// use mlua::Lua;
-/// use skein::ResourceHandle;
+/// use skein::message::ResourceHandle;
 ///
 /// let lua = Lua::new();
 /// let handle = ResourceHandle::new("buffer", 7);

@@ -41,7 +41,7 @@ use super::{ConvertError, MapKey, Message, ResourceHandle, MAX_EXACT_INTEGER};
 ///     Message::from([1.0, 2.0, 0.0]),
 /// ]))?;
 /// assert_eq!((id, pos), (7, [1.0, 2.0, 0.0]));
-/// # Ok::<(), skein::ConvertError>(())
+/// # Ok::<(), skein::message::ConvertError>(())
 /// ```
 ///
 /// # Errors
@@ -77,7 +77,7 @@ pub trait FromMessage: Sized {
 ///
 /// let m = (3usize, "three").into_message()?;
 /// assert_eq!(m, Message::list([Message::from(3), Message::from("three")]));
-/// # Ok::<(), skein::ConvertError>(())
+/// # Ok::<(), skein::message::ConvertError>(())
 /// ```
 pub trait IntoMessage {
     /// Makes `self` a [`Message`].

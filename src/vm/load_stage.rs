@@ -7,7 +7,7 @@ use std::fmt;
 /// Where a load failed.
 ///
 /// ```
-/// use skein::LoadStage;
+/// use skein::lifecycle::LoadStage;
 ///
 /// assert_eq!(LoadStage::Compile.name(), "compile");
 /// assert_eq!(LoadStage::Finish.to_string(), "finish");
@@ -15,7 +15,7 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LoadStage {
-    /// The file of a [`Load::File`](crate::Load::File) could not be read.
+    /// The file of a [`Load::File`](crate::lifecycle::Load::File) could not be read.
     Read,
     /// The chunk does not compile.
     Compile,

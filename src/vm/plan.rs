@@ -192,7 +192,7 @@ impl Plan {
     /// Adds a global function implemented by the host that takes typed arguments and answers a
     /// typed value, as [`ScriptDomain::register_query`](crate::ScriptDomain::register_query)
     /// does: the arguments are copied as [`Message`]s (within the bound of one copy,
-    /// [`Limits::MAX_MESSAGE_BYTES`](crate::Limits::MAX_MESSAGE_BYTES)) and read as `A`, a
+    /// [`Limits::MAX_MESSAGE_BYTES`](crate::message::Limits::MAX_MESSAGE_BYTES)) and read as `A`, a
     /// tuple by position; the answer is made a `Message` and copied into the caller's VM. An
     /// argument that does not convert is raised naming it, and so are an `Err` and a contained
     /// panic. Unlike [`function`](Self::function), it never sees a VM: it suits a pure

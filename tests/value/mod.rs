@@ -1,7 +1,8 @@
 //! `Message`: conversion to and from Luau, refusals with their paths, limits, and the codec.
 
 use mlua::{Function, Lua, Value};
-use skein::{DecodeErrorKind, Limits, MapKey, Message, ResourceHandle, TransferErrorKind};
+use skein::message::{DecodeErrorKind, Limits, ResourceHandle, TransferErrorKind};
+use skein::{MapKey, Message};
 
 const BOUNDARY: &str = "can't cross a worker or event boundary";
 
@@ -459,7 +460,7 @@ fn codec_round_trips_and_refuses_bad_input() {
     trailing.push(0);
     assert_eq!(
         Message::decode(&trailing, 1 << 20).unwrap_err(),
-        skein::DecodeError {
+        skein::message::DecodeError {
             offset: bytes.len(),
             kind: DecodeErrorKind::TrailingBytes
         }

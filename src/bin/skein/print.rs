@@ -18,7 +18,8 @@ use std::fmt::Arguments;
 use std::io::{ErrorKind, Write};
 use std::sync::OnceLock;
 
-use skein::{InterruptHandle, LogRecord, LogSink};
+use skein::log::{LogRecord, LogSink};
+use skein::InterruptHandle;
 
 /// How the runner's output failed: the stream and the error.
 pub(crate) struct OutputFailure {

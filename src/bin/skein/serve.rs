@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use skein::{Error, Grant, HostFile, NativeMode, Pool, Report, ResourceHost, StopOutcome};
+use skein::capability::Grant;
+use skein::resource::{HostFile, ResourceHost, StopOutcome};
+use skein::{Error, NativeMode, Pool, Report};
 
 use crate::console::{self, Resources, Row, Say};
 use crate::print;

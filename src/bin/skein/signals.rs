@@ -14,7 +14,7 @@
 //! `skein serve` hands the thread its own action instead ([`on_first`]): the first signal asks
 //! the console to shut the resources down, and the runner exits 0 as after `quit`; when the
 //! console has not taken it within 50 ms (a resource's code is running), the action interrupts
-//! every resource's code ([`skein::HostInterrupt`]), so the server ends within 100 ms.
+//! every resource's code ([`skein::resource::HostInterrupt`]), so the server ends within 100 ms.
 //!
 //! This file owns the signal mask and the signal thread; the cancel itself is the library's.
 

@@ -44,10 +44,12 @@ impl fmt::Display for ActorStage {
 /// <message>`.
 ///
 /// ```
-/// use skein::{DomainSpec, Pool, ScriptDomain, ActorStage};
+/// use skein::actor::ActorStage;
+/// use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+/// use skein::{DomainSpec, Pool, ScriptDomain};
 /// let pool = Pool::new(1);
-/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").grant(skein::RootAuthority::new()
-///     .grant(skein::CapabilitySet::from_iter([skein::CapabilityId::new("worker.spawn")?]))))?;
+/// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").grant(RootAuthority::new()
+///     .grant(CapabilitySet::from_iter([CapabilityId::new("worker.spawn")?]))))?;
 /// let state = domain.eval(r#"
 ///     local w = require("@skein/worker").spawn { name = "broken", source = "return 42" }
 ///     return w:join(20)

@@ -424,7 +424,7 @@ pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
 
 impl ScriptDomain {
     /// Delivers what waits in the event queue, at most
-    /// [`EventLimits::per_drain`](crate::EventLimits::per_drain) events, in the order they were
+    /// [`EventLimits::per_drain`](crate::event::EventLimits::per_drain) events, in the order they were
     /// queued. [`advance`](Self::advance) does this once, after its `lateUpdate` phase.
     ///
     /// A raw event runs the `event` phase handlers of its target context(s) with the payload;
@@ -478,7 +478,7 @@ impl ScriptDomain {
         self.event_handlers.queue().pending().0
     }
 
-    /// The bytes the waiting events weigh, as [`EventLimits`](crate::EventLimits) counts them.
+    /// The bytes the waiting events weigh, as [`EventLimits`](crate::event::EventLimits) counts them.
     pub fn pending_event_bytes(&self) -> usize {
         self.event_handlers.queue().pending().1
     }
@@ -504,8 +504,8 @@ impl ScriptDomain {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Name`] ([`NameRefusal::EventName`](crate::NameRefusal::EventName)) when the
-    /// name is empty or longer than [`EventLimits::name`](crate::EventLimits::name).
+    /// [`Error::Name`] ([`NameRefusal::EventName`](crate::refusal::NameRefusal::EventName)) when the
+    /// name is empty or longer than [`EventLimits::name`](crate::event::EventLimits::name).
     pub fn bind_event_handler<F>(&self, name: &str, f: F) -> Result<()>
     where
         F: FnMut(Message) -> std::result::Result<(), String> + 'static,
@@ -549,8 +549,8 @@ impl ScriptDomain {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Name`] ([`NameRefusal::EventName`](crate::NameRefusal::EventName)) when the
-    /// name is empty or longer than [`EventLimits::name`](crate::EventLimits::name).
+    /// [`Error::Name`] ([`NameRefusal::EventName`](crate::refusal::NameRefusal::EventName)) when the
+    /// name is empty or longer than [`EventLimits::name`](crate::event::EventLimits::name).
     pub fn route(&self, name: &str, mailbox: DomainMailbox) -> Result<()> {
         let handlers = &self.event_handlers;
         handlers

@@ -76,11 +76,12 @@ impl DomainMailbox {
     /// Queues a raw event for the `event` phase handlers of `target`.
     ///
     /// A raw post is the host's own: it always queues, and counts toward the queue's
-    /// [`EventLimits`](crate::EventLimits) (so named events may be refused after it) without
+    /// [`EventLimits`](crate::event::EventLimits) (so named events may be refused after it) without
     /// being held to them.
     ///
     /// ```
-    /// use skein::{ContextSpec, DomainSpec, EventTarget, Message, Phase, Pool, ScriptDomain};
+    /// use skein::event::EventTarget;
+    /// use skein::{ContextSpec, DomainSpec, Message, Phase, Pool, ScriptDomain};
     ///
     /// let pool = Pool::new(1);
     /// let spec = DomainSpec::new("game").context(ContextSpec::new("ui").phases([Phase::Event]))?;
@@ -102,7 +103,7 @@ impl DomainMailbox {
     ///
     /// # Errors
     /// [`PostRefused::Name`] when the name is empty or longer than
-    /// [`EventLimits::name`](crate::EventLimits::name); [`PostRefused::Full`] when one more event
+    /// [`EventLimits::name`](crate::event::EventLimits::name); [`PostRefused::Full`] when one more event
     /// or its bytes would pass the queue's limits; [`PostRefused::Stopped`] once the domain is
     /// stopped. A refused event is not queued, and comes back in the error.
     pub fn post_named(&self, name: &str, payload: Message) -> Result<(), PostRefused> {
@@ -128,13 +129,14 @@ impl DomainMailbox {
     /// reaching code that never asked for it.
     ///
     /// ```
-    /// use skein::{DomainSpec, EventTarget, Message, Pool, ScriptDomain};
+    /// use skein::event::EventTarget;
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
     ///
     /// let pool = Pool::new(1);
     /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
     /// let asked = domain.generation();
     /// let mailbox = domain.mailbox();
-    /// domain.restart(skein::Load::Nothing)?;
+    /// domain.restart(skein::lifecycle::Load::Nothing)?;
     /// // The work finishes after the restart: its completion goes nowhere.
     /// mailbox.post_for(asked, EventTarget::All, Message::Nil)?;
     /// assert_eq!(domain.pending_events(), 0);

@@ -54,7 +54,7 @@ impl ContextSpec {
 
     /// A context named `name` that schedules no phase yet, at priority 0, with no budget of
     /// its own (each handler run is held to the domain's deadline cap,
-    /// [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE)).
+    /// [`MAX_DEADLINE`](crate::job::JobOptions::MAX_DEADLINE)).
     pub fn new(name: impl Into<String>) -> ContextSpec {
         ContextSpec {
             name: name.into(),
@@ -93,7 +93,8 @@ impl ContextSpec {
     /// Without this call the context holds the domain's whole grant.
     ///
     /// ```
-    /// use skein::{CapabilityId, CapabilitySet, ContextSpec, DomainSpec, Phase, Pool, RootAuthority, ScriptDomain};
+    /// use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+    /// use skein::{ContextSpec, DomainSpec, Phase, Pool, ScriptDomain};
     ///
     /// let id = |s| CapabilityId::new(s).unwrap();
     /// let grant = RootAuthority::new().grant(CapabilitySet::from_iter([id("input.observe")]));
@@ -189,7 +190,7 @@ impl ContextSpec {
 ///
 /// ```
 /// use std::time::Duration;
-/// use skein::FixedStep;
+/// use skein::frame::FixedStep;
 ///
 /// let fixed = FixedStep::default();
 /// assert_eq!(fixed.step, Duration::from_nanos(16_666_667));

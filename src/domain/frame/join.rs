@@ -14,7 +14,7 @@
 //! or the one given to [`advance_within`](ScriptDomain::advance_within)), counted from the
 //! start of the advance over all its phases. A call still waiting when it runs out goes on in
 //! a later frame, resumed by whichever frame's drain settles its work, and the frame names it
-//! in [`AdvanceReport::still_waiting`](crate::AdvanceReport::still_waiting).
+//! in [`AdvanceReport::still_waiting`](crate::frame::AdvanceReport::still_waiting).
 //!
 //! This file owns only the list of joined calls and the wait; the phase that fills the list is
 //! `phases.rs`, and the mailbox it drains is `events/drain.rs`.

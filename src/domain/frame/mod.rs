@@ -83,7 +83,7 @@ impl ScriptDomain {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
-    /// A frame moves a ready domain to [`Running`](crate::DomainState::Running). A stopped domain's
+    /// A frame moves a ready domain to [`Running`](crate::lifecycle::DomainState::Running). A stopped domain's
     /// frame does nothing; so does a frame asked for while a phase, advance or frame of the
     /// same domain runs (a handler reaching back through a host service): that is recorded as
     /// a [`Report`] naming [`Error::Reentrant`], and the report answered counts nothing.
@@ -249,8 +249,8 @@ impl ScriptDomain {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Name`] ([`NameRefusal::KernelName`](crate::NameRefusal::KernelName) or
-    /// [`NameRefusal::KernelTaken`](crate::NameRefusal::KernelTaken)) when
+    /// [`Error::Name`] ([`NameRefusal::KernelName`](crate::refusal::NameRefusal::KernelName) or
+    /// [`NameRefusal::KernelTaken`](crate::refusal::NameRefusal::KernelTaken)) when
     /// the name is not 1 to 256 bytes or is registered already.
     pub fn register_kernel<F>(&self, name: &str, f: F) -> Result<()>
     where

@@ -514,7 +514,7 @@ impl ScriptDomain {
     /// Moves the domain's time on by `delta`, as one engine frame: the early deferred drain
     /// (timers due, `task.defer`red work, ready tasks); the `fixedUpdate` steps the accumulator
     /// owes (each handler receives the step in seconds), at most the catch-up limit of the
-    /// domain's [`FixedStep`](crate::FixedStep), dropping and counting the rest; then `update`
+    /// domain's [`FixedStep`](crate::frame::FixedStep), dropping and counting the rest; then `update`
     /// and `lateUpdate` (handlers receive `delta` in seconds); then one drain of the event
     /// queue ([`drain_events`](Self::drain_events), answered in [`AdvanceReport::events`]), so
     /// an event emitted during `update` is delivered in the same advance; then the rest of a
@@ -523,7 +523,8 @@ impl ScriptDomain {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use skein::{ContextSpec, DomainSpec, FixedStep, Message, Phase, Pool, ScriptDomain};
+    /// use skein::frame::FixedStep;
+    /// use skein::{ContextSpec, DomainSpec, Message, Phase, Pool, ScriptDomain};
     ///
     /// let pool = Pool::new(1);
     /// let spec = DomainSpec::new("game")
@@ -561,7 +562,7 @@ impl ScriptDomain {
     /// [`advance`](Self::advance) with its own frame budget: the longest this advance waits,
     /// over all its phases, for the pool work its handlers await (`Duration::ZERO`: it
     /// resumes no handler before that work's own frame drains it; a budget past
-    /// [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE), 60 s, waits 60 s).
+    /// [`MAX_DEADLINE`](crate::job::JobOptions::MAX_DEADLINE), 60 s, waits 60 s).
     ///
     /// ```
     /// use std::time::Duration;
@@ -647,11 +648,12 @@ impl ScriptDomain {
     /// end). The domain is then [`Stopped`](DomainState::Stopped):
     /// `run_phase`, `advance` and `frame` do nothing more. Events still queued (those the
     /// shutdown handlers emitted included) are dropped undelivered and counted in
-    /// [`DomainStats::events_dropped_at_stop`](crate::DomainStats::events_dropped_at_stop).
+    /// [`DomainStats::events_dropped_at_stop`](crate::stats::DomainStats::events_dropped_at_stop).
     /// Stopping twice does nothing; dropping a domain stops it.
     ///
     /// ```
-    /// use skein::{ContextSpec, DomainSpec, DomainState, Phase, Pool, ScriptDomain};
+    /// use skein::lifecycle::DomainState;
+    /// use skein::{ContextSpec, DomainSpec, Phase, Pool, ScriptDomain};
     ///
     /// let pool = Pool::new(1);
     /// let spec = DomainSpec::new("game").context(ContextSpec::new("main").phases([Phase::Shutdown]))?;

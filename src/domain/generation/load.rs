@@ -31,7 +31,7 @@ pub(crate) const LOAD_BOUND: Duration = Duration::from_secs(30);
 /// domain's [load bound](crate::DomainSpec::load_bound).
 ///
 /// ```
-/// use skein::Load;
+/// use skein::lifecycle::Load;
 ///
 /// let load = Load::source("level 2", "level = 2");
 /// assert_eq!(load, Load::Source { name: "level 2".into(), source: "level = 2".into() });

@@ -45,7 +45,7 @@ use crate::vm::{self, FailureKind, JobFailure, Outcome, TaskFailure, Vm};
 /// The rest of a [`ScriptDomain`] is the host's and outlives generations.
 ///
 /// Not called `Generation`: that is the public generation *number*
-/// ([`principal::Generation`](crate::Generation)), which this value carries in its principal.
+/// ([`principal::Generation`](crate::lifecycle::Generation)), which this value carries in its principal.
 ///
 /// A domain holds exactly one, its current generation; a restart or reload replaces it whole
 /// ([`install_generation`](ScriptDomain::install_generation)), and a reload trades it with its
@@ -163,12 +163,12 @@ impl ScriptDomain {
     /// declarations and the host's event handlers and routes carry over.
     ///
     /// Then `load` runs in the new engine VM (see [`Load`]). When it ends well, a domain that
-    /// was [`Running`](crate::DomainState::Running) starts again: the `startup` phase runs (its
+    /// was [`Running`](crate::lifecycle::DomainState::Running) starts again: the `startup` phase runs (its
     /// failures become reports) and the domain is `Running`; any other domain is
-    /// [`Ready`](crate::DomainState::Ready).
+    /// [`Ready`](crate::lifecycle::DomainState::Ready).
     ///
     /// A restart is destructive: the old generation is gone before the load runs. When the
-    /// load fails, the domain is [`Failed`](crate::DomainState::Failed) in the new generation,
+    /// load fails, the domain is [`Failed`](crate::lifecycle::DomainState::Failed) in the new generation,
     /// with nothing of the old one; what the load did before it failed stays, as after a main
     /// script that fails. Another restart recovers. To keep the old generation when the new
     /// code is broken, use [`reload`](Self::reload).
@@ -178,7 +178,8 @@ impl ScriptDomain {
     /// generation has a fresh engine VM, shared store and engine-event log.
     ///
     /// ```
-    /// use skein::{DomainSpec, DomainState, Load, Message, Pool, ScriptDomain};
+    /// use skein::lifecycle::{DomainState, Load};
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
     ///
     /// let pool = Pool::new(1);
     /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;

@@ -30,11 +30,11 @@ impl ScriptDomain {
     /// [`Running`](DomainState::Running) runs `startup` and is `Running`; any other is
     /// [`Ready`](DomainState::Ready).
     ///
-    /// **Failure** (see [`LoadStage`](crate::LoadStage)): nothing of the running generation
+    /// **Failure** (see [`LoadStage`](crate::lifecycle::LoadStage)): nothing of the running generation
     /// changes: its state, globals, handlers, generation number, workers, owned resources,
     /// key bindings and pending work. The candidate is discarded whole: its queued pool items
     /// are refused unrun, its workers are closed and joined, what it took through a
-    /// [`ResourceOwner`](crate::ResourceOwner) is released, its events and late replies are
+    /// [`ResourceOwner`](crate::lifecycle::ResourceOwner) is released, its events and late replies are
     /// discarded and counted in [`stale_events`](Self::stale_events), and none of its handlers
     /// ever runs. The failure is also a [`Report`] with source `reload`, so a host that ignores
     /// the error still sees it.
@@ -44,7 +44,8 @@ impl ScriptDomain {
     /// [`generation`](Self::generation) stays the running one's.
     ///
     /// ```
-    /// use skein::{DomainSpec, Error, Load, LoadStage, Message, Pool, ScriptDomain};
+    /// use skein::lifecycle::{Load, LoadStage};
+    /// use skein::{DomainSpec, Error, Message, Pool, ScriptDomain};
     ///
     /// let pool = Pool::new(1);
     /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("ui"))?;

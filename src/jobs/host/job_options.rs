@@ -16,7 +16,7 @@ use crate::vm::format_seconds;
 ///
 /// ```
 /// use std::time::Duration;
-/// use skein::JobOptions;
+/// use skein::job::JobOptions;
 ///
 /// let opts = JobOptions::new()
 ///     .name("rebuild navmesh")
@@ -61,7 +61,7 @@ impl JobOptions {
     }
 
     /// The longest one run of the entry may take (`opts.deadline`): above zero and at most the
-    /// domain's cap, [`MAX_DEADLINE`](crate::JobOptions::MAX_DEADLINE) unless the plan lowered it.
+    /// domain's cap, [`MAX_DEADLINE`](crate::job::JobOptions::MAX_DEADLINE) unless the plan lowered it.
     pub fn deadline(mut self, deadline: Duration) -> JobOptions {
         self.deadline = Some(deadline);
         self

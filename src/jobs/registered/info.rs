@@ -37,7 +37,8 @@ impl JobStatus {
 /// A snapshot of one registered job.
 ///
 /// ```
-/// use skein::{DomainSpec, JobStatus, Pool, ScriptDomain};
+/// use skein::job::JobStatus;
+/// use skein::{DomainSpec, Pool, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;

@@ -354,10 +354,13 @@ pub(crate) fn current_or(fallback: &Arc<Authority>) -> Arc<Authority> {
 /// refusal into the Luau error the script sees.
 ///
 /// ```
-/// use skein::{CapabilityId, CapabilitySet, DomainSpec, Message, Plan, Pool, RootAuthority, ScriptDomain};
+/// use skein::capability::{
+///     require_capability, CapabilityError, CapabilityId, CapabilitySet, RootAuthority,
+/// };
+/// use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
 ///
 /// let plan = Plan::new().function("observe", |lua, _| {
-///     skein::require_capability("input.observe")?;
+///     require_capability("input.observe")?;
 ///     lua.pack_multi("observed")
 /// });
 /// let pool = Pool::new(1);
@@ -371,8 +374,8 @@ pub(crate) fn current_or(fallback: &Arc<Authority>) -> Arc<Authority> {
 /// assert_eq!(denied.denials(), 1);
 ///
 /// // Host code outside any task has no authority installed.
-/// let outside = skein::require_capability("input.observe").unwrap_err();
-/// assert!(matches!(outside, skein::CapabilityError::NoAuthority(_)));
+/// let outside = require_capability("input.observe").unwrap_err();
+/// assert!(matches!(outside, CapabilityError::NoAuthority(_)));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///

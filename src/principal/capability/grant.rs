@@ -20,7 +20,8 @@ pub const FILESYSTEM_WRITE: &str = "filesystem.write";
 /// script cannot grant itself anything.
 ///
 /// ```
-/// use skein::{CapabilityId, CapabilitySet, DomainSpec, RootAuthority};
+/// use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
+/// use skein::DomainSpec;
 /// let grant = RootAuthority::new()
 ///     .grant(CapabilitySet::from_iter([CapabilityId::new("input.observe")?]));
 /// let spec = DomainSpec::new("game").grant(grant);
@@ -58,7 +59,7 @@ impl Default for RootAuthority {
 /// Made only from a [`RootAuthority`]; the default is empty (deny by default).
 ///
 /// ```
-/// use skein::{CapabilityId, CapabilitySet, RootAuthority};
+/// use skein::capability::{CapabilityId, CapabilitySet, RootAuthority};
 /// let dir = tempfile::tempdir()?;
 /// let grant = RootAuthority::new().grant(CapabilitySet::new()).read_root(dir.path())?;
 /// assert!(grant.capabilities().contains(&CapabilityId::new("filesystem.read")?));

@@ -10,7 +10,7 @@ pub(crate) const MAX_CAPABILITY_LEN: usize = 128;
 /// all (`filesystem.read`, `worker.spawn`).
 ///
 /// ```
-/// use skein::CapabilityId;
+/// use skein::capability::CapabilityId;
 /// assert_eq!(CapabilityId::new("filesystem.read")?.as_str(), "filesystem.read");
 /// let bad = CapabilityId::new("FileSystem.Read").unwrap_err();
 /// assert_eq!(
@@ -18,7 +18,7 @@ pub(crate) const MAX_CAPABILITY_LEN: usize = 128;
 ///     "invalid capability name 'FileSystem.Read': each dotted segment must be a lowercase \
 ///      letter followed by lowercase letters, digits or '_'"
 /// );
-/// # Ok::<(), skein::InvalidCapability>(())
+/// # Ok::<(), skein::capability::InvalidCapability>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CapabilityId(Arc<str>);

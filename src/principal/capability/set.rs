@@ -8,7 +8,7 @@ use super::id::CapabilityId;
 /// An ordered set of capabilities. Delegation only shrinks it.
 ///
 /// ```
-/// use skein::{CapabilityId, CapabilitySet};
+/// use skein::capability::{CapabilityId, CapabilitySet};
 /// let id = |s| CapabilityId::new(s).unwrap();
 /// let held = CapabilitySet::from_iter([id("filesystem.read"), id("worker.spawn")]);
 /// let child = held.delegate(&CapabilitySet::from_iter([id("worker.spawn")]))?;
@@ -20,7 +20,7 @@ use super::id::CapabilityId;
 ///     err.to_string(),
 ///     "the holder cannot delegate capabilities it does not hold: audio.play, net.connect"
 /// );
-/// # Ok::<(), skein::OverDelegation>(())
+/// # Ok::<(), skein::capability::OverDelegation>(())
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CapabilitySet(BTreeSet<CapabilityId>);

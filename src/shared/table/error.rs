@@ -8,7 +8,8 @@ use std::fmt;
 /// reasons apart in code. A refused write changed nothing.
 ///
 /// ```
-/// use skein::{DomainSpec, Pool, ScriptDomain, SharedTableErrorKind};
+/// use skein::shared::SharedTableErrorKind;
+/// use skein::{DomainSpec, Pool, ScriptDomain};
 ///
 /// let pool = Pool::new(1);
 /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;

@@ -45,7 +45,7 @@ impl Message {
     /// let m = Message::from_serde(&Spawn { kind: "crate".into(), at: (1.0, 2.0), hp: 3 })?;
     /// assert_eq!(m.get("hp"), Some(&Message::Number(3.0)));
     /// assert_eq!(m.get("at").and_then(|at| at.index(1)), Some(&Message::Number(2.0)));
-    /// # Ok::<(), skein::ConvertError>(())
+    /// # Ok::<(), skein::message::ConvertError>(())
     /// ```
     ///
     /// # Errors
@@ -59,7 +59,8 @@ impl Message {
     /// [`queue_weight`](Message::queue_weight)) instead of [`Limits::MAX_MESSAGE_BYTES`].
     ///
     /// ```
-    /// use skein::{ConvertErrorKind, Limits, Message};
+    /// use skein::message::{ConvertErrorKind, Limits};
+    /// use skein::Message;
     ///
     /// let two = 2 * Limits::NODE_WEIGHT + 3; // a list node, a string node and its 3 bytes
     /// assert!(Message::from_serde_within(&["abc"], two).is_ok());
@@ -93,7 +94,7 @@ impl Message {
     ///     bad.to_serde::<Hit>().unwrap_err().to_string(),
     ///     "value.target: invalid type: string \"x\", expected u32"
     /// );
-    /// # Ok::<(), skein::ConvertError>(())
+    /// # Ok::<(), skein::message::ConvertError>(())
     /// ```
     ///
     /// # Errors
@@ -109,7 +110,8 @@ impl Message {
 ///
 /// ```
 /// use serde::{Deserialize, Serialize};
-/// use skein::{DomainSpec, Message, Pool, ScriptDomain, Serde};
+/// use skein::message::Serde;
+/// use skein::{DomainSpec, Message, Pool, ScriptDomain};
 ///
 /// #[derive(Deserialize)]
 /// struct Order { item: String, count: u32 }
