@@ -1,13 +1,16 @@
 //! The arguments of `jobs.dispatch`, `jobs.parallelFor` and `jobs.map` that say what runs and
-//! how: the module and entry, and `opts`; read, checked and refused at the call.
+//! how: the module and entry, and `opts`; read, checked and refused at the call. A key is kept
+//! per thread as one shared allocation ([`key_bytes`]), so naming it again copies nothing.
 
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
+use foldhash::fast::RandomState;
 use mlua::{LuaString, Value};
 
 use super::chunking::whole;
-use super::keys::key_bytes;
 use crate::vm::loader::MAX_SPEC_BYTES;
 use crate::vm::{a_type, for_each_option, format_seconds, luau_number};
 
@@ -108,6 +111,36 @@ pub(crate) fn read_key(value: &Value, what: &str) -> Result<Bytes, String> {
         }
         other => Err(format!("{rule}, got {}", a_type(other))),
     }
+}
+
+/// How many keys [`key_bytes`] keeps per thread; one more empties its cache first. Keys are at
+/// most 256 bytes, so a thread keeps at most about 1 MiB of key bytes.
+const KEPT_KEYS: usize = 4_096;
+
+thread_local! {
+    /// The keys this thread's dispatches named lately, shared: see [`key_bytes`].
+    static KEPT: RefCell<HashSet<Bytes, RandomState>> = RefCell::new(HashSet::default());
+}
+
+/// The key of a keyed dispatch as [`Bytes`]: a key this thread named lately is the same
+/// allocation again (one lookup and a reference count), not a new copy. A keyed item's key is
+/// held by its job, its promise and its lane, and a fresh copy cost an allocation, another when
+/// it was first shared, and their frees: about 800 instructions on every keyed dispatch.
+pub(crate) fn key_bytes(key: &[u8]) -> Bytes {
+    // A thread whose locals are being torn down (a VM dropped there) copies the key.
+    KEPT.try_with(|kept| {
+        let mut kept = kept.borrow_mut();
+        if let Some(found) = kept.get(key) {
+            return found.clone();
+        }
+        if kept.len() >= KEPT_KEYS {
+            kept.clear();
+        }
+        let made = Bytes::copy_from_slice(key);
+        kept.insert(made.clone());
+        made
+    })
+    .unwrap_or_else(|_| Bytes::copy_from_slice(key))
 }
 
 /// Whether `key` is a key's length: 1 to [`MAX_KEY_BYTES`] bytes. The rule [`read_key`] words
@@ -296,5 +329,41 @@ impl MapOptions {
             },
         )?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept_len() -> usize {
+        KEPT.with(|kept| kept.borrow().len())
+    }
+
+    #[test]
+    fn a_key_named_again_is_the_same_buffer_with_the_same_bytes() {
+        let first = key_bytes(b"k1");
+        let again = key_bytes(b"k1");
+        assert_eq!(first, again);
+        assert_eq!(first.as_ptr(), again.as_ptr(), "one buffer, shared");
+        let other = key_bytes(b"k2");
+        assert_eq!(&other[..], b"k2");
+        assert_ne!(first.as_ptr(), other.as_ptr());
+    }
+
+    #[test]
+    fn a_thread_keeps_at_most_kept_keys_and_empties_its_cache_one_past() {
+        // Each test runs on its own thread: the cache starts empty here.
+        for i in 0..KEPT_KEYS {
+            key_bytes(format!("key{i}").as_bytes());
+        }
+        assert_eq!(kept_len(), KEPT_KEYS);
+        // A key already kept is found without growing the cache.
+        assert_eq!(&key_bytes(b"key0")[..], b"key0");
+        assert_eq!(kept_len(), KEPT_KEYS);
+        // One past: the cache is emptied, then keeps the new key alone.
+        let past = key_bytes(b"one more");
+        assert_eq!(&past[..], b"one more");
+        assert_eq!(kept_len(), 1);
     }
 }
