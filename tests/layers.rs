@@ -43,6 +43,11 @@ const LAYERS: &[&str] = &[
     "resource",
 ];
 
+/// The rows inside `jobs`, lowest first, one folder of `src/jobs/` each. A file of a row may name
+/// the files of its own row and of those before it; `jobs/mod.rs`, which only re-exports, is in
+/// none.
+const JOBS_ROWS: &[&str] = &["leaves", "protocol", "luau", "worker", "host"];
+
 fn rank(layer: &str) -> Option<usize> {
     LAYERS.iter().position(|l| *l == layer)
 }
@@ -770,9 +775,78 @@ fn the_checker_catches_an_upward_import() {
     assert!(violations("domain", vm_file, &roots).is_empty());
 }
 
+/// The row of a file of `jobs` (`jobs/protocol/item.rs` is in `protocol`), `Ok(None)` for a file
+/// outside `jobs` or the facade `jobs/mod.rs`, and `Err` for a file of `jobs` in no row.
+fn row_of(relative: &str) -> Result<Option<usize>, String> {
+    let Some(rest) = relative.strip_prefix("jobs/") else {
+        return Ok(None);
+    };
+    if rest == "mod.rs" {
+        return Ok(None);
+    }
+    let row = rest.split_once('/').map(|(row, _)| row);
+    match row.and_then(|row| JOBS_ROWS.iter().position(|r| *r == row)) {
+        Some(rank) => Ok(Some(rank)),
+        None => Err(format!(
+            "src/{relative} is in no row of jobs: move it into one of src/jobs/{{{}}}/, or add \
+             its folder to JOBS_ROWS here and to the rows of docs/architecture.md",
+            JOBS_ROWS.join(",")
+        )),
+    }
+}
+
+/// Every file of `jobs` that names a file of a later row, and every file in no row.
+fn row_violations(krate: &Crate, dependencies: &[BTreeSet<usize>]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (index, file) in krate.files.iter().enumerate() {
+        let own = match row_of(&file.relative) {
+            Ok(Some(own)) => own,
+            Ok(None) => continue,
+            Err(stray) => {
+                found.push(stray);
+                continue;
+            }
+        };
+        for &named in &dependencies[index] {
+            let target = &krate.files[named].relative;
+            if let Ok(Some(row)) = row_of(target) {
+                if row > own {
+                    found.push(format!(
+                        "src/{} ({}) names src/{target} ({})",
+                        file.relative, JOBS_ROWS[own], JOBS_ROWS[row]
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
 /// The file graph of `src/` (the runner left out: it is its own crate).
 fn src_crate() -> Crate {
     Crate::new(&sources())
+}
+
+#[test]
+fn no_file_of_jobs_names_a_higher_row() {
+    let krate = src_crate();
+    let found = row_violations(&krate, &krate.dependencies());
+    // Every row has files, so a renamed folder cannot silently drop out of the check.
+    for (rank, row) in JOBS_ROWS.iter().enumerate() {
+        assert!(
+            krate
+                .files
+                .iter()
+                .any(|f| row_of(&f.relative) == Ok(Some(rank))),
+            "no file of the row src/jobs/{row}/ was found"
+        );
+    }
+    assert!(
+        found.is_empty(),
+        "files of jobs that name a later row (rows, lowest first: {}):\n{}",
+        JOBS_ROWS.join(" < "),
+        found.join("\n")
+    );
 }
 
 #[test]
@@ -950,4 +1024,33 @@ fn the_file_graph_reads_imports_as_the_compiler_does() {
     let group: BTreeSet<String> = ["jobs/item.rs", "jobs/reply.rs"].map(String::from).into();
     assert_eq!(listed, BTreeSet::from([group.clone()]));
     assert_eq!(cycle_line(&group), "jobs/{item,reply}.rs");
+    // A leaf of `jobs` that names the protocol row, and a file of `jobs` in no row.
+    let rowed = [
+        file("lib.rs", "mod jobs;\n"),
+        file(
+            "jobs/mod.rs",
+            "mod leaves;\nmod protocol;\nmod stray;\npub(crate) use protocol::keys::kept;\n",
+        ),
+        file("jobs/leaves/mod.rs", "pub(super) mod options;\n"),
+        file(
+            "jobs/leaves/options.rs",
+            "pub(crate) fn read() { crate::jobs::kept(); }\n",
+        ),
+        file("jobs/protocol/mod.rs", "pub(super) mod keys;\n"),
+        file(
+            "jobs/protocol/keys.rs",
+            "use crate::jobs::leaves::options::read;\npub(crate) fn kept() {}\n",
+        ),
+        file("jobs/stray.rs", ""),
+    ];
+    let krate = Crate::new(&rowed);
+    assert_eq!(
+        row_violations(&krate, &krate.dependencies()),
+        [
+            "src/jobs/leaves/options.rs (leaves) names src/jobs/protocol/keys.rs (protocol)",
+            "src/jobs/stray.rs is in no row of jobs: move it into one of \
+             src/jobs/{leaves,protocol,luau,worker,host}/, or add its folder to JOBS_ROWS here \
+             and to the rows of docs/architecture.md",
+        ]
+    );
 }

@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 use mlua::{ffi, Function, Lua};
 
 use super::home::{HomeKind, JobsHome};
-use super::item::{Item, ItemArgs};
-use super::job::{charge_job, JobShared, JOB_WEIGHT};
-use super::options::{deadline_fits, key_bytes, key_fits, DispatchOptions};
+use crate::jobs::leaves::options::{deadline_fits, key_bytes, key_fits, DispatchOptions};
+use crate::jobs::protocol::item::{Item, ItemArgs};
+use crate::jobs::protocol::job::{charge_job, JobShared, JOB_WEIGHT};
 use crate::ledger::{Charge, Held};
 use crate::principal::capability::current_or;
 use crate::value::read::Reader;

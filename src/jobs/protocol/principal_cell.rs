@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::event_log::EventLog;
 use super::job::MAX_JOB_BYTES;
 use super::messages::DomainEvent;
-use super::registered::directory::JobDirectory;
-use super::service_names::ServiceNames;
 use super::warm::WarmRegistry;
+use crate::jobs::leaves::event_log::EventLog;
+use crate::jobs::leaves::registered::directory::JobDirectory;
+use crate::jobs::leaves::service_names::ServiceNames;
 use crate::ledger::Ledger;
 use crate::pool::wake_queue::{wake_queue, WakeReceiver, WakeSender};
 use crate::principal::capability::{Attribution, Authority, Grant};
