@@ -11,8 +11,8 @@
 //! - `protocol/`: what travels between threads and the one function every settle path ends in
 //!   (`job`, `item`, `messages`, `reply`, `gather`, `pool_shared`, `keys`, `warm`,
 //!   `principal_cell`);
-//! - `luau/`: the bindings of one VM (`home`, `api`, `dispatch_raw`, `parallel_for`, `map`,
-//!   `warm_api`, `registered/`, `service_stubs`, `engine_events`);
+//! - `luau/`: the bindings of one VM (`home`, `api`, `dispatch_raw`, `issue`, `parallel_for`,
+//!   `map`, `warm_api`, `registered/`, `service_stubs`, `engine_events`);
 //! - `worker/`: the Luau side of a pool thread, and the steps of starting an item;
 //! - `host/`: `Pool`, `Promise`, `JobOptions`.
 

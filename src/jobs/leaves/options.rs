@@ -11,6 +11,7 @@ use foldhash::fast::RandomState;
 use mlua::{LuaString, Value};
 
 use super::chunking::whole;
+use crate::value::article;
 use crate::vm::loader::MAX_SPEC_BYTES;
 use crate::vm::{a_type, for_each_option, format_seconds, luau_number};
 
@@ -96,20 +97,73 @@ pub(crate) struct DispatchOptions {
 /// The longest key, in bytes.
 pub(crate) const MAX_KEY_BYTES: usize = 256;
 
-/// Reads a key: a string of 1 to [`MAX_KEY_BYTES`] bytes. `what` names it in the refusal.
+/// One option's value as the rules of `opts` read it: the kinds an option takes, and any other
+/// kind by its Luau type name, for the refusal to name. The raw `jobs.dispatch` makes it from the
+/// Luau stack in place, every other reader from an `mlua::Value` ([`option_value`]), so an option
+/// is read by one rule whichever way it came.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum OptionValue<'a> {
+    /// A number (an integer too), as `f64`.
+    Number(f64),
+    /// A string's bytes, borrowed from the VM.
+    String(&'a [u8]),
+    Boolean(bool),
+    /// Any other kind, by its type name: `table`, `nil`, `function`.
+    Other(&'static str),
+}
+
+impl OptionValue<'_> {
+    /// The value's kind with its article, as a refusal names it: `a string`, `nil`.
+    fn a_type(self) -> String {
+        let name = match self {
+            OptionValue::Number(_) => "number",
+            OptionValue::String(_) => "string",
+            OptionValue::Boolean(_) => "boolean",
+            OptionValue::Other("nil") => return "nil".to_owned(),
+            OptionValue::Other(name) => name,
+        };
+        format!("{} {name}", article(name))
+    }
+}
+
+/// Calls `read` with `value` as an [`OptionValue`], a string's bytes read in place.
+pub(crate) fn option_value<R>(value: &Value, read: impl FnOnce(OptionValue<'_>) -> R) -> R {
+    match value {
+        Value::Integer(i) => read(OptionValue::Number(*i as f64)),
+        Value::Number(n) => read(OptionValue::Number(*n)),
+        Value::String(s) => read(OptionValue::String(&s.as_bytes())),
+        Value::Boolean(b) => read(OptionValue::Boolean(*b)),
+        other => read(OptionValue::Other(other.type_name())),
+    }
+}
+
+/// Reads a key: a string of 1 to [`MAX_KEY_BYTES`] bytes, kept as [`key_bytes`] keeps it. `what`
+/// names it in the refusal.
 pub(crate) fn read_key(value: &Value, what: &str) -> Result<Bytes, String> {
+    option_value(value, |value| key_of(value, what))
+}
+
+/// [`read_key`]'s rule, on an [`OptionValue`].
+fn key_of(value: OptionValue<'_>, what: &str) -> Result<Bytes, String> {
+    match value {
+        OptionValue::String(key) if !key.is_empty() && key.len() <= MAX_KEY_BYTES => {
+            Ok(key_bytes(key))
+        }
+        refused => Err(key_refused(refused, what)),
+    }
+}
+
+/// The refusal of a value that breaks [`read_key`]'s rule.
+#[cold]
+fn key_refused(value: OptionValue<'_>, what: &str) -> String {
     let rule = format!("{what} must be a string of 1 to {MAX_KEY_BYTES} bytes");
     match value {
-        Value::String(s) => {
-            let bytes = s.as_bytes();
-            if !key_fits(&bytes) {
-                let n = bytes.len();
-                let unit = if n == 1 { "byte" } else { "bytes" };
-                return Err(format!("{rule}, got a string of {n} {unit}"));
-            }
-            Ok(key_bytes(&bytes))
+        OptionValue::String(key) => {
+            let n = key.len();
+            let unit = if n == 1 { "byte" } else { "bytes" };
+            format!("{rule}, got a string of {n} {unit}")
         }
-        other => Err(format!("{rule}, got {}", a_type(other))),
+        other => format!("{rule}, got {}", other.a_type()),
     }
 }
 
@@ -143,99 +197,147 @@ pub(crate) fn key_bytes(key: &[u8]) -> Bytes {
     .unwrap_or_else(|_| Bytes::copy_from_slice(key))
 }
 
-/// Whether `key` is a key's length: 1 to [`MAX_KEY_BYTES`] bytes. The rule [`read_key`] words
-/// and the raw dispatch path checks in place.
-pub(crate) fn key_fits(key: &[u8]) -> bool {
-    !key.is_empty() && key.len() <= MAX_KEY_BYTES
-}
-
-/// Whether `seconds` is a deadline `cap` allows: above 0 and at most `cap`. The rule
-/// [`read_deadline`] words and the raw dispatch path checks in place.
-pub(crate) fn deadline_fits(seconds: f64, cap: Duration) -> bool {
-    !seconds.is_nan() && seconds > 0.0 && seconds <= cap.as_secs_f64()
-}
-
 /// Reads a deadline in seconds: above 0 and at most `cap`.
 pub(crate) fn read_deadline(value: &Value, what: &str, cap: Duration) -> Result<Duration, String> {
-    let seconds = match value {
-        Value::Integer(i) => *i as f64,
-        Value::Number(n) => *n,
-        other => {
-            return Err(format!(
-                "{what} must be a number of seconds, got {}",
-                a_type(other)
-            ))
+    option_value(value, |value| deadline_of(value, what, cap))
+}
+
+/// [`read_deadline`]'s rule, on an [`OptionValue`].
+fn deadline_of(value: OptionValue<'_>, what: &str, cap: Duration) -> Result<Duration, String> {
+    match value {
+        // NaN fails every comparison, so it is refused here too.
+        OptionValue::Number(seconds) if seconds > 0.0 && seconds <= cap.as_secs_f64() => {
+            Ok(Duration::from_secs_f64(seconds))
         }
-    };
-    if deadline_fits(seconds, cap) {
-        return Ok(Duration::from_secs_f64(seconds));
+        refused => Err(deadline_refused(refused, what, cap)),
     }
+}
+
+/// The refusal of a value that breaks [`read_deadline`]'s rule.
+#[cold]
+fn deadline_refused(value: OptionValue<'_>, what: &str, cap: Duration) -> String {
+    let OptionValue::Number(seconds) = value else {
+        return format!("{what} must be a number of seconds, got {}", value.a_type());
+    };
     if seconds.is_nan() || seconds <= 0.0 {
-        return Err(format!(
+        return format!(
             "{what} must be a number of seconds above 0, got {}",
             luau_number(seconds)
-        ));
+        );
     }
-    Err(format!(
+    format!(
         "{what} of {} s is past the cap of {} s: a deadline may be lowered, never raised",
         luau_number(seconds),
         format_seconds(cap)
-    ))
+    )
 }
 
-/// `opts.name`: a string.
-fn read_name(value: Value, call: &str) -> Result<String, String> {
+/// `opts.name` of `call`: a string.
+fn name_of(value: OptionValue<'_>, call: &str) -> Result<String, String> {
     match value {
-        Value::String(s) => Ok(s.to_string_lossy()),
+        OptionValue::String(name) => Ok(String::from_utf8_lossy(name).into_owned()),
         other => Err(format!(
             "{call}: opts.name must be a string, got {}",
-            a_type(&other)
+            other.a_type()
         )),
     }
 }
 
+/// `opts.name` of `call`, read from an `mlua` value.
+fn read_name(value: &Value, call: &str) -> Result<String, String> {
+    option_value(value, |value| name_of(value, call))
+}
+
 impl DispatchOptions {
-    /// Reads `opts` (nil or a table) with `cap` as the default and longest deadline.
-    pub(crate) fn read(opts: &Value, cap: Duration) -> Result<DispatchOptions, String> {
-        let mut out = DispatchOptions {
+    /// The options of a dispatch whose `opts` is nil or empty: the deadline `cap`, no name, no
+    /// key.
+    pub(crate) fn defaults(cap: Duration) -> DispatchOptions {
+        DispatchOptions {
             deadline: cap,
             name: None,
             key: None,
             supersede: false,
-        };
-        let mut supersede_given = false;
+        }
+    }
+
+    /// A reader of `opts`, one option at a time, with `cap` as the default and longest deadline.
+    pub(crate) fn reader(cap: Duration) -> DispatchOptionsReader {
+        DispatchOptionsReader {
+            read: DispatchOptions::defaults(cap),
+            cap,
+            supersede_given: false,
+        }
+    }
+
+    /// Reads `opts` (nil or a table) from an `mlua` value, with `cap` as the default and longest
+    /// deadline; the refusal names the first option that breaks its rule.
+    pub(crate) fn read(opts: &Value, cap: Duration) -> Result<DispatchOptions, String> {
+        let mut reader = DispatchOptions::reader(cap);
         for_each_option(
             opts,
             "jobs.dispatch",
             "deadline, name, key or supersede",
-            |key, value| {
-                match key {
-                    "deadline" => {
-                        out.deadline = read_deadline(&value, "jobs.dispatch: opts.deadline", cap)?
-                    }
-                    "name" => out.name = Some(read_name(value, "jobs.dispatch")?),
-                    "key" => out.key = Some(read_key(&value, "jobs.dispatch: opts.key")?),
-                    "supersede" => match value {
-                        Value::Boolean(b) => {
-                            out.supersede = b;
-                            supersede_given = true;
-                        }
-                        other => {
-                            return Err(format!(
-                                "jobs.dispatch: opts.supersede must be a boolean, got {}",
-                                a_type(&other)
-                            ))
-                        }
-                    },
-                    _ => return Ok(false),
-                }
-                Ok(true)
-            },
+            |key, value| option_value(&value, |value| reader.option(key.as_bytes(), value)),
         )?;
-        if supersede_given && out.key.is_none() {
-            return Err("jobs.dispatch: opts.supersede needs opts.key: only the items of a key can be superseded".to_owned());
+        reader.finish()
+    }
+}
+
+/// The one parse of `jobs.dispatch`'s `opts`, fed an option at a time by both of its entrances:
+/// the raw path reading the table off the Luau stack in place (`jobs/luau/dispatch_raw.rs`) and
+/// the `mlua` path ([`DispatchOptions::read`]). Each rule and each refusal is written once, here.
+pub(crate) struct DispatchOptionsReader {
+    read: DispatchOptions,
+    cap: Duration,
+    supersede_given: bool,
+}
+
+impl DispatchOptionsReader {
+    /// Reads the option named `key`; `Ok(false)` when `key` names no option of `jobs.dispatch`.
+    ///
+    /// # Errors
+    ///
+    /// The refusal of a value that breaks its option's rule.
+    #[inline]
+    pub(crate) fn option(&mut self, key: &[u8], value: OptionValue<'_>) -> Result<bool, String> {
+        let out = &mut self.read;
+        match key {
+            b"deadline" => {
+                out.deadline = deadline_of(value, "jobs.dispatch: opts.deadline", self.cap)?;
+            }
+            b"name" => out.name = Some(name_of(value, "jobs.dispatch")?),
+            b"key" => out.key = Some(key_of(value, "jobs.dispatch: opts.key")?),
+            b"supersede" => match value {
+                OptionValue::Boolean(supersede) => {
+                    out.supersede = supersede;
+                    self.supersede_given = true;
+                }
+                other => {
+                    return Err(format!(
+                        "jobs.dispatch: opts.supersede must be a boolean, got {}",
+                        other.a_type()
+                    ))
+                }
+            },
+            _ => return Ok(false),
         }
-        Ok(out)
+        Ok(true)
+    }
+
+    /// The options read, once every option has been.
+    ///
+    /// # Errors
+    ///
+    /// `supersede` given without `key`.
+    pub(crate) fn finish(self) -> Result<DispatchOptions, String> {
+        if self.supersede_given && self.read.key.is_none() {
+            return Err(
+                "jobs.dispatch: opts.supersede needs opts.key: only the items of a key \
+                        can be superseded"
+                    .to_owned(),
+            );
+        }
+        Ok(self.read)
     }
 }
 
@@ -269,7 +371,7 @@ impl ParallelForOptions {
                         out.deadline =
                             read_deadline(&value, "jobs.parallelFor: opts.deadline", cap)?
                     }
-                    "name" => out.name = Some(read_name(value, "jobs.parallelFor")?),
+                    "name" => out.name = Some(read_name(&value, "jobs.parallelFor")?),
                     "chunks" => out.chunks = Some(whole(&value, "jobs.parallelFor: opts.chunks")?),
                     "stride" => {
                         let stride = whole(&value, "jobs.parallelFor: opts.stride")?;
@@ -315,7 +417,7 @@ impl MapOptions {
             |key, value| {
                 match key {
                 "deadline" => out.deadline = read_deadline(&value, "jobs.map: opts.deadline", cap)?,
-                "name" => out.name = Some(read_name(value, "jobs.map")?),
+                "name" => out.name = Some(read_name(&value, "jobs.map")?),
                 "chunks" => out.chunks = Some(whole(&value, "jobs.map: opts.chunks")?),
                 "key" | "supersede" => {
                     return Err(format!(
@@ -338,6 +440,81 @@ mod tests {
 
     fn kept_len() -> usize {
         KEPT.with(|kept| kept.borrow().len())
+    }
+
+    #[test]
+    fn an_option_value_names_its_kind_as_a_refusal_of_an_mlua_value_does() {
+        let lua = mlua::Lua::new();
+        let values = [
+            Value::Nil,
+            Value::Integer(3),
+            Value::Number(0.5),
+            Value::Boolean(true),
+            Value::String(lua.create_string("k").unwrap()),
+            Value::Table(lua.create_table().unwrap()),
+            Value::Function(lua.create_function(|_, ()| Ok(())).unwrap()),
+        ];
+        for value in &values {
+            assert_eq!(option_value(value, |v| v.a_type()), a_type(value));
+        }
+    }
+
+    #[test]
+    fn the_dispatch_reader_reads_each_option_and_refuses_by_one_rule() {
+        let cap = Duration::from_secs(10);
+        let mut reader = DispatchOptions::reader(cap);
+        assert_eq!(
+            reader.option(b"deadline", OptionValue::Number(2.0)),
+            Ok(true)
+        );
+        assert_eq!(reader.option(b"name", OptionValue::String(b"n")), Ok(true));
+        assert_eq!(reader.option(b"key", OptionValue::String(b"k")), Ok(true));
+        assert_eq!(
+            reader.option(b"supersede", OptionValue::Boolean(true)),
+            Ok(true)
+        );
+        assert_eq!(
+            reader.option(b"dealine", OptionValue::Number(2.0)),
+            Ok(false)
+        );
+        let read = reader.finish().unwrap();
+        assert_eq!(read.deadline, Duration::from_secs(2));
+        assert_eq!(read.name.as_deref(), Some("n"));
+        assert_eq!(read.key.as_deref(), Some(&b"k"[..]));
+        assert!(read.supersede);
+
+        let mut reader = DispatchOptions::reader(cap);
+        assert_eq!(
+            reader.option(b"deadline", OptionValue::Number(11.0)),
+            Err(
+                "jobs.dispatch: opts.deadline of 11 s is past the cap of 10 s: a deadline may \
+                 be lowered, never raised"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            reader.option(b"key", OptionValue::Other("table")),
+            Err(
+                "jobs.dispatch: opts.key must be a string of 1 to 256 bytes, got a table"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            reader.option(b"supersede", OptionValue::Boolean(false)),
+            Ok(true)
+        );
+        assert_eq!(
+            reader.finish(),
+            Err(
+                "jobs.dispatch: opts.supersede needs opts.key: only the items of a key can be \
+                 superseded"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            DispatchOptions::reader(cap).finish(),
+            Ok(DispatchOptions::defaults(cap))
+        );
     }
 
     #[test]
