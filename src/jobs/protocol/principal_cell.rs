@@ -83,7 +83,7 @@ pub(crate) struct PrincipalCell {
     /// and the actors' messages draw on it, and texts the domain's scripts make Skein keep
     /// (failures, reports, log lines, metadata) are charged to it.
     pub(crate) memory: Arc<Ledger>,
-    /// How long one warm entry may take, waits included ([`WARM_BOUND`](super::WARM_BOUND)
+    /// How long one warm entry may take, waits included ([`WARM_BOUND`](super::warm::WARM_BOUND)
     /// unless a test shortened it).
     pub(crate) warm_bound: Duration,
     /// The principal's `jobs.warm` entries: they end with it.
