@@ -1,5 +1,5 @@
 //! Promise handles as Luau tables (`vm/promise_handle.rs`) and the raw `jobs.dispatch`
-//! (`jobs/dispatch_raw.rs`): what a script can and cannot do with a handle, a handle that
+//! (`jobs/luau/dispatch_raw.rs`): what a script can and cannot do with a handle, a handle that
 //! crosses tasks, tables that only look like handles, a handle collected unobserved, and a
 //! dispatch that runs the engine VM out of memory.
 

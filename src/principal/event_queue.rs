@@ -10,7 +10,7 @@
 //! envelope carries the generation of the mailbox that posted it, a restart discards (and
 //! counts) what is queued, and a post through an ended generation's mailbox is discarded and
 //! counted the same way. These are domain events, apart from the engine events a host raises
-//! for `engine.on` watchers (`jobs/event_log.rs`).
+//! for `engine.on` watchers (`jobs/leaves/event_log.rs`).
 
 use std::collections::VecDeque;
 use std::fmt;

@@ -51,21 +51,15 @@ pub(crate) use owner::{
     panic_message, CommandLog, Completion, Owner, OwnerIdentity, ServiceCall, TaskFailure,
 };
 pub use plan::Plan;
-pub(crate) use promise_handle::{await_function, free_collected, promise_of};
+pub(crate) use promise_handle::{
+    await_function, free_collected, handle as promise_handle, promise_of,
+};
 pub(crate) use scheduler::{
     return_coroutine, root_coroutine, start_root, Resume, RootEnd, SchedulerHost, TaskId,
 };
 pub(crate) use signal_waits::SignalKind;
 pub(crate) use stall_report::{watch as watch_liveness, VmWaits, WaitOn};
 pub(crate) use task_library::{park_signal, wait_function, FrameClock};
-
-/// A promise's Luau handle (a table: see `promise_handle.rs`).
-pub(crate) fn promise_handle(
-    lua: &mlua::Lua,
-    cell: std::rc::Rc<luau_promise::PromiseCell>,
-) -> mlua::Result<mlua::Value> {
-    promise_handle::handle(lua, cell)
-}
 
 /// A value's type with its article, as error messages name it: `nil`, `a number`, `an integer`.
 pub(crate) fn a_type(value: &mlua::Value) -> String {

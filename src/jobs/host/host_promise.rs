@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::jobs::host_slot::{HostSlot, SlotState, SlotStatus};
-use crate::jobs::job::JobShared;
+use crate::jobs::leaves::host_slot::{HostSlot, SlotState, SlotStatus};
+use crate::jobs::protocol::job::JobShared;
 use crate::value::Message;
 use crate::vm::Outcome;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::error::{DispatchRefusal, Error, Result};
-use crate::jobs::options::{DispatchOptions, MAX_DEADLINE, MAX_KEY_BYTES};
+use crate::jobs::leaves::options::{DispatchOptions, MAX_DEADLINE, MAX_KEY_BYTES};
 use crate::vm::format_seconds;
 
 /// Options of one host dispatch ([`ScriptDomain::dispatch_with`](crate::ScriptDomain::dispatch_with)),

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::jobs::pool_shared::{NativeTallies, PoolShared, WarmRuns};
+use crate::jobs::protocol::pool_shared::{NativeTallies, PoolShared, WarmRuns};
 use crate::jobs::worker::LuauWorker;
 use crate::ledger::{default_budget, format_bytes, Charge, Ledger};
 use crate::pool::executor::Executor;

@@ -12,12 +12,12 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::item_clock::ItemClock;
 use super::map_chunk::MapRun;
-use crate::jobs::job::JobShared;
-use crate::jobs::keys::LaneTurn;
-use crate::jobs::messages::DomainEvent;
-use crate::jobs::pool_shared::PoolShared;
-use crate::jobs::principal_cell::PrincipalCell;
-use crate::jobs::reply::{reply, ReplyTo, Settlement};
+use crate::jobs::protocol::job::JobShared;
+use crate::jobs::protocol::keys::LaneTurn;
+use crate::jobs::protocol::messages::DomainEvent;
+use crate::jobs::protocol::pool_shared::PoolShared;
+use crate::jobs::protocol::principal_cell::PrincipalCell;
+use crate::jobs::protocol::reply::{reply, ReplyTo, Settlement};
 use crate::principal::capability::Authority;
 use crate::value::{Message, TransferError};
 use crate::vm::{Completion, FailureKind, JobFailure, Outcome, Owner, ServiceCall, TaskFailure};

@@ -6,9 +6,9 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::jobs::item::Item;
-use crate::jobs::job::JobShared;
-use crate::jobs::principal_cell::PrincipalCell;
+use crate::jobs::protocol::item::Item;
+use crate::jobs::protocol::job::JobShared;
+use crate::jobs::protocol::principal_cell::PrincipalCell;
 use crate::principal::profile::{self, ProfileKind};
 
 /// A started item's clock, finished (and sent to the sink) when the item ends.

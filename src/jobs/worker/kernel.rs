@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use super::item_clock::{count_wait, ItemClock};
-use crate::jobs::item::{Item, ItemArgs};
-use crate::jobs::pool_shared::PoolShared;
-use crate::jobs::reply::reply;
+use crate::jobs::protocol::item::{Item, ItemArgs};
+use crate::jobs::protocol::pool_shared::PoolShared;
+use crate::jobs::protocol::reply::reply;
 use crate::principal::capability::install;
 use crate::vm::{panic_message, FailureKind, JobFailure, Outcome};
 

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use crate::jobs::item::{name_element, MapChunk};
-use crate::jobs::job::JobShared;
+use crate::jobs::protocol::item::{name_element, MapChunk};
+use crate::jobs::protocol::job::JobShared;
 use crate::value::Message;
 use crate::vm::{error_message, Embedded, FailureKind, JobFailure, Outcome, Resume};
 

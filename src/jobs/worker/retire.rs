@@ -11,9 +11,9 @@ use rustc_hash::FxHashSet as HashSet;
 
 use super::warm_pass::{ParkedItem, PassContext};
 use super::worker_vm::WorkerVm;
-use crate::jobs::messages::{DomainEvent, WorkerMsg};
-use crate::jobs::pool_shared::PoolShared;
-use crate::jobs::registered::remote::vm_lost;
+use crate::jobs::luau::registered::remote::vm_lost;
+use crate::jobs::protocol::messages::{DomainEvent, WorkerMsg};
+use crate::jobs::protocol::pool_shared::PoolShared;
 use crate::vm::TaskFailure;
 
 /// The source of a report that a worker VM was retired (it reached its memory limit): what

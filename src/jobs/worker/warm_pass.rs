@@ -28,13 +28,13 @@ use std::time::{Duration, Instant};
 
 use mlua::{MultiValue, Value};
 
-use crate::jobs::entry::entry_function;
-use crate::jobs::item::Item;
-use crate::jobs::keys::LaneTurn;
-use crate::jobs::messages::DomainEvent;
-use crate::jobs::pool_shared::PoolShared;
-use crate::jobs::principal_cell::PrincipalCell;
-use crate::jobs::warm::WarmEntry;
+use crate::jobs::leaves::entry::entry_function;
+use crate::jobs::protocol::item::Item;
+use crate::jobs::protocol::keys::LaneTurn;
+use crate::jobs::protocol::messages::DomainEvent;
+use crate::jobs::protocol::pool_shared::PoolShared;
+use crate::jobs::protocol::principal_cell::PrincipalCell;
+use crate::jobs::protocol::warm::WarmEntry;
 use crate::pool::stats::WarmRun;
 use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
 

@@ -17,14 +17,14 @@ use mlua::RegistryKey;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::warm_pass::{ParkedItem, PassContext, WarmPass};
-use crate::jobs::api::install;
-use crate::jobs::home::{HomeKind, JobsHome};
-use crate::jobs::item::Item;
-use crate::jobs::job::JobShared;
-use crate::jobs::messages::DomainEvent;
-use crate::jobs::pool_shared::PoolShared;
-use crate::jobs::principal_cell::PrincipalCell;
-use crate::jobs::service_stubs::install_stubs;
+use crate::jobs::luau::api::install;
+use crate::jobs::luau::home::{HomeKind, JobsHome};
+use crate::jobs::luau::service_stubs::install_stubs;
+use crate::jobs::protocol::item::Item;
+use crate::jobs::protocol::job::JobShared;
+use crate::jobs::protocol::messages::DomainEvent;
+use crate::jobs::protocol::pool_shared::PoolShared;
+use crate::jobs::protocol::principal_cell::PrincipalCell;
 use crate::vm::{
     close_globals, error_message, panic_message, report_to, source_epoch, with_open_globals, Owner,
     OwnerIdentity, Reporter, TaskFailure, Vm,

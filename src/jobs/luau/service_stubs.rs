@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use mlua::{Function, Lua, Table, Value};
 
 use super::home::home;
-use super::messages::DomainEvent;
-use super::service_names::{ServiceKind, ServiceNames};
+use crate::jobs::leaves::service_names::{ServiceKind, ServiceNames};
+use crate::jobs::protocol::messages::DomainEvent;
 use crate::principal::capability::current_arc;
 use crate::value::{Message, MessageArgs};
 use crate::vm::{

@@ -8,16 +8,12 @@
 //! never waits for a worker.
 //!
 //! Which jobs are registered, and the references their handles hold, are the generation's
-//! `JobDirectory`'s (`directory.rs`): a job leaves the registry when its last reference is
-//! dropped there.
+//! `JobDirectory`'s (`jobs/leaves/registered/directory.rs`): a job leaves the registry when its
+//! last reference is dropped there.
 
 mod descriptor;
-pub(super) mod directory;
-mod info;
-pub(super) mod lua;
-mod order;
-pub(super) mod remote;
-pub(super) mod remote_job;
+pub(crate) mod lua;
+pub(crate) mod remote;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -30,24 +26,24 @@ use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Value};
 
-use super::host_slot::{HostSlot, SlotState};
-use super::item::{Item, ItemArgs, Kernel, KernelCall};
-use super::job::{JobShared, JobTally};
-use super::messages::WorkerMsg;
-use super::options::MAX_KEY_BYTES;
-use super::pool_shared::PoolShared;
-use super::principal_cell::PrincipalCell;
-use super::reply::ReplyTo;
 use crate::error::{Error, NameRefusal, Result};
+use crate::jobs::leaves::host_slot::{HostSlot, SlotState};
+use crate::jobs::leaves::options::MAX_KEY_BYTES;
+use crate::jobs::protocol::item::{Item, ItemArgs, Kernel, KernelCall};
+use crate::jobs::protocol::job::{JobShared, JobTally};
+use crate::jobs::protocol::messages::WorkerMsg;
+use crate::jobs::protocol::pool_shared::PoolShared;
+use crate::jobs::protocol::principal_cell::PrincipalCell;
+use crate::jobs::protocol::reply::ReplyTo;
 use crate::principal::capability::{self, Authority};
 use crate::value::{ExactValue, Message};
 use crate::vm::{self, FailureKind, JobFailure, Outcome, Owner, OwnerIdentity, TaskFailure, Vm};
 
+use crate::jobs::leaves::registered::directory::Dropped;
+use crate::jobs::leaves::registered::info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
+use crate::jobs::leaves::registered::order::{Declared, PhaseOrder, Placed, UnorderedWrite};
+use crate::jobs::leaves::registered::remote_job::{Control, RemoteOp, RemoteRegistration};
 pub(crate) use descriptor::Executor;
-use directory::Dropped;
-pub use info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
-use order::{Declared, PhaseOrder, Placed, UnorderedWrite};
-use remote_job::{Control, RemoteOp, RemoteRegistration};
 
 /// What the registry asks of its domain while it runs a phase.
 pub(crate) trait PhaseHost {
@@ -294,8 +290,8 @@ impl Registry {
     }
 
     /// Drops from the registry the jobs a collected handle freed since the last look (see
-    /// `directory.rs`). Called at each access from Luau, at each frame and before each job's
-    /// turn in it, so a job freed that way runs in no later turn.
+    /// `jobs/leaves/registered/directory.rs`). Called at each access from Luau, at each frame and
+    /// before each job's turn in it, so a job freed that way runs in no later turn.
     pub(crate) fn reap(&self) {
         for id in self.principal.jobs.take_collected() {
             self.unregister(id);
@@ -441,12 +437,12 @@ impl Registry {
             .collect()
     }
 
-    /// Runs every phase (in the order their first job registered), or only `phase`, each wave
-    /// by wave in its resolved order (`order.rs`): each job applies a result that landed, then
-    /// starts its next run or item. The items a wave's worker and kernel jobs started run on
-    /// the pool at once; before the next wave starts, `host` waits for them to settle and
-    /// their results are applied, so a job reads what the jobs before it wrote this frame.
-    /// Answers whether the phase is known.
+    /// Runs every phase (in the order their first job registered), or only `phase`, each wave by
+    /// wave in its resolved order (`jobs/leaves/registered/order.rs`): each job applies a result
+    /// that landed, then starts its next run or item. The items a wave's worker and kernel jobs
+    /// started run on the pool at once; before the next wave starts, `host` waits for them to
+    /// settle and their results are applied, so a job reads what the jobs before it wrote this
+    /// frame. Answers whether the phase is known.
     pub(crate) fn run(self: &Rc<Self>, vm: &Vm, phase: Option<&str>, host: &dyn PhaseHost) -> bool {
         let phases: Vec<Arc<str>> = match phase {
             Some(p) => match self.phases.borrow().iter().find(|q| &***q == p) {

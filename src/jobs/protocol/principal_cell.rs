@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::event_log::EventLog;
 use super::job::MAX_JOB_BYTES;
 use super::messages::DomainEvent;
-use super::registered::directory::JobDirectory;
-use super::service_names::ServiceNames;
 use super::warm::WarmRegistry;
+use crate::jobs::leaves::event_log::EventLog;
+use crate::jobs::leaves::registered::directory::JobDirectory;
+use crate::jobs::leaves::service_names::ServiceNames;
 use crate::ledger::Ledger;
 use crate::pool::wake_queue::{wake_queue, WakeReceiver, WakeSender};
 use crate::principal::capability::{Attribution, Authority, Grant};
@@ -83,7 +83,7 @@ pub(crate) struct PrincipalCell {
     /// and the actors' messages draw on it, and texts the domain's scripts make Skein keep
     /// (failures, reports, log lines, metadata) are charged to it.
     pub(crate) memory: Arc<Ledger>,
-    /// How long one warm entry may take, waits included ([`WARM_BOUND`](super::WARM_BOUND)
+    /// How long one warm entry may take, waits included ([`WARM_BOUND`](super::warm::WARM_BOUND)
     /// unless a test shortened it).
     pub(crate) warm_bound: Duration,
     /// The principal's `jobs.warm` entries: they end with it.

@@ -4,8 +4,8 @@
 use mlua::{Lua, Value};
 
 use super::home::{home, refuse, registering_authority};
-use super::messages::WorkerMsg;
-use super::options::{module_refused, read_target};
+use crate::jobs::leaves::options::{module_refused, read_target};
+use crate::jobs::protocol::messages::WorkerMsg;
 use crate::vm::{promise_handle, with_caller_source, VmCore};
 
 /// `jobs.warm(module, entry) -> PromiseHandle`.

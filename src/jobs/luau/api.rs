@@ -9,16 +9,16 @@ use std::time::Duration;
 
 use mlua::{Function, Lua, MultiValue, Table, UserData, Value};
 
-use super::dispatch_raw::{dispatch_function, queue, Dispatch};
+use super::dispatch_raw::dispatch_function;
 use super::engine_events::install as install_engine_events;
 use super::home::{charge_or_reclaim, home, refuse, registering_authority, HomeKind, JobsHome};
-use super::job::JOB_WEIGHT;
+use super::issue::{queue, Dispatch};
 use super::map::map;
-use super::messages::{ActorWake, DomainEvent, WorkerMsg};
-use super::options::{module_refused, read_key, read_target, DispatchOptions};
 use super::parallel_for::parallel_for;
 use super::registered::lua::install as install_registered;
 use super::warm_api::warm;
+use crate::jobs::leaves::options::{module_refused, read_key, read_target, DispatchOptions};
+use crate::jobs::protocol::messages::{ActorWake, DomainEvent, WorkerMsg};
 use crate::principal::capability::Authority;
 use crate::shared::{self, Courier};
 use crate::value::{ExactValue, Message};
@@ -292,22 +292,11 @@ fn dispatch(
     let entry = home.intern_entry_string(&entry);
     let (args, weight) =
         Message::read_weighed(&args, "args").map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
-    // The job's own weight (and its name's, which it keeps) lasts as long as its promise; its
-    // arguments' only while its item waits and runs. Both are taken before anything is made,
-    // so a refusal leaves nothing.
     let budget = &home.principal.job_bytes;
-    let own = JOB_WEIGHT.saturating_add(opts.name.as_ref().map_or(0, String::len));
-    let held = charge_or_reclaim(lua, &core, budget, own, "jobs.dispatch").map_err(refuse)?;
-    let carried = charge_or_reclaim(lua, &core, budget, weight, "jobs.dispatch").map_err(refuse)?;
-
-    let call = Dispatch {
-        opts,
-        module,
-        entry,
-        args,
-        held,
-        carried,
-    };
-    let cell = queue(home, &core, call).map_err(refuse)?;
+    let call = Dispatch::new(opts, module, entry, args, weight);
+    let cell = queue(home, &core, call, |n| {
+        charge_or_reclaim(lua, &core, budget, n, "jobs.dispatch")
+    })
+    .map_err(refuse)?;
     promise_handle(lua, cell)
 }

@@ -1,7 +1,7 @@
 //! The cell a host [`Promise`](crate::Promise) waits on: a worker settles it in place (a
-//! [`ReplyTo::Host`](super::reply::ReplyTo::Host) or
-//! [`ReplyTo::HostJob`](super::reply::ReplyTo::HostJob) reply), and any host thread may block
-//! on it.
+//! [`ReplyTo::Host`](crate::jobs::ReplyTo::Host) or
+//! [`ReplyTo::HostJob`](crate::jobs::ReplyTo::HostJob) reply), and any host thread may block on
+//! it.
 //!
 //! It is a [`OneShot`] (`pool/one_shot.rs`, loom-checked): a settle with nobody waiting is two
 //! atomic operations, and only a settle that finds a thread parked on the slot unparks it.
@@ -19,8 +19,8 @@ const REJECTED: u8 = 1;
 const CANCELLED: u8 = 2;
 
 /// Where a worker delivers the outcome of work that host code awaits: alone behind an `Arc`
-/// ([`ReplyTo::Host`](super::reply::ReplyTo::Host)), or inside the job the host dispatched
-/// ([`ReplyTo::HostJob`](super::reply::ReplyTo::HostJob)).
+/// ([`ReplyTo::Host`](crate::jobs::ReplyTo::Host)), or inside the job the host dispatched
+/// ([`ReplyTo::HostJob`](crate::jobs::ReplyTo::HostJob)).
 #[derive(Default)]
 pub(crate) struct HostSlot {
     cell: OneShot<Outcome>,

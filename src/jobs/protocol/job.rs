@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::host_slot::HostSlot;
 use super::messages::WorkerMsg;
 use super::pool_shared::PoolShared;
+use crate::jobs::leaves::host_slot::HostSlot;
 use crate::ledger::{Charge, Held, Ledger};
 use crate::pool::handoff::{CancelOutcome, Handoff};
 use crate::principal::Principal;

@@ -12,12 +12,12 @@
 
 use mlua::{Lua, Value};
 
-use super::chunking::{self, Over};
-use super::gather::Gathered;
 use super::home::{home, refuse};
-use super::item::{ItemArgs, MapChunk};
-use super::options::{read_target, MapOptions};
 use super::parallel_for::{queue_chunks, ChunkTarget, ChunkedCall};
+use crate::jobs::leaves::chunking::{self, Over};
+use crate::jobs::leaves::options::{read_target, MapOptions};
+use crate::jobs::protocol::gather::Gathered;
+use crate::jobs::protocol::item::{ItemArgs, MapChunk};
 use crate::value::Message;
 use crate::vm::{a_type, promise_handle, Outcome, VmCore};
 

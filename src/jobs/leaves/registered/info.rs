@@ -127,7 +127,7 @@ pub struct JobOrder {
 
 impl JobOrder {
     /// What `declared` says, not placed yet.
-    pub(super) fn declared(declared: &Declared) -> JobOrder {
+    pub(crate) fn declared(declared: &Declared) -> JobOrder {
         JobOrder {
             reads: declared.reads.clone(),
             writes: declared.writes.clone(),
@@ -140,7 +140,7 @@ impl JobOrder {
     }
 
     /// What `declared` says, placed at `placed`.
-    pub(super) fn placed(declared: &Declared, placed: Option<Placed>) -> JobOrder {
+    pub(crate) fn placed(declared: &Declared, placed: Option<Placed>) -> JobOrder {
         let mut order = JobOrder::declared(declared);
         if let Some(placed) = placed {
             order.position = placed.position;
@@ -182,7 +182,7 @@ pub struct WorkerCalls {
 }
 
 /// The Luau table of a snapshot; times in milliseconds.
-pub(super) fn to_lua(lua: &Lua, info: &JobInfo) -> mlua::Result<Table> {
+pub(crate) fn to_lua(lua: &Lua, info: &JobInfo) -> mlua::Result<Table> {
     let t = lua.create_table_with_capacity(0, 21)?;
     t.raw_set("id", info.id as f64)?;
     t.raw_set("name", info.name.as_deref())?;

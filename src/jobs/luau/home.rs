@@ -9,12 +9,12 @@ use crossbeam_channel::Sender;
 use mlua::{Lua, LuaString};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::item::Item;
-use super::job::charge_job;
-use super::messages::ActorWake;
-use super::pool_shared::PoolShared;
-use super::principal_cell::PrincipalCell;
-use super::reply::ReplyTo;
+use crate::jobs::protocol::item::Item;
+use crate::jobs::protocol::job::charge_job;
+use crate::jobs::protocol::messages::ActorWake;
+use crate::jobs::protocol::pool_shared::PoolShared;
+use crate::jobs::protocol::principal_cell::PrincipalCell;
+use crate::jobs::protocol::reply::ReplyTo;
 use crate::ledger::{Charge, Ledger};
 use crate::principal::capability::{current_arc, Authority};
 use crate::vm::{free_collected, PromiseId, VmCore};

@@ -33,13 +33,15 @@ use std::time::Duration;
 use mlua::{Function, Lua, MultiValue, Value};
 
 use super::descriptor::{self, Executor};
-use super::directory::Dropped;
-use super::info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
-use super::remote_job::{Control, RemoteJob, RemoteOp, RemoteRegistration};
-use crate::jobs::entry::entry_function;
-use crate::jobs::home::{registering_authority, HomeKind, JobsHome};
-use crate::jobs::messages::DomainEvent;
-use crate::jobs::principal_cell::PrincipalCell;
+use crate::jobs::leaves::entry::entry_function;
+use crate::jobs::leaves::registered::directory::Dropped;
+use crate::jobs::leaves::registered::info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
+use crate::jobs::leaves::registered::remote_job::{
+    Control, RemoteJob, RemoteOp, RemoteRegistration,
+};
+use crate::jobs::luau::home::{registering_authority, HomeKind, JobsHome};
+use crate::jobs::protocol::messages::DomainEvent;
+use crate::jobs::protocol::principal_cell::PrincipalCell;
 use crate::principal::capability::Authority;
 use crate::vm::{self, Embedded, Owner, OwnerIdentity, TaskFailure, Vm};
 

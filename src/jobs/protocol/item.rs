@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::chunking::Run;
 use super::job::JobShared;
 use super::principal_cell::PrincipalCell;
 use super::reply::ReplyTo;
+use crate::jobs::leaves::chunking::Run;
 use crate::ledger::Held;
 use crate::principal::capability::Authority;
 use crate::principal::Principal;

@@ -8,10 +8,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use mlua::{Function, Lua, Table, Value};
 
-use super::order::{Declared, MAX_DECLARED_NAMES};
-use super::remote_job::RemoteJob;
-use crate::jobs::item::Kernel;
-use crate::jobs::options::{read_deadline, read_entry, read_key, read_module};
+use crate::jobs::leaves::options::{read_deadline, read_entry, read_key, read_module};
+use crate::jobs::leaves::registered::order::{Declared, MAX_DECLARED_NAMES};
+use crate::jobs::leaves::registered::remote_job::RemoteJob;
+use crate::jobs::protocol::item::Kernel;
 use crate::ledger::{format_bytes, Charge, Ledger};
 use crate::value::Message;
 use crate::vm::{a_type, error_message, quoted, with_caller_source, VmCore};

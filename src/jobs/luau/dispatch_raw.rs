@@ -3,9 +3,11 @@
 //! its promise's handle made in place, no `mlua` callback wrapper and no `mlua::Value` per
 //! argument or option. Every other call (an option to refuse, a refusal of any kind, an entry
 //! string this VM has not interned yet, a userdata among the arguments) is handed whole to the
-//! `mlua` function in upvalue 2 (`api.rs`), which answers or raises for it. A keyed
-//! item its lane refuses (too many keys) is taken back and the call handed over the same way:
-//! the lane refused it whole, so the second try meets the same state.
+//! `mlua` function in upvalue 2 (`api.rs`), which answers it or raises its refusal. Both
+//! entrances read `opts` through the one parse of `jobs/leaves/options.rs`
+//! (`DispatchOptionsReader`) and issue the call through `issue.rs`, so they take the same calls
+//! by the same rules. A keyed item its lane refuses (too many keys) is taken back and the call
+//! handed over the same way: the lane refused it whole, so the second try meets the same state.
 //!
 //! # Safety
 //!
@@ -18,26 +20,22 @@
 //! call to the slow path. A Rust panic is caught before it reaches Luau.
 
 use std::cell::RefCell;
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_void, CStr};
 use std::rc::Rc;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mlua::{ffi, Function, Lua};
 
-use super::home::{HomeKind, JobsHome};
-use super::item::{Item, ItemArgs};
-use super::job::{charge_job, JobShared, JOB_WEIGHT};
-use super::keys::key_bytes;
-use super::options::{deadline_fits, key_fits, DispatchOptions};
-use crate::ledger::{Charge, Held};
-use crate::principal::capability::current_or;
+use super::home::JobsHome;
+use super::issue::{queue, Dispatch};
+use crate::jobs::leaves::options::{DispatchOptions, DispatchOptionsReader, OptionValue};
+use crate::jobs::protocol::job::charge_job;
 use crate::value::read::Reader;
-use crate::value::{Limits, Message};
+use crate::value::Limits;
 use crate::vm::promise_handle::{
     self, bind, clone_handle, enter_slot_in, leave_slot_in, push_templates,
 };
-use crate::vm::{caller_chunk, Outcome, PromiseCell, Resolved, VmCore};
+use crate::vm::{caller_chunk, Resolved, VmCore};
 
 /// What the raw `jobs.dispatch` reaches through its first upvalue: the VM's home and core.
 pub(crate) struct DispatchContext {
@@ -194,24 +192,9 @@ unsafe fn dispatch_common(
     let Ok(args) = (unsafe { reader.read_at(3) }) else {
         return false;
     };
-    let weight = reader.weight();
     let budget = &home.principal.job_bytes;
-    let own = JOB_WEIGHT.saturating_add(opts.name.as_ref().map_or(0, String::len));
-    let Ok(held) = charge_job(budget, own, "jobs.dispatch") else {
-        return false;
-    };
-    let Ok(carried) = charge_job(budget, weight, "jobs.dispatch") else {
-        return false;
-    };
-    let call = Dispatch {
-        opts,
-        module,
-        entry,
-        args,
-        held,
-        carried,
-    };
-    let Ok(cell) = queue(home, core, call) else {
+    let call = Dispatch::new(opts, module, entry, args, reader.weight());
+    let Ok(cell) = queue(home, core, call, |n| charge_job(budget, n, "jobs.dispatch")) else {
         return false;
     };
     debug_assert_eq!(cell.index(), index, "the slot the handle was entered under");
@@ -221,9 +204,10 @@ unsafe fn dispatch_common(
     true
 }
 
-/// Reads `opts` (nil or a table at `idx`) when every option in it is valid; `None` when the
-/// slow path must read it (and word the refusal): an unknown option, a key that is not a
-/// string, a value of the wrong kind or out of its range, `supersede` without `key`.
+/// Reads `opts` (nil or a table at `idx`) through the one parse of dispatch options when every
+/// option in it is valid; `None` when the slow path must read it (and word the refusal): an
+/// unknown option, a key that is not a string, a value of the wrong kind or out of its range,
+/// `supersede` without `key`.
 ///
 /// # Safety
 /// `idx` is a valid index of `state` holding nil or a table; two free slots. Raw iteration and
@@ -233,17 +217,11 @@ unsafe fn read_options(
     idx: c_int,
     cap: Duration,
 ) -> Option<DispatchOptions> {
-    let mut out = DispatchOptions {
-        deadline: cap,
-        name: None,
-        key: None,
-        supersede: false,
-    };
     // SAFETY: as documented.
     if unsafe { ffi::lua_type(state, idx) } != ffi::LUA_TTABLE {
-        return Some(out);
+        return Some(DispatchOptions::defaults(cap));
     }
-    let mut supersede_given = false;
+    let mut reader = DispatchOptions::reader(cap);
     let mut iter: c_int = 0;
     loop {
         // SAFETY: a table; rawiter pushes a key and a value (two free slots), popped below.
@@ -253,58 +231,50 @@ unsafe fn read_options(
         }
         // SAFETY: the key at -2 and the value at -1, read in place, then popped.
         let read = unsafe {
-            let read = read_option(state, &mut out, &mut supersede_given, cap);
+            let read = read_option(state, &mut reader);
             ffi::lua_settop(state, -3);
             read
         };
-        read?;
+        if !read {
+            return None;
+        }
     }
-    (!supersede_given || out.key.is_some()).then_some(out)
+    reader.finish().ok()
 }
 
-/// Reads the option whose key is at -2 and value at -1 into `out`.
+/// Hands the option whose key is at -2 and value at -1 to `reader`, both read in place; false
+/// when the key is not a string or `reader` does not take the option.
 ///
 /// # Safety
-/// A key and a value on top of `state`'s stack.
-unsafe fn read_option(
-    state: *mut ffi::lua_State,
-    out: &mut DispatchOptions,
-    supersede_given: &mut bool,
-    cap: Duration,
-) -> Option<()> {
+/// A key and a value on top of `state`'s stack, alive while `reader` reads them.
+unsafe fn read_option(state: *mut ffi::lua_State, reader: &mut DispatchOptionsReader) -> bool {
     // SAFETY: as documented; strings are read in place (a string key is never converted).
     unsafe {
         if ffi::lua_type(state, -2) != ffi::LUA_TSTRING {
-            return None;
+            return false;
         }
         let key = string_at(state, -2);
-        let kind = ffi::lua_type(state, -1);
-        match key {
-            b"deadline" if matches!(kind, ffi::LUA_TNUMBER | ffi::LUA_TINTEGER) => {
-                let seconds = ffi::lua_tonumberx(state, -1, std::ptr::null_mut());
-                if !deadline_fits(seconds, cap) {
-                    return None;
-                }
-                out.deadline = Duration::from_secs_f64(seconds);
+        let value = match ffi::lua_type(state, -1) {
+            ffi::LUA_TNUMBER | ffi::LUA_TINTEGER => {
+                OptionValue::Number(ffi::lua_tonumberx(state, -1, std::ptr::null_mut()))
             }
-            b"name" if kind == ffi::LUA_TSTRING => {
-                out.name = Some(String::from_utf8_lossy(string_at(state, -1)).into_owned());
-            }
-            b"key" if kind == ffi::LUA_TSTRING => {
-                let key = string_at(state, -1);
-                if !key_fits(key) {
-                    return None;
-                }
-                out.key = Some(key_bytes(key));
-            }
-            b"supersede" if kind == ffi::LUA_TBOOLEAN => {
-                out.supersede = ffi::lua_toboolean(state, -1) != 0;
-                *supersede_given = true;
-            }
-            _ => return None,
-        }
-        Some(())
+            ffi::LUA_TSTRING => OptionValue::String(string_at(state, -1)),
+            ffi::LUA_TBOOLEAN => OptionValue::Boolean(ffi::lua_toboolean(state, -1) != 0),
+            kind => OptionValue::Other(type_name(state, kind)),
+        };
+        matches!(reader.option(key, value), Ok(true))
     }
+}
+
+/// The name of the Luau type `kind`, as `type()` answers it.
+///
+/// # Safety
+/// `kind` is a type `lua_type` answered on `state`.
+unsafe fn type_name(state: *mut ffi::lua_State, kind: c_int) -> &'static str {
+    // SAFETY: Luau's type names are static C strings, never freed.
+    unsafe { CStr::from_ptr(ffi::lua_typename(state, kind)) }
+        .to_str()
+        .unwrap_or("value")
 }
 
 /// The bytes of the string at `idx`, in place.
@@ -345,79 +315,4 @@ fn resolve(context: &DispatchContext, source: Option<&[u8]>, spec: &[u8]) -> Opt
         resolved: resolved.clone(),
     });
     Some(resolved)
-}
-
-/// One dispatch, read and checked, its charges taken: what [`queue`] makes the job, the
-/// promise and the item from.
-pub(crate) struct Dispatch {
-    pub(crate) opts: DispatchOptions,
-    pub(crate) module: Resolved,
-    pub(crate) entry: Arc<str>,
-    pub(crate) args: Message,
-    /// The job's own weight, held as long as its promise.
-    pub(crate) held: Charge,
-    /// The arguments' weight, held while the item waits and runs.
-    pub(crate) carried: Charge,
-}
-
-/// Makes the job and its promise and queues the item (into its key's lane, the injector, or
-/// this worker's deque), for the raw path and the `mlua` one alike. A key lane's refusal takes
-/// the promise back out of the pending table unsettled (nobody holds it yet) and answers the
-/// refusal's text.
-pub(crate) fn queue(
-    home: &JobsHome,
-    core: &VmCore,
-    call: Dispatch,
-) -> Result<Rc<PromiseCell>, String> {
-    let Dispatch {
-        opts,
-        module,
-        entry,
-        args,
-        held,
-        carried,
-    } = call;
-    let job = JobShared::new(
-        opts.name.map(Arc::from),
-        module.spec,
-        entry.clone(),
-        home.pool.clone(),
-        home.principal.id,
-        opts.key.clone(),
-        Some(Held::Own(held)),
-    );
-    let cell = core.promises.borrow_mut().make("jobs.dispatch");
-    cell.set_canceller(job.clone());
-    if let Some(key) = &opts.key {
-        cell.set_key(key.clone());
-    }
-    let item = Item {
-        principal: home.principal.clone(),
-        authority: current_or(&home.principal.authority),
-        job,
-        module: module.path,
-        entry,
-        args: ItemArgs::Plain(args),
-        deadline: opts.deadline,
-        reply: home.reply_to(cell.id()),
-        queued_at: (opts.key.is_some() || home.principal.profile.is_some()).then(Instant::now),
-        charge: Some(Held::Own(carried)),
-    };
-    match (opts.key, &home.kind) {
-        (Some(key), _) => {
-            let lane = (home.principal.id, key);
-            if let Err(refusal) =
-                home.pool
-                    .dispatch_keyed(lane, item, opts.supersede, "jobs.dispatch: opts.key")
-            {
-                core.promises
-                    .borrow_mut()
-                    .settle(cell.id(), Outcome::Cancelled);
-                return Err(refusal);
-            }
-        }
-        (None, HomeKind::Engine | HomeKind::Actor { .. }) => home.pool.inject(item),
-        (None, HomeKind::Worker { outbox, .. }) => outbox.borrow_mut().push(item),
-    }
-    Ok(cell)
 }

@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::event_log::{check_event_name, EventLog, EVENT_LOG_BOUND};
 use super::home::{home, registering_authority};
+use crate::jobs::leaves::event_log::{check_event_name, EventLog, EVENT_LOG_BOUND};
 use crate::principal::capability::Authority;
 use crate::vm::{
     self, a_type, error_message, Completion, Owner, OwnerIdentity, SignalKind, TaskFailure, Vm,

@@ -12,12 +12,12 @@ use std::sync::Arc;
 use crossbeam_channel::Sender;
 
 use super::gather::Gather;
-use super::host_slot::HostSlot;
 use super::job::JobShared;
 use super::keys::LaneTurn;
 use super::messages::{ActorWake, DomainEvent, WorkerMsg};
 use super::pool_shared::PoolShared;
 use super::principal_cell::PrincipalCell;
+use crate::jobs::leaves::host_slot::HostSlot;
 use crate::vm::{FailureKind, JobFailure, Outcome, PromiseId};
 
 /// Where a job's outcome goes.

@@ -1,13 +1,14 @@
 //! The Luau side of registered jobs: `jobs.register`, `jobs.find`, `jobs.inspect`,
 //! `jobs.list` and the `JobHandle` userdata.
 //!
-//! A handle holds the job's id and one reference to the job (see `directory.rs`): the handle
-//! `jobs.register` answers holds the registration's, each handle `jobs.find` answers one of its
-//! own. `cancel` drops the handle's reference, once; the last one dropped unregisters the job. A
-//! collected `jobs.find` handle gives its reference back; a collected registration handle keeps
-//! its reference with the job, so a job whose script dropped its handle runs on. The other
-//! methods read and steer the job, not the reference: once the job is unregistered every method
-//! answers false or nil rather than raising, so code holding a stale handle never breaks.
+//! A handle holds the job's id and one reference to the job (see
+//! `jobs/leaves/registered/directory.rs`): the handle `jobs.register` answers holds the
+//! registration's, each handle `jobs.find` answers one of its own. `cancel` drops the handle's
+//! reference, once; the last one dropped unregisters the job. A collected `jobs.find` handle gives
+//! its reference back; a collected registration handle keeps its reference with the job, so a job
+//! whose script dropped its handle runs on. The other methods read and steer the job, not the
+//! reference: once the job is unregistered every method answers false or nil rather than raising,
+//! so code holding a stale handle never breaks.
 //!
 //! In a worker VM, `jobs.register` keeps the job's functions in that VM (see `remote`) and its
 //! handle answers from the VM's own record of its jobs: `valid` and `cancel` at once, `info` and
@@ -20,11 +21,12 @@ use std::sync::{Arc, Weak};
 
 use mlua::{AnyUserData, Lua, Table, UserData, UserDataMethods, Value};
 
-use super::directory::JobDirectory;
 use super::remote;
-use super::remote_job::Control;
-use super::{info, Registry};
-use crate::jobs::home::home;
+use super::Registry;
+use crate::jobs::leaves::registered::directory::JobDirectory;
+use crate::jobs::leaves::registered::info;
+use crate::jobs::leaves::registered::remote_job::Control;
+use crate::jobs::luau::home::home;
 use crate::vm::a_type;
 
 /// A registered job, as Luau holds it.
