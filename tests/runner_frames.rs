@@ -72,7 +72,7 @@ fn a_run_ends_when_nothing_is_live_and_stats_print_at_exit() {
         &stderr,
         "skein: stats: domain 'main': generation 1, Running, 3 frames, 0 tasks",
     );
-    assert_contains(&stderr, "0 registered jobs");
+    assert_contains(&stderr, "0 registered jobs, 0 live @skein/worker threads, ");
     assert_contains(&stderr, "skein: stats: worker 0: 0 items (0 keyed), ");
     assert!(!stderr.contains("worker 1:"), "{stderr}");
 }

@@ -51,7 +51,8 @@ pub fn print_stats(domain: &ScriptDomain, pool: &Pool) {
     say(format_args!(
         "stats: domain '{}': generation {}, {:?}, {} frames, {} tasks, {} handler calls, \
          events {} delivered, {} unhandled, {} pending, {} stale, {} registered jobs, \
-         {} live workers, {} errors, {} warnings, {} denials, job bytes {}, shared bytes {}",
+         {} live @skein/worker threads, {} errors, {} warnings, {} denials, job bytes {}, \
+         shared bytes {}",
         domain.name(),
         s.generation.get(),
         s.state,
