@@ -194,7 +194,7 @@ fn failed(setup: &LaneSetup, stage: ActorStage, message: String) -> u8 {
 /// Reports the engine services that could not be installed in the actor's VM.
 fn report_refused(shared: &ActorShared, refused: Vec<String>) {
     for refused in refused {
-        shared.report(format!("worker '{}'", shared.name), refused);
+        shared.report(shared.label(), refused);
     }
 }
 

@@ -74,13 +74,7 @@ impl WarmRegistry {
             spec,
             entry: entry.into(),
             authority,
-            state: Mutex::new(WarmState {
-                failed: None,
-                outside_panics: 0,
-                results: vec![None; workers],
-                settled: None,
-                waiters: Vec::new(),
-            }),
+            state: Mutex::new(WarmState::new(workers)),
         });
         entries.push(added.clone());
         (added, true)
@@ -124,6 +118,19 @@ struct WarmState {
     settled: Option<Outcome>,
     /// The promises waiting for that outcome.
     waiters: Vec<ReplyTo>,
+}
+
+impl WarmState {
+    /// No run recorded yet, for a pool of `workers`.
+    fn new(workers: usize) -> WarmState {
+        WarmState {
+            failed: None,
+            outside_panics: 0,
+            results: vec![None; workers],
+            settled: None,
+            waiters: Vec::new(),
+        }
+    }
 }
 
 impl WarmEntry {
@@ -253,13 +260,7 @@ mod tests {
             spec: "./registry".into(),
             entry: "build".into(),
             authority: None,
-            state: Mutex::new(WarmState {
-                failed: None,
-                outside_panics: 0,
-                results: vec![None; workers],
-                settled: None,
-                waiters: Vec::new(),
-            }),
+            state: Mutex::new(WarmState::new(workers)),
         }
     }
 
