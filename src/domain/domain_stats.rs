@@ -1,14 +1,15 @@
-//! A domain's counters at one moment: [`ScriptDomain::stats`].
+//! A domain's counters at one moment: [`DomainStats`], what
+//! [`ScriptDomain::stats`](super::ScriptDomain::stats) answers.
 //!
 //! Most of what it answers is read from where the work is kept (the queue, the VM, the
-//! workers); the running totals that nothing else keeps live in [`Counters`], bumped on the
-//! engine thread where the work happens.
+//! workers); the running totals that nothing else keeps live in [`Counters`], a part of the
+//! domain's reporting, bumped on the engine thread where the work happens. A total only grows
+//! (saturating), over every generation.
 
 use std::cell::Cell;
 
-use super::{DomainState, ScriptDomain};
+use super::DomainState;
 use crate::principal::{Generation, Severity};
-use crate::vm::native_used_by;
 
 /// The running totals of a domain, over its whole life (every generation).
 #[derive(Default)]
@@ -19,6 +20,16 @@ pub(crate) struct Counters {
     events_dropped_at_stop: Cell<u64>,
     errors: Cell<u64>,
     warnings: Cell<u64>,
+}
+
+/// The running totals at one moment, as [`DomainStats`] answers them.
+pub(crate) struct Totals {
+    pub(crate) handler_calls: u64,
+    pub(crate) events_delivered: u64,
+    pub(crate) events_unhandled: u64,
+    pub(crate) events_dropped_at_stop: u64,
+    pub(crate) errors: u64,
+    pub(crate) warnings: u64,
 }
 
 fn bump(cell: &Cell<u64>, by: u64) {
@@ -37,6 +48,18 @@ impl Counters {
 
     pub(crate) fn dropped_at_stop(&self, events: usize) {
         bump(&self.events_dropped_at_stop, events as u64);
+    }
+
+    /// The totals now.
+    pub(crate) fn totals(&self) -> Totals {
+        Totals {
+            handler_calls: self.handler_calls.get(),
+            events_delivered: self.events_delivered.get(),
+            events_unhandled: self.events_unhandled.get(),
+            events_dropped_at_stop: self.events_dropped_at_stop.get(),
+            errors: self.errors.get(),
+            warnings: self.warnings.get(),
+        }
     }
 
     pub(crate) fn diagnosed(&self, severity: Severity) {
@@ -107,64 +130,4 @@ pub struct DomainStats {
     /// Executable memory the engine VM's code generator has mapped, in bytes: 4 MiB blocks, at
     /// most 16 MiB (0 until the VM first compiles a module natively).
     pub engine_native_code_bytes: usize,
-}
-
-impl ScriptDomain {
-    /// The domain's counters now: cheap enough to call every frame (nothing is copied but the
-    /// numbers), for an editor panel or a server's metrics.
-    ///
-    /// ```
-    /// use skein::lifecycle::DomainState;
-    /// use skein::{DomainSpec, Pool, ScriptDomain};
-    ///
-    /// let pool = Pool::new(1);
-    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
-    /// domain.exec(r#"
-    ///     local events = require("@skein/events")
-    ///     events.on("hit", function() end)
-    ///     events.emit("hit", 1)
-    ///     events.emit("miss", 2)
-    /// "#)?;
-    /// assert_eq!(domain.stats().events_pending, 2);
-    /// domain.drain_events();
-    /// let stats = domain.stats();
-    /// assert_eq!((stats.events_delivered, stats.events_unhandled), (1, 1));
-    /// assert_eq!(stats.handler_calls, 1);
-    /// assert_eq!(stats.state, DomainState::Running);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn stats(&self) -> DomainStats {
-        let counters = &self.reporting.counters;
-        let engine_native = native_used_by(&self.current.vm.lua);
-        let (events_pending, events_pending_bytes) = self.event_handlers.queue().pending();
-        DomainStats {
-            generation: self.generation(),
-            state: self.state(),
-            frames: self.frames(),
-            tasks: self.tasks(),
-            contexts: self.contexts().len(),
-            handler_calls: counters.handler_calls.get(),
-            events_delivered: counters.events_delivered.get(),
-            events_unhandled: counters.events_unhandled.get(),
-            events_dropped_at_stop: counters.events_dropped_at_stop.get(),
-            events_pending,
-            events_pending_bytes,
-            stale_events: self.stale_events(),
-            denials: self.denials(),
-            errors: counters.errors.get(),
-            warnings: counters.warnings.get(),
-            reports_waiting: self.reporting.waiting(),
-            live_actors: self.live_actors().get(),
-            owned_resources: self.owned_count(),
-            registered_jobs: self.current.registry.len(),
-            job_bytes: {
-                // Promises whose handles were collected give their jobs' charges back.
-                self.current.vm.free_collected_promises();
-                self.current.principal.job_bytes.held()
-            },
-            shared_bytes: self.current.principal.shared.bytes(),
-            engine_native_modules: engine_native.modules,
-            engine_native_code_bytes: engine_native.code,
-        }
-    }
 }

@@ -38,6 +38,7 @@ use crate::jobs::{Pool, Registry};
 use crate::ledger::Ledger;
 use crate::principal::event_queue::EventQueue;
 use crate::principal::{capability, profile};
+use crate::principal::{Diagnostic, Severity};
 use crate::principal::{DomainId, Generation, Principal};
 
 pub(crate) mod actor;
@@ -316,6 +317,123 @@ impl ScriptDomain {
     /// The longest one run of the domain's code may take (its spec's run deadline).
     pub(crate) fn run_deadline(&self) -> Duration {
         self.current.principal.max_deadline
+    }
+
+    /// The domain's counters now: cheap enough to call every frame (nothing is copied but the
+    /// numbers), for an editor panel or a server's metrics.
+    ///
+    /// ```
+    /// use skein::lifecycle::DomainState;
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
+    /// domain.exec(r#"
+    ///     local events = require("@skein/events")
+    ///     events.on("hit", function() end)
+    ///     events.emit("hit", 1)
+    ///     events.emit("miss", 2)
+    /// "#)?;
+    /// assert_eq!(domain.stats().events_pending, 2);
+    /// domain.drain_events();
+    /// let stats = domain.stats();
+    /// assert_eq!((stats.events_delivered, stats.events_unhandled), (1, 1));
+    /// assert_eq!(stats.handler_calls, 1);
+    /// assert_eq!(stats.state, DomainState::Running);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stats(&self) -> DomainStats {
+        let totals = self.reporting.counters.totals();
+        let engine_native = crate::vm::native_used_by(&self.current.vm.lua);
+        let (events_pending, events_pending_bytes) = self.event_handlers.queue().pending();
+        DomainStats {
+            generation: self.generation(),
+            state: self.state(),
+            frames: self.frames(),
+            tasks: self.tasks(),
+            contexts: self.contexts().len(),
+            handler_calls: totals.handler_calls,
+            events_delivered: totals.events_delivered,
+            events_unhandled: totals.events_unhandled,
+            events_dropped_at_stop: totals.events_dropped_at_stop,
+            events_pending,
+            events_pending_bytes,
+            stale_events: self.stale_events(),
+            denials: self.denials(),
+            errors: totals.errors,
+            warnings: totals.warnings,
+            reports_waiting: self.reporting.waiting(),
+            live_actors: self.live_actors().get(),
+            owned_resources: self.owned_count(),
+            registered_jobs: self.current.registry.len(),
+            job_bytes: {
+                // Promises whose handles were collected give their jobs' charges back.
+                self.current.vm.free_collected_promises();
+                self.current.principal.job_bytes.held()
+            },
+            shared_bytes: self.current.principal.shared.bytes(),
+            engine_native_modules: engine_native.modules,
+            engine_native_code_bytes: engine_native.code,
+        }
+    }
+
+    /// Takes the failures no code awaited (main scripts, `exec` chunks, tasks, handlers and
+    /// registered jobs that raised, jobs whose promise nobody awaited) and the capability
+    /// denials (source `capability`), oldest first within each. Each frame's and advance's
+    /// result holds copies of the reports made during it.
+    pub fn take_reports(&self) -> Vec<Report> {
+        let denials = self.current.principal.authority.denials().take();
+        reports::with_denials(self.reporting.take(), denials)
+    }
+
+    /// How many capability checks the domain's code failed, in every VM and generation.
+    pub fn denials(&self) -> u64 {
+        self.current.principal.authority.denials().count()
+    }
+
+    /// Reports the failures no code observed (see [`reports::keep_unobserved`]): at the end of a
+    /// run no task is left that could still observe them.
+    pub(crate) fn report_unobserved_failures(&self) {
+        let mut reports = self.reporting.reports().borrow_mut();
+        reports::keep_unobserved(&self.current.vm, &self.current.actors, &mut reports);
+    }
+
+    /// Sends `d` to the domain's diagnostic sink, if it has one, and counts it.
+    pub(crate) fn diagnose(&self, severity: Severity, d: &Diagnostic) {
+        self.reporting.diagnose(severity, d);
+    }
+
+    /// Sends an engine-thread event to the domain's profile sink, if it has one: measured from
+    /// `started` to now, named `name` or else the domain's name.
+    pub(crate) fn profiled(
+        &self,
+        kind: profile::ProfileKind,
+        context: Option<&str>,
+        name: Option<String>,
+        started: Instant,
+    ) {
+        self.profiled_after(kind, context, name, started, None);
+    }
+
+    /// As [`profiled`](Self::profiled), for work that waited `queue_delay` before `started`.
+    pub(crate) fn profiled_after(
+        &self,
+        kind: profile::ProfileKind,
+        context: Option<&str>,
+        name: Option<String>,
+        started: Instant,
+        queue_delay: Option<Duration>,
+    ) {
+        let principal = &self.current.principal;
+        sinks::profile_engine(
+            principal,
+            &self.name,
+            kind,
+            context,
+            name,
+            started,
+            queue_delay,
+        );
     }
 }
 

@@ -4,9 +4,9 @@
 
 use std::fmt;
 
-use super::ScriptDomain;
+use super::actor::Actors;
 use crate::jobs::VM_RETIRED;
-use crate::vm::{JobFailure, UNAWAITED_KEPT};
+use crate::vm::{JobFailure, Vm, UNAWAITED_KEPT};
 
 /// How many reports a domain keeps between two `take_reports`: 1,024. Past it each one is
 /// counted, not kept, and `take_reports` ends with one report saying how many were dropped.
@@ -326,59 +326,47 @@ fn location(message: &str) -> (Option<String>, Option<u32>) {
     (None, None)
 }
 
-impl ScriptDomain {
-    /// Reports the failures no code observed: the engine VM's promises that were rejected with
-    /// no code awaiting them or reading their status (a `jobs.dispatch` whose promise was
-    /// dropped, say), and the `@skein/worker` failures no code received or joined. At the end of
-    /// a run no task is left that could still observe them, so each is a failure nobody handled.
-    pub(super) fn report_unobserved_failures(&self) {
-        let unhandled = self.current.vm.core.promises.borrow_mut().take_unhandled();
-        let mut reports = self.reporting.reports().borrow_mut();
-        for (label, failure) in self.current.actors.take_unobserved() {
-            reports.push(Report::new(ReportKind::Worker, label, failure));
-        }
-        for (what, failure) in unhandled.kept {
-            reports.push(
-                Report::new(
-                    ReportKind::Job,
-                    format!("{what} promise nobody awaited"),
-                    failure.to_string(),
-                )
-                .with_job_failure(JobFailure::clone(&failure)),
-            );
-        }
-        if unhandled.past_bound > 0 {
-            reports.push(Report::new(
+/// Keeps, in `reports`, the failures no code observed: the engine VM's promises that were
+/// rejected with no code awaiting them or reading their status (a `jobs.dispatch` whose promise
+/// was dropped, say), and the `@skein/worker` failures no code received or joined. At the end
+/// of a run no task is left that could still observe them, so each is a failure nobody handled.
+pub(crate) fn keep_unobserved(vm: &Vm, actors: &Actors, reports: &mut Reports) {
+    let unhandled = vm.core.promises.borrow_mut().take_unhandled();
+    for (label, failure) in actors.take_unobserved() {
+        reports.push(Report::new(ReportKind::Worker, label, failure));
+    }
+    for (what, failure) in unhandled.kept {
+        reports.push(
+            Report::new(
                 ReportKind::Job,
-                "promises nobody awaited",
-                format!(
-                    "{} more rejected promises nobody awaited (the first {UNAWAITED_KEPT} are \
-                     reported in full)",
-                    unhandled.past_bound
-                ),
-            ));
-        }
-    }
-
-    /// Takes the failures no code awaited (main scripts, `exec` chunks, tasks, handlers and
-    /// registered jobs that raised, jobs whose promise nobody awaited) and the capability
-    /// denials (source `capability`), oldest first within each. Each frame's and advance's
-    /// result holds copies of the reports made during it.
-    pub fn take_reports(&self) -> Vec<Report> {
-        let mut reports = self.reporting.take();
-        let denials = self.current.principal.authority.denials().take();
-        reports.extend(
-            denials
-                .into_iter()
-                .map(|message| Report::new(ReportKind::Capability, "capability", message)),
+                format!("{what} promise nobody awaited"),
+                failure.to_string(),
+            )
+            .with_job_failure(JobFailure::clone(&failure)),
         );
-        reports
     }
+    if unhandled.past_bound > 0 {
+        reports.push(Report::new(
+            ReportKind::Job,
+            "promises nobody awaited",
+            format!(
+                "{} more rejected promises nobody awaited (the first {UNAWAITED_KEPT} are \
+                 reported in full)",
+                unhandled.past_bound
+            ),
+        ));
+    }
+}
 
-    /// How many capability checks the domain's code failed, in every VM and generation.
-    pub fn denials(&self) -> u64 {
-        self.current.principal.authority.denials().count()
-    }
+/// `reports` followed by one report per capability denial in `denials` (source `capability`),
+/// oldest first.
+pub(crate) fn with_denials(mut reports: Vec<Report>, denials: Vec<String>) -> Vec<Report> {
+    reports.extend(
+        denials
+            .into_iter()
+            .map(|message| Report::new(ReportKind::Capability, "capability", message)),
+    );
+    reports
 }
 
 #[cfg(test)]
