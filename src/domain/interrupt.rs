@@ -32,8 +32,9 @@ use crate::vm::{current_signal, CancelToken, Signal};
 /// code returns to Luau. Queued items of the domain are refused unrun, and a
 /// [`run_until_idle`](crate::ScriptDomain::run_until_idle) in progress returns
 /// [`Error::Interrupted`](crate::Error::Interrupted). From then on every run of the domain's
-/// Luau stops at its first check: the domain is good only for [`stop`](crate::ScriptDomain::stop)
-/// or drop, on its engine thread, which the host should do next.
+/// Luau stops at its first check: the domain is good only for
+/// [`stop`](crate::ScriptDomain::stop) or drop, on its engine thread, which the host should do
+/// next.
 ///
 /// The handle is `Send + Sync` and follows the domain's current generation across restarts
 /// and reloads.

@@ -28,8 +28,9 @@ use crate::principal::Generation;
 /// Its invariants: `last_generation` only grows (a discarded reload candidate's number is never
 /// handed out again); a receiver in `stale_rx` belongs to an ended generation and goes once its
 /// last sender is gone; `owned` and `interrupt` follow the generation whose code runs
-/// ([`follow`](Self::follow)), a reload's candidate for the length of its load; `vms` is held as long as any engine VM of the domain may live, so it
-/// is declared, in the domain, after the current generation.
+/// ([`follow`](Self::follow)), a reload's candidate for the length of its load; `vms` is held
+/// as long as any engine VM of the domain may live, so it is declared, in the domain, after the
+/// current generation.
 pub(crate) struct Lifecycle {
     /// Where the domain is in its life; shared with the completion of a loading script.
     pub(crate) state: Rc<Cell<DomainState>>,
