@@ -1,36 +1,40 @@
-//! [`InterruptHandle`]: stopping a domain's work from another thread.
+//! [`InterruptHandle`]: stopping a domain's work from another thread, and the
+//! [`InterruptTarget`] it shares with the domain (part of the domain's `Lifecycle`).
 //!
 //! A domain is `!Send`, so a thread that learns the work must stop (the runner's signal
-//! thread, a host's own watchdog) can't call [`ScriptDomain::stop`]. The handle does from there
-//! what a stop does to running work, and no more: it ends the current generation's principal
-//! (its queued items are refused, its worker VMs' runs see their token set), raises every pool
-//! worker's signal, sets the engine VMs' token and raises the engine thread's signal, so every
-//! run of the domain stops at its next interrupt check, and wakes the engine thread so that a
-//! [`run_until_idle`](ScriptDomain::run_until_idle) waiting there returns. The stop itself (the
-//! shutdown phase, actors, owned resources) stays the engine thread's, when it stops or drops
-//! the domain.
+//! thread, a host's own watchdog) can't call
+//! [`ScriptDomain::stop`](crate::ScriptDomain::stop). The handle does from there what a stop
+//! does to running work, and no more: it ends the current generation's principal (its queued
+//! items are refused, its worker VMs' runs see their token set), raises every pool worker's
+//! signal, sets the engine VMs' token and raises the engine thread's signal, so every run of
+//! the domain stops at its next interrupt check, and wakes the engine thread so that a
+//! [`run_until_idle`](crate::ScriptDomain::run_until_idle) waiting there returns. The stop
+//! itself (the shutdown phase, actors, owned resources) stays the engine thread's, when it
+//! stops or drops the domain.
 //!
-//! This file owns the handle and the state it shares with the domain; it never touches a VM.
+//! Its invariants: the target follows the domain's current generation (the domain tells it,
+//! on every swap or install of a generation); an interrupt acts once; this file never touches
+//! a VM.
 
 use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use crate::domain::ScriptDomain;
 use crate::jobs::{DomainEvent, PoolShared, PrincipalCell};
 use crate::sync::Ordering;
 use crate::vm::{current_signal, CancelToken, Signal};
 
-/// Stops a [`ScriptDomain`]'s running work from any thread.
+/// Stops a [`ScriptDomain`](crate::ScriptDomain)'s running work from any thread.
 ///
 /// [`interrupt`](Self::interrupt) stops every run of the domain, on the pool's workers and on
 /// its engine thread, at the run's next interrupt check (a loop's back-edge, a call or a
 /// return: microseconds, even in `while true do end`); a run inside host code stops when that
 /// code returns to Luau. Queued items of the domain are refused unrun, and a
-/// [`run_until_idle`](ScriptDomain::run_until_idle) in progress returns
+/// [`run_until_idle`](crate::ScriptDomain::run_until_idle) in progress returns
 /// [`Error::Interrupted`](crate::Error::Interrupted). From then on every run of the domain's
-/// Luau stops at its first check: the domain is good only for [`stop`](ScriptDomain::stop)
-/// or drop, on its engine thread, which the host should do next.
+/// Luau stops at its first check: the domain is good only for
+/// [`stop`](crate::ScriptDomain::stop) or drop, on its engine thread, which the host should do
+/// next.
 ///
 /// The handle is `Send + Sync` and follows the domain's current generation across restarts
 /// and reloads.
@@ -98,6 +102,13 @@ impl InterruptTarget {
     pub(crate) fn requested(&self) -> bool {
         self.requested.load(Ordering::Acquire)
     }
+
+    /// A handle that interrupts the domain from any thread.
+    pub(crate) fn handle(self: &Arc<Self>) -> InterruptHandle {
+        InterruptHandle {
+            target: self.clone(),
+        }
+    }
 }
 
 impl InterruptHandle {
@@ -133,15 +144,5 @@ impl fmt::Debug for InterruptHandle {
         f.debug_struct("InterruptHandle")
             .field("domain", &self.target.domain)
             .finish_non_exhaustive()
-    }
-}
-
-impl ScriptDomain {
-    /// A `Send` handle that stops the domain's running work from any thread: see
-    /// [`InterruptHandle`].
-    pub fn interrupt_handle(&self) -> InterruptHandle {
-        InterruptHandle {
-            target: self.life.interrupt.clone(),
-        }
     }
 }

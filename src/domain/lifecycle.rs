@@ -2,6 +2,10 @@
 //! the part of a domain that outlives its generations ([`Lifecycle`]): the state, the numbering
 //! and load bound of new generations, the mailboxes of ended ones, what host services own for
 //! its code, the interrupt target, and the hold of its VMs' limits on the pool's budget.
+//! `Lifecycle`'s methods keep that bookkeeping: refusing an entry once the domain has stopped,
+//! handing out generation numbers, following the generation whose code runs, and keeping and
+//! draining the mailboxes of ended generations into the stale count. Its invariants are on the
+//! type.
 //!
 //! The moves between states happen where the work is (`run_file`/`exec`, the scheduler,
 //! `stop`, `restart`, `reload`).
@@ -14,7 +18,8 @@ use std::time::Duration;
 
 use super::generation::owned::OwnedResources;
 use super::interrupt::InterruptTarget;
-use crate::jobs::MailboxReceiver;
+use crate::error::{Error, Halt, Result};
+use crate::jobs::{MailboxReceiver, PrincipalCell};
 use crate::ledger::Charge;
 use crate::principal::Generation;
 
@@ -22,8 +27,10 @@ use crate::principal::Generation;
 ///
 /// Its invariants: `last_generation` only grows (a discarded reload candidate's number is never
 /// handed out again); a receiver in `stale_rx` belongs to an ended generation and goes once its
-/// last sender is gone; `vms` is held as long as any engine VM of the domain may live, so it
-/// is declared, in the domain, after the current generation.
+/// last sender is gone; `owned` and `interrupt` follow the generation whose code runs
+/// ([`follow`](Self::follow)), a reload's candidate for the length of its load; `vms` is held
+/// as long as any engine VM of the domain may live, so it is declared, in the domain, after the
+/// current generation.
 pub(crate) struct Lifecycle {
     /// Where the domain is in its life; shared with the completion of a loading script.
     pub(crate) state: Rc<Cell<DomainState>>,
@@ -44,6 +51,71 @@ pub(crate) struct Lifecycle {
     pub(crate) stale: Cell<u64>,
     /// The memory limits of the domain's VMs, held on the pool's budget while it lives.
     pub(crate) _vms: Charge,
+}
+
+impl Lifecycle {
+    /// Refuses `entry` on a stopped domain (named `domain`): its event queue is closed and its
+    /// handlers gone for good, so a stopped domain is never brought back (make a new one).
+    pub(crate) fn refuse_if_stopped(&self, entry: &'static str, domain: &str) -> Result<()> {
+        if self.state.get() == DomainState::Stopped {
+            return Err(Error::Stopped {
+                entry,
+                domain: domain.to_owned(),
+                state: Halt::Stopped,
+                new_generation: true,
+            });
+        }
+        Ok(())
+    }
+
+    /// Hands `build` the next generation number. The number counts as handed out once `build`
+    /// succeeds, even if what it built is later discarded.
+    pub(crate) fn number_next<T>(&self, build: impl FnOnce(Generation) -> Result<T>) -> Result<T> {
+        let generation = Generation(self.last_generation.get().get() + 1);
+        let built = build(generation)?;
+        self.last_generation.set(generation);
+        Ok(built)
+    }
+
+    /// The code of `principal`'s generation runs from now on: what host services take is its
+    /// own, and an interrupt ends it.
+    pub(crate) fn follow(&self, principal: &Arc<PrincipalCell>) {
+        self.owned.set_running(principal.id.generation);
+        self.interrupt.follow(principal);
+    }
+
+    /// Keeps the mailbox receiver of a generation that has ended, to be drained as stale.
+    pub(crate) fn keep_stale(&mut self, rx: MailboxReceiver) {
+        self.stale_rx.get_mut().push(rx);
+    }
+
+    /// Counts `n` stale events.
+    pub(crate) fn count_stale(&self, n: u64) {
+        self.stale.set(self.stale.get() + n);
+    }
+
+    /// How many stale events were counted.
+    pub(crate) fn stale(&self) -> u64 {
+        self.stale.get()
+    }
+
+    /// Discards what reached the mailboxes of ended generations, calling `count` with 1 for
+    /// each event before it drops, and lets a receiver go once its last sender is gone.
+    /// Dropping a held settlement rejects its promise, which is how a job's host promise
+    /// learns why.
+    #[inline]
+    pub(crate) fn drain_stale(&self, mut count: impl FnMut(u64)) {
+        let mut receivers = self.stale_rx.borrow_mut();
+        receivers.retain(|rx| {
+            let mut events = Vec::new();
+            let connected = rx.take_into(&mut events);
+            for event in events {
+                count(1);
+                drop(event);
+            }
+            connected
+        });
+    }
 }
 
 /// Where a [`ScriptDomain`](crate::ScriptDomain) is in its life.

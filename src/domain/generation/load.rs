@@ -1,8 +1,11 @@
 //! What a new generation runs as it is built ([`Load`]), and the load step itself: the chunk
-//! runs as a task of the generation's engine VM and the domain is pumped until that task ends.
+//! starts as a task of the generation's engine VM ([`GenerationState::start_load`]) and is
+//! waited for ([`LoadTask::finish`]), the domain pumped meanwhile, until that task ends, its
+//! load bound passes, or nothing it waits on can come.
 //!
-//! This file owns only the load; choosing the generation it runs in, and what happens when it
-//! fails, is `generation/mod.rs` (restart) and `reload.rs` (reload).
+//! Its invariants: a load's task is waited for within the bound from its start, and a load
+//! fails at exactly one stage ([`LoadStage`]). Which generation the load runs in, and what
+//! happens when it fails, is the restart's or the reload's (`facade_gen.rs`).
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -12,16 +15,17 @@ use std::time::{Duration, Instant};
 
 use mlua::{Lua, MultiValue, Value};
 
+use crate::domain::generation::GenerationState;
 use crate::domain::scripts::display_name;
-use crate::domain::ScriptDomain;
+use crate::error::Error;
 use crate::vm::{self, source, LoadStage, Owner};
 
 /// How long a load may take by default, waits included
 /// ([`DomainSpec::load_bound`](crate::DomainSpec::load_bound) changes it).
 pub(crate) const LOAD_BOUND: Duration = Duration::from_secs(30);
 
-/// What a new generation runs when [`restart`](ScriptDomain::restart) or
-/// [`reload`](ScriptDomain::reload) builds it.
+/// What a new generation runs when [`restart`](crate::ScriptDomain::restart) or
+/// [`reload`](crate::ScriptDomain::reload) builds it.
 ///
 /// The load is a main script of the new engine VM: it runs as a task, and the domain is pumped
 /// (its mailbox drained, its ready tasks resumed, no phase and no registered job run) until
@@ -51,7 +55,7 @@ pub enum Load {
         source: String,
     },
     /// The script at `path`, with `args` as its `...`, as
-    /// [`run_file`](ScriptDomain::run_file) runs it.
+    /// [`run_file`](crate::ScriptDomain::run_file) runs it.
     File {
         /// The script.
         path: PathBuf,
@@ -97,12 +101,30 @@ impl LoadFailure {
 /// How a load's task ended: `Err` carries the failure's text.
 type LoadSlot = Rc<RefCell<Option<Result<(), String>>>>;
 
-impl ScriptDomain {
-    /// Runs `load` in the generation installed now and pumps the domain until its task ends.
-    pub(crate) fn run_load(&self, load: &Load) -> Result<(), LoadFailure> {
-        let lua = &self.current.vm.lua;
+impl LoadFailure {
+    /// The error a reload answers when its candidate's load failed.
+    pub(crate) fn into_reload_error(self) -> Error {
+        Error::ReloadFailed {
+            stage: self.stage,
+            message: self.message,
+        }
+    }
+}
+
+/// A load's task, started in its generation's engine VM and not yet ended.
+pub(crate) struct LoadTask {
+    slot: LoadSlot,
+    /// The script's name in errors: its chunk name, or the file's display name.
+    label: String,
+}
+
+impl GenerationState {
+    /// Starts `load` as a task of this generation's engine VM; `None` for [`Load::Nothing`],
+    /// which has nothing to run.
+    pub(crate) fn start_load(&self, load: &Load) -> Result<Option<LoadTask>, LoadFailure> {
+        let lua = &self.vm.lua;
         let (source, chunk_name, label, args) = match load {
-            Load::Nothing => return Ok(()),
+            Load::Nothing => return Ok(None),
             Load::Source { name, source } => (
                 source.clone().into_bytes(),
                 format!("={name}"),
@@ -143,14 +165,28 @@ impl ScriptDomain {
         });
         let owner = Rc::new(Owner::new(
             Arc::new(format!("script {label}")),
-            self.current.principal.max_deadline,
+            self.principal.max_deadline,
             Some(completion),
         ));
-        self.current
-            .vm
+        self.vm
             .start(function, args, owner)
             .map_err(|e| LoadFailure::new(LoadStage::Run, vm::error_message(&e)))?;
-        let until = Instant::now() + self.life.load_bound;
+        Ok(Some(LoadTask { slot, label }))
+    }
+}
+
+impl LoadTask {
+    /// Waits for the task to end, calling `pump` (one round of the domain's pump, blocking no
+    /// later than the instant it is given) while it has not, for at most `bound` from now.
+    /// Fails when the task raised, when `bound` passes, and when `pump` answers that nothing
+    /// can ever come.
+    pub(crate) fn finish(
+        self,
+        bound: Duration,
+        mut pump: impl FnMut(Instant) -> bool,
+    ) -> Result<(), LoadFailure> {
+        let LoadTask { slot, label } = self;
+        let until = Instant::now() + bound;
         loop {
             if let Some(ended) = slot.borrow_mut().take() {
                 return ended.map_err(|text| LoadFailure::new(LoadStage::Run, text));
@@ -160,11 +196,11 @@ impl ScriptDomain {
                     LoadStage::Finish,
                     format!(
                         "script {label} was still waiting after the load bound of {} s",
-                        vm::format_seconds(self.life.load_bound)
+                        vm::format_seconds(bound)
                     ),
                 ));
             }
-            if !self.pump_once_until(true, false, Some(until)) {
+            if !pump(until) {
                 return Err(LoadFailure::new(
                     LoadStage::Finish,
                     format!("script {label} is waiting on something that will never happen"),

@@ -1,12 +1,17 @@
-//! What a domain owns on behalf of its code: native resources a host service made for it
-//! (`ScriptDomain::own`), released on `release(id)`, at the end of the generation that made
-//! them, or at stop, newest first. Nothing a domain owns waits for process exit.
+//! What a domain owns on behalf of its code ([`OwnedResources`], part of the domain's
+//! `Lifecycle`): native resources a host service made for it
+//! ([`ScriptDomain::own`](crate::ScriptDomain::own), [`ResourceOwner`]).
+//!
+//! Its invariants: each resource is released once, on
+//! [`release_resource`](crate::ScriptDomain::release_resource), at the end of the generation
+//! whose code was running when it was taken, or at stop, newest first; a release that panics
+//! is contained and answered as text; once closed (the domain stopped) what is taken is
+//! released at once. Nothing a domain owns waits for process exit.
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::rc::Rc;
 
-use crate::domain::{Report, ReportKind, ScriptDomain};
 use crate::principal::Generation;
 use crate::vm::panic_message;
 
@@ -62,7 +67,7 @@ impl OwnedResources {
     }
 
     /// Takes `release` for the generation running now; a closed owner releases it at once.
-    fn own(&self, kind: String, release: Box<dyn FnOnce()>) -> ResourceId {
+    pub(crate) fn own(&self, kind: String, release: Box<dyn FnOnce()>) -> ResourceId {
         let id = ResourceId(self.next.get() + 1);
         self.next.set(id.0);
         if self.closed.get() {
@@ -113,13 +118,36 @@ impl OwnedResources {
         self.closed.set(true);
         self.release_where(|_| true)
     }
+
+    /// Releases resource `id` now, answering the failures of its release; `None` when it is
+    /// not owned (never was, or it was released already).
+    pub(crate) fn release(&self, id: ResourceId) -> Option<Vec<String>> {
+        let owned = self.list.borrow().iter().any(|o| o.id == id);
+        owned.then(|| self.release_where(|o| o.id == id))
+    }
+
+    /// What is owned now, oldest first: each id with its kind.
+    pub(crate) fn listed(&self) -> Vec<(ResourceId, String)> {
+        let list = self.list.borrow();
+        list.iter().map(|o| (o.id, o.kind.clone())).collect()
+    }
+
+    /// How many resources are owned now.
+    pub(crate) fn count(&self) -> usize {
+        self.list.borrow().len()
+    }
+
+    /// A handle that takes resources into this owner (see [`ResourceOwner`]).
+    pub(crate) fn owner(self: &Rc<Self>) -> ResourceOwner {
+        ResourceOwner(self.clone())
+    }
 }
 
 /// A handle that takes resources for a domain on behalf of its running code, for the host
 /// services that make native things for scripts: a service closure can't hold the domain, but
 /// it can hold this. What it takes belongs to the generation whose code is running when it is
-/// taken (during a [`reload`](ScriptDomain::reload), the candidate's), and is released as
-/// [`ScriptDomain::own`] describes.
+/// taken (during a [`reload`](crate::ScriptDomain::reload), the candidate's), and is released as
+/// [`ScriptDomain::own`](crate::ScriptDomain::own) describes.
 ///
 /// It stays on the engine thread, as the domain does.
 ///
@@ -147,8 +175,9 @@ impl OwnedResources {
 pub struct ResourceOwner(Rc<OwnedResources>);
 
 impl ResourceOwner {
-    /// Takes `release` for the running generation, as [`ScriptDomain::own`] does. Once the
-    /// domain has stopped, `release` runs at once.
+    /// Takes `release` for the running generation, as
+    /// [`ScriptDomain::own`](crate::ScriptDomain::own) does. Once the domain has stopped,
+    /// `release` runs at once.
     pub fn own(&self, kind: impl Into<String>, release: impl FnOnce() + 'static) -> ResourceId {
         self.0.own(kind.into(), Box::new(release))
     }
@@ -157,69 +186,6 @@ impl ResourceOwner {
 impl fmt::Debug for ResourceOwner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResourceOwner").finish_non_exhaustive()
-    }
-}
-
-impl ScriptDomain {
-    /// Takes ownership of a native resource a host service made for this domain's code:
-    /// `release` runs once, when [`release`](Self::release) names it, or at the end of the
-    /// current generation (a restart or a stop), newest first. `kind` is for
-    /// [`owned_resources`](Self::owned_resources) and reports.
-    ///
-    /// ```
-    /// use std::{cell::RefCell, rc::Rc};
-    /// use skein::{DomainSpec, Pool, ScriptDomain};
-    ///
-    /// let pool = Pool::new(1);
-    /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
-    /// let log = Rc::new(RefCell::new(Vec::new()));
-    /// for name in ["socket", "texture"] {
-    ///     let log = log.clone();
-    ///     domain.own(name, move || log.borrow_mut().push(name));
-    /// }
-    /// assert_eq!(domain.owned_resources().len(), 2);
-    /// domain.stop();
-    /// assert_eq!(*log.borrow(), ["texture", "socket"]); // newest first
-    /// assert!(domain.owned_resources().is_empty());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn own(&self, kind: impl Into<String>, release: impl FnOnce() + 'static) -> ResourceId {
-        self.life.owned.own(kind.into(), Box::new(release))
-    }
-
-    /// A handle host services can keep to take resources for this domain's running code
-    /// (see [`ResourceOwner`]).
-    pub fn resource_owner(&self) -> ResourceOwner {
-        ResourceOwner(self.life.owned.clone())
-    }
-
-    /// Releases resource `id` now. Answers false when the domain does not own it (never did,
-    /// or it was released already).
-    pub fn release_resource(&self, id: ResourceId) -> bool {
-        let owned = self.life.owned.list.borrow().iter().any(|o| o.id == id);
-        if owned {
-            for failure in self.life.owned.release_where(|o| o.id == id) {
-                self.report_release_failure(failure);
-            }
-        }
-        owned
-    }
-
-    /// What the domain owns now, oldest first: each id with its kind. Empty after a stop.
-    pub fn owned_resources(&self) -> Vec<(ResourceId, String)> {
-        let list = self.life.owned.list.borrow();
-        list.iter().map(|o| (o.id, o.kind.clone())).collect()
-    }
-
-    /// How many resources [`owned_resources`](Self::owned_resources) would list, without
-    /// copying their kinds.
-    pub(crate) fn owned_count(&self) -> usize {
-        self.life.owned.list.borrow().len()
-    }
-
-    pub(crate) fn report_release_failure(&self, message: String) {
-        self.reporting
-            .keep(Report::new(ReportKind::Service, "owned resources", message));
     }
 }
 
