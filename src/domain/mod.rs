@@ -45,6 +45,7 @@ mod builtin_modules;
 mod chrome_trace;
 mod domain_stats;
 mod events;
+mod facade_frame;
 mod frame;
 pub(crate) mod fs;
 mod generation;
