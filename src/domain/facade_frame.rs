@@ -1,15 +1,17 @@
 //! [`ScriptDomain`]'s face for frames and phases: `frame`, `advance`, `run_phase`,
-//! `run_frames`, `stop`, registered jobs' phases and kernels, and the scheduler entry the other
-//! entry points share.
+//! `run_frames`, `stop`, registered jobs' phases, kernels and engine services, and the
+//! scheduler entry the other entry points share.
 //!
 //! Each method here coordinates the domain's parts: the frame's steps, the advance's phases and
 //! the handler calls are the [`FrameDriver`]'s (`frame/`), the handlers and their order the
 //! generation's [`Bindings`](phases::Bindings), the join of calls waiting on the pool
-//! [`PhaseJoin`]'s (`frame/join.rs`), the frame loop's steps `run_frames.rs`'s. What a method
-//! adds is the order the parts are called in, the drains of the mailbox between them
-//! (`events/`), and the moves of the domain's state (`stop`, `enter`).
+//! [`PhaseJoin`]'s (`frame/join.rs`), the services and their registration
+//! [`EngineServices`]'s (`frame/engine_services.rs`), the frame loop's steps `run_frames.rs`'s.
+//! What a method adds is the order the parts are called in, the drains of the mailbox between
+//! them (`events/`), and the moves of the domain's state (`stop`, `enter`).
 //!
 //! [`FrameDriver`]: super::frame::driver::FrameDriver
+//! [`EngineServices`]: super::frame::engine_services::EngineServices
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use mlua::{Function, MultiValue};
 
+use super::frame::engine_services::Service;
 use super::frame::join::{Joining, PhaseJoin};
 use super::frame::phases::{self, Called, PhaseCall};
 use super::frame::{self, context::ContextSpec, driver::Entered, handler_label::HandlerLabel};
@@ -28,7 +31,7 @@ use crate::principal::capability::Authority;
 use crate::principal::diagnostic::Severity;
 use crate::principal::profile::ProfileKind;
 use crate::principal::Phase;
-use crate::value::Message;
+use crate::value::{FromMessage, IntoMessage, Message};
 use crate::vm;
 
 impl ScriptDomain {
@@ -497,6 +500,102 @@ impl ScriptDomain {
         let vm = &self.current.vm;
         self.frames
             .call_task(vm, reports, owner, handler, values, called)
+    }
+
+    /// Registers a query: a function of the host that answers a value, reached from Luau at
+    /// the dotted global path `name` (`world.get`). In the engine VM the path calls `f`
+    /// directly; in a worker VM it forwards the call to this thread and the calling task waits
+    /// for the answer, after every command its job recorded before it has applied.
+    ///
+    /// `f` takes the call's arguments as any [`FromMessage`] type: a tuple reads them by
+    /// position (`|(id, pos): (i64, [f32; 3])|`), `()` ignores them, a [`Message`] takes them
+    /// all as one list. Its answer is any [`IntoMessage`] type. An argument that does not
+    /// convert is raised to the caller naming it (`args[2]: expected a vector, got a string`);
+    /// an `Err` is raised naming the service, and so is a panic, which is contained.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// domain.register_query("world.scale", |(by, pos): (f64, [f32; 3])| {
+    ///     Ok(pos.map(|c| c * by as f32))
+    /// })?;
+    /// let moved = domain.eval("return world.scale(2, vector.create(1, 2, 3))")?;
+    /// assert_eq!(moved, Message::Vector([2.0, 4.0, 6.0]));
+    /// let err = domain.eval("return world.scale('x', vector.zero)").unwrap_err().to_string();
+    /// assert!(err.contains(
+    ///     "engine service 'world.scale' failed: args[1]: expected a number (or an integer within ±2^53), got a string"
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Name`] naming the [`NameRefusal`]: when the name is not 1 to 256 bytes of
+    /// dotted Luau identifiers, is registered already, or its path is taken in the engine VM (a
+    /// global that is not a table, a read-only built-in table, or a value at the path itself).
+    ///
+    /// [`NameRefusal`]: crate::refusal::NameRefusal
+    pub fn register_query<A, R, F>(&self, name: &str, f: F) -> Result<()>
+    where
+        A: FromMessage,
+        R: IntoMessage,
+        F: Fn(A) -> std::result::Result<R, String> + 'static,
+    {
+        let (lua, principal) = (&self.current.vm.lua, &self.current.principal);
+        let service = Service::typed_query(f);
+        self.frames.services.register(lua, principal, name, service)
+    }
+
+    /// Registers a command: a function of the host that changes host state and answers
+    /// nothing, reached from Luau at the dotted global path `name` (`world.set`). In the engine
+    /// VM the path calls `f` directly; in a worker VM the call is recorded and returns at once,
+    /// and this thread applies the job's commands in the order it recorded them, before the
+    /// job's promise settles.
+    ///
+    /// `f` takes the call's arguments as [`register_query`](Self::register_query)'s does.
+    ///
+    /// ```
+    /// use std::{cell::RefCell, rc::Rc};
+    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// let log = Rc::new(RefCell::new(Vec::new()));
+    /// let sink = log.clone();
+    /// domain.register_command("log.write", move |(text, weight): (String, f64)| {
+    ///     sink.borrow_mut().push((text, weight));
+    ///     Ok(())
+    /// })?;
+    /// domain.eval("log.write('a', 1.5)")?;
+    /// assert_eq!(*log.borrow(), vec![("a".to_owned(), 1.5)]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`register_query`](Self::register_query).
+    pub fn register_command<A, F>(&self, name: &str, f: F) -> Result<()>
+    where
+        A: FromMessage,
+        F: FnMut(A) -> std::result::Result<(), String> + 'static,
+    {
+        let (lua, principal) = (&self.current.vm.lua, &self.current.principal);
+        let service = Service::typed_command(f);
+        self.frames.services.register(lua, principal, name, service)
+    }
+
+    /// Serves a query named `name` to forwarded calls only: nothing is installed in any VM,
+    /// so a layer above (resources) reaches it through its own worker-side stub, and a name
+    /// that is no Luau path (`@skein/resources.call`) can't meet a host's service. A name
+    /// served already is replaced.
+    pub(crate) fn serve_query(
+        &self,
+        name: &str,
+        f: impl Fn(Message) -> std::result::Result<Message, String> + 'static,
+    ) {
+        self.frames
+            .services
+            .insert(Arc::from(name), Service::Query(Box::new(f)));
     }
 
     /// Runs the domain as a frame loop: [`advance`](Self::advance)`(step)` once every `step` of
