@@ -4,6 +4,9 @@
 //! `run_until_idle` last ran the registered jobs, the host's engine services with this frame's
 //! counts, which scheduler entry is running, and one spare handler owner.
 //!
+//! This file holds the part and its scheduler entry ([`FrameDriver::enter`]); its frame round is
+//! in `mod.rs`, its advance and handler calls in `phases.rs`.
+//!
 //! Its invariants: `accumulator` is always less than one fixed step after an `advance`
 //! (the steps owed, up to the catch-up bound, are run, the rest dropped); `busy` is set only
 //! while an entry point runs the engine VM, so a second one is refused as reentrant; the spare
@@ -14,7 +17,11 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::context::FixedStep;
-use super::engine_services::EngineServices;
+use super::engine_services::{EngineServices, FrameReport};
+use crate::domain::lifecycle::DomainState;
+use crate::domain::reporting::Reporting;
+use crate::domain::{Report, ReportKind};
+use crate::error::{Error, Halt, Result};
 use crate::vm::Owner;
 
 /// The frame-to-frame state of one domain.
@@ -50,5 +57,57 @@ impl FrameDriver {
             jobs_ran: Cell::new(None),
             spare_owner: Cell::new(None),
         }
+    }
+
+    /// Marks the start of scheduler entry `entry` of domain `domain`, which is in `state`:
+    /// refuses a stopping or stopped domain and a nested entry.
+    pub(crate) fn enter(
+        &self,
+        entry: &'static str,
+        state: DomainState,
+        domain: &str,
+    ) -> Result<Entered<'_>> {
+        let halted = match state {
+            DomainState::Stopping => Some(Halt::Stopping),
+            DomainState::Stopped => Some(Halt::Stopped),
+            _ => None,
+        };
+        if let Some(state) = halted {
+            return Err(Error::Stopped {
+                entry,
+                domain: domain.to_owned(),
+                state,
+                new_generation: false,
+            });
+        }
+        if self.busy.get().is_some() {
+            return Err(Error::Reentrant(entry));
+        }
+        self.busy.set(Some(entry));
+        Ok(Entered(&self.busy))
+    }
+
+    /// What a frame that [`enter`](Self::enter) refused with `e` answers, `frame` being the
+    /// frame counter: it counts nothing. A reentrant one is kept as a report in `reporting`.
+    pub(crate) fn refused_frame(&self, e: Error, frame: u64, reporting: &Reporting) -> FrameReport {
+        if matches!(e, Error::Reentrant(_)) {
+            reporting.keep(Report::new(ReportKind::Service, "frame", e.to_string()));
+        }
+        FrameReport {
+            frame,
+            forwarded_calls: 0,
+            commands_applied: 0,
+            time: self.frame_time.get(),
+            reports: Vec::new(),
+        }
+    }
+}
+
+/// Clears the scheduler's busy flag when an entry ends, however it ends.
+pub(crate) struct Entered<'a>(&'a Cell<Option<&'static str>>);
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.0.set(None);
     }
 }

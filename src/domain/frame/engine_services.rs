@@ -3,6 +3,13 @@
 //!
 //! The functions never leave the engine thread, so they need not be `Send`. Worker VMs know only
 //! the names (`jobs::ServiceKind` in the principal); what they send here is plain data.
+//!
+//! [`EngineServices`] is the [`FrameDriver`](super::driver::FrameDriver)'s: the host's services
+//! outlive generations, and each new engine VM gets them installed again. Its invariants: a
+//! name is registered once, for good (a served-only query may be replaced); a service is in the
+//! map only once its path is installed in the engine VM and its name is among the principal's
+//! services, so a worker never sees a name the engine can't answer; a panic of a service is
+//! contained and answered as its failure.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -12,9 +19,9 @@ use std::time::Duration;
 
 use mlua::Lua;
 
-use crate::domain::{Report, ScriptDomain};
+use crate::domain::Report;
 use crate::error::{Error, NameRefusal, Result};
-use crate::jobs;
+use crate::jobs::{self, PrincipalCell};
 use crate::value::{FromMessage, IntoMessage, Message, MessageArgs};
 use crate::vm::{panic_message, ServiceCall};
 
@@ -25,6 +32,35 @@ type CommandFn = RefCell<Box<dyn FnMut(Message) -> Result<(), String>>>;
 pub(crate) enum Service {
     Query(QueryFn),
     Command(CommandFn),
+}
+
+impl Service {
+    /// A query of `f`, which takes its arguments as any [`FromMessage`] type and answers any
+    /// [`IntoMessage`] one: an argument or an answer that does not convert is its failure.
+    pub(crate) fn typed_query<A, R, F>(f: F) -> Service
+    where
+        A: FromMessage,
+        R: IntoMessage,
+        F: Fn(A) -> std::result::Result<R, String> + 'static,
+    {
+        let query = move |args: Message| {
+            let answer = f(typed_args(args)?)?;
+            answer
+                .into_message()
+                .map_err(|e| format!("its answer: {e}"))
+        };
+        Service::Query(Box::new(query))
+    }
+
+    /// A command of `f`, which takes its arguments as any [`FromMessage`] type.
+    pub(crate) fn typed_command<A, F>(mut f: F) -> Service
+    where
+        A: FromMessage,
+        F: FnMut(A) -> std::result::Result<(), String> + 'static,
+    {
+        let command = move |args: Message| f(typed_args(args)?);
+        Service::Command(RefCell::new(Box::new(command)))
+    }
 }
 
 /// What one frame did, as [`ScriptDomain::frame`](crate::ScriptDomain::frame) answers it.
@@ -81,6 +117,44 @@ impl EngineServices {
 
     pub(crate) fn insert(&self, name: Arc<str>, service: Service) {
         self.map.borrow_mut().insert(name, Rc::new(service));
+    }
+
+    /// Registers `service` as `name`: installs its function at that dotted path of `lua` (the
+    /// current engine VM), adds the name to `principal`'s services (so worker VMs forward it),
+    /// and keeps it.
+    ///
+    /// # Errors
+    /// [`Error::Name`] naming the [`NameRefusal`]: a name that is not 1 to 256 bytes of dotted
+    /// Luau identifiers, one registered already, or a path taken in `lua`.
+    pub(crate) fn register(
+        self: &Rc<Self>,
+        lua: &Lua,
+        principal: &PrincipalCell,
+        name: &str,
+        service: Service,
+    ) -> Result<()> {
+        let kind = match service {
+            Service::Query(_) => jobs::ServiceKind::Query,
+            Service::Command(_) => jobs::ServiceKind::Command,
+        };
+        let refused = |refusal, message| Error::Name { refusal, message };
+        jobs::check_service_name(name).map_err(|e| refused(NameRefusal::ServiceName, e))?;
+        if self.contains(name) {
+            return Err(refused(
+                NameRefusal::ServiceTaken,
+                format!("register: engine service '{name}' is registered already"),
+            ));
+        }
+        let name: Arc<str> = Arc::from(name);
+        let f = engine_function(lua, self.clone(), name.clone())?;
+        jobs::install_at(lua, &name, f)
+            .map_err(|e| refused(NameRefusal::ServicePath, format!("register: {e}")))?;
+        principal
+            .services
+            .add(&name, kind)
+            .map_err(|e| refused(NameRefusal::ServiceTaken, e))?;
+        self.insert(name, service);
+        Ok(())
     }
 
     /// Runs service `name` on `args`, containing a panic. Answers the query's value (`None` for
@@ -164,139 +238,4 @@ fn typed_args<A: FromMessage>(args: Message) -> std::result::Result<A, String> {
         other => vec![other],
     };
     A::from_args(args).map_err(|e| e.to_string())
-}
-
-impl ScriptDomain {
-    /// Registers a query: a function of the host that answers a value, reached from Luau at
-    /// the dotted global path `name` (`world.get`). In the engine VM the path calls `f`
-    /// directly; in a worker VM it forwards the call to this thread and the calling task waits
-    /// for the answer, after every command its job recorded before it has applied.
-    ///
-    /// `f` takes the call's arguments as any [`FromMessage`] type: a tuple reads them by
-    /// position (`|(id, pos): (i64, [f32; 3])|`), `()` ignores them, a [`Message`] takes them
-    /// all as one list. Its answer is any [`IntoMessage`] type. An argument that does not
-    /// convert is raised to the caller naming it (`args[2]: expected a vector, got a string`);
-    /// an `Err` is raised naming the service, and so is a panic, which is contained.
-    ///
-    /// ```
-    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
-    ///
-    /// let pool = Pool::new(1);
-    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
-    /// domain.register_query("world.scale", |(by, pos): (f64, [f32; 3])| {
-    ///     Ok(pos.map(|c| c * by as f32))
-    /// })?;
-    /// let moved = domain.eval("return world.scale(2, vector.create(1, 2, 3))")?;
-    /// assert_eq!(moved, Message::Vector([2.0, 4.0, 6.0]));
-    /// let err = domain.eval("return world.scale('x', vector.zero)").unwrap_err().to_string();
-    /// assert!(err.contains(
-    ///     "engine service 'world.scale' failed: args[1]: expected a number (or an integer within ±2^53), got a string"
-    /// ));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::Name`] naming the [`NameRefusal`]: when the name is not 1 to 256 bytes of
-    /// dotted Luau identifiers, is registered already, or its path is taken in the engine VM (a
-    /// global that is not a table, a read-only built-in table, or a value at the path itself).
-    pub fn register_query<A, R, F>(&self, name: &str, f: F) -> Result<()>
-    where
-        A: FromMessage,
-        R: IntoMessage,
-        F: Fn(A) -> std::result::Result<R, String> + 'static,
-    {
-        let query = move |args: Message| {
-            let answer = f(typed_args(args)?)?;
-            answer
-                .into_message()
-                .map_err(|e| format!("its answer: {e}"))
-        };
-        self.register(
-            name,
-            jobs::ServiceKind::Query,
-            Service::Query(Box::new(query)),
-        )
-    }
-
-    /// Registers a command: a function of the host that changes host state and answers
-    /// nothing, reached from Luau at the dotted global path `name` (`world.set`). In the engine
-    /// VM the path calls `f` directly; in a worker VM the call is recorded and returns at once,
-    /// and this thread applies the job's commands in the order it recorded them, before the
-    /// job's promise settles.
-    ///
-    /// `f` takes the call's arguments as [`register_query`](Self::register_query)'s does.
-    ///
-    /// ```
-    /// use std::{cell::RefCell, rc::Rc};
-    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
-    ///
-    /// let pool = Pool::new(1);
-    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
-    /// let log = Rc::new(RefCell::new(Vec::new()));
-    /// let sink = log.clone();
-    /// domain.register_command("log.write", move |(text, weight): (String, f64)| {
-    ///     sink.borrow_mut().push((text, weight));
-    ///     Ok(())
-    /// })?;
-    /// domain.eval("log.write('a', 1.5)")?;
-    /// assert_eq!(*log.borrow(), vec![("a".to_owned(), 1.5)]);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    /// As [`register_query`](Self::register_query).
-    pub fn register_command<A, F>(&self, name: &str, mut f: F) -> Result<()>
-    where
-        A: FromMessage,
-        F: FnMut(A) -> std::result::Result<(), String> + 'static,
-    {
-        let command = move |args: Message| f(typed_args(args)?);
-        let service = Service::Command(RefCell::new(Box::new(command)));
-        self.register(name, jobs::ServiceKind::Command, service)
-    }
-
-    /// Serves a query named `name` to forwarded calls only: nothing is installed in any VM,
-    /// so a layer above (resources) reaches it through its own worker-side stub, and a name
-    /// that is no Luau path (`@skein/resources.call`) can't meet a host's service. A name
-    /// served already is replaced.
-    pub(crate) fn serve_query(
-        &self,
-        name: &str,
-        f: impl Fn(Message) -> std::result::Result<Message, String> + 'static,
-    ) {
-        self.frames
-            .services
-            .insert(Arc::from(name), Service::Query(Box::new(f)));
-    }
-
-    pub(crate) fn register(
-        &self,
-        name: &str,
-        kind: jobs::ServiceKind,
-        service: Service,
-    ) -> Result<()> {
-        let refused = |refusal, message| Error::Name { refusal, message };
-        jobs::check_service_name(name).map_err(|e| refused(NameRefusal::ServiceName, e))?;
-        if self.frames.services.contains(name) {
-            return Err(refused(
-                NameRefusal::ServiceTaken,
-                format!("register: engine service '{name}' is registered already"),
-            ));
-        }
-        let name: Arc<str> = Arc::from(name);
-        let f = engine_function(
-            &self.current.vm.lua,
-            self.frames.services.clone(),
-            name.clone(),
-        )?;
-        jobs::install_at(&self.current.vm.lua, &name, f)
-            .map_err(|e| refused(NameRefusal::ServicePath, format!("register: {e}")))?;
-        self.current
-            .principal
-            .services
-            .add(&name, kind)
-            .map_err(|e| refused(NameRefusal::ServiceTaken, e))?;
-        self.frames.services.insert(name, service);
-        Ok(())
-    }
 }

@@ -11,21 +11,26 @@
 //! has left the join: it goes on in a later frame as any task does.
 //!
 //! The wait is bounded by the frame's budget ([`DomainSpec::frame_budget`](crate::DomainSpec::frame_budget),
-//! or the one given to [`advance_within`](ScriptDomain::advance_within)), counted from the
+//! or the one given to [`advance_within`](crate::ScriptDomain::advance_within)), counted from the
 //! start of the advance over all its phases. A call still waiting when it runs out goes on in
 //! a later frame, resumed by whichever frame's drain settles its work, and the frame names it
 //! in [`AdvanceReport::still_waiting`](crate::frame::AdvanceReport::still_waiting).
 //!
-//! This file owns only the list of joined calls and the wait; the phase that fills the list is
-//! `phases.rs`, and the mailbox it drains is `events/drain.rs`.
+//! This file owns only the list of joined calls ([`PhaseJoin`]) and the wait, which works on
+//! the current generation's engine VM and mailbox given to it; the phase that fills the list is
+//! `phases.rs`, and the drain of the mailbox is the caller's (`events/drain.rs`).
+//!
+//! Its invariants: a call is joined only while one of its owner's tasks waits on pool work; the
+//! wait resumes no task but the joined calls'; it ends by `until`, or at once when the domain
+//! is interrupted, and names every call it left waiting.
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::domain::frame::handler_label::HandlerLabel;
-use crate::domain::ScriptDomain;
+use crate::domain::frame::phases::PhaseReport;
+use crate::domain::generation::GenerationState;
+use crate::domain::interrupt::InterruptTarget;
 use crate::pool::wake_queue::Waited;
 use crate::vm::Owner;
 
@@ -39,10 +44,10 @@ pub struct StillWaiting {
     pub waited: Duration,
 }
 
-/// One joined call: its owner (shared by the tasks it spawned), its label and when it began.
+/// One joined call: its owner (shared by the tasks it spawned; its identity is the call's
+/// label) and when it began.
 struct Joined {
     owner: Rc<Owner>,
-    label: Arc<HandlerLabel>,
     called: Instant,
 }
 
@@ -53,13 +58,11 @@ pub(crate) struct PhaseJoin {
 }
 
 impl PhaseJoin {
-    /// Joins the call of `label` that `owner` made at `called`, when any of its tasks waits on
-    /// pool work now.
-    pub(crate) fn add(&mut self, owner: &Rc<Owner>, label: &Arc<HandlerLabel>, called: Instant) {
+    /// Joins the call `owner` made at `called`, when any of its tasks waits on pool work now.
+    pub(crate) fn add(&mut self, owner: &Rc<Owner>, called: Instant) {
         if owner.waits_on_pool() {
             self.joined.push(Joined {
                 owner: owner.clone(),
-                label: label.clone(),
                 called,
             });
         }
@@ -69,37 +72,64 @@ impl PhaseJoin {
     pub(crate) fn is_empty(&self) -> bool {
         self.joined.is_empty()
     }
-}
 
-impl ScriptDomain {
-    /// Waits for the pool work of the calls in `join`, serving the mailbox, and resumes them
-    /// as it settles, until none waits on the pool or `until` passes. Each call still waiting
-    /// then is added to `still_waiting`.
-    pub(crate) fn join(
-        &self,
-        mut join: PhaseJoin,
+    /// Ends the join of the phase `report` tells, which began at `started`: when a call waits
+    /// on the pool, [`wait`](Self::wait)s for it until `until`, and the report takes how long
+    /// that took, its new length and the calls still waiting.
+    pub(crate) fn wait_into(
+        self,
+        report: &mut PhaseReport,
+        started: Instant,
+        until: Instant,
+        current: &GenerationState,
+        interrupt: &InterruptTarget,
+        drain_mailbox: impl FnMut() -> bool,
+    ) {
+        if !self.is_empty() {
+            let joining = Instant::now();
+            self.wait(
+                current,
+                interrupt,
+                until,
+                &mut report.still_waiting,
+                drain_mailbox,
+            );
+            report.joined = joining.elapsed();
+            report.elapsed = started.elapsed();
+        }
+    }
+
+    /// Waits for the pool work of the joined calls, serving `current`'s mailbox
+    /// (`drain_mailbox`), and resumes them as it settles, until none waits on the pool, the
+    /// domain is interrupted (`interrupt`) or `until` passes. Each call still waiting then is
+    /// added to `still_waiting`.
+    fn wait(
+        mut self,
+        current: &GenerationState,
+        interrupt: &InterruptTarget,
         until: Instant,
         still_waiting: &mut Vec<StillWaiting>,
+        mut drain_mailbox: impl FnMut() -> bool,
     ) {
-        while !join.is_empty() {
-            join.joined.retain(|j| j.owner.waits_on_pool());
-            if join.is_empty() || self.life.interrupt.requested() {
+        while !self.is_empty() {
+            self.joined.retain(|j| j.owner.waits_on_pool());
+            if self.is_empty() || interrupt.requested() {
                 break;
             }
             let now = Instant::now();
             if now >= until {
-                still_waiting.extend(join.joined.iter().map(|j| StillWaiting {
-                    source: j.label.to_string(),
+                still_waiting.extend(self.joined.iter().map(|j| StillWaiting {
+                    source: j.owner.identity.to_string(),
                     waited: now.saturating_duration_since(j.called),
                 }));
                 break;
             }
             // Parked on the mailbox: every reply, forwarded query and recorded command of the
             // joined work arrives there, and the first one wakes the engine thread.
-            if self.current.rx.park_until(Some(until)) != Waited::TimedOut {
-                self.drain_mailbox();
-                let joined = &join.joined;
-                self.current
+            if current.rx.park_until(Some(until)) != Waited::TimedOut {
+                drain_mailbox();
+                let joined = &self.joined;
+                current
                     .vm
                     .resume_ready_of(|owner| joined.iter().any(|j| Rc::ptr_eq(&j.owner, owner)));
             }

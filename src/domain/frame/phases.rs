@@ -1,5 +1,8 @@
-//! The scheduler of one domain: the handlers scripts bind to contexts (`@skein/context`),
-//! [`ScriptDomain::run_phase`], [`ScriptDomain::advance`] and [`ScriptDomain::stop`].
+//! The scheduler of one domain: the handlers scripts bind to contexts (`@skein/context`,
+//! [`Bindings`], a part of the generation), and the [`FrameDriver`]'s side of running them:
+//! an advance's phases ([`FrameDriver::run_phases`]) and each phase's handler calls
+//! ([`FrameDriver::run_handlers`], [`FrameDriver::call_task`]). The entry points
+//! (`run_phase`, `advance`, `stop`) are [`ScriptDomain`](crate::ScriptDomain)'s.
 //!
 //! Every entry into a domain's phase handlers goes through here. Handlers run on the engine
 //! thread, one after another, in a fixed order: contexts by priority (higher first), contexts of
@@ -13,30 +16,40 @@
 //!
 //! The scheduler does not nest: while a phase runs, a handler that reaches back into its own
 //! domain's `run_phase` or `advance` (through a host service) is refused with
-//! [`Error::Reentrant`]; its work belongs in an event or a task for the next frame.
+//! [`Error::Reentrant`](crate::Error::Reentrant) ([`FrameDriver::enter`]); its work belongs in
+//! an event or a task for the next frame.
+//!
+//! The invariants of [`Bindings`]: each phase's handler list is in run order at all times (a
+//! bind inserts in place, making a new list); a phase runs a snapshot, so what is bound while
+//! it runs runs from its next run on; the context declarations and their checked grants
+//! outlive generations, the handlers do not. Of the calls: a handler call's owner is fresh or
+//! the driver's spare, never one something else still holds.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
+use super::driver::FrameDriver;
 use crate::domain::frame::context::ContextSpec;
 use crate::domain::frame::handler_label::HandlerLabel;
-use crate::domain::frame::join::{Joining, PhaseJoin, StillWaiting};
-use crate::domain::lifecycle::DomainState;
+use crate::domain::frame::join::{PhaseJoin, StillWaiting};
+use crate::domain::generation::GenerationState;
+use crate::domain::reporting::Reporting;
+use crate::domain::reports::Reports;
 use crate::domain::EventReport;
-use crate::domain::{FrameReport, Report, ReportKind, ScriptDomain};
-use crate::error::{Error, Halt, Result};
-use crate::jobs::MAX_DEADLINE;
+use crate::domain::{FrameReport, Report, ReportKind};
+use crate::error::Result;
+use crate::jobs::{PrincipalCell, MAX_DEADLINE};
 use crate::principal::capability::{lacking, Authority, CapabilitySet, Grant};
 use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind, Severity};
-use crate::principal::profile::ProfileKind;
+use crate::principal::profile::{self, ProfileKind};
 use crate::principal::Generation;
 use crate::principal::Phase;
 use crate::value::Message;
-use crate::vm::{self, FirstRun, Owner, OwnerIdentity};
+use crate::vm::{self, FirstRun, Owner, OwnerIdentity, Vm};
 
 /// Registry key of the engine VM's `@skein/context` table.
 pub(crate) const CONTEXT_KEY: &str = "skein.context";
@@ -45,7 +58,7 @@ pub(crate) const CONTEXT_KEY: &str = "skein.context";
 const WORKER_BIND: &str =
     "context.bind: handlers bind only in the engine VM; a worker VM runs jobs, not phases";
 
-/// What one [`run_phase`](ScriptDomain::run_phase) did.
+/// What one [`run_phase`](crate::ScriptDomain::run_phase) did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PhaseReport {
     /// The phase that ran.
@@ -62,7 +75,7 @@ pub struct PhaseReport {
     /// work its handlers await (its join; zero when no handler awaited the pool).
     pub joined: Duration,
     /// The calls that still waited on pool work when the frame's budget ran out (see
-    /// [`advance`](ScriptDomain::advance)): they go on in a later frame.
+    /// [`advance`](crate::ScriptDomain::advance)): they go on in a later frame.
     pub still_waiting: Vec<StillWaiting>,
 }
 
@@ -75,7 +88,7 @@ pub struct HandlerTiming {
     pub elapsed: Duration,
 }
 
-/// What one [`advance`](ScriptDomain::advance) did.
+/// What one [`advance`](crate::ScriptDomain::advance) did.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AdvanceReport {
     /// How many `fixedUpdate` steps ran.
@@ -86,14 +99,14 @@ pub struct AdvanceReport {
     /// then `update`, then `lateUpdate`.
     pub phases: Vec<PhaseReport>,
     /// The event drain that followed `lateUpdate` (see
-    /// [`drain_events`](ScriptDomain::drain_events)).
+    /// [`drain_events`](crate::ScriptDomain::drain_events)).
     pub events: EventReport,
     /// The engine frame that ended the advance.
     pub frame: FrameReport,
     /// How long the advance took, wall time.
     pub elapsed: Duration,
     /// The reports made during the whole advance, its phases and its frame, oldest first:
-    /// copies of what waits in [`take_reports`](ScriptDomain::take_reports), as
+    /// copies of what waits in [`take_reports`](crate::ScriptDomain::take_reports), as
     /// [`FrameReport::reports`] (which holds the frame's part) says.
     pub reports: Vec<Report>,
 }
@@ -162,6 +175,8 @@ impl Bindings {
     /// # Errors
     /// [`Error::OverDelegation`] for the first context (in declaration order) that asks for
     /// more than `grant`, naming it and what it lacks.
+    ///
+    /// [`Error::OverDelegation`]: crate::Error::OverDelegation
     pub(crate) fn new(contexts: Vec<ContextSpec>, grant: &Grant) -> Result<Rc<Bindings>> {
         let grants = contexts
             .iter()
@@ -285,6 +300,18 @@ impl Bindings {
     /// The label of `context`'s handler for `phase`.
     fn label(&self, context: usize, phase: Phase) -> Arc<HandlerLabel> {
         self.labels[context * PHASES + phase as usize].clone()
+    }
+
+    /// The owner of one call of context `context`'s handler for `phase`, in the generation of
+    /// `principal`: its label, its context's authority, and its context's budget per run (the
+    /// principal's run deadline when the context sets none).
+    fn call_owner(&self, context: usize, phase: Phase, principal: &PrincipalCell) -> Owner {
+        let authority = self.authority(context, &principal.authority);
+        let label = self.label(context, phase);
+        let deadline = self.contexts[context]
+            .get_budget()
+            .unwrap_or(principal.max_deadline);
+        handler_owner(label, deadline, Some(authority))
     }
 
     /// Adds a handler after every handler of its phase whose context runs before or with its
@@ -446,343 +473,157 @@ pub(crate) fn context_module(lua: &Lua) -> mlua::Result<Value> {
     vm::registered_or_refusing(lua, CONTEXT_KEY, &[("bind", WORKER_BIND)])
 }
 
-/// Clears the scheduler's busy flag when an entry ends, however it ends.
-pub(crate) struct Entered<'a>(&'a Cell<Option<&'static str>>);
+/// An advance under way: its `delta`, when it began, and the phases it ran so far with the
+/// fixed steps it ran and dropped.
+pub(crate) struct Advance {
+    delta: Duration,
+    started: Instant,
+    phases: Vec<PhaseReport>,
+    fixed_steps: u32,
+    dropped_steps: u64,
+}
 
-impl Drop for Entered<'_> {
-    fn drop(&mut self) {
-        self.0.set(None);
+impl Advance {
+    /// What the advance did, once its events drained into `events` and its frame ended as
+    /// `frame`: the reports are those `reporting` kept since `mark`.
+    pub(crate) fn report(
+        self,
+        events: EventReport,
+        frame: FrameReport,
+        reporting: &Reporting,
+        mark: u64,
+    ) -> AdvanceReport {
+        AdvanceReport {
+            fixed_steps: self.fixed_steps,
+            dropped_steps: self.dropped_steps,
+            phases: self.phases,
+            events,
+            frame,
+            elapsed: self.started.elapsed(),
+            reports: reporting.since(mark),
+        }
     }
 }
 
-impl ScriptDomain {
-    /// Where the domain is in its life (see [`DomainState`] for the transitions).
-    pub fn state(&self) -> DomainState {
-        self.life.state.get()
-    }
+/// One run of a phase's handlers: which ones, with what, since when, and the join that takes
+/// the calls left waiting on pool work.
+pub(crate) struct PhaseCall<'a> {
+    pub(crate) phase: Phase,
+    /// Only the handlers of the context at this index (a raw event's target); every
+    /// context's when `None`.
+    pub(crate) only: Option<usize>,
+    /// What each handler is called with, copied into the engine VM per call.
+    pub(crate) args: &'a [Message],
+    /// When the run was asked for (a raw event's post): a handler's queue delay in the
+    /// profile runs from here, else from the phase's start.
+    pub(crate) queued: Option<Instant>,
+    /// Takes the calls that wait on pool work when they yield, when given.
+    pub(crate) join: Option<&'a mut PhaseJoin>,
+}
 
-    /// The contexts the host declared, in declaration order.
-    pub fn contexts(&self) -> &[ContextSpec] {
-        self.current.bindings.contexts()
-    }
-
-    /// Runs every handler bound to `phase` now, each called with a copy of `args`, and answers
-    /// what happened.
-    ///
-    /// Handlers run by their context's priority (higher first), contexts of equal priority in
-    /// declaration order, and one context's handlers in the order they were bound. Each call
-    /// is a task of the engine VM held to its context's budget per run, and timed. A handler
-    /// that raises, or runs past its budget, becomes a [`Diagnostic`] in the report and the
-    /// next handler runs. A handler that yields (`task.wait`, an `await`) goes on as a task;
-    /// a failure after that is a [`Report`](crate::Report) of the domain.
-    ///
-    /// ```
-    /// use skein::{ContextSpec, DomainSpec, Message, Phase, Pool, ScriptDomain};
-    ///
-    /// let pool = Pool::new(1);
-    /// let spec = DomainSpec::new("game")
-    ///     .context(ContextSpec::new("ui").phases([Phase::Input]))?
-    ///     .context(ContextSpec::new("world").phases([Phase::Input]).priority(5))?;
-    /// let domain = ScriptDomain::new(&pool, spec)?;
-    /// domain.exec(r#"
-    ///     local context = require("@skein/context")
-    ///     seen = {}
-    ///     context.bind("ui", { input = function(key) table.insert(seen, "ui " .. key) end })
-    ///     context.bind("world", { input = function(key) table.insert(seen, "world " .. key) end })
-    /// "#)?;
-    /// let report = domain.run_phase(Phase::Input, &[Message::String("w".into())])?;
-    /// assert_eq!(report.calls, 2);
-    /// assert!(report.errors.is_empty());
-    /// // The higher priority ran first.
-    /// assert_eq!(domain.eval("return table.concat(seen, ', ')")?, Message::String("world w, ui w".into()));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::Reentrant`] when called while a phase, advance or frame of this domain runs
-    /// (from a handler, through a host service); [`Error::Stopped`] once the domain is stopping or
-    /// stopped.
-    pub fn run_phase(&self, phase: Phase, args: &[Message]) -> Result<PhaseReport> {
-        let _entered = self.enter("run_phase")?;
-        if phase == Phase::Startup {
-            self.current.started_up.set(true);
-        }
-        let until = Instant::now().checked_add(self.frames.frame_budget);
-        Ok(self.broadcast(phase, args, until))
-    }
-
-    /// Moves the domain's time on by `delta`, as one engine frame: the early deferred drain
-    /// (timers due, `task.defer`red work, ready tasks); the `fixedUpdate` steps the accumulator
-    /// owes (each handler receives the step in seconds), at most the catch-up limit of the
-    /// domain's [`FixedStep`](crate::frame::FixedStep), dropping and counting the rest; then `update`
-    /// and `lateUpdate` (handlers receive `delta` in seconds); then one drain of the event
-    /// queue ([`drain_events`](Self::drain_events), answered in [`AdvanceReport::events`]), so
-    /// an event emitted during `update` is delivered in the same advance; then the rest of a
-    /// [`frame`](Self::frame): the mailbox drain, frame waits, registered jobs and the late
-    /// deferred drain.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use skein::frame::FixedStep;
-    /// use skein::{ContextSpec, DomainSpec, Message, Phase, Pool, ScriptDomain};
-    ///
-    /// let pool = Pool::new(1);
-    /// let spec = DomainSpec::new("game")
-    ///     .fixed_step(FixedStep { step: Duration::from_millis(10), max_catch_up: 4 })
-    ///     .context(ContextSpec::new("sim").phases([Phase::FixedUpdate, Phase::Update]))?;
-    /// let domain = ScriptDomain::new(&pool, spec)?;
-    /// domain.exec(r#"
-    ///     steps, updates = 0, 0
-    ///     require("@skein/context").bind("sim", {
-    ///         fixedUpdate = function(dt) steps += 1 end,
-    ///         update = function(dt) updates += 1 end,
-    ///     })
-    /// "#)?;
-    /// let report = domain.advance(Duration::from_millis(25))?;
-    /// assert_eq!((report.fixed_steps, report.dropped_steps), (2, 0));
-    /// // 5 ms were left over: 65 more make 7 steps owed, 4 run and 3 are dropped.
-    /// let report = domain.advance(Duration::from_millis(65))?;
-    /// assert_eq!((report.fixed_steps, report.dropped_steps), (4, 3));
-    /// assert_eq!(domain.eval("return steps")?, Message::Number(6.0));
-    /// assert_eq!(domain.eval("return updates")?, Message::Number(2.0));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// The first `advance` puts the engine VM's timers (`task.wait`, `task.delay`, the
-    /// timeouts of `events.wait` and `engine.wait`) on frame time, and each moves that clock on
-    /// by `delta`: a long `delta` fires every timer it passed, in wake order, at the frame's
-    /// step; a `delta` of zero fires nothing new (docs/embedding.md, "Driving a domain").
-    ///
-    /// # Errors
-    /// As [`run_phase`](Self::run_phase).
-    pub fn advance(&self, delta: Duration) -> Result<AdvanceReport> {
-        self.advance_within(delta, self.frames.frame_budget)
-    }
-
-    /// [`advance`](Self::advance) with its own frame budget: the longest this advance waits,
-    /// over all its phases, for the pool work its handlers await (`Duration::ZERO`: it
-    /// resumes no handler before that work's own frame drains it; a budget past
-    /// [`MAX_DEADLINE`](crate::job::JobOptions::MAX_DEADLINE), 60 s, waits 60 s).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use skein::{ContextSpec, DomainSpec, Phase, Pool, ScriptDomain};
-    ///
-    /// let dir = tempfile::tempdir()?;
-    /// std::fs::write(dir.path().join("slow.luau"), "return { run = function() local t = os.clock() while os.clock() - t < 0.2 do end end }")?;
-    /// let pool = Pool::new(1);
-    /// let spec = DomainSpec::new("game")
-    ///     .plan(skein::Plan::new().root(dir.path()))
-    ///     .context(ContextSpec::new("main").phases([Phase::Update]))?;
-    /// let domain = ScriptDomain::new(&pool, spec)?;
-    /// domain.exec(r#"require("@skein/context").bind("main", {
-    ///     update = function() jobs.dispatch("./slow", "run"):await() end })"#)?;
-    /// // A frame that gives the pool 5 ms goes on without the 200 ms job, and says so.
-    /// let report = domain.advance_within(Duration::from_millis(16), Duration::from_millis(5))?;
-    /// let waiting: Vec<_> = report.still_waiting().collect();
-    /// assert_eq!(waiting.len(), 1);
-    /// assert_eq!(waiting[0].source, "context 'main' update handler");
-    /// assert!(waiting[0].waited >= Duration::from_millis(5));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    /// As [`run_phase`](Self::run_phase).
-    pub fn advance_within(&self, delta: Duration, budget: Duration) -> Result<AdvanceReport> {
-        let _entered = self.enter("advance")?;
+impl FrameDriver {
+    /// Starts an advance by `delta` whose phases may wait `budget` (at most
+    /// [`MAX_DEADLINE`]) for their handlers' pool work: `vm`, the engine VM, moves its frame
+    /// time on, and the frame's counts start again (an advance counts from its own start, its
+    /// joins included). Answers the advance and the bound of its joins.
+    pub(crate) fn begin_advance(
+        &self,
+        vm: &Vm,
+        delta: Duration,
+        budget: Duration,
+    ) -> (Advance, Option<Instant>) {
         // Timers follow frame time from the first advance on (scheduler.rs, `Clock`).
-        self.current.vm.advance_clock(delta);
+        vm.advance_clock(delta);
         let started = Instant::now();
         let until = started.checked_add(budget.min(MAX_DEADLINE));
-        self.frames.services.forwarded.set(0);
-        self.frames.services.applied.set(0);
-        let mark = self.reporting.mark();
-        let mut phases = Vec::new();
+        self.services.forwarded.set(0);
+        self.services.applied.set(0);
+        let advance = Advance {
+            delta,
+            started,
+            phases: Vec::new(),
+            fixed_steps: 0,
+            dropped_steps: 0,
+        };
+        (advance, until)
+    }
+
+    /// Runs the phases of `advance` in `current`, each through `broadcast`: `startup` on the
+    /// generation's first frame, the early deferred drain, the `fixedUpdate` steps owed (each
+    /// handler receives the step in seconds), then `update` and `lateUpdate` (handlers
+    /// receive the advance's `delta` in seconds).
+    pub(crate) fn run_phases(
+        &self,
+        advance: &mut Advance,
+        current: &GenerationState,
+        mut broadcast: impl FnMut(Phase, &[Message]) -> PhaseReport,
+    ) {
+        let phases = &mut advance.phases;
         // A generation's first frame starts it up.
-        if !self.current.started_up.replace(true) {
-            phases.push(self.broadcast(Phase::Startup, &[], until));
+        if !current.started_up.replace(true) {
+            phases.push(broadcast(Phase::Startup, &[]));
         }
-        let step = self.frames.fixed_step.step;
-        let owed_time = self.frames.accumulator.get() + delta;
+        let (run, dropped) = self.owe_steps(advance.delta);
+        // The early deferred drain: what was deferred since the last frame runs before the
+        // phases.
+        current.vm.step();
+        phases.reserve(run as usize + 2);
+        let step_secs = [Message::Number(self.fixed_step.step.as_secs_f64())];
+        for _ in 0..run {
+            phases.push(broadcast(Phase::FixedUpdate, &step_secs));
+        }
+        let delta_secs = [Message::Number(advance.delta.as_secs_f64())];
+        phases.push(broadcast(Phase::Update, &delta_secs));
+        phases.push(broadcast(Phase::LateUpdate, &delta_secs));
+        advance.fixed_steps = run;
+        advance.dropped_steps = dropped;
+    }
+
+    /// Adds `delta` to the accumulator and takes the whole fixed steps it makes: answers how
+    /// many run (at most the catch-up limit) and how many are dropped past it. The remainder,
+    /// less than one step, stays.
+    fn owe_steps(&self, delta: Duration) -> (u32, u64) {
+        let step = self.fixed_step.step;
+        let owed_time = self.accumulator.get() + delta;
         let owed = owed_time.as_nanos() / step.as_nanos();
         let remainder = owed_time.as_nanos() % step.as_nanos();
         // The remainder is below one step, which is a `Duration`: it fits in u64 nanoseconds
         // for any step shorter than 584 years.
-        self.frames.accumulator.set(Duration::from_nanos(
+        self.accumulator.set(Duration::from_nanos(
             u64::try_from(remainder).unwrap_or(u64::MAX),
         ));
-        let run = owed.min(u128::from(self.frames.fixed_step.max_catch_up)) as u32;
+        let run = owed.min(u128::from(self.fixed_step.max_catch_up)) as u32;
         let dropped = u64::try_from(owed - u128::from(run)).unwrap_or(u64::MAX);
-        // The early deferred drain: what was deferred since the last frame runs before the
-        // phases.
-        self.current.vm.step();
-        phases.reserve(run as usize + 2);
-        let step_secs = [Message::Number(step.as_secs_f64())];
-        for _ in 0..run {
-            phases.push(self.broadcast(Phase::FixedUpdate, &step_secs, until));
-        }
-        let delta_secs = [Message::Number(delta.as_secs_f64())];
-        phases.push(self.broadcast(Phase::Update, &delta_secs, until));
-        phases.push(self.broadcast(Phase::LateUpdate, &delta_secs, until));
-        // After the phases, so an event emitted in one is delivered in this advance.
-        let events = self.run_event_drain();
-        // The frame ends with the late deferred drain.
-        let frame = self.run_frame(delta, false);
-        Ok(AdvanceReport {
-            fixed_steps: run,
-            dropped_steps: dropped,
-            phases,
-            events,
-            frame,
-            elapsed: started.elapsed(),
-            reports: self.reporting.since(mark),
-        })
+        (run, dropped)
     }
 
-    /// Ends the domain: runs the `shutdown` phase (its failures become
-    /// [`Report`](crate::Report)s), drops every bound handler, then ends the generation as a
-    /// restart does (queued pool items are refused unrun naming `domain '<name>' stopped`, its
-    /// running pool jobs are interrupted at their next interrupt check, so a host
-    /// [`Promise`](crate::Promise) of one settles as [`Error::Cancelled`](crate::Error::Cancelled)
-    /// within microseconds even for `while true do end`; the shared store and key bindings
-    /// end). The domain is then [`Stopped`](DomainState::Stopped):
-    /// `run_phase`, `advance` and `frame` do nothing more. Events still queued (those the
-    /// shutdown handlers emitted included) are dropped undelivered and counted in
-    /// [`DomainStats::events_dropped_at_stop`](crate::stats::DomainStats::events_dropped_at_stop).
-    /// Stopping twice does nothing; dropping a domain stops it.
-    ///
-    /// ```
-    /// use skein::lifecycle::DomainState;
-    /// use skein::{ContextSpec, DomainSpec, Phase, Pool, ScriptDomain};
-    ///
-    /// let pool = Pool::new(1);
-    /// let spec = DomainSpec::new("game").context(ContextSpec::new("main").phases([Phase::Shutdown]))?;
-    /// let mut domain = ScriptDomain::new(&pool, spec)?;
-    /// domain.exec(r#"require("@skein/context").bind("main", { shutdown = function() error("bye") end })"#)?;
-    /// domain.stop();
-    /// assert_eq!(domain.state(), DomainState::Stopped);
-    /// let reports = domain.take_reports();
-    /// assert!(reports[0].message.contains("bye"), "{reports:?}");
-    /// assert!(domain.run_phase(Phase::Shutdown, &[]).is_err());
-    /// assert_eq!(domain.stats().events_dropped_at_stop, 0, "nothing was queued");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn stop(&mut self) {
-        if matches!(self.life.state.get(), DomainState::Stopped) {
-            return;
-        }
-        let started = Instant::now();
-        self.life.state.set(DomainState::Stopping);
-        self.shut_down();
-        // Nothing drains a stopped domain: posts to it are refused from here on, and what is
-        // queued (the shutdown handlers' emits included) is dropped and counted.
-        let dropped = self.event_handlers.queue().stop();
-        self.reporting.counters.dropped_at_stop(dropped);
-        self.end_generation(&format!("domain '{}' stopped", self.name), false);
-        // Whatever a host service takes for the domain from now on is released at once.
-        for failure in self.life.owned.close() {
-            self.report_release_failure(failure);
-        }
-        self.life.state.set(DomainState::Stopped);
-        self.profiled(ProfileKind::DomainStopped, None, None, started);
-    }
-
-    /// Runs the generation's `shutdown` handlers (their failures become reports, labelled by
-    /// context) and drops every bound handler: what a stop and a restart both do first.
-    pub(crate) fn shut_down(&self) {
-        self.broadcast_reporting(Phase::Shutdown);
-        self.current.bindings.clear();
-    }
-
-    /// Runs every handler of `phase` with no arguments; each failure becomes a
-    /// [`Report`](crate::Report) labelled by its context, as nobody reads a phase report here.
-    pub(crate) fn broadcast_reporting(&self, phase: Phase) {
-        let report = self.broadcast(phase, &[], None);
-        for error in report.errors {
-            let source = HandlerLabel::Phase {
-                context: Arc::from(error.attribution.context.as_deref().unwrap_or("")),
-                phase,
-            };
-            self.reporting.keep(Report::new(
-                ReportKind::Handler,
-                source.to_string(),
-                error.message,
-            ));
-        }
-    }
-
-    /// Marks the start of a scheduler entry: refuses a stopped domain and a nested entry, and
-    /// moves a loaded domain to `Running`.
-    pub(crate) fn enter(&self, entry: &'static str) -> Result<Entered<'_>> {
-        let halted = match self.life.state.get() {
-            DomainState::Stopping => Some(Halt::Stopping),
-            DomainState::Stopped => Some(Halt::Stopped),
-            _ => None,
-        };
-        if let Some(state) = halted {
-            return Err(Error::Stopped {
-                entry,
-                domain: self.name.clone(),
-                state,
-                new_generation: false,
-            });
-        }
-        if self.frames.busy.get().is_some() {
-            return Err(Error::Reentrant(entry));
-        }
-        self.frames.busy.set(Some(entry));
-        self.mark_running();
-        Ok(Entered(&self.frames.busy))
-    }
-
-    /// The first phase or frame moves a ready (or still loading) domain to `Running`.
-    pub(crate) fn mark_running(&self) {
-        if matches!(
-            self.life.state.get(),
-            DomainState::Ready | DomainState::Loading
-        ) {
-            self.life.state.set(DomainState::Running);
-            self.profiled(ProfileKind::DomainStarted, None, None, Instant::now());
-        }
-    }
-
-    /// Calls every handler of `phase` in run order, then, with `until`, joins the calls that
-    /// wait on pool work until it settles or `until` passes (`join.rs`).
-    fn broadcast(&self, phase: Phase, args: &[Message], until: Option<Instant>) -> PhaseReport {
-        let started = Instant::now();
-        let _joining = until.map(|_| Joining::begin(&self.current.principal.joining));
-        let mut join = PhaseJoin::default();
-        let mut report = self.broadcast_in(phase, None, args, None, Some(&mut join));
-        if let Some(until) = until {
-            if !join.is_empty() {
-                let joining = Instant::now();
-                self.join(join, until, &mut report.still_waiting);
-                report.joined = joining.elapsed();
-                report.elapsed = started.elapsed();
-            }
-        }
-        report
-    }
-
-    /// Calls the handlers of `phase` in run order: every context's, or only those of the
-    /// context at index `only` (a raw event's target). A handler's queue delay (for the
-    /// profile) runs from `queued` (when a raw event was posted), else from the phase's start.
-    /// The calls that wait on pool work when they yield go into `join`, when it is given.
-    pub(crate) fn broadcast_in(
+    /// Calls the handlers `call` names in run order, in `current` (its bindings, engine VM and
+    /// principal): each a task held to its context's budget, timed, profiled when the
+    /// principal has a profile sink, its failure a diagnostic of domain `domain_name` sent to
+    /// `reporting` and kept in the phase's report.
+    pub(crate) fn run_handlers(
         &self,
-        phase: Phase,
-        only: Option<usize>,
-        args: &[Message],
-        queued: Option<Instant>,
-        mut join: Option<&mut PhaseJoin>,
+        current: &GenerationState,
+        reporting: &Reporting,
+        domain_name: &str,
+        call: PhaseCall<'_>,
     ) -> PhaseReport {
+        let PhaseCall {
+            phase,
+            only,
+            args,
+            queued,
+            mut join,
+        } = call;
         let started = Instant::now();
         let queued = queued.unwrap_or(started);
-        let due = self.current.bindings.snapshot(phase);
+        let bindings = &current.bindings;
+        let principal = &current.principal;
+        let due = bindings.snapshot(phase);
         let wanted = |b: &&Binding| only.is_none_or(|only| b.context == only);
         let calls = due.iter().filter(wanted).count();
-        self.reporting.counters.handler_calls(calls);
-        let profiling = self.current.principal.profile.is_some();
+        reporting.counters.handler_calls(calls);
+        let profiling = principal.profile.is_some();
         let mut errors = Vec::new();
         let mut timings = Vec::with_capacity(calls);
         // One clock read per call: a call's end is the next one's start, unless a profile
@@ -790,52 +631,40 @@ impl ScriptDomain {
         let mut call = started;
         for binding in due.iter().filter(wanted) {
             let context = binding.context;
-            let spec = &self.current.bindings.contexts()[context];
-            let authority = self
-                .current
-                .bindings
-                .authority(context, &self.current.principal.authority);
+            let spec = &bindings.contexts()[context];
+            let owner = bindings.call_owner(context, phase, principal);
             let called = Called {
                 at: call,
                 join: join.as_deref_mut(),
             };
-            let failed = self.call_handler(
-                spec,
-                (context, phase),
-                authority,
-                &binding.handler,
-                args,
-                called,
-            );
+            let failed = match lua_args(&current.vm.lua, args) {
+                Ok(values) => self.call_task(
+                    &current.vm,
+                    reporting.reports(),
+                    owner,
+                    &binding.handler,
+                    values,
+                    called,
+                ),
+                Err(text) => Some(text),
+            };
             let ended = Instant::now();
             timings.push(HandlerTiming {
-                context: self.current.bindings.names[context].clone(),
+                context: bindings.names[context].clone(),
                 elapsed: ended.saturating_duration_since(call),
             });
             if profiling {
-                let name = format!("{}.{phase}", spec.name());
-                self.profiled_after(
-                    ProfileKind::ContextCall,
-                    Some(spec.name()),
-                    Some(name),
-                    call,
-                    Some(call.saturating_duration_since(queued)),
-                );
+                profile_call(principal, spec.name(), phase, call, queued);
             }
             let quiet = !profiling && failed.is_none();
             if let Some(message) = failed {
-                let attribution = Attribution {
-                    domain_name: self.name.clone(),
-                    domain: self.id(),
-                    generation: self.generation(),
-                    context: Some(spec.name().to_owned()),
-                    actor: None,
-                };
+                let context = Some(spec.name().to_owned());
+                let attribution = super::attribution(domain_name, principal.id, context);
                 let mut diagnostic =
                     Diagnostic::new(DiagnosticKind::HandlerFailed, attribution, message);
                 diagnostic.phase = Some(phase);
                 diagnostic.source = defined_at(&binding.handler);
-                self.diagnose(Severity::Error, &diagnostic);
+                reporting.diagnose(Severity::Error, &diagnostic);
                 errors.push(diagnostic);
             }
             call = if quiet { ended } else { Instant::now() };
@@ -851,72 +680,27 @@ impl ScriptDomain {
         }
     }
 
-    /// Calls one handler as a task of the engine VM under its context's budget; answers the
-    /// failure's text when it failed before its first yield.
-    fn call_handler(
-        &self,
-        spec: &ContextSpec,
-        (context, phase): (usize, Phase),
-        authority: Arc<Authority>,
-        handler: &Function,
-        args: &[Message],
-        called: Called<'_>,
-    ) -> Option<String> {
-        let label = self.current.bindings.label(context, phase);
-        let deadline = spec
-            .get_budget()
-            .unwrap_or(self.current.principal.max_deadline);
-        let values = match self.lua_args(args) {
-            Ok(values) => values,
-            Err(text) => return Some(text),
-        };
-        self.call_task(label, deadline, Some(authority), handler, values, called)
-    }
-
-    /// Copies `args` into the engine VM; answers the failure's text when one can't be read.
-    pub(crate) fn lua_args(&self, args: &[Message]) -> std::result::Result<MultiValue, String> {
-        let lua = &self.current.vm.lua;
-        let mut values = MultiValue::with_capacity(args.len());
-        for arg in args {
-            match arg.to_lua(lua) {
-                Ok(v) => values.push_back(v),
-                Err(e) => {
-                    return Err(format!(
-                        "its arguments could not be read: {}",
-                        vm::error_message(&e)
-                    ))
-                }
-            }
-        }
-        Ok(values)
-    }
-
-    /// Calls `handler` with `values` as a task of the engine VM held to `deadline` per run,
-    /// under `authority` (the domain's when `None`); answers the failure's text when it failed
-    /// before its first yield. A failure after a yield becomes a [`Report`] labelled `label`.
+    /// Calls `handler` with `values` as a task of `vm` (the engine VM) owned by `owner`;
+    /// answers the failure's text when it failed before its first yield. A failure after a
+    /// yield becomes a [`Report`] in `reports`, labelled by the owner's identity.
     ///
-    /// A call that ends in its first run (the common case) hands its end straight back; only
-    /// a call that yields gets a completion, which turns a later failure into that report.
+    /// A call that ends in its first run (the common case) hands its end straight back, and
+    /// its owner, when nothing else holds it, is kept as the spare; only a call that yields
+    /// gets a completion, which turns a later failure into that report.
     pub(crate) fn call_task(
         &self,
-        label: Arc<HandlerLabel>,
-        deadline: Duration,
-        authority: Option<Arc<Authority>>,
+        vm: &Vm,
+        reports: &Rc<RefCell<Reports>>,
+        owner: Owner,
         handler: &Function,
         values: MultiValue,
         called: Called<'_>,
     ) -> Option<String> {
-        // The handler's task, the tasks it starts (they share its owner) and what it dispatches
-        // (items carry the authority installed when they are made) run as its context.
-        let mut owner = Owner::new(label.clone(), deadline, None);
-        if let Some(authority) = authority {
-            owner = owner.with_authority(authority);
-        }
         let owner = self.fresh_owner(owner);
-        let first = self.current.vm.call(handler.clone(), values, owner.clone());
+        let first = vm.call(handler.clone(), values, owner.clone());
         // A task the call left waiting on pool work (itself, or one it spawned) is joined.
         if let Some(join) = called.join {
-            join.add(&owner, &label, called.at);
+            join.add(&owner, called.at);
         }
         match first {
             Err(e) => Some(vm::error_message(&e)),
@@ -924,12 +708,12 @@ impl ScriptDomain {
                 // Whatever the call started (a spawned task, a deferred one) holds the owner
                 // too, and then it is not spare.
                 if Rc::strong_count(&owner) == 1 {
-                    self.frames.spare_owner.set(Some(owner));
+                    self.spare_owner.set(Some(owner));
                 }
                 result.err().map(|failure| failure.to_string())
             }
             Ok(FirstRun::Suspended) => {
-                let reports = self.reporting.reports().clone();
+                let reports = reports.clone();
                 let label: Arc<dyn OwnerIdentity> = owner.identity.clone();
                 owner.set_completion(Box::new(move |_lua: &Lua, result, _commands| {
                     if let Err(failure) = result {
@@ -946,6 +730,88 @@ impl ScriptDomain {
             }
         }
     }
+
+    /// `owner` in an `Rc`: the spare one of an earlier call refilled, when there is one.
+    fn fresh_owner(&self, owner: Owner) -> Rc<Owner> {
+        if let Some(mut spare) = self.spare_owner.take() {
+            if let Some(slot) = Rc::get_mut(&mut spare) {
+                *slot = owner;
+                return spare;
+            }
+        }
+        Rc::new(owner)
+    }
+}
+
+/// The owner of one handler call: named `label`, each run held to `deadline`, its tasks under
+/// `authority` (the engine VM's own, the domain's, when `None`). The handler's task, the tasks
+/// it starts (they share its owner) and what it dispatches (items carry the authority
+/// installed when they are made) run as its context.
+pub(crate) fn handler_owner(
+    label: Arc<HandlerLabel>,
+    deadline: Duration,
+    authority: Option<Arc<Authority>>,
+) -> Owner {
+    let owner = Owner::new(label, deadline, None);
+    match authority {
+        Some(authority) => owner.with_authority(authority),
+        None => owner,
+    }
+}
+
+/// Copies `args` into `lua`; answers the failure's text when one can't be read.
+pub(crate) fn lua_args(lua: &Lua, args: &[Message]) -> std::result::Result<MultiValue, String> {
+    let mut values = MultiValue::with_capacity(args.len());
+    for arg in args {
+        match arg.to_lua(lua) {
+            Ok(v) => values.push_back(v),
+            Err(e) => {
+                return Err(format!(
+                    "its arguments could not be read: {}",
+                    vm::error_message(&e)
+                ))
+            }
+        }
+    }
+    Ok(values)
+}
+
+/// Sends the profile event of a call of context `context`'s handler for `phase`, which began
+/// at `call` and was asked for at `queued`, to `principal`'s profile sink, if it has one.
+fn profile_call(
+    principal: &PrincipalCell,
+    context: &str,
+    phase: Phase,
+    call: Instant,
+    queued: Instant,
+) {
+    if let Some(sink) = &principal.profile {
+        let name = format!("{context}.{phase}");
+        let attribution = Attribution {
+            context: Some(context.to_owned()),
+            ..principal.authority.attribution().clone()
+        };
+        let delay = Some(call.saturating_duration_since(queued));
+        profile::emit(
+            &**sink,
+            ProfileKind::ContextCall,
+            attribution,
+            name,
+            call,
+            delay,
+        );
+    }
+}
+
+/// A phase handler's failure, `message`, as a report of the domain labelled by its `context`
+/// and `phase`: for the callers nobody reads a phase report of (a startup or shutdown run, a
+/// frame loop).
+pub(crate) fn phase_failure(phase: Phase, context: Option<&str>, message: String) -> Report {
+    let source = HandlerLabel::Phase {
+        context: Arc::from(context.unwrap_or("")),
+        phase,
+    };
+    Report::new(ReportKind::Handler, source.to_string(), message)
 }
 
 /// Where a handler call stands in its phase: when it began, and the join of the phase (none
@@ -965,20 +831,6 @@ impl Called<'_> {
     }
 }
 
-impl ScriptDomain {
-    /// `owner` in an `Rc`: the spare one of an earlier call refilled, when there is one.
-    fn fresh_owner(&self, owner: Owner) -> Rc<Owner> {
-        if let Some(mut spare) = self.frames.spare_owner.take() {
-            if let Some(slot) = Rc::get_mut(&mut spare) {
-                *slot = owner;
-                return spare;
-            }
-        }
-        Rc::new(owner)
-    }
-}
-
-/// How reports name a handler: `context 'game' update handler`.
 #[cfg(test)]
 mod tests {
     use super::*;
