@@ -39,13 +39,14 @@ use crate::domain::frame::join::{PhaseJoin, StillWaiting};
 use crate::domain::generation::GenerationState;
 use crate::domain::reporting::Reporting;
 use crate::domain::reports::Reports;
+use crate::domain::sinks::profile_engine;
 use crate::domain::EventReport;
 use crate::domain::{FrameReport, Report, ReportKind};
 use crate::error::Result;
 use crate::jobs::{PrincipalCell, MAX_DEADLINE};
 use crate::principal::capability::{lacking, Authority, CapabilitySet, Grant};
-use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind, Severity};
-use crate::principal::profile::{self, ProfileKind};
+use crate::principal::diagnostic::{defined_at, Diagnostic, DiagnosticKind, Severity};
+use crate::principal::profile::ProfileKind;
 use crate::principal::Generation;
 use crate::principal::Phase;
 use crate::value::Message;
@@ -654,7 +655,19 @@ impl FrameDriver {
                 elapsed: ended.saturating_duration_since(call),
             });
             if profiling {
-                profile_call(principal, spec.name(), phase, call, queued);
+                let name = format!("{}.{phase}", spec.name());
+                let delay = Some(call.saturating_duration_since(queued));
+                let kind = ProfileKind::ContextCall;
+                let context = Some(spec.name());
+                profile_engine(
+                    principal,
+                    domain_name,
+                    kind,
+                    context,
+                    Some(name),
+                    call,
+                    delay,
+                );
             }
             let quiet = !profiling && failed.is_none();
             if let Some(message) = failed {
@@ -774,33 +787,6 @@ pub(crate) fn lua_args(lua: &Lua, args: &[Message]) -> std::result::Result<Multi
         }
     }
     Ok(values)
-}
-
-/// Sends the profile event of a call of context `context`'s handler for `phase`, which began
-/// at `call` and was asked for at `queued`, to `principal`'s profile sink, if it has one.
-fn profile_call(
-    principal: &PrincipalCell,
-    context: &str,
-    phase: Phase,
-    call: Instant,
-    queued: Instant,
-) {
-    if let Some(sink) = &principal.profile {
-        let name = format!("{context}.{phase}");
-        let attribution = Attribution {
-            context: Some(context.to_owned()),
-            ..principal.authority.attribution().clone()
-        };
-        let delay = Some(call.saturating_duration_since(queued));
-        profile::emit(
-            &**sink,
-            ProfileKind::ContextCall,
-            attribution,
-            name,
-            call,
-            delay,
-        );
-    }
 }
 
 /// A phase handler's failure, `message`, as a report of the domain labelled by its `context`
