@@ -14,7 +14,7 @@ use std::sync::Arc;
 use crate::domain::frame::handler_label::HandlerLabel;
 use crate::domain::{stall_watch, AdvanceReport, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, Result};
-use crate::pool::wake_queue::Waited;
+use crate::executor::wake_queue::Waited;
 use crate::principal::diagnostic::DiagnosticKind;
 use crate::vm;
 

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::domain::frame::handler_label::HandlerLabel;
 use crate::domain::ScriptDomain;
-use crate::pool::wake_queue::Waited;
+use crate::executor::wake_queue::Waited;
 use crate::vm::Owner;
 
 /// A handler call that still waited on pool work when its frame's budget ran out: it goes on

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use crate::domain::{FrameReport, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, Result};
+use crate::executor::wake_queue::Waited;
 use crate::jobs::{HostSlot, JobInfo, PhaseHost};
-use crate::pool::wake_queue::Waited;
 use crate::principal::diagnostic::{Attribution, Diagnostic, DiagnosticKind, Severity};
 use crate::principal::Phase;
 use crate::value::Message;

@@ -3,12 +3,12 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::executor::lanes::KeyLanes;
+use crate::executor::stats::WorkerStats;
+use crate::executor::threads::Executor;
 use crate::jobs::protocol::pool_shared::{NativeTallies, PoolShared, WarmRuns};
 use crate::jobs::worker::LuauWorker;
 use crate::ledger::{default_budget, format_bytes, Charge, Ledger};
-use crate::pool::executor::Executor;
-use crate::pool::lanes::KeyLanes;
-use crate::pool::stats::WorkerStats;
 use crate::vm::Signal;
 
 /// A work-stealing pool of worker threads, each owning isolated Luau VMs.

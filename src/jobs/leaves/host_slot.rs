@@ -3,14 +3,14 @@
 //! [`ReplyTo::HostJob`](crate::jobs::ReplyTo::HostJob) reply), and any host thread may block on
 //! it.
 //!
-//! It is a [`OneShot`] (`pool/one_shot.rs`, loom-checked): a settle with nobody waiting is two
+//! It is a [`OneShot`] (`executor/one_shot.rs`, loom-checked): a settle with nobody waiting is two
 //! atomic operations, and only a settle that finds a thread parked on the slot unparks it.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::pool::one_shot::{OneShot, Standing, Took};
-use crate::pool::wake_queue::Waited;
+use crate::executor::one_shot::{OneShot, Standing, Took};
+use crate::executor::wake_queue::Waited;
 use crate::vm::Outcome;
 
 /// The kinds an outcome is settled as, so the slot answers where it stands without reading it.

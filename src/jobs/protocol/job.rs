@@ -12,9 +12,9 @@ use bytes::Bytes;
 
 use super::messages::WorkerMsg;
 use super::pool_shared::PoolShared;
+use crate::executor::handoff::{CancelOutcome, Handoff};
 use crate::jobs::leaves::host_slot::HostSlot;
 use crate::ledger::{Charge, Held, Ledger};
-use crate::pool::handoff::{CancelOutcome, Handoff};
 use crate::principal::Principal;
 use crate::sync::Ordering;
 use crate::vm::{Cancel, CancelToken, OwnerIdentity};

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::item::{Item, LaneKey};
 use super::messages::WorkerMsg;
-use crate::pool::executor::Executor;
-use crate::pool::lanes::KeyLanes;
-use crate::pool::stats::{HeldKey, WarmRun, WorkerStats, KEYS_LISTED, WARM_RUNS_KEPT};
+use crate::executor::lanes::KeyLanes;
+use crate::executor::stats::{HeldKey, WarmRun, WorkerStats, KEYS_LISTED, WARM_RUNS_KEPT};
+use crate::executor::threads::Executor;
 use crate::sync::Arc as SyncArc;
 use crate::vm::{NativeMode, NativeTally, Signal};
 

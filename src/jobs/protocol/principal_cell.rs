@@ -9,11 +9,11 @@ use std::time::Duration;
 use super::job::MAX_JOB_BYTES;
 use super::messages::DomainEvent;
 use super::warm::WarmRegistry;
+use crate::executor::wake_queue::{wake_queue, WakeReceiver, WakeSender};
 use crate::jobs::leaves::event_log::EventLog;
 use crate::jobs::leaves::registered::directory::JobDirectory;
 use crate::jobs::leaves::service_names::ServiceNames;
 use crate::ledger::Ledger;
-use crate::pool::wake_queue::{wake_queue, WakeReceiver, WakeSender};
 use crate::principal::capability::{Attribution, Authority, Grant};
 use crate::principal::event_queue::EventQueue;
 use crate::principal::{Generation, Logs, Principal, Profile};
@@ -26,7 +26,7 @@ use crate::vm::{CancelToken, Liveness, Plan};
 /// forwarded queries, recorded commands). The domain's public
 /// [`DomainMailbox`](crate::DomainMailbox) wraps it with the event queue.
 ///
-/// The transport is a [`WakeSender`] (`pool/wake_queue.rs`): a send is a short critical section
+/// The transport is a [`WakeSender`] (`executor/wake_queue.rs`): a send is a short critical section
 /// that pushes the event, and only the send that finds the engine thread asleep wakes it; the
 /// engine takes every event that arrived with one swap ([`MailboxReceiver`]). All events of a
 /// generation travel in one queue, so they are handled in the order they were sent: a

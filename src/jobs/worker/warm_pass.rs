@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use mlua::{MultiValue, Value};
 
+use crate::executor::stats::WarmRun;
 use crate::jobs::leaves::entry::entry_function;
 use crate::jobs::protocol::item::Item;
 use crate::jobs::protocol::keys::LaneTurn;
@@ -35,7 +36,6 @@ use crate::jobs::protocol::messages::DomainEvent;
 use crate::jobs::protocol::pool_shared::PoolShared;
 use crate::jobs::protocol::principal_cell::PrincipalCell;
 use crate::jobs::protocol::warm::WarmEntry;
-use crate::pool::stats::WarmRun;
 use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
 
 /// An item the worker took while its VM was warming, with its key's turn if it is keyed.

@@ -424,7 +424,7 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::pool::wait_until;
+    use crate::executor::wait_until;
     use std::sync::atomic::{AtomicU32, AtomicUsize};
     use std::sync::mpsc;
     use std::time::Duration;
