@@ -1,4 +1,4 @@
-//! The Luau `jobs` API on top of `vm` and `pool`: dispatch, the worker side of a pool thread,
+//! The Luau `jobs` API on top of `vm` and `executor`: dispatch, the worker side of a pool thread,
 //! principals and promises for host code.
 //!
 //! The files sit in rows, one folder each, lowest first; a file names only files of its own row
@@ -10,7 +10,7 @@
 //!   `registered/`);
 //! - `protocol/`: what travels between threads and the one function every settle path ends in
 //!   (`job`, `item`, `messages`, `reply`, `gather`, `pool_shared`, `keys`, `warm`,
-//!   `principal_cell`);
+//!   `principal_shared`);
 //! - `luau/`: the bindings of one VM (`home`, `api`, `dispatch_raw`, `issue`, `parallel_for`,
 //!   `map`, `warm_api`, `registered/`, `service_stubs`, `engine_events`);
 //! - `worker/`: the Luau side of a pool thread, and the steps of starting an item;
@@ -41,8 +41,8 @@ pub(crate) use protocol::job::{JobShared, NOT_STARTED};
 pub(crate) use protocol::job::{JOB_WEIGHT, MAX_JOB_BYTES};
 pub(crate) use protocol::messages::{ActorWake, DomainEvent};
 pub(crate) use protocol::pool_shared::PoolShared;
-pub(crate) use protocol::principal_cell::PrincipalCell;
-pub(crate) use protocol::principal_cell::{MailboxReceiver, MailboxSender};
+pub(crate) use protocol::principal_shared::PrincipalShared;
+pub(crate) use protocol::principal_shared::{MailboxReceiver, MailboxSender};
 pub(crate) use protocol::reply::{reply, ReplyTo};
 pub(crate) use protocol::warm::WARM_BOUND;
 pub(crate) use worker::VM_RETIRED;

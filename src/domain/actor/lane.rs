@@ -21,7 +21,7 @@ use super::error::{ActorError, ActorStage, FailurePolicy};
 use super::outbox::{ActorShared, Queued, Reply, Unobserved, FAILED, STOPPED};
 use super::service_link::ServiceLink;
 use super::SendArg;
-use crate::jobs::{self, ActorWake, HomeKind, JobsHome, PoolShared, PrincipalCell};
+use crate::jobs::{self, ActorWake, HomeKind, JobsHome, PoolShared, PrincipalShared};
 use crate::ledger::Charge;
 use crate::principal::capability::Authority;
 use crate::principal::diagnostic::Attribution;
@@ -53,7 +53,7 @@ pub(crate) struct LaneSetup {
     pub(crate) profile: Profile,
     /// The generation the actor belongs to: its `jobs` run as it, and (with
     /// `shareServices = true`) its engine services answer.
-    pub(crate) principal: Arc<PrincipalCell>,
+    pub(crate) principal: Arc<PrincipalShared>,
     /// Where the actor's `jobs` items go.
     pub(crate) pool: Arc<PoolShared>,
     /// `shareServices = true`: the VM gets the domain's engine services.

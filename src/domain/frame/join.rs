@@ -108,7 +108,7 @@ impl ScriptDomain {
 }
 
 /// Marks a phase that joins, from its first handler call to the end of its join: workers hold
-/// off new items after a chunk's query while it is set (`PrincipalCell::joining`). Set before
+/// off new items after a chunk's query while it is set (`PrincipalShared::joining`). Set before
 /// the handlers run, since their chunks start, and ask, before the join begins. A relaxed flag:
 /// it tunes where items run, never whether they do. Cleared when dropped, however the phase
 /// ends.

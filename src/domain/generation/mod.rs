@@ -31,7 +31,7 @@ use crate::domain::{
 };
 use crate::error::{Error, Halt, NameRefusal, Result};
 use crate::jobs::{
-    self, HomeKind, JobsHome, MailboxReceiver, MailboxSender, Pool, PrincipalCell, Registry,
+    self, HomeKind, JobsHome, MailboxReceiver, MailboxSender, Pool, PrincipalShared, Registry,
     MAX_DEADLINE,
 };
 use crate::principal::profile::ProfileKind;
@@ -62,7 +62,7 @@ use crate::vm::{self, FailureKind, JobFailure, Outcome, TaskFailure, Vm};
 /// discarded and counted, and drops the rest after that drain. The fields drop in the order
 /// they are declared when the whole value goes (the domain's own drop, a discarded candidate).
 pub(crate) struct GenerationState {
-    pub(crate) principal: Arc<PrincipalCell>,
+    pub(crate) principal: Arc<PrincipalShared>,
     pub(crate) vm: Vm,
     pub(crate) rx: MailboxReceiver,
     /// The jobs its scripts registered (`jobs.register`) and the host's kernels.
@@ -113,7 +113,7 @@ impl GenerationState {
     /// [`Error::Vm`] when the VM can't be built.
     pub(crate) fn assemble(
         host: &EngineSetup<'_>,
-        principal: Arc<PrincipalCell>,
+        principal: Arc<PrincipalShared>,
         rx: MailboxReceiver,
         registry: Rc<Registry>,
         bindings: Rc<phases::Bindings>,
@@ -443,7 +443,7 @@ impl ScriptDomain {
 /// Builds the engine VM of `principal` on this thread, with the `jobs` API installed and the
 /// failures of its unawaited tasks going to `reports`.
 pub(crate) fn engine_vm(
-    principal: &Arc<PrincipalCell>,
+    principal: &Arc<PrincipalShared>,
     pool: &Pool,
     reports: &Rc<RefCell<Reports>>,
 ) -> Result<Vm> {

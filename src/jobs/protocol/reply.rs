@@ -16,7 +16,7 @@ use super::job::JobShared;
 use super::keys::LaneTurn;
 use super::messages::{ActorWake, DomainEvent, WorkerMsg};
 use super::pool_shared::PoolShared;
-use super::principal_cell::PrincipalCell;
+use super::principal_shared::PrincipalShared;
 use crate::jobs::leaves::host_slot::HostSlot;
 use crate::vm::{FailureKind, JobFailure, Outcome, PromiseId};
 
@@ -46,7 +46,7 @@ pub(crate) enum ReplyTo {
 }
 
 /// Sends a job's outcome to the promise's home.
-pub(crate) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, pool: &PoolShared) {
+pub(crate) fn reply(principal: &PrincipalShared, to: ReplyTo, outcome: Outcome, pool: &PoolShared) {
     match to {
         ReplyTo::Engine(promise) => {
             // An ended generation's engine VM is gone, and its promises with it.
@@ -91,7 +91,7 @@ pub(crate) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, po
 pub(crate) struct Settlement {
     pending: Option<(ReplyTo, Outcome)>,
     job: Arc<JobShared>,
-    principal: Arc<PrincipalCell>,
+    principal: Arc<PrincipalShared>,
     pool: Arc<PoolShared>,
     /// A keyed item's lane turn: the key's next item starts only after the commands applied.
     /// Dropped after the reply (fields drop after `Drop::drop`).
@@ -103,7 +103,7 @@ impl Settlement {
         reply: ReplyTo,
         outcome: Outcome,
         job: Arc<JobShared>,
-        principal: Arc<PrincipalCell>,
+        principal: Arc<PrincipalShared>,
         pool: Arc<PoolShared>,
         turn: Option<LaneTurn>,
     ) -> Settlement {

@@ -33,7 +33,7 @@ use crate::jobs::protocol::item::{Item, ItemArgs, Kernel, KernelCall};
 use crate::jobs::protocol::job::{JobShared, JobTally};
 use crate::jobs::protocol::messages::WorkerMsg;
 use crate::jobs::protocol::pool_shared::PoolShared;
-use crate::jobs::protocol::principal_cell::PrincipalCell;
+use crate::jobs::protocol::principal_shared::PrincipalShared;
 use crate::jobs::protocol::reply::ReplyTo;
 use crate::principal::capability::{self, Authority};
 use crate::value::{ExactValue, Message};
@@ -72,7 +72,7 @@ pub(crate) struct Registry {
     draining: RefCell<HashSet<u64>>,
     /// The write/write pairs reported already: each pair is reported once.
     reported_writes: RefCell<HashSet<UnorderedWrite>>,
-    principal: Arc<PrincipalCell>,
+    principal: Arc<PrincipalShared>,
     pool: Arc<PoolShared>,
     sink: FailureSink,
 }
@@ -129,7 +129,7 @@ impl RegisteredJob {
 
 impl Registry {
     pub(crate) fn new(
-        principal: Arc<PrincipalCell>,
+        principal: Arc<PrincipalShared>,
         pool: Arc<PoolShared>,
         sink: FailureSink,
     ) -> Rc<Registry> {
@@ -147,7 +147,7 @@ impl Registry {
 
     /// The registry of the next generation: no jobs (their functions lived in the old engine
     /// VM), the same host kernels.
-    pub(crate) fn next_generation(&self, principal: Arc<PrincipalCell>) -> Rc<Registry> {
+    pub(crate) fn next_generation(&self, principal: Arc<PrincipalShared>) -> Rc<Registry> {
         let next = Registry::new(principal, self.pool.clone(), self.sink.clone());
         *next.kernels.borrow_mut() = self.kernels.borrow().clone();
         next

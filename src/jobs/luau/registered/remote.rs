@@ -41,7 +41,7 @@ use crate::jobs::leaves::registered::remote_job::{
 };
 use crate::jobs::luau::home::{registering_authority, HomeKind, JobsHome};
 use crate::jobs::protocol::messages::DomainEvent;
-use crate::jobs::protocol::principal_cell::PrincipalCell;
+use crate::jobs::protocol::principal_shared::PrincipalShared;
 use crate::principal::capability::Authority;
 use crate::vm::{self, Embedded, Owner, OwnerIdentity, TaskFailure, Vm};
 
@@ -281,7 +281,7 @@ pub(crate) fn cancel(lua: &Lua, home: &JobsHome, id: u64) -> bool {
 }
 
 /// Handles the engine's [`RemoteOp`] for job `id` of this VM.
-pub(crate) fn on_op(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64, op: RemoteOp) {
+pub(crate) fn on_op(vm: &Vm, principal: &Arc<PrincipalShared>, id: u64, op: RemoteOp) {
     match op {
         RemoteOp::Run => run(vm, principal, id),
         RemoteOp::Forget => {
@@ -298,7 +298,7 @@ pub(crate) fn on_op(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64, op: Remote
 
 /// Tells the engine a call of job `id` ended; its commands apply there under `authority`.
 fn done(
-    principal: &PrincipalCell,
+    principal: &PrincipalShared,
     id: u64,
     commands: Vec<vm::ServiceCall>,
     failure: Option<String>,
@@ -325,7 +325,7 @@ fn worker_call(lua: &Lua) -> mlua::Result<Function> {
 
 /// Starts this frame's call of job `id` as a task of the VM. A job this VM no longer holds (it
 /// cancelled it) answers at once, so the engine never keeps a call in flight for it.
-fn run(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64) {
+fn run(vm: &Vm, principal: &Arc<PrincipalShared>, id: u64) {
     let lua = &vm.lua;
     let jobs = local_jobs(lua);
     let prepared = {
@@ -418,7 +418,7 @@ fn worker_args(
 }
 
 /// The VM was dropped after a panic: every job it held is errored, naming why.
-pub(crate) fn vm_lost(lua: &Lua, principal: &PrincipalCell, why: &str) {
+pub(crate) fn vm_lost(lua: &Lua, principal: &PrincipalShared, why: &str) {
     let Some(jobs) = lua.app_data_ref::<Rc<LocalJobs>>().map(|j| j.clone()) else {
         return;
     };

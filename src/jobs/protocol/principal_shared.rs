@@ -1,4 +1,4 @@
-//! A principal's cross-thread state ([`PrincipalCell`]), and the sending end of the mailbox that
+//! A principal's cross-thread state ([`PrincipalShared`]), and the sending end of the mailbox that
 //! reaches its domain's engine thread.
 
 use std::fmt;
@@ -64,7 +64,7 @@ impl fmt::Debug for MailboxSender {
 }
 
 /// The shared, `Send + Sync` part of a principal that travels with its items.
-pub(crate) struct PrincipalCell {
+pub(crate) struct PrincipalShared {
     pub(crate) id: Principal,
     pub(crate) plan: Plan,
     pub(crate) mailbox: MailboxSender,
@@ -111,8 +111,8 @@ pub(crate) struct PrincipalCell {
     /// principal reports its resumes and timers to it.
     pub(crate) liveness: Option<Arc<Liveness>>,
     /// False while the principal runs work; set once when it ends. Its worker VMs run with it
-    /// as their token ([`RunTokens::vm`](crate::vm::RunTokens)), so setting it and raising
-    /// every worker's signal stops their runs at the next interrupt check.
+    /// as their token ([`RunTokens::vm`](crate::vm::budget::RunTokens::vm)), so setting it and
+    /// raising every worker's signal stops their runs at the next interrupt check.
     halt: Arc<CancelToken>,
     /// Why the principal ended, once it has.
     ended: Mutex<Option<String>>,
@@ -122,7 +122,7 @@ pub(crate) struct PrincipalCell {
     pub(crate) joining: AtomicBool,
 }
 
-impl PrincipalCell {
+impl PrincipalShared {
     pub(crate) fn new(
         id: Principal,
         plan: Plan,
@@ -132,7 +132,7 @@ impl PrincipalCell {
         warm_bound: Duration,
         memory: Arc<Ledger>,
     ) -> Self {
-        PrincipalCell {
+        PrincipalShared {
             id,
             plan,
             mailbox,
@@ -179,12 +179,12 @@ impl PrincipalCell {
         &self,
         generation: Generation,
         mailbox: MailboxSender,
-    ) -> PrincipalCell {
+    ) -> PrincipalShared {
         let id = Principal {
             domain: self.id.domain,
             generation,
         };
-        let mut next = PrincipalCell::new(
+        let mut next = PrincipalShared::new(
             id,
             self.plan.clone(),
             mailbox,
