@@ -12,12 +12,13 @@
 //! - The engine registry's entry ([`Executor::Remote`](super::Executor::Remote)): the worker
 //!   and VM serial to post to, the counts, and whether a call is in flight.
 //!
-//! A frame posts [`WorkerMsg::Registered`] with [`RemoteOp::Run`] to the worker's inbox and goes
-//! on. The worker starts the call as a task of the job's VM with a command log; when the task
-//! ends it posts [`DomainEvent::RegisteredDone`] with the commands it recorded and its failure,
-//! if any. The engine handles that at its next drain (so one frame later): it applies the
-//! commands, then marks the call done or the job errored. A frame that finds the call still in
-//! flight posts nothing and counts a late call.
+//! A frame posts
+//! [`WorkerMsg::Registered`](crate::jobs::protocol::messages::WorkerMsg::Registered) with
+//! [`RemoteOp::Run`] to the worker's inbox and goes on. The worker starts the call as a task of
+//! the job's VM with a command log; when the task ends it posts [`DomainEvent::RegisteredDone`]
+//! with the commands it recorded and its failure, if any. The engine handles that at its next
+//! drain (so one frame later): it applies the commands, then marks the call done or the job
+//! errored. A frame that finds the call still in flight posts nothing and counts a late call.
 //!
 //! The VM stays: workers drop a principal's VMs only when it ends (a restart or a stop, which
 //! ends its jobs too) or after a panic, when every job the VM held is errored with the reason.
