@@ -21,7 +21,7 @@ use super::owner::{Owner, TaskFailure};
 use super::plan::Plan;
 use super::promise_handle::{self, HandleTables};
 use super::raised::raised_text;
-use super::scheduler::{self, Resume, Scheduler, SchedulerHost, TaskId};
+use super::scheduler::{self, Resume, Scheduler, SchedulerVm, TaskId};
 use super::signal_waits::SignalKind;
 use super::task_library::{self, POOL_PROMISES};
 use crate::principal::capability::Authority;
@@ -482,7 +482,7 @@ impl VmCore {
     }
 }
 
-impl SchedulerHost for VmCore {
+impl SchedulerVm for VmCore {
     fn scheduler(&self) -> &RefCell<Scheduler> {
         &self.sched
     }

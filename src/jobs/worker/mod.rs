@@ -37,7 +37,7 @@ use crate::executor::lanes::KeyLanes;
 use crate::executor::threads::{Poll, WorkerContext, WorkerLogic};
 use crate::principal::Principal;
 use crate::shared::{receive_parcel, sweep_parked_pops};
-use crate::vm::{self, FailureKind, SchedulerHost, Signal, TaskFailure};
+use crate::vm::{self, FailureKind, SchedulerVm, Signal, TaskFailure};
 use item_clock::{count_wait, ItemClock};
 use retire::{end_of_principal, retire, VmEnd};
 
