@@ -6,7 +6,7 @@
 //! cycle: `docs/architecture.md`, "Inside `jobs`"):
 //!
 //! - `leaves/`: plain data and the rules of the calls' arguments (`options`, `chunking`,
-//!   `entry`, `host_slot`, `service_names`, `event_log`, and the data of registered jobs in
+//!   `entry`, `outcome_slot`, `service_names`, `event_log`, and the data of registered jobs in
 //!   `registered/`);
 //! - `protocol/`: what travels between threads and the one function every settle path ends in
 //!   (`job`, `item`, `messages`, `reply`, `gather`, `pool_shared`, `keys`, `warm`,
@@ -26,8 +26,8 @@ pub(crate) use host::{check_key, reserve_vms};
 pub use host::{JobOptions, Pool, Promise, PromiseStatus};
 pub(crate) use leaves::event_log::check_event_name;
 pub(crate) use leaves::event_log::EVENT_LOG_BOUND;
-pub(crate) use leaves::host_slot::HostSlot;
 pub(crate) use leaves::options::MAX_DEADLINE;
+pub(crate) use leaves::outcome_slot::OutcomeSlot;
 pub use leaves::registered::info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
 pub(crate) use leaves::service_names::{check_name as check_service_name, ServiceKind};
 pub(crate) use luau::api::{install, BUILTINS};

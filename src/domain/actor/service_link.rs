@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua};
 
-use crate::jobs::{self, DomainEvent, HostSlot, PrincipalShared, ReplyTo, ServiceKind};
+use crate::jobs::{self, DomainEvent, OutcomeSlot, PrincipalShared, ReplyTo, ServiceKind};
 use crate::principal::capability;
 use crate::value::{Message, MessageArgs};
 use crate::vm::{self, CancelToken};
@@ -109,12 +109,12 @@ impl ServiceLink {
     fn ask(&self, name: &Arc<str>, args: Message) -> mlua::Result<Message> {
         // The budget is read before posting: the wait may not outlast the run that asks.
         let limit = vm::run_left().map(|(left, budget)| (Instant::now() + left, budget));
-        let slot = HostSlot::new();
+        let slot = OutcomeSlot::new();
         let posted = self.principal.mailbox.send(DomainEvent::Query {
             service: name.clone(),
             args,
             commands: Vec::new(),
-            reply: ReplyTo::Host(slot.clone()),
+            reply: ReplyTo::Slot(slot.clone()),
             job: None,
             authority: capability::current_arc(),
         });

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::domain::{FrameReport, Report, ReportKind, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::executor::wake_queue::Waited;
-use crate::jobs::{HostSlot, JobInfo, PhaseHost};
+use crate::jobs::{JobInfo, OutcomeSlot, PhaseHost};
 use crate::principal::diagnostic::{Attribution, Diagnostic, DiagnosticKind, Severity};
 use crate::principal::Phase;
 use crate::value::Message;
@@ -271,7 +271,7 @@ impl PhaseHost for ScriptDomain {
     /// Waits until every slot has settled, draining the mailbox whenever something reaches it
     /// (a forwarded query, the commands an item recorded before it settles), at most
     /// [`WAVE_WAIT`] or the domain's run deadline, whichever is shorter.
-    fn settle(&self, slots: &[Arc<HostSlot>]) -> Duration {
+    fn settle(&self, slots: &[Arc<OutcomeSlot>]) -> Duration {
         let started = Instant::now();
         let until = started + WAVE_WAIT.min(self.current.principal.max_deadline);
         for slot in slots {

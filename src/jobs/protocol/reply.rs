@@ -17,7 +17,7 @@ use super::keys::LaneTurn;
 use super::messages::{ActorWake, DomainEvent, WorkerMsg};
 use super::pool_shared::PoolShared;
 use super::principal_shared::PrincipalShared;
-use crate::jobs::leaves::host_slot::HostSlot;
+use crate::jobs::leaves::outcome_slot::OutcomeSlot;
 use crate::vm::{FailureKind, JobFailure, Outcome, PromiseId};
 
 /// Where a job's outcome goes.
@@ -31,14 +31,15 @@ pub(crate) enum ReplyTo {
         vm: u64,
         promise: PromiseId,
     },
-    /// A Rust [`Promise`](crate::Promise) held by host code, on a slot of its own (a forwarded
-    /// query's answer, a registered job's call).
-    Host(Arc<HostSlot>),
+    /// A slot of its own, which Rust code waits on or polls through a
+    /// [`Promise`](crate::Promise): an actor's forwarded query (its thread blocks on it), a
+    /// registered job's item (the engine thread takes from it each frame).
+    Slot(Arc<OutcomeSlot>),
     /// A Rust [`Promise`](crate::Promise) of a job the host dispatched: the slot inside the job.
     HostJob(Arc<JobShared>),
     /// Chunk `index` (from 0) of a `jobs.parallelFor`: its collector settles the promise.
     Chunk { gather: Arc<Gather>, index: usize },
-    /// A promise homed in a `@skein/worker` worker's VM: its lane reads `wakes` between runs.
+    /// A promise homed in an actor's VM (`@skein/worker`): its lane reads `wakes` between runs.
     Actor {
         wakes: Sender<ActorWake>,
         promise: PromiseId,
@@ -69,7 +70,7 @@ pub(crate) fn reply(principal: &PrincipalShared, to: ReplyTo, outcome: Outcome, 
                 outcome,
             },
         ),
-        ReplyTo::Host(slot) => {
+        ReplyTo::Slot(slot) => {
             slot.settle(outcome);
         }
         ReplyTo::HostJob(job) => {

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use mlua::{Function, Lua, MultiValue, Value};
 
 use crate::error::{Error, NameRefusal, Result};
-use crate::jobs::leaves::host_slot::{HostSlot, SlotState};
 use crate::jobs::leaves::options::MAX_KEY_BYTES;
+use crate::jobs::leaves::outcome_slot::{OutcomeSlot, SlotState};
 use crate::jobs::protocol::item::{Item, ItemArgs, Kernel, KernelCall};
 use crate::jobs::protocol::job::{JobShared, JobTally};
 use crate::jobs::protocol::messages::WorkerMsg;
@@ -50,7 +50,7 @@ pub(crate) trait PhaseHost {
     /// Waits until every one of `slots` has settled, serving the domain's mailbox meanwhile (an
     /// item may forward a query, or record commands the engine applies before it settles), or
     /// until the wait's bound passes. Answers how long it waited.
-    fn settle(&self, slots: &[Arc<HostSlot>]) -> Duration;
+    fn settle(&self, slots: &[Arc<OutcomeSlot>]) -> Duration;
     /// Reports jobs `first` and `second` of `phase`, which both write `name` with nothing
     /// ordering them.
     fn unordered_write(&self, phase: &str, first: &str, second: &str, name: &str);
@@ -114,7 +114,7 @@ struct JobState {
     /// The slot of the item on a worker whose result `apply` waits for. The registry polls it
     /// each frame and never waits on it; cancelling the job drops it, and the item's late
     /// result with it.
-    in_flight: Option<Arc<HostSlot>>,
+    in_flight: Option<Arc<OutcomeSlot>>,
 }
 
 impl RegisteredJob {
@@ -489,7 +489,7 @@ impl Registry {
         jobs: &[Rc<RegisteredJob>],
         host: &dyn PhaseHost,
     ) {
-        let slots: Vec<Arc<HostSlot>> = jobs
+        let slots: Vec<Arc<OutcomeSlot>> = jobs
             .iter()
             .filter_map(|j| j.state.borrow().in_flight.clone())
             .collect();
@@ -724,10 +724,10 @@ impl Registry {
         module: Arc<Path>,
         entry: Arc<str>,
         deadline: Duration,
-    ) -> impl FnOnce(ItemArgs) -> (Item, Arc<HostSlot>) + '_ {
+    ) -> impl FnOnce(ItemArgs) -> (Item, Arc<OutcomeSlot>) + '_ {
         let authority = registered.authority.clone();
         move |args| {
-            let slot = HostSlot::new();
+            let slot = OutcomeSlot::new();
             let item = Item {
                 principal: self.principal.clone(),
                 authority,
@@ -736,7 +736,7 @@ impl Registry {
                 entry,
                 args,
                 deadline,
-                reply: ReplyTo::Host(slot.clone()),
+                reply: ReplyTo::Slot(slot.clone()),
                 queued_at: Some(Instant::now()),
                 charge: None,
             };
@@ -745,7 +745,7 @@ impl Registry {
     }
 
     /// Records an item handed to the pool (or its refusal, which errors the job).
-    fn queued(&self, job: &RegisteredJob, queued: Result<(), String>, slot: Arc<HostSlot>) {
+    fn queued(&self, job: &RegisteredJob, queued: Result<(), String>, slot: Arc<OutcomeSlot>) {
         match queued {
             Ok(()) => {
                 let mut state = job.state.borrow_mut();
