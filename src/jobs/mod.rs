@@ -34,7 +34,7 @@ pub(crate) use luau::api::{install, BUILTINS};
 pub(crate) use luau::engine_events::deliver as deliver_events;
 pub(crate) use luau::engine_events::release_waits as release_engine_waits;
 pub(crate) use luau::home::{home_principal, registering_authority, HomeKind, JobsHome};
-pub(crate) use luau::registered::{FailureSink, PhaseHost, Registry};
+pub(crate) use luau::registered::{FailureSink, PhaseHost, RegisteredJobs};
 pub(crate) use luau::service_stubs::{forward as forward_query, install_at, read_args};
 pub(crate) use protocol::item::{Item, ItemArgs};
 pub(crate) use protocol::job::{JobShared, NOT_STARTED};

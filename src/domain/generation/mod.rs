@@ -31,8 +31,8 @@ use crate::domain::{
 };
 use crate::error::{Error, Halt, NameRefusal, Result};
 use crate::jobs::{
-    self, HomeKind, JobsHome, MailboxReceiver, MailboxSender, Pool, PrincipalShared, Registry,
-    MAX_DEADLINE,
+    self, HomeKind, JobsHome, MailboxReceiver, MailboxSender, Pool, PrincipalShared,
+    RegisteredJobs, MAX_DEADLINE,
 };
 use crate::principal::profile::ProfileKind;
 use crate::principal::{Generation, Phase};
@@ -66,7 +66,7 @@ pub(crate) struct GenerationState {
     pub(crate) vm: Vm,
     pub(crate) rx: MailboxReceiver,
     /// The jobs its scripts registered (`jobs.register`) and the host's kernels.
-    pub(crate) registry: Rc<Registry>,
+    pub(crate) registry: Rc<RegisteredJobs>,
     /// The host's contexts and the handlers scripts bound to them.
     pub(crate) bindings: Rc<phases::Bindings>,
     /// The workers (`@skein/worker`) its code spawned; torn down when it ends.
@@ -115,7 +115,7 @@ impl GenerationState {
         host: &EngineSetup<'_>,
         principal: Arc<PrincipalShared>,
         rx: MailboxReceiver,
-        registry: Rc<Registry>,
+        registry: Rc<RegisteredJobs>,
         bindings: Rc<phases::Bindings>,
         actors: Rc<actor::Actors>,
     ) -> Result<GenerationState> {

@@ -61,7 +61,7 @@ pub(crate) trait PhaseHost {
 pub(crate) type FailureSink = Rc<dyn Fn(String, String, Option<JobFailure>)>;
 
 /// A domain's registered jobs and the kernels its host registered.
-pub(crate) struct Registry {
+pub(crate) struct RegisteredJobs {
     /// Live jobs, in registration order.
     jobs: RefCell<Vec<Rc<RegisteredJob>>>,
     /// Phases in the order their first job registered. A phase keeps its place once seen.
@@ -127,13 +127,13 @@ impl RegisteredJob {
     }
 }
 
-impl Registry {
+impl RegisteredJobs {
     pub(crate) fn new(
         principal: Arc<PrincipalShared>,
         pool: Arc<PoolShared>,
         sink: FailureSink,
-    ) -> Rc<Registry> {
-        Rc::new(Registry {
+    ) -> Rc<RegisteredJobs> {
+        Rc::new(RegisteredJobs {
             jobs: RefCell::new(Vec::new()),
             phases: RefCell::new(Vec::new()),
             kernels: RefCell::new(HashMap::new()),
@@ -147,8 +147,8 @@ impl Registry {
 
     /// The registry of the next generation: no jobs (their functions lived in the old engine
     /// VM), the same host kernels.
-    pub(crate) fn next_generation(&self, principal: Arc<PrincipalShared>) -> Rc<Registry> {
-        let next = Registry::new(principal, self.pool.clone(), self.sink.clone());
+    pub(crate) fn next_generation(&self, principal: Arc<PrincipalShared>) -> Rc<RegisteredJobs> {
+        let next = RegisteredJobs::new(principal, self.pool.clone(), self.sink.clone());
         *next.kernels.borrow_mut() = self.kernels.borrow().clone();
         next
     }
@@ -901,9 +901,9 @@ fn info_of(job: &RegisteredJob) -> JobInfo {
     }
 }
 
-impl fmt::Debug for Registry {
+impl fmt::Debug for RegisteredJobs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Registry")
+        f.debug_struct("RegisteredJobs")
             .field("jobs", &self.jobs.borrow().len())
             .finish_non_exhaustive()
     }
