@@ -43,7 +43,7 @@ use crate::jobs::leaves::registered::directory::Dropped;
 use crate::jobs::leaves::registered::info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
 use crate::jobs::leaves::registered::order::{Declared, PhaseOrder, Placed, UnorderedWrite};
 use crate::jobs::leaves::registered::remote_job::{Control, RemoteOp, RemoteRegistration};
-pub(crate) use descriptor::Executor;
+pub(crate) use descriptor::JobBody;
 
 /// What the registry asks of its domain while it runs a phase.
 pub(crate) trait PhaseHost {
@@ -86,7 +86,7 @@ pub(crate) struct RegisteredJob {
     metadata: Option<Message>,
     /// Its `reads`, `writes`, `after`, `before` and `pure`.
     declared: Arc<Declared>,
-    executor: Executor,
+    body: JobBody,
     /// The authority of the code that registered it: its `run`, `input` and `apply` and its
     /// items all run under it, so a job never holds more than the code that registered it.
     authority: Arc<Authority>,
@@ -208,7 +208,7 @@ impl RegisteredJobs {
             origin: d.origin,
             metadata: d.metadata,
             declared: d.declared,
-            executor: d.executor,
+            body: d.body,
             authority: capability::current_or(&self.principal.authority),
             tally: Arc::new(JobTally {
                 id,
@@ -242,7 +242,7 @@ impl RegisteredJobs {
             origin: r.origin,
             metadata: r.metadata,
             declared: r.declared,
-            executor: Executor::Remote {
+            body: JobBody::Remote {
                 kind: r.kind,
                 worker: r.worker,
                 vm: r.vm,
@@ -359,9 +359,9 @@ impl RegisteredJobs {
         let Some(job) = removed else {
             return;
         };
-        if let Executor::Remote {
+        if let JobBody::Remote {
             worker, vm, shared, ..
-        } = &job.executor
+        } = &job.body
         {
             shared.cancelled.store(true, Ordering::Release);
             self.pool.exec.post(
@@ -543,7 +543,7 @@ impl RegisteredJobs {
     /// runs. Answers whether it started an item on the pool.
     fn tick(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>) -> bool {
         self.land(vm, job);
-        if let Executor::Remote { worker, vm, .. } = &job.executor {
+        if let JobBody::Remote { worker, vm, .. } = &job.body {
             self.tick_remote(job, *worker, *vm);
             return false;
         }
@@ -553,14 +553,14 @@ impl RegisteredJobs {
                 return false;
             }
         }
-        match &job.executor {
-            Executor::Remote { .. } => {}
-            Executor::Luau { run } => {
+        match &job.body {
+            JobBody::Remote { .. } => {}
+            JobBody::Luau { run } => {
                 job.state.borrow_mut().calls += 1;
                 self.start_task(vm, job, run.clone(), Value::Nil);
             }
-            Executor::Worker { .. } => self.queue_worker_call(job),
-            Executor::Kernel { .. } => self.queue_kernel_call(job),
+            JobBody::Worker { .. } => self.queue_worker_call(job),
+            JobBody::Kernel { .. } => self.queue_kernel_call(job),
         }
         job.state.borrow().in_flight.is_some()
     }
@@ -586,10 +586,10 @@ impl RegisteredJobs {
         };
         match landed {
             Some(Outcome::Resolved(result)) => {
-                let apply = match &job.executor {
-                    Executor::Worker { apply, .. } => Some(apply.clone()),
-                    Executor::Kernel { apply, .. } => apply.clone(),
-                    Executor::Luau { .. } | Executor::Remote { .. } => None,
+                let apply = match &job.body {
+                    JobBody::Worker { apply, .. } => Some(apply.clone()),
+                    JobBody::Kernel { apply, .. } => apply.clone(),
+                    JobBody::Luau { .. } | JobBody::Remote { .. } => None,
                 };
                 if let Some(apply) = apply {
                     match result.to_lua(&vm.lua) {
@@ -613,7 +613,7 @@ impl RegisteredJobs {
     /// This frame's call of a worker job: runs `input()` here, then queues an item of the
     /// module's entry over its value (in its key's lane when it has a key).
     fn queue_worker_call(&self, job: &Rc<RegisteredJob>) {
-        let Executor::Worker {
+        let JobBody::Worker {
             path,
             spec,
             entry,
@@ -621,7 +621,7 @@ impl RegisteredJobs {
             key,
             deadline,
             ..
-        } = &job.executor
+        } = &job.body
         else {
             return;
         };
@@ -657,12 +657,12 @@ impl RegisteredJobs {
     /// This frame's call of a kernel job: runs `input()` here (when it has one), then queues
     /// the kernel over its value.
     fn queue_kernel_call(&self, job: &Rc<RegisteredJob>) {
-        let Executor::Kernel {
+        let JobBody::Kernel {
             name,
             kernel,
             input,
             ..
-        } = &job.executor
+        } = &job.body
         else {
             return;
         };
@@ -846,8 +846,8 @@ fn job_failure(job: &RegisteredJob, message: &str) -> JobFailure {
         Some(at) => (&message[..at], Some(message[at + 1..].to_owned())),
         None => (message, None),
     };
-    let (module, entry) = match &job.executor {
-        Executor::Worker { path, entry, .. } => (Some(path.to_path_buf()), Some(entry.to_string())),
+    let (module, entry) = match &job.body {
+        JobBody::Worker { path, entry, .. } => (Some(path.to_path_buf()), Some(entry.to_string())),
         _ => (None, None),
     };
     JobFailure {
@@ -862,7 +862,7 @@ fn job_failure(job: &RegisteredJob, message: &str) -> JobFailure {
 
 /// Publishes a worker-registered job's info for the handles in its VM.
 fn mirror(job: &RegisteredJob) {
-    if let Executor::Remote { shared, .. } = &job.executor {
+    if let JobBody::Remote { shared, .. } = &job.body {
         shared.publish(info_of(job));
     }
 }
@@ -882,7 +882,7 @@ fn info_of(job: &RegisteredJob) -> JobInfo {
         id: job.id,
         name: job.name.clone(),
         phase: job.phase.to_string(),
-        kind: job.executor.kind(),
+        kind: job.body.kind(),
         status,
         paused: state.paused,
         origin: job.origin.clone(),
@@ -893,7 +893,7 @@ fn info_of(job: &RegisteredJob) -> JobInfo {
         waited_for_vm: Duration::from_nanos(job.tally.waited_ns.load(Ordering::Relaxed)),
         calls: state.calls,
         failed_calls: state.failed,
-        worker: matches!(job.executor, Executor::Remote { .. }).then_some(WorkerCalls {
+        worker: matches!(job.body, JobBody::Remote { .. }).then_some(WorkerCalls {
             calls: state.calls,
             late_calls: state.late,
             failed_calls: state.failed,

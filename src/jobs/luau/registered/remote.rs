@@ -9,8 +9,8 @@
 //!   or drain).
 //! - [`LocalJobs`] (app data of the worker VM): the job's functions (`run`, or `input` and
 //!   `apply` with the module's entry) and the call running now, if any.
-//! - The engine registry's entry ([`Executor::Remote`](super::Executor::Remote)): the worker
-//!   and VM serial to post to, the counts, and whether a call is in flight.
+//! - The engine registry's entry ([`JobBody::Remote`]): the worker and VM serial to post to, the
+//!   counts, and whether a call is in flight.
 //!
 //! A frame posts
 //! [`WorkerMsg::Registered`](crate::jobs::protocol::messages::WorkerMsg::Registered) with
@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use mlua::{Function, Lua, MultiValue, Value};
 
-use super::descriptor::{self, Executor};
+use super::descriptor::{self, JobBody};
 use crate::jobs::leaves::entry::entry_function;
 use crate::jobs::leaves::registered::directory::Dropped;
 use crate::jobs::leaves::registered::info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
@@ -129,9 +129,9 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
     )?;
     // The metadata is kept twice: in this VM's snapshot of the job and in the engine's entry.
     let held = d.hold(&principal.memory, 2)?;
-    let (call, deadline) = match d.executor {
-        Executor::Luau { run } => (LocalCall::Luau { run }, principal.max_deadline),
-        Executor::Worker {
+    let (call, deadline) = match d.body {
+        JobBody::Luau { run } => (LocalCall::Luau { run }, principal.max_deadline),
+        JobBody::Worker {
             path,
             entry,
             input,
@@ -155,7 +155,7 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
             };
             (call, deadline)
         }
-        Executor::Kernel { .. } | Executor::Remote { .. } => return Err(KERNEL_REFUSED.to_owned()),
+        JobBody::Kernel { .. } | JobBody::Remote { .. } => return Err(KERNEL_REFUSED.to_owned()),
     };
     let kind = match call {
         LocalCall::Luau { .. } => "luau",
