@@ -458,7 +458,7 @@ impl Lane<'_> {
     /// Settles a promise or delivers a parcel that reached the actor's VM.
     fn wake(&self, wake: ActorWake) {
         match wake {
-            ActorWake::Settle { promise, outcome } => self.vm.settle(promise, outcome),
+            ActorWake::Settle { promise, outcome } => self.vm.settle_reply(promise, outcome),
             ActorWake::Parcel(parcel) => receive_parcel(&self.vm.lua, parcel),
         }
     }

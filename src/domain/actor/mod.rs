@@ -668,7 +668,8 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
             if entry.shared.park(cell.id(), end_only) {
                 return vm::promise_handle(lua, cell);
             }
-            core.settle(lua, cell.id(), Outcome::Cancelled); // never awaited: out of the pending table
+            // Never awaited: out of the pending table.
+            core.settle_if_pending(lua, cell.id(), Outcome::Cancelled);
             Ok(Value::Nil)
         })?,
     )?;
@@ -676,7 +677,11 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
         "expire",
         lua.create_function(|lua, promise: Value| {
             if let Some(handle) = promise_of(lua, &promise) {
-                VmCore::of(lua)?.settle(lua, handle.id(), Outcome::Resolved(Message::Nil));
+                VmCore::of(lua)?.settle_if_pending(
+                    lua,
+                    handle.id(),
+                    Outcome::Resolved(Message::Nil),
+                );
             }
             Ok(())
         })?,

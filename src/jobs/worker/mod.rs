@@ -361,7 +361,7 @@ impl WorkerLogic for LuauWorker {
             } => {
                 if let Some(i) = self.vm_index(principal) {
                     if self.vms[i].serial == vm {
-                        self.vms[i].vm.settle(promise, outcome);
+                        self.vms[i].vm.settle_reply(promise, outcome);
                     }
                 }
             }
