@@ -82,11 +82,11 @@ pub enum ReportKind {
     Handler,
     /// A registered job, a job's promise nobody awaited, or a warm pass failed.
     Job,
-    /// A `@skein/worker` thread failed and no code received or joined the failure (every
-    /// failure, observed or not, is in
+    /// An actor (a `@skein/worker` thread, so the kind's name is `worker`) failed and no code
+    /// received or joined the failure (every failure, observed or not, is in
     /// [`take_actor_failures`](ScriptDomain::take_actor_failures)); or a task in its VM failed
     /// with no one awaiting it.
-    Worker,
+    Actor,
     /// An engine-service command or query failed, or a host scheduler call was refused.
     Service,
     /// A restart's or reload's load failed.
@@ -107,7 +107,7 @@ impl ReportKind {
             ReportKind::Task => "task",
             ReportKind::Handler => "handler",
             ReportKind::Job => "job",
-            ReportKind::Worker => "worker",
+            ReportKind::Actor => "worker",
             ReportKind::Service => "service",
             ReportKind::Load => "load",
             ReportKind::Capability => "capability",
@@ -125,7 +125,7 @@ impl ReportKind {
         } else if label == "capability" {
             ReportKind::Capability
         } else if label.starts_with("worker '") {
-            ReportKind::Worker
+            ReportKind::Actor
         } else if label.starts_with("jobs.warm") {
             ReportKind::Job
         } else if label == "engine services" {
@@ -335,7 +335,7 @@ impl ScriptDomain {
         let unhandled = self.current.vm.core.promises.borrow_mut().take_unhandled();
         let mut reports = self.reporting.reports().borrow_mut();
         for (label, failure) in self.current.actors.take_unobserved() {
-            reports.push(Report::new(ReportKind::Worker, label, failure));
+            reports.push(Report::new(ReportKind::Actor, label, failure));
         }
         for (what, failure) in unhandled.kept {
             reports.push(
