@@ -290,8 +290,8 @@ impl ResourceHost {
     /// ([`Plan::memory_limit`]); by default [`Plan::DEFAULT_MEMORY_LIMIT`] (512 MiB). A
     /// resource's domain holds its engine VM's limit and one per worker on the pool's memory
     /// budget ([`Pool::with_memory_budget`](crate::Pool::with_memory_budget)) while it runs:
-    /// a start that does not fit fails with [`Error::Memory`](crate::Error::Memory), and the
-    /// resources already running go on.
+    /// a start that does not fit fails with [`Error::Memory`], and the resources already
+    /// running go on.
     ///
     /// ```
     /// use skein::capability::Grant;
