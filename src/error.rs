@@ -1,7 +1,7 @@
 //! Skein's error type: one [`Error`] whose variants are the families of failure an embedder
 //! tells apart, each keeping what the layer that refused knows about it.
 //!
-//! This file sits above `value`, `pool`, `vm` and `shared` and below `jobs` and `domain`: it
+//! This file sits above `value`, `executor`, `vm` and `shared` and below `jobs` and `domain`: it
 //! names the structured errors of the lower layers (a [`PushError`], a [`SharedTableError`]…)
 //! and turns them into an [`Error`] here, so no lower layer ever names `Error`. The upper
 //! layers build the refusal families ([`Error::Dispatch`], [`Error::Spec`], [`Error::Name`],

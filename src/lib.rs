@@ -100,9 +100,9 @@
 
 mod domain;
 mod error;
+mod executor;
 mod jobs;
 mod ledger;
-mod pool;
 mod principal;
 pub mod resource;
 pub mod shared;
@@ -384,7 +384,7 @@ pub mod stats {
     //! ```
 
     pub use crate::domain::DomainStats;
-    pub use crate::pool::stats::{HeldKey, WarmRun, WorkerStats};
+    pub use crate::executor::stats::{HeldKey, WarmRun, WorkerStats};
 }
 
 pub mod prelude {
@@ -418,17 +418,18 @@ pub mod prelude {
 /// Re-exported so hosts use the same mlua as Skein.
 pub use mlua;
 
-/// The pool's lock-free protocols, exposed only to the loom models in `loom-tests`.
+/// The executor's lock-free protocols, and the others the loom models in `loom-tests` check,
+/// exposed only to them.
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod __loom {
-    pub use crate::pool::executor::{Executor, Poll, WorkerContext, WorkerLogic};
-    pub use crate::pool::handoff::{CancelOutcome, Handoff, HandoffState};
-    pub use crate::pool::lanes::{Deliver, KeyLanes, Release, TooManyKeys, MAX_KEYS};
-    pub use crate::pool::one_shot::{OneShot, Standing, Took};
-    pub use crate::pool::sleep::{Sleep, SleepOutcome, AWAKE, SLEEPING};
-    pub use crate::pool::stats::WorkerStats;
-    pub use crate::pool::wake_queue::{wake_queue, Waited, WakeReceiver, WakeSender};
+    pub use crate::executor::handoff::{CancelOutcome, Handoff, HandoffState};
+    pub use crate::executor::lanes::{Deliver, KeyLanes, Release, TooManyKeys, MAX_KEYS};
+    pub use crate::executor::one_shot::{OneShot, Standing, Took};
+    pub use crate::executor::sleep::{Sleep, SleepOutcome, AWAKE, SLEEPING};
+    pub use crate::executor::stats::WorkerStats;
+    pub use crate::executor::threads::{Executor, Poll, WorkerContext, WorkerLogic};
+    pub use crate::executor::wake_queue::{wake_queue, Waited, WakeReceiver, WakeSender};
     pub use crate::shared::queue::{Delivery, PopNow, SharedQueue};
     pub use crate::shared::queue_ref::pop_blocking;
     pub use crate::shared::table::loom_support::{new_store, turn_taken};

@@ -441,7 +441,7 @@ fn a_failure_nobody_received_or_joined_is_reported_when_the_run_ends_and_only_th
     d.run_until_idle().unwrap();
     let reports = d.take_reports();
     assert_eq!(reports.len(), 1, "{reports:?}");
-    assert_eq!(reports[0].kind, skein::ReportKind::Worker);
+    assert_eq!(reports[0].kind, skein::ReportKind::Actor);
     assert_eq!(reports[0].source, "worker 'loose'");
     assert_eq!(
         reports[0].message,

@@ -8,8 +8,9 @@
 //!   `crate::vm::Plan`, `use crate::{jobs, value::Message}`, or a name the crate root re-exports
 //!   (`crate::ScriptDomain` is `domain`'s, read from `src/lib.rs`). `src/lib.rs` and the runner
 //!   (`src/bin/`, which sees only the public API) sit above every layer.
-//! - **The pool has no Luau.** No file of `src/pool/`, nor any file it names, names `mlua`: the
-//!   loom models check the executor's shipped code, which they could not if it held a VM.
+//! - **The executor has no Luau.** No file of `src/executor/`, nor any file it names, names
+//!   `mlua`: the loom models check the executor's shipped code, which they could not if it held a
+//!   VM.
 //! - **File cycles.** The groups of files that import each other are exactly the ones the
 //!   architecture page lists in its `file-cycles` block: a new cycle fails, and so does a listed
 //!   one that is gone, so the list cannot go stale.
@@ -33,7 +34,7 @@ const LAYERS: &[&str] = &[
     "sync",
     "value",
     "ledger",
-    "pool",
+    "executor",
     "principal",
     "vm",
     "shared",
@@ -850,14 +851,14 @@ fn no_file_of_jobs_names_a_higher_row() {
 }
 
 #[test]
-fn the_pool_has_no_luau() {
+fn the_executor_has_no_luau() {
     let krate = src_crate();
     let dependencies = krate.dependencies();
-    // The pool's files and every file they name, however indirectly.
+    // The executor's files and every file they name, however indirectly.
     let mut reached: BTreeSet<usize> = (0..krate.files.len())
-        .filter(|i| krate.files[*i].relative.starts_with("pool/"))
+        .filter(|i| krate.files[*i].relative.starts_with("executor/"))
         .collect();
-    assert!(reached.len() > 5, "the pool's files were not found");
+    assert!(reached.len() > 5, "the executor's files were not found");
     let mut stack: Vec<usize> = reached.iter().copied().collect();
     while let Some(at) = stack.pop() {
         for &next in &dependencies[at] {
@@ -875,7 +876,7 @@ fn the_pool_has_no_luau() {
         .collect();
     assert!(
         luau.is_empty(),
-        "the pool (src/pool/ and what it names) holds no Luau, yet these files name mlua: {luau:?}"
+        "the executor (src/executor/ and what it names) holds no Luau, yet these files name mlua: {luau:?}"
     );
 }
 
@@ -965,7 +966,7 @@ fn the_file_cycles_are_the_listed_ones() {
 fn the_file_graph_reads_imports_as_the_compiler_does() {
     let file = |path: &str, text: &str| (path.to_owned(), text.to_owned());
     let sources = [
-        file("lib.rs", "mod jobs;\nmod pool;\npub use jobs::Item;\n"),
+        file("lib.rs", "mod jobs;\nmod executor;\npub use jobs::Item;\n"),
         file(
             "jobs/mod.rs",
             "mod item;\nmod reply;\nmod api;\npub(crate) use item::Item;\n\
@@ -982,15 +983,15 @@ fn the_file_graph_reads_imports_as_the_compiler_does() {
              const C: char = '{';\n\
              #[cfg(test)]\nmod tests {\n    use crate::jobs::api::install;\n}\n",
         ),
-        // `api` names `item` through a child-module path, and `pool` only in a comment and a
+        // `api` names `item` through a child-module path, and `executor` only in a comment and a
         // string; its test module names nothing.
         file(
             "jobs/api.rs",
             "mod inner { pub(super) fn f() {} }\n\
-             // crate::pool::Thing\nconst S: &str = \"super::pool\";\n\
+             // crate::executor::Thing\nconst S: &str = \"super::executor\";\n\
              pub(crate) fn install() -> Option<super::item::Item> { inner::f(); None }\n",
         ),
-        file("pool/mod.rs", "pub(crate) struct Thing;\n"),
+        file("executor/mod.rs", "pub(crate) struct Thing;\n"),
     ];
     let krate = Crate::new(&sources);
     let dependencies = krate.dependencies();

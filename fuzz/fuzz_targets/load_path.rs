@@ -25,9 +25,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let grant = RootAuthority::new().grant(CapabilitySet::from_iter([
-        CapabilityId::new("worker.spawn").expect("a valid name")
-    ]));
+    let grant = RootAuthority::new().grant(CapabilitySet::from_iter([CapabilityId::new(
+        "worker.spawn",
+    )
+    .expect("a valid name")]));
     let spec = DomainSpec::new("fuzz")
         .plan(
             Plan::new()
@@ -56,7 +57,10 @@ fuzz_target!(|data: &[u8]| {
             domain
                 .lua()
                 .globals()
-                .set("SOURCE", domain.lua().create_string(source).expect("a string"))
+                .set(
+                    "SOURCE",
+                    domain.lua().create_string(source).expect("a string"),
+                )
                 .expect("a global");
             std::fs::write(
                 &main,

@@ -1,4 +1,4 @@
-//! Loom models of the one-shot cell a host `Promise` waits on (`src/pool/one_shot.rs`): a
+//! Loom models of the one-shot cell a host `Promise` waits on (`src/executor/one_shot.rs`): a
 //! settle on one thread races the waiter going to park on another, and two settles (a reply
 //! and a cancel) race each other. A lost wake-up leaves the waiter parked on a settled cell:
 //! loom reports that as a deadlock.

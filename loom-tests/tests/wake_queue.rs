@@ -1,4 +1,4 @@
-//! Loom models of the mailbox transport (`src/pool/wake_queue.rs`): senders on other threads
+//! Loom models of the mailbox transport (`src/executor/wake_queue.rs`): senders on other threads
 //! push while the one consumer takes everything queued and parks when there is nothing. A lost
 //! wake-up leaves the consumer parked with a value queued and nobody left to wake it: loom
 //! reports that as a deadlock.

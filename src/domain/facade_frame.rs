@@ -26,7 +26,7 @@ use super::frame::{self, context::ContextSpec, driver::Entered, handler_label::H
 use super::{run_frames, stall_watch};
 use crate::domain::{AdvanceReport, DomainState, FrameReport, PhaseReport, Report, ScriptDomain};
 use crate::error::{Error, Result};
-use crate::jobs::{HostSlot, JobInfo, PhaseHost};
+use crate::jobs::{JobInfo, OutcomeSlot, PhaseHost};
 use crate::principal::capability::Authority;
 use crate::principal::diagnostic::Severity;
 use crate::principal::profile::ProfileKind;
@@ -698,7 +698,7 @@ impl PhaseHost for ScriptDomain {
     /// Waits until every slot has settled, draining the mailbox whenever something reaches it
     /// (a forwarded query, the commands an item recorded before it settles), at most
     /// [`WAVE_WAIT`](frame::WAVE_WAIT) or the domain's run deadline, whichever is shorter.
-    fn settle(&self, slots: &[Arc<HostSlot>]) -> Duration {
+    fn settle(&self, slots: &[Arc<OutcomeSlot>]) -> Duration {
         frame::settle_wave(&self.current, slots, || self.drain_mailbox())
     }
 

@@ -20,7 +20,7 @@ use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use crate::jobs::{DomainEvent, PoolShared, PrincipalCell};
+use crate::jobs::{DomainEvent, PoolShared, PrincipalShared};
 use crate::sync::Ordering;
 use crate::vm::{current_signal, CancelToken, Signal};
 
@@ -67,7 +67,7 @@ pub(crate) struct InterruptTarget {
     engine_signal: Arc<Signal>,
     pool: Arc<PoolShared>,
     /// The current generation's principal, kept current by the domain.
-    principal: Mutex<Arc<PrincipalCell>>,
+    principal: Mutex<Arc<PrincipalShared>>,
 }
 
 impl InterruptTarget {
@@ -76,7 +76,7 @@ impl InterruptTarget {
     pub(crate) fn new(
         domain: &str,
         pool: Arc<PoolShared>,
-        principal: Arc<PrincipalCell>,
+        principal: Arc<PrincipalShared>,
     ) -> Arc<InterruptTarget> {
         Arc::new(InterruptTarget {
             domain: domain.to_owned(),
@@ -89,7 +89,7 @@ impl InterruptTarget {
     }
 
     /// The domain's generation is now `principal`'s.
-    pub(crate) fn follow(&self, principal: &Arc<PrincipalCell>) {
+    pub(crate) fn follow(&self, principal: &Arc<PrincipalShared>) {
         *self.principal.lock().unwrap_or_else(|e| e.into_inner()) = principal.clone();
     }
 

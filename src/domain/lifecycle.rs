@@ -19,7 +19,7 @@ use std::time::Duration;
 use super::generation::owned::OwnedResources;
 use super::interrupt::InterruptTarget;
 use crate::error::{Error, Halt, Result};
-use crate::jobs::{MailboxReceiver, PrincipalCell};
+use crate::jobs::{MailboxReceiver, PrincipalShared};
 use crate::ledger::Charge;
 use crate::principal::Generation;
 
@@ -79,7 +79,7 @@ impl Lifecycle {
 
     /// The code of `principal`'s generation runs from now on: what host services take is its
     /// own, and an interrupt ends it.
-    pub(crate) fn follow(&self, principal: &Arc<PrincipalCell>) {
+    pub(crate) fn follow(&self, principal: &Arc<PrincipalShared>) {
         self.owned.set_running(principal.id.generation);
         self.interrupt.follow(principal);
     }

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use mlua::Lua;
 
 use crate::error::Result;
-use crate::jobs::{Pool, Registry};
+use crate::jobs::{Pool, RegisteredJobs};
 use crate::ledger::Ledger;
 use crate::principal::event_queue::EventQueue;
 use crate::principal::{capability, profile};
@@ -179,7 +179,7 @@ impl ScriptDomain {
         let reporting = Reporting::new(spec.diagnostics.0.clone());
         let reports = reporting.reports();
         let event_handlers = EventHandlers::new(queue, &spec.name, id.domain, &bindings);
-        let registry = Registry::new(
+        let registry = RegisteredJobs::new(
             principal.clone(),
             pool.shared().clone(),
             report_sink(reports),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::domain::{stall_watch, ScriptDomain};
 use crate::error::{Error, Result};
-use crate::pool::wake_queue::Waited;
+use crate::executor::wake_queue::Waited;
 use crate::shared;
 use crate::vm;
 

@@ -86,7 +86,7 @@ pub enum ReportKind {
     /// failure, observed or not, is in
     /// [`take_actor_failures`](ScriptDomain::take_actor_failures)); or a task in its VM failed
     /// with no one awaiting it.
-    Worker,
+    Actor,
     /// An engine-service command or query failed, or a host scheduler call was refused.
     Service,
     /// A restart's or reload's load failed.
@@ -107,7 +107,7 @@ impl ReportKind {
             ReportKind::Task => "task",
             ReportKind::Handler => "handler",
             ReportKind::Job => "job",
-            ReportKind::Worker => "worker",
+            ReportKind::Actor => "worker",
             ReportKind::Service => "service",
             ReportKind::Load => "load",
             ReportKind::Capability => "capability",
@@ -125,7 +125,7 @@ impl ReportKind {
         } else if label == "capability" {
             ReportKind::Capability
         } else if label.starts_with("worker '") {
-            ReportKind::Worker
+            ReportKind::Actor
         } else if label.starts_with("jobs.warm") {
             ReportKind::Job
         } else if label == "engine services" {
@@ -333,7 +333,7 @@ fn location(message: &str) -> (Option<String>, Option<u32>) {
 pub(crate) fn keep_unobserved(vm: &Vm, actors: &Actors, reports: &mut Reports) {
     let unhandled = vm.core.promises.borrow_mut().take_unhandled();
     for (label, failure) in actors.take_unobserved() {
-        reports.push(Report::new(ReportKind::Worker, label, failure));
+        reports.push(Report::new(ReportKind::Actor, label, failure));
     }
     for (what, failure) in unhandled.kept {
         reports.push(

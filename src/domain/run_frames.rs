@@ -24,7 +24,7 @@ use crate::domain::generation::GenerationState;
 use crate::domain::interrupt::InterruptTarget;
 use crate::domain::reports::Reports;
 use crate::domain::{AdvanceReport, Report, ReportKind};
-use crate::pool::wake_queue::Waited;
+use crate::executor::wake_queue::Waited;
 use crate::principal::diagnostic::DiagnosticKind;
 
 /// Keeps the handler failures of `frame` in `reports`, for a frame loop that reads no frame's

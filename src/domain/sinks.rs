@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::jobs::PrincipalCell;
+use crate::jobs::PrincipalShared;
 use crate::principal::profile;
 use crate::principal::Attribution;
 
@@ -13,7 +13,7 @@ use crate::principal::Attribution;
 /// `started` to now, for work that waited `queue_delay` before `started`, named `name` or else
 /// `domain`.
 pub(crate) fn profile_engine(
-    principal: &PrincipalCell,
+    principal: &PrincipalShared,
     domain: &str,
     kind: profile::ProfileKind,
     context: Option<&str>,

@@ -10,7 +10,7 @@ use crate::domain::generation::load;
 use crate::domain::{ContextSpec, DomainMailbox, FailurePolicy, FixedStep, ScriptDomain};
 use crate::error::{Error, Result, SpecSetting};
 use crate::jobs::{
-    self, PrincipalCell, EVENT_LOG_BOUND, JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES, WARM_BOUND,
+    self, PrincipalShared, EVENT_LOG_BOUND, JOB_WEIGHT, MAX_DEADLINE, MAX_JOB_BYTES, WARM_BOUND,
 };
 use crate::ledger::Ledger;
 use crate::principal::capability;
@@ -492,8 +492,8 @@ impl DomainSpec {
         id: Principal,
         mailbox: &DomainMailbox,
         memory: Arc<Ledger>,
-    ) -> PrincipalCell {
-        let mut cell = PrincipalCell::new(
+    ) -> PrincipalShared {
+        let mut cell = PrincipalShared::new(
             id,
             with_builtins(&self.plan),
             mailbox.sender().clone(),

@@ -210,7 +210,7 @@ pub(crate) struct Envelope {
     pub(crate) posted: std::time::Instant,
 }
 
-/// What [`Inner::admits`] says of a post.
+/// What [`QueueContents::admits`] says of a post.
 enum Admit {
     /// The queue has stopped: the post is refused with its payload.
     Stopped,
@@ -228,7 +228,9 @@ enum QueueState {
     Stopped,
 }
 
-struct Inner {
+/// What the queue holds under its lock: the envelopes, their bytes, the generations it takes
+/// and what it counted since the last drain.
+struct QueueContents {
     envelopes: VecDeque<Envelope>,
     bytes: usize,
     /// The generation whose envelopes are live.
@@ -248,7 +250,7 @@ struct Inner {
     names: rustc_hash::FxHashSet<Arc<str>>,
 }
 
-impl Inner {
+impl QueueContents {
     /// The shared copy of `name`.
     fn intern(&mut self, name: &str) -> Arc<str> {
         if let Some(shared) = self.names.get(name) {
@@ -311,14 +313,14 @@ impl Inner {
 /// The FIFO every mailbox of a domain posts its events to.
 pub(crate) struct EventQueue {
     limits: EventLimits,
-    inner: Mutex<Inner>,
+    inner: Mutex<QueueContents>,
 }
 
 impl EventQueue {
     pub(crate) fn new(limits: EventLimits, generation: Generation) -> Arc<EventQueue> {
         Arc::new(EventQueue {
             limits,
-            inner: Mutex::new(Inner {
+            inner: Mutex::new(QueueContents {
                 envelopes: VecDeque::new(),
                 bytes: 0,
                 generation,
@@ -338,7 +340,7 @@ impl EventQueue {
 
     /// The lock; a panic while it was held left the queue consistent (every change is one
     /// push or pop), so a poisoned lock is taken as it is.
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, QueueContents> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -17,7 +17,7 @@ use super::interrupt::HostInterrupt;
 use super::manifest::{check_name, Manifest};
 use super::module::{serve, EngineLink, ResourceName, BUILTINS, SERVICE};
 use super::order::{refused, start_order};
-use super::registry::{Phase, Registry};
+use super::registry::{ExportRegistry, ResourceStage};
 use crate::domain::{DomainSpec, Report, ReportKind, ScriptDomain, ScriptStatus};
 use crate::error::{Error, ResourceRefusal, Result};
 use crate::jobs::Pool;
@@ -157,7 +157,7 @@ pub struct ResourceHost {
     ceiling: Grant,
     /// By name.
     resources: Vec<Resource>,
-    registry: Rc<Registry>,
+    registry: Rc<ExportRegistry>,
     /// The domains of the resources running or starting, for [`HostInterrupt`].
     interrupts: HostInterrupt,
 }
@@ -202,7 +202,7 @@ impl ResourceHost {
             }
         }
         folders.sort();
-        let registry = Rc::new(Registry::default());
+        let registry = Rc::new(ExportRegistry::default());
         let mut resources = Vec::with_capacity(folders.len());
         for folder in folders {
             let name = folder
@@ -290,8 +290,8 @@ impl ResourceHost {
     /// ([`Plan::memory_limit`]); by default [`Plan::DEFAULT_MEMORY_LIMIT`] (512 MiB). A
     /// resource's domain holds its engine VM's limit and one per worker on the pool's memory
     /// budget ([`Pool::with_memory_budget`](crate::Pool::with_memory_budget)) while it runs:
-    /// a start that does not fit fails with [`Error::Memory`](crate::Error::Memory), and the
-    /// resources already running go on.
+    /// a start that does not fit fails with [`Error::Memory`], and the resources already
+    /// running go on.
     ///
     /// ```
     /// use skein::capability::Grant;
@@ -326,7 +326,7 @@ impl ResourceHost {
         };
         let mut started: Vec<String> = Vec::new();
         for name in order {
-            if self.registry.phase(&name) == Some(Phase::Running) {
+            if self.registry.stage(&name) == Some(ResourceStage::Running) {
                 continue;
             }
             if let Err(e) = self.start(&name) {
@@ -374,7 +374,7 @@ impl ResourceHost {
             start_order(&[name], by_name).map_err(|e| prefixed("start", e))?;
         }
         for dep in &self.resources[index].manifest.dependencies {
-            if self.registry.phase(dep) != Some(Phase::Running) {
+            if self.registry.stage(dep) != Some(ResourceStage::Running) {
                 return Err(refused(
                     ResourceRefusal::MissingDependency,
                     format!("start: resource '{name}' depends on '{dep}', which is not running"),
@@ -392,7 +392,7 @@ impl ResourceHost {
                 Ok(())
             }
             Err(e) => {
-                self.registry.set_phase(name, Phase::Stopped, false);
+                self.registry.set_stage(name, ResourceStage::Stopped, false);
                 resource.failed = true;
                 resource.last_error = Some(e.to_string());
                 Err(e)
@@ -443,7 +443,8 @@ impl ResourceHost {
         let registry = self.registry.clone();
         let caller = name.clone();
         domain.serve_query(SERVICE, move |call| Ok(serve(&registry, &caller, call)));
-        self.registry.set_phase(&name, Phase::Starting, reloading);
+        self.registry
+            .set_stage(&name, ResourceStage::Starting, reloading);
         let published = self.run_scripts(resource, &domain).and_then(|exports| {
             let authority = domain.engine_authority().clone();
             let deadline = domain.run_deadline();
@@ -460,7 +461,8 @@ impl ResourceHost {
         match published {
             Ok(()) => Ok(domain),
             Err(e) => {
-                self.registry.set_phase(&name, Phase::Stopped, false);
+                self.registry
+                    .set_stage(&name, ResourceStage::Stopped, false);
                 domain.stop();
                 self.interrupts.remove(&name);
                 Err(e)
@@ -603,7 +605,8 @@ impl ResourceHost {
                 }
             }
         }
-        self.registry.set_phase(name, Phase::Stopping, reloading);
+        self.registry
+            .set_stage(name, ResourceStage::Stopping, reloading);
         let Some(mut domain) = self.resources[index].domain.take() else {
             return Ok(outcome);
         };
@@ -622,7 +625,8 @@ impl ResourceHost {
                 "resource '{name}': its stop handlers did not run: {refused}"
             )),
         }
-        self.registry.set_phase(name, Phase::Stopped, reloading);
+        self.registry
+            .set_stage(name, ResourceStage::Stopped, reloading);
         domain.stop();
         outcome.reports.extend(domain.take_reports());
         drop(domain);

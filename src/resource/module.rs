@@ -3,7 +3,7 @@
 //!
 //! The module is registered in the plan of every resource (`vm`'s built-in registry), so
 //! every VM of a resource serves it: its engine VM calls the target directly through the
-//! host's [`Registry`]; a worker VM (a pool thread's, or an actor's) copies the arguments
+//! host's [`ExportRegistry`]; a worker VM (a pool thread's, or an actor's) copies the arguments
 //! and forwards the call to the engine thread as a query of the engine service
 //! [`SERVICE`], which the resource's domain serves, and its task waits for the answer.
 
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use mlua::state::RawLua;
 use mlua::{ffi, FromLuaMulti, Function, Lua, LuaString, MultiValue, Table, Value, Variadic};
 
-use super::registry::{answer, Registry, MAX_VALUE_DEPTH};
+use super::registry::{answer, ExportRegistry, MAX_VALUE_DEPTH};
 use crate::jobs;
 use crate::value::{Message, MessageArgs};
 use crate::vm::{await_function, error_message, registered_or_refusing, Builtin, Embedded};
@@ -34,7 +34,7 @@ pub(crate) struct ResourceName(pub(crate) Arc<str>);
 
 /// An engine VM's way to the host's registry (set on the engine VM when it starts).
 pub(crate) struct EngineLink {
-    pub(crate) registry: Rc<Registry>,
+    pub(crate) registry: Rc<ExportRegistry>,
     pub(crate) name: Arc<str>,
 }
 
@@ -117,7 +117,7 @@ impl FromLuaMulti for CallArgs {
 /// The engine VM's call: copies the arguments, calls through the registry, answers `true` and
 /// copies of the results, or `false` and the refusal (raised by the proxy, as a string).
 ///
-/// The arguments go straight from this VM into the target's ([`Registry::call_copied`]);
+/// The arguments go straight from this VM into the target's ([`ExportRegistry::call_copied`]);
 /// a call that path does not take (a refusal, a value it declines) is made again the
 /// `Message` way, whose reader and checks say every refusal.
 fn direct_call(
@@ -207,7 +207,7 @@ fn forward_call(
 
 /// The engine side of [`SERVICE`] for resource `caller`: answers `{ ok, n, ... }` or
 /// `{ ok = false, err }` (see [`answer`]).
-pub(crate) fn serve(registry: &Rc<Registry>, caller: &Arc<str>, call: Message) -> Message {
+pub(crate) fn serve(registry: &Rc<ExportRegistry>, caller: &Arc<str>, call: Message) -> Message {
     let Message::List(mut parts) = call else {
         return answer(Err("a malformed resource call".to_owned()));
     };

@@ -1,7 +1,7 @@
-//! The export registry of one host: each loaded resource's phase and, while it runs, its
+//! The export registry of one host: each loaded resource's stage and, while it runs, its
 //! exported functions with the authority and deadline they run under; and the one path every
-//! cross-resource call takes ([`Registry::call`], and its faster way for an engine VM's
-//! arguments that copies them straight into the callee's VM, [`Registry::call_copied`]).
+//! cross-resource call takes ([`ExportRegistry::call`], and its faster way for an engine VM's
+//! arguments that copies them straight into the callee's VM, [`ExportRegistry::call_copied`]).
 //!
 //! The registry holds the target's functions, so a call made from inside a running callback
 //! reaches the target without going back through the [`ResourceHost`](super::ResourceHost),
@@ -34,7 +34,7 @@ pub(crate) const MAX_VALUE_DEPTH: usize = 16;
 
 /// Where a loaded resource is in its life, as calls into it see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
+pub(crate) enum ResourceStage {
     /// Not running: calls into it fail until it starts.
     Stopped,
     /// Its scripts are running; its exports are not resolved yet.
@@ -46,8 +46,8 @@ pub(crate) enum Phase {
 }
 
 /// One loaded resource's record.
-pub(crate) struct Slot {
-    pub(crate) phase: Phase,
+pub(crate) struct ResourceRecord {
+    pub(crate) stage: ResourceStage,
     /// A reload is under way (the old generation stopping or the new one starting).
     pub(crate) reloading: bool,
     /// The declared exports, resolved to functions while running (empty otherwise).
@@ -64,8 +64,8 @@ pub(crate) struct Slot {
 
 /// The records of every loaded resource and the chain of calls in progress.
 #[derive(Default)]
-pub(crate) struct Registry {
-    slots: RefCell<HashMap<Arc<str>, Slot>>,
+pub(crate) struct ExportRegistry {
+    records: RefCell<HashMap<Arc<str>, ResourceRecord>>,
     /// The resources of the calls in progress: the first caller, then each callee.
     chain: RefCell<Vec<Arc<str>>>,
 }
@@ -73,13 +73,13 @@ pub(crate) struct Registry {
 /// A call's wrapper in the target VM: `xpcall` with the callee's traceback.
 static CALL: Embedded = Embedded::new("=skein resources call", include_str!("call.luau"));
 
-impl Registry {
+impl ExportRegistry {
     /// Records a loaded resource, stopped.
     pub(crate) fn add(&self, name: &Arc<str>) {
-        self.slots.borrow_mut().insert(
+        self.records.borrow_mut().insert(
             name.clone(),
-            Slot {
-                phase: Phase::Stopped,
+            ResourceRecord {
+                stage: ResourceStage::Stopped,
                 reloading: false,
                 exports: HashMap::new(),
                 wrapper: None,
@@ -90,17 +90,17 @@ impl Registry {
         );
     }
 
-    /// Moves a resource to `phase`; leaving `Running` forgets its exports (and with them the
+    /// Moves a resource to `stage`; leaving `Running` forgets its exports (and with them the
     /// last handles on its VM's functions).
-    pub(crate) fn set_phase(&self, name: &str, phase: Phase, reloading: bool) {
-        if let Some(slot) = self.slots.borrow_mut().get_mut(name) {
-            slot.phase = phase;
-            slot.reloading = reloading;
-            if phase != Phase::Running {
-                slot.exports.clear();
-                slot.wrapper = None;
-                slot.authority = None;
-                slot.halt = None;
+    pub(crate) fn set_stage(&self, name: &str, stage: ResourceStage, reloading: bool) {
+        if let Some(record) = self.records.borrow_mut().get_mut(name) {
+            record.stage = stage;
+            record.reloading = reloading;
+            if stage != ResourceStage::Running {
+                record.exports.clear();
+                record.wrapper = None;
+                record.authority = None;
+                record.halt = None;
             }
         }
     }
@@ -120,56 +120,56 @@ impl Registry {
         deadline: Duration,
     ) -> mlua::Result<()> {
         let wrapper = CALL.load(lua)?;
-        if let Some(slot) = self.slots.borrow_mut().get_mut(name) {
-            slot.phase = Phase::Running;
-            slot.reloading = false;
-            slot.exports = exports;
-            slot.wrapper = Some(wrapper);
-            slot.authority = Some(authority);
-            slot.halt = Some(halt);
-            slot.deadline = deadline;
+        if let Some(record) = self.records.borrow_mut().get_mut(name) {
+            record.stage = ResourceStage::Running;
+            record.reloading = false;
+            record.exports = exports;
+            record.wrapper = Some(wrapper);
+            record.authority = Some(authority);
+            record.halt = Some(halt);
+            record.deadline = deadline;
         }
         Ok(())
     }
 
-    /// The phase of `name`, if loaded.
-    pub(crate) fn phase(&self, name: &str) -> Option<Phase> {
-        self.slots.borrow().get(name).map(|s| s.phase)
+    /// The stage of `name`, if loaded.
+    pub(crate) fn stage(&self, name: &str) -> Option<ResourceStage> {
+        self.records.borrow().get(name).map(|s| s.stage)
     }
 
     /// Forgets every record: the host is going away.
     pub(crate) fn clear(&self) {
-        self.slots.borrow_mut().clear();
+        self.records.borrow_mut().clear();
     }
 
     /// What a call of `target.function` reaches, or the refusal (texts are made only then).
     fn resolve(&self, target: &str, function: &str) -> Result<Resolved, String> {
         let named = |why: String| format!("{target}.{function}: {why}");
-        let slots = self.slots.borrow();
-        let Some((target_name, slot)) = slots.get_key_value(target) else {
+        let records = self.records.borrow();
+        let Some((target_name, record)) = records.get_key_value(target) else {
             return Err(named(format!("no resource named '{target}' is loaded")));
         };
-        match (slot.phase, slot.reloading) {
-            (Phase::Running, _) => {}
-            (Phase::Stopped, _) => {
+        match (record.stage, record.reloading) {
+            (ResourceStage::Running, _) => {}
+            (ResourceStage::Stopped, _) => {
                 return Err(named(format!("resource '{target}' is stopped")));
             }
-            (Phase::Starting, false) => {
+            (ResourceStage::Starting, false) => {
                 return Err(named(format!(
                     "resource '{target}' is starting: its exports answer once its scripts have run"
                 )));
             }
-            (Phase::Starting, true) | (Phase::Stopping, true) => {
+            (ResourceStage::Starting, true) | (ResourceStage::Stopping, true) => {
                 return Err(named(format!(
                     "resource '{target}' is reloading: call again once it has started"
                 )));
             }
-            (Phase::Stopping, false) => {
+            (ResourceStage::Stopping, false) => {
                 return Err(named(format!("resource '{target}' is stopping")));
             }
         }
-        let Some(f) = slot.exports.get(function) else {
-            let mut names: Vec<&str> = slot.exports.keys().map(|k| &**k).collect();
+        let Some(f) = record.exports.get(function) else {
+            let mut names: Vec<&str> = record.exports.keys().map(|k| &**k).collect();
             names.sort_unstable();
             return Err(named(format!(
                 "resource '{target}' does not export '{function}' (its exports: {})",
@@ -181,9 +181,9 @@ impl Registry {
             )));
         };
         let (Some(authority), Some(wrapper), Some(halt)) = (
-            slot.authority.clone(),
-            slot.wrapper.clone(),
-            slot.halt.clone(),
+            record.authority.clone(),
+            record.wrapper.clone(),
+            record.halt.clone(),
         ) else {
             return Err(named(format!("resource '{target}' is stopped")));
         };
@@ -196,7 +196,7 @@ impl Registry {
             lua,
             authority,
             halt,
-            deadline: slot.deadline,
+            deadline: record.deadline,
             name: target_name.clone(),
         })
     }

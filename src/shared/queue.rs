@@ -428,12 +428,13 @@ impl SharedQueue {
 
 /// Every shared queue of one store, by name.
 pub(crate) struct Queues {
-    by_name: Mutex<Registry>,
+    by_name: Mutex<NamedQueues>,
     budget: Arc<Ledger>,
 }
 
+/// The queues of one store by name, and why the store ended, once it has.
 #[derive(Default)]
-struct Registry {
+struct NamedQueues {
     queues: HashMap<Bytes, Arc<SharedQueue>>,
     ended: Option<Reason>,
 }
@@ -442,7 +443,7 @@ impl Queues {
     /// No queues yet; each one made draws on `budget`, the store's.
     pub(crate) fn new(budget: Arc<Ledger>) -> Queues {
         Queues {
-            by_name: Mutex::new(Registry::default()),
+            by_name: Mutex::new(NamedQueues::default()),
             budget,
         }
     }
@@ -461,14 +462,14 @@ impl Queues {
             check_capacity(c, what)
                 .map_err(|e| QueueOpenError::new(QueueOpenErrorKind::BadCapacity, e))?;
         }
-        let mut registry = self.by_name.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(reason) = &registry.ended {
+        let mut named = self.by_name.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(reason) = &named.ended {
             return Err(QueueOpenError::new(
                 QueueOpenErrorKind::Ended,
                 format!("{what}: the shared store has ended: {reason}"),
             ));
         }
-        if let Some(queue) = registry.queues.get(name) {
+        if let Some(queue) = named.queues.get(name) {
             return match capacity {
                 Some(c) if c != queue.capacity => Err(QueueOpenError::new(
                     QueueOpenErrorKind::OtherCapacity,
@@ -488,7 +489,7 @@ impl Queues {
             capacity.unwrap_or(DEFAULT_QUEUE_CAPACITY),
             self.budget.clone(),
         ));
-        registry.queues.insert(name, queue.clone());
+        named.queues.insert(name, queue.clone());
         Ok(queue)
     }
 
@@ -506,9 +507,9 @@ impl Queues {
     pub(crate) fn end(&self, reason: &str) {
         let reason: Reason = Reason::from(reason);
         let queues: Vec<Arc<SharedQueue>> = {
-            let mut registry = self.by_name.lock().unwrap_or_else(|e| e.into_inner());
-            registry.ended = Some(reason.clone());
-            registry.queues.values().cloned().collect()
+            let mut named = self.by_name.lock().unwrap_or_else(|e| e.into_inner());
+            named.ended = Some(reason.clone());
+            named.queues.values().cloned().collect()
         };
         for queue in queues {
             queue.end(&reason);

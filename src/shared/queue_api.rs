@@ -126,12 +126,12 @@ pub(crate) fn receive_parcel(lua: &Lua, mut parcel: Parcel) {
         let pop = parked.remove(&parcel.promise);
         drop(parked);
         drop(pop);
-        core.settle(lua, parcel.promise, Outcome::Cancelled);
+        core.settle_if_pending(lua, parcel.promise, Outcome::Cancelled);
         return; // dropped: gives back
     }
     pop.arrived = parcel.delivery.take();
     drop(parked);
-    core.settle(lua, parcel.promise, Outcome::Resolved(Message::Nil));
+    core.settle_if_pending(lua, parcel.promise, Outcome::Resolved(Message::Nil));
 }
 
 /// The name of the queue the pop parked on promise `promise` of this VM waits on, if it is a
@@ -176,7 +176,7 @@ pub(crate) fn sweep_parked_pops(lua: &Lua) {
         if let Some(Delivery::Value(value)) = pop.arrived.take() {
             pop.queue.give_back(value);
         }
-        core.settle(lua, id, Outcome::Cancelled);
+        core.settle_if_pending(lua, id, Outcome::Cancelled);
     }
 }
 
@@ -408,7 +408,8 @@ fn pop_or_park(
         Ok(PopNow::Closed) => Ok(Popped::Now(on_closed)),
         Err(e) => Err(refuse(e)),
     };
-    core.settle(lua, promise, Outcome::Cancelled); // out of the pending table, never awaited
+    // Out of the pending table, never awaited.
+    core.settle_if_pending(lua, promise, Outcome::Cancelled);
     popped
 }
 

@@ -46,7 +46,7 @@ impl fmt::Debug for SharedQueueRef {
 }
 
 /// Where a blocked host pop receives its delivery.
-struct HostSlot {
+struct BlockedPop {
     delivery: Mutex<Option<Delivery>>,
     thread: thread::Thread,
 }
@@ -152,7 +152,7 @@ impl SharedQueueRef {
 /// rather than leave it in flight.
 pub fn pop_blocking(queue: &SharedQueue, timeout: Duration) -> Result<Option<Message>, PopError> {
     let deadline = Instant::now().checked_add(timeout);
-    let slot = Arc::new(HostSlot {
+    let slot = Arc::new(BlockedPop {
         delivery: Mutex::new(None),
         thread: thread::current(),
     });

@@ -21,7 +21,7 @@ use super::owner::{Owner, TaskFailure};
 use super::plan::Plan;
 use super::promise_handle::{self, HandleTables};
 use super::raised::raised_text;
-use super::scheduler::{self, Resume, Scheduler, SchedulerHost, TaskId};
+use super::scheduler::{self, Resume, Scheduler, SchedulerVm, TaskId};
 use super::signal_waits::SignalKind;
 use super::task_library::{self, POOL_PROMISES};
 use crate::principal::capability::Authority;
@@ -241,15 +241,17 @@ impl Vm {
         scheduler::resume_ready_of(&*self.core, &self.lua, of)
     }
 
-    /// Settles a promise homed here, writes its handle and queues its waiters.
-    pub(crate) fn settle(&self, id: luau_promise::PromiseId, outcome: Outcome) {
-        self.core.settle(&self.lua, id, outcome);
+    /// Settles a promise homed here with the outcome a reply brought (a mailbox event, a worker
+    /// message, an actor's wake), writes its handle and queues its waiters; a reply for a
+    /// promise no longer pending is dropped.
+    pub(crate) fn settle_reply(&self, id: luau_promise::PromiseId, outcome: Outcome) {
+        self.core.settle_if_pending(&self.lua, id, outcome);
     }
 
-    /// Settles each promise of `batch` in order, as [`settle`](Self::settle) would one by one,
-    /// and empties it: the outcomes that need nothing built in the VM (scalars, rejections,
-    /// cancellations) are written into their handles under one look-up of the table of
-    /// handles.
+    /// Settles each promise of `batch` in order, as [`settle_reply`](Self::settle_reply) would one
+    /// by one, and empties it: the outcomes that need nothing built in the VM (scalars,
+    /// rejections, cancellations) are written into their handles under one look-up of the table
+    /// of handles.
     pub(crate) fn settle_all(&self, batch: &mut Vec<(luau_promise::PromiseId, Outcome)>) {
         if !batch.is_empty() {
             promise_handle::settle_batch(&self.lua, &self.core, batch);
@@ -460,7 +462,12 @@ impl VmCore {
 
     /// Settles a promise homed here, writes its outcome into its handle and queues its
     /// waiters; false when it was not pending.
-    pub(crate) fn settle(&self, lua: &Lua, id: luau_promise::PromiseId, outcome: Outcome) -> bool {
+    pub(crate) fn settle_if_pending(
+        &self,
+        lua: &Lua,
+        id: luau_promise::PromiseId,
+        outcome: Outcome,
+    ) -> bool {
         let settled = self.promises.borrow_mut().settle(id, outcome);
         match settled {
             Some(settled) => {
@@ -482,7 +489,7 @@ impl VmCore {
     }
 }
 
-impl SchedulerHost for VmCore {
+impl SchedulerVm for VmCore {
     fn scheduler(&self) -> &RefCell<Scheduler> {
         &self.sched
     }

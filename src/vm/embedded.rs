@@ -4,7 +4,7 @@
 //!
 //! Compiling a chunk for every VM would cost a third of a cold VM (the prelude alone), so the
 //! bytecode is kept; it comes from the same check and compiler as a script's text
-//! ([`source`](super::source)), so Skein's own chunks take no other road into Luau's loader.
+//! ([`source`]), so Skein's own chunks take no other road into Luau's loader.
 //! This file never names what the chunks do: each site keeps its own `static`.
 
 use std::sync::OnceLock;

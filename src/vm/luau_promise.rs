@@ -230,7 +230,7 @@ impl PromiseCell {
 /// its job's charge and whether code observed it stay in the cell until the VM sees the handle
 /// collected (`promise_handle::free_collected`).
 #[derive(Default)]
-struct Slot {
+struct SlabSlot {
     generation: u32,
     cell: Option<Rc<PromiseCell>>,
     /// A handle was made for the promise in this slot.
@@ -303,7 +303,7 @@ pub(crate) struct Settled {
 /// now holds another promise is told apart by its generation.
 #[derive(Default)]
 pub(crate) struct Promises {
-    slots: Vec<Slot>,
+    slots: Vec<SlabSlot>,
     free: Vec<u32>,
     pending: usize,
     /// Settled promises whose slot waits for its handle to be collected.
@@ -356,7 +356,7 @@ impl Promises {
         let index = match self.free.pop() {
             Some(index) => index,
             None => {
-                self.slots.push(Slot::default());
+                self.slots.push(SlabSlot::default());
                 (self.slots.len() - 1) as u32
             }
         };

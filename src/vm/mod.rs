@@ -55,7 +55,7 @@ pub(crate) use promise_handle::{
     await_function, free_collected, handle as promise_handle, promise_of,
 };
 pub(crate) use scheduler::{
-    return_coroutine, root_coroutine, start_root, Resume, RootEnd, SchedulerHost, TaskId,
+    return_coroutine, root_coroutine, start_root, Resume, RootEnd, SchedulerVm, TaskId,
 };
 pub(crate) use signal_waits::SignalKind;
 pub(crate) use stall_report::{watch as watch_liveness, VmWaits, WaitOn};

@@ -1,7 +1,7 @@
 //! The VM side of module loading: the `require` global, `jobs.dispatch`'s module lookup, and
 //! the process-wide *source epoch* that carries edits to every VM.
 //!
-//! Resolution and compilation live in [`loader`](super::loader). This file adds what a VM needs
+//! Resolution and compilation live in [`loader`]. This file adds what a VM needs
 //! on the dispatch path: each item names its module by absolute path, and a worker answers the
 //! module's export table from a per-VM map without touching the file system. The map is trusted
 //! only while the source epoch is unchanged. A write through `@skein/fs` bumps the epoch before

@@ -548,8 +548,8 @@ unsafe fn write_scalar(
     }
 }
 
-/// Settles each promise of `batch` in order, as [`VmCore::settle`] does one by one, and
-/// empties it. Runs of outcomes that need nothing built are written under one raw call and one
+/// Settles each promise of `batch` in order, as [`VmCore::settle_if_pending`] does one by one,
+/// and empties it. Runs of outcomes that need nothing built are written under one raw call and one
 /// read of the table of handles; an outcome that needs building takes the one-by-one path, in
 /// its turn, so the tasks woken are queued in the order the outcomes came.
 pub(crate) fn settle_batch(lua: &Lua, core: &VmCore, batch: &mut Vec<(PromiseId, Outcome)>) {
@@ -562,7 +562,7 @@ pub(crate) fn settle_batch(lua: &Lua, core: &VmCore, batch: &mut Vec<(PromiseId,
         let Some((id, outcome)) = next else {
             return;
         };
-        core.settle(lua, id, outcome);
+        core.settle_if_pending(lua, id, outcome);
     }
 }
 

@@ -663,7 +663,7 @@ impl Scheduler {
 }
 
 /// What a VM's scheduler needs from the VM around it.
-pub(crate) trait SchedulerHost {
+pub(crate) trait SchedulerVm {
     /// The scheduler of this VM.
     fn scheduler(&self) -> &RefCell<Scheduler>;
     /// Turns a resume value into Luau values (promise outcomes are converted here).
@@ -691,15 +691,15 @@ pub(crate) trait SchedulerHost {
 
 /// Runs one step: the timers due now, the deferred batch, then the ready queue, each task once.
 /// Answers how many tasks it resumed.
-pub(crate) fn step<H: SchedulerHost>(host: &H, lua: &Lua) -> usize {
-    if host.scheduler().borrow().is_idle() {
+pub(crate) fn step<V: SchedulerVm>(vm: &V, lua: &Lua) -> usize {
+    if vm.scheduler().borrow().is_idle() {
         return 0; // the common case on a busy worker: no clock read
     }
-    let now = host.scheduler().borrow().now();
-    let batch = host.scheduler().borrow_mut().take_batch(now);
+    let now = vm.scheduler().borrow().now();
+    let batch = vm.scheduler().borrow_mut().take_batch(now);
     let ran = batch.len();
     for (id, resume) in batch {
-        resume_task(host, lua, id, resume);
+        resume_task(vm, lua, id, resume);
     }
     ran
 }
@@ -709,13 +709,13 @@ pub(crate) fn step<H: SchedulerHost>(host: &H, lua: &Lua) -> usize {
 /// stay queued in their order. A frame joining its pool work resumes its handlers' waiters
 /// with this, so every other task and the frame's deferred drains keep their place in the
 /// frame. Answers whether any task ran.
-pub(crate) fn resume_ready_of<H: SchedulerHost>(
-    host: &H,
+pub(crate) fn resume_ready_of<V: SchedulerVm>(
+    vm: &V,
     lua: &Lua,
     mut of: impl FnMut(&Rc<Owner>) -> bool,
 ) -> bool {
     let batch: Vec<(TaskId, Resume)> = {
-        let mut sched = host.scheduler().borrow_mut();
+        let mut sched = vm.scheduler().borrow_mut();
         let sched = &mut *sched;
         let mut picked = Vec::new();
         let mut rest = VecDeque::with_capacity(sched.ready.len());
@@ -731,25 +731,25 @@ pub(crate) fn resume_ready_of<H: SchedulerHost>(
     };
     let ran = !batch.is_empty();
     for (id, resume) in batch {
-        resume_task(host, lua, id, resume);
+        resume_task(vm, lua, id, resume);
     }
     ran
 }
 
 /// Resumes one task under its owner's deadline and files the outcome.
-pub(crate) fn resume_task<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Resume) {
-    resume_and_file(host, lua, id, resume);
+pub(crate) fn resume_task<V: SchedulerVm>(vm: &V, lua: &Lua, id: TaskId, resume: Resume) {
+    resume_and_file(vm, lua, id, resume);
     // After the task was filed: a task that failed is gone, and its stack with it. Only after
     // an outermost resume: a nested one (task.spawn's) runs inside a task that still holds
     // what it built, and a collection per spawned task would cost a full heap each.
-    if host.scheduler().borrow().running.is_empty() {
-        host.collect_when_full(lua);
+    if vm.scheduler().borrow().running.is_empty() {
+        vm.collect_when_full(lua);
     }
 }
 
-fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Resume) {
+fn resume_and_file<V: SchedulerVm>(vm: &V, lua: &Lua, id: TaskId, resume: Resume) {
     let (thread, owner, liveness) = {
-        let mut sched = host.scheduler().borrow_mut();
+        let mut sched = vm.scheduler().borrow_mut();
         let sched = &mut *sched;
         let Some(task) = sched.tasks.get_mut(&id) else {
             return; // cancelled meanwhile
@@ -764,33 +764,33 @@ fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Re
         out
     };
     if owner.is_cancelled() {
-        host.scheduler().borrow_mut().running.pop();
-        finish(host, lua, id, &owner, Err(TaskFailure::cancelled()), false);
+        vm.scheduler().borrow_mut().running.pop();
+        finish(vm, lua, id, &owner, Err(TaskFailure::cancelled()), false);
         return;
     }
     if owner.is_bounded() {
         if let Some(bound) = owner.bound_passed(Instant::now()) {
-            out_of_bound(host, lua, id, &owner, bound);
+            out_of_bound(vm, lua, id, &owner, bound);
             return;
         }
     }
-    let args = host.resume_values(lua, resume);
-    let (result, stopped) = run_guarded(host, lua, &owner, liveness.as_deref(), || {
+    let args = vm.resume_values(lua, resume);
+    let (result, stopped) = run_guarded(vm, lua, &owner, liveness.as_deref(), || {
         resume_with(lua, &thread, args)
     });
-    host.scheduler().borrow_mut().running.pop();
+    vm.scheduler().borrow_mut().running.pop();
     match result {
         Err(panic) => {
             let failure = TaskFailure::panicked(&panic);
-            finish(host, lua, id, &owner, Err(failure), false);
+            finish(vm, lua, id, &owner, Err(failure), false);
         }
         Ok(Err(err)) => {
-            let failure = failure_of(host, lua, &thread, &err, stopped);
-            finish(host, lua, id, &owner, Err(failure), false);
+            let failure = failure_of(vm, lua, &thread, &err, stopped);
+            finish(vm, lua, id, &owner, Err(failure), false);
         }
-        Ok(Ok(None)) => stays_suspended(host, id),
+        Ok(Ok(None)) => stays_suspended(vm, id),
         // Returned: the coroutine is finished, so it can run the next root task.
-        Ok(Ok(Some(values))) => finish(host, lua, id, &owner, Ok(values), true),
+        Ok(Ok(Some(values))) => finish(vm, lua, id, &owner, Ok(values), true),
     }
 }
 
@@ -798,8 +798,8 @@ fn resume_and_file<H: SchedulerHost>(host: &H, lua: &Lua, id: TaskId, resume: Re
 /// deadline and cancel token, counted by the liveness watch; a panic is caught and answered.
 /// Answers what the interrupt stopped the run for, if it did.
 #[inline(always)]
-fn run_guarded<H: SchedulerHost, T>(
-    host: &H,
+fn run_guarded<V: SchedulerVm, T>(
+    vm: &V,
     lua: &Lua,
     owner: &Owner,
     liveness: Option<&Liveness>,
@@ -807,11 +807,11 @@ fn run_guarded<H: SchedulerHost, T>(
 ) -> (std::thread::Result<T>, Option<Interruption>) {
     // Authority follows the task: its owner's (a pool item's, from its dispatcher), or the
     // VM's own. Installed for this resume only, and removed when it yields or returns.
-    let authority = owner.authority.as_ref().or_else(|| host.authority());
+    let authority = owner.authority.as_ref().or_else(|| vm.authority());
     let installed = capability::install(authority);
     let tokens = RunTokens {
         job: owner.cancel_token(),
-        vm: host.halt(),
+        vm: vm.halt(),
     };
     let guard = RunGuard::start(lua, owner.deadline, tokens);
     if let Some(live) = liveness {
@@ -896,8 +896,8 @@ fn returned_values(
 /// The failure a run that raised `err` ends with: the interrupt's reason when it stopped the
 /// run, the VM's out-of-memory text, or the raised message with its stack.
 #[cold]
-fn failure_of<H: SchedulerHost>(
-    host: &H,
+fn failure_of<V: SchedulerVm>(
+    vm: &V,
     lua: &Lua,
     thread: &Thread,
     err: &mlua::Error,
@@ -906,10 +906,10 @@ fn failure_of<H: SchedulerHost>(
     // Making the failure copies and searches a message as long as the VM holds, after the
     // resume has left: it counts as running, or a stall check would take a slow one for a VM
     // that can never progress.
-    host.scheduler()
+    vm.scheduler()
         .borrow()
         .counted_as_running()
-        .run(|| make_failure(host, lua, thread, err, stopped))
+        .run(|| make_failure(vm, lua, thread, err, stopped))
 }
 
 /// Work that counts as its VM running for the stall check (see
@@ -931,8 +931,8 @@ impl Running {
 }
 
 /// [`failure_of`]'s work.
-fn make_failure<H: SchedulerHost>(
-    host: &H,
+fn make_failure<V: SchedulerVm>(
+    vm: &V,
     lua: &Lua,
     thread: &Thread,
     err: &mlua::Error,
@@ -942,7 +942,7 @@ fn make_failure<H: SchedulerHost>(
         Some(Interruption::Deadline(d)) => TaskFailure::deadline(d),
         Some(Interruption::Cancelled) => TaskFailure::cancelled(),
         None if is_memory_error(err) => {
-            TaskFailure::raised(host.out_of_memory(), host.traceback(thread))
+            TaskFailure::raised(vm.out_of_memory(), vm.traceback(thread))
         }
         None => {
             // mlua appends the stack of the failed coroutine to a runtime error; keep the two
@@ -954,9 +954,9 @@ fn make_failure<H: SchedulerHost>(
                     message.to_owned(),
                     format!("stack traceback:\n{}", stack.trim_end()),
                 ),
-                None => (full, host.traceback(thread)),
+                None => (full, vm.traceback(thread)),
             };
-            let message = host.raised_text(lua, thread, &message).unwrap_or(message);
+            let message = vm.raised_text(lua, thread, &message).unwrap_or(message);
             TaskFailure::raised(message, without_error_wrapper(stack))
         }
     }
@@ -964,8 +964,8 @@ fn make_failure<H: SchedulerHost>(
 
 /// A task that yielded: indexed by its thread, and run again on the next step when nothing
 /// parked it (a plain `coroutine.yield`).
-fn stays_suspended<H: SchedulerHost>(host: &H, id: TaskId) {
-    let mut sched = host.scheduler().borrow_mut();
+fn stays_suspended<V: SchedulerVm>(vm: &V, id: TaskId) {
+    let mut sched = vm.scheduler().borrow_mut();
     sched.index(id);
     let bare_yield = sched.tasks.get(&id).is_some_and(|t| t.parked == Parked::No)
         && !sched.ready.iter().any(|(r, _)| *r == id)
@@ -977,8 +977,8 @@ fn stays_suspended<H: SchedulerHost>(host: &H, id: TaskId) {
 
 /// A coroutine for a new root task, its stack empty: a finished one kept for reuse, or a new
 /// one (see [`start_root`]).
-pub(crate) fn root_coroutine<H: SchedulerHost>(host: &H, lua: &Lua) -> mlua::Result<Thread> {
-    let idle = host.scheduler().borrow_mut().take_idle_thread();
+pub(crate) fn root_coroutine<V: SchedulerVm>(vm: &V, lua: &Lua) -> mlua::Result<Thread> {
+    let idle = vm.scheduler().borrow_mut().take_idle_thread();
     match idle {
         Some(thread) => Ok(thread),
         None => coroutine::new_coroutine(lua),
@@ -986,8 +986,8 @@ pub(crate) fn root_coroutine<H: SchedulerHost>(host: &H, lua: &Lua) -> mlua::Res
 }
 
 /// Gives back a coroutine from [`root_coroutine`] that was not started; its stack is empty.
-pub(crate) fn return_coroutine<H: SchedulerHost>(host: &H, thread: Thread) {
-    host.scheduler().borrow_mut().keep_idle_thread(thread);
+pub(crate) fn return_coroutine<V: SchedulerVm>(vm: &V, thread: Thread) {
+    vm.scheduler().borrow_mut().keep_idle_thread(thread);
 }
 
 /// How the first run of a root task started with [`start_root`] ended.
@@ -1013,8 +1013,8 @@ pub(crate) enum RootEnd<'a> {
 /// in its first run costs no table insert or removal. Everything else is as for any task's
 /// resume: the owner's authority, deadline, cancel token and bound, the liveness watch, a
 /// panic contained, failures worded the same.
-pub(crate) fn start_root<H: SchedulerHost, R>(
-    host: &H,
+pub(crate) fn start_root<V: SchedulerVm, R>(
+    vm: &V,
     lua: &Lua,
     thread: Thread,
     nargs: std::ffi::c_int,
@@ -1023,7 +1023,7 @@ pub(crate) fn start_root<H: SchedulerHost, R>(
 ) -> Option<R> {
     let address = thread.state() as *const c_void;
     let (id, liveness) = {
-        let mut sched = host.scheduler().borrow_mut();
+        let mut sched = vm.scheduler().borrow_mut();
         sched.next_id += 1;
         let id = TaskId(sched.next_id);
         sched.fresh.push(FreshTask {
@@ -1043,19 +1043,19 @@ pub(crate) fn start_root<H: SchedulerHost, R>(
         None
     };
     if let Some(failure) = early {
-        let mut sched = host.scheduler().borrow_mut();
+        let mut sched = vm.scheduler().borrow_mut();
         sched.running.pop();
         sched.fresh.retain(|f| f.id != id);
         drop(sched);
         return Some(end(RootEnd::Failed(failure)));
     }
-    let (result, stopped) = run_guarded(host, lua, owner, liveness.as_deref(), || {
+    let (result, stopped) = run_guarded(vm, lua, owner, liveness.as_deref(), || {
         // SAFETY: the coroutine is this VM's, not running, and holds its function and
         // arguments (the caller's contract).
         unsafe { coroutine::resume(lua, &thread, nargs) }
     });
     let was_fresh = {
-        let mut sched = host.scheduler().borrow_mut();
+        let mut sched = vm.scheduler().borrow_mut();
         sched.running.pop();
         match sched.fresh.iter().rposition(|f| f.id == id) {
             Some(i) => {
@@ -1066,12 +1066,12 @@ pub(crate) fn start_root<H: SchedulerHost, R>(
         }
     };
     let ended = if was_fresh {
-        end_fresh(host, lua, id, thread, owner, (result, stopped), end)
+        end_fresh(vm, lua, id, thread, owner, (result, stopped), end)
     } else {
-        end_filed(host, lua, id, thread, (result, stopped), end)
+        end_filed(vm, lua, id, thread, (result, stopped), end)
     };
-    if host.scheduler().borrow().running.is_empty() {
-        host.collect_when_full(lua);
+    if vm.scheduler().borrow().running.is_empty() {
+        vm.collect_when_full(lua);
     }
     ended
 }
@@ -1080,8 +1080,8 @@ pub(crate) fn start_root<H: SchedulerHost, R>(
 type RunResult = (std::thread::Result<Resumed>, Option<Interruption>);
 
 /// The end of a first run that nothing asked for: it never entered the task table.
-fn end_fresh<H: SchedulerHost, R>(
-    host: &H,
+fn end_fresh<V: SchedulerVm, R>(
+    vm: &V,
     lua: &Lua,
     id: TaskId,
     thread: Thread,
@@ -1092,7 +1092,7 @@ fn end_fresh<H: SchedulerHost, R>(
     match result {
         Err(panic) => Some(end(RootEnd::Failed(TaskFailure::panicked(&panic)))),
         Ok(Resumed::Raised(err)) => {
-            let failure = failure_of(host, lua, &thread, &err, stopped);
+            let failure = failure_of(vm, lua, &thread, &err, stopped);
             Some(end(RootEnd::Failed(failure)))
         }
         Ok(Resumed::Returned(count)) => {
@@ -1102,14 +1102,14 @@ fn end_fresh<H: SchedulerHost, R>(
             });
             // SAFETY: the coroutine has returned; clearing its stack frees it for reuse.
             unsafe { ffi::lua_settop(thread.state(), 0) };
-            host.scheduler().borrow_mut().keep_idle_thread(thread);
+            vm.scheduler().borrow_mut().keep_idle_thread(thread);
             Some(ended)
         }
         Ok(Resumed::Yielded) => {
             // Nothing parked it (parking asks for the task, which files it): a plain
             // `coroutine.yield`. It enters the table now and runs again on the next step.
             let address = thread.state() as *const c_void;
-            let mut sched = host.scheduler().borrow_mut();
+            let mut sched = vm.scheduler().borrow_mut();
             sched.tasks.insert(
                 id,
                 TaskEntry {
@@ -1122,7 +1122,7 @@ fn end_fresh<H: SchedulerHost, R>(
                 },
             );
             drop(sched);
-            stays_suspended(host, id);
+            stays_suspended(vm, id);
             None
         }
     }
@@ -1131,8 +1131,8 @@ fn end_fresh<H: SchedulerHost, R>(
 /// The end of a first run that entered the task table while it ran: filed as any task's,
 /// except that its end goes to `end` (the owner has no completion yet). A task removed while
 /// it ran ends with nothing filed.
-fn end_filed<H: SchedulerHost, R>(
-    host: &H,
+fn end_filed<V: SchedulerVm, R>(
+    vm: &V,
     lua: &Lua,
     id: TaskId,
     thread: Thread,
@@ -1141,24 +1141,24 @@ fn end_filed<H: SchedulerHost, R>(
 ) -> Option<R> {
     let failure = match result {
         Ok(Resumed::Yielded) => {
-            stays_suspended(host, id);
+            stays_suspended(vm, id);
             return None;
         }
         Ok(Resumed::Returned(count)) => {
-            host.scheduler().borrow_mut().remove(id)?;
+            vm.scheduler().borrow_mut().remove(id)?;
             let ended = end(RootEnd::Returned {
                 thread: &thread,
                 count,
             });
             // SAFETY: the coroutine has returned; clearing its stack frees it for reuse.
             unsafe { ffi::lua_settop(thread.state(), 0) };
-            host.scheduler().borrow_mut().keep_idle_thread(thread);
+            vm.scheduler().borrow_mut().keep_idle_thread(thread);
             return Some(ended);
         }
         Err(panic) => TaskFailure::panicked(&panic),
-        Ok(Resumed::Raised(err)) => failure_of(host, lua, &thread, &err, stopped),
+        Ok(Resumed::Raised(err)) => failure_of(vm, lua, &thread, &err, stopped),
     };
-    host.scheduler().borrow_mut().remove(id)?;
+    vm.scheduler().borrow_mut().remove(id)?;
     Some(end(RootEnd::Failed(failure)))
 }
 
@@ -1180,15 +1180,9 @@ fn without_error_wrapper(stack: String) -> String {
 /// A task of a bounded owner (a warm entry) is due after the bound passed: its root ends with
 /// the bound failure; another task ends quietly, as the warm it belongs to is over.
 #[cold]
-fn out_of_bound<H: SchedulerHost>(
-    host: &H,
-    lua: &Lua,
-    id: TaskId,
-    owner: &Rc<Owner>,
-    bound: Duration,
-) {
+fn out_of_bound<V: SchedulerVm>(vm: &V, lua: &Lua, id: TaskId, owner: &Rc<Owner>, bound: Duration) {
     let root = {
-        let mut sched = host.scheduler().borrow_mut();
+        let mut sched = vm.scheduler().borrow_mut();
         sched.running.pop();
         sched.tasks.get(&id).is_some_and(|t| t.root)
     };
@@ -1197,30 +1191,30 @@ fn out_of_bound<H: SchedulerHost>(
     } else {
         TaskFailure::cancelled()
     };
-    finish(host, lua, id, owner, Err(failure), false);
+    finish(vm, lua, id, owner, Err(failure), false);
 }
 
-fn finish<H: SchedulerHost>(
-    host: &H,
+fn finish<V: SchedulerVm>(
+    vm: &V,
     lua: &Lua,
     id: TaskId,
     owner: &Rc<Owner>,
     result: Result<MultiValue, TaskFailure>,
     reusable: bool,
 ) {
-    let entry = host.scheduler().borrow_mut().remove(id);
+    let entry = vm.scheduler().borrow_mut().remove(id);
     let Some(entry) = entry else { return };
     // `reusable`: the task returned and its coroutine is finished (the caller read its status
     // once already; reading it again costs a Luau call).
     let root = entry.root;
     if root && reusable {
-        host.scheduler().borrow_mut().keep_idle_thread(entry.thread);
+        vm.scheduler().borrow_mut().keep_idle_thread(entry.thread);
     }
     if root {
-        host.complete(lua, owner, result);
+        vm.complete(lua, owner, result);
     } else if let Err(failure) = result {
         if !failure.is_cancelled() {
-            host.report(owner, failure);
+            vm.report(owner, failure);
         }
     }
 }

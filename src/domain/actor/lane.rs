@@ -21,7 +21,7 @@ use super::error::{ActorError, ActorStage, FailurePolicy};
 use super::outbox::{ActorShared, Queued, Reply, Unobserved, FAILED, STOPPED};
 use super::service_link::ServiceLink;
 use super::SendArg;
-use crate::jobs::{self, ActorWake, HomeKind, JobsHome, PoolShared, PrincipalCell};
+use crate::jobs::{self, ActorWake, HomeKind, JobsHome, PoolShared, PrincipalShared};
 use crate::ledger::Charge;
 use crate::principal::capability::Authority;
 use crate::principal::diagnostic::Attribution;
@@ -53,7 +53,7 @@ pub(crate) struct LaneSetup {
     pub(crate) profile: Profile,
     /// The generation the actor belongs to: its `jobs` run as it, and (with
     /// `shareServices = true`) its engine services answer.
-    pub(crate) principal: Arc<PrincipalCell>,
+    pub(crate) principal: Arc<PrincipalShared>,
     /// Where the actor's `jobs` items go.
     pub(crate) pool: Arc<PoolShared>,
     /// `shareServices = true`: the VM gets the domain's engine services.
@@ -458,7 +458,7 @@ impl Lane<'_> {
     /// Settles a promise or delivers a parcel that reached the actor's VM.
     fn wake(&self, wake: ActorWake) {
         match wake {
-            ActorWake::Settle { promise, outcome } => self.vm.settle(promise, outcome),
+            ActorWake::Settle { promise, outcome } => self.vm.settle_reply(promise, outcome),
             ActorWake::Parcel(parcel) => receive_parcel(&self.vm.lua, parcel),
         }
     }

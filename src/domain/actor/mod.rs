@@ -39,7 +39,7 @@ pub(crate) use outbox::{MAX_ACTOR_BYTES, MAX_LIVE_ACTORS};
 
 use crate::domain::events::emit::install_off_engine_events;
 use crate::domain::DomainMailbox;
-use crate::jobs::{reserve_vms, PoolShared, PrincipalCell};
+use crate::jobs::{reserve_vms, PoolShared, PrincipalShared};
 use crate::ledger::{format_bytes, Ledger};
 use crate::principal::capability::{self, Authority, CapabilityId, CapabilitySet};
 use crate::principal::diagnostic::Attribution;
@@ -127,7 +127,7 @@ impl ActorEntry {
 /// reload's candidate can be torn down alone); the count of live threads, the failures and the
 /// numbering of unnamed actors are the domain's, shared by every set.
 pub(crate) struct Actors {
-    principal: Arc<PrincipalCell>,
+    principal: Arc<PrincipalShared>,
     /// Where an actor's `jobs.dispatch` and `jobs.parallelFor` send their items.
     pool: Arc<PoolShared>,
     /// The pool's memory budget, which holds each actor's VM limit while its thread runs.
@@ -146,7 +146,7 @@ pub(crate) struct Actors {
 
 impl Actors {
     pub(crate) fn new(
-        principal: Arc<PrincipalCell>,
+        principal: Arc<PrincipalShared>,
         pool: Arc<PoolShared>,
         vm_memory: Arc<Ledger>,
         policy: FailurePolicy,
@@ -168,7 +168,7 @@ impl Actors {
 
     /// The (empty) set of the generation `principal` runs as, sharing the domain's count,
     /// failures and numbering with this one.
-    pub(crate) fn next_generation(&self, principal: Arc<PrincipalCell>) -> Rc<Actors> {
+    pub(crate) fn next_generation(&self, principal: Arc<PrincipalShared>) -> Rc<Actors> {
         Rc::new(Actors {
             principal,
             pool: self.pool.clone(),
@@ -668,7 +668,8 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
             if entry.shared.park(cell.id(), end_only) {
                 return vm::promise_handle(lua, cell);
             }
-            core.settle(lua, cell.id(), Outcome::Cancelled); // never awaited: out of the pending table
+            // Never awaited: out of the pending table.
+            core.settle_if_pending(lua, cell.id(), Outcome::Cancelled);
             Ok(Value::Nil)
         })?,
     )?;
@@ -676,7 +677,11 @@ fn wait_primitives(lua: &Lua) -> mlua::Result<Table> {
         "expire",
         lua.create_function(|lua, promise: Value| {
             if let Some(handle) = promise_of(lua, &promise) {
-                VmCore::of(lua)?.settle(lua, handle.id(), Outcome::Resolved(Message::Nil));
+                VmCore::of(lua)?.settle_if_pending(
+                    lua,
+                    handle.id(),
+                    Outcome::Resolved(Message::Nil),
+                );
             }
             Ok(())
         })?,

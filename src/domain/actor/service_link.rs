@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua};
 
-use crate::jobs::{self, DomainEvent, HostSlot, PrincipalCell, ReplyTo, ServiceKind};
+use crate::jobs::{self, DomainEvent, OutcomeSlot, PrincipalShared, ReplyTo, ServiceKind};
 use crate::principal::capability;
 use crate::value::{Message, MessageArgs};
 use crate::vm::{self, CancelToken};
@@ -34,7 +34,7 @@ const LOOK: Duration = Duration::from_millis(10);
 /// What an actor's service stubs share: the generation they reach and how they learn that the
 /// actor is being torn down.
 pub(crate) struct ServiceLink {
-    pub(crate) principal: Arc<PrincipalCell>,
+    pub(crate) principal: Arc<PrincipalShared>,
     pub(crate) cancel: Arc<CancelToken>,
     pub(crate) actor: String,
     /// Set when a query was cut short by the end of the generation: the text the actor's
@@ -46,7 +46,7 @@ pub(crate) struct ServiceLink {
 
 impl ServiceLink {
     pub(crate) fn new(
-        principal: Arc<PrincipalCell>,
+        principal: Arc<PrincipalShared>,
         cancel: Arc<CancelToken>,
         actor: String,
     ) -> Rc<ServiceLink> {
@@ -109,12 +109,12 @@ impl ServiceLink {
     fn ask(&self, name: &Arc<str>, args: Message) -> mlua::Result<Message> {
         // The budget is read before posting: the wait may not outlast the run that asks.
         let limit = vm::run_left().map(|(left, budget)| (Instant::now() + left, budget));
-        let slot = HostSlot::new();
+        let slot = OutcomeSlot::new();
         let posted = self.principal.mailbox.send(DomainEvent::Query {
             service: name.clone(),
             args,
             commands: Vec::new(),
-            reply: ReplyTo::Host(slot.clone()),
+            reply: ReplyTo::Slot(slot.clone()),
             job: None,
             authority: capability::current_arc(),
         });

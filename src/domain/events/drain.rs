@@ -70,7 +70,9 @@ impl ScriptDomain {
 
     pub(crate) fn handle(&self, event: DomainEvent) {
         match event {
-            DomainEvent::Settle { promise, outcome } => self.current.vm.settle(promise, outcome),
+            DomainEvent::Settle { promise, outcome } => {
+                self.current.vm.settle_reply(promise, outcome)
+            }
             DomainEvent::Report { label, failure } => {
                 self.reporting
                     .keep(Report::new(ReportKind::of_label(&label), label, failure))
@@ -165,7 +167,7 @@ impl ScriptDomain {
             ReplyTo::Engine(promise) => {
                 let settled = &self.frames.services.settled;
                 settled.set(settled.get() + 1);
-                self.current.vm.settle(promise, outcome)
+                self.current.vm.settle_reply(promise, outcome)
             }
             other => jobs::reply(&self.current.principal, other, outcome, self.pool.shared()),
         }

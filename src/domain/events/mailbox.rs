@@ -8,7 +8,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::jobs::{DomainEvent, MailboxReceiver, MailboxSender, PrincipalCell};
+use crate::jobs::{DomainEvent, MailboxReceiver, MailboxSender, PrincipalShared};
 use crate::principal::event_queue::{EventQueue, Routing};
 use crate::principal::{EventTarget, Generation, PostRefused};
 use crate::value::Message;
@@ -55,7 +55,7 @@ impl DomainMailbox {
     }
 
     /// The mailbox of `principal`'s generation.
-    pub(crate) fn of(principal: &PrincipalCell) -> DomainMailbox {
+    pub(crate) fn of(principal: &PrincipalShared) -> DomainMailbox {
         DomainMailbox {
             sender: principal.mailbox.clone(),
             events: principal.event_queue.clone(),

@@ -21,7 +21,7 @@ use mlua::Lua;
 
 use crate::domain::Report;
 use crate::error::{Error, NameRefusal, Result};
-use crate::jobs::{self, PrincipalCell};
+use crate::jobs::{self, PrincipalShared};
 use crate::value::{FromMessage, IntoMessage, Message, MessageArgs};
 use crate::vm::{panic_message, ServiceCall};
 
@@ -129,7 +129,7 @@ impl EngineServices {
     pub(crate) fn register(
         self: &Rc<Self>,
         lua: &Lua,
-        principal: &PrincipalCell,
+        principal: &PrincipalShared,
         name: &str,
         service: Service,
     ) -> Result<()> {

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use crate::domain::frame::phases::PhaseReport;
 use crate::domain::generation::GenerationState;
 use crate::domain::interrupt::InterruptTarget;
-use crate::pool::wake_queue::Waited;
+use crate::executor::wake_queue::Waited;
 use crate::vm::Owner;
 
 /// A handler call that still waited on pool work when its frame's budget ran out: it goes on
@@ -138,7 +138,7 @@ impl PhaseJoin {
 }
 
 /// Marks a phase that joins, from its first handler call to the end of its join: workers hold
-/// off new items after a chunk's query while it is set (`PrincipalCell::joining`). Set before
+/// off new items after a chunk's query while it is set (`PrincipalShared::joining`). Set before
 /// the handlers run, since their chunks start, and ask, before the join begins. A relaxed flag:
 /// it tunes where items run, never whether they do. Cleared when dropped, however the phase
 /// ends.

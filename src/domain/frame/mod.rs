@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use self::driver::FrameDriver;
 use crate::domain::generation::GenerationState;
 use crate::domain::{FrameReport, Report};
-use crate::jobs::HostSlot;
-use crate::pool::wake_queue::Waited;
+use crate::executor::wake_queue::Waited;
+use crate::jobs::OutcomeSlot;
 use crate::principal::diagnostic::{Attribution, Diagnostic, DiagnosticKind};
 use crate::principal::Principal;
 
@@ -129,7 +129,7 @@ pub(crate) fn count_frame(current: &GenerationState, early_drain: bool) -> u64 {
 /// deadline, whichever is shorter. Answers how long it waited.
 pub(crate) fn settle_wave(
     current: &GenerationState,
-    slots: &[Arc<HostSlot>],
+    slots: &[Arc<OutcomeSlot>],
     mut drain_mailbox: impl FnMut() -> bool,
 ) -> Duration {
     let started = Instant::now();

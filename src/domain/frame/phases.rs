@@ -43,7 +43,7 @@ use crate::domain::sinks::profile_engine;
 use crate::domain::EventReport;
 use crate::domain::{FrameReport, Report, ReportKind};
 use crate::error::Result;
-use crate::jobs::{PrincipalCell, MAX_DEADLINE};
+use crate::jobs::{PrincipalShared, MAX_DEADLINE};
 use crate::principal::capability::{lacking, Authority, CapabilitySet, Grant};
 use crate::principal::diagnostic::{defined_at, Diagnostic, DiagnosticKind, Severity};
 use crate::principal::profile::ProfileKind;
@@ -306,7 +306,7 @@ impl Bindings {
     /// The owner of one call of context `context`'s handler for `phase`, in the generation of
     /// `principal`: its label, its context's authority, and its context's budget per run (the
     /// principal's run deadline when the context sets none).
-    fn call_owner(&self, context: usize, phase: Phase, principal: &PrincipalCell) -> Owner {
+    fn call_owner(&self, context: usize, phase: Phase, principal: &PrincipalShared) -> Owner {
         let authority = self.authority(context, &principal.authority);
         let label = self.label(context, phase);
         let deadline = self.contexts[context]

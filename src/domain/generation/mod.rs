@@ -33,8 +33,8 @@ use crate::domain::reports::Reports;
 use crate::domain::{actor, interfaces, InterruptTarget, Report, ReportKind};
 use crate::error::{Error, NameRefusal, Result};
 use crate::jobs::{
-    self, HomeKind, JobsHome, MailboxReceiver, MailboxSender, Pool, PoolShared, PrincipalCell,
-    Registry, MAX_DEADLINE,
+    self, HomeKind, JobsHome, MailboxReceiver, MailboxSender, Pool, PoolShared, PrincipalShared,
+    RegisteredJobs, MAX_DEADLINE,
 };
 use crate::principal::Generation;
 use crate::value::Message;
@@ -64,11 +64,11 @@ use crate::vm::{self, FailureKind, JobFailure, Outcome, TaskFailure, Vm};
 /// discarded and counted, and drops the rest after that drain. The fields drop in the order
 /// they are declared when the whole value goes (the domain's own drop, a discarded candidate).
 pub(crate) struct GenerationState {
-    pub(crate) principal: Arc<PrincipalCell>,
+    pub(crate) principal: Arc<PrincipalShared>,
     pub(crate) vm: Vm,
     pub(crate) rx: MailboxReceiver,
     /// The jobs its scripts registered (`jobs.register`) and the host's kernels.
-    pub(crate) registry: Rc<Registry>,
+    pub(crate) registry: Rc<RegisteredJobs>,
     /// The host's contexts and the handlers scripts bound to them.
     pub(crate) bindings: Rc<phases::Bindings>,
     /// The workers (`@skein/worker`) its code spawned; torn down when it ends.
@@ -115,9 +115,9 @@ impl GenerationState {
     /// [`Error::Vm`] when the VM can't be built.
     pub(crate) fn assemble(
         host: &EngineSetup<'_>,
-        principal: Arc<PrincipalCell>,
+        principal: Arc<PrincipalShared>,
         rx: MailboxReceiver,
-        registry: Rc<Registry>,
+        registry: Rc<RegisteredJobs>,
         bindings: Rc<phases::Bindings>,
         actors: Rc<actor::Actors>,
     ) -> Result<GenerationState> {
@@ -231,7 +231,7 @@ impl GenerationState {
 /// Builds the engine VM of `principal` on this thread, with the `jobs` API installed and the
 /// failures of its unawaited tasks going to `reports`.
 pub(crate) fn engine_vm(
-    principal: &Arc<PrincipalCell>,
+    principal: &Arc<PrincipalShared>,
     pool: &Pool,
     reports: &Rc<RefCell<Reports>>,
 ) -> Result<Vm> {

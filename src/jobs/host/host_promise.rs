@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::jobs::leaves::host_slot::{HostSlot, SlotState, SlotStatus};
+use crate::jobs::leaves::outcome_slot::{OutcomeSlot, SlotState, SlotStatus};
 use crate::jobs::protocol::job::JobShared;
 use crate::value::Message;
 use crate::vm::Outcome;
@@ -43,7 +43,7 @@ pub struct Promise<T = Message> {
 /// Where a promise's outcome lands.
 enum PromiseSlot {
     /// A slot of its own: nothing to cancel beyond settling it.
-    Alone(Arc<HostSlot>),
+    Alone(Arc<OutcomeSlot>),
     /// The slot inside a job the host dispatched, which a cancel also stops.
     Job(Arc<JobShared>),
 }
@@ -65,7 +65,7 @@ pub enum PromiseStatus {
 
 impl Promise<Message> {
     /// A promise of `slot`, which nothing else cancels.
-    pub(crate) fn new(slot: Arc<HostSlot>) -> Self {
+    pub(crate) fn new(slot: Arc<OutcomeSlot>) -> Self {
         Promise {
             slot: PromiseSlot::Alone(slot),
             _value: PhantomData,
@@ -80,7 +80,7 @@ impl Promise<Message> {
         }
     }
 
-    fn slot(&self) -> &HostSlot {
+    fn slot(&self) -> &OutcomeSlot {
         match &self.slot {
             PromiseSlot::Alone(slot) => slot,
             PromiseSlot::Job(job) => job.host_slot(),

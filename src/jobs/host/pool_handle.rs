@@ -3,12 +3,12 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::executor::lanes::KeyLanes;
+use crate::executor::stats::WorkerStats;
+use crate::executor::threads::Executor;
 use crate::jobs::protocol::pool_shared::{NativeTallies, PoolShared, WarmRuns};
 use crate::jobs::worker::LuauWorker;
 use crate::ledger::{default_budget, format_bytes, Charge, Ledger};
-use crate::pool::executor::Executor;
-use crate::pool::lanes::KeyLanes;
-use crate::pool::stats::WorkerStats;
 use crate::vm::Signal;
 
 /// A work-stealing pool of worker threads, each owning isolated Luau VMs.
@@ -30,17 +30,18 @@ use crate::vm::Signal;
 /// ```
 #[derive(Clone)]
 pub struct Pool {
-    inner: Arc<PoolHandle>,
+    inner: Arc<PoolCore>,
 }
 
-struct PoolHandle {
+/// What every clone of a [`Pool`] shares; dropping the last one stops the executor's threads.
+struct PoolCore {
     shared: Arc<PoolShared>,
     /// The pool's memory budget: the memory limit of every VM built for its domains, and what
     /// every domain's host memory holds.
     memory: Arc<Ledger>,
 }
 
-impl Drop for PoolHandle {
+impl Drop for PoolCore {
     fn drop(&mut self) {
         self.shared.exec.shutdown();
     }
@@ -108,7 +109,7 @@ impl Pool {
             )
         });
         Pool {
-            inner: Arc::new(PoolHandle {
+            inner: Arc::new(PoolCore {
                 shared: Arc::new(PoolShared {
                     exec,
                     signals,

@@ -13,7 +13,7 @@ use crate::jobs::protocol::item::Item;
 use crate::jobs::protocol::job::charge_job;
 use crate::jobs::protocol::messages::ActorWake;
 use crate::jobs::protocol::pool_shared::PoolShared;
-use crate::jobs::protocol::principal_cell::PrincipalCell;
+use crate::jobs::protocol::principal_shared::PrincipalShared;
 use crate::jobs::protocol::reply::ReplyTo;
 use crate::ledger::{Charge, Ledger};
 use crate::principal::capability::{current_arc, Authority};
@@ -49,7 +49,7 @@ impl HomeKind {
 
 /// What the `jobs` bindings of one VM need: who they run as and how they reach the pool.
 pub(crate) struct JobsHome {
-    pub(crate) principal: Arc<PrincipalCell>,
+    pub(crate) principal: Arc<PrincipalShared>,
     pub(crate) pool: Arc<PoolShared>,
     pub(crate) kind: HomeKind,
     /// Entry names this VM dispatched, shared by every item that names them.
@@ -66,7 +66,7 @@ const INTERNED_ENTRIES: usize = 1024;
 
 impl JobsHome {
     pub(crate) fn new(
-        principal: Arc<PrincipalCell>,
+        principal: Arc<PrincipalShared>,
         pool: Arc<PoolShared>,
         kind: HomeKind,
     ) -> Self {
@@ -137,7 +137,7 @@ impl JobsHome {
 }
 
 /// The principal of the VM's home, when the VM belongs to a domain.
-pub(crate) fn home_principal(lua: &Lua) -> Option<Arc<PrincipalCell>> {
+pub(crate) fn home_principal(lua: &Lua) -> Option<Arc<PrincipalShared>> {
     lua.app_data_ref::<Rc<JobsHome>>()
         .map(|h| h.principal.clone())
 }

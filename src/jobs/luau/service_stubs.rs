@@ -4,7 +4,8 @@
 //! - a **query** stub copies its arguments, parks the calling task on a promise homed in its VM
 //!   and posts a [`DomainEvent::Query`] carrying the commands the job recorded before it, so the
 //!   engine thread applies them first; the answer settles the promise;
-//! - a **command** stub copies its arguments into the running job's [`CommandLog`] and returns.
+//! - a **command** stub copies its arguments into the running job's
+//!   [`CommandLog`](crate::vm::CommandLog) and returns.
 //!
 //! Arguments cross as one list: the service receives `Message::List` of the call's arguments.
 

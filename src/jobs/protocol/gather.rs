@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use super::job::JobShared;
 use super::pool_shared::PoolShared;
-use super::principal_cell::PrincipalCell;
+use super::principal_shared::PrincipalShared;
 use super::reply::{reply, ReplyTo};
 use crate::value::Message;
 use crate::vm::{Cancel, JobFailure, Outcome};
@@ -44,7 +44,7 @@ pub(crate) struct Gather {
     kind: Gathered,
     /// Every chunk's job, in chunk order, so a failure or a cancel can stop the rest.
     chunks: Vec<Arc<JobShared>>,
-    principal: Arc<PrincipalCell>,
+    principal: Arc<PrincipalShared>,
     pool: Arc<PoolShared>,
 }
 
@@ -53,7 +53,7 @@ impl Gather {
         kind: Gathered,
         chunks: Vec<Arc<JobShared>>,
         reply: ReplyTo,
-        principal: Arc<PrincipalCell>,
+        principal: Arc<PrincipalShared>,
         pool: Arc<PoolShared>,
     ) -> Arc<Gather> {
         let n = chunks.len();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::job::JobShared;
-use super::principal_cell::PrincipalCell;
+use super::principal_shared::PrincipalShared;
 use super::reply::ReplyTo;
 use crate::jobs::leaves::chunking::Run;
 use crate::ledger::Held;
@@ -94,7 +94,7 @@ impl ItemArgs {
 
 /// One `jobs.dispatch`, or one chunk of a `jobs.parallelFor`, on its way to a worker.
 pub(crate) struct Item {
-    pub(crate) principal: Arc<PrincipalCell>,
+    pub(crate) principal: Arc<PrincipalShared>,
     pub(crate) job: Arc<JobShared>,
     pub(crate) module: Arc<Path>,
     pub(crate) entry: Arc<str>,

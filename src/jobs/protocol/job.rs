@@ -12,9 +12,9 @@ use bytes::Bytes;
 
 use super::messages::WorkerMsg;
 use super::pool_shared::PoolShared;
-use crate::jobs::leaves::host_slot::HostSlot;
+use crate::executor::handoff::{CancelOutcome, Handoff};
+use crate::jobs::leaves::outcome_slot::OutcomeSlot;
 use crate::ledger::{Charge, Held, Ledger};
-use crate::pool::handoff::{CancelOutcome, Handoff};
 use crate::principal::Principal;
 use crate::sync::Ordering;
 use crate::vm::{Cancel, CancelToken, OwnerIdentity};
@@ -78,7 +78,7 @@ pub(crate) struct JobShared {
     charge: Option<Held>,
     /// Where the outcome goes when the host dispatched the job (`ReplyTo::HostJob`): in the
     /// job's own allocation, so a host dispatch allocates once. Unused by other jobs.
-    host: HostSlot,
+    host: OutcomeSlot,
 }
 
 /// What a registered job's items count on worker threads: its id, which forwarded queries carry
@@ -91,7 +91,7 @@ pub(crate) struct JobTally {
 
 impl JobShared {
     /// The slot a host [`Promise`](crate::Promise) of this job waits on.
-    pub(crate) fn host_slot(&self) -> &HostSlot {
+    pub(crate) fn host_slot(&self) -> &OutcomeSlot {
         &self.host
     }
 
@@ -154,7 +154,7 @@ impl JobShared {
             fresh: AtomicBool::new(false),
             tally,
             charge,
-            host: HostSlot::default(),
+            host: OutcomeSlot::default(),
         })
     }
 

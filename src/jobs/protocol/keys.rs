@@ -1,6 +1,6 @@
 //! Keyed items (`opts.key`): from the pool's key lanes to the bound worker's inbox, and back.
 //!
-//! The lanes (`crate::pool::lanes`) decide what runs where and when; this file turns their
+//! The lanes (`crate::executor::lanes`) decide what runs where and when; this file turns their
 //! deliveries into worker messages, rejects superseded items, and settles a lane when an item's
 //! turn ends. A keyed item reaches its worker only as [`WorkerMsg::RunKeyed`] in that worker's
 //! inbox, which no sibling reads, so it is never stolen.
@@ -14,7 +14,7 @@ use super::item::{Item, LaneKey};
 use super::messages::WorkerMsg;
 use super::pool_shared::PoolShared;
 use super::reply::reply;
-use crate::pool::lanes::{Deliver, Release, TooManyKeys, MAX_KEYS};
+use crate::executor::lanes::{Deliver, Release, TooManyKeys, MAX_KEYS};
 use crate::principal::Principal;
 use crate::vm::{FailureKind, JobFailure, Outcome};
 
@@ -77,7 +77,7 @@ impl PoolShared {
     }
 
     /// The turn of a keyed item ended: hand the lane on, counting the item's wait for its turn
-    /// in the key's [`KeyWait`](crate::pool::lanes::KeyWait).
+    /// in the key's [`KeyWait`](crate::executor::lanes::KeyWait).
     fn settle_key(&self, key: &LaneKey, waited: Duration) {
         self.lanes
             .settle_waited(key, waited, |d| self.deliver(d, key));

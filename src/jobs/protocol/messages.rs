@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 use super::item::Item;
 use super::job::JobShared;
-use super::principal_cell::PrincipalCell;
+use super::principal_shared::PrincipalShared;
 use super::reply::{ReplyTo, Settlement};
 use super::warm::WarmEntry;
 use crate::jobs::leaves::registered::remote_job::{Control, RemoteOp, RemoteRegistration};
@@ -43,7 +43,7 @@ pub(crate) enum WorkerMsg {
     /// Run a new `jobs.warm` entry in this worker's VM for `principal`, building the VM if need
     /// be (never stolen: each worker warms its own VM).
     Warm {
-        principal: Arc<PrincipalCell>,
+        principal: Arc<PrincipalShared>,
         entry: Arc<WarmEntry>,
     },
     /// A shared-queue delivery for a pop parked in the worker's VM for `principal`.
@@ -53,7 +53,7 @@ pub(crate) enum WorkerMsg {
     },
     /// Run (or forget) registered job `job`, which lives in the worker's VM of serial `vm`.
     Registered {
-        principal: Arc<PrincipalCell>,
+        principal: Arc<PrincipalShared>,
         vm: u64,
         job: u64,
         op: RemoteOp,

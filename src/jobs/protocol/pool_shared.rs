@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::item::{Item, LaneKey};
 use super::messages::WorkerMsg;
-use crate::pool::executor::Executor;
-use crate::pool::lanes::KeyLanes;
-use crate::pool::stats::{HeldKey, WarmRun, WorkerStats, KEYS_LISTED, WARM_RUNS_KEPT};
+use crate::executor::lanes::KeyLanes;
+use crate::executor::stats::{HeldKey, WarmRun, WorkerStats, KEYS_LISTED, WARM_RUNS_KEPT};
+use crate::executor::threads::Executor;
 use crate::sync::Arc as SyncArc;
 use crate::vm::{NativeMode, NativeTally, Signal};
 
@@ -92,7 +92,7 @@ impl PoolShared {
     /// Raises every worker's interrupt signal as a cancel: a run whose job's token or whose VM's
     /// token is set stops at its next interrupt check; any other run takes the interrupt's slow
     /// path once, finds nothing holds, and goes on (`vm/budget.rs`). Called after a principal ended
-    /// ([`PrincipalCell::end`](super::principal_cell::PrincipalCell::end)), whose worker VMs run
+    /// ([`PrincipalShared::end`](super::principal_shared::PrincipalShared::end)), whose worker VMs run
     /// with its token.
     pub(crate) fn interrupt_runs(&self) {
         for signal in self.signals.iter().filter_map(OnceLock::get) {

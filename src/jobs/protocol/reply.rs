@@ -16,8 +16,8 @@ use super::job::JobShared;
 use super::keys::LaneTurn;
 use super::messages::{ActorWake, DomainEvent, WorkerMsg};
 use super::pool_shared::PoolShared;
-use super::principal_cell::PrincipalCell;
-use crate::jobs::leaves::host_slot::HostSlot;
+use super::principal_shared::PrincipalShared;
+use crate::jobs::leaves::outcome_slot::OutcomeSlot;
 use crate::vm::{FailureKind, JobFailure, Outcome, PromiseId};
 
 /// Where a job's outcome goes.
@@ -31,14 +31,15 @@ pub(crate) enum ReplyTo {
         vm: u64,
         promise: PromiseId,
     },
-    /// A Rust [`Promise`](crate::Promise) held by host code, on a slot of its own (a forwarded
-    /// query's answer, a registered job's call).
-    Host(Arc<HostSlot>),
+    /// A slot of its own, which Rust code waits on or polls through a
+    /// [`Promise`](crate::Promise): an actor's forwarded query (its thread blocks on it), a
+    /// registered job's item (the engine thread takes from it each frame).
+    Slot(Arc<OutcomeSlot>),
     /// A Rust [`Promise`](crate::Promise) of a job the host dispatched: the slot inside the job.
     HostJob(Arc<JobShared>),
     /// Chunk `index` (from 0) of a `jobs.parallelFor`: its collector settles the promise.
     Chunk { gather: Arc<Gather>, index: usize },
-    /// A promise homed in a `@skein/worker` worker's VM: its lane reads `wakes` between runs.
+    /// A promise homed in an actor's VM (`@skein/worker`): its lane reads `wakes` between runs.
     Actor {
         wakes: Sender<ActorWake>,
         promise: PromiseId,
@@ -46,7 +47,7 @@ pub(crate) enum ReplyTo {
 }
 
 /// Sends a job's outcome to the promise's home.
-pub(crate) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, pool: &PoolShared) {
+pub(crate) fn reply(principal: &PrincipalShared, to: ReplyTo, outcome: Outcome, pool: &PoolShared) {
     match to {
         ReplyTo::Engine(promise) => {
             // An ended generation's engine VM is gone, and its promises with it.
@@ -69,7 +70,7 @@ pub(crate) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, po
                 outcome,
             },
         ),
-        ReplyTo::Host(slot) => {
+        ReplyTo::Slot(slot) => {
             slot.settle(outcome);
         }
         ReplyTo::HostJob(job) => {
@@ -91,7 +92,7 @@ pub(crate) fn reply(principal: &PrincipalCell, to: ReplyTo, outcome: Outcome, po
 pub(crate) struct Settlement {
     pending: Option<(ReplyTo, Outcome)>,
     job: Arc<JobShared>,
-    principal: Arc<PrincipalCell>,
+    principal: Arc<PrincipalShared>,
     pool: Arc<PoolShared>,
     /// A keyed item's lane turn: the key's next item starts only after the commands applied.
     /// Dropped after the reply (fields drop after `Drop::drop`).
@@ -103,7 +104,7 @@ impl Settlement {
         reply: ReplyTo,
         outcome: Outcome,
         job: Arc<JobShared>,
-        principal: Arc<PrincipalCell>,
+        principal: Arc<PrincipalShared>,
         pool: Arc<PoolShared>,
         turn: Option<LaneTurn>,
     ) -> Settlement {

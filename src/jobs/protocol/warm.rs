@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::pool_shared::PoolShared;
-use super::principal_cell::PrincipalCell;
+use super::principal_shared::PrincipalShared;
 use super::reply::{reply, ReplyTo};
 use crate::principal::capability::Authority;
 use crate::value::Message;
@@ -184,7 +184,7 @@ impl WarmEntry {
     /// promise. A worker's later runs (a rebuilt VM) change nothing.
     pub(crate) fn record(
         &self,
-        principal: &PrincipalCell,
+        principal: &PrincipalShared,
         pool: &PoolShared,
         worker: usize,
         result: WorkerResult,

@@ -16,7 +16,7 @@ use crate::jobs::protocol::job::JobShared;
 use crate::jobs::protocol::keys::LaneTurn;
 use crate::jobs::protocol::messages::DomainEvent;
 use crate::jobs::protocol::pool_shared::PoolShared;
-use crate::jobs::protocol::principal_cell::PrincipalCell;
+use crate::jobs::protocol::principal_shared::PrincipalShared;
 use crate::jobs::protocol::reply::{reply, ReplyTo, Settlement};
 use crate::principal::capability::Authority;
 use crate::value::{Message, TransferError};
@@ -28,7 +28,7 @@ pub(super) type Running = Rc<RefCell<HashMap<*const JobShared, Rc<Owner>>>>;
 /// What an item's end needs once its entry has started: who it ran for, how to name it,
 /// where its outcome goes, and what it holds until it replies.
 pub(super) struct Finish {
-    pub(super) principal: Arc<PrincipalCell>,
+    pub(super) principal: Arc<PrincipalShared>,
     pub(super) job: Arc<JobShared>,
     pub(super) module: Arc<Path>,
     pub(super) entry: Arc<str>,
@@ -146,7 +146,7 @@ pub(super) fn job_outcome(
 /// delivers the outcome. When the domain is gone nothing is applied, and the settlement, dropped
 /// undelivered, rejects the promise.
 fn settle_after_commands(
-    principal: &Arc<PrincipalCell>,
+    principal: &Arc<PrincipalShared>,
     job: Arc<JobShared>,
     (commands, authority): (Vec<ServiceCall>, Arc<Authority>),
     settlement: (ReplyTo, Outcome, Option<LaneTurn>),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::jobs::protocol::item::Item;
 use crate::jobs::protocol::job::JobShared;
-use crate::jobs::protocol::principal_cell::PrincipalCell;
+use crate::jobs::protocol::principal_shared::PrincipalShared;
 use crate::principal::profile::{self, ProfileKind};
 
 /// A started item's clock, finished (and sent to the sink) when the item ends.
@@ -31,7 +31,7 @@ impl ItemClock {
     }
 
     /// Sends the item's [`ProfileKind::PoolItem`] event, measured up to now, on this thread.
-    pub(crate) fn finish(self, principal: &PrincipalCell, job: &JobShared) {
+    pub(crate) fn finish(self, principal: &PrincipalShared, job: &JobShared) {
         if let Some(sink) = &principal.profile {
             let attribution = principal.authority.attribution().clone();
             let (kind, name) = (ProfileKind::PoolItem, job.label());

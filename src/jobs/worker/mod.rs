@@ -31,13 +31,13 @@ use super::protocol::job::JobShared;
 use super::protocol::keys::LaneTurn;
 use super::protocol::messages::{DomainEvent, WorkerMsg};
 use super::protocol::pool_shared::{NativeTallies, PoolShared, WarmRuns};
-use super::protocol::principal_cell::PrincipalCell;
+use super::protocol::principal_shared::PrincipalShared;
 use super::protocol::warm::WarmEntry;
-use crate::pool::executor::{Poll, WorkerContext, WorkerLogic};
-use crate::pool::lanes::KeyLanes;
+use crate::executor::lanes::KeyLanes;
+use crate::executor::threads::{Poll, WorkerContext, WorkerLogic};
 use crate::principal::Principal;
 use crate::shared::{receive_parcel, sweep_parked_pops};
-use crate::vm::{self, FailureKind, SchedulerHost, Signal, TaskFailure};
+use crate::vm::{self, FailureKind, SchedulerVm, Signal, TaskFailure};
 use item_clock::{count_wait, ItemClock};
 use retire::{end_of_principal, retire, VmEnd};
 
@@ -109,7 +109,7 @@ impl LuauWorker {
     /// VM starts its warm pass with every active warm entry of the principal.
     fn vm_for(
         &mut self,
-        principal: &Arc<PrincipalCell>,
+        principal: &Arc<PrincipalShared>,
         cx: &WorkerContext<'_, Self>,
     ) -> Result<usize, String> {
         if let Some(i) = self.vm_index(principal.id) {
@@ -251,7 +251,7 @@ impl LuauWorker {
     /// A new warm entry for `principal`: queue it in this worker's VM (built if need be).
     fn warm(
         &mut self,
-        principal: &Arc<PrincipalCell>,
+        principal: &Arc<PrincipalShared>,
         entry: Arc<WarmEntry>,
         cx: &WorkerContext<'_, Self>,
     ) {
@@ -309,7 +309,13 @@ impl LuauWorker {
 
     /// Runs (or forgets) registered job `job`, which lives in this worker's VM of serial `vm`.
     /// A VM that was dropped after a panic took the job with it: a run is answered as failed.
-    fn run_registered(&mut self, principal: &Arc<PrincipalCell>, vm: u64, job: u64, op: RemoteOp) {
+    fn run_registered(
+        &mut self,
+        principal: &Arc<PrincipalShared>,
+        vm: u64,
+        job: u64,
+        op: RemoteOp,
+    ) {
         match self.vm_index(principal.id) {
             Some(i) if self.vms[i].serial == vm => {
                 let wvm = &mut self.vms[i];
@@ -355,7 +361,7 @@ impl WorkerLogic for LuauWorker {
             } => {
                 if let Some(i) = self.vm_index(principal) {
                     if self.vms[i].serial == vm {
-                        self.vms[i].vm.settle(promise, outcome);
+                        self.vms[i].vm.settle_reply(promise, outcome);
                     }
                 }
             }

@@ -28,14 +28,14 @@ use std::time::{Duration, Instant};
 
 use mlua::{MultiValue, Value};
 
+use crate::executor::stats::WarmRun;
 use crate::jobs::leaves::entry::entry_function;
 use crate::jobs::protocol::item::Item;
 use crate::jobs::protocol::keys::LaneTurn;
 use crate::jobs::protocol::messages::DomainEvent;
 use crate::jobs::protocol::pool_shared::PoolShared;
-use crate::jobs::protocol::principal_cell::PrincipalCell;
+use crate::jobs::protocol::principal_shared::PrincipalShared;
 use crate::jobs::protocol::warm::WarmEntry;
-use crate::pool::stats::WarmRun;
 use crate::vm::{self, Owner, OwnerIdentity, TaskFailure, Vm};
 
 /// An item the worker took while its VM was warming, with its key's turn if it is keyed.
@@ -88,7 +88,7 @@ impl OwnerIdentity for WarmIdentity {
 /// What a pass needs from its worker to report runs.
 pub(crate) struct PassContext<'a> {
     pub(crate) vm: &'a Vm,
-    pub(crate) principal: &'a Arc<PrincipalCell>,
+    pub(crate) principal: &'a Arc<PrincipalShared>,
     pub(crate) pool: &'a PoolShared,
     pub(crate) worker: usize,
 }

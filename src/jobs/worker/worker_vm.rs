@@ -24,7 +24,7 @@ use crate::jobs::protocol::item::Item;
 use crate::jobs::protocol::job::JobShared;
 use crate::jobs::protocol::messages::DomainEvent;
 use crate::jobs::protocol::pool_shared::PoolShared;
-use crate::jobs::protocol::principal_cell::PrincipalCell;
+use crate::jobs::protocol::principal_shared::PrincipalShared;
 use crate::vm::{
     close_globals, error_message, panic_message, report_to, source_epoch, with_open_globals, Owner,
     OwnerIdentity, Reporter, TaskFailure, Vm,
@@ -119,7 +119,7 @@ static NEXT_VM_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 /// One VM a worker keeps for one principal.
 pub(super) struct WorkerVm {
-    pub(super) principal: Arc<PrincipalCell>,
+    pub(super) principal: Arc<PrincipalShared>,
     /// Unique in the process: replies to this VM's promises carry it.
     pub(super) serial: u64,
     pub(super) vm: Vm,
@@ -189,7 +189,7 @@ impl WorkerVm {
     /// of the principal's engine services. A panic in the plan is answered as a refusal. Its
     /// warm pass starts with every active warm entry of the principal.
     pub(super) fn build(
-        principal: &Arc<PrincipalCell>,
+        principal: &Arc<PrincipalShared>,
         pool: Arc<PoolShared>,
         worker: usize,
         outbox: &Rc<RefCell<Vec<Item>>>,
@@ -224,7 +224,7 @@ impl WorkerVm {
                     report_to(&vm.lua, tally);
                 }
                 vm.set_authority(principal.authority.clone());
-                // Every run here stops once the principal ends (`PrincipalCell::end`).
+                // Every run here stops once the principal ends (`PrincipalShared::end`).
                 vm.set_halt(principal.halt_token());
                 close_globals(&vm.lua);
                 vm

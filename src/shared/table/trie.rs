@@ -53,8 +53,10 @@ struct Collision {
     leaves: Vec<Arc<Leaf>>,
 }
 
+/// What a branch holds in one of its slots: a key, a nested branch, or keys whose full hashes
+/// collide.
 #[derive(Clone, Debug)]
-enum Slot {
+enum Child {
     Leaf(Arc<Leaf>),
     Branch(Arc<Branch>),
     Collision(Arc<Collision>),
@@ -64,7 +66,7 @@ enum Slot {
 /// position of the set bits below it.
 ///
 /// Two allocations per branch (this struct, then the `Vec`'s buffer) measured no worse than
-/// one: with the slots as an `Arc<[Slot]>` sized to the bitmap and the bitmap beside the
+/// one: with the slots as an `Arc<[Child]>` sized to the bitmap and the bitmap beside the
 /// pointer in the parent's slot, callgrind put a write in a 1,000,000-entry table at ~9,150-9,300
 /// instructions (against ~9,000-9,100 as here) and an `atomic` on 1,000 keys 6% dearer; only a
 /// write in a 10-entry table got cheaper (~3,560 against ~3,860-4,270). Much of a path copy is
@@ -73,7 +75,7 @@ enum Slot {
 #[derive(Clone, Debug)]
 struct Branch {
     bitmap: u32,
-    slots: Vec<Slot>,
+    slots: Vec<Child>,
 }
 
 /// A value a write displaced or removed, as it was stored.
@@ -103,26 +105,26 @@ impl Leaf {
     }
 }
 
-impl Slot {
+impl Child {
     /// The first entry under this slot in trie order.
     fn first(&self) -> (&Key, &Held) {
         match self {
-            Slot::Leaf(l) => l.pair(),
-            Slot::Collision(c) => c.leaves[0].pair(),
-            Slot::Branch(b) => b.slots[0].first(),
+            Child::Leaf(l) => l.pair(),
+            Child::Collision(c) => c.leaves[0].pair(),
+            Child::Branch(b) => b.slots[0].first(),
         }
     }
 }
 
 impl Branch {
     /// A branch at `level` holding two slots whose hashes differ.
-    fn pair(level: u32, a: (u64, Slot), b: (u64, Slot)) -> Branch {
+    fn pair(level: u32, a: (u64, Child), b: (u64, Child)) -> Branch {
         let (ia, ib) = (index(a.0, level), index(b.0, level));
         if ia == ib {
             let child = Branch::pair(level + 1, a, b);
             return Branch {
                 bitmap: 1 << ia,
-                slots: vec![Slot::Branch(Arc::new(child))],
+                slots: vec![Child::Branch(Arc::new(child))],
             };
         }
         let (lo, hi) = if ia < ib { (a.1, b.1) } else { (b.1, a.1) };
@@ -147,14 +149,14 @@ impl Branch {
                 return None;
             }
             match &branch.slots[branch.position(bit)] {
-                Slot::Leaf(l) => {
+                Child::Leaf(l) => {
                     return (l.hash == hash && key.is(&l.key)).then_some(l.pair());
                 }
-                Slot::Branch(child) => {
+                Child::Branch(child) => {
                     branch = child;
                     level += 1;
                 }
-                Slot::Collision(c) => {
+                Child::Collision(c) => {
                     if c.hash != hash {
                         return None;
                     }
@@ -173,29 +175,29 @@ impl Branch {
         if self.bitmap & bit == 0 {
             self.bitmap |= bit;
             self.slots
-                .insert(position, Slot::Leaf(leaf(hash, key.into_owned(), entry)));
+                .insert(position, Child::Leaf(leaf(hash, key.into_owned(), entry)));
             return None;
         }
         let slot = &mut self.slots[position];
         match slot {
-            Slot::Leaf(l) if l.hash == hash && key.as_ref().is(&l.key) => {
+            Child::Leaf(l) if l.hash == hash && key.as_ref().is(&l.key) => {
                 let kept = l.key.clone();
                 let old = std::mem::replace(l, leaf(hash, kept, entry));
                 return Some(Old(old));
             }
-            Slot::Leaf(l) if l.hash == hash => {
+            Child::Leaf(l) if l.hash == hash => {
                 let new = leaf(hash, key.into_owned(), entry);
                 let leaves = if l.key < new.key {
                     vec![l.clone(), new]
                 } else {
                     vec![new, l.clone()]
                 };
-                *slot = Slot::Collision(Arc::new(Collision { hash, leaves }));
+                *slot = Child::Collision(Arc::new(Collision { hash, leaves }));
             }
-            Slot::Branch(child) => {
+            Child::Branch(child) => {
                 return Arc::make_mut(child).insert(level + 1, hash, key, entry);
             }
-            Slot::Collision(c) if c.hash == hash => {
+            Child::Collision(c) if c.hash == hash => {
                 let c = Arc::make_mut(c);
                 return match c.leaves.binary_search_by(|l| key.as_ref().cmp_key(&l.key)) {
                     Ok(i) => {
@@ -211,16 +213,16 @@ impl Branch {
                     }
                 };
             }
-            Slot::Leaf(_) | Slot::Collision(_) => {
+            Child::Leaf(_) | Child::Collision(_) => {
                 // A different hash under the same index: both go one level down.
                 let old_hash = match slot {
-                    Slot::Leaf(l) => l.hash,
-                    Slot::Collision(c) => c.hash,
-                    Slot::Branch(_) => hash,
+                    Child::Leaf(l) => l.hash,
+                    Child::Collision(c) => c.hash,
+                    Child::Branch(_) => hash,
                 };
                 let old = slot.clone();
-                let new = Slot::Leaf(leaf(hash, key.into_owned(), entry));
-                *slot = Slot::Branch(Arc::new(Branch::pair(
+                let new = Child::Leaf(leaf(hash, key.into_owned(), entry));
+                *slot = Child::Branch(Arc::new(Branch::pair(
                     level + 1,
                     (old_hash, old),
                     (hash, new),
@@ -238,29 +240,29 @@ impl Branch {
         }
         let position = self.position(bit);
         match &mut self.slots[position] {
-            Slot::Leaf(l) => {
+            Child::Leaf(l) => {
                 if l.hash != hash || !key.is(&l.key) {
                     return None;
                 }
                 self.bitmap &= !bit;
                 match self.slots.remove(position) {
-                    Slot::Leaf(l) => Some(Old(l)),
+                    Child::Leaf(l) => Some(Old(l)),
                     _ => None,
                 }
             }
-            Slot::Branch(child) => {
+            Child::Branch(child) => {
                 let child = Arc::make_mut(child);
                 let old = child.remove(level + 1, hash, key)?;
                 // A branch left with one entry (or one collision list) folds into its parent,
                 // so the trie stays as shallow as its hashes allow.
-                if child.slots.len() == 1 && !matches!(child.slots[0], Slot::Branch(_)) {
+                if child.slots.len() == 1 && !matches!(child.slots[0], Child::Branch(_)) {
                     if let Some(only) = child.slots.pop() {
                         self.slots[position] = only;
                     }
                 }
                 Some(old)
             }
-            Slot::Collision(c) => {
+            Child::Collision(c) => {
                 if c.hash != hash {
                     return None;
                 }
@@ -269,7 +271,7 @@ impl Branch {
                 let old = c.leaves.remove(i);
                 if c.leaves.len() == 1 {
                     let only = c.leaves.pop()?;
-                    self.slots[position] = Slot::Leaf(only);
+                    self.slots[position] = Child::Leaf(only);
                 }
                 Some(Old(old))
             }
@@ -280,9 +282,9 @@ impl Branch {
         let mut slots = Vec::with_capacity(self.slots.len());
         for slot in &self.slots {
             slots.push(match slot {
-                Slot::Leaf(l) => Slot::Leaf(l.map_held(f)),
-                Slot::Branch(b) => Slot::Branch(Arc::new(b.map_held(f))),
-                Slot::Collision(c) => Slot::Collision(Arc::new(Collision {
+                Child::Leaf(l) => Child::Leaf(l.map_held(f)),
+                Child::Branch(b) => Child::Branch(Arc::new(b.map_held(f))),
+                Child::Collision(c) => Child::Collision(Arc::new(Collision {
                     hash: c.hash,
                     leaves: c.leaves.iter().map(|l| l.map_held(f)).collect(),
                 })),
@@ -300,9 +302,9 @@ impl Branch {
         let bit = 1u32 << i;
         if self.bitmap & bit != 0 {
             let found = match &self.slots[self.position(bit)] {
-                Slot::Leaf(l) => ((l.hash, &l.key) > (hash, key)).then_some(l.pair()),
-                Slot::Branch(child) => child.after(level + 1, hash, key),
-                Slot::Collision(c) => {
+                Child::Leaf(l) => ((l.hash, &l.key) > (hash, key)).then_some(l.pair()),
+                Child::Branch(child) => child.after(level + 1, hash, key),
+                Child::Collision(c) => {
                     if c.hash > hash {
                         Some(c.leaves[0].pair())
                     } else if c.hash == hash {
@@ -438,7 +440,7 @@ impl Trie {
 
 /// The entries of a [`Trie`] in trie order.
 pub(crate) struct Iter<'a> {
-    stack: Vec<std::slice::Iter<'a, Slot>>,
+    stack: Vec<std::slice::Iter<'a, Child>>,
     collision: std::slice::Iter<'a, Arc<Leaf>>,
 }
 
@@ -455,9 +457,9 @@ impl<'a> Iterator for Iter<'a> {
                 None => {
                     self.stack.pop();
                 }
-                Some(Slot::Leaf(l)) => return Some(l.pair()),
-                Some(Slot::Branch(b)) => self.stack.push(b.slots.iter()),
-                Some(Slot::Collision(c)) => self.collision = c.leaves.iter(),
+                Some(Child::Leaf(l)) => return Some(l.pair()),
+                Some(Child::Branch(b)) => self.stack.push(b.slots.iter()),
+                Some(Child::Collision(c)) => self.collision = c.leaves.iter(),
             }
         }
     }
@@ -630,7 +632,7 @@ mod tests {
             branch
                 .slots
                 .iter()
-                .all(|s| !matches!(s, Slot::Collision(_))),
+                .all(|s| !matches!(s, Child::Collision(_))),
             "one key left is a plain leaf again"
         );
         assert_eq!(

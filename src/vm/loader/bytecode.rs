@@ -81,12 +81,12 @@ impl CompiledModule {
 }
 
 /// One file's latest compiled version, behind the lock held while it is (re)compiled.
-type Slot = Arc<Mutex<Option<Arc<CompiledModule>>>>;
+type FileSlot = Arc<Mutex<Option<Arc<CompiledModule>>>>;
 
 /// Compiles module sources once per version, for every VM in the process.
 #[derive(Debug, Default)]
 pub(crate) struct BytecodeCache {
-    slots: Mutex<HashMap<PathBuf, Slot>>,
+    slots: Mutex<HashMap<PathBuf, FileSlot>>,
     compiles: AtomicU64,
 }
 

@@ -33,14 +33,15 @@ use crate::ledger::Charge;
 /// Sync`; lives in the principal, so a restart starts a fresh one.
 #[derive(Debug)]
 pub(crate) struct JobDirectory {
-    inner: Mutex<Inner>,
-    /// Set after an id is queued in `Inner::collected`, so the engine's frequent check for them
-    /// takes no lock while there are none.
+    inner: Mutex<DirectoryContents>,
+    /// Set after an id is queued in `DirectoryContents::collected`, so the engine's frequent
+    /// check for them takes no lock while there are none.
     collected_any: AtomicBool,
 }
 
+/// What the directory holds under its lock.
 #[derive(Debug)]
-struct Inner {
+struct DirectoryContents {
     next_id: u64,
     /// Live names and the job holding each.
     names: HashMap<String, u64>,
@@ -80,7 +81,7 @@ pub(crate) enum Dropped {
 impl Default for JobDirectory {
     fn default() -> Self {
         JobDirectory {
-            inner: Mutex::new(Inner {
+            inner: Mutex::new(DirectoryContents {
                 next_id: 1,
                 names: HashMap::new(),
                 jobs: BTreeMap::new(),
@@ -93,7 +94,7 @@ impl Default for JobDirectory {
     }
 }
 
-impl Inner {
+impl DirectoryContents {
     /// The phase's jobs as the order sees them, with `extra` (a job registering) added.
     fn resolve(
         &self,
@@ -306,7 +307,7 @@ impl JobDirectory {
         std::mem::take(&mut self.lock().collected)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DirectoryContents> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -31,8 +31,8 @@ pub(crate) const MAX_METADATA_BYTES: usize = 64 << 10;
 /// registry and the directory, its tally and its state.
 pub(crate) const REGISTERED_JOB_WEIGHT: usize = 512;
 
-/// What runs each frame for a registered job.
-pub(crate) enum Executor {
+/// What runs each frame for a registered job: the descriptor's `executor` table, read.
+pub(crate) enum JobBody {
     /// `run()` on the engine thread, as a task.
     Luau { run: Function },
     /// `input()` on the engine thread, `module.entry(input)` on a worker, `apply(result)` back
@@ -65,14 +65,14 @@ pub(crate) enum Executor {
     },
 }
 
-impl Executor {
+impl JobBody {
     /// The kind as the descriptor names it.
     pub(crate) fn kind(&self) -> &'static str {
         match self {
-            Executor::Luau { .. } => "luau",
-            Executor::Worker { .. } => "worker",
-            Executor::Kernel { .. } => "kernel",
-            Executor::Remote { kind, .. } => kind,
+            JobBody::Luau { .. } => "luau",
+            JobBody::Worker { .. } => "worker",
+            JobBody::Kernel { .. } => "kernel",
+            JobBody::Remote { kind, .. } => kind,
         }
     }
 }
@@ -81,7 +81,7 @@ impl Executor {
 pub(crate) struct Descriptor {
     pub(crate) name: Option<String>,
     pub(crate) phase: Arc<str>,
-    pub(crate) executor: Executor,
+    pub(crate) body: JobBody,
     pub(crate) origin: String,
     pub(crate) metadata: Option<Message>,
     /// Its `reads`, `writes`, `after`, `before` and `pure`.
@@ -169,7 +169,7 @@ pub(crate) fn read(
             ))
         }
     };
-    let executor = read_executor(lua, &field(t, "executor")?, kernel, cap)?;
+    let body = read_executor(lua, &field(t, "executor")?, kernel, cap)?;
     let declared = read_declared(t)?;
     let origin = match field(t, "origin")? {
         Value::Nil => caller_origin(lua),
@@ -205,7 +205,7 @@ pub(crate) fn read(
     Ok(Descriptor {
         name,
         phase,
-        executor,
+        body,
         origin,
         metadata,
         declared: Arc::new(declared),
@@ -276,7 +276,7 @@ fn read_executor(
     value: &Value,
     kernel: impl Fn(&str) -> Result<Kernel, String>,
     cap: Duration,
-) -> Result<Executor, String> {
+) -> Result<JobBody, String> {
     let Value::Table(t) = value else {
         return Err(format!(
             "{WHAT}: executor must be a table with a kind, got {}",
@@ -291,7 +291,7 @@ fn read_executor(
     match kind.as_str() {
         "luau" => {
             only_fields(t, &["kind", "run"], "executor field for kind 'luau'")?;
-            Ok(Executor::Luau {
+            Ok(JobBody::Luau {
                 run: function(t, "run")?,
             })
         }
@@ -316,7 +316,7 @@ fn read_executor(
             let spec = module.to_string_lossy().to_string();
             let resolved = with_caller_source(lua, |source| core.modules.resolve(source, &spec))
                 .map_err(|e| format!("{WHAT}: executor.module: {e}"))?;
-            Ok(Executor::Worker {
+            Ok(JobBody::Worker {
                 path: resolved.path,
                 spec: resolved.spec,
                 entry: Arc::from(entry.to_string_lossy().as_str()),
@@ -342,7 +342,7 @@ fn read_executor(
                 }
             };
             let found = kernel(&name)?;
-            Ok(Executor::Kernel {
+            Ok(JobBody::Kernel {
                 name: Arc::from(name.as_str()),
                 kernel: found,
                 input: optional_function(t, "input")?,

@@ -22,7 +22,7 @@ use std::sync::{Arc, Weak};
 use mlua::{AnyUserData, Lua, Table, UserData, UserDataMethods, Value};
 
 use super::remote;
-use super::Registry;
+use super::RegisteredJobs;
 use crate::jobs::leaves::registered::directory::JobDirectory;
 use crate::jobs::leaves::registered::info;
 use crate::jobs::leaves::registered::remote_job::Control;
@@ -152,8 +152,10 @@ fn job_id(this: &Value, method: &str) -> mlua::Result<u64> {
 
 /// The engine VM's registry, with the jobs collected handles freed dropped from it; `None` in a
 /// worker VM, where a handle answers for the jobs that VM registered.
-fn engine(lua: &Lua) -> Option<Rc<Registry>> {
-    let registry = lua.app_data_ref::<Rc<Registry>>().map(|r| r.clone())?;
+fn engine(lua: &Lua) -> Option<Rc<RegisteredJobs>> {
+    let registry = lua
+        .app_data_ref::<Rc<RegisteredJobs>>()
+        .map(|r| r.clone())?;
     registry.reap();
     Some(registry)
 }
@@ -173,7 +175,7 @@ pub(crate) fn install(lua: &Lua, jobs: &Table) -> mlua::Result<()> {
     Ok(())
 }
 
-fn registry(lua: &Lua, function: &str) -> mlua::Result<Rc<Registry>> {
+fn registry(lua: &Lua, function: &str) -> mlua::Result<Rc<RegisteredJobs>> {
     engine(lua).ok_or_else(|| {
         mlua::Error::runtime(format!(
             "{function} is not yet supported in a worker VM: the domain's job list lives on the \

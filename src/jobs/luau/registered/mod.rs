@@ -27,13 +27,13 @@ use std::time::{Duration, Instant};
 use mlua::{Function, Lua, MultiValue, Value};
 
 use crate::error::{Error, NameRefusal, Result};
-use crate::jobs::leaves::host_slot::{HostSlot, SlotState};
 use crate::jobs::leaves::options::MAX_KEY_BYTES;
+use crate::jobs::leaves::outcome_slot::{OutcomeSlot, SlotState};
 use crate::jobs::protocol::item::{Item, ItemArgs, Kernel, KernelCall};
 use crate::jobs::protocol::job::{JobShared, JobTally};
 use crate::jobs::protocol::messages::WorkerMsg;
 use crate::jobs::protocol::pool_shared::PoolShared;
-use crate::jobs::protocol::principal_cell::PrincipalCell;
+use crate::jobs::protocol::principal_shared::PrincipalShared;
 use crate::jobs::protocol::reply::ReplyTo;
 use crate::principal::capability::{self, Authority};
 use crate::value::{ExactValue, Message};
@@ -43,14 +43,14 @@ use crate::jobs::leaves::registered::directory::Dropped;
 use crate::jobs::leaves::registered::info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
 use crate::jobs::leaves::registered::order::{Declared, PhaseOrder, Placed, UnorderedWrite};
 use crate::jobs::leaves::registered::remote_job::{Control, RemoteOp, RemoteRegistration};
-pub(crate) use descriptor::Executor;
+pub(crate) use descriptor::JobBody;
 
 /// What the registry asks of its domain while it runs a phase.
 pub(crate) trait PhaseHost {
     /// Waits until every one of `slots` has settled, serving the domain's mailbox meanwhile (an
     /// item may forward a query, or record commands the engine applies before it settles), or
     /// until the wait's bound passes. Answers how long it waited.
-    fn settle(&self, slots: &[Arc<HostSlot>]) -> Duration;
+    fn settle(&self, slots: &[Arc<OutcomeSlot>]) -> Duration;
     /// Reports jobs `first` and `second` of `phase`, which both write `name` with nothing
     /// ordering them.
     fn unordered_write(&self, phase: &str, first: &str, second: &str, name: &str);
@@ -61,7 +61,7 @@ pub(crate) trait PhaseHost {
 pub(crate) type FailureSink = Rc<dyn Fn(String, String, Option<JobFailure>)>;
 
 /// A domain's registered jobs and the kernels its host registered.
-pub(crate) struct Registry {
+pub(crate) struct RegisteredJobs {
     /// Live jobs, in registration order.
     jobs: RefCell<Vec<Rc<RegisteredJob>>>,
     /// Phases in the order their first job registered. A phase keeps its place once seen.
@@ -72,7 +72,7 @@ pub(crate) struct Registry {
     draining: RefCell<HashSet<u64>>,
     /// The write/write pairs reported already: each pair is reported once.
     reported_writes: RefCell<HashSet<UnorderedWrite>>,
-    principal: Arc<PrincipalCell>,
+    principal: Arc<PrincipalShared>,
     pool: Arc<PoolShared>,
     sink: FailureSink,
 }
@@ -86,7 +86,7 @@ pub(crate) struct RegisteredJob {
     metadata: Option<Message>,
     /// Its `reads`, `writes`, `after`, `before` and `pure`.
     declared: Arc<Declared>,
-    executor: Executor,
+    body: JobBody,
     /// The authority of the code that registered it: its `run`, `input` and `apply` and its
     /// items all run under it, so a job never holds more than the code that registered it.
     authority: Arc<Authority>,
@@ -114,7 +114,7 @@ struct JobState {
     /// The slot of the item on a worker whose result `apply` waits for. The registry polls it
     /// each frame and never waits on it; cancelling the job drops it, and the item's late
     /// result with it.
-    in_flight: Option<Arc<HostSlot>>,
+    in_flight: Option<Arc<OutcomeSlot>>,
 }
 
 impl RegisteredJob {
@@ -127,13 +127,13 @@ impl RegisteredJob {
     }
 }
 
-impl Registry {
+impl RegisteredJobs {
     pub(crate) fn new(
-        principal: Arc<PrincipalCell>,
+        principal: Arc<PrincipalShared>,
         pool: Arc<PoolShared>,
         sink: FailureSink,
-    ) -> Rc<Registry> {
-        Rc::new(Registry {
+    ) -> Rc<RegisteredJobs> {
+        Rc::new(RegisteredJobs {
             jobs: RefCell::new(Vec::new()),
             phases: RefCell::new(Vec::new()),
             kernels: RefCell::new(HashMap::new()),
@@ -147,8 +147,8 @@ impl Registry {
 
     /// The registry of the next generation: no jobs (their functions lived in the old engine
     /// VM), the same host kernels.
-    pub(crate) fn next_generation(&self, principal: Arc<PrincipalCell>) -> Rc<Registry> {
-        let next = Registry::new(principal, self.pool.clone(), self.sink.clone());
+    pub(crate) fn next_generation(&self, principal: Arc<PrincipalShared>) -> Rc<RegisteredJobs> {
+        let next = RegisteredJobs::new(principal, self.pool.clone(), self.sink.clone());
         *next.kernels.borrow_mut() = self.kernels.borrow().clone();
         next
     }
@@ -208,7 +208,7 @@ impl Registry {
             origin: d.origin,
             metadata: d.metadata,
             declared: d.declared,
-            executor: d.executor,
+            body: d.body,
             authority: capability::current_or(&self.principal.authority),
             tally: Arc::new(JobTally {
                 id,
@@ -242,7 +242,7 @@ impl Registry {
             origin: r.origin,
             metadata: r.metadata,
             declared: r.declared,
-            executor: Executor::Remote {
+            body: JobBody::Remote {
                 kind: r.kind,
                 worker: r.worker,
                 vm: r.vm,
@@ -359,9 +359,9 @@ impl Registry {
         let Some(job) = removed else {
             return;
         };
-        if let Executor::Remote {
+        if let JobBody::Remote {
             worker, vm, shared, ..
-        } = &job.executor
+        } = &job.body
         {
             shared.cancelled.store(true, Ordering::Release);
             self.pool.exec.post(
@@ -489,7 +489,7 @@ impl Registry {
         jobs: &[Rc<RegisteredJob>],
         host: &dyn PhaseHost,
     ) {
-        let slots: Vec<Arc<HostSlot>> = jobs
+        let slots: Vec<Arc<OutcomeSlot>> = jobs
             .iter()
             .filter_map(|j| j.state.borrow().in_flight.clone())
             .collect();
@@ -543,7 +543,7 @@ impl Registry {
     /// runs. Answers whether it started an item on the pool.
     fn tick(self: &Rc<Self>, vm: &Vm, job: &Rc<RegisteredJob>) -> bool {
         self.land(vm, job);
-        if let Executor::Remote { worker, vm, .. } = &job.executor {
+        if let JobBody::Remote { worker, vm, .. } = &job.body {
             self.tick_remote(job, *worker, *vm);
             return false;
         }
@@ -553,14 +553,14 @@ impl Registry {
                 return false;
             }
         }
-        match &job.executor {
-            Executor::Remote { .. } => {}
-            Executor::Luau { run } => {
+        match &job.body {
+            JobBody::Remote { .. } => {}
+            JobBody::Luau { run } => {
                 job.state.borrow_mut().calls += 1;
                 self.start_task(vm, job, run.clone(), Value::Nil);
             }
-            Executor::Worker { .. } => self.queue_worker_call(job),
-            Executor::Kernel { .. } => self.queue_kernel_call(job),
+            JobBody::Worker { .. } => self.queue_worker_call(job),
+            JobBody::Kernel { .. } => self.queue_kernel_call(job),
         }
         job.state.borrow().in_flight.is_some()
     }
@@ -586,10 +586,10 @@ impl Registry {
         };
         match landed {
             Some(Outcome::Resolved(result)) => {
-                let apply = match &job.executor {
-                    Executor::Worker { apply, .. } => Some(apply.clone()),
-                    Executor::Kernel { apply, .. } => apply.clone(),
-                    Executor::Luau { .. } | Executor::Remote { .. } => None,
+                let apply = match &job.body {
+                    JobBody::Worker { apply, .. } => Some(apply.clone()),
+                    JobBody::Kernel { apply, .. } => apply.clone(),
+                    JobBody::Luau { .. } | JobBody::Remote { .. } => None,
                 };
                 if let Some(apply) = apply {
                     match result.to_lua(&vm.lua) {
@@ -613,7 +613,7 @@ impl Registry {
     /// This frame's call of a worker job: runs `input()` here, then queues an item of the
     /// module's entry over its value (in its key's lane when it has a key).
     fn queue_worker_call(&self, job: &Rc<RegisteredJob>) {
-        let Executor::Worker {
+        let JobBody::Worker {
             path,
             spec,
             entry,
@@ -621,7 +621,7 @@ impl Registry {
             key,
             deadline,
             ..
-        } = &job.executor
+        } = &job.body
         else {
             return;
         };
@@ -657,12 +657,12 @@ impl Registry {
     /// This frame's call of a kernel job: runs `input()` here (when it has one), then queues
     /// the kernel over its value.
     fn queue_kernel_call(&self, job: &Rc<RegisteredJob>) {
-        let Executor::Kernel {
+        let JobBody::Kernel {
             name,
             kernel,
             input,
             ..
-        } = &job.executor
+        } = &job.body
         else {
             return;
         };
@@ -724,10 +724,10 @@ impl Registry {
         module: Arc<Path>,
         entry: Arc<str>,
         deadline: Duration,
-    ) -> impl FnOnce(ItemArgs) -> (Item, Arc<HostSlot>) + '_ {
+    ) -> impl FnOnce(ItemArgs) -> (Item, Arc<OutcomeSlot>) + '_ {
         let authority = registered.authority.clone();
         move |args| {
-            let slot = HostSlot::new();
+            let slot = OutcomeSlot::new();
             let item = Item {
                 principal: self.principal.clone(),
                 authority,
@@ -736,7 +736,7 @@ impl Registry {
                 entry,
                 args,
                 deadline,
-                reply: ReplyTo::Host(slot.clone()),
+                reply: ReplyTo::Slot(slot.clone()),
                 queued_at: Some(Instant::now()),
                 charge: None,
             };
@@ -745,7 +745,7 @@ impl Registry {
     }
 
     /// Records an item handed to the pool (or its refusal, which errors the job).
-    fn queued(&self, job: &RegisteredJob, queued: Result<(), String>, slot: Arc<HostSlot>) {
+    fn queued(&self, job: &RegisteredJob, queued: Result<(), String>, slot: Arc<OutcomeSlot>) {
         match queued {
             Ok(()) => {
                 let mut state = job.state.borrow_mut();
@@ -846,8 +846,8 @@ fn job_failure(job: &RegisteredJob, message: &str) -> JobFailure {
         Some(at) => (&message[..at], Some(message[at + 1..].to_owned())),
         None => (message, None),
     };
-    let (module, entry) = match &job.executor {
-        Executor::Worker { path, entry, .. } => (Some(path.to_path_buf()), Some(entry.to_string())),
+    let (module, entry) = match &job.body {
+        JobBody::Worker { path, entry, .. } => (Some(path.to_path_buf()), Some(entry.to_string())),
         _ => (None, None),
     };
     JobFailure {
@@ -862,7 +862,7 @@ fn job_failure(job: &RegisteredJob, message: &str) -> JobFailure {
 
 /// Publishes a worker-registered job's info for the handles in its VM.
 fn mirror(job: &RegisteredJob) {
-    if let Executor::Remote { shared, .. } = &job.executor {
+    if let JobBody::Remote { shared, .. } = &job.body {
         shared.publish(info_of(job));
     }
 }
@@ -882,7 +882,7 @@ fn info_of(job: &RegisteredJob) -> JobInfo {
         id: job.id,
         name: job.name.clone(),
         phase: job.phase.to_string(),
-        kind: job.executor.kind(),
+        kind: job.body.kind(),
         status,
         paused: state.paused,
         origin: job.origin.clone(),
@@ -893,7 +893,7 @@ fn info_of(job: &RegisteredJob) -> JobInfo {
         waited_for_vm: Duration::from_nanos(job.tally.waited_ns.load(Ordering::Relaxed)),
         calls: state.calls,
         failed_calls: state.failed,
-        worker: matches!(job.executor, Executor::Remote { .. }).then_some(WorkerCalls {
+        worker: matches!(job.body, JobBody::Remote { .. }).then_some(WorkerCalls {
             calls: state.calls,
             late_calls: state.late,
             failed_calls: state.failed,
@@ -901,9 +901,9 @@ fn info_of(job: &RegisteredJob) -> JobInfo {
     }
 }
 
-impl fmt::Debug for Registry {
+impl fmt::Debug for RegisteredJobs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Registry")
+        f.debug_struct("RegisteredJobs")
             .field("jobs", &self.jobs.borrow().len())
             .finish_non_exhaustive()
     }

@@ -9,15 +9,16 @@
 //!   or drain).
 //! - [`LocalJobs`] (app data of the worker VM): the job's functions (`run`, or `input` and
 //!   `apply` with the module's entry) and the call running now, if any.
-//! - The engine registry's entry ([`Executor::Remote`](super::Executor::Remote)): the worker
-//!   and VM serial to post to, the counts, and whether a call is in flight.
+//! - The engine registry's entry ([`JobBody::Remote`]): the worker and VM serial to post to, the
+//!   counts, and whether a call is in flight.
 //!
-//! A frame posts [`WorkerMsg::Registered`] with [`RemoteOp::Run`] to the worker's inbox and goes
-//! on. The worker starts the call as a task of the job's VM with a command log; when the task
-//! ends it posts [`DomainEvent::RegisteredDone`] with the commands it recorded and its failure,
-//! if any. The engine handles that at its next drain (so one frame later): it applies the
-//! commands, then marks the call done or the job errored. A frame that finds the call still in
-//! flight posts nothing and counts a late call.
+//! A frame posts
+//! [`WorkerMsg::Registered`](crate::jobs::protocol::messages::WorkerMsg::Registered) with
+//! [`RemoteOp::Run`] to the worker's inbox and goes on. The worker starts the call as a task of
+//! the job's VM with a command log; when the task ends it posts [`DomainEvent::RegisteredDone`]
+//! with the commands it recorded and its failure, if any. The engine handles that at its next
+//! drain (so one frame later): it applies the commands, then marks the call done or the job
+//! errored. A frame that finds the call still in flight posts nothing and counts a late call.
 //!
 //! The VM stays: workers drop a principal's VMs only when it ends (a restart or a stop, which
 //! ends its jobs too) or after a panic, when every job the VM held is errored with the reason.
@@ -32,7 +33,7 @@ use std::time::Duration;
 
 use mlua::{Function, Lua, MultiValue, Value};
 
-use super::descriptor::{self, Executor};
+use super::descriptor::{self, JobBody};
 use crate::jobs::leaves::entry::entry_function;
 use crate::jobs::leaves::registered::directory::Dropped;
 use crate::jobs::leaves::registered::info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
@@ -41,7 +42,7 @@ use crate::jobs::leaves::registered::remote_job::{
 };
 use crate::jobs::luau::home::{registering_authority, HomeKind, JobsHome};
 use crate::jobs::protocol::messages::DomainEvent;
-use crate::jobs::protocol::principal_cell::PrincipalCell;
+use crate::jobs::protocol::principal_shared::PrincipalShared;
 use crate::principal::capability::Authority;
 use crate::vm::{self, Embedded, Owner, OwnerIdentity, TaskFailure, Vm};
 
@@ -128,9 +129,9 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
     )?;
     // The metadata is kept twice: in this VM's snapshot of the job and in the engine's entry.
     let held = d.hold(&principal.memory, 2)?;
-    let (call, deadline) = match d.executor {
-        Executor::Luau { run } => (LocalCall::Luau { run }, principal.max_deadline),
-        Executor::Worker {
+    let (call, deadline) = match d.body {
+        JobBody::Luau { run } => (LocalCall::Luau { run }, principal.max_deadline),
+        JobBody::Worker {
             path,
             entry,
             input,
@@ -154,7 +155,7 @@ pub(crate) fn register(lua: &Lua, home: &JobsHome, descriptor: &Value) -> Result
             };
             (call, deadline)
         }
-        Executor::Kernel { .. } | Executor::Remote { .. } => return Err(KERNEL_REFUSED.to_owned()),
+        JobBody::Kernel { .. } | JobBody::Remote { .. } => return Err(KERNEL_REFUSED.to_owned()),
     };
     let kind = match call {
         LocalCall::Luau { .. } => "luau",
@@ -281,7 +282,7 @@ pub(crate) fn cancel(lua: &Lua, home: &JobsHome, id: u64) -> bool {
 }
 
 /// Handles the engine's [`RemoteOp`] for job `id` of this VM.
-pub(crate) fn on_op(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64, op: RemoteOp) {
+pub(crate) fn on_op(vm: &Vm, principal: &Arc<PrincipalShared>, id: u64, op: RemoteOp) {
     match op {
         RemoteOp::Run => run(vm, principal, id),
         RemoteOp::Forget => {
@@ -298,7 +299,7 @@ pub(crate) fn on_op(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64, op: Remote
 
 /// Tells the engine a call of job `id` ended; its commands apply there under `authority`.
 fn done(
-    principal: &PrincipalCell,
+    principal: &PrincipalShared,
     id: u64,
     commands: Vec<vm::ServiceCall>,
     failure: Option<String>,
@@ -325,7 +326,7 @@ fn worker_call(lua: &Lua) -> mlua::Result<Function> {
 
 /// Starts this frame's call of job `id` as a task of the VM. A job this VM no longer holds (it
 /// cancelled it) answers at once, so the engine never keeps a call in flight for it.
-fn run(vm: &Vm, principal: &Arc<PrincipalCell>, id: u64) {
+fn run(vm: &Vm, principal: &Arc<PrincipalShared>, id: u64) {
     let lua = &vm.lua;
     let jobs = local_jobs(lua);
     let prepared = {
@@ -418,7 +419,7 @@ fn worker_args(
 }
 
 /// The VM was dropped after a panic: every job it held is errored, naming why.
-pub(crate) fn vm_lost(lua: &Lua, principal: &PrincipalCell, why: &str) {
+pub(crate) fn vm_lost(lua: &Lua, principal: &PrincipalShared, why: &str) {
     let Some(jobs) = lua.app_data_ref::<Rc<LocalJobs>>().map(|j| j.clone()) else {
         return;
     };

@@ -1,8 +1,11 @@
-//! The work-stealing executor core: threads, queues, sleep/wake, item hand-off and stats.
+//! The generic work-stealing executor: threads, queues, sleep/wake, item hand-off, key lanes and
+//! stats; beside it, the queue a domain's mailbox is made of (`wake_queue.rs`) and the one-shot
+//! cell a host `Promise` waits on (`one_shot.rs`).
 //!
-//! Generic over what an item does ([`executor::WorkerLogic`]), so it has no Luau in it and loom can
-//! model it (`loom-tests/`). The Luau worker that implements the logic lives elsewhere. See
-//! `README.md` in this folder for the sleep/wake protocol and the hand-off state machine.
+//! Generic over what an item does ([`threads::WorkerLogic`]), so it has no Luau in it and loom can
+//! model it (`loom-tests/`). The Luau worker that implements the logic, and the public
+//! [`Pool`](crate::Pool) that starts the executor with it, live in `jobs`. See `README.md` in
+//! this folder for the sleep/wake protocol and the hand-off state machine.
 //!
 //! Types the loom models use are `pub` so `crate::__loom` can re-export them; the module itself
 //! is private, so outside `cfg(loom)` they are crate-internal like everything else here.
@@ -10,13 +13,13 @@
 #![cfg_attr(not(any(test, loom)), allow(dead_code))]
 
 mod deques;
-pub(crate) mod executor;
 pub(crate) mod handoff;
 pub(crate) mod lanes;
 pub(crate) mod one_shot;
 pub(crate) mod sleep;
 pub(crate) mod spin;
 pub(crate) mod stats;
+pub(crate) mod threads;
 pub(crate) mod wake_queue;
 
 /// Polls `done` every millisecond until it holds or `limit` passes; answers its last answer.

@@ -1,16 +1,17 @@
-//! The cell a host [`Promise`](crate::Promise) waits on: a worker settles it in place (a
-//! [`ReplyTo::Host`](crate::jobs::ReplyTo::Host) or
-//! [`ReplyTo::HostJob`](crate::jobs::ReplyTo::HostJob) reply), and any host thread may block on
-//! it.
+//! The slot a Rust [`Promise`](crate::Promise) waits on: a worker settles it in place (a
+//! [`ReplyTo::Slot`](crate::jobs::ReplyTo::Slot) or
+//! [`ReplyTo::HostJob`](crate::jobs::ReplyTo::HostJob) reply), and any thread may block on it:
+//! the host's, an actor's waiting for a forwarded query's answer, the engine thread waiting for
+//! a registered job's items.
 //!
-//! It is a [`OneShot`] (`pool/one_shot.rs`, loom-checked): a settle with nobody waiting is two
-//! atomic operations, and only a settle that finds a thread parked on the slot unparks it.
+//! It is a [`OneShot`] (`executor/one_shot.rs`, loom-checked): a settle with nobody waiting is
+//! two atomic operations, and only a settle that finds a thread parked on the slot unparks it.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::pool::one_shot::{OneShot, Standing, Took};
-use crate::pool::wake_queue::Waited;
+use crate::executor::one_shot::{OneShot, Standing, Took};
+use crate::executor::wake_queue::Waited;
 use crate::vm::Outcome;
 
 /// The kinds an outcome is settled as, so the slot answers where it stands without reading it.
@@ -18,11 +19,11 @@ const RESOLVED: u8 = 0;
 const REJECTED: u8 = 1;
 const CANCELLED: u8 = 2;
 
-/// Where a worker delivers the outcome of work that host code awaits: alone behind an `Arc`
-/// ([`ReplyTo::Host`](crate::jobs::ReplyTo::Host)), or inside the job the host dispatched
+/// Where a worker delivers the outcome of work that Rust code awaits: alone behind an `Arc`
+/// ([`ReplyTo::Slot`](crate::jobs::ReplyTo::Slot)), or inside the job the host dispatched
 /// ([`ReplyTo::HostJob`](crate::jobs::ReplyTo::HostJob)).
 #[derive(Default)]
-pub(crate) struct HostSlot {
+pub(crate) struct OutcomeSlot {
     cell: OneShot<Outcome>,
 }
 
@@ -43,9 +44,9 @@ pub(crate) enum SlotStatus {
     Taken,
 }
 
-impl HostSlot {
-    pub(crate) fn new() -> Arc<HostSlot> {
-        Arc::new(HostSlot {
+impl OutcomeSlot {
+    pub(crate) fn new() -> Arc<OutcomeSlot> {
+        Arc::new(OutcomeSlot {
             cell: OneShot::new(),
         })
     }

@@ -1,6 +1,6 @@
 //! Putting idle workers to sleep and waking them without ever losing a wake-up.
 //!
-//! Each worker has a state word, [`AWAKE`] or [`SLEEPING`], and the pool keeps a count of the
+//! Each worker has a state word, [`AWAKE`] or [`SLEEPING`], and the executor keeps a count of the
 //! workers that have announced they are going to sleep. A worker that found nothing to do calls
 //! [`Sleep::sleep`]; a thread that has just made work available calls [`Sleep::notify_one`] (work
 //! any worker may take) or [`Sleep::notify_worker`] (a message for one worker). `README.md` in
@@ -196,7 +196,7 @@ impl Sleep {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::pool::wait_until;
+    use crate::executor::wait_until;
     use std::time::Duration;
 
     #[test]

@@ -95,7 +95,7 @@ impl<T> Lane<T> {
 
 /// Per-worker load, used to choose where a key binds.
 #[derive(Clone, Copy, Default)]
-struct Load {
+struct WorkerLoad {
     /// Keys bound to the worker.
     keys: usize,
     /// Items of those keys queued or running.
@@ -107,11 +107,11 @@ struct Lanes<K, T> {
     /// (enqueue, settle), where SipHash cost about 250 instructions a time; the seed keeps a
     /// script from choosing keys that collide.
     lanes: HashMap<K, Lane<T>, RandomState>,
-    load: Vec<Load>,
+    load: Vec<WorkerLoad>,
 }
 
 /// The worker a new binding goes to: fewest keys bound, then fewest items, then lowest index.
-fn choose_worker(load: &[Load]) -> usize {
+fn choose_worker(load: &[WorkerLoad]) -> usize {
     load.iter()
         .enumerate()
         .min_by_key(|(i, l)| (l.keys, l.items, *i))
@@ -161,7 +161,7 @@ impl<K: Hash + Eq + Clone, T> KeyLanes<K, T> {
         KeyLanes {
             inner: Mutex::new(Lanes {
                 lanes: HashMap::default(),
-                load: vec![Load::default(); workers.max(1)],
+                load: vec![WorkerLoad::default(); workers.max(1)],
             }),
         }
     }

@@ -1,4 +1,4 @@
-//! A principal's cross-thread state ([`PrincipalCell`]), and the sending end of the mailbox that
+//! A principal's cross-thread state ([`PrincipalShared`]), and the sending end of the mailbox that
 //! reaches its domain's engine thread.
 
 use std::fmt;
@@ -9,11 +9,11 @@ use std::time::Duration;
 use super::job::MAX_JOB_BYTES;
 use super::messages::DomainEvent;
 use super::warm::WarmRegistry;
+use crate::executor::wake_queue::{wake_queue, WakeReceiver, WakeSender};
 use crate::jobs::leaves::event_log::EventLog;
 use crate::jobs::leaves::registered::directory::JobDirectory;
 use crate::jobs::leaves::service_names::ServiceNames;
 use crate::ledger::Ledger;
-use crate::pool::wake_queue::{wake_queue, WakeReceiver, WakeSender};
 use crate::principal::capability::{Attribution, Authority, Grant};
 use crate::principal::event_queue::EventQueue;
 use crate::principal::{Generation, Logs, Principal, Profile};
@@ -26,7 +26,7 @@ use crate::vm::{CancelToken, Liveness, Plan};
 /// forwarded queries, recorded commands). The domain's public
 /// [`DomainMailbox`](crate::DomainMailbox) wraps it with the event queue.
 ///
-/// The transport is a [`WakeSender`] (`pool/wake_queue.rs`): a send is a short critical section
+/// The transport is a [`WakeSender`] (`executor/wake_queue.rs`): a send is a short critical section
 /// that pushes the event, and only the send that finds the engine thread asleep wakes it; the
 /// engine takes every event that arrived with one swap ([`MailboxReceiver`]). All events of a
 /// generation travel in one queue, so they are handled in the order they were sent: a
@@ -64,7 +64,7 @@ impl fmt::Debug for MailboxSender {
 }
 
 /// The shared, `Send + Sync` part of a principal that travels with its items.
-pub(crate) struct PrincipalCell {
+pub(crate) struct PrincipalShared {
     pub(crate) id: Principal,
     pub(crate) plan: Plan,
     pub(crate) mailbox: MailboxSender,
@@ -111,8 +111,8 @@ pub(crate) struct PrincipalCell {
     /// principal reports its resumes and timers to it.
     pub(crate) liveness: Option<Arc<Liveness>>,
     /// False while the principal runs work; set once when it ends. Its worker VMs run with it
-    /// as their token ([`RunTokens::vm`](crate::vm::RunTokens)), so setting it and raising
-    /// every worker's signal stops their runs at the next interrupt check.
+    /// as their token ([`RunTokens::vm`](crate::vm::budget::RunTokens::vm)), so setting it and
+    /// raising every worker's signal stops their runs at the next interrupt check.
     halt: Arc<CancelToken>,
     /// Why the principal ended, once it has.
     ended: Mutex<Option<String>>,
@@ -122,7 +122,7 @@ pub(crate) struct PrincipalCell {
     pub(crate) joining: AtomicBool,
 }
 
-impl PrincipalCell {
+impl PrincipalShared {
     pub(crate) fn new(
         id: Principal,
         plan: Plan,
@@ -132,7 +132,7 @@ impl PrincipalCell {
         warm_bound: Duration,
         memory: Arc<Ledger>,
     ) -> Self {
-        PrincipalCell {
+        PrincipalShared {
             id,
             plan,
             mailbox,
@@ -179,12 +179,12 @@ impl PrincipalCell {
         &self,
         generation: Generation,
         mailbox: MailboxSender,
-    ) -> PrincipalCell {
+    ) -> PrincipalShared {
         let id = Principal {
             domain: self.id.domain,
             generation,
         };
-        let mut next = PrincipalCell::new(
+        let mut next = PrincipalShared::new(
             id,
             self.plan.clone(),
             mailbox,

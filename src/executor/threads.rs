@@ -12,7 +12,7 @@
 //! deque, then the injector, then siblings' deques in a rotating order), unless the logic holds
 //! off new items for a moment ([`WorkerLogic::hold_items_until`]). A round that did none of
 //! these is idle; after a few idle rounds spent spinning the worker sleeps through
-//! [`Sleep`](super::sleep::Sleep) until woken or until the time its last `poll` asked for.
+//! [`Sleep`] until woken or until the time its last `poll` asked for.
 //!
 //! Every call into the logic runs under `catch_unwind`: a panic is counted, handed to
 //! [`WorkerLogic::on_panic`], and the thread goes on serving.
@@ -424,7 +424,7 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::pool::wait_until;
+    use crate::executor::wait_until;
     use std::sync::atomic::{AtomicU32, AtomicUsize};
     use std::sync::mpsc;
     use std::time::Duration;

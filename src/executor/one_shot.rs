@@ -1,5 +1,5 @@
 //! A one-shot cell: one value settled once by any thread, taken once, and waited on by at most
-//! one thread at a time, which parks. What a host `Promise` waits on (`jobs/leaves/host_slot.rs`).
+//! one thread at a time, which parks. What a `Promise` waits on (`jobs/leaves/outcome_slot.rs`).
 //!
 //! Generic, with no Luau in it, so the loom model in `loom-tests/tests/one_shot.rs` runs this
 //! code.

@@ -22,7 +22,7 @@
 //! the park returns at once; a token left over when the consumer woke on its own (a timeout)
 //! costs it one spurious round later.
 //!
-//! Before it announces sleep the consumer re-checks for a number of short rounds (`pool::spin`'s
+//! Before it announces sleep the consumer re-checks for a number of short rounds (`executor::spin`'s
 //! pauses, then yields): a reply to a short job lands within microseconds, sooner than a park
 //! and an unpark, and a send in those rounds finds nobody to wake. Without
 //! them a `dispatch(...):await()` round trip measured 29 µs at p50 on this machine, 2.4 µs with
@@ -52,12 +52,12 @@ use std::time::Instant;
 use super::spin::{spin, SPIN_ROUNDS};
 use crate::sync::{park_until, thread, Arc, Mutex, MutexGuard};
 
-/// Rounds the consumer re-checks before it parks: the pool's [`SPIN_ROUNDS`], then yields up to
+/// Rounds the consumer re-checks before it parks: the executor's [`SPIN_ROUNDS`], then yields up to
 /// this many in all. A worker's spin rounds alone are too few here: with them, a forwarded query
 /// answered by an engine thread waiting in `eval` costs about 44 µs a call (p50 51 µs: the engine
 /// parks between the answer and the worker's next query); with 96 rounds, 3.3 µs (p50 2.3 µs),
 /// as with the host spinning frames (`cargo bench --bench services`). Loom keeps one round, as
-/// for the pool.
+/// for the executor.
 #[cfg(not(loom))]
 const CONSUMER_ROUNDS: u32 = 96;
 #[cfg(loom)]
@@ -268,7 +268,7 @@ impl<T> WakeReceiver<T> {
 
     /// Re-checks for `rounds` rounds, then parks as [`wait_until`](Self::wait_until) says.
     fn wait_after(&self, rounds: u32, deadline: Option<Instant>) -> Waited {
-        // Rounds of re-checking first (the pool's spin rounds, then yields): a reply to a short
+        // Rounds of re-checking first (the executor's spin rounds, then yields): a reply to a short
         // job lands within microseconds, sooner than a park and an unpark. The consumer has not
         // announced sleep here, so a send in these rounds needs no wake.
         for round in 1..=rounds {
