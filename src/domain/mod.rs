@@ -46,6 +46,7 @@ mod builtin_modules;
 mod chrome_trace;
 mod domain_stats;
 mod events;
+mod facade_events;
 mod facade_frame;
 mod facade_gen;
 mod frame;

@@ -1,17 +1,30 @@
-//! The engine thread's side of domain events: the handlers bound to names (`@skein/events`'s
-//! `on`, [`ScriptDomain::bind_event_handler`]), `emit`, routes to other domains, and the drain
-//! that delivers queued events ([`ScriptDomain::drain_events`]).
+//! The event-handlers part of a domain ([`EventHandlers`]): the handlers bound to names
+//! (`@skein/events`'s `on`,
+//! [`ScriptDomain::bind_event_handler`](crate::ScriptDomain::bind_event_handler)), `emit`,
+//! routes to other domains, and the drain that delivers queued events
+//! ([`ScriptDomain::drain_events`](crate::ScriptDomain::drain_events)). The drain is given the
+//! current generation and the reporting part; what it runs in the engine VM it asks of the
+//! domain through [`EventHost`].
 //!
 //! Raw events go to the `event` phase handlers of their target context(s) through the
 //! scheduler; named events go to the handlers bound to their name, and nothing else: a name is
 //! never a phase, so `emit("startup")` runs only handlers bound to `startup`. The queue itself
 //! (limits, generations) is `event_queue.rs`; the engine events `engine.on` watchers see are a
 //! different thing (`jobs/events.rs`).
+//!
+//! The invariants: each name's handlers are kept in run order (priority, higher first, then
+//! bind order), and a delivery runs a snapshot of them, so a bind or an unbind during it counts
+//! from the next event on; a Luau handler belongs to the generation whose engine VM bound it
+//! and goes with that generation, while the host's handlers and routes outlive generations; an
+//! event of an ended generation is counted stale, never delivered (so never routed); a failing
+//! handler is a diagnostic of the drain and the next one still runs; the diagnostics `emit`
+//! recorded are handed to the next drain, once.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
@@ -21,15 +34,16 @@ use crate::domain::events::emit::{
 };
 use crate::domain::frame::context::ContextSpec;
 use crate::domain::frame::handler_label::HandlerLabel;
-use crate::domain::frame::phases::{wider_than_binder, Bindings, Called};
-use crate::domain::{DomainMailbox, Report, ReportKind, ScriptDomain};
+use crate::domain::frame::phases::{wider_than_binder, Bindings};
+use crate::domain::generation::GenerationState;
+use crate::domain::reporting::Reporting;
+use crate::domain::{DomainMailbox, PhaseReport, Report, ReportKind};
 use crate::error::{Error, NameRefusal, Result};
 use crate::jobs::{home_principal, registering_authority};
 use crate::principal::capability::{Authority, CapabilitySet};
 use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
 use crate::principal::event_queue::{EventQueue, QueuedEvent, Routing};
-use crate::principal::profile::ProfileKind;
-use crate::principal::{DomainId, EventTarget, Generation, Phase, PostRefused, Severity};
+use crate::principal::{DomainId, EventTarget, Generation, PostRefused, Severity};
 use crate::value::Message;
 use crate::vm::{self, panic_message, SignalKind};
 
@@ -422,100 +436,47 @@ pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
     )
 }
 
-impl ScriptDomain {
-    /// Delivers what waits in the event queue, at most
-    /// [`EventLimits::per_drain`](crate::event::EventLimits::per_drain) events, in the order they were
-    /// queued. [`advance`](Self::advance) does this once, after its `lateUpdate` phase.
-    ///
-    /// A raw event runs the `event` phase handlers of its target context(s) with the payload;
-    /// a named event runs every handler bound to its name with the payload and the name, in
-    /// scheduler order (context priority, then bind order). Events queued while the drain runs
-    /// wait for the next one. An event nothing handles is counted in
-    /// [`EventReport::unhandled`] and dropped. A failing handler is a [`Diagnostic`] in the
-    /// report, and the next one runs.
-    ///
-    /// ```
-    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
-    ///
-    /// let pool = Pool::new(1);
-    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
-    /// domain.exec(r#"
-    ///     local events = require("@skein/events")
-    ///     events.on("hit", function(damage) hp = (hp or 100) - damage end)
-    ///     events.emit("hit", 30)
-    ///     events.emit("nobody listens", true)
-    /// "#)?;
-    /// let report = domain.drain_events();
-    /// assert_eq!((report.delivered, report.unhandled, report.pending), (1, 1, 0));
-    /// assert_eq!(domain.eval("return hp")?, Message::Number(70.0));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// A stopped domain drains nothing; a drain asked for from inside one of the domain's own
-    /// handlers drains nothing and is recorded as a [`Report`](crate::Report) naming
-    /// [`Error::Reentrant`].
-    pub fn drain_events(&self) -> EventReport {
-        match self.enter("drain_events") {
-            Ok(_entered) => self.run_event_drain(),
-            Err(e) => {
-                if matches!(e, Error::Reentrant(_)) {
-                    self.reporting.keep(Report::new(
-                        ReportKind::Service,
-                        "drain_events",
-                        e.to_string(),
-                    ));
-                }
-                EventReport {
-                    pending: self.pending_events(),
-                    ..EventReport::default()
-                }
-            }
-        }
-    }
+/// What a drain of the event queue asks of the domain beyond the parts it is given: the calls
+/// that run handlers as tasks of the engine VM, the profile events of those calls, and the
+/// count of stale events.
+pub(crate) trait EventHost {
+    /// Runs the `event` phase handlers of every context, or only of the context at index
+    /// `only` (a raw event's target), with `payload`, which was queued at `posted`.
+    fn run_event_phase(
+        &self,
+        only: Option<usize>,
+        payload: Message,
+        posted: Instant,
+    ) -> PhaseReport;
+    /// Calls a named event's Luau handler with `values` as a task of the engine VM held to
+    /// `deadline` per run, under `authority` (the domain's when `None`); answers the failure's
+    /// text when it failed before its first yield.
+    fn call_named(
+        &self,
+        label: Arc<HandlerLabel>,
+        deadline: Duration,
+        authority: Option<Arc<Authority>>,
+        function: &Function,
+        values: MultiValue,
+    ) -> Option<String>;
+    /// Sends the profile event of a handler call named `event` in `context`, begun at `call`
+    /// after its event waited `delay` in the queue.
+    fn profiled_call(&self, context: Option<&str>, event: String, call: Instant, delay: Duration);
+    /// Counts one event of an ended generation, discarded.
+    fn count_stale(&self);
+}
 
-    /// How many events wait in the queue.
-    pub fn pending_events(&self) -> usize {
-        self.event_handlers.queue().pending().0
-    }
-
-    /// The bytes the waiting events weigh, as [`EventLimits`](crate::event::EventLimits) counts them.
-    pub fn pending_event_bytes(&self) -> usize {
-        self.event_handlers.queue().pending().1
-    }
-
-    /// Binds a host handler to the named event `name`: each delivery calls `f` with a copy of
-    /// the payload. Host handlers run after Luau handlers of higher-priority contexts and in
-    /// bind order with the others (their priority is 0), and they stay bound across restarts:
-    /// they are the host's. An `Err` or a panic (contained) is a [`Diagnostic`] of the drain.
-    ///
-    /// ```
-    /// use std::{cell::RefCell, rc::Rc};
-    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
-    ///
-    /// let pool = Pool::new(1);
-    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
-    /// let seen = Rc::new(RefCell::new(Vec::new()));
-    /// let sink = seen.clone();
-    /// domain.bind_event_handler("saved", move |m| Ok(sink.borrow_mut().push(m)))?;
-    /// domain.exec(r#"require("@skein/events").emit("saved", "slot 1")"#)?;
-    /// domain.drain_events();
-    /// assert_eq!(*seen.borrow(), [Message::String("slot 1".into())]);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::Name`] ([`NameRefusal::EventName`](crate::refusal::NameRefusal::EventName)) when the
-    /// name is empty or longer than [`EventLimits::name`](crate::event::EventLimits::name).
-    pub fn bind_event_handler<F>(&self, name: &str, f: F) -> Result<()>
+impl EventHandlers {
+    /// Binds the host's handler `f` to the named event `name`, at priority 0 and for every
+    /// generation.
+    pub(crate) fn bind_host<F>(&self, name: &str, f: F) -> Result<()>
     where
         F: FnMut(Message) -> std::result::Result<(), String> + 'static,
     {
-        let handlers = &self.event_handlers;
-        handlers
-            .queue()
+        self.queue
             .check_name(name, Message::Nil)
             .map_err(|e| event_name_refused("bind_event_handler", &e))?;
-        handlers.bind(
+        self.bind(
             name,
             0,
             None,
@@ -524,59 +485,50 @@ impl ScriptDomain {
         Ok(())
     }
 
-    /// Routes the named event `name`: every time this domain's scripts emit it, a copy is also
-    /// posted to `mailbox` (another domain's), as
-    /// [`post_named`](crate::DomainMailbox::post_named) would: at once for an emit of the engine
-    /// VM, and for an emit of a job on a pool worker or of a `@skein/worker` worker when this
-    /// domain's drain takes the event (the routes live on the engine thread; an event of an
-    /// ended generation is never delivered, so never routed). Nothing crosses unless the host
-    /// routes it. A recipient that is stopped or full is not the emitter's error: it becomes a
-    /// warning in this domain's next [`EventReport`]. Routes are the host's and stay across
-    /// restarts.
-    ///
-    /// ```
-    /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
-    ///
-    /// let pool = Pool::new(1);
-    /// let game = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
-    /// let audio = ScriptDomain::new(&pool, DomainSpec::new("audio"))?;
-    /// audio.exec(r#"require("@skein/events").on("boom", function(v) volume = v end)"#)?;
-    /// game.route("boom", audio.mailbox())?;
-    /// game.exec(r#"require("@skein/events").emit("boom", 11)"#)?;
-    /// assert_eq!(audio.drain_events().delivered, 1);
-    /// assert_eq!(audio.eval("return volume")?, Message::Number(11.0));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::Name`] ([`NameRefusal::EventName`](crate::refusal::NameRefusal::EventName)) when the
-    /// name is empty or longer than [`EventLimits::name`](crate::event::EventLimits::name).
-    pub fn route(&self, name: &str, mailbox: DomainMailbox) -> Result<()> {
-        let handlers = &self.event_handlers;
-        handlers
-            .queue()
+    /// Routes the named event `name` to `mailbox`, for every generation.
+    pub(crate) fn route(&self, name: &str, mailbox: DomainMailbox) -> Result<()> {
+        self.queue
             .check_name(name, Message::Nil)
             .map_err(|e| event_name_refused("route", &e))?;
-        handlers
-            .routes
-            .borrow_mut()
-            .push((Arc::from(name), mailbox));
+        self.routes.borrow_mut().push((Arc::from(name), mailbox));
         Ok(())
     }
 
-    /// One drain, inside a scheduler entry.
-    pub(crate) fn run_event_drain(&self) -> EventReport {
-        let handlers = self.event_handlers.clone();
-        self.drain_stale();
-        let batch = handlers.queue().take(handlers.queue().limits().per_drain);
+    /// The report of a drain the domain refused (`refused`): nothing delivered, the events
+    /// still pending; a reentrant drain is also kept in `reporting` as a report.
+    pub(crate) fn not_drained(&self, refused: Error, reporting: &Reporting) -> EventReport {
+        if matches!(refused, Error::Reentrant(_)) {
+            reporting.keep(Report::new(
+                ReportKind::Service,
+                "drain_events",
+                refused.to_string(),
+            ));
+        }
+        EventReport {
+            pending: self.queue.pending().0,
+            ..EventReport::default()
+        }
+    }
+
+    /// One drain, inside a scheduler entry, of the events `current` queued: raw events to the
+    /// `event` phase, named ones to their routes (when routed at the drain), their waiters and
+    /// their handlers. Diagnostics go to `reporting` as they are made, and the drain is counted
+    /// there.
+    pub(crate) fn drain(
+        &self,
+        current: &GenerationState,
+        reporting: &Reporting,
+        host: &impl EventHost,
+    ) -> EventReport {
+        let batch = self.queue.take(self.queue.limits().per_drain);
         let mut report = EventReport::default();
         // The Luau string of the last name delivered: events of one name in a row share it.
         let mut name_string = None;
         for envelope in batch {
             let posted = envelope.posted;
-            if envelope.generation != self.generation() {
+            if envelope.generation != current.generation() {
                 // A restart clears the queue, so this is only a post that raced it.
-                self.count_stale(1);
+                host.count_stale();
                 continue;
             }
             let handled = match envelope.event {
@@ -584,7 +536,8 @@ impl ScriptDomain {
                     let only = match &target {
                         EventTarget::All => None,
                         EventTarget::Context(name) => {
-                            match self.contexts().iter().position(|c| c.name() == name) {
+                            let contexts = current.bindings.contexts();
+                            match contexts.iter().position(|c| c.name() == name) {
                                 Some(index) => Some(index),
                                 None => {
                                     report.unhandled += 1;
@@ -593,8 +546,7 @@ impl ScriptDomain {
                             }
                         }
                     };
-                    let phase =
-                        self.broadcast_in(Phase::Event, only, &[payload], Some(posted), None);
+                    let phase = host.run_event_phase(only, payload, posted);
                     report.errors.extend(phase.errors);
                     phase.calls > 0
                 }
@@ -604,21 +556,21 @@ impl ScriptDomain {
                     routing,
                 } => {
                     if routing == Routing::AtDrain {
-                        let routes = handlers.routes_of(&name);
+                        let routes = self.routes_of(&name);
                         if !routes.is_empty() {
-                            handlers.post_copies(envelope.generation, &name, routes, &payload);
+                            self.post_copies(envelope.generation, &name, routes, &payload);
                         }
                     }
                     // Waiters first, in arrival order: they take the event as it was queued,
                     // whatever its handlers do after.
-                    let released = self.current.vm.release_signal(
-                        SignalKind::Event,
-                        &name,
-                        u64::MAX,
-                        &payload,
-                    );
+                    let released =
+                        current
+                            .vm
+                            .release_signal(SignalKind::Event, &name, u64::MAX, &payload);
                     let handled = self.deliver_named(
-                        &handlers,
+                        current,
+                        reporting,
+                        host,
                         &name,
                         &mut name_string,
                         payload,
@@ -634,21 +586,21 @@ impl ScriptDomain {
                 report.unhandled += 1;
             }
         }
-        let mut refused = std::mem::take(&mut *handlers.errors.borrow_mut());
-        refused.extend(handlers.queue().take_refusals());
-        let warnings = std::mem::take(&mut *handlers.warnings.borrow_mut());
+        let mut refused = std::mem::take(&mut *self.errors.borrow_mut());
+        refused.extend(self.queue.take_refusals());
+        let warnings = std::mem::take(&mut *self.warnings.borrow_mut());
         for d in &refused {
-            self.diagnose(Severity::Error, d);
+            reporting.diagnose(Severity::Error, d);
         }
         for d in &warnings {
-            self.diagnose(Severity::Warning, d);
+            reporting.diagnose(Severity::Warning, d);
         }
         report.errors.extend(refused);
         report.warnings = warnings;
-        self.reporting
+        reporting
             .counters
             .drained(report.delivered, report.unhandled);
-        report.pending = self.pending_events();
+        report.pending = self.queue.pending().0;
         report
     }
 
@@ -657,18 +609,20 @@ impl ScriptDomain {
     #[allow(clippy::too_many_arguments)]
     fn deliver_named(
         &self,
-        handlers: &EventHandlers,
+        current: &GenerationState,
+        reporting: &Reporting,
+        host: &impl EventHost,
         name: &Arc<str>,
         name_string: &mut Option<(Arc<str>, Value)>,
         payload: Message,
-        posted: std::time::Instant,
+        posted: Instant,
         errors: &mut Vec<Diagnostic>,
     ) -> bool {
-        let Some(due) = handlers.due(name) else {
+        let Some(due) = self.due(name) else {
             return false;
         };
-        self.reporting.counters.handler_calls(due.len());
-        let profiling = self.current.principal.profile.is_some();
+        reporting.counters.handler_calls(due.len());
+        let profiling = current.principal.profile.is_some();
         for binding in due.iter() {
             let (context, failed, source) = match &binding.handler {
                 NamedHandler::Luau {
@@ -678,39 +632,28 @@ impl ScriptDomain {
                     label,
                 } => {
                     let context_index = *context;
-                    let context = context.map(|i| &self.contexts()[i]);
+                    let context = context.map(|i| &current.bindings.contexts()[i]);
                     let deadline = context
                         .and_then(ContextSpec::get_budget)
-                        .unwrap_or(self.current.principal.max_deadline);
-                    let call = profiling.then(std::time::Instant::now);
+                        .unwrap_or(current.principal.max_deadline);
+                    let call = profiling.then(Instant::now);
                     let authority = match context_index {
-                        Some(i) => Some(
-                            self.current
-                                .bindings
-                                .authority(i, &self.current.principal.authority),
-                        ),
+                        Some(i) => {
+                            Some(current.bindings.authority(i, &current.principal.authority))
+                        }
                         None => authority.clone(),
                     };
-                    let failed = match self.named_args(name, name_string, &payload) {
+                    let failed = match named_args(&current.vm.lua, name, name_string, &payload) {
                         Ok(values) => {
-                            let called = Called::unjoined();
-                            self.call_task(
-                                label.clone(),
-                                deadline,
-                                authority,
-                                function,
-                                values,
-                                called,
-                            )
+                            host.call_named(label.clone(), deadline, authority, function, values)
                         }
                         Err(text) => Some(text),
                     };
                     if let Some(call) = call {
                         let context = context.map(ContextSpec::name);
-                        let kind = ProfileKind::ContextCall;
-                        let event = Some(format!("{}.event '{name}'", context.unwrap_or("")));
+                        let event = format!("{}.event '{name}'", context.unwrap_or(""));
                         let delay = call.saturating_duration_since(posted);
-                        self.profiled_after(kind, context, event, call, Some(delay));
+                        host.profiled_call(context, event, call, delay);
                     }
                     let source = failed.as_ref().and_then(|_| defined_at(function));
                     (context.map(|c| c.name().to_owned()), failed, source)
@@ -730,51 +673,45 @@ impl ScriptDomain {
             };
             if let Some(text) = failed {
                 let attribution = Attribution {
-                    domain_name: self.name.clone(),
-                    domain: self.id(),
-                    generation: self.generation(),
                     context,
-                    actor: None,
+                    ..self.attribution(current.generation())
                 };
                 let message = format!("event '{name}' handler failed: {text}");
                 let mut diagnostic =
                     Diagnostic::new(DiagnosticKind::HandlerFailed, attribution, message);
                 diagnostic.event = Some(name.to_string());
                 diagnostic.source = source;
-                self.diagnose(Severity::Error, &diagnostic);
+                reporting.diagnose(Severity::Error, &diagnostic);
                 errors.push(diagnostic);
             }
         }
         !due.is_empty()
     }
+}
 
-    /// A named handler's arguments: a copy of the payload, then the name, whose Luau string
-    /// is made once for a run of events of that name.
-    fn named_args(
-        &self,
-        name: &Arc<str>,
-        name_string: &mut Option<(Arc<str>, Value)>,
-        payload: &Message,
-    ) -> std::result::Result<MultiValue, String> {
-        let unreadable =
-            |e: mlua::Error| format!("its arguments could not be read: {}", vm::error_message(&e));
-        let lua = &self.current.vm.lua;
-        let payload = payload.to_lua(lua).map_err(unreadable)?;
-        let name_value = match name_string {
-            Some((cached, value)) if Arc::ptr_eq(cached, name) || **cached == **name => {
-                value.clone()
-            }
-            _ => {
-                let value = Value::String(lua.create_string(&**name).map_err(unreadable)?);
-                *name_string = Some((name.clone(), value.clone()));
-                value
-            }
-        };
-        let mut values = MultiValue::with_capacity(2);
-        values.push_back(payload);
-        values.push_back(name_value);
-        Ok(values)
-    }
+/// A named handler's arguments in `lua`: a copy of the payload, then the name, whose Luau
+/// string is made once for a run of events of that name.
+fn named_args(
+    lua: &Lua,
+    name: &Arc<str>,
+    name_string: &mut Option<(Arc<str>, Value)>,
+    payload: &Message,
+) -> std::result::Result<MultiValue, String> {
+    let unreadable =
+        |e: mlua::Error| format!("its arguments could not be read: {}", vm::error_message(&e));
+    let payload = payload.to_lua(lua).map_err(unreadable)?;
+    let name_value = match name_string {
+        Some((cached, value)) if Arc::ptr_eq(cached, name) || **cached == **name => value.clone(),
+        _ => {
+            let value = Value::String(lua.create_string(&**name).map_err(unreadable)?);
+            *name_string = Some((name.clone(), value.clone()));
+            value
+        }
+    };
+    let mut values = MultiValue::with_capacity(2);
+    values.push_back(payload);
+    values.push_back(name_value);
+    Ok(values)
 }
 
 /// The refusal of a host call (`entry`) whose event name the queue refused.
