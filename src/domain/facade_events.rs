@@ -21,7 +21,6 @@ use crate::error::{Error, Result};
 use crate::job::JobOptions;
 use crate::jobs::Promise;
 use crate::principal::capability::Authority;
-use crate::principal::profile::ProfileKind;
 use crate::principal::Phase;
 use crate::shared::SharedStore;
 use crate::value::Message;
@@ -383,8 +382,8 @@ impl ScriptDomain {
     }
 }
 
-/// What the event drain runs in the engine VM: the `event` phase, named handlers as tasks,
-/// their profile events, and the stale count.
+/// What the event drain asks of the domain: the `event` phase and named handlers run as tasks
+/// of the engine VM, and stale events counted.
 impl EventHost for ScriptDomain {
     fn run_event_phase(
         &self,
@@ -405,11 +404,6 @@ impl EventHost for ScriptDomain {
     ) -> Option<String> {
         let called = Called::unjoined();
         self.call_task(label, deadline, authority, function, values, called)
-    }
-
-    fn profiled_call(&self, context: Option<&str>, event: String, call: Instant, delay: Duration) {
-        let kind = ProfileKind::ContextCall;
-        self.profiled_after(kind, context, Some(event), call, Some(delay));
     }
 
     fn count_stale(&self) {

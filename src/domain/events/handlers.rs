@@ -37,12 +37,14 @@ use crate::domain::frame::handler_label::HandlerLabel;
 use crate::domain::frame::phases::{wider_than_binder, Bindings};
 use crate::domain::generation::GenerationState;
 use crate::domain::reporting::Reporting;
+use crate::domain::sinks;
 use crate::domain::{DomainMailbox, PhaseReport, Report, ReportKind};
 use crate::error::{Error, NameRefusal, Result};
 use crate::jobs::{home_principal, registering_authority};
 use crate::principal::capability::{Authority, CapabilitySet};
 use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
 use crate::principal::event_queue::{EventQueue, QueuedEvent, Routing};
+use crate::principal::profile::ProfileKind;
 use crate::principal::{DomainId, EventTarget, Generation, PostRefused, Severity};
 use crate::value::Message;
 use crate::vm::{self, panic_message, SignalKind};
@@ -437,8 +439,7 @@ pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
 }
 
 /// What a drain of the event queue asks of the domain beyond the parts it is given: the calls
-/// that run handlers as tasks of the engine VM, the profile events of those calls, and the
-/// count of stale events.
+/// that run handlers as tasks of the engine VM, and the count of stale events.
 pub(crate) trait EventHost {
     /// Runs the `event` phase handlers of every context, or only of the context at index
     /// `only` (a raw event's target), with `payload`, which was queued at `posted`.
@@ -459,9 +460,6 @@ pub(crate) trait EventHost {
         function: &Function,
         values: MultiValue,
     ) -> Option<String>;
-    /// Sends the profile event of a handler call named `event` in `context`, begun at `call`
-    /// after its event waited `delay` in the queue.
-    fn profiled_call(&self, context: Option<&str>, event: String, call: Instant, delay: Duration);
     /// Counts one event of an ended generation, discarded.
     fn count_stale(&self);
 }
@@ -651,9 +649,12 @@ impl EventHandlers {
                     };
                     if let Some(call) = call {
                         let context = context.map(ContextSpec::name);
-                        let event = format!("{}.event '{name}'", context.unwrap_or(""));
-                        let delay = call.saturating_duration_since(posted);
-                        host.profiled_call(context, event, call, delay);
+                        let kind = ProfileKind::ContextCall;
+                        let event = Some(format!("{}.event '{name}'", context.unwrap_or("")));
+                        let delay = Some(call.saturating_duration_since(posted));
+                        let principal = &current.principal;
+                        let domain = &self.domain_name;
+                        sinks::profile_engine(principal, domain, kind, context, event, call, delay);
                     }
                     let source = failed.as_ref().and_then(|_| defined_at(function));
                     (context.map(|c| c.name().to_owned()), failed, source)
