@@ -38,7 +38,6 @@ use crate::jobs::{Pool, RegisteredJobs};
 use crate::ledger::Ledger;
 use crate::principal::event_queue::EventQueue;
 use crate::principal::{capability, profile};
-use crate::principal::{Diagnostic, Severity};
 use crate::principal::{DomainId, Generation, Principal};
 
 pub(crate) mod actor;
@@ -399,11 +398,6 @@ impl ScriptDomain {
     pub(crate) fn report_unobserved_failures(&self) {
         let mut reports = self.reporting.reports().borrow_mut();
         reports::keep_unobserved(&self.current.vm, &self.current.actors, &mut reports);
-    }
-
-    /// Sends `d` to the domain's diagnostic sink, if it has one, and counts it.
-    pub(crate) fn diagnose(&self, severity: Severity, d: &Diagnostic) {
-        self.reporting.diagnose(severity, d);
     }
 
     /// Sends an engine-thread event to the domain's profile sink, if it has one: measured from

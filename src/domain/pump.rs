@@ -22,8 +22,8 @@ use crate::domain::frame::engine_services::EngineServices;
 use crate::domain::generation::GenerationState;
 use crate::domain::interrupt::InterruptTarget;
 use crate::domain::stall_watch;
-use crate::jobs::PhaseHost;
 use crate::executor::wake_queue::Waited;
+use crate::jobs::PhaseHost;
 use crate::shared;
 use crate::vm;
 
