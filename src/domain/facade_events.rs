@@ -4,24 +4,17 @@
 //! logic is the parts': the mailbox's handling and the host's dispatch are the current
 //! generation's (`events/drain.rs`, `host_dispatch.rs`), a pump round's steps are the current
 //! generation's and the frame driver's (`pump.rs`), and the event drain, named handlers and
-//! routes are the event handlers' (`events/handlers.rs`), which ask the domain to run handlers
-//! in the engine VM through [`EventHost`].
+//! routes are the event handlers' (`events/handlers.rs`), which have the frame driver call
+//! the handlers.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use mlua::{Function, MultiValue};
-
-use crate::domain::events::handlers::{EventHost, EventReport};
-use crate::domain::frame::handler_label::HandlerLabel;
-use crate::domain::frame::phases::Called;
+use crate::domain::events::handlers::EventReport;
 use crate::domain::pump::{IdleRun, Next, Outstanding, PumpCounts, PumpReport};
-use crate::domain::{DomainMailbox, PhaseReport, ScriptDomain};
+use crate::domain::{DomainMailbox, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::job::JobOptions;
 use crate::jobs::Promise;
-use crate::principal::capability::Authority;
-use crate::principal::Phase;
 use crate::shared::SharedStore;
 use crate::value::Message;
 use crate::vm;
@@ -300,8 +293,9 @@ impl ScriptDomain {
     /// One drain, inside a scheduler entry.
     pub(crate) fn run_event_drain(&self) -> EventReport {
         self.drain_stale();
+        let (current, frames, reporting) = (&self.current, &self.frames, &self.reporting);
         self.event_handlers
-            .drain(&self.current, &self.reporting, self)
+            .drain(current, frames, reporting, |n| self.count_stale(n))
     }
 
     // Host dispatch (`host_dispatch.rs`).
@@ -379,34 +373,5 @@ impl ScriptDomain {
     /// The store belongs to this generation of the domain and ends with it.
     pub fn shared(&self) -> SharedStore {
         SharedStore::new(self.current.principal.shared.clone())
-    }
-}
-
-/// What the event drain asks of the domain: the `event` phase and named handlers run as tasks
-/// of the engine VM, and stale events counted.
-impl EventHost for ScriptDomain {
-    fn run_event_phase(
-        &self,
-        only: Option<usize>,
-        payload: Message,
-        posted: Instant,
-    ) -> PhaseReport {
-        self.broadcast_in(Phase::Event, only, &[payload], Some(posted), None)
-    }
-
-    fn call_named(
-        &self,
-        label: Arc<HandlerLabel>,
-        deadline: Duration,
-        authority: Option<Arc<Authority>>,
-        function: &Function,
-        values: MultiValue,
-    ) -> Option<String> {
-        let called = Called::unjoined();
-        self.call_task(label, deadline, authority, function, values, called)
-    }
-
-    fn count_stale(&self) {
-        ScriptDomain::count_stale(self, 1);
     }
 }

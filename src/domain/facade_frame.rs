@@ -17,17 +17,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mlua::{Function, MultiValue};
-
 use super::frame::engine_services::Service;
 use super::frame::join::{Joining, PhaseJoin};
-use super::frame::phases::{self, Called, PhaseCall};
-use super::frame::{self, context::ContextSpec, driver::Entered, handler_label::HandlerLabel};
+use super::frame::phases::{self, PhaseCall};
+use super::frame::{self, context::ContextSpec, driver::Entered};
 use super::{run_frames, stall_watch};
 use crate::domain::{AdvanceReport, DomainState, FrameReport, PhaseReport, Report, ScriptDomain};
 use crate::error::{Error, Result};
 use crate::jobs::{JobInfo, OutcomeSlot, PhaseHost};
-use crate::principal::capability::Authority;
 use crate::principal::diagnostic::Severity;
 use crate::principal::profile::ProfileKind;
 use crate::principal::Phase;
@@ -478,28 +475,6 @@ impl ScriptDomain {
         };
         self.frames
             .run_handlers(&self.current, &self.reporting, &self.name, call)
-    }
-
-    /// Calls `handler` with `values` as a task of the engine VM held to `deadline` per run,
-    /// under `authority` (the domain's when `None`); answers the failure's text when it failed
-    /// before its first yield. A failure after a yield becomes a [`Report`] labelled `label`.
-    ///
-    /// A call that ends in its first run (the common case) hands its end straight back; only
-    /// a call that yields gets a completion, which turns a later failure into that report.
-    pub(crate) fn call_task(
-        &self,
-        label: Arc<HandlerLabel>,
-        deadline: Duration,
-        authority: Option<Arc<Authority>>,
-        handler: &Function,
-        values: MultiValue,
-        called: Called<'_>,
-    ) -> Option<String> {
-        let owner = phases::handler_owner(label, deadline, authority);
-        let reports = self.reporting.reports();
-        let vm = &self.current.vm;
-        self.frames
-            .call_task(vm, reports, owner, handler, values, called)
     }
 
     /// Registers a query: a function of the host that answers a value, reached from Luau at

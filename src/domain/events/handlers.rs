@@ -3,8 +3,8 @@
 //! [`ScriptDomain::bind_event_handler`](crate::ScriptDomain::bind_event_handler)), `emit`,
 //! routes to other domains, and the drain that delivers queued events
 //! ([`ScriptDomain::drain_events`](crate::ScriptDomain::drain_events)). The drain is given the
-//! current generation and the reporting part; what it runs in the engine VM it asks of the
-//! domain through [`EventHost`].
+//! current generation, the frame driver that calls handlers as tasks of its engine VM, and the
+//! reporting part.
 //!
 //! Raw events go to the `event` phase handlers of their target context(s) through the
 //! scheduler; named events go to the handlers bound to their name, and nothing else: a name is
@@ -24,7 +24,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
@@ -33,19 +33,20 @@ use crate::domain::events::emit::{
     WORKER_WAIT,
 };
 use crate::domain::frame::context::ContextSpec;
+use crate::domain::frame::driver::FrameDriver;
 use crate::domain::frame::handler_label::HandlerLabel;
-use crate::domain::frame::phases::{wider_than_binder, Bindings};
+use crate::domain::frame::phases::{handler_owner, wider_than_binder, Bindings, Called, PhaseCall};
 use crate::domain::generation::GenerationState;
 use crate::domain::reporting::Reporting;
 use crate::domain::sinks;
-use crate::domain::{DomainMailbox, PhaseReport, Report, ReportKind};
+use crate::domain::{DomainMailbox, Report, ReportKind};
 use crate::error::{Error, NameRefusal, Result};
 use crate::jobs::{home_principal, registering_authority};
 use crate::principal::capability::{Authority, CapabilitySet};
 use crate::principal::diagnostic::{defined_at, Attribution, Diagnostic, DiagnosticKind};
 use crate::principal::event_queue::{EventQueue, QueuedEvent, Routing};
 use crate::principal::profile::ProfileKind;
-use crate::principal::{DomainId, EventTarget, Generation, PostRefused, Severity};
+use crate::principal::{DomainId, EventTarget, Generation, Phase, PostRefused, Severity};
 use crate::value::Message;
 use crate::vm::{self, panic_message, SignalKind};
 
@@ -438,32 +439,6 @@ pub(crate) fn events_module(lua: &Lua) -> mlua::Result<Value> {
     )
 }
 
-/// What a drain of the event queue asks of the domain beyond the parts it is given: the calls
-/// that run handlers as tasks of the engine VM, and the count of stale events.
-pub(crate) trait EventHost {
-    /// Runs the `event` phase handlers of every context, or only of the context at index
-    /// `only` (a raw event's target), with `payload`, which was queued at `posted`.
-    fn run_event_phase(
-        &self,
-        only: Option<usize>,
-        payload: Message,
-        posted: Instant,
-    ) -> PhaseReport;
-    /// Calls a named event's Luau handler with `values` as a task of the engine VM held to
-    /// `deadline` per run, under `authority` (the domain's when `None`); answers the failure's
-    /// text when it failed before its first yield.
-    fn call_named(
-        &self,
-        label: Arc<HandlerLabel>,
-        deadline: Duration,
-        authority: Option<Arc<Authority>>,
-        function: &Function,
-        values: MultiValue,
-    ) -> Option<String>;
-    /// Counts one event of an ended generation, discarded.
-    fn count_stale(&self);
-}
-
 impl EventHandlers {
     /// Binds the host's handler `f` to the named event `name`, at priority 0 and for every
     /// generation.
@@ -510,13 +485,15 @@ impl EventHandlers {
 
     /// One drain, inside a scheduler entry, of the events `current` queued: raw events to the
     /// `event` phase, named ones to their routes (when routed at the drain), their waiters and
-    /// their handlers. Diagnostics go to `reporting` as they are made, and the drain is counted
-    /// there.
+    /// their handlers, each handler a task of the engine VM that `frames` calls. An event of
+    /// another generation is discarded, `count_stale` called with 1 for it. Diagnostics go to
+    /// `reporting` as they are made, and the drain is counted there.
     pub(crate) fn drain(
         &self,
         current: &GenerationState,
+        frames: &FrameDriver,
         reporting: &Reporting,
-        host: &impl EventHost,
+        mut count_stale: impl FnMut(u64),
     ) -> EventReport {
         let batch = self.queue.take(self.queue.limits().per_drain);
         let mut report = EventReport::default();
@@ -526,7 +503,7 @@ impl EventHandlers {
             let posted = envelope.posted;
             if envelope.generation != current.generation() {
                 // A restart clears the queue, so this is only a post that raced it.
-                host.count_stale();
+                count_stale(1);
                 continue;
             }
             let handled = match envelope.event {
@@ -544,7 +521,14 @@ impl EventHandlers {
                             }
                         }
                     };
-                    let phase = host.run_event_phase(only, payload, posted);
+                    let call = PhaseCall {
+                        phase: Phase::Event,
+                        only,
+                        args: &[payload],
+                        queued: Some(posted),
+                        join: None,
+                    };
+                    let phase = frames.run_handlers(current, reporting, &self.domain_name, call);
                     report.errors.extend(phase.errors);
                     phase.calls > 0
                 }
@@ -567,8 +551,8 @@ impl EventHandlers {
                             .release_signal(SignalKind::Event, &name, u64::MAX, &payload);
                     let handled = self.deliver_named(
                         current,
+                        frames,
                         reporting,
-                        host,
                         &name,
                         &mut name_string,
                         payload,
@@ -608,8 +592,8 @@ impl EventHandlers {
     fn deliver_named(
         &self,
         current: &GenerationState,
+        frames: &FrameDriver,
         reporting: &Reporting,
-        host: &impl EventHost,
         name: &Arc<str>,
         name_string: &mut Option<(Arc<str>, Value)>,
         payload: Message,
@@ -643,7 +627,10 @@ impl EventHandlers {
                     };
                     let failed = match named_args(&current.vm.lua, name, name_string, &payload) {
                         Ok(values) => {
-                            host.call_named(label.clone(), deadline, authority, function, values)
+                            let called = Called::unjoined();
+                            let owner = handler_owner(label.clone(), deadline, authority);
+                            let (vm, reports) = (&current.vm, reporting.reports());
+                            frames.call_task(vm, reports, owner, function, values, called)
                         }
                         Err(text) => Some(text),
                     };
