@@ -1055,3 +1055,74 @@ fn the_file_graph_reads_imports_as_the_compiler_does() {
         ]
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// `ScriptDomain` is a facade: its methods live in three files, its logic in its parts.
+
+/// The files that may hold an `impl` of `ScriptDomain` (its own or a trait's).
+const FACADE_FILES: [&str; 3] = [
+    "domain/mod.rs",
+    "domain/facade_run.rs",
+    "domain/facade_frame.rs",
+];
+
+/// The files of `sources` whose code has an `impl` block for `ScriptDomain`: `impl` followed,
+/// before its `{`, by the name.
+fn files_implementing_script_domain(sources: &[(String, String)]) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for (relative, text) in sources {
+        let tokens = tokens(&code_of(text));
+        for (at, token) in tokens.iter().enumerate() {
+            if !is_ident(Some(token), "impl") {
+                continue;
+            }
+            let header = tokens[at + 1..]
+                .iter()
+                .take_while(|t| **t != Token::Punct('{') && **t != Token::Punct(';'));
+            if header.clone().any(|t| is_ident(Some(t), "ScriptDomain")) {
+                found.insert(relative.clone());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn script_domain_is_implemented_in_the_facade_files_only() {
+    let found = files_implementing_script_domain(&sources());
+    let allowed: BTreeSet<String> = FACADE_FILES.iter().map(|f| f.to_string()).collect();
+    assert!(
+        found.contains("domain/mod.rs"),
+        "ScriptDomain's own file was not found: {found:?}"
+    );
+    let outside: Vec<&String> = found.difference(&allowed).collect();
+    assert!(
+        outside.is_empty(),
+        "ScriptDomain's methods live in {FACADE_FILES:?}, its logic in its parts; these files \
+         implement it too: {outside:?}"
+    );
+}
+
+#[test]
+fn the_facade_check_sees_an_impl_outside_the_facade_files() {
+    let sources = vec![
+        (
+            "domain/mod.rs".to_owned(),
+            "impl ScriptDomain { }".to_owned(),
+        ),
+        (
+            "domain/pump.rs".to_owned(),
+            "// impl ScriptDomain in a comment\nimpl Drop for crate::ScriptDomain { }".to_owned(),
+        ),
+        (
+            "domain/lane.rs".to_owned(),
+            "impl Lane { fn f(d: &ScriptDomain) {} }".to_owned(),
+        ),
+    ];
+    let found = files_implementing_script_domain(&sources);
+    let want: BTreeSet<String> = ["domain/mod.rs", "domain/pump.rs"]
+        .iter()
+        .map(|f| f.to_string())
+        .collect();
+    assert_eq!(found, want);
+}

@@ -7,7 +7,7 @@
 
 use super::actor;
 use super::events::handlers::events_module;
-use super::frame::phases::context_module;
+use super::frame::bindings::context_module;
 use super::fs;
 use super::interfaces::interfaces_module;
 use super::log_api;

@@ -70,7 +70,7 @@ impl Counters {
     }
 }
 
-/// What a domain has done and holds, at the moment [`ScriptDomain::stats`] was called.
+/// What a domain has done and holds, at the moment [`ScriptDomain::stats`](crate::ScriptDomain::stats) was called.
 ///
 /// Totals (`handler_calls`, `events_delivered`, `events_unhandled`, `events_dropped_at_stop`,
 /// `errors`, `warnings`, `stale_events`, `denials`) count over the domain's whole life, across
@@ -95,7 +95,7 @@ pub struct DomainStats {
     pub events_delivered: u64,
     /// Events a drain found no handler for: counted and dropped.
     pub events_unhandled: u64,
-    /// Events still queued when [`ScriptDomain::stop`] ran (those its shutdown handlers emitted
+    /// Events still queued when [`ScriptDomain::stop`](crate::ScriptDomain::stop) ran (those its shutdown handlers emitted
     /// included): dropped undelivered and counted.
     pub events_dropped_at_stop: u64,
     /// Events waiting in the queue now.
@@ -110,11 +110,11 @@ pub struct DomainStats {
     pub errors: u64,
     /// Diagnostics of severity `Warning`: route copies not delivered.
     pub warnings: u64,
-    /// Reports waiting for [`ScriptDomain::take_reports`].
+    /// Reports waiting for [`ScriptDomain::take_reports`](crate::ScriptDomain::take_reports).
     pub reports_waiting: usize,
     /// `@skein/worker` threads that have not ended.
     pub live_actors: usize,
-    /// Native resources the current generation owns ([`ScriptDomain::own`]).
+    /// Native resources the current generation owns ([`ScriptDomain::own`](crate::ScriptDomain::own)).
     pub owned_resources: usize,
     /// Jobs registered with `jobs.register` or as kernels, live now.
     pub registered_jobs: usize,

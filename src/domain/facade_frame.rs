@@ -4,7 +4,7 @@
 //!
 //! Each method here coordinates the domain's parts: the frame's steps, the advance's phases and
 //! the handler calls are the [`FrameDriver`]'s (`frame/`), the handlers and their order the
-//! generation's [`Bindings`](phases::Bindings), the join of calls waiting on the pool
+//! generation's [`Bindings`](super::frame::bindings::Bindings), the join of calls waiting on the pool
 //! [`PhaseJoin`]'s (`frame/join.rs`), the services and their registration
 //! [`EngineServices`]'s (`frame/engine_services.rs`), the frame loop's steps `run_frames.rs`'s.
 //! What a method adds is the order the parts are called in, the drains of the mailbox between
@@ -141,7 +141,7 @@ impl ScriptDomain {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
-    /// Registered jobs' phases are their own names, apart from the scheduler's [`Phase`](crate::Phase)s:
+    /// Registered jobs' phases are their own names, apart from the scheduler's [`Phase`]s:
     /// [`run_phase`](Self::run_phase) runs context handlers, this runs jobs.
     pub fn run_job_phase(&self, name: &str) -> bool {
         vm::check_sources();
@@ -215,7 +215,7 @@ impl ScriptDomain {
     /// is a task of the engine VM held to its context's budget per run, and timed. A handler
     /// that raises, or runs past its budget, becomes a [`Diagnostic`] in the report and the
     /// next handler runs. A handler that yields (`task.wait`, an `await`) goes on as a task;
-    /// a failure after that is a [`Report`](crate::Report) of the domain.
+    /// a failure after that is a [`Report`] of the domain.
     ///
     /// ```
     /// use skein::{ContextSpec, DomainSpec, Message, Phase, Pool, ScriptDomain};
@@ -346,10 +346,10 @@ impl ScriptDomain {
     }
 
     /// Ends the domain: runs the `shutdown` phase (its failures become
-    /// [`Report`](crate::Report)s), drops every bound handler, then ends the generation as a
+    /// [`Report`]s), drops every bound handler, then ends the generation as a
     /// restart does (queued pool items are refused unrun naming `domain '<name>' stopped`, its
     /// running pool jobs are interrupted at their next interrupt check, so a host
-    /// [`Promise`](crate::Promise) of one settles as [`Error::Cancelled`](crate::Error::Cancelled)
+    /// [`Promise`](crate::Promise) of one settles as [`Error::Cancelled`]
     /// within microseconds even for `while true do end`; the shared store and key bindings
     /// end). The domain is then [`Stopped`](DomainState::Stopped):
     /// `run_phase`, `advance` and `frame` do nothing more. Events still queued (those the
@@ -401,7 +401,7 @@ impl ScriptDomain {
     }
 
     /// Runs every handler of `phase` with no arguments; each failure becomes a
-    /// [`Report`](crate::Report) labelled by its context, as nobody reads a phase report here.
+    /// [`Report`] labelled by its context, as nobody reads a phase report here.
     pub(crate) fn broadcast_reporting(&self, phase: Phase) {
         let report = self.broadcast(phase, &[], None);
         for error in report.errors {

@@ -11,53 +11,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::domain::generation::host_targets::HostTarget;
 use crate::domain::generation::GenerationState;
 use crate::error::{DispatchRefusal, Error, Result};
 use crate::jobs::{self, Item, ItemArgs, JobOptions, JobShared, PoolShared, Promise, ReplyTo};
 use crate::value::Message;
-use crate::vm;
-
-/// How many `(module, entry)` pairs a generation keeps resolved for host dispatch.
-const HOST_TARGETS_KEPT: usize = 8;
-
-/// A `(module, entry)` pair the host dispatched to, resolved: what an item names.
-struct HostTarget {
-    /// The module as the host wrote it, shared with the items' job names.
-    spec: Arc<str>,
-    path: Arc<Path>,
-    entry: Arc<str>,
-}
-
-/// The pairs the host dispatched to lately, so issuing many items to one entry resolves the
-/// module and allocates the entry's name once, not once per item. Trusted while the source
-/// epoch is the one they were resolved in, as the engine VM's own resolutions are.
-#[derive(Default)]
-pub(crate) struct HostTargets {
-    epoch: u64,
-    /// Most recently added last; at most [`HOST_TARGETS_KEPT`].
-    kept: Vec<HostTarget>,
-}
-
-impl HostTargets {
-    fn find(&mut self, module: &str, entry: &str) -> Option<&HostTarget> {
-        let epoch = vm::source_epoch();
-        if self.epoch != epoch {
-            self.epoch = epoch;
-            self.kept.clear();
-        }
-        self.kept
-            .iter()
-            .rev()
-            .find(|t| &*t.spec == module && &*t.entry == entry)
-    }
-
-    fn keep(&mut self, target: HostTarget) {
-        if self.kept.len() == HOST_TARGETS_KEPT {
-            self.kept.remove(0);
-        }
-        self.kept.push(target);
-    }
-}
 
 impl GenerationState {
     /// Hands `module.entry(args)` to `pool` with `opts`, as the generation's principal, and

@@ -317,38 +317,6 @@ pub(crate) fn infos(lua: &Lua) -> Vec<InterfaceInfo> {
         .unwrap_or_default()
 }
 
-impl super::ScriptDomain {
-    /// The interfaces the scripts of the current generation composed with
-    /// `@skein/interfaces`, sorted by name, each with its fields (sorted) and who provided
-    /// each one: what an editor shows of how the packages fit together. A restart starts
-    /// with none.
-    ///
-    /// ```
-    /// use skein::interface::InterfaceField;
-    /// use skein::lifecycle::Load;
-    /// use skein::{DomainSpec, Pool, ScriptDomain};
-    ///
-    /// let pool = Pool::new(1);
-    /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
-    /// domain.exec(r#"
-    ///     local interfaces = require("@skein/interfaces")
-    ///     interfaces.provide("ui.hud", { show = function() end })
-    ///     interfaces.provide("ui.hud", { hide = function() end })
-    /// "#)?;
-    /// let hud = &domain.interfaces()[0];
-    /// assert_eq!(hud.name, "ui.hud");
-    /// let fields: Vec<&str> = hud.fields.iter().map(|f| f.name.as_str()).collect();
-    /// assert_eq!(fields, ["hide", "show"]);
-    /// assert_eq!(hud.fields[0].provider, "chunk 'exec'");
-    /// domain.restart(Load::Nothing)?;
-    /// assert!(domain.interfaces().is_empty());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn interfaces(&self) -> Vec<InterfaceInfo> {
-        infos(&self.current.vm.lua)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,18 +9,23 @@
 //! [`DomainMailbox`]. Pumping the domain drains the mailbox (settling promises homed in the
 //! engine VM), then resumes the tasks that became ready.
 //!
-//! This file holds the struct, [`ScriptDomain::new`] and the plain accessors. The rest, by
-//! concern:
+//! `ScriptDomain` is a thin facade: each of its fields is a part that owns its own state and
+//! states its invariants in its module doc, and each method puts parts together in a few lines.
+//! Its methods live in three files: this one (the struct, [`ScriptDomain::new`], the
+//! accessors and what the host reads back: reports, stats, interfaces), `facade_run.rs`
+//! (scripts, generations, the pump, events, host dispatch) and `facade_frame.rs` (frames,
+//! phases, `run_frames`, `stop`, engine services). The parts and the rest, by concern:
 //!
 //! | where | what |
 //! | --- | --- |
 //! | `spec.rs` | [`DomainSpec`], the settings `new` checks |
-//! | `generation/` | the generation value, restart, the load step, reload, host promises, owned resources |
-//! | `events/` | the mailbox, its drain, named-event handlers and routes, `emit` |
-//! | `frame/` | `frame` and registered-job phases, contexts, phase handlers (`phases.rs`), engine services |
-//! | `pump.rs` | `pump`, the blocking round, `run_until_idle` and its stall verdict (`stall_watch.rs`) |
+//! | `generation/` | `GenerationState`, what one generation owns: building the next one, ending one, the load step, host promises, owned resources |
+//! | `lifecycle.rs` | `Lifecycle`, what outlives generations: the state, generation numbers, ended generations' mailboxes |
+//! | `events/` | the mailbox and its drain, `EventHandlers` (named-event handlers, routes, the event queue's drain), `emit` |
+//! | `frame/` | `FrameDriver` (`driver.rs`): `frame`'s and `advance`'s steps, contexts, phase handlers and their scheduler (`phases.rs`), the frame's join, engine services |
+//! | `pump.rs`, `run_frames.rs` | a pump round's steps, `run_until_idle`'s checks and its stall verdict (`stall_watch.rs`); the frame loop's steps |
 //! | `scripts.rs`, `script_handle.rs`, `host_dispatch.rs` | main scripts, `exec`, `eval` and the handle `run_file` answers; host dispatch and keys |
-//! | `reporting.rs`, `reports.rs`, `sinks.rs`, `domain_stats.rs`, `lifecycle.rs` | what the host reads back: the reporting part (reports, script failures, diagnostics, counters), profile events, stats, state |
+//! | `reporting.rs`, `reports.rs`, `sinks.rs`, `domain_stats.rs` | `Reporting`, what the host reads back: reports, script failures, diagnostics and counters; profile events; stats |
 //! | `interrupt.rs` | [`InterruptHandle`]: a domain's running work stopped from another thread |
 //! | `actor/`, `interfaces.rs`, `fs.rs`, `log_api.rs` | `@skein/worker`, `@skein/interfaces`, `@skein/fs`, `@skein/log` |
 
@@ -45,9 +50,8 @@ mod builtin_modules;
 mod chrome_trace;
 mod domain_stats;
 mod events;
-mod facade_events;
 mod facade_frame;
-mod facade_gen;
+mod facade_run;
 mod frame;
 pub(crate) mod fs;
 mod generation;
@@ -74,18 +78,18 @@ pub use actor::{ActorError, ActorStage, FailurePolicy, LiveActors, ACTOR_SPAWN};
 pub use chrome_trace::ChromeTrace;
 pub use domain_stats::DomainStats;
 use events::handlers::EventHandlers;
-pub use events::handlers::EventReport;
 pub use events::mailbox::DomainMailbox;
+pub use frame::call_reports::EventReport;
+pub use frame::call_reports::StillWaiting;
+pub use frame::call_reports::{AdvanceReport, HandlerTiming, PhaseReport};
 pub use frame::context::{ContextSpec, FixedStep};
 use frame::driver::FrameDriver;
 pub use frame::engine_services::FrameReport;
-pub use frame::join::StillWaiting;
-use frame::phases;
-pub use frame::phases::{AdvanceReport, HandlerTiming, PhaseReport};
+use generation::assemble::{report_sink, EngineSetup};
 pub use generation::load::Load;
 use generation::owned::OwnedResources;
 pub use generation::owned::{ResourceId, ResourceOwner};
-use generation::{report_sink, EngineSetup, GenerationState};
+use generation::GenerationState;
 pub use interfaces::{InterfaceField, InterfaceInfo};
 pub use interrupt::InterruptHandle;
 use interrupt::InterruptTarget;
@@ -157,7 +161,7 @@ impl ScriptDomain {
     pub fn new(pool: &Pool, spec: DomainSpec) -> Result<ScriptDomain> {
         let started = Instant::now();
         spec.check()?;
-        let bindings = phases::Bindings::new(spec.contexts.clone(), &spec.grant)?;
+        let bindings = frame::bindings::Bindings::new(spec.contexts.clone(), &spec.grant)?;
         let id = Principal {
             domain: DomainId(NEXT_DOMAIN.fetch_add(1, Ordering::Relaxed)),
             generation: Generation(1),
@@ -296,6 +300,36 @@ impl ScriptDomain {
         wanted: capability::CapabilitySet,
     ) -> Result<DomainSpec> {
         DomainSpec::new(name).delegate_from(self, wanted)
+    }
+
+    /// The interfaces the scripts of the current generation composed with
+    /// `@skein/interfaces`, sorted by name, each with its fields (sorted) and who provided
+    /// each one: what an editor shows of how the packages fit together. A restart starts
+    /// with none.
+    ///
+    /// ```
+    /// use skein::interface::InterfaceField;
+    /// use skein::lifecycle::Load;
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let mut domain = ScriptDomain::new(&pool, DomainSpec::new("game"))?;
+    /// domain.exec(r#"
+    ///     local interfaces = require("@skein/interfaces")
+    ///     interfaces.provide("ui.hud", { show = function() end })
+    ///     interfaces.provide("ui.hud", { hide = function() end })
+    /// "#)?;
+    /// let hud = &domain.interfaces()[0];
+    /// assert_eq!(hud.name, "ui.hud");
+    /// let fields: Vec<&str> = hud.fields.iter().map(|f| f.name.as_str()).collect();
+    /// assert_eq!(fields, ["hide", "show"]);
+    /// assert_eq!(hud.fields[0].provider, "chunk 'exec'");
+    /// domain.restart(Load::Nothing)?;
+    /// assert!(domain.interfaces().is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn interfaces(&self) -> Vec<InterfaceInfo> {
+        interfaces::infos(&self.current.vm.lua)
     }
 
     /// Live tasks in the engine VM.

@@ -68,7 +68,7 @@ pub struct Report {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ReportKind {
-    /// A main script ([`run_file`](ScriptDomain::run_file), or [`exec`](ScriptDomain::exec))
+    /// A main script ([`run_file`](crate::ScriptDomain::run_file), or [`exec`](crate::ScriptDomain::exec))
     /// raised or did not compile; a script that decided the domain's state made it
     /// [`Failed`](crate::lifecycle::DomainState::Failed).
     Script,
@@ -84,7 +84,7 @@ pub enum ReportKind {
     Job,
     /// A `@skein/worker` thread failed and no code received or joined the failure (every
     /// failure, observed or not, is in
-    /// [`take_actor_failures`](ScriptDomain::take_actor_failures)); or a task in its VM failed
+    /// [`take_actor_failures`](crate::ScriptDomain::take_actor_failures)); or a task in its VM failed
     /// with no one awaiting it.
     Actor,
     /// An engine-service command or query failed, or a host scheduler call was refused.

@@ -91,3 +91,12 @@ pub(crate) fn read_beneath(dir: &Dir, folder: &Path, relative: &str) -> Result<(
     let source = vm::source::read_open_bounded(file).map_err(named)?;
     Ok((path, source))
 }
+
+/// How a main script's path is shown: relative to the current folder when it lies beneath it.
+pub(crate) fn display_name(path: &Path) -> String {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    path.strip_prefix(&cwd)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}

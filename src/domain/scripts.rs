@@ -10,7 +10,7 @@
 //! the parts they use (the generation, the reporting part, the state) as arguments.
 
 use std::cell::Cell;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -18,6 +18,7 @@ use mlua::{Lua, MultiValue, Value};
 
 use crate::domain::generation::GenerationState;
 use crate::domain::reporting::Reporting;
+use crate::domain::script_file::display_name;
 use crate::domain::script_handle::{ChunkSlot, ScriptHandle, ScriptStatus};
 use crate::domain::{DomainState, Report, ReportKind};
 use crate::error::{Error, Result};
@@ -162,12 +163,4 @@ fn settle_state(state: &Cell<DomainState>, returned: bool) {
         (unchanged, _) => unchanged,
     };
     state.set(next);
-}
-
-pub(super) fn display_name(path: &Path) -> String {
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    path.strip_prefix(&cwd)
-        .unwrap_or(path)
-        .display()
-        .to_string()
 }

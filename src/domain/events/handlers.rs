@@ -32,10 +32,12 @@ use crate::domain::events::emit::{
     install_off_engine_events, read_emit, read_event_name, EmitRefused, EVENTS_KEY, WORKER_ON,
     WORKER_WAIT,
 };
+use crate::domain::frame::bindings::{handler_owner, wider_than_binder, Bindings};
+use crate::domain::frame::call_reports::EventReport;
 use crate::domain::frame::context::ContextSpec;
 use crate::domain::frame::driver::FrameDriver;
 use crate::domain::frame::handler_label::HandlerLabel;
-use crate::domain::frame::phases::{handler_owner, wider_than_binder, Bindings, Called, PhaseCall};
+use crate::domain::frame::phases::{Called, PhaseCall};
 use crate::domain::generation::GenerationState;
 use crate::domain::reporting::Reporting;
 use crate::domain::sinks;
@@ -53,23 +55,6 @@ use crate::vm::{self, panic_message, SignalKind};
 /// What `events.emit` raises in a VM that belongs to no domain: there is no queue to post to.
 pub(crate) const NO_DOMAIN_EMIT: &str =
     "events.emit: this VM belongs to no domain, so there is no event queue to emit to";
-
-/// What one drain of the event queue did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EventReport {
-    /// Events that reached at least one handler.
-    pub delivered: usize,
-    /// Events nothing handled: counted here and dropped.
-    pub unhandled: usize,
-    /// Events still waiting after the drain (queued during it, or past `per_drain`).
-    pub pending: usize,
-    /// Handlers that failed during the drain, and the named events `emit` refused since the
-    /// last drain (`queue full`), in the order they happened within each.
-    pub errors: Vec<Diagnostic>,
-    /// Copies a route could not deliver since the last drain (the recipient was stopped or
-    /// full): the emitter's domain is told, the emitter is not failed.
-    pub warnings: Vec<Diagnostic>,
-}
 
 type HostHandler = Rc<RefCell<Box<dyn FnMut(Message) -> std::result::Result<(), String>>>>;
 

@@ -4,7 +4,7 @@
 //! The functions never leave the engine thread, so they need not be `Send`. Worker VMs know only
 //! the names (`jobs::ServiceKind` in the principal); what they send here is plain data.
 //!
-//! [`EngineServices`] is the [`FrameDriver`](super::driver::FrameDriver)'s: the host's services
+//! [`EngineServices`] is the `FrameDriver` (`driver.rs`)'s: the host's services
 //! outlive generations, and each new engine VM gets them installed again. Its invariants: a
 //! name is registered once, for good (a served-only query may be replaced); a service is in the
 //! map only once its path is installed in the engine VM and its name is among the principal's
@@ -86,18 +86,18 @@ pub struct FrameReport {
 impl FrameReport {
     /// How many more mailbox drains a frame makes, at most, after one that answered forwarded
     /// queries: 16 (see [`ScriptDomain::frame`](crate::ScriptDomain::frame)).
-    pub const FOLLOW_UP_DRAINS: u32 = super::FOLLOW_UP_DRAINS;
+    pub const FOLLOW_UP_DRAINS: u32 = 16;
 
     /// The longest a frame waits, in all, for the follow-ups of the forwarded queries it
     /// answered: 2 ms. A frame that answered none, or whose engine VM has no task waiting on
     /// pool work, never waits.
-    pub const FOLLOW_UP_WAIT: Duration = super::FOLLOW_UP_WAIT;
+    pub const FOLLOW_UP_WAIT: Duration = Duration::from_millis(2);
 
     /// The longest a wave of registered jobs waits for the pool items it started before the
     /// phase's next wave starts: 100 ms, or the domain's run deadline when that is shorter (see
     /// [`ScriptDomain::frame`](crate::ScriptDomain::frame)). An item still running then is
     /// reported and applies in a later frame.
-    pub const WAVE_WAIT: Duration = super::WAVE_WAIT;
+    pub const WAVE_WAIT: Duration = Duration::from_millis(100);
 }
 
 /// The host's services on one domain, and this frame's counts.

@@ -26,23 +26,13 @@
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::domain::frame::phases::PhaseReport;
+use crate::domain::frame::call_reports::{PhaseReport, StillWaiting};
 use crate::domain::generation::GenerationState;
 use crate::domain::interrupt::InterruptTarget;
 use crate::executor::wake_queue::Waited;
 use crate::vm::Owner;
-
-/// A handler call that still waited on pool work when its frame's budget ran out: it goes on
-/// in a later frame, resumed when its work settles.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StillWaiting {
-    /// Which handler: `context 'game' update handler`.
-    pub source: String,
-    /// How long it had waited on the pool when the frame went on without it, from its call.
-    pub waited: Duration,
-}
 
 /// One joined call: its owner (shared by the tasks it spawned; its identity is the call's
 /// label) and when it began.

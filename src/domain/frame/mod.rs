@@ -25,24 +25,26 @@ use crate::principal::diagnostic::{Attribution, Diagnostic, DiagnosticKind};
 use crate::principal::Principal;
 
 /// How many more drains a frame makes after one that answered forwarded queries, at most: 16.
-pub(crate) const FOLLOW_UP_DRAINS: u32 = 16;
+pub(crate) const FOLLOW_UP_DRAINS: u32 = FrameReport::FOLLOW_UP_DRAINS;
 
 /// The longest a frame waits for the follow-ups of the forwarded queries it answered, in all:
 /// 2 ms. A frame that answered no query, or whose engine VM has no task waiting on pool work,
 /// never waits.
-pub(crate) const FOLLOW_UP_WAIT: Duration = Duration::from_millis(2);
+pub(crate) const FOLLOW_UP_WAIT: Duration = FrameReport::FOLLOW_UP_WAIT;
 
 /// The longest a wave of registered jobs waits for the pool items it started before the next
 /// wave starts: 100 ms, or the domain's run deadline when that is shorter. An item that waits
 /// across frames (`task.waitFrames`, a promise the engine settles) cannot settle within the
 /// frame; this is what it may cost the frame, once.
-pub(crate) const WAVE_WAIT: Duration = Duration::from_millis(100);
+pub(crate) const WAVE_WAIT: Duration = FrameReport::WAVE_WAIT;
 
 /// While a wave of registered jobs waits for its pool items, how long the engine thread parks
 /// on one item before it looks at its mailbox again (an item may be waiting for the engine to
 /// answer a query it forwarded): 200 µs.
 const WAVE_POLL: Duration = Duration::from_micros(200);
 
+pub(crate) mod bindings;
+pub(crate) mod call_reports;
 pub(crate) mod context;
 pub(crate) mod driver;
 pub(crate) mod engine_services;

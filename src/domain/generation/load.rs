@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use mlua::{Lua, MultiValue, Value};
 
 use crate::domain::generation::GenerationState;
-use crate::domain::scripts::display_name;
+use crate::domain::script_file::display_name;
 use crate::error::Error;
 use crate::vm::{self, source, LoadStage, Owner};
 

@@ -18,7 +18,9 @@
 //! released per generation (`owned.rs`). The domain's `facade_gen.rs` puts these together
 //! with the other parts into restart, reload and the end of a generation.
 
+pub(crate) mod assemble;
 pub(crate) mod host_promises;
+pub(crate) mod host_targets;
 pub(crate) mod load;
 pub(crate) mod owned;
 
@@ -26,19 +28,14 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::domain::events::handlers as event_handlers;
-use crate::domain::frame::{engine_services, phases};
-use crate::domain::host_dispatch::HostTargets;
-use crate::domain::reports::Reports;
-use crate::domain::{actor, interfaces, InterruptTarget, Report, ReportKind};
+use crate::domain::actor;
+use crate::domain::frame::bindings;
 use crate::error::{Error, NameRefusal, Result};
-use crate::jobs::{
-    self, HomeKind, JobsHome, MailboxReceiver, MailboxSender, Pool, PoolShared, PrincipalShared,
-    RegisteredJobs, MAX_DEADLINE,
-};
+use crate::jobs::{self, MailboxReceiver, PoolShared, PrincipalShared, RegisteredJobs};
 use crate::principal::Generation;
 use crate::value::Message;
-use crate::vm::{self, FailureKind, JobFailure, Outcome, TaskFailure, Vm};
+use crate::vm::{FailureKind, JobFailure, Outcome, Vm};
+use host_targets::HostTargets;
 
 /// Everything one generation of a domain has of its own: its principal (id, mailbox, shared
 /// store), its engine VM, the receiving end of its mailbox, its registered jobs, the handlers
@@ -70,7 +67,7 @@ pub(crate) struct GenerationState {
     /// The jobs its scripts registered (`jobs.register`) and the host's kernels.
     pub(crate) registry: Rc<RegisteredJobs>,
     /// The host's contexts and the handlers scripts bound to them.
-    pub(crate) bindings: Rc<phases::Bindings>,
+    pub(crate) bindings: Rc<bindings::Bindings>,
     /// The workers (`@skein/worker`) its code spawned; torn down when it ends.
     pub(crate) actors: Rc<actor::Actors>,
     /// Host promises of this generation that may be pending: rejected when it ends.
@@ -82,18 +79,6 @@ pub(crate) struct GenerationState {
     pub(crate) started_up: Cell<bool>,
 }
 
-/// The host's parts of a domain that a generation's engine VM is built against.
-pub(crate) struct EngineSetup<'a> {
-    pub(crate) pool: &'a Pool,
-    /// Where the VM's unawaited failures and its registered jobs' failures go.
-    pub(crate) reports: &'a Rc<RefCell<Reports>>,
-    /// The named-event handlers, routes and event queue its `@skein/events` reaches.
-    pub(crate) event_handlers: &'a Rc<event_handlers::EventHandlers>,
-    pub(crate) domain_name: &'a str,
-    /// Gives the engine VM the domain's interrupt token.
-    pub(crate) interrupt: &'a InterruptTarget,
-}
-
 impl GenerationState {
     pub(crate) fn generation(&self) -> Generation {
         self.principal.id.generation
@@ -103,81 +88,6 @@ impl GenerationState {
     /// goes now, in declaration order, so what its drops post is in the receiver.
     pub(crate) fn into_rx(self) -> MailboxReceiver {
         self.rx
-    }
-
-    /// Builds the engine VM of `principal` and installs in it what every generation has: its
-    /// registry (`jobs.register`, as app data), `@skein/context` over `bindings`,
-    /// `@skein/events`, `@skein/interfaces` and `@skein/worker` over `actors`. The first
-    /// generation's parts come from the spec ([`ScriptDomain::new`](crate::ScriptDomain::new)),
-    /// a later one's from the generation before it ([`next`](Self::next)).
-    ///
-    /// # Errors
-    /// [`Error::Vm`] when the VM can't be built.
-    pub(crate) fn assemble(
-        host: &EngineSetup<'_>,
-        principal: Arc<PrincipalShared>,
-        rx: MailboxReceiver,
-        registry: Rc<RegisteredJobs>,
-        bindings: Rc<phases::Bindings>,
-        actors: Rc<actor::Actors>,
-    ) -> Result<GenerationState> {
-        let generation = principal.id.generation;
-        let vm = engine_vm(&principal, host.pool, host.reports)?;
-        // An `InterruptHandle` stops every run of the domain's engine VMs with this token.
-        vm.set_halt(host.interrupt.engine_token());
-        vm.lua.set_app_data(registry.clone());
-        phases::install_context_module(&vm.lua, &bindings)?;
-        event_handlers::install_events_module(&vm.lua, host.event_handlers, generation)?;
-        interfaces::install_interfaces_module(&vm.lua, host.domain_name, generation)?;
-        actor::install_engine(&vm.lua, &actors)?;
-        Ok(GenerationState {
-            principal,
-            vm,
-            rx,
-            registry,
-            bindings,
-            actors,
-            host_promises: RefCell::default(),
-            host_targets: RefCell::default(),
-            started_up: Cell::new(false),
-        })
-    }
-
-    /// Builds the generation after this one, numbered `generation`, beside it and without
-    /// touching it: a new principal and mailbox, an engine VM with the domain's modules,
-    /// `services` (the host's engine services) and the kernels installed, the context
-    /// declarations carried over, no handlers and no workers.
-    ///
-    /// # Errors
-    /// [`Error::Vm`] when the VM can't be built; [`Error::Name`]
-    /// ([`NameRefusal::ServicePath`]) when an engine service can't be installed in it.
-    pub(crate) fn next(
-        &self,
-        generation: Generation,
-        host: &EngineSetup<'_>,
-        services: &Rc<engine_services::EngineServices>,
-    ) -> Result<GenerationState> {
-        let (mailbox, rx) = MailboxSender::new();
-        let principal = Arc::new(self.principal.next_generation(generation, mailbox));
-        debug_assert_eq!(principal.id.generation, generation);
-        let registry = self.registry.next_generation(principal.clone());
-        let bindings = self.bindings.next_generation();
-        let actors = self.actors.next_generation(principal.clone());
-        let next = GenerationState::assemble(host, principal, rx, registry, bindings, actors)?;
-        next.install_services(services)?;
-        Ok(next)
-    }
-
-    /// Installs in the engine VM a function for each engine service its principal knows of.
-    fn install_services(&self, services: &Rc<engine_services::EngineServices>) -> Result<()> {
-        for (name, _) in self.principal.services.since(0) {
-            let f = engine_services::engine_function(&self.vm.lua, services.clone(), name.clone())?;
-            jobs::install_at(&self.vm.lua, &name, f).map_err(|e| Error::Name {
-                refusal: NameRefusal::ServicePath,
-                message: format!("restart: {e}"),
-            })?;
-        }
-        Ok(())
     }
 
     /// Ends the generation's work, naming `reason`: its principal (a job of it running on a
@@ -226,43 +136,6 @@ impl GenerationState {
         self.principal.events.raise(name, payload);
         Ok(())
     }
-}
-
-/// Builds the engine VM of `principal` on this thread, with the `jobs` API installed and the
-/// failures of its unawaited tasks going to `reports`.
-pub(crate) fn engine_vm(
-    principal: &Arc<PrincipalShared>,
-    pool: &Pool,
-    reports: &Rc<RefCell<Reports>>,
-) -> Result<Vm> {
-    let sink = reports.clone();
-    let reporter: vm::Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
-        sink.borrow_mut().push(Report::new(
-            ReportKind::of_label(label),
-            label,
-            failure.to_string(),
-        ));
-    });
-    let home = JobsHome::new(principal.clone(), pool.shared().clone(), HomeKind::Engine);
-    let vm = Vm::build(&principal.plan, reporter, MAX_DEADLINE, |lua| {
-        jobs::install(lua, home)
-    })
-    .map_err(|e| Error::Vm(vm::error_message(&e)))?;
-    vm.set_authority(principal.authority.clone());
-    Ok(vm)
-}
-
-/// Where a registered job's failures go: the domain's reports.
-pub(crate) fn report_sink(reports: &Rc<RefCell<Reports>>) -> jobs::FailureSink {
-    let sink = reports.clone();
-    Rc::new(move |source, message, failure| {
-        let report = Report::new(ReportKind::Job, source, message);
-        let report = match failure {
-            Some(failure) => report.with_job_failure(failure),
-            None => report,
-        };
-        sink.borrow_mut().push(report)
-    })
 }
 
 /// The shared store a generation ends, seen through its queues' Luau binding (`shared/queue_api.rs`):
