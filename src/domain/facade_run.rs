@@ -503,14 +503,13 @@ impl ScriptDomain {
     /// As [`run_file`](Self::run_file).
     pub fn run_file_bytes(&self, path: impl AsRef<Path>, args: &[&[u8]]) -> Result<ScriptHandle> {
         let (path, source) = script_file::read(path.as_ref())?;
-        scripts::run_source(
-            &self.current,
-            &self.reporting,
-            &self.life.state,
-            &path,
-            &source,
-            args,
-        )
+        self.run_source(&path, &source, args)
+    }
+
+    /// Starts the main script `source`, read from `path`, with `args`.
+    fn run_source(&self, path: &Path, source: &[u8], args: &[&[u8]]) -> Result<ScriptHandle> {
+        let (current, reporting) = (&self.current, &self.reporting);
+        scripts::run_source(current, reporting, &self.life.state, path, source, args)
     }
 
     /// As [`run_file`](Self::run_file) for the script `relative` beneath `folder`, opened
@@ -527,14 +526,7 @@ impl ScriptDomain {
         relative: &str,
     ) -> Result<ScriptHandle> {
         let (path, source) = script_file::read_beneath(dir, folder, relative)?;
-        scripts::run_source(
-            &self.current,
-            &self.reporting,
-            &self.life.state,
-            &path,
-            &source,
-            &[],
-        )
+        self.run_source(&path, &source, &[])
     }
 
     /// Starts `source` as a task of the engine VM; `require` and `jobs.dispatch` in it resolve
