@@ -5,7 +5,7 @@
 //!
 //! Its invariants: a load's task is waited for within the bound from its start, and a load
 //! fails at exactly one stage ([`LoadStage`]). Which generation the load runs in, and what
-//! happens when it fails, is the restart's or the reload's (`facade_gen.rs`).
+//! happens when it fails, is the restart's or the reload's (`facade_run.rs`).
 
 use std::cell::RefCell;
 use std::path::PathBuf;

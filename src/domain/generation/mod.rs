@@ -15,7 +15,8 @@
 //!
 //! Beside it: what a new generation runs (`load.rs`), the host promises a generation rejects
 //! when it ends (`host_promises.rs`), and what host services own for the domain's code,
-//! released per generation (`owned.rs`). The domain's `facade_gen.rs` puts these together
+//! released per generation (`owned.rs`); building one is `assemble.rs`, and the cache of the
+//! host dispatch's targets `host_targets.rs`. The domain's `facade_run.rs` puts these together
 //! with the other parts into restart, reload and the end of a generation.
 
 pub(crate) mod assemble;
