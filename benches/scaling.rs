@@ -14,6 +14,12 @@
 //! the end: 2 workers over 1 worker (goal >= 1.9x throughput), 1 worker over plain mlua (goal
 //! <= 1.03x in time) and 2 workers over rayon (goal >= 1.0x throughput). The same ratios from
 //! each side's fastest run follow, as a check on a machine other work is disturbing.
+//!
+//! Then a table of per-worker efficiency: each worker's share of the pool's throughput over
+//! plain mlua's serial throughput (1.00 is a worker as fast as one plain VM on one thread). On a
+//! machine with more than 2 cores, `skein_4`, `skein_8`, ... up to its core count (and the
+//! count itself) run too and extend the table, so `docs/performance.md`'s scaling estimate can
+//! be checked there.
 
 mod util;
 
@@ -63,6 +69,22 @@ static PLAIN_HOOKED: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
 static SKEIN_1: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
 static SKEIN_2: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
 static RAYON: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+/// The sides past 2 workers a machine with more cores runs: worker count, per-run times.
+static WIDER: Mutex<Vec<(usize, &'static Mutex<Vec<Duration>>)>> = Mutex::new(Vec::new());
+
+/// The worker counts past 2 this machine runs: powers of two up to its core count, and the
+/// count itself.
+fn wider_counts() -> Vec<usize> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut counts: Vec<usize> = (2..)
+        .map(|k| 1usize << k)
+        .take_while(|&n| n <= cores)
+        .collect();
+    if cores > 2 && counts.last() != Some(&cores) {
+        counts.push(cores);
+    }
+    counts
+}
 
 /// A plain VM with the kernel loaded, answering its `rows` entry.
 fn plain_kernel() -> (Lua, mlua::Function) {
@@ -185,6 +207,10 @@ fn scaling(c: &mut Criterion) {
     let expected: f64 = chunks.iter().map(|&ch| call_chunk(&lua, &rows, ch)).sum();
     let one = SkeinSide::new(1);
     let two = SkeinSide::new(2);
+    let wider: Vec<(usize, SkeinSide)> = wider_counts()
+        .into_iter()
+        .map(|n| (n, SkeinSide::new(n)))
+        .collect();
     let rayon_pool = rayon::ThreadPoolBuilder::new()
         .num_threads(2)
         .build()
@@ -221,6 +247,13 @@ fn scaling(c: &mut Criterion) {
     group.bench_function(id("skein_2"), |b| {
         b.iter_custom(|iters| timed(iters, &SKEIN_2, expected, || two.run()))
     });
+    for (workers, side) in &wider {
+        let samples: &'static Mutex<Vec<Duration>> = Box::leak(Box::new(Mutex::new(Vec::new())));
+        WIDER.lock().unwrap().push((*workers, samples));
+        group.bench_function(id(&format!("skein_{workers}")), |b| {
+            b.iter_custom(|iters| timed(iters, samples, expected, || side.run()))
+        });
+    }
     group.bench_function(id("rayon_mlua"), |b| {
         b.iter_custom(|iters| {
             timed(iters, &RAYON, expected, || {
@@ -233,7 +266,10 @@ fn scaling(c: &mut Criterion) {
     });
     group.finish();
     // How the chunks spread: with 24 chunks, 2 workers should share the busy time about evenly.
-    for (workers, side) in [(1, &one), (2, &two)] {
+    let sides = [(1, &one), (2, &two)]
+        .into_iter()
+        .chain(wider.iter().map(|(n, side)| (*n, side)));
+    for (workers, side) in sides {
         println!("scaling: Pool::new({workers}) after its runs:");
         for w in side.pool.stats() {
             println!(
@@ -299,6 +335,24 @@ fn report(label: &str, pick: fn(&Mutex<Vec<Duration>>) -> Option<Duration>) {
             "  versus rayon: skein 2 workers / rayon 2 threads throughput = {:.2}x (goal >= 1.00x)",
             rayon.as_secs_f64() / two.as_secs_f64()
         );
+    }
+    let Some(plain) = plain else { return };
+    println!(
+        "  per-worker efficiency (a worker's share of the throughput over plain mlua's serial):"
+    );
+    println!("    workers  ms per frame  efficiency");
+    let mut rows = vec![(1, one), (2, two)];
+    for (workers, samples) in WIDER.lock().unwrap().iter() {
+        rows.push((*workers, pick(samples)));
+    }
+    for (workers, time) in rows {
+        if let Some(time) = time {
+            let efficiency = plain.as_secs_f64() / time.as_secs_f64() / workers as f64;
+            println!(
+                "    {workers:>7}  {:>12.1}  {efficiency:>10.2}",
+                time.as_secs_f64() * 1e3
+            );
+        }
     }
 }
 
