@@ -69,8 +69,10 @@ static PLAIN_HOOKED: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
 static SKEIN_1: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
 static SKEIN_2: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
 static RAYON: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+/// One side's per-run times.
+type Samples = Mutex<Vec<Duration>>;
 /// The sides past 2 workers a machine with more cores runs: worker count, per-run times.
-static WIDER: Mutex<Vec<(usize, &'static Mutex<Vec<Duration>>)>> = Mutex::new(Vec::new());
+static WIDER: Mutex<Vec<(usize, &'static Samples)>> = Mutex::new(Vec::new());
 
 /// The worker counts past 2 this machine runs: powers of two up to its core count, and the
 /// count itself.
@@ -248,7 +250,7 @@ fn scaling(c: &mut Criterion) {
         b.iter_custom(|iters| timed(iters, &SKEIN_2, expected, || two.run()))
     });
     for (workers, side) in &wider {
-        let samples: &'static Mutex<Vec<Duration>> = Box::leak(Box::new(Mutex::new(Vec::new())));
+        let samples: &'static Samples = Box::leak(Box::new(Mutex::new(Vec::new())));
         WIDER.lock().unwrap().push((*workers, samples));
         group.bench_function(id(&format!("skein_{workers}")), |b| {
             b.iter_custom(|iters| timed(iters, samples, expected, || side.run()))
