@@ -81,6 +81,61 @@ fn eval(domain: &ScriptDomain, source: &str) -> Message {
         .unwrap_or_else(|e| panic!("{e}\n---\n{source}"))
 }
 
+/// `jobs.shared` is built on a VM's first read of it, in the engine VM and in a worker's, and is
+/// a plain field of `jobs` from then on; the `jobs` table's metatable, which builds it, is locked.
+/// (A chunk that names `jobs.shared.<field>` builds it as the chunk loads: Luau resolves such
+/// paths then. These chunks read it by `jobs["shared"]`, which Luau reads when it runs.)
+#[test]
+fn jobs_shared_is_built_on_first_read_and_a_plain_field_after() {
+    let tree = Tree::new(&[("lazy.luau", LAZY)]);
+    let pool = Pool::new(2);
+    let domain = tree.domain(&pool);
+    assert_eq!(
+        eval(&domain, r#"return rawget(jobs, "shared") == nil"#),
+        Message::Boolean(true)
+    );
+    assert_eq!(
+        eval(
+            &domain,
+            r#"local s = jobs["shared"]; return s ~= nil and rawget(jobs, "shared") == s"#
+        ),
+        Message::Boolean(true)
+    );
+    assert_eq!(
+        eval(
+            &domain,
+            "local ok = pcall(setmetatable, jobs, {}) return { getmetatable(jobs), ok }"
+        ),
+        Message::List(vec![
+            Message::String(b"the jobs library's metatable is locked".to_vec().into()),
+            Message::Boolean(false),
+        ])
+    );
+    // A worker VM builds its own on its first read.
+    assert_eq!(
+        eval(
+            &domain,
+            r#"return jobs.dispatch("./lazy", "probe"):await()"#
+        ),
+        Message::Boolean(true)
+    );
+    // A key that is not `shared` is nil, as on any table.
+    assert_eq!(eval(&domain, r#"return jobs["nothing"]"#), Message::Nil);
+}
+
+/// A module that reads `jobs.shared` only at run time.
+const LAZY: &str = r#"
+local M = {}
+function M.probe()
+    local before = rawget(jobs, "shared") == nil
+    local s = jobs["shared"]
+    local t = s.table("lazy")
+    t.n = 1
+    return before and rawget(jobs, "shared") == s and t.n == 1
+end
+return M
+"#;
+
 #[test]
 fn the_syntax_of_an_ordinary_table() {
     let (_tree, _pool, domain) = setup();

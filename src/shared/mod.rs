@@ -43,7 +43,7 @@ use std::fmt;
 pub use table::error::{SharedTableError, SharedTableErrorKind};
 pub use table::handle::{FrozenTable, SharedTableRef};
 
-use mlua::{Lua, Table};
+use mlua::{Lua, Table, Value};
 
 pub(crate) use queue::MAX_QUEUE_BYTES;
 pub(crate) use queue_api::{parked_pop_queue, receive_parcel, sweep_parked_pops, Courier, Parcel};
@@ -244,10 +244,37 @@ impl fmt::Debug for SharedStore {
     }
 }
 
-/// Installs `jobs.shared` into the `jobs` table of a VM of the store's principal.
+/// Installs `jobs.shared` into the `jobs` table of a VM of the store's principal, on first use:
+/// most worker VMs never touch a shared table or queue, and building the module's functions is
+/// about 7% of a worker VM's start. The wrappers that let the base and `table` functions take a
+/// handle are installed now, while the libraries can still be changed; a handle reaches a VM
+/// only through `jobs.shared`'s own functions, so nothing needs them before the first use. Until then `jobs.shared` is answered by the `jobs` table's
+/// `__index`, which builds the module and stores it in `jobs` itself, so every later read is a
+/// plain field read, as if it had been there from the start. A chunk that names
+/// `jobs.shared.<field>` builds it when it loads, since Luau resolves such paths at load time.
+/// The metatable is locked (`__metatable`), so a script can neither read nor replace it.
 pub(crate) fn install(lua: &Lua, jobs: &Table, store: Arc<StoreCore>) -> mlua::Result<()> {
-    let shared = lua.create_table()?;
-    table_api::install(lua, &shared, &store)?;
-    queue_api::install(lua, &shared, &store)?;
-    jobs.raw_set("shared", shared)
+    table_api::install_wrappers(lua)?;
+    let meta = lua.create_table()?;
+    let first_use = lua.create_function(move |lua, (jobs, key): (Table, Value)| {
+        if !matches!(&key, Value::String(s) if s.as_bytes() == &b"shared"[..]) {
+            return Ok(Value::Nil);
+        }
+        let shared = lua.create_table()?;
+        table_api::install(lua, &shared, &store)?;
+        queue_api::install(lua, &shared, &store)?;
+        // The sandbox made `jobs` read-only for scripts; this VM's own code adds the field it
+        // had promised, once.
+        let readonly = jobs.is_readonly();
+        jobs.set_readonly(false);
+        let stored = jobs.raw_set("shared", &shared);
+        jobs.set_readonly(readonly);
+        stored?;
+        Ok(Value::Table(shared))
+    })?;
+    meta.raw_set("__index", first_use)?;
+    meta.raw_set("__metatable", "the jobs library's metatable is locked")?;
+    meta.set_readonly(true);
+    jobs.set_metatable(Some(meta))?;
+    Ok(())
 }

@@ -853,10 +853,10 @@ fn remove(_: &Lua, (t, n, pos): (AnyUserData, u32, ValueArg)) -> mlua::Result<An
 /// The wrappers that let the base and `table` functions take a handle.
 static TABLE_PRELUDE: Embedded = Embedded::new("=skein.shared", include_str!("table_prelude.luau"));
 
-/// Installs `jobs.shared.table`, `atomic`, `add`, `snapshot`, `revision`, `freeze`, and wraps the
-/// base and `table` functions so they accept handles.
-pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua::Result<()> {
-    lua.set_named_registry_value(HANDLES_KEY, lua.create_table()?)?;
+/// Wraps the base and `table` functions so they accept handles: done when the VM is built,
+/// before the sandbox makes the libraries read-only, even though the handles themselves come
+/// only from [`install`]'s functions.
+pub(crate) fn install_wrappers(lua: &Lua) -> mlua::Result<()> {
     lua.set_named_registry_value(
         WALK_KEY,
         lua.create_function(|_, (state, key): (AnyUserData, KeyArg)| {
@@ -864,6 +864,17 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
             Ok(step_after(&walk.handle, &walk.node, &key))
         })?,
     )?;
+    let globals: Table = TABLE_PRELUDE.load(lua)?.call(primitives(lua)?)?;
+    for pair in globals.pairs::<mlua::LuaString, Function>() {
+        let (name, f) = pair?;
+        lua.globals().raw_set(name, f)?;
+    }
+    Ok(())
+}
+
+/// Installs `jobs.shared.table`, `atomic`, `add`, `snapshot`, `revision` and `freeze`.
+pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua::Result<()> {
+    lua.set_named_registry_value(HANDLES_KEY, lua.create_table()?)?;
     let store = SharedStore::new(store.clone());
     shared.raw_set(
         "table",
@@ -918,10 +929,5 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
             }))
         })?,
     )?;
-    let globals: Table = TABLE_PRELUDE.load(lua)?.call(primitives(lua)?)?;
-    for pair in globals.pairs::<mlua::LuaString, Function>() {
-        let (name, f) = pair?;
-        lua.globals().raw_set(name, f)?;
-    }
     Ok(())
 }
