@@ -246,13 +246,15 @@ impl fmt::Debug for SharedStore {
 
 /// Installs `jobs.shared` into the `jobs` table of a VM of the store's principal, on first use:
 /// most worker VMs never touch a shared table or queue, and building the module's functions is
-/// about 7% of a worker VM's start. The wrappers that let the base and `table` functions take a
-/// handle are installed now, while the libraries can still be changed; a handle reaches a VM
-/// only through `jobs.shared`'s own functions, so nothing needs them before the first use. Until then `jobs.shared` is answered by the `jobs` table's
-/// `__index`, which builds the module and stores it in `jobs` itself, so every later read is a
-/// plain field read, as if it had been there from the start. A chunk that names
-/// `jobs.shared.<field>` builds it when it loads, since Luau resolves such paths at load time.
-/// The metatable is locked (`__metatable`), so a script can neither read nor replace it.
+/// about 7% of a worker VM's start.
+///
+/// The wrappers that let the base and `table` functions take a handle are installed now, while
+/// the libraries can still be changed; a handle reaches a VM only through `jobs.shared`'s own
+/// functions, so nothing needs them before the first use. Until then `jobs.shared` is answered
+/// by the `jobs` table's `__index`, which builds the module and stores it in `jobs` itself, so
+/// every later read is a plain field read, as if it had been there from the start. A chunk that
+/// names `jobs.shared.<field>` builds it when it loads, since Luau resolves such paths at load
+/// time. The metatable is locked (`__metatable`), so a script can neither read nor replace it.
 pub(crate) fn install(lua: &Lua, jobs: &Table, store: Arc<StoreCore>) -> mlua::Result<()> {
     table_api::install_wrappers(lua)?;
     let meta = lua.create_table()?;
