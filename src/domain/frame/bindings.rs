@@ -142,19 +142,21 @@ impl Bindings {
     pub(crate) fn authority(&self, context: usize, domain: &Authority) -> Arc<Authority> {
         let generation = domain.attribution().generation;
         let mut cache = self.authorities.borrow_mut();
-        if cache.as_ref().map(|(g, _)| *g) != Some(generation) {
-            let made = self
-                .contexts
-                .iter()
-                .zip(self.grants.iter())
-                .map(|(spec, grant)| {
-                    let grant = grant.clone().unwrap_or_else(|| domain.grant().clone());
-                    Arc::new(domain.narrowed(grant, Some(spec.name())))
-                })
-                .collect();
-            *cache = Some((generation, made));
-        }
-        let (_, made) = cache.as_ref().expect("filled above");
+        let (_, made) = match cache.take() {
+            Some(kept) if kept.0 == generation => cache.insert(kept),
+            _ => {
+                let made = self
+                    .contexts
+                    .iter()
+                    .zip(self.grants.iter())
+                    .map(|(spec, grant)| {
+                        let grant = grant.clone().unwrap_or_else(|| domain.grant().clone());
+                        Arc::new(domain.narrowed(grant, Some(spec.name())))
+                    })
+                    .collect();
+                cache.insert((generation, made))
+            }
+        };
         made[context].clone()
     }
 
