@@ -672,7 +672,7 @@ impl ScriptDomain {
 impl PhaseHost for ScriptDomain {
     /// Waits until every slot has settled, draining the mailbox whenever something reaches it
     /// (a forwarded query, the commands an item recorded before it settles), at most
-    /// [`WAVE_WAIT`](frame::WAVE_WAIT) or the domain's run deadline, whichever is shorter.
+    /// [`WAVE_WAIT`](FrameReport::WAVE_WAIT) or the domain's run deadline, whichever is shorter.
     fn settle(&self, slots: &[Arc<OutcomeSlot>]) -> Duration {
         frame::settle_wave(&self.current, slots, || self.drain_mailbox())
     }

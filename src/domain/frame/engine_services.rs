@@ -96,7 +96,8 @@ impl FrameReport {
     /// The longest a wave of registered jobs waits for the pool items it started before the
     /// phase's next wave starts: 100 ms, or the domain's run deadline when that is shorter (see
     /// [`ScriptDomain::frame`](crate::ScriptDomain::frame)). An item still running then is
-    /// reported and applies in a later frame.
+    /// reported and applies in a later frame: an item that waits across frames
+    /// (`task.waitFrames`, a promise the engine settles) costs a frame this once.
     pub const WAVE_WAIT: Duration = Duration::from_millis(100);
 }
 

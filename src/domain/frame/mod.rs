@@ -10,7 +10,8 @@
 //! Its invariants: a frame's counts (forwarded queries, applied commands) start at zero at a
 //! plain frame's start or an advance's, never in between; the frame counter moves once per
 //! frame, after the frame's drains and before its registered jobs; no wait here outlasts its
-//! bound ([`FOLLOW_UP_WAIT`], [`WAVE_WAIT`] or the run deadline), however much arrives.
+//! bound ([`FrameReport::FOLLOW_UP_WAIT`], [`FrameReport::WAVE_WAIT`] or the run deadline),
+//! however much arrives.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -23,20 +24,6 @@ use crate::executor::wake_queue::Waited;
 use crate::jobs::OutcomeSlot;
 use crate::principal::diagnostic::{Attribution, Diagnostic, DiagnosticKind};
 use crate::principal::Principal;
-
-/// How many more drains a frame makes after one that answered forwarded queries, at most: 16.
-pub(crate) const FOLLOW_UP_DRAINS: u32 = FrameReport::FOLLOW_UP_DRAINS;
-
-/// The longest a frame waits for the follow-ups of the forwarded queries it answered, in all:
-/// 2 ms. A frame that answered no query, or whose engine VM has no task waiting on pool work,
-/// never waits.
-pub(crate) const FOLLOW_UP_WAIT: Duration = FrameReport::FOLLOW_UP_WAIT;
-
-/// The longest a wave of registered jobs waits for the pool items it started before the next
-/// wave starts: 100 ms, or the domain's run deadline when that is shorter. An item that waits
-/// across frames (`task.waitFrames`, a promise the engine settles) cannot settle within the
-/// frame; this is what it may cost the frame, once.
-pub(crate) const WAVE_WAIT: Duration = FrameReport::WAVE_WAIT;
 
 /// While a wave of registered jobs waits for its pool items, how long the engine thread parks
 /// on one item before it looks at its mailbox again (an item may be waiting for the engine to
@@ -86,7 +73,7 @@ impl FrameDriver {
     /// VM waits on pool work (a follow-up of work nobody here awaits, a host's
     /// [`Promise`](crate::Promise) or a registered job's item, serves no task of this frame),
     /// parked on the mailbox. It stops at the first drain that answers no new query, after
-    /// [`FOLLOW_UP_DRAINS`] drains, or when [`FOLLOW_UP_WAIT`] has passed since it began,
+    /// [`FrameReport::FOLLOW_UP_DRAINS`] drains, or when [`FrameReport::FOLLOW_UP_WAIT`] has passed since it began,
     /// whichever comes first. `answered`: the count of forwarded queries before the frame's
     /// first drain.
     pub(crate) fn drain_follow_ups(
@@ -97,13 +84,13 @@ impl FrameDriver {
     ) {
         let mut seen = answered;
         let mut until = None;
-        for _ in 0..FOLLOW_UP_DRAINS {
+        for _ in 0..FrameReport::FOLLOW_UP_DRAINS {
             let now = self.services.forwarded.get();
             if now == seen || !current.vm.waits_on_pool() {
                 return;
             }
             seen = now;
-            let until = *until.get_or_insert_with(|| Instant::now() + FOLLOW_UP_WAIT);
+            let until = *until.get_or_insert_with(|| Instant::now() + FrameReport::FOLLOW_UP_WAIT);
             if current.rx.park_until(Some(until)) == Waited::TimedOut {
                 return;
             }
@@ -127,7 +114,7 @@ pub(crate) fn count_frame(current: &GenerationState, early_drain: bool) -> u64 {
 
 /// The frame's side of running registered jobs: waits until every slot has settled, draining
 /// `current`'s mailbox (`drain_mailbox`) whenever something reaches it (a forwarded query, the
-/// commands an item recorded before it settles), at most [`WAVE_WAIT`] or the domain's run
+/// commands an item recorded before it settles), at most [`FrameReport::WAVE_WAIT`] or the domain's run
 /// deadline, whichever is shorter. Answers how long it waited.
 pub(crate) fn settle_wave(
     current: &GenerationState,
@@ -135,7 +122,7 @@ pub(crate) fn settle_wave(
     mut drain_mailbox: impl FnMut() -> bool,
 ) -> Duration {
     let started = Instant::now();
-    let until = started + WAVE_WAIT.min(current.principal.max_deadline);
+    let until = started + FrameReport::WAVE_WAIT.min(current.principal.max_deadline);
     for slot in slots {
         while slot.is_pending() {
             // The bound first: a steady stream of messages must not hold the frame past it.
