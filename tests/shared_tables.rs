@@ -1596,3 +1596,63 @@ fn a_walk_does_not_see_the_writes_of_its_own_loop() {
     // loop, which still held them, reached them) and 120 new keys: every one holds -1.
     assert_eq!(text(&out), "240 240 -1 -1");
 }
+
+/// A handle is userdata of Skein's own: its metatable is locked, `typeof` names it, and no other
+/// userdata (a `newproxy`) passes for one, at any of the functions that take a table.
+#[test]
+fn a_handle_is_told_apart_from_every_other_userdata() {
+    let (_tree, _pool, domain) = setup();
+    let out = eval(
+        &domain,
+        r#"
+        local t = jobs.shared.table("own")
+        t.x = 1
+        assert(getmetatable(t) == false, "the metatable is locked")
+        assert(typeof(t) == "SharedTable" and type(t) == "userdata")
+        assert(t == jobs.shared.table("own") and t ~= newproxy())
+        assert(tostring(t) == "SharedTable('own')", tostring(t))
+        local fake = newproxy(true)
+        getmetatable(fake).__index = function() return 99 end
+        assert(fake.x == 99)
+        local refused = {}
+        for _, name in { "add", "atomic", "revision", "snapshot", "freeze" } do
+            local ok, err = pcall(jobs.shared[name], fake, "x", if name == "atomic" then function(v) return v end else 1)
+            assert(not ok)
+            table.insert(refused, tostring(err))
+        end
+        assert(t.x == 1)
+        return table.concat(refused, "\n")
+    "#,
+    );
+    let out = text(&out);
+    for name in ["add", "atomic", "revision", "snapshot", "freeze"] {
+        assert_contains(
+            &out,
+            &format!("jobs.shared.{name}: t must be a shared table, got a userdata"),
+        );
+    }
+}
+
+/// `atomic`'s function raises: the caller gets the error value as the function raised it (a
+/// table stays that table), and the key keeps its value; the same for a key holding a string,
+/// which `atomic` reads by another path.
+#[test]
+fn atomic_raises_the_functions_own_error_value_and_changes_nothing() {
+    let (_tree, _pool, domain) = setup();
+    let out = eval(
+        &domain,
+        r#"
+        local t = jobs.shared.table("own")
+        t.n = 5
+        t.s = "a"
+        local why = { code = 7 }
+        local ok, err = pcall(jobs.shared.atomic, t, "n", function() error(why) end)
+        assert(not ok and err == why, tostring(err))
+        assert(jobs.shared.atomic(t, "s", function(s) return s .. "b" end) == "ab")
+        local ok2, err2 = pcall(jobs.shared.atomic, t, "s", function() error(why) end)
+        assert(not ok2)
+        return `{t.n} {t.s}`
+    "#,
+    );
+    assert_eq!(text(&out), "5 ab");
+}
