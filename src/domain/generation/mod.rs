@@ -139,7 +139,7 @@ impl GenerationState {
     }
 }
 
-/// The shared store a generation ends, seen through its queues' Luau binding (`shared/queue_api.rs`):
+/// The shared store a generation ends, seen through its queues' Luau binding (`shared/queue_api/`):
 /// a whole domain is needed to reach it, so the test lives here rather than in `shared`.
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -3,15 +3,15 @@
 //! # A pop that is ready now
 //!
 //! `q:pop()` reaches the Luau `pop` through the handle's `__index` table (no Rust call to find
-//! it), and `pop` calls one Rust primitive, which takes the front value if there is one: no
-//! promise, no `coroutine.isyieldable` and no app-data lookups on that path (the primitive
-//! holds the VM's [`Poppers`] itself). Only an empty queue goes on to park.
+//! it), and `pop` calls one primitive, a raw C function (`raw.rs`), which takes the front value
+//! if there is one: no promise, no `coroutine.isyieldable`, no app-data lookups and no `mlua`
+//! callback on that path. Only an empty queue goes on to park.
 //!
 //! # Parking a pop
 //!
 //! A pop that finds its queue empty must suspend its *task*, never its thread. It makes a promise
 //! homed in the calling VM, registers a waiter on the queue, and awaits the promise with the
-//! prelude's `task.await` (the yield happens in Luau: see `queue_pop.luau`). The waiter's callback
+//! prelude's `task.await` (the yield happens in Luau: see `pop.luau`). The waiter's callback
 //! runs on whichever thread pushes: it wraps the delivery in a [`Parcel`] and hands it to the
 //! VM's [`Courier`], which posts it to the home's inbox (the domain mailbox for the engine VM, the
 //! worker's inbox for a worker VM). There, [`receive_parcel`] keeps the delivery beside the
@@ -21,6 +21,8 @@
 //! hand it to its popper gives it back to the queue (`SharedQueue::give_back`): a parcel dropped
 //! unopened (its home is gone or is another VM now), a popper whose task died before the value
 //! arrived, or one that died after it arrived but before it resumed ([`sweep_parked_pops`]).
+
+mod raw;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -283,7 +285,7 @@ const HANDLES_KEY: &str = "skein.queue.handles";
 
 /// The waiting half of `pop` and `popMany`, in Luau because it yields. `P.pop` answers a value
 /// at once, or a promise to await; `P.finish` then takes what arrived.
-static POP: Embedded = Embedded::new("=skein queue", include_str!("queue_pop.luau"));
+static POP: Embedded = Embedded::new("=skein queue", include_str!("pop.luau"));
 
 /// What `P.pop` answers: a value now, or a promise to await.
 enum Popped {
@@ -292,7 +294,7 @@ enum Popped {
 }
 
 impl Popped {
-    /// `(value, promise)` as `queue_pop.luau` receives them. The value stays a `Message` until
+    /// `(value, promise)` as `pop.luau` receives them. The value stays a `Message` until
     /// mlua pushes it, so a top-level 64-bit integer arrives exact.
     fn into_lua(self) -> (Message, Value) {
         match self {
@@ -470,20 +472,21 @@ fn read_count(queue: &SharedQueue, n: &Value) -> mlua::Result<usize> {
     Ok(n as usize)
 }
 
-/// The primitives `queue_pop.luau` is built on. `pop` and `popMany` answer what is ready now;
+/// The primitives `pop.luau` is built on. `pop` and `popMany` answer what is ready now;
 /// `park` and `parkMany` take what came meanwhile or park the pop; `finish` and `finishMany`
 /// take what woke it. The ready-now pair holds the VM's [`Poppers`] weakly: the app data owns
 /// them, so they are dropped (giving back what their pops held) with the app data, never from a
 /// finalizer of the VM's functions.
-fn primitives(lua: &Lua, poppers: Weak<Poppers>) -> mlua::Result<Table> {
+fn primitives(lua: &Lua, poppers: Weak<Poppers>, addresses: &Table) -> mlua::Result<Table> {
     let p = lua.create_table()?;
     let mine = poppers.clone();
+    let slow_pop = lua.create_function(move |lua, this: SelfArg| {
+        let this = queue_self(&this, "pop")?;
+        take_now(lua, &mine, this, "pop", SharedQueue::try_pop, Message::Nil)
+    })?;
     p.raw_set(
         "pop",
-        lua.create_function(move |lua, this: SelfArg| {
-            let this = queue_self(&this, "pop")?;
-            take_now(lua, &mine, this, "pop", SharedQueue::try_pop, Message::Nil)
-        })?,
+        raw::pop_function(lua, poppers.clone(), slow_pop, addresses)?,
     )?;
     p.raw_set(
         "popMany",
@@ -628,8 +631,9 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
         parked: RefCell::new(HashMap::new()),
     });
     lua.set_app_data(poppers.clone());
+    let addresses = raw::addresses_table(lua)?;
     let (pop, pop_many): (Function, Function) = POP.load(lua)?.call((
-        primitives(lua, Rc::downgrade(&poppers))?,
+        primitives(lua, Rc::downgrade(&poppers), &addresses)?,
         await_function(lua)?,
     ))?;
     lua.set_named_registry_value(POP_KEY, pop)?;
@@ -657,15 +661,17 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
                     .queues
                     .get_or_make(&bytes, capacity, || store.reserve_name(WHAT), WHAT)?;
             let handles: Table = lua.named_registry_value(HANDLES_KEY)?;
-            if let Value::UserData(known) = handles.raw_get::<Value>(&name)? {
-                if known
+            let known = handles.raw_get::<Value>(&name)?;
+            if let Value::UserData(ud) = &known {
+                if ud
                     .borrow::<QueueHandle>()
                     .is_ok_and(|h| Arc::ptr_eq(&h.0, &queue))
                 {
                     return Ok(known);
                 }
             }
-            let made = lua.create_userdata(QueueHandle(queue))?;
+            let made = Value::UserData(lua.create_userdata(QueueHandle(queue.clone()))?);
+            raw::note_handle(&addresses, &made, &queue)?;
             handles.raw_set(name, &made)?;
             Ok(made)
         })?,
