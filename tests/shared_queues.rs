@@ -854,3 +854,39 @@ fn a_pop_that_would_wait_where_a_task_cannot_raises() {
         Message::List(vec![Message::Number(1.0), Message::String("v".into())])
     );
 }
+
+/// A queue handle is userdata of Skein's own: `typeof` names it, its metatable is locked, its
+/// `name` and `capacity` can't be written, and no other userdata passes for one as a method's
+/// `self`, at any of the methods.
+#[test]
+fn a_queue_handle_is_told_apart_from_every_other_userdata() {
+    let (tree, pool) = setup(1);
+    let domain = tree.domain(&pool);
+    let out = domain
+        .eval(
+            r#"
+            local q = jobs.shared.queue("own", { capacity = 4 })
+            q:push(1)
+            assert(typeof(q) == "SharedQueue" and type(q) == "userdata")
+            assert(getmetatable(q) == false, "the metatable is locked")
+            assert(not pcall(function() q.name = "other" end) and q.name == "own")
+            local fake = newproxy(true)
+            local said = {}
+            for _, name in { "pop", "popMany", "push", "tryPop", "len", "close" } do
+                local ok, err = pcall(q[name], fake, 1)
+                assert(not ok)
+                table.insert(said, tostring(err))
+            end
+            assert(q:len() == 1 and q:pop() == 1)
+            return table.concat(said, "\n")
+            "#,
+        )
+        .unwrap();
+    let out = text(&out);
+    for name in ["pop", "popMany", "push", "tryPop", "len", "close"] {
+        assert_contains(
+            &out,
+            &format!("SharedQueue:{name}: self must be a queue, got a userdata"),
+        );
+    }
+}

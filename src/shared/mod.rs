@@ -32,6 +32,16 @@
 // When the principal ends the store ends with it.
 
 pub(crate) mod queue;
+/// The userdata tags of Skein's own userdata (`lua_newuserdatatagged`): `mlua` uses 0 for its
+/// userdata and 1 for one it has destructed.
+pub(crate) mod userdata_tag {
+    use std::ffi::c_int;
+
+    /// A shared-table handle (`table_api/raw.rs`).
+    pub(crate) const SHARED_TABLE: c_int = 64;
+    /// A shared-queue handle (`queue_api/raw.rs`).
+    pub(crate) const SHARED_QUEUE: c_int = 65;
+}
 mod queue_api;
 mod queue_error;
 pub(crate) mod queue_ref;

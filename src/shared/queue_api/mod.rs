@@ -29,10 +29,7 @@ use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use mlua::{
-    AnyUserData, Either, Function, Lua, MetaMethod, Table, UserData, UserDataFields,
-    UserDataMethods, UserDataRef, Value,
-};
+use mlua::{Function, Lua, Table, Value};
 
 use super::queue::{Delivery, PopNow, SharedQueue, WaiterId, MAX_QUEUE_CAPACITY};
 use super::queue_error::PopError;
@@ -208,79 +205,92 @@ impl QueueHandle {
     }
 }
 
-impl UserData for QueueHandle {
-    fn add_fields<F: UserDataFields<Self>>(fields: &mut F) {
-        fields.add_field_method_get("name", |lua, this| lua.create_string(this.0.name()));
-        fields.add_field_method_get("capacity", |_, this| Ok(this.0.capacity() as f64));
-        // The methods that may wait are Luau (a Rust callback cannot yield). They sit in the
-        // `__index` table mlua adds the Rust methods to, so `q:pop()` finds its function with a
-        // table read instead of a call into Rust.
-        fields.add_meta_field_with(MetaMethod::Index, |lua| {
-            let index = lua.create_table()?;
-            index.raw_set("pop", lua.named_registry_value::<Function>(POP_KEY)?)?;
-            index.raw_set(
-                "popMany",
-                lua.named_registry_value::<Function>(POP_MANY_KEY)?,
-            )?;
-            Ok(index)
-        });
-    }
-
-    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        methods.add_meta_method(MetaMethod::ToString, |_, this, ()| {
-            Ok(format!(
-                "SharedQueue('{}', capacity {})",
-                this.0.display_name(),
-                this.0.capacity()
-            ))
-        });
-        // The methods take `self` as an argument of their own, so `q.push(1)` is refused
-        // naming the method and its `self`.
-        methods.add_function("push", |_, (this, value): (SelfArg, MessageArg)| {
-            let this = queue_self(&this, "push")?;
+/// The methods every queue handle of a VM shares: the Luau `pop` and `popMany` (which may wait;
+/// a Rust callback cannot yield) and the Rust `push`, `tryPop`, `len` and `close`. Each takes
+/// `self` as an argument of its own, so `q.push(1)` is refused naming the method and its `self`.
+fn methods(lua: &Lua, pop: Function, pop_many: Function) -> mlua::Result<Table> {
+    let methods = lua.create_table()?;
+    methods.raw_set("pop", pop)?;
+    methods.raw_set("popMany", pop_many)?;
+    methods.raw_set(
+        "push",
+        lua.create_function(|_, (this, value): (QueueSelf, MessageArg)| {
+            let this = this.handle("push")?;
             let message = value
                 .0
                 .map_err(|e| mlua::Error::runtime(format!("SharedQueue:push: {e}")))?;
             this.0
                 .push(message)
                 .map_err(|e| mlua::Error::runtime(e.to_string()))
-        });
-        methods.add_function("tryPop", |_, this: SelfArg| {
-            let this = queue_self(&this, "tryPop")?;
+        })?,
+    )?;
+    methods.raw_set(
+        "tryPop",
+        lua.create_function(|_, this: QueueSelf| {
+            let this = this.handle("tryPop")?;
             match this.0.try_pop() {
                 Ok(value) => Ok(value.unwrap_or(Message::Nil)),
                 Err(PopError::Closed) => Ok(Message::Nil),
                 Err(e) => Err(this.refuse("tryPop", e)),
             }
-        });
-        methods.add_function("len", |_, this: SelfArg| {
-            let this = queue_self(&this, "len")?;
+        })?,
+    )?;
+    methods.raw_set(
+        "len",
+        lua.create_function(|_, this: QueueSelf| {
+            let this = this.handle("len")?;
             this.check_open("len")?;
             Ok(this.0.len() as f64)
-        });
-        methods.add_function("close", |_, this: SelfArg| {
-            let this = queue_self(&this, "close")?;
+        })?,
+    )?;
+    methods.raw_set(
+        "close",
+        lua.create_function(|_, this: QueueSelf| {
+            let this = this.handle("close")?;
             this.0.close().map_err(|e| this.refuse("close", e))
-        });
+        })?,
+    )?;
+    Ok(methods)
+}
+
+/// A new handle on `queue`: its own metatable, whose locked, read-only `__index` table holds
+/// the shared methods and the queue's `name` and `capacity`, so `q:pop()` and `q.name` are one
+/// table read each (Luau's method call on a userdata whose `__index` is a table).
+fn new_handle(lua: &Lua, queue: Arc<SharedQueue>, methods: &Table) -> mlua::Result<Value> {
+    let index = lua.create_table_with_capacity(0, 8)?;
+    for pair in methods.pairs::<Value, Value>() {
+        let (name, method) = pair?;
+        index.raw_set(name, method)?;
     }
+    index.raw_set("name", lua.create_string(queue.name())?)?;
+    index.raw_set("capacity", queue.capacity() as f64)?;
+    index.set_readonly(true);
+    let meta = lua.create_table_with_capacity(0, 4)?;
+    meta.raw_set("__index", index)?;
+    meta.raw_set("__type", "SharedQueue")?;
+    meta.raw_set(
+        "__tostring",
+        lua.named_registry_value::<Function>(TOSTRING_KEY)?,
+    )?;
+    meta.raw_set("__metatable", false)?;
+    meta.set_readonly(true);
+    raw::new_handle(lua, QueueHandle(queue), meta)
 }
 
-fn handle(value: &AnyUserData, method: &str) -> mlua::Result<Arc<SharedQueue>> {
-    value
-        .borrow::<QueueHandle>()
-        .map(|h| h.0.clone())
-        .map_err(|_| {
-            crate::vm::not_self(
-                &format!("SharedQueue:{method}"),
-                "queue",
-                &Value::UserData(value.clone()),
-            )
-        })
+/// `tostring(q)`.
+fn describe(lua: &Lua) -> mlua::Result<Function> {
+    lua.create_function(|_, this: QueueSelf| {
+        let this = this.handle("tostring")?;
+        Ok(format!(
+            "SharedQueue('{}', capacity {})",
+            this.0.display_name(),
+            this.0.capacity()
+        ))
+    })
 }
 
-/// Registry keys of the Luau `pop`, `popMany`, and the per-VM handle cache.
-const POP_KEY: &str = "skein.queue.pop";
-const POP_MANY_KEY: &str = "skein.queue.popMany";
+/// Registry keys of the handles' `__tostring` and the per-VM handle cache.
+const TOSTRING_KEY: &str = "skein.queue.tostring";
 const HANDLES_KEY: &str = "skein.queue.handles";
 
 /// The waiting half of `pop` and `popMany`, in Luau because it yields. `P.pop` answers a value
@@ -330,19 +340,43 @@ fn take_now(
     }
 }
 
-/// The `self` of the ready-now primitives: a queue handle, read in place off the Luau stack (a
-/// `UserDataRef` takes no registry reference, as an `AnyUserData` would), or anything else, which
-/// is refused naming the method.
-type SelfArg = Either<UserDataRef<QueueHandle>, Value>;
+/// The `self` of a queue method or primitive: a queue handle, read in place off the Luau stack
+/// (its userdata stays in the argument's slot, holding the queue, for the whole callback), or
+/// anything else, which is refused naming the method.
+enum QueueSelf {
+    Held(*const QueueHandle),
+    Other(Value),
+}
 
-fn queue_self<'a>(this: &'a SelfArg, method: &str) -> mlua::Result<&'a QueueHandle> {
-    match this {
-        Either::Left(handle) => Ok(handle),
-        Either::Right(other) => Err(crate::vm::not_self(
-            &format!("SharedQueue:{method}"),
-            "queue",
-            other,
-        )),
+impl QueueSelf {
+    fn handle(&self, method: &str) -> mlua::Result<&QueueHandle> {
+        match self {
+            // SAFETY: see `QueueSelf`: the slot holds the userdata until the callback returns,
+            // and a `QueueSelf` does not outlive the callback.
+            QueueSelf::Held(h) => Ok(unsafe { &**h }),
+            QueueSelf::Other(other) => Err(crate::vm::not_self(
+                &format!("SharedQueue:{method}"),
+                "queue",
+                other,
+            )),
+        }
+    }
+}
+
+impl mlua::FromLua for QueueSelf {
+    fn from_lua(value: Value, _: &Lua) -> mlua::Result<Self> {
+        // Only reached for a missing argument: a handle always comes off the stack.
+        Ok(QueueSelf::Other(value))
+    }
+
+    unsafe fn from_stack(idx: std::ffi::c_int, lua: &mlua::state::RawLua) -> mlua::Result<Self> {
+        // SAFETY: mlua hands a valid index, whose slot lives for the callback.
+        let held = unsafe { raw::held(lua.state(), idx) };
+        if held.is_null() {
+            // SAFETY: as above.
+            return Ok(QueueSelf::Other(unsafe { Value::from_stack(idx, lua)? }));
+        }
+        Ok(QueueSelf::Held(held))
     }
 }
 
@@ -350,14 +384,14 @@ fn queue_self<'a>(this: &'a SelfArg, method: &str) -> mlua::Result<&'a QueueHand
 /// waiting and answers `None` when it would have to wait.
 fn pop_or_park(
     lua: &Lua,
-    this: &AnyUserData,
+    this: &QueueSelf,
     yieldable: bool,
     method: &str,
     take: impl FnOnce(&SharedQueue) -> Result<Option<Message>, PopError>,
     on_closed: Message,
     wrap: impl FnOnce(Message) -> Message,
 ) -> mlua::Result<Popped> {
-    let queue = handle(this, method)?;
+    let queue = this.handle(method)?.0.clone();
     let refuse = |e| QueueHandle(queue.clone()).refuse(method, e);
     sweep_parked_pops(lua);
     match take(&queue) {
@@ -477,21 +511,18 @@ fn read_count(queue: &SharedQueue, n: &Value) -> mlua::Result<usize> {
 /// take what woke it. The ready-now pair holds the VM's [`Poppers`] weakly: the app data owns
 /// them, so they are dropped (giving back what their pops held) with the app data, never from a
 /// finalizer of the VM's functions.
-fn primitives(lua: &Lua, poppers: Weak<Poppers>, addresses: &Table) -> mlua::Result<Table> {
+fn primitives(lua: &Lua, poppers: Weak<Poppers>) -> mlua::Result<Table> {
     let p = lua.create_table()?;
     let mine = poppers.clone();
-    let slow_pop = lua.create_function(move |lua, this: SelfArg| {
-        let this = queue_self(&this, "pop")?;
+    let slow_pop = lua.create_function(move |lua, this: QueueSelf| {
+        let this = this.handle("pop")?;
         take_now(lua, &mine, this, "pop", SharedQueue::try_pop, Message::Nil)
     })?;
-    p.raw_set(
-        "pop",
-        raw::pop_function(lua, poppers.clone(), slow_pop, addresses)?,
-    )?;
+    p.raw_set("pop", raw::pop_function(lua, poppers.clone(), slow_pop)?)?;
     p.raw_set(
         "popMany",
-        lua.create_function(move |lua, (this, n): (SelfArg, Value)| {
-            let this = queue_self(&this, "popMany")?;
+        lua.create_function(move |lua, (this, n): (QueueSelf, Value)| {
+            let this = this.handle("popMany")?;
             let n = read_count(&this.0, &n)?;
             take_now(
                 lua,
@@ -508,7 +539,7 @@ fn primitives(lua: &Lua, poppers: Weak<Poppers>, addresses: &Table) -> mlua::Res
     )?;
     p.raw_set(
         "park",
-        lua.create_function(|lua, (this, yieldable): (AnyUserData, bool)| {
+        lua.create_function(|lua, (this, yieldable): (QueueSelf, bool)| {
             pop_or_park(
                 lua,
                 &this,
@@ -523,7 +554,7 @@ fn primitives(lua: &Lua, poppers: Weak<Poppers>, addresses: &Table) -> mlua::Res
     )?;
     p.raw_set(
         "finish",
-        lua.create_function(|lua, (_this, promise): (AnyUserData, Value)| {
+        lua.create_function(|lua, (_this, promise): (QueueSelf, Value)| {
             let (queue, delivery) = take_arrival(lua, &promise, "pop")?;
             match delivery {
                 Delivery::Value(value) => {
@@ -537,9 +568,8 @@ fn primitives(lua: &Lua, poppers: Weak<Poppers>, addresses: &Table) -> mlua::Res
     )?;
     p.raw_set(
         "parkMany",
-        lua.create_function(|lua, (this, n, yieldable): (AnyUserData, Value, bool)| {
-            let queue = handle(&this, "popMany")?;
-            let n = read_count(&queue, &n)?;
+        lua.create_function(|lua, (this, n, yieldable): (QueueSelf, Value, bool)| {
+            let n = read_count(&this.handle("popMany")?.0, &n)?;
             pop_or_park(
                 lua,
                 &this,
@@ -557,7 +587,7 @@ fn primitives(lua: &Lua, poppers: Weak<Poppers>, addresses: &Table) -> mlua::Res
     )?;
     p.raw_set(
         "finishMany",
-        lua.create_function(|lua, (_this, promise, n): (AnyUserData, Value, Value)| {
+        lua.create_function(|lua, (_this, promise, n): (QueueSelf, Value, Value)| {
             let (queue, delivery) = take_arrival(lua, &promise, "popMany")?;
             let n = read_count(&queue, &n)?;
             match delivery {
@@ -631,13 +661,13 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
         parked: RefCell::new(HashMap::new()),
     });
     lua.set_app_data(poppers.clone());
-    let addresses = raw::addresses_table(lua)?;
     let (pop, pop_many): (Function, Function) = POP.load(lua)?.call((
-        primitives(lua, Rc::downgrade(&poppers), &addresses)?,
+        primitives(lua, Rc::downgrade(&poppers))?,
         await_function(lua)?,
     ))?;
-    lua.set_named_registry_value(POP_KEY, pop)?;
-    lua.set_named_registry_value(POP_MANY_KEY, pop_many)?;
+    raw::install(lua)?;
+    let methods = methods(lua, pop, pop_many)?;
+    lua.set_named_registry_value(TOSTRING_KEY, describe(lua)?)?;
     lua.set_named_registry_value(HANDLES_KEY, lua.create_table()?)?;
 
     let store = store.clone();
@@ -662,16 +692,10 @@ pub(crate) fn install(lua: &Lua, shared: &Table, store: &Arc<StoreCore>) -> mlua
                     .get_or_make(&bytes, capacity, || store.reserve_name(WHAT), WHAT)?;
             let handles: Table = lua.named_registry_value(HANDLES_KEY)?;
             let known = handles.raw_get::<Value>(&name)?;
-            if let Value::UserData(ud) = &known {
-                if ud
-                    .borrow::<QueueHandle>()
-                    .is_ok_and(|h| Arc::ptr_eq(&h.0, &queue))
-                {
-                    return Ok(known);
-                }
+            if raw::queue_in(lua, &known).is_some_and(|known| Arc::ptr_eq(&known, &queue)) {
+                return Ok(known);
             }
-            let made = Value::UserData(lua.create_userdata(QueueHandle(queue.clone()))?);
-            raw::note_handle(&addresses, &made, &queue)?;
+            let made = new_handle(lua, queue, &methods)?;
             handles.raw_set(name, &made)?;
             Ok(made)
         })?,

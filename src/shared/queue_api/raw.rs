@@ -1,12 +1,15 @@
-//! `P.pop` as a raw C function: a queue's front value taken and pushed without `mlua`'s
-//! callback machinery, which was most of what a ready `q:pop()` cost.
+//! Queue handles as userdata of Skein's own layout, and `P.pop` as a raw C function: a queue's
+//! front value taken and pushed without `mlua`'s callback machinery, which was most of what a
+//! ready `q:pop()` cost.
 //!
-//! The raw function finds the queue through the VM's weak-keyed table from handle to the queue's
-//! address (light userdata), filled as each handle is made: the handle holds the queue, so while
-//! the handle is on the stack the address is good, and a collected handle's entry goes with it.
-//! Every call it does not take (anything but a handle, an empty, closed or ended queue, a VM
-//! with parked pops to sweep first) is handed whole to the `mlua` primitive in upvalue 2, before
-//! anything was taken, so the second try meets the same queue.
+//! A handle is a Luau userdata tagged [`TAG`] whose bytes are an `Option<QueueHandle>` (`None`
+//! only between the allocation and the write that fills it), with a metatable of its own
+//! (`mod.rs` makes it) and the tag's destructor, which drops the handle when the collector frees
+//! the userdata. A value is a handle when `lua_touserdatatagged` finds the tag.
+//!
+//! Every call the raw `pop` does not take (anything but a handle, an empty, closed or ended
+//! queue, a VM with parked pops to sweep first) is handed whole to the `mlua` primitive in
+//! upvalue 2, before anything was taken, so the second try meets the same queue.
 //!
 //! # Safety
 //!
@@ -14,7 +17,7 @@
 //! that can raise. The value taken is parked in [`RawPop::stash`], not on the Rust stack, while
 //! it is pushed: a scalar is pushed with no allocation, a string with `lua_pushlstring` (which may
 //! raise; the stash keeps the bytes until the next pop replaces them), and anything else by
-//! calling the `mlua` function in upvalue 4, which takes the value out of the stash and builds
+//! calling the `mlua` function in upvalue 3, which takes the value out of the stash and builds
 //! it inside `mlua`'s own protection. A value whose push fails for want of memory is lost, as it
 //! is when `mlua` pushes a callback's answer.
 
@@ -25,12 +28,88 @@ use std::rc::{Rc, Weak};
 
 use mlua::{ffi, Function, Lua, Table, Value};
 
-use super::Poppers;
+use super::{Poppers, QueueHandle};
+use crate::shared::queue::SharedQueue;
+use crate::shared::userdata_tag;
+use crate::sync::Arc;
 use crate::value::write::push_scalar;
 use crate::value::Message;
 use crate::vm::promise_handle::call_slow;
 
-use super::super::queue::SharedQueue;
+/// The userdata tag of a queue handle.
+const TAG: c_int = userdata_tag::SHARED_QUEUE;
+
+/// What a handle's userdata holds.
+type Slot = Option<QueueHandle>;
+
+// Luau aligns a userdata's bytes for any scalar, at least 8.
+const _: () = assert!(std::mem::align_of::<Slot>() <= 8);
+
+/// Gives the VM the tag's destructor. Runs once per VM, before the first handle is made.
+pub(super) fn install(lua: &Lua) -> mlua::Result<()> {
+    // SAFETY: sets the destructor of a tag no other code uses; it only drops the slot.
+    unsafe {
+        lua.exec_raw::<()>((), |state| {
+            ffi::lua_setuserdatadtor(state, TAG, Some(drop_handle));
+        })
+    }
+}
+
+/// The tag's destructor: drops the handle as the collector frees its userdata.
+unsafe extern "C" fn drop_handle(_: *mut ffi::lua_State, data: *mut c_void) {
+    // A panic must not cross into Luau; a handle's drop releases only Rust state.
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: Luau calls this once, for a userdata of the tag, whose bytes are a `Slot`.
+        unsafe { std::ptr::drop_in_place(data.cast::<Slot>()) }
+    }));
+}
+
+/// The handle at `idx`, or null when the value there is not one.
+///
+/// # Safety
+/// `idx` is a valid index of `state`; the pointer lives while the slot holds the userdata.
+pub(super) unsafe fn held(state: *mut ffi::lua_State, idx: c_int) -> *const QueueHandle {
+    // SAFETY: the caller's contract; a userdata of the tag holds a `Slot`.
+    unsafe {
+        let slot = ffi::lua_touserdatatagged(state, idx, TAG).cast::<Slot>();
+        match slot.as_ref() {
+            Some(Some(handle)) => handle,
+            _ => std::ptr::null(),
+        }
+    }
+}
+
+/// The queue of the handle `value` is; `None` for any other value.
+pub(super) fn queue_in(lua: &Lua, value: &Value) -> Option<Arc<SharedQueue>> {
+    if !matches!(value, Value::UserData(_)) {
+        return None;
+    }
+    let mut found = None;
+    // SAFETY: the value is the one argument; the closure only reads it.
+    let read = unsafe {
+        lua.exec_raw::<()>(value, |state| {
+            found = held(state, -1).as_ref().map(|h| h.0.clone());
+        })
+    };
+    read.ok().and(found)
+}
+
+/// Makes a handle's userdata with `meta` as its metatable, inside a protected call: a memory
+/// error is an `Err`, and the handle is dropped with it.
+pub(super) fn new_handle(lua: &Lua, handle: QueueHandle, meta: Table) -> mlua::Result<Value> {
+    let mut slot = Some(handle);
+    // SAFETY: the metatable is the one argument; the allocation may raise, to exec_raw's
+    // protected call, and the handle stays in `slot`, in this frame, until the userdata exists
+    // to take it.
+    unsafe {
+        lua.exec_raw::<Value>(meta, |state| {
+            let data = ffi::lua_newuserdatatagged(state, size_of::<Slot>(), TAG);
+            data.cast::<Slot>().write(slot.take());
+            ffi::lua_insert(state, -2);
+            ffi::lua_setmetatable(state, -2);
+        })
+    }
+}
 
 /// One VM's state for the raw `P.pop`, reached through its first upvalue.
 pub(super) struct RawPop {
@@ -39,18 +118,14 @@ pub(super) struct RawPop {
     stash: UnsafeCell<Option<Message>>,
 }
 
-/// Upvalue 3: handle → queue address, weak-keyed.
-const ADDRESSES: c_int = 3;
-/// Upvalue 4: the `mlua` function that pushes the stashed value.
-const BUILD: c_int = 4;
+/// Upvalue 3: the `mlua` function that pushes the stashed value.
+const BUILD: c_int = 3;
 
-/// The raw `P.pop`, with `slow` (the `mlua` primitive) behind it and `addresses` the VM's
-/// weak-keyed table from handle to queue address.
+/// The raw `P.pop`, with `slow` (the `mlua` primitive) behind it.
 pub(super) fn pop_function(
     lua: &Lua,
     poppers: Weak<Poppers>,
     slow: Function,
-    addresses: &Table,
 ) -> mlua::Result<Function> {
     let context = Rc::new(RawPop {
         poppers,
@@ -66,31 +141,12 @@ pub(super) fn pop_function(
     // SAFETY: pushes the upvalues and the closure inside exec_raw's protected call; the context
     // lives as long as the VM (its app data holds it).
     unsafe {
-        lua.exec_raw::<Function>((slow, Value::Table(addresses.clone()), build), |state| {
+        lua.exec_raw::<Function>((slow, build), |state| {
             ffi::lua_pushlightuserdata(state, pointer);
             ffi::lua_insert(state, 1);
-            ffi::lua_pushcclosurek(state, raw_pop, c"pop".as_ptr(), 4, None);
+            ffi::lua_pushcclosurek(state, raw_pop, c"pop".as_ptr(), 3, None);
         })
     }
-}
-
-/// Notes `handle` as the handle of `queue` in `addresses`.
-pub(super) fn note_handle(
-    addresses: &Table,
-    handle: &Value,
-    queue: &SharedQueue,
-) -> mlua::Result<()> {
-    let address = mlua::LightUserData((queue as *const SharedQueue).cast_mut().cast());
-    addresses.raw_set(handle, Value::LightUserData(address))
-}
-
-/// A weak-keyed table for [`note_handle`].
-pub(super) fn addresses_table(lua: &Lua) -> mlua::Result<Table> {
-    let table = lua.create_table()?;
-    let meta = lua.create_table()?;
-    meta.raw_set("__mode", "k")?;
-    table.set_metatable(Some(meta))?;
-    Ok(table)
 }
 
 /// The raw `P.pop(self)`: the front value, or the `mlua` primitive's answer.
@@ -101,17 +157,8 @@ unsafe extern "C-unwind" fn raw_pop(state: *mut ffi::lua_State) -> c_int {
     // SAFETY: as documented; the handle stays in slot 1, holding its queue, for the whole call.
     unsafe {
         let context = &*ffi::lua_touserdata(state, ffi::lua_upvalueindex(1)).cast::<RawPop>();
-        if ffi::lua_gettop(state) != 1
-            || ffi::lua_type(state, 1) != ffi::LUA_TUSERDATA
-            || ffi::lua_checkstack(state, 2) == 0
-        {
-            return call_slow(state);
-        }
-        ffi::lua_pushvalue(state, 1);
-        ffi::lua_rawget(state, ffi::lua_upvalueindex(ADDRESSES));
-        let queue = ffi::lua_tolightuserdata(state, -1).cast::<SharedQueue>();
-        ffi::lua_settop(state, 1);
-        if queue.is_null() {
+        let handle = held(state, 1);
+        if ffi::lua_gettop(state) != 1 || handle.is_null() || ffi::lua_checkstack(state, 1) == 0 {
             return call_slow(state);
         }
         let taken = catch_unwind(AssertUnwindSafe(|| {
@@ -123,7 +170,7 @@ unsafe extern "C-unwind" fn raw_pop(state: *mut ffi::lua_State) -> c_int {
             if sweep {
                 return false;
             }
-            match (*queue).try_pop() {
+            match (*handle).0.try_pop() {
                 Ok(Some(value)) => {
                     *context.stash.get() = Some(value);
                     true

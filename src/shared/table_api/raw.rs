@@ -41,14 +41,14 @@ use super::{atomic_yielded, refused_by, Handle, Out};
 use crate::shared::table::error::{SharedTableError, SharedTableErrorKind};
 use crate::shared::table::key::{Amount, Entry};
 use crate::shared::table::node::entry_message;
+use crate::shared::userdata_tag;
 use crate::value::read::Reader;
 use crate::value::write::push_scalar;
 use crate::value::{Limits, Message};
 use crate::vm::promise_handle::call_slow;
 
-/// The userdata tag of a shared-table handle. `mlua` uses tags 0 (its own userdata) and 1 (a
-/// userdata it has destructed); Skein uses no other tag.
-pub(super) const TAG: c_int = 64;
+/// The userdata tag of a shared-table handle.
+const TAG: c_int = userdata_tag::SHARED_TABLE;
 
 /// What a handle's userdata holds.
 type Slot = Option<Handle>;
