@@ -340,8 +340,7 @@ fn the_hud_load_block_refuses_itself_without_its_font() {
         })
         .unwrap();
     domain.exec("running = 'the old HUD'").unwrap();
-    let no_args: [&str; 0] = [];
-    let err = domain.reload(Load::file(&hud, no_args)).unwrap_err();
+    let err = domain.reload(Load::file(&hud)).unwrap_err();
     assert!(
         matches!(
             err,
@@ -358,7 +357,7 @@ fn the_hud_load_block_refuses_itself_without_its_font() {
         Message::String("the old HUD".into())
     );
     installed.set(true);
-    domain.reload(Load::file(&hud, no_args)).unwrap();
+    domain.reload(Load::file(&hud)).unwrap();
     let report = domain
         .run_phase(Phase::Update, &[Message::Number(0.016)])
         .unwrap();

@@ -154,14 +154,14 @@ fn a_restart_of_a_file_load_passes_its_arguments() {
     let tree = Tree::new(&[("m.luau", MODULE), ("main.luau", "first, second = ...")]);
     let (mut domain, _) = domain(&pool, &tree);
     domain
-        .restart(Load::file(tree.path().join("main.luau"), ["a", "b"]))
+        .restart(Load::file_with_args(
+            tree.path().join("main.luau"),
+            ["a", "b"],
+        ))
         .unwrap();
     assert_eq!(eval(&domain, "return first .. second"), string("ab"));
     let err = domain
-        .restart(Load::file(
-            tree.path().join("missing.luau"),
-            Vec::<String>::new(),
-        ))
+        .restart(Load::file(tree.path().join("missing.luau")))
         .unwrap_err();
     assert_contains(&err.to_string(), "missing.luau");
     assert_eq!(domain.state(), DomainState::Failed);
@@ -599,9 +599,7 @@ fn a_reload_of_a_file_that_cannot_be_read_fails_at_the_read_stage() {
     let (mut domain, _) = domain(&pool, &tree);
     domain.exec("kept = true").unwrap();
     let missing = tree.path().join("missing.luau");
-    let err = domain
-        .reload(Load::file(&missing, Vec::<String>::new()))
-        .unwrap_err();
+    let err = domain.reload(Load::file(&missing)).unwrap_err();
     let (stage, message) = reload_failure(err);
     assert_eq!(stage, LoadStage::Read);
     assert!(
