@@ -291,17 +291,27 @@ pub mod log {
 pub mod message {
     //! What goes with a [`Message`](crate::Message): the errors of turning values into one and back
     //! ([`ConvertError`], Rust; [`TransferError`], Luau; [`DecodeError`], bytes), the [`Limits`] a
-    //! transferable value keeps to, the [`ResourceHandle`] a message may carry, and, with the cargo
-    //! feature `serde` (on by default), `Serde`, a serde type as a typed argument.
+    //! transferable value keeps to, the [`Bytes`] a string or buffer holds (the `bytes` crate's
+    //! type, so a host needs no dependency of its own to name it), the [`ResourceHandle`] a
+    //! message may carry, and, with the cargo feature `serde` (on by default), `Serde`, a serde
+    //! type as a typed argument.
     //!
     //! ```
-    //! use skein::message::{ConvertError, ConvertErrorKind};
-    //! use skein::Message;
+    //! use skein::message::{Bytes, ConvertError, ConvertErrorKind};
+    //! use skein::{FromMessage, Message};
     //!
     //! let err: ConvertError = u8::try_from(Message::from(300)).unwrap_err();
     //! assert!(matches!(err.kind(), ConvertErrorKind::Mismatch { .. }));
     //! assert_eq!(err.to_string(), "value: expected an integer from 0 to 255, got the number 300");
+    //!
+    //! // A string's bytes, and a buffer's, read without a copy.
+    //! let raw = Bytes::from_static(b"\x00\xff");
+    //! assert_eq!(Bytes::from_message(Message::buffer(raw.clone()))?, raw);
+    //! assert_eq!(Message::from(raw.clone()), Message::String(raw));
+    //! # Ok::<(), ConvertError>(())
     //! ```
+
+    pub use bytes::Bytes;
 
     #[cfg(feature = "serde")]
     pub use crate::value::Serde;

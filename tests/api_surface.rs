@@ -370,6 +370,20 @@ fn every_public_name_has_one_path() {
     );
     let twice: Vec<&Vec<String>> = paths.values().filter(|p| p.len() > 1).collect();
     assert!(twice.is_empty(), "names with more than one path: {twice:?}");
+    // A type the guides name by its short name, at the path `docs/embedding.md` gives.
+    assert_eq!(
+        paths.get("Bytes"),
+        Some(&vec!["skein::message::Bytes".to_owned()])
+    );
+}
+
+/// `skein::message::Bytes` is the `bytes` crate's type, not a look-alike: a host passes its
+/// own `bytes::Bytes` where Skein's is asked for.
+#[test]
+fn the_message_modules_bytes_is_the_bytes_crates() {
+    let theirs = bytes::Bytes::from_static(b"\x00\xff");
+    let ours: skein::message::Bytes = theirs.clone();
+    assert_eq!(skein::Message::from(ours), skein::Message::String(theirs));
 }
 
 #[test]
