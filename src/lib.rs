@@ -293,8 +293,9 @@ pub mod message {
     //! ([`ConvertError`], Rust; [`TransferError`], Luau; [`DecodeError`], bytes), the [`Limits`] a
     //! transferable value keeps to, the [`Bytes`] a string or buffer holds (the `bytes` crate's
     //! type, so a host needs no dependency of its own to name it), the [`ResourceHandle`] a
-    //! message may carry, and, with the cargo feature `serde` (on by default), `Serde`, a serde
-    //! type as a typed argument.
+    //! message may carry, [`Args`], every argument of a call as a typed service takes them,
+    //! and, with the cargo feature `serde` (on by default), `Serde`, a serde type as a typed
+    //! argument.
     //!
     //! ```
     //! use skein::message::{Bytes, ConvertError, ConvertErrorKind};
@@ -316,7 +317,7 @@ pub mod message {
     #[cfg(feature = "serde")]
     pub use crate::value::Serde;
     pub use crate::value::{
-        ConvertError, ConvertErrorKind, DecodeError, DecodeErrorKind, Limits, ResourceHandle,
+        Args, ConvertError, ConvertErrorKind, DecodeError, DecodeErrorKind, Limits, ResourceHandle,
         TransferError, TransferErrorKind,
     };
 }

@@ -370,11 +370,13 @@ fn every_public_name_has_one_path() {
     );
     let twice: Vec<&Vec<String>> = paths.values().filter(|p| p.len() > 1).collect();
     assert!(twice.is_empty(), "names with more than one path: {twice:?}");
-    // A type the guides name by its short name, at the path `docs/embedding.md` gives.
-    assert_eq!(
-        paths.get("Bytes"),
-        Some(&vec!["skein::message::Bytes".to_owned()])
-    );
+    // The types the guides name by their short name, at the path `docs/embedding.md` gives.
+    for (name, path) in [
+        ("Bytes", "skein::message::Bytes"),
+        ("Args", "skein::message::Args"),
+    ] {
+        assert_eq!(paths.get(name), Some(&vec![path.to_owned()]), "{name}");
+    }
 }
 
 /// `skein::message::Bytes` is the `bytes` crate's type, not a look-alike: a host passes its

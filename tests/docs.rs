@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use skein::message::Args;
 use skein::{ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, exit_within, skein_in};
@@ -256,19 +257,13 @@ fn the_engine_service_blocks_run_with_a_host_world() {
     };
     let w = world.clone();
     domain
-        .register_query("world.get", move |args| {
-            let Message::List(args) = args else {
-                return Err("no arguments".into());
-            };
+        .register_query("world.get", move |args: Args| {
             Ok(Message::Number(w.borrow()[&id(&args)?]))
         })
         .unwrap();
     let w = world.clone();
     domain
-        .register_command("world.set", move |args| {
-            let Message::List(args) = args else {
-                return Err("no arguments".into());
-            };
+        .register_command("world.set", move |args: Args| {
             let Some(Message::Number(v)) = args.get(1) else {
                 return Err(format!("a number, got {:?}", args.get(1)));
             };

@@ -62,13 +62,10 @@ impl Host {
     }
 }
 
-fn text_of(args: &Message) -> String {
-    match args {
-        Message::List(items) => match items.first() {
-            Some(Message::String(s)) => String::from_utf8_lossy(s).into_owned(),
-            other => panic!("expected a string, got {other:?}"),
-        },
-        other => panic!("expected a list, got {other:?}"),
+fn text_of(first: &Message) -> String {
+    match first {
+        Message::String(s) => String::from_utf8_lossy(s).into_owned(),
+        other => panic!("expected a string, got {other:?}"),
     }
 }
 
@@ -92,16 +89,16 @@ fn domain_with_bound(pool: &Pool, tree: &Tree, bound: Duration) -> (ScriptDomain
     let host = Host::default();
     let log = host.log.clone();
     domain
-        .register_command("log.write", move |args| {
-            log.borrow_mut().push(text_of(&args));
+        .register_command("log.write", move |text: Message| {
+            log.borrow_mut().push(text_of(&text));
             Ok(())
         })
         .unwrap();
     let owner = domain.resource_owner();
     let released = host.released.clone();
     domain
-        .register_command("res.take", move |args| {
-            let kind = text_of(&args);
+        .register_command("res.take", move |kind: Message| {
+            let kind = text_of(&kind);
             let released = released.clone();
             let name = kind.clone();
             owner.own(kind, move || released.borrow_mut().push(name));

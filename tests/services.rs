@@ -9,6 +9,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use skein::job::JobOptions;
+use skein::message::Args;
 use skein::refusal::NameRefusal;
 use skein::{Error, Message, Plan, Pool, PromiseStatus, ScriptDomain};
 
@@ -89,12 +90,9 @@ fn setup_with(tree: &Tree, pool: &Pool, plan: Plan) -> (ScriptDomain, World) {
     let logs: Rc<RefCell<HashMap<i64, i64>>> = Rc::default();
     let l = logs.clone();
     domain
-        .register_command("log.append", move |args| {
-            let Message::List(a) = &args else {
-                unreachable!()
-            };
+        .register_command("log.append", move |args: Args| {
             let job = first_int(&args);
-            let i = number(&a[1]) as i64;
+            let i = number(&args[1]) as i64;
             let mut logs = l.borrow_mut();
             let count = logs.entry(job).or_insert(0);
             if i != *count + 1 {
@@ -106,7 +104,7 @@ fn setup_with(tree: &Tree, pool: &Pool, plan: Plan) -> (ScriptDomain, World) {
         .unwrap();
     let l = logs.clone();
     domain
-        .register_query("log.count", move |args| {
+        .register_query("log.count", move |args: Args| {
             Ok(Message::Number(
                 *l.borrow().get(&first_int(&args)).unwrap_or(&0) as f64,
             ))

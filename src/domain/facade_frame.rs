@@ -483,8 +483,10 @@ impl ScriptDomain {
     /// for the answer, after every command its job recorded before it has applied.
     ///
     /// `f` takes the call's arguments as any [`FromMessage`] type: a tuple reads them by
-    /// position (`|(id, pos): (i64, [f32; 3])|`), `()` ignores them, a [`Message`] takes them
-    /// all as one list. Its answer is any [`IntoMessage`] type. An argument that does not
+    /// position (`|(id, pos): (i64, [f32; 3])|`), `()` ignores them,
+    /// [`Args`](crate::message::Args) takes them all, and any other type (a [`Message`] too)
+    /// takes the first. Its answer is any
+    /// [`IntoMessage`] type. An argument that does not
     /// convert is raised to the caller naming it (`args[2]: expected a vector, got a string`);
     /// an `Err` is raised naming the service, and so is a panic, which is contained.
     ///

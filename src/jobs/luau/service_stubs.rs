@@ -7,7 +7,8 @@
 //! - a **command** stub copies its arguments into the running job's
 //!   [`CommandLog`](crate::vm::CommandLog) and returns.
 //!
-//! Arguments cross as one list: the service receives `Message::List` of the call's arguments.
+//! Arguments cross as one list, `Message::List` of the call's arguments; the engine side reads
+//! it as the argument type of the host's function.
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
