@@ -114,7 +114,7 @@ mod vm;
 // is for, reached by one path only; `tests/api_surface.rs` lists the root and holds it to 40.
 pub use domain::{
     ContextSpec, DomainMailbox, DomainSpec, InterruptHandle, Report, ReportKind, ScriptDomain,
-    ScriptHandle, ScriptStatus,
+    ScriptHandle, ScriptStatus, ServiceError,
 };
 pub use error::{Error, Result};
 pub use jobs::{Pool, Promise, PromiseStatus};

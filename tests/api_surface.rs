@@ -40,6 +40,7 @@ const ROOT: &[&str] = &[
     "Result",
     "Report",
     "ReportKind",
+    "ServiceError",
     // modules
     "actor",
     "capability",

@@ -541,16 +541,19 @@ fn a_handler_re_entering_the_scheduler_gets_reentrant() {
     let domain = Rc::new(ScriptDomain::new(&pool, game_spec()).unwrap());
     let weak: Weak<ScriptDomain> = Rc::downgrade(&domain);
     domain
-        .register_query("host.tick", move |()| -> Result<Message, String> {
-            let domain = weak.upgrade().expect("domain alive");
-            let a = domain.run_phase(Phase::Input, &[]).unwrap_err();
-            let b = domain.advance(Duration::from_millis(1)).unwrap_err();
-            assert!(matches!(a, Error::Reentrant("run_phase")));
-            assert!(matches!(b, Error::Reentrant("advance")));
-            let frame = domain.frame(Duration::from_millis(1));
-            assert_eq!(frame.commands_applied, 0);
-            Err(b.to_string())
-        })
+        .register_query(
+            "host.tick",
+            move |()| -> Result<Message, skein::ServiceError> {
+                let domain = weak.upgrade().expect("domain alive");
+                let a = domain.run_phase(Phase::Input, &[]).unwrap_err();
+                let b = domain.advance(Duration::from_millis(1)).unwrap_err();
+                assert!(matches!(a, Error::Reentrant("run_phase")));
+                assert!(matches!(b, Error::Reentrant("advance")));
+                let frame = domain.frame(Duration::from_millis(1));
+                assert_eq!(frame.commands_applied, 0);
+                Err(b.to_string().into())
+            },
+        )
         .unwrap();
     domain
         .exec(

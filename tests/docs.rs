@@ -265,7 +265,7 @@ fn the_engine_service_blocks_run_with_a_host_world() {
     domain
         .register_command("world.set", move |args: Args| {
             let Some(Message::Number(v)) = args.get(1) else {
-                return Err(format!("a number, got {:?}", args.get(1)));
+                return Err(format!("a number, got {:?}", args.get(1)).into());
             };
             w.borrow_mut().insert(id(&args)?, *v);
             Ok(())

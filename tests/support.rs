@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use skein::message::Args;
-use skein::{mlua, ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain};
+use skein::{
+    mlua, ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain, ServiceError,
+};
 
 /// Runs each named test body in both code modes, as a test matrix: `in_both_modes!(name)` over
 /// `fn name(mode: NativeMode)` makes the tests `name::interpreted` (`NativeMode::Off`) and
@@ -267,7 +269,7 @@ pub fn first_int(args: &[Message]) -> i64 {
 pub type World = std::rc::Rc<std::cell::RefCell<std::collections::HashMap<i64, Message>>>;
 
 /// The `world.get(id)` query over `world`.
-pub fn world_get(world: &World) -> impl Fn(Args) -> Result<Message, String> {
+pub fn world_get(world: &World) -> impl Fn(Args) -> Result<Message, ServiceError> {
     let world = world.clone();
     move |args| {
         Ok(world
@@ -279,7 +281,7 @@ pub fn world_get(world: &World) -> impl Fn(Args) -> Result<Message, String> {
 }
 
 /// The `world.set(id, value)` command over `world`.
-pub fn world_set(world: &World) -> impl FnMut(Args) -> Result<(), String> {
+pub fn world_set(world: &World) -> impl FnMut(Args) -> Result<(), ServiceError> {
     let world = world.clone();
     move |Args(mut args)| {
         let v = args.pop().unwrap_or(Message::Nil);

@@ -125,7 +125,7 @@ fn fixture() -> Fixture {
             match args.first() {
                 Some(Message::Integer(i)) => sink.borrow_mut().push(*i),
                 Some(Message::Number(n)) => sink.borrow_mut().push(*n as i64),
-                other => return Err(format!("not a number: {other:?}")),
+                other => return Err(format!("not a number: {other:?}").into()),
             }
             Ok(())
         })

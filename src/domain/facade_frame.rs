@@ -22,7 +22,9 @@ use super::frame::join::{Joining, PhaseJoin};
 use super::frame::phases::{self, PhaseCall};
 use super::frame::{self, context::ContextSpec, driver::Entered};
 use super::{run_frames, stall_watch};
-use crate::domain::{AdvanceReport, DomainState, FrameReport, PhaseReport, Report, ScriptDomain};
+use crate::domain::{
+    AdvanceReport, DomainState, FrameReport, PhaseReport, Report, ScriptDomain, ServiceError,
+};
 use crate::error::{Error, Result};
 use crate::jobs::{JobInfo, OutcomeSlot, PhaseHost};
 use crate::principal::diagnostic::Severity;
@@ -485,10 +487,11 @@ impl ScriptDomain {
     /// `f` takes the call's arguments as any [`FromMessage`] type: a tuple reads them by
     /// position (`|(id, pos): (i64, [f32; 3])|`), `()` ignores them,
     /// [`Args`](crate::message::Args) takes them all, and any other type (a [`Message`] too)
-    /// takes the first. Its answer is any
-    /// [`IntoMessage`] type. An argument that does not
+    /// takes the first. Its answer is any [`IntoMessage`] type. An argument that does not
     /// convert is raised to the caller naming it (`args[2]: expected a vector, got a string`);
-    /// an `Err` is raised naming the service, and so is a panic, which is contained.
+    /// an `Err` ([`ServiceError`], which `?` makes from a denied capability check, a
+    /// conversion, a `String` or a `&str`) is raised naming the service, and so is a panic,
+    /// which is contained.
     ///
     /// ```
     /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
@@ -517,7 +520,7 @@ impl ScriptDomain {
     where
         A: FromMessage,
         R: IntoMessage,
-        F: Fn(A) -> std::result::Result<R, String> + 'static,
+        F: Fn(A) -> std::result::Result<R, ServiceError> + 'static,
     {
         let (lua, principal) = (&self.current.vm.lua, &self.current.principal);
         let service = Service::typed_query(f);
@@ -554,7 +557,7 @@ impl ScriptDomain {
     pub fn register_command<A, F>(&self, name: &str, f: F) -> Result<()>
     where
         A: FromMessage,
-        F: FnMut(A) -> std::result::Result<(), String> + 'static,
+        F: FnMut(A) -> std::result::Result<(), ServiceError> + 'static,
     {
         let (lua, principal) = (&self.current.vm.lua, &self.current.principal);
         let service = Service::typed_command(f);

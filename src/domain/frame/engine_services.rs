@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use mlua::Lua;
 
+use super::service_error::ServiceError;
 use crate::domain::Report;
 use crate::error::{Error, NameRefusal, Result};
 use crate::jobs::{self, PrincipalShared};
@@ -41,10 +42,10 @@ impl Service {
     where
         A: FromMessage,
         R: IntoMessage,
-        F: Fn(A) -> std::result::Result<R, String> + 'static,
+        F: Fn(A) -> std::result::Result<R, ServiceError> + 'static,
     {
         let query = move |args: Message| {
-            let answer = f(typed_args(args)?)?;
+            let answer = f(typed_args(args)?).map_err(ServiceError::into_text)?;
             answer
                 .into_message()
                 .map_err(|e| format!("its answer: {e}"))
@@ -56,9 +57,9 @@ impl Service {
     pub(crate) fn typed_command<A, F>(mut f: F) -> Service
     where
         A: FromMessage,
-        F: FnMut(A) -> std::result::Result<(), String> + 'static,
+        F: FnMut(A) -> std::result::Result<(), ServiceError> + 'static,
     {
-        let command = move |args: Message| f(typed_args(args)?);
+        let command = move |args: Message| f(typed_args(args)?).map_err(ServiceError::into_text);
         Service::Command(RefCell::new(Box::new(command)))
     }
 }
