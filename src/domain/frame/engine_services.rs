@@ -178,37 +178,26 @@ impl EngineServices {
     }
 
     /// Calls service `name` on `args` for the task running on this thread: checks the
-    /// capability a command requires, then runs it. Answers as [`run`](Self::run).
+    /// capability a command requires, then runs it. Answers as [`run_service`].
     pub(crate) fn call(&self, name: &str, args: Message) -> Result<Option<Message>, String> {
-        let service = self.map.borrow().get(name).cloned();
-        if let Some(Service::Command { requires, .. }) = service.as_deref() {
+        let service = self.service(name)?;
+        if let Service::Command { requires, .. } = &*service {
             jobs::check_requirement(name, requires.as_ref())?;
         }
-        self.run(name, args)
+        run_service(name, &service, args)
     }
 
-    /// Runs service `name` on `args`, containing a panic. Answers the query's value (`None` for
-    /// a command) or the error text, naming the service.
-    fn run(&self, name: &str, args: Message) -> Result<Option<Message>, String> {
+    /// Runs a recorded call of command `name` on `args`: its capability was checked where the
+    /// call was recorded.
+    fn run_recorded(&self, name: &str, args: Message) -> Result<Option<Message>, String> {
+        let service = self.service(name)?;
+        run_service(name, &service, args)
+    }
+
+    /// The service registered as `name`.
+    fn service(&self, name: &str) -> Result<Rc<Service>, String> {
         let service = self.map.borrow().get(name).cloned();
-        let Some(service) = service else {
-            return Err(format!("engine service '{name}' is not registered"));
-        };
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &*service {
-            Service::Query(f) => f(args).map(Some),
-            Service::Command { run, .. } => match run.try_borrow_mut() {
-                Ok(mut f) => f(args).map(|()| None),
-                Err(_) => Err("it was called again while it ran".to_owned()),
-            },
-        }));
-        match ran {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e)) => Err(jobs::service_failed(name, e)),
-            Err(payload) => Err(format!(
-                "engine service '{name}' panicked: {}",
-                panic_message(&payload)
-            )),
-        }
+        service.ok_or_else(|| format!("engine service '{name}' is not registered"))
     }
 
     /// Runs a forwarded query: the answer a worker's stub unwraps, `{ true, answer }` or
@@ -239,11 +228,31 @@ impl EngineServices {
         let mut failures = Vec::new();
         for (name, args) in commands {
             self.applied.set(self.applied.get() + 1);
-            if let Err(e) = self.run(&name, args) {
+            if let Err(e) = self.run_recorded(&name, args) {
                 failures.push(e);
             }
         }
         failures
+    }
+}
+
+/// Runs `service`, registered as `name`, on `args`, containing a panic. Answers the query's
+/// value (`None` for a command) or the error text, naming the service.
+fn run_service(name: &str, service: &Service, args: Message) -> Result<Option<Message>, String> {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match service {
+        Service::Query(f) => f(args).map(Some),
+        Service::Command { run, .. } => match run.try_borrow_mut() {
+            Ok(mut f) => f(args).map(|()| None),
+            Err(_) => Err("it was called again while it ran".to_owned()),
+        },
+    }));
+    match ran {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(jobs::service_failed(name, e)),
+        Err(payload) => Err(format!(
+            "engine service '{name}' panicked: {}",
+            panic_message(&payload)
+        )),
     }
 }
 
