@@ -164,8 +164,11 @@ pub mod capability {
     //! to a domain with [`DomainSpec::grant`](crate::DomainSpec::grant); without one every check is
     //! denied. A [`CapabilitySet`] of [`CapabilityId`]s only shrinks as it is delegated
     //! ([`OverDelegation`] otherwise). A native service checks at its entry with
-    //! [`require_capability`], which answers for the task running on the calling thread. The
-    //! capabilities Skein's own modules check are the constants here ([`FILESYSTEM_READ`],
+    //! [`require_capability`], which answers for the task running on the calling thread; a
+    //! command registered with
+    //! [`ScriptDomain::register_command_requiring`](crate::ScriptDomain::register_command_requiring)
+    //! is checked where a script calls it, a job's call on its worker too. The capabilities
+    //! Skein's own modules check are the constants here ([`FILESYSTEM_READ`],
     //! [`FILESYSTEM_WRITE`], [`ACTOR_SPAWN`]).
     //!
     //! ```
