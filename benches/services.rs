@@ -29,7 +29,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use skein::{DomainSpec, MapKey, Message, Plan, Pool, PromiseStatus, ScriptDomain};
+use skein::message::Args;
+use skein::{DomainSpec, MapKey, Message, Plan, Pool, PromiseStatus, ScriptDomain, ServiceError};
 
 const WORKERS: usize = 2;
 /// Forwarded calls one item makes per round trip round.
@@ -102,26 +103,20 @@ fn id_of(args: &[Message]) -> Result<usize, String> {
 }
 
 /// `world.get(i)`: answers `2 * i`.
-fn get(args: Message) -> Result<Message, String> {
-    let Message::List(a) = args else {
-        return Err("arguments arrive as a list".into());
-    };
-    Ok(Message::Number(2.0 * id_of(&a)? as f64))
+fn get(args: Args) -> Result<Message, ServiceError> {
+    Ok(Message::Number(2.0 * id_of(&args)? as f64))
 }
 
 /// `world.set(i, v)` over `world`: the closure the frame applies and the Rust baseline calls.
 fn set_command(
     world: Rc<RefCell<Vec<f64>>>,
-) -> impl FnMut(Message) -> Result<(), String> + 'static {
+) -> impl FnMut(Args) -> Result<(), ServiceError> + 'static {
     move |args| {
-        let Message::List(a) = args else {
-            return Err("arguments arrive as a list".into());
-        };
-        let v = match a.get(1) {
+        let v = match args.get(1) {
             Some(Message::Number(v)) => *v,
-            other => return Err(format!("expected a value, got {other:?}")),
+            other => return Err(format!("expected a value, got {other:?}").into()),
         };
-        let id = id_of(&a)?;
+        let id = id_of(&args)?;
         world.borrow_mut()[id] = v;
         Ok(())
     }
@@ -364,9 +359,9 @@ fn recorded_commands(domain: &ScriptDomain, world: &Rc<RefCell<Vec<f64>>>) {
     let mut rust_ns = Vec::new();
     let mut set = set_command(world.clone());
     for _ in 0..=COMMAND_ROUNDS {
-        let calls: Vec<Message> = (1..=COMMANDS)
+        let calls: Vec<Args> = (1..=COMMANDS)
             .map(|i| {
-                Message::List(vec![
+                Args(vec![
                     Message::Number(i as f64),
                     Message::Number(2.0 * i as f64),
                 ])

@@ -11,7 +11,7 @@ use std::fmt;
 
 use crate::principal::capability::{CapabilityError, OverDelegation};
 use crate::shared::{PopError, PushError, QueueError, QueueOpenError, SharedTableError};
-use crate::value::TransferError;
+use crate::value::{ConvertError, TransferError};
 use crate::vm::{self, JobFailure, LoadStage};
 
 /// Everything that can go wrong in Skein, with the wording a user greps for.
@@ -40,6 +40,25 @@ use crate::vm::{self, JobFailure, LoadStage};
 pub enum Error {
     /// A value can't cross a VM boundary; the message names its path.
     Transfer(TransferError),
+    /// A [`Message`](crate::Message) could not be read as the Rust type asked for, or a Rust
+    /// value could not be made one; the message names where the value sits. `?` turns a
+    /// [`ConvertError`] into this variant.
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Error, Pool, ScriptDomain};
+    ///
+    /// fn level(domain: &ScriptDomain) -> skein::Result<u8> {
+    ///     Ok(domain.eval("return 300")?.try_into()?)
+    /// }
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main"))?;
+    /// let err = level(&domain).unwrap_err();
+    /// assert!(matches!(err, Error::Convert(_)));
+    /// assert_eq!(err.to_string(), "value: expected an integer from 0 to 255, got the number 300");
+    /// # Ok::<(), skein::Error>(())
+    /// ```
+    Convert(ConvertError),
     /// A host dispatch or release was refused before anything was queued.
     Dispatch {
         /// The rule the call broke.
@@ -319,6 +338,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Transfer(e) => write!(f, "{e}"),
+            Error::Convert(e) => write!(f, "{e}"),
             Error::Dispatch { message, .. }
             | Error::Resource { message, .. }
             | Error::Spec { message, .. }
@@ -372,6 +392,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Transfer(e) => Some(e),
+            Error::Convert(e) => Some(e),
             Error::Queue(e) => Some(e),
             Error::SharedTable(e) => Some(e),
             Error::Io(e) => Some(e),
@@ -385,6 +406,12 @@ impl std::error::Error for Error {
 impl From<TransferError> for Error {
     fn from(e: TransferError) -> Self {
         Error::Transfer(e)
+    }
+}
+
+impl From<ConvertError> for Error {
+    fn from(e: ConvertError) -> Self {
+        Error::Convert(e)
     }
 }
 

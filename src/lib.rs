@@ -114,7 +114,7 @@ mod vm;
 // is for, reached by one path only; `tests/api_surface.rs` lists the root and holds it to 40.
 pub use domain::{
     ContextSpec, DomainMailbox, DomainSpec, InterruptHandle, Report, ReportKind, ScriptDomain,
-    ScriptHandle, ScriptStatus,
+    ScriptHandle, ScriptStatus, ServiceError,
 };
 pub use error::{Error, Result};
 pub use jobs::{Pool, Promise, PromiseStatus};
@@ -164,8 +164,11 @@ pub mod capability {
     //! to a domain with [`DomainSpec::grant`](crate::DomainSpec::grant); without one every check is
     //! denied. A [`CapabilitySet`] of [`CapabilityId`]s only shrinks as it is delegated
     //! ([`OverDelegation`] otherwise). A native service checks at its entry with
-    //! [`require_capability`], which answers for the task running on the calling thread. The
-    //! capabilities Skein's own modules check are the constants here ([`FILESYSTEM_READ`],
+    //! [`require_capability`], which answers for the task running on the calling thread; a
+    //! command registered with
+    //! [`ScriptDomain::register_command_requiring`](crate::ScriptDomain::register_command_requiring)
+    //! is checked where a script calls it, a job's call on its worker too. The capabilities
+    //! Skein's own modules check are the constants here ([`FILESYSTEM_READ`],
     //! [`FILESYSTEM_WRITE`], [`ACTOR_SPAWN`]).
     //!
     //! ```
@@ -291,22 +294,33 @@ pub mod log {
 pub mod message {
     //! What goes with a [`Message`](crate::Message): the errors of turning values into one and back
     //! ([`ConvertError`], Rust; [`TransferError`], Luau; [`DecodeError`], bytes), the [`Limits`] a
-    //! transferable value keeps to, the [`ResourceHandle`] a message may carry, and, with the cargo
-    //! feature `serde` (on by default), `Serde`, a serde type as a typed argument.
+    //! transferable value keeps to, the [`Bytes`] a string or buffer holds (the `bytes` crate's
+    //! type, so a host needs no dependency of its own to name it), the [`ResourceHandle`] a
+    //! message may carry, [`Args`], every argument of a call as a typed service takes them,
+    //! and, with the cargo feature `serde` (on by default), `Serde`, a serde type as a typed
+    //! argument.
     //!
     //! ```
-    //! use skein::message::{ConvertError, ConvertErrorKind};
-    //! use skein::Message;
+    //! use skein::message::{Bytes, ConvertError, ConvertErrorKind};
+    //! use skein::{FromMessage, Message};
     //!
     //! let err: ConvertError = u8::try_from(Message::from(300)).unwrap_err();
     //! assert!(matches!(err.kind(), ConvertErrorKind::Mismatch { .. }));
     //! assert_eq!(err.to_string(), "value: expected an integer from 0 to 255, got the number 300");
+    //!
+    //! // A string's bytes, and a buffer's, read without a copy.
+    //! let raw = Bytes::from_static(b"\x00\xff");
+    //! assert_eq!(Bytes::from_message(Message::buffer(raw.clone()))?, raw);
+    //! assert_eq!(Message::from(raw.clone()), Message::String(raw));
+    //! # Ok::<(), ConvertError>(())
     //! ```
+
+    pub use bytes::Bytes;
 
     #[cfg(feature = "serde")]
     pub use crate::value::Serde;
     pub use crate::value::{
-        ConvertError, ConvertErrorKind, DecodeError, DecodeErrorKind, Limits, ResourceHandle,
+        Args, ConvertError, ConvertErrorKind, DecodeError, DecodeErrorKind, Limits, ResourceHandle,
         TransferError, TransferErrorKind,
     };
 }

@@ -979,6 +979,49 @@ fn a_service_denies_a_worker_by_the_worker_s_grant() {
 }
 
 #[test]
+fn a_command_that_requires_a_capability_refuses_the_worker_s_call_and_posts_nothing() {
+    let pool = Pool::new(1);
+    let d = domain(&pool);
+    let noted = std::rc::Rc::new(std::cell::Cell::new(0));
+    let n = noted.clone();
+    let observe = CapabilityId::new("input.observe").unwrap();
+    d.register_command_requiring("input.note", observe, move |()| {
+        n.set(n.get() + 1);
+        Ok(())
+    })
+    .unwrap();
+    // The worker, granted no input.observe, sees its own call refused with the text the
+    // engine thread's caller would get, named for the worker.
+    let seen = d
+        .eval(
+            r#"
+            local w = require('@skein/worker').spawn {
+                name = 'nosy', shareServices = true, capabilities = { 'worker.spawn' },
+                source = 'return function() local _, err = pcall(input.note) return err end',
+            }
+            w:send(1)
+            return w:receive(5)
+            "#,
+        )
+        .unwrap();
+    let refused = format!(
+        "engine service 'input.note' failed: capability 'input.observe' denied to domain \
+         'actors' ({}, generation 1, worker 'nosy')",
+        d.id()
+    );
+    assert_eq!(text(&seen), refused);
+    d.frame(Duration::from_millis(1));
+    assert_eq!(noted.get(), 0, "a refused call was applied");
+    assert_eq!(d.denials(), 1);
+    let reports = d.take_reports();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].source, "capability");
+    // The domain's own call passes, and applies.
+    d.exec("input.note()").unwrap();
+    assert_eq!(noted.get(), 1);
+}
+
+#[test]
 fn a_restart_ends_a_query_wait_and_reports_the_worker_s_failure() {
     let pool = Pool::new(1);
     let mark = ThreadMark::default();

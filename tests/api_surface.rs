@@ -40,6 +40,7 @@ const ROOT: &[&str] = &[
     "Result",
     "Report",
     "ReportKind",
+    "ServiceError",
     // modules
     "actor",
     "capability",
@@ -370,6 +371,22 @@ fn every_public_name_has_one_path() {
     );
     let twice: Vec<&Vec<String>> = paths.values().filter(|p| p.len() > 1).collect();
     assert!(twice.is_empty(), "names with more than one path: {twice:?}");
+    // The types the guides name by their short name, at the path `docs/embedding.md` gives.
+    for (name, path) in [
+        ("Bytes", "skein::message::Bytes"),
+        ("Args", "skein::message::Args"),
+    ] {
+        assert_eq!(paths.get(name), Some(&vec![path.to_owned()]), "{name}");
+    }
+}
+
+/// `skein::message::Bytes` is the `bytes` crate's type, not a look-alike: a host passes its
+/// own `bytes::Bytes` where Skein's is asked for.
+#[test]
+fn the_message_modules_bytes_is_the_bytes_crates() {
+    let theirs = bytes::Bytes::from_static(b"\x00\xff");
+    let ours: skein::message::Bytes = theirs.clone();
+    assert_eq!(skein::Message::from(ours), skein::Message::String(theirs));
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! Capabilities: the name rules, the delegation math, deny by default, authority that follows
 //! a task across yields and onto workers, and the runner's grant flags with `@skein/fs`.
 
+use std::cell::RefCell;
 use std::path::Path;
+use std::rc::Rc;
 use std::time::Duration;
 
 use skein::capability::{CapabilityError, CapabilityId, CapabilitySet, RootAuthority};
@@ -484,4 +486,85 @@ fn the_runner_grants_file_access_only_through_its_flags() {
         &stderr,
         "error: invalid value 'Bad' for '--allow <NAME>': invalid capability name 'Bad'",
     );
+}
+
+/// A job that calls `audio.play` inside `pcall` (answering the error), and one that calls it
+/// bare.
+const PLAY: &str = r#"
+return {
+    caught = function() local _, err = pcall(audio.play, "boom") return err end,
+    bare = function() audio.play("boom") return "recorded" end,
+}
+"#;
+
+/// Domain `name`, granted `granted`, with `audio.play(clip)`: a command that requires
+/// `audio.play`, keeping the clips it applied.
+fn audio_domain(
+    pool: &Pool,
+    tree: &Tree,
+    name: &str,
+    granted: &[&str],
+) -> (ScriptDomain, Rc<RefCell<Vec<String>>>) {
+    let d = domain(pool, tree, name, granted);
+    let played = Rc::new(RefCell::new(Vec::new()));
+    let sink = played.clone();
+    d.register_command_requiring("audio.play", id("audio.play"), move |clip: String| {
+        sink.borrow_mut().push(clip);
+        Ok(())
+    })
+    .unwrap();
+    (d, played)
+}
+
+/// Takes the domain's reports, asserting they are exactly one denial of `audio.play`.
+#[track_caller]
+fn one_denial_reported(d: &ScriptDomain) {
+    let reports = d.take_reports();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].source, "capability");
+    assert_eq!(reports[0].message, denial_text(d, "audio.play"));
+}
+
+#[test]
+fn a_command_that_requires_a_capability_is_refused_at_the_call_a_job_makes() {
+    let tree = Tree::new(&[("play.luau", PLAY)]);
+    let pool = Pool::new(1);
+    let (d, played) = audio_domain(&pool, &tree, "mods", &[]);
+    let refused = Message::String(
+        format!(
+            "engine service 'audio.play' failed: {}",
+            denial_text(&d, "audio.play")
+        )
+        .into(),
+    );
+    // On the engine thread the call is refused before the command runs.
+    let engine = d.eval("local _, err = pcall(audio.play, 'boom') return err");
+    assert_eq!(engine.unwrap(), refused);
+    assert_eq!(d.denials(), 1);
+    one_denial_reported(&d);
+    // On a worker the job's own call raises the same text, which its pcall catches ...
+    let caught = d.eval("return jobs.dispatch('./play', 'caught'):await()");
+    assert_eq!(caught.unwrap(), refused);
+    assert_eq!(d.denials(), 2);
+    one_denial_reported(&d);
+    // ... and which fails a job that does not catch it.
+    let failure = match d.dispatch("./play", "bare", Message::Nil).unwrap().wait() {
+        Err(skein::Error::Job(failure)) => failure,
+        other => panic!("the job did not fail: {other:?}"),
+    };
+    assert_eq!(failure.kind, skein::job::FailureKind::Raised);
+    assert_eq!(Message::String(failure.message.into()), refused);
+    // Nothing was recorded, so a frame applies nothing and reports nothing more.
+    assert_eq!(d.frame(Duration::from_millis(1)).commands_applied, 0);
+    assert_eq!(d.denials(), 3);
+    one_denial_reported(&d);
+    assert!(played.borrow().is_empty());
+
+    // A domain granted the capability records the same call and applies it.
+    let (game, played) = audio_domain(&pool, &tree, "game", &["audio.play"]);
+    let recorded = game.eval("return jobs.dispatch('./play', 'bare'):await()");
+    assert_eq!(recorded.unwrap(), Message::from("recorded"));
+    assert_eq!(*played.borrow(), ["boom"]);
+    assert_eq!(game.denials(), 0);
+    assert!(game.take_reports().is_empty());
 }

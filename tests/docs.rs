@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use skein::message::Args;
 use skein::{ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, exit_within, skein_in};
@@ -256,21 +257,15 @@ fn the_engine_service_blocks_run_with_a_host_world() {
     };
     let w = world.clone();
     domain
-        .register_query("world.get", move |args| {
-            let Message::List(args) = args else {
-                return Err("no arguments".into());
-            };
+        .register_query("world.get", move |args: Args| {
             Ok(Message::Number(w.borrow()[&id(&args)?]))
         })
         .unwrap();
     let w = world.clone();
     domain
-        .register_command("world.set", move |args| {
-            let Message::List(args) = args else {
-                return Err("no arguments".into());
-            };
+        .register_command("world.set", move |args: Args| {
             let Some(Message::Number(v)) = args.get(1) else {
-                return Err(format!("a number, got {:?}", args.get(1)));
+                return Err(format!("a number, got {:?}", args.get(1)).into());
             };
             w.borrow_mut().insert(id(&args)?, *v);
             Ok(())
@@ -340,8 +335,7 @@ fn the_hud_load_block_refuses_itself_without_its_font() {
         })
         .unwrap();
     domain.exec("running = 'the old HUD'").unwrap();
-    let no_args: [&str; 0] = [];
-    let err = domain.reload(Load::file(&hud, no_args)).unwrap_err();
+    let err = domain.reload(Load::file(&hud)).unwrap_err();
     assert!(
         matches!(
             err,
@@ -358,7 +352,7 @@ fn the_hud_load_block_refuses_itself_without_its_font() {
         Message::String("the old HUD".into())
     );
     installed.set(true);
-    domain.reload(Load::file(&hud, no_args)).unwrap();
+    domain.reload(Load::file(&hud)).unwrap();
     let report = domain
         .run_phase(Phase::Update, &[Message::Number(0.016)])
         .unwrap();

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use skein::job::{FailureKind, JobOptions};
+use skein::message::Args;
 use skein::{Error, Message, Pool, PromiseStatus, ScriptDomain};
 
 use crate::support::{
@@ -84,7 +85,7 @@ fn setup_marked(
     let queries = Arc::new(AtomicUsize::new(0));
     let (w, q) = (world.clone(), queries.clone());
     domain
-        .register_query("world.get", move |args| {
+        .register_query("world.get", move |args: Args| {
             q.fetch_add(1, Ordering::SeqCst);
             Ok(w.borrow()
                 .get(&first_int(&args))

@@ -62,13 +62,10 @@ impl Host {
     }
 }
 
-fn text_of(args: &Message) -> String {
-    match args {
-        Message::List(items) => match items.first() {
-            Some(Message::String(s)) => String::from_utf8_lossy(s).into_owned(),
-            other => panic!("expected a string, got {other:?}"),
-        },
-        other => panic!("expected a list, got {other:?}"),
+fn text_of(first: &Message) -> String {
+    match first {
+        Message::String(s) => String::from_utf8_lossy(s).into_owned(),
+        other => panic!("expected a string, got {other:?}"),
     }
 }
 
@@ -92,16 +89,16 @@ fn domain_with_bound(pool: &Pool, tree: &Tree, bound: Duration) -> (ScriptDomain
     let host = Host::default();
     let log = host.log.clone();
     domain
-        .register_command("log.write", move |args| {
-            log.borrow_mut().push(text_of(&args));
+        .register_command("log.write", move |text: Message| {
+            log.borrow_mut().push(text_of(&text));
             Ok(())
         })
         .unwrap();
     let owner = domain.resource_owner();
     let released = host.released.clone();
     domain
-        .register_command("res.take", move |args| {
-            let kind = text_of(&args);
+        .register_command("res.take", move |kind: Message| {
+            let kind = text_of(&kind);
             let released = released.clone();
             let name = kind.clone();
             owner.own(kind, move || released.borrow_mut().push(name));
@@ -154,14 +151,14 @@ fn a_restart_of_a_file_load_passes_its_arguments() {
     let tree = Tree::new(&[("m.luau", MODULE), ("main.luau", "first, second = ...")]);
     let (mut domain, _) = domain(&pool, &tree);
     domain
-        .restart(Load::file(tree.path().join("main.luau"), ["a", "b"]))
+        .restart(Load::file_with_args(
+            tree.path().join("main.luau"),
+            ["a", "b"],
+        ))
         .unwrap();
     assert_eq!(eval(&domain, "return first .. second"), string("ab"));
     let err = domain
-        .restart(Load::file(
-            tree.path().join("missing.luau"),
-            Vec::<String>::new(),
-        ))
+        .restart(Load::file(tree.path().join("missing.luau")))
         .unwrap_err();
     assert_contains(&err.to_string(), "missing.luau");
     assert_eq!(domain.state(), DomainState::Failed);
@@ -599,9 +596,7 @@ fn a_reload_of_a_file_that_cannot_be_read_fails_at_the_read_stage() {
     let (mut domain, _) = domain(&pool, &tree);
     domain.exec("kept = true").unwrap();
     let missing = tree.path().join("missing.luau");
-    let err = domain
-        .reload(Load::file(&missing, Vec::<String>::new()))
-        .unwrap_err();
+    let err = domain.reload(Load::file(&missing)).unwrap_err();
     let (stage, message) = reload_failure(err);
     assert_eq!(stage, LoadStage::Read);
     assert!(

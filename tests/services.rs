@@ -9,8 +9,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use skein::job::JobOptions;
+use skein::message::Args;
 use skein::refusal::NameRefusal;
-use skein::{Error, Message, Plan, Pool, PromiseStatus, ScriptDomain};
+use skein::{Error, Message, Plan, Pool, PromiseStatus, ScriptDomain, ServiceError};
 
 use crate::support::{
     assert_contains, first_int, map, number, refusal, serve_world, string, text, wait_until, Marks,
@@ -89,16 +90,13 @@ fn setup_with(tree: &Tree, pool: &Pool, plan: Plan) -> (ScriptDomain, World) {
     let logs: Rc<RefCell<HashMap<i64, i64>>> = Rc::default();
     let l = logs.clone();
     domain
-        .register_command("log.append", move |args| {
-            let Message::List(a) = &args else {
-                unreachable!()
-            };
+        .register_command("log.append", move |args: Args| {
             let job = first_int(&args);
-            let i = number(&a[1]) as i64;
+            let i = number(&args[1]) as i64;
             let mut logs = l.borrow_mut();
             let count = logs.entry(job).or_insert(0);
             if i != *count + 1 {
-                return Err(format!("job {job}: entry {i} arrived after {count}"));
+                return Err(format!("job {job}: entry {i} arrived after {count}").into());
             }
             *count = i;
             Ok(())
@@ -106,14 +104,14 @@ fn setup_with(tree: &Tree, pool: &Pool, plan: Plan) -> (ScriptDomain, World) {
         .unwrap();
     let l = logs.clone();
     domain
-        .register_query("log.count", move |args| {
+        .register_query("log.count", move |args: Args| {
             Ok(Message::Number(
                 *l.borrow().get(&first_int(&args)).unwrap_or(&0) as f64,
             ))
         })
         .unwrap();
     domain
-        .register_query("boom.query", |()| -> Result<Message, String> {
+        .register_query("boom.query", |()| -> Result<Message, ServiceError> {
             panic!("the query blew up")
         })
         .unwrap();
@@ -630,4 +628,70 @@ fn a_dropped_domain_applies_nothing_and_rejects_the_held_promise() {
         other => panic!("expected a rejection, got {other:?}"),
     }
     assert!(world.borrow().get(&8).is_none());
+}
+
+/// Calls `svc.fail(kind)` and `svc.failCommand(kind)` inside `pcall`, answering the two texts.
+const FAILING: &str = "return { run = function(kind) \
+    local _, query = pcall(svc.fail, kind) \
+    local _, command = pcall(svc.failCommand, kind) \
+    return { query, command } end }";
+
+/// `kind`'s failure, through `?` from the error type it names.
+fn fail(kind: &str) -> Result<(), ServiceError> {
+    match kind {
+        "capability" => skein::capability::require_capability("input.observe")?,
+        "convert" => {
+            let _: u8 = Message::from(300).try_into()?;
+        }
+        "string" => Err::<(), String>("a String's text".to_owned())?,
+        "str" => Err::<(), &str>("a &str's text")?,
+        _ => {}
+    }
+    Ok(())
+}
+
+#[test]
+fn question_mark_makes_a_service_error_of_each_error_and_keeps_its_text() {
+    let tree = Tree::new(&[("fail.luau", FAILING)]);
+    let pool = Pool::new(1);
+    let domain = tree.domain(&pool); // granted nothing
+    domain
+        .register_query("svc.fail", |kind: String| {
+            fail(&kind)?;
+            Ok(Message::Nil)
+        })
+        .unwrap();
+    domain
+        .register_command("svc.failCommand", |kind: String| fail(&kind))
+        .unwrap();
+    let denied = format!(
+        "capability 'input.observe' denied to domain 'test' ({}, generation 1)",
+        domain.id()
+    );
+    for (kind, text) in [
+        ("capability", denied.as_str()),
+        (
+            "convert",
+            "value: expected an integer from 0 to 255, got the number 300",
+        ),
+        ("string", "a String's text"),
+        ("str", "a &str's text"),
+    ] {
+        let seen = Message::list([
+            format!("engine service 'svc.fail' failed: {text}"),
+            format!("engine service 'svc.failCommand' failed: {text}"),
+        ]);
+        // In the engine VM, both services are called directly.
+        let source = format!("return require('./fail').run('{kind}')");
+        assert_eq!(domain.eval(&source).unwrap(), seen, "{kind}");
+        // From a worker, the query is forwarded and its failure raised in the job (`eval`
+        // pumps the engine thread that answers it).
+        let source = format!("return jobs.dispatch('./fail', 'run', '{kind}'):await()");
+        let from_worker = domain.eval(&source).unwrap();
+        assert_eq!(
+            from_worker.as_list().and_then(|l| l.first()),
+            Some(&seen.as_list().unwrap()[0]),
+            "{kind}"
+        );
+    }
 }

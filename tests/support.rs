@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use skein::{mlua, ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain};
+use skein::message::Args;
+use skein::{
+    mlua, ContextSpec, DomainSpec, Message, Phase, Plan, Pool, ScriptDomain, ServiceError,
+};
 
 /// Runs each named test body in both code modes, as a test matrix: `in_both_modes!(name)` over
 /// `fn name(mode: NativeMode)` makes the tests `name::interpreted` (`NativeMode::Off`) and
@@ -254,14 +257,11 @@ pub fn map(pairs: &[(&str, Message)]) -> Message {
 }
 
 /// The first argument of an engine-service call (they arrive as a list), as an integer.
-pub fn first_int(args: &Message) -> i64 {
-    match args {
-        Message::List(a) => match a.first() {
-            Some(Message::Integer(i)) => *i,
-            Some(Message::Number(n)) => *n as i64,
-            other => panic!("expected a number first, got {other:?}"),
-        },
-        other => panic!("arguments arrive as a list, got {other:?}"),
+pub fn first_int(args: &[Message]) -> i64 {
+    match args.first() {
+        Some(Message::Integer(i)) => *i,
+        Some(Message::Number(n)) => *n as i64,
+        other => panic!("expected a number first, got {other:?}"),
     }
 }
 
@@ -269,7 +269,7 @@ pub fn first_int(args: &Message) -> i64 {
 pub type World = std::rc::Rc<std::cell::RefCell<std::collections::HashMap<i64, Message>>>;
 
 /// The `world.get(id)` query over `world`.
-pub fn world_get(world: &World) -> impl Fn(Message) -> Result<Message, String> {
+pub fn world_get(world: &World) -> impl Fn(Args) -> Result<Message, ServiceError> {
     let world = world.clone();
     move |args| {
         Ok(world
@@ -281,14 +281,11 @@ pub fn world_get(world: &World) -> impl Fn(Message) -> Result<Message, String> {
 }
 
 /// The `world.set(id, value)` command over `world`.
-pub fn world_set(world: &World) -> impl FnMut(Message) -> Result<(), String> {
+pub fn world_set(world: &World) -> impl FnMut(Args) -> Result<(), ServiceError> {
     let world = world.clone();
-    move |args| {
-        let Message::List(mut a) = args else {
-            return Err(format!("arguments arrive as a list, got {args:?}"));
-        };
-        let v = a.pop().unwrap_or(Message::Nil);
-        let id = first_int(&Message::List(a));
+    move |Args(mut args)| {
+        let v = args.pop().unwrap_or(Message::Nil);
+        let id = first_int(&args);
         world.borrow_mut().insert(id, v);
         Ok(())
     }

@@ -8,6 +8,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use skein::message::Args;
 use skein::{FromMessage, IntoMessage, MapKey, Message, Plan, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, Tree};
@@ -71,7 +72,7 @@ fn paths() -> Paths {
         .unwrap();
     let t = taken.clone();
     domain
-        .register_command("host.take", move |(v,): (Message,)| {
+        .register_command("host.take", move |v: Message| {
             t.borrow_mut().push(v);
             Ok(())
         })
@@ -307,6 +308,69 @@ fn typed_service_arguments_are_read_by_position_and_a_mismatch_names_the_argumen
         "engine service 'world.near' failed: args[1]: expected an integer, got a string",
     );
     assert_eq!(moves.borrow().len(), 2, "no call ran on a mismatch");
+}
+
+/// `host.first`/`firstOf` take a `Message` (the first argument), `host.count`/`countOf` take
+/// `Args` (every one); `host.note` and `host.noteAll` record what they got. The module calls each
+/// with extra arguments, with none, and with a `nil` between others.
+const ARGUMENT_CALLS: &str = "\
+    host.note(7, 'extra', true) host.note() host.noteAll() host.noteAll(1, nil, 'three') \
+    return { host.first(7, 'extra'), host.first() == nil, host.count(), host.count(1, nil, 'three'), \
+             firstOf(7, 'extra'), firstOf() == nil, countOf(), countOf(1, nil, 'three') }";
+
+#[test]
+fn a_message_argument_is_the_first_one_and_args_are_all_of_them() {
+    let tree = Tree::new(&[(
+        "calls.luau",
+        &format!("return {{ run = function() {ARGUMENT_CALLS} end }}"),
+    )]);
+    let plan = Plan::new()
+        .typed_function("firstOf", |first: Message| Ok(first))
+        .typed_function("countOf", |args: Args| Ok(args.len()));
+    let pool = Pool::new(1);
+    let d = tree.domain_with(&pool, plan);
+    let notes = Rc::new(RefCell::new(Vec::new()));
+    let n = notes.clone();
+    d.register_command("host.note", move |first: Message| {
+        n.borrow_mut().push(first);
+        Ok(())
+    })
+    .unwrap();
+    let n = notes.clone();
+    d.register_command("host.noteAll", move |Args(all): Args| {
+        n.borrow_mut().push(Message::List(all));
+        Ok(())
+    })
+    .unwrap();
+    d.register_query("host.first", |first: Message| Ok(first))
+        .unwrap();
+    d.register_query("host.count", |args: Args| Ok(args.len()))
+        .unwrap();
+    let answers = Message::list([
+        Message::from(7),
+        Message::Boolean(true),
+        Message::from(0),
+        Message::from(3),
+        Message::from(7),
+        Message::Boolean(true),
+        Message::from(0),
+        Message::from(3),
+    ]);
+    let recorded = vec![
+        Message::from(7),
+        Message::Nil,
+        Message::List(Vec::new()),
+        Message::List(vec![Message::from(1), Message::Nil, Message::from("three")]),
+    ];
+    // In the engine VM, where each call runs the closure directly.
+    assert_eq!(d.eval(ARGUMENT_CALLS).unwrap(), answers);
+    assert_eq!(*notes.borrow(), recorded);
+    // From a worker: the queries forwarded, the commands recorded and applied before the
+    // promise settles.
+    notes.borrow_mut().clear();
+    let from_worker = d.eval("return jobs.dispatch('./calls', 'run'):await()");
+    assert_eq!(from_worker.unwrap(), answers);
+    assert_eq!(*notes.borrow(), recorded);
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use skein::job::JobStatus;
+use skein::message::Args;
 use skein::{Message, Plan, Pool, ScriptDomain};
 
 use crate::support::{assert_contains, field, number, text, wait_until, Tree};
@@ -120,14 +121,11 @@ fn fixture() -> Fixture {
     let log = Rc::new(RefCell::new(Vec::new()));
     let sink = log.clone();
     domain
-        .register_command("world.set", move |args| {
-            match args {
-                Message::List(a) => match a.first() {
-                    Some(Message::Integer(i)) => sink.borrow_mut().push(*i),
-                    Some(Message::Number(n)) => sink.borrow_mut().push(*n as i64),
-                    other => return Err(format!("not a number: {other:?}")),
-                },
-                other => return Err(format!("not a list: {other:?}")),
+        .register_command("world.set", move |args: Args| {
+            match args.first() {
+                Some(Message::Integer(i)) => sink.borrow_mut().push(*i),
+                Some(Message::Number(n)) => sink.borrow_mut().push(*n as i64),
+                other => return Err(format!("not a number: {other:?}").into()),
             }
             Ok(())
         })

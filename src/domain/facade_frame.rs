@@ -22,9 +22,12 @@ use super::frame::join::{Joining, PhaseJoin};
 use super::frame::phases::{self, PhaseCall};
 use super::frame::{self, context::ContextSpec, driver::Entered};
 use super::{run_frames, stall_watch};
-use crate::domain::{AdvanceReport, DomainState, FrameReport, PhaseReport, Report, ScriptDomain};
+use crate::domain::{
+    AdvanceReport, DomainState, FrameReport, PhaseReport, Report, ScriptDomain, ServiceError,
+};
 use crate::error::{Error, Result};
 use crate::jobs::{JobInfo, OutcomeSlot, PhaseHost};
+use crate::principal::capability::CapabilityId;
 use crate::principal::diagnostic::Severity;
 use crate::principal::profile::ProfileKind;
 use crate::principal::Phase;
@@ -483,10 +486,13 @@ impl ScriptDomain {
     /// for the answer, after every command its job recorded before it has applied.
     ///
     /// `f` takes the call's arguments as any [`FromMessage`] type: a tuple reads them by
-    /// position (`|(id, pos): (i64, [f32; 3])|`), `()` ignores them, a [`Message`] takes them
-    /// all as one list. Its answer is any [`IntoMessage`] type. An argument that does not
+    /// position (`|(id, pos): (i64, [f32; 3])|`), `()` ignores them,
+    /// [`Args`](crate::message::Args) takes them all, and any other type (a [`Message`] too)
+    /// takes the first. Its answer is any [`IntoMessage`] type. An argument that does not
     /// convert is raised to the caller naming it (`args[2]: expected a vector, got a string`);
-    /// an `Err` is raised naming the service, and so is a panic, which is contained.
+    /// an `Err` ([`ServiceError`], which `?` makes from a denied capability check, a
+    /// conversion, a `String` or a `&str`) is raised naming the service, and so is a panic,
+    /// which is contained.
     ///
     /// ```
     /// use skein::{DomainSpec, Message, Pool, ScriptDomain};
@@ -515,7 +521,7 @@ impl ScriptDomain {
     where
         A: FromMessage,
         R: IntoMessage,
-        F: Fn(A) -> std::result::Result<R, String> + 'static,
+        F: Fn(A) -> std::result::Result<R, ServiceError> + 'static,
     {
         let (lua, principal) = (&self.current.vm.lua, &self.current.principal);
         let service = Service::typed_query(f);
@@ -552,10 +558,64 @@ impl ScriptDomain {
     pub fn register_command<A, F>(&self, name: &str, f: F) -> Result<()>
     where
         A: FromMessage,
-        F: FnMut(A) -> std::result::Result<(), String> + 'static,
+        F: FnMut(A) -> std::result::Result<(), ServiceError> + 'static,
     {
         let (lua, principal) = (&self.current.vm.lua, &self.current.principal);
-        let service = Service::typed_command(f);
+        let service = Service::typed_command(f, None);
+        self.frames.services.register(lua, principal, name, service)
+    }
+
+    /// Registers a command, as [`register_command`](Self::register_command) does, that only a
+    /// caller holding `capability` may call. The check is made where the call is made, under
+    /// the calling task's authority: in the engine VM before `f` runs, in a worker VM or an
+    /// actor before the call is recorded. A denied call raises in the caller, as
+    /// `engine service '<name>' failed: capability '<capability>' denied to <who>`, the same
+    /// text wherever it was made; it is counted and reported once, and nothing is recorded or
+    /// applied.
+    ///
+    /// A command that checks inside `f` instead
+    /// ([`require_capability`](crate::capability::require_capability)) checks only when it is
+    /// applied: a job that recorded it has gone on by then, so only the host hears of the
+    /// denial.
+    ///
+    /// ```
+    /// use std::{cell::RefCell, rc::Rc};
+    /// use skein::capability::CapabilityId;
+    /// use skein::{DomainSpec, Pool, ScriptDomain};
+    ///
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("mods"))?; // granted nothing
+    /// let played = Rc::new(RefCell::new(Vec::new()));
+    /// let sink = played.clone();
+    /// let audio_play = CapabilityId::new("audio.play")?;
+    /// domain.register_command_requiring("audio.play", audio_play, move |clip: String| {
+    ///     sink.borrow_mut().push(clip);
+    ///     Ok(())
+    /// })?;
+    /// let err = domain.eval("audio.play('boom')").unwrap_err().to_string();
+    /// assert!(err.contains(&format!(
+    ///     "engine service 'audio.play' failed: capability 'audio.play' denied to domain 'mods' ({}, generation 1)",
+    ///     domain.id()
+    /// )));
+    /// assert!(played.borrow().is_empty());
+    /// assert_eq!(domain.denials(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`register_query`](Self::register_query).
+    pub fn register_command_requiring<A, F>(
+        &self,
+        name: &str,
+        capability: CapabilityId,
+        f: F,
+    ) -> Result<()>
+    where
+        A: FromMessage,
+        F: FnMut(A) -> std::result::Result<(), ServiceError> + 'static,
+    {
+        let (lua, principal) = (&self.current.vm.lua, &self.current.principal);
+        let service = Service::typed_command(f, Some(capability));
         self.frames.services.register(lua, principal, name, service)
     }
 

@@ -400,8 +400,8 @@ impl ScriptDomain {
     ///
     /// # Errors
     /// [`Error::Name`] ([`NameRefusal::EventName`]) when `name` is not 1 to 256 bytes.
-    pub fn raise_engine_event(&self, name: &str, payload: Message) -> Result<()> {
-        self.current.raise_engine_event(name, payload)
+    pub fn raise_engine_event(&self, name: &str, payload: impl Into<Message>) -> Result<()> {
+        self.current.raise_engine_event(name, payload.into())
     }
 
     /// Takes ownership of a native resource a host service made for this domain's code:
@@ -882,10 +882,30 @@ impl ScriptDomain {
     /// [`run_until_idle`](Self::run_until_idle)); a host dispatch does not look at the file
     /// system, so issuing many in a row costs no system call each.
     ///
+    /// `args` is anything that converts into a [`Message`]: a `Message`, a number, a string, a
+    /// `Vec` of messages, ...
+    ///
+    /// ```
+    /// use skein::{DomainSpec, Message, Plan, Pool, ScriptDomain};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(dir.path().join("half.luau"), "return { of = function(n) return n / 2 end }")?;
+    /// let pool = Pool::new(1);
+    /// let domain = ScriptDomain::new(&pool, DomainSpec::new("main").plan(Plan::new().root(dir.path())))?;
+    /// let half = domain.dispatch("./half", "of", 21)?; // an i32: the Luau number 21
+    /// assert_eq!(half.wait()?, Message::Number(10.5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::Dispatch`] ([`DispatchRefusal::Module`](crate::refusal::DispatchRefusal::Module))
     /// when the module can't be resolved.
-    pub fn dispatch(&self, module: &str, entry: &str, args: Message) -> Result<Promise<Message>> {
+    pub fn dispatch(
+        &self,
+        module: &str,
+        entry: &str,
+        args: impl Into<Message>,
+    ) -> Result<Promise<Message>> {
         self.dispatch_with(module, entry, args, &JobOptions::new())
     }
 
@@ -925,11 +945,11 @@ impl ScriptDomain {
         &self,
         module: &str,
         entry: &str,
-        args: Message,
+        args: impl Into<Message>,
         opts: &JobOptions,
     ) -> Result<Promise<Message>> {
         self.current
-            .dispatch(self.pool.shared(), module, entry, args, opts)
+            .dispatch(self.pool.shared(), module, entry, args.into(), opts)
     }
 
     /// Ends the binding of `key` after the items of the key dispatched before this call have

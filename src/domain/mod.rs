@@ -85,6 +85,7 @@ pub use frame::call_reports::{AdvanceReport, HandlerTiming, PhaseReport};
 pub use frame::context::{ContextSpec, FixedStep};
 use frame::driver::FrameDriver;
 pub use frame::engine_services::FrameReport;
+pub use frame::service_error::ServiceError;
 use generation::assemble::{report_sink, EngineSetup};
 pub use generation::load::Load;
 use generation::owned::OwnedResources;

@@ -29,7 +29,9 @@ pub(crate) use leaves::event_log::EVENT_LOG_BOUND;
 pub(crate) use leaves::options::MAX_DEADLINE;
 pub(crate) use leaves::outcome_slot::OutcomeSlot;
 pub use leaves::registered::info::{JobInfo, JobOrder, JobStatus, WorkerCalls};
-pub(crate) use leaves::service_names::{check_name as check_service_name, ServiceKind};
+pub(crate) use leaves::service_names::{
+    check_name as check_service_name, check_requirement, service_failed, ServiceKind,
+};
 pub(crate) use luau::api::{install, BUILTINS};
 pub(crate) use luau::engine_events::deliver as deliver_events;
 pub(crate) use luau::engine_events::release_waits as release_engine_waits;

@@ -10,6 +10,7 @@
 //! construction costs several times what a raw stack read does.
 
 mod access;
+mod args;
 mod codec;
 mod convert;
 mod copy;
@@ -26,6 +27,7 @@ pub(crate) mod write;
 
 use bytes::Bytes;
 
+pub use args::Args;
 pub(crate) use convert::{ExactValue, ExactValues, MessageArg, MessageArgs};
 pub(crate) use copy::{copy_values, Copied, SOURCE_STACK_NEEDED};
 pub(crate) use display::article;

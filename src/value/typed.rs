@@ -29,8 +29,8 @@ use super::{ConvertError, MapKey, Message, ResourceHandle, MAX_EXACT_INTEGER};
 ///
 /// Implemented for `Message` itself, `()`, `bool`, the integer and float types, `String`,
 /// `Bytes`, `[f32; 3]` (a Luau vector), [`ResourceHandle`], `Option<T>`, `Vec<T>`,
-/// `HashMap`/`BTreeMap`, and tuples of up to eight of these, which read a list position by
-/// position. Numbers are read by the rule for whole numbers ([`Message`]'s docs): an `i64` accepts
+/// `HashMap`/`BTreeMap`, tuples of up to eight of these, which read a list position by
+/// position, and [`Args`](crate::message::Args), a call's arguments whole. Numbers are read by the rule for whole numbers ([`Message`]'s docs): an `i64` accepts
 /// `Number(2.0)` and `Integer(2)` alike, and refuses `2.5`.
 ///
 /// ```
@@ -53,10 +53,10 @@ pub trait FromMessage: Sized {
     /// A [`ConvertError`] whose path starts at `value`.
     fn from_message(message: Message) -> Result<Self, ConvertError>;
 
-    /// Reads a call's arguments as `Self`: a tuple takes them position by position, a
-    /// [`Message`] takes them all as one list, and any other type takes the first one (`nil`
-    /// when there is none). Arguments past what `Self` reads are ignored, as Luau ignores
-    /// them.
+    /// Reads a call's arguments as `Self`: a tuple takes them position by position,
+    /// [`Args`](crate::message::Args) takes them all, and any other type, [`Message`] among
+    /// them, takes the first one (`nil` when there is none). Arguments past what `Self` reads
+    /// are ignored, as Luau ignores them.
     ///
     /// # Errors
     /// A [`ConvertError`] whose path starts at `args`: `args[2]` is the second argument.
@@ -361,14 +361,10 @@ fn map_into_message<K: Into<MapKey>, V: IntoMessage>(
     Ok(Message::Map(entries))
 }
 
+/// The value as it is; as an argument type, the first argument (`nil` when there is none).
 impl FromMessage for Message {
     fn from_message(message: Message) -> Result<Self, ConvertError> {
         Ok(message)
-    }
-
-    /// All the arguments, as one list.
-    fn from_args(args: Vec<Message>) -> Result<Self, ConvertError> {
-        Ok(Message::List(args))
     }
 }
 
@@ -732,10 +728,7 @@ mod tests {
             Ok((3, [1.0, 2.0, 3.0]))
         );
         assert_eq!(i64::from_args(args.clone()), Ok(3));
-        assert_eq!(
-            Message::from_args(args.clone()),
-            Ok(Message::List(args.clone()))
-        );
+        assert_eq!(Message::from_args(args.clone()), Ok(Message::from(3)));
         assert_eq!(
             <(i64, String)>::from_args(args.clone())
                 .unwrap_err()

@@ -11,7 +11,8 @@
 //! A command is posted at once, in call order behind the actor's earlier queries and
 //! commands; the engine thread applies it when it next drains its mailbox (its next frame).
 //! Both carry the authority of the running handler (the actor's grant, attributed to the
-//! actor), so a service's `require_capability` answers for the actor.
+//! actor), so a service's `require_capability` answers for the actor; a command's declared
+//! capability is checked under it as the call is made, before anything is posted.
 //!
 //! This module owns only the actor side; the engine side is `domain::services`.
 
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use mlua::{Function, Lua};
 
 use crate::jobs::{self, DomainEvent, OutcomeSlot, PrincipalShared, ReplyTo, ServiceKind};
-use crate::principal::capability;
+use crate::principal::capability::{self, CapabilityId};
 use crate::value::{Message, MessageArgs};
 use crate::vm::{self, CancelToken};
 
@@ -72,7 +73,7 @@ impl ServiceLink {
         for (name, kind) in new {
             let made = match kind {
                 ServiceKind::Query => self.query(lua, name.clone()),
-                ServiceKind::Command => self.command(lua, name.clone()),
+                ServiceKind::Command { requires } => self.command(lua, name.clone(), requires),
             };
             let installed = made
                 .map_err(|e| vm::error_message(&e))
@@ -162,10 +163,18 @@ impl ServiceLink {
         }
     }
 
-    fn command(self: &Rc<Self>, lua: &Lua, name: Arc<str>) -> mlua::Result<Function> {
+    fn command(
+        self: &Rc<Self>,
+        lua: &Lua,
+        name: Arc<str>,
+        requires: Option<CapabilityId>,
+    ) -> mlua::Result<Function> {
         let link = self.clone();
         lua.create_function(move |_, args: MessageArgs| {
             let args = jobs::read_args(&name, args)?;
+            // Checked as the call is made, as a worker's command stub checks: a refused call
+            // is never posted.
+            jobs::check_requirement(&name, requires.as_ref()).map_err(mlua::Error::runtime)?;
             let posted = link.principal.mailbox.send(DomainEvent::Apply {
                 commands: vec![(name.clone(), args)],
                 then: None,

@@ -95,8 +95,13 @@ impl DomainMailbox {
     ///
     /// # Errors
     /// [`PostRefused::Stopped`] once the domain is stopped.
-    pub fn post(&self, target: EventTarget, payload: Message) -> Result<(), PostRefused> {
-        self.events.push_raw(self.generation, target, payload)
+    pub fn post(
+        &self,
+        target: EventTarget,
+        payload: impl Into<Message>,
+    ) -> Result<(), PostRefused> {
+        self.events
+            .push_raw(self.generation, target, payload.into())
     }
 
     /// Queues the named event `name` for every handler bound to it, if it fits.
@@ -106,8 +111,9 @@ impl DomainMailbox {
     /// [`EventLimits::name`](crate::event::EventLimits::name); [`PostRefused::Full`] when one more event
     /// or its bytes would pass the queue's limits; [`PostRefused::Stopped`] once the domain is
     /// stopped. A refused event is not queued, and comes back in the error.
-    pub fn post_named(&self, name: &str, payload: Message) -> Result<(), PostRefused> {
-        self.events.push_named(self.generation, name, payload)
+    pub fn post_named(&self, name: &str, payload: impl Into<Message>) -> Result<(), PostRefused> {
+        self.events
+            .push_named(self.generation, name, payload.into())
     }
 
     /// Queues the named event `name` as emitted by a worker VM or actor of this mailbox's
@@ -151,9 +157,9 @@ impl DomainMailbox {
         &self,
         generation: Generation,
         target: EventTarget,
-        payload: Message,
+        payload: impl Into<Message>,
     ) -> Result<(), PostRefused> {
-        self.events.push_raw(generation, target, payload)
+        self.events.push_raw(generation, target, payload.into())
     }
 
     /// The generation this mailbox posts for.

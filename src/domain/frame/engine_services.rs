@@ -9,7 +9,9 @@
 //! name is registered once, for good (a served-only query may be replaced); a service is in the
 //! map only once its path is installed in the engine VM and its name is among the principal's
 //! services, so a worker never sees a name the engine can't answer; a panic of a service is
-//! contained and answered as its failure.
+//! contained and answered as its failure; the capability a command requires is checked once
+//! per call, where the call is made (here for the engine VM's calls, in the stub for a worker's
+//! or an actor's), never again when a recorded call is applied.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -19,9 +21,11 @@ use std::time::Duration;
 
 use mlua::Lua;
 
+use super::service_error::ServiceError;
 use crate::domain::Report;
 use crate::error::{Error, NameRefusal, Result};
 use crate::jobs::{self, PrincipalShared};
+use crate::principal::capability::CapabilityId;
 use crate::value::{FromMessage, IntoMessage, Message, MessageArgs};
 use crate::vm::{panic_message, ServiceCall};
 
@@ -31,7 +35,11 @@ type CommandFn = RefCell<Box<dyn FnMut(Message) -> Result<(), String>>>;
 /// One service the host registered.
 pub(crate) enum Service {
     Query(QueryFn),
-    Command(CommandFn),
+    Command {
+        run: CommandFn,
+        /// The capability its caller must hold, checked where the call is made.
+        requires: Option<CapabilityId>,
+    },
 }
 
 impl Service {
@@ -41,10 +49,10 @@ impl Service {
     where
         A: FromMessage,
         R: IntoMessage,
-        F: Fn(A) -> std::result::Result<R, String> + 'static,
+        F: Fn(A) -> std::result::Result<R, ServiceError> + 'static,
     {
         let query = move |args: Message| {
-            let answer = f(typed_args(args)?)?;
+            let answer = f(typed_args(args)?).map_err(ServiceError::into_text)?;
             answer
                 .into_message()
                 .map_err(|e| format!("its answer: {e}"))
@@ -52,14 +60,28 @@ impl Service {
         Service::Query(Box::new(query))
     }
 
-    /// A command of `f`, which takes its arguments as any [`FromMessage`] type.
-    pub(crate) fn typed_command<A, F>(mut f: F) -> Service
+    /// A command of `f`, which takes its arguments as any [`FromMessage`] type; its callers
+    /// must hold `requires`, when it is given.
+    pub(crate) fn typed_command<A, F>(mut f: F, requires: Option<CapabilityId>) -> Service
     where
         A: FromMessage,
-        F: FnMut(A) -> std::result::Result<(), String> + 'static,
+        F: FnMut(A) -> std::result::Result<(), ServiceError> + 'static,
     {
-        let command = move |args: Message| f(typed_args(args)?);
-        Service::Command(RefCell::new(Box::new(command)))
+        let command = move |args: Message| f(typed_args(args)?).map_err(ServiceError::into_text);
+        Service::Command {
+            run: RefCell::new(Box::new(command)),
+            requires,
+        }
+    }
+
+    /// What the worker side needs to know of it.
+    fn kind(&self) -> jobs::ServiceKind {
+        match self {
+            Service::Query(_) => jobs::ServiceKind::Query,
+            Service::Command { requires, .. } => jobs::ServiceKind::Command {
+                requires: requires.clone(),
+            },
+        }
     }
 }
 
@@ -134,10 +156,7 @@ impl EngineServices {
         name: &str,
         service: Service,
     ) -> Result<()> {
-        let kind = match service {
-            Service::Query(_) => jobs::ServiceKind::Query,
-            Service::Command(_) => jobs::ServiceKind::Command,
-        };
+        let kind = service.kind();
         let refused = |refusal, message| Error::Name { refusal, message };
         jobs::check_service_name(name).map_err(|e| refused(NameRefusal::ServiceName, e))?;
         if self.contains(name) {
@@ -158,28 +177,27 @@ impl EngineServices {
         Ok(())
     }
 
-    /// Runs service `name` on `args`, containing a panic. Answers the query's value (`None` for
-    /// a command) or the error text, naming the service.
+    /// Calls service `name` on `args` for the task running on this thread: checks the
+    /// capability a command requires, then runs it. Answers as [`run_service`].
     pub(crate) fn call(&self, name: &str, args: Message) -> Result<Option<Message>, String> {
-        let service = self.map.borrow().get(name).cloned();
-        let Some(service) = service else {
-            return Err(format!("engine service '{name}' is not registered"));
-        };
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &*service {
-            Service::Query(f) => f(args).map(Some),
-            Service::Command(f) => match f.try_borrow_mut() {
-                Ok(mut f) => f(args).map(|()| None),
-                Err(_) => Err("it was called again while it ran".to_owned()),
-            },
-        }));
-        match ran {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e)) => Err(format!("engine service '{name}' failed: {e}")),
-            Err(payload) => Err(format!(
-                "engine service '{name}' panicked: {}",
-                panic_message(&payload)
-            )),
+        let service = self.service(name)?;
+        if let Service::Command { requires, .. } = &*service {
+            jobs::check_requirement(name, requires.as_ref())?;
         }
+        run_service(name, &service, args)
+    }
+
+    /// Runs a recorded call of command `name` on `args`: its capability was checked where the
+    /// call was recorded.
+    fn run_recorded(&self, name: &str, args: Message) -> Result<Option<Message>, String> {
+        let service = self.service(name)?;
+        run_service(name, &service, args)
+    }
+
+    /// The service registered as `name`.
+    fn service(&self, name: &str) -> Result<Rc<Service>, String> {
+        let service = self.map.borrow().get(name).cloned();
+        service.ok_or_else(|| format!("engine service '{name}' is not registered"))
     }
 
     /// Runs a forwarded query: the answer a worker's stub unwraps, `{ true, answer }` or
@@ -203,16 +221,38 @@ impl EngineServices {
         }
     }
 
-    /// Applies recorded commands in order; answers the failures, each naming its service.
+    /// Applies recorded commands in order; answers the failures, each naming its service. The
+    /// capability a command requires was checked when the call was recorded, under the
+    /// authority it applies under, so it is not checked (nor a denial reported) again.
     pub(crate) fn apply(&self, commands: Vec<ServiceCall>) -> Vec<String> {
         let mut failures = Vec::new();
         for (name, args) in commands {
             self.applied.set(self.applied.get() + 1);
-            if let Err(e) = self.call(&name, args) {
+            if let Err(e) = self.run_recorded(&name, args) {
                 failures.push(e);
             }
         }
         failures
+    }
+}
+
+/// Runs `service`, registered as `name`, on `args`, containing a panic. Answers the query's
+/// value (`None` for a command) or the error text, naming the service.
+fn run_service(name: &str, service: &Service, args: Message) -> Result<Option<Message>, String> {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match service {
+        Service::Query(f) => f(args).map(Some),
+        Service::Command { run, .. } => match run.try_borrow_mut() {
+            Ok(mut f) => f(args).map(|()| None),
+            Err(_) => Err("it was called again while it ran".to_owned()),
+        },
+    }));
+    match ran {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(jobs::service_failed(name, e)),
+        Err(payload) => Err(format!(
+            "engine service '{name}' panicked: {}",
+            panic_message(&payload)
+        )),
     }
 }
 

@@ -4,7 +4,8 @@
 //! frame counter's move, and a wave of registered jobs waiting for its pool items. The host's
 //! contexts and fixed step (`context.rs`), the phase handlers scripts bind and the scheduler
 //! that runs them (`phases.rs`), the join of handler calls waiting on the pool (`join.rs`), the
-//! engine services a frame answers (`engine_services.rs`), the driver itself and its scheduler
+//! engine services a frame answers (`engine_services.rs`) and their failures
+//! (`service_error.rs`), the driver itself and its scheduler
 //! entry (`driver.rs`) and the labels of handler calls (`handler_label.rs`) are its files.
 //!
 //! Its invariants: a frame's counts (forwarded queries, applied commands) start at zero at a
@@ -38,6 +39,7 @@ pub(crate) mod engine_services;
 pub(crate) mod handler_label;
 pub(crate) mod join;
 pub(crate) mod phases;
+pub(crate) mod service_error;
 
 impl FrameDriver {
     /// Starts the counts and time of a frame: `dt` is added to the frame time, and, when

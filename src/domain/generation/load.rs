@@ -39,8 +39,10 @@ pub(crate) const LOAD_BOUND: Duration = Duration::from_secs(30);
 ///
 /// let load = Load::source("level 2", "level = 2");
 /// assert_eq!(load, Load::Source { name: "level 2".into(), source: "level = 2".into() });
-/// let file = Load::file("main.luau", ["--fast"]);
-/// assert_eq!(file, Load::File { path: "main.luau".into(), args: vec!["--fast".into()] });
+/// let file = Load::file("main.luau");
+/// assert_eq!(file, Load::File { path: "main.luau".into(), args: vec![] });
+/// let fast = Load::file_with_args("main.luau", ["--fast"]);
+/// assert_eq!(fast, Load::File { path: "main.luau".into(), args: vec!["--fast".into()] });
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -73,8 +75,16 @@ impl Load {
         }
     }
 
-    /// [`Load::File`].
-    pub fn file<S: Into<String>>(
+    /// [`Load::File`] of the script at `path`, run with no arguments (`...` is empty).
+    pub fn file(path: impl Into<PathBuf>) -> Load {
+        Load::File {
+            path: path.into(),
+            args: Vec::new(),
+        }
+    }
+
+    /// [`Load::File`] of the script at `path`, with `args` as its `...`.
+    pub fn file_with_args<S: Into<String>>(
         path: impl Into<PathBuf>,
         args: impl IntoIterator<Item = S>,
     ) -> Load {
@@ -227,7 +237,7 @@ mod tests {
         .collect();
         assert_eq!(names, ["read", "compile", "run", "finish"]);
         assert_eq!(
-            Load::file("a.luau", Vec::<String>::new()),
+            Load::file("a.luau"),
             Load::File {
                 path: "a.luau".into(),
                 args: vec![]

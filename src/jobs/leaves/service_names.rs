@@ -7,19 +7,44 @@
 //! each name it has not installed yet when it starts an item (`service_stubs.rs`; the list only
 //! grows, so its length is its version).
 
+use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
+
+use crate::principal::capability::{require_capability, CapabilityId};
 
 /// The longest service name, in bytes.
 pub(crate) const MAX_SERVICE_NAME: usize = 256;
 
 /// What a service does, as the worker side needs to know it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ServiceKind {
     /// Answers a value; forwarded from a worker.
     Query,
     /// Changes host state and answers nothing; recorded on a worker and applied later.
-    Command,
+    Command {
+        /// The capability a caller must hold, checked where the call is made (a worker's at
+        /// the call it records), so the caller's own call is refused.
+        requires: Option<CapabilityId>,
+    },
+}
+
+/// The text every caller of engine service `name` sees when the call fails: `engine service
+/// 'world.set' failed: <why>`, the same on the engine thread, on a worker and in an actor.
+pub(crate) fn service_failed(name: &str, why: impl fmt::Display) -> String {
+    format!("engine service '{name}' failed: {why}")
+}
+
+/// Checks that the task calling service `name` holds the capability it `requires`, if any, as
+/// [`require_capability`] checks: against the authority installed on this thread. A denial is
+/// counted and reported once, here, and its text is the call's failure.
+pub(crate) fn check_requirement(name: &str, requires: Option<&CapabilityId>) -> Result<(), String> {
+    match requires {
+        Some(capability) => {
+            require_capability(capability.as_str()).map_err(|e| service_failed(name, e))
+        }
+        None => Ok(()),
+    }
 }
 
 /// The names and kinds of a principal's engine services: `Send + Sync`, append-only.
@@ -114,9 +139,10 @@ mod tests {
     #[test]
     fn a_name_is_registered_once_and_the_list_only_grows() {
         let names = ServiceNames::default();
+        let command = ServiceKind::Command { requires: None };
         names.add("world.get", ServiceKind::Query).unwrap();
-        names.add("world.set", ServiceKind::Command).unwrap();
-        let e = names.add("world.get", ServiceKind::Command).unwrap_err();
+        names.add("world.set", command.clone()).unwrap();
+        let e = names.add("world.get", command.clone()).unwrap_err();
         assert_eq!(
             e,
             "register: engine service 'world.get' is registered already"
@@ -127,7 +153,7 @@ mod tests {
             .into_iter()
             .map(|(n, k)| (n.to_string(), k))
             .collect();
-        assert_eq!(since, vec![("world.set".to_owned(), ServiceKind::Command)]);
+        assert_eq!(since, vec![("world.set".to_owned(), command)]);
         assert!(names.since(5).is_empty());
     }
 }

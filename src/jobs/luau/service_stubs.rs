@@ -4,10 +4,12 @@
 //! - a **query** stub copies its arguments, parks the calling task on a promise homed in its VM
 //!   and posts a [`DomainEvent::Query`] carrying the commands the job recorded before it, so the
 //!   engine thread applies them first; the answer settles the promise;
-//! - a **command** stub copies its arguments into the running job's
-//!   [`CommandLog`](crate::vm::CommandLog) and returns.
+//! - a **command** stub checks the capability the command requires, if any (a denial raises in
+//!   the calling task, as the same call on the engine thread does), then copies its arguments
+//!   into the running job's [`CommandLog`](crate::vm::CommandLog) and returns.
 //!
-//! Arguments cross as one list: the service receives `Message::List` of the call's arguments.
+//! Arguments cross as one list, `Message::List` of the call's arguments; the engine side reads
+//! it as the argument type of the host's function.
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -17,9 +19,9 @@ use std::time::{Duration, Instant};
 use mlua::{Function, Lua, Table, Value};
 
 use super::home::home;
-use crate::jobs::leaves::service_names::{ServiceKind, ServiceNames};
+use crate::jobs::leaves::service_names::{check_requirement, ServiceKind, ServiceNames};
 use crate::jobs::protocol::messages::DomainEvent;
-use crate::principal::capability::current_arc;
+use crate::principal::capability::{current_arc, CapabilityId};
 use crate::value::{Message, MessageArgs};
 use crate::vm::{
     a_type, await_function, error_message, promise_handle, Embedded, Outcome, ServiceCall, VmCore,
@@ -120,19 +122,20 @@ pub(crate) fn install_stubs(lua: &Lua, names: &ServiceNames, from: usize) -> usi
         return from;
     }
     let core = VmCore::of(lua).ok();
-    for (name, kind) in &new {
+    let installed_now = from + new.len();
+    for (name, kind) in new {
         let made = match kind {
-            ServiceKind::Query => query_stub(lua, name),
-            ServiceKind::Command => command_stub(lua, name.clone()),
+            ServiceKind::Query => query_stub(lua, &name),
+            ServiceKind::Command { requires } => command_stub(lua, name.clone(), requires),
         };
         let installed = made
             .map_err(|e| error_message(&e))
-            .and_then(|f| install_at(lua, name, f));
+            .and_then(|f| install_at(lua, &name, f));
         if let (Err(e), Some(core)) = (installed, &core) {
             core.report_failure("engine services", &e);
         }
     }
-    from + new.len()
+    installed_now
 }
 
 fn query_stub(lua: &Lua, name: &str) -> mlua::Result<Function> {
@@ -259,9 +262,16 @@ pub(crate) fn forward(lua: &Lua, name: &str, args: Message) -> mlua::Result<Valu
     promise_handle(lua, cell)
 }
 
-fn command_stub(lua: &Lua, name: Arc<str>) -> mlua::Result<Function> {
+fn command_stub(
+    lua: &Lua,
+    name: Arc<str>,
+    requires: Option<CapabilityId>,
+) -> mlua::Result<Function> {
     lua.create_function(move |lua, args: MessageArgs| {
         let args = read_args(&name, args)?;
+        // Checked as the call is made, under the calling task's authority: a refused call is
+        // never recorded, and the task sees the refusal as the engine thread's caller would.
+        check_requirement(&name, requires.as_ref()).map_err(mlua::Error::runtime)?;
         let core = VmCore::of(lua)?;
         let owner = core.current_owner();
         let call: ServiceCall = (name.clone(), args);
