@@ -192,8 +192,9 @@ struct RunArgs {
     code: CodeArgs,
 
     /// Write a Chrome trace-event timeline of the run to OUT.json when it ends (also when the
-    /// script fails): every job on the worker thread that ran it, and the engine thread's work.
-    /// Open it in ui.perfetto.dev
+    /// script fails): every job on the worker thread that ran it, and on the engine thread each
+    /// run of the script's code (the main script, its tasks, timers and handlers, from a resume
+    /// to the next yield) and each handler call. Open it in ui.perfetto.dev
     #[arg(long, value_name = "OUT.json")]
     trace: Option<PathBuf>,
 
