@@ -257,6 +257,60 @@ fn skein_run_trace_writes_one_slice_per_job_on_a_worker_thread() {
     }
 }
 
+/// The engine thread's script work is on the timeline: one `engine.run` slice per run of the
+/// script's code there, from a resume to its next yield or end, named for what it runs for.
+#[test]
+fn skein_run_trace_shows_each_run_of_the_script_on_the_engine_thread() {
+    let tree = Tree::new(&[
+        ("work.luau", WORK),
+        (
+            "main.luau",
+            r#"
+            -- Run 1: to the await, holding run 2, the spawned task's to its wait.
+            task.spawn(function()
+                task.wait(0.01) -- run 3: after the wait
+            end)
+            require("@skein/context").bind("main", { update = function() end })
+            jobs.dispatch("./work", "nap", 5):await() -- run 4: after the await
+            "#,
+        ),
+    ]);
+    let (code, stderr, trace) = traced_run(&tree, "main.luau");
+    assert_eq!(code, 0, "{stderr}");
+    let names = thread_names(&trace);
+    let runs = slices(&trace, "engine.run");
+    let script = format!("script {}", tree.path().join("main.luau").display());
+    let mut of_script: Vec<&Value> = runs
+        .iter()
+        .copied()
+        .filter(|r| r["name"] == script.as_str())
+        .collect();
+    assert_eq!(of_script.len(), 4, "{trace}");
+    assert!(
+        runs.iter()
+            .any(|r| r["name"] == "context 'main' update handler"),
+        "{trace}"
+    );
+    for run in &runs {
+        let tid = run["tid"].as_u64().unwrap();
+        assert_eq!(names[&tid], "main", "{run}");
+        assert_eq!(run["args"]["domain"], 1, "{run}");
+        assert!(run["dur"].as_f64().unwrap() > 0.0, "{run}");
+    }
+    // The main script's first run holds the spawned task's first run.
+    let ts = |r: &Value| r["ts"].as_f64().unwrap();
+    of_script.sort_by(|a, b| ts(a).total_cmp(&ts(b)));
+    let (outer, inner) = (of_script[0], of_script[1]);
+    let end = |r: &Value| ts(r) + r["dur"].as_f64().unwrap();
+    assert!(
+        ts(outer) <= ts(inner) && end(inner) <= end(outer),
+        "{outer} {inner}"
+    );
+    // The run after the await begins once the job has ended on its worker.
+    let job = slices(&trace, "pool.item")[0];
+    assert!(end(job) <= ts(of_script[3]), "{job} {}", of_script[3]);
+}
+
 #[test]
 fn skein_run_trace_is_written_when_the_script_fails() {
     let tree = Tree::new(&[
@@ -283,7 +337,10 @@ fn skein_run_trace_is_in_the_help_and_needs_a_path() {
     assert!(
         help.contains(
             "      --trace <OUT.json>\n          Write a Chrome trace-event timeline of the run \
-             to OUT.json when it ends"
+             to OUT.json when it ends (also when the script fails): every job on the worker \
+             thread that ran it, and on the engine thread each run of the script's code (the \
+             main script, its tasks, timers and handlers, from a resume to the next yield) and \
+             each handler call. Open it in ui.perfetto.dev\n"
         ),
         "{help}"
     );

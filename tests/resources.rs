@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use skein::capability::Grant;
+use skein::capability::{CapabilityId, CapabilitySet, Grant, RootAuthority};
 use skein::refusal::ResourceRefusal;
 use skein::resource::{HostFile, ResourceHost, ResourceState};
 use skein::{Error, Message, Pool};
@@ -642,6 +642,99 @@ fn the_callee_runs_under_its_own_deadline_and_authority() {
     assert!(started.elapsed() < Duration::from_secs(3));
     // The guest runs on after it.
     assert_eq!(eval(&host, "guest", "return 1 + 1"), Message::Number(2.0));
+}
+
+/// A resource's relative `@skein/fs` paths resolve from its own folder, as its manifest's roots
+/// do, whatever the host process's current directory is (this test binary's is the package
+/// root); a `..` that leaves the granted root is still refused, naming the path it came to.
+#[test]
+fn a_resource_s_relative_file_paths_resolve_from_its_own_folder() {
+    let tree = served(&[(
+        "notes",
+        "[resource]\nscripts = ['main.luau']\nexports = ['read', 'write']\n\
+         [capabilities]\nallow = ['worker.spawn']\nread = ['data']\nwrite = ['data']\n",
+        r#"local fs = require("@skein/fs")
+        first = fs.readFile("data/note.txt")
+        function read(path) return fs.readFile(path) end
+        function write(path, text) fs.writeFile(path, text) end"#,
+    )]);
+    tree.write(
+        "notes/reader.luau",
+        "return { read = function(path) return require('@skein/fs').readFile(path) end }",
+    );
+    tree.write("notes/data/note.txt", "from the resource's folder");
+    tree.write("secret.txt", "beside the resource");
+    let folder = tree.path().join("notes").canonicalize().unwrap();
+    assert_ne!(std::env::current_dir().unwrap(), folder);
+    // The ceiling reaches the whole tree, so only the resource's own roots bound it.
+    let ceiling = RootAuthority::new()
+        .grant(CapabilitySet::from_iter([CapabilityId::new(
+            "worker.spawn",
+        )
+        .unwrap()]))
+        .read_root(tree.path())
+        .unwrap()
+        .write_root(tree.path())
+        .unwrap();
+    let mut host = ResourceHost::load(&Pool::new(1), tree.path(), ceiling).unwrap();
+    // Its start script read the file by the relative path.
+    host.start("notes").unwrap();
+    assert_eq!(
+        eval(&host, "notes", "return first"),
+        string("from the resource's folder")
+    );
+    eval(&host, "notes", "write('data/./new.txt', 'written')");
+    assert_eq!(
+        std::fs::read_to_string(folder.join("data/new.txt")).unwrap(),
+        "written"
+    );
+    // On a worker too: a job runs under the resource's grant.
+    assert_eq!(
+        eval(
+            &host,
+            "notes",
+            "return jobs.dispatch('./reader', 'read', 'data/new.txt'):await()"
+        ),
+        string("written")
+    );
+    // And in an actor, whose grant is narrowed from the resource's.
+    assert_eq!(
+        eval(
+            &host,
+            "notes",
+            "local w = require('@skein/worker').spawn { name = 'r', source = \
+             'return function(path) return require(\"@skein/fs\").readFile(path) end' }\n\
+             w:send('data/note.txt') return w:receive(10)"
+        ),
+        string("from the resource's folder")
+    );
+    let domain = host.domain("notes").unwrap();
+    let who = format!(
+        "domain 'notes' (domain#{}, generation 1)",
+        domain.id().get()
+    );
+    assert_eq!(
+        refusal(domain, "read('data/../../secret.txt')"),
+        format!(
+            "fs.readFile: 'data/../../secret.txt': permission denied: '{}' is outside every root \
+             granted for 'filesystem.read' to {who}; its roots: '{}'",
+            tree.path()
+                .canonicalize()
+                .unwrap()
+                .join("secret.txt")
+                .display(),
+            folder.join("data").display()
+        )
+    );
+    assert_eq!(
+        refusal(domain, "read('note.txt')"),
+        format!(
+            "fs.readFile: 'note.txt': permission denied: '{}' is outside every root granted \
+             for 'filesystem.read' to {who}; its roots: '{}'",
+            folder.join("note.txt").display(),
+            folder.join("data").display()
+        )
+    );
 }
 
 fn threads() -> usize {

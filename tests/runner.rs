@@ -335,6 +335,77 @@ fn unstore(zlib: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Granted a folder other than the current one, the example fails before it draws anything (no
+/// worker ran an item), saying the denial once and how to name a file below the grant; named
+/// one, it writes there.
+#[test]
+fn the_mandelbrot_example_fails_before_drawing_when_it_may_not_write_its_image() {
+    let tree = Tree::new(&[("out/.keep", "")]);
+    let dir = tree.path();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mandelbrot.luau");
+    let script = script.to_str().unwrap();
+    let args = [
+        "run",
+        "--stats",
+        "--allow-write",
+        "out",
+        script,
+        "--workers",
+        "2",
+        "--",
+        "160",
+        "100",
+    ];
+    let (code, stdout, stderr) = skein_in(&dir, &args);
+    assert_eq!(code, 1, "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    let denial = format!(
+        "permission denied: '{}' is outside every root granted for 'filesystem.write' to domain \
+         'main' (domain#1, generation 1); its roots: '{}'",
+        dir.join("mandelbrot.png").display(),
+        dir.join("out").display()
+    );
+    assert!(
+        stderr.starts_with(&format!(
+            "skein: script {script} failed: cannot write the image: fs.writeFile: \
+             'mandelbrot.png': {denial}\ngrant its folder with --allow-write, or name a file \
+             below the folder granted: -- 160 100 DIR/mandelbrot.png\nstack traceback:\n"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches(&denial).count(), 1, "{stderr}");
+    let workers: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("skein: stats: worker "))
+        .collect();
+    assert_eq!(workers.len(), 2, "{stderr}");
+    for line in workers {
+        assert_contains(line, ": 0 items (0 keyed)");
+    }
+    assert!(!dir.join("mandelbrot.png").exists());
+
+    let args = [
+        "run",
+        "--allow-write",
+        "out",
+        script,
+        "--",
+        "16",
+        "10",
+        "out/m.png",
+    ];
+    let (code, stdout, stderr) = skein_in(&dir, &args);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let written = std::fs::read(dir.join("out/m.png")).unwrap();
+    assert_contains(
+        &stdout,
+        &format!(
+            "images identical; wrote out/m.png ({} bytes)\n",
+            written.len()
+        ),
+    );
+}
+
 #[test]
 fn the_mandelbrot_example_writes_a_valid_png_and_agrees_with_one_thread() {
     let cwd = tempfile::tempdir().unwrap();

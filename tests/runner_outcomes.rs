@@ -164,6 +164,44 @@ const CASES: &[Case] = &[
         stderr: "skein: capability: capability 'filesystem.write' denied to domain 'main' \
                  (domain#1, generation 1)\n",
     },
+    // A denial that fails the run is said once, in the failure; one the code caught before it,
+    // with the same text, is still said as its own report.
+    Case {
+        name: "a denial the main script raised after a yield",
+        main: "task.wait()\nrequire('@skein/fs').writeFile('out.txt', 'x')\n",
+        flags: &["--allow-write", "sub"],
+        code: 1,
+        stdout: "",
+        stderr: "skein: script main.luau failed: fs.writeFile: 'out.txt': permission denied: \
+                 '{dir}/out.txt' is outside every root granted for 'filesystem.write' to domain \
+                 'main' (domain#1, generation 1); its roots: '{dir}/sub'\n{dir}/main.luau:2\n",
+    },
+    Case {
+        name: "a denial a task raised that nobody awaited",
+        main: "task.spawn(function()\n\ttask.wait()\n\trequire('@skein/fs').writeFile('out.txt', 'x')\nend)\n",
+        flags: &["--allow-write", "sub"],
+        code: 1,
+        stdout: "",
+        stderr: "skein: script main.luau: fs.writeFile: 'out.txt': permission denied: \
+                 '{dir}/out.txt' is outside every root granted for 'filesystem.write' to domain \
+                 'main' (domain#1, generation 1); its roots: '{dir}/sub'\n{dir}/main.luau:3\n",
+    },
+    Case {
+        name: "a denial caught, then the same denial raised",
+        main: "print(pcall(require('@skein/fs').writeFile, 'out.txt', 'x'))\ntask.wait()\n\
+               require('@skein/fs').writeFile('sub/../out.txt', 'x')\n",
+        flags: &["--allow-write", "sub"],
+        code: 1,
+        stdout: "false\tfs.writeFile: 'out.txt': permission denied: '{dir}/out.txt' is outside \
+                 every root granted for 'filesystem.write' to domain 'main' (domain#1, \
+                 generation 1); its roots: '{dir}/sub'\n",
+        stderr: "skein: script main.luau failed: fs.writeFile: 'sub/../out.txt': permission \
+                 denied: '{dir}/out.txt' is outside every root granted for 'filesystem.write' to \
+                 domain 'main' (domain#1, generation 1); its roots: '{dir}/sub'\n\
+                 {dir}/main.luau:3\nskein: capability: permission denied: '{dir}/out.txt' is \
+                 outside every root granted for 'filesystem.write' to domain 'main' (domain#1, \
+                 generation 1); its roots: '{dir}/sub'\n",
+    },
 ];
 
 #[test]
@@ -174,6 +212,7 @@ fn a_failure_fails_the_run_only_when_no_code_observed_it() {
             ("main.luau", case.main),
             ("w.luau", JOB_MODULE),
             ("bad.luau", WARM_MODULE),
+            ("sub/.keep", ""),
         ]);
         let dir = tree.path();
         let dir = dir.to_str().unwrap();

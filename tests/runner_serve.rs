@@ -39,9 +39,15 @@ pub(crate) fn lines(from: impl std::io::Read + Send + 'static) -> mpsc::Receiver
 }
 
 impl Served {
-    /// Starts `skein serve DIR --workers 2 ARGS...` in `dir`'s parent.
+    /// Starts `skein serve DIR --workers 2 ARGS...` in this test process's current directory.
     fn start(dir: &Path, args: &[&str]) -> Served {
+        Served::start_in(Path::new("."), dir, args)
+    }
+
+    /// Starts `skein serve DIR --workers 2 ARGS...` in the directory `cwd`.
+    fn start_in(cwd: &Path, dir: &Path, args: &[&str]) -> Served {
         let mut child = Command::new(env!("CARGO_BIN_EXE_skein"))
+            .current_dir(cwd)
             .arg("serve")
             .arg(dir)
             .args(["--workers", "2"])
@@ -573,6 +579,52 @@ fn the_allow_flags_bound_what_a_manifest_may_ask() {
             &tree,
             "serving 1 resource from {DIR}/res, 1 running: spawner; help lists the commands"
         )]
+    );
+    served.close();
+    assert_eq!(served.exit().0.code(), Some(0));
+}
+
+/// Served from another folder, a resource reads its files by paths relative to its own folder,
+/// as its manifest's `read` roots are; a `..` out of its root is refused, naming where it led.
+#[test]
+fn a_resource_reads_by_paths_relative_to_its_folder_wherever_serve_runs() {
+    let tree = Tree::new(&[
+        (
+            "res/notes/skein.toml",
+            "[resource]\nscripts = ['main.luau']\n[capabilities]\nread = ['data']\n",
+        ),
+        (
+            "res/notes/main.luau",
+            "local fs = require('@skein/fs')\n\
+             print(`notes: {fs.readFile('data/note.txt')}`)\n\
+             local ok, err = pcall(fs.readFile, 'data/../../secret.txt')\n\
+             print(`notes: {err}`)\n",
+        ),
+        ("res/notes/data/note.txt", "read from its folder"),
+        ("res/secret.txt", "beside the resource"),
+        ("res/skein-host.toml", "[host]\nstart = ['notes']\n"),
+        ("elsewhere/.keep", ""),
+    ]);
+    let res = tree.path().join("res");
+    let ceiling = res.display().to_string();
+    let mut served = Served::start_in(
+        &tree.path().join("elsewhere"),
+        &res,
+        &["--allow-read", &ceiling],
+    );
+    let real = res.canonicalize().unwrap();
+    assert_eq!(
+        served.outs(2),
+        [
+            "notes: read from its folder".to_string(),
+            format!(
+                "notes: fs.readFile: 'data/../../secret.txt': permission denied: '{}' is outside \
+                 every root granted for 'filesystem.read' to domain 'notes' (domain#1, \
+                 generation 1); its roots: '{}'",
+                real.join("secret.txt").display(),
+                real.join("notes/data").display()
+            ),
+        ]
     );
     served.close();
     assert_eq!(served.exit().0.code(), Some(0));

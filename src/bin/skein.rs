@@ -192,8 +192,9 @@ struct RunArgs {
     code: CodeArgs,
 
     /// Write a Chrome trace-event timeline of the run to OUT.json when it ends (also when the
-    /// script fails): every job on the worker thread that ran it, and the engine thread's work.
-    /// Open it in ui.perfetto.dev
+    /// script fails): every job on the worker thread that ran it, and on the engine thread each
+    /// run of the script's code (the main script, its tasks, timers and handlers, from a resume
+    /// to the next yield) and each handler call. Open it in ui.perfetto.dev
     #[arg(long, value_name = "OUT.json")]
     trace: Option<PathBuf>,
 
@@ -465,11 +466,18 @@ fn run_script(
     signals::watch(domain.interrupt_handle());
     print::stop_with(domain.interrupt_handle());
     // After a signal or a failed write, what the cancel made fail is not the run's failure:
-    // nothing more is said (`run` answers for the run).
+    // nothing more is said (`run` answers for the run). The text said is kept, so the reports
+    // below do not say a denial it carries a second time.
+    let run_error = std::cell::RefCell::new(None::<String>);
     let said = |e: skein::Error| match (signalled(), print::failed()) {
         (Some(signal), _) => Failed::Signal(signal),
         (None, Some(_)) => Failed::Error,
-        (None, None) => fail(&e),
+        (None, None) => {
+            let text = e.to_string();
+            let failed = fail(&text);
+            *run_error.borrow_mut() = Some(text);
+            failed
+        }
     };
     runner_global::install(domain.lua(), script_args).map_err(|e| fail(&e))?;
     domain
@@ -487,9 +495,35 @@ fn run_script(
         return Err(Failed::Error);
     }
     let mut unhandled = startup_failed;
-    for report in domain.take_reports() {
-        // The main script's failure is the run's error, said above already.
-        if result.is_err() && report.kind == ReportKind::Script {
+    // The main script's failure is the run's error, said above already.
+    let reports: Vec<_> = domain
+        .take_reports()
+        .into_iter()
+        .filter(|report| !(result.is_err() && report.kind == ReportKind::Script))
+        .collect();
+    // A denial that a failure carries in its text (an `fs.writeFile` that failed the script,
+    // or a task nobody awaited) is said there, once: each failure takes the latest denial with
+    // its text off the reports. A denial the code caught is still said as its own report.
+    let run_error = run_error.into_inner();
+    let failures = run_error.iter().map(String::as_str).chain(
+        reports
+            .iter()
+            .filter(|report| report.is_failure())
+            .map(|report| report.message.as_str()),
+    );
+    let mut carried = vec![false; reports.len()];
+    for failure in failures {
+        let latest = (0..reports.len()).rev().find(|&i| {
+            !carried[i]
+                && reports[i].kind == ReportKind::Capability
+                && failure.contains(reports[i].message.as_str())
+        });
+        if let Some(i) = latest {
+            carried[i] = true;
+        }
+    }
+    for (report, carried) in reports.iter().zip(carried) {
+        if carried {
             continue;
         }
         print::say(format_args!("{}: {}", report.source, report.message));

@@ -248,6 +248,7 @@ fn category(kind: ProfileKind) -> &'static str {
         ProfileKind::ActorStopped => "worker.stopped",
         ProfileKind::GenerationEnded => "generation.ended",
         ProfileKind::Denial => "capability.denied",
+        ProfileKind::EngineRun => "engine.run",
     }
 }
 

@@ -4,12 +4,13 @@
 //! It is a library module in every VM: what it may touch comes from the authority of the task
 //! that calls it, so a host opens it by granting roots ([`Grant::read_root`]), and the runner
 //! does the same from its `--allow-read` / `--allow-write` flags. Relative paths resolve from
-//! the process's current directory.
+//! the process's current directory, or from the working folder of the calling task's grant
+//! when it has one (a resource's folder, [`ResourceHost`]).
 //!
 //! # Confinement
 //!
 //! A path is never opened by name. It is made absolute and `..` is taken off by name
-//! ([`lexical_absolute`]), which picks the granted root it lies below and the path beneath that
+//! ([`resolve_path`]), which picks the granted root it lies below and the path beneath that
 //! root ([`require_path`], a denial when there is none); then the path beneath is opened through
 //! the root's directory handle, held by the grant since it was made, with `cap-std`, which
 //! resolves it component by component beneath the handle (`openat2` with `RESOLVE_BENEATH` on
@@ -18,6 +19,7 @@
 //! runs, all end in a refusal ([`deny_escape`]), never in a file outside.
 //!
 //! [`Grant::read_root`]: crate::capability::Grant::read_root
+//! [`ResourceHost`]: crate::resource::ResourceHost
 
 use std::io::{self, Read};
 use std::path::Path;
@@ -25,8 +27,7 @@ use std::path::Path;
 use cap_std::fs::{Dir, OpenOptions};
 use mlua::{Lua, Table, Value};
 
-use crate::principal::capability::lexical_absolute;
-use crate::principal::capability::{deny_escape, require_path, CapabilityError};
+use crate::principal::capability::{deny_escape, require_path, resolve_path, CapabilityError};
 use crate::vm::{a_type, source_written};
 
 /// Registry key of the module table `require("@skein/fs")` answers.
@@ -106,7 +107,7 @@ fn beneath<T>(
     write: bool,
     op: impl Fn(&Dir, &Path) -> io::Result<T>,
 ) -> mlua::Result<T> {
-    let absolute = lexical_absolute(Path::new(path))
+    let absolute = resolve_path(Path::new(path))
         .map_err(|e| failed(func, path, format!("the current directory is unknown: {e}")))?;
     let below = require_path(write, &absolute).map_err(|e| failed(func, path, e))?;
     let mut escaped = Vec::new();
@@ -185,7 +186,7 @@ fn write_file(_: &Lua, (path, data): (Value, Value)) -> mlua::Result<()> {
         io::Write::write_all(&mut file, &bytes)
     })?;
     // The file may be a module: dispatches made from now on run its new text.
-    if let Ok(absolute) = lexical_absolute(Path::new(&path)) {
+    if let Ok(absolute) = resolve_path(Path::new(&path)) {
         source_written(&absolute);
     }
     Ok(())

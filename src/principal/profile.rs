@@ -82,6 +82,12 @@ pub enum ProfileKind {
     /// A capability check was denied (an instant), on the thread that asked; the name is the
     /// capability.
     Denial,
+    /// One run of the engine VM's Luau on the engine thread, from a resume to the task's next
+    /// yield or its end: a main script's, a handler's, a task's or a timer's. Named for what it
+    /// runs for (`script main.luau`) and attributed to the authority it ran under. A handler's
+    /// first run is inside its [`ContextCall`](Self::ContextCall); a run that resumes another
+    /// task holds that task's run.
+    EngineRun,
 }
 
 /// One measured cost of a domain.

@@ -526,12 +526,23 @@ impl ResourceHost {
     }
 
     /// What the manifest asks, within the ceiling: the capabilities it lists and its roots
-    /// below its folder, each of which must lie below a root the ceiling holds.
+    /// below its folder, each of which must lie below a root the ceiling holds. Its relative
+    /// `@skein/fs` paths resolve from its folder, as its roots do, wherever the host runs.
     fn grant_for(&self, resource: &Resource) -> Result<Grant> {
         within_ceiling(&resource.name, &resource.manifest, &self.ceiling)?;
         let name = &resource.name;
         let asked = CapabilitySet::from_iter(resource.manifest.allow.iter().cloned());
-        let mut grant = RootAuthority::new().grant(asked);
+        // Canonical, as the roots are, so a relative path names a root by the same path.
+        let folder = resource.folder.canonicalize().map_err(|e| {
+            refused(
+                ResourceRefusal::Script,
+                format!(
+                    "start: resource '{name}': cannot open its folder {}: {e}",
+                    resource.folder.display()
+                ),
+            )
+        })?;
+        let mut grant = RootAuthority::new().grant(asked).with_working_dir(folder);
         let roots = [
             (&resource.manifest.read, self.ceiling.read_roots(), "read"),
             (

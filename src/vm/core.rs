@@ -25,6 +25,7 @@ use super::scheduler::{self, Resume, Scheduler, SchedulerVm, TaskId};
 use super::signal_waits::SignalKind;
 use super::task_library::{self, POOL_PROMISES};
 use crate::principal::capability::Authority;
+use crate::principal::profile::ProfileSink;
 use crate::value::Message;
 
 /// Where a VM sends failures of tasks that have no one awaiting them.
@@ -46,6 +47,12 @@ pub(crate) struct VmCore {
     /// worker's VM has its principal's, set when the generation ends. Set once, after the VM
     /// is built.
     halt: OnceCell<Arc<budget::CancelToken>>,
+    /// Where each run of this VM's tasks goes as a [`ProfileKind::EngineRun`] span: set for a
+    /// profiled domain's engine VM only (a pool item and an actor call have events of their
+    /// own). Set once, after the VM is built.
+    ///
+    /// [`ProfileKind::EngineRun`]: crate::profile::ProfileKind::EngineRun
+    profile: OnceCell<Arc<dyn ProfileSink>>,
     /// The owner whose root task [`Vm::call`] is running for its first run, and its result once
     /// it ends there: the end is handed back to the caller instead of a completion.
     catching: RefCell<Option<Catch>>,
@@ -138,6 +145,7 @@ impl Vm {
             )),
             authority: std::cell::OnceCell::new(),
             halt: OnceCell::new(),
+            profile: OnceCell::new(),
             catching: RefCell::new(None),
             last_rejection: RefCell::new(None),
             memory,
@@ -217,6 +225,12 @@ impl Vm {
     /// one principal for its whole life, so it is set once; a second call changes nothing.
     pub(crate) fn set_authority(&self, authority: Arc<Authority>) {
         let _ = self.core.authority.set(authority);
+    }
+
+    /// Sets the sink each run of the VM's tasks is profiled to, as an engine VM's runs are. Set
+    /// once; a second call changes nothing.
+    pub(crate) fn set_profile(&self, sink: Arc<dyn ProfileSink>) {
+        let _ = self.core.profile.set(sink);
     }
 
     /// Sets the token that stops every run of the VM once it is set, whichever job the run
@@ -555,6 +569,10 @@ impl SchedulerVm for VmCore {
 
     fn halt(&self) -> Option<&budget::CancelToken> {
         self.halt.get().map(|t| &**t)
+    }
+
+    fn profile(&self) -> Option<&Arc<dyn ProfileSink>> {
+        self.profile.get()
     }
 
     fn raised_text(&self, lua: &Lua, thread: &Thread, message: &str) -> Option<String> {

@@ -33,6 +33,7 @@ use super::out_of_memory::is_memory_error;
 use super::owner::{Owner, TaskFailure};
 use super::signal_waits::{SignalKind, SignalWaits, Waiter, MAX_SIGNAL_WAITERS};
 use crate::principal::capability::{self, Authority};
+use crate::principal::profile::{self, ProfileKind, ProfileSink};
 use crate::value::{ExactValues, Message};
 
 /// Identifies a task within its VM.
@@ -687,6 +688,8 @@ pub(crate) trait SchedulerVm {
     fn authority(&self) -> Option<&Arc<Authority>>;
     /// The token that stops every run of the VM once set (a pool worker VM's principal's).
     fn halt(&self) -> Option<&CancelToken>;
+    /// Where each run of a task goes as a span, if anywhere (a profiled engine VM's sink).
+    fn profile(&self) -> Option<&Arc<dyn ProfileSink>>;
 }
 
 /// Runs one step: the timers due now, the deferred batch, then the ready queue, each task once.
@@ -775,9 +778,13 @@ fn resume_and_file<V: SchedulerVm>(vm: &V, lua: &Lua, id: TaskId, resume: Resume
         }
     }
     let args = vm.resume_values(lua, resume);
+    let profiled = vm.profile().map(|sink| (sink, Instant::now()));
     let (result, stopped) = run_guarded(vm, lua, &owner, liveness.as_deref(), || {
         resume_with(lua, &thread, args)
     });
+    if let Some((sink, started)) = profiled {
+        profile_run(vm, &**sink, &owner, started);
+    }
     vm.scheduler().borrow_mut().running.pop();
     match result {
         Err(panic) => {
@@ -791,6 +798,23 @@ fn resume_and_file<V: SchedulerVm>(vm: &V, lua: &Lua, id: TaskId, resume: Resume
         Ok(Ok(None)) => stays_suspended(vm, id),
         // Returned: the coroutine is finished, so it can run the next root task.
         Ok(Ok(Some(values))) => finish(vm, lua, id, &owner, Ok(values), true),
+    }
+}
+
+/// Sends the run of `owner`'s task that began at `started` and ended now to `sink`, attributed
+/// to the authority it ran under (its owner's, or the VM's).
+fn profile_run<V: SchedulerVm>(vm: &V, sink: &dyn ProfileSink, owner: &Owner, started: Instant) {
+    if let Some(authority) = owner.authority.as_ref().or_else(|| vm.authority()) {
+        let attribution = authority.attribution().clone();
+        let name = owner.identity.to_string();
+        profile::emit(
+            sink,
+            ProfileKind::EngineRun,
+            attribution,
+            name,
+            started,
+            None,
+        );
     }
 }
 

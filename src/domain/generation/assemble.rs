@@ -133,6 +133,9 @@ pub(crate) fn engine_vm(
     })
     .map_err(|e| Error::Vm(vm::error_message(&e)))?;
     vm.set_authority(principal.authority.clone());
+    if let Some(sink) = &principal.profile {
+        vm.set_profile(sink.clone());
+    }
     Ok(vm)
 }
 

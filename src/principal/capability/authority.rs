@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::grant::{Grant, Root, FILESYSTEM_READ, FILESYSTEM_WRITE};
+use super::grant::{lexical_absolute_in, Grant, Root, FILESYSTEM_READ, FILESYSTEM_WRITE};
 use super::id::{validate, CapabilityId, InvalidCapability};
 use super::set::CapabilitySet;
 pub use crate::principal::diagnostic::Attribution;
@@ -440,6 +440,19 @@ pub(crate) fn require_path(
         }
         below.sort_by_key(|(_, rel)| rel.components().count());
         Ok(below)
+    })
+}
+
+/// `path` as an `@skein/fs` call names it, made absolute (`..` taken off by name) from the
+/// working folder of the running task's grant ([`Grant::with_working_dir`]), else from the
+/// process's current directory.
+///
+/// # Errors
+/// The current directory cannot be read (a relative `path` with no working folder needs it).
+pub(crate) fn resolve_path(path: &Path) -> std::io::Result<PathBuf> {
+    with_current(|authority| {
+        let base = authority.and_then(|a| a.grant.working_dir());
+        lexical_absolute_in(base, path)
     })
 }
 

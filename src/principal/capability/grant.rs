@@ -45,6 +45,7 @@ impl RootAuthority {
             write_roots: Vec::new(),
             read_dirs: Vec::new(),
             write_dirs: Vec::new(),
+            working_dir: None,
         }
     }
 }
@@ -75,6 +76,10 @@ pub struct Grant {
     /// every path beneath one of these handles.
     read_dirs: Vec<Root>,
     write_dirs: Vec<Root>,
+    /// The absolute folder a relative `@skein/fs` path resolves from, when it is not the
+    /// process's current directory: a resource's folder. Only a name to pick the root by: the
+    /// file is still opened beneath the root's handle.
+    working_dir: Option<PathBuf>,
 }
 
 /// A granted directory, opened when it was granted: its canonical path, the absolute path the
@@ -149,8 +154,19 @@ impl fmt::Debug for Root {
 /// # Errors
 /// The current directory cannot be read (a relative `path` needs it).
 pub(crate) fn lexical_absolute(path: &Path) -> std::io::Result<PathBuf> {
+    lexical_absolute_in(None, path)
+}
+
+/// [`lexical_absolute`] against `base` (an absolute folder) when it is given, else against the
+/// current directory.
+///
+/// # Errors
+/// No `base` and the current directory cannot be read (a relative `path` needs it).
+pub(crate) fn lexical_absolute_in(base: Option<&Path>, path: &Path) -> std::io::Result<PathBuf> {
     let mut out = if path.is_absolute() {
         PathBuf::new()
+    } else if let Some(base) = base {
+        base.to_path_buf()
     } else {
         std::env::current_dir()?
     };
@@ -180,6 +196,20 @@ impl Grant {
     /// The canonical directories `filesystem.write` reaches.
     pub fn write_roots(&self) -> &[PathBuf] {
         &self.write_roots
+    }
+
+    /// The folder relative `@skein/fs` paths resolve from, when it is not the process's
+    /// current directory.
+    pub(crate) fn working_dir(&self) -> Option<&Path> {
+        self.working_dir.as_deref()
+    }
+
+    /// Relative `@skein/fs` paths resolve from `dir` (absolute, canonical), not from the
+    /// process's current directory; grants narrowed from this one keep it. What a path may
+    /// reach is still only below the roots.
+    pub(crate) fn with_working_dir(mut self, dir: PathBuf) -> Grant {
+        self.working_dir = Some(dir);
+        self
     }
 
     /// The opened roots `filesystem.write` (when `write`) or `filesystem.read` reaches.
@@ -217,6 +247,7 @@ impl Grant {
             write_roots: keep(write, &self.write_roots),
             read_dirs: keep(read, &self.read_dirs),
             write_dirs: keep(write, &self.write_dirs),
+            working_dir: self.working_dir.clone(),
             capabilities,
         })
     }

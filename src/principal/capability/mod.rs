@@ -13,11 +13,10 @@ mod id;
 mod set;
 
 pub(crate) use authority::{
-    current_arc, current_or, deny_escape, install, lacking, require_path, Authority, DenialLog,
-    Installed,
+    current_arc, current_or, deny_escape, install, lacking, require_path, resolve_path, Authority,
+    DenialLog, Installed,
 };
 pub use authority::{require_capability, Attribution, CapabilityDenied, CapabilityError};
-pub(crate) use grant::lexical_absolute;
 pub use grant::{Grant, RootAuthority, FILESYSTEM_READ, FILESYSTEM_WRITE};
 pub use id::{CapabilityId, InvalidCapability};
 pub use set::{CapabilitySet, OverDelegation};
