@@ -1443,6 +1443,35 @@ print("after", jobs.dispatch("./m", "echo", 41):await() + 1)
         .stdout_has("after\t42");
 }
 
+/// `jobs.shared.atomic`'s function filling the VM: the caller's `pcall` gets the out-of-memory
+/// text by the raw path (a number at the key) and by the `mlua` path (a string) alike, the key
+/// keeps its value, and the VM goes on once the function's garbage is let go.
+#[test]
+fn an_atomic_function_that_fills_the_vm_raises_out_of_memory_by_either_path() {
+    let tree = Tree::new(&[(
+        "main.luau",
+        r#"
+local t = jobs.shared.table("t")
+t.n = 1
+t.s = "x"
+for _, k in { "n", "s" } do
+    local hold = {}
+    local ok, err = pcall(jobs.shared.atomic, t, k, function(v)
+        while true do hold[#hold + 1] = string.rep("x", 2 ^ 20) .. #hold end
+    end)
+    hold = nil
+    print(k, ok, err)
+end
+print("after", t.n, t.s, jobs.shared.atomic(t, "n", function(v) return v + 1 end))
+"#,
+    )]);
+    hostile_run(&tree.path(), &["main.luau"])
+        .exited(0)
+        .stdout_has("n\tfalse\tout of memory: the VM reached its memory limit\n")
+        .stdout_has("s\tfalse\tout of memory: the VM reached its memory limit\n")
+        .stdout_has("after\t1\tx\t2\n");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Class 8: errors and exit codes a user relies on.
 // ---------------------------------------------------------------------------------------------

@@ -1633,11 +1633,11 @@ fn a_handle_is_told_apart_from_every_other_userdata() {
     }
 }
 
-/// `atomic`'s function raises: the caller gets the error value as the function raised it (a
-/// table stays that table), and the key keeps its value; the same for a key holding a string,
-/// which `atomic` reads by another path.
+/// `atomic`'s function raises: the caller gets the error's text and the traceback of where it
+/// was raised, whether the key holds a number (the raw path) or a string (the `mlua` path), and
+/// the key keeps its value.
 #[test]
-fn atomic_raises_the_functions_own_error_value_and_changes_nothing() {
+fn atomic_raises_the_functions_error_alike_by_either_path_and_changes_nothing() {
     let (_tree, _pool, domain) = setup();
     let out = eval(
         &domain,
@@ -1645,12 +1645,17 @@ fn atomic_raises_the_functions_own_error_value_and_changes_nothing() {
         local t = jobs.shared.table("own")
         t.n = 5
         t.s = "a"
-        local why = { code = 7 }
-        local ok, err = pcall(jobs.shared.atomic, t, "n", function() error(why) end)
-        assert(not ok and err == why, tostring(err))
+        local function inner() error("boom") end
+        local said = {}
+        for _, k in { "n", "s" } do
+            local ok, err = pcall(jobs.shared.atomic, t, k, function() inner() end)
+            assert(not ok and type(err) == "string")
+            assert(string.find(err, "boom", 1, true), err)
+            assert(string.find(err, "in function 'inner'", 1, true), err)
+            local ok2, err2 = pcall(jobs.shared.atomic, t, k, function() error({ code = 7 }) end)
+            assert(not ok2 and string.find(err2, "^table: "), err2)
+        end
         assert(jobs.shared.atomic(t, "s", function(s) return s .. "b" end) == "ab")
-        local ok2, err2 = pcall(jobs.shared.atomic, t, "s", function() error(why) end)
-        assert(not ok2)
         return `{t.n} {t.s}`
     "#,
     );

@@ -137,9 +137,8 @@ pub(super) fn pop_function(
         // SAFETY: one VM runs on one thread; the raw pop parked the value just before calling.
         Ok(unsafe { (*held.stash.get()).take() }.unwrap_or(Message::Nil))
     })?;
-    lua.set_app_data(context);
     // SAFETY: pushes the upvalues and the closure inside exec_raw's protected call; the context
-    // lives as long as the VM (its app data holds it).
+    // lives as long as the raw function, whose upvalue 3 (`build`) holds it.
     unsafe {
         lua.exec_raw::<Function>((slow, build), |state| {
             ffi::lua_pushlightuserdata(state, pointer);
@@ -178,7 +177,8 @@ unsafe extern "C-unwind" fn raw_pop(state: *mut ffi::lua_State) -> c_int {
                 _ => false,
             }
         }));
-        if !matches!(taken, Ok(true)) {
+        // A panic's payload is dropped here, before any Luau call.
+        if !taken.unwrap_or(false) {
             return call_slow(state);
         }
         let stash = context.stash.get();

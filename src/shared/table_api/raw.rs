@@ -84,14 +84,22 @@ pub(super) struct RawFunctions {
     pub(super) atomic: Function,
 }
 
-/// Gives the VM the handle metatable and destructor, and makes the raw functions. Runs once per
-/// VM, before the first handle is made.
+/// Gives the VM the handle metatable and destructor, and makes the raw functions. Runs before
+/// the first handle is made; a second run (the first failed partway, out of memory) keeps the
+/// VM's context and the tag's metatable from the first, so no function already made is left
+/// pointing at a context that was dropped.
 pub(super) fn install(lua: &Lua, slow: SlowPaths) -> mlua::Result<RawFunctions> {
-    let context = Rc::new(RawTables {
-        stash: UnsafeCell::new(None),
-    });
+    let context = match lua.app_data_ref::<Rc<RawTables>>() {
+        Some(context) => context.clone(),
+        None => {
+            let context = Rc::new(RawTables {
+                stash: UnsafeCell::new(None),
+            });
+            lua.set_app_data(context.clone());
+            context
+        }
+    };
     let pointer = Rc::as_ptr(&context).cast_mut().cast::<c_void>();
-    lua.set_app_data(context);
     let raw = |f: ffi::lua_CFunction, name: &'static CStr, upvalues: Vec<Function>| {
         // SAFETY: pushes the upvalues and the closure inside exec_raw's protected call; the
         // context lives as long as the VM (its app data holds it).
@@ -120,12 +128,17 @@ pub(super) fn install(lua: &Lua, slow: SlowPaths) -> mlua::Result<RawFunctions> 
     meta.raw_set("__tostring", slow.tostring)?;
     meta.raw_set("__eq", slow.eq)?;
     meta.set_readonly(true);
-    // SAFETY: the metatable is the one argument; the tag's metatable is set once per VM (the
-    // caller runs once), and the destructor only drops the slot. The maker is a plain C function
+    // SAFETY: the metatable is the one argument; the tag's metatable is set once per VM (only
+    // while it has none), and the destructor only drops the slot. The maker is a plain C function
     // kept in the registry under `MAKER`'s address.
     unsafe {
         lua.exec_raw::<()>(&meta, |state| {
-            ffi::lua_setuserdatametatable(state, TAG);
+            ffi::lua_getuserdatametatable(state, TAG);
+            let unset = ffi::lua_isnil(state, -1) != 0;
+            ffi::lua_settop(state, -2);
+            if unset {
+                ffi::lua_setuserdatametatable(state, TAG);
+            }
             ffi::lua_setuserdatadtor(state, TAG, Some(drop_handle));
             ffi::lua_pushcclosurek(state, make_handle, c"SharedTable".as_ptr(), 0, None);
             ffi::lua_rawsetp(state, ffi::LUA_REGISTRYINDEX, (&raw const MAKER).cast());
@@ -133,7 +146,11 @@ pub(super) fn install(lua: &Lua, slow: SlowPaths) -> mlua::Result<RawFunctions> 
     }
     Ok(RawFunctions {
         add: raw(raw_add, c"add", vec![slow.add])?,
-        atomic: raw(raw_atomic, c"atomic", vec![slow.atomic, slow.raise])?,
+        atomic: raw(
+            raw_atomic,
+            c"atomic",
+            vec![slow.atomic, slow.raise, handler(lua)?],
+        )?,
     })
 }
 
@@ -318,7 +335,8 @@ unsafe fn stored_at(state: *mut ffi::lua_State, idx: c_int) -> Option<Stored> {
             ffi::LUA_TSTRING => {
                 let mut len = 0usize;
                 let ptr = ffi::lua_tolstring(state, idx, &mut len);
-                if len > Limits::MAX_MESSAGE_BYTES {
+                // The reader's weight of a string: over the bound, it refuses it.
+                if len.saturating_add(Limits::NODE_WEIGHT) > Limits::MAX_MESSAGE_BYTES {
                     return None;
                 }
                 Stored::Str(ptr.cast(), len)
@@ -348,7 +366,8 @@ unsafe extern "C-unwind" fn raw_index(state: *mut ffi::lua_State) -> c_int {
             }
             Err(_) => false,
         }));
-        if !matches!(found, Ok(true)) {
+        // A panic's payload is dropped here, before any Luau call.
+        if !found.unwrap_or(false) {
             return call_slow(state);
         }
         context.push_parked(state);
@@ -378,7 +397,7 @@ unsafe extern "C-unwind" fn raw_newindex(state: *mut ffi::lua_State) -> c_int {
             });
             (*handle).set(&key, &value).is_ok()
         }));
-        if !matches!(written, Ok(true)) {
+        if !written.unwrap_or(false) {
             return call_slow(state);
         }
         0
@@ -399,7 +418,7 @@ unsafe extern "C-unwind" fn raw_len(state: *mut ffi::lua_State) -> c_int {
         let border = catch_unwind(AssertUnwindSafe(|| {
             (*handle).with_node(|node| node.border as f64).ok()
         }));
-        let Ok(Some(border)) = border else {
+        let Some(border) = border.ok().flatten() else {
             return call_slow(state);
         };
         ffi::lua_pushnumber(state, border);
@@ -435,7 +454,7 @@ unsafe extern "C-unwind" fn raw_add(state: *mut ffi::lua_State) -> c_int {
             context.park(Out::Data(entry_message(&sum)));
             Some(())
         }));
-        if !matches!(summed, Ok(Some(()))) {
+        if summed.ok().flatten().is_none() {
             return call_slow(state);
         }
         context.push_parked(state);
@@ -449,14 +468,21 @@ enum Ending {
     Stored,
     /// Hand the call over: the script's function has not run.
     Slow,
-    /// The script's function raised: its error is on top of the stack, to raise again.
+    /// The script's function raised an `mlua` error (a userdata): it is on top of the stack, to
+    /// raise again as it is.
     Raised,
+    /// The script's function raised anything else: its text with the traceback of where it was
+    /// raised is on top, to raise through upvalue 3 as a runtime error (or, after `LUA_ERRMEM`,
+    /// a memory error), as `mlua` raises an error its call of a function met.
+    RaisedText { memory: bool },
     /// A refusal of `atomic`'s own, parked as its text, to raise through upvalue 3.
     Refused,
 }
 
-/// `jobs.shared.atomic(t, key, fn)`. The script's function is called with `lua_pcall`, so every
-/// error it raises is caught and raised again as it was once the Rust frames are done. It is
+/// `jobs.shared.atomic(t, key, fn)`. The script's function is called with `lua_pcall` and
+/// [`error_text`] as its message handler, so every error it raises is caught, made what the
+/// `mlua` path makes of it (its text and the traceback of where it was raised), and raised once
+/// the Rust frames are done. It is
 /// called with the current value only while that is a scalar (a string or a table would need an
 /// allocation outside the protected call): meeting another before the first call hands the call
 /// over; meeting one on a retry (another thread changed the key's type meanwhile) stops there
@@ -473,11 +499,12 @@ unsafe extern "C-unwind" fn raw_atomic(state: *mut ffi::lua_State) -> c_int {
         if handle.is_null()
             || ffi::lua_gettop(state) != 3
             || ffi::lua_type(state, 3) != ffi::LUA_TFUNCTION
-            || ffi::lua_checkstack(state, Reader::STACK_NEEDED + 2) == 0
+            || ffi::lua_checkstack(state, Reader::STACK_NEEDED + 3) == 0
         {
             return call_slow(state);
         }
         let key = KeyArg::from_raw(state, 2);
+        ffi::lua_pushvalue(state, ffi::lua_upvalueindex(4));
         let ending = catch_unwind(AssertUnwindSafe(|| {
             run_atomic(state, context, &*handle, &key)
         }))
@@ -487,8 +514,18 @@ unsafe extern "C-unwind" fn raw_atomic(state: *mut ffi::lua_State) -> c_int {
                 context.push_parked(state);
                 1
             }
-            Ending::Slow => call_slow(state),
+            Ending::Slow => {
+                ffi::lua_settop(state, 3);
+                call_slow(state)
+            }
             Ending::Raised => ffi::lua_error(state),
+            Ending::RaisedText { memory } => {
+                ffi::lua_pushvalue(state, ffi::lua_upvalueindex(3));
+                ffi::lua_insert(state, -2);
+                ffi::lua_pushboolean(state, c_int::from(memory));
+                ffi::lua_call(state, 2, 0);
+                0
+            }
             Ending::Refused => {
                 ffi::lua_pushvalue(state, ffi::lua_upvalueindex(3));
                 context.push_parked(state);
@@ -513,8 +550,9 @@ unsafe fn run_atomic(
     let (Ok(table), Ok(key)) = (handle.live(), key.key(String::new)) else {
         return Ending::Slow;
     };
+    // The message handler sits at `top`; the function and its argument go above it.
     let top = ffi_top(state);
-    let mut raised = false;
+    let mut raised = None;
     let mut handed_over = false;
     let at = || handle.key_location(&key);
     let result = table.atomic_entry(&key, &mut |current| {
@@ -537,10 +575,10 @@ unsafe fn run_atomic(
             ffi::lua_settop(state, top);
             ffi::lua_pushvalue(state, 3);
             push_scalar(state, &current);
-            ffi::lua_pcall(state, 1, 1, 0)
+            ffi::lua_pcall(state, 1, 1, top)
         };
         if status != ffi::LUA_OK {
-            raised = true;
+            raised = Some(status);
             return Err(handover());
         }
         // SAFETY: the result is on top; the reader needs the room reserved at the start.
@@ -557,7 +595,7 @@ unsafe fn run_atomic(
         // A yield inside the function: refused with `atomic`'s own text, as the slow path
         // refuses it.
         // SAFETY: the error is on top, where `lua_pcall` left it.
-        Err(_) if raised && unsafe { yielded(state) } => {
+        Err(_) if raised.is_some() && unsafe { yielded(state) } => {
             // SAFETY: drops the error.
             unsafe { ffi::lua_settop(state, top) };
             context.park(Out::Data(Message::String(Bytes::from(atomic_yielded(
@@ -565,8 +603,13 @@ unsafe fn run_atomic(
             )))));
             Ending::Refused
         }
-        // Any other error stays on top, to raise again as the function raised it.
-        Err(_) if raised => Ending::Raised,
+        // Any other error stays on top, to raise again.
+        Err(_) if raised == Some(ffi::LUA_ERRMEM) => Ending::RaisedText { memory: true },
+        // SAFETY: the error is on top.
+        Err(_) if raised.is_some() && unsafe { ffi::lua_type(state, -1) } == ffi::LUA_TUSERDATA => {
+            Ending::Raised
+        }
+        Err(_) if raised.is_some() => Ending::RaisedText { memory: false },
         Err(_) if handed_over => Ending::Slow,
         Err(e) => {
             let text = match refused_by("jobs.shared.atomic", e) {
@@ -576,6 +619,57 @@ unsafe fn run_atomic(
             context.park(Out::Data(Message::String(Bytes::from(text))));
             Ending::Refused
         }
+    }
+}
+
+/// [`error_text`] as a function, upvalue 4 of the raw `atomic`.
+fn handler(lua: &Lua) -> mlua::Result<Function> {
+    // SAFETY: pushes one C function inside exec_raw's protected call.
+    unsafe {
+        lua.exec_raw::<Function>((), |state| {
+            ffi::lua_pushcclosurek(state, error_text, std::ptr::null(), 0, None);
+        })
+    }
+}
+
+/// The message handler of `atomic`'s call of the script's function, doing what `mlua`'s does
+/// for its calls: a userdata error (an `mlua` error from a nested callback) stays as it is; any
+/// other value becomes its text followed by the traceback of where it was raised. Luau's
+/// out-of-memory error is left alone, since making text then would need memory.
+///
+/// # Safety
+/// Called by Luau only, as a message handler, with the error on top.
+unsafe extern "C-unwind" fn error_text(state: *mut ffi::lua_State) -> c_int {
+    // SAFETY: as documented; the text is made only after the stack has room for it.
+    unsafe {
+        if ffi::lua_type(state, -1) == ffi::LUA_TUSERDATA || out_of_memory(state) {
+            return 1;
+        }
+        if ffi::lua_checkstack(state, 2) == 0 {
+            return 1;
+        }
+        let text = ffi::luaL_tolstring(state, -1, std::ptr::null_mut());
+        if ffi::lua_checkstack(state, ffi::LUA_TRACEBACK_STACK) != 0 {
+            ffi::luaL_traceback(state, state, text, 0);
+            ffi::lua_remove(state, -2);
+        }
+    }
+    1
+}
+
+/// Whether the value on top is Luau's out-of-memory error, its bare text.
+///
+/// # Safety
+/// `state` has a value on top.
+unsafe fn out_of_memory(state: *mut ffi::lua_State) -> bool {
+    // SAFETY: the caller's contract; a string is read in place.
+    unsafe {
+        if ffi::lua_type(state, -1) != ffi::LUA_TSTRING {
+            return false;
+        }
+        let mut len = 0usize;
+        let text = ffi::lua_tolstring(state, -1, &mut len);
+        std::slice::from_raw_parts(text.cast::<u8>(), len) == b"not enough memory"
     }
 }
 
@@ -638,7 +732,14 @@ unsafe fn result_at(state: *mut ffi::lua_State, idx: c_int) -> ValueArg {
 /// The function upvalue 3 of the raw `atomic` holds: raises its argument as a runtime error,
 /// the form every refusal of `atomic` takes.
 pub(super) fn raiser(lua: &Lua) -> mlua::Result<Function> {
-    lua.create_function(|_, text: mlua::LuaString| -> mlua::Result<()> {
-        Err(mlua::Error::runtime(text.to_string_lossy()))
-    })
+    lua.create_function(
+        |_, (text, memory): (mlua::LuaString, Option<bool>)| -> mlua::Result<()> {
+            let text = text.to_string_lossy();
+            Err(if memory == Some(true) {
+                mlua::Error::MemoryError(text)
+            } else {
+                mlua::Error::runtime(text)
+            })
+        },
+    )
 }
