@@ -657,20 +657,30 @@ unsafe extern "C-unwind" fn error_text(state: *mut ffi::lua_State) -> c_int {
     1
 }
 
+/// The string on top, read in place (nothing is converted), or `None` for any other value. The
+/// bytes live while the value stays on the stack.
+///
+/// # Safety
+/// `state` has a value on top.
+unsafe fn string_on_top<'a>(state: *mut ffi::lua_State) -> Option<&'a [u8]> {
+    // SAFETY: the caller's contract; Luau does not move a string while a slot holds it.
+    unsafe {
+        if ffi::lua_type(state, -1) != ffi::LUA_TSTRING {
+            return None;
+        }
+        let mut len = 0usize;
+        let text = ffi::lua_tolstring(state, -1, &mut len);
+        Some(std::slice::from_raw_parts(text.cast::<u8>(), len))
+    }
+}
+
 /// Whether the value on top is Luau's out-of-memory error, its bare text.
 ///
 /// # Safety
 /// `state` has a value on top.
 unsafe fn out_of_memory(state: *mut ffi::lua_State) -> bool {
-    // SAFETY: the caller's contract; a string is read in place.
-    unsafe {
-        if ffi::lua_type(state, -1) != ffi::LUA_TSTRING {
-            return false;
-        }
-        let mut len = 0usize;
-        let text = ffi::lua_tolstring(state, -1, &mut len);
-        std::slice::from_raw_parts(text.cast::<u8>(), len) == b"not enough memory"
-    }
+    // SAFETY: the caller's contract.
+    unsafe { string_on_top(state) == Some(b"not enough memory".as_slice()) }
 }
 
 /// Whether the error on top is Luau's refusal of a yield across the protected call.
@@ -678,16 +688,9 @@ unsafe fn out_of_memory(state: *mut ffi::lua_State) -> bool {
 /// # Safety
 /// `state` has a value on top.
 unsafe fn yielded(state: *mut ffi::lua_State) -> bool {
-    // SAFETY: the caller's contract; a string is read in place, nothing is converted.
-    unsafe {
-        if ffi::lua_type(state, -1) != ffi::LUA_TSTRING {
-            return false;
-        }
-        let mut len = 0usize;
-        let text = ffi::lua_tolstring(state, -1, &mut len);
-        let text = std::slice::from_raw_parts(text.cast::<u8>(), len);
-        text.windows(YIELD_ACROSS.len()).any(|w| w == YIELD_ACROSS)
-    }
+    // SAFETY: the caller's contract.
+    unsafe { string_on_top(state) }
+        .is_some_and(|text| text.windows(YIELD_ACROSS.len()).any(|w| w == YIELD_ACROSS))
 }
 
 /// What Luau says when a function called through a C call yields.
