@@ -12,14 +12,16 @@
 //! producer ends with one stop marker and each consumer stops at the first it pops, so every
 //! item is consumed without a shared counter. Ratios of the medians are printed at the end.
 //!
-//! With the arguments `count fill N` or `count pop N` it is instead a driver for counting
+//! With the arguments `count fill N`, `count pop N` or `count push N` it is instead a driver for counting
 //! instructions, not a benchmark: the host pushes N integers into a queue of 65,536 slots, and
 //! with `pop` the engine VM then pops them in a Luau loop (`s += q:pop()`, each value ready: the
 //! fast path). Run each under callgrind at two counts; `pop` minus `fill`, differenced and divided,
-//! is what one Luau pop costs, its loop's bytecode included:
+//! is what one Luau pop costs, its loop's bytecode included. With `count push N` the engine VM
+//! pushes N integers in a Luau loop (`q:push(i)`, a slot always free); differenced and divided,
+//! that is one Luau push with its loop:
 //!
 //! ```text
-//! for mode in fill pop; do for n in 10000 20000; do
+//! for mode in fill pop push; do for n in 10000 20000; do
 //!     valgrind --tool=callgrind --separate-threads=yes \
 //!         --callgrind-out-file=cg.$mode.$n.%p target/release/deps/shared_queue-* count $mode $n
 //! done; done
@@ -325,11 +327,21 @@ fn queues(c: &mut Criterion) {
 
 criterion_group!(benches, queues);
 
-/// `count fill N` / `count pop N`: see the module's docs.
+/// `count fill N` / `count pop N` / `count push N`: see the module's docs.
 fn count(mode: &str, n: usize) {
     let pool = Pool::new(1);
     let domain = ScriptDomain::new(&pool, DomainSpec::new("count")).expect("domain");
     let queue = domain.shared().queue("cost", 65_536).expect("queue");
+    if mode == "push" {
+        domain
+            .eval(&format!(
+                r#"local q = jobs.shared.queue("cost")
+                for i = 1, {n} do q:push(i) end"#
+            ))
+            .expect("pushes");
+        assert_eq!(queue.len(), n);
+        return;
+    }
     for i in 0..n {
         queue.push(Message::Number(i as f64)).expect("push");
     }

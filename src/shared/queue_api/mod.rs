@@ -206,24 +206,23 @@ impl QueueHandle {
 }
 
 /// The methods every queue handle of a VM shares: the Luau `pop` and `popMany` (which may wait;
-/// a Rust callback cannot yield) and the Rust `push`, `tryPop`, `len` and `close`. Each takes
-/// `self` as an argument of its own, so `q.push(1)` is refused naming the method and its `self`.
+/// a Rust callback cannot yield), the raw `push` and the Rust `tryPop`, `len` and `close`. Each
+/// takes `self` as an argument of its own, so `q.push(1)` is refused naming the method and its
+/// `self`.
 fn methods(lua: &Lua, pop: Function, pop_many: Function) -> mlua::Result<Table> {
     let methods = lua.create_table()?;
     methods.raw_set("pop", pop)?;
     methods.raw_set("popMany", pop_many)?;
-    methods.raw_set(
-        "push",
-        lua.create_function(|_, (this, value): (QueueSelf, MessageArg)| {
-            let this = this.handle("push")?;
-            let message = value
-                .0
-                .map_err(|e| mlua::Error::runtime(format!("SharedQueue:push: {e}")))?;
-            this.0
-                .push(message)
-                .map_err(|e| mlua::Error::runtime(e.to_string()))
-        })?,
-    )?;
+    let slow_push = lua.create_function(|_, (this, value): (QueueSelf, MessageArg)| {
+        let this = this.handle("push")?;
+        let message = value
+            .0
+            .map_err(|e| mlua::Error::runtime(format!("SharedQueue:push: {e}")))?;
+        this.0
+            .push(message)
+            .map_err(|e| mlua::Error::runtime(e.to_string()))
+    })?;
+    methods.raw_set("push", raw::push_function(lua, slow_push)?)?;
     methods.raw_set(
         "tryPop",
         lua.create_function(|_, this: QueueSelf| {

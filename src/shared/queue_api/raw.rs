@@ -1,6 +1,6 @@
-//! Queue handles as userdata of Skein's own layout, and `P.pop` as a raw C function: a queue's
-//! front value taken and pushed without `mlua`'s callback machinery, which was most of what a
-//! ready `q:pop()` cost.
+//! Queue handles as userdata of Skein's own layout, and `P.pop` and `q:push` as raw C
+//! functions: a value taken from the queue's front or put at its back without `mlua`'s callback
+//! machinery, which was most of what a ready `q:pop()` or a `q:push(v)` with room cost.
 //!
 //! A handle is a Luau userdata tagged [`TAG`] whose bytes are an `Option<QueueHandle>` (`None`
 //! only between the allocation and the write that fills it), with a metatable of its own
@@ -9,7 +9,10 @@
 //!
 //! Every call the raw `pop` does not take (anything but a handle, an empty, closed or ended
 //! queue, a VM with parked pops to sweep first) is handed whole to the `mlua` primitive in
-//! upvalue 2, before anything was taken, so the second try meets the same queue.
+//! upvalue 2, before anything was taken, so the second try meets the same queue. The raw `push`
+//! does the same with every call whose push was refused or whose value the raw reader does not
+//! read (a userdata, a value past the bounds): the queue refused it, so nothing changed, and the
+//! `mlua` method raises the refusal with its text.
 //!
 //! # Safety
 //!
@@ -32,8 +35,9 @@ use super::{Poppers, QueueHandle};
 use crate::shared::queue::SharedQueue;
 use crate::shared::userdata_tag;
 use crate::sync::Arc;
+use crate::value::read::Reader;
 use crate::value::write::push_scalar;
-use crate::value::Message;
+use crate::value::{Limits, Message};
 use crate::vm::promise_handle::call_slow;
 
 /// The userdata tag of a queue handle.
@@ -194,5 +198,45 @@ unsafe extern "C-unwind" fn raw_pop(state: *mut ffi::lua_State) -> c_int {
             }
         }
         1
+    }
+}
+
+/// The raw `q:push(value)`, with `slow` (the `mlua` method) behind it.
+pub(super) fn push_function(lua: &Lua, slow: Function) -> mlua::Result<Function> {
+    // SAFETY: pushes the upvalues (nothing, and the slow path) and the closure inside
+    // exec_raw's protected call.
+    unsafe {
+        lua.exec_raw::<Function>(slow, |state| {
+            ffi::lua_pushnil(state);
+            ffi::lua_insert(state, 1);
+            ffi::lua_pushcclosurek(state, raw_push, c"push".as_ptr(), 2, None);
+        })
+    }
+}
+
+/// The raw `q:push(value)`: the value read off the stack and queued, or the call handed to the
+/// `mlua` method.
+///
+/// # Safety
+/// Called by Luau only, with the upvalues [`push_function`] set.
+unsafe extern "C-unwind" fn raw_push(state: *mut ffi::lua_State) -> c_int {
+    // SAFETY: as documented; the handle stays in slot 1, holding its queue, for the whole call.
+    unsafe {
+        let handle = held(state, 1);
+        if ffi::lua_gettop(state) != 2 || handle.is_null() {
+            return call_slow(state);
+        }
+        // A refused push hands its value back inside the error, dropped here with it, before
+        // any Luau call.
+        let pushed = catch_unwind(AssertUnwindSafe(|| {
+            match Reader::on_state(state, Limits::MAX_MESSAGE_BYTES).read_at(2) {
+                Ok(value) => (*handle).0.push(value).is_ok(),
+                Err(_) => false,
+            }
+        }));
+        if !pushed.unwrap_or(false) {
+            return call_slow(state);
+        }
+        0
     }
 }
