@@ -206,21 +206,8 @@ fn walk(lua: &Lua, handle: &Handle) -> mlua::Result<(Function, AnyUserData, Valu
         node,
         _charge: charge,
     })?;
-    Ok((walk_step(lua)?, state, Value::Nil))
-}
-
-/// The function a generic `for` over a handle calls: made on the VM's first walk, then kept in
-/// the registry.
-fn walk_step(lua: &Lua) -> mlua::Result<Function> {
-    if let Some(step) = lua.named_registry_value::<Option<Function>>(WALK_KEY)? {
-        return Ok(step);
-    }
-    let step = lua.create_function(|_, (state, key): (AnyUserData, KeyArg)| {
-        let walk = state.borrow::<Walk>()?;
-        Ok(step_after(&walk.handle, &walk.node, &key))
-    })?;
-    lua.set_named_registry_value(WALK_KEY, &step)?;
-    Ok(step)
+    let step: Function = lua.named_registry_value(WALK_KEY)?;
+    Ok((step, state, Value::Nil))
 }
 
 /// The entry after `key` (the first for nil) in `node`, as the pair Luau's `next` answers.
@@ -376,26 +363,9 @@ fn add(_: &Lua, (t, key, amount): (TableArg, KeyArg, ValueArg)) -> mlua::Result<
     Ok(Out::Data(entry_message(&sum)))
 }
 
-/// `P` of the prelude's wrappers: empty, with an `__index` that fills it with the primitives on
-/// the first read and then leaves, so a VM that never passes a userdata to a wrapped function
-/// never makes them.
-fn primitives_on_first_read(lua: &Lua) -> mlua::Result<Table> {
+/// The Rust primitives the prelude's wrappers call for a handle (`P` there).
+fn primitives(lua: &Lua) -> mlua::Result<Table> {
     let p = lua.create_table()?;
-    let meta = lua.create_table()?;
-    meta.raw_set(
-        "__index",
-        lua.create_function(|lua, (p, name): (Table, Value)| {
-            p.set_metatable(None)?;
-            add_primitives(lua, &p)?;
-            p.raw_get::<Value>(name)
-        })?,
-    )?;
-    p.set_metatable(Some(meta))?;
-    Ok(p)
-}
-
-/// Adds the Rust primitives the prelude's wrappers call for a handle to `p` (`P` there).
-fn add_primitives(lua: &Lua, p: &Table) -> mlua::Result<()> {
     p.raw_set(
         "isShared",
         lua.create_function(|_, t: TableArg| Ok(!matches!(t, TableArg::Other(_))))?,
@@ -455,7 +425,7 @@ fn add_primitives(lua: &Lua, p: &Table) -> mlua::Result<()> {
             Ok(out)
         })?,
     )?;
-    Ok(())
+    Ok(p)
 }
 
 /// The names the raw accessors' refusals give.
@@ -475,9 +445,14 @@ static TABLE_PRELUDE: Embedded = Embedded::new("=skein.shared", include_str!("pr
 /// before the sandbox makes the libraries read-only, even though the handles themselves come
 /// only from [`install`]'s functions.
 pub(crate) fn install_wrappers(lua: &Lua) -> mlua::Result<()> {
-    let globals: Table = TABLE_PRELUDE
-        .load(lua)?
-        .call(primitives_on_first_read(lua)?)?;
+    lua.set_named_registry_value(
+        WALK_KEY,
+        lua.create_function(|_, (state, key): (AnyUserData, KeyArg)| {
+            let walk = state.borrow::<Walk>()?;
+            Ok(step_after(&walk.handle, &walk.node, &key))
+        })?,
+    )?;
+    let globals: Table = TABLE_PRELUDE.load(lua)?.call(primitives(lua)?)?;
     for pair in globals.pairs::<mlua::LuaString, Function>() {
         let (name, f) = pair?;
         lua.globals().raw_set(name, f)?;
