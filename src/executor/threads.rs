@@ -52,6 +52,15 @@ pub trait WorkerLogic: Sized + 'static {
     /// logic can report it and rebuild what it must; the thread keeps serving afterwards.
     fn on_panic(&mut self, payload: Box<dyn std::any::Any + Send>, cx: &WorkerContext<'_, Self>);
 
+    /// The worker found no work through its spinning rounds and would sleep now, having done
+    /// its last work at `idle_since` (or started then): a bounded step of housekeeping that can
+    /// wait for an idle thread (the Luau worker makes the state its next VM starts from).
+    /// [`Housekeeping::Nothing`] by default.
+    fn on_idle(&mut self, idle_since: Instant, now: Instant) -> Housekeeping {
+        let _ = (idle_since, now);
+        Housekeeping::Nothing
+    }
+
     /// The executor is shutting down: drop per-thread state here, on this thread.
     fn on_shutdown(&mut self) {}
 
@@ -63,6 +72,18 @@ pub trait WorkerLogic: Sized + 'static {
     fn hold_items_until(&self) -> Option<Instant> {
         None
     }
+}
+
+/// What a [`WorkerLogic::on_idle`] step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Housekeeping {
+    /// Some work: the worker looks for items again instead of sleeping.
+    Done,
+    /// Nothing now; there is some to do once the worker is still idle at this time, so it
+    /// sleeps no later.
+    At(Instant),
+    /// Nothing to do.
+    Nothing,
 }
 
 /// What a [`WorkerLogic::poll`] step found.
@@ -295,6 +316,8 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
         // The start of the last round, while that round did work: it is counted busy up to the
         // start of the next, so a round reads the clock once, not once at each end.
         let mut busy_since: Option<Instant> = None;
+        // When the worker last did work (or started): what `on_idle` is told.
+        let mut idle_since = Instant::now();
         while !executor.shutdown.load(Ordering::Acquire) {
             let round = Instant::now();
             if let Some(since) = busy_since.take() {
@@ -331,13 +354,23 @@ impl<W: WorkerLogic> WorkerLoop<'_, W> {
 
             if progressed {
                 busy_since = Some(round);
+                idle_since = round;
                 self.idle_rounds = 0;
             } else if self.idle_rounds < SPIN_ROUNDS {
                 self.idle_rounds += 1;
                 spin(self.idle_rounds);
             } else {
                 self.idle_rounds = 0;
-                self.sleep(wake_at, hold.is_some());
+                // Housekeeping waits until the worker would sleep: an item that comes while it
+                // spins (the next of a stream) finds it free.
+                match self.guarded(logic, |logic, _| logic.on_idle(idle_since, round)) {
+                    Some(Housekeeping::Done) => {}
+                    Some(Housekeeping::At(at)) => {
+                        let at = wake_at.map_or(at, |w: Instant| w.min(at));
+                        self.sleep(Some(at), hold.is_some());
+                    }
+                    Some(Housekeeping::Nothing) | None => self.sleep(wake_at, hold.is_some()),
+                }
             }
         }
         if let Some(since) = busy_since {
@@ -783,5 +816,70 @@ mod tests {
     #[ignore = "large: run with --ignored (CI does: .ci/run)"]
     fn stress_large() {
         stress(4, 4, 250_000);
+    }
+
+    /// Housekeeping due once the worker has been idle for `after`: it records when it ran and
+    /// since when the worker was idle, then is due again only after the next item.
+    struct Tidy {
+        after: Duration,
+        due: bool,
+        done: mpsc::Sender<(Instant, Instant)>,
+    }
+
+    impl WorkerLogic for Tidy {
+        type Item = Instant;
+        type Message = ();
+
+        fn run_item(&mut self, _ran: Instant, _cx: &WorkerContext<'_, Self>) {
+            self.due = true;
+        }
+
+        fn on_message(&mut self, _msg: (), _cx: &WorkerContext<'_, Self>) {}
+
+        fn poll(&mut self, _cx: &WorkerContext<'_, Self>) -> Poll {
+            Poll::Idle { wake_at: None }
+        }
+
+        fn on_panic(&mut self, _: Box<dyn std::any::Any + Send>, _: &WorkerContext<'_, Self>) {}
+
+        fn on_idle(&mut self, idle_since: Instant, now: Instant) -> Housekeeping {
+            if !self.due {
+                return Housekeeping::Nothing;
+            }
+            if now < idle_since + self.after {
+                return Housekeeping::At(idle_since + self.after);
+            }
+            self.due = false;
+            self.done.send((idle_since, now)).unwrap();
+            Housekeeping::Done
+        }
+    }
+
+    #[test]
+    fn housekeeping_due_later_wakes_a_sleeping_worker_and_counts_idleness_from_the_last_item() {
+        let after = Duration::from_millis(20);
+        let (tx, rx) = mpsc::channel();
+        let started = Instant::now();
+        let tx = std::sync::Mutex::new(tx);
+        let executor = Executor::start(1, move |_| Tidy {
+            after,
+            due: true,
+            done: tx.lock().unwrap().clone(),
+        });
+        // Nothing is pushed: only the wake the housekeeping asked for brings the worker back.
+        let (since, ran) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(since >= started, "idle from the worker's start");
+        assert!(ran >= since + after, "ran {:?} after idling", ran - since);
+        assert!(
+            rx.recv_timeout(Duration::from_millis(100)).is_err(),
+            "done once until the next item"
+        );
+
+        let pushed = Instant::now();
+        executor.inject(pushed);
+        let (since, ran) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(since >= pushed, "idleness counts from the item's round");
+        assert!(ran >= since + after, "ran {:?} after idling", ran - since);
+        executor.shutdown();
     }
 }

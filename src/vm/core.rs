@@ -97,6 +97,18 @@ pub(crate) enum FirstRun {
     Suspended,
 }
 
+/// A fresh Luau state made ahead of the VM that will be built on it: `mlua::Lua::new`, about
+/// two thirds of a worker VM's build, done while its thread has nothing else to do (see
+/// [`Vm::build_on`]). It holds only what `Lua::new` makes: the standard libraries and mlua's
+/// registry, no script and no memory limit yet.
+pub(crate) struct Spare(Lua);
+
+impl Spare {
+    pub(crate) fn new() -> Spare {
+        Spare(Lua::new())
+    }
+}
+
 /// A Luau VM built from a [`Plan`] with Skein's prelude.
 pub(crate) struct Vm {
     pub(crate) lua: Lua,
@@ -112,7 +124,22 @@ impl Vm {
         ambient_deadline: Duration,
         install: impl FnOnce(&Lua) -> mlua::Result<()>,
     ) -> mlua::Result<Vm> {
-        let lua = Lua::new();
+        Self::build_on(None, plan, reporter, ambient_deadline, install)
+    }
+
+    /// [`build`](Self::build) on `spare`'s state when there is one, on a new state otherwise:
+    /// the VM is the same either way.
+    pub(crate) fn build_on(
+        spare: Option<Spare>,
+        plan: &Plan,
+        reporter: Reporter,
+        ambient_deadline: Duration,
+        install: impl FnOnce(&Lua) -> mlua::Result<()>,
+    ) -> mlua::Result<Vm> {
+        let lua = match spare {
+            Some(Spare(lua)) => lua,
+            None => Lua::new(),
+        };
         native::install(&lua, plan.native_mode());
         budget::prepare();
         let globals = lua.globals();

@@ -30,7 +30,9 @@ pub(crate) mod source;
 mod stall_report;
 mod task_library;
 
-pub(crate) use self::core::{close_globals, with_open_globals, FirstRun, Reporter, Vm, VmCore};
+pub(crate) use self::core::{
+    close_globals, with_open_globals, FirstRun, Reporter, Spare, Vm, VmCore,
+};
 pub(crate) use budget::{
     current_signal, format_seconds, run_left, CancelToken, DeadlineMessage, Signal,
 };

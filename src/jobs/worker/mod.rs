@@ -34,10 +34,10 @@ use super::protocol::pool_shared::{NativeTallies, PoolShared, WarmRuns};
 use super::protocol::principal_shared::PrincipalShared;
 use super::protocol::warm::WarmEntry;
 use crate::executor::lanes::KeyLanes;
-use crate::executor::threads::{Poll, WorkerContext, WorkerLogic};
+use crate::executor::threads::{Housekeeping, Poll, WorkerContext, WorkerLogic};
 use crate::principal::Principal;
 use crate::shared::{receive_parcel, sweep_parked_pops};
-use crate::vm::{self, FailureKind, SchedulerVm, Signal, TaskFailure};
+use crate::vm::{self, FailureKind, SchedulerVm, Signal, Spare, TaskFailure};
 use item_clock::{count_wait, ItemClock};
 use retire::{end_of_principal, retire, VmEnd};
 
@@ -45,6 +45,12 @@ pub(crate) use retire::VM_RETIRED;
 use start::{Claim, EntryMissing};
 use warm_pass::ParkedItem;
 use worker_vm::WorkerVm;
+
+/// How long a worker without a spare state stays idle before it makes one, once it used its
+/// first: about twice what making one takes (`Lua::new`, 110-150 µs here), so the next
+/// item of a stream, or one that follows an answer, rarely finds the worker busy making it. A
+/// new worker makes its first as soon as it is idle, while its host is still setting up.
+const SPARE_AFTER_IDLE: Duration = Duration::from_micros(250);
 
 /// How often a worker whose VMs have tasks waiting on frames looks at the domain's frame counter.
 const FRAME_POLL: Duration = Duration::from_millis(2);
@@ -62,6 +68,13 @@ pub(crate) struct LuauWorker {
     /// Items a VM held back for its warm pass when a panic dropped the VM: started again (in
     /// the VM built next) on the next poll.
     replay: VecDeque<ParkedItem>,
+    /// The state the next VM this worker builds starts from, made when the worker was idle
+    /// (`on_idle`): at most one, whatever the scripts do, so a first item for a principal
+    /// finds most of its VM's build done.
+    spare: Option<Spare>,
+    /// Whether the worker made a spare before: its first is made as soon as it is idle, the
+    /// later ones after [`SPARE_AFTER_IDLE`].
+    spared: bool,
 }
 
 impl LuauWorker {
@@ -84,6 +97,8 @@ impl LuauWorker {
             warm_runs: warm_runs.clone(),
             native: native.clone(),
             replay: VecDeque::new(),
+            spare: None,
+            spared: false,
         }
     }
 
@@ -116,7 +131,8 @@ impl LuauWorker {
             return Ok(i);
         }
         let pool = self.pool(cx);
-        let wvm = WorkerVm::build(principal, pool.clone(), self.index, &self.outbox)?;
+        let spare = self.spare.take();
+        let wvm = WorkerVm::build(principal, pool.clone(), self.index, &self.outbox, spare)?;
         self.vms.push(wvm);
         cx.set_vms_held(self.vms.len());
         let slot = self.vms.len() - 1;
@@ -478,7 +494,21 @@ impl WorkerLogic for LuauWorker {
         self.outbox.borrow_mut().clear();
     }
 
+    fn on_idle(&mut self, idle_since: Instant, now: Instant) -> Housekeeping {
+        if self.spare.is_some() {
+            return Housekeeping::Nothing;
+        }
+        let due = idle_since + SPARE_AFTER_IDLE;
+        if self.spared && now < due {
+            return Housekeeping::At(due);
+        }
+        self.spare = Some(Spare::new());
+        self.spared = true;
+        Housekeeping::Done
+    }
+
     fn on_shutdown(&mut self) {
         self.vms.clear();
+        self.spare = None;
     }
 }

@@ -27,7 +27,7 @@ use crate::jobs::protocol::pool_shared::PoolShared;
 use crate::jobs::protocol::principal_shared::PrincipalShared;
 use crate::vm::{
     close_globals, error_message, panic_message, report_to, source_epoch, with_open_globals, Owner,
-    OwnerIdentity, Reporter, TaskFailure, Vm,
+    OwnerIdentity, Reporter, Spare, TaskFailure, Vm,
 };
 
 /// One `(module, entry)` pair an item named, kept per VM so an item finds its entry without
@@ -193,6 +193,7 @@ impl WorkerVm {
         pool: Arc<PoolShared>,
         worker: usize,
         outbox: &Rc<RefCell<Vec<Item>>>,
+        spare: Option<Spare>,
     ) -> Result<WorkerVm, String> {
         let mailbox = principal.mailbox.clone();
         let reporter: Reporter = Box::new(move |label: &str, failure: &TaskFailure| {
@@ -214,7 +215,7 @@ impl WorkerVm {
         );
         let plan = &principal.plan;
         let built = catch_unwind(AssertUnwindSafe(|| {
-            Vm::build(plan, reporter, principal.max_deadline, |lua| {
+            Vm::build_on(spare, plan, reporter, principal.max_deadline, |lua| {
                 install(lua, home)
             })
         }));
