@@ -119,8 +119,8 @@ fn vms_held(pool: &Pool) -> usize {
 
 /// Waits until the pool's workers have dropped every VM of the domain's ended generations
 /// (nothing of them can run or post any more), then runs frames, which drain and count
-/// whatever those VMs posted before they went. A worker drops an ended generation's VMs when it
-/// next looks at them: the tests that use this park their jobs on frames, which it polls.
+/// whatever those VMs posted before they went. A worker drops an ended generation's VMs in the
+/// round the generation's end wakes it for.
 #[track_caller]
 fn settle_ended(pool: &Pool, domain: &ScriptDomain) {
     assert!(
@@ -644,4 +644,36 @@ fn a_completion_posted_for_an_older_generation_is_discarded_and_counted() {
     assert_eq!(domain.pending_events(), 0);
     domain.drain_events();
     assert_eq!(domain.stale_events(), before + 2);
+}
+
+#[test]
+fn a_sleeping_worker_drops_the_vms_of_an_ended_generation_and_of_a_dropped_domain_at_once() {
+    let (tree, pool) = (tree(), Pool::new(1));
+    let marks = Marks::default();
+    let (mut domain, _world, _) = setup_marked(&tree, &pool, &marks);
+    let ran = |domain: &ScriptDomain| {
+        let marker = domain.dispatch("./m", "mark", Message::Nil).unwrap();
+        assert_eq!(marker.wait().unwrap(), Message::Nil);
+        assert_eq!(vms_held(&pool), 1, "the job's VM is kept for the next");
+        // Long enough for the worker to make its spare state and fall asleep.
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(vms_held(&pool), 1, "nothing ended: the VM stays");
+    };
+    ran(&domain);
+    domain
+        .restart(skein::lifecycle::Load::Nothing)
+        .expect("restart");
+    // No item comes: only the generation's end reaches the sleeping worker.
+    assert!(
+        wait_until(Duration::from_secs(2), || vms_held(&pool) == 0),
+        "the old generation's VM outlived it: {:?}",
+        pool.stats()
+    );
+    ran(&domain);
+    drop(domain);
+    assert!(
+        wait_until(Duration::from_secs(2), || vms_held(&pool) == 0),
+        "the dropped domain's VM outlived it: {:?}",
+        pool.stats()
+    );
 }

@@ -58,6 +58,9 @@ pub(crate) enum WorkerMsg {
         job: u64,
         op: RemoteOp,
     },
+    /// A principal of the pool ended: the worker drops its VMs for ended principals (its poll,
+    /// in the same round, does), even if it was asleep with nothing else to do.
+    Ended,
 }
 
 /// Events to a domain's engine thread.

@@ -93,10 +93,15 @@ impl PoolShared {
     /// token is set stops at its next interrupt check; any other run takes the interrupt's slow
     /// path once, finds nothing holds, and goes on (`vm/budget.rs`). Called after a principal ended
     /// ([`PrincipalShared::end`](super::principal_shared::PrincipalShared::end)), whose worker VMs run
-    /// with its token.
+    /// with its token. Every worker is also told (`WorkerMsg::Ended`), so one that sleeps wakes
+    /// and drops the principal's VMs now, not at its next item: nothing of the principal, its
+    /// VMs' memory included, outlives it.
     pub(crate) fn interrupt_runs(&self) {
         for signal in self.signals.iter().filter_map(OnceLock::get) {
             signal.request_cancel();
+        }
+        for worker in 0..self.exec.threads() {
+            self.exec.post(worker, WorkerMsg::Ended);
         }
     }
 

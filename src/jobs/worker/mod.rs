@@ -408,6 +408,8 @@ impl WorkerLogic for LuauWorker {
                 }
                 self.run_registered(&principal, vm, job, op);
             }
+            // The round's poll drops the ended principals' VMs.
+            WorkerMsg::Ended => {}
             WorkerMsg::Released { principal, key } => {
                 if let Some(i) = self.vm_index(principal) {
                     let wvm = &mut self.vms[i];
