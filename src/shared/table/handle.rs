@@ -189,7 +189,7 @@ impl SharedTableRef {
 
     pub(crate) fn atomic_entry(
         &self,
-        key: &Key,
+        key: &KeyIn<'_>,
         f: &mut dyn FnMut(Option<Entry>) -> Result<Option<Entry>, SharedTableError>,
     ) -> Result<Option<Entry>, SharedTableError> {
         self.root.atomic(&self.store, &self.path, key, f)
@@ -257,7 +257,7 @@ impl SharedTableRef {
         F: FnMut(Option<Message>) -> Option<Message>,
     {
         let key = key_of(|| self.location(), key.into())?;
-        let stored = self.atomic_entry(&key, &mut |current| {
+        let stored = self.atomic_entry(&KeyIn::Shared(&key), &mut |current| {
             let next = f(current.as_ref().map(entry_message)).unwrap_or(Message::Nil);
             value_of(|| self.key_location(&key), &next)
         })?;

@@ -444,9 +444,9 @@ impl TableRoot {
     fn read_key(
         &self,
         path: &TablePath,
-        key: &Key,
+        key: KeyRef<'_>,
     ) -> Result<(Option<Entry>, bool, u64), SharedTableError> {
-        let ((current, in_cell), rev) = self.read(path, |target| match target.held(key) {
+        let ((current, in_cell), rev) = self.read(path, |target| match target.held_ref(key) {
             None => (None, false),
             Some(Held::Value(cell)) => (Some(cell.load()), true),
             Some(Held::Table(node)) => {
@@ -458,22 +458,27 @@ impl TableRoot {
 
     /// The value of the cell under `key`, with no revision: one load, for an `atomic` whose
     /// commit will be the cell's own compare-and-swap. `None` when the key holds no cell.
-    fn peek_cell(&self, path: &TablePath, key: &Key) -> Result<Option<Entry>, SharedTableError> {
+    fn peek_cell(
+        &self,
+        path: &TablePath,
+        key: KeyRef<'_>,
+    ) -> Result<Option<Entry>, SharedTableError> {
         let version = self.peek();
         let target = self.target(&version, path)?;
-        Ok(match target.held(key) {
+        Ok(match target.held_ref(key) {
             Some(Held::Value(cell)) => Some(cell.load()),
             _ => None,
         })
     }
 
     /// Read-modify-write of one key; see the module docs. `f` gets the current value and
-    /// answers the new one. Answers the value now stored.
+    /// answers the new one. Answers the value now stored. A borrowed key is copied only if the
+    /// commit adds it to the table.
     pub(crate) fn atomic(
         &self,
         store: &StoreCore,
         path: &TablePath,
-        key: &Key,
+        key: &KeyIn<'_>,
         f: &mut dyn FnMut(Option<Entry>) -> Result<Option<Entry>, SharedTableError>,
     ) -> Result<Option<Entry>, SharedTableError> {
         let mut losses = 0u32;
@@ -489,12 +494,12 @@ impl TableRoot {
             let cell = if checked {
                 None
             } else {
-                self.peek_cell(path, key)?
+                self.peek_cell(path, key.as_ref())?
             };
             let (current, in_cell, rev) = match cell {
                 Some(value) => (Some(value), true, None),
                 None => {
-                    let (current, in_cell, rev) = self.read_key(path, key)?;
+                    let (current, in_cell, rev) = self.read_key(path, key.as_ref())?;
                     (current, in_cell, Some(rev))
                 }
             };
@@ -541,7 +546,7 @@ impl TableRoot {
             losses += 1;
             if losses >= GIVE_UP {
                 let mut keys = path.keys.clone();
-                keys.push(key.clone());
+                keys.push(key.clone().into_owned());
                 return Err(SharedTableError::new(
                     SharedTableErrorKind::GaveUp,
                     format!(
@@ -563,7 +568,7 @@ impl TableRoot {
         &self,
         store: &StoreCore,
         path: &TablePath,
-        key: &Key,
+        key: &KeyIn<'_>,
         value: &Option<Entry>,
         rev: u64,
     ) -> Result<Option<Option<Entry>>, SharedTableError> {
@@ -583,7 +588,8 @@ impl TableRoot {
         let _ = (now, rev);
         // A value of the cell's shape goes in place, as a plain write would.
         if let Some(new) = value.as_ref().filter(|e| !matches!(e, Entry::Table(_))) {
-            if let Some(Held::Value(cell)) = target.held(key).filter(|h| fits(h, new)) {
+            if let Some(Held::Value(cell)) = target.held_ref(key.as_ref()).filter(|h| fits(h, new))
+            {
                 // Counted before the store: a read of a nested table that loads this cell's
                 // old value and then the revision raised below must see `started` move, or it
                 // would keep that pair and a later checked `atomic` would commit over this write.
@@ -596,10 +602,10 @@ impl TableRoot {
         }
         drop(version);
         let stored = self.commit_closed(closed, store, path, |target, stamp| {
-            let leaf = self.set_in(target, &KeyIn::Shared(key), value.as_ref(), stamp, path)?;
+            let leaf = self.set_in(target, key, value.as_ref(), stamp, path)?;
             // What is stored, as stored: a table written in has its new identity.
             let stored = match value {
-                Some(Entry::Table(_)) => leaf.get(key),
+                Some(Entry::Table(_)) => leaf.get_ref(key.as_ref()),
                 other => other.clone(),
             };
             Ok(Edit::Write(leaf, stored))

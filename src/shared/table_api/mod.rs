@@ -24,7 +24,7 @@ use self::args::{refusal_what, KeyArg, TableArg, ValueArg};
 use self::raw::{handle_in, new_handle, push_new_handle, SlowPaths};
 use super::table::error::{amount_not_a_number, SharedTableError, SharedTableErrorKind};
 use super::table::handle::Charge;
-use super::table::key::{Amount, Entry, Key, KeyRef};
+use super::table::key::{Amount, Entry, Key, KeyIn, KeyRef};
 use super::table::node::{entry_message, Node};
 use super::table::root::Edit;
 use super::{FrozenTable, SharedStore, SharedTableRef, StoreCore};
@@ -310,7 +310,7 @@ fn atomic(lua: &Lua, (t, key, f): (TableArg, KeyArg, Value)) -> mlua::Result<Out
     };
     let at = || handle.key_location(&key);
     let mut failure: Option<mlua::Error> = None;
-    let result = table.atomic_entry(&key, &mut |current| {
+    let result = table.atomic_entry(&KeyIn::Shared(&key), &mut |current| {
         let current = current.as_ref().map_or(Message::Nil, entry_message);
         match f.call::<ValueArg>(current) {
             Ok(next) => next.entry(at),

@@ -547,14 +547,14 @@ unsafe fn run_atomic(
     handle: &Handle,
     key: &KeyArg,
 ) -> Ending {
-    let (Ok(table), Ok(key)) = (handle.live(), key.key(String::new)) else {
+    let (Ok(table), Ok(key)) = (handle.live(), key.key_in(String::new)) else {
         return Ending::Slow;
     };
     // The message handler sits at `top`; the function and its argument go above it.
     let top = ffi_top(state);
     let mut raised = None;
     let mut handed_over = false;
-    let at = || handle.key_location(&key);
+    let at = || handle.key_location(&key.clone().into_owned());
     let result = table.atomic_entry(&key, &mut |current| {
         let current = match &current {
             None => Message::Nil,
