@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use super::cell::VersionCell;
+use super::cell::{Loaded, VersionCell};
 use super::error::{holds_no_number, SharedTableError, SharedTableErrorKind};
 use super::gate::{Closed, Gate};
 use super::key::{location, Amount, Entry, Key, KeyIn, KeyRef};
@@ -94,6 +94,27 @@ pub(crate) struct Stamp {
 pub(crate) enum Edit<R> {
     Write(Node, R),
     Keep(R),
+}
+
+/// A key's cell as a read found it, with the version it was found in, which keeps the cell
+/// alive: a version's trie never changes after it is published (only its cells do), so while
+/// the table's current version is that same one, the cell is the key's.
+pub(crate) struct Found {
+    version: Loaded,
+    cell: *const ValueCell,
+}
+
+impl Found {
+    /// The cell, if `version` is the one it was found in.
+    fn in_version(&self, version: &Loaded) -> Option<&ValueCell> {
+        let (seen, now): (&Node, &Node) = (&self.version, version);
+        // The mutant takes the cell whatever the version (loom-tests/README.md).
+        #[cfg(loom_mutant = "table_found_any_version")]
+        let now = seen;
+        // SAFETY: `self.version` holds the version the cell is in, and a published version's
+        // trie never changes, so the pointer stays valid while `self` lives.
+        std::ptr::eq(seen, now).then(|| unsafe { &*self.cell })
+    }
 }
 
 pub(crate) struct TableRoot {
@@ -296,22 +317,31 @@ impl TableRoot {
     /// Runs `op` on the cell under `key` in the handle's table, as a write in place (see
     /// `gate.rs`); answers `None`, having done nothing, when the key holds no cell (it is
     /// absent, or holds a table). `op` answers its result and whether it changed the cell.
+    /// With `found`, the cell a read just found: taken as it is when the version is still the
+    /// one it was found in, with no second walk.
     fn in_place<R>(
         &self,
         store: &StoreCore,
         path: &TablePath,
         key: KeyRef<'_>,
+        found: Option<&Found>,
         op: impl FnOnce(&ValueCell) -> (R, bool),
     ) -> Result<Option<R>, SharedTableError> {
         store.tables.check_ended(|| self.location(&path.keys))?;
         self.gate.write(|| {
             let version = self.peek();
-            let target = match self.target(&version, path) {
-                Ok(target) => target,
-                Err(e) => return (Err(e), false),
-            };
-            let Some(Held::Value(cell)) = target.held_ref(key) else {
-                return (Ok(None), false);
+            let cell = match found.and_then(|f| f.in_version(&version)) {
+                Some(cell) => cell,
+                None => {
+                    let target = match self.target(&version, path) {
+                        Ok(target) => target,
+                        Err(e) => return (Err(e), false),
+                    };
+                    let Some(Held::Value(cell)) = target.held_ref(key) else {
+                        return (Ok(None), false);
+                    };
+                    cell
+                }
             };
             let (out, changed) = op(cell);
             if changed && !path.keys.is_empty() {
@@ -388,7 +418,7 @@ impl TableRoot {
         value: Option<&Entry>,
     ) -> Result<(), SharedTableError> {
         if let Some(entry) = value.filter(|e| !matches!(e, Entry::Table(_))) {
-            let stored = self.in_place(store, path, key.as_ref(), |cell| {
+            let stored = self.in_place(store, path, key.as_ref(), None, |cell| {
                 let stored = cell.store(entry);
                 (stored, stored)
             })?;
@@ -419,10 +449,12 @@ impl TableRoot {
             keys.push(key.as_ref().to_key());
             holds_no_number(&self.location(&keys), what)
         };
-        let done = self.in_place(store, path, key.as_ref(), |cell| match cell.add(amount) {
-            Some(Ok(sum)) => (Some(Ok(sum)), true),
-            Some(Err(what)) => (Some(Err(what)), false),
-            None => (None, false),
+        let done = self.in_place(store, path, key.as_ref(), None, |cell| {
+            match cell.add(amount) {
+                Some(Ok(sum)) => (Some(Ok(sum)), true),
+                Some(Err(what)) => (Some(Err(what)), false),
+                None => (None, false),
+            }
         })?;
         match done {
             Some(Some(Ok(sum))) => return Ok(sum),
@@ -457,18 +489,21 @@ impl TableRoot {
     }
 
     /// The value of the cell under `key`, with no revision: one load, for an `atomic` whose
-    /// commit will be the cell's own compare-and-swap. `None` when the key holds no cell.
+    /// commit will be the cell's own compare-and-swap, and the cell as found. `None` when the
+    /// key holds no cell.
     fn peek_cell(
         &self,
         path: &TablePath,
         key: KeyRef<'_>,
-    ) -> Result<Option<Entry>, SharedTableError> {
+    ) -> Result<Option<(Entry, Found)>, SharedTableError> {
         let version = self.peek();
         let target = self.target(&version, path)?;
-        Ok(match target.held_ref(key) {
-            Some(Held::Value(cell)) => Some(cell.load()),
-            _ => None,
-        })
+        let Some(Held::Value(cell)) = target.held_ref(key) else {
+            return Ok(None);
+        };
+        let value = cell.load();
+        let cell: *const ValueCell = cell;
+        Ok(Some((value, Found { version, cell })))
     }
 
     /// Read-modify-write of one key; see the module docs. `f` gets the current value and
@@ -491,16 +526,16 @@ impl TableRoot {
                 self.turn.wait_unless_mine();
             }
             store.tables.check_ended(|| self.location(&path.keys))?;
-            let cell = if checked {
+            let peeked = if checked {
                 None
             } else {
                 self.peek_cell(path, key.as_ref())?
             };
-            let (current, in_cell, rev) = match cell {
-                Some(value) => (Some(value), true, None),
+            let (current, in_cell, rev, found) = match peeked {
+                Some((value, found)) => (Some(value), true, None, Some(found)),
                 None => {
                     let (current, in_cell, rev) = self.read_key(path, key.as_ref())?;
-                    (current, in_cell, Some(rev))
+                    (current, in_cell, Some(rev), None)
                 }
             };
             let reads = shared_reads();
@@ -513,7 +548,7 @@ impl TableRoot {
                 _ => None,
             };
             if let Some((was, now)) = fast {
-                let swapped = self.in_place(store, path, key.as_ref(), |cell| {
+                let swapped = self.in_place(store, path, key.as_ref(), found.as_ref(), |cell| {
                     if !cell.fits(now) {
                         return (None, false);
                     }
