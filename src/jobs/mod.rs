@@ -41,7 +41,7 @@ pub(crate) use luau::service_stubs::{forward as forward_query, install_at, read_
 pub(crate) use protocol::item::{Item, ItemArgs};
 pub(crate) use protocol::job::{JobShared, NOT_STARTED};
 pub(crate) use protocol::job::{JOB_WEIGHT, MAX_JOB_BYTES};
-pub(crate) use protocol::messages::{ActorWake, DomainEvent};
+pub(crate) use protocol::messages::{ActorWake, DomainEvent, Query};
 pub(crate) use protocol::pool_shared::PoolShared;
 pub(crate) use protocol::principal_shared::PrincipalShared;
 pub(crate) use protocol::principal_shared::{MailboxReceiver, MailboxSender};

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use mlua::{Function, Lua};
 
-use crate::jobs::{self, DomainEvent, OutcomeSlot, PrincipalShared, ReplyTo, ServiceKind};
+use crate::jobs::{self, DomainEvent, OutcomeSlot, PrincipalShared, Query, ReplyTo, ServiceKind};
 use crate::principal::capability::{self, CapabilityId};
 use crate::value::{Message, MessageArgs};
 use crate::vm::{self, CancelToken};
@@ -111,14 +111,17 @@ impl ServiceLink {
         // The budget is read before posting: the wait may not outlast the run that asks.
         let limit = vm::run_left().map(|(left, budget)| (Instant::now() + left, budget));
         let slot = OutcomeSlot::new();
-        let posted = self.principal.mailbox.send(DomainEvent::Query {
-            service: name.clone(),
-            args,
-            commands: Vec::new(),
-            reply: ReplyTo::Slot(slot.clone()),
-            job: None,
-            authority: capability::current_arc(),
-        });
+        let posted = self
+            .principal
+            .mailbox
+            .send(DomainEvent::Query(Box::new(Query {
+                service: name.clone(),
+                args,
+                commands: Vec::new(),
+                reply: ReplyTo::Slot(slot.clone()),
+                job: None,
+                authority: capability::current_arc(),
+            })));
         if !posted {
             return Err(mlua::Error::runtime(format!(
                 "{name}: the domain has stopped: {}",

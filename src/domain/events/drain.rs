@@ -19,7 +19,7 @@ use crate::domain::frame::engine_services::EngineServices;
 use crate::domain::generation::GenerationState;
 use crate::domain::reporting::Reporting;
 use crate::domain::{Report, ReportKind};
-use crate::jobs::{self, DomainEvent, JobShared, PoolShared, ReplyTo};
+use crate::jobs::{self, DomainEvent, JobShared, PoolShared, Query, ReplyTo};
 use crate::principal::capability::{self, Authority, Installed};
 use crate::shared;
 use crate::vm;
@@ -98,14 +98,15 @@ impl GenerationState {
                 reporting.keep(Report::new(ReportKind::Note, label, text))
             }
             DomainEvent::Parcel(parcel) => shared::receive_parcel(&self.vm.lua, parcel),
-            DomainEvent::Query {
-                service,
-                args,
-                commands,
-                reply,
-                job,
-                authority,
-            } => {
+            DomainEvent::Query(query) => {
+                let Query {
+                    service,
+                    args,
+                    commands,
+                    reply,
+                    job,
+                    authority,
+                } = *query;
                 // A forwarded call runs as the work that made it: a service's
                 // `require_capability` sees the item's authority (a context's part, when a
                 // handler dispatched it), not the domain's whole grant.

@@ -55,11 +55,11 @@ pub(super) fn map(
         .iter()
         .map(|run| {
             let part = elements.by_ref().take(run.count() as usize).collect();
-            ItemArgs::Map(MapChunk {
+            ItemArgs::Map(Box::new(MapChunk {
                 first: run.first as usize,
                 total,
                 elements: Message::List(part),
-            })
+            }))
         })
         .collect();
     let call = ChunkedCall {

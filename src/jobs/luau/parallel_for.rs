@@ -87,12 +87,12 @@ pub(super) fn parallel_for(
         .iter()
         .enumerate()
         .map(|(i, run)| {
-            ItemArgs::Chunk(ChunkArgs {
+            ItemArgs::Chunk(Box::new(ChunkArgs {
                 index: i + 1,
                 run: *run,
                 args: args.clone(),
                 data: over.data(run),
-            })
+            }))
         })
         .collect();
     let call = ChunkedCall {

@@ -20,7 +20,7 @@ use mlua::{Function, Lua, Table, Value};
 
 use super::home::home;
 use crate::jobs::leaves::service_names::{check_requirement, ServiceKind, ServiceNames};
-use crate::jobs::protocol::messages::DomainEvent;
+use crate::jobs::protocol::messages::{DomainEvent, Query};
 use crate::principal::capability::{current_arc, CapabilityId};
 use crate::value::{Message, MessageArgs};
 use crate::vm::{
@@ -239,15 +239,18 @@ pub(crate) fn forward(lua: &Lua, name: &str, args: Message) -> mlua::Result<Valu
         .unwrap_or_default();
     let cell = core.promises.borrow_mut().make("engine query");
     let reply = home.reply_to(cell.id());
-    let posted = home.principal.mailbox.send(DomainEvent::Query {
-        service: Arc::from(name),
-        args,
-        commands,
-        reply,
-        job: owner.identity.registered_job(),
-        // The service runs as the task that called it, not as the domain.
-        authority: current_arc(),
-    });
+    let posted = home
+        .principal
+        .mailbox
+        .send(DomainEvent::Query(Box::new(Query {
+            service: Arc::from(name),
+            args,
+            commands,
+            reply,
+            job: owner.identity.registered_job(),
+            // The service runs as the task that called it, not as the domain.
+            authority: current_arc(),
+        })));
     if posted {
         arm_query_hold(home.principal.joining.load(Ordering::Relaxed));
     } else {

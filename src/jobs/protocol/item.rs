@@ -16,18 +16,19 @@ use crate::principal::capability::Authority;
 use crate::principal::Principal;
 use crate::value::Message;
 
-/// What an item's entry is called with.
+/// What an item's entry is called with. The chunk and kernel forms are boxed, so an item of a
+/// plain dispatch, the common one, is no larger than its message needs.
 pub(crate) enum ItemArgs {
     /// A dispatch's `args`, copied once at the call.
     Plain(Message),
     /// A `parallelFor` chunk: its table is built in the worker VM, around `args` that every
     /// chunk of the call shares (one copy at the call) and its own slice of a buffer.
-    Chunk(ChunkArgs),
+    Chunk(Box<ChunkArgs>),
     /// A `jobs.map` chunk: its elements, each passed to the entry in turn.
-    Map(MapChunk),
+    Map(Box<MapChunk>),
     /// A kernel job's call: a native function of the host over its copied input. The worker
     /// runs it without touching any VM.
-    Kernel(KernelCall),
+    Kernel(Box<KernelCall>),
 }
 
 /// A native function the host registered by name (`ScriptDomain::register_kernel`).

@@ -77,20 +77,9 @@ pub(crate) enum DomainEvent {
     Note { label: String, text: String },
     /// A shared-queue delivery for a pop parked in the engine VM.
     Parcel(Parcel),
-    /// A query a worker forwarded: apply `commands` (its job's, recorded before it, in order),
-    /// run the query, and settle the promise at `reply` with `{ true, answer }` or
-    /// `{ false, error }`.
-    Query {
-        service: Arc<str>,
-        args: Message,
-        commands: Vec<ServiceCall>,
-        reply: ReplyTo,
-        /// The registered job whose item made the query, whose `forwarded_calls` it counts.
-        job: Option<u64>,
-        /// The authority of the task that made it (its item's): the engine thread installs it
-        /// while it applies the commands and runs the service. `None`: the domain's.
-        authority: Option<Arc<Authority>>,
-    },
+    /// A query a worker forwarded. Boxed: it is rare next to the settlements that share the
+    /// mailbox, and every event takes the size of the largest.
+    Query(Box<Query>),
     /// A worker VM registered a job: add it to the registry.
     Registered(Box<RemoteRegistration>),
     /// A call of a job registered from a worker VM ended: apply the commands it recorded, then
@@ -110,12 +99,27 @@ pub(crate) enum DomainEvent {
     Apply {
         commands: Vec<ServiceCall>,
         /// The job's settlement, for a job whose entry recorded them before returning; `None`
-        /// for commands recorded after (or outside any job), which are applied alone.
-        then: Option<Settlement>,
+        /// for commands recorded after (or outside any job), which are applied alone. Boxed,
+        /// as [`Query`] is.
+        then: Option<Box<Settlement>>,
         /// The authority of the work that recorded them, installed while they apply. `None`:
         /// the domain's.
         authority: Option<Arc<Authority>>,
     },
+}
+
+/// A query a worker forwarded: apply `commands` (its job's, recorded before it, in order), run
+/// the query, and settle the promise at `reply` with `{ true, answer }` or `{ false, error }`.
+pub(crate) struct Query {
+    pub(crate) service: Arc<str>,
+    pub(crate) args: Message,
+    pub(crate) commands: Vec<ServiceCall>,
+    pub(crate) reply: ReplyTo,
+    /// The registered job whose item made the query, whose `forwarded_calls` it counts.
+    pub(crate) job: Option<u64>,
+    /// The authority of the task that made it (its item's): the engine thread installs it
+    /// while it applies the commands and runs the service. `None`: the domain's.
+    pub(crate) authority: Option<Arc<Authority>>,
 }
 
 /// What reaches a `@skein/worker` worker's VM from the pool and the shared store: its lane

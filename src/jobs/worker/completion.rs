@@ -169,7 +169,7 @@ fn settle_after_commands(
     // A refused post hands the event back; dropping it rejects the promise.
     drop(principal.mailbox.post_or_return(DomainEvent::Apply {
         commands,
-        then: Some(then),
+        then: Some(Box::new(then)),
         authority: Some(authority),
     }));
 }

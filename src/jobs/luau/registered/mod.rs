@@ -680,10 +680,10 @@ impl RegisteredJobs {
         );
         let path: Arc<Path> = Arc::from(Path::new(&format!("kernel:{name}")));
         let item = self.item(job, shared, path, name.clone(), self.principal.max_deadline);
-        let (item, slot) = item(ItemArgs::Kernel(KernelCall {
+        let (item, slot) = item(ItemArgs::Kernel(Box::new(KernelCall {
             kernel: kernel.clone(),
             input,
-        }));
+        })));
         self.pool.inject(item);
         self.queued(job, Ok(()), slot);
     }
