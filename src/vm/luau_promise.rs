@@ -95,6 +95,12 @@ enum State {
 pub(crate) trait Cancel {
     /// Stop the work. Called at most once.
     fn cancel(self: std::sync::Arc<Self>);
+
+    /// The key the work runs under (`opts.key`), if it has one: an await from work of the same
+    /// key is refused instead of waiting forever.
+    fn key(&self) -> Option<&bytes::Bytes> {
+        None
+    }
 }
 
 /// The canceller a promise holds.
@@ -104,10 +110,9 @@ pub(crate) type Canceller = std::sync::Arc<dyn Cancel>;
 pub(crate) struct PromiseCell {
     id: PromiseId,
     state: RefCell<State>,
+    /// Held until the promise is cancelled or dropped, so a pending promise always has it; it
+    /// also answers the item's key ([`Cancel::key`]).
     canceller: RefCell<Option<Canceller>>,
-    /// The key of the item behind the promise (`opts.key`), so an await from an item of the same
-    /// key is refused instead of waiting forever.
-    key: RefCell<Option<bytes::Bytes>>,
     /// What the promise stands for, for error messages: `jobs.dispatch promise`.
     pub(crate) what: &'static str,
     /// Whether code has awaited the promise or seen it rejected: a rejection nobody observed
@@ -115,7 +120,7 @@ pub(crate) struct PromiseCell {
     observed: Cell<bool>,
     /// Why its resolved value could not be built in the VM, when it could not: what an await
     /// raises instead.
-    unbuilt: RefCell<Option<String>>,
+    unbuilt: RefCell<Option<Box<str>>>,
 }
 
 impl PromiseCell {
@@ -166,14 +171,10 @@ impl PromiseCell {
         }
     }
 
-    /// Records the key of the item behind the promise.
-    pub(crate) fn set_key(&self, key: bytes::Bytes) {
-        *self.key.borrow_mut() = Some(key);
-    }
-
-    /// The key of the item behind the promise, if it has one.
+    /// The key of the item behind the promise, if it has one: its canceller's, which a pending
+    /// promise holds.
     pub(crate) fn key(&self) -> Option<bytes::Bytes> {
-        self.key.borrow().clone()
+        self.canceller.borrow().as_ref()?.key().cloned()
     }
 
     /// Sets the function that stops the work when the promise is cancelled.
@@ -188,12 +189,12 @@ impl PromiseCell {
 
     /// Records that its resolved value could not be built in the VM, and why.
     pub(crate) fn unbuildable(&self, why: String) {
-        *self.unbuilt.borrow_mut() = Some(why);
+        *self.unbuilt.borrow_mut() = Some(why.into_boxed_str());
     }
 
     /// Why its resolved value could not be built, if it could not.
     pub(crate) fn unbuilt(&self) -> Option<String> {
-        self.unbuilt.borrow().clone()
+        self.unbuilt.borrow().as_deref().map(str::to_owned)
     }
 
     /// Whether the promise has not settled.
@@ -341,7 +342,6 @@ impl Promises {
                 waiters: Vec::new(),
             }),
             canceller: RefCell::new(None),
-            key: RefCell::new(None),
             what,
             observed: Cell::new(false),
             unbuilt: RefCell::new(None),

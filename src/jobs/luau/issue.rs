@@ -84,10 +84,8 @@ pub(crate) fn queue(
         Some(Held::Own(held)),
     );
     let cell = core.promises.borrow_mut().make("jobs.dispatch");
+    // The job also answers the promise's key.
     cell.set_canceller(job.clone());
-    if let Some(key) = &opts.key {
-        cell.set_key(key.clone());
-    }
     let item = Item {
         principal: home.principal.clone(),
         authority: current_or(&home.principal.authority),

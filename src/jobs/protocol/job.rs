@@ -238,6 +238,10 @@ impl Cancel for JobShared {
     fn cancel(self: Arc<Self>) {
         self.request_cancel();
     }
+
+    fn key(&self) -> Option<&Bytes> {
+        self.key.as_ref()
+    }
 }
 
 /// `job 'name'`: how reports attribute a failed task of the job.
