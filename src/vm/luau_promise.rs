@@ -112,7 +112,7 @@ pub(crate) struct PromiseCell {
     state: RefCell<State>,
     /// Held until the promise is cancelled or dropped, so a pending promise always has it; it
     /// also answers the item's key ([`Cancel::key`]).
-    canceller: RefCell<Option<Canceller>>,
+    canceller: Cell<Option<Canceller>>,
     /// What the promise stands for, for error messages: `jobs.dispatch promise`.
     pub(crate) what: &'static str,
     /// Whether code has awaited the promise or seen it rejected: a rejection nobody observed
@@ -120,7 +120,7 @@ pub(crate) struct PromiseCell {
     observed: Cell<bool>,
     /// Why its resolved value could not be built in the VM, when it could not: what an await
     /// raises instead.
-    unbuilt: RefCell<Option<Box<str>>>,
+    unbuilt: Cell<Option<Box<str>>>,
 }
 
 impl PromiseCell {
@@ -174,12 +174,15 @@ impl PromiseCell {
     /// The key of the item behind the promise, if it has one: its canceller's, which a pending
     /// promise holds.
     pub(crate) fn key(&self) -> Option<bytes::Bytes> {
-        self.canceller.borrow().as_ref()?.key().cloned()
+        let canceller = self.canceller.take();
+        let key = canceller.as_ref().and_then(|c| c.key().cloned());
+        self.canceller.set(canceller);
+        key
     }
 
     /// Sets the function that stops the work when the promise is cancelled.
     pub(crate) fn set_canceller(&self, canceller: Canceller) {
-        *self.canceller.borrow_mut() = Some(canceller);
+        self.canceller.set(Some(canceller));
     }
 
     /// The slab slot the promise was made in.
@@ -189,12 +192,15 @@ impl PromiseCell {
 
     /// Records that its resolved value could not be built in the VM, and why.
     pub(crate) fn unbuildable(&self, why: String) {
-        *self.unbuilt.borrow_mut() = Some(why.into_boxed_str());
+        self.unbuilt.set(Some(why.into_boxed_str()));
     }
 
     /// Why its resolved value could not be built, if it could not.
     pub(crate) fn unbuilt(&self) -> Option<String> {
-        self.unbuilt.borrow().as_deref().map(str::to_owned)
+        let unbuilt = self.unbuilt.take();
+        let why = unbuilt.as_deref().map(str::to_owned);
+        self.unbuilt.set(unbuilt);
+        why
     }
 
     /// Whether the promise has not settled.
@@ -341,10 +347,10 @@ impl Promises {
             state: RefCell::new(State::Pending {
                 waiters: Vec::new(),
             }),
-            canceller: RefCell::new(None),
+            canceller: Cell::new(None),
             what,
             observed: Cell::new(false),
-            unbuilt: RefCell::new(None),
+            unbuilt: Cell::new(None),
         });
         slot.cell = Some(cell.clone());
         self.pending += 1;
@@ -510,7 +516,7 @@ impl Promises {
     pub(crate) fn cancel(&mut self, cell: &PromiseCell) -> Option<Settled> {
         let (_, held) = self.take(cell.id)?;
         let woken = cell.settle(Outcome::Cancelled);
-        let canceller = cell.canceller.borrow_mut().take();
+        let canceller = cell.canceller.take();
         if let Some(canceller) = canceller {
             canceller.cancel();
         }
