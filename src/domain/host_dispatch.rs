@@ -7,14 +7,14 @@
 //! ends; a refused dispatch queues and tracks nothing; a kept `(module, entry)` resolution is
 //! trusted only in the source epoch it was made in.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::domain::generation::host_targets::HostTarget;
 use crate::domain::generation::GenerationState;
 use crate::error::{DispatchRefusal, Error, Result};
-use crate::jobs::{self, Item, ItemArgs, JobOptions, JobShared, PoolShared, Promise, ReplyTo};
+use crate::jobs::{
+    self, Item, ItemArgs, JobOptions, JobShared, JobTarget, PoolShared, Promise, ReplyTo,
+};
 use crate::value::Message;
 
 impl GenerationState {
@@ -29,11 +29,10 @@ impl GenerationState {
         opts: &JobOptions,
     ) -> Result<Promise<Message>> {
         let opts = opts.check(self.principal.max_deadline)?;
-        let (spec, path, entry) = self.host_target(module, entry)?;
-        let job = JobShared::new(
+        let target = self.host_target(module, entry)?;
+        let job = JobShared::dispatched(
             opts.name.map(Arc::from),
-            spec,
-            entry.clone(),
+            target,
             pool.clone(),
             self.principal.id,
             opts.key.clone(),
@@ -43,8 +42,6 @@ impl GenerationState {
             principal: self.principal.clone(),
             authority: self.principal.authority.clone(),
             job: job.clone(),
-            module: path,
-            entry,
             args: ItemArgs::Plain(args),
             deadline: opts.deadline,
             reply: ReplyTo::HostJob(job.clone()),
@@ -71,10 +68,10 @@ impl GenerationState {
 
     /// The resolved module and the shared entry name of `module.entry`: kept from an earlier
     /// dispatch to the same pair, or resolved from the plan's root now.
-    fn host_target(&self, module: &str, entry: &str) -> Result<(Arc<str>, Arc<Path>, Arc<str>)> {
+    fn host_target(&self, module: &str, entry: &str) -> Result<Arc<JobTarget>> {
         let mut targets = self.host_targets.borrow_mut();
-        if let Some(t) = targets.find(module, entry) {
-            return Ok((t.spec.clone(), t.path.clone(), t.entry.clone()));
+        if let Some(target) = targets.find(module, entry) {
+            return Ok(target.clone());
         }
         let resolved = self
             .vm
@@ -85,18 +82,9 @@ impl GenerationState {
                 refusal: DispatchRefusal::Module,
                 message: format!("dispatch: {e}"),
             })?;
-        let target = HostTarget {
-            spec: resolved.spec,
-            path: resolved.path,
-            entry: Arc::from(entry),
-        };
-        let found = (
-            target.spec.clone(),
-            target.path.clone(),
-            target.entry.clone(),
-        );
-        targets.keep(target);
-        Ok(found)
+        let target = JobTarget::new(resolved.spec, resolved.path, Arc::from(entry));
+        targets.keep(target.clone());
+        Ok(target)
     }
 
     /// Ends the binding of the generation's `key` in `pool` after the items of the key

@@ -39,7 +39,7 @@ pub(crate) use luau::home::{home_principal, registering_authority, HomeKind, Job
 pub(crate) use luau::registered::{FailureSink, PhaseHost, RegisteredJobs};
 pub(crate) use luau::service_stubs::{forward as forward_query, install_at, read_args};
 pub(crate) use protocol::item::{Item, ItemArgs};
-pub(crate) use protocol::job::{JobShared, NOT_STARTED};
+pub(crate) use protocol::job::{JobShared, JobTarget, NOT_STARTED};
 pub(crate) use protocol::job::{JOB_WEIGHT, MAX_JOB_BYTES};
 pub(crate) use protocol::messages::{ActorWake, DomainEvent, Query};
 pub(crate) use protocol::pool_shared::PoolShared;

@@ -3,21 +3,13 @@
 //! entry's name once. Its invariants: at most [`HOST_TARGETS_KEPT`] pairs, the most recent last;
 //! every pair was resolved in the source epoch it is read in (a change of source clears them).
 
-use std::path::Path;
 use std::sync::Arc;
 
+use crate::jobs::JobTarget;
 use crate::vm;
 
 /// How many `(module, entry)` pairs a generation keeps resolved for host dispatch.
 const HOST_TARGETS_KEPT: usize = 8;
-
-/// A `(module, entry)` pair the host dispatched to, resolved: what an item names.
-pub(crate) struct HostTarget {
-    /// The module as the host wrote it, shared with the items' job names.
-    pub(crate) spec: Arc<str>,
-    pub(crate) path: Arc<Path>,
-    pub(crate) entry: Arc<str>,
-}
 
 /// The pairs the host dispatched to lately, so issuing many items to one entry resolves the
 /// module and allocates the entry's name once, not once per item. Trusted while the source
@@ -26,11 +18,11 @@ pub(crate) struct HostTarget {
 pub(crate) struct HostTargets {
     epoch: u64,
     /// Most recently added last; at most [`HOST_TARGETS_KEPT`].
-    kept: Vec<HostTarget>,
+    kept: Vec<Arc<JobTarget>>,
 }
 
 impl HostTargets {
-    pub(crate) fn find(&mut self, module: &str, entry: &str) -> Option<&HostTarget> {
+    pub(crate) fn find(&mut self, module: &str, entry: &str) -> Option<&Arc<JobTarget>> {
         let epoch = vm::source_epoch();
         if self.epoch != epoch {
             self.epoch = epoch;
@@ -42,7 +34,7 @@ impl HostTargets {
             .find(|t| &*t.spec == module && &*t.entry == entry)
     }
 
-    pub(crate) fn keep(&mut self, target: HostTarget) {
+    pub(crate) fn keep(&mut self, target: Arc<JobTarget>) {
         if self.kept.len() == HOST_TARGETS_KEPT {
             self.kept.remove(0);
         }

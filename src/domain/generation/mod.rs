@@ -108,8 +108,8 @@ impl GenerationState {
         for item in pool.lanes.forget(|(principal, _)| *principal == id) {
             let failure = JobFailure {
                 job: item.job.label(),
-                module: Some(item.module.to_path_buf()),
-                entry: Some(item.entry.to_string()),
+                module: Some(item.module().to_path_buf()),
+                entry: Some(item.entry().to_string()),
                 kind: FailureKind::Refused,
                 message: reason.to_owned(),
                 traceback: None,

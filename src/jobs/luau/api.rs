@@ -293,7 +293,7 @@ fn dispatch(
     let (args, weight) =
         Message::read_weighed(&args, "args").map_err(|e| refuse(format!("jobs.dispatch: {e}")))?;
     let budget = &home.principal.job_bytes;
-    let call = Dispatch::new(opts, module, entry, args, weight);
+    let call = Dispatch::new(opts, home.target(module, entry), args, weight);
     let cell = queue(home, &core, call, |n| {
         charge_or_reclaim(lua, &core, budget, n, "jobs.dispatch")
     })

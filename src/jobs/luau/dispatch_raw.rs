@@ -193,7 +193,7 @@ unsafe fn dispatch_common(
         return false;
     };
     let budget = &home.principal.job_bytes;
-    let call = Dispatch::new(opts, module, entry, args, reader.weight());
+    let call = Dispatch::new(opts, home.target(module, entry), args, reader.weight());
     let Ok(cell) = queue(home, core, call, |n| charge_job(budget, n, "jobs.dispatch")) else {
         return false;
     };

@@ -10,14 +10,14 @@ use mlua::{Lua, LuaString};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::jobs::protocol::item::Item;
-use crate::jobs::protocol::job::charge_job;
+use crate::jobs::protocol::job::{charge_job, JobTarget};
 use crate::jobs::protocol::messages::ActorWake;
 use crate::jobs::protocol::pool_shared::PoolShared;
 use crate::jobs::protocol::principal_shared::PrincipalShared;
 use crate::jobs::protocol::reply::ReplyTo;
 use crate::ledger::{Charge, Ledger};
 use crate::principal::capability::{current_arc, Authority};
-use crate::vm::{free_collected, PromiseId, VmCore};
+use crate::vm::{free_collected, PromiseId, Resolved, VmCore};
 
 /// Where the VM that calls `jobs.*` lives.
 pub(crate) enum HomeKind {
@@ -59,10 +59,16 @@ pub(crate) struct JobsHome {
     /// VM and allocates). The map holds each string, so no other string can take its address
     /// while it is a key.
     entry_strings: RefCell<FxHashMap<usize, (LuaString, Arc<str>)>>,
+    /// The targets of this VM's recent dispatches, the most recent last: the jobs of one
+    /// module and entry share one.
+    targets: RefCell<Vec<Arc<JobTarget>>>,
 }
 
 /// How many entry names a VM interns before it starts over.
 const INTERNED_ENTRIES: usize = 1024;
+
+/// How many targets a VM keeps for its next dispatches.
+const KEPT_TARGETS: usize = 16;
 
 impl JobsHome {
     pub(crate) fn new(
@@ -76,7 +82,29 @@ impl JobsHome {
             kind,
             entries: RefCell::new(FxHashSet::default()),
             entry_strings: RefCell::new(FxHashMap::default()),
+            targets: RefCell::new(Vec::new()),
         }
+    }
+
+    /// What a dispatch of `entry` in `module` runs: the target of a recent dispatch to the same
+    /// pair, found by the names' addresses (the resolver's and the interner's own, so equal
+    /// names of one module generation are one allocation), or a new one, kept for the next.
+    pub(crate) fn target(&self, module: Resolved, entry: Arc<str>) -> Arc<JobTarget> {
+        let mut kept = self.targets.borrow_mut();
+        let found = kept.iter().rev().find(|t| {
+            Arc::ptr_eq(&t.entry, &entry)
+                && Arc::ptr_eq(&t.path, &module.path)
+                && Arc::ptr_eq(&t.spec, &module.spec)
+        });
+        if let Some(target) = found {
+            return target.clone();
+        }
+        let made = JobTarget::new(module.spec, module.path, entry);
+        if kept.len() >= KEPT_TARGETS {
+            kept.remove(0);
+        }
+        kept.push(made.clone());
+        made
     }
 
     /// Where a reply settling promise `promise` of this VM goes.

@@ -14,18 +14,17 @@ use std::time::Instant;
 use super::home::{HomeKind, JobsHome};
 use crate::jobs::leaves::options::DispatchOptions;
 use crate::jobs::protocol::item::{Item, ItemArgs};
-use crate::jobs::protocol::job::{JobShared, JOB_WEIGHT};
+use crate::jobs::protocol::job::{JobShared, JobTarget, JOB_WEIGHT};
 use crate::ledger::{Charge, Held};
 use crate::principal::capability::current_or;
 use crate::value::Message;
-use crate::vm::{Outcome, PromiseCell, Resolved, VmCore};
+use crate::vm::{Outcome, PromiseCell, VmCore};
 
 /// One dispatch, read and checked: what [`queue`] charges for and makes the job, the promise
 /// and the item from.
 pub(crate) struct Dispatch {
     opts: DispatchOptions,
-    module: Resolved,
-    entry: Arc<str>,
+    target: Arc<JobTarget>,
     args: Message,
     /// The arguments' weight (`Message::weight`).
     weight: usize,
@@ -33,19 +32,17 @@ pub(crate) struct Dispatch {
 
 impl Dispatch {
     /// The call as an entrance read it: `opts` through the one parse of dispatch options, the
-    /// module resolved, the entry interned, `args` copied with their `weight`.
+    /// module resolved and the entry interned in `target`, `args` copied with their `weight`.
     #[inline]
     pub(crate) fn new(
         opts: DispatchOptions,
-        module: Resolved,
-        entry: Arc<str>,
+        target: Arc<JobTarget>,
         args: Message,
         weight: usize,
     ) -> Dispatch {
         Dispatch {
             opts,
-            module,
-            entry,
+            target,
             args,
             weight,
         }
@@ -74,10 +71,9 @@ pub(crate) fn queue(
     let held = charge(own)?;
     let carried = charge(call.weight)?;
     let opts = call.opts;
-    let job = JobShared::new(
+    let job = JobShared::dispatched(
         opts.name.map(Arc::from),
-        call.module.spec,
-        call.entry.clone(),
+        call.target,
         home.pool.clone(),
         home.principal.id,
         opts.key.clone(),
@@ -90,8 +86,6 @@ pub(crate) fn queue(
         principal: home.principal.clone(),
         authority: current_or(&home.principal.authority),
         job,
-        module: call.module.path,
-        entry: call.entry,
         args: ItemArgs::Plain(call.args),
         deadline: opts.deadline,
         reply: home.reply_to(cell.id()),

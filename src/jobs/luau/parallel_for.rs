@@ -14,7 +14,6 @@
 //! chunks itself (siblings may steal some). No thread ever waits on another, so however many
 //! workers are parked inside chunks, every queued chunk still has a thread that will take it.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,7 +25,7 @@ use crate::jobs::leaves::chunking::{self, whole, Over};
 use crate::jobs::leaves::options::{module_refused, read_target, ParallelForOptions};
 use crate::jobs::protocol::gather::{Gather, Gathered};
 use crate::jobs::protocol::item::{ChunkArgs, Item, ItemArgs};
-use crate::jobs::protocol::job::{JobShared, JOB_WEIGHT};
+use crate::jobs::protocol::job::{JobShared, JobTarget, JOB_WEIGHT};
 use crate::jobs::protocol::reply::ReplyTo;
 use crate::ledger::Held;
 use crate::principal::capability::current_or;
@@ -106,12 +105,7 @@ pub(super) fn parallel_for(
 }
 
 /// The module and entry every chunk of a call runs, resolved and interned once.
-pub(super) struct ChunkTarget {
-    /// The module as the caller wrote it, and where it resolved.
-    spec: Arc<str>,
-    path: Arc<Path>,
-    entry: Arc<str>,
-}
+pub(super) struct ChunkTarget(Arc<JobTarget>);
 
 impl ChunkTarget {
     /// Resolves `module` from the calling script, as `require` would; `call` names the function
@@ -128,11 +122,8 @@ impl ChunkTarget {
             core.modules.resolve(source, &module.to_string_lossy())
         })
         .map_err(|e| refuse(module_refused(call, "module", &e)))?;
-        Ok(ChunkTarget {
-            spec: module.spec,
-            path: module.path,
-            entry: home.intern_entry(&entry.to_string_lossy()),
-        })
+        let entry = home.intern_entry(&entry.to_string_lossy());
+        Ok(ChunkTarget(home.target(module, entry)))
     }
 }
 
@@ -187,10 +178,9 @@ pub(super) fn queue_chunks(
     let jobs: Vec<Arc<JobShared>> = chunks
         .iter()
         .map(|_| {
-            JobShared::new(
+            JobShared::dispatched(
                 name.clone(),
-                target.spec.clone(),
-                target.entry.clone(),
+                target.0.clone(),
                 home.pool.clone(),
                 home.principal.id,
                 None,
@@ -213,8 +203,6 @@ pub(super) fn queue_chunks(
             principal: home.principal.clone(),
             authority: current_or(&home.principal.authority),
             job,
-            module: target.path.clone(),
-            entry: target.entry.clone(),
             args,
             deadline,
             reply: ReplyTo::Chunk {

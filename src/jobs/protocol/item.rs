@@ -96,9 +96,8 @@ impl ItemArgs {
 /// One `jobs.dispatch`, or one chunk of a `jobs.parallelFor`, on its way to a worker.
 pub(crate) struct Item {
     pub(crate) principal: Arc<PrincipalShared>,
+    /// Its job, which also says what it runs ([`JobShared::target`]).
     pub(crate) job: Arc<JobShared>,
-    pub(crate) module: Arc<Path>,
-    pub(crate) entry: Arc<str>,
     pub(crate) args: ItemArgs,
     pub(crate) deadline: Duration,
     pub(crate) reply: ReplyTo,
@@ -111,6 +110,18 @@ pub(crate) struct Item {
     /// when the item is dropped, or when a worker has built its arguments in a VM. `None` for
     /// the host's own items.
     pub(crate) charge: Option<Held>,
+}
+
+impl Item {
+    /// The path of the module the item runs.
+    pub(crate) fn module(&self) -> &Arc<Path> {
+        &self.job.target.path
+    }
+
+    /// The entry the item runs.
+    pub(crate) fn entry(&self) -> &Arc<str> {
+        &self.job.target.entry
+    }
 }
 
 /// A key's lane: the principal's keys are its own, so two domains using the same key string

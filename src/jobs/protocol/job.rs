@@ -5,6 +5,7 @@
 //! worker, the worker-side owner's label and cancel token, and the promise's canceller.
 
 use std::fmt;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::Arc;
 
@@ -59,9 +60,9 @@ pub(crate) struct JobShared {
     pub(crate) worker: AtomicUsize,
     /// Its `opts.name`, if it has one: shared by the chunks of one `parallelFor` or `jobs.map`.
     name: Option<Arc<str>>,
-    /// The module as the caller wrote it, and the entry: the name of a job without `opts.name`.
-    module: Arc<str>,
-    entry: Arc<str>,
+    /// What it runs: read by the worker that starts it, and the name of a job without
+    /// `opts.name`.
+    pub(crate) target: Arc<JobTarget>,
     /// Who to tell when the job is cancelled while it runs.
     pool: Arc<PoolShared>,
     principal: Principal,
@@ -81,6 +82,23 @@ pub(crate) struct JobShared {
     host: OutcomeSlot,
 }
 
+/// What a job runs: its module as the caller wrote it, the module's resolved path, and the
+/// entry. One is kept per module and entry a VM dispatches to and shared by their jobs, so a
+/// dispatch takes one reference to it where it took four to the three names, and the threads
+/// that start, settle and drop jobs share one count between them.
+#[derive(Debug)]
+pub(crate) struct JobTarget {
+    pub(crate) spec: Arc<str>,
+    pub(crate) path: Arc<Path>,
+    pub(crate) entry: Arc<str>,
+}
+
+impl JobTarget {
+    pub(crate) fn new(spec: Arc<str>, path: Arc<Path>, entry: Arc<str>) -> Arc<JobTarget> {
+        Arc::new(JobTarget { spec, path, entry })
+    }
+}
+
 /// What a registered job's items count on worker threads: its id, which forwarded queries carry
 /// back to the engine thread, and the time its items waited from queueing to start.
 #[derive(Debug, Default)]
@@ -95,8 +113,9 @@ impl JobShared {
         &self.host
     }
 
-    /// The state of a job a script or the host dispatched, holding `charge` (a script's job's
-    /// weight; the chunks of one `parallelFor` share one) until it is dropped.
+    /// A job of `module` and `entry` alone, as [`dispatched`](Self::dispatched) makes it with a
+    /// target of its own (the module's path as written).
+    #[cfg(test)]
     pub(crate) fn new(
         name: Option<Arc<str>>,
         module: Arc<str>,
@@ -106,14 +125,28 @@ impl JobShared {
         key: Option<Bytes>,
         charge: Option<Held>,
     ) -> Arc<JobShared> {
-        Self::make(name, (module, entry), pool, principal, key, None, charge)
+        let path = Arc::from(Path::new(&*module));
+        let target = JobTarget::new(module, path, entry);
+        Self::dispatched(name, target, pool, principal, key, charge)
+    }
+
+    /// The state of a job a script or the host dispatched, holding `charge` (a script's job's
+    /// weight; the chunks of one `parallelFor` share one) until it is dropped.
+    pub(crate) fn dispatched(
+        name: Option<Arc<str>>,
+        target: Arc<JobTarget>,
+        pool: Arc<PoolShared>,
+        principal: Principal,
+        key: Option<Bytes>,
+        charge: Option<Held>,
+    ) -> Arc<JobShared> {
+        Self::make(name, target, pool, principal, key, None, charge)
     }
 
     /// As [`new`](Self::new), for an item of a registered job: it carries the job's tally.
     pub(crate) fn registered(
         name: String,
-        module: Arc<str>,
-        entry: Arc<str>,
+        target: Arc<JobTarget>,
         pool: Arc<PoolShared>,
         principal: Principal,
         key: Option<Bytes>,
@@ -121,7 +154,7 @@ impl JobShared {
     ) -> Arc<JobShared> {
         Self::make(
             Some(Arc::from(name)),
-            (module, entry),
+            target,
             pool,
             principal,
             key,
@@ -134,7 +167,7 @@ impl JobShared {
     #[inline]
     fn make(
         name: Option<Arc<str>>,
-        (module, entry): (Arc<str>, Arc<str>),
+        target: Arc<JobTarget>,
         pool: Arc<PoolShared>,
         principal: Principal,
         key: Option<Bytes>,
@@ -146,8 +179,7 @@ impl JobShared {
             cancel: CancelToken::new(false),
             worker: AtomicUsize::new(NOT_STARTED),
             name,
-            module,
-            entry,
+            target,
             pool,
             principal,
             key,
@@ -198,7 +230,7 @@ impl JobShared {
     pub(crate) fn label(&self) -> String {
         match &self.name {
             Some(name) => name.to_string(),
-            None => format!("{}:{}", self.module, self.entry),
+            None => format!("{}:{}", self.target.spec, self.target.entry),
         }
     }
 
@@ -249,7 +281,7 @@ impl fmt::Display for JobShared {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.name {
             Some(name) => write!(f, "job '{name}'"),
-            None => write!(f, "job '{}:{}'", self.module, self.entry),
+            None => write!(f, "job '{}:{}'", self.target.spec, self.target.entry),
         }
     }
 }

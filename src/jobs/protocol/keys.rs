@@ -52,8 +52,8 @@ impl PoolShared {
                 old.job.handoff.finish();
                 let failure = JobFailure {
                     job: old.job.label(),
-                    module: Some(old.module.to_path_buf()),
-                    entry: Some(old.entry.to_string()),
+                    module: Some(old.module().to_path_buf()),
+                    entry: Some(old.entry().to_string()),
                     kind: FailureKind::Refused,
                     message: format!("superseded by {by}"),
                     traceback: None,

@@ -29,9 +29,8 @@ pub(super) type Running = Rc<RefCell<HashMap<*const JobShared, Rc<Owner>>>>;
 /// where its outcome goes, and what it holds until it replies.
 pub(super) struct Finish {
     pub(super) principal: Arc<PrincipalShared>,
+    /// The job, which also names what ran ([`JobShared::target`]).
     pub(super) job: Arc<JobShared>,
-    pub(super) module: Arc<Path>,
-    pub(super) entry: Arc<str>,
     pub(super) reply_to: ReplyTo,
     /// The authority its recorded commands apply under: the one it ran with.
     pub(super) command_authority: Arc<Authority>,
@@ -54,8 +53,6 @@ impl Finish {
         let Finish {
             principal,
             job,
-            module,
-            entry,
             reply_to,
             command_authority,
             clock,
@@ -64,14 +61,15 @@ impl Finish {
             map,
         } = self;
         job.handoff.finish();
+        let (module, entry) = (&*job.target.path, &*job.target.entry);
         let outcome = match map {
-            None => job_outcome(&job, &module, &entry, result),
+            None => job_outcome(&job, module, entry, result),
             Some(map) => {
                 // The runner answers nothing: the results are in the chunk's table.
                 let ran = result
                     .map(drop)
-                    .map_err(|failure| job_outcome(&job, &module, &entry, Err(failure)));
-                map.outcome(&job, &module, &entry, ran)
+                    .map_err(|failure| job_outcome(&job, module, entry, Err(failure)));
+                map.outcome(&job, module, entry, ran)
             }
         };
         if let Some(clock) = clock {

@@ -22,12 +22,12 @@ pub(super) fn run(item: Item, pool: &Arc<PoolShared>) {
     let Item {
         principal,
         job,
-        entry,
         args,
         reply: reply_to,
         authority,
         ..
     } = item;
+    let entry = job.target.entry.clone();
     let ItemArgs::Kernel(call) = args else {
         unreachable!("kernel::run is given kernel items only");
     };

@@ -44,8 +44,8 @@ pub(super) fn reject(item: Item, kind: FailureKind, message: String, pool: &Pool
     };
     let failure = JobFailure {
         job: item.job.label(),
-        module: Some(item.module.to_path_buf()),
-        entry: Some(item.entry.to_string()),
+        module: Some(item.module().to_path_buf()),
+        entry: Some(item.entry().to_string()),
         kind,
         message,
         traceback: None,
@@ -122,11 +122,11 @@ pub(super) enum EntryMissing {
 /// item looks again.
 #[inline]
 pub(super) fn find_entry(wvm: &mut WorkerVm, item: &Item) -> Result<Rc<CachedEntry>, EntryMissing> {
-    if let Some(found) = wvm.entries.get(&item.module, &item.entry) {
+    if let Some(found) = wvm.entries.get(item.module(), item.entry()) {
         return Ok(found.clone());
     }
     let (table, name) = cache_entry(wvm, item)?;
-    Ok(wvm.entries.insert(&item.module, &item.entry, table, name))
+    Ok(wvm.entries.insert(item.module(), item.entry(), table, name))
 }
 
 /// Requires the item's module and finds its entry function, the slow way: what a new entry
@@ -135,12 +135,12 @@ pub(super) fn find_entry(wvm: &mut WorkerVm, item: &Item) -> Result<Rc<CachedEnt
 fn cache_entry(wvm: &WorkerVm, item: &Item) -> Result<(RegistryKey, RegistryKey), EntryMissing> {
     let lua = &wvm.vm.lua;
     let load = |e: mlua::Error| EntryMissing::Refused(FailureKind::Load, error_message(&e));
-    let name = lua.create_string(&*item.entry).map_err(load)?;
+    let name = lua.create_string(item.entry().as_bytes()).map_err(load)?;
     // Requiring the module runs its top level outside any task, where the scheduler can't
     // contain a panic: the caller answers the item first, then lets the panic end the VM.
     let found = catch_unwind(AssertUnwindSafe(|| {
-        let table = module_table(lua, &wvm.vm, &item.module)?;
-        entry_in(&table, &item.module, &item.entry, name.clone())?;
+        let table = module_table(lua, &wvm.vm, item.module())?;
+        entry_in(&table, item.module(), item.entry(), name.clone())?;
         Ok::<_, String>(table)
     }));
     let table = match found {
@@ -330,8 +330,6 @@ fn owned(
     let Item {
         principal,
         job,
-        module,
-        entry,
         deadline,
         reply: reply_to,
         authority,
@@ -355,8 +353,6 @@ fn owned(
     let finish = Finish {
         principal,
         job,
-        module,
-        entry,
         reply_to,
         // The commands the job recorded apply as the job: under the authority it ran with.
         command_authority: authority,
@@ -381,7 +377,7 @@ fn entry_changed(wvm: &WorkerVm, item: Item, pool: &PoolShared) {
         }
         // A function again by now: the next item finds it.
         Ok(_) => {
-            let message = format!("entry '{}' changed while it was read", item.entry);
+            let message = format!("entry '{}' changed while it was read", item.entry());
             reject(item, FailureKind::Load, message, pool)
         }
     }

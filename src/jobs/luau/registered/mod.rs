@@ -30,7 +30,7 @@ use crate::error::{Error, NameRefusal, Result};
 use crate::jobs::leaves::options::MAX_KEY_BYTES;
 use crate::jobs::leaves::outcome_slot::{OutcomeSlot, SlotState};
 use crate::jobs::protocol::item::{Item, ItemArgs, Kernel, KernelCall};
-use crate::jobs::protocol::job::{JobShared, JobTally};
+use crate::jobs::protocol::job::{JobShared, JobTally, JobTarget};
 use crate::jobs::protocol::messages::WorkerMsg;
 use crate::jobs::protocol::pool_shared::PoolShared;
 use crate::jobs::protocol::principal_shared::PrincipalShared;
@@ -628,16 +628,16 @@ impl RegisteredJobs {
         let Some(input) = self.input(job, Some(input)) else {
             return;
         };
+        let target = JobTarget::new(spec.clone(), path.clone(), entry.clone());
         let shared = JobShared::registered(
             job.label(),
-            spec.clone(),
-            entry.clone(),
+            target,
             self.pool.clone(),
             self.principal.id,
             key.clone(),
             job.tally.clone(),
         );
-        let item = self.item(job, shared, path.clone(), entry.clone(), *deadline);
+        let item = self.item(job, shared, *deadline);
         let (item, slot) = item(ItemArgs::Plain(input));
         let queued = match key {
             Some(key) => self.pool.dispatch_keyed(
@@ -669,17 +669,17 @@ impl RegisteredJobs {
         let Some(input) = self.input(job, input.as_ref()) else {
             return;
         };
+        let path: Arc<Path> = Arc::from(Path::new(&format!("kernel:{name}")));
+        let target = JobTarget::new(name.clone(), path, name.clone());
         let shared = JobShared::registered(
             job.label(),
-            name.clone(),
-            name.clone(),
+            target,
             self.pool.clone(),
             self.principal.id,
             None,
             job.tally.clone(),
         );
-        let path: Arc<Path> = Arc::from(Path::new(&format!("kernel:{name}")));
-        let item = self.item(job, shared, path, name.clone(), self.principal.max_deadline);
+        let item = self.item(job, shared, self.principal.max_deadline);
         let (item, slot) = item(ItemArgs::Kernel(Box::new(KernelCall {
             kernel: kernel.clone(),
             input,
@@ -721,8 +721,6 @@ impl RegisteredJobs {
         &self,
         registered: &RegisteredJob,
         job: Arc<JobShared>,
-        module: Arc<Path>,
-        entry: Arc<str>,
         deadline: Duration,
     ) -> impl FnOnce(ItemArgs) -> (Item, Arc<OutcomeSlot>) + '_ {
         let authority = registered.authority.clone();
@@ -732,8 +730,6 @@ impl RegisteredJobs {
                 principal: self.principal.clone(),
                 authority,
                 job,
-                module,
-                entry,
                 args,
                 deadline,
                 reply: ReplyTo::Slot(slot.clone()),
